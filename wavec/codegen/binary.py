@@ -120,19 +120,19 @@ class _FlatBuffer:
         pos = self.field(table, slot)
         return default if pos is None else self.u32(pos)
 
-    def vector(self, table: int, slot: int) -> tuple[int, int]:
+    def vector(self, table: int, slot: int, elem_bytes: int) -> tuple[int, int]:
         """(position of element 0, length) of a vector field; (0, 0) when absent."""
         pos = self.field(table, slot)
         if pos is None:
             return 0, 0
         vec = self.deref(pos)
         length = self.u32(vec)
+        if vec + 4 + elem_bytes * length > len(self.buf):
+            raise _bad(f"vector of {length} elements at offset {vec} overruns the buffer")
         return vec + 4, length
 
     def table_vector(self, table: int, slot: int) -> list[int]:
-        start, length = self.vector(table, slot)
-        if start + 4 * length > len(self.buf):
-            raise _bad(f"vector of {length} tables overruns the buffer")
+        start, length = self.vector(table, slot, 4)
         return [self.deref(start + 4 * i) for i in range(length)]
 
     def bytes_field(self, table: int, slot: int) -> bytes | None:
@@ -174,7 +174,7 @@ def _parse_export(fb: _FlatBuffer, table: int, ordinal: int) -> ExportInfo:
         raise _bad(f"export {ordinal} has no kernel name")
     block_pos = fb.field(table, _EXP_BLOCK)
     block = (1, 1, 1) if block_pos is None else tuple(fb.u32(block_pos + 4 * i) for i in range(3))
-    _, binding_count = fb.vector(table, _EXP_BINDINGS)
+    _, binding_count = fb.vector(table, _EXP_BINDINGS, 8)
     return ExportInfo(
         name=raw_name.decode("utf-8", "replace"),
         block=block,  # type: ignore[arg-type]
