@@ -1,0 +1,32 @@
+"""wavec: a Python compiler for wave-level GPU kernels.
+
+Authors write the computation on symbolic tensors under ``@wc.wave(constraints)``; ``wc.compile``
+derives every thread's indices, lowers through MLIR to PTX/cubin or HSACO and returns a callable
+kernel that runs on PyTorch tensors (or on the CPU emulator).
+"""
+
+from .errors import WavecError
+from .frontend.constraints import HardwareConstraint, TilingConstraint, WaveConstraint, WorkgroupConstraint
+from .frontend.dtypes import bf16, f16, f32, i1, i32
+from .frontend.kernel import WaveKernel, wave
+from .frontend.ops import binary, broadcast, cast, exp2, iterate, maximum, minimum, mma, read, unary, where, write
+from .frontend.symbols import sym
+from .frontend.types import Memory, Register
+from .indexing.mma import MMAType
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "WavecError", "HardwareConstraint", "TilingConstraint", "WaveConstraint", "WorkgroupConstraint",
+    "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
+    "maximum", "minimum", "mma", "read", "unary", "where", "write", "sym", "Memory", "Register", "MMAType",
+    "compile", "__version__",
+]
+
+
+def __getattr__(name: str):
+    if name == "compile":
+        from .compiler import compile
+
+        return compile
+    raise AttributeError(f"module 'wavec' has no attribute {name!r}")

@@ -1,0 +1,100 @@
+"""The catalog of wavec errors.
+
+Every error a user can see is a subclass of :class:`WavecError` with a message template.  Errors that
+concern a kernel carry the kernel's source location (``file:line``) and print it first, so a shape
+mistake points at the line of the kernel body that caused it, the way Helion's ``exc.py`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SourceLoc:
+    """A location in the user's kernel source."""
+
+    filename: str
+    line: int
+    code: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.filename}:{self.line}"
+        return f"{text}: {self.code.strip()}" if self.code else text
+
+
+class WavecError(Exception):
+    """Base class of all wavec errors.  ``template`` is formatted with the keyword arguments."""
+
+    template = "{message}"
+
+    def __init__(self, loc: SourceLoc | None = None, **fields: object) -> None:
+        self.loc = loc
+        self.fields = fields
+        text = self.template.format(**fields)
+        super().__init__(f"{loc}\n  {text}" if loc else text)
+
+
+class OutsideKernelError(WavecError):
+    template = "wc.{op}() can only be called inside a @wc.wave kernel body (it traces; it does not compute)"
+
+
+class ShapeError(WavecError):
+    template = "{op}: {message}"
+
+
+class DTypeError(WavecError):
+    template = "{op}: {message}"
+
+
+class ConstraintError(WavecError):
+    template = "constraint error: {message}"
+
+
+class IndexConflictError(WavecError):
+    template = (
+        "conflicting thread layouts of equal priority for {what}:\n"
+        "    {first_loc}: {first}\n    {second_loc}: {second}"
+    )
+
+
+class ExpansionError(WavecError):
+    template = "expansion: {message}"
+
+
+class CodegenError(WavecError):
+    template = "codegen: {message}"
+
+
+class CompileError(WavecError):
+    template = "compiling {kernel} for {target} failed:\n{message}"
+
+
+class ToolchainError(WavecError):
+    template = "{message}"
+
+
+class UnsupportedTargetError(WavecError):
+    template = "unsupported target {target!r}; expected one of {expected}"
+
+
+class ArgumentError(WavecError):
+    """A launch argument is unusable; names the argument and what was expected."""
+
+    template = "kernel {kernel}: argument {arg!r}: {message}"
+
+
+class LaunchError(WavecError):
+    template = "kernel {kernel}: launch failed: {message}"
+
+
+class CacheError(WavecError):
+    template = "cache: {message}"
+
+
+class EmulatorError(WavecError):
+    template = "emulator: {message}"
+
+
+class SharedMemoryRaceError(EmulatorError):
+    template = "emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} with no barrier between"

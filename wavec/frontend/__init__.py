@@ -1,0 +1,1 @@
+"""The DSL: symbols, dtypes, tensor types, ops, constraints and tracing."""

@@ -1,0 +1,152 @@
+"""Constraints: how a kernel's work is spread over workgroups, waves, loop tiles and instructions.
+
+``ConstraintSet`` derives what the passes need: each dimension's workgroup tile and workgroup axis, the
+wave tile, waves per workgroup and their layout, loop tiles, threads per block and the launch grid.
+Tile sizes may be symbols bound later through ``subs``; ``resolve`` substitutes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sympy
+
+from ..errors import ConstraintError
+from ..indexing.mma import MMAType
+from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol
+
+
+@dataclass(frozen=True)
+class WorkgroupConstraint:
+    dim: sympy.Symbol
+    tile: sympy.Expr | int
+    workgroup_dim: int
+
+    def __post_init__(self) -> None:
+        if self.workgroup_dim not in (0, 1, 2):
+            raise ConstraintError(message=f"WorkgroupConstraint({self.dim}): workgroup_dim must be 0, 1 or 2")
+
+
+@dataclass(frozen=True)
+class WaveConstraint:
+    dim: sympy.Symbol
+    tile: sympy.Expr | int
+
+
+@dataclass(frozen=True)
+class TilingConstraint:
+    dim: sympy.Symbol
+    tile: sympy.Expr | int
+
+
+@dataclass(frozen=True)
+class HardwareConstraint:
+    threads_per_wave: int
+    mma_type: MMAType | None = None
+    vector_shapes: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.threads_per_wave not in (32, 64):
+            raise ConstraintError(message=f"threads_per_wave must be 32 or 64, not {self.threads_per_wave}")
+        if self.mma_type is not None and self.mma_type.spec.threads != self.threads_per_wave:
+            raise ConstraintError(message=f"{self.mma_type.name} runs on waves of {self.mma_type.spec.threads} "
+                                  f"threads, but threads_per_wave={self.threads_per_wave}")
+
+    def __hash__(self) -> int:
+        return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
+
+
+Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint
+
+
+def _int(expr, what: str) -> int:
+    expr = sympy.sympify(expr)
+    if not expr.is_Integer or int(expr) <= 0:
+        raise ConstraintError(message=f"{what} must be a positive integer after subs, got {expr} "
+                              f"(bind its symbols in wc.compile(..., subs={{...}}))")
+    return int(expr)
+
+
+class ConstraintSet:
+    """The constraint list with every tile resolved to an integer under ``subs``."""
+
+    def __init__(self, constraints, subs: dict) -> None:
+        self.subs = {sympy.sympify(k): v for k, v in subs.items()}
+        hw = [c for c in constraints if isinstance(c, HardwareConstraint)]
+        if len(hw) != 1:
+            raise ConstraintError(message=f"exactly one HardwareConstraint is needed, got {len(hw)}")
+        self.hardware: HardwareConstraint = hw[0]
+        self.threads_per_wave = self.hardware.threads_per_wave
+        self.mma_type = self.hardware.mma_type
+        self.wg_tile: dict[sympy.Symbol, int] = {}
+        self.wg_axis: dict[sympy.Symbol, int] = {}
+        self.wave_tile: dict[sympy.Symbol, int] = {}
+        self.loop_tile: dict[sympy.Symbol, int] = {}
+        for c in constraints:
+            if isinstance(c, WorkgroupConstraint):
+                self._once(self.wg_tile, c.dim, "WorkgroupConstraint")
+                if c.workgroup_dim in self.wg_axis.values():
+                    raise ConstraintError(message=f"two WorkgroupConstraints use workgroup_dim {c.workgroup_dim}")
+                self.wg_tile[c.dim] = self.resolve_int(c.tile, f"workgroup tile of {c.dim}")
+                self.wg_axis[c.dim] = c.workgroup_dim
+            elif isinstance(c, WaveConstraint):
+                self._once(self.wave_tile, c.dim, "WaveConstraint")
+                self.wave_tile[c.dim] = self.resolve_int(c.tile, f"wave tile of {c.dim}")
+            elif isinstance(c, TilingConstraint):
+                self._once(self.loop_tile, c.dim, "TilingConstraint")
+                self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
+        self.vector_shapes = {sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]")
+                              for k, v in self.hardware.vector_shapes.items()}
+        self._check_waves()
+
+    @staticmethod
+    def _once(table, dim, what) -> None:
+        if dim in table:
+            raise ConstraintError(message=f"two {what}s for dimension {dim}")
+
+    def resolve(self, expr) -> sympy.Expr:
+        return sympy.sympify(expr).subs(self.subs)
+
+    def resolve_int(self, expr, what: str) -> int:
+        return _int(self.resolve(expr), what)
+
+    def _check_waves(self) -> None:
+        self.waves_per_axis = [1, 1, 1]
+        for dim, tile in self.wave_tile.items():
+            if dim not in self.wg_tile:
+                raise ConstraintError(message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim}")
+            if self.wg_tile[dim] % tile:
+                raise ConstraintError(message=f"wave tile {tile} of {dim} does not divide its workgroup tile "
+                                      f"{self.wg_tile[dim]}")
+            self.waves_per_axis[self.wg_axis[dim]] = self.wg_tile[dim] // tile
+        self.waves = self.waves_per_axis[0] * self.waves_per_axis[1] * self.waves_per_axis[2]
+        self.threads = self.waves * self.threads_per_wave
+        if self.threads > 1024:
+            raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
+
+    def wave_extent(self, dim) -> int | None:
+        """Extent of ``dim`` one wave covers per loop iteration (None: not distributed)."""
+        if dim in self.wave_tile:
+            return self.wave_tile[dim]
+        if dim in self.wg_tile:
+            return self.wg_tile[dim]
+        return self.loop_tile.get(dim)
+
+    def base_offset(self, dim, in_loop: bool) -> sympy.Expr:
+        """First coordinate of ``dim`` owned by the current wave (workgroup + wave + loop offsets)."""
+        off = sympy.Integer(0)
+        if dim in self.wg_tile:
+            axis = self.wg_axis[dim]
+            off += WORKGROUP[axis] * self.wg_tile[dim]
+            if dim in self.wave_tile:
+                off += WAVE[axis] * self.wave_tile[dim]
+        if dim in self.loop_tile and in_loop:
+            off += induction_symbol(dim) * self.loop_tile[dim]
+        return off
+
+    def grid(self, sizes: dict) -> tuple:
+        """Launch grid as sympy expressions of the (dynamic) dimension symbols."""
+        grid = [sympy.Integer(1)] * 3
+        for dim, tile in self.wg_tile.items():
+            grid[self.wg_axis[dim]] = sympy.ceiling(self.resolve(sizes.get(dim, dim)) / tile)
+        return tuple(grid)

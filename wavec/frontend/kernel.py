@@ -1,0 +1,41 @@
+"""``@wc.wave(constraints)``: a kernel definition (traced lazily, once per compile)."""
+
+from __future__ import annotations
+
+import functools
+
+from ..errors import ConstraintError
+from .constraints import HardwareConstraint, TilingConstraint, WaveConstraint, WorkgroupConstraint
+from .tracing import Trace, trace_kernel
+
+_KINDS = (WorkgroupConstraint, WaveConstraint, TilingConstraint, HardwareConstraint)
+
+
+class WaveKernel:
+    """A traced-on-demand kernel: the Python body plus its constraint list."""
+
+    def __init__(self, fn, constraints) -> None:
+        for c in constraints:
+            if not isinstance(c, _KINDS):
+                raise ConstraintError(message=f"{fn.__name__}: {c!r} is not a wavec constraint")
+        self.fn = fn
+        self.constraints = list(constraints)
+        self.name = fn.__name__
+        functools.update_wrapper(self, fn)
+
+    def trace(self) -> Trace:
+        return trace_kernel(self.fn)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self.name} is a wavec kernel definition: compile it first with "
+                        f"wc.compile({self.name}, subs={{...}}) and call the result")
+
+    def __repr__(self) -> str:
+        return f"<wavec kernel {self.name}>"
+
+
+def wave(constraints):
+    """Decorator: define a wave-level kernel with the given constraint list."""
+    def deco(fn) -> WaveKernel:
+        return WaveKernel(fn, constraints)
+    return deco

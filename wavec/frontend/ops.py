@@ -1,0 +1,274 @@
+"""The DSL ops.  Each op is one class: its user stub (error outside a kernel), its shape rule, and
+its role in index inference and expansion; its MLIR lowering is registered under the same class in
+``wavec/codegen/lowering.py`` and its CPU semantics are those of the MLIR it lowers to.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..errors import DTypeError, ShapeError
+from . import dtypes as dt
+from .tracing import Value, active_tracer, current_loc
+from .types import TensorType
+
+
+class Op:
+    name = "op"
+
+    @staticmethod
+    def value_operands(node) -> list:
+        return [a for a in node.args if hasattr(a, "meta")]
+
+
+def _need_value(op: str, name: str, x) -> Value:
+    if not isinstance(x, Value):
+        raise ShapeError(current_loc(), op=op, message=f"{name} must be a traced tensor, got {type(x).__name__}")
+    return x
+
+
+def _need_memory(op: str, name: str, x) -> Value:
+    x = _need_value(op, name, x)
+    if x.type.address_space is None:
+        raise ShapeError(current_loc(), op=op, message=f"{name} must be a Memory argument, got a register value")
+    return x
+
+
+def _need_register(op: str, name: str, x) -> Value:
+    x = _need_value(op, name, x)
+    if x.type.address_space is not None:
+        raise ShapeError(current_loc(), op=op, message=f"{name} is a Memory argument; wc.read it first")
+    return x
+
+
+class Read(Op):
+    name = "read"
+
+
+def read(memory: Value, elements_per_thread: int | None = None) -> Value:
+    """Load a Memory tile into registers (each thread gets the elements its layout assigns it)."""
+    tr = active_tracer("read")
+    mem = _need_memory("read", "memory", memory)
+    return tr.create(Read, (mem,), TensorType(mem.type.shape, mem.type.dtype),
+                     elements_per_thread=elements_per_thread)
+
+
+class Write(Op):
+    name = "write"
+
+
+def write(value: Value, memory: Value) -> None:
+    """Store a register tile into a Memory argument."""
+    tr = active_tracer("write")
+    val = _need_register("write", "value", value)
+    mem = _need_memory("write", "memory", memory)
+    if set(val.type.dims) != set(mem.type.dims) or len(val.type.dims) != len(mem.type.shape):
+        raise ShapeError(current_loc(), op="write", message=f"value of shape {list(val.shape)} cannot be written "
+                         f"to memory of shape {list(mem.shape)}")
+    if val.dtype != mem.dtype:
+        raise DTypeError(current_loc(), op="write", message=f"value is {val.dtype} but memory is {mem.dtype}; "
+                         "use wc.cast")
+    tr.create(Write, (val, mem), None)
+
+
+class RegisterInit(Op):
+    name = "register"
+
+
+def register(shape: tuple, dtype: dt.DType, init) -> Value:
+    tr = active_tracer("Register")
+    return tr.create(RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float
+                     else int(init))
+
+
+class MMA(Op):
+    name = "mma"
+
+    @staticmethod
+    def dims(node) -> tuple:
+        """(M, N, K) of an mma node."""
+        a, b, acc = node.args
+        m, n = acc.meta["type"].shape
+        k = a.meta["type"].shape[1]
+        return m, n, k
+
+
+def mma(a: Value, b: Value, acc: Value) -> Value:
+    """``acc + a @ b.T`` on the matrix units: a is [M, K], b is [N, K], acc is [M, N]."""
+    tr = active_tracer("mma")
+    a, b, acc = (_need_register("mma", n, x) for n, x in (("a", a), ("b", b), ("acc", acc)))
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(acc.shape) != 2:
+        raise ShapeError(current_loc(), op="mma", message="a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
+    (m, k), (n, k2), (m2, n2) = a.shape, b.shape, acc.shape
+    if k != k2 or m != m2 or n != n2:
+        raise ShapeError(current_loc(), op="mma", message=f"shapes do not contract: a {list(a.shape)}, "
+                         f"b {list(b.shape)}, acc {list(acc.shape)} (expected a [M, K], b [N, K], acc [M, N])")
+    if a.dtype != b.dtype:
+        raise DTypeError(current_loc(), op="mma", message=f"a is {a.dtype} but b is {b.dtype}")
+    return tr.create(MMA, (a, b, acc), TensorType(acc.shape, acc.dtype))
+
+
+_FLOAT_OPS = {"add", "sub", "mul", "div", "maximum", "minimum"}
+_CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
+
+
+class Binary(Op):
+    name = "binary"
+
+
+def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
+    if len(sa) != len(sb):
+        raise ShapeError(current_loc(), op=op, message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] "
+                         "or wc.broadcast to add dimensions")
+    out = []
+    for x, y in zip(sa, sb):
+        if x != y and x != 1 and y != 1:
+            raise ShapeError(current_loc(), op=op, message=f"shapes {list(sa)} and {list(sb)} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def binary(kind: str, x, y) -> Value:
+    tr = active_tracer(kind)
+    if not isinstance(x, Value) and not isinstance(y, Value):
+        raise ShapeError(current_loc(), op=kind, message="at least one operand must be a traced tensor")
+    ref = x if isinstance(x, Value) else y
+    for v in (x, y):
+        if isinstance(v, Value):
+            _need_register(kind, "operand", v)
+            if v.dtype != ref.dtype:
+                raise DTypeError(current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; "
+                                 "use wc.cast")
+        elif not isinstance(v, (int, float)):
+            raise ShapeError(current_loc(), op=kind, message=f"operand {v!r} is neither a tensor nor a number")
+    shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) \
+        else ref.shape
+    out_dtype = dt.i1 if kind in _CMP_OPS else ref.dtype
+    return tr.create(Binary, (x, y), TensorType(shape, out_dtype), kind=kind)
+
+
+def maximum(x, y) -> Value:
+    return binary("maximum", x, y)
+
+
+def minimum(x, y) -> Value:
+    return binary("minimum", x, y)
+
+
+class Unary(Op):
+    name = "unary"
+
+
+def unary(kind: str, x: Value) -> Value:
+    tr = active_tracer(kind)
+    x = _need_register(kind, "x", x)
+    if kind in ("exp2", "exp", "log2", "sqrt", "rsqrt") and not x.dtype.is_float:
+        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+    return tr.create(Unary, (x,), x.type, kind=kind)
+
+
+def exp2(x: Value) -> Value:
+    return unary("exp2", x)
+
+
+class Cast(Op):
+    name = "cast"
+
+
+def cast(x: Value, dtype: dt.DType) -> Value:
+    tr = active_tracer("cast")
+    x = _need_register("cast", "x", x)
+    if not isinstance(dtype, dt.DType):
+        raise DTypeError(current_loc(), op="cast", message=f"dtype must be a wavec dtype, got {dtype!r}")
+    return tr.create(Cast, (x,), TensorType(x.shape, dtype), dtype=dtype)
+
+
+class Select(Op):
+    name = "select"
+
+
+def where(cond: Value, x: Value, y: Value) -> Value:
+    tr = active_tracer("where")
+    cond = _need_register("where", "cond", cond)
+    if cond.dtype != dt.i1:
+        raise DTypeError(current_loc(), op="where", message=f"cond must be a comparison result, got {cond.dtype}")
+    shape = _broadcast_shapes("where", _broadcast_shapes("where", cond.shape, x.shape), y.shape)
+    if x.dtype != y.dtype:
+        raise DTypeError(current_loc(), op="where", message=f"x is {x.dtype} but y is {y.dtype}")
+    return tr.create(Select, (cond, x, y), TensorType(shape, x.dtype))
+
+
+class Broadcast(Op):
+    name = "broadcast"
+
+
+def broadcast(x: Value, shape) -> Value:
+    """Give ``x`` the dimensions of ``shape`` (every dim of x must appear in shape, in order)."""
+    tr = active_tracer("broadcast")
+    x = _need_register("broadcast", "x", x)
+    shape = tuple(shape)
+    pos = [shape.index(d) if d in shape else -1 for d in x.type.dims]
+    if -1 in pos or pos != sorted(pos):
+        raise ShapeError(current_loc(), op="broadcast", message=f"cannot broadcast {list(x.shape)} to {list(shape)}")
+    return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
+
+
+def expand_dims(x: Value, key) -> Value:
+    """``x[None, :]``: insert unit dimensions (the only indexing the DSL supports)."""
+    key = key if isinstance(key, tuple) else (key,)
+    dims = list(x.shape)
+    if sum(k is not None for k in key) != len(dims) or any(
+            k is not None and k != slice(None) for k in key):
+        raise ShapeError(current_loc(), op="getitem", message=f"only x[None, :]-style indexing is supported; "
+                         f"got {key} on a tensor of shape {list(x.shape)}")
+    it = iter(dims)
+    shape = tuple(1 if k is None else next(it) for k in key)
+    tr = active_tracer("getitem")
+    return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
+
+
+class Iterate(Op):
+    name = "iterate"
+
+
+class IterArg(Op):
+    name = "iter_arg"
+
+
+class GetResult(Op):
+    name = "get_result"
+
+
+def iterate(dim: sympy.Symbol, init_args: list):
+    """Decorator: run the body once per tile of ``dim`` (its TilingConstraint) with loop-carried values.
+
+    The body takes the carried values and returns their next values; the decorated name becomes the
+    final value (or a tuple of them)."""
+    tr = active_tracer("iterate")
+    inits = [_need_register("iterate", f"init_args[{i}]", v) for i, v in enumerate(init_args)]
+    loc = current_loc()
+
+    def deco(body):
+        name = f"iterate_{len(tr.subgraphs)}"
+        g = tr.push(name)
+        params = []
+        for i, v in enumerate(inits):
+            ph = g.placeholder(f"iter_arg_{i}")
+            ph.meta.update(type=v.type, loc=loc, role="iter_arg", index=i)
+            params.append(Value(ph))
+        out = body(*params)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(inits):
+            raise ShapeError(loc, op="iterate", message=f"body returns {len(outs)} values for {len(inits)} init_args")
+        for i, (o, v) in enumerate(zip(outs, inits)):
+            o = _need_register("iterate", f"returned value {i}", o)
+            if o.type != v.type:
+                raise ShapeError(loc, op="iterate", message=f"returned value {i} is {o.type} but its init is {v.type}")
+        g.output(tuple(tr.lift(o) for o in outs))
+        tr.pop()
+        captures = tuple(tr.captures.get(g, {}).keys())
+        it = tr.create(Iterate, (tuple(inits), captures), None, loc=loc, dim=dim, subgraph=name)
+        results = [tr.create(GetResult, (it,), v.type, loc=loc, index=i) for i, v in enumerate(inits)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return deco

@@ -1,0 +1,213 @@
+"""Tracing a ``@wc.wave`` kernel body into torch.fx graphs with sympy shapes.
+
+``trace_kernel`` runs the Python body once with ``Value`` proxies.  Every DSL op appends one fx node
+whose ``meta`` holds ``type`` (``TensorType``), ``op`` (the op class) and ``loc`` (the kernel source
+line).  An ``iterate`` body becomes its own fx graph in ``Trace.subgraphs``; values of enclosing graphs
+used inside it become ``capture`` placeholders listed on the ``iterate`` node.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+
+from ..errors import OutsideKernelError, ShapeError, SourceLoc
+from .types import TensorType
+
+_WAVEC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ACTIVE: list[Tracer] = []
+
+
+def current_loc() -> SourceLoc | None:
+    """The innermost stack frame outside the wavec package: the user's kernel line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        fname = os.path.abspath(frame.f_code.co_filename)
+        if not fname.startswith(_WAVEC_DIR + os.sep):
+            return SourceLoc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
+        frame = frame.f_back
+    return None
+
+
+def active_tracer(op: str) -> Tracer:
+    if not _ACTIVE:
+        raise OutsideKernelError(current_loc(), op=op)
+    return _ACTIVE[-1]
+
+
+class Value:
+    """A symbolic tensor inside a kernel body (wraps one fx node)."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: fx.Node) -> None:
+        self.node = node
+
+    @property
+    def type(self) -> TensorType:
+        return self.node.meta["type"]
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    def __repr__(self) -> str:
+        return f"Value({self.node.name}: {self.type})"
+
+    def __bool__(self) -> bool:
+        raise ShapeError(current_loc(), op="bool",
+                         message="a traced value has no truth value; use wc.where(cond, a, b) instead of if/and/or")
+
+    def _bin(self, kind, other, swap=False):
+        from .ops import binary
+
+        return binary(kind, other, self) if swap else binary(kind, self, other)
+
+    def __add__(self, o): return self._bin("add", o)
+    def __radd__(self, o): return self._bin("add", o, True)
+    def __sub__(self, o): return self._bin("sub", o)
+    def __rsub__(self, o): return self._bin("sub", o, True)
+    def __mul__(self, o): return self._bin("mul", o)
+    def __rmul__(self, o): return self._bin("mul", o, True)
+    def __truediv__(self, o): return self._bin("div", o)
+    def __rtruediv__(self, o): return self._bin("div", o, True)
+    def __lt__(self, o): return self._bin("lt", o)
+    def __le__(self, o): return self._bin("le", o)
+    def __gt__(self, o): return self._bin("gt", o)
+    def __ge__(self, o): return self._bin("ge", o)
+    def __eq__(self, o): return self._bin("eq", o)  # noqa: PLE0307
+    def __ne__(self, o): return self._bin("ne", o)
+    def __hash__(self) -> int: return id(self)
+
+    def __neg__(self):
+        from .ops import unary
+
+        return unary("neg", self)
+
+    def __getitem__(self, key):
+        from .ops import expand_dims
+
+        return expand_dims(self, key)
+
+
+@dataclass
+class KernelArg:
+    name: str
+    type: TensorType
+
+
+@dataclass
+class Trace:
+    """A traced kernel: the root fx graph, loop-body subgraphs, arguments and where it was defined."""
+
+    name: str
+    graph: fx.Graph
+    subgraphs: dict[str, fx.Graph]
+    args: list[KernelArg]
+    loc: SourceLoc
+    meta: dict = field(default_factory=dict)
+
+    def graphs(self):
+        yield self.graph
+        yield from self.subgraphs.values()
+
+
+class Tracer:
+    def __init__(self) -> None:
+        self.root = fx.Graph()
+        self.stack: list[fx.Graph] = [self.root]
+        self.subgraphs: dict[str, fx.Graph] = {}
+        self.captures: dict[fx.Graph, dict[fx.Node, fx.Node]] = {}
+
+    @property
+    def graph(self) -> fx.Graph:
+        return self.stack[-1]
+
+    def create(self, op: type, args: tuple, ttype: TensorType | None, loc=None, **kwargs) -> Value:
+        args = tuple(self.lift(a) for a in args)
+        node = self.graph.create_node("call_function", op, args, kwargs, name=op.name)
+        node.meta.update(op=op, type=ttype, loc=loc or current_loc())
+        return Value(node)
+
+    def lift(self, a):
+        """Turn a Value (possibly from an enclosing graph) into a node of the current graph."""
+        if isinstance(a, (tuple, list)):
+            return type(a)(self.lift(x) for x in a)
+        if not isinstance(a, Value):
+            return a
+        node = a.node
+        if node.graph is self.graph:
+            return node
+        level = self.stack.index(node.graph)
+        for g in self.stack[level + 1:]:
+            table = self.captures.setdefault(g, {})
+            if node not in table:
+                ph = g.placeholder(f"capture_{node.name}")
+                ph.meta.update(node.meta, capture_of=node, role="capture")
+                table[node] = ph
+            node = table[node]
+        return node
+
+    def push(self, name: str) -> fx.Graph:
+        g = fx.Graph()
+        self.subgraphs[name] = g
+        self.stack.append(g)
+        return g
+
+    def pop(self) -> None:
+        self.stack.pop()
+
+    def __enter__(self) -> Tracer:
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _ACTIVE.pop()
+
+
+def _annotations(fn) -> dict:
+    """Argument annotations, evaluating string ones (``from __future__ import annotations``) with the
+    function's globals and closure."""
+    scope = dict(fn.__globals__)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                scope[name] = cell.cell_contents
+            except ValueError:
+                pass
+    out = {}
+    for name, ann in fn.__annotations__.items():
+        out[name] = eval(ann, scope) if isinstance(ann, str) else ann  # noqa: S307 - the user's own annotation
+    return out
+
+
+def trace_kernel(fn) -> Trace:
+    """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``."""
+    sig = inspect.signature(fn)
+    hints = _annotations(fn)
+    loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
+    tracer = Tracer()
+    args, values = [], []
+    for name in sig.parameters:
+        t = hints.get(name)
+        if not isinstance(t, TensorType) or t.address_space is None:
+            raise ShapeError(loc, op=fn.__name__, message=f"argument {name!r} must be annotated Memory[dims..., dtype]")
+        node = tracer.root.placeholder(name)
+        node.meta.update(type=t, loc=loc, role="memory", arg_index=len(args))
+        args.append(KernelArg(name, t))
+        values.append(Value(node))
+    with tracer:
+        result = fn(*values)
+    if result is not None:
+        raise ShapeError(loc, op=fn.__name__, message="a kernel returns nothing; write results with wc.write")
+    tracer.root.output(None)
+    return Trace(fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures})

@@ -1,0 +1,81 @@
+"""``Memory[dims..., dtype]`` and ``Register[dims..., dtype]``: the symbolic tensor types of the DSL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from .dtypes import DType
+
+
+class AddressSpace:
+    GLOBAL = "global"
+    SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    """A symbolic shape (sympy symbols, or 1 for a broadcast dim) and an element type."""
+
+    shape: tuple
+    dtype: DType
+    address_space: str | None = None  # None for registers
+
+    @property
+    def dims(self) -> tuple[sympy.Symbol, ...]:
+        return tuple(d for d in self.shape if d != 1)
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape)
+        where = f" {self.address_space}" if self.address_space else ""
+        return f"[{dims}] {self.dtype}{where}"
+
+
+def _parse(cls_name: str, params) -> tuple[tuple, DType, str | None]:
+    params = params if isinstance(params, tuple) else (params,)
+    space = None
+    if params and isinstance(params[-1], str):
+        space, params = params[-1], params[:-1]
+        if space not in (AddressSpace.GLOBAL, AddressSpace.SHARED):
+            raise TypeError(f"{cls_name}[...]: address space must be 'global' or 'shared', not {space!r}")
+    if not params or not isinstance(params[-1], DType):
+        raise TypeError(f"{cls_name}[dims..., dtype]: the last parameter must be a wavec dtype, got {params!r}")
+    dims, dtype = params[:-1], params[-1]
+    for d in dims:
+        if not isinstance(d, sympy.Symbol):
+            raise TypeError(f"{cls_name}[...]: dimensions must be wc.sym symbols, got {d!r}")
+    if len(set(dims)) != len(dims):
+        raise TypeError(f"{cls_name}[...]: a dimension symbol appears twice in {dims}")
+    return tuple(dims), dtype, space
+
+
+class Memory:
+    """Annotation of a kernel argument in device memory: ``Memory[M, K, f16]`` or ``[..., "shared"]``."""
+
+    def __class_getitem__(cls, params) -> TensorType:
+        dims, dtype, space = _parse("Memory", params)
+        return TensorType(dims, dtype, space or AddressSpace.GLOBAL)
+
+
+class _RegisterType:
+    def __init__(self, ttype: TensorType) -> None:
+        self.type = ttype
+
+    def __call__(self, init: float | int):
+        from .ops import register
+
+        return register(self.type.shape, self.type.dtype, init)
+
+    def __repr__(self) -> str:
+        return f"Register{self.type}"
+
+
+class Register:
+    """A per-wave register tile: ``Register[M, N, f32](0.0)`` creates one filled with a constant."""
+
+    def __class_getitem__(cls, params) -> _RegisterType:
+        dims, dtype, space = _parse("Register", params)
+        if space is not None:
+            raise TypeError("Register[...] takes no address space")
+        return _RegisterType(TensorType(dims, dtype))

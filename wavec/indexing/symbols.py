@@ -1,0 +1,31 @@
+"""Index symbols: the hardware coordinates that index expressions are written over.
+
+Every index expression in wavec is a sympy expression over these symbols, the user's shape symbols and
+loop induction symbols.  All of them are non-negative integers, which the simplifier relies on.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sympy
+
+LANE = sympy.Symbol("$LANE", integer=True, nonnegative=True)
+WORKGROUP = tuple(sympy.Symbol(f"$WG{i}", integer=True, nonnegative=True) for i in range(3))
+WAVE = tuple(sympy.Symbol(f"$WAVE{i}", integer=True, nonnegative=True) for i in range(3))
+
+
+@functools.cache
+def shape_symbol(name: str) -> sympy.Symbol:
+    """The symbol of a tensor dimension or a tunable (``M``, ``BLOCK_M``): a positive integer."""
+    return sympy.Symbol(name, integer=True, positive=True)
+
+
+@functools.cache
+def induction_symbol(dim: sympy.Symbol) -> sympy.Symbol:
+    """The induction variable (iteration count, not element offset) of the loop that tiles ``dim``."""
+    return sympy.Symbol(f"$ARG_{dim.name}", integer=True, nonnegative=True)
+
+
+def is_hardware_symbol(s: sympy.Symbol) -> bool:
+    return s.name.startswith("$")

@@ -1,0 +1,1 @@
+"""The wavec kernel library (written against the public API only)."""

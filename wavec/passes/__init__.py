@@ -1,0 +1,1 @@
+"""The compiler passes; ``pipeline.PIPELINE`` is their order."""

@@ -1,0 +1,41 @@
+"""State shared by the passes of one compilation: resolved constraints, target, loop nesting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+
+from ..frontend.constraints import ConstraintSet
+from ..frontend.ops import Iterate
+from ..frontend.tracing import Trace
+
+
+@dataclass
+class PassContext:
+    constraints: ConstraintSet
+    target: str
+    loop_dims: dict = field(default_factory=dict)  # fx.Graph -> tuple of dims of enclosing loops
+    parent: dict = field(default_factory=dict)  # subgraph -> (iterate node, parent graph)
+
+    @classmethod
+    def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:
+        ctx = cls(constraints, target)
+        ctx.index_loops(trace)
+        return ctx
+
+    def index_loops(self, trace: Trace) -> None:
+        self.loop_dims = {trace.graph: ()}
+        self.parent = {}
+        todo = [trace.graph]
+        while todo:
+            g = todo.pop()
+            for node in g.nodes:
+                if node.meta.get("op") is Iterate:
+                    sub = trace.subgraphs[node.kwargs["subgraph"]]
+                    self.loop_dims[sub] = self.loop_dims[g] + (node.kwargs["dim"],)
+                    self.parent[sub] = (node, g)
+                    todo.append(sub)
+
+    def in_loop(self, graph: fx.Graph, dim) -> bool:
+        return dim in self.loop_dims.get(graph, ())

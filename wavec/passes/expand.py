@@ -1,0 +1,186 @@
+"""expand: clone each op once per instruction tile of its wave tile (DESIGN §4).
+
+Requires: ``infer_indices`` (every register node has a layout).  Guarantees: a new trace whose register
+nodes each cover one instruction tile (``meta["layout"]`` with starts offset by the tile position,
+``meta["key"]`` the tile position per dim).  Users are rewired to the clone owning the same sub-tile, so
+operand reuse is structural (A is read once per (M, K) tile, not once per mma).  ``mma`` clones are
+chained along K; ``iterate`` bodies expand inside their loop with carried values expanded consistently.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch.fx as fx
+
+from ..errors import ExpansionError
+from ..frontend.ops import MMA, GetResult, Iterate
+from ..frontend.tracing import Trace
+from .context import PassContext
+
+Key = tuple  # ((dim, index), ...) in the node's dim order
+
+
+def _counts(ctx: PassContext, node: fx.Node) -> dict:
+    layout = node.meta["layout"]
+    counts = {}
+    for d, tile in zip(layout.dims, layout.tile):
+        extent = ctx.constraints.wave_extent(d)
+        if extent is None:
+            raise ExpansionError(node.meta.get("loc"), message=f"dimension {d} is not distributed: add a "
+                                 f"WorkgroupConstraint or TilingConstraint for it")
+        if extent % tile:
+            raise ExpansionError(node.meta.get("loc"), message=f"the wave's tile of {d} ({extent}) is not a multiple "
+                                 f"of the instruction tile {tile} of %{node.name}")
+        counts[d] = extent // tile
+    return counts
+
+
+def _keys(counts: dict) -> list[Key]:
+    dims = list(counts)
+    return [tuple(zip(dims, idx)) for idx in itertools.product(*(range(counts[d]) for d in dims))]
+
+
+def _restrict(key: Key, dims) -> Key:
+    dims = list(dims)
+    return tuple(sorted(((d, i) for d, i in key if d in dims), key=lambda x: dims.index(x[0])))
+
+
+def _suffix(key: Key) -> str:
+    return "".join(f"_{str(d).lower()}{i}" for d, i in key)
+
+
+class _Expander:
+    def __init__(self, trace: Trace, ctx: PassContext) -> None:
+        self.trace, self.ctx = trace, ctx
+        self.subgraphs: dict[str, fx.Graph] = {}
+
+    def clone(self, ng: fx.Graph, node: fx.Node, key: Key, args: tuple, layout=None) -> fx.Node:
+        new = ng.create_node("call_function", node.target, args, dict(node.kwargs), name=node.name + _suffix(key))
+        new.meta.update(node.meta)
+        if "layout" in node.meta:
+            lay = layout or node.meta["layout"]
+            deltas = {d: i * lay.tile_of(d) for d, i in key if d in lay.dims}
+            new.meta["layout"] = lay.offset(deltas)
+        new.meta["key"] = key
+        return new
+
+    def lookup(self, env, node, key: Key):
+        if not isinstance(node, fx.Node):
+            return node
+        table = env[node]
+        if () in table and len(table) == 1:
+            return table[()]
+        layout = node.meta.get("layout")
+        want = _restrict(key, layout.dims) if layout is not None else ()
+        try:
+            return table[want]
+        except KeyError:
+            raise ExpansionError(node.meta.get("loc"), message=f"no clone of %{node.name} for tile {want}") from None
+
+    def expand_graph(self, g: fx.Graph, ng: fx.Graph, env: dict) -> None:
+        for node in g.nodes:
+            if node in env:
+                continue
+            op = node.meta.get("op")
+            if node.op == "output":
+                ng.output(self._outputs(node, env))
+            elif op is MMA:
+                self._mma(ng, node, env)
+            elif op is Iterate:
+                self._iterate(ng, node, env)
+            elif op is GetResult:
+                continue  # filled in by _iterate
+            elif "layout" in node.meta:
+                env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
+                             for k in _keys(_counts(self.ctx, node))}
+            else:  # write and other ops without a register result: one per tile of their value operand
+                src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
+                keys = list(env[src]) if src is not None else [()]
+                env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args),
+                                           layout=src.meta["layout"] if src is not None else None) for k in keys}
+                if src is not None:
+                    for k, new in env[node].items():
+                        new.meta["layout"] = env[src][k].meta["layout"]
+
+    def _outputs(self, node, env):
+        if node.args[0] is None:
+            return None
+        return tuple(v for o in node.args[0] for _, v in sorted(env[o].items()))
+
+    def _mma(self, ng, node, env) -> None:
+        a, b, acc = node.args
+        m, n, k = MMA.dims(node)
+        counts = _counts(self.ctx, a)
+        kc = counts[k]
+        out = {}
+        for key in _keys({d: c for d, c in _counts(self.ctx, node).items()}):
+            cur = self.lookup(env, acc, key)
+            for kk in range(kc):
+                ka = _restrict(key, (m,)) + ((k, kk),)
+                kb = _restrict(key, (n,)) + ((k, kk),)
+                cur = self.clone(ng, node, key + ((k, kk),), (env[a][ka], env[b][kb], cur))
+            out[key] = cur
+        env[node] = out
+
+    def _iterate(self, ng, node, env) -> None:
+        name = node.kwargs["subgraph"]
+        sub = self.trace.subgraphs[name]
+        nsub = fx.Graph()
+        self.subgraphs[name] = nsub
+        senv: dict = {}
+        inits, captures = node.args
+        flat_inits, flat_caps = [], []
+        for p in sub.nodes:
+            if p.op != "placeholder":
+                continue
+            if p.meta.get("role") == "iter_arg":
+                outer = inits[p.meta["index"]]
+                table = {}
+                for key, val in sorted(env[outer].items()):
+                    ph = nsub.placeholder(p.name + _suffix(key))
+                    ph.meta.update(p.meta, key=key, layout=val.meta["layout"])
+                    table[key] = ph
+                    flat_inits.append(val)
+                senv[p] = table
+            else:  # capture: one placeholder per clone of the captured value
+                outer = p.meta["capture_of"]
+                table = {}
+                for key, val in sorted(env[outer].items()):
+                    ph = nsub.placeholder(p.name + _suffix(key))
+                    ph.meta.update(p.meta, key=key, capture_of=val)
+                    if "layout" in val.meta:
+                        ph.meta["layout"] = val.meta["layout"]
+                    table[key] = ph
+                    flat_caps.append(val)
+                senv[p] = table
+        self.expand_graph(sub, nsub, senv)
+        new = ng.create_node("call_function", node.target, (tuple(flat_inits), tuple(flat_caps)), dict(node.kwargs),
+                             name=node.name)
+        new.meta.update(node.meta)
+        env[node] = {(): new}
+        pos = 0
+        users = sorted((u for u in node.users if u.meta.get("op") is GetResult), key=lambda u: u.kwargs["index"])
+        for u in users:
+            table = {}
+            for key, val in sorted(env[inits[u.kwargs["index"]]].items()):
+                r = ng.create_node("call_function", u.target, (new,), {"index": pos}, name=u.name + _suffix(key))
+                r.meta.update(u.meta, key=key, layout=val.meta["layout"])
+                table[key] = r
+                pos += 1
+            env[u] = table
+
+
+def expand(trace: Trace, ctx: PassContext) -> None:
+    ex = _Expander(trace, ctx)
+    ng = fx.Graph()
+    env: dict = {}
+    for p in trace.graph.nodes:
+        if p.op == "placeholder":
+            new = ng.placeholder(p.name)
+            new.meta.update(p.meta)
+            env[p] = {(): new}
+    ex.expand_graph(trace.graph, ng, env)
+    trace.graph = ng
+    trace.subgraphs = ex.subgraphs
+    ctx.index_loops(trace)

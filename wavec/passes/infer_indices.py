@@ -1,0 +1,161 @@
+"""infer_indices: give every register value a thread ``Layout`` (DESIGN §3).
+
+Requires: a typed trace and a ``PassContext``.  Guarantees: every node that produces a register value
+has ``meta["layout"]`` (the layout of its first instruction tile, starts including the workgroup, wave
+and loop offsets) and ``meta["layout_prio"]``.  Lattice per node: unknown < (layout, priority) <
+conflict.  Anchors: mma operands (3), written values (1), then defaults (0) for whatever is left, each
+seeded in program order and propagated to a fixpoint.  Equal priorities with different layouts raise
+``IndexConflictError`` naming both source lines.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..errors import ConstraintError, IndexConflictError
+from ..frontend.ops import MMA, Binary, Broadcast, Cast, GetResult, Iterate, Read, RegisterInit, Select, Unary, Write
+from ..frontend.tracing import Trace
+from ..indexing import LANE, IndexSeq, Layout, mma_layout
+from .context import PassContext
+
+PRIO_MMA, PRIO_WRITE, PRIO_DEFAULT = 3, 1, 0
+_ELEMENTWISE = (Binary, Unary, Cast, Select)
+
+
+def _dims(node: fx.Node) -> tuple:
+    return node.meta["type"].dims
+
+
+def _is_register(node) -> bool:
+    t = node.meta.get("type") if isinstance(node, fx.Node) else None
+    return t is not None and t.address_space is None
+
+
+def _base(ctx: PassContext, graph, dims) -> dict:
+    return {d: ctx.constraints.base_offset(d, ctx.in_loop(graph, d)) for d in dims}
+
+
+def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
+    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread."""
+    cs = ctx.constraints
+    remaining, lane_stride, seqs, tiles = cs.threads_per_wave, 1, {}, {}
+    for d in reversed(dims):
+        if d not in cs.vector_shapes:
+            raise ConstraintError(message=f"no layout anchors dimension {d}: give HardwareConstraint("
+                                  f"vector_shapes={{{d}: ...}})")
+        v = cs.vector_shapes[d]
+        lanes = min(remaining, v)
+        if v % lanes or remaining % lanes:
+            raise ConstraintError(message=f"vector_shapes[{d}]={v} does not split over {remaining} lanes")
+        ept = v // lanes
+        coord = sympy.Mod(sympy.floor(LANE / lane_stride), lanes) if lanes > 1 else sympy.Integer(0)
+        seqs[d] = IndexSeq(coord * ept, ((ept, 1),))
+        tiles[d] = v
+        remaining //= lanes
+        lane_stride *= lanes
+    if remaining != 1:
+        raise ConstraintError(message=f"vector_shapes {dict((str(k), v) for k, v in cs.vector_shapes.items())} "
+                              f"cover fewer elements than the {cs.threads_per_wave} lanes of a wave")
+    layout = Layout.make(dims, [seqs[d] for d in dims], [tiles[d] for d in dims])
+    return layout.offset(_base(ctx, graph, dims))
+
+
+class _Solver:
+    def __init__(self, trace: Trace, ctx: PassContext) -> None:
+        self.trace, self.ctx = trace, ctx
+        self.state: dict[fx.Node, tuple[Layout, int, fx.Node]] = {}
+        self.eq: list[tuple[fx.Node, fx.Node]] = []
+        self.restrict: list[tuple[fx.Node, fx.Node]] = []
+        self.graph_of: dict[fx.Node, fx.Graph] = {}
+
+    def collect(self) -> None:
+        for g in self.trace.graphs():
+            for n in g.nodes:
+                self.graph_of[n] = g
+                self._edges(g, n)
+
+    def _edges(self, g, n) -> None:
+        op = n.meta.get("op")
+        if op in _ELEMENTWISE:
+            for a in n.args:
+                if _is_register(a):
+                    (self.eq if set(_dims(a)) == set(_dims(n)) else self.restrict).append((n, a))
+        elif op is Broadcast:
+            self.restrict.append((n, n.args[0]))
+        elif op is Iterate:
+            sub = self.trace.subgraphs[n.kwargs["subgraph"]]
+            phs = [p for p in sub.nodes if p.op == "placeholder"]
+            iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
+            out = next(x for x in sub.nodes if x.op == "output").args[0]
+            results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: u.kwargs["index"])
+            for init, ph, o, r in zip(n.args[0], iter_args, out, results):
+                self.eq += [(init, ph), (ph, o), (o, r)]
+            for p in phs:
+                if p.meta.get("role") == "capture" and _is_register(p):
+                    self.eq.append((p.meta["capture_of"], p))
+
+    def offer(self, node, layout: Layout, prio: int, origin) -> bool:
+        cur = self.state.get(node)
+        if cur is not None:
+            if prio < cur[1]:
+                return False
+            if prio == cur[1]:
+                if cur[0].equals(layout):
+                    return False
+                raise IndexConflictError(
+                    origin.meta.get("loc"), what=f"%{node.name}", first_loc=cur[2].meta.get("loc"),
+                    first=f"%{cur[2].name} wants {cur[0]}", second_loc=origin.meta.get("loc"),
+                    second=f"%{origin.name} wants {layout}")
+        self.state[node] = (layout, prio, origin)
+        return True
+
+    def propagate(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for a, b in self.eq:
+                for x, y in ((a, b), (b, a)):
+                    if x in self.state:
+                        lay, prio, origin = self.state[x]
+                        changed |= self.offer(y, lay, prio, origin)
+            for big, small in self.restrict:
+                if big in self.state:
+                    lay, prio, origin = self.state[big]
+                    changed |= self.offer(small, lay.restrict(_dims(small)), prio, origin)
+
+    def seed_anchors(self) -> None:
+        mma_type = self.ctx.constraints.mma_type
+        for n, g in self.graph_of.items():
+            op = n.meta.get("op")
+            if op is MMA:
+                if mma_type is None:
+                    raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
+                a, b, acc = n.args
+                m, nn, k = MMA.dims(n)
+                for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
+                    lay = mma_layout(mma_type, role, *dims).offset(_base(self.ctx, self.graph_of[node], dims))
+                    self.offer(node, lay, PRIO_MMA, n)
+        self.propagate()
+        for n, g in self.graph_of.items():
+            if n.meta.get("op") is Write and n.args[0] not in self.state:
+                val = n.args[0]
+                self.offer(val, default_layout(self.ctx, g, _dims(val)), PRIO_WRITE, n)
+                self.propagate()
+
+    def seed_defaults(self) -> None:
+        for n, g in self.graph_of.items():
+            if _is_register(n) and n not in self.state and n.meta.get("op") in (
+                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, MMA, GetResult, None):
+                self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
+                self.propagate()
+
+
+def infer_indices(trace: Trace, ctx: PassContext) -> None:
+    solver = _Solver(trace, ctx)
+    solver.collect()
+    solver.seed_anchors()
+    solver.seed_defaults()
+    for node, (layout, prio, _origin) in solver.state.items():
+        node.meta["layout"] = layout
+        node.meta["layout_prio"] = prio

@@ -1,0 +1,30 @@
+"""infer_types: check that every value node of the trace carries a symbolic type.
+
+Requires: a trace from ``trace_kernel`` (shape rules already ran at trace time, so shape errors point at
+the kernel line that caused them).  Guarantees: every placeholder and op producing a value has
+``meta["type"]``; every shape symbol of a register value is a dimension of some kernel argument or
+bound in ``subs``.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..frontend.ops import Iterate, Write
+from ..frontend.tracing import Trace
+from .context import PassContext
+
+
+def infer_types(trace: Trace, ctx: PassContext) -> None:
+    known = {d for a in trace.args for d in a.type.dims}
+    for g in trace.graphs():
+        for n in g.nodes:
+            op = n.meta.get("op")
+            if n.op == "output" or op in (Write, Iterate):
+                continue
+            t = n.meta.get("type")
+            if t is None:
+                raise ShapeError(n.meta.get("loc"), op=n.name, message="value has no type (internal error)")
+            for d in t.dims:
+                if d not in known and d not in ctx.constraints.subs:
+                    raise ShapeError(n.meta.get("loc"), op=n.name,
+                                     message=f"dimension {d} is not a dimension of any kernel argument")

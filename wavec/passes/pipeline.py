@@ -1,0 +1,37 @@
+"""The pass pipeline: one flat, named, ordered list (DESIGN §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..frontend.tracing import Trace
+from .context import PassContext
+from .expand import expand
+from .infer_indices import infer_indices
+from .infer_types import infer_types
+from .printer import format_trace
+
+Pass = Callable[[Trace, PassContext], None]
+
+PIPELINE: list[tuple[str, Pass]] = [
+    ("infer_types", infer_types),
+    ("infer_indices", infer_indices),
+    ("expand", expand),
+]
+
+PASS_NAMES = [name for name, _ in PIPELINE]
+
+
+def run_pipeline(trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] = (),
+                 printer: Callable[[str], None] = print) -> Trace:
+    wanted = set(print_ir_after)
+    unknown = wanted - set(PASS_NAMES) - {"all", "trace"}
+    if unknown:
+        raise ValueError(f"print_ir_after: unknown pass {sorted(unknown)}; passes are {PASS_NAMES}")
+    if wanted & {"all", "trace"}:
+        printer(f"// ----- after trace -----\n{format_trace(trace)}")
+    for name, fn in PIPELINE:
+        fn(trace, ctx)
+        if "all" in wanted or name in wanted:
+            printer(f"// ----- after {name} -----\n{format_trace(trace)}")
+    return trace
