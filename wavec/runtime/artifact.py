@@ -1,0 +1,221 @@
+"""Compiled kernel artifacts and their self-checking on-disk container.
+
+Requires: only the standard library (no MLIR bindings, IREE, torch or numpy), so a cache hit stays cheap.
+
+Guarantees:
+
+* :class:`ArgSpec`, :class:`KernelMetadata` and :class:`Artifact` are frozen, slotted and hashable.
+* ``Artifact.from_bytes(a.to_bytes()) == a`` for every valid artifact.
+* ``Artifact.from_bytes`` raises :class:`~wavec.errors.CacheError` on any blob that is truncated, corrupt,
+  of another container version, or whose header does not describe a valid artifact; it never returns a
+  half-read artifact.
+
+Container layout (all integers little-endian)::
+
+    magic       8 bytes   b"WAVECART"
+    version     u32       FORMAT_VERSION
+    header_len  u32
+    binary_len  u64
+    mlir_len    u64
+    header      header_len bytes of UTF-8 JSON: {"target", "format", "metadata"}
+    binary      binary_len bytes
+    mlir        mlir_len bytes of UTF-8
+    digest      32 bytes  SHA-256 of everything before it
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from wavec.errors import CacheError
+
+__all__ = ["ArgSpec", "KernelMetadata", "Artifact", "DTYPES", "FORMATS", "FORMAT_VERSION", "MAGIC"]
+
+MAGIC = b"WAVECART"
+FORMAT_VERSION = 1
+DTYPES = ("f16", "bf16", "f32", "i32")
+FORMATS = ("cubin", "ptx", "hsaco")
+
+_PREFIX = struct.Struct("<8sIIQQ")
+_DIGEST_LEN = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ArgSpec:
+    """One kernel binding (a tensor argument), in binding order.
+
+    ``shape`` entries are symbol names (dynamic or compile-time bound) or static ints.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[str | int, ...]
+    is_output: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "is_output": self.is_output}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> ArgSpec:
+        return ArgSpec(
+            name=_typed(d["name"], str, "arg name"),
+            dtype=_typed(d["dtype"], str, "arg dtype"),
+            shape=tuple(_dim(x) for x in d["shape"]),
+            is_output=_typed(d["is_output"], bool, "arg is_output"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class KernelMetadata:
+    """Everything the launcher needs besides the binary.
+
+    ``constants`` are the dynamic symbols in launch-constant order (one i32 each, after the pointers);
+    ``grid`` holds three Python integer expressions over symbol names; ``divisibility`` lists
+    ``(symbol, divisor)`` pairs that must hold at launch; every binding's base pointer must be a multiple
+    of ``alignment_bytes``; ``source`` is ``file:line`` of the kernel definition.
+    """
+
+    kernel: str
+    entry: str
+    block: tuple[int, int, int]
+    shared_bytes: int
+    args: tuple[ArgSpec, ...]
+    constants: tuple[str, ...]
+    static_symbols: tuple[tuple[str, int], ...]
+    grid: tuple[str, str, str]
+    divisibility: tuple[tuple[str, int], ...]
+    alignment_bytes: int
+    source: str
+    registers: int | None = None
+    spills: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "entry": self.entry,
+            "block": list(self.block),
+            "shared_bytes": self.shared_bytes,
+            "args": [a.to_json() for a in self.args],
+            "constants": list(self.constants),
+            "static_symbols": [[k, v] for k, v in self.static_symbols],
+            "grid": list(self.grid),
+            "divisibility": [[k, v] for k, v in self.divisibility],
+            "alignment_bytes": self.alignment_bytes,
+            "source": self.source,
+            "registers": self.registers,
+            "spills": self.spills,
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> KernelMetadata:
+        block = tuple(_typed(x, int, "block") for x in d["block"])
+        grid = tuple(_typed(x, str, "grid") for x in d["grid"])
+        if len(block) != 3 or len(grid) != 3:
+            raise CacheError(message="metadata: block and grid must have 3 entries")
+        return KernelMetadata(
+            kernel=_typed(d["kernel"], str, "kernel"),
+            entry=_typed(d["entry"], str, "entry"),
+            block=block,  # type: ignore[arg-type]
+            shared_bytes=_typed(d["shared_bytes"], int, "shared_bytes"),
+            args=tuple(ArgSpec.from_json(a) for a in d["args"]),
+            constants=tuple(_typed(x, str, "constants") for x in d["constants"]),
+            static_symbols=_pairs(d["static_symbols"], "static_symbols"),
+            grid=grid,  # type: ignore[arg-type]
+            divisibility=_pairs(d["divisibility"], "divisibility"),
+            alignment_bytes=_typed(d["alignment_bytes"], int, "alignment_bytes"),
+            source=_typed(d["source"], str, "source"),
+            registers=_opt_int(d.get("registers"), "registers"),
+            spills=_opt_int(d.get("spills"), "spills"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    """A compiled kernel: the binary, its launch metadata and the exact MLIR module compiled."""
+
+    target: str
+    format: str
+    binary: bytes
+    metadata: KernelMetadata
+    mlir: str
+
+    def to_bytes(self) -> bytes:
+        """Serialise into the self-describing container described in the module docstring."""
+        header = json.dumps(
+            {"target": self.target, "format": self.format, "metadata": self.metadata.to_json()},
+            sort_keys=True, separators=(",", ":"),
+        ).encode("utf-8")
+        mlir = self.mlir.encode("utf-8")
+        body = b"".join([
+            _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), len(self.binary), len(mlir)),
+            header, bytes(self.binary), mlir,
+        ])
+        return body + hashlib.sha256(body).digest()
+
+    @staticmethod
+    def from_bytes(blob: bytes) -> Artifact:
+        """Parse and verify a container; raises :class:`CacheError` on anything but a valid one."""
+        blob = bytes(blob)
+        if len(blob) < _PREFIX.size + _DIGEST_LEN:
+            raise CacheError(message=f"artifact truncated ({len(blob)} bytes)")
+        magic, version, hlen, blen, mlen = _PREFIX.unpack_from(blob, 0)
+        if magic != MAGIC:
+            raise CacheError(message=f"not a wavec artifact (magic {magic!r})")
+        if version != FORMAT_VERSION:
+            raise CacheError(message=f"artifact container version {version}, expected {FORMAT_VERSION}")
+        end = _PREFIX.size + hlen + blen + mlen
+        if len(blob) != end + _DIGEST_LEN:
+            raise CacheError(message=f"artifact is {len(blob)} bytes, its header says {end + _DIGEST_LEN}")
+        if hashlib.sha256(blob[:end]).digest() != blob[end:]:
+            raise CacheError(message="artifact checksum mismatch (corrupt entry)")
+        pos = _PREFIX.size
+        header_raw = blob[pos:pos + hlen]
+        binary = blob[pos + hlen:pos + hlen + blen]
+        mlir_raw = blob[pos + hlen + blen:end]
+        try:
+            header = json.loads(header_raw.decode("utf-8"))
+            artifact = Artifact(
+                target=_typed(header["target"], str, "target"),
+                format=_typed(header["format"], str, "format"),
+                binary=binary,
+                metadata=KernelMetadata.from_json(header["metadata"]),
+                mlir=mlir_raw.decode("utf-8"),
+            )
+        except CacheError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CacheError(message=f"artifact header is malformed: {type(exc).__name__}: {exc}") from exc
+        if artifact.format not in FORMATS:
+            raise CacheError(message=f"artifact format {artifact.format!r} is not one of {FORMATS}")
+        return artifact
+
+
+def _typed(value: Any, kind: type, what: str) -> Any:
+    # bool is an int subclass: reject it where an int is wanted, and vice versa.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CacheError(message=f"metadata: {what} should be {kind.__name__}, got {value!r}")
+    return value
+
+
+def _dim(value: Any) -> str | int:
+    if isinstance(value, str):
+        return value
+    return _typed(value, int, "shape entry")
+
+
+def _opt_int(value: Any, what: str) -> int | None:
+    return None if value is None else _typed(value, int, what)
+
+
+def _pairs(items: Any, what: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for item in items:
+        if not isinstance(item, list) or len(item) != 2:
+            raise CacheError(message=f"metadata: {what} entries should be [name, int], got {item!r}")
+        out.append((_typed(item[0], str, what), _typed(item[1], int, what)))
+    return tuple(out)
