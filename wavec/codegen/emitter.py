@@ -1,0 +1,181 @@
+"""Emission of one ``hal.executable`` per kernel with the ``iree.compiler.ir`` bindings (DESIGN §6).
+
+Requires: an expanded trace (every register node has a per-instruction-tile ``layout``) and its
+``PassContext``.  Guarantees: ``emit_kernel`` returns the verified module text and the launch interface
+(bindings, dynamic-symbol constants, block, grid, divisibility requirements).  The skeleton (target,
+export, bindings and constants) is parsed from text; the body is built op by op through the bindings
+by the rules of ``lowering.py`` and verified with ``module.operation.verify()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+import torch.fx as fx
+
+from ..errors import CodegenError
+from ..frontend.ops import Write
+from ..frontend.tracing import Trace
+from ..indexing.symbols import LANE, WAVE, WORKGROUP
+from ..passes.context import PassContext
+from .targets import Target
+
+SUBSPAN_ALIGNMENT = 16  # bytes; the launcher checks every base pointer against it
+
+
+@dataclass(frozen=True)
+class KernelInterface:
+    """What the launcher needs to know about the emitted kernel."""
+
+    entry: str
+    block: tuple[int, int, int]
+    bindings: tuple[tuple[str, str, tuple, bool], ...]  # (name, dtype, shape as str/int, is_output)
+    constants: tuple[str, ...]  # dynamic symbols, in constant-ordinal order
+    grid: tuple[str, str, str]  # python integer expressions over symbol names
+    divisibility: tuple[tuple[str, int], ...]
+    alignment_bytes: int
+
+
+def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
+    seen: list[sympy.Symbol] = []
+    for a in trace.args:
+        for d in a.type.dims:
+            if d not in ctx.constraints.subs and d not in seen:
+                seen.append(d)
+    return seen
+
+
+def _written_args(trace: Trace) -> set[str]:
+    out = set()
+    for g in trace.graphs():
+        for n in g.nodes:
+            if n.meta.get("op") is Write:
+                mem = n.args[1]
+                while mem.meta.get("role") == "capture":
+                    mem = mem.meta["capture_of"]
+                out.add(mem.name)
+    return out
+
+
+def _memref_type(shape, dtype_mlir: str, ctx: PassContext) -> tuple[str, list]:
+    dims, dyn = [], []
+    for d in shape:
+        v = ctx.constraints.resolve(d)
+        if v.is_Integer:
+            dims.append(str(int(v)))
+        else:
+            dims.append("?")
+            dyn.append(d)
+    return f"memref<{'x'.join(dims)}x{dtype_mlir}>", dyn
+
+
+def _py_expr(expr: sympy.Expr) -> str:
+    """A sympy grid expression as Python integer arithmetic (ceiling -> floor division)."""
+    expr = sympy.sympify(expr)
+    if isinstance(expr, sympy.ceiling):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"(({_py_expr(num)}) + {int(den) - 1}) // {int(den)}"
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return f"({_py_expr(num)}) // {int(den)}"
+    if expr.is_Integer or expr.is_Symbol:
+        return str(expr)
+    if expr.is_Add:
+        return " + ".join(f"({_py_expr(a)})" for a in expr.args)
+    if expr.is_Mul:
+        return " * ".join(f"({_py_expr(a)})" for a in expr.args)
+    raise CodegenError(message=f"grid expression {expr} is not integer arithmetic")
+
+
+def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written: set) -> str:
+    cs = ctx.constraints
+    name = trace.name
+    flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
+    consts = f"constants = {len(dyn)}, " if dyn else ""
+    binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
+    lines = [
+        f"#layout = #hal.pipeline.layout<{consts}bindings = [{binds}]>",
+        f"hal.executable @{name}_exe {{",
+        f"  hal.executable.variant public @{target.variant_name} target({target.attr_text()}) {{",
+        f"    hal.executable.export public @{name} ordinal(0) layout(#layout) count(%d: !hal.device) "
+        "-> (index, index, index) {",
+        "      %c1 = arith.constant 1 : index",
+        "      hal.return %c1, %c1, %c1 : index, index, index",
+        "    }",
+        "    builtin.module {",
+        f"      func.func @{name}() attributes {{translation_info = #iree_codegen.translation_info<"
+        f"pipeline = #iree_codegen.no_pipeline workgroup_size = [{cs.threads}, 1, 1] "
+        f"subgroup_size = {cs.threads_per_wave}>}} {{",
+        "        %c0 = arith.constant 0 : index",
+    ]
+    for i, d in enumerate(dyn):
+        lines.append(f"        %sym{i}_i32 = hal.interface.constant.load layout(#layout) ordinal({i}) : i32")
+        lines.append(f"        %sym{i} = arith.index_castui %sym{i}_i32 : i32 to index")
+    for i, a in enumerate(trace.args):
+        mtype, dyn_dims = _memref_type(a.type.shape, a.type.dtype.mlir, ctx)
+        sizes = "{" + ", ".join(f"%sym{dyn.index(d)}" for d in dyn_dims) + "}" if dyn_dims else ""
+        ro = "" if a.name in written else " flags(ReadOnly)"
+        lines.append(f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
+                     f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}")
+    lines += ["        return", "      }", "    }", "  }", "}"]
+    return "\n".join(lines)
+
+
+def _requirements(trace: Trace, ctx: PassContext) -> list[tuple[sympy.Symbol, int]]:
+    """(dimension, tile) pairs the tiles must divide (no masking yet)."""
+    cs = ctx.constraints
+    reqs: dict[sympy.Symbol, int] = {}
+    for table in (cs.wg_tile, cs.loop_tile):
+        for d, t in table.items():
+            reqs[d] = int(sympy.ilcm(reqs.get(d, 1), t))
+    return list(reqs.items())
+
+
+def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
+    from iree.compiler import ir
+
+    from .lowering import FunctionBuilder
+
+    cs = ctx.constraints
+    if cs.threads_per_wave != target.threads_per_wave:
+        raise CodegenError(message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
+                           f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")
+    dyn = _dynamic_symbols(trace, ctx)
+    written = _written_args(trace)
+    reqs = _requirements(trace, ctx)
+    for d, t in reqs:
+        v = cs.resolve(d)
+        if v.is_Integer and int(v) % t:
+            raise CodegenError(trace.loc, message=f"{d}={int(v)} is not divisible by its tile {t} "
+                               "(masking of partial tiles is not implemented yet)")
+    text = skeleton(trace, ctx, target, dyn, written)
+    with ir.Context() as mctx, ir.Location.unknown():
+        mctx.load_all_available_dialects()
+        module = ir.Module.parse(text)
+        fb = FunctionBuilder(module, trace, ctx, dyn)
+        fb.build()
+        if not module.operation.verify():
+            raise CodegenError(trace.loc, message="emitted module does not verify")
+        out = str(module)
+    sizes = {d: cs.resolve(d) for d in dyn}
+    grid = tuple(_py_expr(g) for g in cs.grid(sizes))
+    iface = KernelInterface(
+        entry=trace.name, block=(cs.threads, 1, 1),
+        bindings=tuple((a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),
+                        a.name in written) for a in trace.args),
+        constants=tuple(d.name for d in dyn), grid=grid,
+        divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
+        alignment_bytes=SUBSPAN_ALIGNMENT)
+    return out, iface
+
+
+def _dim_name(v: sympy.Expr) -> str | int:
+    return int(v) if v.is_Integer else str(v)
+
+
+HARDWARE_SYMBOLS = (LANE, *WAVE, *WORKGROUP)
+
+
+def graph_nodes(g: fx.Graph):
+    return [n for n in g.nodes if n.op != "output"]

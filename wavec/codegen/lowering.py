@@ -1,0 +1,339 @@
+"""Lowering rules: one short rule per DSL op class, registered in ``LOWERINGS`` (JAX Pallas style).
+
+``FunctionBuilder`` owns the state of one function: SSA values of fx nodes, the scoped cache of index
+expressions (so each index is computed once per scope), and the values of hardware and dynamic symbols.
+Every per-thread value is a 1-D vector whose element order is its layout's ``order``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import amdgpu, arith, gpu, math, scf, vector
+
+from ..errors import CodegenError
+from ..frontend import dtypes as dt
+from ..frontend.ops import MMA, Binary, Broadcast, Cast, GetResult, Iterate, Read, RegisterInit, Select, Unary, Write
+from ..frontend.tracing import Trace
+from ..indexing import LANE, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..passes.context import PassContext
+
+LOWERINGS: dict[type, Callable[[FunctionBuilder, fx.Node], None]] = {}
+MAX_ACCESS_BYTES = 16
+
+
+def rule(op: type):
+    def deco(fn):
+        LOWERINGS[op] = fn
+        return fn
+    return deco
+
+
+def elem_type(dtype: dt.DType) -> ir.Type:
+    return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get,
+            "i32": lambda: ir.IntegerType.get_signless(32), "i1": lambda: ir.IntegerType.get_signless(1)}[dtype.name]()
+
+
+def vec_type(n: int, dtype: dt.DType) -> ir.VectorType:
+    return ir.VectorType.get([n], elem_type(dtype))
+
+
+def splat(vt: ir.VectorType, dtype: dt.DType, value) -> ir.Value:
+    et = elem_type(dtype)
+    attr = ir.FloatAttr.get(et, float(value)) if dtype.is_float else ir.IntegerAttr.get(et, int(value))
+    return arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, attr))
+
+
+class FunctionBuilder:
+    def __init__(self, module: ir.Module, trace: Trace, ctx: PassContext, dyn: list) -> None:
+        self.trace, self.ctx, self.cs = trace, ctx, ctx.constraints
+        exe = module.body.operations[0]
+        variant = exe.regions[0].blocks[0].operations[0]
+        inner = next(op for op in variant.regions[0].blocks[0].operations if op.name == "builtin.module")
+        func = inner.regions[0].blocks[0].operations[0]
+        ops = list(func.regions[0].blocks[0].operations)
+        self.ret = ops[-1]
+        self.symbols: dict[sympy.Symbol, ir.Value] = {}
+        for i, d in enumerate(dyn):
+            self.symbols[d] = ops[2 + 2 * i].result
+        self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
+        self.values: dict[fx.Node, object] = {}
+        self.scopes: list[dict] = [{}]
+
+    # ----- index expressions -----
+    def index(self, expr) -> ir.Value:
+        expr = sympy.sympify(expr)
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        v = self._emit(expr)
+        self.scopes[-1][expr] = v
+        return v
+
+    def _emit(self, e: sympy.Expr) -> ir.Value:
+        idx = ir.IndexType.get()
+        if e.is_Integer:
+            return arith.constant(idx, int(e))
+        if e.is_Symbol:
+            if e not in self.symbols:
+                raise CodegenError(message=f"index symbol {e} has no value here")
+            return self.symbols[e]
+        if e.is_Add:
+            const, rest = e.as_coeff_Add()
+            if const != 0:
+                return arith.addi(self.index(rest), self.index(const))
+            terms = list(e.args)
+            acc = self.index(terms[0])
+            for t in terms[1:]:
+                acc = arith.addi(acc, self.index(t))
+            return acc
+        if e.is_Mul:
+            coeff, rest = e.as_coeff_Mul()
+            if not coeff.is_Integer:
+                raise CodegenError(message=f"index {e} is not integral")
+            if coeff != 1:
+                return arith.muli(self.index(rest), self.index(coeff))
+            acc = self.index(e.args[0])
+            for t in e.args[1:]:
+                acc = arith.muli(acc, self.index(t))
+            return acc
+        if isinstance(e, (sympy.floor, sympy.ceiling)):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            if not den.is_Integer:
+                raise CodegenError(message=f"cannot lower {e}: divisor is not a constant")
+            if isinstance(e, sympy.ceiling):
+                num = num + den - 1
+            return arith.divui(self.index(num), self.index(den))
+        if isinstance(e, sympy.Mod):
+            return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
+        raise CodegenError(message=f"cannot lower index expression {e}")
+
+    def hardware_symbols(self) -> None:
+        tpw = self.cs.threads_per_wave
+        tid = gpu.thread_id(gpu.Dimension.x)
+        self.symbols[LANE] = arith.remui(tid, self.index(tpw))
+        wave = arith.divui(tid, self.index(tpw))
+        w = self.cs.waves_per_axis
+        self.symbols[WAVE[0]] = arith.remui(wave, self.index(w[0]))
+        self.symbols[WAVE[1]] = arith.remui(arith.divui(wave, self.index(w[0])), self.index(w[1]))
+        self.symbols[WAVE[2]] = arith.divui(wave, self.index(w[0] * w[1]))
+        for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
+            self.symbols[WORKGROUP[i]] = gpu.block_id(dim)
+
+    # ----- graphs -----
+    def build(self) -> None:
+        with ir.InsertionPoint(self.ret):
+            self.hardware_symbols()
+            self.lower_graph(self.trace.graph)
+
+    def lower_graph(self, g: fx.Graph) -> None:
+        for node in g.nodes:
+            if node.op == "output":
+                continue
+            loc = node.meta.get("loc")
+            with ir.Location.file(loc.filename, loc.line, 0) if loc else ir.Location.unknown():
+                if node.op == "placeholder":
+                    self.placeholder(node)
+                    continue
+                op = node.meta.get("op")
+                if op not in LOWERINGS:
+                    raise CodegenError(loc, message=f"no lowering rule for op {op.name if op else node.target}")
+                LOWERINGS[op](self, node)
+
+    def placeholder(self, node: fx.Node) -> None:
+        role = node.meta.get("role")
+        if role == "memory":
+            self.values[node] = self.args[node.name]
+        elif role == "capture":
+            self.values[node] = self.values[node.meta["capture_of"]]
+        # iter_arg placeholders are bound by the iterate rule
+
+    def operand(self, node: fx.Node, arg, result: Layout, dtype: dt.DType) -> ir.Value:
+        """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
+        vt = vec_type(result.size, dtype)
+        if not isinstance(arg, fx.Node):
+            return splat(vt, dtype, arg)
+        v = self.values[arg]
+        lay = arg.meta["layout"]
+        if lay.dims == result.dims:
+            return v
+        mask = broadcast_positions(result, lay)
+        return vector.shuffle(v, v, mask)
+
+
+def _runs(layout: Layout, mem_dims: tuple, elem_bytes: int) -> list[tuple[int, int, dict]]:
+    """Group flat positions into runs contiguous along the memory's last dim: (first, length, offsets)."""
+    last = mem_dims[-1]
+    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes)
+    runs: list[tuple[int, int, dict]] = []
+    for p, off in enumerate(layout.positions()):
+        if runs:
+            first, n, start = runs[-1]
+            same_row = all(off[d] == start[d] for d in mem_dims[:-1])
+            if same_row and off[last] == start[last] + n and n < max_len and first + n == p:
+                runs[-1] = (first, n + 1, start)
+                continue
+        runs.append((p, 1, off))
+    return runs
+
+
+def _indices(fb: FunctionBuilder, layout: Layout, mem_dims: tuple, off: dict) -> list[ir.Value]:
+    return [fb.index(layout.seq(d).start + off[d]) for d in mem_dims]
+
+
+@rule(Read)
+def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
+    mem = fb.values[node.args[0]]
+    layout: Layout = node.meta["layout"]
+    dtype = node.meta["type"].dtype
+    mem_dims = node.args[0].meta["type"].shape
+    runs = _runs(layout, mem_dims, dtype.bytes)
+    if len(runs) == 1:
+        fb.values[node] = vector.load(vec_type(layout.size, dtype), mem, _indices(fb, layout, mem_dims, runs[0][2]))
+        return
+    acc = splat(vec_type(layout.size, dtype), dtype, 0)
+    for first, n, off in runs:
+        piece = vector.load(vec_type(n, dtype), mem, _indices(fb, layout, mem_dims, off))
+        acc = vector.insert_strided_slice(piece, acc, [first], [1])
+    fb.values[node] = acc
+
+
+@rule(Write)
+def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
+    val_node, mem_node = node.args
+    mem, val = fb.values[mem_node], fb.values[val_node]
+    layout: Layout = node.meta["layout"]
+    dtype = val_node.meta["type"].dtype
+    mem_dims = mem_node.meta["type"].shape
+    runs = _runs(layout, mem_dims, dtype.bytes)
+    for first, n, off in runs:
+        piece = val if len(runs) == 1 else vector.extract_strided_slice(
+            vec_type(n, dtype), val, [first], [n], [1])
+        vector.store(piece, mem, _indices(fb, layout, mem_dims, off))
+
+
+@rule(RegisterInit)
+def lower_register(fb: FunctionBuilder, node: fx.Node) -> None:
+    dtype = node.meta["type"].dtype
+    fb.values[node] = splat(vec_type(node.meta["layout"].size, dtype), dtype, node.kwargs["value"])
+
+
+_FLOAT = {"add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.divf,
+          "maximum": arith.maximumf, "minimum": arith.minimumf}
+_INT = {"add": arith.addi, "sub": arith.subi, "mul": arith.muli, "div": arith.divsi,
+        "maximum": arith.maxsi, "minimum": arith.minsi}
+_CMPF = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
+
+
+@rule(Binary)
+def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
+    kind = node.kwargs["kind"]
+    layout = node.meta["layout"]
+    in_dtype = next(a.meta["type"].dtype for a in node.args if isinstance(a, fx.Node))
+    x, y = (fb.operand(node, a, layout, in_dtype) for a in node.args)
+    if kind in _CMPF:
+        if in_dtype.is_float:
+            fb.values[node] = arith.cmpf(getattr(arith.CmpFPredicate, _CMPF[kind]), x, y)
+        else:
+            fb.values[node] = arith.cmpi(getattr(arith.CmpIPredicate, _CMPI[kind]), x, y)
+        return
+    table = _FLOAT if in_dtype.is_float else _INT
+    fb.values[node] = table[kind](x, y)
+
+
+@rule(Unary)
+def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
+    kind, x = node.kwargs["kind"], fb.values[node.args[0]]
+    dtype = node.meta["type"].dtype
+    if kind == "neg":
+        fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
+        return
+    fn = {"exp2": math.exp2, "exp": math.exp, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": math.rsqrt}
+    fb.values[node] = fn[kind](x)
+
+
+@rule(Cast)
+def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
+    src = node.args[0].meta["type"].dtype
+    dst = node.kwargs["dtype"]
+    x = fb.values[node.args[0]]
+    rt = vec_type(node.meta["layout"].size, dst)
+    if src == dst:
+        fb.values[node] = x
+    elif src.is_float and dst.is_float:
+        fb.values[node] = arith.extf(rt, x) if dst.bits > src.bits else arith.truncf(rt, x)
+    elif src.is_float:
+        fb.values[node] = arith.fptosi(rt, x)
+    elif dst.is_float:
+        fb.values[node] = arith.uitofp(rt, x) if src == dt.i1 else arith.sitofp(rt, x)
+    else:
+        fb.values[node] = arith.extui(rt, x) if src.bits < dst.bits else arith.trunci(rt, x)
+
+
+@rule(Select)
+def lower_select(fb: FunctionBuilder, node: fx.Node) -> None:
+    layout, dtype = node.meta["layout"], node.meta["type"].dtype
+    c = fb.operand(node, node.args[0], layout, dt.i1)
+    x, y = (fb.operand(node, a, layout, dtype) for a in node.args[1:])
+    fb.values[node] = arith.select(c, x, y)
+
+
+@rule(Broadcast)
+def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
+
+
+@rule(MMA)
+def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
+    spec = fb.cs.mma_type.spec
+    a, b, c = (fb.values[x] for x in node.args)
+    in_dt = node.args[0].meta["type"].dtype
+    acc_dt = node.args[2].meta["type"].dtype
+    if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
+        raise CodegenError(node.meta.get("loc"), message=f"{fb.cs.mma_type.name} takes {spec.in_dtype} operands and a "
+                           f"{spec.acc_dtype} accumulator, got {in_dt} and {acc_dt}")
+    if spec.vendor == "nvidia":
+        def shaped(v, shape, d):
+            return vector.shape_cast(ir.VectorType.get(list(shape), elem_type(d)), v)
+        r = ir.Operation.create(
+            "nvgpu.mma.sync", results=[ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))],
+            operands=[shaped(a, spec.a_shape, in_dt), shaped(b, spec.b_shape, in_dt), shaped(c, spec.c_shape, acc_dt)],
+            attributes={"mmaShape": ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x)
+                                                      for x in (spec.m, spec.n, spec.k)])}).result
+        fb.values[node] = vector.shape_cast(c.type, r)
+    else:
+        fb.values[node] = amdgpu.mfma(spec.m, spec.n, spec.k, a, b, c, blocks=1)
+
+
+@rule(Iterate)
+def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
+    dim = node.kwargs["dim"]
+    sub = fb.trace.subgraphs[node.kwargs["subgraph"]]
+    tile = fb.cs.loop_tile.get(dim)
+    if tile is None:
+        raise CodegenError(node.meta.get("loc"), message=f"wc.iterate over {dim} needs a TilingConstraint on {dim}")
+    inits = [fb.values[n] for n in node.args[0]]
+    ub = fb.index(sympy.floor(fb.cs.resolve(dim) / tile))
+    loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
+    iv = induction_symbol(dim)
+    with ir.InsertionPoint(loop.body):
+        fb.scopes.append({})
+        fb.symbols[iv] = loop.induction_variable
+        iter_phs = [p for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+        for p, v in zip(iter_phs, loop.inner_iter_args):
+            fb.values[p] = v
+        fb.lower_graph(sub)
+        out = next(n for n in sub.nodes if n.op == "output").args[0]
+        scf.yield_([fb.values[o] for o in out])
+        del fb.symbols[iv]
+        fb.scopes.pop()
+    fb.values[node] = list(loop.results)
+
+
+@rule(GetResult)
+def lower_get_result(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = fb.values[node.args[0]][node.kwargs["index"]]

@@ -1,0 +1,139 @@
+"""``wc.compile``: trace, run the pass pipeline, emit MLIR, build the binary, cache it, load it.
+
+The cache key is a hash of the canonical traced kernel (its printed trace: body, shapes, dtypes and
+closure values as they were traced), the constraint list, ``subs``, every compile option, the target and
+the versions of wavec and the compiler.  A cache hit never imports the MLIR bindings or IREE.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import sympy
+
+from . import __version__
+from .errors import SourceLoc, UnsupportedTargetError
+from .frontend.constraints import ConstraintSet
+from .frontend.kernel import WaveKernel
+from .knobs import knobs
+from .passes.printer import format_trace
+from .runtime.artifact import ArgSpec, Artifact, KernelMetadata
+from .runtime.cache import cache_key, default_cache
+
+BACKENDS = ("cuda", "rocm", "emulator")
+
+
+def _iree_version() -> str:
+    try:
+        return importlib.metadata.version("iree-base-compiler")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def gpu_visible() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def default_backend() -> str:
+    forced = knobs.backend
+    if forced:
+        if forced not in BACKENDS:
+            raise UnsupportedTargetError(target=forced, expected=list(BACKENDS))
+        return forced
+    return "cuda" if gpu_visible() else "emulator"
+
+
+def default_target(backend: str) -> str:
+    if backend == "rocm":
+        return "gfx942"
+    if backend == "cuda" and gpu_visible():
+        import torch
+
+        major, minor = torch.cuda.get_device_capability()
+        return "sm_90" if major >= 9 else "sm_80"
+    return "sm_90"
+
+
+@dataclass
+class CompileStats:
+    cached: bool = False
+    seconds: dict = field(default_factory=dict)
+
+
+def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after) -> Artifact:
+    from .codegen.binary import parse_executable
+    from .codegen.emitter import emit_kernel
+    from .codegen.iree_compile import compile_hal_executable
+    from .codegen.ptxas import assemble, find_ptxas
+    from .codegen.targets import get_target
+    from .passes.context import PassContext
+    from .passes.pipeline import run_pipeline
+
+    target = get_target(target_name)
+    ctx = PassContext.build(trace, cs, target_name)
+    run_pipeline(trace, ctx, print_ir_after)
+    text, iface = emit_kernel(trace, ctx, target)
+    if print_ir_after and ("all" in print_ir_after or "mlir" in print_ir_after):
+        print(f"// ----- emitted MLIR -----\n{text}")
+    blob = compile_hal_executable(text, target, kernel=kernel.name)
+    gpu = parse_executable(blob, target.binary_format)
+    export = gpu.export(iface.entry)
+    registers = spills = None
+    if target.binary_format == "ptx":
+        image, fmt = gpu.image.encode() if isinstance(gpu.image, str) else gpu.image, "ptx"
+        if find_ptxas() is not None:
+            image, info = assemble(gpu.image if isinstance(gpu.image, str) else gpu.image.decode(), target.arch)
+            fmt, registers, spills = "cubin", info.registers, info.spill_stores + info.spill_loads
+    else:
+        image, fmt = gpu.image, "hsaco"
+    meta = KernelMetadata(
+        kernel=kernel.name, entry=iface.entry, block=tuple(export.block), shared_bytes=export.shared_bytes,
+        args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings), constants=iface.constants,
+        static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
+        grid=iface.grid, divisibility=iface.divisibility, alignment_bytes=iface.alignment_bytes,
+        source=str(SourceLoc(trace.loc.filename, trace.loc.line)), registers=registers, spills=spills)
+    return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
+
+
+def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None = None,  # noqa: A001
+            backend: str | None = None, print_ir_after: Sequence[str] = (), cache: bool = True):
+    """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
+
+    ``backend``: "cuda", "rocm" or "emulator" (default: cuda when a GPU is visible, else the emulator;
+    ``WAVEC_BACKEND`` forces one).  ``target``: "sm_80", "sm_90", "sm_90a", "gfx942" (default: the
+    visible GPU).  ``print_ir_after``: pass names, "trace", "mlir" or "all".
+    """
+    from .runtime.kernel import CompiledKernel
+
+    if not isinstance(kernel, WaveKernel):
+        raise TypeError(f"wc.compile expects a @wc.wave kernel, got {type(kernel).__name__}")
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise UnsupportedTargetError(target=backend, expected=list(BACKENDS))
+    target = target or default_target(backend)
+    subs = dict(subs or {})
+    stats = CompileStats()
+    t0 = time.perf_counter()
+    trace = kernel.trace()
+    cs = ConstraintSet(kernel.constraints, subs)
+    key = cache_key(kernel_source=format_trace(trace), options={
+        "constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
+        target=target, versions={"wavec": __version__, "iree": _iree_version()})
+    store = default_cache() if cache and not knobs.cache_disable else None
+    artifact = store.get(key) if store is not None and not print_ir_after else None
+    stats.seconds["trace"] = time.perf_counter() - t0
+    if artifact is None:
+        artifact = _build(kernel, trace, cs, target, print_ir_after)
+        if store is not None:
+            store.put(key, artifact)
+    else:
+        stats.cached = True
+    stats.seconds["total"] = time.perf_counter() - t0
+    return CompiledKernel(artifact, backend, stats)
