@@ -153,9 +153,10 @@ def test_key_in_fresh_process_is_identical() -> None:
     code = ("from wavec.runtime.cache import cache_key;"
             "print(cache_key(kernel_source='s', options={'b': [1, (2, b'x')], 'a': {3: None}}, "
             "target='sm_90', versions={'wavec': '0'}))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == cache_key(kernel_source="s", options={"a": {3: None}, "b": [1, (2, b"x")]}, target="sm_90",
-                            versions={"wavec": "0"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    options = {"a": {3: None}, "b": [1, (2, b"x")]}
+    expected = cache_key(kernel_source="s", options=options, target="sm_90", versions={"wavec": "0"})
+    assert out.stdout.strip() == expected
 
 
 def test_sympy_and_paths_and_sets() -> None:
@@ -281,8 +282,8 @@ def test_concurrent_writers_never_expose_partial_entries(tmp_path: Path) -> None
     assert [p.exitcode for p in procs] == [0, 0, 0, 0]
     final = DiskCache(tmp_path).get(KEY)
     assert final is not None and final.mlir.startswith("writer ")
-    leftovers = [p.name for p in DiskCache(tmp_path).path_for(KEY).parent.iterdir() if p.name.endswith(".tmp")]
-    assert leftovers == []
+    entry_dir = DiskCache(tmp_path).path_for(KEY).parent
+    assert [p.name for p in entry_dir.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_runtime_import_is_light() -> None:

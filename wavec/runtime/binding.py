@@ -1,0 +1,371 @@
+"""Argument validation and symbol binding for a launch, plus grid evaluation.
+
+Requires: torch, imported lazily when the first :class:`BindingPlan` is built (importing this module
+imports only the standard library and :mod:`wavec.errors`).
+
+Guarantees:
+
+* :func:`bind_arguments` either returns the value of every symbol (dynamic and compile-time bound) or
+  raises :class:`~wavec.errors.ArgumentError` naming the argument and saying what was expected and what
+  was got.  Checks: argument count, tensor type, dtype, rank, device (one device of ``device_type``),
+  row-major contiguity, base-pointer alignment, static dims, symbol consistency across arguments,
+  compile-time symbols, divisibility, int32 range of dynamic symbols, and outputs overlapping another
+  argument's memory.
+* :func:`grid_for` evaluates the metadata's grid expressions, compiled once per metadata into one
+  function built from a whitelisted AST (integer literals, symbol names, ``+ - * // %``, unary minus,
+  ``min``/``max``) and run with no builtins.
+* The per-metadata work (dtype lookup, which dim binds which symbol, the grid function) is done once in
+  a :class:`BindingPlan`; a call does plain comparisons over precomputed tuples.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from wavec.errors import ArgumentError, LaunchError
+from wavec.runtime.artifact import DTYPES, KernelMetadata
+
+__all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX"]
+
+INT32_MAX = 2**31 - 1
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
+_DEVICE_TYPES = ("cuda", "cpu")
+
+
+class _Arg:
+    """Per-binding facts used on the hot path."""
+
+    __slots__ = ("name", "dtype", "dtype_name", "rank", "itemsize", "is_output")
+
+    def __init__(self, name: str, dtype: Any, dtype_name: str, rank: int, itemsize: int, is_output: bool):
+        self.name, self.dtype, self.dtype_name = name, dtype, dtype_name
+        self.rank, self.itemsize, self.is_output = rank, itemsize, is_output
+
+
+class BindingPlan:
+    """Everything about one :class:`KernelMetadata` that does not depend on the tensors of a call."""
+
+    def __init__(self, meta: KernelMetadata, device_type: str = "cuda") -> None:
+        import torch
+
+        if device_type not in _DEVICE_TYPES:
+            raise ValueError(f"device_type must be one of {_DEVICE_TYPES}, got {device_type!r}")
+        self.meta = meta
+        self.kernel = meta.kernel
+        self.device_type = device_type
+        self._tensor_type = torch.Tensor
+        self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a.name, a.dtype, a) for a in meta.args)
+        self.nargs = len(self.args)
+        self.statics: dict[str, int] = dict(meta.static_symbols)
+        # (arg index, dim, expected int, symbol name or "") for dims fixed at compile time.
+        static_checks: list[tuple[int, int, int, str]] = []
+        # (symbol, arg index, dim): the first occurrence of a symbol binds it, the others must agree.
+        binders: dict[str, tuple[int, int]] = {}
+        uses: list[tuple[str, int, int]] = []
+        for ai, spec in enumerate(meta.args):
+            for d, entry in enumerate(spec.shape):
+                if isinstance(entry, int):
+                    static_checks.append((ai, d, entry, ""))
+                elif entry in self.statics:
+                    static_checks.append((ai, d, self.statics[entry], entry))
+                elif entry not in binders:
+                    binders[entry] = (ai, d)
+                else:
+                    uses.append((entry, ai, d))
+        self.static_checks = tuple(static_checks)
+        self.binders = tuple((s, ai, d) for s, (ai, d) in binders.items())
+        self.uses = tuple(uses)
+        self.dynamic = tuple(binders)
+        missing = [c for c in meta.constants if c not in binders]
+        if missing:
+            raise LaunchError(kernel=meta.kernel, message=(
+                f"invalid metadata: launch constants {missing} are not bound by any argument's shape"))
+        self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
+        self._check_static_divisibility()
+        self.outputs = tuple(i for i, a in enumerate(self.args) if a.is_output)
+        align = meta.alignment_bytes
+        self.align = align if align > 1 else 0
+        self.grid_fn = _grid_fn_for(meta)
+
+    # ----------------------------------------------------------------------------------------- hot path
+
+    def bind(self, tensors: Sequence[Any]) -> tuple[dict[str, int], list[int], int]:
+        """Validate ``tensors``; return (symbol values, base pointers, device index or -1 for CPU)."""
+        args = self.args
+        if len(tensors) != self.nargs:
+            self._count_error(tensors)
+        tensor_type = self._tensor_type
+        cuda = self.device_type == "cuda"
+        align = self.align
+        device = None
+        ptrs: list[int] = []
+        shapes = []
+        for t, a in zip(tensors, args, strict=True):
+            if not isinstance(t, tensor_type):
+                self._fail(a, f"expected a torch.Tensor of dtype {a.dtype_name}, got {type(t).__name__}")
+            if t.dtype is not a.dtype:
+                self._fail(a, f"expected dtype {a.dtype_name} ({a.dtype}), got {t.dtype}")
+            shape = t.shape
+            if len(shape) != a.rank:
+                self._fail(a, f"expected rank {a.rank} (shape {self._spec_shape(a)}), got rank {len(shape)} "
+                              f"(shape {tuple(shape)})")
+            if t.is_cuda if cuda else t.is_cpu:
+                dev = t.get_device()
+                if dev != device:
+                    if device is not None:
+                        self._device_error(a, t, device)
+                    device = dev
+            else:
+                self._device_error(a, t, device)
+            if not t.is_contiguous():
+                self._fail(a, f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); the "
+                              "kernel needs row-major dense strides — call .contiguous()")
+            ptr = t.data_ptr()
+            if align and ptr % align:
+                self._fail(a, f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset "
+                              f"{t.storage_offset()}); pass a tensor that starts at an aligned address, "
+                              "e.g. .clone()")
+            ptrs.append(ptr)
+            shapes.append(shape)
+        values = dict(self.statics)
+        for ai, d, want, sym in self.static_checks:
+            if shapes[ai][d] != want:
+                self._static_error(ai, d, want, sym, shapes[ai])
+        for sym, ai, d in self.binders:
+            values[sym] = shapes[ai][d]
+        for sym, ai, d in self.uses:
+            if shapes[ai][d] != values[sym]:
+                self._consistency_error(sym, ai, d, shapes)
+        for sym, div in self.divisibility:
+            if values[sym] % div:
+                self._divisibility_error(sym, div, values[sym])
+        for sym in self.dynamic:
+            if values[sym] > INT32_MAX:
+                self._range_error(sym, values[sym])
+        if self.outputs:
+            self._check_overlap(ptrs, shapes)
+        return values, ptrs, -1 if device is None else device
+
+    def grid(self, values: dict[str, int]) -> tuple[int, int, int]:
+        """The launch grid for ``values``; raises :class:`LaunchError` if negative or over the limits."""
+        return _checked_grid(self.meta, self.grid_fn, values)
+
+    # ----------------------------------------------------------------------------------------- errors
+
+    def _fail(self, a: _Arg, message: str) -> None:
+        raise ArgumentError(kernel=self.kernel, arg=a.name, message=message)
+
+    def _spec_shape(self, a: _Arg) -> str:
+        spec = next(s for s in self.meta.args if s.name == a.name)
+        return "(" + ", ".join(str(x) for x in spec.shape) + ("," if len(spec.shape) == 1 else "") + ")"
+
+    def _count_error(self, tensors: Sequence[Any]) -> None:
+        n, names = len(tensors), ", ".join(a.name for a in self.args)
+        expected = f"expected {self.nargs} tensor arguments ({names}), got {n}"
+        if n < self.nargs:
+            raise ArgumentError(kernel=self.kernel, arg=self.args[n].name, message=f"missing: {expected}")
+        raise ArgumentError(kernel=self.kernel, arg=f"#{self.nargs}",
+                            message=f"unexpected extra argument: {expected}")
+
+    def _device_error(self, a: _Arg, t: Any, device: int | None) -> None:
+        got = str(t.device)
+        if self.device_type == "cpu":
+            self._fail(a, f"expected a CPU tensor, got one on {got}")
+        if not t.is_cuda:
+            self._fail(a, f"expected a CUDA tensor, got one on {got}")
+        self._fail(a, f"expected all tensors on the same device (cuda:{device}, like the earlier arguments), "
+                      f"got one on {got}")
+
+    def _static_error(self, ai: int, d: int, want: int, sym: str, shape: Any) -> None:
+        what = f"{sym}={want} (bound at compile time)" if sym else str(want)
+        self._fail(self.args[ai], f"dimension {d} should be {what}, got {shape[d]} (shape {tuple(shape)}, "
+                                  f"expected {self._spec_shape(self.args[ai])})")
+
+    def _consistency_error(self, sym: str, ai: int, d: int, shapes: list[Any]) -> None:
+        _, bi, bd = next(b for b in self.binders if b[0] == sym)
+        first, this = self.args[bi], self.args[ai]
+        self._fail(this, f"dimension {d} is symbol {sym}, which argument {first.name!r} (dimension {bd}) "
+                         f"bound to {shapes[bi][bd]}; got {shapes[ai][d]} (shape {tuple(shapes[ai])}, "
+                         f"{first.name!r} has shape {tuple(shapes[bi])})")
+
+    def _divisibility_error(self, sym: str, div: int, value: int) -> None:
+        _, ai, d = next(b for b in self.binders if b[0] == sym)
+        self._fail(self.args[ai], f"{sym}={value} is not divisible by the tile {div} of {sym} "
+                                  f"(dimension {d}); partial tiles are not masked yet: use a multiple "
+                                  f"of {div} or pad")
+
+    def _range_error(self, sym: str, value: int) -> None:
+        _, ai, d = next(b for b in self.binders if b[0] == sym)
+        self._fail(self.args[ai], f"{sym}={value} (dimension {d}) does not fit in int32 (max {INT32_MAX}); "
+                                  "sizes are passed to the kernel as 32-bit constants")
+
+    def _check_static_divisibility(self) -> None:
+        for sym, div in self.meta.divisibility:
+            if div <= 0:
+                raise LaunchError(kernel=self.kernel, message=f"invalid metadata: divisor {div} for {sym}")
+            if sym in self.statics and self.statics[sym] % div:
+                raise LaunchError(kernel=self.kernel, message=(
+                    f"invalid metadata: compile-time {sym}={self.statics[sym]} is not divisible by {div}"))
+
+    def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
+        spans = []
+        for ptr, shape, a in zip(ptrs, shapes, self.args, strict=True):
+            n = a.itemsize
+            for s in shape:
+                n *= s
+            spans.append((ptr, ptr + n))
+        for oi in self.outputs:
+            lo, hi = spans[oi]
+            if lo == hi:
+                continue
+            for j, (lo2, hi2) in enumerate(spans):
+                if j != oi and lo2 != hi2 and lo < hi2 and lo2 < hi:
+                    other = self.args[j]
+                    kind = "output" if other.is_output else "input"
+                    self._fail(self.args[oi], (
+                        f"output memory [0x{lo:x}, 0x{hi:x}) overlaps {kind} {other.name!r} "
+                        f"[0x{lo2:x}, 0x{hi2:x}); in-place or aliased outputs are not supported — "
+                        "pass a separate output tensor"))
+
+
+def _make_arg(meta: KernelMetadata, name: str, dtype: str, spec: Any) -> _Arg:
+    import torch
+
+    if dtype not in DTYPES:
+        raise LaunchError(kernel=meta.kernel,
+                          message=f"invalid metadata: argument {name!r} has dtype {dtype!r}")
+    tdtype = getattr(torch, _TORCH_DTYPE_NAMES[dtype])
+    return _Arg(name, tdtype, dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
+
+
+# --------------------------------------------------------------------------------------------- grid
+
+_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+_FUNCS = {"min": min, "max": max}
+
+
+def _check_grid_node(node: ast.AST, symbols: frozenset[str], expr: str, kernel: str) -> None:
+    def bad(why: str) -> LaunchError:
+        return LaunchError(kernel=kernel, message=f"invalid grid expression {expr!r}: {why}")
+
+    if isinstance(node, ast.Expression):
+        _check_grid_node(node.body, symbols, expr, kernel)
+    elif isinstance(node, ast.BinOp):
+        if not isinstance(node.op, _BINOPS):
+            raise bad(f"operator {type(node.op).__name__} is not allowed")
+        _check_grid_node(node.left, symbols, expr, kernel)
+        _check_grid_node(node.right, symbols, expr, kernel)
+    elif isinstance(node, ast.UnaryOp):
+        if not isinstance(node.op, (ast.USub, ast.UAdd)):
+            raise bad(f"operator {type(node.op).__name__} is not allowed")
+        _check_grid_node(node.operand, symbols, expr, kernel)
+    elif isinstance(node, ast.Constant):
+        if type(node.value) is not int:
+            raise bad(f"constant {node.value!r} is not an int")
+    elif isinstance(node, ast.Name):
+        if node.id not in symbols:
+            raise bad(f"unknown symbol {node.id!r}; known: {sorted(symbols)}")
+    elif isinstance(node, ast.Call):
+        if not (isinstance(node.func, ast.Name) and node.func.id in _FUNCS) or node.keywords or not node.args:
+            raise bad("only min(...) and max(...) calls are allowed")
+        for arg in node.args:
+            _check_grid_node(arg, symbols, expr, kernel)
+    else:
+        raise bad(f"{type(node).__name__} is not allowed")
+
+
+def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?") -> Callable[..., tuple]:
+    """Compile three grid expressions into ``fn(**symbol_values) -> (gx, gy, gz)``.
+
+    Symbols are keyword parameters (extra keywords are ignored); the function runs with no builtins.
+    """
+    if len(grid) != 3:
+        raise LaunchError(kernel=kernel, message=f"invalid metadata: grid {tuple(grid)} must have 3 entries")
+    names = frozenset(symbols)
+    bad = [s for s in names
+           if not s.isidentifier() or keyword.iskeyword(s) or s in _FUNCS or s.startswith("_")]
+    if bad:
+        raise LaunchError(kernel=kernel,
+                          message=f"invalid metadata: symbol names {sorted(bad)} are not usable")
+    for expr in grid:
+        try:
+            tree = ast.parse(expr, mode="eval")
+        except SyntaxError as exc:
+            raise LaunchError(kernel=kernel, message=f"invalid grid expression {expr!r}: {exc.msg}") from None
+        _check_grid_node(tree, names, expr, kernel)
+    params = "".join(f"{s}, " for s in sorted(names))
+    source = f"def _grid(*, {params}**_unused):\n    return (({grid[0]}), ({grid[1]}), ({grid[2]}))\n"
+    if not names:
+        source = f"def _grid(**_unused):\n    return (({grid[0]}), ({grid[1]}), ({grid[2]}))\n"
+    namespace: dict[str, Any] = {"__builtins__": {}, **_FUNCS}
+    exec(compile(source, f"<wavec grid of {kernel}>", "exec"), namespace)
+    return namespace["_grid"]
+
+
+# --------------------------------------------------------------------------------------------- API
+
+_PLANS: dict[tuple[int, str], tuple[KernelMetadata, BindingPlan]] = {}
+_PLANS_LOCK = threading.Lock()
+_MAX_PLANS = 4096
+
+
+def plan_for(meta: KernelMetadata, device_type: str = "cuda") -> BindingPlan:
+    """The cached :class:`BindingPlan` of ``meta`` (keyed by identity: building one per call is wasteful)."""
+    key = (id(meta), device_type)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is meta:
+        return hit[1]
+    plan = BindingPlan(meta, device_type)
+    with _PLANS_LOCK:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = (meta, plan)  # holding meta keeps id(meta) from being reused while cached
+    return plan
+
+
+def bind_arguments(meta: KernelMetadata, tensors: Sequence[Any], device_type: str = "cuda") -> dict[str, int]:
+    """Validate ``tensors`` against ``meta`` and return every symbol's value (dynamic and compile-time)."""
+    return plan_for(meta, device_type).bind(tensors)[0]
+
+
+def grid_for(meta: KernelMetadata, symbols: dict[str, int]) -> tuple[int, int, int]:
+    """Evaluate ``meta.grid`` for ``symbols`` (compiled once per metadata).
+
+    Raises :class:`LaunchError` if a symbol is missing or the grid is negative or over the CUDA limits.
+    """
+    return _checked_grid(meta, _grid_fn_for(meta), symbols)
+
+
+_GRIDS: dict[int, tuple[KernelMetadata, Callable[..., tuple]]] = {}
+
+
+def _grid_fn_for(meta: KernelMetadata) -> Callable[..., tuple]:
+    hit = _GRIDS.get(id(meta))
+    if hit is not None and hit[0] is meta:
+        return hit[1]
+    symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
+    symbols.update(s for s, _ in meta.static_symbols)
+    fn = compile_grid(meta.grid, sorted(symbols), meta.kernel)
+    with _PLANS_LOCK:
+        if len(_GRIDS) >= _MAX_PLANS:
+            _GRIDS.clear()
+        _GRIDS[id(meta)] = (meta, fn)
+    return fn
+
+
+def _checked_grid(
+    meta: KernelMetadata, fn: Callable[..., tuple], values: dict[str, int]
+) -> tuple[int, int, int]:
+    try:
+        g = fn(**values)
+    except TypeError as exc:  # a missing keyword-only symbol
+        raise LaunchError(kernel=meta.kernel, message=f"grid {meta.grid}: {exc}") from None
+    if not (0 <= g[0] <= GRID_LIMITS[0] and 0 <= g[1] <= GRID_LIMITS[1] and 0 <= g[2] <= GRID_LIMITS[2]):
+        raise LaunchError(kernel=meta.kernel, message=(
+            f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}"))
+    return g
