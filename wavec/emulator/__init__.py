@@ -1,0 +1,24 @@
+"""CPU emulator of wavec kernels: runs the kernel's MLIR lane by lane, exactly as the GPU would.
+
+``run_kernel(module_text, entry, bindings=..., constants=..., grid=..., block=...)`` runs one launch;
+:class:`EmulatedKernel` parses and compiles once and can be called many times.
+"""
+
+from __future__ import annotations
+
+from wavec.emulator.interp import OPS, EmulatedKernel, run_kernel
+
+__all__ = ["OPS", "EmulatedKernel", "load_ops", "run_kernel"]
+
+
+def load_ops() -> None:
+    """Import the op modules so that their handlers register themselves in :data:`OPS`."""
+    from wavec.emulator import (  # noqa: F401
+        ops_amdgpu,
+        ops_arith,
+        ops_gpu,
+        ops_memref,
+        ops_nvgpu,
+        ops_scf,
+        ops_vector,
+    )

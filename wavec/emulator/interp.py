@@ -1,0 +1,257 @@
+"""Core of the emulator: compile a kernel's MLIR once into Python closures, then run workgroups.
+
+Every SSA value lives in a slot of ``State.env`` as a numpy array whose leading axis is the lane axis:
+either one entry per thread of the workgroup, or a single entry for a value that is uniform across
+the workgroup (numpy broadcasting then gives exactly the per-lane semantics).  Vector values have shape
+``(lanes, *vector_shape)``.  Each op is compiled by the handler registered for its name in :data:`OPS`
+into an ``Instr`` (a closure taking the :class:`State`).  Lane-divergent control flow runs with
+``State.mask`` set: memory is written only for active lanes, and region results are selected per lane.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from iree.compiler import ir
+
+from wavec.errors import EmulatorError
+
+Instr = Callable[["State"], None]
+Handler = Callable[["Compiler", ir.Operation], "Instr | None"]
+
+#: op name -> handler that compiles one op into an Instr (or None for ops with no runtime effect).
+OPS: dict[str, Handler] = {}
+
+
+def register(*names: str) -> Callable[[Handler], Handler]:
+    """Decorator registering one handler for the given op names."""
+
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            OPS[n] = fn
+        return fn
+
+    return deco
+
+
+class State:
+    """Mutable state of one workgroup's execution."""
+
+    def __init__(self, nslots: int, lanes: int, wave_size: int) -> None:
+        self.env: list[Any] = [None] * nslots
+        self.lanes = lanes
+        self.wave_size = wave_size
+        self.mask: np.ndarray | None = None
+        self.block: tuple[int, int, int] = (1, 1, 1)
+        self.grid: tuple[int, int, int] = (1, 1, 1)
+        self.block_id: tuple[int, int, int] = (0, 0, 0)
+        self.tid: tuple[np.ndarray, np.ndarray, np.ndarray] = (np.zeros(1, np.int64),) * 3
+        self.linear = np.arange(lanes, dtype=np.int64)
+        self.wave = self.linear // wave_size
+        self.bindings: list[np.ndarray] = []
+        self.constants: list[int] = []
+        self.check_races = True
+        self.shared: list[Any] = []
+        self.async_open: list[Callable[[State], None]] = []
+        self.async_groups: list[list[Callable[[State], None]]] = []
+        self.locs: list[str] = []
+
+    def active(self) -> np.ndarray:
+        """Bool (lanes,) array of the active lanes."""
+        return np.ones(self.lanes, bool) if self.mask is None else self.mask
+
+
+def run_block(st: State, instrs: list[Instr]) -> None:
+    for ins in instrs:
+        ins(st)
+
+
+def lane_mask(st: State, ndim: int) -> np.ndarray | None:
+    """The active-lane mask reshaped to broadcast against a (lanes, ...) array of rank ``ndim``."""
+    if st.mask is None:
+        return None
+    return st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
+
+
+def uniform(x: np.ndarray, what: str, st: State | None = None) -> int:
+    """A value that must be the same in every (active) lane, as a Python int."""
+    a = np.asarray(x)
+    if a.shape[0] == 1:
+        return int(a[0])
+    vals = a if st is None or st.mask is None else a[st.mask]
+    if vals.size == 0:
+        return int(a[0])
+    if np.any(vals != vals[0]):
+        raise EmulatorError(message=f"{what} is not uniform across the workgroup")
+    return int(vals[0])
+
+
+def full_lanes(x: np.ndarray, lanes: int) -> np.ndarray:
+    """Broadcast a (1, ...) uniform value to (lanes, ...)."""
+    return np.broadcast_to(x, (lanes,) + x.shape[1:])
+
+
+_LOC_RE = re.compile(r'loc\("([^"]*)":(\d+):(\d+)')
+
+
+def location(op: ir.Operation) -> str:
+    """``op.name (file:line)`` for messages."""
+    m = _LOC_RE.search(str(op.location))
+    where = f"{m.group(1)}:{m.group(2)}" if m else str(op.location)
+    return f"{op.name} (line {m.group(2)})" if m and m.group(1) == "-" else f"{op.name} ({where})"
+
+
+class Compiler:
+    """Turns MLIR blocks into lists of closures, assigning one env slot per SSA value."""
+
+    def __init__(self) -> None:
+        self.slots: dict[ir.Value, int] = {}
+        self.locs: list[str] = []
+
+    def slot(self, v: ir.Value) -> int:
+        s = self.slots.get(v)
+        if s is None:
+            s = self.slots[v] = len(self.slots)
+        return s
+
+    def ins(self, op: ir.Operation) -> list[int]:
+        return [self.slot(v) for v in op.operands]
+
+    def outs(self, op: ir.Operation) -> list[int]:
+        return [self.slot(v) for v in op.results]
+
+    def loc(self, op: ir.Operation) -> str:
+        return location(op)
+
+    def op_id(self, op: ir.Operation) -> int:
+        """A small integer naming the op (index into ``State.locs``), for the race checker."""
+        self.locs.append(location(op))
+        return len(self.locs) - 1
+
+    def compile_op(self, op: ir.Operation) -> Instr | None:
+        handler = OPS.get(op.name)
+        if handler is None:
+            raise EmulatorError(message=f"unsupported op {location(op)}")
+        return handler(self, op)
+
+    def block(self, block: ir.Block) -> tuple[list[Instr], ir.Operation | None]:
+        """Compile a block's ops except its terminator; returns (instrs, terminator)."""
+        ops = [o.operation for o in block.operations]
+        term = None
+        if ops and ops[-1].name in ("scf.yield", "scf.condition", "func.return", "affine.yield"):
+            term = ops.pop()
+        instrs = [i for i in (self.compile_op(o) for o in ops) if i is not None]
+        return instrs, term
+
+    def args(self, block: ir.Block) -> list[int]:
+        return [self.slot(a) for a in block.arguments]
+
+
+def _find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+    found = []
+    for region in op.regions:
+        for block in region.blocks:
+            for o in block.operations:
+                o = o.operation
+                if o.name == name:
+                    found.append(o)
+                found.extend(_find_ops(o, name))
+    return found
+
+
+def _sym(op: ir.Operation) -> str:
+    return str(op.attributes["sym_name"]).strip('"')
+
+
+def _wave_size_of(module: ir.Module) -> int:
+    variants = _find_ops(module.operation, "hal.executable.variant")
+    if variants:
+        target = str(variants[0].attributes["target"])
+        if '"rocm"' in target or "gfx" in target:
+            return 64
+    return 32
+
+
+def _workgroup_size(func: ir.Operation) -> tuple[int, ...] | None:
+    if "translation_info" not in func.attributes:
+        return None
+    m = re.search(r"workgroup_size\s*=\s*\[([\d,\s]+)\]", str(func.attributes["translation_info"]))
+    return tuple(int(x) for x in m.group(1).split(",")) if m else None
+
+
+class EmulatedKernel:
+    """A kernel parsed and compiled once; call it to run a grid of workgroups on the CPU."""
+
+    def __init__(self, module_text: str, entry: str, *, wave_size: int | None = None) -> None:
+        from wavec.emulator import load_ops
+
+        load_ops()
+        self.context = ir.Context()
+        self.context.allow_unregistered_dialects = False
+        self.context.load_all_available_dialects()
+        try:
+            self.module = ir.Module.parse(module_text, self.context)
+        except ir.MLIRError as e:
+            raise EmulatorError(message=f"cannot parse the module: {e}") from e
+        funcs = [f for f in _find_ops(self.module.operation, "func.func") if _sym(f) == entry]
+        if not funcs:
+            raise EmulatorError(message=f"no func.func @{entry} in the module")
+        self.func = funcs[0]
+        self.wave_size = wave_size or _wave_size_of(self.module)
+        self.workgroup_size = _workgroup_size(self.func)
+        self.compiler = Compiler()
+        self.body, _ = self.compiler.block(self.func.regions[0].blocks[0])
+        self.nslots = len(self.compiler.slots)
+
+    def __call__(
+        self,
+        *,
+        bindings: list[np.ndarray],
+        constants: list[int],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        check_races: bool = True,
+    ) -> None:
+        grid = tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[assignment]
+        block = tuple(block) + (1,) * (3 - len(block))  # type: ignore[assignment]
+        if self.workgroup_size and tuple(self.workgroup_size) != block:
+            raise EmulatorError(message=f"block {block} differs from workgroup_size {self.workgroup_size}")
+        lanes = block[0] * block[1] * block[2]
+        lin = np.arange(lanes, dtype=np.int64)
+        tid = (lin % block[0], (lin // block[0]) % block[1], lin // (block[0] * block[1]))
+        for z in range(grid[2]):
+            for y in range(grid[1]):
+                for x in range(grid[0]):
+                    st = State(self.nslots, lanes, self.wave_size)
+                    st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
+                    st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
+                    st.locs = self.compiler.locs
+                    run_block(st, self.body)
+                    flush_async(st)
+
+
+def flush_async(st: State) -> None:
+    """Retire every outstanding async copy (the hardware completes them before the kernel ends)."""
+    for group in st.async_groups + [st.async_open]:
+        for copy in group:
+            copy(st)
+    st.async_groups, st.async_open = [], []
+
+
+def run_kernel(
+    module_text: str,
+    entry: str,
+    *,
+    bindings: list[np.ndarray],
+    constants: list[int],
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    check_races: bool = True,
+    wave_size: int | None = None,
+) -> None:
+    """Parse, compile and run ``entry`` of ``module_text`` over ``grid`` workgroups of ``block`` threads."""
+    kernel = EmulatedKernel(module_text, entry, wave_size=wave_size)
+    kernel(bindings=bindings, constants=constants, grid=grid, block=block, check_races=check_races)

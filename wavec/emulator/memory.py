@@ -1,0 +1,195 @@
+"""Memory of the emulator: strided memref views over flat buffers, checked loads/stores, race checker.
+
+A :class:`MemRef` is a strided view (element offset, shape, strides) of a flat numpy array in the
+memref's memory dtype.  The offset may be an array over lanes (private per-thread allocations).  Every
+access is bounds-checked per dimension for the active lanes only.  Accesses to workgroup (shared)
+memory also go through the race checker of their :class:`SharedBuf`, which tracks for every byte the
+last writing wave and the set of reading waves since the last ``gpu.barrier``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from wavec.emulator.interp import State, lane_mask
+from wavec.emulator.types import ElemType
+from wavec.errors import EmulatorError, SharedMemoryRaceError
+
+
+class SharedBuf:
+    """One workgroup-memory allocation with per-byte race-tracking state."""
+
+    def __init__(self, nbytes: int, name: str) -> None:
+        self.raw = np.full(nbytes, 0xFF, np.uint8)  # uninitialised: NaN / -1 everywhere
+        self.name = name
+        self.wr_wave = np.full(nbytes, -1, np.int64)
+        self.wr_op = np.zeros(nbytes, np.int64)
+        self.rd_mask = np.zeros(nbytes, np.uint64)
+        self.rd_op = np.zeros(nbytes, np.int64)
+
+    def reset(self) -> None:
+        """A barrier: forget all accesses."""
+        self.wr_wave.fill(-1)
+        self.rd_mask.fill(0)
+
+    def _race(self, st: State, byte: int, first: int, second: int) -> SharedMemoryRaceError:
+        return SharedMemoryRaceError(
+            address=byte, buffer=self.name, first=st.locs[first], second=st.locs[second]
+        )
+
+    def read(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+        ww = self.wr_wave[b]
+        bad = (ww >= 0) & (ww != w)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise self._race(st, int(b[i]), int(self.wr_op[b[i]]), op)
+        np.bitwise_or.at(self.rd_mask, b, np.left_shift(np.uint64(1), w.astype(np.uint64)))
+        self.rd_op[b] = op
+
+    def write(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+        ww = self.wr_wave[b]
+        bad = (ww >= 0) & (ww != w)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise self._race(st, int(b[i]), int(self.wr_op[b[i]]), op)
+        others = self.rd_mask[b] & ~np.left_shift(np.uint64(1), w.astype(np.uint64))
+        if others.any():
+            i = int(np.argmax(others != 0))
+            raise self._race(st, int(b[i]), int(self.rd_op[b[i]]), op)
+        self.wr_wave[b] = w
+        clash = self.wr_wave[b] != w  # two waves wrote the same byte in this one op
+        if clash.any():
+            i = int(np.argmax(clash))
+            raise self._race(st, int(b[i]), op, op)
+        self.wr_op[b] = op
+
+
+@dataclass
+class MemRef:
+    """A strided view of a flat buffer ``arr`` (memory dtype of ``et``)."""
+
+    arr: np.ndarray
+    offset: int | np.ndarray
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    et: ElemType
+    name: str
+    shared: SharedBuf | None = None
+    byte_base: int = 0  # byte offset of arr[0] inside shared.raw
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return tuple(reversed(strides))
+
+
+def element_indices(idxs: list[np.ndarray], vshape: tuple[int, ...], vmap: list[int | None]) -> list:
+    """Per-memref-dim index arrays of shape (L|1, *vshape) for a vector access at ``idxs``.
+
+    ``vmap[i]`` is the memref dim that vector dim ``i`` walks along (None: broadcast dim).
+    """
+    r = len(vshape)
+    out = [np.asarray(i, dtype=np.int64).reshape((-1,) + (1,) * r) for i in idxs]
+    for i, d in enumerate(vmap):
+        if d is None:
+            continue
+        shape = [1] * (r + 1)
+        shape[i + 1] = vshape[i]
+        out[d] = out[d] + np.arange(vshape[i], dtype=np.int64).reshape(shape)
+    return out
+
+
+def _valid(st: State, ndim: int, emask: np.ndarray | None) -> np.ndarray | None:
+    lm = lane_mask(st, ndim)
+    if emask is None:
+        return lm
+    return emask if lm is None else (lm & emask)
+
+
+def address(st: State, m: MemRef, eidx: list[np.ndarray], valid: np.ndarray | None, loc: str) -> np.ndarray:
+    """Flat element addresses of an access; raises EmulatorError for an active out-of-bounds element."""
+    addr = np.asarray(m.offset).reshape((-1,) + (1,) * (eidx[0].ndim - 1)) if eidx else m.offset
+    for d, e in enumerate(eidx):
+        bad = (e < 0) | (e >= m.shape[d])
+        if valid is not None:
+            bad = bad & valid
+        if bad.any():
+            shape = np.broadcast_shapes(bad.shape, e.shape)
+            where = tuple(np.argwhere(np.broadcast_to(bad, shape))[0])
+            val = np.broadcast_to(e, shape)[where]
+            raise EmulatorError(
+                message=f"{loc}: out-of-bounds access to {m.name} (shape {list(m.shape)}): "
+                f"index {int(val)} in dim {d} (lane {int(where[0])})"
+            )
+        addr = addr + e * m.strides[d]
+    addr = np.asarray(addr, dtype=np.int64)
+    bad = (addr < 0) | (addr >= m.arr.size)
+    if valid is not None:
+        bad = bad & valid
+    if bad.any():
+        raise EmulatorError(message=f"{loc}: access outside the buffer of {m.name}")
+    return addr
+
+
+def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None):
+    full = (st.lanes,) + addr.shape[1:]
+    a = np.broadcast_to(addr, full)
+    w = np.broadcast_to(st.wave.reshape((-1,) + (1,) * (a.ndim - 1)), full)
+    if valid is not None:
+        sel = np.broadcast_to(valid, full)
+        a, w = a[sel], w[sel]
+    else:
+        a, w = a.reshape(-1), w.reshape(-1)
+    n = m.et.nbytes
+    b = (m.byte_base + a * n)[:, None] + np.arange(n)
+    return b.reshape(-1), np.repeat(w, n)
+
+
+def load(
+    st: State, m: MemRef, eidx: list[np.ndarray], loc: str, op: int, emask: np.ndarray | None = None
+) -> np.ndarray:
+    """Gather the register values at element indices ``eidx`` (inactive / masked elements read 0)."""
+    ndim = eidx[0].ndim if eidx else 1
+    valid = _valid(st, ndim, emask)
+    addr = address(st, m, eidx, valid, loc)
+    if valid is not None:
+        addr = np.where(valid, addr, 0)
+    vals = m.arr[addr]
+    if m.shared is not None and st.check_races:
+        m.shared.read(st, *_race_bytes(st, m, addr, valid), op)
+    return m.et.from_mem(vals)
+
+
+def store(
+    st: State,
+    m: MemRef,
+    eidx: list[np.ndarray],
+    vals: np.ndarray,
+    loc: str,
+    op: int,
+    emask: np.ndarray | None = None,
+) -> None:
+    """Scatter register values ``vals`` to element indices ``eidx`` for active, unmasked elements."""
+    ndim = max(eidx[0].ndim if eidx else 1, np.ndim(vals))
+    valid = _valid(st, ndim, emask)
+    addr = address(st, m, eidx, valid, loc)
+    mem = m.et.to_mem(vals)
+    shape = np.broadcast_shapes(addr.shape, mem.shape, valid.shape if valid is not None else ())
+    addr_b, mem_b = np.broadcast_to(addr, shape), np.broadcast_to(mem, shape)
+    if m.shared is not None and st.check_races:
+        m.shared.write(st, *_race_bytes(st, m, addr_b, valid), op)
+    if valid is None:
+        m.arr[addr_b.reshape(-1)] = mem_b.reshape(-1)
+    else:
+        sel = np.broadcast_to(valid, shape)
+        m.arr[addr_b[sel]] = mem_b[sel]

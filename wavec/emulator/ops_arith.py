@@ -1,0 +1,300 @@
+"""``arith``, ``math`` and ``ub`` ops, elementwise over (lanes, *vector_shape) arrays.
+
+Integers wrap like two's-complement machine integers of their width; unsigned ops reinterpret the bits.
+Float ops compute in numpy in the element type (f16 ufuncs compute in f32 and round once per op, as
+the GPU does) and bf16 results are rounded to bf16 (round to nearest even) after every op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from iree.compiler import ir
+
+from wavec.emulator.interp import Compiler, Instr, State, register
+from wavec.emulator.types import ElemType, as_signed, as_unsigned, value_type
+from wavec.errors import EmulatorError
+
+Fn = Callable[..., np.ndarray]
+
+
+def _elementwise(c: Compiler, op: ir.Operation, fn: Fn) -> Instr:
+    ins, (o,) = c.ins(op), c.outs(op)
+    if len(ins) == 1:
+        (a,) = ins
+
+        def run1(st: State) -> None:
+            st.env[o] = fn(st.env[a])
+
+        return run1
+    if len(ins) == 2:
+        a, b = ins
+
+        def run2(st: State) -> None:
+            env = st.env
+            env[o] = fn(env[a], env[b])
+
+        return run2
+
+    def run(st: State) -> None:
+        env = st.env
+        env[o] = fn(*[env[i] for i in ins])
+
+    return run
+
+
+def _res(op: ir.Operation) -> ElemType:
+    return value_type(op.results[0].type)[1]
+
+
+def _arg(op: ir.Operation, i: int = 0) -> ElemType:
+    return value_type(op.operands[i].type)[1]
+
+
+# ---------------------------------------------------------------- integers
+
+
+def _wrap(et: ElemType) -> Callable[[np.ndarray], np.ndarray]:
+    if et.kind == "bool":
+        return lambda r: (np.asarray(r).astype(np.int64) & 1).astype(bool)
+    return lambda r: np.asarray(r).astype(et.reg, copy=False)
+
+
+def _divsi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    b = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) ^ (b < 0), -q, q)
+
+
+def _safe(fn: Fn) -> Fn:
+    return lambda a, b: fn(a, np.where(b == 0, 1, b))
+
+
+def _shift(fn: Fn, bits: int) -> Fn:
+    def run(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        big = (b < 0) | (b >= bits)
+        r = fn(a, np.where(big, 0, b).astype(a.dtype))
+        return np.where(big, 0, r)
+
+    return run
+
+
+_SIGNED_INT: dict[str, Fn] = {
+    "arith.addi": np.add,
+    "arith.subi": np.subtract,
+    "arith.muli": np.multiply,
+    "arith.divsi": _divsi,
+    "arith.remsi": _safe(np.fmod),
+    "arith.floordivsi": _safe(np.floor_divide),
+    "arith.ceildivsi": _safe(lambda a, b: -np.floor_divide(-a, b)),
+    "arith.minsi": np.minimum,
+    "arith.maxsi": np.maximum,
+    "arith.andi": np.bitwise_and,
+    "arith.ori": np.bitwise_or,
+    "arith.xori": np.bitwise_xor,
+}
+_UNSIGNED_INT: dict[str, Fn] = {
+    "arith.divui": _safe(np.floor_divide),
+    "arith.remui": _safe(np.remainder),
+    "arith.minui": np.minimum,
+    "arith.maxui": np.maximum,
+}
+
+
+@register(*_SIGNED_INT, *_UNSIGNED_INT, "arith.shli", "arith.shrui", "arith.shrsi")
+def _int_binary(c: Compiler, op: ir.Operation) -> Instr:
+    et, name = _res(op), op.name
+    wrap = _wrap(et)
+    if et.kind == "bool" and name in ("arith.andi", "arith.ori", "arith.xori"):
+        return _elementwise(c, op, _SIGNED_INT[name])
+    if name in _SIGNED_INT:
+        f = _SIGNED_INT[name]
+        return _elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_signed(b, et))))
+    if name == "arith.shli":
+        f = _shift(np.left_shift, et.bits)
+        return _elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
+    if name == "arith.shrsi":
+        f = _shift(np.right_shift, et.bits)
+        return _elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_unsigned(b, et))))
+    f = _shift(np.right_shift, et.bits) if name == "arith.shrui" else _UNSIGNED_INT[name]
+    return _elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
+
+
+_CMPI: list[tuple[Fn, bool]] = [
+    (np.equal, True), (np.not_equal, True), (np.less, True), (np.less_equal, True),
+    (np.greater, True), (np.greater_equal, True), (np.less, False), (np.less_equal, False),
+    (np.greater, False), (np.greater_equal, False),
+]  # fmt: skip
+
+
+@register("arith.cmpi")
+def _cmpi(c: Compiler, op: ir.Operation) -> Instr:
+    et = _arg(op)
+    fn, signed = _CMPI[op.attributes["predicate"].value]
+    conv = (lambda x: as_signed(x, et)) if signed else (lambda x: as_unsigned(x, et))
+    return _elementwise(c, op, lambda a, b: fn(conv(a), conv(b)))
+
+
+def _cmpf_fn(pred: int) -> Fn:
+    base = [None, np.equal, np.greater, np.greater_equal, np.less, np.less_equal, np.not_equal]
+    if pred == 0:
+        return lambda a, b: np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b)), bool)
+    if pred == 15:
+        return lambda a, b: np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)), bool)
+    if pred == 7:
+        return lambda a, b: ~(np.isnan(a) | np.isnan(b))
+    if pred == 14:
+        return lambda a, b: np.isnan(a) | np.isnan(b)
+    if pred < 7:
+        f = base[pred]
+        return lambda a, b: f(a, b) & ~(np.isnan(a) | np.isnan(b))
+    f = base[pred - 7]
+    return lambda a, b: f(a, b) | np.isnan(a) | np.isnan(b)
+
+
+@register("arith.cmpf")
+def _cmpf(c: Compiler, op: ir.Operation) -> Instr:
+    return _elementwise(c, op, _cmpf_fn(op.attributes["predicate"].value))
+
+
+@register("arith.select")
+def _select(c: Compiler, op: ir.Operation) -> Instr:
+    rank = len(value_type(op.results[0].type)[0])
+    cond_rank = len(value_type(op.operands[0].type)[0])
+
+    def sel(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if cond_rank < rank:
+            cond = cond.reshape(cond.shape + (1,) * (rank - cond_rank))
+        return np.where(cond, a, b)
+
+    return _elementwise(c, op, sel)
+
+
+# ---------------------------------------------------------------- floats
+
+
+def _fp(fn: Fn, et: ElemType) -> Fn:
+    fix = et.fix
+    if et.name != "bf16":
+        return fn
+    return lambda *xs: fix(fn(*xs))
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Fused multiply-add with one rounding (f64 holds f32 products exactly)."""
+    return (a.astype(np.float64) * b + c).astype(a.dtype)
+
+
+_FLOAT: dict[str, Fn] = {
+    "arith.addf": np.add,
+    "arith.subf": np.subtract,
+    "arith.mulf": np.multiply,
+    "arith.divf": np.divide,
+    "arith.remf": np.fmod,
+    "arith.negf": np.negative,
+    "arith.maximumf": np.maximum,
+    "arith.minimumf": np.minimum,
+    "arith.maxnumf": np.fmax,
+    "arith.minnumf": np.fmin,
+    "math.exp2": np.exp2,
+    "math.exp": np.exp,
+    "math.log": np.log,
+    "math.log2": np.log2,
+    "math.sqrt": np.sqrt,
+    "math.rsqrt": lambda x: (1.0 / np.sqrt(x.astype(np.float32))).astype(x.dtype),
+    "math.fma": _fma,
+    "vector.fma": _fma,
+    "math.absf": np.abs,
+    "math.tanh": np.tanh,
+    "math.powf": np.power,
+    "math.floor": np.floor,
+    "math.ceil": np.ceil,
+    "math.copysign": np.copysign,
+    "math.sin": np.sin,
+    "math.cos": np.cos,
+}
+
+
+@register(*_FLOAT)
+def _float_op(c: Compiler, op: ir.Operation) -> Instr:
+    return _elementwise(c, op, _fp(_FLOAT[op.name], _res(op)))
+
+
+# ---------------------------------------------------------------- casts
+
+
+@register("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui")
+@register("arith.index_cast", "arith.index_castui", "arith.extsi", "arith.extui", "arith.trunci")
+def _cast(c: Compiler, op: ir.Operation) -> Instr:
+    src, dst, name = _arg(op), _res(op), op.name
+    wrap = _wrap(dst)
+    if name in ("arith.extf", "arith.truncf", "arith.sitofp"):
+        pre = (lambda x: as_signed(x, src)) if name == "arith.sitofp" else (lambda x: x)
+        return _elementwise(c, op, lambda x: dst.cast(pre(x)))
+    if name == "arith.uitofp":
+        return _elementwise(c, op, lambda x: dst.cast(as_unsigned(x, src)))
+    if name == "arith.fptosi":
+        return _elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.int64)))
+    if name == "arith.fptoui":
+        return _elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.uint64)))
+    if name in ("arith.index_castui", "arith.extui"):
+        return _elementwise(c, op, lambda x: wrap(as_unsigned(x, src)))
+    if name == "arith.trunci":
+        return _elementwise(c, op, wrap)
+    return _elementwise(c, op, lambda x: wrap(as_signed(x, src)))
+
+
+@register("arith.bitcast")
+def _bitcast(c: Compiler, op: ir.Operation) -> Instr:
+    src, dst = _arg(op), _res(op)
+    return _elementwise(c, op, lambda x: dst.from_mem(np.ascontiguousarray(src.to_mem(x)).view(dst.mem)))
+
+
+# ---------------------------------------------------------------- constants
+
+
+def constant_array(attr: ir.Attribute, t: ir.Type) -> np.ndarray:
+    """The value of a constant attribute as a uniform (1, *shape) register array."""
+    shape, et = value_type(t)
+    if isinstance(attr, (ir.IntegerAttr, ir.BoolAttr)):
+        v = np.array([attr.value])
+    elif isinstance(attr, ir.FloatAttr):
+        v = np.array([attr.value], np.float64)
+    elif isinstance(attr, ir.DenseElementsAttr) and attr.is_splat:
+        s = attr.get_splat_value()
+        v = np.full((1,) + shape, s.value, np.float64 if isinstance(s, ir.FloatAttr) else np.int64)
+    elif isinstance(attr, ir.DenseElementsAttr):
+        try:
+            v = np.array(attr).reshape((1,) + shape)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise EmulatorError(message=f"cannot read dense constant {attr}") from e
+    else:
+        raise EmulatorError(message=f"unsupported constant {attr}")
+    if et.kind == "bool":
+        return (v.astype(np.int64) & 1).astype(bool)
+    return et.cast(v) if et.is_float else v.astype(et.reg)
+
+
+@register("arith.constant")
+def _constant(c: Compiler, op: ir.Operation) -> Instr:
+    (o,) = c.outs(op)
+    val = constant_array(op.attributes["value"], op.results[0].type)
+    val.setflags(write=False)
+
+    def run(st: State) -> None:
+        st.env[o] = val
+
+    return run
+
+
+@register("ub.poison")
+def _poison(c: Compiler, op: ir.Operation) -> Instr:
+    (o,) = c.outs(op)
+    shape, et = value_type(op.results[0].type)
+    val = np.full((1,) + shape, np.nan if et.is_float else 0).astype(et.reg)
+
+    def run(st: State) -> None:
+        st.env[o] = val
+
+    return run

@@ -1,0 +1,273 @@
+"""Structured control flow (``scf.for``/``if``/``while``) and ``affine`` index ops.
+
+Uniform conditions and bounds run one path.  Lane-divergent ones run masked: ``State.mask`` holds the
+active lanes, memory is written only by active lanes, and loop-carried / region results are selected
+per lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+from iree.compiler import ir
+
+from wavec.emulator.interp import Compiler, Instr, State, register, run_block
+from wavec.emulator.types import value_type
+from wavec.errors import EmulatorError
+
+KDYN = -(2**63)
+
+
+def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    nd = max(np.ndim(a), np.ndim(b))
+    return np.where(cond.reshape(cond.shape + (1,) * (nd - 1)), a, b)
+
+
+def _split(st: State, cond: np.ndarray) -> tuple[bool | None, np.ndarray]:
+    """(uniform truth value or None if divergent, active lanes)."""
+    act = st.active()
+    if cond.shape[0] == 1:
+        return bool(cond[0]), act
+    ca = cond[act]
+    if ca.all():
+        return True, act
+    if not ca.any():
+        return False, act
+    return None, act
+
+
+def _set_mask(st: State, m: np.ndarray) -> None:
+    st.mask = None if m.all() else m
+
+
+@register("scf.for")
+def _for(c: Compiler, op: ir.Operation) -> Instr:
+    lb, ub, step, *inits = c.ins(op)
+    outs = c.outs(op)
+    body = op.regions[0].blocks[0]
+    iv, *iargs = c.args(body)
+    instrs, term = c.block(body)
+    ys = c.ins(term) if term is not None else []
+    dtype = value_type(op.operands[0].type)[1].reg
+
+    def uniform_loop(st: State, lo: int, hi: int, s: int, vals: list) -> list:
+        env = st.env
+        for i in range(lo, hi, s):
+            env[iv] = np.array([i], dtype)
+            for a, v in zip(iargs, vals, strict=False):
+                env[a] = v
+            run_block(st, instrs)
+            vals = [env[y] for y in ys]
+        return vals
+
+    def run(st: State) -> None:
+        env = st.env
+        lo, hi, s = (np.asarray(env[i]) for i in (lb, ub, step))
+        vals = [env[i] for i in inits]
+        bounds = np.broadcast_arrays(lo, hi, s)
+        act = st.active()
+        if all(b.shape[0] == 1 or np.all(b[act] == b[act][0]) for b in bounds) and act.any():
+            lo_i, hi_i, s_i = (int(b[act][0]) if b.shape[0] > 1 else int(b[0]) for b in bounds)
+            vals = uniform_loop(st, lo_i, hi_i, s_i, vals)
+        else:
+            vals = _divergent_loop(st, instrs, iv, iargs, ys, bounds, vals)
+        for o, v in zip(outs, vals, strict=False):
+            env[o] = v
+
+    return run
+
+
+def _divergent_loop(
+    st: State, instrs: list, iv: int, iargs: list, ys: list, bounds: list, vals: list
+) -> list:
+    lo, hi, s = (np.broadcast_to(b, (st.lanes,)).astype(np.int64) for b in bounds)
+    trip = np.maximum(0, -((lo - hi) // s))
+    saved, base = st.mask, st.active()
+    env = st.env
+    n = int(trip[base].max()) if base.any() else 0
+    for k in range(n):
+        act = base & (trip > k)
+        _set_mask(st, act)
+        env[iv] = (lo + k * s).astype(bounds[0].dtype)
+        for a, v in zip(iargs, vals, strict=False):
+            env[a] = v
+        run_block(st, instrs)
+        vals = [_where(act, env[y], v) for y, v in zip(ys, vals, strict=False)]
+    st.mask = saved
+    return vals
+
+
+@register("scf.if")
+def _if(c: Compiler, op: ir.Operation) -> Instr:
+    (cond,), outs = c.ins(op), c.outs(op)
+    then_i, then_t = c.block(op.regions[0].blocks[0])
+    then_y = c.ins(then_t) if then_t is not None else []
+    has_else = len(op.regions[1].blocks) > 0
+    else_i, else_t = c.block(op.regions[1].blocks[0]) if has_else else ([], None)
+    else_y = c.ins(else_t) if else_t is not None else []
+
+    def run(st: State) -> None:
+        env = st.env
+        cnd = np.asarray(env[cond])
+        u, act = _split(st, cnd)
+        if u is not None:
+            run_block(st, then_i if u else else_i)
+            for o, y in zip(outs, then_y if u else else_y, strict=False):
+                env[o] = env[y]
+            return
+        saved = st.mask
+        st.mask = act & cnd
+        run_block(st, then_i)
+        tv = [env[y] for y in then_y]
+        st.mask = act & ~cnd
+        run_block(st, else_i)
+        for o, t, y in zip(outs, tv, else_y, strict=False):
+            env[o] = _where(cnd, t, env[y])
+        st.mask = saved
+
+    return run
+
+
+@register("scf.while")
+def _while(c: Compiler, op: ir.Operation) -> Instr:
+    inits, outs = c.ins(op), c.outs(op)
+    before, after = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    b_args, a_args = c.args(before), c.args(after)
+    b_i, b_t = c.block(before)
+    a_i, a_t = c.block(after)
+    cond, *fwd = c.ins(b_t)
+    ys = c.ins(a_t)
+
+    def run(st: State) -> None:
+        env = st.env
+        saved, act = st.mask, st.active()
+        vals, res = [env[i] for i in inits], None
+        while True:
+            for a, v in zip(b_args, vals, strict=False):
+                env[a] = v
+            run_block(st, b_i)
+            cnd = np.broadcast_to(np.asarray(env[cond]), (st.lanes,))
+            fw = [env[f] for f in fwd]
+            leave, stay = act & ~cnd, act & cnd
+            res = fw if res is None else [_where(leave, f, r) for f, r in zip(fw, res, strict=False)]
+            if not stay.any():
+                break
+            act = stay
+            _set_mask(st, act)
+            for a, v in zip(a_args, fw, strict=False):
+                env[a] = v
+            run_block(st, a_i)
+            vals = [env[y] for y in ys]
+        st.mask = saved
+        for o, r in zip(outs, res, strict=False):
+            env[o] = r
+
+    return run
+
+
+# ---------------------------------------------------------------- affine
+
+AffineFn = Callable[[list], np.ndarray]
+
+
+def compile_expr(e: ir.AffineExpr, n_dims: int) -> AffineFn:
+    """An affine expression as a function of the map's operands (dims then symbols)."""
+    if isinstance(e, ir.AffineConstantExpr):
+        v = e.value
+        return lambda xs: np.int64(v)
+    if isinstance(e, ir.AffineDimExpr):
+        p = e.position
+        return lambda xs: xs[p]
+    if isinstance(e, ir.AffineSymbolExpr):
+        p = n_dims + e.position
+        return lambda xs: xs[p]
+    lhs, rhs = compile_expr(e.lhs, n_dims), compile_expr(e.rhs, n_dims)
+    if isinstance(e, ir.AffineAddExpr):
+        return lambda xs: lhs(xs) + rhs(xs)
+    if isinstance(e, ir.AffineMulExpr):
+        return lambda xs: lhs(xs) * rhs(xs)
+    if isinstance(e, ir.AffineModExpr):
+        return lambda xs: np.mod(lhs(xs), rhs(xs))
+    if isinstance(e, ir.AffineFloorDivExpr):
+        return lambda xs: np.floor_divide(lhs(xs), rhs(xs))
+    if isinstance(e, ir.AffineCeilDivExpr):
+        return lambda xs: -np.floor_divide(-lhs(xs), rhs(xs))
+    raise EmulatorError(message=f"unsupported affine expression {e}")
+
+
+def compile_map(m: ir.AffineMap) -> list[AffineFn]:
+    return [compile_expr(e, m.n_dims) for e in m.results]
+
+
+@register("affine.apply", "affine.min", "affine.max")
+def _affine(c: Compiler, op: ir.Operation) -> Instr:
+    ins, (o,) = c.ins(op), c.outs(op)
+    fns = compile_map(op.attributes["map"].value)
+    red = {"affine.min": np.minimum, "affine.max": np.maximum}.get(op.name)
+
+    def run(st: State) -> None:
+        xs = [np.asarray(st.env[i], np.int64) for i in ins]
+        vals = [np.asarray(f(xs), np.int64).reshape(-1) for f in fns]
+        r = vals[0]
+        for v in vals[1:]:
+            r = red(r, v)
+        st.env[o] = r
+
+    return run
+
+
+def _basis(c: Compiler, op: ir.Operation, dyn: list[int]) -> Callable[[State], list[int]]:
+    static = list(op.attributes["static_basis"])
+    loc = c.loc(op)
+
+    def get(st: State) -> list[int]:
+        it = iter(dyn)
+        out = []
+        for b in static:
+            v = b if b != KDYN else int(np.asarray(st.env[next(it)]).reshape(-1)[0])
+            if v <= 0:
+                raise EmulatorError(message=f"{loc}: basis element {v} is not positive")
+            out.append(v)
+        return out
+
+    return get
+
+
+@register("affine.delinearize_index")
+def _delinearize(c: Compiler, op: ir.Operation) -> Instr:
+    idx, *dyn = c.ins(op)
+    outs = c.outs(op)
+    basis = _basis(c, op, dyn)
+
+    def run(st: State) -> None:
+        b = basis(st)
+        if len(outs) == len(b) + 1:
+            b = [0] + b
+        rem = np.asarray(st.env[idx], np.int64)
+        res = []
+        for k in range(len(b) - 1, 0, -1):
+            res.append(np.mod(rem, b[k]))
+            rem = np.floor_divide(rem, b[k])
+        res.append(rem)
+        for o, v in zip(outs, reversed(res), strict=False):
+            st.env[o] = v
+
+    return run
+
+
+@register("affine.linearize_index")
+def _linearize(c: Compiler, op: ir.Operation) -> Instr:
+    ins, (o,) = c.ins(op), c.outs(op)
+    n = int(list(op.attributes["operandSegmentSizes"])[0])
+    idxs, dyn = ins[:n], ins[n:]
+    basis = _basis(c, op, dyn)
+
+    def run(st: State) -> None:
+        b = basis(st)[-(n - 1) :] if n > 1 else []
+        r = np.asarray(st.env[idxs[0]], np.int64)
+        for k in range(1, n):
+            r = r * b[k - 1] + np.asarray(st.env[idxs[k]], np.int64)
+        st.env[o] = r
+
+    return run
