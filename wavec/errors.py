@@ -97,4 +97,5 @@ class EmulatorError(WavecError):
 
 
 class SharedMemoryRaceError(EmulatorError):
-    template = "emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} with no barrier between"
+    template = ("emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} "
+                "with no barrier between")

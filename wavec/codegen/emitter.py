@@ -109,7 +109,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
         f"subgroup_size = {cs.threads_per_wave}>}} {{",
         "        %c0 = arith.constant 0 : index",
     ]
-    for i, d in enumerate(dyn):
+    for i in range(len(dyn)):
         lines.append(f"        %sym{i}_i32 = hal.interface.constant.load layout(#layout) ordinal({i}) : i32")
         lines.append(f"        %sym{i} = arith.index_castui %sym{i}_i32 : i32 to index")
     for i, a in enumerate(trace.args):

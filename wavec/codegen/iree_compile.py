@@ -14,6 +14,7 @@ the same through the wheel's ``iree-compile`` executable (debug route / fallback
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import re
@@ -71,7 +72,22 @@ def _session() -> Any:
     if session is None:
         session = api.Session()
         _tls.session = session
+        _SESSIONS.append(session)
     return session
+
+
+_SESSIONS: list[Any] = []
+
+
+@atexit.register
+def _close_sessions() -> None:
+    """Close sessions while the compiler library is still loaded (else ``Session.__del__`` fails noisily
+    at interpreter exit)."""
+    while _SESSIONS:
+        try:
+            _SESSIONS.pop().close()
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
 
 
 def _error_text(api: Any, err_p: int | None) -> str | None:

@@ -126,7 +126,7 @@ class _Solver:
 
     def seed_anchors(self) -> None:
         mma_type = self.ctx.constraints.mma_type
-        for n, g in self.graph_of.items():
+        for n in self.graph_of:
             op = n.meta.get("op")
             if op is MMA:
                 if mma_type is None:

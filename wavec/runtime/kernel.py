@@ -27,8 +27,9 @@ class CompiledKernel:
             from ..emulator.launch import EmulatorKernel
 
             return EmulatorKernel(self.artifact)
-        raise LaunchError(kernel=self.metadata.kernel, message=f"backend {self.backend!r} cannot run here "
-                          "(no AMD GPU runtime is wired up); compile with backend='emulator' to run it on the CPU")
+        raise LaunchError(kernel=self.metadata.kernel, message=(
+            f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
+            "compile with backend='emulator' to run it on the CPU"))
 
     def __call__(self, *tensors: Any) -> None:
         impl = self._impl
@@ -39,12 +40,6 @@ class CompiledKernel:
     @property
     def mlir(self) -> str:
         return self.artifact.mlir
-
-    @property
-    def ptx(self) -> str | None:
-        from ..codegen.binary import parse_executable  # noqa: F401 - documented accessor only for ptx artifacts
-
-        return self.artifact.binary.decode() if self.artifact.format == "ptx" else None
 
     def __repr__(self) -> str:
         m = self.metadata
