@@ -1,0 +1,44 @@
+"""``EmulatorKernel``: run a compiled artifact's MLIR on the CPU emulator with PyTorch tensors.
+
+The tensors are validated exactly as for the GPU launcher (``BindingPlan`` with CPU tensors), viewed as
+flat numpy arrays (bf16 as its uint16 bits) and run in place; the emulator writes straight into the
+tensors' memory, so outputs need no copy back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..runtime.artifact import Artifact
+from ..runtime.binding import BindingPlan
+
+
+def _flat_view(t: Any) -> np.ndarray:
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().reshape(-1).view(np.uint16)
+    return t.numpy().reshape(-1)
+
+
+class EmulatorKernel:
+    """Callable with CPU torch tensors in argument order (outputs written in place)."""
+
+    def __init__(self, artifact: Artifact, check_races: bool = True) -> None:
+        from .interp import EmulatedKernel
+
+        meta = artifact.metadata
+        self.meta = meta
+        self.check_races = check_races
+        self._plan = BindingPlan(meta, "cpu")
+        self._kernel = EmulatedKernel(artifact.mlir, meta.entry)
+
+    def __call__(self, *tensors: Any) -> None:
+        values, _ptrs, _device = self._plan.bind(tensors)
+        grid = self._plan.grid(values)
+        if not all(grid):
+            return
+        self._kernel(bindings=[_flat_view(t) for t in tensors], constants=[values[c] for c in self.meta.constants],
+                     grid=grid, block=self.meta.block, check_races=self.check_races)
