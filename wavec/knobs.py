@@ -7,9 +7,10 @@ Read a knob as ``knobs.cache_dir`` etc.; the value is looked up at each access, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
