@@ -180,3 +180,28 @@ def test_bf16_conversion_round_to_nearest_even() -> None:
     ref = torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     np.testing.assert_array_equal(f32_to_bf16_bits(x), ref)
     np.testing.assert_array_equal(bf16_bits_to_f32(ref), torch.from_numpy(x).to(torch.bfloat16).float().numpy())
+
+
+def test_lane_ops() -> None:
+    x = rng().standard_normal(32).astype(np.float32)
+    o, oi = np.full((32, 8), np.nan, np.float32), np.zeros((32, 4), np.int32)
+    run_kernel(text("lane_ops"), "lane_ops", bindings=[x, o.ravel(), oi.ravel()], constants=[],
+               grid=(1, 1, 1), block=(32, 1, 1))  # fmt: skip
+    t = np.arange(32)
+    np.testing.assert_array_equal(o[:, 0], x[t ^ 1])
+    down_valid = (t % 16) + 4 < 16
+    np.testing.assert_array_equal(o[:, 1], np.where(down_valid, x[np.minimum(t + 4, 31)], x))
+    np.testing.assert_array_equal(o[:, 2], np.where(t >= 4, x[t - 4], x))
+    np.testing.assert_array_equal(o[:, 3], np.full(32, x[5]))
+    win = np.array([[x[i + j] if i + j < 32 else -1.0 for j in range(4)] for i in t], np.float32)
+    ref_sum = ((win[:, 0] + win[:, 1]) + win[:, 2]) + win[:, 3]  # ordered f32 reduction
+    np.testing.assert_array_equal(o[:, 4], ref_sum)
+    np.testing.assert_allclose(o[:, 5], np.full(32, x.astype(np.float64).sum()), rtol=1e-5, atol=1e-5)
+    assert len(set(o[:, 5].tolist())) == 1  # butterfly: the same bits in every lane
+    np.testing.assert_array_equal(o[:, 6], win.max(axis=1))
+    np.testing.assert_array_equal(o[:, 7], np.where(down_valid, win.max(axis=1), x))
+    a = t - 16
+    np.testing.assert_array_equal(oi[:, 0], np.trunc(a / 3).astype(np.int32))
+    np.testing.assert_array_equal(oi[:, 1], np.fmod(a, 3))
+    np.testing.assert_array_equal(oi[:, 2], (a.astype(np.uint32) >> 28).astype(np.int32))
+    np.testing.assert_array_equal(oi[:, 3], a // 3)

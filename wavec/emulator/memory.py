@@ -35,9 +35,7 @@ class SharedBuf:
         self.rd_mask.fill(0)
 
     def _race(self, st: State, byte: int, first: int, second: int) -> SharedMemoryRaceError:
-        return SharedMemoryRaceError(
-            address=byte, buffer=self.name, first=st.locs[first], second=st.locs[second]
-        )
+        return SharedMemoryRaceError(address=byte, buffer=self.name, first=st.locs[first], second=st.locs[second])
 
     def read(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
         ww = self.wr_wave[b]

@@ -85,9 +85,7 @@ def _barrier(c: Compiler, op: ir.Operation) -> Instr:
 
     def run(st: State) -> None:
         if st.mask is not None and not st.mask.all():
-            raise EmulatorError(
-                message=f"{loc}: barrier reached by only some threads (divergent control flow)"
-            )
+            raise EmulatorError(message=f"{loc}: barrier reached by only some threads (divergent control flow)")
         for buf in st.shared:
             buf.reset()
 

@@ -114,22 +114,16 @@ def _subview(c: Compiler, op: ir.Operation) -> Instr:
     src = ins[0]
     d_off, d_size = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
     d_str = ins[1 + seg[1] + seg[2] :]
-    s_off, s_size, s_str = (
-        list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides")
-    )
+    s_off, s_size, s_str = (list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
     rank, loc = _mtype(op.results[0].type).rank, c.loc(op)
 
     def run(st: State) -> None:
         m: MemRef = st.env[src]
         offs = _mixed(s_off, d_off, st)
         sizes = [
-            int(uniform(s, "subview size")) if isinstance(s, np.ndarray) else s
-            for s in _mixed(s_size, d_size, st)
+            int(uniform(s, "subview size")) if isinstance(s, np.ndarray) else s for s in _mixed(s_size, d_size, st)
         ]
-        strs = [
-            int(uniform(s, "subview stride")) if isinstance(s, np.ndarray) else s
-            for s in _mixed(s_str, d_str, st)
-        ]
+        strs = [int(uniform(s, "subview stride")) if isinstance(s, np.ndarray) else s for s in _mixed(s_str, d_str, st)]
         offset = m.offset
         for d, (of, sz, sd) in enumerate(zip(offs, sizes, strs, strict=False)):
             last = np.asarray(of) + (sz - 1) * sd
@@ -205,19 +199,13 @@ def _reinterpret(c: Compiler, op: ir.Operation) -> Instr:
     src = ins[0]
     d_off, d_size = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
     d_str = ins[1 + seg[1] + seg[2] :]
-    s_off, s_size, s_str = (
-        list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides")
-    )
+    s_off, s_size, s_str = (list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
 
     def run(st: State) -> None:
         m: MemRef = st.env[src]
         (off,) = [uniform(x, "offset") if isinstance(x, np.ndarray) else x for x in _mixed(s_off, d_off, st)]
-        sizes = tuple(
-            uniform(x, "size") if isinstance(x, np.ndarray) else x for x in _mixed(s_size, d_size, st)
-        )
-        strs = tuple(
-            uniform(x, "stride") if isinstance(x, np.ndarray) else x for x in _mixed(s_str, d_str, st)
-        )
+        sizes = tuple(uniform(x, "size") if isinstance(x, np.ndarray) else x for x in _mixed(s_size, d_size, st))
+        strs = tuple(uniform(x, "stride") if isinstance(x, np.ndarray) else x for x in _mixed(s_str, d_str, st))
         st.env[o] = MemRef(m.arr, off, sizes, strs, m.et, m.name, m.shared, m.byte_base)
 
     return run

@@ -78,9 +78,7 @@ def _for(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-def _divergent_loop(
-    st: State, instrs: list, iv: int, iargs: list, ys: list, bounds: list, vals: list
-) -> list:
+def _divergent_loop(st: State, instrs: list, iv: int, iargs: list, ys: list, bounds: list, vals: list) -> list:
     lo, hi, s = (np.broadcast_to(b, (st.lanes,)).astype(np.int64) for b in bounds)
     trip = np.maximum(0, -((lo - hi) // s))
     saved, base = st.mask, st.active()

@@ -97,9 +97,7 @@ def _transfer_setup(c: Compiler, op: ir.Operation, vtype: ir.Type) -> tuple:
     return vshape, vmap, inb
 
 
-def _transfer_mask(
-    st: State, m, eidx: list, vmap: list, inb: list, mask_slot: int | None
-) -> np.ndarray | None:
+def _transfer_mask(st: State, m, eidx: list, vmap: list, inb: list, mask_slot: int | None) -> np.ndarray | None:
     em = None
     for i, d in enumerate(vmap):
         if d is None or inb[i]:
