@@ -58,7 +58,10 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
             raise EmulatorError(message=f"{loc}: binding {binding} not given")
         off = uniform(st.env[off_slot], "subspan offset") if off_slot is not None else 0
         shape = _fill_shape(static_shape, [uniform(st.env[d], "subspan size") for d in dyn])
-        raw = np.asarray(st.bindings[binding]).reshape(-1).view(np.uint8)
+        arr_in = np.asarray(st.bindings[binding])
+        if not arr_in.flags.c_contiguous:
+            raise EmulatorError(message=f"{loc}: binding {binding} is not contiguous (writes would be lost)")
+        raw = arr_in.reshape(-1).view(np.uint8)
         n = et.mem.itemsize
         if off % n or off > raw.size:
             raise EmulatorError(message=f"{loc}: byte offset {off} invalid for binding {binding}")
