@@ -6,7 +6,13 @@ kernel that runs on PyTorch tensors (or on the CPU emulator).
 """
 
 from .errors import WavecError
-from .frontend.constraints import HardwareConstraint, TilingConstraint, WaveConstraint, WorkgroupConstraint
+from .frontend.constraints import (
+    HardwareConstraint,
+    SchedulingConstraint,
+    TilingConstraint,
+    WaveConstraint,
+    WorkgroupConstraint,
+)
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import binary, broadcast, cast, exp2, iterate, maximum, minimum, mma, read, unary, where, write
@@ -17,7 +23,7 @@ from .indexing.mma import MMAType
 __version__ = "0.1.0"
 
 __all__ = [
-    "WavecError", "HardwareConstraint", "TilingConstraint", "WaveConstraint", "WorkgroupConstraint",
+    "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint", "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
     "maximum", "minimum", "mma", "read", "unary", "where", "write", "sym", "Memory", "Register", "MMAType",
     "compile", "__version__",

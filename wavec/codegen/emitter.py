@@ -159,7 +159,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
             raise CodegenError(trace.loc, message="emitted module does not verify")
         out = str(module)
     sizes = {d: cs.resolve(d) for d in dyn}
-    grid = tuple(_py_expr(g) for g in cs.grid(sizes))
+    grid = tuple(_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
         entry=trace.name, block=(cs.threads, 1, 1),
         bindings=tuple((a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),

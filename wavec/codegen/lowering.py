@@ -12,17 +12,35 @@ from collections.abc import Callable
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import amdgpu, arith, gpu, math, scf, vector
+from iree.compiler.dialects import amdgpu, arith, gpu, math, memref, scf, vector
 
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
-from ..frontend.ops import MMA, Binary, Broadcast, Cast, GetResult, Iterate, Read, RegisterInit, Select, Unary, Write
+from ..frontend.ops import (
+    MMA,
+    Allocate,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    Binary,
+    Broadcast,
+    Cast,
+    GetResult,
+    Iterate,
+    Read,
+    RegisterInit,
+    Select,
+    Unary,
+    Write,
+)
+from ..frontend.types import AddressSpace
 from ..frontend.tracing import Trace
-from ..indexing import LANE, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing.symbols import PID
 from ..passes.context import PassContext
 
 LOWERINGS: dict[type, Callable[[FunctionBuilder, fx.Node], None]] = {}
-MAX_ACCESS_BYTES = 16
 
 
 def rule(op: type):
@@ -62,6 +80,8 @@ class FunctionBuilder:
         self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
         self.values: dict[fx.Node, object] = {}
         self.scopes: list[dict] = [{}]
+        self.pending_copies: list[ir.Value] = []
+        self.last_group: ir.Value | None = None
 
     # ----- index expressions -----
     def index(self, expr) -> ir.Value:
@@ -102,11 +122,14 @@ class FunctionBuilder:
             return acc
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(sympy.together(e.args[0]))
-            if not den.is_Integer:
-                raise CodegenError(message=f"cannot lower {e}: divisor is not a constant")
             if isinstance(e, sympy.ceiling):
                 num = num + den - 1
             return arith.divui(self.index(num), self.index(den))
+        if isinstance(e, sympy.Min):
+            acc = self.index(e.args[0])
+            for t in e.args[1:]:
+                acc = arith.minui(acc, self.index(t))
+            return acc
         if isinstance(e, sympy.Mod):
             return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
@@ -114,14 +137,19 @@ class FunctionBuilder:
     def hardware_symbols(self) -> None:
         tpw = self.cs.threads_per_wave
         tid = gpu.thread_id(gpu.Dimension.x)
+        self.symbols[THREAD] = tid
         self.symbols[LANE] = arith.remui(tid, self.index(tpw))
         wave = arith.divui(tid, self.index(tpw))
         w = self.cs.waves_per_axis
         self.symbols[WAVE[0]] = arith.remui(wave, self.index(w[0]))
         self.symbols[WAVE[1]] = arith.remui(arith.divui(wave, self.index(w[0])), self.index(w[1]))
         self.symbols[WAVE[2]] = arith.divui(wave, self.index(w[0] * w[1]))
+        remap = self.ctx.workgroup_remap
+        if remap:
+            self.symbols[PID] = gpu.block_id(gpu.Dimension.x)
         for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
-            self.symbols[WORKGROUP[i]] = gpu.block_id(dim)
+            wg = WORKGROUP[i]
+            self.symbols[wg] = self.index(remap[wg]) if wg in remap else gpu.block_id(dim)
 
     # ----- graphs -----
     def build(self) -> None:
@@ -164,39 +192,68 @@ class FunctionBuilder:
         return vector.shuffle(v, v, mask)
 
 
-def _runs(layout: Layout, mem_dims: tuple, elem_bytes: int) -> list[tuple[int, int, dict]]:
-    """Group flat positions into runs contiguous along the memory's last dim: (first, length, offsets)."""
-    last = mem_dims[-1]
-    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes)
-    runs: list[tuple[int, int, dict]] = []
-    for p, off in enumerate(layout.positions()):
-        if runs:
-            first, n, start = runs[-1]
-            same_row = all(off[d] == start[d] for d in mem_dims[:-1])
-            if same_row and off[last] == start[last] + n and n < max_len and first + n == p:
-                runs[-1] = (first, n + 1, start)
-                continue
-        runs.append((p, 1, off))
-    return runs
+def root_of(node: fx.Node) -> fx.Node:
+    while node.meta.get("role") == "capture":
+        node = node.meta["capture_of"]
+    return node
 
 
-def _indices(fb: FunctionBuilder, layout: Layout, mem_dims: tuple, off: dict) -> list[ir.Value]:
-    return [fb.index(layout.seq(d).start + off[d]) for d in mem_dims]
+def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
+    """Indices of the element at logical ``coords`` of ``mem``; shared tiles are indexed by
+    [stage, coordinates relative to the tile's origin]."""
+    dims = mem.meta["type"].shape
+    if mem.meta["type"].address_space != AddressSpace.SHARED:
+        return [fb.index(coords[d]) for d in dims]
+    iv_subs = access.meta.get("iv_subs", {})
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in root_of(mem).kwargs["base"].items()}
+    stage = access.meta.get("stage", 0)
+    return [fb.index(stage)] + [fb.index(sympy.expand(coords[d] - base[d])) for d in dims]
+
+
+def _coords(layout: Layout, off: dict) -> dict:
+    return {d: layout.seq(d).start + off[d] for d in layout.dims}
+
+
+def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
+    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8."""
+    layout: Layout = node.meta["layout"]
+    row_dim, k_dim = layout.dims
+    base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
+    spec = fb.cs.mma_type.spec
+    if node.meta["mma_role"] == "a":
+        tiles, shape = 4, spec.a_shape
+        row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+        col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+    else:
+        tiles, shape = 2, spec.b_shape
+        row = base[row_dim] + sympy.Mod(LANE, 8)
+        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+    dtype = node.meta["type"].dtype
+    i32 = ir.IntegerType.get_signless(32)
+    frag = ir.Operation.create(
+        "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
+        operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
+        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(False)}).result
+    return vector.shape_cast(vec_type(layout.size, dtype), frag)
 
 
 @rule(Read)
 def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
-    mem = fb.values[node.args[0]]
+    mem_node = node.args[0]
+    if node.meta.get("access") == "ldmatrix":
+        fb.values[node] = _ldmatrix(fb, node, mem_node)
+        return
+    mem = fb.values[mem_node]
     layout: Layout = node.meta["layout"]
     dtype = node.meta["type"].dtype
-    mem_dims = node.args[0].meta["type"].shape
-    runs = _runs(layout, mem_dims, dtype.bytes)
+    runs = node.meta["accesses"]
     if len(runs) == 1:
-        fb.values[node] = vector.load(vec_type(layout.size, dtype), mem, _indices(fb, layout, mem_dims, runs[0][2]))
+        idx = mem_indices(fb, node, mem_node, _coords(layout, runs[0][2]))
+        fb.values[node] = vector.load(vec_type(layout.size, dtype), mem, idx)
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for first, n, off in runs:
-        piece = vector.load(vec_type(n, dtype), mem, _indices(fb, layout, mem_dims, off))
+        piece = vector.load(vec_type(n, dtype), mem, mem_indices(fb, node, mem_node, _coords(layout, off)))
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc
 
@@ -207,12 +264,61 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     mem, val = fb.values[mem_node], fb.values[val_node]
     layout: Layout = node.meta["layout"]
     dtype = val_node.meta["type"].dtype
-    mem_dims = mem_node.meta["type"].shape
-    runs = _runs(layout, mem_dims, dtype.bytes)
+    runs = node.meta["accesses"]
     for first, n, off in runs:
         piece = val if len(runs) == 1 else vector.extract_strided_slice(
             vec_type(n, dtype), val, [first], [n], [1])
-        vector.store(piece, mem, _indices(fb, layout, mem_dims, off))
+        vector.store(piece, mem, mem_indices(fb, node, mem_node, _coords(layout, off)))
+
+
+@rule(Allocate)
+def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
+    tile = list(node.kwargs["tile"].values())
+    tile[-1] += node.kwargs["pad"]
+    dtype = node.meta["type"].dtype
+    shape = "x".join(str(x) for x in [node.kwargs["stages"], *tile])
+    mtype = ir.MemRefType.parse(f"memref<{shape}x{dtype.mlir}, #gpu.address_space<workgroup>>")
+    fb.values[node] = memref.alloc(mtype, [], [], alignment=128)
+
+
+@rule(Barrier)
+def lower_barrier(fb: FunctionBuilder, node: fx.Node) -> None:
+    gpu.barrier()
+
+
+@rule(AsyncCopy)
+def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
+    src_node, dst_node = node.args
+    layout: Layout = node.meta["layout"]
+    token = ir.Type.parse("!nvgpu.device.async.token")
+    for _first, n, off in node.meta["accesses"]:
+        coords = _coords(layout, off)
+        src_idx = mem_indices(fb, node, src_node, coords)
+        dst_idx = mem_indices(fb, node, dst_node, coords)
+        op = ir.Operation.create(
+            "nvgpu.device_async_copy", results=[token],
+            operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(dst_idx), 1, len(src_idx), 0]),
+                        "dstElements": ir.IntegerAttr.get(ir.IndexType.get(), n),
+                        **({"bypassL1": ir.UnitAttr.get()} if n * src_node.meta["type"].dtype.bytes == 16 else {})})
+        fb.pending_copies.append(op.result)
+
+
+@rule(AsyncCommit)
+def lower_async_commit(fb: FunctionBuilder, node: fx.Node) -> None:
+    token = ir.Type.parse("!nvgpu.device.async.token")
+    group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=fb.pending_copies)
+    fb.pending_copies = []
+    fb.last_group = group.result
+
+
+@rule(AsyncWait)
+def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
+    if fb.last_group is None:
+        raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
+    ir.Operation.create("nvgpu.device_async_wait", results=[], operands=[fb.last_group],
+                        attributes={"numGroups": ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
+                                                                    node.kwargs["pending"])})
 
 
 @rule(RegisterInit)

@@ -56,7 +56,20 @@ class HardwareConstraint:
         return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
 
 
-Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint
+@dataclass(frozen=True)
+class SchedulingConstraint:
+    """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
+
+    ``num_stages``: software-pipelining depth of ``iterate`` loops (1 = no pipelining);
+    ``group_size``: workgroups along axis 0 launched together for L2 reuse (1 = row-major order);
+    ``promote_operands``: stage MMA operands through shared memory."""
+
+    num_stages: sympy.Expr | int = 1
+    group_size: sympy.Expr | int = 1
+    promote_operands: bool = True
+
+
+Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint
 
 
 def _int(expr, what: str) -> int:
@@ -97,6 +110,12 @@ class ConstraintSet:
                 self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
         self.vector_shapes = {sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]")
                               for k, v in self.hardware.vector_shapes.items()}
+        sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
+        if len(sched) > 1:
+            raise ConstraintError(message="at most one SchedulingConstraint")
+        self.scheduling = sched[0] if sched else SchedulingConstraint(promote_operands=False)
+        self.num_stages = self.resolve_int(self.scheduling.num_stages, "num_stages")
+        self.group_size = self.resolve_int(self.scheduling.group_size, "group_size")
         self._check_waves()
 
     @staticmethod
@@ -124,6 +143,12 @@ class ConstraintSet:
         if self.threads > 1024:
             raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
 
+    def workgroup_extent(self, dim) -> int | None:
+        """Extent of ``dim`` one workgroup covers per loop iteration (None: not distributed)."""
+        if dim in self.wg_tile:
+            return self.wg_tile[dim]
+        return self.loop_tile.get(dim)
+
     def wave_extent(self, dim) -> int | None:
         """Extent of ``dim`` one wave covers per loop iteration (None: not distributed)."""
         if dim in self.wave_tile:
@@ -132,13 +157,14 @@ class ConstraintSet:
             return self.wg_tile[dim]
         return self.loop_tile.get(dim)
 
-    def base_offset(self, dim, in_loop: bool) -> sympy.Expr:
-        """First coordinate of ``dim`` owned by the current wave (workgroup + wave + loop offsets)."""
+    def base_offset(self, dim, in_loop: bool, per_wave: bool = True) -> sympy.Expr:
+        """First coordinate of ``dim`` owned by the current wave (workgroup + wave + loop offsets), or by
+        the workgroup when ``per_wave`` is False."""
         off = sympy.Integer(0)
         if dim in self.wg_tile:
             axis = self.wg_axis[dim]
             off += WORKGROUP[axis] * self.wg_tile[dim]
-            if dim in self.wave_tile:
+            if dim in self.wave_tile and per_wave:
                 off += WAVE[axis] * self.wave_tile[dim]
         if dim in self.loop_tile and in_loop:
             off += induction_symbol(dim) * self.loop_tile[dim]

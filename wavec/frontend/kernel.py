@@ -5,10 +5,16 @@ from __future__ import annotations
 import functools
 
 from ..errors import ConstraintError
-from .constraints import HardwareConstraint, TilingConstraint, WaveConstraint, WorkgroupConstraint
+from .constraints import (
+    HardwareConstraint,
+    SchedulingConstraint,
+    TilingConstraint,
+    WaveConstraint,
+    WorkgroupConstraint,
+)
 from .tracing import Trace, trace_kernel
 
-_KINDS = (WorkgroupConstraint, WaveConstraint, TilingConstraint, HardwareConstraint)
+_KINDS = (WorkgroupConstraint, WaveConstraint, TilingConstraint, HardwareConstraint, SchedulingConstraint)
 
 
 class WaveKernel:

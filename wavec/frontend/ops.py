@@ -272,3 +272,32 @@ def iterate(dim: sympy.Symbol, init_args: list):
         return results[0] if len(results) == 1 else tuple(results)
 
     return deco
+
+
+# ----- ops that passes create (no user stub): shared memory, barriers, asynchronous copies -----
+
+class Allocate(Op):
+    """A shared-memory tile (``kwargs``: ``tile`` per dim, ``base`` per dim = the tile's origin in the
+    tensor's coordinates, ``stages`` buffers for pipelining, ``pad`` elements per row)."""
+
+    name = "allocate"
+
+
+class Barrier(Op):
+    name = "barrier"
+
+
+class AsyncCopy(Op):
+    """Global -> shared copy issued asynchronously (cp.async); ``args = (global memory, shared tile)``."""
+
+    name = "async_copy"
+
+
+class AsyncCommit(Op):
+    name = "async_commit"
+
+
+class AsyncWait(Op):
+    """Wait until at most ``kwargs["pending"]`` committed copy groups are still in flight."""
+
+    name = "async_wait"

@@ -152,7 +152,7 @@ class Tracer:
             table = self.captures.setdefault(g, {})
             if node not in table:
                 ph = g.placeholder(f"capture_{node.name}")
-                ph.meta.update(node.meta, capture_of=node, role="capture")
+                ph.meta.update(node.meta, capture_of=node, role="capture", op=None)
                 table[node] = ph
             node = table[node]
         return node

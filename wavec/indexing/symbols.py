@@ -11,6 +11,8 @@ import functools
 import sympy
 
 LANE = sympy.Symbol("$LANE", integer=True, nonnegative=True)
+PID = sympy.Symbol("$PID", integer=True, nonnegative=True)  # linear workgroup id of a 1-D launch
+THREAD = sympy.Symbol("$THREAD", integer=True, nonnegative=True)  # flat thread id in the workgroup
 WORKGROUP = tuple(sympy.Symbol(f"$WG{i}", integer=True, nonnegative=True) for i in range(3))
 WAVE = tuple(sympy.Symbol(f"$WAVE{i}", integer=True, nonnegative=True) for i in range(3))
 

@@ -6,6 +6,7 @@ from wavec import Memory, Register, f32
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 BLOCK_M, BLOCK_N, BLOCK_K = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K
+NUM_STAGES, GROUP_M = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 
 MMA_FOR_TARGET = {
     "sm_80": (32, wc.MMAType.NV_F32_16x8x16_F16),
@@ -25,6 +26,7 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.WaveConstraint(N, BLOCK_N / waves[1]),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M),
     ]
 
 
@@ -45,4 +47,4 @@ def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F
     return gemm
 
 
-DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32}
+DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4}

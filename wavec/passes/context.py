@@ -17,6 +17,8 @@ class PassContext:
     target: str
     loop_dims: dict = field(default_factory=dict)  # fx.Graph -> tuple of dims of enclosing loops
     parent: dict = field(default_factory=dict)  # subgraph -> (iterate node, parent graph)
+    workgroup_remap: dict = field(default_factory=dict)  # WORKGROUP[i] -> expression of $PID
+    grid_override: tuple | None = None
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:

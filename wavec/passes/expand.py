@@ -24,8 +24,9 @@ Key = tuple  # ((dim, index), ...) in the node's dim order
 def _counts(ctx: PassContext, node: fx.Node) -> dict:
     layout = node.meta["layout"]
     counts = {}
+    per_workgroup = node.meta.get("distribute") == "workgroup"
     for d, tile in zip(layout.dims, layout.tile):
-        extent = ctx.constraints.wave_extent(d)
+        extent = ctx.constraints.workgroup_extent(d) if per_workgroup else ctx.constraints.wave_extent(d)
         if extent is None:
             raise ExpansionError(node.meta.get("loc"), message=f"dimension {d} is not distributed: add a "
                                  f"WorkgroupConstraint or TilingConstraint for it")

@@ -16,10 +16,11 @@ import torch.fx as fx
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.ops import MMA, Binary, Broadcast, Cast, GetResult, Iterate, Read, RegisterInit, Select, Unary, Write
 from ..frontend.tracing import Trace
-from ..indexing import LANE, IndexSeq, Layout, mma_layout
+from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from .context import PassContext
 
-PRIO_MMA, PRIO_WRITE, PRIO_DEFAULT = 3, 1, 0
+PRIO_MMA, PRIO_COPY, PRIO_WRITE, PRIO_DEFAULT = 3, 2, 1, 0
+ACCESS_BYTES = 16
 _ELEMENTWISE = (Binary, Unary, Cast, Select)
 
 
@@ -59,6 +60,31 @@ def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
                               f"cover fewer elements than the {cs.threads_per_wave} lanes of a wave")
     layout = Layout.make(dims, [seqs[d] for d in dims], [tiles[d] for d in dims])
     return layout.offset(_base(ctx, graph, dims))
+
+
+def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout:
+    """Every thread of the workgroup moves one 16-byte run along the last dim per instruction tile; rows
+    of the workgroup tile are spread over the threads (coalesced: consecutive threads, consecutive runs)."""
+    cs = ctx.constraints
+    extents = [cs.workgroup_extent(d) for d in dims]
+    last = extents[-1]
+    ept = max(1, min(ACCESS_BYTES // elem_bytes, last))
+    if last % ept:
+        raise ConstraintError(message=f"tile {last} of {dims[-1]} is not a multiple of {ept} elements")
+    per_row = last // ept
+    if cs.threads % per_row:
+        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} 16-byte runs")
+    rows = cs.threads // per_row
+    seqs, tiles, stride = [], [], per_row
+    for d, ext in zip(dims[:-1], extents[:-1]):
+        n = min(rows, ext)
+        seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
+        tiles.append(n)
+        stride *= n
+    seqs.append(IndexSeq(sympy.Mod(THREAD, per_row) * ept, ((ept, 1),)))
+    tiles.append(last)
+    base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}
+    return Layout.make(dims, seqs, tiles).offset(base)
 
 
 class _Solver:
@@ -136,6 +162,10 @@ class _Solver:
                 for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
                     lay = mma_layout(mma_type, role, *dims).offset(_base(self.ctx, self.graph_of[node], dims))
                     self.offer(node, lay, PRIO_MMA, n)
+                    node.meta.setdefault("mma_role", role)
+            elif op is Read and n.meta.get("distribute") == "workgroup":
+                g = self.graph_of[n]
+                self.offer(n, copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes), PRIO_COPY, n)
         self.propagate()
         for n, g in self.graph_of.items():
             if n.meta.get("op") is Write and n.args[0] not in self.state:

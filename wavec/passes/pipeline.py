@@ -5,18 +5,30 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..frontend.tracing import Trace
+from .coarsen_loads import coarsen_loads
 from .context import PassContext
 from .expand import expand
 from .infer_indices import infer_indices
 from .infer_types import infer_types
+from .insert_barriers import insert_barriers
+from .pipeline_loops import pipeline_loops
 from .printer import format_trace
+from .promote_to_shared import promote_to_shared
+from .reorder_workgroups import reorder_workgroups
+from .swizzle_shared import swizzle_shared
 
 Pass = Callable[[Trace, PassContext], None]
 
 PIPELINE: list[tuple[str, Pass]] = [
     ("infer_types", infer_types),
+    ("promote_to_shared", promote_to_shared),
     ("infer_indices", infer_indices),
     ("expand", expand),
+    ("coarsen_loads", coarsen_loads),
+    ("swizzle_shared", swizzle_shared),
+    ("pipeline_loops", pipeline_loops),
+    ("reorder_workgroups", reorder_workgroups),
+    ("insert_barriers", insert_barriers),
 ]
 
 PASS_NAMES = [name for name, _ in PIPELINE]

@@ -1,15 +1,143 @@
-"""``CompiledKernel``: what ``wc.compile`` returns — an artifact bound to a backend, callable on tensors."""
+"""``CompiledKernel``: what ``wc.compile`` returns — an artifact bound to a backend, callable on tensors.
+
+Requires: torch, imported lazily (by the backend's launcher, and by :class:`OutputPlan` the first time a
+call leaves the outputs to wavec); importing this module imports only the standard library and wavec.
+
+Guarantees — the two calling conventions of ``kernel(*tensors)``:
+
+* **All arguments** (inputs and outputs, in binding order): the outputs are written in place and the call
+  returns ``None``.  This path adds one ``len`` comparison to the launcher's own validation.
+* **Inputs only** (the arguments whose ``ArgSpec.is_output`` is False, in binding order): wavec allocates
+  every output with ``torch.empty`` — dtype from its ``ArgSpec``, shape from the symbols bound by the
+  inputs' shapes or at compile time, on the device of the first input — launches, and returns the output
+  (a tuple of them, in binding order, if there are several).  The outputs are fresh, uninitialised memory
+  that the kernel writes in full.  If some output dimension is a symbol that neither an input nor
+  ``static_symbols`` binds, the call raises :class:`~wavec.errors.ArgumentError` telling the user to pass
+  the outputs.  Which input dimension gives each output dimension is worked out once per kernel
+  (:class:`OutputPlan`); a call only reads ``t.shape[d]`` — no sympy, no dict lookups by name.
+* Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.  The
+  inputs are validated by the launcher exactly as in the all-arguments form (dtype, rank, device,
+  contiguity, alignment, symbol consistency, divisibility), after the outputs are allocated.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from ..errors import LaunchError
-from .artifact import Artifact
+from ..errors import ArgumentError, LaunchError
+from .artifact import Artifact, KernelMetadata
+
+__all__ = ["CompiledKernel", "OutputPlan"]
+
+_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
+
+
+class OutputPlan:
+    """How to allocate a kernel's outputs from its inputs; built once per :class:`KernelMetadata`.
+
+    ``dims[j]`` describes output ``j``'s shape: one ``(src, value)`` pair per dimension, where ``src`` is
+    the position of the input whose dimension ``value`` gives the size, or ``-1`` when ``value`` is the
+    size itself (a static dim or a symbol bound at compile time).  ``unbound`` lists
+    ``(output name, dim, symbol)`` for the dimensions no input determines; when it is non-empty
+    :meth:`allocate` raises.  :meth:`allocate` also works on fake tensors with symbolic shapes (it never
+    converts a size to ``int``), which is what the ``register_fake`` of :mod:`wavec.runtime.torch_op` uses.
+    """
+
+    def __init__(self, meta: KernelMetadata) -> None:
+        import torch
+
+        self.meta = meta
+        self.kernel = meta.kernel
+        args = meta.args
+        self.input_positions = tuple(i for i, a in enumerate(args) if not a.is_output)
+        self.output_positions = tuple(i for i, a in enumerate(args) if a.is_output)
+        self.input_names = tuple(args[i].name for i in self.input_positions)
+        self.output_names = tuple(args[i].name for i in self.output_positions)
+        self.output_dtypes = tuple(getattr(torch, _TORCH_DTYPE_NAMES[args[i].dtype])
+                                   for i in self.output_positions)
+        self.outputs_last = self.output_positions == tuple(range(len(self.input_positions), len(args)))
+        statics = dict(meta.static_symbols)
+        binders: dict[str, tuple[int, int]] = {}
+        for pos, i in enumerate(self.input_positions):
+            for d, entry in enumerate(args[i].shape):
+                if isinstance(entry, str) and entry not in statics and entry not in binders:
+                    binders[entry] = (pos, d)
+        dims: list[tuple[tuple[int, int], ...]] = []
+        unbound: list[tuple[str, int, str]] = []
+        for i in self.output_positions:
+            shape: list[tuple[int, int]] = []
+            for d, entry in enumerate(args[i].shape):
+                if isinstance(entry, int):
+                    shape.append((-1, entry))
+                elif entry in statics:
+                    shape.append((-1, statics[entry]))
+                elif entry in binders:
+                    shape.append(binders[entry])
+                else:
+                    shape.append((-1, 0))
+                    unbound.append((args[i].name, d, entry))
+            dims.append(tuple(shape))
+        self.dims = tuple(dims)
+        self.unbound = tuple(unbound)
+        self._empty = torch.empty
+
+    def shapes(self, inputs: Sequence[Any]) -> list[list[Any]]:
+        """Each output's shape (ints, or SymInts for fake tensors) read from ``inputs``' shapes."""
+        if self.unbound:
+            self.raise_unbound()
+        return [[v if s < 0 else inputs[s].shape[v] for s, v in dims] for dims in self.dims]
+
+    def allocate(self, inputs: Sequence[Any], device: Any) -> list[Any]:
+        """Fresh ``torch.empty`` outputs on ``device`` for ``inputs`` (not validated here)."""
+        empty = self._empty
+        try:
+            shapes = self.shapes(inputs)
+        except (AttributeError, IndexError, TypeError):
+            self._input_error(inputs)
+            raise
+        return [empty(shape, dtype=dt, device=device) for shape, dt in zip(shapes, self.output_dtypes)]
+
+    def merge(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...]:
+        """Inputs and outputs interleaved back into binding order."""
+        if self.outputs_last:
+            return (*inputs, *outputs)
+        full: list[Any] = [None] * (len(inputs) + len(outputs))
+        for pos, t in zip(self.input_positions, inputs):
+            full[pos] = t
+        for pos, t in zip(self.output_positions, outputs):
+            full[pos] = t
+        return tuple(full)
+
+    def raise_unbound(self) -> None:
+        """Raise the :class:`ArgumentError` for an output whose size no input determines."""
+        name, d, sym = self.unbound[0]
+        every = ", ".join(a.name for a in self.meta.args)
+        raise ArgumentError(kernel=self.kernel, arg=name, message=(
+            f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
+            f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
+            f"pass the outputs yourself: kernel({every})"))
+
+    def _input_error(self, inputs: Sequence[Any]) -> None:
+        import torch
+
+        for pos, t in zip(self.input_positions, inputs):
+            spec = self.meta.args[pos]
+            if not isinstance(t, torch.Tensor):
+                raise ArgumentError(kernel=self.kernel, arg=spec.name, message=(
+                    f"expected a torch.Tensor of dtype {spec.dtype}, got {type(t).__name__}"))
+            if t.dim() != len(spec.shape):
+                raise ArgumentError(kernel=self.kernel, arg=spec.name, message=(
+                    f"expected rank {len(spec.shape)} (shape {tuple(spec.shape)}), got rank {t.dim()} "
+                    f"(shape {tuple(t.shape)})"))
 
 
 class CompiledKernel:
-    """Call with torch tensors in argument order (outputs included; they are written in place)."""
+    """Call with torch tensors: all arguments (outputs written in place) or the inputs only.
+
+    See the module docstring for the two conventions.  ``backend`` is "cuda", "rocm" or "emulator"; the
+    launcher is loaded on the first call.
+    """
 
     def __init__(self, artifact: Artifact, backend: str, stats: Any = None) -> None:
         self.artifact = artifact
@@ -17,6 +145,10 @@ class CompiledKernel:
         self.stats = stats
         self.metadata = artifact.metadata
         self._impl = None
+        self._nargs = len(self.metadata.args)
+        self._ninputs = sum(1 for a in self.metadata.args if not a.is_output)
+        self._plan: OutputPlan | None = None
+        self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
 
     def _load(self):
         if self.backend == "cuda":
@@ -31,11 +163,42 @@ class CompiledKernel:
             f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
             "compile with backend='emulator' to run it on the CPU"))
 
-    def __call__(self, *tensors: Any) -> None:
+    @property
+    def output_plan(self) -> OutputPlan:
+        """The per-kernel :class:`OutputPlan` (built on first use)."""
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = OutputPlan(self.metadata)
+        return plan
+
+    def __call__(self, *tensors: Any) -> Any:
+        n = len(tensors)
+        if n == self._nargs:
+            (self._impl or self._launcher())(*tensors)
+            return None
+        if n != self._ninputs:
+            self._count_error(n)
+        plan = self._plan or self.output_plan
+        device = tensors[0].device if n and hasattr(tensors[0], "device") else self._default_device
+        outputs = plan.allocate(tensors, device)
+        (self._impl or self._launcher())(*plan.merge(tensors, outputs))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _launcher(self) -> Any:
         impl = self._impl
         if impl is None:
             impl = self._impl = self._load()
-        impl(*tensors)
+        return impl
+
+    def _count_error(self, n: int) -> None:
+        meta = self.metadata
+        inputs = [a.name for a in meta.args if not a.is_output]
+        every = [a.name for a in meta.args]
+        arg = inputs[n] if n < len(inputs) else every[n] if n < len(every) else f"#{n}"
+        raise ArgumentError(kernel=meta.kernel, arg=arg, message=(
+            f"got {n} tensor arguments; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+            f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
+            "with the outputs written in place"))
 
     @property
     def mlir(self) -> str:

@@ -1,0 +1,59 @@
+"""Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
+
+    python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16]
+"""
+
+import argparse
+import itertools
+import time
+
+import torch
+from triton.testing import do_bench
+
+import wavec as wc
+from wavec.kernels.gemm import make_gemm
+
+SYMS = (wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES, wc.sym.GROUP_M)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--dtype", default="f16")
+    args = ap.parse_args()
+    dt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
+          "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
+    n = args.n
+    a = torch.randn(n, n, device="cuda", dtype=dt[2])
+    b = torch.randn(n, n, device="cuda", dtype=dt[2])
+    c = torch.empty(n, n, device="cuda")
+    ref = a.float() @ b.float().T
+    cublas = do_bench(lambda: torch.matmul(a, b.T), warmup=50, rep=200, return_mode="median")
+    rows = []
+    configs = [(bm, bn, bk, w, s) for (bm, bn, w), bk, s in itertools.product(
+        [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))],
+        [32, 64], [2, 3, 4])]
+    for bm, bn, bk, w, s in configs:
+        subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
+        try:
+            t0 = time.perf_counter()
+            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w), subs, backend="cuda", cache=False)
+            ct = time.perf_counter() - t0
+            c.fill_(float("nan"))
+            k(a, b, c)
+            err = ((c - ref).norm() / ref.norm()).item()
+            ms = do_bench(lambda: k(a, b, c), warmup=50, rep=200, return_mode="median")
+        except Exception as e:  # noqa: BLE001 - report and go on with the sweep
+            print(f"{(bm, bn, bk, w, s)} failed: {str(e).splitlines()[0][:120]}")
+            continue
+        m = k.metadata
+        rows.append(((bm, bn, bk, w, s), 2 * n**3 / ms / 1e9, cublas / ms, err, m.registers, m.spills,
+                     m.shared_bytes, ct))
+    print(f"cuBLAS {2 * n**3 / cublas / 1e9:.1f} TFLOP/s at {n}^3 {args.dtype}")
+    print(f"{'config':32} {'TF/s':>7} {'ratio':>6} {'err':>8} {'regs':>5} {'spill':>5} {'smem':>7} {'compile':>7}")
+    for cfg, tf, ratio, err, regs, sp, sm, ct in sorted(rows, key=lambda r: -r[1]):
+        print(f"{str(cfg):32} {tf:7.1f} {ratio:6.3f} {err:8.1e} {regs!s:>5} {sp!s:>5} {sm:7d} {ct:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""coarsen_loads: decide every memory access instruction of each per-thread read and write.
+
+Requires: ``expand`` (per-instruction-tile layouts).  Guarantees: every ``read``/``write`` node has
+``meta["accesses"]``: a list of ``(first, length, offsets)`` runs — ``length`` consecutive register
+elements starting at flat position ``first`` that are contiguous along the memory's last dimension —
+merged up to the widest legal access (16 bytes).  Reads of shared memory that feed an NVIDIA ``mma.sync``
+operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``).
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..frontend.ops import AsyncCopy, Read, Write
+from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace
+from ..indexing import Layout
+from .context import PassContext
+
+MAX_ACCESS_BYTES = 16
+
+
+def access_runs(layout: Layout, mem_dims: tuple, elem_bytes: int) -> list[tuple[int, int, dict]]:
+    last = mem_dims[-1]
+    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes)
+    runs: list[tuple[int, int, dict]] = []
+    for p, off in enumerate(layout.positions()):
+        if runs:
+            first, n, start = runs[-1]
+            same_row = all(off[d] == start[d] for d in mem_dims[:-1])
+            if same_row and off[last] == start[last] + n and n < max_len and first + n == p:
+                runs[-1] = (first, n + 1, start)
+                continue
+        runs.append((p, 1, off))
+    # Keep runs a power of two long so each is one vector instruction (a 6-element run is 4 + 2).
+    out = []
+    for first, n, start in runs:
+        pos = 0
+        while pos < n:
+            size = 1 << ((n - pos).bit_length() - 1)
+            off = dict(start)
+            off[last] = start[last] + pos
+            out.append((first + pos, size, off))
+            pos += size
+    return out
+
+
+def _memory(node: fx.Node) -> fx.Node:
+    op = node.meta.get("op")
+    return node.args[0] if op is Read else node.args[1]
+
+
+def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
+    mma = ctx.constraints.mma_type
+    return (node.meta.get("op") is Read and mma is not None and mma.spec.vendor == "nvidia"
+            and _memory(node).meta["type"].address_space == AddressSpace.SHARED
+            and node.meta.get("mma_role") in ("a", "b"))
+
+
+def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
+    for g in trace.graphs():
+        for node in g.nodes:
+            if node.meta.get("op") not in (Read, Write, AsyncCopy):
+                continue
+            if _uses_ldmatrix(node, ctx):
+                node.meta["access"] = "ldmatrix"
+                continue
+            mem = _memory(node)
+            node.meta["accesses"] = access_runs(node.meta["layout"], mem.meta["type"].shape,
+                                                mem.meta["type"].dtype.bytes)

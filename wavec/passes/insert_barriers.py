@@ -1,0 +1,58 @@
+"""insert_barriers: workgroup barriers from shared-memory hazards, no more than needed.
+
+Requires: ``promote_to_shared`` and ``pipeline_loops``.  Guarantees, per ``iterate`` body that both
+writes and reads shared memory:
+- pipelined loop (has an ``async_wait``): one barrier right after the wait at the top of the body — it
+  publishes the stage this iteration reads (RAW) and ends the reads of the stage the copies below will
+  overwrite (WAR with the previous iteration);
+- otherwise: a barrier at the top of the body (WAR with the previous iteration's reads) and one before
+  each shared read of a tile written since the last barrier (RAW).
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..frontend.ops import AsyncCopy, AsyncWait, Barrier, Iterate, Read, Write
+from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace
+from .context import PassContext
+
+
+def _is_shared(node: fx.Node) -> bool:
+    t = node.meta.get("type")
+    return t is not None and t.address_space == AddressSpace.SHARED
+
+
+def _barrier(g: fx.Graph, before: fx.Node) -> fx.Node:
+    with g.inserting_before(before):
+        b = g.create_node("call_function", Barrier, (), {}, name="barrier")
+    b.meta.update(op=Barrier, type=None, loc=before.meta.get("loc"))
+    return b
+
+
+def _body_barriers(g: fx.Graph) -> None:
+    nodes = [n for n in g.nodes if n.op != "placeholder"]
+    writes = [n for n in nodes if (n.meta.get("op") is Write and _is_shared(n.args[1]))
+              or n.meta.get("op") is AsyncCopy]
+    reads = [n for n in nodes if n.meta.get("op") is Read and _is_shared(n.args[0])]
+    if not writes or not reads:
+        return
+    wait = next((n for n in nodes if n.meta.get("op") is AsyncWait), None)
+    if wait is not None:
+        _barrier(g, wait.next)
+        return
+    _barrier(g, nodes[0])
+    dirty: set = set()
+    for n in nodes:
+        if n in writes:
+            dirty.add(n.args[1])
+        elif n in reads and n.args[0] in dirty:
+            _barrier(g, n)
+            dirty.clear()
+
+
+def insert_barriers(trace: Trace, ctx: PassContext) -> None:
+    for node in trace.graph.nodes:
+        if node.meta.get("op") is Iterate:
+            _body_barriers(trace.subgraphs[node.kwargs["subgraph"]])

@@ -1,0 +1,92 @@
+"""pipeline_loops: software pipelining of ``iterate`` with ``num_stages = S`` (DESIGN §5.7).
+
+Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >= 2, the target has
+``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory.  Guarantees:
+- each ``read`` (global, workgroup-distributed) + ``write`` (to shared) pair becomes one ``async_copy``
+  that fetches iteration ``min(i + S - 1, n - 1)`` into stage ``(i + S - 1) % S``; shared reads take
+  stage ``i % S``; every shared tile gets ``stages = S`` buffers;
+- the body begins with ``async_wait(pending=S - 2)`` and ends its copies with ``async_commit``;
+- a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each.
+Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
+needs no branch and K only has to be a multiple of the loop tile (no minimum trip count).
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
+from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace
+from ..indexing import induction_symbol
+from .context import PassContext
+
+
+def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
+    if before is not None:
+        with g.inserting_before(before):
+            n = g.create_node("call_function", op, args, kwargs, name=name)
+    else:
+        n = g.create_node("call_function", op, args, kwargs, name=name)
+    n.meta.update(op=op, type=None, loc=loc, **meta)
+    return n
+
+
+def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
+    pairs = []
+    for w in sub.nodes:
+        if w.meta.get("op") is Write and w.args[1].meta["type"].address_space == AddressSpace.SHARED:
+            src = w.args[0]
+            if src.meta.get("op") is Read and len(src.users) == 1:
+                pairs.append((src, w))
+    return pairs
+
+
+def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
+    cs = ctx.constraints
+    dim = iterate.kwargs["dim"]
+    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+    pairs = _copy_pairs(sub)
+    if not pairs:
+        return
+    iv = induction_symbol(dim)
+    last = sympy.floor(cs.resolve(dim) / cs.loop_tile[dim]) - 1
+    ahead = sympy.Min(iv + stages - 1, last)
+    copies = []  # (async copy node, layout of iteration $ARG_K)
+    for read, write in pairs:
+        tile = write.args[1]
+        c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
+                  layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
+                  stage=sympy.Mod(iv + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
+        copies.append((c, read.meta["layout"]))
+        sub.erase_node(write)
+        sub.erase_node(read)
+    loc = iterate.meta.get("loc")
+    _node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
+    first = next(n for n in sub.nodes if n.op != "placeholder")
+    _node(sub, AsyncWait, (), {"pending": stages - 2}, "async_wait", loc, before=first)
+    for n in sub.nodes:
+        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+            n.meta["stage"] = sympy.Mod(iv, stages)
+    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    for alloc in {outer[c.args[1]] for c, _ in copies}:
+        alloc.kwargs = {**alloc.kwargs, "stages": stages}
+    for s in range(stages - 1):
+        for c, layout in copies:
+            _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
+                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(s, last)}),
+                  accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
+                  iv_subs={iv: sympy.Min(s, last)})
+        _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
+
+
+def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
+    stages = ctx.constraints.num_stages
+    mma = ctx.constraints.mma_type
+    async_ok = mma is None or mma.spec.vendor == "nvidia"
+    if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
+        return
+    for node in list(trace.graph.nodes):
+        if node.meta.get("op") is Iterate:
+            _pipeline(trace, ctx, node, stages)

@@ -1,0 +1,79 @@
+"""promote_to_shared: stage MMA operands (or reads of ``Memory[..., "shared"]`` arguments) through
+shared memory.
+
+Requires: a typed trace.  Guarantees: each promoted ``read(x)`` inside an ``iterate`` body becomes
+``g = read(x)`` (marked ``distribute="workgroup"``: the copy is spread over every thread of the
+workgroup) and ``write(g, tile)`` at the top of the body, and ``read(tile)`` in place of the read, where ``tile`` is an ``allocate`` node in the root
+graph (captured into the loop) covering the workgroup's tile of every dimension.  Barriers are placed
+later by ``insert_barriers``; padding by ``swizzle_shared``; multi-buffering by ``pipeline_loops``.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..frontend.ops import MMA, Allocate, Iterate, Read, Write
+from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace, TensorType
+from .context import PassContext
+
+
+def _root_memory(node: fx.Node) -> fx.Node:
+    while node.meta.get("role") == "capture":
+        node = node.meta["capture_of"]
+    return node
+
+
+def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
+    mem = _root_memory(read.args[0])
+    if mem.meta["type"].address_space == AddressSpace.SHARED:
+        return True
+    if not ctx.constraints.scheduling.promote_operands:
+        return False
+    return any(u.meta.get("op") is MMA and u.args.index(read) in (0, 1) for u in read.users)
+
+
+def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
+    first = next(n for n in sub.nodes if n.op != "placeholder")
+    with sub.inserting_before(first):
+        ph = sub.placeholder(f"capture_{outer.name}")
+    ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
+    inits, caps = iterate.args
+    iterate.args = (inits, tuple(caps) + (outer,))
+    return ph
+
+
+def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, read: fx.Node) -> None:
+    cs = ctx.constraints
+    mem = read.args[0]
+    ttype: TensorType = mem.meta["type"]
+    tile = {}
+    for d in ttype.dims:
+        extent = cs.workgroup_extent(d)
+        if extent is None:
+            return  # not tiled: nothing bounded to stage
+        tile[d] = extent
+    base = {d: cs.base_offset(d, ctx.in_loop(sub, d), per_wave=False) for d in ttype.dims}
+    with trace.graph.inserting_before(iterate):
+        alloc = trace.graph.create_node("call_function", Allocate, (), {"tile": tile, "base": base, "stages": 1,
+                                        "pad": 0}, name=f"shared_{_root_memory(mem).name}")
+    alloc.meta.update(op=Allocate, type=TensorType(ttype.shape, ttype.dtype, AddressSpace.SHARED),
+                      loc=read.meta.get("loc"))
+    tile_ph = _capture(sub, iterate, alloc)
+    # Copies go to the top of the body, after earlier copies: all global loads are in flight before the
+    # first shared read, and one barrier separates every shared write from every shared read.
+    anchor = next(n for n in sub.nodes if n.op != "placeholder" and not n.meta.get("staging"))
+    with sub.inserting_before(anchor):
+        g = sub.create_node("call_function", Read, (mem,), dict(read.kwargs), name=f"{read.name}_global")
+        g.meta.update(read.meta, distribute="workgroup", staging=True)
+        w = sub.create_node("call_function", Write, (g, tile_ph), {}, name=f"{read.name}_to_shared")
+        w.meta.update(op=Write, type=None, loc=read.meta.get("loc"), staging=True)
+    read.args = (tile_ph,)
+
+
+def promote_to_shared(trace: Trace, ctx: PassContext) -> None:
+    for iterate in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
+        sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+        for read in [n for n in sub.nodes if n.meta.get("op") is Read]:
+            if _root_memory(read.args[0]).meta.get("role") == "memory" and _wants_promotion(read, ctx):
+                _promote(trace, ctx, iterate, sub, read)

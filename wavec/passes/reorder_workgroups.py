@@ -1,0 +1,33 @@
+"""reorder_workgroups: launch workgroups in groups along axis 0 for L2 reuse ("grouped" order).
+
+Requires: a kernel with workgroup axes 0 and 1.  Applies when ``group_size = G > 1``.  Guarantees:
+``ctx.grid_override`` is a 1-D grid of ``n0 * n1`` workgroups and ``ctx.workgroup_remap`` maps the
+linear id ``$PID`` to (axis-0, axis-1) ids so that consecutive workgroups walk G rows of tiles
+column by column: the G x n1 block of output tiles they touch shares A rows and B columns in L2.
+Every (i, j) tile is visited exactly once (the last group may hold fewer than G rows).
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from ..frontend.tracing import Trace
+from ..indexing.symbols import PID, WORKGROUP
+from .context import PassContext
+
+
+def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
+    cs = ctx.constraints
+    g = cs.group_size
+    by_axis = {axis: d for d, axis in cs.wg_axis.items()}
+    if g <= 1 or 0 not in by_axis or 1 not in by_axis:
+        return
+    d0, d1 = by_axis[0], by_axis[1]
+    n0 = sympy.ceiling(cs.resolve(d0) / cs.wg_tile[d0])
+    n1 = sympy.ceiling(cs.resolve(d1) / cs.wg_tile[d1])
+    width = g * n1
+    first = sympy.floor(PID / width) * g
+    size = sympy.Min(n0 - first, g)
+    ctx.workgroup_remap = {WORKGROUP[0]: first + sympy.Mod(PID, size),
+                           WORKGROUP[1]: sympy.floor(sympy.Mod(PID, width) / size)}
+    ctx.grid_override = (n0 * n1, sympy.Integer(1), sympy.Integer(1))
