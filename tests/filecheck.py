@@ -146,12 +146,14 @@ def filecheck(text: str, checks: str) -> None:
     blocks: list[tuple[int, int, list[Directive]]] = []
     pos, current = 0, []
     bounds: list[tuple[int, int]] = []
+    label_matches: list[re.Match | None] = [None]
     labels = [d for d in directives if d.kind == "LABEL"]
     for d in labels:
         m = ck.search(d, pos, len(text))
         if m is None:
             raise ck.fail(d, "label not found", pos)
         bounds.append((m.start(), m.end()))
+        label_matches.append(m)
         pos = m.end()
     starts = [0] + [b[1] for b in bounds]
     ends = [b[0] for b in bounds] + [len(text)]
@@ -164,13 +166,13 @@ def filecheck(text: str, checks: str) -> None:
         else:
             current.append(d)
     blocks.append((starts[li], ends[li], current))
-    for begin, end, ds in blocks:
-        _check_block(ck, ds, begin, end)
+    for (begin, end, ds), label in zip(blocks, label_matches):
+        _check_block(ck, ds, begin, end, label)
 
 
-def _check_block(ck: _Checker, ds: list[Directive], begin: int, end: int) -> None:
+def _check_block(ck: _Checker, ds: list[Directive], begin: int, end: int, label: re.Match | None) -> None:
     pos = begin  # where the next search starts
-    last: re.Match | None = None
+    last = label  # CHECK-NEXT / CHECK-SAME right after a label refer to the label's line
     nots: list[Directive] = []
     for d in ds:
         if d.kind == "NOT":

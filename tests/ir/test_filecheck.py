@@ -31,6 +31,7 @@ func @g() {
     "CHECK-LABEL: func @f\nCHECK-NOT: arith.muli\nCHECK: return\nCHECK-LABEL: func @g\nCHECK: arith.muli",
     "// CHECK: func @g\n  # CHECK-NEXT:   %7 = arith.muli",
     "CHECK: gpu.thread_id\nCHECK-NOT: gpu.thread_id\nCHECK: return",
+    "CHECK-LABEL: func @g() {\nCHECK-NEXT: %7 = arith.muli",
 ])
 def test_passing_checks(checks: str) -> None:
     filecheck(TEXT, checks)
@@ -48,6 +49,7 @@ def test_passing_checks(checks: str) -> None:
     ("CHECK: vector<{{[0-9]+}}xf32>", "not found"),
     ("CHECK: func @f {{.*}} return", "not found"),  # no match across lines
     ("CHECK-LABEL: func @h", "label not found"),
+    ("CHECK-LABEL: func @f() {\nCHECK-NEXT: gpu.thread_id", "next line"),
     ("CHECK: thread_id\nCHECK-NOT: return\n", "excluded"),  # trailing NOT runs to the block end
 ])
 def test_failing_checks(checks: str, why: str) -> None:
