@@ -23,7 +23,8 @@ from .indexing.mma import MMAType
 __version__ = "0.1.0"
 
 __all__ = [
-    "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint", "WorkgroupConstraint",
+    "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint",
+    "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
     "maximum", "minimum", "mma", "read", "unary", "where", "write", "sym", "Memory", "Register", "MMAType",
     "compile", "__version__",

@@ -34,8 +34,8 @@ from ..frontend.ops import (
     Unary,
     Write,
 )
-from ..frontend.types import AddressSpace
 from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.symbols import PID
 from ..passes.context import PassContext

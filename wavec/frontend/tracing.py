@@ -151,7 +151,10 @@ class Tracer:
         for g in self.stack[level + 1:]:
             table = self.captures.setdefault(g, {})
             if node not in table:
-                ph = g.placeholder(f"capture_{node.name}")
+                phs = [n for n in g.nodes if n.op == "placeholder"]
+                # Placeholders stay at the top of the body, in capture order.
+                with g.inserting_after(phs[-1]) if phs else g.inserting_before(next(iter(g.nodes), None)):
+                    ph = g.placeholder(f"capture_{node.name}")
                 ph.meta.update(node.meta, capture_of=node, role="capture", op=None)
                 table[node] = ph
             node = table[node]

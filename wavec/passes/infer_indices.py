@@ -76,7 +76,7 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
         raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} 16-byte runs")
     rows = cs.threads // per_row
     seqs, tiles, stride = [], [], per_row
-    for d, ext in zip(dims[:-1], extents[:-1]):
+    for ext in extents[:-1]:
         n = min(rows, ext)
         seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
         tiles.append(n)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..frontend.tracing import Trace
+from ..knobs import knobs
 from .coarsen_loads import coarsen_loads
 from .context import PassContext
 from .expand import expand
@@ -16,6 +17,7 @@ from .printer import format_trace
 from .promote_to_shared import promote_to_shared
 from .reorder_workgroups import reorder_workgroups
 from .swizzle_shared import swizzle_shared
+from .verify import verify_trace
 
 Pass = Callable[[Trace, PassContext], None]
 
@@ -42,8 +44,13 @@ def run_pipeline(trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] =
         raise ValueError(f"print_ir_after: unknown pass {sorted(unknown)}; passes are {PASS_NAMES}")
     if wanted & {"all", "trace"}:
         printer(f"// ----- after trace -----\n{format_trace(trace)}")
+    verify = knobs.verify_ir
+    layouts = False
     for name, fn in PIPELINE:
         fn(trace, ctx)
+        layouts |= name == "infer_indices"
+        if verify:
+            verify_trace(trace, name, layouts)
         if "all" in wanted or name in wanted:
             printer(f"// ----- after {name} -----\n{format_trace(trace)}")
     return trace

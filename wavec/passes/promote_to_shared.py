@@ -3,8 +3,9 @@ shared memory.
 
 Requires: a typed trace.  Guarantees: each promoted ``read(x)`` inside an ``iterate`` body becomes
 ``g = read(x)`` (marked ``distribute="workgroup"``: the copy is spread over every thread of the
-workgroup) and ``write(g, tile)`` at the top of the body, and ``read(tile)`` in place of the read, where ``tile`` is an ``allocate`` node in the root
-graph (captured into the loop) covering the workgroup's tile of every dimension.  Barriers are placed
+workgroup) and ``write(g, tile)`` at the top of the body, and ``read(tile)`` in place of the read,
+where ``tile`` is an ``allocate`` node in the root graph (captured into the loop) covering the
+workgroup's tile of every dimension.  Barriers are placed
 later by ``insert_barriers``; padding by ``swizzle_shared``; multi-buffering by ``pipeline_loops``.
 """
 
@@ -34,8 +35,8 @@ def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
 
 
 def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
-    first = next(n for n in sub.nodes if n.op != "placeholder")
-    with sub.inserting_before(first):
+    last = [n for n in sub.nodes if n.op == "placeholder"][-1]
+    with sub.inserting_after(last):
         ph = sub.placeholder(f"capture_{outer.name}")
     ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
     inits, caps = iterate.args

@@ -1,0 +1,63 @@
+"""The trace verifier, run between passes when ``WAVEC_VERIFY_IR`` is on (the default).
+
+Checks the invariants every pass relies on, so a pass that breaks one fails at the pass, not as a
+wrong kernel: each op node carries its op class; each register value has a type, and once
+``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` nodes agree with their bodies
+(one iter_arg per init, one result per init, one capture per captured value, each from the parent graph).
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..errors import WavecError
+from ..frontend.ops import Iterate
+from ..frontend.tracing import Trace
+
+
+class TraceVerificationError(WavecError):
+    template = "trace verification failed after pass {stage}: {message}"
+
+
+def _fail(stage: str, node: fx.Node, message: str) -> None:
+    raise TraceVerificationError(node.meta.get("loc"), stage=stage, message=f"%{node.name}: {message}")
+
+
+def _check_node(stage: str, node: fx.Node, layouts: bool) -> None:
+    if node.op == "call_function" and node.meta.get("op") is None:
+        _fail(stage, node, "op node without meta['op']")
+    t = node.meta.get("type")
+    if t is None or t.address_space is not None or node.op == "output":
+        return
+    if layouts and node.meta.get("op") is not Iterate:
+        lay = node.meta.get("layout")
+        if lay is None:
+            _fail(stage, node, f"register value of type {t} has no layout")
+        if set(lay.dims) != set(t.dims):
+            _fail(stage, node, f"layout dims {lay.dims} differ from the value's dims {t.dims}")
+
+
+def _check_iterate(stage: str, trace: Trace, node: fx.Node, graph: fx.Graph) -> None:
+    sub = trace.subgraphs.get(node.kwargs["subgraph"])
+    if sub is None:
+        _fail(stage, node, f"body {node.kwargs['subgraph']} is missing")
+    inits, captures = node.args
+    phs = [p for p in sub.nodes if p.op == "placeholder"]
+    iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
+    caps = [p for p in phs if p.meta.get("role") == "capture"]
+    out = next(n for n in sub.nodes if n.op == "output").args[0]
+    if not (len(inits) == len(iter_args) == len(out)):
+        _fail(stage, node, f"{len(inits)} inits, {len(iter_args)} iter_args, {len(out)} yielded values")
+    if [p.meta["capture_of"] for p in caps] != list(captures):
+        _fail(stage, node, "capture placeholders do not match the captured values")
+    for c in captures:
+        if c.graph is not graph:
+            _fail(stage, node, f"captured %{c.name} is not in the enclosing graph")
+
+
+def verify_trace(trace: Trace, stage: str, layouts: bool) -> None:
+    for g in trace.graphs():
+        for node in g.nodes:
+            _check_node(stage, node, layouts)
+            if node.meta.get("op") is Iterate:
+                _check_iterate(stage, trace, node, g)
