@@ -530,3 +530,27 @@ def test_mma_needs_mma_type() -> None:
 def test_instruction_tile_must_divide_wave_tile() -> None:
     with pytest.raises(ExpansionError, match="not a multiple of the instruction tile"):
         run_passes(make_gemm(waves=(1, 1)), {BM: 24, BN: 16, BK: 16})
+
+
+@pytest.mark.xfail(strict=True, reason="errors of ops in a library kernel point at the caller of wc.compile, not at "
+                   "the kernel line in wavec/kernels/gemm.py: current_loc() skips every frame inside the wavec "
+                   "package, kernels included (here: bf16 operands with the f16 mma type, caught only in codegen)")
+def test_library_kernel_errors_point_at_the_kernel_line() -> None:
+    with pytest.raises(WavecError) as info:
+        wc.compile(gemm_lib.make_gemm(wc.bf16), gemm_lib.DEFAULT_SUBS, target="sm_90", backend="cuda", cache=False)
+    assert info.value.loc is not None
+    assert info.value.loc.filename == gemm_lib.__file__
+
+
+def _mma_outside_loop(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
+    wc.write(wc.mma(wc.read(a), wc.read(b), Register[M, N, f32](0.0)), c)
+
+
+@pytest.mark.xfail(strict=True, reason="an mma over a dynamic K outside wc.iterate(K) expands over one "
+                   "TilingConstraint tile of K only (wave_extent falls back to the loop tile), so it silently "
+                   "reduces over the first BLOCK_K columns instead of raising")
+def test_reduction_dim_outside_its_loop_is_an_error() -> None:
+    cons = [wc.WorkgroupConstraint(M, 16, 0), wc.WorkgroupConstraint(N, 8, 1), wc.TilingConstraint(K, 16),
+            wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
+    with pytest.raises(WavecError):
+        wc.compile(wc.wave(cons)(_mma_outside_loop), {}, target="sm_90", backend="cuda", cache=False)
