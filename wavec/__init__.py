@@ -27,7 +27,7 @@ __all__ = [
     "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
     "maximum", "minimum", "mma", "read", "unary", "where", "write", "sym", "Memory", "Register", "MMAType",
-    "compile", "__version__",
+    "compile", "register_torch_op", "__version__",
 ]
 
 
@@ -36,4 +36,8 @@ def __getattr__(name: str):
         from .compiler import compile
 
         return compile
+    if name == "register_torch_op":
+        from .runtime.torch_op import register_torch_op
+
+        return register_torch_op
     raise AttributeError(f"module 'wavec' has no attribute {name!r}")

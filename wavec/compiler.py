@@ -103,12 +103,15 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
 
 
 def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None = None,  # noqa: A001
-            backend: str | None = None, print_ir_after: Sequence[str] = (), cache: bool = True):
+            backend: str | None = None, print_ir_after: Sequence[str] = (), cache: bool = True,
+            torch_op: str | None = None):
     """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
 
     ``backend``: "cuda", "rocm" or "emulator" (default: cuda when a GPU is visible, else the emulator;
     ``WAVEC_BACKEND`` forces one).  ``target``: "sm_80", "sm_90", "sm_90a", "gfx942" (default: the
-    visible GPU).  ``print_ir_after``: pass names, "trace", "mlir" or "all".
+    visible GPU).  ``print_ir_after``: pass names, "trace", "mlir" or "all".  ``torch_op``: "ns::op" also
+    registers the kernel as ``torch.ops.ns.op`` (outputs allocated and returned) and ``ns::op_out``
+    (outputs passed in); see ``docs/torch_ops.md``.  Registration is not part of the cache key.
     """
     from .runtime.kernel import CompiledKernel
 
@@ -136,4 +139,9 @@ def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None 
     else:
         stats.cached = True
     stats.seconds["total"] = time.perf_counter() - t0
-    return CompiledKernel(artifact, backend, stats)
+    compiled = CompiledKernel(artifact, backend, stats)
+    if torch_op is not None:
+        from .runtime.torch_op import register_torch_op
+
+        register_torch_op(compiled, torch_op)
+    return compiled

@@ -88,6 +88,12 @@ class LaunchError(WavecError):
     template = "kernel {kernel}: launch failed: {message}"
 
 
+class TorchOpError(WavecError):
+    """A wavec kernel cannot be registered (or re-registered) as a PyTorch operator."""
+
+    template = "torch op {name}: {message}"
+
+
 class CacheError(WavecError):
     template = "cache: {message}"
 

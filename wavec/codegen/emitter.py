@@ -122,16 +122,6 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
     return "\n".join(lines)
 
 
-def _requirements(trace: Trace, ctx: PassContext) -> list[tuple[sympy.Symbol, int]]:
-    """(dimension, tile) pairs the tiles must divide (no masking yet)."""
-    cs = ctx.constraints
-    reqs: dict[sympy.Symbol, int] = {}
-    for table in (cs.wg_tile, cs.loop_tile):
-        for d, t in table.items():
-            reqs[d] = int(sympy.ilcm(reqs.get(d, 1), t))
-    return list(reqs.items())
-
-
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
@@ -143,12 +133,12 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
                            f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")
     dyn = _dynamic_symbols(trace, ctx)
     written = _written_args(trace)
-    reqs = _requirements(trace, ctx)
+    reqs = list(ctx.requirements.items())
     for d, t in reqs:
         v = cs.resolve(d)
         if v.is_Integer and int(v) % t:
-            raise CodegenError(trace.loc, message=f"{d}={int(v)} is not divisible by its tile {t} "
-                               "(masking of partial tiles is not implemented yet)")
+            raise CodegenError(trace.loc, message=f"{d}={int(v)} must be a multiple of {t}: rows of the "
+                               f"contiguous dimension {d} are accessed {t} elements (16 bytes) at a time")
     text = skeleton(trace, ctx, target, dyn, written)
     with ir.Context() as mctx, ir.Location.unknown():
         mctx.load_all_available_dialects()

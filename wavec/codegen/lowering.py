@@ -210,6 +210,41 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     return [fb.index(stage)] + [fb.index(sympy.expand(coords[d] - base[d])) for d in dims]
 
 
+def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
+    """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
+    cond = None
+    for d in access.meta.get("mask_dims", ()):
+        c = arith.cmpi(arith.CmpIPredicate.ult, fb.index(coords[d]), fb.index(fb.cs.resolve(d)))
+        cond = c if cond is None else arith.andi(cond, c)
+    return cond
+
+
+def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType,
+                 dtype: dt.DType) -> ir.Value:
+    idx = mem_indices(fb, access, mem, coords)
+    cond = in_bounds(fb, access, mem, coords)
+    if cond is None:
+        return vector.load(vt, fb.values[mem], idx)
+    branch = scf.IfOp(cond, [vt], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.yield_([vector.load(vt, fb.values[mem], idx)])
+    with ir.InsertionPoint(branch.else_block):
+        scf.yield_([splat(vt, dtype, 0)])
+    return branch.result
+
+
+def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value) -> None:
+    idx = mem_indices(fb, access, mem, coords)
+    cond = in_bounds(fb, access, mem, coords)
+    if cond is None:
+        vector.store(value, fb.values[mem], idx)
+        return
+    branch = scf.IfOp(cond)
+    with ir.InsertionPoint(branch.then_block):
+        vector.store(value, fb.values[mem], idx)
+        scf.yield_([])
+
+
 def _coords(layout: Layout, off: dict) -> dict:
     return {d: layout.seq(d).start + off[d] for d in layout.dims}
 
@@ -243,17 +278,16 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     if node.meta.get("access") == "ldmatrix":
         fb.values[node] = _ldmatrix(fb, node, mem_node)
         return
-    mem = fb.values[mem_node]
     layout: Layout = node.meta["layout"]
     dtype = node.meta["type"].dtype
     runs = node.meta["accesses"]
     if len(runs) == 1:
-        idx = mem_indices(fb, node, mem_node, _coords(layout, runs[0][2]))
-        fb.values[node] = vector.load(vec_type(layout.size, dtype), mem, idx)
+        fb.values[node] = guarded_load(fb, node, mem_node, _coords(layout, runs[0][2]),
+                                       vec_type(layout.size, dtype), dtype)
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for first, n, off in runs:
-        piece = vector.load(vec_type(n, dtype), mem, mem_indices(fb, node, mem_node, _coords(layout, off)))
+        piece = guarded_load(fb, node, mem_node, _coords(layout, off), vec_type(n, dtype), dtype)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc
 
@@ -261,14 +295,14 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Write)
 def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     val_node, mem_node = node.args
-    mem, val = fb.values[mem_node], fb.values[val_node]
+    val = fb.values[val_node]
     layout: Layout = node.meta["layout"]
     dtype = val_node.meta["type"].dtype
     runs = node.meta["accesses"]
     for first, n, off in runs:
         piece = val if len(runs) == 1 else vector.extract_strided_slice(
             vec_type(n, dtype), val, [first], [n], [1])
-        vector.store(piece, mem, mem_indices(fb, node, mem_node, _coords(layout, off)))
+        guarded_store(fb, node, mem_node, _coords(layout, off), piece)
 
 
 @rule(Allocate)
@@ -295,10 +329,16 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
         coords = _coords(layout, off)
         src_idx = mem_indices(fb, node, src_node, coords)
         dst_idx = mem_indices(fb, node, dst_node, coords)
+        cond = in_bounds(fb, node, src_node, coords)
+        # Out of bounds: copy 0 source elements, i.e. zero-fill, at an in-bounds (clamped) address.
+        src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
+        if cond is not None:
+            src_idx = [arith.select(cond, i, fb.index(0)) for i in src_idx]
         op = ir.Operation.create(
             "nvgpu.device_async_copy", results=[token],
-            operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx],
-            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(dst_idx), 1, len(src_idx), 0]),
+            operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx, *src_n],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get(
+                [1, len(dst_idx), 1, len(src_idx), len(src_n)]),
                         "dstElements": ir.IntegerAttr.get(ir.IndexType.get(), n),
                         **({"bypassL1": ir.UnitAttr.get()} if n * src_node.meta["type"].dtype.bytes == 16 else {})})
         fb.pending_copies.append(op.result)
@@ -423,7 +463,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     if tile is None:
         raise CodegenError(node.meta.get("loc"), message=f"wc.iterate over {dim} needs a TilingConstraint on {dim}")
     inits = [fb.values[n] for n in node.args[0]]
-    ub = fb.index(sympy.floor(fb.cs.resolve(dim) / tile))
+    ub = fb.index(sympy.ceiling(fb.cs.resolve(dim) / tile))
     loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):

@@ -19,6 +19,8 @@ class PassContext:
     parent: dict = field(default_factory=dict)  # subgraph -> (iterate node, parent graph)
     workgroup_remap: dict = field(default_factory=dict)  # WORKGROUP[i] -> expression of $PID
     grid_override: tuple | None = None
+    requirements: dict = field(default_factory=dict)  # dim -> divisor the launcher must check
+    masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:

@@ -12,6 +12,7 @@ from .expand import expand
 from .infer_indices import infer_indices
 from .infer_types import infer_types
 from .insert_barriers import insert_barriers
+from .mask_bounds import mask_bounds
 from .pipeline_loops import pipeline_loops
 from .printer import format_trace
 from .promote_to_shared import promote_to_shared
@@ -30,6 +31,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("swizzle_shared", swizzle_shared),
     ("pipeline_loops", pipeline_loops),
     ("reorder_workgroups", reorder_workgroups),
+    ("mask_bounds", mask_bounds),
     ("insert_barriers", insert_barriers),
 ]
 

@@ -8,7 +8,7 @@ Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >=
 - the body begins with ``async_wait(pending=S - 2)`` and ends its copies with ``async_commit``;
 - a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each.
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
-needs no branch and K only has to be a multiple of the loop tile (no minimum trip count).
+needs no branch and there is no minimum trip count.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if not pairs:
         return
     iv = induction_symbol(dim)
-    last = sympy.floor(cs.resolve(dim) / cs.loop_tile[dim]) - 1
+    last = sympy.ceiling(cs.resolve(dim) / cs.loop_tile[dim]) - 1
     ahead = sympy.Min(iv + stages - 1, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:

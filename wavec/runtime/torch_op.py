@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..errors import WavecError
+from ..errors import TorchOpError
 from .artifact import Artifact
 from .kernel import CompiledKernel
 
@@ -44,11 +44,6 @@ _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*)$")
 # Names the schema parser treats specially or that are not usable as schema argument names.
 _RESERVED_ARG_NAMES = frozenset({"Tensor", "None", "True", "False"})
 
-
-class TorchOpError(WavecError):
-    """A wavec kernel cannot be registered (or re-registered) as a PyTorch operator."""
-
-    template = "torch op {name}: {message}"
 
 
 @dataclasses.dataclass
