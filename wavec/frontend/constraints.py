@@ -60,11 +60,12 @@ class HardwareConstraint:
 class SchedulingConstraint:
     """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
 
-    ``num_stages``: software-pipelining depth of ``iterate`` loops (1 = no pipelining);
-    ``group_size``: workgroups along axis 0 launched together for L2 reuse (1 = row-major order);
-    ``promote_operands``: stage MMA operands through shared memory."""
+    ``num_stages``: software-pipelining depth of ``iterate`` loops (1 = no pipelining; applied where the
+    target has asynchronous copies); ``group_size``: workgroups along axis 0 launched together for L2
+    reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory.
+    A kernel without a SchedulingConstraint gets these defaults."""
 
-    num_stages: sympy.Expr | int = 1
+    num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
     promote_operands: bool = True
 
@@ -113,7 +114,7 @@ class ConstraintSet:
         sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
         if len(sched) > 1:
             raise ConstraintError(message="at most one SchedulingConstraint")
-        self.scheduling = sched[0] if sched else SchedulingConstraint(promote_operands=False)
+        self.scheduling = sched[0] if sched else SchedulingConstraint()
         self.num_stages = self.resolve_int(self.scheduling.num_stages, "num_stages")
         self.group_size = self.resolve_int(self.scheduling.group_size, "group_size")
         self._check_waves()

@@ -1,0 +1,169 @@
+"""GEMM benchmark: wavec beside cuBLAS (torch.matmul) and an autotuned Triton matmul, in one run.
+
+Shapes: ../shared/data/gemm_shapes.csv (deduplicated) plus squares 1024-8192, f16 and bf16.  Each
+timing is the median of CUDA-event timings (triton.testing.do_bench) after warm-up, on fresh random
+inputs; for problems whose inputs fit in L2 several input sets are rotated so no repetition reuses L2.
+wavec and Triton write f32 C; cuBLAS writes C in the input dtype (its fastest path).  For decode shapes
+(M <= 16) the achieved bandwidth is reported against a device-to-device copy measured in the same run.
+Writes gemm.csv, gemm.png (TFLOP/s per shape) and roofline.png under --out.
+
+    python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
+"""
+
+import argparse
+import csv
+import itertools
+import math
+import os
+import pathlib
+import sys
+import time
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from triton_matmul import triton_matmul  # noqa: E402
+
+from wavec.kernels.gemm import gemm_config, matmul  # noqa: E402
+
+SHAPES_CSV = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gemm_shapes.csv"
+L2_BYTES = 50 * 2**20
+TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+def load_shapes(models: list[str] | None, max_shapes: int | None) -> list[tuple[str, int, int, int]]:
+    rows, seen = [], set()
+    path = SHAPES_CSV if SHAPES_CSV.exists() else pathlib.Path("shared/data/gemm_shapes.csv")
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            key = (int(r["M"]), int(r["N"]), int(r["K"]))
+            if (models and r["model"] not in models) or key in seen:
+                continue
+            seen.add(key)
+            rows.append((f"{r['model']}/{r['layer']}", *key))
+    rows = rows[:max_shapes] if max_shapes else rows
+    return rows + [(f"square{n}", n, n, n) for n in (1024, 2048, 4096, 8192)]
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s (bytes read + written)."""
+    x = torch.empty(2**28, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    ms = do_bench(lambda: y.copy_(x), warmup=25, rep=100, return_mode="median")
+    return 2 * x.numel() * 4 / (ms * 1e-3)
+
+
+def inputs(m, n, k, tdt):
+    per_set = (m * k + n * k) * 2 + m * n * 4
+    sets = max(1, min(16, math.ceil(2 * L2_BYTES / per_set)))
+    return [(torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt))
+            for _ in range(sets)]
+
+
+def time_rotating(fn, sets) -> float:
+    it = itertools.cycle(sets)
+    return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
+
+
+def bench_shape(name, m, n, k, dt, bw) -> dict:
+    tdt = TORCH_DT[dt]
+    sets = inputs(m, n, k, tdt)
+    a, b = sets[0]
+    ref = a.float() @ b.float().T
+    out = matmul(a, b)
+    err = ((out - ref).norm() / ref.norm()).item()
+    c_sets = [(x, y, torch.empty(m, n, device="cuda")) for x, y in sets]
+    triton_matmul(*c_sets[0])  # autotune outside the timing
+    t_w = time_rotating(matmul, sets)
+    t_c = time_rotating(lambda x, y: torch.matmul(x, y.T), sets)
+    t_t = time_rotating(triton_matmul, c_sets)
+    flops = 2 * m * n * k
+    subs, waves = gemm_config(m, n, k)
+    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err,
+           "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
+           "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
+           "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
+           "config": f"{[v for v in subs.values()]} waves={waves}"}
+    if m <= 16:
+        bytes_moved = (m * k + n * k) * 2 + m * n * 4
+        row["wavec_bw_frac"] = bytes_moved / (t_w * 1e-3) / bw
+    return row
+
+
+def plot(rows, out: pathlib.Path, bw: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for dt in sorted({r["dtype"] for r in rows}):
+        sub = [r for r in rows if r["dtype"] == dt]
+        fig, ax = plt.subplots(figsize=(max(8, len(sub) * 0.25), 4))
+        x = range(len(sub))
+        for key, label in (("cublas_tflops", "cuBLAS"), ("triton_tflops", "Triton"), ("wavec_tflops", "wavec")):
+            ax.plot(x, [r[key] for r in sub], "o-", ms=3, label=label)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([f"{r['M']}x{r['N']}x{r['K']}" for r in sub], rotation=90, fontsize=5)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"GEMM {dt}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / f"gemm_{dt}.png", dpi=120)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    peak = max(r["cublas_tflops"] for r in rows)
+    ai = [2 * r["M"] * r["N"] * r["K"] / ((r["M"] * r["K"] + r["N"] * r["K"]) * 2 + r["M"] * r["N"] * 4)
+          for r in rows]
+    xs = [10 ** (e / 10) for e in range(0, 41)]
+    ax.loglog(xs, [min(peak, x * bw / 1e12) for x in xs], "k-", label=f"roofline ({bw / 1e12:.2f} TB/s, "
+              f"{peak:.0f} TF/s)")
+    ax.loglog(ai, [r["wavec_tflops"] for r in rows], ".", label="wavec")
+    ax.loglog(ai, [r["cublas_tflops"] for r in rows], ".", label="cuBLAS")
+    ax.set_xlabel("FLOP / byte")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "roofline.png", dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--max-shapes", type=int, default=None)
+    ap.add_argument("--models", default=None)
+    args = ap.parse_args()
+    out = pathlib.Path(args.out)
+    os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    shapes = load_shapes(args.models.split(",") if args.models else None, args.max_shapes)
+    rows = []
+    t0 = time.time()
+    for dt in args.dtypes.split(","):
+        for name, m, n, k in shapes:
+            rows.append(bench_shape(name, m, n, k, dt, bw))
+            r = rows[-1]
+            print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
+                  f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  err {r['rel_err']:.1e}", flush=True)
+    with open(out / "gemm.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
+        w.writeheader()
+        w.writerows(rows)
+    plot(rows, out, bw)
+    print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s; {len(rows)} rows in {time.time() - t0:.0f} s")
+    print(f"{'dtype':5} {'geomean x cuBLAS':>17} {'geomean x Triton':>17} {'4096^3':>7} {'8192^3':>7} "
+          f"{'decode BW frac (median)':>24}")
+    for dt in args.dtypes.split(","):
+        sub = [r for r in rows if r["dtype"] == dt]
+        gm = math.exp(sum(math.log(r["wavec_vs_cublas"]) for r in sub) / len(sub))
+        gt = math.exp(sum(math.log(r["wavec_vs_triton"]) for r in sub) / len(sub))
+        sq = {r["M"]: r["wavec_vs_cublas"] for r in sub if r["shape"].startswith("square")}
+        dec = sorted(r["wavec_bw_frac"] for r in sub if "wavec_bw_frac" in r)
+        med = dec[len(dec) // 2] if dec else float("nan")
+        print(f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
+              f"{med:24.3f}")
+
+
+if __name__ == "__main__":
+    main()
