@@ -96,10 +96,6 @@ def test_compiles_to_ptx(name: str, target: str) -> None:
         assert re.search(r"ld\.global|cp\.async", ptx) and "st.global" in ptx
 
 
-@pytest.mark.xfail(strict=True, reason="the copy kernel's 16-byte vector<8xf16> loads reach PTX as eight 2-byte "
-                   "ld.global.nc.b16: LLVM cannot prove the alignment of rows of a memref<?x?xf16> with a dynamic row "
-                   "stride, although the divisibility requirement on N in the launch metadata (checked at launch) makes"
-                   " every row 16-byte aligned")
 @pytest.mark.parametrize("target", NV_TARGETS)
 def test_copy_ptx_uses_16_byte_accesses(target: str) -> None:
     ptx, _ = ptx_of("copy", target)

@@ -116,14 +116,10 @@ def test_equal_starts_different_levels_are_unequal() -> None:
     assert not IndexSeq(lane, ((4, 1),)).equals(IndexSeq(lane))
 
 
-@pytest.mark.xfail(strict=True, reason="IndexSeq.equals relies on sympy.simplify, which cannot prove the "
-                   "division identity 4*floor(l/4) + l%4 == l for a non-negative integer l")
 def test_equality_proves_division_identity() -> None:
     assert IndexSeq(4 * floor(lane / 4) + Mod(lane, 4)).equals(IndexSeq(lane))
 
 
-@pytest.mark.xfail(strict=True, reason="IndexSeq.equals cannot prove floor(floor(l/4)/2) == floor(l/8), "
-                   "a nested-floor identity that holds for every non-negative integer l")
 def test_equality_proves_nested_floor() -> None:
     assert IndexSeq(floor(floor(lane / 4) / 2)).equals(IndexSeq(floor(lane / 8)))
 

@@ -97,7 +97,8 @@ def make_gemm(dtype=f16, threads: int = 32, mma: MMAType = MMAType.NV_F32_16x8x1
     """The GEMM of DESIGN §1 with operands read straight from global memory (no shared staging)."""
     cons = [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
             wc.WaveConstraint(M, BM / waves[0]), wc.WaveConstraint(N, BN / waves[1]),
-            wc.TilingConstraint(K, BK), wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma)]
+            wc.TilingConstraint(K, BK), wc.SchedulingConstraint(promote_operands=False),
+            wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma)]
 
     @wc.wave(cons)
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
@@ -272,7 +273,8 @@ def test_mma_anchor_outranks_write_default() -> None:
 
 _CONFLICT_CONSTRAINTS = [
     wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, 16, 1), wc.WorkgroupConstraint(P, 16, 2),
-    wc.TilingConstraint(K, 16), wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16),
+    wc.TilingConstraint(K, 16), wc.SchedulingConstraint(promote_operands=False),
+    wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16),
 ]
 
 
@@ -424,9 +426,6 @@ def _factory_with_string_annotations(dtype):
     return k
 
 
-@pytest.mark.xfail(strict=True, raises=NameError, reason="string annotations (from __future__ import "
-                   "annotations) are evaluated with the kernel's globals and closure only; a factory local that "
-                   "only the annotations use is not in the closure, so tracing fails with a bare NameError")
 def test_string_annotations_see_factory_locals() -> None:
     trace = _factory_with_string_annotations(f16).trace()
     assert [a.type.dtype for a in trace.args] == [f16, f16]
@@ -497,7 +496,8 @@ def test_missing_tiling_constraint() -> None:
 
 def test_wave_tile_must_divide_workgroup_tile() -> None:
     cons = [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1), wc.WaveConstraint(M, 48),
-            wc.TilingConstraint(K, BK), wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
+            wc.TilingConstraint(K, BK), wc.SchedulingConstraint(promote_operands=False),
+            wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
     kernel = wc.wave(cons)(_gemm_body)
     with pytest.raises(ConstraintError, match="wave tile 48 of M does not divide its workgroup tile 64"):
         wc.compile(kernel, {BM: 64, BN: 64, BK: 32}, target="sm_90", backend="cuda", cache=False)
@@ -532,9 +532,6 @@ def test_instruction_tile_must_divide_wave_tile() -> None:
         run_passes(make_gemm(waves=(1, 1)), {BM: 24, BN: 16, BK: 16})
 
 
-@pytest.mark.xfail(strict=True, reason="errors of ops in a library kernel point at the caller of wc.compile, not at "
-                   "the kernel line in wavec/kernels/gemm.py: current_loc() skips every frame inside the wavec "
-                   "package, kernels included (here: bf16 operands with the f16 mma type, caught only in codegen)")
 def test_library_kernel_errors_point_at_the_kernel_line() -> None:
     with pytest.raises(WavecError) as info:
         wc.compile(gemm_lib.make_gemm(wc.bf16), gemm_lib.DEFAULT_SUBS, target="sm_90", backend="cuda", cache=False)
@@ -546,11 +543,8 @@ def _mma_outside_loop(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N
     wc.write(wc.mma(wc.read(a), wc.read(b), Register[M, N, f32](0.0)), c)
 
 
-@pytest.mark.xfail(strict=True, reason="an mma over a dynamic K outside wc.iterate(K) expands over one "
-                   "TilingConstraint tile of K only (wave_extent falls back to the loop tile), so it silently "
-                   "reduces over the first BLOCK_K columns instead of raising")
 def test_reduction_dim_outside_its_loop_is_an_error() -> None:
     cons = [wc.WorkgroupConstraint(M, 16, 0), wc.WorkgroupConstraint(N, 8, 1), wc.TilingConstraint(K, 16),
-            wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
+            wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
     with pytest.raises(WavecError):
         wc.compile(wc.wave(cons)(_mma_outside_loop), {}, target="sm_90", backend="cuda", cache=False)

@@ -189,6 +189,8 @@ class FunctionBuilder:
         if lay.dims == result.dims:
             return v
         mask = broadcast_positions(result, lay)
+        if mask == list(range(lay.size)):
+            return v
         return vector.shuffle(v, v, mask)
 
 
@@ -220,28 +222,29 @@ def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) 
 
 
 def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType,
-                 dtype: dt.DType) -> ir.Value:
+                 dtype: dt.DType, align: int) -> ir.Value:
     idx = mem_indices(fb, access, mem, coords)
     cond = in_bounds(fb, access, mem, coords)
     if cond is None:
-        return vector.load(vt, fb.values[mem], idx)
+        return vector.load(vt, fb.values[mem], idx, alignment=align)
     branch = scf.IfOp(cond, [vt], has_else=True)
     with ir.InsertionPoint(branch.then_block):
-        scf.yield_([vector.load(vt, fb.values[mem], idx)])
+        scf.yield_([vector.load(vt, fb.values[mem], idx, alignment=align)])
     with ir.InsertionPoint(branch.else_block):
         scf.yield_([splat(vt, dtype, 0)])
     return branch.result
 
 
-def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value) -> None:
+def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value,
+                  align: int) -> None:
     idx = mem_indices(fb, access, mem, coords)
     cond = in_bounds(fb, access, mem, coords)
     if cond is None:
-        vector.store(value, fb.values[mem], idx)
+        vector.store(value, fb.values[mem], idx, alignment=align)
         return
     branch = scf.IfOp(cond)
     with ir.InsertionPoint(branch.then_block):
-        vector.store(value, fb.values[mem], idx)
+        vector.store(value, fb.values[mem], idx, alignment=align)
         scf.yield_([])
 
 
@@ -280,14 +283,14 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
         return
     layout: Layout = node.meta["layout"]
     dtype = node.meta["type"].dtype
-    runs = node.meta["accesses"]
+    runs, aligns = node.meta["accesses"], node.meta["alignments"]
     if len(runs) == 1:
         fb.values[node] = guarded_load(fb, node, mem_node, _coords(layout, runs[0][2]),
-                                       vec_type(layout.size, dtype), dtype)
+                                       vec_type(layout.size, dtype), dtype, aligns[0])
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
-    for first, n, off in runs:
-        piece = guarded_load(fb, node, mem_node, _coords(layout, off), vec_type(n, dtype), dtype)
+    for (first, n, off), align in zip(runs, aligns):
+        piece = guarded_load(fb, node, mem_node, _coords(layout, off), vec_type(n, dtype), dtype, align)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc
 
@@ -299,10 +302,10 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     layout: Layout = node.meta["layout"]
     dtype = val_node.meta["type"].dtype
     runs = node.meta["accesses"]
-    for first, n, off in runs:
+    for (first, n, off), align in zip(runs, node.meta["alignments"]):
         piece = val if len(runs) == 1 else vector.extract_strided_slice(
             vec_type(n, dtype), val, [first], [n], [1])
-        guarded_store(fb, node, mem_node, _coords(layout, off), piece)
+        guarded_store(fb, node, mem_node, _coords(layout, off), piece, align)
 
 
 @rule(Allocate)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 
 from ..errors import ConstraintError
 from .constraints import (
@@ -20,17 +21,19 @@ _KINDS = (WorkgroupConstraint, WaveConstraint, TilingConstraint, HardwareConstra
 class WaveKernel:
     """A traced-on-demand kernel: the Python body plus its constraint list."""
 
-    def __init__(self, fn, constraints) -> None:
+    def __init__(self, fn, constraints, scope_locals: dict | None = None) -> None:
         for c in constraints:
             if not isinstance(c, _KINDS):
                 raise ConstraintError(message=f"{fn.__name__}: {c!r} is not a wavec constraint")
         self.fn = fn
         self.constraints = list(constraints)
         self.name = fn.__name__
+        # String annotations may name locals of the defining scope (a kernel factory's ``dtype``).
+        self.scope_locals = dict(scope_locals or {})
         functools.update_wrapper(self, fn)
 
     def trace(self) -> Trace:
-        return trace_kernel(self.fn)
+        return trace_kernel(self.fn, self.scope_locals)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"{self.name} is a wavec kernel definition: compile it first with "
@@ -42,6 +45,8 @@ class WaveKernel:
 
 def wave(constraints):
     """Decorator: define a wave-level kernel with the given constraint list."""
+    caller = sys._getframe(1).f_locals
+
     def deco(fn) -> WaveKernel:
-        return WaveKernel(fn, constraints)
+        return WaveKernel(fn, constraints, caller)
     return deco

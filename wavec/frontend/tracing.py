@@ -20,15 +20,16 @@ from ..errors import OutsideKernelError, ShapeError, SourceLoc
 from .types import TensorType
 
 _WAVEC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_KERNELS_DIR = os.path.join(_WAVEC_DIR, "kernels")  # the kernel library is user code
 _ACTIVE: list[Tracer] = []
 
 
 def current_loc() -> SourceLoc | None:
-    """The innermost stack frame outside the wavec package: the user's kernel line."""
+    """The innermost stack frame outside the compiler (user code or ``wavec/kernels``): the kernel line."""
     frame = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_WAVEC_DIR + os.sep):
+        if not fname.startswith(_WAVEC_DIR + os.sep) or fname.startswith(_KERNELS_DIR + os.sep):
             return SourceLoc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
         frame = frame.f_back
     return None
@@ -177,10 +178,11 @@ class Tracer:
         _ACTIVE.pop()
 
 
-def _annotations(fn) -> dict:
+def _annotations(fn, scope_locals: dict | None = None) -> dict:
     """Argument annotations, evaluating string ones (``from __future__ import annotations``) with the
-    function's globals and closure."""
+    function's globals, the locals of the scope that defined it, and its closure."""
     scope = dict(fn.__globals__)
+    scope.update(scope_locals or {})
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
             try:
@@ -193,10 +195,10 @@ def _annotations(fn) -> dict:
     return out
 
 
-def trace_kernel(fn) -> Trace:
+def trace_kernel(fn, scope_locals: dict | None = None) -> Trace:
     """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``."""
     sig = inspect.signature(fn)
-    hints = _annotations(fn)
+    hints = _annotations(fn, scope_locals)
     loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
     tracer = Tracer()
     args, values = [], []

@@ -27,6 +27,31 @@ def _norm_levels(levels) -> tuple[Level, ...]:
     return tuple(out)
 
 
+def _flatten_floor(x: sympy.Expr) -> sympy.Expr:
+    """floor(floor(y) / b) == floor(y / b) for a positive integer b."""
+    coeff, rest = x.args[0].as_coeff_Mul()
+    if isinstance(rest, sympy.floor) and coeff > 0 and (1 / coeff).is_Integer:
+        return sympy.floor(rest.args[0] * coeff)
+    return x
+
+
+def canonical(expr: sympy.Expr) -> sympy.Expr:
+    """A normal form for proofs: ``Mod(x, c)`` as ``x - c*floor(x/c)``, nested floors flattened."""
+    expr = sympy.sympify(expr)
+    expr = expr.replace(lambda x: isinstance(x, sympy.Mod),
+                        lambda x: x.args[0] - x.args[1] * sympy.floor(x.args[0] / x.args[1]))
+    prev = None
+    while prev != expr:
+        prev = expr
+        expr = expr.replace(lambda x: isinstance(x, sympy.floor), _flatten_floor)
+    return sympy.expand(expr)
+
+
+def provably_equal(a: sympy.Expr, b: sympy.Expr) -> bool:
+    diff = sympy.sympify(a) - sympy.sympify(b)
+    return sympy.simplify(diff) == 0 or sympy.simplify(canonical(diff)) == 0
+
+
 @dataclass(frozen=True, slots=True)
 class IndexSeq:
     start: sympy.Expr
@@ -66,7 +91,7 @@ class IndexSeq:
         return [base + o for o in self.offsets()]
 
     def equals(self, other: IndexSeq) -> bool:
-        return self.levels == other.levels and sympy.simplify(self.start - other.start) == 0
+        return self.levels == other.levels and provably_equal(self.start, other.start)
 
     def __str__(self) -> str:
         lv = ", ".join(f"{c}x{s}" for c, s in self.levels)

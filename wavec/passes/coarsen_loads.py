@@ -3,12 +3,17 @@
 Requires: ``expand`` (per-instruction-tile layouts).  Guarantees: every ``read``/``write`` node has
 ``meta["accesses"]``: a list of ``(first, length, offsets)`` runs — ``length`` consecutive register
 elements starting at flat position ``first`` that are contiguous along the memory's last dimension —
-merged up to the widest legal access (16 bytes).  Reads of shared memory that feed an NVIDIA ``mma.sync``
+merged up to the widest legal access (16 bytes), and ``meta["alignments"]``: for each run the byte
+alignment of its address, proven from the index algebra (the run's first coordinate along the last dim is
+a multiple of that many elements; base pointers are 16-byte aligned and rows are a multiple of the
+longest run, which ``mask_bounds`` makes the launcher check).  LLVM only emits a 16-byte ``ld.v4`` when it
+is told the alignment.  Reads of shared memory that feed an NVIDIA ``mma.sync``
 operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``).
 """
 
 from __future__ import annotations
 
+import sympy
 import torch.fx as fx
 
 from ..frontend.ops import AsyncCopy, Read, Write
@@ -45,6 +50,21 @@ def access_runs(layout: Layout, mem_dims: tuple, elem_bytes: int) -> list[tuple[
     return out
 
 
+def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
+    """Bytes of alignment of a run of ``length`` elements starting at logical ``first_coord``."""
+    p = length
+    while p > 1 and sympy.Mod(sympy.expand(first_coord), p) != 0:
+        p //= 2
+    return p * elem_bytes
+
+
+def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
+    while mem.meta.get("role") == "capture":
+        mem = mem.meta["capture_of"]
+    base = mem.kwargs.get("base") if mem.op == "call_function" else None
+    return coord - sympy.sympify(base[dim]) if base else coord
+
+
 def _memory(node: fx.Node) -> fx.Node:
     op = node.meta.get("op")
     return node.args[0] if op is Read else node.args[1]
@@ -66,5 +86,11 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
                 node.meta["access"] = "ldmatrix"
                 continue
             mem = _memory(node)
-            node.meta["accesses"] = access_runs(node.meta["layout"], mem.meta["type"].shape,
-                                                mem.meta["type"].dtype.bytes)
+            mtype = mem.meta["type"]
+            layout = node.meta["layout"]
+            runs = access_runs(layout, mtype.shape, mtype.dtype.bytes)
+            last = mtype.shape[-1]
+            node.meta["accesses"] = runs
+            node.meta["alignments"] = [
+                run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)
+                for _first, n, off in runs]

@@ -25,7 +25,11 @@ def _counts(ctx: PassContext, node: fx.Node) -> dict:
     layout = node.meta["layout"]
     counts = {}
     per_workgroup = node.meta.get("distribute") == "workgroup"
+    cs = ctx.constraints
     for d, tile in zip(layout.dims, layout.tile):
+        if d in cs.loop_tile and d not in cs.wg_tile and not ctx.in_loop(node.graph, d):
+            raise ExpansionError(node.meta.get("loc"), message=f"%{node.name} spans dimension {d}, which a "
+                                 f"TilingConstraint tiles by {cs.loop_tile[d]}: use it inside wc.iterate({d}, ...)")
         extent = ctx.constraints.workgroup_extent(d) if per_workgroup else ctx.constraints.wave_extent(d)
         if extent is None:
             raise ExpansionError(node.meta.get("loc"), message=f"dimension {d} is not distributed: add a "

@@ -41,9 +41,10 @@ PASS_NAMES = [name for name, _ in PIPELINE]
 def run_pipeline(trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] = (),
                  printer: Callable[[str], None] = print) -> Trace:
     wanted = set(print_ir_after)
-    unknown = wanted - set(PASS_NAMES) - {"all", "trace"}
+    unknown = wanted - set(PASS_NAMES) - {"all", "trace", "mlir"}
     if unknown:
-        raise ValueError(f"print_ir_after: unknown pass {sorted(unknown)}; passes are {PASS_NAMES}")
+        raise ValueError(f"print_ir_after: unknown pass {sorted(unknown)}; expected pass names {PASS_NAMES}, "
+                         "'trace', 'mlir' or 'all'")
     if wanted & {"all", "trace"}:
         printer(f"// ----- after trace -----\n{format_trace(trace)}")
     verify = knobs.verify_ir

@@ -195,9 +195,9 @@ class BindingPlan:
 
     def _divisibility_error(self, sym: str, div: int, value: int) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
-        self._fail(self.args[ai], f"{sym}={value} is not divisible by the tile {div} of {sym} "
-                                  f"(dimension {d}); partial tiles are not masked yet: use a multiple "
-                                  f"of {div} or pad")
+        self._fail(self.args[ai], f"{sym}={value} (dimension {d}) must be a multiple of {div}: the kernel "
+                                  f"accesses rows along {sym} {div} elements at a time (16-byte vectors); "
+                                  f"pad {sym} to a multiple of {div}")
 
     def _range_error(self, sym: str, value: int) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
