@@ -86,7 +86,7 @@ def _case(name: str):
         "consistency": ([a, b, torch.zeros(128, 96)], GEMM, "c", ["symbol N", "'b'", "64", "96"]),
         "consistency_m": ([a, b, torch.zeros(64, 64)], GEMM, "c", ["symbol M", "'a'", "128", "got 64"]),
         "divisibility": ([torch.zeros(100, 64, dtype=torch.float16), b, torch.zeros(100, 64)], GEMM, "a",
-                         ["M=100 is not divisible by the tile 64"]),
+                         ["M=100 (dimension 0) must be a multiple of 64"]),
         "int32": ([torch.zeros(0, 2**31), torch.zeros(0, 2**31)], wide, "x", ["N=2147483648", "int32"]),
         "alias_same": ([x, x], vec, "y", ["overlaps input 'x'"]),
         "static_int": ([torch.zeros(4, dtype=torch.float16)], gemm_meta(
