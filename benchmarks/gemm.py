@@ -34,7 +34,8 @@ TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 def load_shapes(models: list[str] | None, max_shapes: int | None) -> list[tuple[str, int, int, int]]:
     rows, seen = [], set()
-    path = SHAPES_CSV if SHAPES_CSV.exists() else pathlib.Path("shared/data/gemm_shapes.csv")
+    # ../shared does not travel to the GPU machine: benchmarks/data holds a copy.
+    path = SHAPES_CSV if SHAPES_CSV.exists() else pathlib.Path(__file__).parent / "data" / "gemm_shapes.csv"
     with open(path) as f:
         for r in csv.DictReader(f):
             key = (int(r["M"]), int(r["N"]), int(r["K"]))
