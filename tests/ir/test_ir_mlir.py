@@ -137,9 +137,10 @@ CHECK-NEXT: binding(2) alignment({{[0-9]+}}) offset(%c0) : memref<?x?xf32>
 CHECK: gpu.thread_id  x
 CHECK: %{{[0-9]+}}:4 = scf.for {{.*}} iter_args(%[[ACC0:arg[0-9]+]] = %{{\w+}}, %[[ACC1:arg[0-9]+]] = {{.*}} -> (vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>) {
 CHECK: %[[R0:[0-9]+]] = amdgpu.mfma 16x16x16 %{{[0-9]+}} * %{{[0-9]+}} + %[[ACC0]] : vector<4xf16>, vector<4xf16>, vector<4xf32>
-CHECK-NEXT: %[[R1:[0-9]+]] = amdgpu.mfma 16x16x16 %{{[0-9]+}} * %{{[0-9]+}} + %[[R0]] : vector<4xf16>, vector<4xf16>, vector<4xf32>
 CHECK-NEXT: amdgpu.mfma 16x16x16 %{{[0-9]+}} * %{{[0-9]+}} + %[[ACC1]]
-CHECK-COUNT-5: amdgpu.mfma 16x16x16
+CHECK-COUNT-2: amdgpu.mfma 16x16x16
+CHECK: %[[R1:[0-9]+]] = amdgpu.mfma 16x16x16 %{{[0-9]+}} * %{{[0-9]+}} + %[[R0]] : vector<4xf16>, vector<4xf16>, vector<4xf32>
+CHECK-COUNT-3: amdgpu.mfma 16x16x16
 CHECK-NOT: amdgpu.mfma
 CHECK: scf.yield %[[R1]],
 """

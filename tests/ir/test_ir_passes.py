@@ -122,8 +122,8 @@ CHECK-COUNT-8: = read(%capture_a)
 CHECK-COUNT-4: = read(%capture_b)
 CHECK-NOT: = read(
 CHECK: %[[K0:mma_m0_n0_k0]] = mma(%read_m0_k0, %[[B:read\w*]]_n0_k0, %iter_arg_0_m0_n0)
-CHECK-NEXT: %[[K1:mma_m0_n0_k1]] = mma(%read_m0_k1, %[[B]]_n0_k1, %[[K0]])
 CHECK-NEXT: = mma(%read_m0_k0, %[[B]]_n1_k0, %iter_arg_0_m0_n1)
+CHECK: %[[K1:mma_m0_n0_k1]] = mma(%read_m0_k1, %[[B]]_n0_k1, %[[K0]])
 CHECK: return (%[[K1]], %mma_m0_n1_k1,
 """
 

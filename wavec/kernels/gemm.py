@@ -51,23 +51,36 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 
 
 # ----- a simple, documented shape heuristic (until the autotuner exists) -----
-# Measured on an H100/H200 (benchmarks/gemm_sweep.py, 4096^3 f16): 128x256 and 256x128 tiles with
-# BLOCK_K=64 and 2-4 stages reach ~290 TFLOP/s, 128x128x64 the same within 1%, 64-wide tiles ~230.
-# Small M (decode) is bound by reading B once: a 16- or 64-row tile keeps the wasted MMA work small and
-# launches enough workgroups along N to fill the machine.
+# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py, 4096^3 f16, relative to the best):
+# 128x256 and 256x128 = 1.0, 128x128 = 0.97, 64x128 = 0.79, 64x64 ~ 0.6; workgroups per SM from their
+# registers (~225 per thread for the large tiles, ~128 for the 64-row ones).  The heuristic picks the tile
+# with the fewest "waves" of workgroups over the 132 SMs, weighted by that throughput, so mid-size
+# problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by reading B once: 16-row
+# tiles, as narrow along N as needed for two workgroups per SM.
+_SMS = 132
+_TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
+    (128, 256, (2, 4), 1.00, 1),
+    (128, 128, (2, 2), 0.97, 2),
+    (64, 128, (2, 2), 0.79, 3),
+    (64, 64, (2, 2), 0.60, 4),
+]
+_DECODE_TILES = [(16, 128, (1, 4)), (16, 64, (1, 2)), (16, 32, (1, 1))]
+
 
 def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
     """(subs, waves) for a problem of size m x n x k."""
-    if m <= 16:
-        bm, bn, waves = 16, 128, (1, 4)
-    elif m <= 64:
-        bm, bn, waves = 64, 128, (2, 2)
-    elif m * n <= 1024 * 1024:
-        bm, bn, waves = 128, 128, (2, 2)
-    else:
-        bm, bn, waves = 128, 256, (2, 4)
     bk = 64 if k % 64 == 0 or k > 256 else 32
-    stages = 4 if bm * bn <= 128 * 256 and bk == 64 else 3
+    if m <= 16:
+        bm, bn, waves = next((t for t in _DECODE_TILES if -(-n // t[1]) >= 2 * _SMS), _DECODE_TILES[-1])
+        return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: 4, GROUP_M: 1}, waves
+
+    def cost(tile) -> float:
+        bm, bn, _w, rate, per_sm = tile
+        workgroups = -(-m // bm) * -(-n // bn)
+        return -(-workgroups // (_SMS * per_sm)) * bm * bn * per_sm / rate
+
+    bm, bn, waves, _rate, _per_sm = min(_TILES, key=cost)
+    stages = 4 if bk == 64 and bm * bn <= 128 * 128 else 3
     return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: stages, GROUP_M: 8}, waves
 
 

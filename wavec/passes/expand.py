@@ -4,7 +4,7 @@ Requires: ``infer_indices`` (every register node has a layout).  Guarantees: a n
 nodes each cover one instruction tile (``meta["layout"]`` with starts offset by the tile position,
 ``meta["key"]`` the tile position per dim).  Users are rewired to the clone owning the same sub-tile, so
 operand reuse is structural (A is read once per (M, K) tile, not once per mma).  ``mma`` clones are
-chained along K; ``iterate`` bodies expand inside their loop with carried values expanded consistently.
+chained along K, emitted K step by K step so neighbouring mmas are independent; ``iterate`` bodies expand inside their loop with carried values expanded consistently.
 """
 
 from __future__ import annotations
@@ -117,15 +117,14 @@ class _Expander:
         a, b, acc = node.args
         m, n, k = MMA.dims(node)
         counts = _counts(self.ctx, a)
-        kc = counts[k]
-        out = {}
-        for key in _keys({d: c for d, c in _counts(self.ctx, node).items()}):
-            cur = self.lookup(env, acc, key)
-            for kk in range(kc):
+        keys = _keys(_counts(self.ctx, node))
+        out = {key: self.lookup(env, acc, key) for key in keys}
+        # K steps outermost: consecutive mmas update different accumulators, so none waits on the last.
+        for kk in range(counts[k]):
+            for key in keys:
                 ka = _restrict(key, (m,)) + ((k, kk),)
                 kb = _restrict(key, (n,)) + ((k, kk),)
-                cur = self.clone(ng, node, key + ((k, kk),), (env[a][ka], env[b][kb], cur))
-            out[key] = cur
+                out[key] = self.clone(ng, node, key + ((k, kk),), (env[a][ka], env[b][kb], out[key]))
         env[node] = out
 
     def _iterate(self, ng, node, env) -> None:

@@ -17,6 +17,7 @@ from .pipeline_loops import pipeline_loops
 from .printer import format_trace
 from .promote_to_shared import promote_to_shared
 from .reorder_workgroups import reorder_workgroups
+from .schedule_loops import schedule_loops
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
 
@@ -29,6 +30,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("expand", expand),
     ("coarsen_loads", coarsen_loads),
     ("swizzle_shared", swizzle_shared),
+    ("schedule_loops", schedule_loops),
     ("pipeline_loops", pipeline_loops),
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),
