@@ -4,7 +4,8 @@ Requires: ``infer_indices`` (every register node has a layout).  Guarantees: a n
 nodes each cover one instruction tile (``meta["layout"]`` with starts offset by the tile position,
 ``meta["key"]`` the tile position per dim).  Users are rewired to the clone owning the same sub-tile, so
 operand reuse is structural (A is read once per (M, K) tile, not once per mma).  ``mma`` clones are
-chained along K, emitted K step by K step so neighbouring mmas are independent; ``iterate`` bodies expand inside their loop with carried values expanded consistently.
+chained along K, emitted K step by K step so neighbouring mmas are independent; ``iterate`` bodies
+expand inside their loop with carried values expanded consistently.
 """
 
 from __future__ import annotations
