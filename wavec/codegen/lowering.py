@@ -37,7 +37,7 @@ from ..frontend.ops import (
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
-from ..indexing.symbols import PID
+from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
 
 LOWERINGS: dict[type, Callable[[FunctionBuilder, fx.Node], None]] = {}
@@ -212,11 +212,17 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     return [fb.index(stage)] + [fb.index(sympy.expand(coords[d] - base[d])) for d in dims]
 
 
+def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
+    """``coord < size`` per masked dim of ``access``; each depends only on its own coordinate, so the
+    conditions of dims a loop does not tile stay loop-invariant (and get hoisted)."""
+    return {d: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coords[d]), fb.index(fb.cs.resolve(d)))
+            for d in access.meta.get("mask_dims", ())}
+
+
 def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
     """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
     cond = None
-    for d in access.meta.get("mask_dims", ()):
-        c = arith.cmpi(arith.CmpIPredicate.ult, fb.index(coords[d]), fb.index(fb.cs.resolve(d)))
+    for c in dim_bounds(fb, access, coords).values():
         cond = c if cond is None else arith.andi(cond, c)
     return cond
 
@@ -330,13 +336,17 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
     token = ir.Type.parse("!nvgpu.device.async.token")
     for _first, n, off in node.meta["accesses"]:
         coords = _coords(layout, off)
-        src_idx = mem_indices(fb, node, src_node, coords)
         dst_idx = mem_indices(fb, node, dst_node, coords)
-        cond = in_bounds(fb, node, src_node, coords)
-        # Out of bounds: copy 0 source elements, i.e. zero-fill, at an in-bounds (clamped) address.
+        # Out of bounds: copy 0 source elements, i.e. zero-fill, from an in-bounds address (each
+        # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).
+        bounds = dim_bounds(fb, node, coords)
+        src_dims = src_node.meta["type"].shape
+        src_idx = [arith.select(bounds[d], i, fb.index(0)) if d in bounds else i
+                   for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
+        cond = None
+        for c in bounds.values():
+            cond = c if cond is None else arith.andi(cond, c)
         src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
-        if cond is not None:
-            src_idx = [arith.select(cond, i, fb.index(0)) for i in src_idx]
         op = ir.Operation.create(
             "nvgpu.device_async_copy", results=[token],
             operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx, *src_n],
@@ -466,21 +476,34 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     if tile is None:
         raise CodegenError(node.meta.get("loc"), message=f"wc.iterate over {dim} needs a TilingConstraint on {dim}")
     inits = [fb.values[n] for n in node.args[0]]
+    stages = fb.ctx.loop_stages.get(dim)
+    if stages:  # the pipeline stage rides along as the last iter_arg
+        inits.append(fb.index(0))
     ub = fb.index(sympy.ceiling(fb.cs.resolve(dim) / tile))
     loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):
         fb.scopes.append({})
         fb.symbols[iv] = loop.induction_variable
+        carried = list(loop.inner_iter_args)
+        if stages:
+            fb.symbols[stage_symbol(dim)] = carried.pop()
         iter_phs = [p for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
-        for p, v in zip(iter_phs, loop.inner_iter_args):
+        for p, v in zip(iter_phs, carried):
             fb.values[p] = v
         fb.lower_graph(sub)
         out = next(n for n in sub.nodes if n.op == "output").args[0]
-        scf.yield_([fb.values[o] for o in out])
+        yields = [fb.values[o] for o in out]
+        if stages:
+            cur = fb.symbols.pop(stage_symbol(dim))
+            nxt = arith.addi(cur, fb.index(1))
+            wrap = arith.cmpi(arith.CmpIPredicate.eq, nxt, fb.index(stages))
+            yields.append(arith.select(wrap, fb.index(0), nxt))
+        scf.yield_(yields)
         del fb.symbols[iv]
         fb.scopes.pop()
-    fb.values[node] = list(loop.results)
+    results = list(loop.results)
+    fb.values[node] = results[:-1] if stages else results
 
 
 @rule(GetResult)

@@ -29,5 +29,12 @@ def induction_symbol(dim: sympy.Symbol) -> sympy.Symbol:
     return sympy.Symbol(f"$ARG_{dim.name}", integer=True, nonnegative=True)
 
 
+@functools.cache
+def stage_symbol(dim: sympy.Symbol) -> sympy.Symbol:
+    """The pipeline stage (``iteration % num_stages``) of the loop over ``dim``, carried by the loop so
+    that address arithmetic does not become one induction variable per access."""
+    return sympy.Symbol(f"$STAGE_{dim.name}", integer=True, nonnegative=True)
+
+
 def is_hardware_symbol(s: sympy.Symbol) -> bool:
     return s.name.startswith("$")

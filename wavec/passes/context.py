@@ -21,6 +21,7 @@ class PassContext:
     grid_override: tuple | None = None
     requirements: dict = field(default_factory=dict)  # dim -> divisor the launcher must check
     masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
+    loop_stages: dict = field(default_factory=dict)  # loop dim -> num_stages of a pipelined loop
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:

@@ -4,7 +4,8 @@ Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >=
 ``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory.  Guarantees:
 - each ``read`` (global, workgroup-distributed) + ``write`` (to shared) pair becomes one ``async_copy``
   that fetches iteration ``min(i + S - 1, n - 1)`` into stage ``(i + S - 1) % S``; shared reads take
-  stage ``i % S``; every shared tile gets ``stages = S`` buffers;
+  stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
+  ``$STAGE_<dim>``, a value the loop carries (``ctx.loop_stages``) rather than a remainder of ``i``;
 - the body begins with ``async_wait(pending=S - 2)`` and ends its copies with ``async_commit``;
 - a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each.
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
@@ -20,6 +21,7 @@ from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Wri
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
+from ..indexing.symbols import stage_symbol
 from .context import PassContext
 
 
@@ -51,6 +53,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if not pairs:
         return
     iv = induction_symbol(dim)
+    stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
+    ctx.loop_stages[dim] = stages
     last = sympy.ceiling(cs.resolve(dim) / cs.loop_tile[dim]) - 1
     ahead = sympy.Min(iv + stages - 1, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
@@ -58,7 +62,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
         tile = write.args[1]
         c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
                   layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
-                  stage=sympy.Mod(iv + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
+                  stage=sympy.Mod(stage + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
@@ -68,7 +72,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     _node(sub, AsyncWait, (), {"pending": stages - 2}, "async_wait", loc, before=first)
     for n in sub.nodes:
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
-            n.meta["stage"] = sympy.Mod(iv, stages)
+            n.meta["stage"] = stage
     outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
     for alloc in {outer[c.args[1]] for c, _ in copies}:
         alloc.kwargs = {**alloc.kwargs, "stages": stages}
