@@ -264,10 +264,15 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     row_dim, k_dim = layout.dims
     base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
     spec = fb.cs.mma_type.spec
+    pair = node.meta.get("pair_with")
     if node.meta["mma_role"] == "a":
         tiles, shape = 4, spec.a_shape
         row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
         col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+    elif pair is not None:  # lanes 16-31 address the next N tile: one x4 load feeds two mmas
+        tiles, shape = 4, (4, 2)
+        row = base[row_dim] + sympy.Mod(LANE, 8) + layout.tile_of(row_dim) * sympy.floor(LANE / 16)
+        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
     else:
         tiles, shape = 2, spec.b_shape
         row = base[row_dim] + sympy.Mod(LANE, 8)
@@ -278,13 +283,24 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
         "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
         operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
         attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(False)}).result
-    return vector.shape_cast(vec_type(layout.size, dtype), frag)
+    flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
+    if pair is None:
+        return flat
+    size = layout.size
+    fb.values[pair] = vector.extract_strided_slice(vec_type(size, dtype), flat, [size], [size], [1])
+    return vector.extract_strided_slice(vec_type(size, dtype), flat, [0], [size], [1])
 
 
 @rule(Read)
 def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     mem_node = node.args[0]
     if node.meta.get("access") == "ldmatrix":
+        if node in fb.values:  # produced with its pair by one ldmatrix.x4
+            return
+        partner_of = node.meta.get("paired_by")
+        if partner_of is not None and partner_of not in fb.values:
+            fb.values[partner_of] = _ldmatrix(fb, partner_of, mem_node)
+            return
         fb.values[node] = _ldmatrix(fb, node, mem_node)
         return
     layout: Layout = node.meta["layout"]

@@ -51,18 +51,18 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 
 
 # ----- a simple, documented shape heuristic (until the autotuner exists) -----
-# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py, 4096^3 f16, relative to the best):
-# 128x256 and 256x128 = 1.0, 128x128 = 0.97, 64x128 = 0.79, 64x64 ~ 0.6; workgroups per SM from their
-# registers (~225 per thread for the large tiles, ~128 for the 64-row ones).  The heuristic picks the tile
-# with the fewest "waves" of workgroups over the 132 SMs, weighted by that throughput, so mid-size
-# problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by reading B once: 16-row
-# tiles, as narrow along N as needed for two workgroups per SM.
+# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py, 4096^3 f16, relative to the best,
+# 2026-11-22): 128x128x64 = 1.0 (345 TFLOP/s), 128x256 and 256x128 = 0.91, 64-row tiles ~0.7, 64x64
+# ~0.4; workgroups per SM from registers (~240 per thread) and shared memory (3 stages of 128x64 tiles).
+# The heuristic picks the tile with the fewest "waves" of workgroups over the 132 SMs, weighted by that
+# throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
+# reading B once: 16-row tiles, as narrow along N as needed for two workgroups per SM.
 _SMS = 132
 _TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
-    (128, 256, (2, 4), 1.00, 1),
-    (128, 128, (2, 2), 0.97, 2),
-    (64, 128, (2, 2), 0.79, 3),
-    (64, 64, (2, 2), 0.60, 4),
+    (128, 128, (2, 2), 1.00, 2),
+    (128, 256, (2, 4), 0.91, 1),
+    (64, 128, (2, 2), 0.70, 3),
+    (64, 64, (2, 2), 0.40, 4),
 ]
 _DECODE_TILES = [(16, 128, (1, 4)), (16, 64, (1, 2)), (16, 32, (1, 1))]
 
@@ -80,7 +80,7 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
         return -(-workgroups // (_SMS * per_sm)) * bm * bn * per_sm / rate
 
     bm, bn, waves, _rate, _per_sm = min(_TILES, key=cost)
-    stages = 4 if bk == 64 and bm * bn <= 128 * 128 else 3
+    stages = 3
     return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: stages, GROUP_M: 8}, waves
 
 

@@ -8,7 +8,8 @@ alignment of its address, proven from the index algebra (the run's first coordin
 a multiple of that many elements; base pointers are 16-byte aligned and rows are a multiple of the
 longest run, which ``mask_bounds`` makes the launcher check).  LLVM only emits a 16-byte ``ld.v4`` when it
 is told the alignment.  Reads of shared memory that feed an NVIDIA ``mma.sync``
-operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``).
+operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``); B fragments of
+neighbouring N tiles are paired into one ``ldmatrix.x4`` (``meta["pair_with"]``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,21 @@ def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
             and node.meta.get("mma_role") in ("a", "b"))
 
 
+def _pair_b_fragments(g: fx.Graph) -> None:
+    """B fragments of neighbouring N tiles (same K step) share one ``ldmatrix.x4``: the first read of a
+    pair gets ``meta["pair_with"]`` = the second, which is then produced by the same instruction."""
+    reads = {}
+    for n in g.nodes:
+        if n.meta.get("access") == "ldmatrix" and n.meta.get("mma_role") == "b":
+            reads[(n.args[0], n.meta["key"])] = n
+    for (mem, key), n in reads.items():
+        (ndim, ni), kpart = key[0], key[1:]
+        partner = reads.get((mem, ((ndim, ni + 1),) + kpart))
+        if ni % 2 == 0 and partner is not None:
+            n.meta["pair_with"] = partner
+            partner.meta["paired_by"] = n
+
+
 def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
     for g in trace.graphs():
         for node in g.nodes:
@@ -94,3 +110,4 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             node.meta["alignments"] = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)
                 for _first, n, off in runs]
+        _pair_b_fragments(g)
