@@ -54,8 +54,8 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 # Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py, 4096^3 f16, relative to the best,
 # 2026-11-22): 128x128x64 = 1.0 (345 TFLOP/s), 128x256 and 256x128 = 0.91, 64-row tiles ~0.7, 64x64
 # ~0.4; workgroups per SM from registers (~240 per thread) and shared memory (3 stages of 128x64 tiles).
-# The heuristic picks the tile with the fewest "waves" of workgroups over the 132 SMs, weighted by that
-# throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
+# The heuristic picks the tile with the least (rounds of workgroups over the 132 SMs) x (work per
+# workgroup) / throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
 # reading B once: 16-row tiles, as narrow along N as needed for two workgroups per SM.
 _SMS = 132
 _TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
@@ -74,10 +74,10 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
         bm, bn, waves = next((t for t in _DECODE_TILES if -(-n // t[1]) >= 2 * _SMS), _DECODE_TILES[-1])
         return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: 4, GROUP_M: 1}, waves
 
-    def cost(tile) -> float:
-        bm, bn, _w, rate, per_sm = tile
+    def cost(tile) -> float:  # rounds of one workgroup per SM x work per workgroup / tile throughput
+        bm, bn, _w, rate, _per_sm = tile
         workgroups = -(-m // bm) * -(-n // bn)
-        return -(-workgroups // (_SMS * per_sm)) * bm * bn * per_sm / rate
+        return -(-workgroups // _SMS) * bm * bn / rate
 
     bm, bn, waves, _rate, _per_sm = min(_TILES, key=cost)
     stages = 3
