@@ -162,7 +162,10 @@ def load(
     addr = address(st, m, eidx, valid, loc)
     if valid is not None:
         addr = np.where(valid, addr, 0)
-    vals = m.arr[addr]
+    if m.arr.size == 0:  # every element is masked off (bounds were checked above): nothing to read
+        vals = np.zeros(np.shape(addr), dtype=m.arr.dtype)
+    else:
+        vals = m.arr[addr]
     if m.shared is not None and st.check_races:
         m.shared.read(st, *_race_bytes(st, m, addr, valid), op)
     return m.et.from_mem(vals)

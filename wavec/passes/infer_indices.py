@@ -63,26 +63,34 @@ def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
 
 
 def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout:
-    """Every thread of the workgroup moves one 16-byte run along the last dim per instruction tile; rows
-    of the workgroup tile are spread over the threads (coalesced: consecutive threads, consecutive runs)."""
+    """Every thread of the workgroup moves one run along the last dim per instruction tile; rows of the
+    workgroup tile are spread over the threads (coalesced: consecutive threads, consecutive runs).  Runs
+    are 16 bytes, or shorter when the tile has fewer 16-byte runs than the workgroup has threads — no
+    thread may duplicate another's copy (two waves storing one shared address is a race)."""
     cs = ctx.constraints
     extents = [cs.workgroup_extent(d) for d in dims]
-    last = extents[-1]
+    last, total = extents[-1], 1
+    for e in extents:
+        total *= e
+    if total < cs.threads:
+        raise ConstraintError(message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "
+                              f"than the {cs.threads} threads that copy it; use a larger tile or fewer waves")
     ept = max(1, min(ACCESS_BYTES // elem_bytes, last))
-    if last % ept:
-        raise ConstraintError(message=f"tile {last} of {dims[-1]} is not a multiple of {ept} elements")
+    while ept > 1 and (total // ept < cs.threads or last % ept):
+        ept //= 2
     per_row = last // ept
-    if cs.threads % per_row:
-        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} 16-byte runs")
-    rows = cs.threads // per_row
+    if cs.threads % per_row and per_row % cs.threads:
+        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
+    rows = max(1, cs.threads // per_row)
     seqs, tiles, stride = [], [], per_row
     for ext in extents[:-1]:
         n = min(rows, ext)
         seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
         tiles.append(n)
         stride *= n
-    seqs.append(IndexSeq(sympy.Mod(THREAD, per_row) * ept, ((ept, 1),)))
-    tiles.append(last)
+    lanes_last = min(per_row, cs.threads)
+    seqs.append(IndexSeq(sympy.Mod(THREAD, lanes_last) * ept, ((ept, 1),)))
+    tiles.append(lanes_last * ept)
     base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}
     return Layout.make(dims, seqs, tiles).offset(base)
 
