@@ -7,7 +7,9 @@ the versions of wavec and the compiler.  A cache hit never imports the MLIR bind
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import SourceLoc, UnsupportedTargetError
+from .errors import KernelDefinitionError, SourceLoc, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .knobs import knobs
@@ -33,6 +35,21 @@ def _iree_version() -> str:
         return "unknown"
 
 
+def _assembler_version() -> str:
+    """Path and version of the ptxas that would assemble the cubin (part of the cache key)."""
+    from .codegen.ptxas import find_ptxas
+
+    path = find_ptxas()
+    return _ptxas_identity(path, os.stat(path).st_mtime_ns) if path else "none"
+
+
+@functools.lru_cache(maxsize=8)
+def _ptxas_identity(path: str, mtime_ns: int) -> str:
+    from .codegen.ptxas import ptxas_version
+
+    return f"{path} {ptxas_version(path)} {mtime_ns}"
+
+
 def gpu_visible() -> bool:
     try:
         import torch
@@ -45,7 +62,7 @@ def default_backend() -> str:
     forced = knobs.backend
     if forced:
         if forced not in BACKENDS:
-            raise UnsupportedTargetError(target=forced, expected=list(BACKENDS))
+            raise UnsupportedBackendError(backend=forced, expected=list(BACKENDS))
         return forced
     return "cuda" if gpu_visible() else "emulator"
 
@@ -116,10 +133,12 @@ def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None 
     from .runtime.kernel import CompiledKernel
 
     if not isinstance(kernel, WaveKernel):
-        raise TypeError(f"wc.compile expects a @wc.wave kernel, got {type(kernel).__name__}")
+        raise KernelDefinitionError(message=f"wc.compile expects a @wc.wave kernel, got {type(kernel).__name__}")
+    if isinstance(print_ir_after, str):
+        print_ir_after = [print_ir_after]
     backend = backend or default_backend()
     if backend not in BACKENDS:
-        raise UnsupportedTargetError(target=backend, expected=list(BACKENDS))
+        raise UnsupportedBackendError(backend=backend, expected=list(BACKENDS))
     target = target or default_target(backend)
     subs = dict(subs or {})
     stats = CompileStats()
@@ -128,7 +147,8 @@ def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None 
     cs = ConstraintSet(kernel.constraints, subs)
     key = cache_key(kernel_source=format_trace(trace), options={
         "constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
-        target=target, versions={"wavec": __version__, "iree": _iree_version()})
+        target=target, versions={"wavec": __version__, "iree": _iree_version(),
+                                 "ptxas": _assembler_version() if target.startswith("sm_") else "n/a"})
     store = default_cache() if cache and not knobs.cache_disable else None
     artifact = store.get(key) if store is not None and not print_ir_after else None
     stats.seconds["trace"] = time.perf_counter() - t0

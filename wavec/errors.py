@@ -62,6 +62,22 @@ class ExpansionError(WavecError):
     template = "expansion: {message}"
 
 
+class OptionError(WavecError, ValueError):
+    """A compile option has a value wavec does not accept."""
+
+    template = "{option}: {message}"
+
+
+class KernelDefinitionError(WavecError, TypeError):
+    """Something that is not a compiled wavec kernel was used as one."""
+
+    template = "{message}"
+
+
+class UnsupportedBackendError(WavecError):
+    template = "unsupported backend {backend!r}; expected one of {expected}"
+
+
 class CodegenError(WavecError):
     template = "codegen: {message}"
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.errors import LaunchError, UnsupportedTargetError, WavecError
+from wavec.errors import LaunchError, UnsupportedBackendError, WavecError
 from wavec.kernels.elementwise import DEFAULT_SUBS, make_copy
 
 HAS_GPU = torch.cuda.is_available()
@@ -57,13 +57,13 @@ def test_explicit_backend_argument_wins_over_env(monkeypatch, copy_kernel) -> No
 
 def test_unknown_env_backend_is_a_wavec_error(monkeypatch, copy_kernel) -> None:
     monkeypatch.setenv("WAVEC_BACKEND", "vulkan")
-    with pytest.raises(UnsupportedTargetError, match=r"'vulkan'.*cuda.*rocm.*emulator"):
+    with pytest.raises(UnsupportedBackendError, match=r"'vulkan'.*cuda.*rocm.*emulator"):
         wc.compile(copy_kernel, DEFAULT_SUBS)
 
 
 def test_unknown_backend_argument_is_a_wavec_error(monkeypatch, copy_kernel) -> None:
     monkeypatch.delenv("WAVEC_BACKEND", raising=False)
-    with pytest.raises(UnsupportedTargetError, match=r"'vulkan'"):
+    with pytest.raises(UnsupportedBackendError, match=r"'vulkan'"):
         wc.compile(copy_kernel, DEFAULT_SUBS, backend="vulkan")
 
 

@@ -109,9 +109,6 @@ def test_aligned_row_slice_is_accepted(gemm) -> None:
     torch.testing.assert_close(c, (a.double() @ b.double().T).float(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="BUG: the emulator launcher calls .numpy() on the arguments, which fails for tensors that "
-                          "require grad (the CUDA launcher only reads data_ptr())")
 def test_inputs_requiring_grad_are_accepted(gemm) -> None:
     a = torch.randn(64, 64, dtype=torch.float16, requires_grad=True)
     b = torch.randn(32, 64, dtype=torch.float16)

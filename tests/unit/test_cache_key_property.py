@@ -232,8 +232,6 @@ def test_compiler_versions_are_in_the_key(what, keys) -> None:
     assert compile_(make_affine()).stats.cached
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: the ptxas that assembles the cubin (its path/version) is not in the "
-                   "cache key; a cubin built by another ptxas is served from the cache")
 def test_assembler_is_in_the_key(tmp_path, monkeypatch, keys) -> None:
     from wavec.codegen.ptxas import find_ptxas
 

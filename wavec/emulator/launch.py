@@ -18,6 +18,7 @@ from ..runtime.binding import BindingPlan
 def _flat_view(t: Any) -> np.ndarray:
     import torch
 
+    t = t.detach()  # same memory; .numpy() refuses tensors that require grad
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().reshape(-1).view(np.uint16)
     return t.numpy().reshape(-1)

@@ -7,6 +7,7 @@ Tile sizes may be symbols bound later through ``subs``; ``resolve`` substitutes 
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import sympy
@@ -85,7 +86,12 @@ class ConstraintSet:
     """The constraint list with every tile resolved to an integer under ``subs``."""
 
     def __init__(self, constraints, subs: dict) -> None:
-        self.subs = {sympy.sympify(k): v for k, v in subs.items()}
+        self.subs = {}
+        for k, v in subs.items():
+            ok = isinstance(v, (numbers.Integral, sympy.Integer)) and not isinstance(v, bool) and 0 < int(v) < 2**31
+            if not ok:
+                raise ConstraintError(message=f"subs[{k}] = {v!r}: symbol values must be positive 32-bit integers")
+            self.subs[sympy.sympify(k)] = int(v)
         hw = [c for c in constraints if isinstance(c, HardwareConstraint)]
         if len(hw) != 1:
             raise ConstraintError(message=f"exactly one HardwareConstraint is needed, got {len(hw)}")

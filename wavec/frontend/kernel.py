@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from ..errors import ConstraintError
+from ..errors import ConstraintError, KernelDefinitionError
 from .constraints import (
     HardwareConstraint,
     SchedulingConstraint,
@@ -36,8 +36,8 @@ class WaveKernel:
         return trace_kernel(self.fn, self.scope_locals)
 
     def __call__(self, *args, **kwargs):
-        raise TypeError(f"{self.name} is a wavec kernel definition: compile it first with "
-                        f"wc.compile({self.name}, subs={{...}}) and call the result")
+        raise KernelDefinitionError(message=f"{self.name} is a wavec kernel definition: compile it first with "
+                                    f"wc.compile({self.name}, subs={{...}}) and call the result")
 
     def __repr__(self) -> str:
         return f"<wavec kernel {self.name}>"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch.fx as fx
 
 from ..errors import OutsideKernelError, ShapeError, SourceLoc
-from .types import TensorType
+from .types import AddressSpace, TensorType
 
 _WAVEC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNELS_DIR = os.path.join(_WAVEC_DIR, "kernels")  # the kernel library is user code
@@ -207,7 +207,12 @@ def trace_kernel(fn, scope_locals: dict | None = None) -> Trace:
         if not isinstance(t, TensorType) or t.address_space is None:
             raise ShapeError(loc, op=fn.__name__, message=f"argument {name!r} must be annotated Memory[dims..., dtype]")
         node = tracer.root.placeholder(name)
-        node.meta.update(type=t, loc=loc, role="memory", arg_index=len(args))
+        # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
+        # itself is device memory (promote_to_shared reads meta["promote"]).
+        promote = t.address_space == AddressSpace.SHARED
+        if promote:
+            t = TensorType(t.shape, t.dtype, AddressSpace.GLOBAL)
+        node.meta.update(type=t, loc=loc, role="memory", arg_index=len(args), promote=promote)
         args.append(KernelArg(name, t))
         values.append(Value(node))
     with tracer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..errors import OptionError
 from ..frontend.tracing import Trace
 from ..knobs import knobs
 from .coarsen_loads import coarsen_loads
@@ -42,11 +43,11 @@ PASS_NAMES = [name for name, _ in PIPELINE]
 
 def run_pipeline(trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] = (),
                  printer: Callable[[str], None] = print) -> Trace:
-    wanted = set(print_ir_after)
+    wanted = {print_ir_after} if isinstance(print_ir_after, str) else set(print_ir_after)
     unknown = wanted - set(PASS_NAMES) - {"all", "trace", "mlir"}
     if unknown:
-        raise ValueError(f"print_ir_after: unknown pass {sorted(unknown)}; expected pass names {PASS_NAMES}, "
-                         "'trace', 'mlir' or 'all'")
+        raise OptionError(option="print_ir_after", message=f"unknown pass {sorted(unknown)}; expected pass names "
+                          f"{PASS_NAMES}, 'trace', 'mlir' or 'all'")
     if wanted & {"all", "trace"}:
         printer(f"// ----- after trace -----\n{format_trace(trace)}")
     verify = knobs.verify_ir

@@ -27,7 +27,7 @@ def _root_memory(node: fx.Node) -> fx.Node:
 
 def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
     mem = _root_memory(read.args[0])
-    if mem.meta["type"].address_space == AddressSpace.SHARED:
+    if mem.meta.get("promote"):
         return True
     if not ctx.constraints.scheduling.promote_operands:
         return False
