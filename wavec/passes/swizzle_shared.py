@@ -1,11 +1,12 @@
 """swizzle_shared: pad shared-memory rows so the consumers' accesses are bank-conflict free.
 
 Requires: ``promote_to_shared`` (``allocate`` nodes).  Guarantees: every ``allocate`` has
-``kwargs["pad"]``, extra elements per row.  Rows are padded by 16 bytes whenever a row is a multiple of
-128 bytes or the tile is read with 16-byte accesses (``ldmatrix``, vector loads): 8 consecutive rows
-then start in 8 different groups of 4 banks, so an ``ldmatrix`` phase (8 rows x 16 bytes) and a warp's
-row-wise 16-byte stores are conflict free.  (An XOR swizzle would save the padding bytes; padding keeps
-the address arithmetic affine, which the emulator's race checker and ldmatrix addressing rely on.)
+``kwargs["pad"]``, extra elements per row.  Rows of at least 16 bytes (and a multiple of 16) are padded
+by 16 bytes: 8 consecutive rows then start in 8 different groups of 4 banks, so every ``ldmatrix`` phase
+(8 rows x 16 bytes) is conflict free, and so are the copies' row-wise 16-byte stores when a row is at
+least 128 bytes.  Shorter rows (BLOCK_K = 16 or 32 in f16) leave those stores 2-way conflicting — the
+right trade while each element is written once and read by several warps.  An XOR swizzle would make
+both conflict free; it needs XOR in the index algebra, left for later (``docs/design.md``).
 """
 
 from __future__ import annotations
