@@ -8,6 +8,7 @@ wavec and Triton write f32 C; cuBLAS writes C in the input dtype (its fastest pa
 Writes gemm.csv, gemm.png (TFLOP/s per shape) and roofline.png under --out.
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
+                              [--time-budget SECONDS]
 """
 
 import argparse
@@ -133,6 +134,7 @@ def main() -> None:
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--max-shapes", type=int, default=None)
     ap.add_argument("--models", default=None)
+    ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
@@ -143,6 +145,9 @@ def main() -> None:
     t0 = time.time()
     for dt in args.dtypes.split(","):
         for name, m, n, k in shapes:
+            if args.time_budget and time.time() - t0 > args.time_budget:
+                print(f"time budget reached: skipping the remaining {dt} shapes")
+                break
             rows.append(bench_shape(name, m, n, k, dt, bw))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
