@@ -45,7 +45,7 @@ def load_shapes(models: list[str] | None, max_shapes: int | None) -> list[tuple[
             seen.add(key)
             rows.append((f"{r['model']}/{r['layer']}", *key))
     rows = rows[:max_shapes] if max_shapes else rows
-    return rows + [(f"square{n}", n, n, n) for n in (1024, 2048, 4096, 8192)]
+    return [(f"square{n}", n, n, n) for n in (1024, 2048, 4096, 8192)] + rows
 
 
 def copy_bandwidth() -> float:
