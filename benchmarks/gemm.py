@@ -143,9 +143,11 @@ def main() -> None:
     shapes = load_shapes(args.models.split(",") if args.models else None, args.max_shapes)
     rows = []
     t0 = time.time()
-    for dt in args.dtypes.split(","):
+    dtypes = args.dtypes.split(",")
+    for i, dt in enumerate(dtypes):
         for name, m, n, k in shapes:
-            if args.time_budget and time.time() - t0 > args.time_budget:
+            # each dtype gets an equal share of the budget, so every dtype is summarised
+            if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
             rows.append(bench_shape(name, m, n, k, dt, bw))
@@ -160,8 +162,10 @@ def main() -> None:
     print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s; {len(rows)} rows in {time.time() - t0:.0f} s")
     print(f"{'dtype':5} {'geomean x cuBLAS':>17} {'geomean x Triton':>17} {'4096^3':>7} {'8192^3':>7} "
           f"{'decode BW frac (median)':>24}")
-    for dt in args.dtypes.split(","):
+    for dt in dtypes:
         sub = [r for r in rows if r["dtype"] == dt]
+        if not sub:
+            continue
         gm = math.exp(sum(math.log(r["wavec_vs_cublas"]) for r in sub) / len(sub))
         gt = math.exp(sum(math.log(r["wavec_vs_triton"]) for r in sub) / len(sub))
         sq = {r["M"]: r["wavec_vs_cublas"] for r in sub if r["shape"].startswith("square")}
