@@ -79,7 +79,12 @@ class FunctionBuilder:
             self.symbols[d] = ops[2 + 2 * i].result
         self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
         self.values: dict[fx.Node, object] = {}
+        # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
+        # just before the loop that opens the next level).  An index expression is emitted at the
+        # outermost level that defines all its symbols: loop-invariant address math is hoisted.
         self.scopes: list[dict] = [{}]
+        self.scope_symbols: list[set] = [set()]
+        self.hoist_points: list = []
         self.pending_copies: list[ir.Value] = []
         self.last_group: ir.Value | None = None
 
@@ -89,9 +94,49 @@ class FunctionBuilder:
         for scope in reversed(self.scopes):
             if expr in scope:
                 return scope[expr]
-        v = self._emit(expr)
-        self.scopes[-1][expr] = v
+        level = self._level(expr)
+        if level == len(self.scopes) - 1:
+            v = self._emit(expr)
+        else:
+            with self.hoist_points[level]:
+                v = self._emit(expr)
+        self.scopes[level][expr] = v
         return v
+
+    def derived(self, key: tuple, exprs: tuple, build: Callable[[], ir.Value]) -> ir.Value:
+        """A value computed from index expressions (a bounds test, a clamped index), cached and hoisted
+        like the expressions themselves."""
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        level = max(self._level(sympy.sympify(e)) for e in exprs)
+        if level == len(self.scopes) - 1:
+            v = build()
+        else:
+            with self.hoist_points[level]:
+                v = build()
+        self.scopes[level][key] = v
+        return v
+
+    def _level(self, expr: sympy.Expr) -> int:
+        """The outermost loop level at which every symbol of ``expr`` has a value."""
+        free = expr.free_symbols
+        for level in range(len(self.scopes) - 1, 0, -1):
+            if free & self.scope_symbols[level]:
+                return level
+        return 0
+
+    def enter_loop(self, loop_op, symbols: dict) -> None:
+        self.hoist_points.append(ir.InsertionPoint(loop_op))
+        self.scopes.append({})
+        self.scope_symbols.append(set(symbols))
+        self.symbols.update(symbols)
+
+    def exit_loop(self) -> None:
+        for sym in self.scope_symbols.pop():
+            self.symbols.pop(sym, None)
+        self.scopes.pop()
+        self.hoist_points.pop()
 
     def _emit(self, e: sympy.Expr) -> ir.Value:
         idx = ir.IndexType.get()
@@ -215,8 +260,11 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
 def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
     """``coord < size`` per masked dim of ``access``; each depends only on its own coordinate, so the
     conditions of dims a loop does not tile stay loop-invariant (and get hoisted)."""
-    return {d: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coords[d]), fb.index(fb.cs.resolve(d)))
-            for d in access.meta.get("mask_dims", ())}
+    def test(d):
+        coord, size = sympy.sympify(coords[d]), fb.cs.resolve(d)
+        return fb.derived(("ult", coord, size), (coord, size),
+                          lambda: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coord), fb.index(size)))
+    return {d: test(d) for d in access.meta.get("mask_dims", ())}
 
 
 def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
@@ -357,7 +405,9 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
         # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).
         bounds = dim_bounds(fb, node, coords)
         src_dims = src_node.meta["type"].shape
-        src_idx = [arith.select(bounds[d], i, fb.index(0)) if d in bounds else i
+        src_idx = [fb.derived(("clamp", sympy.sympify(coords[d]), fb.cs.resolve(d)),
+                              (coords[d], fb.cs.resolve(d)),
+                              lambda d=d, i=i, b=bounds: arith.select(b[d], i, fb.index(0))) if d in bounds else i
                    for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
         cond = None
         for c in bounds.values():
@@ -499,11 +549,11 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):
-        fb.scopes.append({})
-        fb.symbols[iv] = loop.induction_variable
         carried = list(loop.inner_iter_args)
+        loop_symbols = {iv: loop.induction_variable}
         if stages:
-            fb.symbols[stage_symbol(dim)] = carried.pop()
+            loop_symbols[stage_symbol(dim)] = carried.pop()
+        fb.enter_loop(loop.operation, loop_symbols)
         iter_phs = [p for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
         for p, v in zip(iter_phs, carried):
             fb.values[p] = v
@@ -511,13 +561,11 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
         out = next(n for n in sub.nodes if n.op == "output").args[0]
         yields = [fb.values[o] for o in out]
         if stages:
-            cur = fb.symbols.pop(stage_symbol(dim))
-            nxt = arith.addi(cur, fb.index(1))
+            nxt = fb.index(stage_symbol(dim) + 1)
             wrap = arith.cmpi(arith.CmpIPredicate.eq, nxt, fb.index(stages))
             yields.append(arith.select(wrap, fb.index(0), nxt))
         scf.yield_(yields)
-        del fb.symbols[iv]
-        fb.scopes.pop()
+        fb.exit_loop()
     results = list(loop.results)
     fb.values[node] = results[:-1] if stages else results
 
