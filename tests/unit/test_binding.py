@@ -106,7 +106,7 @@ def test_bad_inputs_name_the_argument(name: str) -> None:
     with pytest.raises(ArgumentError) as info:
         bind(tensors, meta)
     msg = str(info.value)
-    assert f"kernel {meta.kernel}: argument {arg!r}" in msg
+    assert f"kernel {meta.kernel} (defined at {meta.source}): argument {arg!r}" in msg
     for w in words:
         assert w in msg, (w, msg)
     assert isinstance(info.value, WavecError)

@@ -94,6 +94,11 @@ class KernelMetadata:
     registers: int | None = None
     spills: int | None = None
 
+    @property
+    def label(self) -> str:
+        """How errors name the kernel: its name and where it is defined."""
+        return f"{self.kernel} (defined at {self.source})" if self.source else self.kernel
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kernel": self.kernel,

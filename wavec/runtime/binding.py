@@ -56,7 +56,7 @@ class BindingPlan:
         if device_type not in _DEVICE_TYPES:
             raise ValueError(f"device_type must be one of {_DEVICE_TYPES}, got {device_type!r}")
         self.meta = meta
-        self.kernel = meta.kernel
+        self.kernel = meta.label
         self.device_type = device_type
         self._tensor_type = torch.Tensor
         self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a.name, a.dtype, a) for a in meta.args)

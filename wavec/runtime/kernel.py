@@ -50,7 +50,7 @@ class OutputPlan:
         import torch
 
         self.meta = meta
-        self.kernel = meta.kernel
+        self.kernel = meta.label
         args = meta.args
         self.input_positions = tuple(i for i, a in enumerate(args) if not a.is_output)
         self.output_positions = tuple(i for i, a in enumerate(args) if a.is_output)
@@ -231,7 +231,7 @@ class CompiledKernel:
         inputs = [a.name for a in meta.args if not a.is_output]
         every = [a.name for a in meta.args]
         arg = inputs[n] if n < len(inputs) else every[n] if n < len(every) else f"#{n}"
-        raise ArgumentError(kernel=meta.kernel, arg=arg, message=(
+        raise ArgumentError(kernel=meta.label, arg=arg, message=(
             f"got {n} tensor arguments; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
             f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
             "with the outputs written in place"))
