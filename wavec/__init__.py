@@ -15,7 +15,22 @@ from .frontend.constraints import (
 )
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
-from .frontend.ops import binary, broadcast, cast, exp2, iterate, maximum, minimum, mma, read, unary, where, write
+from .frontend.ops import (
+    binary,
+    broadcast,
+    cast,
+    exp2,
+    iterate,
+    max,  # noqa: A004 - wc.max, the DSL reduction
+    maximum,
+    minimum,
+    mma,
+    read,
+    sum,  # noqa: A004 - wc.sum, the DSL reduction
+    unary,
+    where,
+    write,
+)
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register
 from .indexing.mma import MMAType
@@ -26,7 +41,8 @@ __all__ = [
     "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint",
     "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
-    "maximum", "minimum", "mma", "read", "unary", "where", "write", "sym", "Memory", "Register", "MMAType",
+    "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register",
+    "MMAType",
     "compile", "register_torch_op", "__version__",
 ]
 

@@ -5,6 +5,8 @@ its role in index inference and expansion; its MLIR lowering is registered under
 
 from __future__ import annotations
 
+import builtins
+
 import sympy
 
 from ..errors import DTypeError, ShapeError
@@ -217,7 +219,7 @@ def expand_dims(x: Value, key) -> Value:
     """``x[None, :]``: insert unit dimensions (the only indexing the DSL supports)."""
     key = key if isinstance(key, tuple) else (key,)
     dims = list(x.shape)
-    if sum(k is not None for k in key) != len(dims) or any(
+    if builtins.sum(k is not None for k in key) != len(dims) or any(
             k is not None and k != slice(None) for k in key):
         raise ShapeError(current_loc(), op="getitem", message=f"only x[None, :]-style indexing is supported; "
                          f"got {key} on a tensor of shape {list(x.shape)}")
@@ -301,3 +303,34 @@ class AsyncWait(Op):
     """Wait until at most ``kwargs["pending"]`` committed copy groups are still in flight."""
 
     name = "async_wait"
+
+
+class Reduce(Op):
+    """Reduction of ``x`` over one dimension (``kwargs``: ``dim``, ``kind`` = "max" | "sum")."""
+
+    name = "reduce"
+
+    @staticmethod
+    def combine_kind(node) -> str:
+        return node.kwargs["kind"]
+
+
+def _reduce(kind: str, x: Value, dim) -> Value:
+    tr = active_tracer(kind)
+    x = _need_register(kind, "x", x)
+    if dim not in x.type.dims:
+        raise ShapeError(current_loc(), op=kind, message=f"dim {dim} is not a dimension of {list(x.shape)}")
+    if not x.dtype.is_float:
+        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+    shape = tuple(d for d in x.shape if d != dim)
+    return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
+
+
+def max(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name, like tkw.max
+    """Maximum of ``x`` over ``dim`` (the result drops ``dim``)."""
+    return _reduce("max", x, dim)
+
+
+def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
+    """Sum of ``x`` over ``dim`` (the result drops ``dim``)."""
+    return _reduce("sum", x, dim)

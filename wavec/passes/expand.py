@@ -15,7 +15,7 @@ import itertools
 import torch.fx as fx
 
 from ..errors import ExpansionError
-from ..frontend.ops import MMA, GetResult, Iterate
+from ..frontend.ops import MMA, GetResult, Iterate, Reduce
 from ..frontend.tracing import Trace
 from .context import PassContext
 
@@ -93,6 +93,8 @@ class _Expander:
                 ng.output(self._outputs(node, env))
             elif op is MMA:
                 self._mma(ng, node, env)
+            elif op is Reduce:
+                self._reduce(ng, node, env)
             elif op is Iterate:
                 self._iterate(ng, node, env)
             elif op is GetResult:
@@ -126,6 +128,23 @@ class _Expander:
                 ka = _restrict(key, (m,)) + ((k, kk),)
                 kb = _restrict(key, (n,)) + ((k, kk),)
                 out[key] = self.clone(ng, node, key + ((k, kk),), (env[a][ka], env[b][kb], out[key]))
+        env[node] = out
+
+    def _reduce(self, ng, node, env) -> None:
+        """Per output tile: combine the input tiles along the reduced dim in a chain (each clone takes the
+        previous partial result); the last clone of a chain also reduces across lanes (``finalize``)."""
+        x = node.args[0]
+        dim = node.kwargs["dim"]
+        in_counts = _counts(self.ctx, x)
+        out = {}
+        for key in _keys(_counts(self.ctx, node)):
+            acc = None
+            for j in range(in_counts[dim]):
+                in_key = _restrict(key + ((dim, j),), x.meta["layout"].dims)
+                args = (self.lookup(env, x, in_key),) + ((acc,) if acc is not None else ())
+                acc = self.clone(ng, node, key + ((dim, j),), args)
+                acc.meta["finalize"] = j == in_counts[dim] - 1
+            out[key] = acc
         env[node] = out
 
     def _iterate(self, ng, node, env) -> None:

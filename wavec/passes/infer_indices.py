@@ -3,8 +3,9 @@
 Requires: a typed trace and a ``PassContext``.  Guarantees: every node that produces a register value
 has ``meta["layout"]`` (the layout of its first instruction tile, starts including the workgroup, wave
 and loop offsets) and ``meta["layout_prio"]``.  Lattice per node: unknown < (layout, priority) <
-conflict.  Anchors: mma operands (3), written values (1), then defaults (0) for whatever is left, each
-seeded in program order and propagated to a fixpoint.  Equal priorities with different layouts raise
+conflict.  Anchors: mma operands (3), staging copies and reduction inputs (2: the copy distribution, the
+reduction strategy), written values (1), then defaults (0) for whatever is left, each seeded in program
+order and propagated to a fixpoint.  Equal priorities with different layouts raise
 ``IndexConflictError`` naming both source lines.
 """
 
@@ -14,7 +15,20 @@ import sympy
 import torch.fx as fx
 
 from ..errors import ConstraintError, IndexConflictError
-from ..frontend.ops import MMA, Binary, Broadcast, Cast, GetResult, Iterate, Read, RegisterInit, Select, Unary, Write
+from ..frontend.ops import (
+    MMA,
+    Binary,
+    Broadcast,
+    Cast,
+    GetResult,
+    Iterate,
+    Read,
+    Reduce,
+    RegisterInit,
+    Select,
+    Unary,
+    Write,
+)
 from ..frontend.tracing import Trace
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from .context import PassContext
@@ -117,6 +131,8 @@ class _Solver:
                     (self.eq if set(_dims(a)) == set(_dims(n)) else self.restrict).append((n, a))
         elif op is Broadcast:
             self.restrict.append((n, n.args[0]))
+        elif op is Reduce:
+            self.restrict.append((n.args[0], n))
         elif op is Iterate:
             sub = self.trace.subgraphs[n.kwargs["subgraph"]]
             phs = [p for p in sub.nodes if p.op == "placeholder"]
@@ -175,6 +191,11 @@ class _Solver:
                 g = self.graph_of[n]
                 self.offer(n, copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes), PRIO_COPY, n)
         self.propagate()
+        for n in self.graph_of:  # reduction strategy: lanes along the reduced dim (priority 2)
+            if n.meta.get("op") is Reduce and n.args[0] not in self.state:
+                x = n.args[0]
+                self.offer(x, default_layout(self.ctx, self.graph_of[x], _dims(x)), PRIO_COPY, n)
+                self.propagate()
         for n, g in self.graph_of.items():
             if n.meta.get("op") is Write and n.args[0] not in self.state:
                 val = n.args[0]
@@ -184,7 +205,7 @@ class _Solver:
     def seed_defaults(self) -> None:
         for n, g in self.graph_of.items():
             if _is_register(n) and n not in self.state and n.meta.get("op") in (
-                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, MMA, GetResult, None):
+                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, MMA, GetResult, Reduce, None):
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
 

@@ -1,0 +1,31 @@
+"""Row softmax bandwidth: wavec beside torch.softmax in the same run (H100/H200).
+
+    python benchmarks/softmax.py
+"""
+
+import torch
+from triton.testing import do_bench
+
+import wavec as wc
+from wavec.kernels.softmax import BLOCK_M, N, make_softmax
+
+
+def main() -> None:
+    x0 = torch.empty(2**28, device="cuda")
+    y0 = torch.empty_like(x0)
+    bw = 2 * x0.numel() * 4 / (do_bench(lambda: y0.copy_(x0), return_mode="median") * 1e-3)
+    print(f"device copy {bw / 1e12:.2f} TB/s")
+    print(f"{'rows':>6} {'N':>6} {'wavec GB/s':>11} {'torch GB/s':>11} {'x torch':>8} {'of copy':>8}")
+    for rows, n in ((4096, 1024), (16384, 1024), (8192, 4096), (32768, 2048)):
+        k = wc.compile(make_softmax(wc.f16), {BLOCK_M: 4, N: n}, backend="cuda")
+        x = torch.randn(rows, n, device="cuda", dtype=torch.float16)
+        out = torch.empty_like(x)
+        t_w = do_bench(lambda: k(x, out), return_mode="median")
+        t_t = do_bench(lambda: torch.softmax(x, dim=-1), return_mode="median")
+        nbytes = 2 * x.numel() * 2
+        print(f"{rows:6d} {n:6d} {nbytes / t_w / 1e6:11.0f} {nbytes / t_t / 1e6:11.0f} {t_t / t_w:8.2f} "
+              f"{nbytes / (t_w * 1e-3) / bw:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

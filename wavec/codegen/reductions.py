@@ -1,0 +1,87 @@
+"""Lowering of ``wc.max`` / ``wc.sum``: in-thread over the register tile, then across the lanes of a wave.
+
+Expansion chains the partial reductions of one output tile (each clone combines its input tile with the
+previous clone's result); the clone marked ``finalize`` also combines across lanes with a butterfly of
+``gpu.shuffle xor`` over exactly the lane bits along which the reduced dimension varies (found by
+evaluating the input layout for every lane).  Reductions whose dimension is split across waves need
+shared memory and are rejected for now.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import arith, gpu, vector
+
+from ..errors import CodegenError
+from ..frontend import dtypes as dt
+from ..frontend.ops import Reduce
+from ..indexing import LANE, WAVE, Layout
+from .lowering import FunctionBuilder, rule, vec_type
+
+_KIND = {"max": vector.CombiningKind.MAXIMUMF, "sum": vector.CombiningKind.ADD}
+_COMBINE = {"max": arith.maximumf, "sum": arith.addf}
+
+
+def _groups(lin: Layout, lout: Layout) -> list[list[int]]:
+    """For each output position, the input positions that reduce into it."""
+    ins = lin.level_coords()
+    return [[q for q, ic in enumerate(ins) if all(ic[k] == v for k, v in oc.items())]
+            for oc in lout.level_coords()]
+
+
+def reduced_lane_bits(lin: Layout, dim, threads: int) -> list[int]:
+    """Lane xor masks along which only the reduced dim's coordinate changes."""
+    others = [s.start for d, s in zip(lin.dims, lin.seqs) if d != dim]
+    start = lin.seq(dim).start
+    hw = {s: 0 for e in others + [start] for s in e.free_symbols if s != LANE}
+    if any(w in start.free_symbols for w in WAVE):
+        raise CodegenError(message=f"a reduction over {dim} split across waves needs shared memory "
+                           "(not supported yet): keep the reduced dimension inside one wave")
+    bits = []
+    b = 1
+    while b < threads:
+        moves_dim = moves_other = False
+        for lane in range(threads):
+            a, c = {**hw, LANE: lane}, {**hw, LANE: lane ^ b}
+            moves_dim |= start.subs(a) != start.subs(c)
+            moves_other |= any(e.subs(a) != e.subs(c) for e in others)
+        if moves_dim and moves_other:
+            raise CodegenError(message=f"lane bit {b} moves both {dim} and another dimension")
+        if moves_dim:
+            bits.append(b)
+        b *= 2
+    return bits
+
+
+def _butterfly(fb: FunctionBuilder, value: ir.Value, n: int, bits: list[int], kind: str) -> ir.Value:
+    f32 = ir.F32Type.get()
+    i32 = ir.IntegerType.get_signless(32)
+    width = arith.constant(i32, fb.cs.threads_per_wave)
+    elems = [vector.extract(value, [], [i]) for i in range(n)]
+    for b in bits:
+        off = arith.constant(i32, b)
+        elems = [_COMBINE[kind](e, gpu.shuffle(e, off, width, gpu.ShuffleMode.XOR)[0]) for e in elems]
+    return vector.from_elements(ir.VectorType.get([n], f32), elems)
+
+
+@rule(Reduce)
+def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
+    x_node = node.args[0]
+    kind, dim = node.kwargs["kind"], node.kwargs["dim"]
+    if node.meta["type"].dtype != dt.f32:
+        raise CodegenError(node.meta.get("loc"), message=f"wc.{kind} needs f32 values: wc.cast(x, wc.f32) first")
+    lin, lout = x_node.meta["layout"], node.meta["layout"]
+    v = fb.values[x_node]
+    parts = []
+    for qs in _groups(lin, lout):
+        piece = v if qs == list(range(lin.size)) else vector.shuffle(v, v, qs)
+        parts.append(vector.reduction(ir.F32Type.get(), _KIND[kind], piece))
+    res = vector.from_elements(vec_type(lout.size, dt.f32), parts)
+    if len(node.args) > 1:
+        res = _COMBINE[kind](res, fb.values[node.args[1]])
+    if node.meta.get("finalize"):
+        bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)
+        if bits:
+            res = _butterfly(fb, res, lout.size, bits, kind)
+    fb.values[node] = res
