@@ -145,7 +145,9 @@ def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None 
     t0 = time.perf_counter()
     trace = kernel.trace()
     cs = ConstraintSet(kernel.constraints, subs)
-    key = cache_key(kernel_source=format_trace(trace), options={
+    # The definition site is part of the key: the artifact's error messages name it.
+    source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
+    key = cache_key(kernel_source=source, options={
         "constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
         target=target, versions={"wavec": __version__, "iree": _iree_version(),
                                  "ptxas": _assembler_version() if target.startswith("sm_") else "n/a"})
