@@ -24,7 +24,7 @@ constraints = [
 def softmax(x: Memory[M, N, wc.f16], out: Memory[M, N, wc.f16]):
     v = wc.cast(wc.read(x), wc.f32)
     e = wc.exp2((v - wc.max(v, N)[:, None]) * (1.0 / math.log(2.0)))
-    wc.write(wc.cast(e / wc.sum(e, N)[:, None], wc.f16), out)
+    wc.write(wc.cast(e * (1.0 / wc.sum(e, N))[:, None], wc.f16), out)
 
 
 def main() -> bool:

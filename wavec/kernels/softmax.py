@@ -27,6 +27,6 @@ def make_softmax(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
     def softmax(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         e = wc.exp2((v - wc.max(v, N)[:, None]) * LOG2E)
-        wc.write(wc.cast(e / wc.sum(e, N)[:, None], dtype), out)
+        wc.write(wc.cast(e * (1.0 / wc.sum(e, N))[:, None], dtype), out)
 
     return softmax
