@@ -43,7 +43,7 @@ __all__ = [
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
     "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register",
     "MMAType",
-    "compile", "register_torch_op", "__version__",
+    "compile", "register_torch_op", "autotune", "__version__",
 ]
 
 
@@ -56,4 +56,8 @@ def __getattr__(name: str):
         from .runtime.torch_op import register_torch_op
 
         return register_torch_op
+    if name == "autotune":
+        from .tuning import autotune
+
+        return autotune
     raise AttributeError(f"module 'wavec' has no attribute {name!r}")

@@ -121,3 +121,7 @@ class EmulatorError(WavecError):
 class SharedMemoryRaceError(EmulatorError):
     template = ("emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} "
                 "with no barrier between")
+
+
+class TuningError(WavecError):
+    template = "autotune: {message}"

@@ -47,6 +47,8 @@ KNOBS: dict[str, Knob] = {
                     "force a backend: cuda, rocm or emulator (default: cuda when a GPU is visible)"),
     "ptxas": Knob("WAVEC_PTXAS", None, _opt_str, "path of the ptxas executable to use"),
     "dump_dir": Knob("WAVEC_DUMP_DIR", None, _opt_str, "write every emitted MLIR module and PTX here"),
+    "tune_workers": Knob("WAVEC_TUNE_WORKERS", 0, int,
+                         "processes that compile autotuning candidates (0: one per CPU core less one)"),
     "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes"),
 }
 

@@ -1,0 +1,75 @@
+"""``python -m wavec tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...]``: tune the GEMM on this GPU."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _space_arg(items) -> dict:
+    from .tuning.gemm import DEFAULT_SPACE
+
+    space = dict(DEFAULT_SPACE)
+    for item in items or ():
+        name, _, values = item.partition("=")
+        if name == "waves":  # waves=2x2,2x4
+            space[name] = [tuple(int(x) for x in v.split("x")) for v in values.split(",")]
+        else:
+            space[name] = [int(v) for v in values.split(",")]
+    return space
+
+
+def _tune(args) -> int:
+    import wavec as wc
+
+    from .compiler import gpu_visible
+    from .errors import WavecError
+    from .tuning.gemm import ceiling_report, tune_gemm
+
+    if args.kernel != "gemm":
+        print(f"wavec tune: unknown kernel {args.kernel!r} (known: gemm)", file=sys.stderr)
+        return 2
+    if not gpu_visible():
+        print("wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
+              "(torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
+    try:
+        res = tune_gemm(shapes, dtype=getattr(wc, args.dtype), space=_space_arg(args.space), rounds=args.rounds,
+                        warmup=args.warmup, workers=args.workers or None, use_cache=not args.force)
+    except WavecError as e:
+        print(f"wavec tune: {e}", file=sys.stderr)
+        return 1
+    for row in ceiling_report(res, gpu=_gpu_name()):
+        t = row["seconds"]
+        flops = 2.0 * row["shape"][0] * row["shape"][1] * row["shape"][2]
+        extra = f"{t * 1e6:9.1f} us {flops / t / 1e12:7.1f} TFLOP/s {row['percent']:5.1f}% of ceiling " \
+                f"({row['limiter']})" if t else "(cached)"
+        print(f"{'x'.join(map(str, row['shape'])):>18}  {row['config']:<60} {extra}")
+    return 0
+
+
+def _gpu_name() -> str:
+    from .tuning.cache import gpu_name
+
+    return gpu_name()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m wavec")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("tune", help="autotune a library kernel on the visible GPU")
+    t.add_argument("kernel", help="gemm")
+    t.add_argument("--shapes", nargs="+", required=True, help="M,N,K ...")
+    t.add_argument("--space", nargs="*", help="SYMBOL=v1,v2 or waves=2x2,2x4 (replaces that axis of the default)")
+    t.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    t.add_argument("--rounds", type=int, default=7)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--workers", type=int, default=0)
+    t.add_argument("--force", action="store_true", help="re-tune shapes already in the tuning cache")
+    args = p.parse_args(argv)
+    return _tune(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Persistent tuning results: one readable JSON file per kernel under ``knobs.cache_dir / "tuning"``.
+
+An entry's key is the shape bucket, the dtypes, the GPU name and the versions of wavec, IREE and ptxas
+(``"M=4096,N=4096,K=4096 | f16,f16,f32 | NVIDIA H200 | wavec 0.1.0, iree 3.x, ptxas 12.x"``); the
+kernel names the file.  Shapes bucket to the next power of two per dimension, except the first
+dimension below 16, which stays exact (decode shapes differ a lot from one another).  Writes are
+atomic (temporary file + ``os.replace``) and merge with what is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from ..knobs import knobs
+
+FORMAT = 1
+
+
+def bucket(shape) -> tuple[int, ...]:
+    out = []
+    for i, v in enumerate(shape):
+        v = int(v)
+        out.append(v if (i == 0 and v < 16) or v <= 1 else 1 << (v - 1).bit_length())
+    return tuple(out)
+
+
+def versions() -> str:
+    from .. import __version__
+    from ..compiler import _iree_version
+
+    text = f"wavec {__version__}, iree {_iree_version()}"
+    try:
+        from ..codegen.ptxas import find_ptxas, ptxas_version
+
+        path = find_ptxas()
+        if path:
+            text += f", ptxas {ptxas_version(path)}"
+    except Exception:  # noqa: BLE001 - the key only loses precision
+        pass
+    return text
+
+
+def gpu_name() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    return "no-gpu"
+
+
+def entry_key(shape, dtypes, gpu: str, vers: str, dims: tuple[str, ...] | None = None) -> str:
+    b = bucket(shape)
+    names = dims or tuple(f"d{i}" for i in range(len(b)))
+    return f"{','.join(f'{n}={v}' for n, v in zip(names, b))} | {','.join(dtypes)} | {gpu} | {vers}"
+
+
+def _file_name(kernel_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", kernel_id).strip("_")[:180] + ".json"
+
+
+class TuningCache:
+    """The tuning results of one kernel id (factory path plus the fixed factory arguments)."""
+
+    def __init__(self, kernel_id: str, directory: Path | None = None) -> None:
+        self.kernel_id = kernel_id
+        self.directory = Path(directory) if directory else Path(knobs.cache_dir) / "tuning"
+        self.path = self.directory / _file_name(kernel_id)
+
+    def load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        if data.get("format") != FORMAT or data.get("kernel") != self.kernel_id:
+            return {}
+        return data.get("entries", {})
+
+    def get(self, key: str) -> dict | None:
+        return self.load().get(key)
+
+    def put(self, key: str, entry: dict) -> None:
+        if knobs.cache_disable:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        entries = self.load()
+        entries[key] = entry
+        text = json.dumps({"format": FORMAT, "kernel": self.kernel_id, "entries": entries}, indent=1, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text + "\n")
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise

@@ -1,0 +1,79 @@
+"""Analytical lower bound on a GEMM launch's time, and the % of it a measured time reaches.
+
+The bound is the largest of:
+
+* matrix pipe: the busiest SM's FLOPs (workgroups go to SMs round-robin, so it runs
+  ``ceil(ctas / sms)`` of them, each ``2 * BLOCK_M * BLOCK_N * K`` padded FLOPs) at ``rate / sms``;
+* HBM: compulsory bytes (A, B read once, C written once) at the HBM bandwidth;
+* L2: every workgroup's reads of its A and B panels at the L2 bandwidth;
+* shared memory: the busiest SM's shared-memory reads (each wave reads its A and B slices) at the
+  per-SM shared bandwidth;
+
+plus the launch overhead.  Rates come from a small table of published figures per GPU, overridable by
+rates measured once per device (``measure_rates``, GPU only) or passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    name: str
+    sms: int
+    matrix_flops: float  # dense f16/bf16 FLOP/s on the matrix units
+    hbm_bytes: float  # bytes/s
+    l2_bytes: float  # bytes/s
+    shared_bytes_per_sm: float  # bytes/s per SM
+    launch_s: float = 2e-6
+
+
+_CLOCK = 1.98e9
+DEVICES = {  # published figures (dense, boost clock); L2 is a commonly measured figure
+    "H100": DeviceRates("H100 SXM", 132, 989e12, 3.35e12, 10e12, 128 * _CLOCK),
+    "H200": DeviceRates("H200", 132, 989e12, 4.8e12, 10e12, 128 * _CLOCK),
+    "A100": DeviceRates("A100 SXM", 108, 312e12, 2.04e12, 5e12, 128 * 1.41e9),
+}
+
+
+def device_rates(gpu_name: str = "H100", measured: dict | None = None) -> DeviceRates:
+    """Rates for a GPU name (substring match: "NVIDIA H200" -> H200; unknown names get H100's),
+    with any field in ``measured`` (e.g. ``{"hbm_bytes": 4.3e12}``) replacing the published one."""
+    base = next((r for k, r in DEVICES.items() if k in gpu_name.upper()), DEVICES["H100"])
+    return replace(base, **(measured or {}))
+
+
+def gemm_ceiling(m: int, n: int, k: int, block_m: int, block_n: int, waves=(2, 2), in_bytes: int = 2,
+                 out_bytes: int = 4, rates: DeviceRates | None = None) -> dict:
+    """Seconds per bound and the overall ``bound`` for one launch of ``C[m, n] = A[m, k] @ B[n, k].T``."""
+    r = rates or DEVICES["H100"]
+    ctas = -(-m // block_m) * -(-n // block_n)
+    per_sm = -(-ctas // r.sms)  # round-robin: the busiest SM's workgroups
+    mma = per_sm * 2.0 * block_m * block_n * k / (r.matrix_flops / r.sms)
+    hbm = ((m * k + n * k) * in_bytes + m * n * out_bytes) / r.hbm_bytes
+    l2 = ctas * (block_m + block_n) * k * in_bytes / r.l2_bytes
+    shared = per_sm * (block_m * k * waves[1] + block_n * k * waves[0]) * in_bytes / r.shared_bytes_per_sm
+    parts = {"mma": mma, "hbm": hbm, "l2": l2, "shared": shared}
+    bound = max(parts.values()) + r.launch_s
+    return {**parts, "launch": r.launch_s, "bound": bound, "limiter": max(parts, key=parts.get),
+            "ctas": ctas, "waves": -(-ctas // r.sms)}
+
+
+def percent_of_ceiling(measured_s: float, ceiling: dict) -> float:
+    return 100.0 * ceiling["bound"] / measured_s
+
+
+def measure_rates(size: int = 8192) -> dict:
+    """Matrix FLOP/s (torch f16 matmul) and HBM bytes/s (a large copy) measured on the visible GPU."""
+    import torch
+
+    from .search import cuda_event_timer
+
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    t_mm = min(cuda_event_timer(None, lambda: a @ b, reps=5) for _ in range(3))
+    x = torch.empty(1 << 29, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    t_cp = min(cuda_event_timer(None, lambda: y.copy_(x), reps=5) for _ in range(3))
+    return {"matrix_flops": 2.0 * size**3 / t_mm, "hbm_bytes": 2.0 * x.numel() / t_cp}

@@ -1,0 +1,441 @@
+"""``wc.autotune``: enumerate a space of configurations, filter, compile in parallel, time, cache.
+
+A configuration binds the kernel's free symbols (``subs``) and, for a kernel *factory* (a module-level
+function returning a ``@wc.wave`` kernel, e.g. ``wavec.kernels.gemm.make_gemm``), some of the factory's
+keyword arguments (``waves``, ``mma_type`` ...).  Space keys that are symbols, or strings that are not
+parameters of the factory, are symbols; the others are factory arguments::
+
+    wc.autotune(make_gemm, {BLOCK_M: [64, 128], BLOCK_N: [64, 128], BLOCK_K: [32, 64], NUM_STAGES: [2, 3],
+                            GROUP_M: [8], "waves": [(2, 2), (2, 4)]},
+                shapes=[(4096, 4096, 4096)], make_inputs=gemm_inputs, fixed={"dtype": wc.f16})
+
+Steps: legality filter (``legality.legal``) -> compile the survivors in a process pool (workers get
+``(factory import path, kwargs, subs)`` and return the artifact's metadata; the artifact itself lands in
+the shared on-disk compile cache, so the parent's ``wc.compile`` of the winner is a cache hit) ->
+``reject_after_compile`` (registers, spills) -> per shape, optional pruning by a cost model, warm-up, then
+``rounds`` rounds that each time every candidate once in a freshly shuffled order; a candidate's time is
+the median over rounds -> the best is written to the tuning cache, which later calls (and ``lookup``)
+dispatch from without compiling or timing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import multiprocessing
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import sympy
+
+from ..errors import TuningError
+from ..frontend.kernel import WaveKernel
+from .cache import TuningCache, entry_key, gpu_name, versions
+from .legality import legal, reject_after_compile
+
+# ----------------------------------------------------------------------------- values <-> JSON
+
+
+def _encode(v):
+    from ..frontend.dtypes import DType
+    from ..indexing.mma import MMAType
+
+    if isinstance(v, DType):
+        return v.name
+    if isinstance(v, MMAType):
+        return f"MMAType.{v.name}"
+    if isinstance(v, (tuple, list)):
+        return [_encode(x) for x in v]
+    if isinstance(v, (sympy.Integer,)):
+        return int(v)
+    return v
+
+
+def _decode(v):
+    import wavec as wc
+
+    if isinstance(v, list):
+        return tuple(_decode(x) for x in v)
+    if isinstance(v, str):
+        if v.startswith("MMAType."):
+            return wc.MMAType[v.split(".", 1)[1]]
+        if v in ("f16", "bf16", "f32", "i32", "i1"):
+            return getattr(wc, v)
+    return v
+
+
+# ----------------------------------------------------------------------------- candidates
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: factory keyword arguments and symbol values (by name)."""
+
+    kwargs: tuple  # ((name, value), ...) sorted
+    subs: tuple  # ((symbol name, int), ...) sorted
+
+    @property
+    def kwargs_dict(self) -> dict:
+        return dict(self.kwargs)
+
+    @property
+    def subs_dict(self) -> dict:
+        return dict(self.subs)
+
+    def symbol_subs(self) -> dict:
+        from ..frontend.symbols import sym
+
+        return {sym(k): v for k, v in self.subs}
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.subs] + [f"{k}={_encode(v)}" for k, v in self.kwargs]
+        return " ".join(parts)
+
+    def to_json(self) -> dict:
+        return {"kwargs": {k: _encode(v) for k, v in self.kwargs}, "subs": dict(self.subs)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Candidate:
+        return cls(tuple(sorted(((k, _decode(v)) for k, v in d["kwargs"].items()), key=lambda x: x[0])),
+                   tuple(sorted((k, int(v)) for k, v in d["subs"].items())))
+
+
+@dataclass
+class _KernelSource:
+    """Where kernels come from: a factory (import path + fixed kwargs) or one fixed WaveKernel."""
+
+    factory_path: str | None
+    fixed: dict
+    kernel: WaveKernel | None = None
+    _built: dict = field(default_factory=dict)
+
+    @property
+    def kernel_id(self) -> str:
+        if self.factory_path is None:
+            return f"{self.kernel.__module__}.{self.kernel.name}"
+        args = ",".join(f"{k}={_encode(v)}" for k, v in sorted(self.fixed.items()))
+        return f"{self.factory_path}({args})"
+
+    def params(self) -> set:
+        if self.factory_path is None:
+            return set()
+        return set(inspect.signature(_import(self.factory_path)).parameters)
+
+    def build(self, kwargs: tuple) -> WaveKernel:
+        if self.factory_path is None:
+            return self.kernel
+        k = self._built.get(kwargs)
+        if k is None:
+            k = self._built[kwargs] = _import(self.factory_path)(**self.fixed, **dict(kwargs))
+        return k
+
+
+def _import(path: str):
+    mod, _, name = path.partition(":")
+    obj = importlib.import_module(mod)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _source(kernel, fixed: dict) -> _KernelSource:
+    if isinstance(kernel, WaveKernel):
+        if fixed:
+            raise TuningError(message="fixed= needs a kernel factory, not a built kernel")
+        return _KernelSource(None, {}, kernel)
+    if isinstance(kernel, str):
+        _import(kernel)
+        return _KernelSource(kernel, dict(fixed))
+    if callable(kernel):
+        path = f"{kernel.__module__}:{kernel.__qualname__}"
+        if "<locals>" in path or kernel.__module__ == "__main__":
+            raise TuningError(message=f"kernel factory {path} must be a module-level function of an importable "
+                              "module (worker processes import it)")
+        return _KernelSource(path, dict(fixed))
+    raise TuningError(message=f"autotune expects a @wc.wave kernel, a kernel factory or 'module:factory', "
+                      f"got {type(kernel).__name__}")
+
+
+def enumerate_space(space: dict, factory_params: set) -> list[Candidate]:
+    """Every combination of the space's values (keys: symbols / symbol names, or factory arguments)."""
+    keys = list(space)
+    out = []
+    for values in itertools.product(*(space[k] for k in keys)):
+        kw, subs = [], []
+        for k, v in zip(keys, values):
+            name = str(k)
+            if isinstance(k, str) and k in factory_params:
+                kw.append((name, tuple(v) if isinstance(v, list) else v))
+            else:
+                subs.append((name, int(v)))
+        out.append(Candidate(tuple(sorted(kw, key=lambda x: x[0])), tuple(sorted(subs))))
+    return out
+
+
+# ----------------------------------------------------------------------------- compiling
+
+
+def _compile_one(factory_path, fixed, kwargs, subs, backend, target, kernel=None) -> dict:
+    """Worker: build the kernel, compile it (into the shared disk cache) and return its metadata."""
+    import wavec as wc
+    from wavec.frontend.symbols import sym
+
+    t0 = time.perf_counter()
+    try:
+        k = kernel if kernel is not None else _import(factory_path)(**fixed, **dict(kwargs))
+        ck = wc.compile(k, {sym(n): v for n, v in subs}, backend=backend, target=target)
+    except Exception as e:  # noqa: BLE001 - a failing configuration is a rejected one
+        return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300], "seconds": time.perf_counter() - t0}
+    m = ck.artifact.metadata
+    return {"registers": m.registers, "spills": m.spills, "shared_bytes": m.shared_bytes, "block": list(m.block),
+            "seconds": time.perf_counter() - t0}
+
+
+def compile_candidates(src: _KernelSource, cands: list[Candidate], *, backend: str, target: str,
+                       workers: int | None, progress: bool = True) -> dict[Candidate, dict]:
+    """Metadata (or ``{"error": ...}``) per candidate, compiled in ``workers`` processes (0: in-process)."""
+    bar = _Progress(len(cands), "compile", progress)
+    out = {}
+    if not cands:
+        return out
+    if src.factory_path is None or workers == 0:
+        for c in cands:
+            out[c] = _compile_one(src.factory_path, src.fixed, c.kwargs, c.subs, backend, target,
+                                  kernel=src.build(c.kwargs))
+            bar.step()
+    else:
+        ctx = multiprocessing.get_context("spawn")  # CUDA in the parent forbids fork
+        from ..knobs import knobs
+
+        n = workers or knobs.tune_workers or min(len(cands), max(1, (multiprocessing.cpu_count() or 2) - 1))
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            futs = {pool.submit(_compile_one, src.factory_path, src.fixed, c.kwargs, c.subs, backend, target): c
+                    for c in cands}
+            for f, c in futs.items():
+                out[c] = f.result()
+                bar.step()
+    bar.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- timing
+
+
+def cuda_event_timer(candidate, fn: Callable[[], object], reps: int = 10) -> float:
+    """Seconds per call of ``fn``: CUDA events around ``reps`` back-to-back calls."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / reps
+
+
+class _Progress:
+    def __init__(self, total: int, label: str, enabled: bool, width: int = 30) -> None:
+        self.total, self.label, self.enabled, self.width, self.done = total, label, enabled, width, 0
+        self.t0 = time.perf_counter()
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled or not self.total:
+            return
+        fill = self.width * self.done // self.total
+        sys.stderr.write(f"\r{self.label:>8} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} "
+                         f"{time.perf_counter() - self.t0:5.1f}s")
+        sys.stderr.flush()
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def close(self) -> None:
+        if self.enabled and self.total:
+            sys.stderr.write("\n")
+
+
+class _Runner:
+    """Launches one candidate on fixed inputs; compiles (a disk-cache hit after the pool) on first use."""
+
+    def __init__(self, src: _KernelSource, cand: Candidate, inputs, backend, target) -> None:
+        self.src, self.cand, self.inputs, self.backend, self.target = src, cand, inputs, backend, target
+        self.kernel = None
+
+    def __call__(self):
+        if self.kernel is None:
+            import wavec as wc
+
+            self.kernel = wc.compile(self.src.build(self.cand.kwargs), self.cand.symbol_subs(),
+                                     backend=self.backend, target=self.target)
+        return self.kernel(*self.inputs)
+
+
+def time_candidates(runners: dict, timer, *, warmup: int, rounds: int, seed: int = 0,
+                    progress: bool = True, label: str = "time") -> dict:
+    """Median seconds per candidate; each round times every candidate once in a shuffled order."""
+    cands = list(runners)
+    bar = _Progress(len(cands) * (warmup + rounds), label, progress)
+    for c in cands:
+        for _ in range(warmup):
+            timer(c, runners[c])
+            bar.step()
+    samples = {c: [] for c in cands}
+    rng = random.Random(seed)
+    for _ in range(rounds):
+        order = cands[:]
+        rng.shuffle(order)
+        for c in order:
+            samples[c].append(float(timer(c, runners[c])))
+            bar.step()
+    bar.close()
+    return {c: statistics.median(s) for c, s in samples.items()}
+
+
+# ----------------------------------------------------------------------------- the driver
+
+
+@dataclass
+class TuningResult:
+    kernel_id: str
+    best: dict = field(default_factory=dict)  # shape -> Candidate
+    times: dict = field(default_factory=dict)  # shape -> {Candidate: median seconds}
+    rejected: dict = field(default_factory=dict)  # Candidate -> reason
+    metadata: dict = field(default_factory=dict)  # Candidate -> compile metadata
+    from_cache: dict = field(default_factory=dict)  # shape -> bool
+
+    def config(self, shape) -> tuple[dict, dict]:
+        """(factory kwargs, subs keyed by symbol) of the best configuration for ``shape``."""
+        c = self.best[tuple(shape)]
+        return c.kwargs_dict, c.symbol_subs()
+
+
+def _dtypes_of(inputs) -> list[str]:
+    out = []
+    for t in inputs:
+        dt = getattr(t, "dtype", None)
+        out.append(str(dt).replace("torch.", "") if dt is not None else type(t).__name__)
+    return out
+
+
+def autotune(kernel, space: dict, shapes, *, make_inputs: Callable | None = None, timer: Callable | None = None,
+             fixed: dict | None = None, target: str | None = None, backend: str = "cuda", dtypes=None,
+             workers: int | None = None, warmup: int = 3, rounds: int = 7, max_registers: int = 255,
+             model=None, prune_to: int | None = None, use_cache: bool = True, gpu: str | None = None,
+             dims: tuple[str, ...] | None = None, progress: bool = True, seed: int = 0) -> TuningResult:
+    """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
+    ``space`` for each shape of ``shapes``.
+
+    ``make_inputs(shape)`` returns the launch arguments for a shape; ``timer(candidate, fn)`` returns the
+    seconds of one measurement of ``fn()`` (default: CUDA events, needs a GPU).  ``fixed``: factory
+    keyword arguments common to every configuration (part of the kernel id).  ``model``/``prune_to``:
+    a ``CostModel`` whose configuration names are candidate labels; only the ``prune_to`` configurations it
+    ranks best for a shape are timed.  Results are cached per (kernel, shape bucket, dtypes, GPU, versions);
+    a cached shape is answered without compiling or timing (``use_cache=False`` re-tunes)."""
+    from ..compiler import default_target
+
+    src = _source(kernel, fixed or {})
+    target = target or default_target(backend)
+    shapes = [tuple(int(x) for x in s) for s in shapes]
+    gpu = gpu or gpu_name()
+    vers = versions()
+    cache = TuningCache(f"{src.kernel_id}@{target}")
+    cands = enumerate_space(space, src.params())
+    by_label = {c.label: c for c in cands}
+    result = TuningResult(src.kernel_id)
+    inputs_of: dict = {}
+
+    def key_for(shape):
+        if dtypes is not None:
+            dts = list(dtypes)
+        elif make_inputs is not None:
+            inputs_of[shape] = make_inputs(shape)
+            dts = _dtypes_of(inputs_of[shape])
+        else:
+            dts = []
+        return entry_key(shape, dts, gpu, vers, dims)
+
+    todo = []
+    for shape in shapes:
+        key = key_for(shape)
+        hit = cache.get(key) if use_cache else None
+        if hit is not None:
+            best = Candidate.from_json(hit["best"])
+            result.best[shape] = by_label.get(best.label, best)
+            result.times[shape] = {by_label[lbl]: t for lbl, t in hit.get("times", {}).items() if lbl in by_label}
+            result.from_cache[shape] = True
+        else:
+            todo.append((shape, key))
+    if not todo:
+        return result
+
+    survivors = []
+    for c in cands:
+        ok, why = legal(src.build(c.kwargs), c.subs_dict, target)
+        if ok:
+            survivors.append(c)
+        else:
+            result.rejected[c] = why
+    metas = compile_candidates(src, survivors, backend=backend, target=target, workers=workers, progress=progress)
+    compiled = []
+    for c in survivors:
+        meta = metas[c]
+        result.metadata[c] = meta
+        why = meta.get("error") or reject_after_compile(meta, max_registers)
+        if why:
+            result.rejected[c] = why
+        else:
+            compiled.append(c)
+    if not compiled:
+        reasons = "; ".join(f"{c.label}: {r}" for c, r in list(result.rejected.items())[:5])
+        raise TuningError(message=f"no configuration of {src.kernel_id} is legal on {target} ({reasons})")
+
+    if timer is None:
+        from ..compiler import gpu_visible
+
+        if not gpu_visible():
+            raise TuningError(message="timing needs a CUDA GPU (torch.cuda.is_available() is False); "
+                              "pass timer= to time some other way")
+        timer = cuda_event_timer
+    for shape, key in todo:
+        pool = compiled
+        if model is not None and prune_to:
+            rank = {m.name: i for i, m in enumerate(model.rank(shape))}
+            pool = sorted(compiled, key=lambda c: rank.get(c.label, -1))[:prune_to]
+        inputs = inputs_of.get(shape)
+        if inputs is None and make_inputs is not None:
+            inputs = make_inputs(shape)
+        runners = {c: _Runner(src, c, inputs or (), backend, target) for c in pool}
+        times = time_candidates(runners, timer, warmup=warmup, rounds=rounds, seed=seed,
+                                progress=progress, label="x".join(map(str, shape)))
+        best = min(times, key=times.get)
+        result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
+        cache.put(key, {"shape": list(shape), "best": best.to_json(), "best_label": best.label,
+                        "seconds": times[best], "times": {c.label: t for c, t in times.items()},
+                        "metadata": result.metadata.get(best, {}), "candidates": len(cands),
+                        "rejected": len(result.rejected), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+    return result
+
+
+def lookup(kernel, shape, *, fixed: dict | None = None, target: str | None = None, backend: str = "cuda",
+           dtypes=(), gpu: str | None = None, dims=None) -> tuple[dict, dict] | None:
+    """The cached best ``(factory kwargs, subs keyed by symbol)`` for ``shape``, or None (never tunes)."""
+    from ..compiler import default_target
+
+    src = _source(kernel, fixed or {})
+    target = target or default_target(backend)
+    cache = TuningCache(f"{src.kernel_id}@{target}")
+    hit = cache.get(entry_key(shape, list(dtypes), gpu or gpu_name(), versions(), dims))
+    if hit is None:
+        return None
+    c = Candidate.from_json(hit["best"])
+    return c.kwargs_dict, c.symbol_subs()
