@@ -19,13 +19,18 @@ from .frontend.ops import (
     binary,
     broadcast,
     cast,
+    exp,
     exp2,
     iterate,
+    log2,
     max,  # noqa: A004 - wc.max, the DSL reduction
     maximum,
     minimum,
     mma,
     read,
+    reciprocal,
+    rsqrt,
+    sqrt,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
     unary,
     where,
@@ -40,7 +45,8 @@ __version__ = "0.1.0"
 __all__ = [
     "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint",
     "WorkgroupConstraint",
-    "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp2", "iterate",
+    "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp", "exp2",
+    "iterate", "log2", "reciprocal", "rsqrt", "sqrt",
     "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register",
     "MMAType",
     "compile", "register_torch_op", "autotune", "__version__",

@@ -334,3 +334,23 @@ def max(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name, like tkw.max
 def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
     """Sum of ``x`` over ``dim`` (the result drops ``dim``)."""
     return _reduce("sum", x, dim)
+
+
+def exp(x: Value) -> Value:
+    return unary("exp", x)
+
+
+def log2(x: Value) -> Value:
+    return unary("log2", x)
+
+
+def sqrt(x: Value) -> Value:
+    return unary("sqrt", x)
+
+
+def rsqrt(x: Value) -> Value:
+    return unary("rsqrt", x)
+
+
+def reciprocal(x: Value) -> Value:
+    return binary("div", 1.0, x)

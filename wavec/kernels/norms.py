@@ -1,0 +1,47 @@
+"""RMSNorm and LayerNorm over the last dimension, for rows that fit one workgroup tile (N bound in subs).
+
+One wave per row, statistics in f32 reduced in-thread and across the wave's lanes; ``w`` (and ``b``) are
+read once per row tile and broadcast over the rows.
+"""
+
+import wavec as wc
+from wavec import Memory
+
+M, N = wc.sym.M, wc.sym.N
+BLOCK_M = wc.sym.BLOCK_M
+
+
+def _constraints(dtype, threads_per_wave: int) -> list:
+    return [
+        wc.WorkgroupConstraint(M, BLOCK_M, 0),
+        wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=threads_per_wave,
+                              vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
+    ]
+
+
+def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32) -> wc.WaveKernel:
+    """``out = x / sqrt(mean(x**2) + eps) * w`` over rows of length ``n`` (compile with subs {N: n})."""
+
+    @wc.wave(_constraints(dtype, threads_per_wave))
+    def rmsnorm(x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype]):
+        v = wc.cast(wc.read(x), wc.f32)
+        r = wc.rsqrt(wc.sum(v * v, N) * (1.0 / n) + eps)
+        wc.write(wc.cast(v * r[:, None] * wc.cast(wc.read(w), wc.f32)[None, :], dtype), out)
+
+    return rmsnorm
+
+
+def make_layernorm(n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: int = 32) -> wc.WaveKernel:
+    """``out = (x - mean) / sqrt(var + eps) * w + b`` over rows of length ``n`` (subs {N: n})."""
+
+    @wc.wave(_constraints(dtype, threads_per_wave))
+    def layernorm(x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype]):
+        v = wc.cast(wc.read(x), wc.f32)
+        d = v - (wc.sum(v, N) * (1.0 / n))[:, None]
+        r = wc.rsqrt(wc.sum(d * d, N) * (1.0 / n) + eps)
+        y = d * r[:, None] * wc.cast(wc.read(w), wc.f32)[None, :] + wc.cast(wc.read(b), wc.f32)[None, :]
+        wc.write(wc.cast(y, dtype), out)
+
+    return layernorm
