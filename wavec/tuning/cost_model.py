@@ -30,9 +30,9 @@ def features(ctas: int, slots: int, work: float = 1.0) -> tuple[float, float, fl
 def fit(points, max_points: int = MAX_POINTS) -> tuple[float, float, float, float]:
     """Coefficients ``(c0, c1, c2, c3)`` from ``points = [(ctas, slots, work, seconds), ...]``.
 
-    At most ``max_points`` are used (evenly spread over the list when there are more).  Minimum-norm
-    least squares: with fewer than four independent points the model is under-determined but still
-    interpolates them."""
+    At most ``max_points`` are used (evenly spread over the list when there are more).  Least squares on
+    relative error (each row weighted by 1 / seconds), minimum-norm: with fewer than four independent
+    points the model is under-determined but still interpolates them."""
     import numpy as np
 
     pts = list(points)
@@ -43,6 +43,8 @@ def fit(points, max_points: int = MAX_POINTS) -> tuple[float, float, float, floa
         pts = [pts[int(i * step)] for i in range(max_points)]
     a = np.array([features(c, s, w) for c, s, w, _t in pts], dtype=float)
     y = np.array([t for *_x, t in pts], dtype=float)
+    w = 1.0 / np.where(y > 0, y, 1.0)  # minimise relative error: short launches count as much as long ones
+    a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
     coef, *_ = np.linalg.lstsq(a / scale, y, rcond=None)

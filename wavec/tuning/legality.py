@@ -162,7 +162,8 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
                                    f"instruction's {what} = {inst}")
             ext = cs.workgroup_extent(k)
             if ext is not None and ext % spec.k:
-                return False, f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} instruction's K = {spec.k}"
+                return False, (f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} "
+                               f"instruction's K = {spec.k}")
     for dims, nbytes, forced in staged:
         if not forced and not cs.scheduling.promote_operands:
             continue
@@ -174,7 +175,8 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
             return False, f"copy of {'x'.join(map(str, dims))} to shared memory: {split}"
     smem = _shared(kernel, cs, tgt)
     if smem > tgt.max_shared_bytes:
-        return False, f"{smem} bytes of shared memory (with {_stages(cs, tgt)} stages) exceed {tgt.name}'s {tgt.max_shared_bytes}"
+        return False, (f"{smem} bytes of shared memory (with {_stages(cs, tgt)} stages) exceed {tgt.name}'s "
+                       f"{tgt.max_shared_bytes}")
     return True, ""
 
 
