@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import pathlib
 import re
 import sys
 import tempfile
@@ -97,9 +98,12 @@ class Row:
         return e.fields.get("arg") == self.case.arg and f"'{self.case.arg}'" in str(e)
 
 
+REPO = str(pathlib.Path(__file__).resolve().parents[1]) + "/"
+
+
 def normalize(text: str) -> str:
-    """Drop what varies between runs: addresses."""
-    return re.sub(r"0x[0-9a-f]+", "0x…", text)
+    """Drop what varies between runs and checkouts: addresses and the repository's location."""
+    return re.sub(r"0x[0-9a-f]+", "0x…", text.replace(REPO, ""))
 
 
 # ------------------------------------------------------------------------------------- the kernels
