@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from ..errors import CodegenError
 from ..frontend.ops import Write
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, capture_root
 from ..indexing.symbols import LANE, WAVE, WORKGROUP
 from ..passes.context import PassContext
 from .targets import Target
@@ -51,10 +51,7 @@ def _written_args(trace: Trace) -> set[str]:
     for g in trace.graphs():
         for n in g.nodes:
             if n.meta.get("op") is Write:
-                mem = n.args[1]
-                while mem.meta.get("role") == "capture":
-                    mem = mem.meta["capture_of"]
-                out.add(mem.name)
+                out.add(capture_root(n.args[1]).name)
     return out
 
 

@@ -34,7 +34,7 @@ from ..frontend.ops import (
     Unary,
     Write,
 )
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.symbols import PID, stage_symbol
@@ -239,12 +239,6 @@ class FunctionBuilder:
         return vector.shuffle(v, v, mask)
 
 
-def root_of(node: fx.Node) -> fx.Node:
-    while node.meta.get("role") == "capture":
-        node = node.meta["capture_of"]
-    return node
-
-
 def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
     """Indices of the element at logical ``coords`` of ``mem``; shared tiles are indexed by
     [stage, coordinates relative to the tile's origin]."""
@@ -252,7 +246,7 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     if mem.meta["type"].address_space != AddressSpace.SHARED:
         return [fb.index(coords[d]) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
-    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in root_of(mem).kwargs["base"].items()}
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in capture_root(mem).kwargs["base"].items()}
     stage = access.meta.get("stage", 0)
     return [fb.index(stage)] + [fb.index(sympy.expand(coords[d] - base[d])) for d in dims]
 

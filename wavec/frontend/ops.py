@@ -23,6 +23,11 @@ class Op:
         return [a for a in node.args if hasattr(a, "meta")]
 
 
+def memory_operand(node):
+    """The memory an access node reads or writes (``read``/``async_copy``: first arg; ``write``: second)."""
+    return node.args[1] if node.meta.get("op") is Write else node.args[0]
+
+
 def _need_value(op: str, name: str, x) -> Value:
     if not isinstance(x, Value):
         raise ShapeError(current_loc(), op=op, message=f"{name} must be a traced tensor, got {type(x).__name__}")

@@ -35,6 +35,13 @@ def current_loc() -> SourceLoc | None:
     return None
 
 
+def capture_root(node: fx.Node) -> fx.Node:
+    """The node a (possibly nested) capture placeholder stands for; any other node itself."""
+    while node.meta.get("role") == "capture":
+        node = node.meta["capture_of"]
+    return node
+
+
 def active_tracer(op: str) -> Tracer:
     if not _ACTIVE:
         raise OutsideKernelError(current_loc(), op=op)

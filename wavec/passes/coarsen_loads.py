@@ -17,8 +17,8 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..frontend.ops import AsyncCopy, Read, Write
-from ..frontend.tracing import Trace
+from ..frontend.ops import AsyncCopy, Read, Write, memory_operand
+from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import Layout
 from .context import PassContext
@@ -60,21 +60,15 @@ def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
 
 
 def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
-    while mem.meta.get("role") == "capture":
-        mem = mem.meta["capture_of"]
+    mem = capture_root(mem)
     base = mem.kwargs.get("base") if mem.op == "call_function" else None
     return coord - sympy.sympify(base[dim]) if base else coord
-
-
-def _memory(node: fx.Node) -> fx.Node:
-    op = node.meta.get("op")
-    return node.args[0] if op is Read else node.args[1]
 
 
 def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
     mma = ctx.constraints.mma_type
     return (node.meta.get("op") is Read and mma is not None and mma.spec.vendor == "nvidia"
-            and _memory(node).meta["type"].address_space == AddressSpace.SHARED
+            and memory_operand(node).meta["type"].address_space == AddressSpace.SHARED
             and node.meta.get("mma_role") in ("a", "b"))
 
 
@@ -101,7 +95,7 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             if _uses_ldmatrix(node, ctx):
                 node.meta["access"] = "ldmatrix"
                 continue
-            mem = _memory(node)
+            mem = memory_operand(node)
             mtype = mem.meta["type"]
             layout = node.meta["layout"]
             runs = access_runs(layout, mtype.shape, mtype.dtype.bytes)

@@ -13,16 +13,11 @@ dimension run ``ceil(size / tile)`` iterations (``ctx.masked_loops``).
 from __future__ import annotations
 
 import sympy
-import torch.fx as fx
 
-from ..frontend.ops import AsyncCopy, Iterate, Read, Write
+from ..frontend.ops import AsyncCopy, Iterate, Read, Write, memory_operand
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from .context import PassContext
-
-
-def _memory(node: fx.Node) -> fx.Node:
-    return node.args[0] if node.meta.get("op") in (Read, AsyncCopy) else node.args[1]
 
 
 def _divisible(ctx: PassContext, dim) -> bool:
@@ -36,7 +31,7 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
         for node in g.nodes:
             if node.meta.get("op") not in (Read, Write, AsyncCopy):
                 continue
-            mem = _memory(node)
+            mem = memory_operand(node)
             mtype = mem.meta["type"]
             if mtype.address_space == AddressSpace.SHARED:
                 continue

@@ -14,19 +14,13 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..frontend.ops import MMA, Allocate, Iterate, Read, Write
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
 
 
-def _root_memory(node: fx.Node) -> fx.Node:
-    while node.meta.get("role") == "capture":
-        node = node.meta["capture_of"]
-    return node
-
-
 def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
-    mem = _root_memory(read.args[0])
+    mem = capture_root(read.args[0])
     if mem.meta.get("promote"):
         return True
     if not ctx.constraints.scheduling.promote_operands:
@@ -57,7 +51,7 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     base = {d: cs.base_offset(d, ctx.in_loop(sub, d), per_wave=False) for d in ttype.dims}
     with trace.graph.inserting_before(iterate):
         alloc = trace.graph.create_node("call_function", Allocate, (), {"tile": tile, "base": base, "stages": 1,
-                                        "pad": 0}, name=f"shared_{_root_memory(mem).name}")
+                                        "pad": 0}, name=f"shared_{capture_root(mem).name}")
     alloc.meta.update(op=Allocate, type=TensorType(ttype.shape, ttype.dtype, AddressSpace.SHARED),
                       loc=read.meta.get("loc"))
     tile_ph = _capture(sub, iterate, alloc)
@@ -76,5 +70,5 @@ def promote_to_shared(trace: Trace, ctx: PassContext) -> None:
     for iterate in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
         sub = trace.subgraphs[iterate.kwargs["subgraph"]]
         for read in [n for n in sub.nodes if n.meta.get("op") is Read]:
-            if _root_memory(read.args[0]).meta.get("role") == "memory" and _wants_promotion(read, ctx):
+            if capture_root(read.args[0]).meta.get("role") == "memory" and _wants_promotion(read, ctx):
                 _promote(trace, ctx, iterate, sub, read)

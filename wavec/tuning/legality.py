@@ -25,6 +25,7 @@ import weakref
 from ..errors import ConstraintError, WavecError
 from ..frontend.constraints import ConstraintSet
 from ..frontend.kernel import WaveKernel
+from ..frontend.tracing import capture_root
 
 ACCESS_BYTES = 16  # infer_indices.ACCESS_BYTES: one global->shared run is at most 16 bytes
 BANK_GROUP_BYTES = 16  # swizzle_shared.BANK_GROUP_BYTES
@@ -46,12 +47,6 @@ def _trace(kernel: WaveKernel):
     return tr
 
 
-def _root_memory(node):
-    while node.meta.get("role") == "capture":
-        node = node.meta["capture_of"]
-    return node
-
-
 def _structure(kernel: WaveKernel):
     """(mma dims [(m, n, k)], staged operands [(dims, elem_bytes)]) of the traced kernel."""
     from ..frontend.ops import MMA, Read
@@ -65,7 +60,7 @@ def _structure(kernel: WaveKernel):
             if op is MMA:
                 mmas.append(MMA.dims(n))
             elif op is Read and g is not root:
-                mem = _root_memory(n.args[0])
+                mem = capture_root(n.args[0])
                 if mem.meta.get("role") != "memory":
                     continue
                 by_mma = any(u.meta.get("op") is MMA and u.args.index(n) in (0, 1) for u in n.users)
