@@ -110,14 +110,20 @@ def _drop_dims(sizes: list[int], rank: int) -> list[int]:
     return keep
 
 
-@register("memref.subview")
-def _subview(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
+def _offsets_sizes_strides(c: Compiler, op: ir.Operation) -> tuple:
+    """(source slot, dynamic offsets, sizes, strides, static offsets, sizes, strides) of a view op."""
+    ins = c.ins(op)
     seg = list(op.attributes["operandSegmentSizes"])
-    src = ins[0]
     d_off, d_size = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
     d_str = ins[1 + seg[1] + seg[2] :]
     s_off, s_size, s_str = (list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
+    return ins[0], d_off, d_size, d_str, s_off, s_size, s_str
+
+
+@register("memref.subview")
+def _subview(c: Compiler, op: ir.Operation) -> Instr:
+    (o,) = c.outs(op)
+    src, d_off, d_size, d_str, s_off, s_size, s_str = _offsets_sizes_strides(c, op)
     rank, loc = _mtype(op.results[0].type).rank, c.loc(op)
 
     def run(st: State) -> None:
@@ -197,12 +203,8 @@ def _dim(c: Compiler, op: ir.Operation) -> Instr:
 
 @register("memref.reinterpret_cast")
 def _reinterpret(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
-    seg = list(op.attributes["operandSegmentSizes"])
-    src = ins[0]
-    d_off, d_size = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
-    d_str = ins[1 + seg[1] + seg[2] :]
-    s_off, s_size, s_str = (list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
+    (o,) = c.outs(op)
+    src, d_off, d_size, d_str, s_off, s_size, s_str = _offsets_sizes_strides(c, op)
 
     def run(st: State) -> None:
         m: MemRef = st.env[src]
