@@ -3,15 +3,17 @@
 Expansion chains the partial reductions of one output tile (each clone combines its input tile with the
 previous clone's result); the clone marked ``finalize`` also combines across lanes with a butterfly of
 ``gpu.shuffle xor`` over exactly the lane bits along which the reduced dimension varies (found by
-evaluating the input layout for every lane).  Reductions whose dimension is split across waves need
-shared memory and are rejected for now.
+evaluating the input layout for every lane), then, when a WaveConstraint splits the reduced dimension
+across waves, through shared memory: every wave stores its partials at its wave index, a barrier, and
+each wave combines the partials of the waves that share its other coordinates (barriers before the store
+too, so a reduction inside a loop never overwrites partials still being read).
 """
 
 from __future__ import annotations
 
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import arith, gpu, vector
+from iree.compiler.dialects import arith, gpu, memref, vector
 
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
@@ -35,9 +37,7 @@ def reduced_lane_bits(lin: Layout, dim, threads: int) -> list[int]:
     others = [s.start for d, s in zip(lin.dims, lin.seqs) if d != dim]
     start = lin.seq(dim).start
     hw = {s: 0 for e in others + [start] for s in e.free_symbols if s != LANE}
-    if any(w in start.free_symbols for w in WAVE):
-        raise CodegenError(message=f"a reduction over {dim} split across waves needs shared memory "
-                           "(not supported yet): keep the reduced dimension inside one wave")
+    hw.update({w: 0 for w in WAVE})  # waves along the reduced dim are combined through shared memory
     bits = []
     b = 1
     while b < threads:
@@ -65,6 +65,32 @@ def _butterfly(fb: FunctionBuilder, value: ir.Value, n: int, bits: list[int], ki
     return vector.from_elements(ir.VectorType.get([n], f32), elems)
 
 
+def _wave_axis(fb: FunctionBuilder, dim) -> int | None:
+    cs = fb.cs
+    if dim in cs.wave_tile and cs.waves_per_axis[cs.wg_axis[dim]] > 1:
+        return cs.wg_axis[dim]
+    return None
+
+
+def _across_waves(fb: FunctionBuilder, value: ir.Value, n: int, axis: int, kind: str) -> ir.Value:
+    cs = fb.cs
+    w = cs.waves_per_axis
+    strides = (1, w[0], w[0] * w[1])
+    f32 = ir.F32Type.get()
+    mtype = ir.MemRefType.parse(f"memref<{cs.waves}x{n}xf32, #gpu.address_space<workgroup>>")
+    buf = memref.alloc(mtype, [], [], alignment=16)
+    gpu.barrier()
+    mine = fb.index(sum(WAVE[a] * strides[a] for a in range(3)))
+    vector.store(value, buf, [mine, fb.index(0)])
+    gpu.barrier()
+    acc = None
+    for j in range(w[axis]):
+        row = fb.index(sum((WAVE[a] if a != axis else j) * strides[a] for a in range(3)))
+        part = vector.load(ir.VectorType.get([n], f32), buf, [row, fb.index(0)])
+        acc = part if acc is None else _COMBINE[kind](acc, part)
+    return acc
+
+
 @rule(Reduce)
 def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
     x_node = node.args[0]
@@ -84,4 +110,7 @@ def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
         bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)
         if bits:
             res = _butterfly(fb, res, lout.size, bits, kind)
+        axis = _wave_axis(fb, dim)
+        if axis is not None:
+            res = _across_waves(fb, res, lout.size, axis, kind)
     fb.values[node] = res

@@ -1,7 +1,8 @@
 """pipeline_loops: software pipelining of ``iterate`` with ``num_stages = S`` (DESIGN §5.7).
 
 Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >= 2, the target has
-``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory.  Guarantees:
+``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory in runs of at least 4
+bytes (what ``cp.async`` can move).  Guarantees:
 - each ``read`` (global, workgroup-distributed) + ``write`` (to shared) pair becomes one ``async_copy``
   that fetches iteration ``min(i + S - 1, n - 1)`` into stage ``(i + S - 1) % S``; shared reads take
   stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
@@ -50,7 +51,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     dim = iterate.kwargs["dim"]
     sub = trace.subgraphs[iterate.kwargs["subgraph"]]
     pairs = _copy_pairs(sub)
-    if not pairs:
+    # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
+    if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
     iv = induction_symbol(dim)
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
