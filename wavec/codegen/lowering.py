@@ -539,7 +539,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
         inits.append(fb.index(0))
-    ub = fb.index(sympy.ceiling(fb.cs.resolve(dim) / tile))
+    ub = fb.index(fb.cs.trip_count(dim))
     loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):

@@ -150,6 +150,10 @@ class ConstraintSet:
         if self.threads > 1024:
             raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
 
+    def trip_count(self, dim) -> sympy.Expr:
+        """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial)."""
+        return sympy.ceiling(self.resolve(dim) / self.loop_tile[dim])
+
     def workgroup_extent(self, dim) -> int | None:
         """Extent of ``dim`` one workgroup covers per loop iteration (None: not distributed)."""
         if dim in self.wg_tile:

@@ -57,7 +57,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv = induction_symbol(dim)
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
-    last = sympy.ceiling(cs.resolve(dim) / cs.loop_tile[dim]) - 1
+    last = cs.trip_count(dim) - 1
     ahead = sympy.Min(iv + stages - 1, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:

@@ -105,15 +105,20 @@ def _stages(cs: ConstraintSet, tgt) -> int:
     return cs.num_stages if pipelined else 1
 
 
-def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
-    _mmas, staged = _structure(kernel)
-    total = 0
+def _staged_tiles(staged, cs: ConstraintSet):
+    """(dims, element bytes, workgroup tile extents) of each operand that will be staged in shared memory."""
     for dims, nbytes, forced in staged:
         if not forced and not cs.scheduling.promote_operands:
             continue
         extents = [cs.workgroup_extent(d) for d in dims]
-        if any(e is None for e in extents):
-            continue
+        if all(e is not None for e in extents):
+            yield dims, nbytes, extents
+
+
+def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
+    _mmas, staged = _structure(kernel)
+    total = 0
+    for _dims, nbytes, extents in _staged_tiles(staged, cs):
         rows = 1
         for e in extents[:-1]:
             rows *= e
@@ -159,12 +164,7 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
             if ext is not None and ext % spec.k:
                 return False, (f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} "
                                f"instruction's K = {spec.k}")
-    for dims, nbytes, forced in staged:
-        if not forced and not cs.scheduling.promote_operands:
-            continue
-        extents = [cs.workgroup_extent(d) for d in dims]
-        if any(e is None for e in extents):
-            continue
+    for dims, nbytes, extents in _staged_tiles(staged, cs):
         split = copy_split(extents, cs.threads, nbytes)
         if isinstance(split, str):
             return False, f"copy of {'x'.join(map(str, dims))} to shared memory: {split}"
