@@ -17,7 +17,7 @@ from filecheck import filecheck
 import wavec as wc
 from wavec import Memory, Register, f16, f32
 from wavec.frontend.constraints import ConstraintSet
-from wavec.frontend.ops import MMA, AsyncCopy, Iterate, Read, Write
+from wavec.frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
 from wavec.frontend.types import AddressSpace
 from wavec.indexing.symbols import THREAD, WORKGROUP, induction_symbol, stage_symbol
 from wavec.passes.context import PassContext
@@ -386,6 +386,26 @@ def test_schedule_orders_every_k_step() -> None:
             assert all(pos[r] > last_prev for r in reads), s
 
 
+@pytest.mark.parametrize("block_k", [16, 32, 64])
+def test_schedule_issues_copies_after_the_first_k_step(block_k: int) -> None:
+    """The next stage's copies and their commit sit right before the first mma of K step 1 (step 0 when
+    there is only one), after that step's fragment reads and after the body's wait."""
+    c = compiled(gemm, NUM_STAGES=3, BLOCK_K=block_k)
+    nodes = list(c.body().nodes)
+    pos = {n: i for i, n in enumerate(nodes)}
+    ops = [n.meta.get("op") for n in nodes]
+    copies = [n for n in nodes if n.meta.get("op") is AsyncCopy]
+    mmas = [n for n in nodes if n.meta.get("op") is MMA]
+    step = min(1, block_k // 16 - 1)
+    first = min(pos[m] for m in mmas if m.meta["key"][-1][1] == step)
+    assert len(copies) == block_k // 8  # two 64 x BLOCK_K tiles in 16-byte copies over 128 threads
+    assert ops[first - 1] is AsyncCommit
+    assert all(ops[first - 1 - j] is AsyncCopy for j in range(1, len(copies) + 1))
+    assert ops.index(AsyncWait) < min(pos[c] for c in copies)
+    if step:
+        assert all(pos[m] < min(pos[c] for c in copies) for m in mmas if m.meta["key"][-1][1] == 0)
+
+
 # ----- pipeline_loops -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
@@ -445,11 +465,16 @@ def test_pipeline_mlir(stages: int) -> None:
 CHECK: scf.for
 CHECK-NEXT: nvgpu.device_async_wait %{{{{[0-9]+}}}} numGroups = {stages - 2}
 CHECK-NEXT: gpu.barrier
+CHECK-NOT: nvgpu.device_async
+CHECK: nvgpu.ldmatrix
+CHECK: nvgpu.mma.sync
+CHECK-NOT: nvgpu.device_async
+CHECK: nvgpu.ldmatrix
 CHECK-COUNT-4: nvgpu.device_async_copy
 CHECK: nvgpu.device_async_create_group
 CHECK-NOT: nvgpu.device_async
 CHECK-NOT: gpu.barrier
-CHECK: nvgpu.ldmatrix
+CHECK: nvgpu.mma.sync
 CHECK: scf.yield
 """)
 
@@ -566,7 +591,9 @@ CHECK-NOT: barrier()
 CHECK-LABEL: region iterate_0 {{
 CHECK: %async_wait = async_wait(, pending={stages - 2})
 CHECK-NEXT: %barrier = barrier()
-CHECK-NEXT: = async_copy(
+CHECK-NEXT: = read(%capture_shared_
+CHECK-NOT: barrier()
+CHECK: = async_copy(
 CHECK-NOT: barrier()
 CHECK: return
 """)

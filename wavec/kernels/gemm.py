@@ -51,16 +51,18 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 
 
 # ----- a simple, documented shape heuristic (until the autotuner exists) -----
-# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py, 4096^3 f16, relative to the best,
-# 2026-11-22): 128x128x64 = 1.0 (345 TFLOP/s), 128x256 and 256x128 = 0.91, 64-row tiles ~0.7, 64x64
-# ~0.4; workgroups per SM from registers (~240 per thread) and shared memory (3 stages of 128x64 tiles).
+# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py and the schedule experiment of
+# 2026-11-22, 4096^3 and 8192^3 f16, relative to the best): 256x128x64 (4x2 waves) = 1.0 (341-345 TFLOP/s),
+# 128x256 = 0.985, 128x128 = 0.97, 64-row tiles ~0.7, 64x64 ~0.4; workgroups per SM from registers (255 per
+# thread) and shared memory (3 stages of BLOCK_K = 64 tiles, padded rows).
 # The heuristic picks the tile with the least (rounds of workgroups over the 132 SMs) x (work per
 # workgroup) / throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
 # reading B once: 16-row tiles, as narrow along N as needed for two workgroups per SM.
 _SMS = 132
 _TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
-    (128, 128, (2, 2), 1.00, 2),
-    (128, 256, (2, 4), 0.91, 1),
+    (128, 128, (2, 2), 0.97, 2),
+    (256, 128, (4, 2), 1.00, 1),
+    (128, 256, (2, 4), 0.985, 1),
     (64, 128, (2, 2), 0.70, 3),
     (64, 64, (2, 2), 0.40, 4),
 ]
