@@ -1,6 +1,6 @@
 """Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
 
-    python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16]
+    python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16] [--configs BMxBNxBKxSxW0xW1,...]
 """
 
 import argparse
@@ -20,6 +20,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--configs", default="", help="e.g. 128x256x64x3x2x8,256x128x64x3x4x2 (default: a grid)")
     args = ap.parse_args()
     dt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
           "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
@@ -33,6 +34,9 @@ def main() -> None:
     configs = [(bm, bn, bk, w, s) for (bm, bn, w), bk, s in itertools.product(
         [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))],
         [32, 64], [2, 3, 4])]
+    if args.configs:
+        configs = [(bm, bn, bk, (w0, w1), s) for bm, bn, bk, s, w0, w1 in
+                   (tuple(int(x) for x in c.split("x")) for c in args.configs.split(","))]
     for bm, bn, bk, w, s in configs:
         subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
         try:
