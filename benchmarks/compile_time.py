@@ -18,7 +18,7 @@ t_import = time.perf_counter() - t0
 name = sys.argv[1]
 if name == "gemm_default":
     kern, subs = make_gemm(), DEFAULT_SUBS
-elif name == "gemm_128x128x64_s3":
+elif name == "gemm_heuristic_4096":
     subs, waves = gemm_config(4096, 4096, 4096)
     kern = make_gemm(waves=waves)
 else:
@@ -33,7 +33,7 @@ print(json.dumps({"kernel": name, "import_s": t_import, "compile_s": t2 - t1, "t
 
 def main() -> None:
     rows = []
-    for name in ("scale_shift", "gemm_default", "gemm_128x128x64_s3"):
+    for name in ("scale_shift", "gemm_default", "gemm_heuristic_4096"):
         out = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, check=True,
                              env={"WAVEC_CACHE_DISABLE": "1", **__import__("os").environ})
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
