@@ -42,3 +42,21 @@ def test_layernorm(dtype, target, tpw) -> None:
     k(x, w, b, out)
     ref = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
     assert not out.isnan().any() and _rel(out, ref) < TOL[dtype.name]
+
+
+@pytest.mark.parametrize("waves_per_row", [2, 4])
+@pytest.mark.parametrize("target,tpw", [("sm_90", 32), ("gfx942", 64)])
+def test_norms_with_several_waves_per_row(waves_per_row, target, tpw) -> None:
+    """Rows split over waves: both statistics of LayerNorm meet in shared memory (race checker on)."""
+    n = tpw * 8 * waves_per_row * 2  # two 16-byte runs per lane
+    x, w, b = (torch.randn(5, n) * 2 + 1).half(), torch.randn(n).half(), torch.randn(n).half()
+    for make, args, ref in (
+            (make_rmsnorm, (w,), x.double() * torch.rsqrt((x.double() ** 2).mean(-1, keepdim=True) + 1e-6)
+             * w.double()),
+            (make_layernorm, (w, b), F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5))):
+        k = wc.compile(make(n, wc.f16, threads_per_wave=tpw, waves_per_row=waves_per_row), {BLOCK_M: 2, N: n},
+                       target=target, backend="emulator", cache=False)
+        assert "#gpu.address_space<workgroup>" in k.mlir
+        out = torch.full_like(x, float("nan"))
+        k(x, *args, out)
+        assert not out.isnan().any() and _rel(out, ref) < TOL["f16"], make.__name__

@@ -11,12 +11,12 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("dtype,tdt,tol", [(wc.f16, torch.float16, 2e-3), (wc.bf16, torch.bfloat16, 1e-2)])
-@pytest.mark.parametrize("rows,n", [(1, 1024), (4097, 4096)])
-def test_norms(dtype, tdt, tol, rows, n) -> None:
+@pytest.mark.parametrize("rows,n,waves_per_row", [(1, 1024, 1), (4097, 4096, 1), (4097, 4096, 4), (3, 2048, 2)])
+def test_norms(dtype, tdt, tol, rows, n, waves_per_row) -> None:
     x = torch.randn(rows, n, device="cuda").to(tdt)
     w, b = torch.randn(n, device="cuda").to(tdt), torch.randn(n, device="cuda").to(tdt)
-    rms = wc.compile(make_rmsnorm(n, dtype), {BLOCK_M: 4, N: n}, backend="cuda")
-    ln = wc.compile(make_layernorm(n, dtype), {BLOCK_M: 4, N: n}, backend="cuda")
+    rms = wc.compile(make_rmsnorm(n, dtype, waves_per_row=waves_per_row), {BLOCK_M: 4, N: n}, backend="cuda")
+    ln = wc.compile(make_layernorm(n, dtype, waves_per_row=waves_per_row), {BLOCK_M: 4, N: n}, backend="cuda")
     out = torch.full_like(x, float("nan"))
     rms(x, w, out)
     xd = x.double()

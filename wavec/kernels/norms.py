@@ -1,7 +1,10 @@
 """RMSNorm and LayerNorm over the last dimension, for rows that fit one workgroup tile (N bound in subs).
 
-One wave per row, statistics in f32 reduced in-thread and across the wave's lanes; ``w`` (and ``b``) are
-read once per row tile and broadcast over the rows.
+``waves_per_row`` waves share a row (one by default), statistics in f32 reduced in-thread, across the
+wave's lanes and, with several waves per row, across waves through shared memory; ``w`` (and ``b``) are
+read once per row tile and broadcast over the rows.  Long rows (N = 4096) want several waves per row:
+one wave holding a whole row needs ~250 registers per thread, which leaves too few waves per SM to keep
+enough bytes in flight.
 """
 
 import wavec as wc
@@ -11,20 +14,23 @@ M, N = wc.sym.M, wc.sym.N
 BLOCK_M = wc.sym.BLOCK_M
 
 
-def _constraints(dtype, threads_per_wave: int) -> list:
+def _constraints(dtype, threads_per_wave: int, waves_per_row: int = 1) -> list:
+    split = [wc.WaveConstraint(N, N / waves_per_row)] if waves_per_row > 1 else []
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
         wc.WaveConstraint(M, 1),
+        *split,
         wc.HardwareConstraint(threads_per_wave=threads_per_wave,
                               vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
     ]
 
 
-def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32) -> wc.WaveKernel:
+def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32,
+                 waves_per_row: int = 1) -> wc.WaveKernel:
     """``out = x / sqrt(mean(x**2) + eps) * w`` over rows of length ``n`` (compile with subs {N: n})."""
 
-    @wc.wave(_constraints(dtype, threads_per_wave))
+    @wc.wave(_constraints(dtype, threads_per_wave, waves_per_row))
     def rmsnorm(x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         r = wc.rsqrt(wc.sum(v * v, N) * (1.0 / n) + eps)
@@ -33,10 +39,11 @@ def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int 
     return rmsnorm
 
 
-def make_layernorm(n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: int = 32) -> wc.WaveKernel:
+def make_layernorm(n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: int = 32,
+                   waves_per_row: int = 1) -> wc.WaveKernel:
     """``out = (x - mean) / sqrt(var + eps) * w + b`` over rows of length ``n`` (subs {N: n})."""
 
-    @wc.wave(_constraints(dtype, threads_per_wave))
+    @wc.wave(_constraints(dtype, threads_per_wave, waves_per_row))
     def layernorm(x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         d = v - (wc.sum(v, N) * (1.0 / n))[:, None]
