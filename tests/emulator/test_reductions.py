@@ -29,6 +29,19 @@ def test_softmax(dtype, target, tpw, rows, n) -> None:
     assert _rel(out, torch.softmax(x.double(), dim=-1)) < TOL[dtype.name]
 
 
+@pytest.mark.parametrize("waves_per_row", [2, 4])
+@pytest.mark.parametrize("target,tpw", [("sm_90", 32), ("gfx942", 64)])
+def test_softmax_with_several_waves_per_row(waves_per_row, target, tpw) -> None:
+    n = tpw * 8 * waves_per_row
+    k = wc.compile(make_softmax(wc.f16, tpw, waves_per_row), {BLOCK_M: 2, N: n}, target=target,
+                   backend="emulator", cache=False)
+    assert k.mlir.count("gpu.barrier") == 4  # two reductions, each across waves through shared memory
+    x = (torch.randn(5, n) * 3).half()
+    out = torch.full_like(x, float("nan"))
+    k(x, out)  # race checker on
+    assert not out.isnan().any() and _rel(out, torch.softmax(x.double(), dim=-1)) < TOL["f16"]
+
+
 def _row_reduce(kind: str, tpw: int = 32):
     cons = [wc.WorkgroupConstraint(M, 2, 0), wc.WorkgroupConstraint(N, N, 1), wc.WaveConstraint(M, 1),
             wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * 4})]

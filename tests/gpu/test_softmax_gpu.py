@@ -21,3 +21,14 @@ def test_softmax(dtype, tdt, tol, rows, n) -> None:
     ref = torch.softmax(x.double(), dim=-1)
     assert not out.isnan().any()
     assert ((out.double() - ref).norm() / ref.norm()).item() < tol
+
+
+@pytest.mark.parametrize("rows,n,waves_per_row", [(4097, 4096, 4), (3, 2048, 2)])
+def test_softmax_several_waves_per_row(rows, n, waves_per_row) -> None:
+    k = wc.compile(make_softmax(wc.f16, waves_per_row=waves_per_row), {BLOCK_M: 2, N: n}, backend="cuda")
+    x = (torch.randn(rows, n, device="cuda") * 3).half()
+    out = torch.full_like(x, float("nan"))
+    k(x, out)
+    ref = torch.softmax(x.double(), dim=-1)
+    assert not out.isnan().any()
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 2e-3

@@ -1,7 +1,8 @@
 """Row softmax ``out = softmax(x, dim=-1)`` for rows that fit one workgroup tile (N bound in ``subs``).
 
-One wave per row; each lane holds ``N / 32`` elements of its row (16-byte runs); the row max and sum are
-reduced in-thread then across the wave's lanes.  Computed in f32, stored in the input dtype.
+One wave per row (or ``waves_per_row``); each lane holds ``N / 32`` elements of its row (16-byte runs); the
+row max and sum are reduced in-thread, then across the wave's lanes (then across waves through shared
+memory).  Computed in f32, stored in the input dtype.
 """
 
 import math
@@ -14,11 +15,15 @@ BLOCK_M = wc.sym.BLOCK_M
 LOG2E = 1.0 / math.log(2.0)
 
 
-def make_softmax(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
+def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> wc.WaveKernel:
+    """``waves_per_row`` > 1 splits each row over that many waves (row max and sum meet in shared memory):
+    long rows then need fewer registers per thread and more waves fit per SM."""
+    split = [wc.WaveConstraint(N, N / waves_per_row)] if waves_per_row > 1 else []
     constraints = [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
         wc.WaveConstraint(M, 1),
+        *split,
         wc.HardwareConstraint(threads_per_wave=threads_per_wave,
                               vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
     ]
