@@ -36,6 +36,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
@@ -220,16 +221,17 @@ def estimate_cost(model, cands, shape, launch_s: float, scale: float, race_facto
 
 
 def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str, tol: float) -> Models:
-    from wavec.tuning.evaluate import portfolio
-    from wavec.tuning.gemm import fit_gemm_model
+    from wavec.tuning.gemm import dispatch_model, fit_gemm_model
 
     space = set(run.candidates)  # the heuristic's configurations outside the space are not modelled
     times = {s: {c: t for c, t in run.results[s].times.items() if c in space} for s in fit_shapes}
     full = fit_gemm_model(times, run.metadata, sms=sms, target=target)
-    port = portfolio({s: {c.label: t for c, t in ts.items()} for s, ts in times.items()}, tol=tol)
-    dispatch = fit_gemm_model(times, run.metadata, sms=sms, target=target, only=set(port))
-    print(f"   fitted {len(full.configs)} configurations on {len(fit_shapes)} shapes; dispatch portfolio: "
-          f"{len(port)} configurations cover every fit shape within {100 * tol:.0f}%")
+    dispatch, port, info = dispatch_model(times, run.metadata, sms=sms, target=target, tol=tol)
+    loo = ", ".join(f"{k}: {100 * v:.1f}%" for k, v in info["loo"].items())
+    print(f"   fitted {len(full.configs)} (configuration, regime) models on {len(fit_shapes)} shapes; dispatch "
+          f"portfolio: {len(port)} configurations cover every fit shape within {100 * tol:.0f}%; regimes of M "
+          f"{info['regimes']} (leave-one-out regret {loo})")
+    run.notes.append(f"dispatch regimes {info['regimes']}, leave-one-out regret on fit shapes {loo}")
     return Models(full, dispatch, port)
 
 
@@ -324,17 +326,28 @@ def make_device(args, clock):
     return GpuDevice()
 
 
-def main(argv=None) -> int:  # noqa: PLR0915 - the phases in order, each a few lines
-    args = parse_args(argv)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-tune-cache")
+@dataclass
+class Context:
+    args: argparse.Namespace
+    out: pathlib.Path
+    clock: object
+    phases: Phases
+    dev: object
+    shapes: list
+    runs: list
+    extras: dict
+    compiles: Compiles
+    measured: dict
+    ceiling_of: object
+    compiles_done_at: float  # dry run: when the GPU machine's pool would have finished every compile
+
+
+def setup(args) -> Context:
     from tune_gemm_devices import VirtualClock
 
     import wavec as wc
     from wavec.compiler import default_target
     from wavec.tuning.ceiling import device_rates, gemm_ceiling
-    from wavec.tuning.gemm import _cache, store_tuned
 
     clock = VirtualClock() if args.dry_run else time.perf_counter
     phases = Phases(clock)
@@ -365,39 +378,57 @@ def main(argv=None) -> int:  # noqa: PLR0915 - the phases in order, each a few l
         s = cand.subs_dict
         return gemm_ceiling(*shape, s["BLOCK_M"], s["BLOCK_N"], tuple(cand.kwargs_dict["waves"]), rates=rates)
 
-    heads, rows, infos = [], [], {}
+    # dry run: ~1.5 s per compile over the GPU machine's 14 workers (the brief's figure, not measured here)
+    done_at = clock() + len(jobs) * 1.5 / 14
+    return Context(args, pathlib.Path(args.out), clock, phases, dev, shapes, runs, extras, compiles, measured,
+                   ceiling_of, done_at)
+
+
+def run_dtypes(ctx: Context) -> tuple[dict, list]:
+    """Each dtype in turn within its share of what is left of the budget; later dtypes are skipped when
+    they cannot fit the minimum the first one needed."""
+    args, dev, runs = ctx.args, ctx.dev, ctx.runs
+    infos, skipped = {}, []
     reserve = 10.0  # the report: evaluation, CSV, plot, cache
     try:
         for i, run in enumerate(runs):
-            phases.begin(f"{run.name}: compile (wait), load, check")
+            ctx.phases.begin(f"{run.name}: compile (wait), load, check")
             t_wait = time.perf_counter()
-            metas = compiles.wait(run.name)
-            if args.dry_run:  # what the pool would take on the GPU machine's 14 workers
-                clock.now += sum(m.get("seconds", 0.0) for m in metas.values()) / 14 if i == 0 else 0.0
-            load_kernels(run, metas, extras[run.name], dev, args.target)
+            metas = ctx.compiles.wait(run.name)
+            if args.dry_run:
+                per_dtype = ctx.compiles_done_at - ctx.phases.t0
+                ctx.clock.now = max(ctx.clock.now, ctx.phases.t0 + per_dtype * (i + 1) / len(runs))
+            load_kernels(run, metas, ctx.extras[run.name], dev, args.target)
             if i == 0:
                 print(f"   CPU per launch {1e6 * dev.measure_launch(run.kernels[run.candidates[0]]):.1f} us "
                       f"(compile wait {time.perf_counter() - t_wait:.1f} s wall)")
-            left = args.time_budget - phases.elapsed() - reserve
-            share = left / (len(runs) - i)
-            if i > 0 and heads_need(runs[0], infos) > share:
-                note = (f"{run.name} skipped: needs ~{heads_need(runs[0], infos):.0f} s (as {runs[0].name} took), "
-                        f"{share:.0f} s left")
+            share = (args.time_budget - ctx.phases.elapsed() - reserve) / (len(runs) - i)
+            need = heads_need(runs[0], infos) if i > 0 else 0.0
+            if need > share:
+                note = f"{run.name} skipped: needs ~{need:.0f} s (as {runs[0].name} took), {share:.0f} s left"
                 print(f"   trimmed: {note}")
-                heads.append({"dtype": run.name, "skipped": note})
+                skipped.append({"dtype": run.name, "skipped": note})
                 continue
-            infos[run.name] = tune_dtype(dev, run, shapes, args, share, clock, phases, ceiling_of)
+            infos[run.name] = tune_dtype(dev, run, ctx.shapes, args, share, ctx.clock, ctx.phases, ctx.ceiling_of)
     finally:
-        compiles.close()
-    phases.begin("report")
-    for run in runs:
+        ctx.compiles.close()
+    return infos, skipped
+
+
+def report(ctx: Context, infos: dict, skipped: list) -> None:
+    from wavec.tuning.gemm import _cache, store_tuned
+
+    out, args = ctx.out, ctx.args
+    ctx.phases.begin("report")
+    heads, rows = [], []
+    for run in ctx.runs:
         if run.name not in infos:
             continue
-        head, shape_rows = evaluate(run, infos[run.name], args.top_k, ceiling_of)
-        heads = [h for h in heads if h.get("dtype") != run.name] + [head]
+        head, shape_rows = evaluate(run, infos[run.name], args.top_k, ctx.ceiling_of)
+        heads.append(head)
         rows += shape_rows
         times = {s: r.times for s, r in run.results.items()}
-        n = store_tuned(run.wc_dtype, times, run.metadata, target=args.target, gpu=dev.name,
+        n = store_tuned(run.wc_dtype, times, run.metadata, target=args.target, gpu=ctx.dev.name,
                         model=infos[run.name]["models"].dispatch, candidates=run.candidates)
         cache = _cache(run.wc_dtype, args.target)
         (out / "tuning").mkdir(exist_ok=True)
@@ -408,14 +439,46 @@ def main(argv=None) -> int:  # noqa: PLR0915 - the phases in order, each a few l
         plot(rows, out / "tune_gemm_ceiling.png")
     except ImportError as e:  # the CSV has every number the plot shows
         print(f"   no plot: {e}")
-    summary = {"device": dev.name, "dry_run": args.dry_run, "rates": measured, "phases": phases.rows,
-               "budget_s": args.time_budget, "dtypes": [h for h in heads if "skipped" not in h],
-               "skipped": [h for h in heads if "skipped" in h]}
-    phases.end()
-    summary["total_s"] = phases.elapsed()
+    ctx.phases.end()
+    summary = {"device": ctx.dev.name, "dry_run": args.dry_run, "rates": ctx.measured, "phases": ctx.phases.rows,
+               "budget_s": args.time_budget, "total_s": ctx.phases.elapsed(), "dtypes": heads, "skipped": skipped}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    print_table([h for h in heads if "skipped" not in h], phases)
-    print(f"\nwrote {out / 'tune_gemm.csv'}, {out / 'tune_gemm_ceiling.png'}, {out / 'summary.json'}, {out / 'tuning'}")
+    print_table(heads, ctx.phases)
+    for s in skipped:
+        print(f"\n== {s['skipped']}")
+    print(f"\nwrote {out / 'tune_gemm.csv'}, {out / 'tune_gemm_ceiling.png'}, {out / 'summary.json'}, "
+          f"{out / 'tuning'}, {out / 'tune_gemm.log'}")
+
+
+class Tee:
+    """stdout to the terminal and to a log file under --out (the terminal's tail may be all a caller keeps)."""
+
+    def __init__(self, path: pathlib.Path) -> None:
+        self.file, self.stdout = open(path, "w"), sys.stdout  # noqa: SIM115 - closed in main
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.stdout.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.stdout.flush()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-tune-cache")
+    tee = Tee(out / "tune_gemm.log")
+    sys.stdout = tee
+    try:
+        ctx = setup(args)
+        infos, skipped = run_dtypes(ctx)
+        report(ctx, infos, skipped)
+    finally:
+        sys.stdout = tee.stdout
+        tee.file.close()
     return 0
 
 

@@ -188,7 +188,7 @@ def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
 
 
 def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
-                   only=None, regimes: bool = True) -> CostModel:
+                   only=None, regimes=REGIMES) -> CostModel:
     """Per configuration (``only``: these labels) and per regime of M (``REGIMES``), least squares over the
     shapes it was timed on (``{shape: {Candidate: seconds}}``); each fit serves the M range of ``m_limits``
     within its regime (a configuration may thus appear twice, under one name)."""
@@ -203,13 +203,49 @@ def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, targ
         s = c.subs_dict
         slots = sms * ctas_per_sm(metadata.get(c, {}), target)
         lo, hi = m_limits(s["BLOCK_M"])
-        for r_lo, r_hi in REGIMES if regimes else ((0, UNLIMITED),):
+        for r_lo, r_hi in regimes:
             limits = (max(lo, r_lo), min(hi, r_hi))
             data = [(math.ceil(m / s["BLOCK_M"]) * math.ceil(n / s["BLOCK_N"]), slots,
                      math.ceil(k / s["BLOCK_K"]), t) for (m, n, k), t in pts if limits[0] <= m <= limits[1]]
             if data:
                 model.add(ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots, limits=limits), data)
     return model
+
+
+ONE_REGIME = ((0, UNLIMITED),)
+
+
+def dispatch_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
+                   tol: float = 0.02, regime_options=(REGIMES, ONE_REGIME)) -> tuple[CostModel, list[str], dict]:
+    """The cost model that dispatches: fitted on the ``portfolio`` of configurations that cover every
+    shape within ``tol``, with the regime split (``regime_options``) whose leave-one-out regret on the
+    fitted shapes is least.  Returns (model, portfolio labels, {"loo": mean regret per option})."""
+    from .evaluate import portfolio
+
+    def labels(times):
+        return {s: {c.label: t for c, t in ts.items()} for s, ts in times.items()}
+
+    def build(times, regimes):
+        port = portfolio(labels(times), tol)
+        return fit_gemm_model(times, metadata, sms=sms, target=target, only=set(port), regimes=regimes), port
+
+    loo = {}
+    for regimes in regime_options:
+        regrets = []
+        for held in times_by_shape if len(times_by_shape) > 2 else ():
+            rest = {s: t for s, t in times_by_shape.items() if s != held}
+            pick = build(rest, regimes)[0].choose(held).name
+            times = labels({held: times_by_shape[held]})[held]
+            if pick in times:
+                regrets.append(times[pick] / min(times.values()) - 1.0)
+        loo[regimes] = sum(regrets) / len(regrets) if regrets else 0.0
+    best = min(regime_options, key=lambda r: loo[r])
+    model, port = build(times_by_shape, best)
+    return model, port, {"loo": {regime_name(r): v for r, v in loo.items()}, "regimes": regime_name(best)}
+
+
+def regime_name(regimes) -> str:
+    return " | ".join(f"M {lo}..{'' if hi >= UNLIMITED else hi}" for lo, hi in regimes)
 
 
 def ceiling_report(result, gpu: str = "H100", measured: dict | None = None) -> list[dict]:

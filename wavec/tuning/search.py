@@ -256,8 +256,11 @@ class _Progress:
         sys.stderr.flush()
 
     def step(self, n: int = 1) -> None:
+        # redraw only when the bar grows (or at the end): a captured log stays ~30 lines per bar, not thousands
+        before = self.width * self.done // max(1, self.total)
         self.done += n
-        self._draw()
+        if self.width * self.done // max(1, self.total) != before or self.done >= self.total:
+            self._draw()
 
     def close(self) -> None:
         if self.enabled and self.total:
