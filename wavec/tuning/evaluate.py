@@ -31,24 +31,32 @@ def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
 def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_fraction: float = 2 / 3,
                  seed: int = 0) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(fit shapes, held-out shapes) of the distinct ``shapes``: ``min(max_fit, floor(fit_fraction * n))``
-    fit shapes, the rest held out, both in a seeded random order.
+    fit shapes, the rest held out (in a seeded random order).
 
-    Stratified by the first dimension: the groups of equal first dimension are shuffled internally and
-    dealt out round-robin, so the fit set spans every group before any group gets a second shape."""
+    Stratified by the first dimension (M): the fit shapes are dealt out evenly over the groups of equal M
+    (the seed decides which groups get one more).  Within a group they are spread over the size of the
+    rest of the problem (N·K): the smallest, the largest and evenly spaced ones between, so a per-shape
+    model interpolates rather than extrapolates (a fit on three large problems says little about one that
+    fills less than a wave of the GPU)."""
     uniq = sorted(dedupe(shapes))
     n_fit = min(max_fit, int(fit_fraction * len(uniq)))
     rng = random.Random(seed)
     groups: dict = {}
     for s in uniq:
         groups.setdefault(s[0], []).append(s)
-    for g in groups.values():
-        rng.shuffle(g)
     keys = sorted(groups)
-    rng.shuffle(keys)  # which groups get the extra shapes when n_fit is not a multiple of the groups
-    dealt = []
-    for i in range(max((len(g) for g in groups.values()), default=0)):
-        dealt += [groups[k][i] for k in keys if i < len(groups[k])]
-    fit, held = dealt[:n_fit], dealt[n_fit:]
+    rng.shuffle(keys)
+    quota = dict.fromkeys(keys, 0)
+    for i in range(n_fit):  # round-robin over the groups that still have shapes to give
+        open_keys = [k for k in keys if quota[k] < len(groups[k])]
+        quota[open_keys[i % len(open_keys)]] += 1
+    fit = []
+    for k in keys:
+        g = sorted(groups[k], key=lambda s: (math.prod(s[1:]), s))
+        q = quota[k]
+        picks = {round(j * (len(g) - 1) / (q - 1)) for j in range(q)} if q > 1 else ({len(g) // 2} if q else set())
+        fit += [g[i] for i in sorted(picks)]
+    held = [s for s in uniq if s not in set(fit)]
     rng.shuffle(held)
     return fit, held
 
