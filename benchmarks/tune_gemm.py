@@ -435,6 +435,14 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
         shutil.copy(cache.path, out / "tuning" / cache.path.name)
         print(f"   {run.name}: {n} tuning-cache entries and the dispatch model -> {cache.path}")
     write_csv(rows, out / "tune_gemm.csv")
+    raw = {run.name: {"metadata": {c.label: m for c, m in run.metadata.items()},
+                      "space": [c.label for c in run.candidates],
+                      "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
+                                  "times": {c.label: t for c, t in r.times.items()},
+                                  "samples": {c.label: n for c, n in r.samples.items()}}
+                                 for s, r in run.results.items()]} for run in ctx.runs if run.name in infos}
+    # every median of the run, so the model can be refitted and re-evaluated offline without a GPU
+    (out / "times.json").write_text(json.dumps(raw))
     try:
         plot(rows, out / "tune_gemm_ceiling.png")
     except ImportError as e:  # the CSV has every number the plot shows
@@ -447,7 +455,7 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
     for s in skipped:
         print(f"\n== {s['skipped']}")
     print(f"\nwrote {out / 'tune_gemm.csv'}, {out / 'tune_gemm_ceiling.png'}, {out / 'summary.json'}, "
-          f"{out / 'tuning'}, {out / 'tune_gemm.log'}")
+          f"{out / 'times.json'}, {out / 'tuning'}, {out / 'tune_gemm.log'}")
 
 
 class Tee:
