@@ -153,15 +153,21 @@ def load_kernels(run: DtypeRun, metas: dict, extra: list, dev, target: str) -> N
             waves = c.kwargs_dict["waves"]
             kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype),
                                                                                    waves=waves))
-            ck = wc.compile(kernel, c.symbol_subs(), backend=dev.backend, target=target)
-            err = dev.check(ck, run.name, c)
-            if err is not None and not err < 1e-3:
-                why = f"wrong result: relative error {err:.2e}"
+            try:
+                ck = wc.compile(kernel, c.symbol_subs(), backend=dev.backend, target=target)
+                err = dev.check(ck, run.name, c)
+            except Exception as e:  # noqa: BLE001 - a configuration that cannot load or launch is rejected
+                why = f"launch failed: {type(e).__name__}: {e}".splitlines()[0][:200]
             else:
-                run.kernels[c], run.metadata[c] = ck, meta
+                if err is not None and not err < 1e-3:
+                    why = f"wrong result: relative error {err:.2e}"
+                else:
+                    run.kernels[c], run.metadata[c] = ck, meta
         if why:
             run.rejected[c] = why
     run.candidates = [c for c in run.kernels if c not in extra]
+    if not run.candidates:
+        raise SystemExit(f"{run.name}: no candidate compiled and checked: {list(run.rejected.values())[:3]}")
     spills = sum("spill" in str(r) for r in run.rejected.values())
     wrong = sum("wrong" in str(r) for r in run.rejected.values())
     print(f"   {len(run.candidates)} candidates usable; rejected: {len(run.rejected)} "
@@ -210,7 +216,7 @@ def estimate_cost(model, cands, shape, launch_s: float, scale: float, race_facto
     launch overheads; ``scale`` calibrates against what the fit shapes actually cost."""
     from tune_gemm_devices import reps_for
 
-    by_name = {c.name: c for c in model.configs}
+    by_name = {c.name: c for c in model.configs if c.serves(shape)}  # the piece of the shape's regime
     preds = [model.predict(by_name[c.label], shape) for c in cands if c.label in by_name]
     if not preds:
         return 0.0
