@@ -441,14 +441,8 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
         shutil.copy(cache.path, out / "tuning" / cache.path.name)
         print(f"   {run.name}: {n} tuning-cache entries and the dispatch model -> {cache.path}")
     write_csv(rows, out / "tune_gemm.csv")
-    raw = {run.name: {"metadata": {c.label: m for c, m in run.metadata.items()},
-                      "space": [c.label for c in run.candidates],
-                      "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
-                                  "times": {c.label: t for c, t in r.times.items()},
-                                  "samples": {c.label: n for c, n in r.samples.items()}}
-                                 for s, r in run.results.items()]} for run in ctx.runs if run.name in infos}
     # every median of the run, so the model can be refitted and re-evaluated offline without a GPU
-    (out / "times.json").write_text(json.dumps(raw))
+    (out / "times.json").write_text(json.dumps({run.name: raw_times(run) for run in ctx.runs if run.name in infos}))
     try:
         plot(rows, out / "tune_gemm_ceiling.png")
     except ImportError as e:  # the CSV has every number the plot shows
@@ -460,8 +454,18 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
     print_table(heads, ctx.phases)
     for s in skipped:
         print(f"\n== {s['skipped']}")
-    print(f"\nwrote {out / 'tune_gemm.csv'}, {out / 'tune_gemm_ceiling.png'}, {out / 'summary.json'}, "
-          f"{out / 'times.json'}, {out / 'tuning'}, {out / 'tune_gemm.log'}")
+    print(f"\nwrote {', '.join(str(p) for p in sorted(out.iterdir()))}")
+
+
+def raw_times(run: DtypeRun) -> dict:
+    """Compact record of a dtype's race results: candidates by index, ``[index, median s, samples]`` per shape."""
+    labels = [c.label for c in run.metadata]
+    index = {c: i for i, c in enumerate(run.metadata)}
+    return {"labels": labels, "metadata": [run.metadata[c] for c in run.metadata],
+            "space": [index[c] for c in run.candidates],
+            "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
+                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()]}
+                       for s, r in run.results.items()]}
 
 
 class Tee:

@@ -149,13 +149,18 @@ class CostModel:
     def _argmin(self, shape, limited: bool) -> ConfigModel | None:
         best, best_t = None, float("inf")
         d0 = shape[0]
+        two = len(shape) == 3
         for tiles, lt, slots, lo, hi, members in self._groups():
             if limited and (d0 < lo or d0 > hi):
                 continue
-            ctas = 1
-            for s, t in zip(shape, tiles):
-                ctas *= -(-s // t)
-            work = -(-shape[len(tiles)] // lt) if lt else 1
+            if two and len(tiles) == 2:  # GEMM-like (M, N, K): no loop, no zip
+                ctas = -(-d0 // tiles[0]) * -(-shape[1] // tiles[1])
+                work = -(-shape[2] // lt) if lt else 1
+            else:
+                ctas = 1
+                for s, t in zip(shape, tiles):
+                    ctas *= -(-s // t)
+                work = -(-shape[len(tiles)] // lt) if lt else 1
             waves, sub = -(-ctas // slots), (ctas % slots) / slots
             for cfg, c0, c1, c2, c3 in members:
                 t = c0 + work * (c1 * waves + c2 * ctas + c3 * sub)
