@@ -5,7 +5,8 @@ timing is the median of CUDA-event timings (triton.testing.do_bench) after warm-
 inputs; for problems whose inputs fit in L2 several input sets are rotated so no repetition reuses L2.
 wavec and Triton write f32 C; cuBLAS writes C in the input dtype (its fastest path).  For decode shapes
 (M <= 16) the achieved bandwidth is reported against a device-to-device copy measured in the same run.
-Writes gemm.csv, gemm.png (TFLOP/s per shape) and roofline.png under --out.
+Writes gemm.csv, gemm.png (TFLOP/s per shape), roofline.png and ceiling.png (wavec's time against the
+analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``wavec_pct_ceiling``) under --out.
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
                               [--time-budget SECONDS]
@@ -27,6 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
 from wavec.kernels.gemm import gemm_config, matmul  # noqa: E402
+from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
 
 SHAPES_CSV = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gemm_shapes.csv"
 L2_BYTES = 50 * 2**20
@@ -68,7 +70,7 @@ def time_rotating(fn, sets) -> float:
     return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
 
 
-def bench_shape(name, m, n, k, dt, bw) -> dict:
+def bench_shape(name, m, n, k, dt, bw, rates=None) -> dict:
     tdt = TORCH_DT[dt]
     sets = inputs(m, n, k, tdt)
     a, b = sets[0]
@@ -87,6 +89,11 @@ def bench_shape(name, m, n, k, dt, bw) -> dict:
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
            "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
            "config": f"{[v for v in subs.values()]} waves={waves}"}
+    if rates is not None:  # the analytical bound for wavec's configuration (wavec.tuning.ceiling)
+        named = {str(key): v for key, v in subs.items()}
+        bm, bn = named["BLOCK_M"], named["BLOCK_N"]
+        row["ceiling_ms"] = gemm_ceiling(m, n, k, bm, bn, waves, rates=rates)["bound"] * 1e3
+        row["wavec_pct_ceiling"] = 100.0 * row["ceiling_ms"] / t_w
     if m <= 16:
         bytes_moved = (m * k + n * k) * 2 + m * n * 4
         row["wavec_bw_frac"] = bytes_moved / (t_w * 1e-3) / bw
@@ -126,6 +133,29 @@ def plot(rows, out: pathlib.Path, bw: float) -> None:
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "roofline.png", dpi=120)
+    plot_ceiling(rows, out)
+
+
+def plot_ceiling(rows, out: pathlib.Path) -> None:
+    """wavec's measured time against the analytical ceiling of its configuration, log-log, y = x."""
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rows if "ceiling_ms" in r]
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(6, 5))
+    lo = min(r["ceiling_ms"] for r in rows) / 1.5
+    hi = max(max(r["wavec_ms"], r["ceiling_ms"]) for r in rows) * 1.5
+    ax.loglog([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x (at the ceiling)")
+    for dt in sorted({r["dtype"] for r in rows}):
+        sub = [r for r in rows if r["dtype"] == dt]
+        ax.loglog([r["ceiling_ms"] for r in sub], [r["wavec_ms"] for r in sub], ".", label=f"wavec {dt}")
+    ax.set_xlabel("ceiling (ms)")
+    ax.set_ylabel("measured (ms)")
+    ax.set_title("GEMM: wavec vs its analytical ceiling")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "ceiling.png", dpi=120)
 
 
 def main() -> None:
@@ -140,6 +170,9 @@ def main() -> None:
     os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
     torch.manual_seed(0)
     bw = copy_bandwidth()
+    from wavec.tuning.ceiling import device_rates, measure_rates
+
+    rates = device_rates(torch.cuda.get_device_name(), measure_rates())
     shapes = load_shapes(args.models.split(",") if args.models else None, args.max_shapes)
     rows = []
     t0 = time.time()
@@ -150,10 +183,11 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw))
+            rows.append(bench_shape(name, m, n, k, dt, bw, rates))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
-                  f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  err {r['rel_err']:.1e}", flush=True)
+                  f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
+                  f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}", flush=True)
     with open(out / "gemm.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
@@ -161,7 +195,7 @@ def main() -> None:
     plot(rows, out, bw)
     print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s; {len(rows)} rows in {time.time() - t0:.0f} s")
     print(f"{'dtype':5} {'geomean x cuBLAS':>17} {'geomean x Triton':>17} {'4096^3':>7} {'8192^3':>7} "
-          f"{'decode BW frac (median)':>24}")
+          f"{'decode BW frac (median)':>24} {'% ceiling (median)':>19}")
     for dt in dtypes:
         sub = [r for r in rows if r["dtype"] == dt]
         if not sub:
@@ -171,8 +205,9 @@ def main() -> None:
         sq = {r["M"]: r["wavec_vs_cublas"] for r in sub if r["shape"].startswith("square")}
         dec = sorted(r["wavec_bw_frac"] for r in sub if "wavec_bw_frac" in r)
         med = dec[len(dec) // 2] if dec else float("nan")
+        pct = sorted(r["wavec_pct_ceiling"] for r in sub)[len(sub) // 2]
         print(f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
-              f"{med:24.3f}")
+              f"{med:24.3f} {pct:19.1f}")
 
 
 if __name__ == "__main__":

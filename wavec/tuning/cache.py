@@ -61,6 +61,10 @@ def entry_key(shape, dtypes, gpu: str, vers: str, dims: tuple[str, ...] | None =
     return f"{','.join(f'{n}={v}' for n, v in zip(names, b))} | {','.join(dtypes)} | {gpu} | {vers}"
 
 
+def model_key(dtypes, gpu: str, vers: str) -> str:
+    return f"{','.join(dtypes)} | {gpu} | {vers}"
+
+
 def _file_name(kernel_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", kernel_id).strip("_")[:180] + ".json"
 
@@ -73,25 +77,44 @@ class TuningCache:
         self.directory = Path(directory) if directory else Path(knobs.cache_dir) / "tuning"
         self.path = self.directory / _file_name(kernel_id)
 
-    def load(self) -> dict:
+    def _read(self) -> dict:
         try:
             data = json.loads(self.path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return {}
         if data.get("format") != FORMAT or data.get("kernel") != self.kernel_id:
             return {}
-        return data.get("entries", {})
+        return data
+
+    def load(self) -> dict:
+        return self._read().get("entries", {})
 
     def get(self, key: str) -> dict | None:
         return self.load().get(key)
 
     def put(self, key: str, entry: dict) -> None:
+        self.put_many({key: entry})
+
+    def put_many(self, entries: dict, models: dict | None = None) -> None:
+        """Merge ``entries`` (key -> entry) and ``models`` (``model_key`` -> fitted cost model) into the file."""
         if knobs.cache_disable:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        entries = self.load()
-        entries[key] = entry
-        text = json.dumps({"format": FORMAT, "kernel": self.kernel_id, "entries": entries}, indent=1, sort_keys=True)
+        data = self._read()
+        merged = {**data.get("entries", {}), **entries}
+        out = {"format": FORMAT, "kernel": self.kernel_id, "entries": merged}
+        all_models = {**data.get("models", {}), **(models or {})}
+        if all_models:
+            out["models"] = all_models
+        self._write(out)
+
+    def get_model(self, key: str) -> dict | None:
+        """A cost model stored under ``model_key(dtypes, gpu, versions)``, which dispatches shapes that have
+        no entry (``{"configs": CostModel.to_json(), "candidates": {name: Candidate.to_json()}}``)."""
+        return self._read().get("models", {}).get(key)
+
+    def _write(self, data: dict) -> None:
+        text = json.dumps(data, indent=1, sort_keys=True)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w") as f:

@@ -4,25 +4,55 @@
 from __future__ import annotations
 
 import math
+import time
 
 import wavec as wc
 
+from .cache import TuningCache, bucket, entry_key, gpu_name, model_key, versions
 from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
 from .legality import ctas_per_sm
-from .search import autotune, lookup
+from .search import Candidate, _source, autotune, lookup
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
 DIMS = ("M", "N", "K")
 
-DEFAULT_SPACE = {
-    "BLOCK_M": [16, 64, 128, 256],
+DEFAULT_SPACE = {  # 324 tuples; 248 pass the legality filter on sm_90, ptxas rejects the spilling ones
+    "BLOCK_M": [16, 64, 128],
     "BLOCK_N": [64, 128, 256],
     "BLOCK_K": [32, 64, 128],
     "NUM_STAGES": [2, 3, 4],
     "GROUP_M": [8],
-    "waves": [(1, 2), (1, 4), (2, 2), (2, 4), (4, 2)],
+    "waves": [(1, 2), (1, 4), (2, 2), (2, 4)],
 }
+UNLIMITED = 1 << 62
+
+
+def m_limits(block_m: int) -> tuple[int, int]:
+    """The M a tile height serves: 16-row tiles only up to M = 64 (above, the matrix units idle on
+    16-row tiles), 64-row tiles above M = 16 and taller ones above M = 64 (below, most rows are padding)."""
+    if block_m <= 16:
+        return 0, 64
+    return (17, UNLIMITED) if block_m <= 64 else (65, UNLIMITED)
+
+
+# Fits are per regime of M: up to ~256 rows a GEMM streams B at the HBM rate (2·M·N·K FLOPs over ~2·N·K
+# bytes is M FLOP/byte, under the ~200-300 FLOP/byte ridge of an H100/H200), above it the matrix pipe
+# bounds it.  One linear model across the ridge fits neither side well.
+REGIMES = ((0, 256), (257, UNLIMITED))
+
+
+def serves(candidate: Candidate, m: int) -> bool:
+    lo, hi = m_limits(candidate.subs_dict["BLOCK_M"])
+    return lo <= m <= hi
+
+
+def heuristic_candidate(m: int, n: int, k: int) -> Candidate:
+    """``gemm_config``'s choice for a shape, as a Candidate (its label matches the space's labels)."""
+    from ..kernels.gemm import gemm_config
+
+    subs, waves = gemm_config(m, n, k)
+    return Candidate((("waves", tuple(waves)),), tuple(sorted((str(s), int(v)) for s, v in subs.items())))
 
 
 def _fixed(dtype) -> dict:
@@ -53,15 +83,83 @@ def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **kw):
                     **kw)
 
 
+def kernel_id(dtype=wc.f16) -> str:
+    return _source(FACTORY, _fixed(dtype)).kernel_id
+
+
+def _cache(dtype, target: str | None) -> TuningCache:
+    from ..compiler import default_target
+
+    return TuningCache(f"{kernel_id(dtype)}@{target or default_target('cuda')}")
+
+
+_DISPATCH: dict = {}  # (m, n, k, dtype, target) -> (subs, waves, source): the cache file is read once per shape
+
+
 def tuned_config(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None) -> tuple[dict, tuple]:
-    """(subs, waves) from the tuning cache for this shape's bucket, else ``gemm_config``'s heuristic."""
+    """(subs, waves) from the tuning cache for this shape's bucket, else from the cost model stored by
+    ``store_model`` (shapes never measured), else ``gemm_config``'s heuristic."""
+    return dispatch(m, n, k, dtype, target)[:2]
+
+
+def dispatch(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None) -> tuple[dict, tuple, str]:
+    """``tuned_config`` and where it came from: "cache", "model" or "heuristic"."""
     from ..kernels.gemm import gemm_config
 
-    hit = lookup(FACTORY, (m, n, k), fixed=_fixed(dtype), target=target, dtypes=_dtypes(dtype), dims=DIMS)
-    if hit is None:
-        return gemm_config(m, n, k)
-    kwargs, subs = hit
-    return subs, tuple(kwargs.get("waves", (2, 2)))
+    key = (m, n, k, dtype.name, target)
+    hit = _DISPATCH.get(key)
+    if hit is not None:
+        return hit
+    found = lookup(FACTORY, (m, n, k), fixed=_fixed(dtype), target=target, dtypes=_dtypes(dtype), dims=DIMS)
+    if found is not None:
+        kwargs, subs = found
+        out = (subs, tuple(kwargs.get("waves", (2, 2))), "cache")
+    else:
+        stored = _cache(dtype, target).get_model(model_key(_dtypes(dtype), gpu_name(), versions()))
+        if stored is not None:
+            name = CostModel.from_json(stored["configs"]).choose((m, n, k)).name
+            cand = Candidate.from_json(stored["candidates"][name])
+            out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), "model")
+        else:
+            subs, waves = gemm_config(m, n, k)
+            out = (subs, waves, "heuristic")
+    _DISPATCH[key] = out
+    return out
+
+
+def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, target: str | None = None,
+                gpu: str | None = None, model: CostModel | None = None, candidates=()) -> int:
+    """Write measured times (``{shape: {Candidate: seconds}}``) to the tuning cache, one entry per shape
+    bucket; with ``model``, also the cost model that dispatches buckets never measured.  Returns the
+    number of entries.
+
+    Several shapes can share a bucket (e.g. N = 3584 and N = 4096): its entry is the configuration with
+    the least summed time / best time over those shapes, among those timed on all of them."""
+    gpu = gpu or gpu_name()
+    vers = versions()
+    by_bucket: dict = {}
+    for shape, times in times_by_shape.items():
+        by_bucket.setdefault(bucket(shape), []).append((shape, times))
+    entries = {}
+    for group in by_bucket.values():
+        common = set.intersection(*(set(t) for _s, t in group))
+        if not common:
+            common = set(max(group, key=lambda g: len(g[1]))[1])
+            group = [g for g in group if common <= set(g[1])]
+        best = min(common, key=lambda c: (sum(t[c] / min(t.values()) for _s, t in group), c.label))
+        shape, times = max(group, key=lambda g: g[0])
+        entries[entry_key(shape, _dtypes(dtype), gpu, vers, DIMS)] = {
+            "shape": list(shape), "shapes": [list(s) for s, _t in group], "best": best.to_json(),
+            "best_label": best.label, "seconds": times[best], "times": {c.label: t for c, t in times.items()},
+            "metadata": (metadata or {}).get(best, {}), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    models = None
+    if model is not None:
+        by_label = {c.label: c for c in candidates}
+        models = {model_key(_dtypes(dtype), gpu, vers): {
+            "configs": model.to_json(), "candidates": {c.name: by_label[c.name].to_json() for c in model.configs}}}
+    _cache(dtype, target).put_many(entries, models)
+    _DISPATCH.clear()
+    return len(entries)
 
 
 _COMPILED: dict = {}
@@ -86,18 +184,68 @@ def matmul(a, b, *, backend: str | None = None):
 
 def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
     """A ``CostModel`` fitted per configuration from a ``TuningResult``'s times over its shapes."""
+    return fit_gemm_model(result.times, result.metadata, sms=sms, target=target)
+
+
+def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
+                   only=None, regimes=REGIMES) -> CostModel:
+    """Per configuration (``only``: these labels) and per regime of M (``REGIMES``), least squares over the
+    shapes it was timed on (``{shape: {Candidate: seconds}}``); each fit serves the M range of ``m_limits``
+    within its regime (a configuration may thus appear twice, under one name)."""
     model = CostModel()
     per_cand: dict = {}
-    for shape, times in result.times.items():
+    for shape, times in times_by_shape.items():
         for c, t in times.items():
             per_cand.setdefault(c, []).append((shape, t))
-    for c, pts in per_cand.items():
+    for c, pts in sorted(per_cand.items(), key=lambda kv: kv[0].label):
+        if only is not None and c.label not in only:
+            continue
         s = c.subs_dict
-        slots = sms * ctas_per_sm(result.metadata.get(c, {}), target)
-        data = [(math.ceil(m / s["BLOCK_M"]) * math.ceil(n / s["BLOCK_N"]), slots, math.ceil(k / s["BLOCK_K"]), t)
-                for (m, n, k), t in pts]
-        model.add(ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots), data)
+        slots = sms * ctas_per_sm(metadata.get(c, {}), target)
+        lo, hi = m_limits(s["BLOCK_M"])
+        for r_lo, r_hi in regimes:
+            limits = (max(lo, r_lo), min(hi, r_hi))
+            data = [(math.ceil(m / s["BLOCK_M"]) * math.ceil(n / s["BLOCK_N"]), slots,
+                     math.ceil(k / s["BLOCK_K"]), t) for (m, n, k), t in pts if limits[0] <= m <= limits[1]]
+            if data:
+                model.add(ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots, limits=limits), data)
     return model
+
+
+ONE_REGIME = ((0, UNLIMITED),)
+
+
+def dispatch_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
+                   tol: float = 0.02, regime_options=(REGIMES, ONE_REGIME)) -> tuple[CostModel, list[str], dict]:
+    """The cost model that dispatches: fitted on the ``portfolio`` of configurations that cover every
+    shape within ``tol``, with the regime split (``regime_options``) whose leave-one-out regret on the
+    fitted shapes is least.  Returns (model, portfolio labels, {"loo": mean regret per option})."""
+    from .evaluate import portfolio
+
+    def labels(times):
+        return {s: {c.label: t for c, t in ts.items()} for s, ts in times.items()}
+
+    def build(times, regimes):
+        port = portfolio(labels(times), tol)
+        return fit_gemm_model(times, metadata, sms=sms, target=target, only=set(port), regimes=regimes), port
+
+    loo = {}
+    for regimes in regime_options:
+        regrets = []
+        for held in times_by_shape if len(times_by_shape) > 2 else ():
+            rest = {s: t for s, t in times_by_shape.items() if s != held}
+            pick = build(rest, regimes)[0].choose(held).name
+            times = labels({held: times_by_shape[held]})[held]
+            if pick in times:
+                regrets.append(times[pick] / min(times.values()) - 1.0)
+        loo[regimes] = sum(regrets) / len(regrets) if regrets else 0.0
+    best = min(regime_options, key=lambda r: loo[r])
+    model, port = build(times_by_shape, best)
+    return model, port, {"loo": {regime_name(r): v for r, v in loo.items()}, "regimes": regime_name(best)}
+
+
+def regime_name(regimes) -> str:
+    return " | ".join(f"M {lo}..{'' if hi >= UNLIMITED else hi}" for lo, hi in regimes)
 
 
 def ceiling_report(result, gpu: str = "H100", measured: dict | None = None) -> list[dict]:

@@ -1,0 +1,149 @@
+"""Evaluating a tuner: shape splits, regret, portfolios and time-budget planning.
+
+These are the pieces of ``benchmarks/tune_gemm.py`` that decide something and so deserve unit tests:
+
+* ``split_shapes``: a seeded split of deduplicated shapes into the shapes a cost model is fitted on
+  (at most two thirds, at most 25) and held-out shapes (the rest, at least a third), stratified by the
+  first dimension so every size class (decode M = 1, 16, prefill M = 8192 ...) is fitted and held out;
+* ``regret``: how much slower a chosen configuration is than the best one measured;
+* ``portfolio``: the few configurations that cover every fitted shape within a tolerance (the model
+  chooses among those only: with fewer candidates, fewer badly extrapolated fits can win);
+* ``plan_holdout``: which held-out shapes get an exhaustive search and which only the model's top-k,
+  so that a run stays within its time budget.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
+    """Distinct shapes in first-seen order."""
+    seen: dict = {}
+    for s in shapes:
+        seen.setdefault(tuple(int(x) for x in s), None)
+    return list(seen)
+
+
+def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_fraction: float = 2 / 3,
+                 seed: int = 0) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(fit shapes, held-out shapes) of the distinct ``shapes``: ``min(max_fit, floor(fit_fraction * n))``
+    fit shapes, the rest held out (in a seeded random order).
+
+    Stratified by the first dimension (M): the fit shapes are dealt out evenly over the groups of equal M
+    (the seed decides which groups get one more).  Within a group they are spread over the size of the
+    rest of the problem (N·K): the smallest, the largest and evenly spaced ones between, so a per-shape
+    model interpolates rather than extrapolates (a fit on three large problems says little about one that
+    fills less than a wave of the GPU)."""
+    uniq = sorted(dedupe(shapes))
+    n_fit = min(max_fit, int(fit_fraction * len(uniq)))
+    rng = random.Random(seed)
+    groups: dict = {}
+    for s in uniq:
+        groups.setdefault(s[0], []).append(s)
+    keys = sorted(groups)
+    rng.shuffle(keys)
+    quota = dict.fromkeys(keys, 0)
+    for i in range(n_fit):  # round-robin over the groups that still have shapes to give
+        open_keys = [k for k in keys if quota[k] < len(groups[k])]
+        quota[open_keys[i % len(open_keys)]] += 1
+    fit = []
+    for k in keys:
+        g = sorted(groups[k], key=lambda s: (math.prod(s[1:]), s))
+        q = quota[k]
+        picks = {round(j * (len(g) - 1) / (q - 1)) for j in range(q)} if q > 1 else ({len(g) // 2} if q else set())
+        fit += [g[i] for i in sorted(picks)]
+    held = [s for s in uniq if s not in set(fit)]
+    rng.shuffle(held)
+    return fit, held
+
+
+def regret(times: Mapping, pick) -> float:
+    """``times[pick] / min(times) - 1``: 0 when ``pick`` is the fastest measured configuration."""
+    best = min(times.values())
+    return times[pick] / best - 1.0
+
+
+def summary(values: Iterable[float]) -> dict:
+    vals = list(values)
+    if not vals:
+        return {"n": 0, "mean": math.nan, "max": math.nan, "median": math.nan}
+    ordered = sorted(vals)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+    return {"n": len(vals), "mean": sum(vals) / len(vals), "max": max(vals), "median": median}
+
+
+def geomean(values: Iterable[float]) -> float:
+    vals = [v for v in values if v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
+
+
+def portfolio(times_by_shape: Mapping[object, Mapping[str, float]], tol: float = 0.02) -> list[str]:
+    """A small set of configurations such that every shape has one within ``tol`` of its best time.
+
+    Greedy set cover: repeatedly take the configuration that is within ``tol`` on the most shapes not yet
+    covered (ties: the lower geometric mean of time / best over all shapes it was timed on)."""
+    near: dict[str, set] = {}
+    ratio_logs: dict[str, list[float]] = {}
+    for shape, times in times_by_shape.items():
+        best = min(times.values())
+        for name, t in times.items():
+            ratio_logs.setdefault(name, []).append(math.log(t / best))
+            if t <= best * (1.0 + tol):
+                near.setdefault(name, set()).add(shape)
+    mean_log = {n: sum(v) / len(v) for n, v in ratio_logs.items()}
+    todo, chosen = set(times_by_shape), []
+    while todo:
+        name = max(near, key=lambda n: (len(near[n] & todo), -mean_log[n], n))
+        chosen.append(name)
+        todo -= near.pop(name)
+    return chosen
+
+
+@dataclass
+class Plan:
+    """Which shapes get an exhaustive search (``exhaustive``) and which only the top-k (``pruned``)."""
+
+    exhaustive: list = field(default_factory=list)
+    pruned: list = field(default_factory=list)
+    estimate_s: float = 0.0
+    fits: bool = True
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_holdout(held: Sequence, exhaustive_s: Callable[[object], float], pruned_s: Callable[[object], float],
+                 *, min_exhaustive: int, budget_s: float) -> Plan:
+    """Split ``held`` (in its order) into shapes searched exhaustively and shapes whose search the model
+    prunes, within ``budget_s`` seconds.
+
+    The first ``min_exhaustive`` shapes are always exhaustive (the regret evaluation needs them); each later
+    shape is exhaustive while the estimate, the exhaustive shapes so far plus the pruned cost of all the
+    remaining ones, stays within budget.  ``fits`` is False when even the minimum does not fit."""
+    plan = Plan()
+    ex = [exhaustive_s(s) for s in held]
+    pr = [pruned_s(s) for s in held]
+    must = min(min_exhaustive, len(held))
+    spent = sum(ex[:must])
+    rest_pruned = sum(pr[must:])
+    plan.exhaustive = list(held[:must])
+    for i in range(must, len(held)):
+        rest_pruned -= pr[i]
+        if spent + ex[i] + rest_pruned <= budget_s:
+            spent += ex[i]
+            plan.exhaustive.append(held[i])
+        else:
+            spent += pr[i]
+            plan.pruned.append(held[i])
+    plan.estimate_s = spent + rest_pruned
+    plan.fits = plan.estimate_s <= budget_s
+    if plan.pruned:
+        plan.notes.append(f"{len(plan.pruned)} of {len(held)} held-out shapes get only the model's top-k "
+                          f"(exhaustive on all would take ~{sum(ex):.0f} s of a {budget_s:.0f} s share)")
+    if not plan.fits:
+        plan.notes.append(f"the {must} shapes that must be searched exhaustively need ~{plan.estimate_s:.0f} s, "
+                          f"over the {budget_s:.0f} s share")
+    return plan
