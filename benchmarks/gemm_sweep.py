@@ -1,6 +1,8 @@
 """Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
 
-    python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16]
+    python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16] [--mma mma_sync|wgmma]
+
+``--mma wgmma`` sweeps the Hopper warpgroup-MMA tiles (sm_90a; waves are warpgroups, 64-row multiples).
 """
 
 import argparse
@@ -11,7 +13,7 @@ import torch
 from triton.testing import do_bench
 
 import wavec as wc
-from wavec.kernels.gemm import make_gemm
+from wavec.kernels.gemm import MMA_CHOICES, WGMMA_FOR_DTYPE, make_gemm
 
 SYMS = (wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES, wc.sym.GROUP_M)
 
@@ -20,9 +22,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync")
     args = ap.parse_args()
     dt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
           "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
+    target = None
+    if args.mma == "wgmma":
+        dt, target = (dt[0], WGMMA_FOR_DTYPE[args.dtype], dt[2]), "sm_90a"
     n = args.n
     a = torch.randn(n, n, device="cuda", dtype=dt[2])
     b = torch.randn(n, n, device="cuda", dtype=dt[2])
@@ -30,14 +36,17 @@ def main() -> None:
     ref = a.float() @ b.float().T
     cublas = do_bench(lambda: torch.matmul(a, b.T), warmup=50, rep=200, return_mode="median")
     rows = []
+    tiles = ([(128, 128, (2, 1)), (128, 256, (2, 1)), (256, 128, (2, 1)), (128, 128, (1, 1)), (64, 256, (1, 1)),
+              (256, 128, (4, 1))] if args.mma == "wgmma" else
+             [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))])
     configs = [(bm, bn, bk, w, s) for (bm, bn, w), bk, s in itertools.product(
-        [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))],
-        [32, 64], [2, 3, 4])]
+        tiles, [32, 64], [2, 3, 4] if args.mma == "mma_sync" else [3, 4, 5])]
     for bm, bn, bk, w, s in configs:
         subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
         try:
             t0 = time.perf_counter()
-            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w), subs, backend="cuda", cache=False)
+            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w), subs, backend="cuda", target=target,
+                           cache=False)
             ct = time.perf_counter() - t0
             c.fill_(float("nan"))
             k(a, b, c)

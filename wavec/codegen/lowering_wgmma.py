@@ -7,7 +7,9 @@
   expression, so its loop-invariant part is hoisted like any other address.
 - ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"); the
   accumulator is the layout's ``vector<N/2 x f32>`` and crosses into the instruction's
-  ``!llvm.struct<(f32 x N/2)>`` only at the ends of a chain of wgmmas (LLVM folds the element moves).
+  ``!llvm.struct<(f32 x N/2)>`` only at the ends of a chain of wgmmas (LLVM folds the element moves):
+  into it before the first, out of it right after the ``wgmma.wait_group`` that retires the last, so
+  no instruction touches the asynchronously written registers early.
 - ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` -> ``nvvm.wgmma.{fence,commit.group,wait.group}``;
   ``ProxyFence`` -> ``nvvm.fence.proxy <async.shared>, space = <cta>``.
 """
@@ -19,12 +21,14 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
+from ..errors import CodegenError
 from ..frontend.ops_hopper import MatrixDescriptor, ProxyFence, WarpgroupMMA, WgmmaCommit, WgmmaFence, WgmmaWait
 from ..frontend.tracing import capture_root
 from ..indexing.shared_layout import split_quotient
-from .lowering import FunctionBuilder, elem_type, rule, vec_type
+from .lowering import FunctionBuilder, rule, vec_type
 
 _STRUCTS = "wgmma_structs"  # FunctionBuilder.values key: {wgmma node: its !llvm.struct result}
+_PENDING = "wgmma_pending"  # FunctionBuilder.values key: wgmma nodes whose result leaves the chain
 
 
 def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
@@ -57,10 +61,11 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64), desc)
 
 
-def _to_struct(fb: FunctionBuilder, acc_node: fx.Node, acc: ir.Value, st: ir.Type, count: int) -> ir.Value:
+def _to_struct(fb: FunctionBuilder, acc_node: fx.Node, st: ir.Type, count: int) -> ir.Value:
     chained = fb.values.get(_STRUCTS, {}).get(acc_node)
-    if chained is not None:
+    if chained is not None:  # the previous wgmma of the chain: no round trip through a vector
         return chained
+    acc = fb.values[acc_node]
     s = llvm.mlir_undef(st)
     for i in range(count):
         s = llvm.insertvalue(s, vector.extract(acc, [], [i]), [i])
@@ -76,7 +81,7 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     count = layout.size  # n / 2 f32 per thread
     f32 = ir.F32Type.get()
     st = llvm.StructType.get_literal([f32] * count)
-    acc = _to_struct(fb, acc_node, fb.values[acc_node], st, count)
+    acc = _to_struct(fb, acc_node, st, count)
 
     def attr(text: str) -> ir.Attribute:
         return ir.Attribute.parse(text)
@@ -88,9 +93,18 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
                              attr("#nvvm.wgmma_scale_out<one>"), one, one, attr("#nvvm.mma_layout<row>"),
                              attr("#nvvm.mma_layout<col>"))
     fb.values.setdefault(_STRUCTS, {})[node] = r
-    elems = [llvm.extractvalue(f32, r, [i]) for i in range(count)]
-    fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), elems)
-    assert elem_type(node.meta["type"].dtype) == f32
+    if any(u.meta.get("op") is not WarpgroupMMA for u in node.users):
+        if not any(n.meta.get("op") is WgmmaWait for n in _after(node)):
+            raise CodegenError(node.meta.get("loc"), message=f"%{node.name}: its result is used but no wgmma_wait "
+                               "follows it in its block (insert_wgmma_fences places one)")
+        fb.values.setdefault(_PENDING, []).append(node)  # becomes a vector at the wait (see lower_wgmma_wait)
+
+
+def _after(node: fx.Node):
+    n = node.next
+    while n.op != "output" and n.op != "root":
+        yield n
+        n = n.next
 
 
 @rule(WgmmaFence)
@@ -105,7 +119,16 @@ def lower_wgmma_commit(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(WgmmaWait)
 def lower_wgmma_wait(fb: FunctionBuilder, node: fx.Node) -> None:
-    nvvm.wgmma_wait_group_sync_aligned(node.kwargs["pending"])
+    """The wait, then the accumulators of the retired wgmmas as vectors: nothing reads a wgmma result
+    before its group is waited for (``insert_wgmma_fences`` places the wait before any other user)."""
+    if node.kwargs["pending"] != 0:
+        raise CodegenError(node.meta.get("loc"), message="wgmma_wait: only pending=0 is lowered")
+    nvvm.wgmma_wait_group_sync_aligned(0)
+    f32 = ir.F32Type.get()
+    for mma in fb.values.pop(_PENDING, []):
+        r, count = fb.values[_STRUCTS][mma], mma.meta["layout"].size
+        elems = [llvm.extractvalue(f32, r, [i]) for i in range(count)]
+        fb.values[mma] = vector.from_elements(vec_type(count, mma.meta["type"].dtype), elems)
 
 
 @rule(ProxyFence)

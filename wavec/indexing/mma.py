@@ -98,7 +98,7 @@ def _nv_wgmma(role: str, d0: Dim, d1: Dim, n: int) -> Layout:
     # reg 4j + 2r + e = D[16w + g + 8r, 8j + 2t + e]
     warp, g, t = sympy.floor(LANE / 32), sympy.Mod(sympy.floor(LANE / 4), 8), sympy.Mod(LANE, 4)
     return Layout.make((d0, d1), (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (n // 8, 8)))),
-                       (64, n), ((d1, 1), (d0, 0), (d1, 0)))
+                       (64, n), ((d1, 1), (d0, 0), (d1, 0)) if n > 8 else ((d0, 0), (d1, 0)))
 
 
 _LAYOUTS = {

@@ -11,7 +11,7 @@ NUM_STAGES, GROUP_M = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 MMA_FOR_TARGET = {
     "sm_80": (32, wc.MMAType.NV_F32_16x8x16_F16),
     "sm_90": (32, wc.MMAType.NV_F32_16x8x16_F16),
-    "sm_90a": (32, wc.MMAType.NV_F32_16x8x16_F16),
+    "sm_90a": (32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16),  # warpgroup MMA: wave tiles of M are 64k
     "gfx942": (64, wc.MMAType.F32_16x16x16_F16),
 }
 
@@ -85,22 +85,49 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
     return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: stages, GROUP_M: 8}, waves
 
 
+# ----- Hopper (sm_90a): wgmma -----
+# The same kernel body; the HardwareConstraint names a warpgroup MMA type and the wave tiles are
+# warpgroup tiles: 2 warpgroups along M (64-row multiples), each spanning the workgroup's N (one
+# m64nNk16 instruction per 64 rows and K step, N = BLOCK_N up to 256).  Not yet measured on a GPU.
+WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+WGMMA_WAVES = (2, 1)
+WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}
+
+
+def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
+    """(subs, waves) for the wgmma GEMM: 128x256 tiles (4 stages, 192 KiB of shared memory) when they
+    still give every SM a workgroup, else 128x128."""
+    bn = 256 if -(-m // 128) * -(-n // 256) >= _SMS else 128
+    return {BLOCK_M: 128, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}, WGMMA_WAVES
+
+
 _COMPILED: dict = {}
+MMA_CHOICES = ("mma_sync", "wgmma")
 
 
-def matmul(a, b, *, backend: str | None = None):
-    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor."""
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
+    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
+
+    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
-    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-    subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+    if mma not in MMA_CHOICES:
+        raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
+    target = None
+    if mma == "wgmma":
+        mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
+        subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
+    else:
+        mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+        subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma, waves=waves), subs, backend=backend)
+        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves), subs,
+                                             backend=backend, target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
     kernel(a, b, c)
     return c

@@ -5,8 +5,9 @@ Requires: ``promote_to_shared`` (MMA operands staged through ``allocate`` tiles)
 HardwareConstraint's MMA type is a warpgroup type.  Guarantees, or a ``ConstraintError`` naming what was
 expected:
 - the target is ``sm_90a`` (``wgmma`` exists only there; ``sm_90`` without the ``a`` cannot run it);
-- per ``mma``: the wave (warpgroup) tile of M is a multiple of 64, the wave tile of N has a legal
-  instruction N (a multiple of 8, at most 256, dividing it), the K loop tile is a multiple of 16, and
+- per ``mma``: operand and accumulator dtypes are the type's; the wave (warpgroup) tile of M is a
+  multiple of 64, the wave tile of N has a legal instruction N (a multiple of 8, at most 256, dividing
+  it), the K loop tile is a multiple of 16, and
   both A and B are read from shared-memory tiles (operands come from shared memory through matrix
   descriptors, so ``promote_operands`` must stay on);
 - each such tile gets ``kwargs["smem_layout"]`` = the no-swizzle K-major core-matrix ``SharedLayout``
@@ -40,6 +41,10 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
     if wn is None or spec.instruction_n(wn) is None:
         raise ConstraintError(loc, message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
                               f"instruction N: 8, 16, ..., {spec.n}), got {wn}")
+    in_dt, acc_dt = mma.args[0].meta["type"].dtype, mma.args[2].meta["type"].dtype
+    if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
+        raise ConstraintError(loc, message=f"{name} takes {spec.in_dtype} operands and a {spec.acc_dtype} "
+                              f"accumulator, got {in_dt} and {acc_dt}")
     if wk is None or wk % spec.k:
         raise ConstraintError(loc, message=f"{name}: the loop tile of {k} must be a multiple of {spec.k}, got {wk}")
 

@@ -1,0 +1,127 @@
+"""Warpgroup MMA (``wgmma``) index math: the accumulator layout against the PTX ISA formula, the
+instruction N, the core-matrix shared layout and descriptor bits, and the copy distribution's
+bank-conflict and sector properties."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import sympy
+
+import wavec as wc
+from wavec.emulator.ops_nvvm import _decode
+from wavec.indexing import LANE, THREAD, mma_layout, shape_symbol
+from wavec.indexing.shared_layout import (
+    SharedLayout,
+    SharedLayoutKind,
+    SwizzleMode,
+    core_copy_layout,
+    split_quotient,
+)
+
+M, N, K = shape_symbol("M"), shape_symbol("N"), shape_symbol("K")
+WGMMA = [wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.MMAType.NV_WGMMA_F32_64xNx16_BF16]
+
+
+@pytest.mark.parametrize("n", [8, 64, 136, 256])
+def test_accumulator_layout_is_the_ptx_fragment(n: int) -> None:
+    """Register i of lane l holds D[16w + g + 8 * (i % 4 // 2), 8 * (i // 4) + 2t + i % 2] (PTX ISA,
+    wgmma .m64nNk16 D fragment), and the 128 lanes cover the 64 x n tile exactly once."""
+    lay = mma_layout(WGMMA[0], "c", M, N, n=n)
+    assert lay.tile == (64, n) and lay.size == n // 2
+    seen = set()
+    for lane in range(128):
+        w, g, t = lane // 32, lane % 32 // 4, lane % 4
+        rows0, cols0 = (int(lay.seq(d).start.subs(LANE, lane)) for d in (M, N))
+        for i, off in enumerate(lay.positions()):
+            got = (rows0 + off[M], cols0 + off[N])
+            assert got == (16 * w + g + 8 * (i % 4 // 2), 8 * (i // 4) + 2 * t + i % 2), (lane, i)
+            seen.add(got)
+    assert seen == set(itertools.product(range(64), range(n)))
+
+
+def test_operand_layouts_are_one_descriptor_per_tile() -> None:
+    a = mma_layout(WGMMA[1], "a", M, K, n=128)
+    b = mma_layout(WGMMA[1], "b", N, K, n=128)
+    assert (a.tile, a.size, b.tile, b.size) == ((64, 16), 1, (128, 16), 1)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        mma_layout(WGMMA[0], "c", M, N, n=12)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        mma_layout(WGMMA[0], "c", M, N)
+
+
+@pytest.mark.parametrize("wave_n,want", [(128, 128), (256, 256), (512, 256), (384, 192), (200, 200),
+                                         (8, 8), (12, None), (4, None)])
+def test_instruction_n(wave_n: int, want) -> None:
+    assert WGMMA[0].spec.instruction_n(wave_n) == want
+    assert wc.MMAType.NV_F32_16x8x16_F16.spec.instruction_n(wave_n) == (8 if wave_n % 8 == 0 else None)
+
+
+def test_split_quotient() -> None:
+    t, w = sympy.Symbol("t", integer=True, nonnegative=True), sympy.Symbol("w", integer=True, nonnegative=True)
+    assert split_quotient(sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8) == (sympy.floor(t / 64) + 4,
+                                                                                 sympy.Mod(t, 8))
+    assert split_quotient(64 * w + 16, 8) == (8 * w + 2, 0)
+    q, r = split_quotient(t + 3, 8)  # not provable: the plain floor / Mod
+    assert (q, r) == (sympy.floor((t + 3) / 8), sympy.Mod(t + 3, 8))
+    for v in range(50):
+        assert (int(q.subs(t, v)), int(r.subs(t, v))) == divmod(v + 3, 8)
+
+
+@pytest.mark.parametrize("tile", [(64, 16), (128, 64), (256, 32)])
+def test_core_layout_indices_and_descriptor(tile) -> None:
+    """Every element has its own memref slot; core-matrix rows are 16 contiguous bytes; the
+    descriptor's LBO is the next core matrix along K and SBO the next 8-row group."""
+    lay = SharedLayout(SharedLayoutKind.CORE_K_MAJOR, 2)
+    shape = lay.memref_shape(tile)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    addr = {}
+    for r, k in itertools.product(range(tile[0]), range(tile[1])):
+        idx = [int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(k))]
+        addr[(r, k)] = 2 * sum(i * s for i, s in zip(idx, strides))
+    assert sorted(addr.values()) == list(range(0, 2 * tile[0] * tile[1], 2))
+    for r, k in itertools.product(range(0, tile[0], 8), range(0, tile[1], 8)):
+        assert addr[(r, k)] == lay.byte_offset(r, k, tile)
+        assert addr[(r, k + 7)] == addr[(r, k)] + 14 and addr[(r + 1, k)] == addr[(r, k)] + 16
+    start, lbo, sbo, mode = _decode(lay.descriptor_bits(tile) | (0x1230 >> 4))
+    assert (start, lbo, sbo, mode) == (0x1230, 128, tile[1] // 8 * 128, SwizzleMode.NONE)
+    assert lay.check((64, 12)) and lay.check((60, 16)) and lay.check(tile) is None
+
+
+@pytest.mark.parametrize("tile,threads", [((128, 64), 256), ((64, 32), 128), ((256, 64), 256),
+                                          ((64, 256), 128)])
+def test_core_copy_is_conflict_free_and_sector_complete(tile, threads: int) -> None:
+    """Each 8-thread store phase of a warp writes 8 different 16-byte bank groups of the core layout;
+    each warp reads whole 32-byte sectors of a row-major global tile; every element is copied once."""
+    lay = SharedLayout(SharedLayoutKind.CORE_K_MAJOR, 2)
+    cp = core_copy_layout((M, K), tile, threads, 2)
+    assert not isinstance(cp, str)
+    copied = []
+    for tm, tk in itertools.product(range(tile[0] // cp.tile[0]), range(tile[1] // cp.tile[1])):
+        chunks = []
+        for t in range(threads):
+            r = int(cp.seq(M).start.subs(THREAD, t)) + tm * cp.tile[0]
+            k = int(cp.seq(K).start.subs(THREAD, t)) + tk * cp.tile[1]
+            assert cp.seq(K).levels == ((8, 1),)
+            chunks.append((r, k))
+            copied += [(r, k + e) for e in range(8)]
+        for warp in range(threads // 32):
+            mine = chunks[32 * warp:32 * warp + 32]
+            for phase in range(4):
+                # bank group of a 16-byte chunk: its address // 16 mod 8 (core-matrix row r % 8 adds 16 bytes)
+                groups = {(lay.byte_offset(r - r % 8, k, tile) // 16 + r % 8) % 8
+                          for r, k in mine[8 * phase:8 * phase + 8]}
+                assert len(groups) == 8, (warp, phase)
+            sectors: dict = {}
+            for r, k in mine:  # global row-major: bytes [2k, 2k + 16) of row r
+                sectors.setdefault((r, 2 * k // 32), set()).update(range(2 * k, 2 * k + 16))
+            assert all(len(b) == 32 for b in sectors.values()), warp
+    assert sorted(copied) == sorted(itertools.product(range(tile[0]), range(tile[1])))
+
+
+def test_core_copy_rejects_tiles_it_cannot_split() -> None:
+    assert isinstance(core_copy_layout((M, K), (8, 16), 256, 2), str)
+    assert isinstance(core_copy_layout((M, K), (12, 64), 128, 2), str)
