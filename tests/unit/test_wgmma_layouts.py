@@ -125,3 +125,24 @@ def test_core_copy_is_conflict_free_and_sector_complete(tile, threads: int) -> N
 def test_core_copy_rejects_tiles_it_cannot_split() -> None:
     assert isinstance(core_copy_layout((M, K), (8, 16), 256, 2), str)
     assert isinstance(core_copy_layout((M, K), (12, 64), 128, 2), str)
+
+
+@pytest.mark.parametrize("bm,bn,stages,target,ok,why", [
+    (128, 256, 4, "sm_90a", True, ""),
+    (128, 256, 5, "sm_90a", False, "exceed"),
+    (64, 64, 2, "sm_90a", False, "multiple of the NV_WGMMA_F32_64xNx16_F16 instruction's M = 64"),
+    (128, 128, 3, "sm_90", False, "needs target sm_90a"),
+    (128, 136, 3, "sm_90a", False, "does not tile 136x64"),
+])
+def test_legality_knows_wgmma(bm: int, bn: int, stages: int, target: str, ok: bool, why: str) -> None:
+    """The tuner's legality filter: instruction N from the wave tile, no padding of core-matrix tiles
+    (shared bytes = stages x (BM + BN) x BK x 2), sm_90a only, the core-matrix copy split."""
+    from wavec.kernels import gemm as gm
+    from wavec.tuning.legality import legal, shared_bytes
+
+    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], (2, 1))
+    subs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "NUM_STAGES": stages, "GROUP_M": 8}
+    got, reason = legal(kernel, subs, target)
+    assert got == ok and why in reason, reason
+    if target == "sm_90a":
+        assert shared_bytes(kernel, subs, target) == stages * (bm + bn) * 64 * 2
