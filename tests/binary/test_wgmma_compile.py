@@ -27,8 +27,8 @@ def _subs(bm: int, bn: int, stages: int) -> dict:
     return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: 64, gm.NUM_STAGES: stages, gm.GROUP_M: 8}
 
 
-def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool):
-    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES)
+def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto"):
+    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle)
     if not ptx:
         return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
     with pytest.MonkeyPatch.context() as mp:
@@ -37,16 +37,17 @@ def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool):
 
 
 @functools.cache
-def ptx_of(dtype: str, bm: int, bn: int, stages: int) -> str:
-    k = _compile(dtype, bm, bn, stages, ptx=True)
+def ptx_of(dtype: str, bm: int, bn: int, stages: int, swizzle: str = "auto") -> str:
+    k = _compile(dtype, bm, bn, stages, ptx=True, swizzle=swizzle)
     assert k.artifact.format == "ptx"
     return re.sub(r"[ \t]+", " ", k.artifact.binary.decode())  # one space between operands
 
 
+@pytest.mark.parametrize("swizzle", ["auto", "none"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("bn", [128, 256])
-def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int) -> None:
-    ptx = ptx_of(dtype, 128, bn, 3)
+def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str) -> None:
+    ptx = ptx_of(dtype, 128, bn, 3, swizzle)
     assert ".target sm_90a" in ptx and ".visible .entry gemm(" in ptx
     inst = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{dtype}.{dtype}"
     assert ptx.count(inst) == 4  # one per K step of 16 in BLOCK_K = 64 (per warpgroup, same code)
@@ -54,6 +55,7 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int) -> None:
               "fence.proxy.async.shared::cta;", "cp.async.cg.shared.global"):
         assert s in ptx, s
     assert "mma.sync.aligned" not in ptx and "ldmatrix" not in ptx
+    assert ("xor.b" in ptx) == (swizzle == "auto")  # BLOCK_K = 64: "auto" is the 128-byte swizzle
     # order in the loop: proxy fence, barrier, ..., wgmma fence, the wgmmas, commit, wait
     pos = [ptx.index(s) for s in ("fence.proxy.async.shared::cta;", "bar.sync", "wgmma.fence.sync.aligned;", inst,
                                   "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;")]
@@ -61,9 +63,10 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int) -> None:
 
 
 @NEEDS_PTXAS
+@pytest.mark.parametrize("swizzle", ["auto", "none"])
 @pytest.mark.parametrize("bm,bn,stages", CONFIGS)
-def test_assembles_without_spills(bm: int, bn: int, stages: int) -> None:
-    k = _compile("f16", bm, bn, stages, ptx=False)
+def test_assembles_without_spills(bm: int, bn: int, stages: int, swizzle: str) -> None:
+    k = _compile("f16", bm, bn, stages, ptx=False, swizzle=swizzle)
     meta = k.artifact.metadata
     assert k.artifact.format == "cubin" and meta.spills == 0
     assert meta.registers is not None and 0 < meta.registers <= 255

@@ -22,24 +22,28 @@ def _subs(bm: int, bn: int, bk: int, stages: int, group_m: int = 2) -> dict:
     return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: stages, gm.GROUP_M: group_m}
 
 
-# (id, subs, waves = warpgroups, shapes).  One m64nNk16 per 64 rows of a warpgroup and K step of 16,
-# N = the warpgroup's N tile.  K = 40 and 72 are not multiples of BLOCK_K (the last tile zero-filled);
-# M = 100, 1, 130 and N = 72, 136 are not tile multiples (masked copies and stores); K = 40 with 3 stages
-# has fewer iterations than stages; "2wg" puts two warpgroups in a workgroup; "128x64x64-1wg" gives one
-# warpgroup two instructions along M per K step.
+# (id, subs, waves = warpgroups, shapes, operand_swizzle).  One m64nNk16 per 64 rows of a warpgroup and
+# K step of 16, N = the warpgroup's N tile.  K = 40 and 72 are not multiples of BLOCK_K (the last tile
+# zero-filled); M = 100, 1, 130 and N = 72, 136 are not tile multiples (masked copies and stores); K = 40
+# with 3 stages has fewer iterations than stages; "2wg" puts two warpgroups in a workgroup;
+# "128x64x64-1wg" gives one warpgroup two instructions along M per K step.  BLOCK_K = 64 or 128 with
+# "auto" is the 128-byte swizzle (128: two swizzle columns), "none" and BLOCK_K = 16, 32 core matrices.
 CONFIGS = [
-    ("64x64x32-stages1", _subs(64, 64, 32, 1), (1, 1), [(128, 128, 96), (100, 72, 40)]),
-    ("64x64x32-stages2", _subs(64, 64, 32, 2), (1, 1), [(128, 128, 128), (1, 136, 72)]),
-    ("128x64x32-stages3-2wg", _subs(128, 64, 32, 3), (2, 1), [(256, 128, 128), (100, 72, 40)]),
-    ("128x64x64-stages4-1wg", _subs(128, 64, 64, 4), (1, 1), [(128, 64, 200), (130, 136, 40)]),
-    ("64x128x16-stages3", _subs(64, 128, 16, 3, 1), (1, 1), [(64, 256, 80)]),
+    ("64x64x32-stages1-core", _subs(64, 64, 32, 1), (1, 1), [(128, 128, 96), (100, 72, 40)], "auto"),
+    ("64x64x32-stages2-core", _subs(64, 64, 32, 2), (1, 1), [(128, 128, 128), (1, 136, 72)], "auto"),
+    ("128x64x32-stages3-2wg-core", _subs(128, 64, 32, 3), (2, 1), [(256, 128, 128), (100, 72, 40)], "auto"),
+    ("128x64x64-stages4-1wg-swz", _subs(128, 64, 64, 4), (1, 1), [(128, 64, 200), (130, 136, 40)], "auto"),
+    ("128x64x64-stages3-2wg-core", _subs(128, 64, 64, 3), (2, 1), [(130, 136, 136)], "none"),
+    ("64x128x128-stages2-swz", _subs(64, 128, 128, 2), (1, 1), [(64, 256, 256), (72, 130, 136)], "auto"),
+    ("64x64x64-stages1-swz", _subs(64, 64, 64, 1), (1, 1), [(100, 72, 136)], "128B"),
+    ("64x128x16-stages3-core", _subs(64, 128, 16, 3, 1), (1, 1), [(64, 256, 80)], "auto"),
 ]
 
 
 def _kernel(dtype, cfg, **kw):
-    _name, subs, waves, _shapes = cfg
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves), subs, backend="emulator", target="sm_90a",
-                      cache=False, **kw)
+    _name, subs, waves, _shapes, swizzle = cfg
+    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle), subs,
+                      backend="emulator", target="sm_90a", cache=False, **kw)
 
 
 def _run(kernel, shapes, dtype, what: str) -> None:
@@ -55,8 +59,10 @@ def _run(kernel, shapes, dtype, what: str) -> None:
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
 def test_wgmma_gemm(dtype, cfg) -> None:
     kernel = _kernel(dtype, cfg)
+    mlir = kernel.artifact.mlir
     assert kernel.metadata.block == (128 * cfg[2][0] * cfg[2][1], 1, 1)
-    assert "nvvm.wgmma.mma_async" in kernel.artifact.mlir and "nvgpu.mma.sync" not in kernel.artifact.mlir
+    assert "nvvm.wgmma.mma_async" in mlir and "nvgpu.mma.sync" not in mlir
+    assert ("arith.xori" in mlir) == cfg[0].endswith("swz")
     _run(kernel, cfg[3], dtype, f"wgmma gemm {dtype.name} {cfg[0]}")
 
 
@@ -78,12 +84,14 @@ def test_retarget_to_sm90a_changes_only_constraints() -> None:
 
 # ----- the emulator catches missing synchronisation -------------------------------------------------------
 
-CATCH = CONFIGS[2]
+CATCH = CONFIGS[2]  # core matrices, 2 warpgroups
+CATCH_SWIZZLED = CONFIGS[3]
 
 
-def test_missing_proxy_fence_is_caught(monkeypatch) -> None:
+@pytest.mark.parametrize("cfg", [CATCH, CATCH_SWIZZLED], ids=["core", "swizzled"])
+def test_missing_proxy_fence_is_caught(monkeypatch, cfg) -> None:
     monkeypatch.setattr(fences_pass, "_fence_barriers", lambda g: None)
-    kernel = _kernel(wc.f16, CATCH)
+    kernel = _kernel(wc.f16, cfg)
     assert "nvvm.fence.proxy" not in kernel.artifact.mlir
     with pytest.raises(EmulatorError, match="fence.proxy.async"):
         _run(kernel, [(128, 64, 64)], wc.f16, "no proxy fence")
@@ -146,3 +154,11 @@ def test_wgmma_type_with_wrong_dtype_is_rejected() -> None:
     with pytest.raises(wc.WavecError, match="takes bf16 operands"):
         wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.bf16], (1, 1)), _subs(64, 64, 32, 1), backend="emulator",
                    target="sm_90a", cache=False)
+
+
+def test_forced_swizzle_needs_128_byte_rows() -> None:
+    with pytest.raises(wc.WavecError, match="128-byte swizzle rows"):
+        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"), _subs(64, 64, 32, 1),
+                   backend="emulator", target="sm_90a", cache=False)
+    with pytest.raises(wc.WavecError, match="operand_swizzle"):
+        wc.SchedulingConstraint(operand_swizzle="64B")

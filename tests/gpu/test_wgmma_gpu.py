@@ -23,12 +23,14 @@ def _subs(bm: int, bn: int, bk: int, stages: int) -> dict:
     return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: stages, gm.GROUP_M: 8}
 
 
-# (id, subs, waves = warpgroups): the benchmark's two tiles and a small one-warpgroup tile
+# (id, subs, waves = warpgroups, operand_swizzle): the benchmark's two tiles with the 128-byte swizzle
+# ("auto" at BLOCK_K = 64) and with core matrices, and a small one-warpgroup core-matrix tile
 CONFIGS = [
-    ("128x128x64-s4", _subs(128, 128, 64, 4), (2, 1)),
-    ("128x256x64-s4", _subs(128, 256, 64, 4), (2, 1)),
-    ("128x256x64-s3", _subs(128, 256, 64, 3), (2, 1)),
-    ("64x64x32-s2", _subs(64, 64, 32, 2), (1, 1)),
+    ("128x128x64-s4-swz", _subs(128, 128, 64, 4), (2, 1), "auto"),
+    ("128x256x64-s4-swz", _subs(128, 256, 64, 4), (2, 1), "auto"),
+    ("128x256x64-s3-core", _subs(128, 256, 64, 3), (2, 1), "none"),
+    ("128x128x64-s4-core", _subs(128, 128, 64, 4), (2, 1), "none"),
+    ("64x64x32-s2-core", _subs(64, 64, 32, 2), (1, 1), "auto"),
 ]
 SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
           (128, 512, 1024), (1024, 256, 64), (64, 4096, 4096), (3072, 384, 512)]
@@ -48,9 +50,9 @@ def _run(kernel, m: int, n: int, k: int, dt: str) -> None:
 
 
 def _compile(dt: str, cfg):
-    _name, subs, waves = cfg
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves), subs, backend="cuda",
-                      target="sm_90a")
+    _name, subs, waves, swizzle = cfg
+    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, operand_swizzle=swizzle),
+                      subs, backend="cuda", target="sm_90a")
 
 
 @needs_sm90
@@ -64,7 +66,7 @@ def test_wgmma_gemm(dt: str, cfg) -> None:
 
 
 @needs_sm90
-@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=[c[0] for c in CONFIGS[:2]])
+@pytest.mark.parametrize("cfg", CONFIGS[:3], ids=[c[0] for c in CONFIGS[:3]])
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_wgmma_gemm_masked(dt: str, cfg) -> None:
     kernel = _compile(dt, cfg)

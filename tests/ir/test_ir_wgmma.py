@@ -16,15 +16,17 @@ from wavec.kernels import gemm as gm
 from wavec.passes.context import PassContext
 from wavec.passes.pipeline import PASS_NAMES, run_pipeline
 
-KERNEL = gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1))
+KERNELS = {s: gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=s)
+           for s in ("none", "auto")}
 
 
 class Compiled:
-    def __init__(self, stages: int) -> None:
+    def __init__(self, stages: int, swizzle: str) -> None:
         printed: list[str] = []
         subs = {**gm.WGMMA_SUBS, gm.NUM_STAGES: stages}
-        self.trace = KERNEL.trace()
-        self.ctx = PassContext.build(self.trace, ConstraintSet(KERNEL.constraints, subs), "sm_90a")
+        kernel = KERNELS[swizzle]
+        self.trace = kernel.trace()
+        self.ctx = PassContext.build(self.trace, ConstraintSet(kernel.constraints, subs), "sm_90a")
         run_pipeline(self.trace, self.ctx, ["all"], printer=printed.append)
         self.after = {}
         for text in printed:
@@ -42,8 +44,8 @@ class Compiled:
 
 
 @functools.cache
-def compiled(stages: int) -> Compiled:
-    return Compiled(stages)
+def compiled(stages: int, swizzle: str = "none") -> Compiled:
+    return Compiled(stages, swizzle)
 
 
 def test_passes_are_in_the_pipeline() -> None:
@@ -124,3 +126,24 @@ def test_descriptor_constant_bits() -> None:
     c = compiled(3)
     want = (8 << 16) | (64 << 32)
     assert f"arith.constant {want} : index" in c.mlir
+
+
+def test_swizzled_tiles() -> None:
+    """"auto" with 128-byte K rows: the 128-byte swizzle (memref [K/64, rows, 64], 1024-byte aligned, the
+    chunk index XORed with the row), the default row-wise copy, descriptors with mode 1 and SBO 1024."""
+    c = compiled(3, "auto")
+    for a in (n for n in c.trace.graph.nodes if n.meta.get("op") is Allocate):
+        assert a.kwargs["smem_layout"].kind is SharedLayoutKind.SWIZZLE_128B
+    filecheck(c.after["coarsen_loads"], r"""
+CHECK-LABEL: region iterate_0 {
+CHECK: %read_global_m0_k0 = read(%capture_a) : [M, K] f16  #layout {M: (128*$WG0 + Mod(floor($THREAD/8), 32)) /32, K: (64*$ARG_K + 8*(Mod($THREAD, 8)); 8x1) /64}
+""")
+    filecheck(c.mlir, r"""
+CHECK: memref.alloc() alignment = 1024 : memref<3x1x128x64xf16, #gpu.address_space<workgroup>>
+CHECK: memref.alloc() alignment = 1024 : memref<3x1x128x64xf16, #gpu.address_space<workgroup>>
+CHECK: arith.xori
+CHECK: nvgpu.device_async_copy
+""")
+    want = (1 << 16) | (64 << 32) | (1 << 62)
+    assert f"arith.constant {want} : index" in c.mlir
+    assert c.loop_mlir().count("nvvm.wgmma.mma_async") == 4

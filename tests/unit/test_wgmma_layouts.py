@@ -63,10 +63,14 @@ def test_split_quotient() -> None:
     assert split_quotient(sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8) == (sympy.floor(t / 64) + 4,
                                                                                  sympy.Mod(t, 8))
     assert split_quotient(64 * w + 16, 8) == (8 * w + 2, 0)
-    q, r = split_quotient(t + 3, 8)  # not provable: the plain floor / Mod
-    assert (q, r) == (sympy.floor((t + 3) / 8), sympy.Mod(t + 3, 8))
-    for v in range(50):
-        assert (int(q.subs(t, v)), int(r.subs(t, v))) == divmod(v + 3, 8)
+    assert split_quotient(8 * sympy.Mod(t, 16), 64) == (sympy.floor(sympy.Mod(t, 16) / 8), 8 * sympy.Mod(t, 8))
+    q, r = split_quotient(t + 3, 8)  # not provable: floor and the remainder by subtraction
+    assert q == sympy.floor((t + 3) / 8) and not r.has(sympy.Mod)
+    for expr, div in ((t + 3, 8), (8 * sympy.Mod(t, 16), 64), (sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8),
+                      (24 * sympy.Mod(t, 4) + 5, 16)):
+        q, r = split_quotient(expr, div)
+        for v in range(200):
+            assert (int(q.subs(t, v)), int(r.subs(t, v))) == divmod(int(expr.subs(t, v)), div), (expr, v)
 
 
 @pytest.mark.parametrize("tile", [(64, 16), (128, 64), (256, 32)])
@@ -89,6 +93,37 @@ def test_core_layout_indices_and_descriptor(tile) -> None:
     start, lbo, sbo, mode = _decode(lay.descriptor_bits(tile) | (0x1230 >> 4))
     assert (start, lbo, sbo, mode) == (0x1230, 128, tile[1] // 8 * 128, SwizzleMode.NONE)
     assert lay.check((64, 12)) and lay.check((60, 16)) and lay.check(tile) is None
+
+
+@pytest.mark.parametrize("tile", [(64, 64), (128, 64), (64, 128), (256, 192)])
+def test_swizzle_layout_indices_and_descriptor(tile) -> None:
+    """128-byte swizzle: chunk c of row r at chunk c ^ (r % 8) of its 128-byte row, i.e. the address XOR
+    the PTX ISA defines (bits [4:6] ^= bits [7:9]) for a 1024-byte-aligned tile; K steps start 32 bytes
+    apart on the unswizzled row; SBO = one 1024-byte atom."""
+    lay = SharedLayout(SharedLayoutKind.SWIZZLE_128B, 2)
+    shape = lay.memref_shape(tile)
+    assert shape == [tile[1] // 64, tile[0], 64] and lay.alignment == 1024
+    addr = {}
+    for r, k in itertools.product(range(tile[0]), range(tile[1])):
+        c, row, e = (int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(k)))
+        addr[(r, k)] = 2 * ((c * shape[1] + row) * shape[2] + e)
+        linear = (k // 64) * tile[0] * 128 + r * 128 + (k % 64) * 2
+        assert addr[(r, k)] == linear ^ (((linear >> 7) & 7) << 4)
+    assert sorted(addr.values()) == list(range(0, 2 * tile[0] * tile[1], 2))
+    assert lay.byte_offset(8, 80, tile) == tile[0] * 128 + 8 * 128 + 16 * 2
+    with pytest.raises(ValueError):
+        lay.byte_offset(4, 0, tile)
+    start, lbo, sbo, mode = _decode(lay.descriptor_bits(tile))
+    assert (lbo, sbo, mode) == (16, 1024, SwizzleMode.B128)
+    assert lay.check((64, 32)) and lay.check(tile) is None
+
+
+def test_row_copy_is_conflict_free_on_the_swizzle() -> None:
+    """The default copy (8 consecutive threads per 128-byte row) stores 8 different bank groups."""
+    lay = SharedLayout(SharedLayoutKind.SWIZZLE_128B, 2)
+    for r in range(16):
+        groups = {int(lay.indices(sympy.Integer(r), sympy.Integer(8 * c))[2]) // 8 for c in range(8)}
+        assert groups == set(range(8))
 
 
 @pytest.mark.parametrize("tile,threads", [((128, 64), 256), ((64, 32), 128), ((256, 64), 256),

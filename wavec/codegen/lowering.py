@@ -37,6 +37,7 @@ from ..frontend.ops import (
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
 
@@ -177,6 +178,8 @@ class FunctionBuilder:
             return acc
         if isinstance(e, sympy.Mod):
             return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
+        if isinstance(e, Xor):  # swizzled shared layouts
+            return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
 
     def hardware_symbols(self) -> None:
@@ -381,12 +384,14 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
 def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
     tile = list(node.kwargs["tile"].values())
     tile[-1] += node.kwargs["pad"]
+    align = 128
     if node.kwargs.get("smem_layout") is not None:
         tile = node.kwargs["smem_layout"].memref_shape(tuple(node.kwargs["tile"].values()))
+        align = node.kwargs["smem_layout"].alignment
     dtype = node.meta["type"].dtype
     shape = "x".join(str(x) for x in [node.kwargs["stages"], *tile])
     mtype = ir.MemRefType.parse(f"memref<{shape}x{dtype.mlir}, #gpu.address_space<workgroup>>")
-    fb.values[node] = memref.alloc(mtype, [], [], alignment=128)
+    fb.values[node] = memref.alloc(mtype, [], [], alignment=align)
 
 
 @rule(Barrier)

@@ -1,6 +1,7 @@
 """Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``.
 
-- ``MatrixDescriptor`` -> the 64-bit ``wgmma`` matrix descriptor (PTX ISA, "Matrix Descriptor Format"):
+- ``MatrixDescriptor`` -> the 64-bit ``wgmma`` matrix descriptor (PTX ISA, "Matrix Descriptor Format")
+  of the tile's ``SharedLayout`` (core matrices or 128-byte swizzle):
   bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 swizzle mode.  The start address
   is the shared tile's address (``memref.extract_aligned_pointer_as_index``, emitted once before the
   loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
@@ -24,7 +25,6 @@ from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 from ..errors import CodegenError
 from ..frontend.ops_hopper import MatrixDescriptor, ProxyFence, WarpgroupMMA, WgmmaCommit, WgmmaFence, WgmmaWait
 from ..frontend.tracing import capture_root
-from ..indexing.shared_layout import split_quotient
 from .lowering import FunctionBuilder, rule, vec_type
 
 _STRUCTS = "wgmma_structs"  # FunctionBuilder.values key: {wgmma node: its !llvm.struct result}
@@ -51,12 +51,12 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
     tile = tuple(alloc.kwargs["tile"].values())
     layout = node.meta["layout"]
     row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(alloc.kwargs["base"][d])) for d in dims)
-    (row_q, row_r), (k_q, k_r) = split_quotient(row, 8), split_quotient(k, smem.elems)
-    if row_r != 0 or k_r != 0:
-        raise ValueError(f"descriptor of %{node.name}: ({row}, {k}) is not a core-matrix corner")
-    stage_bytes = tile[0] * tile[1] * smem.elem_bytes
-    address = (_tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * stage_bytes
-               + row_q * smem.sbo(tile) + k_q * smem.lbo(tile))
+    try:
+        offset = smem.byte_offset(row, k, tile)
+    except ValueError as e:
+        raise CodegenError(node.meta.get("loc"), message=f"descriptor of %{node.name}: {e}") from None
+    stage_bytes = tile[0] * tile[1] * smem.elem_bytes  # a multiple of 1024: every stage is atom-aligned
+    address = _tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * stage_bytes + offset
     desc = fb.index(sympy.floor(address / 16) + smem.descriptor_bits(tile))
     fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64), desc)
 

@@ -6,9 +6,11 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
   aligned; 1024 keeps every swizzle atom aligned).  Descriptors carry these addresses.
 - ``wgmma.mma_async`` m64nNk16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): a
   warpgroup is 4 consecutive warps (128 lanes); both descriptors must be uniform over it.  A (64 x 16)
-  and B (N x 16, K-major) are read through the decoded descriptors (start address, LBO, SBO; swizzle
-  mode none: element ``(r, k)`` at ``start + (r // 8) * SBO + (k // e) * LBO + (r % 8) * 16 +
-  (k % e) * bytes`` with ``e`` elements per 16 bytes).  Accumulator register ``4j + 2r + e`` of lane
+  and B (N x 16, K-major) are read through the decoded descriptors (start address, LBO, SBO, swizzle
+  mode).  Mode none: element ``(r, k)`` at ``start + (r // 8) * SBO + (k // e) * LBO + (r % 8) * 16 +
+  (k % e) * bytes`` with ``e`` elements per 16 bytes; mode 128B: at ``a ^ (((a >> 7) & 7) << 4)`` for
+  ``a = start + (r // 8) * SBO + (r % 8) * 128 + k * bytes`` (the XOR acts on the address, so
+  allocations are 1024-byte aligned here as on the GPU).  Accumulator register ``4j + 2r + e`` of lane
   ``l`` (warp ``w = l // 32``, ``g = l % 32 // 4``, ``t = l % 4``) is ``D[16w + g + 8r, 8j + 2t + e]``.
 - Asynchrony is modelled at its latest point: a wgmma reads shared memory and writes its result when a
   ``wgmma.wait_group`` retires its group; until then its result is NaN, so reading the accumulator
@@ -112,11 +114,15 @@ def _decode(desc: int) -> tuple[int, int, int, int]:
 def _operand_bytes(desc: int, rows: int, elem_bytes: int, where: str) -> np.ndarray:
     """Byte addresses (rows, 16, elem_bytes) of a K-major rows x 16 operand."""
     start, lbo, sbo, mode = _decode(desc)
-    if mode != 0:
-        raise EmulatorError(message=f"{where}: matrix descriptor swizzle mode {mode} is not emulated")
     e = 16 // elem_bytes
     r, k = np.arange(rows)[:, None], np.arange(16)[None, :]
-    elem = start + (r // 8) * sbo + (k // e) * lbo + (r % 8) * 16 + (k % e) * elem_bytes
+    if mode == 0:  # core matrices: 8 rows x 16 bytes, LBO along K, SBO along M/N
+        elem = start + (r // 8) * sbo + (k // e) * lbo + (r % 8) * 16 + (k % e) * elem_bytes
+    elif mode == 1:  # 128-byte swizzle: 128-byte rows, SBO per 8-row atom, 16-byte chunks XOR address bits 7-9
+        elem = start + (r // 8) * sbo + (r % 8) * 128 + k * elem_bytes
+        elem = elem ^ (((elem >> 7) & 7) << 4)
+    else:
+        raise EmulatorError(message=f"{where}: matrix descriptor swizzle mode {mode} is not emulated")
     return elem[..., None] + np.arange(elem_bytes)
 
 

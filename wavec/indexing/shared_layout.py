@@ -9,6 +9,14 @@ Layout", swizzle mode none): the tile is cut into *core matrices* of 8 rows x 16
 8 rows after each other.  As a memref: ``[rows/8, k/e, 8, e]`` with ``e`` elements per 16 bytes.
 Descriptor strides: LBO (leading dimension = K, the next core matrix along K) = 128 bytes, SBO (stride
 dimension = M/N, the next 8-row group) = ``k/e * 128`` bytes.
+
+``SWIZZLE_128B`` is the 128-byte-swizzle K-major layout: K is cut into 128-byte columns (64 f16), each
+stored as rows of 128 bytes, and inside each 8-row, 1024-byte atom the 16-byte chunk ``c`` of row ``r``
+sits at chunk ``c ^ (r % 8)`` (PTX ISA: address bits [4:6] XOR bits [7:9]).  As a memref:
+``[k*bytes/128, rows, 128/bytes]`` with the last index ``((k' // e) ^ (r % 8)) * e + k' % e``.  The tile
+must start on a 1024-byte boundary (the allocation's alignment).  Descriptor: swizzle mode 1, SBO = 1024
+bytes (the next 8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16
+elements starts 32 bytes further along the row and the hardware applies the XOR to the full address.
 """
 
 from __future__ import annotations
@@ -26,8 +34,30 @@ CORE_ROWS = 8  # rows of one core matrix
 CORE_BYTES = 16  # bytes of one core-matrix row
 
 
+SWIZZLE_BYTES = 128  # width of a 128-byte-swizzle row
+SWIZZLE_ATOM = 1024  # bytes of one 8-row swizzle atom (the repeat of the XOR pattern)
+
+
 class SharedLayoutKind(enum.Enum):
     CORE_K_MAJOR = "core_k_major"
+    SWIZZLE_128B = "swizzle_128b"
+
+
+class Xor(sympy.Function):
+    """Bitwise XOR of two non-negative index expressions (lowered to ``arith.xori``)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) ^ int(b))
+        if b == 0:
+            return a
+        if a == 0:
+            return b
+        return None
 
 
 class SwizzleMode(enum.IntEnum):
@@ -41,21 +71,41 @@ class SwizzleMode(enum.IntEnum):
 
 def split_quotient(expr: sympy.Expr, q: int) -> tuple[sympy.Expr, sympy.Expr]:
     """``(expr // q, expr % q)`` for a non-negative index expression, simplified where provable: terms
-    whose coefficient is a multiple of ``q`` go to the quotient when the rest is a ``Mod(x, d)`` with
-    ``d <= q`` (so it stays below ``q``).  Otherwise the plain ``floor``/``Mod`` (correct, just slower)."""
+    whose coefficient is a multiple of ``q`` go to the quotient, ``c * Mod(x, d)`` with ``c | q`` and
+    ``(q / c) | d`` splits into ``floor(Mod(x, d) / (q / c))`` and ``c * Mod(x, q / c)``, and the rest
+    must provably stay in ``[0, q)``.  Otherwise ``floor(expr / q)`` and ``expr - q * floor(expr / q)``
+    (correct, just slower; no ``Mod`` of a product: sympy 1.x rewrites ``Mod(8*Mod(x, 16), 64)``
+    wrongly as ``8*Mod(Mod(x, 16)**2, 8)``)."""
     expr = sympy.expand(expr)
-    high, low = sympy.Integer(0), sympy.Integer(0)
+    quot, low, bound = sympy.Integer(0), sympy.Integer(0), 0
     for term in sympy.Add.make_args(expr):
-        coeff, _rest = term.as_coeff_Mul()
-        if coeff.is_Integer and int(coeff) % q == 0:
-            high += term
-        else:
-            low += term
-    if low == 0:
-        return sympy.expand(high / q), sympy.Integer(0)
-    if isinstance(low, sympy.Mod) and low.args[1].is_Integer and int(low.args[1]) <= q:
-        return sympy.expand(high / q), low
-    return sympy.floor(expr / q), sympy.Mod(expr, q)
+        coeff, rest = term.as_coeff_Mul()
+        c = int(coeff) if coeff.is_Integer else None
+        if c is not None and c % q == 0:
+            quot += term / q
+            continue
+        top = _max_of(rest)
+        if c is not None and c > 0 and top is not None and c * top >= q and q % c == 0 \
+                and isinstance(rest, sympy.Mod) and int(rest.args[1]) % (q // c) == 0:
+            quot += sympy.floor(rest / (q // c))
+            low += c * sympy.Mod(rest.args[0], q // c)
+            bound = None if bound is None else bound + c * (q // c - 1)
+            continue
+        low += term
+        bound = None if bound is None or top is None or c is None or c < 0 else bound + c * top
+    if bound is not None and bound < q:  # the low terms stay in [0, q)
+        return sympy.expand(quot), low
+    floor = sympy.floor(expr / q)
+    return floor, expr - q * floor
+
+
+def _max_of(x: sympy.Expr) -> int | None:
+    """An upper bound of a non-negative factor: 1 for a constant, d - 1 for ``Mod(_, d)`` (else None)."""
+    if x == 1:
+        return 1
+    if isinstance(x, sympy.Mod) and x.args[1].is_Integer:
+        return int(x.args[1]) - 1
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,39 +118,70 @@ class SharedLayout:
         """Elements per 16-byte core-matrix row."""
         return CORE_BYTES // self.elem_bytes
 
+    @property
+    def swizzled(self) -> bool:
+        return self.kind is SharedLayoutKind.SWIZZLE_128B
+
+    @property
+    def row_elems(self) -> int:
+        """Elements of one 128-byte swizzle row."""
+        return SWIZZLE_BYTES // self.elem_bytes
+
+    @property
+    def alignment(self) -> int:
+        """Byte alignment the tile's allocation needs (a swizzle atom; 128 otherwise)."""
+        return SWIZZLE_ATOM if self.swizzled else 128
+
     def check(self, tile: tuple[int, int]) -> str | None:
         """Why a ``rows x k`` tile cannot have this layout (None: it can)."""
         rows, k = tile
         if rows % CORE_ROWS or (k * self.elem_bytes) % CORE_BYTES:
             return (f"a {rows}x{k} tile of {self.elem_bytes}-byte elements is not whole core matrices "
                     f"({CORE_ROWS} rows x {CORE_BYTES} bytes)")
+        if self.swizzled and (k * self.elem_bytes) % SWIZZLE_BYTES:
+            return f"rows of {k * self.elem_bytes} bytes are not whole {SWIZZLE_BYTES}-byte swizzle rows"
         return None
 
     def memref_shape(self, tile: tuple[int, int]) -> list[int]:
         rows, k = tile
+        if self.swizzled:
+            return [k // self.row_elems, rows, self.row_elems]
         return [rows // CORE_ROWS, k // self.elems, CORE_ROWS, self.elems]
 
     def indices(self, row: sympy.Expr, k: sympy.Expr) -> list[sympy.Expr]:
         """Memref indices of relative coordinates ``(row, k)``."""
+        if self.swizzled:
+            col, kr = split_quotient(k, self.row_elems)
+            chunk, e = split_quotient(kr, self.elems)
+            return [col, row, Xor(chunk, sympy.Mod(row, CORE_ROWS)) * self.elems + e]
         rq, rr = split_quotient(row, CORE_ROWS)
         kq, kr = split_quotient(k, self.elems)
         return [rq, kq, rr, kr]
 
-    def byte_offset(self, row: int, k: int, tile: tuple[int, int]) -> int:
-        """Byte offset of ``(row, k)`` (a core-matrix corner) from the tile's start."""
-        if row % CORE_ROWS or k % self.elems:
-            raise ValueError(f"({row}, {k}) is not the corner of a core matrix")
-        return (row // CORE_ROWS) * self.sbo(tile) + (k // self.elems) * self.lbo(tile)
+    def byte_offset(self, row, k, tile: tuple[int, int]):
+        """Byte offset of ``(row, k)`` from the tile's start, where an instruction tile starts: ``row`` a
+        multiple of 8 and ``k`` of 8 elements (core matrices; a K step inside a swizzle row is the
+        unswizzled offset: the hardware swizzles the address).  Works on integers and expressions."""
+        rq, rr = split_quotient(sympy.sympify(row), CORE_ROWS)
+        if self.swizzled:
+            col, kr = split_quotient(sympy.sympify(k), self.row_elems)
+            off = col * tile[0] * SWIZZLE_BYTES + rq * self.sbo(tile) + kr * self.elem_bytes
+        else:
+            kq, kr = split_quotient(sympy.sympify(k), self.elems)
+            off = rq * self.sbo(tile) + kq * self.lbo(tile)
+        if rr != 0 or (not self.swizzled and kr != 0):
+            raise ValueError(f"({row}, {k}) is not where an instruction tile can start")
+        return int(off) if off.is_Integer else off
 
     def lbo(self, tile: tuple[int, int]) -> int:
-        return CORE_ROWS * CORE_BYTES
+        return CORE_BYTES if self.swizzled else CORE_ROWS * CORE_BYTES
 
     def sbo(self, tile: tuple[int, int]) -> int:
-        return (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
+        return SWIZZLE_ATOM if self.swizzled else (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
 
     @property
     def swizzle(self) -> SwizzleMode:
-        return SwizzleMode.NONE
+        return SwizzleMode.B128 if self.swizzled else SwizzleMode.NONE
 
     def descriptor_bits(self, tile: tuple[int, int]) -> int:
         """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""

@@ -17,8 +17,9 @@ MMA_FOR_TARGET = {
 
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2)) -> list:
-    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves, K in steps of BLOCK_K."""
+                     waves=(2, 2), operand_swizzle: str = "auto") -> list:
+    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
+    K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -26,15 +27,16 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.WaveConstraint(N, BLOCK_N / waves[1]),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2)) -> wc.WaveKernel:
-    """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint changes per GPU."""
+              waves=(2, 2), operand_swizzle: str = "auto") -> wc.WaveKernel:
+    """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
+    wgmma, the wave tiles) changes per GPU."""
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
         acc = Register[M, N, f32](0.0)
 

@@ -10,10 +10,13 @@ expected:
   it), the K loop tile is a multiple of 16, and
   both A and B are read from shared-memory tiles (operands come from shared memory through matrix
   descriptors, so ``promote_operands`` must stay on);
-- each such tile gets ``kwargs["smem_layout"]`` = the no-swizzle K-major core-matrix ``SharedLayout``
-  and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone), and the read that stages it gets
-  ``meta["copy_layout"]`` = that layout, so ``infer_indices`` distributes the copy bank-conflict free
-  for it (``core_copy_layout``).
+- each such tile gets ``kwargs["smem_layout"]``, a K-major ``SharedLayout`` chosen by
+  ``SchedulingConstraint.operand_swizzle``: the 128-byte swizzle ("auto" where the tile's K rows are
+  whole 128-byte lines, or "128B") or the no-swizzle core-matrix layout ("none", or "auto" otherwise),
+  and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone); for core-matrix tiles the read that
+  stages it gets ``meta["copy_layout"]`` = that layout, so ``infer_indices`` distributes the copy
+  bank-conflict free for it (``core_copy_layout``); swizzled tiles keep the row-wise copy, which is
+  conflict free on them (8 threads per row write chunks ``c ^ (r % 8)``: 8 bank groups).
 """
 
 from __future__ import annotations
@@ -65,17 +68,27 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
         if alloc is None:
             raise ConstraintError(mma.meta.get("loc"), message=f"{ctx.constraints.mma_type.name} reads its {role} "
                                   "operand from shared memory: keep SchedulingConstraint(promote_operands=True)")
-        dtype = alloc.meta["type"].dtype
-        layout = SharedLayout(SharedLayoutKind.CORE_K_MAJOR, dtype.bytes)
         tile = tuple(alloc.kwargs["tile"].values())
+        layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile)
         why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
         if why:
-            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {ctx.constraints.mma_type.name}: "
-                                  f"{why}")
+            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {ctx.constraints.mma_type.name} "
+                                  f"({layout.kind.value}): {why}")
         alloc.kwargs = {**alloc.kwargs, "smem_layout": layout, "pad": 0}
+        if layout.swizzled:
+            continue  # the default row-wise copy (8 threads per 128-byte row) is conflict free on it
         for w in sub.nodes:
             if w.meta.get("op") is Write and w.args[1] is operand.args[0] and w.args[0].meta.get("staging"):
                 w.args[0].meta["copy_layout"] = layout
+
+
+def _choose(ctx: PassContext, elem_bytes: int, tile: tuple) -> SharedLayout:
+    """``operand_swizzle``: "auto" takes the 128-byte swizzle where rows are whole 128-byte lines."""
+    want = ctx.constraints.scheduling.operand_swizzle
+    swizzled = SharedLayout(SharedLayoutKind.SWIZZLE_128B, elem_bytes)
+    if want == "128B" or (want == "auto" and len(tile) == 2 and swizzled.check(tile) is None):
+        return swizzled
+    return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes)
 
 
 def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
