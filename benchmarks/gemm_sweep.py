@@ -63,7 +63,8 @@ def main() -> None:
         rows.append(((bm, bn, bk, w, s, sw), 2 * n**3 / ms / 1e9, cublas / ms, err, m.registers, m.spills,
                      m.shared_bytes, ct))
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.1f} TFLOP/s at {n}^3 {args.dtype}")
-    print(f"{'config (BM, BN, BK, waves, stages, swizzle)':44} {'TF/s':>7} {'ratio':>6} {'err':>8} {'regs':>5} {'spill':>5} {'smem':>7} {'compile':>7}")
+    print(f"{'config (BM, BN, BK, waves, stages, swizzle)':44} "
+          f"{'TF/s':>7} {'ratio':>6} {'err':>8} {'regs':>5} {'spill':>5} {'smem':>7} {'compile':>7}")
     for cfg, tf, ratio, err, regs, sp, sm, ct in sorted(rows, key=lambda r: -r[1]):
         print(f"{str(cfg):44} {tf:7.1f} {ratio:6.3f} {err:8.1e} {regs!s:>5} {sp!s:>5} {sm:7d} {ct:7.2f}")
 
