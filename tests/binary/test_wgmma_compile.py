@@ -60,6 +60,10 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str
     pos = [ptx.index(s) for s in ("fence.proxy.async.shared::cta;", "bar.sync", "wgmma.fence.sync.aligned;", inst,
                                   "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;")]
     assert pos == sorted(pos)
+    # the next tiles' copies are issued between the commit and the wait (in the loop, after the prologue's)
+    between = ptx[pos[-2]:pos[-1]]
+    assert between.count("cp.async.cg.shared.global") == (128 + bn) * 64 * 2 // 16 // 256
+    assert "cp.async.commit_group;" in between
 
 
 @NEEDS_PTXAS

@@ -77,7 +77,7 @@ def test_fences_and_groups_where_the_pass_guarantees(stages: int) -> None:
 CHECK: %async_wait = async_wait(, pending={stages - 2})
 CHECK-NEXT: %proxy_fence = proxy_fence()
 CHECK-NEXT: %barrier = barrier()
-CHECK-NEXT: = async_copy(""" if stages > 1 else """
+CHECK-NOT: async_copy(""" if stages > 1 else """
 CHECK: %barrier = barrier()
 CHECK-NOT: proxy_fence
 CHECK: = write(%read_1_global_n3_k0, %capture_shared_b)
@@ -89,7 +89,10 @@ CHECK: %wgmma_fence = wgmma_fence()
 CHECK-NEXT: %mma_m0_n0_k0 = wgmma(%read_m0_k0, %read_1_n0_k0, %iter_arg_0_m0_n0)
 CHECK-NOT: wgmma_fence
 CHECK: %mma_m0_n0_k3 = wgmma(%read_m0_k3, %read_1_n0_k3, %mma_m0_n0_k2)
-CHECK-NEXT: %wgmma_commit = wgmma_commit()
+CHECK-NEXT: %wgmma_commit = wgmma_commit()""" + ("""
+CHECK-COUNT-4: = async_copy(%capture_a, %capture_shared_a)
+CHECK-COUNT-4: = async_copy(%capture_b, %capture_shared_b)
+CHECK-NEXT: %async_commit = async_commit()""" if stages > 1 else "") + r"""
 CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=0)
 CHECK-NEXT: return (%mma_m0_n0_k3)
 """)
@@ -105,11 +108,15 @@ def test_mlir_orders_fences_barrier_wgmma_wait(stages: int) -> None:
     filecheck(loop, ("CHECK: nvgpu.device_async_wait\n" if stages > 1 else "CHECK: vector.store\n") + r"""
 CHECK: nvvm.fence.proxy <async.shared>, space = <cta>
 CHECK-NEXT: gpu.barrier
+CHECK-NOT: nvgpu.device_async_copy
 CHECK: nvvm.wgmma.fence.aligned
 CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<f16>, <one>, <row>], B[<f16>, <one>, <col>]
 CHECK-COUNT-3: nvvm.wgmma.mma_async
-CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned
-CHECK-NEXT: nvvm.wgmma.wait.group.sync.aligned 0
+CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned""" + ("""
+CHECK: nvgpu.device_async_copy
+CHECK: nvgpu.device_async_create_group""" if stages > 1 else "") + r"""
+CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+CHECK-NOT: nvgpu.device_async_copy
 CHECK: llvm.extractvalue
 CHECK: vector.from_elements
 """)

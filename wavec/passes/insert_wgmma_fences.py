@@ -12,16 +12,21 @@ mmas of a warpgroup MMA type.  Guarantees, per such graph (a loop body):
   barrier lets the warpgroups' wgmmas (async proxy) read them;
 - one ``WgmmaFence`` right before the first ``WarpgroupMMA`` (the accumulator registers were written by
   other instructions: its initialisation, or the previous iteration's wait), one ``WgmmaCommit`` right
-  after the last (all wgmmas of the body form one group), and a ``WgmmaWait(pending=0)`` right after the
-  commit: the accumulator is complete before anything else reads it, and no stage that a later
-  iteration's copies overwrite is still being read (the copies are issued after the next barrier).
+  after the last (all wgmmas of the body form one group);
+- the body's ``async_copy`` nodes and their ``async_commit`` move right after the ``WgmmaCommit``: the
+  copies for iteration ``i + S - 1`` are issued while the tensor cores run iteration ``i``.  They write
+  the stage iteration ``i - 1`` read, whose wgmmas every warpgroup waited for before this iteration's
+  barrier, and never the stage iteration ``i`` reads (S >= 2);
+- a ``WgmmaWait(pending=0)`` right after that, the last node before the yield: the accumulator is complete
+  before anything else reads it, and no stage is still being read when the next barrier lets copies
+  overwrite it.
 """
 
 from __future__ import annotations
 
 import torch.fx as fx
 
-from ..frontend.ops import MMA, AsyncWait, Barrier, Read, Write
+from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, Read, Write
 from ..frontend.ops_hopper import MatrixDescriptor, ProxyFence, WarpgroupMMA, WgmmaCommit, WgmmaFence, WgmmaWait
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
@@ -67,8 +72,11 @@ def _wgmma_graph(g: fx.Graph) -> None:
         _retarget(n, WarpgroupMMA)
     _fence_barriers(g)
     _node(g, WgmmaFence, mmas[0], before=True)
-    commit = _node(g, WgmmaCommit, mmas[-1], before=False)
-    _node(g, WgmmaWait, commit, before=False, pending=0)
+    last = commit = _node(g, WgmmaCommit, mmas[-1], before=False)
+    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit)]:
+        last.append(n)  # issue the next tiles' copies while the tensor cores work
+        last = n
+    _node(g, WgmmaWait, last, before=False, pending=0)
 
 
 def insert_wgmma_fences(trace: Trace, ctx: PassContext) -> None:
