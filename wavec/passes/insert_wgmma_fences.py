@@ -72,7 +72,7 @@ def _wgmma_graph(g: fx.Graph) -> None:
         _retarget(n, WarpgroupMMA)
     _fence_barriers(g)
     _node(g, WgmmaFence, mmas[0], before=True)
-    last = commit = _node(g, WgmmaCommit, mmas[-1], before=False)
+    last = _node(g, WgmmaCommit, mmas[-1], before=False)
     for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit)]:
         last.append(n)  # issue the next tiles' copies while the tensor cores work
         last = n
