@@ -56,6 +56,8 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str
         assert s in ptx, s
     assert "mma.sync.aligned" not in ptx and "ldmatrix" not in ptx
     assert ("xor.b" in ptx) == (swizzle == "auto")  # BLOCK_K = 64: "auto" is the 128-byte swizzle
+    # 3 stages: one group stays in flight (wait 1 in the loop), the epilogue waits for it (wait 0)
+    assert ptx.index("wgmma.wait_group.sync.aligned 1;") < ptx.index("wgmma.wait_group.sync.aligned 0;")
     # order in the loop: proxy fence, barrier, ..., wgmma fence, the wgmmas, commit, wait
     pos = [ptx.index(s) for s in ("fence.proxy.async.shared::cta;", "bar.sync", "wgmma.fence.sync.aligned;", inst,
                                   "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;")]

@@ -60,6 +60,8 @@ def _run(kernel, shapes, dtype, what: str) -> None:
 def test_wgmma_gemm(dtype, cfg) -> None:
     kernel = _kernel(dtype, cfg)
     mlir = kernel.artifact.mlir
+    stages = cfg[1][gm.NUM_STAGES]
+    assert f"nvvm.wgmma.wait.group.sync.aligned {1 if stages >= 3 else 0}" in mlir  # one group in flight
     assert kernel.metadata.block == (128 * cfg[2][0] * cfg[2][1], 1, 1)
     assert "nvvm.wgmma.mma_async" in mlir and "nvgpu.mma.sync" not in mlir
     assert ("arith.xori" in mlir) == cfg[0].endswith("swz")
@@ -107,12 +109,30 @@ def test_missing_wgmma_fence_is_caught(monkeypatch) -> None:
 
 
 def test_missing_wgmma_wait_is_refused(monkeypatch) -> None:
-    """Without a wait the accumulator would be read while the wgmmas may still write it."""
+    """Without the body's wait (1 stage: the accumulator leaves the loop as a value) the accumulator
+    would be read while the wgmmas may still write it: the lowering refuses."""
     real = fences_pass._node
     monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: where if op is fences_pass.WgmmaWait
                         else real(g, op, where, before, **kw))
-    with pytest.raises(wc.WavecError, match="no wgmma_wait"):
-        _kernel(wc.f16, CATCH)
+    with pytest.raises(wc.WavecError, match="no wgmma_wait retiring it"):
+        _kernel(wc.f16, CONFIGS[0])
+
+
+def test_missing_in_flight_wait_is_caught(monkeypatch) -> None:
+    """With one group in flight (3 stages), dropping the body's wait(1) lets copies overwrite stages that
+    unretired wgmmas still read: the race checker sees the wgmma reads and the copies with no barrier."""
+    real = fences_pass._node
+
+    def no_body_wait(g, op, where, before, **kw):
+        if op is fences_pass.WgmmaWait and kw.get("pending") == 1:
+            return where
+        return real(g, op, where, before, **kw)
+
+    monkeypatch.setattr(fences_pass, "_node", no_body_wait)
+    kernel = _kernel(wc.f16, CATCH)
+    assert "nvvm.wgmma.wait.group.sync.aligned 1" not in kernel.artifact.mlir
+    with pytest.raises(wc.WavecError, match="shared-memory race .*nvvm.wgmma.mma_async.*device_async_copy"):
+        _run(kernel, [(128, 64, 256)], wc.f16, "no wait(1)")
 
 
 # ----- bad configurations -----------------------------------------------------------------------------------

@@ -69,12 +69,13 @@ CHECK: %read_m0_k0 = read(%capture_shared_a) : [M, K] f16  #layout {M: (64*$WAVE
     assert c.after["coarsen_loads"].count("read(%capture_shared") == 4 + 4  # 2 warpgroups: A 1 x 4, B 1 x 4 K steps
 
 
-@pytest.mark.parametrize("stages", [1, 3, 4])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
 def test_fences_and_groups_where_the_pass_guarantees(stages: int) -> None:
     c = compiled(stages)
     text = c.after["insert_wgmma_fences"]
+    in_flight = 1 if stages >= 3 else 0  # one wgmma group stays in flight: copies run S - 2 ahead
     publish = (f"""
-CHECK: %async_wait = async_wait(, pending={stages - 2})
+CHECK: %async_wait = async_wait(, pending={stages - 2 - in_flight})
 CHECK-NEXT: %proxy_fence = proxy_fence()
 CHECK-NEXT: %barrier = barrier()
 CHECK-NOT: async_copy(""" if stages > 1 else """
@@ -83,7 +84,15 @@ CHECK-NOT: proxy_fence
 CHECK: = write(%read_1_global_n3_k0, %capture_shared_b)
 CHECK-NEXT: %proxy_fence = proxy_fence()
 CHECK-NEXT: %barrier_1 = barrier()""")
-    filecheck(text, "CHECK-NOT: wgmma\nCHECK-LABEL: region iterate_0 {" + publish + r"""
+    root = ("""
+CHECK: %wgmma_accumulator = wgmma_accumulator(%register_m0_n0)
+CHECK-NEXT: %iterate = iterate((%wgmma_accumulator), """ if in_flight else """
+CHECK: %iterate = iterate((%register_m0_n0), """) + """
+CHECK-NEXT: %get_result_m0_n0 = get_result(%iterate, index=0)""" + ("""
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=0, retire=(get_result_m0_n0,))""" if in_flight else "") + """
+CHECK-NEXT: %write_m0_n0 = write(%get_result_m0_n0, %c)
+"""
+    filecheck(text, "CHECK-NOT: wgmma(" + root + "CHECK-LABEL: region iterate_0 {" + publish + r"""
 CHECK-NOT: = wgmma(
 CHECK: %wgmma_fence = wgmma_fence()
 CHECK-NEXT: %mma_m0_n0_k0 = wgmma(%read_m0_k0, %read_1_n0_k0, %iter_arg_0_m0_n0)
@@ -92,19 +101,23 @@ CHECK: %mma_m0_n0_k3 = wgmma(%read_m0_k3, %read_1_n0_k3, %mma_m0_n0_k2)
 CHECK-NEXT: %wgmma_commit = wgmma_commit()""" + ("""
 CHECK-COUNT-4: = async_copy(%capture_a, %capture_shared_a)
 CHECK-COUNT-4: = async_copy(%capture_b, %capture_shared_b)
-CHECK-NEXT: %async_commit = async_commit()""" if stages > 1 else "") + r"""
-CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=0)
+CHECK-NEXT: %async_commit = async_commit()""" if stages > 1 else "") + f"""
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending={in_flight}, retire=({'' if in_flight else 'mma_m0_n0_k3,'}))
 CHECK-NEXT: return (%mma_m0_n0_k3)
 """)
-    assert text.count("proxy_fence()") == 1 and text.count("wgmma_fence()") == 1
-    assert text.count("wgmma_commit()") == 1 and text.count("wgmma_wait(") == 1
-    assert text.count("= matrix_descriptor(") == 8 and " = read(%capture_shared" not in text
+    body = text[text.index("region iterate_0"):]
+    assert body.count("proxy_fence()") == 1 and body.count("wgmma_fence()") == 1
+    assert body.count("wgmma_commit()") == 1 and body.count("wgmma_wait(") == 1
+    assert body.count("= matrix_descriptor(") == 8 and " = read(%capture_shared" not in body
+    # the prologue fetches the D = S - 1 - in_flight tiles the first iterations read
+    assert text[:text.index("region")].count("async_commit_prologue") == max(0, stages - 1 - in_flight)
 
 
-@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("stages", [1, 2, 4])
 def test_mlir_orders_fences_barrier_wgmma_wait(stages: int) -> None:
     c = compiled(stages)
     loop = c.loop_mlir()
+    in_flight = 1 if stages >= 3 else 0
     filecheck(loop, ("CHECK: nvgpu.device_async_wait\n" if stages > 1 else "CHECK: vector.store\n") + r"""
 CHECK: nvvm.fence.proxy <async.shared>, space = <cta>
 CHECK-NEXT: gpu.barrier
@@ -114,12 +127,17 @@ CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A
 CHECK-COUNT-3: nvvm.wgmma.mma_async
 CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned""" + ("""
 CHECK: nvgpu.device_async_copy
-CHECK: nvgpu.device_async_create_group""" if stages > 1 else "") + r"""
-CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+CHECK: nvgpu.device_async_create_group""" if stages > 1 else "") + f"""
+CHECK: nvvm.wgmma.wait.group.sync.aligned {in_flight}
 CHECK-NOT: nvgpu.device_async_copy
-CHECK: llvm.extractvalue
-CHECK: vector.from_elements
 """)
+    after = c.mlir[c.mlir.index("nvvm.wgmma.wait.group.sync.aligned", c.mlir.index("scf.for")):]
+    if in_flight:  # the loop carries the struct; the epilogue waits for the last group, then unpacks it
+        assert "scf.yield %" in after and "!llvm.struct<(f32" in c.mlir[c.mlir.index("scf.for"):].split("\n")[0]
+        assert after.index("nvvm.wgmma.wait.group.sync.aligned 0") < after.index("llvm.extractvalue")
+        assert "llvm.extractvalue" not in loop
+    else:
+        assert "llvm.extractvalue" in loop and "vector.from_elements" in loop
     assert loop.count("nvvm.wgmma.mma_async") == 4 and loop.count("nvvm.wgmma.fence.aligned") == 1
     # the shared tiles' addresses are taken once, before the loop; descriptors are i64 index math
     assert c.mlir.count("memref.extract_aligned_pointer_as_index") == 2

@@ -7,10 +7,10 @@
   loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
   expression, so its loop-invariant part is hoisted like any other address.
 - ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"); the
-  accumulator is the layout's ``vector<N/2 x f32>`` and crosses into the instruction's
-  ``!llvm.struct<(f32 x N/2)>`` only at the ends of a chain of wgmmas (LLVM folds the element moves):
-  into it before the first, out of it right after the ``wgmma.wait_group`` that retires the last, so
-  no instruction touches the asynchronously written registers early.
+  accumulator is the layout's ``vector<N/2 x f32>`` outside a chain of wgmmas and the instruction's
+  ``!llvm.struct<(f32 x N/2)>`` inside it (LLVM folds the element moves): into it before the first
+  wgmma (``WgmmaAccumulator`` before a loop that carries it), out of it only at the
+  ``wgmma.wait_group`` that retires it, so no instruction touches asynchronously written registers.
 - ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` -> ``nvvm.wgmma.{fence,commit.group,wait.group}``;
   ``ProxyFence`` -> ``nvvm.fence.proxy <async.shared>, space = <cta>``.
 """
@@ -23,12 +23,17 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
 from ..errors import CodegenError
-from ..frontend.ops_hopper import MatrixDescriptor, ProxyFence, WarpgroupMMA, WgmmaCommit, WgmmaFence, WgmmaWait
+from ..frontend.ops_hopper import (
+    MatrixDescriptor,
+    ProxyFence,
+    WarpgroupMMA,
+    WgmmaAccumulator,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
 from ..frontend.tracing import capture_root
 from .lowering import FunctionBuilder, rule, vec_type
-
-_STRUCTS = "wgmma_structs"  # FunctionBuilder.values key: {wgmma node: its !llvm.struct result}
-_PENDING = "wgmma_pending"  # FunctionBuilder.values key: wgmma nodes whose result leaves the chain
 
 
 def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
@@ -61,15 +66,23 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64), desc)
 
 
-def _to_struct(fb: FunctionBuilder, acc_node: fx.Node, st: ir.Type, count: int) -> ir.Value:
-    chained = fb.values.get(_STRUCTS, {}).get(acc_node)
-    if chained is not None:  # the previous wgmma of the chain: no round trip through a vector
-        return chained
-    acc = fb.values[acc_node]
-    s = llvm.mlir_undef(st)
+def _to_struct(fb: FunctionBuilder, acc: ir.Value, count: int) -> ir.Value:
+    """The accumulator in the instruction's struct form (a wgmma result or a carried one already is)."""
+    if not isinstance(acc.type, ir.VectorType):
+        return acc
+    s = llvm.mlir_undef(llvm.StructType.get_literal([ir.F32Type.get()] * count))
     for i in range(count):
         s = llvm.insertvalue(s, vector.extract(acc, [], [i]), [i])
     return s
+
+
+def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
+    value = fb.values[node]
+    if isinstance(value.type, ir.VectorType):
+        return
+    count, f32 = node.meta["layout"].size, ir.F32Type.get()
+    elems = [llvm.extractvalue(f32, value, [i]) for i in range(count)]
+    fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), elems)
 
 
 @rule(WarpgroupMMA)
@@ -77,34 +90,39 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     spec = fb.cs.mma_type.spec
     a, b, acc_node = node.args
     layout = node.meta["layout"]
-    n = layout.tile[1]
-    count = layout.size  # n / 2 f32 per thread
-    f32 = ir.F32Type.get()
-    st = llvm.StructType.get_literal([f32] * count)
-    acc = _to_struct(fb, acc_node, st, count)
+    n, count = layout.tile[1], layout.size  # n / 2 f32 per thread
+    st = llvm.StructType.get_literal([ir.F32Type.get()] * count)
+    _check_readers(fb, node)
 
     def attr(text: str) -> ir.Attribute:
         return ir.Attribute.parse(text)
 
     in_t = attr(f"#nvvm.wgmma_type<{spec.in_dtype}>")
     one = attr("#nvvm.wgmma_scale_in<one>")
-    r = nvvm.wgmma_mma_async(st, acc, fb.values[a], fb.values[b], attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = "
-                             f"{spec.k}>"), in_t, in_t, attr("#nvvm.wgmma_type<f32>"),
-                             attr("#nvvm.wgmma_scale_out<one>"), one, one, attr("#nvvm.mma_layout<row>"),
-                             attr("#nvvm.mma_layout<col>"))
-    fb.values.setdefault(_STRUCTS, {})[node] = r
-    if any(u.meta.get("op") is not WarpgroupMMA for u in node.users):
-        if not any(n.meta.get("op") is WgmmaWait for n in _after(node)):
-            raise CodegenError(node.meta.get("loc"), message=f"%{node.name}: its result is used but no wgmma_wait "
-                               "follows it in its block (insert_wgmma_fences places one)")
-        fb.values.setdefault(_PENDING, []).append(node)  # becomes a vector at the wait (see lower_wgmma_wait)
+    fb.values[node] = nvvm.wgmma_mma_async(
+        st, _to_struct(fb, fb.values[acc_node], count), fb.values[a], fb.values[b],
+        attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"), in_t, in_t, attr("#nvvm.wgmma_type<f32>"),
+        attr("#nvvm.wgmma_scale_out<one>"), one, one, attr("#nvvm.mma_layout<row>"), attr("#nvvm.mma_layout<col>"))
 
 
-def _after(node: fx.Node):
-    n = node.next
-    while n.op != "output" and n.op != "root":
-        yield n
-        n = n.next
+def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
+    """Nothing may read the registers an in-flight wgmma writes: its users are the next wgmma of the chain,
+    a wait that retires it, or the loop's yield when the loop carries it in struct form."""
+    retired = any(u.meta.get("op") is WgmmaWait and node in u.kwargs["retire"] for u in node.users)
+    for u in node.users:
+        if u.meta.get("op") in (WarpgroupMMA, WgmmaWait) or retired:
+            continue
+        if u.op == "output":
+            carried = [p for p in node.graph.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+            if not isinstance(fb.values[carried[list(u.args[0]).index(node)]].type, ir.VectorType):
+                continue
+        raise CodegenError(node.meta.get("loc"), message=f"%{node.name} is read by %{u.name} with no "
+                           "wgmma_wait retiring it first (insert_wgmma_fences places one)")
+
+
+@rule(WgmmaAccumulator)
+def lower_wgmma_accumulator(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = _to_struct(fb, fb.values[node.args[0]], node.meta["layout"].size)
 
 
 @rule(WgmmaFence)
@@ -119,16 +137,10 @@ def lower_wgmma_commit(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(WgmmaWait)
 def lower_wgmma_wait(fb: FunctionBuilder, node: fx.Node) -> None:
-    """The wait, then the accumulators of the retired wgmmas as vectors: nothing reads a wgmma result
-    before its group is waited for (``insert_wgmma_fences`` places the wait before any other user)."""
-    if node.kwargs["pending"] != 0:
-        raise CodegenError(node.meta.get("loc"), message="wgmma_wait: only pending=0 is lowered")
-    nvvm.wgmma_wait_group_sync_aligned(0)
-    f32 = ir.F32Type.get()
-    for mma in fb.values.pop(_PENDING, []):
-        r, count = fb.values[_STRUCTS][mma], mma.meta["layout"].size
-        elems = [llvm.extractvalue(f32, r, [i]) for i in range(count)]
-        fb.values[mma] = vector.from_elements(vec_type(count, mma.meta["type"].dtype), elems)
+    """The wait, then the retired accumulators as vectors: only now may other instructions read them."""
+    nvvm.wgmma_wait_group_sync_aligned(node.kwargs["pending"])
+    for n in node.kwargs["retire"]:
+        _to_vector(fb, n)
 
 
 @rule(ProxyFence)

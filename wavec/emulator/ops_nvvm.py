@@ -13,8 +13,9 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
   allocations are 1024-byte aligned here as on the GPU).  Accumulator register ``4j + 2r + e`` of lane
   ``l`` (warp ``w = l // 32``, ``g = l % 32 // 4``, ``t = l % 4``) is ``D[16w + g + 8r, 8j + 2t + e]``.
 - Asynchrony is modelled at its latest point: a wgmma reads shared memory and writes its result when a
-  ``wgmma.wait_group`` retires its group; until then its result is NaN, so reading the accumulator
-  before the wait, or overwriting a tile an in-flight wgmma reads, gives wrong numbers.  A wgmma with no
+  ``wgmma.wait_group`` retires its group; until then its result is an ``InFlight`` value that only the
+  next wgmma of the chain and the loop may pass along: reading it (``llvm.extractvalue``) is an error,
+  and overwriting a tile an in-flight wgmma reads gives wrong numbers.  A wgmma with no
   ``wgmma.fence`` since the last wait is an error; so is one reading shared bytes that a thread wrote
   (through the generic proxy) without a ``fence.proxy.async`` since (checked with the race checker on).
 """
@@ -86,8 +87,10 @@ def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
     (container, value), (o,) = c.ins(op), c.outs(op)
     pos = _position(op)
 
+    where = c.loc(op)
+
     def run(st: State) -> None:
-        s, v = np.asarray(st.env[container]), np.asarray(st.env[value], np.float32).reshape(-1)
+        s, v = _settled(st.env[container], where), np.asarray(st.env[value], np.float32).reshape(-1)
         out = np.array(np.broadcast_to(s, (max(s.shape[0], v.shape[0]), s.shape[1])))
         out[:, pos] = v
         st.env[o] = out
@@ -95,13 +98,32 @@ def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
+class InFlight:
+    """The result of a wgmma whose group has not been waited for: nothing may read it (``value`` is
+    set when a ``wgmma.wait_group`` retires the group)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: np.ndarray | None = None
+
+
+def _settled(x, where: str) -> np.ndarray:
+    if isinstance(x, InFlight):
+        if x.value is None:
+            raise EmulatorError(message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group "
+                                "that retires it")
+        return x.value
+    return np.asarray(x)
+
+
 @register("llvm.extractvalue")
 def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
     (container,), (o,) = c.ins(op), c.outs(op)
-    pos = _position(op)
+    pos, where = _position(op), c.loc(op)
 
     def run(st: State) -> None:
-        st.env[o] = np.asarray(st.env[container])[:, pos]
+        st.env[o] = _settled(st.env[container], where)[:, pos]
 
     return run
 
@@ -181,13 +203,14 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
         if not getattr(st, "wgmma_fenced", False):
             raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
         descs = [full_lanes(np.asarray(st.env[d], np.int64).reshape(-1), st.lanes) for d in (desc_a, desc_b)]
-        in_flight = st.__dict__.setdefault("wgmma_slots", set())
-        # an accumulator chained from an in-flight wgmma is read when that one has retired (in order)
-        snapshot = None if acc in in_flight else np.array(full_lanes(np.asarray(st.env[acc], np.float32), st.lanes))
-        in_flight.add(o)
+        # an accumulator chained from an in-flight wgmma is read when that one retires (groups retire in order)
+        acc_in = st.env[acc]
+        if not isinstance(acc_in, InFlight):
+            acc_in = np.array(full_lanes(np.asarray(acc_in, np.float32), st.lanes))
+        result = InFlight()
 
         def retire(st: State) -> None:
-            c_in = snapshot if snapshot is not None else np.asarray(st.env[acc], np.float32)
+            c_in = _settled(acc_in, where)
             out = np.empty_like(c_in)
             for grp in range(st.lanes // GROUP):
                 lanes = slice(grp * GROUP, (grp + 1) * GROUP)
@@ -199,10 +222,9 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
                 cmat[rows, cols] = c_in[lanes]
                 d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
                 out[lanes] = d[rows, cols]
-            st.env[o] = out
-            st.wgmma_slots.discard(o)
+            result.value = out
 
-        st.env[o] = np.full((st.lanes, n // 2), np.nan, np.float32)
+        st.env[o] = result
         st.__dict__.setdefault("wgmma_open", []).append(retire)
 
     return run

@@ -32,7 +32,8 @@ class WgmmaCommit(Op):
 
 
 class WgmmaWait(Op):
-    """``wgmma.wait_group``: wait until at most ``kwargs["pending"]`` wgmma groups are in flight."""
+    """``wgmma.wait_group``: wait until at most ``kwargs["pending"]`` wgmma groups are in flight; the
+    accumulators in ``kwargs["retire"]`` (whose groups are now complete) become ordinary values."""
 
     name = "wgmma_wait"
 
@@ -42,3 +43,10 @@ class ProxyFence(Op):
     visible to the async proxy (wgmma reads, TMA) that a later barrier lets run."""
 
     name = "proxy_fence"
+
+
+class WgmmaAccumulator(Op):
+    """The accumulator of a wgmma chain in the instruction's register form (``args = (value,)``): what a
+    loop carries when a wgmma group stays in flight across iterations."""
+
+    name = "wgmma_accumulator"
