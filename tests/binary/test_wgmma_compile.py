@@ -91,3 +91,15 @@ def test_ptxas_does_not_serialize_wgmma(bn: int) -> None:
                               capture_output=True, text=True, check=True)
     report = proc.stdout + proc.stderr
     assert "serialized" not in report and "0 bytes spill stores" in report, report
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("bk,mode_bits", [(32, -(2**63)), (16, -(2**62))], ids=["64B", "32B"])
+def test_narrow_swizzles_assemble(bk: int, mode_bits: int) -> None:
+    """BLOCK_K = 32 / 16 ("auto": the 64- / 32-byte swizzle): descriptor mode 2 / 3 sets bit 63, ORed in
+    as a 64-bit constant; no spills."""
+    kernel = gm.make_gemm(wc.bf16, 32, gm.WGMMA_FOR_DTYPE["bf16"], gm.WGMMA_WAVES)
+    subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: bk, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
+    k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
+    assert k.artifact.format == "cubin" and k.artifact.metadata.spills == 0
+    assert f"arith.constant {mode_bits} : i64" in k.artifact.mlir and "arith.ori" in k.artifact.mlir

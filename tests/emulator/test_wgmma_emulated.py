@@ -23,20 +23,22 @@ def _subs(bm: int, bn: int, bk: int, stages: int, group_m: int = 2) -> dict:
 
 
 # (id, subs, waves = warpgroups, shapes, operand_swizzle).  One m64nNk16 per 64 rows of a warpgroup and
-# K step of 16, N = the warpgroup's N tile.  K = 40 and 72 are not multiples of BLOCK_K (the last tile
-# zero-filled); M = 100, 1, 130 and N = 72, 136 are not tile multiples (masked copies and stores); K = 40
-# with 3 stages has fewer iterations than stages; "2wg" puts two warpgroups in a workgroup;
-# "128x64x64-1wg" gives one warpgroup two instructions along M per K step.  BLOCK_K = 64 or 128 with
-# "auto" is the 128-byte swizzle (128: two swizzle columns), "none" and BLOCK_K = 16, 32 core matrices.
+# K step of 16, N = the warpgroup's N tile (256 in the last: 128 accumulators per thread).  K = 40 and 72
+# are not multiples of BLOCK_K (the last tile zero-filled); M = 100, 1, 130 and N = 72, 136 are not tile
+# multiples (masked copies and stores); K = 40 with 3 stages has fewer iterations than stages; "2wg" puts
+# two warpgroups in a workgroup; "128x64x64-1wg" gives one warpgroup two instructions along M per K step.
+# "auto" is the widest swizzle the K rows allow: 128 bytes at BLOCK_K = 64 (two swizzle columns at 128),
+# 64 bytes at 32, 32 bytes at 16; "none" core matrices; "128B" forced.
 CONFIGS = [
-    ("64x64x32-stages1-core", _subs(64, 64, 32, 1), (1, 1), [(128, 128, 96), (100, 72, 40)], "auto"),
-    ("64x64x32-stages2-core", _subs(64, 64, 32, 2), (1, 1), [(128, 128, 128), (1, 136, 72)], "auto"),
-    ("128x64x32-stages3-2wg-core", _subs(128, 64, 32, 3), (2, 1), [(256, 128, 128), (100, 72, 40)], "auto"),
+    ("64x64x32-stages1-core", _subs(64, 64, 32, 1), (1, 1), [(128, 128, 96), (100, 72, 40)], "none"),
+    ("64x64x32-stages2-swz", _subs(64, 64, 32, 2), (1, 1), [(128, 128, 128), (1, 136, 72)], "auto"),
+    ("128x64x32-stages3-2wg-core", _subs(128, 64, 32, 3), (2, 1), [(256, 128, 128), (100, 72, 40)], "none"),
     ("128x64x64-stages4-1wg-swz", _subs(128, 64, 64, 4), (1, 1), [(128, 64, 200), (130, 136, 40)], "auto"),
     ("128x64x64-stages3-2wg-core", _subs(128, 64, 64, 3), (2, 1), [(130, 136, 136)], "none"),
     ("64x128x128-stages2-swz", _subs(64, 128, 128, 2), (1, 1), [(64, 256, 256), (72, 130, 136)], "auto"),
     ("64x64x64-stages1-swz", _subs(64, 64, 64, 1), (1, 1), [(100, 72, 136)], "128B"),
-    ("64x128x16-stages3-core", _subs(64, 128, 16, 3, 1), (1, 1), [(64, 256, 80)], "auto"),
+    ("64x128x16-stages3-swz", _subs(64, 128, 16, 3, 1), (1, 1), [(64, 256, 80)], "auto"),
+    ("64x256x32-stages3-swz", _subs(64, 256, 32, 3), (1, 1), [(64, 256, 96)], "auto"),
 ]
 
 
@@ -86,7 +88,7 @@ def test_retarget_to_sm90a_changes_only_constraints() -> None:
 
 # ----- the emulator catches missing synchronisation -------------------------------------------------------
 
-CATCH = CONFIGS[2]  # core matrices, 2 warpgroups
+CATCH = CONFIGS[2]  # core matrices, 2 warpgroups, one group in flight
 CATCH_SWIZZLED = CONFIGS[3]
 
 
@@ -181,4 +183,4 @@ def test_forced_swizzle_needs_128_byte_rows() -> None:
         wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"), _subs(64, 64, 32, 1),
                    backend="emulator", target="sm_90a", cache=False)
     with pytest.raises(wc.WavecError, match="operand_swizzle"):
-        wc.SchedulingConstraint(operand_swizzle="64B")
+        wc.SchedulingConstraint(operand_swizzle="16B")

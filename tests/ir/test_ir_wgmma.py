@@ -154,7 +154,7 @@ def test_descriptor_constant_bits() -> None:
 
 
 def test_swizzled_tiles() -> None:
-    """"auto" with 128-byte K rows: the 128-byte swizzle (memref [K/64, rows, 64], 1024-byte aligned, the
+    """"auto" with 128-byte K rows (BLOCK_K = 64): the 128-byte swizzle (memref [K/64, rows, 64], 1024-byte aligned, the
     chunk index XORed with the row), the default row-wise copy, descriptors with mode 1 and SBO 1024."""
     c = compiled(3, "auto")
     for a in (n for n in c.trace.graph.nodes if n.meta.get("op") is Allocate):

@@ -95,35 +95,48 @@ def test_core_layout_indices_and_descriptor(tile) -> None:
     assert lay.check((64, 12)) and lay.check((60, 16)) and lay.check(tile) is None
 
 
+SWIZZLES = [(SharedLayoutKind.SWIZZLE_128B, 128, SwizzleMode.B128), (SharedLayoutKind.SWIZZLE_64B, 64, SwizzleMode.B64),
+            (SharedLayoutKind.SWIZZLE_32B, 32, SwizzleMode.B32)]
+
+
+@pytest.mark.parametrize("kind,width,mode", SWIZZLES, ids=lambda x: getattr(x, "name", str(x)))
 @pytest.mark.parametrize("tile", [(64, 64), (128, 64), (64, 128), (256, 192)])
-def test_swizzle_layout_indices_and_descriptor(tile) -> None:
-    """128-byte swizzle: chunk c of row r at chunk c ^ (r % 8) of its 128-byte row, i.e. the address XOR
-    the PTX ISA defines (bits [4:6] ^= bits [7:9]) for a 1024-byte-aligned tile; K steps start 32 bytes
-    apart on the unswizzled row; SBO = one 1024-byte atom."""
-    lay = SharedLayout(SharedLayoutKind.SWIZZLE_128B, 2)
+def test_swizzle_layout_indices_and_descriptor(tile, kind, width: int, mode) -> None:
+    """W-byte swizzle: chunk c of row r at chunk c ^ ((r * W / 128) % (W / 16)) of its W-byte row, i.e.
+    the address XOR the PTX ISA defines (bits [4, ...) ^= bits [7, ...)) for an aligned tile; K steps
+    start 32 bytes apart on the unswizzled row (the next column when W = 32); SBO = one 8W-byte atom."""
+    lay = SharedLayout(kind, 2)
+    e = width // 2
     shape = lay.memref_shape(tile)
-    assert shape == [tile[1] // 64, tile[0], 64] and lay.alignment == 1024
+    assert shape == [tile[1] // e, tile[0], e] and lay.alignment == 1024
     addr = {}
     for r, k in itertools.product(range(tile[0]), range(tile[1])):
-        c, row, e = (int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(k)))
-        addr[(r, k)] = 2 * ((c * shape[1] + row) * shape[2] + e)
-        linear = (k // 64) * tile[0] * 128 + r * 128 + (k % 64) * 2
-        assert addr[(r, k)] == linear ^ (((linear >> 7) & 7) << 4)
+        c, row, el = (int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(k)))
+        addr[(r, k)] = 2 * ((c * shape[1] + row) * shape[2] + el)
+        linear = (k // e) * tile[0] * width + r * width + (k % e) * 2
+        assert addr[(r, k)] == linear ^ (((linear >> 7) & (width // 16 - 1)) << 4), (r, k)
     assert sorted(addr.values()) == list(range(0, 2 * tile[0] * tile[1], 2))
-    assert lay.byte_offset(8, 80, tile) == tile[0] * 128 + 8 * 128 + 16 * 2
+    assert lay.byte_offset(8, 16, tile) == (16 // e) * tile[0] * width + 8 * width + (16 % e) * 2
     with pytest.raises(ValueError):
         lay.byte_offset(4, 0, tile)
-    start, lbo, sbo, mode = _decode(lay.descriptor_bits(tile))
-    assert (lbo, sbo, mode) == (16, 1024, SwizzleMode.B128)
-    assert lay.check((64, 32)) and lay.check(tile) is None
+    _start, lbo, sbo, got_mode = _decode(lay.descriptor_bits(tile))
+    assert (lbo, sbo, got_mode) == (16, 8 * width, mode)
+    assert lay.check((64, 8)) and lay.check(tile) is None
 
 
-def test_row_copy_is_conflict_free_on_the_swizzle() -> None:
-    """The default copy (8 consecutive threads per 128-byte row) stores 8 different bank groups."""
-    lay = SharedLayout(SharedLayoutKind.SWIZZLE_128B, 2)
-    for r in range(16):
-        groups = {int(lay.indices(sympy.Integer(r), sympy.Integer(8 * c))[2]) // 8 for c in range(8)}
-        assert groups == set(range(8))
+@pytest.mark.parametrize("kind,width,mode", SWIZZLES, ids=lambda x: getattr(x, "name", str(x)))
+def test_row_copy_is_conflict_free_on_the_swizzles(kind, width: int, mode) -> None:
+    """The default copy (consecutive threads along each row, rows after each other) stores every 8-thread
+    phase in 8 different bank groups."""
+    lay = SharedLayout(kind, 2)
+    per_row = width // 16
+    chunks = [(t // per_row, t % per_row) for t in range(64)]  # (row, chunk) of thread t
+    for phase in range(8):
+        groups = set()
+        for r, c in chunks[8 * phase:8 * phase + 8]:
+            _col, row, el = (int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(8 * c)))
+            groups.add((row * width + el * 2) // 16 % 8)
+        assert len(groups) == 8, phase
 
 
 @pytest.mark.parametrize("tile,threads", [((128, 64), 256), ((64, 32), 128), ((256, 64), 256),

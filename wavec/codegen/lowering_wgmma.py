@@ -62,8 +62,14 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
         raise CodegenError(node.meta.get("loc"), message=f"descriptor of %{node.name}: {e}") from None
     stage_bytes = tile[0] * tile[1] * smem.elem_bytes  # a multiple of 1024: every stage is atom-aligned
     address = _tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * stage_bytes + offset
-    desc = fb.index(sympy.floor(address / 16) + smem.descriptor_bits(tile))
-    fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64), desc)
+    bits = smem.descriptor_bits(tile)
+    i64 = ir.IntegerType.get_signless(64)
+    if bits < 2**63:  # one index expression, hoisted like any address
+        fb.values[node] = arith.index_cast(i64, fb.index(sympy.floor(address / 16) + bits))
+        return
+    # swizzle modes 2 and 3 set bit 63: beyond a (signed 64-bit) index constant, so OR it in as i64
+    low = arith.index_cast(i64, fb.index(sympy.floor(address / 16) + bits % 2**62))
+    fb.values[node] = arith.ori(low, arith.constant(i64, (bits >> 62 << 62) - 2**64))
 
 
 def _to_struct(fb: FunctionBuilder, acc: ir.Value, count: int) -> ir.Value:

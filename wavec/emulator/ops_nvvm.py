@@ -8,10 +8,11 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
   warpgroup is 4 consecutive warps (128 lanes); both descriptors must be uniform over it.  A (64 x 16)
   and B (N x 16, K-major) are read through the decoded descriptors (start address, LBO, SBO, swizzle
   mode).  Mode none: element ``(r, k)`` at ``start + (r // 8) * SBO + (k // e) * LBO + (r % 8) * 16 +
-  (k % e) * bytes`` with ``e`` elements per 16 bytes; mode 128B: at ``a ^ (((a >> 7) & 7) << 4)`` for
-  ``a = start + (r // 8) * SBO + (r % 8) * 128 + k * bytes`` (the XOR acts on the address, so
-  allocations are 1024-byte aligned here as on the GPU).  Accumulator register ``4j + 2r + e`` of lane
-  ``l`` (warp ``w = l // 32``, ``g = l % 32 // 4``, ``t = l % 4``) is ``D[16w + g + 8r, 8j + 2t + e]``.
+  (k % e) * bytes`` with ``e`` elements per 16 bytes; W-byte swizzle (128, 64, 32): at
+  ``a ^ (((a >> 7) & (W/16 - 1)) << 4)`` for ``a = start + (r // 8) * SBO + (r % 8) * W + k * bytes`` (the
+  XOR acts on the address, so allocations are 1024-byte aligned here as on the GPU).  Accumulator
+  register ``4j + 2r + e`` of lane ``l`` (warp ``w = l // 32``, ``g = l % 32 // 4``, ``t = l % 4``) is
+  ``D[16w + g + 8r, 8j + 2t + e]``.
 - Asynchrony is modelled at its latest point: a wgmma reads shared memory and writes its result when a
   ``wgmma.wait_group`` retires its group; until then its result is an ``InFlight`` value that only the
   next wgmma of the chain and the loop may pass along: reading it (``llvm.extractvalue``) is an error,
@@ -140,11 +141,11 @@ def _operand_bytes(desc: int, rows: int, elem_bytes: int, where: str) -> np.ndar
     r, k = np.arange(rows)[:, None], np.arange(16)[None, :]
     if mode == 0:  # core matrices: 8 rows x 16 bytes, LBO along K, SBO along M/N
         elem = start + (r // 8) * sbo + (k // e) * lbo + (r % 8) * 16 + (k % e) * elem_bytes
-    elif mode == 1:  # 128-byte swizzle: 128-byte rows, SBO per 8-row atom, 16-byte chunks XOR address bits 7-9
-        elem = start + (r // 8) * sbo + (r % 8) * 128 + k * elem_bytes
-        elem = elem ^ (((elem >> 7) & 7) << 4)
-    else:
-        raise EmulatorError(message=f"{where}: matrix descriptor swizzle mode {mode} is not emulated")
+    else:  # W-byte swizzle (mode 1, 2, 3: W = 128, 64, 32): W-byte rows, SBO per 8-row atom, and the
+        # 16-byte chunk bits [4, 4 + log2(W/16)) of the address XOR bits [7, 7 + log2(W/16))
+        width = {1: 128, 2: 64, 3: 32}[mode]
+        elem = start + (r // 8) * sbo + (r % 8) * width + k * elem_bytes
+        elem = elem ^ (((elem >> 7) & (width // 16 - 1)) << 4)
     return elem[..., None] + np.arange(elem_bytes)
 
 

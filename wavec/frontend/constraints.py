@@ -64,8 +64,9 @@ class SchedulingConstraint:
     ``num_stages``: software-pipelining depth of ``iterate`` loops (1 = no pipelining; applied where the
     target has asynchronous copies); ``group_size``: workgroups along axis 0 launched together for L2
     reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory;
-    ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (128-byte swizzle
-    where the K rows are whole 128-byte lines, else core matrices), "128B" or "none" (core matrices).
+    ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (the widest
+    swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
+    "64B", "32B" or "none" (core matrices).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
@@ -74,9 +75,9 @@ class SchedulingConstraint:
     operand_swizzle: str = "auto"
 
     def __post_init__(self) -> None:
-        if self.operand_swizzle not in ("auto", "128B", "none"):
+        if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
             raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
-                                  "'auto', '128B' or 'none'")
+                                  "'auto', '128B', '64B', '32B' or 'none'")
 
 
 Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint

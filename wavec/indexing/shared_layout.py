@@ -10,13 +10,14 @@ Layout", swizzle mode none): the tile is cut into *core matrices* of 8 rows x 16
 Descriptor strides: LBO (leading dimension = K, the next core matrix along K) = 128 bytes, SBO (stride
 dimension = M/N, the next 8-row group) = ``k/e * 128`` bytes.
 
-``SWIZZLE_128B`` is the 128-byte-swizzle K-major layout: K is cut into 128-byte columns (64 f16), each
-stored as rows of 128 bytes, and inside each 8-row, 1024-byte atom the 16-byte chunk ``c`` of row ``r``
-sits at chunk ``c ^ (r % 8)`` (PTX ISA: address bits [4:6] XOR bits [7:9]).  As a memref:
-``[k*bytes/128, rows, 128/bytes]`` with the last index ``((k' // e) ^ (r % 8)) * e + k' % e``.  The tile
-must start on a 1024-byte boundary (the allocation's alignment).  Descriptor: swizzle mode 1, SBO = 1024
-bytes (the next 8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16
-elements starts 32 bytes further along the row and the hardware applies the XOR to the full address.
+``SWIZZLE_128B`` / ``SWIZZLE_64B`` / ``SWIZZLE_32B`` are the swizzled K-major layouts of width W bytes:
+K is cut into W-byte columns (64, 32, 16 f16), each stored as rows of W bytes, and inside each 8-row
+atom of 8W bytes the 16-byte chunk ``c`` of row ``r`` sits at chunk ``c ^ ((r * W / 128) % (W / 16))``
+(PTX ISA: address bits [4, 4 + log2(W/16)) XOR bits [7, 7 + log2(W/16))).  As a memref:
+``[k*bytes/W, rows, W/bytes]``.  The tile must start on an 8W-byte boundary (1024 for 128B; the
+allocation is 1024-byte aligned for all).  Descriptor: swizzle mode 1 / 2 / 3, SBO = 8W bytes (the next
+8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16 elements starts 32 bytes
+further along the row (W >= 32) and the hardware applies the XOR to the full address.
 """
 
 from __future__ import annotations
@@ -32,15 +33,18 @@ from .symbols import THREAD
 
 CORE_ROWS = 8  # rows of one core matrix
 CORE_BYTES = 16  # bytes of one core-matrix row
-
-
-SWIZZLE_BYTES = 128  # width of a 128-byte-swizzle row
-SWIZZLE_ATOM = 1024  # bytes of one 8-row swizzle atom (the repeat of the XOR pattern)
+SWIZZLE_ALIGN = 1024  # allocation alignment of swizzled tiles (the largest atom: 8 rows x 128 bytes)
 
 
 class SharedLayoutKind(enum.Enum):
     CORE_K_MAJOR = "core_k_major"
     SWIZZLE_128B = "swizzle_128b"
+    SWIZZLE_64B = "swizzle_64b"
+    SWIZZLE_32B = "swizzle_32b"
+
+
+_SWIZZLE_WIDTH = {SharedLayoutKind.SWIZZLE_128B: 128, SharedLayoutKind.SWIZZLE_64B: 64,
+                  SharedLayoutKind.SWIZZLE_32B: 32}
 
 
 class Xor(sympy.Function):
@@ -120,17 +124,22 @@ class SharedLayout:
 
     @property
     def swizzled(self) -> bool:
-        return self.kind is SharedLayoutKind.SWIZZLE_128B
+        return self.kind in _SWIZZLE_WIDTH
+
+    @property
+    def width(self) -> int:
+        """Bytes of one swizzle row (the XOR pattern's width)."""
+        return _SWIZZLE_WIDTH[self.kind]
 
     @property
     def row_elems(self) -> int:
-        """Elements of one 128-byte swizzle row."""
-        return SWIZZLE_BYTES // self.elem_bytes
+        """Elements of one swizzle row."""
+        return self.width // self.elem_bytes
 
     @property
     def alignment(self) -> int:
         """Byte alignment the tile's allocation needs (a swizzle atom; 128 otherwise)."""
-        return SWIZZLE_ATOM if self.swizzled else 128
+        return SWIZZLE_ALIGN if self.swizzled else 128
 
     def check(self, tile: tuple[int, int]) -> str | None:
         """Why a ``rows x k`` tile cannot have this layout (None: it can)."""
@@ -138,8 +147,8 @@ class SharedLayout:
         if rows % CORE_ROWS or (k * self.elem_bytes) % CORE_BYTES:
             return (f"a {rows}x{k} tile of {self.elem_bytes}-byte elements is not whole core matrices "
                     f"({CORE_ROWS} rows x {CORE_BYTES} bytes)")
-        if self.swizzled and (k * self.elem_bytes) % SWIZZLE_BYTES:
-            return f"rows of {k * self.elem_bytes} bytes are not whole {SWIZZLE_BYTES}-byte swizzle rows"
+        if self.swizzled and (k * self.elem_bytes) % self.width:
+            return f"rows of {k * self.elem_bytes} bytes are not whole {self.width}-byte swizzle rows"
         return None
 
     def memref_shape(self, tile: tuple[int, int]) -> list[int]:
@@ -148,12 +157,18 @@ class SharedLayout:
             return [k // self.row_elems, rows, self.row_elems]
         return [rows // CORE_ROWS, k // self.elems, CORE_ROWS, self.elems]
 
+    def row_phase(self, row: sympy.Expr) -> sympy.Expr:
+        """What the chunk index of ``row`` is XORed with: address bits [7, ...) of the row's start."""
+        per = 128 // self.width  # rows per 128 bytes
+        chunks = self.width // CORE_BYTES
+        return sympy.Mod(sympy.floor(row / per) if per > 1 else row, chunks)
+
     def indices(self, row: sympy.Expr, k: sympy.Expr) -> list[sympy.Expr]:
         """Memref indices of relative coordinates ``(row, k)``."""
         if self.swizzled:
             col, kr = split_quotient(k, self.row_elems)
             chunk, e = split_quotient(kr, self.elems)
-            return [col, row, Xor(chunk, sympy.Mod(row, CORE_ROWS)) * self.elems + e]
+            return [col, row, Xor(chunk, self.row_phase(row)) * self.elems + e]
         rq, rr = split_quotient(row, CORE_ROWS)
         kq, kr = split_quotient(k, self.elems)
         return [rq, kq, rr, kr]
@@ -165,7 +180,7 @@ class SharedLayout:
         rq, rr = split_quotient(sympy.sympify(row), CORE_ROWS)
         if self.swizzled:
             col, kr = split_quotient(sympy.sympify(k), self.row_elems)
-            off = col * tile[0] * SWIZZLE_BYTES + rq * self.sbo(tile) + kr * self.elem_bytes
+            off = col * tile[0] * self.width + rq * self.sbo(tile) + kr * self.elem_bytes
         else:
             kq, kr = split_quotient(sympy.sympify(k), self.elems)
             off = rq * self.sbo(tile) + kq * self.lbo(tile)
@@ -177,11 +192,12 @@ class SharedLayout:
         return CORE_BYTES if self.swizzled else CORE_ROWS * CORE_BYTES
 
     def sbo(self, tile: tuple[int, int]) -> int:
-        return SWIZZLE_ATOM if self.swizzled else (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
+        return CORE_ROWS * self.width if self.swizzled else (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
 
     @property
     def swizzle(self) -> SwizzleMode:
-        return SwizzleMode.B128 if self.swizzled else SwizzleMode.NONE
+        return {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width] if self.swizzled \
+            else SwizzleMode.NONE
 
     def descriptor_bits(self, tile: tuple[int, int]) -> int:
         """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""

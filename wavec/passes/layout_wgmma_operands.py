@@ -11,12 +11,13 @@ expected:
   both A and B are read from shared-memory tiles (operands come from shared memory through matrix
   descriptors, so ``promote_operands`` must stay on);
 - each such tile gets ``kwargs["smem_layout"]``, a K-major ``SharedLayout`` chosen by
-  ``SchedulingConstraint.operand_swizzle``: the 128-byte swizzle ("auto" where the tile's K rows are
-  whole 128-byte lines, or "128B") or the no-swizzle core-matrix layout ("none", or "auto" otherwise),
-  and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone); for core-matrix tiles the read that
-  stages it gets ``meta["copy_layout"]`` = that layout, so ``infer_indices`` distributes the copy
-  bank-conflict free for it (``core_copy_layout``); swizzled tiles keep the row-wise copy, which is
-  conflict free on them (8 threads per row write chunks ``c ^ (r % 8)``: 8 bank groups).
+  ``SchedulingConstraint.operand_swizzle``: a 128-, 64- or 32-byte swizzle ("auto": the widest whose
+  rows the tile's K rows are whole multiples of; or named) or the no-swizzle core-matrix layout
+  ("none", or "auto" when none fits), and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone);
+  for core-matrix tiles the read that stages it gets ``meta["copy_layout"]`` = that layout, so
+  ``infer_indices`` distributes the copy bank-conflict free for it (``core_copy_layout``); swizzled
+  tiles keep the row-wise copy, which is conflict free on them (each 8-thread store phase covers 128
+  contiguous logical bytes, whose chunks the XOR spreads over the 8 bank groups).
 """
 
 from __future__ import annotations
@@ -82,12 +83,20 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
                 w.args[0].meta["copy_layout"] = layout
 
 
+_KINDS = {"128B": SharedLayoutKind.SWIZZLE_128B, "64B": SharedLayoutKind.SWIZZLE_64B,
+          "32B": SharedLayoutKind.SWIZZLE_32B, "none": SharedLayoutKind.CORE_K_MAJOR}
+
+
 def _choose(ctx: PassContext, elem_bytes: int, tile: tuple) -> SharedLayout:
-    """``operand_swizzle``: "auto" takes the 128-byte swizzle where rows are whole 128-byte lines."""
+    """``operand_swizzle``: "auto" takes the widest swizzle (128, 64, 32 bytes) whose rows the tile's K
+    rows are whole multiples of, else core matrices; a named one is taken as asked."""
     want = ctx.constraints.scheduling.operand_swizzle
-    swizzled = SharedLayout(SharedLayoutKind.SWIZZLE_128B, elem_bytes)
-    if want == "128B" or (want == "auto" and len(tile) == 2 and swizzled.check(tile) is None):
-        return swizzled
+    if want != "auto":
+        return SharedLayout(_KINDS[want], elem_bytes)
+    for name in ("128B", "64B", "32B"):
+        layout = SharedLayout(_KINDS[name], elem_bytes)
+        if len(tile) == 2 and layout.check(tile) is None:
+            return layout
     return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes)
 
 
