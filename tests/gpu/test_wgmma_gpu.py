@@ -24,13 +24,15 @@ def _subs(bm: int, bn: int, bk: int, stages: int) -> dict:
 
 
 # (id, subs, waves = warpgroups, operand_swizzle): the benchmark's two tiles with the 128-byte swizzle
-# ("auto" at BLOCK_K = 64) and with core matrices, and a small one-warpgroup core-matrix tile
+# ("auto" at BLOCK_K = 64) and with core matrices, a small one-warpgroup core-matrix tile, and the
+# 64-byte swizzle (BLOCK_K = 32)
 CONFIGS = [
     ("128x128x64-s4-swz", _subs(128, 128, 64, 4), (2, 1), "auto"),
     ("128x256x64-s4-swz", _subs(128, 256, 64, 4), (2, 1), "auto"),
     ("128x256x64-s3-core", _subs(128, 256, 64, 3), (2, 1), "none"),
     ("128x128x64-s4-core", _subs(128, 128, 64, 4), (2, 1), "none"),
-    ("64x64x32-s2-core", _subs(64, 64, 32, 2), (1, 1), "auto"),
+    ("64x64x32-s2-core", _subs(64, 64, 32, 2), (1, 1), "none"),  # 2 stages: wait_group 0 every iteration
+    ("128x256x32-s4-swz64", _subs(128, 256, 32, 4), (2, 1), "auto"),  # 64-byte swizzle (descriptor bit 63)
 ]
 SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
           (128, 512, 1024), (1024, 256, 64), (64, 4096, 4096), (3072, 384, 512)]
