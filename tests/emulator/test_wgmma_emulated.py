@@ -70,11 +70,21 @@ def test_wgmma_gemm(dtype, cfg) -> None:
     _run(kernel, cfg[3], dtype, f"wgmma gemm {dtype.name} {cfg[0]}")
 
 
-def test_matmul_helper_wgmma() -> None:
+@pytest.mark.parametrize("m,tile", [(130, (128, 128, (2, 1))), (40, (64, 128, (1, 1))), (8, None)])
+def test_matmul_helper_wgmma(m: int, tile) -> None:
+    """``matmul(mma="wgmma")``: 128-row tiles of 2 warpgroups, 64-row tiles for M <= 64, and the mma.sync
+    decode tiles for M <= 16."""
     g, seed = generator()
-    a, b = randn(g, 130, 64, dtype=torch.float16), randn(g, 72, 64, dtype=torch.float16)
+    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, 72, 64, dtype=torch.bfloat16)
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
-    check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma (seed {seed})")
+    check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
+    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, 72, 64)
+    key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
+           "wgmma" if tile else "mma_sync")
+    assert key in gm._COMPILED  # the path matmul took
+    if tile is not None:
+        subs, waves = gm.wgmma_config(m, 72, 64)
+        assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
 
 
 def test_retarget_to_sm90a_changes_only_constraints() -> None:

@@ -97,10 +97,13 @@ WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8
 
 
 def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
-    """(subs, waves) for the wgmma GEMM: 128x256 tiles (4 stages, 192 KiB of shared memory) when they
-    still give every SM a workgroup, else 128x128."""
-    bn = 256 if -(-m // 128) * -(-n // 256) >= _SMS else 128
-    return {BLOCK_M: 128, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}, WGMMA_WAVES
+    """(subs, waves) for the wgmma GEMM: 128-row tiles of 2 warpgroups (64 rows and one warpgroup when
+    M <= 64), 256 wide (4 stages: 192 KiB of shared memory) when that still gives every SM a workgroup,
+    else 128 wide.  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the mma.sync decode tiles
+    for them (bandwidth-bound; a 64-row instruction would waste 3/4 of its rows)."""
+    bm, waves = (64, (1, 1)) if m <= 64 else (128, WGMMA_WAVES)
+    bn = 256 if -(-m // bm) * -(-n // 256) >= _SMS else 128
+    return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}, waves
 
 
 _COMPILED: dict = {}
@@ -110,7 +113,8 @@ MMA_CHOICES = ("mma_sync", "wgmma")
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
 
-    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a)."""
+    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
+    decode shapes, M <= 16, keep the mma.sync decode tiles)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -119,6 +123,8 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
     if mma not in MMA_CHOICES:
         raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
     target = None
+    if mma == "wgmma" and a.shape[0] <= 16:
+        mma = "mma_sync"  # decode: the mma.sync decode tiles (see wgmma_config)
     if mma == "wgmma":
         mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
         subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
