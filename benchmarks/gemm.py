@@ -9,7 +9,10 @@ Writes gemm.csv, gemm.png (TFLOP/s per shape), roofline.png and ceiling.png (wav
 analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``wavec_pct_ceiling``) under --out.
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
-                              [--time-budget SECONDS]
+                              [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares]
+
+``--mma wgmma`` times the Hopper warpgroup-MMA GEMM (sm_90a; ``wavec.kernels.gemm.wgmma_config`` picks
+its tiles); ``--squares`` times only the 1024^3 ... 8192^3 squares.
 """
 
 import argparse
@@ -27,7 +30,8 @@ from triton.testing import do_bench
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
-from wavec.kernels.gemm import gemm_config, matmul  # noqa: E402
+from wavec.kernels.gemm import MMA_CHOICES, gemm_config, wgmma_config  # noqa: E402
+from wavec.kernels.gemm import matmul as wavec_matmul  # noqa: E402
 from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
 
 SHAPES_CSV = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gemm_shapes.csv"
@@ -70,11 +74,15 @@ def time_rotating(fn, sets) -> float:
     return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
 
 
-def bench_shape(name, m, n, k, dt, bw, rates=None) -> dict:
+def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync") -> dict:
     tdt = TORCH_DT[dt]
     sets = inputs(m, n, k, tdt)
     a, b = sets[0]
     ref = a.float() @ b.float().T
+
+    def matmul(x, y):
+        return wavec_matmul(x, y, mma=mma)
+
     out = matmul(a, b)
     err = ((out - ref).norm() / ref.norm()).item()
     c_sets = [(x, y, torch.empty(m, n, device="cuda")) for x, y in sets]
@@ -83,8 +91,8 @@ def bench_shape(name, m, n, k, dt, bw, rates=None) -> dict:
     t_c = time_rotating(lambda x, y: torch.matmul(x, y.T), sets)
     t_t = time_rotating(triton_matmul, c_sets)
     flops = 2 * m * n * k
-    subs, waves = gemm_config(m, n, k)
-    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err,
+    subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
+    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
            "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
@@ -165,6 +173,8 @@ def main() -> None:
     ap.add_argument("--max-shapes", type=int, default=None)
     ap.add_argument("--models", default=None)
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
+    ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
+    ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
@@ -174,6 +184,8 @@ def main() -> None:
 
     rates = device_rates(torch.cuda.get_device_name(), measure_rates())
     shapes = load_shapes(args.models.split(",") if args.models else None, args.max_shapes)
+    if args.squares:
+        shapes = [s for s in shapes if s[0].startswith("square")]
     rows = []
     t0 = time.time()
     dtypes = args.dtypes.split(",")
@@ -183,7 +195,7 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw, rates))
+            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
                   f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "

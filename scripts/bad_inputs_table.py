@@ -292,6 +292,9 @@ def _iterate_wrong_count() -> wc.WaveKernel:
     return gemm
 
 
+WGMMA = wc.MMAType.NV_WGMMA_F32_64xNx16_F16
+
+
 def definition_cases() -> list[Case]:
     D, OPT = "kernel definition", "wc.compile options"
     subs = gm.DEFAULT_SUBS
@@ -316,6 +319,12 @@ def definition_cases() -> list[Case]:
              lambda: _compile(gm.make_gemm(waves=(8, 8)), {**subs, BM: 128, wc.sym.BLOCK_N: 512})),
         Case(D, "threads_per_wave=64 with an NVIDIA (32-lane) MMA",
              lambda: _compile(gm.make_gemm(threads_per_wave=64), subs)),
+        Case(D, "wgmma MMA type compiled for target sm_90 (no `a`)",
+             lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)), subs, target="sm_90")),
+        Case(D, "wgmma with a 32-row wave tile (64x64 tile, 2x1 warpgroups)",
+             lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(2, 1)), subs, target="sm_90a")),
+        Case(D, "wgmma with BLOCK_K = 8", lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)),
+                                                         {**subs, wc.sym.BLOCK_K: 8}, target="sm_90a")),
         Case(D, "calling the uncompiled kernel", lambda: gm.make_gemm()(torch.zeros(1))),
         Case(OPT, "BLOCK_M missing from subs", lambda: _compile(gm.make_gemm(), {k: v for k, v in subs.items()
                                                                              if k != BM})),

@@ -126,6 +126,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints
+    if cs.group_waves > 1:  # Hopper warpgroup MMA (imports the nvvm/llvm dialect bindings, ~0.1 s)
+        from . import lowering_wgmma  # noqa: F401 - registers the wgmma lowerings
     if cs.threads_per_wave != target.threads_per_wave:
         raise CodegenError(message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
                            f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")

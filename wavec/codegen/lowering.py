@@ -37,6 +37,7 @@ from ..frontend.ops import (
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
 
@@ -177,10 +178,12 @@ class FunctionBuilder:
             return acc
         if isinstance(e, sympy.Mod):
             return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
+        if isinstance(e, Xor):  # swizzled shared layouts
+            return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
 
     def hardware_symbols(self) -> None:
-        tpw = self.cs.threads_per_wave
+        tpw = self.cs.lanes  # a wave, or a warpgroup of 4 waves for wgmma (its layouts span 128 lanes)
         tid = gpu.thread_id(gpu.Dimension.x)
         self.symbols[THREAD] = tid
         self.symbols[LANE] = arith.remui(tid, self.index(tpw))
@@ -246,9 +249,14 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     if mem.meta["type"].address_space != AddressSpace.SHARED:
         return [fb.index(coords[d]) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
-    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in capture_root(mem).kwargs["base"].items()}
+    alloc = capture_root(mem)
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in alloc.kwargs["base"].items()}
     stage = access.meta.get("stage", 0)
-    return [fb.index(stage)] + [fb.index(sympy.expand(coords[d] - base[d])) for d in dims]
+    rel = [sympy.expand(coords[d] - base[d]) for d in dims]
+    smem_layout = alloc.kwargs.get("smem_layout")  # a layout of its own (wgmma operand tiles)
+    if smem_layout is not None:
+        rel = smem_layout.indices(*rel)
+    return [fb.index(stage)] + [fb.index(e) for e in rel]
 
 
 def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
@@ -376,10 +384,14 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
 def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
     tile = list(node.kwargs["tile"].values())
     tile[-1] += node.kwargs["pad"]
+    align = 128
+    if node.kwargs.get("smem_layout") is not None:
+        tile = node.kwargs["smem_layout"].memref_shape(tuple(node.kwargs["tile"].values()))
+        align = node.kwargs["smem_layout"].alignment
     dtype = node.meta["type"].dtype
     shape = "x".join(str(x) for x in [node.kwargs["stages"], *tile])
     mtype = ir.MemRefType.parse(f"memref<{shape}x{dtype.mlir}, #gpu.address_space<workgroup>>")
-    fb.values[node] = memref.alloc(mtype, [], [], alignment=128)
+    fb.values[node] = memref.alloc(mtype, [], [], alignment=align)
 
 
 @rule(Barrier)

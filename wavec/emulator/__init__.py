@@ -19,6 +19,7 @@ def load_ops() -> None:
         ops_gpu,
         ops_memref,
         ops_nvgpu,
+        ops_nvvm,
         ops_scf,
         ops_vector,
     )

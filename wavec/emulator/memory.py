@@ -28,6 +28,9 @@ class SharedBuf:
         self.wr_op = np.zeros(nbytes, np.int64)
         self.rd_mask = np.zeros(nbytes, np.uint64)
         self.rd_op = np.zeros(nbytes, np.int64)
+        # wave whose generic-proxy write of the byte no fence.proxy.async has yet ordered before async-proxy
+        # reads (wgmma): -1 when fenced.  Checked by the wgmma emulation (``ops_nvvm``).
+        self.unfenced_wave = np.full(nbytes, -1, np.int64)
 
     def reset(self) -> None:
         """A barrier: forget all accesses."""
@@ -62,6 +65,7 @@ class SharedBuf:
             i = int(np.argmax(clash))
             raise self._race(st, int(b[i]), op, op)
         self.wr_op[b] = op
+        self.unfenced_wave[b] = w
 
 
 @dataclass

@@ -63,12 +63,21 @@ class SchedulingConstraint:
 
     ``num_stages``: software-pipelining depth of ``iterate`` loops (1 = no pipelining; applied where the
     target has asynchronous copies); ``group_size``: workgroups along axis 0 launched together for L2
-    reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory.
+    reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory;
+    ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (the widest
+    swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
+    "64B", "32B" or "none" (core matrices).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
     promote_operands: bool = True
+    operand_swizzle: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
+            raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
+                                  "'auto', '128B', '64B', '32B' or 'none'")
 
 
 Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint
@@ -145,10 +154,19 @@ class ConstraintSet:
                 raise ConstraintError(message=f"wave tile {tile} of {dim} does not divide its workgroup tile "
                                       f"{self.wg_tile[dim]}")
             self.waves_per_axis[self.wg_axis[dim]] = self.wg_tile[dim] // tile
+        # With a warpgroup MMA type a WaveConstraint tiles per group of waves (4 on Hopper): ``waves``
+        # counts the groups and every group has ``group_waves`` waves of ``threads_per_wave`` lanes.
+        self.group_waves = self.mma_type.spec.group_waves if self.mma_type is not None else 1
         self.waves = self.waves_per_axis[0] * self.waves_per_axis[1] * self.waves_per_axis[2]
-        self.threads = self.waves * self.threads_per_wave
+        self.threads = self.waves * self.group_waves * self.threads_per_wave
         if self.threads > 1024:
             raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
+
+    @property
+    def lanes(self) -> int:
+        """Threads that one layout unit (a wave, or a warpgroup for warpgroup MMA types) spreads over:
+        the range of ``$LANE``."""
+        return self.group_waves * self.threads_per_wave
 
     def trip_count(self, dim) -> sympy.Expr:
         """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial)."""

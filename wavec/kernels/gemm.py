@@ -11,14 +11,15 @@ NUM_STAGES, GROUP_M = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 MMA_FOR_TARGET = {
     "sm_80": (32, wc.MMAType.NV_F32_16x8x16_F16),
     "sm_90": (32, wc.MMAType.NV_F32_16x8x16_F16),
-    "sm_90a": (32, wc.MMAType.NV_F32_16x8x16_F16),
+    "sm_90a": (32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16),  # warpgroup MMA: wave tiles of M are 64k
     "gfx942": (64, wc.MMAType.F32_16x16x16_F16),
 }
 
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2)) -> list:
-    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves, K in steps of BLOCK_K."""
+                     waves=(2, 2), operand_swizzle: str = "auto") -> list:
+    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
+    K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -26,15 +27,16 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.WaveConstraint(N, BLOCK_N / waves[1]),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2)) -> wc.WaveKernel:
-    """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint changes per GPU."""
+              waves=(2, 2), operand_swizzle: str = "auto") -> wc.WaveKernel:
+    """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
+    wgmma, the wave tiles) changes per GPU."""
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
         acc = Register[M, N, f32](0.0)
 
@@ -87,22 +89,55 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
     return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: stages, GROUP_M: 8}, waves
 
 
+# ----- Hopper (sm_90a): wgmma -----
+# The same kernel body; the HardwareConstraint names a warpgroup MMA type and the wave tiles are
+# warpgroup tiles: 2 warpgroups along M (64-row multiples), each spanning the workgroup's N (one
+# m64nNk16 instruction per 64 rows and K step, N = BLOCK_N up to 256).  Not yet measured on a GPU.
+WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+WGMMA_WAVES = (2, 1)
+WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}
+
+
+def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
+    """(subs, waves) for the wgmma GEMM: 128-row tiles of 2 warpgroups (64 rows and one warpgroup when
+    M <= 64), 256 wide (4 stages: 192 KiB of shared memory) when that still gives every SM a workgroup,
+    else 128 wide.  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the mma.sync decode tiles
+    for them (bandwidth-bound; a 64-row instruction would waste 3/4 of its rows)."""
+    bm, waves = (64, (1, 1)) if m <= 64 else (128, WGMMA_WAVES)
+    bn = 256 if -(-m // bm) * -(-n // 256) >= _SMS else 128
+    return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}, waves
+
+
 _COMPILED: dict = {}
+MMA_CHOICES = ("mma_sync", "wgmma")
 
 
-def matmul(a, b, *, backend: str | None = None):
-    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor."""
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
+    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
+
+    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
+    decode shapes, M <= 16, keep the mma.sync decode tiles)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
-    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-    subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+    if mma not in MMA_CHOICES:
+        raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
+    target = None
+    if mma == "wgmma" and a.shape[0] <= 16:
+        mma = "mma_sync"  # decode: the mma.sync decode tiles (see wgmma_config)
+    if mma == "wgmma":
+        mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
+        subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
+    else:
+        mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+        subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma, waves=waves), subs, backend=backend)
+        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves), subs,
+                                             backend=backend, target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
     kernel(a, b, c)
     return c

@@ -8,7 +8,8 @@ alignment of its address, proven from the index algebra (the run's first coordin
 a multiple of that many elements; base pointers are 16-byte aligned and rows are a multiple of the
 longest run, which ``mask_bounds`` makes the launcher check).  LLVM only emits a 16-byte ``ld.v4`` when it
 is told the alignment.  Reads of shared memory that feed an NVIDIA ``mma.sync``
-operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``); B fragments of
+operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``), those of a
+warpgroup MMA (``wgmma``) become matrix descriptors (``meta["access"] = "descriptor"``); B fragments of
 neighbouring N tiles are paired into one ``ldmatrix.x4`` (``meta["pair_with"]``).
 """
 
@@ -93,7 +94,8 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             if node.meta.get("op") not in (Read, Write, AsyncCopy):
                 continue
             if _uses_ldmatrix(node, ctx):
-                node.meta["access"] = "ldmatrix"
+                # warpgroup MMAs read shared operands themselves, through one matrix descriptor per tile
+                node.meta["access"] = "descriptor" if ctx.constraints.group_waves > 1 else "ldmatrix"
                 continue
             mem = memory_operand(node)
             mtype = mem.meta["type"]

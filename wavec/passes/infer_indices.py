@@ -31,6 +31,7 @@ from ..frontend.ops import (
 )
 from ..frontend.tracing import Trace
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
+from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
 
 PRIO_MMA, PRIO_COPY, PRIO_WRITE, PRIO_DEFAULT = 3, 2, 1, 0
@@ -109,6 +110,27 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     return Layout.make(dims, seqs, tiles).offset(base)
 
 
+def _instruction_n(ctx: PassContext, n_dim) -> int | None:
+    """The N of one instruction of a warpgroup MMA type (None for fixed-shape types, whose layouts
+    carry their own N); ``layout_wgmma_operands`` has checked that it exists."""
+    spec = ctx.constraints.mma_type.spec
+    if spec.group_waves == 1:
+        return None
+    return spec.instruction_n(ctx.constraints.wave_extent(n_dim))
+
+
+def _shared_layout_copy(ctx: PassContext, graph, read: fx.Node) -> Layout:
+    """The copy distribution a shared tile's layout asks for (``meta["copy_layout"]``, set by
+    ``layout_wgmma_operands``): for core-matrix tiles, conflict-free 16-byte stores (``core_copy_layout``)."""
+    cs, dims = ctx.constraints, _dims(read)
+    tile = tuple(cs.workgroup_extent(d) for d in dims)
+    layout = core_copy_layout(dims, tile, cs.threads, read.meta["type"].dtype.bytes)
+    if isinstance(layout, str):
+        raise ConstraintError(read.meta.get("loc"), message=f"copy of the {'x'.join(map(str, tile))} operand tile: "
+                              f"{layout}")
+    return layout.offset({d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims})
+
+
 class _Solver:
     def __init__(self, trace: Trace, ctx: PassContext) -> None:
         self.trace, self.ctx = trace, ctx
@@ -183,13 +205,16 @@ class _Solver:
                     raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
                 a, b, acc = n.args
                 m, nn, k = MMA.dims(n)
+                inst_n = _instruction_n(self.ctx, nn)
                 for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
-                    lay = mma_layout(mma_type, role, *dims).offset(_base(self.ctx, self.graph_of[node], dims))
+                    lay = mma_layout(mma_type, role, *dims, n=inst_n).offset(_base(self.ctx, self.graph_of[node], dims))
                     self.offer(node, lay, PRIO_MMA, n)
                     node.meta.setdefault("mma_role", role)
             elif op is Read and n.meta.get("distribute") == "workgroup":
                 g = self.graph_of[n]
-                self.offer(n, copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes), PRIO_COPY, n)
+                layout = (_shared_layout_copy(self.ctx, g, n) if n.meta.get("copy_layout") is not None
+                          else copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes))
+                self.offer(n, layout, PRIO_COPY, n)
         self.propagate()
         for n in self.graph_of:  # reduction strategy: lanes along the reduced dim (priority 2)
             if n.meta.get("op") is Reduce and n.args[0] not in self.state:

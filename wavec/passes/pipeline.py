@@ -13,6 +13,8 @@ from .expand import expand
 from .infer_indices import infer_indices
 from .infer_types import infer_types
 from .insert_barriers import insert_barriers
+from .insert_wgmma_fences import insert_wgmma_fences
+from .layout_wgmma_operands import layout_wgmma_operands
 from .mask_bounds import mask_bounds
 from .pipeline_loops import pipeline_loops
 from .printer import format_trace
@@ -27,6 +29,7 @@ Pass = Callable[[Trace, PassContext], None]
 PIPELINE: list[tuple[str, Pass]] = [
     ("infer_types", infer_types),
     ("promote_to_shared", promote_to_shared),
+    ("layout_wgmma_operands", layout_wgmma_operands),
     ("infer_indices", infer_indices),
     ("expand", expand),
     ("coarsen_loads", coarsen_loads),
@@ -36,6 +39,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),
     ("insert_barriers", insert_barriers),
+    ("insert_wgmma_fences", insert_wgmma_fences),
 ]
 
 PASS_NAMES = [name for name, _ in PIPELINE]

@@ -4,11 +4,13 @@ Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >=
 ``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory in runs of at least 4
 bytes (what ``cp.async`` can move).  Guarantees:
 - each ``read`` (global, workgroup-distributed) + ``write`` (to shared) pair becomes one ``async_copy``
-  that fetches iteration ``min(i + S - 1, n - 1)`` into stage ``(i + S - 1) % S``; shared reads take
+  that fetches iteration ``min(i + D, n - 1)`` into stage ``(i + D) % S``, with the prefetch distance
+  ``D = S - 1`` (``D = S - 2`` for a warpgroup MMA with S >= 3, which keeps one wgmma group reading the
+  previous stage in flight: ``iterate.meta["wgmma_groups_in_flight"] = 1``); shared reads take
   stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
   ``$STAGE_<dim>``, a value the loop carries (``ctx.loop_stages``) rather than a remainder of ``i``;
-- the body begins with ``async_wait(pending=S - 2)`` and ends its copies with ``async_commit``;
-- a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each.
+- the body begins with ``async_wait(pending=D - 1)`` and ends its copies with ``async_commit``;
+- a prologue before the loop issues iterations ``0 .. D - 1`` into stages ``0 .. D - 1``, one commit each.
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
 needs no branch and there is no minimum trip count.
 """
@@ -58,27 +60,32 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
     last = cs.trip_count(dim) - 1
-    ahead = sympy.Min(iv + stages - 1, last)
+    # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
+    # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
+    lag = 1 if cs.group_waves > 1 and stages >= 3 else 0
+    iterate.meta["wgmma_groups_in_flight"] = lag
+    distance = stages - 1 - lag
+    ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
         tile = write.args[1]
         c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
                   layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
-                  stage=sympy.Mod(stage + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
+                  stage=sympy.Mod(stage + distance, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
     loc = iterate.meta.get("loc")
     _node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
     first = next(n for n in sub.nodes if n.op != "placeholder")
-    _node(sub, AsyncWait, (), {"pending": stages - 2}, "async_wait", loc, before=first)
+    _node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
     for n in sub.nodes:
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
     outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
     for alloc in {outer[c.args[1]] for c, _ in copies}:
         alloc.kwargs = {**alloc.kwargs, "stages": stages}
-    for s in range(stages - 1):
+    for s in range(distance):
         for c, layout in copies:
             _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
                   c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(s, last)}),

@@ -87,6 +87,14 @@ def copy_split(extents: list[int], threads: int, elem_bytes: int) -> tuple[int, 
     return ept, per_row
 
 
+def _core_split(dims, extents: list[int], threads: int, elem_bytes: int) -> tuple | str:
+    """The copy split of a wgmma operand tile (``core_copy_layout``), or why there is none."""
+    from ..indexing.shared_layout import core_copy_layout
+
+    layout = core_copy_layout(tuple(dims), tuple(extents), threads, elem_bytes)
+    return layout if isinstance(layout, str) else layout.tile
+
+
 def row_pad(last: int, elem_bytes: int) -> int:
     row = last * elem_bytes
     return BANK_GROUP_BYTES // elem_bytes if row >= BANK_GROUP_BYTES and row % BANK_GROUP_BYTES == 0 else 0
@@ -122,7 +130,8 @@ def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
         rows = 1
         for e in extents[:-1]:
             rows *= e
-        total += _stages(cs, tgt) * rows * (extents[-1] + row_pad(extents[-1], nbytes)) * nbytes
+        pad = 0 if cs.group_waves > 1 else row_pad(extents[-1], nbytes)  # wgmma tiles: core matrices, no pad
+        total += _stages(cs, tgt) * rows * (extents[-1] + pad) * nbytes
     return total
 
 
@@ -154,9 +163,13 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
         spec = cs.mma_type.spec
         if (spec.vendor == "nvidia") != tgt.is_nvidia:
             return False, f"{cs.mma_type.name} is a {spec.vendor} instruction; {tgt.name} cannot run it"
+        if spec.group_waves > 1 and tgt.name != "sm_90a":
+            return False, f"{cs.mma_type.name} (wgmma) needs target sm_90a, not {tgt.name}"
         for m, n, k in mmas:
             for dim, inst, what in ((m, spec.m, "M"), (n, spec.n, "N")):
                 ext = cs.wave_extent(dim)
+                if ext is not None and what == "N" and spec.group_waves > 1:  # wgmma: N from the wave tile
+                    inst = spec.instruction_n(ext) or ext + 1
                 if ext is not None and ext % inst:
                     return False, (f"wave tile {ext} of {dim} is not a multiple of the {cs.mma_type.name} "
                                    f"instruction's {what} = {inst}")
@@ -165,7 +178,8 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
                 return False, (f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} "
                                f"instruction's K = {spec.k}")
     for dims, nbytes, extents in _staged_tiles(staged, cs):
-        split = copy_split(extents, cs.threads, nbytes)
+        split = (copy_split(extents, cs.threads, nbytes) if cs.group_waves == 1 or len(extents) != 2
+                 else _core_split(dims, extents, cs.threads, nbytes))
         if isinstance(split, str):
             return False, f"copy of {'x'.join(map(str, dims))} to shared memory: {split}"
     smem = _shared(kernel, cs, tgt)

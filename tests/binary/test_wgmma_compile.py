@@ -1,0 +1,105 @@
+"""Binary tier for the Hopper GEMM: the ``gemm`` kernel with a warpgroup MMA type compiles for sm_90a to
+PTX with ``wgmma.mma_async.sync.aligned.m64nNk16`` and its fences and groups, and ptxas assembles the
+configurations the benchmark uses (128x128x64 and 128x256x64, 2 warpgroups, 3-4 stages) with no spills
+and no wgmma serialization warning."""
+
+import functools
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import wavec as wc
+import wavec.codegen.ptxas as ptxas_mod
+from wavec.codegen.ptxas import find_ptxas
+from wavec.kernels import gemm as gm
+
+pytest.importorskip("iree.compiler")
+HAS_PTXAS = find_ptxas() is not None
+NEEDS_PTXAS = pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available")
+
+CONFIGS = [(128, 128, 3), (128, 128, 4), (128, 256, 3), (128, 256, 4)]
+
+
+def _subs(bm: int, bn: int, stages: int) -> dict:
+    return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: 64, gm.NUM_STAGES: stages, gm.GROUP_M: 8}
+
+
+def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto"):
+    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle)
+    if not ptx:
+        return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
+
+
+@functools.cache
+def ptx_of(dtype: str, bm: int, bn: int, stages: int, swizzle: str = "auto") -> str:
+    k = _compile(dtype, bm, bn, stages, ptx=True, swizzle=swizzle)
+    assert k.artifact.format == "ptx"
+    return re.sub(r"[ \t]+", " ", k.artifact.binary.decode())  # one space between operands
+
+
+@pytest.mark.parametrize("swizzle", ["auto", "none"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("bn", [128, 256])
+def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str) -> None:
+    ptx = ptx_of(dtype, 128, bn, 3, swizzle)
+    assert ".target sm_90a" in ptx and ".visible .entry gemm(" in ptx
+    inst = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{dtype}.{dtype}"
+    assert ptx.count(inst) == 4  # one per K step of 16 in BLOCK_K = 64 (per warpgroup, same code)
+    for s in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;",
+              "fence.proxy.async.shared::cta;", "cp.async.cg.shared.global"):
+        assert s in ptx, s
+    assert "mma.sync.aligned" not in ptx and "ldmatrix" not in ptx
+    assert ("xor.b" in ptx) == (swizzle == "auto")  # BLOCK_K = 64: "auto" is the 128-byte swizzle
+    # 3 stages: one group stays in flight (wait 1 in the loop), the epilogue waits for it (wait 0)
+    assert ptx.index("wgmma.wait_group.sync.aligned 1;") < ptx.index("wgmma.wait_group.sync.aligned 0;")
+    # order in the loop: proxy fence, barrier, ..., wgmma fence, the wgmmas, commit, wait
+    pos = [ptx.index(s) for s in ("fence.proxy.async.shared::cta;", "bar.sync", "wgmma.fence.sync.aligned;", inst,
+                                  "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;")]
+    assert pos == sorted(pos)
+    # the next tiles' copies are issued between the commit and the wait (in the loop, after the prologue's)
+    between = ptx[pos[-2]:pos[-1]]
+    assert between.count("cp.async.cg.shared.global") == (128 + bn) * 64 * 2 // 16 // 256
+    assert "cp.async.commit_group;" in between
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("swizzle", ["auto", "none"])
+@pytest.mark.parametrize("bm,bn,stages", CONFIGS)
+def test_assembles_without_spills(bm: int, bn: int, stages: int, swizzle: str) -> None:
+    k = _compile("f16", bm, bn, stages, ptx=False, swizzle=swizzle)
+    meta = k.artifact.metadata
+    assert k.artifact.format == "cubin" and meta.spills == 0
+    assert meta.registers is not None and 0 < meta.registers <= 255
+    assert meta.shared_bytes == stages * (bm + bn) * 64 * 2
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("bn", [128, 256])
+def test_ptxas_does_not_serialize_wgmma(bn: int) -> None:
+    """ptxas says "wgmma.mma_async instructions are serialized" when it cannot prove the accumulator
+    registers untouched between issue and wait; the kernel must not trigger that."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx_of("bf16", 128, bn, 4))
+        proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True, check=True)
+    report = proc.stdout + proc.stderr
+    assert "serialized" not in report and "0 bytes spill stores" in report, report
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("bk,mode_bits", [(32, -(2**63)), (16, -(2**62))], ids=["64B", "32B"])
+def test_narrow_swizzles_assemble(bk: int, mode_bits: int) -> None:
+    """BLOCK_K = 32 / 16 ("auto": the 64- / 32-byte swizzle): descriptor mode 2 / 3 sets bit 63, ORed in
+    as a 64-bit constant; no spills."""
+    kernel = gm.make_gemm(wc.bf16, 32, gm.WGMMA_FOR_DTYPE["bf16"], gm.WGMMA_WAVES)
+    subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: bk, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
+    k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
+    assert k.artifact.format == "cubin" and k.artifact.metadata.spills == 0
+    assert f"arith.constant {mode_bits} : i64" in k.artifact.mlir and "arith.ori" in k.artifact.mlir

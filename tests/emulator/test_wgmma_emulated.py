@@ -1,0 +1,196 @@
+"""Emulator tier for the Hopper GEMM (``wgmma`` on sm_90a): the unchanged ``gemm`` body with a warpgroup
+MMA type, run lane by lane on the CPU (descriptors decoded from the emitted MLIR, shared memory through
+the race checker) against torch in float64, f16 and bf16, on fresh random inputs (seed in every failure
+message; ``WAVEC_TEST_SEED`` replays one).  Also: the emulator rejects a kernel whose fences are missing,
+and bad configurations get errors that say what was expected."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poisoned, randn
+
+import wavec as wc
+from wavec.emulator.interp import EmulatorError
+from wavec.kernels import gemm as gm
+from wavec.passes import insert_wgmma_fences as fences_pass
+
+WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+
+
+def _subs(bm: int, bn: int, bk: int, stages: int, group_m: int = 2) -> dict:
+    return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: stages, gm.GROUP_M: group_m}
+
+
+# (id, subs, waves = warpgroups, shapes, operand_swizzle).  One m64nNk16 per 64 rows of a warpgroup and
+# K step of 16, N = the warpgroup's N tile (256 in the last: 128 accumulators per thread).  K = 40 and 72
+# are not multiples of BLOCK_K (the last tile zero-filled); M = 100, 1, 130 and N = 72, 136 are not tile
+# multiples (masked copies and stores); K = 40 with 3 stages has fewer iterations than stages; "2wg" puts
+# two warpgroups in a workgroup; "128x64x64-1wg" gives one warpgroup two instructions along M per K step.
+# "auto" is the widest swizzle the K rows allow: 128 bytes at BLOCK_K = 64 (two swizzle columns at 128),
+# 64 bytes at 32, 32 bytes at 16; "none" core matrices; "128B" forced.
+CONFIGS = [
+    ("64x64x32-stages1-core", _subs(64, 64, 32, 1), (1, 1), [(128, 128, 96), (100, 72, 40)], "none"),
+    ("64x64x32-stages2-swz", _subs(64, 64, 32, 2), (1, 1), [(128, 128, 128), (1, 136, 72)], "auto"),
+    ("128x64x32-stages3-2wg-core", _subs(128, 64, 32, 3), (2, 1), [(256, 128, 128), (100, 72, 40)], "none"),
+    ("128x64x64-stages4-1wg-swz", _subs(128, 64, 64, 4), (1, 1), [(128, 64, 200), (130, 136, 40)], "auto"),
+    ("128x64x64-stages3-2wg-core", _subs(128, 64, 64, 3), (2, 1), [(130, 136, 136)], "none"),
+    ("64x128x128-stages2-swz", _subs(64, 128, 128, 2), (1, 1), [(64, 256, 256), (72, 130, 136)], "auto"),
+    ("64x64x64-stages1-swz", _subs(64, 64, 64, 1), (1, 1), [(100, 72, 136)], "128B"),
+    ("64x128x16-stages3-swz", _subs(64, 128, 16, 3, 1), (1, 1), [(64, 256, 80)], "auto"),
+    ("64x256x32-stages3-swz", _subs(64, 256, 32, 3), (1, 1), [(64, 256, 96)], "auto"),
+]
+
+
+def _kernel(dtype, cfg, **kw):
+    _name, subs, waves, _shapes, swizzle = cfg
+    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle), subs,
+                      backend="emulator", target="sm_90a", cache=False, **kw)
+
+
+def _run(kernel, shapes, dtype, what: str) -> None:
+    g, seed = generator()
+    for m, n, k in shapes:
+        a, b = randn(g, m, k, dtype=TORCH_DTYPE[dtype]), randn(g, n, k, dtype=TORCH_DTYPE[dtype])
+        c = poisoned(m, n)
+        kernel(a, b, c)
+        check(c, a.double() @ b.double().T, GEMM_TOL, f"{what} M={m} N={n} K={k} (seed {seed})")
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
+def test_wgmma_gemm(dtype, cfg) -> None:
+    kernel = _kernel(dtype, cfg)
+    mlir = kernel.artifact.mlir
+    stages = cfg[1][gm.NUM_STAGES]
+    assert f"nvvm.wgmma.wait.group.sync.aligned {1 if stages >= 3 else 0}" in mlir  # one group in flight
+    assert kernel.metadata.block == (128 * cfg[2][0] * cfg[2][1], 1, 1)
+    assert "nvvm.wgmma.mma_async" in mlir and "nvgpu.mma.sync" not in mlir
+    assert ("arith.xori" in mlir) == cfg[0].endswith("swz")
+    _run(kernel, cfg[3], dtype, f"wgmma gemm {dtype.name} {cfg[0]}")
+
+
+@pytest.mark.parametrize("m,tile", [(130, (128, 128, (2, 1))), (40, (64, 128, (1, 1))), (8, None)])
+def test_matmul_helper_wgmma(m: int, tile) -> None:
+    """``matmul(mma="wgmma")``: 128-row tiles of 2 warpgroups, 64-row tiles for M <= 64, and the mma.sync
+    decode tiles for M <= 16."""
+    g, seed = generator()
+    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, 72, 64, dtype=torch.bfloat16)
+    c = gm.matmul(a, b, backend="emulator", mma="wgmma")
+    check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
+    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, 72, 64)
+    key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
+           "wgmma" if tile else "mma_sync")
+    assert key in gm._COMPILED  # the path matmul took
+    if tile is not None:
+        subs, waves = gm.wgmma_config(m, 72, 64)
+        assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
+
+
+def test_retarget_to_sm90a_changes_only_constraints() -> None:
+    threads, mma = gm.MMA_FOR_TARGET["sm_90a"]
+    assert mma.spec.group_waves == 4 and threads == 32
+    k90a, k90 = gm.make_gemm(wc.f16, threads, mma, gm.WGMMA_WAVES), gm.make_gemm(wc.f16)
+    assert k90a.fn.__code__.co_code == k90.fn.__code__.co_code
+    kernel = wc.compile(k90a, gm.WGMMA_SUBS, backend="emulator", target="sm_90a", cache=False)
+    _run(kernel, [(128, 128, 128)], wc.f16, "MMA_FOR_TARGET['sm_90a'] with WGMMA_SUBS")
+
+
+# ----- the emulator catches missing synchronisation -------------------------------------------------------
+
+CATCH = CONFIGS[2]  # core matrices, 2 warpgroups, one group in flight
+CATCH_SWIZZLED = CONFIGS[3]
+
+
+@pytest.mark.parametrize("cfg", [CATCH, CATCH_SWIZZLED], ids=["core", "swizzled"])
+def test_missing_proxy_fence_is_caught(monkeypatch, cfg) -> None:
+    monkeypatch.setattr(fences_pass, "_fence_barriers", lambda g: None)
+    kernel = _kernel(wc.f16, cfg)
+    assert "nvvm.fence.proxy" not in kernel.artifact.mlir
+    with pytest.raises(EmulatorError, match="fence.proxy.async"):
+        _run(kernel, [(128, 64, 64)], wc.f16, "no proxy fence")
+
+
+def test_missing_wgmma_fence_is_caught(monkeypatch) -> None:
+    real = fences_pass._node
+    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: None if op is fences_pass.WgmmaFence
+                        else real(g, op, where, before, **kw))
+    kernel = _kernel(wc.f16, CATCH)
+    with pytest.raises(EmulatorError, match="wgmma.fence"):
+        _run(kernel, [(128, 64, 64)], wc.f16, "no wgmma fence")
+
+
+def test_missing_wgmma_wait_is_refused(monkeypatch) -> None:
+    """Without the body's wait (1 stage: the accumulator leaves the loop as a value) the accumulator
+    would be read while the wgmmas may still write it: the lowering refuses."""
+    real = fences_pass._node
+    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: where if op is fences_pass.WgmmaWait
+                        else real(g, op, where, before, **kw))
+    with pytest.raises(wc.WavecError, match="no wgmma_wait retiring it"):
+        _kernel(wc.f16, CONFIGS[0])
+
+
+def test_missing_in_flight_wait_is_caught(monkeypatch) -> None:
+    """With one group in flight (3 stages), dropping the body's wait(1) lets copies overwrite stages that
+    unretired wgmmas still read: the race checker sees the wgmma reads and the copies with no barrier."""
+    real = fences_pass._node
+
+    def no_body_wait(g, op, where, before, **kw):
+        if op is fences_pass.WgmmaWait and kw.get("pending") == 1:
+            return where
+        return real(g, op, where, before, **kw)
+
+    monkeypatch.setattr(fences_pass, "_node", no_body_wait)
+    kernel = _kernel(wc.f16, CATCH)
+    assert "nvvm.wgmma.wait.group.sync.aligned 1" not in kernel.artifact.mlir
+    with pytest.raises(wc.WavecError, match="shared-memory race .*nvvm.wgmma.mma_async.*device_async_copy"):
+        _run(kernel, [(128, 64, 256)], wc.f16, "no wait(1)")
+
+
+# ----- bad configurations -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("waves,subs,target,match", [
+    ((2, 1), _subs(64, 64, 32, 2), "sm_90a", "wave tile of M must be a multiple of 64"),
+    ((1, 1), _subs(64, 12, 32, 2), "sm_90a", "wave tile of N must be a multiple of 8"),
+    ((1, 1), _subs(64, 64, 8, 2), "sm_90a", "loop tile of K must be a multiple of 16"),
+    ((1, 1), _subs(64, 64, 32, 2), "sm_90", "target='sm_90a'"),
+    ((1, 1), _subs(64, 64, 32, 2), "sm_80", "target='sm_90a'"),
+])
+def test_bad_configurations(waves, subs, target, match) -> None:
+    with pytest.raises(wc.WavecError, match=match):
+        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], waves), subs, backend="emulator", target=target,
+                   cache=False)
+
+
+def test_wgmma_needs_promoted_operands() -> None:
+    M, N, K = gm.M, gm.N, gm.K
+    constraints = [c for c in gm.gemm_constraints(32, WGMMA[wc.f16], (1, 1))
+                   if not isinstance(c, wc.SchedulingConstraint)] + [
+        wc.SchedulingConstraint(num_stages=1, promote_operands=False)]
+
+    @wc.wave(constraints)
+    def gemm(a: wc.Memory[M, K, wc.f16], b: wc.Memory[N, K, wc.f16], c: wc.Memory[M, N, wc.f32]):
+        acc = wc.Register[M, N, wc.f32](0.0)
+
+        @wc.iterate(K, init_args=[acc])
+        def body(acc: wc.Register[M, N, wc.f32]) -> wc.Register[M, N, wc.f32]:
+            return wc.mma(wc.read(a), wc.read(b), acc)
+
+        wc.write(body, c)
+
+    with pytest.raises(wc.WavecError, match="promote_operands=True"):
+        wc.compile(gemm, _subs(64, 64, 32, 1), backend="emulator", target="sm_90a", cache=False)
+
+
+def test_wgmma_type_with_wrong_dtype_is_rejected() -> None:
+    with pytest.raises(wc.WavecError, match="takes bf16 operands"):
+        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.bf16], (1, 1)), _subs(64, 64, 32, 1), backend="emulator",
+                   target="sm_90a", cache=False)
+
+
+def test_forced_swizzle_needs_128_byte_rows() -> None:
+    with pytest.raises(wc.WavecError, match="128-byte swizzle rows"):
+        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"), _subs(64, 64, 32, 1),
+                   backend="emulator", target="sm_90a", cache=False)
+    with pytest.raises(wc.WavecError, match="operand_swizzle"):
+        wc.SchedulingConstraint(operand_swizzle="16B")

@@ -1,0 +1,174 @@
+# ruff: noqa: E501  (check lines quote whole printed trace and MLIR lines)
+"""IR tier: the Hopper passes (``layout_wgmma_operands``, ``insert_wgmma_fences``) and the wgmma lowering,
+checked against their docstrings' guarantees, FileCheck-style, on the library's ``gemm`` with a warpgroup
+MMA type (2 warpgroups along M, 128 x 128 x 64 tiles, sm_90a)."""
+
+import functools
+
+import pytest
+from filecheck import filecheck
+
+import wavec as wc
+from wavec.frontend.constraints import ConstraintSet
+from wavec.frontend.ops import Allocate
+from wavec.indexing.shared_layout import SharedLayoutKind
+from wavec.kernels import gemm as gm
+from wavec.passes.context import PassContext
+from wavec.passes.pipeline import PASS_NAMES, run_pipeline
+
+KERNELS = {s: gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=s)
+           for s in ("none", "auto")}
+
+
+class Compiled:
+    def __init__(self, stages: int, swizzle: str) -> None:
+        printed: list[str] = []
+        subs = {**gm.WGMMA_SUBS, gm.NUM_STAGES: stages}
+        kernel = KERNELS[swizzle]
+        self.trace = kernel.trace()
+        self.ctx = PassContext.build(self.trace, ConstraintSet(kernel.constraints, subs), "sm_90a")
+        run_pipeline(self.trace, self.ctx, ["all"], printer=printed.append)
+        self.after = {}
+        for text in printed:
+            head, _, body = text.partition("\n")
+            self.after[head.removeprefix("// ----- after ").removesuffix(" -----")] = body
+        pytest.importorskip("iree.compiler")
+        from wavec.codegen.emitter import emit_kernel
+        from wavec.codegen.targets import get_target
+
+        self.mlir, self.iface = emit_kernel(self.trace, self.ctx, get_target("sm_90a"))
+
+    def loop_mlir(self) -> str:
+        start = self.mlir.index("scf.for")
+        return self.mlir[start:self.mlir.index("scf.yield", self.mlir.index("nvvm.wgmma.wait", start))]
+
+
+@functools.cache
+def compiled(stages: int, swizzle: str = "none") -> Compiled:
+    return Compiled(stages, swizzle)
+
+
+def test_passes_are_in_the_pipeline() -> None:
+    assert PASS_NAMES.index("promote_to_shared") < PASS_NAMES.index("layout_wgmma_operands") < PASS_NAMES.index("infer_indices")
+    assert PASS_NAMES[-1] == "insert_wgmma_fences"
+
+
+def test_operand_tiles_get_the_core_matrix_layout() -> None:
+    c = compiled(3)
+    allocs = [n for n in c.trace.graph.nodes if n.meta.get("op") is Allocate]
+    assert len(allocs) == 2
+    for a in allocs:
+        assert a.kwargs["smem_layout"].kind is SharedLayoutKind.CORE_K_MAJOR and a.kwargs["pad"] == 0
+    # swizzle_shared left them alone; the copies are spread 8 rows x 8 chunks per 64 threads
+    filecheck(c.after["swizzle_shared"], r"""
+CHECK: %shared_a = allocate(, tile={M: 128, K: 64}, base={M: 128*$WG0, K: 64*$ARG_K}, stages=1, pad=0, smem_layout=SharedLayout(kind=<SharedLayoutKind.CORE_K_MAJOR
+CHECK-LABEL: region iterate_0 {
+CHECK: %read_global_m0_k0 = read(%capture_a) : [M, K] f16  #layout {M: (128*$WG0 + Mod($THREAD, 8) + 8*floor($THREAD/64)) /32, K: (64*$ARG_K + 8*(Mod(floor($THREAD/8), 8)); 8x1) /64}
+CHECK: %read_m0_k0 = read(%capture_shared_a) : [M, K] f16  #layout {M: (64*$WAVE0 + 128*$WG0) /64, K: (64*$ARG_K) /16}
+""")
+    assert c.after["coarsen_loads"].count("read(%capture_shared") == 4 + 4  # 2 warpgroups: A 1 x 4, B 1 x 4 K steps
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_fences_and_groups_where_the_pass_guarantees(stages: int) -> None:
+    c = compiled(stages)
+    text = c.after["insert_wgmma_fences"]
+    in_flight = 1 if stages >= 3 else 0  # one wgmma group stays in flight: copies run S - 2 ahead
+    publish = (f"""
+CHECK: %async_wait = async_wait(, pending={stages - 2 - in_flight})
+CHECK-NEXT: %proxy_fence = proxy_fence()
+CHECK-NEXT: %barrier = barrier()
+CHECK-NOT: async_copy(""" if stages > 1 else """
+CHECK: %barrier = barrier()
+CHECK-NOT: proxy_fence
+CHECK: = write(%read_1_global_n3_k0, %capture_shared_b)
+CHECK-NEXT: %proxy_fence = proxy_fence()
+CHECK-NEXT: %barrier_1 = barrier()""")
+    root = ("""
+CHECK: %wgmma_accumulator = wgmma_accumulator(%register_m0_n0)
+CHECK-NEXT: %iterate = iterate((%wgmma_accumulator), """ if in_flight else """
+CHECK: %iterate = iterate((%register_m0_n0), """) + """
+CHECK-NEXT: %get_result_m0_n0 = get_result(%iterate, index=0)""" + ("""
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=0, retire=(get_result_m0_n0,))""" if in_flight else "") + """
+CHECK-NEXT: %write_m0_n0 = write(%get_result_m0_n0, %c)
+"""
+    filecheck(text, "CHECK-NOT: wgmma(" + root + "CHECK-LABEL: region iterate_0 {" + publish + r"""
+CHECK-NOT: = wgmma(
+CHECK: %wgmma_fence = wgmma_fence()
+CHECK-NEXT: %mma_m0_n0_k0 = wgmma(%read_m0_k0, %read_1_n0_k0, %iter_arg_0_m0_n0)
+CHECK-NOT: wgmma_fence
+CHECK: %mma_m0_n0_k3 = wgmma(%read_m0_k3, %read_1_n0_k3, %mma_m0_n0_k2)
+CHECK-NEXT: %wgmma_commit = wgmma_commit()""" + ("""
+CHECK-COUNT-4: = async_copy(%capture_a, %capture_shared_a)
+CHECK-COUNT-4: = async_copy(%capture_b, %capture_shared_b)
+CHECK-NEXT: %async_commit = async_commit()""" if stages > 1 else "") + f"""
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending={in_flight}, retire=({'' if in_flight else 'mma_m0_n0_k3,'}))
+CHECK-NEXT: return (%mma_m0_n0_k3)
+""")
+    body = text[text.index("region iterate_0"):]
+    assert body.count("proxy_fence()") == 1 and body.count("wgmma_fence()") == 1
+    assert body.count("wgmma_commit()") == 1 and body.count("wgmma_wait(") == 1
+    assert body.count("= matrix_descriptor(") == 8 and " = read(%capture_shared" not in body
+    # the prologue fetches the D = S - 1 - in_flight tiles the first iterations read
+    assert text[:text.index("region")].count("async_commit_prologue") == max(0, stages - 1 - in_flight)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4])
+def test_mlir_orders_fences_barrier_wgmma_wait(stages: int) -> None:
+    c = compiled(stages)
+    loop = c.loop_mlir()
+    in_flight = 1 if stages >= 3 else 0
+    filecheck(loop, ("CHECK: nvgpu.device_async_wait\n" if stages > 1 else "CHECK: vector.store\n") + r"""
+CHECK: nvvm.fence.proxy <async.shared>, space = <cta>
+CHECK-NEXT: gpu.barrier
+CHECK-NOT: nvgpu.device_async_copy
+CHECK: nvvm.wgmma.fence.aligned
+CHECK: nvvm.wgmma.mma_async {{.*}} <m = 64, n = 128, k = 16>, D[<f32>, <one>], A[<f16>, <one>, <row>], B[<f16>, <one>, <col>]
+CHECK-COUNT-3: nvvm.wgmma.mma_async
+CHECK-NEXT: nvvm.wgmma.commit.group.sync.aligned""" + ("""
+CHECK: nvgpu.device_async_copy
+CHECK: nvgpu.device_async_create_group""" if stages > 1 else "") + f"""
+CHECK: nvvm.wgmma.wait.group.sync.aligned {in_flight}
+CHECK-NOT: nvgpu.device_async_copy
+""")
+    after = c.mlir[c.mlir.index("nvvm.wgmma.wait.group.sync.aligned", c.mlir.index("scf.for")):]
+    if in_flight:  # the loop carries the struct; the epilogue waits for the last group, then unpacks it
+        assert "scf.yield %" in after and "!llvm.struct<(f32" in c.mlir[c.mlir.index("scf.for"):].split("\n")[0]
+        assert after.index("nvvm.wgmma.wait.group.sync.aligned 0") < after.index("llvm.extractvalue")
+        assert "llvm.extractvalue" not in loop
+    else:
+        assert "llvm.extractvalue" in loop and "vector.from_elements" in loop
+    assert loop.count("nvvm.wgmma.mma_async") == 4 and loop.count("nvvm.wgmma.fence.aligned") == 1
+    # the shared tiles' addresses are taken once, before the loop; descriptors are i64 index math
+    assert c.mlir.count("memref.extract_aligned_pointer_as_index") == 2
+    assert "memref.extract_aligned_pointer_as_index" not in loop
+    assert "memref<1x16x8x8x8xf16, #gpu.address_space<workgroup>>" in c.mlir or stages > 1
+    assert f"memref<{stages}x16x8x8x8xf16, #gpu.address_space<workgroup>>" in c.mlir
+
+
+def test_descriptor_constant_bits() -> None:
+    """LBO = 128 B (8 in bits 16-29), SBO = 1024 B (64 in bits 32-45) for 64-element K rows, no swizzle."""
+    c = compiled(3)
+    want = (8 << 16) | (64 << 32)
+    assert f"arith.constant {want} : index" in c.mlir
+
+
+def test_swizzled_tiles() -> None:
+    """"auto" with 128-byte K rows (BLOCK_K = 64): the 128-byte swizzle (memref [K/64, rows, 64], 1024-byte aligned, the
+    chunk index XORed with the row), the default row-wise copy, descriptors with mode 1 and SBO 1024."""
+    c = compiled(3, "auto")
+    for a in (n for n in c.trace.graph.nodes if n.meta.get("op") is Allocate):
+        assert a.kwargs["smem_layout"].kind is SharedLayoutKind.SWIZZLE_128B
+    filecheck(c.after["coarsen_loads"], r"""
+CHECK-LABEL: region iterate_0 {
+CHECK: %read_global_m0_k0 = read(%capture_a) : [M, K] f16  #layout {M: (128*$WG0 + Mod(floor($THREAD/8), 32)) /32, K: (64*$ARG_K + 8*(Mod($THREAD, 8)); 8x1) /64}
+""")
+    filecheck(c.mlir, r"""
+CHECK: memref.alloc() alignment = 1024 : memref<3x1x128x64xf16, #gpu.address_space<workgroup>>
+CHECK: memref.alloc() alignment = 1024 : memref<3x1x128x64xf16, #gpu.address_space<workgroup>>
+CHECK: arith.xori
+CHECK: nvgpu.device_async_copy
+""")
+    want = (1 << 16) | (64 << 32) | (1 << 62)
+    assert f"arith.constant {want} : index" in c.mlir
+    assert c.loop_mlir().count("nvvm.wgmma.mma_async") == 4

@@ -1,0 +1,155 @@
+"""Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``.
+
+- ``MatrixDescriptor`` -> the 64-bit ``wgmma`` matrix descriptor (PTX ISA, "Matrix Descriptor Format")
+  of the tile's ``SharedLayout`` (core matrices or 128-byte swizzle):
+  bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 swizzle mode.  The start address
+  is the shared tile's address (``memref.extract_aligned_pointer_as_index``, emitted once before the
+  loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
+  expression, so its loop-invariant part is hoisted like any other address.
+- ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"); the
+  accumulator is the layout's ``vector<N/2 x f32>`` outside a chain of wgmmas and the instruction's
+  ``!llvm.struct<(f32 x N/2)>`` inside it (LLVM folds the element moves): into it before the first
+  wgmma (``WgmmaAccumulator`` before a loop that carries it), out of it only at the
+  ``wgmma.wait_group`` that retires it, so no instruction touches asynchronously written registers.
+- ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` -> ``nvvm.wgmma.{fence,commit.group,wait.group}``;
+  ``ProxyFence`` -> ``nvvm.fence.proxy <async.shared>, space = <cta>``.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
+
+from ..errors import CodegenError
+from ..frontend.ops_hopper import (
+    MatrixDescriptor,
+    ProxyFence,
+    WarpgroupMMA,
+    WgmmaAccumulator,
+    WgmmaCommit,
+    WgmmaFence,
+    WgmmaWait,
+)
+from ..frontend.tracing import capture_root
+from .lowering import FunctionBuilder, rule, vec_type
+
+
+def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
+    """A symbol whose value is the shared address of ``alloc``, defined once before the outermost loop."""
+    sym = sympy.Symbol(f"$SMEM_{alloc.name}", integer=True, nonnegative=True)
+    if sym not in fb.symbols:
+        if fb.hoist_points:
+            with fb.hoist_points[0]:
+                fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
+        else:
+            fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
+    return sym
+
+
+@rule(MatrixDescriptor)
+def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
+    alloc = capture_root(node.args[0])
+    smem = alloc.kwargs["smem_layout"]
+    dims = tuple(alloc.kwargs["tile"])
+    tile = tuple(alloc.kwargs["tile"].values())
+    layout = node.meta["layout"]
+    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(alloc.kwargs["base"][d])) for d in dims)
+    try:
+        offset = smem.byte_offset(row, k, tile)
+    except ValueError as e:
+        raise CodegenError(node.meta.get("loc"), message=f"descriptor of %{node.name}: {e}") from None
+    stage_bytes = tile[0] * tile[1] * smem.elem_bytes  # a multiple of 1024: every stage is atom-aligned
+    address = _tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * stage_bytes + offset
+    bits = smem.descriptor_bits(tile)
+    i64 = ir.IntegerType.get_signless(64)
+    if bits < 2**63:  # one index expression, hoisted like any address
+        fb.values[node] = arith.index_cast(i64, fb.index(sympy.floor(address / 16) + bits))
+        return
+    # swizzle modes 2 and 3 set bit 63: beyond a (signed 64-bit) index constant, so OR it in as i64
+    low = arith.index_cast(i64, fb.index(sympy.floor(address / 16) + bits % 2**62))
+    fb.values[node] = arith.ori(low, arith.constant(i64, (bits >> 62 << 62) - 2**64))
+
+
+def _to_struct(fb: FunctionBuilder, acc: ir.Value, count: int) -> ir.Value:
+    """The accumulator in the instruction's struct form (a wgmma result or a carried one already is)."""
+    if not isinstance(acc.type, ir.VectorType):
+        return acc
+    s = llvm.mlir_undef(llvm.StructType.get_literal([ir.F32Type.get()] * count))
+    for i in range(count):
+        s = llvm.insertvalue(s, vector.extract(acc, [], [i]), [i])
+    return s
+
+
+def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
+    value = fb.values[node]
+    if isinstance(value.type, ir.VectorType):
+        return
+    count, f32 = node.meta["layout"].size, ir.F32Type.get()
+    elems = [llvm.extractvalue(f32, value, [i]) for i in range(count)]
+    fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), elems)
+
+
+@rule(WarpgroupMMA)
+def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
+    spec = fb.cs.mma_type.spec
+    a, b, acc_node = node.args
+    layout = node.meta["layout"]
+    n, count = layout.tile[1], layout.size  # n / 2 f32 per thread
+    st = llvm.StructType.get_literal([ir.F32Type.get()] * count)
+    _check_readers(fb, node)
+
+    def attr(text: str) -> ir.Attribute:
+        return ir.Attribute.parse(text)
+
+    in_t = attr(f"#nvvm.wgmma_type<{spec.in_dtype}>")
+    one = attr("#nvvm.wgmma_scale_in<one>")
+    fb.values[node] = nvvm.wgmma_mma_async(
+        st, _to_struct(fb, fb.values[acc_node], count), fb.values[a], fb.values[b],
+        attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"), in_t, in_t, attr("#nvvm.wgmma_type<f32>"),
+        attr("#nvvm.wgmma_scale_out<one>"), one, one, attr("#nvvm.mma_layout<row>"), attr("#nvvm.mma_layout<col>"))
+
+
+def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
+    """Nothing may read the registers an in-flight wgmma writes: its users are the next wgmma of the chain,
+    a wait that retires it, or the loop's yield when the loop carries it in struct form."""
+    retired = any(u.meta.get("op") is WgmmaWait and node in u.kwargs["retire"] for u in node.users)
+    for u in node.users:
+        if u.meta.get("op") in (WarpgroupMMA, WgmmaWait) or retired:
+            continue
+        if u.op == "output":
+            carried = [p for p in node.graph.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+            if not isinstance(fb.values[carried[list(u.args[0]).index(node)]].type, ir.VectorType):
+                continue
+        raise CodegenError(node.meta.get("loc"), message=f"%{node.name} is read by %{u.name} with no "
+                           "wgmma_wait retiring it first (insert_wgmma_fences places one)")
+
+
+@rule(WgmmaAccumulator)
+def lower_wgmma_accumulator(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = _to_struct(fb, fb.values[node.args[0]], node.meta["layout"].size)
+
+
+@rule(WgmmaFence)
+def lower_wgmma_fence(fb: FunctionBuilder, node: fx.Node) -> None:
+    nvvm.wgmma_fence_aligned()
+
+
+@rule(WgmmaCommit)
+def lower_wgmma_commit(fb: FunctionBuilder, node: fx.Node) -> None:
+    nvvm.wgmma_commit_group_sync_aligned()
+
+
+@rule(WgmmaWait)
+def lower_wgmma_wait(fb: FunctionBuilder, node: fx.Node) -> None:
+    """The wait, then the retired accumulators as vectors: only now may other instructions read them."""
+    nvvm.wgmma_wait_group_sync_aligned(node.kwargs["pending"])
+    for n in node.kwargs["retire"]:
+        _to_vector(fb, n)
+
+
+@rule(ProxyFence)
+def lower_proxy_fence(fb: FunctionBuilder, node: fx.Node) -> None:
+    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
+                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))

@@ -1,0 +1,281 @@
+"""Hopper ops: ``nvvm.wgmma.*`` over warpgroups, ``nvvm.fence.proxy``, the shared-memory address of a
+tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops that carry accumulators.
+
+- Shared memory has one address space per workgroup: allocation ``i`` starts at the sum of the sizes of
+  the allocations before it, each rounded up to 1024 bytes (the hardware packs them at least 128-byte
+  aligned; 1024 keeps every swizzle atom aligned).  Descriptors carry these addresses.
+- ``wgmma.mma_async`` m64nNk16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): a
+  warpgroup is 4 consecutive warps (128 lanes); both descriptors must be uniform over it.  A (64 x 16)
+  and B (N x 16, K-major) are read through the decoded descriptors (start address, LBO, SBO, swizzle
+  mode).  Mode none: element ``(r, k)`` at ``start + (r // 8) * SBO + (k // e) * LBO + (r % 8) * 16 +
+  (k % e) * bytes`` with ``e`` elements per 16 bytes; W-byte swizzle (128, 64, 32): at
+  ``a ^ (((a >> 7) & (W/16 - 1)) << 4)`` for ``a = start + (r // 8) * SBO + (r % 8) * W + k * bytes`` (the
+  XOR acts on the address, so allocations are 1024-byte aligned here as on the GPU).  Accumulator
+  register ``4j + 2r + e`` of lane ``l`` (warp ``w = l // 32``, ``g = l % 32 // 4``, ``t = l % 4``) is
+  ``D[16w + g + 8r, 8j + 2t + e]``.
+- Asynchrony is modelled at its latest point: a wgmma reads shared memory and writes its result when a
+  ``wgmma.wait_group`` retires its group; until then its result is an ``InFlight`` value that only the
+  next wgmma of the chain and the loop may pass along: reading it (``llvm.extractvalue``) is an error,
+  and overwriting a tile an in-flight wgmma reads gives wrong numbers.  A wgmma with no
+  ``wgmma.fence`` since the last wait is an error; so is one reading shared bytes that a thread wrote
+  (through the generic proxy) without a ``fence.proxy.async`` since (checked with the race checker on).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from iree.compiler import ir
+
+from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
+from wavec.emulator.memory import SharedBuf
+from wavec.emulator.types import bf16_bits_to_f32
+from wavec.errors import EmulatorError
+
+GROUP = 128  # lanes of a warpgroup
+ALLOC_ALIGN = 1024
+
+
+def _bases(st: State) -> list[tuple[int, SharedBuf]]:
+    out, addr = [], 0
+    for buf in st.shared:
+        out.append((addr, buf))
+        addr += -(-buf.raw.size // ALLOC_ALIGN) * ALLOC_ALIGN
+    return out
+
+
+@register("memref.extract_aligned_pointer_as_index")
+def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
+    (src,), (o,) = c.ins(op), c.outs(op)
+    loc = c.loc(op)
+
+    def run(st: State) -> None:
+        m = st.env[src]
+        if m.shared is None:
+            raise EmulatorError(message=f"{loc}: only shared-memory addresses are emulated")
+        base = next(a for a, buf in _bases(st) if buf is m.shared)
+        st.env[o] = np.array([base + m.byte_base], np.int64)
+
+    return run
+
+
+def _struct_len(t: ir.Type) -> int:
+    text = str(t)
+    if not text.startswith("!llvm.struct<(") or set(text[len("!llvm.struct<("):-2].split(", ")) != {"f32"}:
+        raise EmulatorError(message=f"unsupported struct type {t} (only structs of f32)")
+    return text.count("f32")
+
+
+@register("llvm.mlir.undef", "llvm.mlir.poison")
+def _undef(c: Compiler, op: ir.Operation) -> Instr:
+    (o,) = c.outs(op)
+    val = np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32)
+
+    def run(st: State) -> None:
+        st.env[o] = val
+
+    return run
+
+
+def _position(op: ir.Operation) -> int:
+    (pos,) = list(op.attributes["position"])
+    return int(pos)
+
+
+@register("llvm.insertvalue")
+def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
+    (container, value), (o,) = c.ins(op), c.outs(op)
+    pos = _position(op)
+
+    where = c.loc(op)
+
+    def run(st: State) -> None:
+        s, v = _settled(st.env[container], where), np.asarray(st.env[value], np.float32).reshape(-1)
+        out = np.array(np.broadcast_to(s, (max(s.shape[0], v.shape[0]), s.shape[1])))
+        out[:, pos] = v
+        st.env[o] = out
+
+    return run
+
+
+class InFlight:
+    """The result of a wgmma whose group has not been waited for: nothing may read it (``value`` is
+    set when a ``wgmma.wait_group`` retires the group)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: np.ndarray | None = None
+
+
+def _settled(x, where: str) -> np.ndarray:
+    if isinstance(x, InFlight):
+        if x.value is None:
+            raise EmulatorError(message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group "
+                                "that retires it")
+        return x.value
+    return np.asarray(x)
+
+
+@register("llvm.extractvalue")
+def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
+    (container,), (o,) = c.ins(op), c.outs(op)
+    pos, where = _position(op), c.loc(op)
+
+    def run(st: State) -> None:
+        st.env[o] = _settled(st.env[container], where)[:, pos]
+
+    return run
+
+
+def _decode(desc: int) -> tuple[int, int, int, int]:
+    """(start address, LBO, SBO, swizzle mode) of a 64-bit matrix descriptor."""
+    return ((desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, (desc >> 62) & 3)
+
+
+def _operand_bytes(desc: int, rows: int, elem_bytes: int, where: str) -> np.ndarray:
+    """Byte addresses (rows, 16, elem_bytes) of a K-major rows x 16 operand."""
+    start, lbo, sbo, mode = _decode(desc)
+    e = 16 // elem_bytes
+    r, k = np.arange(rows)[:, None], np.arange(16)[None, :]
+    if mode == 0:  # core matrices: 8 rows x 16 bytes, LBO along K, SBO along M/N
+        elem = start + (r // 8) * sbo + (k // e) * lbo + (r % 8) * 16 + (k % e) * elem_bytes
+    else:  # W-byte swizzle (mode 1, 2, 3: W = 128, 64, 32): W-byte rows, SBO per 8-row atom, and the
+        # 16-byte chunk bits [4, 4 + log2(W/16)) of the address XOR bits [7, 7 + log2(W/16))
+        width = {1: 128, 2: 64, 3: 32}[mode]
+        elem = start + (r // 8) * sbo + (r % 8) * width + k * elem_bytes
+        elem = elem ^ (((elem >> 7) & (width // 16 - 1)) << 4)
+    return elem[..., None] + np.arange(elem_bytes)
+
+
+def _gather(st: State, addr: np.ndarray, waves: np.ndarray, dtype: str, op_id: int, where: str) -> np.ndarray:
+    """Values (rows, 16) at byte addresses ``addr`` read by ``waves``, through the race/proxy checks."""
+    for base, buf in _bases(st):
+        rel = addr - base
+        if rel.min() >= 0 and rel.max() < buf.raw.size:
+            break
+    else:
+        raise EmulatorError(message=f"{where}: descriptor addresses {addr.min()}..{addr.max()} are not in one "
+                            "shared allocation")
+    flat = rel.reshape(-1)
+    if st.check_races:
+        if (buf.unfenced_wave[flat] >= 0).any():
+            raise EmulatorError(message=f"{where}: wgmma reads shared memory written without a "
+                                "fence.proxy.async since (the async proxy may not see the write)")
+        buf.read(st, np.tile(flat, len(waves)), np.repeat(waves, flat.size), op_id)
+    bits = buf.raw[rel[..., 0]].astype(np.uint16) | (buf.raw[rel[..., 1]].astype(np.uint16) << 8)
+    return bits.view(np.float16).astype(np.float32) if dtype == "f16" else bf16_bits_to_f32(bits)
+
+
+def _acc_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, col) of accumulator register i of lane l, shape (128, n / 2)."""
+    lane, i = np.arange(GROUP)[:, None], np.arange(n // 2)[None, :]
+    w, g, t = lane // 32, lane % 32 // 4, lane % 4
+    j, r, e = i // 4, i % 4 // 2, i % 2
+    return 16 * w + g + 8 * r, 8 * j + 2 * t + e
+
+
+def _wgmma_attrs(op: ir.Operation) -> tuple[int, int, str]:
+    shape = re.search(r"m\s*=\s*(\d+),\s*n\s*=\s*(\d+),\s*k\s*=\s*(\d+)", str(op.attributes["shape"]))
+    m, n, k = (int(x) for x in shape.groups())
+    type_a = str(op.attributes["typeA"]).split("<")[-1].rstrip(">")
+    same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
+    if (m, k) != (64, 16) or type_a not in ("f16", "bf16") or not same:
+        raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
+    for name, want in (("layoutA", "row"), ("layoutB", "col"), ("scaleD", "one")):
+        if str(op.attributes[name]).split("<")[-1].rstrip(">") != want:
+            raise EmulatorError(message=f"{op.name}: only {name} = {want} is emulated")
+    return n, k, type_a
+
+
+@register("nvvm.wgmma.mma_async")
+def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
+    ins, (o,) = c.ins(op), c.outs(op)
+    acc = next(s for s, v in zip(ins, op.operands) if str(v.type).startswith("!llvm.struct"))
+    desc_a, desc_b = (s for s, v in zip(ins, op.operands) if str(v.type) == "i64")
+    n, _k, dtype = _wgmma_attrs(op)
+    rows, cols = _acc_positions(n)
+    where, op_id = c.loc(op), c.op_id(op)
+
+    def run(st: State) -> None:
+        if st.lanes % GROUP:
+            raise EmulatorError(message=f"{where}: {st.lanes} threads are not whole warpgroups")
+        if not getattr(st, "wgmma_fenced", False):
+            raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
+        descs = [full_lanes(np.asarray(st.env[d], np.int64).reshape(-1), st.lanes) for d in (desc_a, desc_b)]
+        # an accumulator chained from an in-flight wgmma is read when that one retires (groups retire in order)
+        acc_in = st.env[acc]
+        if not isinstance(acc_in, InFlight):
+            acc_in = np.array(full_lanes(np.asarray(acc_in, np.float32), st.lanes))
+        result = InFlight()
+
+        def retire(st: State) -> None:
+            c_in = _settled(acc_in, where)
+            out = np.empty_like(c_in)
+            for grp in range(st.lanes // GROUP):
+                lanes = slice(grp * GROUP, (grp + 1) * GROUP)
+                da, db = (int(_uniform(d[lanes], where)) for d in descs)
+                waves = np.arange(grp * 4, grp * 4 + 4)
+                a = _gather(st, _operand_bytes(da, 64, 2, where), waves, dtype, op_id, where)
+                b = _gather(st, _operand_bytes(db, n, 2, where), waves, dtype, op_id, where)
+                cmat = np.zeros((64, n), np.float32)
+                cmat[rows, cols] = c_in[lanes]
+                d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
+                out[lanes] = d[rows, cols]
+            result.value = out
+
+        st.env[o] = result
+        st.__dict__.setdefault("wgmma_open", []).append(retire)
+
+    return run
+
+
+def _uniform(x: np.ndarray, where: str) -> int:
+    if np.any(x != x[0]):
+        raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
+    return int(x[0])
+
+
+@register("nvvm.wgmma.fence.aligned")
+def _wgmma_fence(c: Compiler, op: ir.Operation) -> Instr:
+    def run(st: State) -> None:
+        st.wgmma_fenced = True
+
+    return run
+
+
+@register("nvvm.wgmma.commit.group.sync.aligned")
+def _wgmma_commit(c: Compiler, op: ir.Operation) -> Instr:
+    def run(st: State) -> None:
+        st.__dict__.setdefault("wgmma_groups", []).append(st.__dict__.pop("wgmma_open", []))
+
+    return run
+
+
+@register("nvvm.wgmma.wait.group.sync.aligned")
+def _wgmma_wait(c: Compiler, op: ir.Operation) -> Instr:
+    keep = int(op.attributes["group"].value)
+
+    def run(st: State) -> None:
+        groups = st.__dict__.setdefault("wgmma_groups", [])
+        while len(groups) > keep:
+            for retire in groups.pop(0):
+                retire(st)
+        st.wgmma_fenced = False
+
+    return run
+
+
+@register("nvvm.fence.proxy")
+def _fence_proxy(c: Compiler, op: ir.Operation) -> Instr:
+    kind = str(op.attributes["kind"])
+    if "async.shared" not in kind and kind.rstrip(">").split("<")[-1] != "async":
+        raise EmulatorError(message=f"{c.loc(op)}: only fence.proxy.async(.shared::cta) is emulated, not {kind}")
+
+    def run(st: State) -> None:
+        waves = np.unique(st.wave[st.active()])
+        for buf in st.shared:
+            buf.unfenced_wave[np.isin(buf.unfenced_wave, waves)] = -1
+
+    return run

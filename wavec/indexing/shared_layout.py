@@ -1,0 +1,226 @@
+"""Shared-memory tile layouts other than padded rows, and the copy distributions that fill them.
+
+A ``SharedLayout`` maps a tile's relative coordinates ``(row, k)`` (k contiguous in global memory) to the
+indices of the tile's memref and to byte offsets, and gives the strides a Hopper matrix descriptor needs.
+
+``CORE_K_MAJOR`` is the no-swizzle K-major layout of ``wgmma`` operands (PTX ISA, "Shared Memory Matrix
+Layout", swizzle mode none): the tile is cut into *core matrices* of 8 rows x 16 bytes, each stored as
+128 contiguous bytes (row-major inside), core matrices adjacent along K next to each other and groups of
+8 rows after each other.  As a memref: ``[rows/8, k/e, 8, e]`` with ``e`` elements per 16 bytes.
+Descriptor strides: LBO (leading dimension = K, the next core matrix along K) = 128 bytes, SBO (stride
+dimension = M/N, the next 8-row group) = ``k/e * 128`` bytes.
+
+``SWIZZLE_128B`` / ``SWIZZLE_64B`` / ``SWIZZLE_32B`` are the swizzled K-major layouts of width W bytes:
+K is cut into W-byte columns (64, 32, 16 f16), each stored as rows of W bytes, and inside each 8-row
+atom of 8W bytes the 16-byte chunk ``c`` of row ``r`` sits at chunk ``c ^ ((r * W / 128) % (W / 16))``
+(PTX ISA: address bits [4, 4 + log2(W/16)) XOR bits [7, 7 + log2(W/16))).  As a memref:
+``[k*bytes/W, rows, W/bytes]``.  The tile must start on an 8W-byte boundary (1024 for 128B; the
+allocation is 1024-byte aligned for all).  Descriptor: swizzle mode 1 / 2 / 3, SBO = 8W bytes (the next
+8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16 elements starts 32 bytes
+further along the row (W >= 32) and the hardware applies the XOR to the full address.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import sympy
+
+from .indexseq import IndexSeq
+from .layout import Dim, Layout
+from .symbols import THREAD
+
+CORE_ROWS = 8  # rows of one core matrix
+CORE_BYTES = 16  # bytes of one core-matrix row
+SWIZZLE_ALIGN = 1024  # allocation alignment of swizzled tiles (the largest atom: 8 rows x 128 bytes)
+
+
+class SharedLayoutKind(enum.Enum):
+    CORE_K_MAJOR = "core_k_major"
+    SWIZZLE_128B = "swizzle_128b"
+    SWIZZLE_64B = "swizzle_64b"
+    SWIZZLE_32B = "swizzle_32b"
+
+
+_SWIZZLE_WIDTH = {SharedLayoutKind.SWIZZLE_128B: 128, SharedLayoutKind.SWIZZLE_64B: 64,
+                  SharedLayoutKind.SWIZZLE_32B: 32}
+
+
+class Xor(sympy.Function):
+    """Bitwise XOR of two non-negative index expressions (lowered to ``arith.xori``)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) ^ int(b))
+        if b == 0:
+            return a
+        if a == 0:
+            return b
+        return None
+
+
+class SwizzleMode(enum.IntEnum):
+    """Matrix-descriptor bits 62-63 (PTX ISA, "Matrix Descriptor Format")."""
+
+    NONE = 0
+    B128 = 1
+    B64 = 2
+    B32 = 3
+
+
+def split_quotient(expr: sympy.Expr, q: int) -> tuple[sympy.Expr, sympy.Expr]:
+    """``(expr // q, expr % q)`` for a non-negative index expression, simplified where provable: terms
+    whose coefficient is a multiple of ``q`` go to the quotient, ``c * Mod(x, d)`` with ``c | q`` and
+    ``(q / c) | d`` splits into ``floor(Mod(x, d) / (q / c))`` and ``c * Mod(x, q / c)``, and the rest
+    must provably stay in ``[0, q)``.  Otherwise ``floor(expr / q)`` and ``expr - q * floor(expr / q)``
+    (correct, just slower; no ``Mod`` of a product: sympy 1.x rewrites ``Mod(8*Mod(x, 16), 64)``
+    wrongly as ``8*Mod(Mod(x, 16)**2, 8)``)."""
+    expr = sympy.expand(expr)
+    quot, low, bound = sympy.Integer(0), sympy.Integer(0), 0
+    for term in sympy.Add.make_args(expr):
+        coeff, rest = term.as_coeff_Mul()
+        c = int(coeff) if coeff.is_Integer else None
+        if c is not None and c % q == 0:
+            quot += term / q
+            continue
+        top = _max_of(rest)
+        if c is not None and c > 0 and top is not None and c * top >= q and q % c == 0 \
+                and isinstance(rest, sympy.Mod) and int(rest.args[1]) % (q // c) == 0:
+            quot += sympy.floor(rest / (q // c))
+            low += c * sympy.Mod(rest.args[0], q // c)
+            bound = None if bound is None else bound + c * (q // c - 1)
+            continue
+        low += term
+        bound = None if bound is None or top is None or c is None or c < 0 else bound + c * top
+    if bound is not None and bound < q:  # the low terms stay in [0, q)
+        return sympy.expand(quot), low
+    floor = sympy.floor(expr / q)
+    return floor, expr - q * floor
+
+
+def _max_of(x: sympy.Expr) -> int | None:
+    """An upper bound of a non-negative factor: 1 for a constant, d - 1 for ``Mod(_, d)`` (else None)."""
+    if x == 1:
+        return 1
+    if isinstance(x, sympy.Mod) and x.args[1].is_Integer:
+        return int(x.args[1]) - 1
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLayout:
+    kind: SharedLayoutKind
+    elem_bytes: int
+
+    @property
+    def elems(self) -> int:
+        """Elements per 16-byte core-matrix row."""
+        return CORE_BYTES // self.elem_bytes
+
+    @property
+    def swizzled(self) -> bool:
+        return self.kind in _SWIZZLE_WIDTH
+
+    @property
+    def width(self) -> int:
+        """Bytes of one swizzle row (the XOR pattern's width)."""
+        return _SWIZZLE_WIDTH[self.kind]
+
+    @property
+    def row_elems(self) -> int:
+        """Elements of one swizzle row."""
+        return self.width // self.elem_bytes
+
+    @property
+    def alignment(self) -> int:
+        """Byte alignment the tile's allocation needs (a swizzle atom; 128 otherwise)."""
+        return SWIZZLE_ALIGN if self.swizzled else 128
+
+    def check(self, tile: tuple[int, int]) -> str | None:
+        """Why a ``rows x k`` tile cannot have this layout (None: it can)."""
+        rows, k = tile
+        if rows % CORE_ROWS or (k * self.elem_bytes) % CORE_BYTES:
+            return (f"a {rows}x{k} tile of {self.elem_bytes}-byte elements is not whole core matrices "
+                    f"({CORE_ROWS} rows x {CORE_BYTES} bytes)")
+        if self.swizzled and (k * self.elem_bytes) % self.width:
+            return f"rows of {k * self.elem_bytes} bytes are not whole {self.width}-byte swizzle rows"
+        return None
+
+    def memref_shape(self, tile: tuple[int, int]) -> list[int]:
+        rows, k = tile
+        if self.swizzled:
+            return [k // self.row_elems, rows, self.row_elems]
+        return [rows // CORE_ROWS, k // self.elems, CORE_ROWS, self.elems]
+
+    def row_phase(self, row: sympy.Expr) -> sympy.Expr:
+        """What the chunk index of ``row`` is XORed with: address bits [7, ...) of the row's start."""
+        per = 128 // self.width  # rows per 128 bytes
+        chunks = self.width // CORE_BYTES
+        return sympy.Mod(sympy.floor(row / per) if per > 1 else row, chunks)
+
+    def indices(self, row: sympy.Expr, k: sympy.Expr) -> list[sympy.Expr]:
+        """Memref indices of relative coordinates ``(row, k)``."""
+        if self.swizzled:
+            col, kr = split_quotient(k, self.row_elems)
+            chunk, e = split_quotient(kr, self.elems)
+            return [col, row, Xor(chunk, self.row_phase(row)) * self.elems + e]
+        rq, rr = split_quotient(row, CORE_ROWS)
+        kq, kr = split_quotient(k, self.elems)
+        return [rq, kq, rr, kr]
+
+    def byte_offset(self, row, k, tile: tuple[int, int]):
+        """Byte offset of ``(row, k)`` from the tile's start, where an instruction tile starts: ``row`` a
+        multiple of 8 and ``k`` of 8 elements (core matrices; a K step inside a swizzle row is the
+        unswizzled offset: the hardware swizzles the address).  Works on integers and expressions."""
+        rq, rr = split_quotient(sympy.sympify(row), CORE_ROWS)
+        if self.swizzled:
+            col, kr = split_quotient(sympy.sympify(k), self.row_elems)
+            off = col * tile[0] * self.width + rq * self.sbo(tile) + kr * self.elem_bytes
+        else:
+            kq, kr = split_quotient(sympy.sympify(k), self.elems)
+            off = rq * self.sbo(tile) + kq * self.lbo(tile)
+        if rr != 0 or (not self.swizzled and kr != 0):
+            raise ValueError(f"({row}, {k}) is not where an instruction tile can start")
+        return int(off) if off.is_Integer else off
+
+    def lbo(self, tile: tuple[int, int]) -> int:
+        return CORE_BYTES if self.swizzled else CORE_ROWS * CORE_BYTES
+
+    def sbo(self, tile: tuple[int, int]) -> int:
+        return CORE_ROWS * self.width if self.swizzled else (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
+
+    @property
+    def swizzle(self) -> SwizzleMode:
+        return {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width] if self.swizzled \
+            else SwizzleMode.NONE
+
+    def descriptor_bits(self, tile: tuple[int, int]) -> int:
+        """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""
+        return ((self.lbo(tile) >> 4) << 16) | ((self.sbo(tile) >> 4) << 32) | (int(self.swizzle) << 62)
+
+
+def core_copy_layout(dims: tuple[Dim, Dim], tile: tuple[int, int], threads: int,
+                     elem_bytes: int) -> Layout | str:
+    """The copy distribution for a ``CORE_K_MAJOR`` tile: 16 bytes per thread, the 8 threads of each
+    store phase on the 8 rows of one core-matrix column (8 different bank groups: conflict free), a
+    warp covering 8 rows x 4 consecutive 16-byte chunks (64 contiguous bytes per row: whole sectors).
+    Thread ``T``: row ``T % 8 + 8 * (T // (8 * kc))``, chunk ``(T // 8) % kc`` with ``kc`` chunks per
+    instruction tile.  Returns the layout at the tile origin, or why the tile cannot be split so."""
+    rows, k = tile
+    e = CORE_BYTES // elem_bytes
+    chunks = k // e
+    if threads % CORE_ROWS or rows % CORE_ROWS or k % e:
+        return f"{threads} threads cannot copy a {rows}x{k} tile in 8-row groups of 16-byte chunks"
+    kc = min(chunks, threads // CORE_ROWS)
+    groups = threads // (CORE_ROWS * kc)
+    if chunks % kc or rows % (CORE_ROWS * groups):
+        return (f"{threads} threads copy {CORE_ROWS * groups} rows x {kc * e} columns at a time, which does not "
+                f"tile {rows}x{k}")
+    row = sympy.Mod(THREAD, CORE_ROWS) + (CORE_ROWS * sympy.floor(THREAD / (CORE_ROWS * kc)) if groups > 1 else 0)
+    col = e * sympy.Mod(sympy.floor(THREAD / CORE_ROWS), kc) if kc > 1 else sympy.Integer(0)
+    return Layout.make(dims, (IndexSeq(row), IndexSeq(col, ((e, 1),))), (CORE_ROWS * groups, kc * e))

@@ -1,0 +1,118 @@
+"""layout_wgmma_operands: check a warpgroup-MMA (Hopper ``wgmma``) kernel and choose the shared-memory
+layout of its operands.
+
+Requires: ``promote_to_shared`` (MMA operands staged through ``allocate`` tiles).  Applies only when the
+HardwareConstraint's MMA type is a warpgroup type.  Guarantees, or a ``ConstraintError`` naming what was
+expected:
+- the target is ``sm_90a`` (``wgmma`` exists only there; ``sm_90`` without the ``a`` cannot run it);
+- per ``mma``: operand and accumulator dtypes are the type's; the wave (warpgroup) tile of M is a
+  multiple of 64, the wave tile of N has a legal instruction N (a multiple of 8, at most 256, dividing
+  it), the K loop tile is a multiple of 16, and
+  both A and B are read from shared-memory tiles (operands come from shared memory through matrix
+  descriptors, so ``promote_operands`` must stay on);
+- each such tile gets ``kwargs["smem_layout"]``, a K-major ``SharedLayout`` chosen by
+  ``SchedulingConstraint.operand_swizzle``: a 128-, 64- or 32-byte swizzle ("auto": the widest whose
+  rows the tile's K rows are whole multiples of; or named) or the no-swizzle core-matrix layout
+  ("none", or "auto" when none fits), and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone);
+  for core-matrix tiles the read that stages it gets ``meta["copy_layout"]`` = that layout, so
+  ``infer_indices`` distributes the copy bank-conflict free for it (``core_copy_layout``); swizzled
+  tiles keep the row-wise copy, which is conflict free on them (each 8-thread store phase covers 128
+  contiguous logical bytes, whose chunks the XOR spreads over the 8 bank groups).
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..errors import ConstraintError
+from ..frontend.ops import MMA, Iterate, Read, Write
+from ..frontend.tracing import Trace, capture_root
+from ..frontend.types import AddressSpace
+from ..indexing.shared_layout import SharedLayout, SharedLayoutKind
+from .context import PassContext
+
+WGMMA_TARGET = "sm_90a"
+
+
+def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
+    cs, name, loc = ctx.constraints, ctx.constraints.mma_type.name, mma.meta.get("loc")
+    spec = cs.mma_type.spec
+    m, n, k = MMA.dims(mma)
+    wm, wn, wk = cs.wave_extent(m), cs.wave_extent(n), cs.workgroup_extent(k)
+    if wm is None or wm % spec.m:
+        raise ConstraintError(loc, message=f"{name}: the wave tile of {m} must be a multiple of {spec.m} (one "
+                              f"warpgroup instruction covers {spec.m} rows), got {wm}")
+    if wn is None or spec.instruction_n(wn) is None:
+        raise ConstraintError(loc, message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
+                              f"instruction N: 8, 16, ..., {spec.n}), got {wn}")
+    in_dt, acc_dt = mma.args[0].meta["type"].dtype, mma.args[2].meta["type"].dtype
+    if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
+        raise ConstraintError(loc, message=f"{name} takes {spec.in_dtype} operands and a {spec.acc_dtype} "
+                              f"accumulator, got {in_dt} and {acc_dt}")
+    if wk is None or wk % spec.k:
+        raise ConstraintError(loc, message=f"{name}: the loop tile of {k} must be a multiple of {spec.k}, got {wk}")
+
+
+def _shared_tile(operand: fx.Node) -> fx.Node | None:
+    """The ``allocate`` node an mma operand is read from, or None when it is not a shared read."""
+    if operand.meta.get("op") is not Read:
+        return None
+    mem = operand.args[0]
+    if mem.meta["type"].address_space != AddressSpace.SHARED:
+        return None
+    return capture_root(mem)
+
+
+def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
+    for operand, role in zip(mma.args[:2], "AB"):
+        alloc = _shared_tile(operand)
+        if alloc is None:
+            raise ConstraintError(mma.meta.get("loc"), message=f"{ctx.constraints.mma_type.name} reads its {role} "
+                                  "operand from shared memory: keep SchedulingConstraint(promote_operands=True)")
+        tile = tuple(alloc.kwargs["tile"].values())
+        layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile)
+        why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
+        if why:
+            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {ctx.constraints.mma_type.name} "
+                                  f"({layout.kind.value}): {why}")
+        alloc.kwargs = {**alloc.kwargs, "smem_layout": layout, "pad": 0}
+        if layout.swizzled:
+            continue  # the default row-wise copy (8 threads per 128-byte row) is conflict free on it
+        for w in sub.nodes:
+            if w.meta.get("op") is Write and w.args[1] is operand.args[0] and w.args[0].meta.get("staging"):
+                w.args[0].meta["copy_layout"] = layout
+
+
+_KINDS = {"128B": SharedLayoutKind.SWIZZLE_128B, "64B": SharedLayoutKind.SWIZZLE_64B,
+          "32B": SharedLayoutKind.SWIZZLE_32B, "none": SharedLayoutKind.CORE_K_MAJOR}
+
+
+def _choose(ctx: PassContext, elem_bytes: int, tile: tuple) -> SharedLayout:
+    """``operand_swizzle``: "auto" takes the widest swizzle (128, 64, 32 bytes) whose rows the tile's K
+    rows are whole multiples of, else core matrices; a named one is taken as asked."""
+    want = ctx.constraints.scheduling.operand_swizzle
+    if want != "auto":
+        return SharedLayout(_KINDS[want], elem_bytes)
+    for name in ("128B", "64B", "32B"):
+        layout = SharedLayout(_KINDS[name], elem_bytes)
+        if len(tile) == 2 and layout.check(tile) is None:
+            return layout
+    return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes)
+
+
+def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
+    mma_type = ctx.constraints.mma_type
+    if mma_type is None or mma_type.spec.group_waves == 1:
+        return
+    if ctx.target != WGMMA_TARGET:
+        raise ConstraintError(trace.loc, message=f"{mma_type.name} is a Hopper wgmma instruction: compile with "
+                              f"target='{WGMMA_TARGET}' (got {ctx.target!r}; sm_90 without the 'a' has no wgmma)")
+    for it in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
+        sub = trace.subgraphs[it.kwargs["subgraph"]]
+        for mma in [n for n in sub.nodes if n.meta.get("op") is MMA]:
+            _check_tiles(ctx, mma)
+            _assign(sub, mma, ctx)
+    outside = [n for n in trace.graph.nodes if n.meta.get("op") is MMA]
+    if outside:
+        raise ConstraintError(outside[0].meta.get("loc"), message=f"{mma_type.name} operands are staged through "
+                              "shared memory inside wc.iterate; an mma outside a loop is not supported")
