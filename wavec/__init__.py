@@ -37,7 +37,7 @@ from .frontend.ops import (
     write,
 )
 from .frontend.symbols import sym
-from .frontend.types import Memory, Register
+from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
 
 __version__ = "0.1.0"
@@ -47,7 +47,7 @@ __all__ = [
     "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp", "exp2",
     "iterate", "log2", "reciprocal", "rsqrt", "sqrt",
-    "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register",
+    "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register", "Scalar",
     "MMAType",
     "compile", "register_torch_op", "autotune", "__version__",
 ]

@@ -78,6 +78,11 @@ class FunctionBuilder:
         for i, d in enumerate(dyn):
             self.symbols[d] = ops[2 + 2 * i].result
         self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
+        pos = 1 + 2 * len(dyn) + len(trace.args)
+        self.scalars: dict[str, ir.Value] = {}
+        for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
+            pos += 2 if a.type.dtype.is_float else 1
+            self.scalars[a.name] = ops[pos - 1].result
         self.values: dict[fx.Node, object] = {}
         # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
         # just before the loop that opens the next level).  An index expression is emitted at the
@@ -220,6 +225,8 @@ class FunctionBuilder:
         role = node.meta.get("role")
         if role == "memory":
             self.values[node] = self.args[node.name]
+        elif role == "scalar":
+            self.values[node] = vector.broadcast(vec_type(1, node.meta["type"].dtype), self.scalars[node.name])
         elif role == "capture":
             self.values[node] = self.values[node.meta["capture_of"]]
         # iter_arg placeholders are bound by the iterate rule
@@ -444,7 +451,7 @@ _FLOAT = {"add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.
           "maximum": arith.maximumf, "minimum": arith.minimumf}
 _INT = {"add": arith.addi, "sub": arith.subi, "mul": arith.muli, "div": arith.divsi,
         "maximum": arith.maxsi, "minimum": arith.minsi}
-_CMPF = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
 

@@ -124,6 +124,8 @@ class Binary(Op):
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
+    if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
+        return sa or sb
     if len(sa) != len(sb):
         raise ShapeError(current_loc(), op=op, message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] "
                          "or wc.broadcast to add dimensions")

@@ -176,6 +176,9 @@ class _Solver:
 
     def seed_anchors(self) -> None:
         mma_type = self.ctx.constraints.mma_type
+        for n in self.graph_of:  # rank-0 values (scalar arguments) hold one element in every lane
+            if _is_register(n) and not n.meta["type"].shape:
+                self.offer(n, Layout.make((), (), ()), PRIO_MMA, n)
         for n in self.graph_of:
             op = n.meta.get("op")
             if op is MMA:
