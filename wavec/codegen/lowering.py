@@ -28,6 +28,7 @@ from ..frontend.ops import (
     Cast,
     GetResult,
     Iterate,
+    Permute,
     Read,
     RegisterInit,
     Select,
@@ -511,6 +512,11 @@ def lower_select(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Broadcast)
 def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
+
+
+@rule(Permute)
+def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
 
 
 @rule(MMA)

@@ -196,15 +196,26 @@ class Select(Op):
     name = "select"
 
 
-def where(cond: Value, x: Value, y: Value) -> Value:
+def where(cond: Value, x, y) -> Value:
+    """``x`` where ``cond`` holds, else ``y``; either may be a Python number (``wc.where(m, s, -inf)``)."""
     tr = active_tracer("where")
     cond = _need_register("where", "cond", cond)
     if cond.dtype != dt.i1:
         raise DTypeError(current_loc(), op="where", message=f"cond must be a comparison result, got {cond.dtype}")
-    shape = _broadcast_shapes("where", _broadcast_shapes("where", cond.shape, x.shape), y.shape)
-    if x.dtype != y.dtype:
+    vals = [v for v in (x, y) if isinstance(v, Value)]
+    if not vals:
+        raise ShapeError(current_loc(), op="where", message="x or y must be a traced tensor")
+    for name, v in (("x", x), ("y", y)):
+        if isinstance(v, Value):
+            _need_register("where", name, v)
+        elif not isinstance(v, (int, float)):
+            raise ShapeError(current_loc(), op="where", message=f"{name} = {v!r} is neither a tensor nor a number")
+    if len(vals) == 2 and x.dtype != y.dtype:
         raise DTypeError(current_loc(), op="where", message=f"x is {x.dtype} but y is {y.dtype}")
-    return tr.create(Select, (cond, x, y), TensorType(shape, x.dtype))
+    shape = cond.shape
+    for v in vals:
+        shape = _broadcast_shapes("where", shape, v.shape)
+    return tr.create(Select, (cond, x, y), TensorType(shape, vals[0].dtype))
 
 
 class Broadcast(Op):
@@ -234,6 +245,23 @@ def expand_dims(x: Value, key) -> Value:
     shape = tuple(1 if k is None else next(it) for k in key)
     tr = active_tracer("getitem")
     return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
+
+
+class Permute(Op):
+    """Reorder the dimensions of a register value (free: the register vector is unchanged)."""
+
+    name = "permute"
+
+
+def permute(x: Value, dims) -> Value:
+    """``x`` with its dimensions in the order ``dims`` (a permutation of x's dimensions)."""
+    tr = active_tracer("permute")
+    x = _need_register("permute", "x", x)
+    dims = tuple(dims)
+    if sorted(map(str, dims)) != sorted(map(str, x.shape)) or len(set(dims)) != len(dims):
+        raise ShapeError(current_loc(), op="permute", message=f"dims {list(dims)} are not a permutation of the "
+                         f"dimensions {list(x.shape)} of x")
+    return tr.create(Permute, (x,), TensorType(dims, x.dtype), dims=dims)
 
 
 class Iterate(Op):
