@@ -48,7 +48,8 @@ __all__ = [
     "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp", "exp2",
     "iterate", "log2", "reciprocal", "rsqrt", "sqrt",
-    "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register", "Scalar",
+    "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
+    "Register", "Scalar",
     "MMAType",
     "compile", "register_torch_op", "autotune", "__version__",
 ]
