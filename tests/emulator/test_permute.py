@@ -13,11 +13,11 @@ from wavec.indexing import IndexSeq, Layout
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 
 
-def gemm_nn(target: str, promote: bool) -> wc.WaveKernel:
+def gemm_nn(target: str, promote: bool, block_n: int = 32) -> wc.WaveKernel:
     """``C = A @ B`` with B stored [K, N]: the B operand is the read of B permuted to [N, K]."""
     tpw, mma = (32, wc.MMAType.NV_F32_16x8x16_F16) if target.startswith("sm") else (64, wc.MMAType.F32_16x16x16_F16)
-    cons = [wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, 32, 1), wc.WaveConstraint(M, 16),
-            wc.WaveConstraint(N, 32), wc.TilingConstraint(K, 32),
+    cons = [wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, block_n, 1), wc.WaveConstraint(M, 16),
+            wc.WaveConstraint(N, block_n), wc.TilingConstraint(K, 32),
             wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma),
             wc.SchedulingConstraint(num_stages=2, promote_operands=promote)]
 
@@ -40,6 +40,20 @@ def test_gemm_with_permuted_operand(target: str, promote: bool) -> None:
     k = wc.compile(gemm_nn(target, promote), {}, target=target, backend="emulator", cache=False)
     a, b = torch.randn(40, 64).half(), torch.randn(64, 56).half()
     c = torch.full((40, 56), float("nan"))
+    k(a, b, c)
+    torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("block_n,tiles", [(32, 4), (8, 2)])
+def test_transposed_b_uses_ldmatrix_trans(block_n: int, tiles: int) -> None:
+    """B stored [K, N] and staged in shared memory: ldmatrix.trans (x4 for paired N tiles, else x2),
+    chosen from the tile's layout; the emulator decodes it like the GPU."""
+    kernel = gemm_nn("sm_90", True, block_n)
+    mlir = wc.compile(kernel, {}, target="sm_90", backend="cuda", cache=False).mlir
+    assert f"numTiles = {tiles} transpose = true" in mlir and "numTiles = 4 transpose = false" in mlir
+    k = wc.compile(kernel, {}, target="sm_90", backend="emulator", cache=False)
+    a, b = torch.randn(33, 96).half(), torch.randn(96, 3 * block_n).half()
+    c = torch.full((33, 3 * block_n), float("nan"))
     k(a, b, c)
     torch.testing.assert_close(c, a.float() @ b.float(), rtol=1e-3, atol=1e-3)
 

@@ -309,16 +309,23 @@ def _coords(layout: Layout, off: dict) -> dict:
 
 
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
-    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8."""
+    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8.
+    A transposed B (tile contiguous along N) loads k-rows with ``.trans``: tiles (k0, n0), (k0+8, n0)
+    and, paired, (k0, n0+8), (k0+8, n0+8)."""
     layout: Layout = node.meta["layout"]
-    row_dim, k_dim = layout.dims
+    row_dim, k_dim = node.meta.get("mma_dims", layout.dims)
     base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
     spec = fb.cs.mma_type.spec
     pair = node.meta.get("pair_with")
+    trans = bool(node.meta.get("transpose"))
     if node.meta["mma_role"] == "a":
         tiles, shape = 4, spec.a_shape
         row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
         col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+    elif trans:
+        tiles, shape = (4, (4, 2)) if pair is not None else (2, spec.b_shape)
+        row = base[row_dim] + (layout.tile_of(row_dim) * sympy.floor(LANE / 16) if pair is not None else 0)
+        col = base[k_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
     elif pair is not None:  # lanes 16-31 address the next N tile: one x4 load feeds two mmas
         tiles, shape = 4, (4, 2)
         row = base[row_dim] + sympy.Mod(LANE, 8) + layout.tile_of(row_dim) * sympy.floor(LANE / 16)
@@ -332,7 +339,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     frag = ir.Operation.create(
         "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
         operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
-        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(False)}).result
+        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)}).result
     flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
     if pair is None:
         return flat
