@@ -340,6 +340,13 @@ class AsyncWait(Op):
     name = "async_wait"
 
 
+class ConvertLayout(Op):
+    """The same values in another thread layout (inserted by ``convert_layouts``; ``kwargs["via"]`` is
+    "registers" or "shared")."""
+
+    name = "convert_layout"
+
+
 class Reduce(Op):
     """Reduction of ``x`` over one dimension (``kwargs``: ``dim``, ``kind`` = "max" | "sum")."""
 

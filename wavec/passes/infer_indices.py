@@ -20,6 +20,7 @@ from ..frontend.ops import (
     Binary,
     Broadcast,
     Cast,
+    ConvertLayout,
     GetResult,
     Iterate,
     Permute,
@@ -218,7 +219,7 @@ class _Solver:
         for n, g in self.graph_of.items():
             if _is_register(n) and n not in self.state and n.meta.get("op") in (
                     Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, Permute, MMA, GetResult, Reduce,
-                    None):
+                    ConvertLayout, None):
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
 

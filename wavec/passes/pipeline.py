@@ -9,6 +9,7 @@ from ..frontend.tracing import Trace
 from ..knobs import knobs
 from .coarsen_loads import coarsen_loads
 from .context import PassContext
+from .convert_layouts import convert_layouts
 from .expand import expand
 from .infer_indices import infer_indices
 from .infer_types import infer_types
@@ -27,6 +28,7 @@ Pass = Callable[[Trace, PassContext], None]
 PIPELINE: list[tuple[str, Pass]] = [
     ("infer_types", infer_types),
     ("promote_to_shared", promote_to_shared),
+    ("convert_layouts", convert_layouts),
     ("infer_indices", infer_indices),
     ("expand", expand),
     ("coarsen_loads", coarsen_loads),
