@@ -16,6 +16,7 @@ from .frontend.constraints import (
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
+    arange,
     binary,
     broadcast,
     cast,
@@ -33,6 +34,7 @@ from .frontend.ops import (
     rsqrt,
     sqrt,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
+    tile_start,
     unary,
     where,
     write,
@@ -49,7 +51,7 @@ __all__ = [
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp", "exp2",
     "iterate", "log2", "reciprocal", "rsqrt", "sqrt",
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
-    "Register", "Scalar",
+    "Register", "Scalar", "arange", "tile_start",
     "MMAType",
     "compile", "register_torch_op", "autotune", "__version__",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -19,6 +20,7 @@ from ..frontend import dtypes as dt
 from ..frontend.ops import (
     MMA,
     Allocate,
+    Arange,
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
@@ -235,6 +237,9 @@ class FunctionBuilder:
     def operand(self, node: fx.Node, arg, result: Layout, dtype: dt.DType) -> ir.Value:
         """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
         vt = vec_type(result.size, dtype)
+        if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
+            i32 = ir.IntegerType.get_signless(32)
+            return vector.broadcast(vt, arith.index_cast(i32, self.index(self.cs.resolve(arg))))
         if not isinstance(arg, fx.Node):
             return splat(vt, dtype, arg)
         v = self.values[arg]
@@ -247,12 +252,19 @@ class FunctionBuilder:
         return vector.shuffle(v, v, mask)
 
 
+def held_coord(fb: FunctionBuilder, access: fx.Node, dim) -> sympy.Expr:
+    """The coordinate of a memory dimension the registers do not hold: a mapped dim's expression
+    (``wc.read(..., mapping=)``) or a batch dim's workgroup coordinate."""
+    mapping = access.kwargs.get("mapping") or access.meta.get("mapping") or {}
+    return fb.cs.resolve_tile_starts(mapping.get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
+
+
 def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
     """Indices of the element at logical ``coords`` of ``mem``; shared tiles are indexed by
     [stage, coordinates relative to the tile's origin]."""
     dims = mem.meta["type"].shape
     if mem.meta["type"].address_space != AddressSpace.SHARED:
-        return [fb.index(coords[d]) for d in dims]
+        return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
     base = {d: sympy.sympify(b).subs(iv_subs) for d, b in capture_root(mem).kwargs["base"].items()}
     stage = access.meta.get("stage", 0)
@@ -521,6 +533,21 @@ def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
 
 
+@rule(Arange)
+def lower_arange(fb: FunctionBuilder, node: fx.Node) -> None:
+    layout: Layout = node.meta["layout"]
+    dim = node.kwargs["dim"]
+    i32 = ir.IntegerType.get_signless(32)
+    vt = vec_type(layout.size, dt.i32)
+    start = vector.broadcast(vt, arith.index_cast(i32, fb.index(layout.seq(dim).start)))
+    offs = [off[dim] for off in layout.positions()]
+    if not any(offs):
+        fb.values[node] = start
+        return
+    step = arith.constant(vt, ir.DenseElementsAttr.get(np.array(offs, dtype=np.int32), type=vt))
+    fb.values[node] = arith.addi(start, step)
+
+
 @rule(Permute)
 def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
@@ -559,7 +586,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
         inits.append(fb.index(0))
-    ub = fb.index(fb.cs.trip_count(dim))
+    ub = fb.index(fb.cs.trip_count(dim, node.kwargs.get("end")))
     loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):

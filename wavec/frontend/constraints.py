@@ -14,7 +14,7 @@ import sympy
 
 from ..errors import ConstraintError
 from ..indexing.mma import MMAType
-from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol
+from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol, tile_start_symbol
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,8 @@ class ConstraintSet:
             elif isinstance(c, TilingConstraint):
                 self._once(self.loop_tile, c.dim, "TilingConstraint")
                 self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
+        # batch dims (a literal workgroup tile of 1): register values do not carry them
+        self.batch_dims = tuple(c.dim for c in constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
         self.vector_shapes = {sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]")
                               for k, v in self.hardware.vector_shapes.items()}
         sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
@@ -168,9 +170,21 @@ class ConstraintSet:
         if self.threads > 1024:
             raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
 
-    def trip_count(self, dim) -> sympy.Expr:
-        """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial)."""
-        return sympy.ceiling(self.resolve(dim) / self.loop_tile[dim])
+    def trip_count(self, dim, end=None) -> sympy.Expr:
+        """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial),
+        or ``ceil(min(size, end) / loop tile)`` for a loop that stops early at coordinate ``end``."""
+        stop = self.resolve(dim)
+        if end is not None:
+            stop = sympy.Min(stop, self.resolve_tile_starts(end))
+        return sympy.ceiling(stop / self.loop_tile[dim])
+
+    def resolve_tile_starts(self, expr) -> sympy.Expr:
+        """``expr`` with every ``wc.tile_start(d)`` replaced by the workgroup's offset along ``d``."""
+        expr = self.resolve(expr)
+        starts = {tile_start_symbol(d): self.base_offset(d, False, per_wave=False) for d in self.wg_tile}
+        return expr.subs(starts)
+
+
 
     def workgroup_extent(self, dim) -> int | None:
         """Extent of ``dim`` one workgroup covers per loop iteration (None: not distributed)."""

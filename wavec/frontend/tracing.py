@@ -131,7 +131,8 @@ class Trace:
 
 
 class Tracer:
-    def __init__(self) -> None:
+    def __init__(self, batch_dims: tuple = ()) -> None:
+        self.batch_dims = tuple(batch_dims)  # dims a workgroup holds one coordinate of (not in registers)
         self.root = fx.Graph()
         self.stack: list[fx.Graph] = [self.root]
         self.subgraphs: dict[str, fx.Graph] = {}
@@ -203,12 +204,13 @@ def _annotations(fn, scope_locals: dict | None = None) -> dict:
     return out
 
 
-def trace_kernel(fn, scope_locals: dict | None = None) -> Trace:
-    """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``."""
+def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -> Trace:
+    """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``; ``batch_dims`` are the
+    dimensions each workgroup holds one coordinate of (reads and writes index them, registers drop them)."""
     sig = inspect.signature(fn)
     hints = _annotations(fn, scope_locals)
     loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
-    tracer = Tracer()
+    tracer = Tracer(batch_dims)
     args, values = [], []
     scalars: list[KernelArg] = []
     for name in sig.parameters:

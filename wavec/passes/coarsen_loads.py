@@ -115,7 +115,8 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             mem = memory_operand(node)
             mtype = mem.meta["type"]
             layout = node.meta["layout"]
-            runs = access_runs(layout, mtype.shape, mtype.dtype.bytes)
+            # batch and mapped dims are one coordinate per workgroup: runs live in the held dims
+            runs = access_runs(layout, tuple(d for d in mtype.shape if d in layout.dims), mtype.dtype.bytes)
             last = mtype.shape[-1]
             node.meta["accesses"] = runs
             node.meta["alignments"] = [

@@ -17,6 +17,7 @@ import torch.fx as fx
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.ops import (
     MMA,
+    Arange,
     Binary,
     Broadcast,
     Cast,
@@ -219,7 +220,7 @@ class _Solver:
         for n, g in self.graph_of.items():
             if _is_register(n) and n not in self.state and n.meta.get("op") in (
                     Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, Permute, MMA, GetResult, Reduce,
-                    ConvertLayout, None):
+                    ConvertLayout, Arange, None):
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
 

@@ -57,14 +57,15 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv = induction_symbol(dim)
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
-    last = cs.trip_count(dim) - 1
+    last = cs.trip_count(dim, iterate.kwargs.get("end")) - 1
     ahead = sympy.Min(iv + stages - 1, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
         tile = write.args[1]
         c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
                   layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
-                  stage=sympy.Mod(stage + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
+                  stage=sympy.Mod(stage + stages - 1, stages), key=read.meta.get("key"), iv_subs={iv: ahead},
+                  mapping=read.kwargs.get("mapping"))
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
@@ -83,7 +84,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
             _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
                   c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(s, last)}),
                   accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
-                  iv_subs={iv: sympy.Min(s, last)})
+                  iv_subs={iv: sympy.Min(s, last)}, mapping=c.meta.get("mapping"))
         _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 

@@ -44,7 +44,7 @@ def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
 def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, read: fx.Node) -> None:
     cs = ctx.constraints
     mem = read.args[0]
-    ttype: TensorType = mem.meta["type"]
+    ttype: TensorType = read.meta["type"]  # the held dims (batch and mapped dims are not staged)
     tile = {}
     for d in ttype.dims:
         extent = cs.workgroup_extent(d)
