@@ -13,7 +13,7 @@ import numpy as np
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import amdgpu, arith, gpu, math, memref, scf, vector
+from iree.compiler.dialects import amdgpu, arith, gpu, llvm, math, memref, scf, vector
 
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
@@ -497,6 +497,16 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     dtype = node.meta["type"].dtype
     if kind == "neg":
         fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
+        return
+    if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.startswith("sm_"):
+        # IREE expands math.exp2 into a ~20-instruction polynomial on CUDA (and rejects llvm.intr.exp2):
+        # the NVVM intrinsic is one ex2.approx.ftz.f32 per element (2 ulp, what flash attention uses);
+        # exp2(-inf) is still 0
+        f32 = ir.F32Type.get()
+        n = ir.VectorType(x.type).shape[0]
+        elems = [llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], [])
+                 for i in range(n)]
+        fb.values[node] = vector.from_elements(x.type, elems)
         return
     fn = {"exp2": math.exp2, "exp": math.exp, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": math.rsqrt}
     fb.values[node] = fn[kind](x)
