@@ -38,11 +38,11 @@ def _to_layout(x, layout):
     return x if layout == "bhsd" else x.transpose(1, 2).contiguous()
 
 
-def _kernel(dtype, layout, causal, masked, d, bm=32, bn=32, waves=2):
-    key = (dtype.name, layout, causal, masked, d, bm, bn, waves)
+def _kernel(dtype, layout, causal, d, bm=32, bn=32, waves=2):
+    key = (dtype.name, layout, causal, d, bm, bn, waves)
     if key not in _COMPILED:
         subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}
-        _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, masked, waves), subs,
+        _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs,
                                     backend="emulator", cache=False)
     return _COMPILED[key]
 
@@ -64,7 +64,7 @@ def test_attention_matches_sdpa(layout, dtype, causal, shape) -> None:
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
     ref = _reference(q, k, v, causal)
-    kernel = _kernel(dtype, layout, causal, True, d)
+    kernel = _kernel(dtype, layout, causal, d)
     qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
     out = torch.full_like(qo, float("nan"))
     kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
@@ -73,16 +73,17 @@ def test_attention_matches_sdpa(layout, dtype, causal, shape) -> None:
     torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
 
 
-def test_unmasked_variant_when_kv_length_is_a_multiple_of_the_tile() -> None:
+def test_kv_length_a_multiple_of_the_tile() -> None:
+    """The masked loop over the ragged last tile then runs no iteration."""
     q, k, v = _inputs(1, 2, 2, 40, 64, 64, wc.f16)
     out = torch.full_like(q, float("nan"))
-    _kernel(wc.f16, "bhsd", False, False, 64)(q, k, v, out, 0.3)
+    _kernel(wc.f16, "bhsd", False, 64)(q, k, v, out, 0.3)
     torch.testing.assert_close(out.float(), _reference(q, k, v, False, 0.3), rtol=2e-3, atol=2e-3)
 
 
 def test_scale_is_a_launch_argument() -> None:
     """One compiled kernel, two scales: the scale is a scalar argument, not a compile-time constant."""
-    kernel = _kernel(wc.f16, "bhsd", False, True, 64)
+    kernel = _kernel(wc.f16, "bhsd", False, 64)
     q, k, v = _inputs(1, 1, 1, 20, 40, 64, wc.f16)
     for scale in (0.05, 0.25):
         out = torch.full_like(q, float("nan"))

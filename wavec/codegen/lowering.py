@@ -487,6 +487,10 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
         else:
             fb.values[node] = arith.cmpi(getattr(arith.CmpIPredicate, _CMPI[kind]), x, y)
         return
+    if in_dtype.is_float and kind in ("add", "sub", "mul"):
+        # contractible: LLVM may fuse a multiply into its add (s * c - m -> one fma per element)
+        fb.values[node] = _FLOAT[kind](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
+        return
     table = _FLOAT if in_dtype.is_float else _INT
     fb.values[node] = table[kind](x, y)
 
@@ -596,8 +600,8 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
         inits.append(fb.index(0))
-    ub = fb.index(fb.cs.trip_count(dim, node.kwargs.get("end")))
-    loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
+    first, stop = fb.cs.loop_bounds(dim, node.kwargs.get("start"), node.kwargs.get("end"))
+    loop = scf.ForOp(fb.index(first), fb.index(stop), fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):
         carried = list(loop.inner_iter_args)

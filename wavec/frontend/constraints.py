@@ -178,6 +178,14 @@ class ConstraintSet:
             stop = sympy.Min(stop, self.resolve_tile_starts(end))
         return sympy.ceiling(stop / self.loop_tile[dim])
 
+    def loop_bounds(self, dim, start=None, end=None) -> tuple[sympy.Expr, sympy.Expr]:
+        """(first, stop) iterations of a loop over ``dim`` that covers coordinates [start, end): ``first =
+        floor(start / tile)`` (0 by default), ``stop = trip_count(dim, end)``."""
+        first = sympy.Integer(0)
+        if start is not None:
+            first = sympy.floor(self.resolve_tile_starts(start) / self.loop_tile[dim])
+        return first, self.trip_count(dim, end)
+
     def resolve_tile_starts(self, expr) -> sympy.Expr:
         """``expr`` with every ``wc.tile_start(d)`` replaced by the workgroup's offset along ``d``."""
         expr = self.resolve(expr)

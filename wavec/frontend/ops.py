@@ -325,13 +325,14 @@ class GetResult(Op):
     name = "get_result"
 
 
-def iterate(dim: sympy.Symbol, init_args: list, end: sympy.Expr | None = None):
+def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None, end: sympy.Expr | None = None):
     """Decorator: run the body once per tile of ``dim`` (its TilingConstraint) with loop-carried values.
 
     The body takes the carried values and returns their next values; the decorated name becomes the
-    final value (or a tuple of them).  ``end``: stop after the tile holding coordinate ``end - 1``
-    (clamped to the size of ``dim``), an index expression of ``wc.tile_start(...)`` and shape symbols —
-    causal attention stops at the diagonal with ``end=wc.tile_start(M) + BLOCK_M``."""
+    final value (or a tuple of them).  ``start`` / ``end``: cover only the tiles from the one holding
+    coordinate ``start`` to the one holding ``end - 1`` (``end`` clamped to the size of ``dim``); index
+    expressions of ``wc.tile_start(...)`` and shape symbols.  Causal attention stops at the diagonal with
+    ``end=wc.tile_start(M) + BLOCK_M``; two loops over one dim split masked tiles from unmasked ones."""
     tr = active_tracer("iterate")
     inits = [_need_register("iterate", f"init_args[{i}]", v) for i, v in enumerate(init_args)]
     loc = current_loc()
@@ -355,7 +356,7 @@ def iterate(dim: sympy.Symbol, init_args: list, end: sympy.Expr | None = None):
         g.output(tuple(tr.lift(o) for o in outs))
         tr.pop()
         captures = tuple(tr.captures.get(g, {}).keys())
-        extra = {"end": sympy.sympify(end)} if end is not None else {}
+        extra = {k: sympy.sympify(v) for k, v in (("start", start), ("end", end)) if v is not None}
         it = tr.create(Iterate, (tuple(inits), captures), None, loc=loc, dim=dim, subgraph=name, **extra)
         results = [tr.create(GetResult, (it,), v.type, loc=loc, index=i) for i, v in enumerate(inits)]
         return results[0] if len(results) == 1 else tuple(results)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+import sympy
+
 import wavec as wc
 from wavec import Memory, Register, f32
 
@@ -46,42 +48,49 @@ def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
     ]
 
 
-def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, masked: bool = True,
-                   waves: int = 4) -> wc.WaveKernel:
-    """The kernel ``attention(q, k, v, o, scale)``.  ``masked=False`` leaves out the key-length mask: only
-    for KV lengths that are multiples of BLOCK_N (``attention()`` picks it per call)."""
+def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4) -> wc.WaveKernel:
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
     kv_type = Memory[B, KVH, N, D, dtype] if layout == "bhsd" else Memory[B, N, KVH, D, dtype]
     kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
-    end = wc.tile_start(M) + BLOCK_M if causal else None
+    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
+    if causal:  # full tiles left of the diagonal block, then the masked tiles up to the diagonal
+        split, stop = sympy.Min(wc.tile_start(M) // BLOCK_N * BLOCK_N, whole), wc.tile_start(M) + BLOCK_M
+    else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
+        split, stop = whole, None
 
     @wc.wave(attention_constraints(dtype, waves))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
-        m0 = Register[M, f32](NEG_INF)
-        l0 = Register[M, f32](0.0)
-        acc0 = Register[M, D, f32](0.0)
 
-        @wc.iterate(N, init_args=[m0, l0, acc0], end=end)
-        def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
-            s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0)) * c
-            if masked or causal:
+        def step(m_i, l_i, acc, masked: bool):
+            s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
+            if masked:  # masked keys contribute exp2(-inf) = 0
                 cols = wc.arange(N)[None, :]
-                if masked:
-                    s = wc.where(cols < N, s, NEG_INF)
+                s = wc.where(cols < N, s, NEG_INF)
                 if causal:
                     s = wc.where(wc.arange(M)[:, None] >= cols, s, NEG_INF)
-            m_new = wc.maximum(m_i, wc.max(s, N))
-            p = wc.exp2(s - m_new[:, None])
-            alpha = wc.exp2(m_i - m_new)
+            m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
+            p = wc.exp2(s * c - (m_new * c)[:, None])
+            alpha = wc.exp2((m_i - m_new) * c)
             l_new = l_i * alpha + wc.sum(p, N)
             vt = wc.permute(wc.read(v, mapping=kv_head), (D, N))
             return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
-        _m, l_final, acc_final = body
+        init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
+
+        @wc.iterate(N, init_args=init, end=split)
+        def full(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+            return step(m_i, l_i, acc, masked=False)
+
+        @wc.iterate(N, init_args=list(full), start=split, end=stop)
+        def edge(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+            return step(m_i, l_i, acc, masked=True)
+
+        _m, l_final, acc_final = edge
         wc.write(wc.cast(acc_final * wc.reciprocal(l_final)[:, None], dtype), o)
 
     return attention
@@ -99,12 +108,12 @@ def attention_config(head_dim: int, seq_q: int | None = None) -> tuple[dict, int
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, masked: bool, subs: dict, waves: int, backend: str | None,
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None,
             torch_op: str | None = None):
-    key = (dtype.name, layout, causal, masked, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, masked, waves), subs,
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs,
                                              backend=backend, torch_op=torch_op)
     return kernel
 
@@ -135,8 +144,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
     subs, waves = attention_config(head_dim, q.shape[s_ax])
-    masked = k.shape[s_ax] % subs[BLOCK_N] != 0
-    kernel = _kernel(dtype, layout, causal, masked, subs, waves, backend)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
     return o
@@ -144,8 +152,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
 
 def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
                           name: str | None = None, backend: str | None = None):
-    """Register the (masked) kernel for one configuration as ``torch.ops.wavec.<name>(q, k, v, scale)``."""
+    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
     subs, waves = attention_config(head_dim)
     name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}"
-    kernel = _kernel(dtype, layout, causal, True, subs, waves, backend, torch_op=name)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, torch_op=name)
     return getattr(getattr(__import__("torch").ops, name.split("::")[0]), name.split("::")[1]), kernel

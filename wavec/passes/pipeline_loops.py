@@ -57,7 +57,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv = induction_symbol(dim)
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
-    last = cs.trip_count(dim, iterate.kwargs.get("end")) - 1
+    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    last = stop - 1
     ahead = sympy.Min(iv + stages - 1, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
@@ -82,9 +83,9 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for s in range(stages - 1):
         for c, layout in copies:
             _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
-                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(s, last)}),
+                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(lo + s, last)}),
                   accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
-                  iv_subs={iv: sympy.Min(s, last)}, mapping=c.meta.get("mapping"))
+                  iv_subs={iv: sympy.Min(lo + s, last)}, mapping=c.meta.get("mapping"))
         _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
