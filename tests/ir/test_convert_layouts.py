@@ -72,3 +72,18 @@ def test_no_conversion_when_operands_come_from_memory(capsys) -> None:
 
     wc.compile(make_gemm(), DEFAULT_SUBS, backend="emulator", cache=False, print_ir_after=["convert_layouts"])
     assert "convert_layout(" not in capsys.readouterr().out
+
+
+def test_sequential_loops_share_staging_buffers(capsys) -> None:
+    """Attention's two loops over the keys (full tiles, then the masked edge) stage K and V in the same
+    two buffers; the second loop's prologue waits for the first loop's copies and a barrier."""
+    from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, make_attention
+
+    subs = {BLOCK_M: 64, BLOCK_N: 64, NUM_STAGES: 2, D: 64}
+    k = wc.compile(make_attention(wc.f16, "bhsd", False, 4), subs, target="sm_90", backend="cuda", cache=False,
+                   print_ir_after=["share_shared_buffers"])
+    text = capsys.readouterr().out
+    root = text.split("region ")[0]
+    assert root.count("= allocate(") == 2
+    assert root.index("async_wait(, pending=0, drain=True)") < root.rindex("_prologue0")
+    assert k.mlir.count("memref.alloc") == 2

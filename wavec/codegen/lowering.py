@@ -454,6 +454,9 @@ def lower_async_commit(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(AsyncWait)
 def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
+    if node.kwargs.get("drain"):  # after a loop: its groups' tokens are out of scope; an empty group orders
+        token = ir.Type.parse("!nvgpu.device.async.token")
+        fb.last_group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=[]).result
     if fb.last_group is None:
         raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
     ir.Operation.create("nvgpu.device_async_wait", results=[], operands=[fb.last_group],

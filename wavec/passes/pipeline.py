@@ -20,6 +20,7 @@ from .printer import format_trace
 from .promote_to_shared import promote_to_shared
 from .reorder_workgroups import reorder_workgroups
 from .schedule_loops import schedule_loops
+from .share_shared_buffers import share_shared_buffers
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
 
@@ -35,6 +36,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("swizzle_shared", swizzle_shared),
     ("schedule_loops", schedule_loops),
     ("pipeline_loops", pipeline_loops),
+    ("share_shared_buffers", share_shared_buffers),
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),
     ("insert_barriers", insert_barriers),
