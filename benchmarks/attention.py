@@ -40,7 +40,7 @@ def flops(s: dict) -> float:
     return f / 2 if s["causal"] else f
 
 
-def implementations(torch, layout: str) -> dict:
+def implementations(torch, layout: str, wavec_config=None) -> dict:
     """name -> fn(q, k, v, causal) on [B, H, S, D] tensors (wavec in ``layout``; transposed views are
     made once per input set, outside the timing)."""
     import torch.nn.functional as F
@@ -56,7 +56,7 @@ def implementations(torch, layout: str) -> dict:
         return run
 
     def wavec(q, k, v, causal):
-        return attention(q, k, v, causal=causal, layout=layout)
+        return attention(q, k, v, causal=causal, layout=layout, config=wavec_config)
 
     return {"wavec": wavec, "flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
             "triton": lambda q, k, v, causal: triton_attention(q, k, v, causal)}
@@ -164,6 +164,9 @@ def main() -> int:
     ap.add_argument("--layout", default="bhsd", choices=("bhsd", "bshd"), help="wavec's memory layout")
     ap.add_argument("--shapes", default=str(SHAPES_CSV))
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
+    ap.add_argument("--wavec-configs", default="heuristic", choices=("heuristic", "sweep"),
+                    help="sweep: also time every candidate tile of wavec.kernels.attention.CONFIGS and keep the "
+                         "fastest per shape (reported in the CSV)")
     args = ap.parse_args()
 
     import torch
@@ -196,7 +199,15 @@ def main() -> int:
                 usable[group] = {n for n, e in errs.items() if e <= tol}
                 print(f"check {group}: " + ", ".join(f"{n} {e:.1e}" for n, e in errs.items()))
             ms = time_shape(torch, do_bench, impls, s, tdt, args.layout, usable[group])
-            r = dict(s, dtype=dt)
+            r = dict(s, dtype=dt, wavec_config="heuristic")
+            if args.wavec_configs == "sweep" and "wavec" in usable[group]:
+                from wavec.kernels.attention import CONFIGS
+
+                for cfg in CONFIGS[s["d"]]:
+                    alt = time_shape(torch, do_bench, {"wavec": implementations(torch, args.layout, cfg)["wavec"]},
+                                     s, tdt, args.layout, {"wavec"})["wavec"]
+                    if alt < ms["wavec"]:
+                        ms["wavec"], r["wavec_config"] = alt, "x".join(map(str, cfg))
             for name in IMPLS:
                 r[f"{name}_ms"] = ms[name]
                 r[f"{name}_tflops"] = flops(s) / (ms[name] * 1e-3) / 1e12 if ms[name] == ms[name] else math.nan
@@ -204,7 +215,7 @@ def main() -> int:
             print(f"{dt} {'causal' if s['causal'] else 'full  '} b{s['b']:>2} h{s['h']:>2}/{s['kvh']:<2} "
                   f"{s['sq']:>5}x{s['skv']:<5} d{s['d']:<3} " +
                   " ".join(f"{n} {r[f'{n}_tflops']:6.1f}" for n in IMPLS) + " TFLOP/s")
-    fields = ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal"] + \
+    fields = ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal", "wavec_config"] + \
         [f"{n}_{u}" for n in IMPLS for u in ("ms", "tflops")]
     with open(out_dir / "attention.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")

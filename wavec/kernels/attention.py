@@ -96,12 +96,24 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     return attention
 
 
-def attention_config(head_dim: int, seq_q: int | None = None) -> tuple[dict, int]:
-    """(subs, waves): BLOCK_M 128 over 8 waves (16 query rows each: Q, S and acc stay in registers
-    without spills), BLOCK_N 64 for head dim 128 and 128 for 64 (the K and V tiles of two stages then
-    fit next to each other in shared memory); short query sequences use BLOCK_M 64 over 4 waves."""
-    bm, waves = (128, 8) if seq_q is None or seq_q > 64 else (64, 4)
-    bn = 64 if head_dim > 64 else 128
+# Candidate tiles (BLOCK_M, BLOCK_N, waves), all spill-free on sm_90 (ptxas, both causal variants):
+#   d128: (128, 64, 8) 182-202 registers, 1 workgroup/SM by registers; (64, 64, 4) the same per thread,
+#         2 workgroups/SM (70 KB of shared memory each);
+#   d64:  (128, 128, 8) 188-191 registers; (64, 128, 4) 182-213 registers, 2 workgroups/SM.
+# Every wave owns 16 query rows, so Q (A fragments), S and the output accumulator stay in registers.
+# The heuristic takes the 128-row tile (K and V fetched once per 128 queries, like FlashAttention-2) and
+# the 64-row one when the queries fit in 64; benchmarks/attention.py --wavec-configs sweep times both.
+CONFIGS = {128: [(128, 64, 8), (64, 64, 4)], 64: [(128, 128, 8), (64, 128, 4)]}
+
+
+def attention_config(head_dim: int, seq_q: int | None = None,
+                     config: tuple[int, int, int] | None = None) -> tuple[dict, int]:
+    """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves)`` if given, else the
+    heuristic above."""
+    if config is None:
+        big, small = CONFIGS[128 if head_dim > 64 else 64]
+        config = small if seq_q is not None and seq_q <= 64 else big
+    bm, bn, waves = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: head_dim}, waves
 
 
@@ -119,13 +131,14 @@ def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: s
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None):
+              backend: str | None = None, config: tuple[int, int, int] | None = None):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
     ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
-    are aligned top-left, as in torch.  Returns a new tensor shaped like q."""
+    are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves)`` overrides the heuristic
+    (``attention_config``).  Returns a new tensor shaped like q."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
@@ -143,7 +156,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     if q.shape[h_ax] % k.shape[h_ax]:
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
-    subs, waves = attention_config(head_dim, q.shape[s_ax])
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config)
     kernel = _kernel(dtype, layout, causal, subs, waves, backend)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
