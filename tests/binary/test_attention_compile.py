@@ -16,10 +16,10 @@ HAS_PTXAS = find_ptxas() is not None
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-def test_default_configs_have_no_spills(head_dim: int, causal: bool) -> None:
-    subs, waves = attention_config(head_dim)
+@pytest.mark.parametrize("head_dim,seq_q,causal", [(64, None, False), (64, None, True), (128, None, False),
+                                                   (128, None, True), (64, 64, False), (128, 32, True)])
+def test_heuristic_configs_have_no_spills(head_dim: int, seq_q, causal: bool) -> None:
+    subs, waves = attention_config(head_dim, seq_q)
     k = wc.compile(make_attention(wc.f16, "bhsd", causal, waves), subs, target="sm_90", backend="cuda",
                    cache=False)
     m = k.metadata

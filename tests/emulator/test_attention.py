@@ -109,3 +109,14 @@ def test_attention_api_rejects_bad_inputs() -> None:
         attention(q[..., :32], k[..., :32], v[..., :32], backend="emulator")
     with pytest.raises(wc.WavecError, match="float16 or bfloat16"):
         attention(q.float(), k.float(), v.float(), backend="emulator")
+
+
+def test_torch_op_on_cpu() -> None:
+    """The registered operator runs the emulator for CPU tensors; the scale is a float argument."""
+    from wavec.kernels.attention import register_attention_op
+
+    op, _kernel = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=64, name="wavec_emu::attn_causal",
+                                        backend="emulator")
+    q, k, v = _inputs(1, 2, 2, 30, 30, 64, wc.f16)
+    out = op(q, k, v, 0.125)
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)

@@ -96,23 +96,26 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     return attention
 
 
-# Candidate tiles (BLOCK_M, BLOCK_N, waves), all spill-free on sm_90 (ptxas, both causal variants):
-#   d128: (128, 64, 8) 182-202 registers, 1 workgroup/SM by registers; (64, 64, 4) the same per thread,
-#         2 workgroups/SM (70 KB of shared memory each);
-#   d64:  (128, 128, 8) 188-191 registers; (64, 128, 4) 182-213 registers, 2 workgroups/SM.
-# Every wave owns 16 query rows, so Q (A fragments), S and the output accumulator stay in registers.
-# The heuristic takes the 128-row tile (K and V fetched once per 128 queries, like FlashAttention-2) and
-# the 64-row one when the queries fit in 64; benchmarks/attention.py --wavec-configs sweep times both.
-CONFIGS = {128: [(128, 64, 8), (64, 64, 4)], 64: [(128, 128, 8), (64, 128, 4)]}
+# Candidate tiles (BLOCK_M, BLOCK_N, waves), all spill-free on sm_90 (ptxas, f16 and bf16, causal or not).
+# Shared-memory traffic per flop halves when a wave owns 32 query rows instead of 16 (every wave reads the
+# whole K and V tile): d64 affords it ((128, 64, 4): 244 registers); at d128 the Q fragments (64
+# registers), the accumulator (128) and S do not fit in 255 registers with 32 rows (ptxas spills), so
+# d128 keeps 16 rows per wave: (128, 64, 8) with 182-202 registers, one workgroup per SM, or (64, 64, 4),
+# two per SM (68 KB of shared memory each).  Short query sequences (decode) take a 32- or 64-row tile so
+# fewer rows are wasted (a single-wave workgroup spills: every thread then issues all the tile copies).
+# benchmarks/attention.py --wavec-configs sweep times every candidate.
+CONFIGS = {128: [(128, 64, 8), (64, 64, 4)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2)]}
+_SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 
 
 def attention_config(head_dim: int, seq_q: int | None = None,
                      config: tuple[int, int, int] | None = None) -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves)`` if given, else the
-    heuristic above."""
+    first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
     if config is None:
-        big, small = CONFIGS[128 if head_dim > 64 else 64]
-        config = small if seq_q is not None and seq_q <= 64 else big
+        hd = 128 if head_dim > 64 else 64
+        short = [c for rows, c in sorted(_SHORT[hd].items()) if seq_q is not None and seq_q <= rows]
+        config = short[0] if short else CONFIGS[hd][0]
     bm, bn, waves = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: head_dim}, waves
 
@@ -120,13 +123,11 @@ def attention_config(head_dim: int, seq_q: int | None = None,
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None,
-            torch_op: str | None = None):
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None):
     key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs,
-                                             backend=backend, torch_op=torch_op)
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs, backend=backend)
     return kernel
 
 
@@ -168,5 +169,5 @@ def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = Fal
     """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
     subs, waves = attention_config(head_dim)
     name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}"
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend, torch_op=name)
-    return getattr(getattr(__import__("torch").ops, name.split("::")[0]), name.split("::")[1]), kernel
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    return wc.register_torch_op(kernel, name), kernel
