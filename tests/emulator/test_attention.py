@@ -120,3 +120,12 @@ def test_torch_op_on_cpu() -> None:
     q, k, v = _inputs(1, 2, 2, 30, 30, 64, wc.f16)
     out = op(q, k, v, 0.125)
     torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)
+
+
+def test_default_d64_tile_32_rows_per_wave() -> None:
+    """The d64 default (BLOCK_M 128 over 4 waves: two m16 tiles per wave), causal, GQA, BSHD."""
+    q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.bf16)
+    ref = _reference(q, k, v, True)
+    out = attention(*(_to_layout(x, "bshd") for x in (q, k, v)), causal=True, layout="bshd", backend="emulator",
+                    config=(128, 64, 4))
+    torch.testing.assert_close(out.transpose(1, 2).float(), ref, rtol=1.6e-2, atol=1.6e-2)
