@@ -129,7 +129,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
-    from . import convert, reductions  # noqa: F401 - register the conversion and reduction lowerings
+    from . import convert, lowering_ops, reductions  # noqa: F401 - register their lowering rules
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints

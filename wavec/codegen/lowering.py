@@ -9,18 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import amdgpu, arith, gpu, llvm, math, memref, scf, vector
+from iree.compiler.dialects import amdgpu, arith, gpu, math, memref, scf, vector
 
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
 from ..frontend.ops import (
     MMA,
     Allocate,
-    Arange,
     AsyncCommit,
     AsyncCopy,
     AsyncWait,
@@ -30,7 +28,6 @@ from ..frontend.ops import (
     Cast,
     GetResult,
     Iterate,
-    Permute,
     Read,
     RegisterInit,
     Select,
@@ -506,14 +503,9 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
         fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
         return
     if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.startswith("sm_"):
-        # IREE expands math.exp2 into a ~20-instruction polynomial on CUDA (and rejects llvm.intr.exp2):
-        # the NVVM intrinsic is one ex2.approx.ftz.f32 per element (2 ulp, what flash attention uses);
-        # exp2(-inf) is still 0
-        f32 = ir.F32Type.get()
-        n = ir.VectorType(x.type).shape[0]
-        elems = [llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], [])
-                 for i in range(n)]
-        fb.values[node] = vector.from_elements(x.type, elems)
+        from .lowering_ops import nv_exp2
+
+        fb.values[node] = nv_exp2(x)
         return
     fn = {"exp2": math.exp2, "exp": math.exp, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": math.rsqrt}
     fb.values[node] = fn[kind](x)
@@ -548,26 +540,6 @@ def lower_select(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Broadcast)
 def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
-
-
-@rule(Arange)
-def lower_arange(fb: FunctionBuilder, node: fx.Node) -> None:
-    layout: Layout = node.meta["layout"]
-    dim = node.kwargs["dim"]
-    i32 = ir.IntegerType.get_signless(32)
-    vt = vec_type(layout.size, dt.i32)
-    start = vector.broadcast(vt, arith.index_cast(i32, fb.index(layout.seq(dim).start)))
-    offs = [off[dim] for off in layout.positions()]
-    if not any(offs):
-        fb.values[node] = start
-        return
-    step = arith.constant(vt, ir.DenseElementsAttr.get(np.array(offs, dtype=np.int32), type=vt))
-    fb.values[node] = arith.addi(start, step)
-
-
-@rule(Permute)
-def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
 
 
 @rule(MMA)

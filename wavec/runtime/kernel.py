@@ -233,9 +233,10 @@ class CompiledKernel:
         scalars = [name for name, _ in meta.scalars]
         inputs = [a.name for a in meta.args if not a.is_output] + scalars
         every = [a.name for a in meta.args] + scalars
+        what = "arguments" if scalars else "tensor arguments"
         arg = inputs[n] if n < len(inputs) else every[n] if n < len(every) else f"#{n}"
         raise ArgumentError(kernel=meta.label, arg=arg, message=(
-            f"got {n} tensor arguments; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+            f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
             f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
             "with the outputs written in place"))
 
