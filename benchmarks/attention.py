@@ -223,6 +223,12 @@ def main() -> int:
         w.writerows(results)
     if results:
         plot(results, out_dir / "attention.png")
+    if args.wavec_configs == "sweep":
+        import collections
+
+        wins = collections.Counter((r["d"], r["wavec_config"]) for r in results)
+        print("\nfastest wavec tile (BLOCK_M x BLOCK_N x waves[x stages]) per head dim: "
+              + ", ".join(f"d{d} {cfg}: {n}" for (d, cfg), n in sorted(wins.items(), key=str)))
     print("\ngeomean speed of wavec relative to each baseline (>1: wavec faster)")
     print("\n".join(summarize(results)))
     print(f"\nwrote {out_dir / 'attention.csv'} and {out_dir / 'attention.png'}")

@@ -103,21 +103,22 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
 # d128 keeps 16 rows per wave: (128, 64, 8) with 182-202 registers, one workgroup per SM, or (64, 64, 4),
 # two per SM (68 KB of shared memory each).  Short query sequences (decode) take a 32- or 64-row tile so
 # fewer rows are wasted (a single-wave workgroup spills: every thread then issues all the tile copies).
-# benchmarks/attention.py --wavec-configs sweep times every candidate.
-CONFIGS = {128: [(128, 64, 8), (64, 64, 4)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2)]}
+# An optional fourth entry is the number of cp.async stages (default 2; 3 is spill-free too, 102 KB of
+# shared memory at d128).  benchmarks/attention.py --wavec-configs sweep times every candidate.
+CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2),
+                                                                     (128, 64, 4, 3)]}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 
 
-def attention_config(head_dim: int, seq_q: int | None = None,
-                     config: tuple[int, int, int] | None = None) -> tuple[dict, int]:
-    """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves)`` if given, else the
-    first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
+def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None) -> tuple[dict, int]:
+    """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
+    else the first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
     if config is None:
         hd = 128 if head_dim > 64 else 64
         short = [c for rows, c in sorted(_SHORT[hd].items()) if seq_q is not None and seq_q <= rows]
         config = short[0] if short else CONFIGS[hd][0]
-    bm, bn, waves = config
-    return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: head_dim}, waves
+    bm, bn, waves, *stages = config
+    return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
 
 
 _COMPILED: dict = {}
@@ -132,13 +133,13 @@ def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: s
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None, config: tuple[int, int, int] | None = None):
+              backend: str | None = None, config: tuple | None = None):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
     ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
-    are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves)`` overrides the heuristic
+    are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
     (``attention_config``).  Returns a new tensor shaped like q."""
     import torch
 
