@@ -15,6 +15,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import gpu, memref, vector
 
+from ..errors import CodegenError
 from ..frontend.ops import ConvertLayout
 from ..indexing import WAVE, Layout
 from ..passes.convert_layouts import register_mapping, wave_origin
@@ -32,8 +33,9 @@ def _concat(values: list[ir.Value]) -> ir.Value:
 def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
     dst: Layout = node.meta["layout"]
     mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.threads_per_wave)
-    if mapping is None:  # the pass proved it for the first tile; every tile shares the pattern
-        raise AssertionError(f"convert_layout %{node.name}: no register mapping")
+    if mapping is None:  # the pass proved one exists; every tile shares the pattern
+        raise CodegenError(node.meta.get("loc"), message=f"convert_layout %{node.name}: the layouts have no "
+                           "lane-independent register mapping (convert_layouts should have chosen via=shared)")
     size = srcs[0].meta["layout"].size
     flat = [ti * size + q for ti, q in mapping]
     whole = _concat([fb.values[s] for s in srcs])

@@ -8,7 +8,8 @@ bytes (what ``cp.async`` can move).  Guarantees:
   stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
   ``$STAGE_<dim>``, a value the loop carries (``ctx.loop_stages``) rather than a remainder of ``i``;
 - the body begins with ``async_wait(pending=S - 2)`` and ends its copies with ``async_commit``;
-- a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each.
+- a prologue before the loop issues iterations ``0 .. S - 2`` into stages ``0 .. S - 2``, one commit each
+  (counted from the loop's first iteration when ``iterate(start=)`` moves it; ``end=`` moves the last).
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
 needs no branch and there is no minimum trip count.
 """
