@@ -9,7 +9,7 @@ import pytest
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
-from wavec.kernels.attention import attention_config, make_attention
+from wavec.kernels.attention import CONFIGS, attention_config, make_attention
 
 pytest.importorskip("iree.compiler")
 HAS_PTXAS = find_ptxas() is not None
@@ -38,3 +38,12 @@ def test_ptx_inner_loop(monkeypatch) -> None:
     assert "ex2.approx.ftz.f32" in ptx
     assert "cp.async.cg.shared.global" in ptx
     assert k.mlir.count("memref.alloc") == 2  # K and V tiles (shared by both loops): P stays in registers
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+@pytest.mark.parametrize("head_dim,config", [(d, c) for d, cs in CONFIGS.items() for c in cs[1:]])
+def test_sweep_candidates_have_no_spills(head_dim: int, config: tuple) -> None:
+    """Every tile ``benchmarks/attention.py --wavec-configs sweep`` tries assembles without spills."""
+    subs, waves = attention_config(head_dim, config=config)
+    k = wc.compile(make_attention(wc.bf16, "bshd", False, waves), subs, target="sm_90", backend="cuda", cache=False)
+    assert k.metadata.spills == 0, (config, k.metadata.registers, k.metadata.spills)
