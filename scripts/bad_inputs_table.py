@@ -33,6 +33,7 @@ import torch
 import wavec as wc
 from wavec import Memory, Register, f16, f32
 from wavec.errors import WavecError
+from wavec.kernels import attention as attn
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
 
@@ -173,6 +174,10 @@ def launch_cases() -> list[Case]:
     a, b, c = _half(64, 64), _half(32, 64), torch.empty(64, 32)
     x, y, bias, out = torch.randn(8, 64), torch.randn(8, 64), torch.randn(64), torch.empty(8, 64)
     shared = torch.zeros(8 * 64 + 8 * 64 - 64)  # b and out overlapping by their last/first row
+    at = _Lazy("attention", lambda: _compile(attn.make_attention(wc.f16, "bhsd", False, 2),
+                                             {attn.BLOCK_M: 32, attn.BLOCK_N: 32, attn.NUM_STAGES: 2, attn.D: 64}))
+    q = _half(1, 2, 16, 64)
+    A = "attention (q, k, v, o [B, H, S, 64] f16, then `scale: wc.Scalar[f32]`)"
     G, S = "GEMM `c = a @ b.T` (a [M, K] f16, b [N, K] f16, c [M, N] f32)", \
         "scale_shift f32 `out = a * b + bias` (a, b, out [M, N], bias [N])"
     return [
@@ -215,6 +220,9 @@ def launch_cases() -> list[Case]:
         Case(S, "out overlaps b by one row", lambda: ss(x, shared[:512].view(8, 64), bias,
                                                         shared[448:].view(8, 64)), "out"),
         Case(S, "two arguments (neither the 3 inputs nor all 4)", lambda: ss(x, y), "bias"),
+        Case(A, "scale (f32 scalar) is a string", lambda: at(q, q, q, torch.empty_like(q), "0.1"), "scale"),
+        Case(A, "scale is a 1-D tensor", lambda: at(q, q, q, torch.empty_like(q), torch.ones(2)), "scale"),
+        Case(A, "scale is missing (inputs-only call)", lambda: at(q, q, q), "scale"),
     ]
 
 

@@ -16,6 +16,7 @@ from .frontend.constraints import (
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
+    arange,
     binary,
     broadcast,
     cast,
@@ -27,17 +28,19 @@ from .frontend.ops import (
     maximum,
     minimum,
     mma,
+    permute,
     read,
     reciprocal,
     rsqrt,
     sqrt,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
+    tile_start,
     unary,
     where,
     write,
 )
 from .frontend.symbols import sym
-from .frontend.types import Memory, Register
+from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
 
 __version__ = "0.1.0"
@@ -47,7 +50,8 @@ __all__ = [
     "WorkgroupConstraint",
     "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast", "exp", "exp2",
     "iterate", "log2", "reciprocal", "rsqrt", "sqrt",
-    "max", "maximum", "minimum", "mma", "sum", "read", "unary", "where", "write", "sym", "Memory", "Register",
+    "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
+    "Register", "Scalar", "arange", "tile_start",
     "MMAType",
     "compile", "register_torch_op", "autotune", "__version__",
 ]

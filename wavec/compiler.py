@@ -115,7 +115,8 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
         args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings), constants=iface.constants,
         static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
         grid=iface.grid, divisibility=iface.divisibility, alignment_bytes=iface.alignment_bytes,
-        source=str(SourceLoc(trace.loc.filename, trace.loc.line)), registers=registers, spills=spills)
+        source=str(SourceLoc(trace.loc.filename, trace.loc.line)), registers=registers, spills=spills,
+        scalars=iface.scalars)
     return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
 
 

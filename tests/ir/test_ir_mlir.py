@@ -254,10 +254,10 @@ CHECK: vector.load %[[A]][{{.*}}]{{.*}} : memref<?x?xf16>, vector<8xf16>
 CHECK: vector.load %[[A]][{{.*}}]{{.*}} : memref<?x?xf16>, vector<8xf16>
 CHECK: vector.load %[[ROW]][%{{[0-9]+}}]{{.*}} : memref<?xf16>, vector<8xf16>
 CHECK: %[[RB:[0-9]+]] = vector.shuffle %[[R:[0-9]+]], %[[R]] [0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7] : vector<8xf16>, vector<8xf16>
-CHECK-NEXT: %[[P:[0-9]+]] = arith.mulf %{{[0-9]+}}, %[[RB]] : vector<16xf16>
+CHECK-NEXT: %[[P:[0-9]+]] = arith.mulf %{{[0-9]+}}, %[[RB]] fastmath<contract> : vector<16xf16>
 CHECK: vector.load %[[COL]][%{{[0-9]+}}]{{.*}} : memref<?xf16>, vector<2xf16>
 CHECK: %[[CB:[0-9]+]] = vector.shuffle %[[C:[0-9]+]], %[[C]] [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1] : vector<2xf16>, vector<2xf16>
-CHECK-NEXT: arith.addf %[[P]], %[[CB]] : vector<16xf16>
+CHECK-NEXT: arith.addf %[[P]], %[[CB]] fastmath<contract> : vector<16xf16>
 CHECK-COUNT-2: vector.store {{.*}} : memref<?x?xf16>, vector<8xf16>
 """
 
@@ -276,7 +276,7 @@ CHECK-LABEL: func.func @scale_shift()
 CHECK: %[[CST:\w+]] = arith.constant dense<2.000000e+00> : vector<8xf16>
 CHECK: vector.load %{{[0-9]+}}[%{{[0-9]+}}]{{.*}} : memref<?xf16>, vector<8xf16>
 CHECK: %[[BIAS:[0-9]+]] = scf.if
-CHECK: arith.addf %{{[0-9]+}}, %[[BIAS]] : vector<8xf16>
+CHECK: arith.addf %{{[0-9]+}}, %[[BIAS]] fastmath<contract> : vector<8xf16>
 """
 
 

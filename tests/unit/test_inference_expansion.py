@@ -319,13 +319,16 @@ def _mma_into_mma(q: Memory[M, K, f16], k: Memory[N, K, f16], v: Memory[P, N, f1
     wc.write(wc.mma(wc.cast(s, f16), wc.read(v), Register[M, P, f32](0.0)), o)
 
 
-def test_c_layout_fed_to_a_operand_conflicts() -> None:
-    """An mma result (C layout over [M, N]) used as the next mma's A operand needs the A layout."""
+def test_c_layout_fed_to_a_operand_is_converted() -> None:
+    """An mma result (C layout over [M, N]) used as the next mma's A operand goes through a conversion:
+    its input keeps the C layout, its output takes the A layout (no conflict)."""
+    from wavec.frontend.ops import ConvertLayout
+
     kernel = wc.wave(_CONFLICT_CONSTRAINTS)(_mma_into_mma)
-    with pytest.raises(IndexConflictError) as info:
-        run_passes(kernel, {})
-    assert f"{THIS_FILE}:{line_of(_mma_into_mma, 's = wc.mma')}" in str(info.value)
-    assert f"{THIS_FILE}:{line_of(_mma_into_mma, 'wc.write(wc.mma')}" in str(info.value)
+    trace = run_passes(kernel, {}, upto="infer_indices")
+    (conv,) = nodes(trace.graph, ConvertLayout)
+    assert conv.kwargs["via"] == "registers"
+    assert conv.args[0].meta["layout"].tile == (16, 8) and conv.meta["layout"].tile == (16, 16)
 
 
 # ----- (e) defaults from vector_shapes, broadcast operands --------------------------------------------

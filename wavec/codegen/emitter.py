@@ -31,10 +31,11 @@ class KernelInterface:
     entry: str
     block: tuple[int, int, int]
     bindings: tuple[tuple[str, str, tuple, bool], ...]  # (name, dtype, shape as str/int, is_output)
-    constants: tuple[str, ...]  # dynamic symbols, in constant-ordinal order
+    constants: tuple[str, ...]  # dynamic symbols then scalar arguments, in constant-ordinal order
     grid: tuple[str, str, str]  # python integer expressions over symbol names
     divisibility: tuple[tuple[str, int], ...]
     alignment_bytes: int
+    scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype) of by-value arguments, after the symbols
 
 
 def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
@@ -89,7 +90,8 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
     cs = ctx.constraints
     name = trace.name
     flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
-    consts = f"constants = {len(dyn)}, " if dyn else ""
+    nconst = len(dyn) + len(trace.scalars)
+    consts = f"constants = {nconst}, " if nconst else ""
     binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
     lines = [
         f"#layout = #hal.pipeline.layout<{consts}bindings = [{binds}]>",
@@ -115,6 +117,11 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
         ro = "" if a.name in written else " flags(ReadOnly)"
         lines.append(f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
                      f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}")
+    for j, a in enumerate(trace.scalars):  # constants are i32 (toolchain.md): an f32 arrives as its bits
+        lines.append(f"        %scalar{j}_i32 = hal.interface.constant.load layout(#layout) ordinal({len(dyn) + j}) "
+                     ": i32")
+        if a.type.dtype.is_float:
+            lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
     lines += ["        return", "      }", "    }", "  }", "}"]
     return "\n".join(lines)
 
@@ -122,7 +129,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
-    from . import reductions  # noqa: F401 - registers the reduction lowering
+    from . import convert, lowering_ops, reductions  # noqa: F401 - register their lowering rules
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints
@@ -154,9 +161,9 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         entry=trace.name, block=(cs.threads, 1, 1),
         bindings=tuple((a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),
                         a.name in written) for a in trace.args),
-        constants=tuple(d.name for d in dyn), grid=grid,
+        constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars), grid=grid,
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
-        alignment_bytes=SUBSPAN_ALIGNMENT)
+        alignment_bytes=SUBSPAN_ALIGNMENT, scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars))
     return out, iface
 
 

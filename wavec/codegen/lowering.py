@@ -79,6 +79,11 @@ class FunctionBuilder:
         for i, d in enumerate(dyn):
             self.symbols[d] = ops[2 + 2 * i].result
         self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
+        pos = 1 + 2 * len(dyn) + len(trace.args)
+        self.scalars: dict[str, ir.Value] = {}
+        for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
+            pos += 2 if a.type.dtype.is_float else 1
+            self.scalars[a.name] = ops[pos - 1].result
         self.values: dict[fx.Node, object] = {}
         # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
         # just before the loop that opens the next level).  An index expression is emitted at the
@@ -223,6 +228,8 @@ class FunctionBuilder:
         role = node.meta.get("role")
         if role == "memory":
             self.values[node] = self.args[node.name]
+        elif role == "scalar":
+            self.values[node] = vector.broadcast(vec_type(1, node.meta["type"].dtype), self.scalars[node.name])
         elif role == "capture":
             self.values[node] = self.values[node.meta["capture_of"]]
         # iter_arg placeholders are bound by the iterate rule
@@ -230,6 +237,9 @@ class FunctionBuilder:
     def operand(self, node: fx.Node, arg, result: Layout, dtype: dt.DType) -> ir.Value:
         """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
         vt = vec_type(result.size, dtype)
+        if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
+            i32 = ir.IntegerType.get_signless(32)
+            return vector.broadcast(vt, arith.index_cast(i32, self.index(self.cs.resolve(arg))))
         if not isinstance(arg, fx.Node):
             return splat(vt, dtype, arg)
         v = self.values[arg]
@@ -242,12 +252,19 @@ class FunctionBuilder:
         return vector.shuffle(v, v, mask)
 
 
+def held_coord(fb: FunctionBuilder, access: fx.Node, dim) -> sympy.Expr:
+    """The coordinate of a memory dimension the registers do not hold: a mapped dim's expression
+    (``wc.read(..., mapping=)``) or a batch dim's workgroup coordinate."""
+    mapping = access.kwargs.get("mapping") or access.meta.get("mapping") or {}
+    return fb.cs.resolve_tile_starts(mapping.get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
+
+
 def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
     """Indices of the element at logical ``coords`` of ``mem``; shared tiles are indexed by
     [stage, coordinates relative to the tile's origin]."""
     dims = mem.meta["type"].shape
     if mem.meta["type"].address_space != AddressSpace.SHARED:
-        return [fb.index(coords[d]) for d in dims]
+        return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
     alloc = capture_root(mem)
     base = {d: sympy.sympify(b).subs(iv_subs) for d, b in alloc.kwargs["base"].items()}
@@ -309,16 +326,23 @@ def _coords(layout: Layout, off: dict) -> dict:
 
 
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
-    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8."""
+    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8.
+    A transposed B (tile contiguous along N) loads k-rows with ``.trans``: tiles (k0, n0), (k0+8, n0)
+    and, paired, (k0, n0+8), (k0+8, n0+8)."""
     layout: Layout = node.meta["layout"]
-    row_dim, k_dim = layout.dims
+    row_dim, k_dim = node.meta.get("mma_dims", layout.dims)
     base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
     spec = fb.cs.mma_type.spec
     pair = node.meta.get("pair_with")
+    trans = bool(node.meta.get("transpose"))
     if node.meta["mma_role"] == "a":
         tiles, shape = 4, spec.a_shape
         row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
         col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+    elif trans:
+        tiles, shape = (4, (4, 2)) if pair is not None else (2, spec.b_shape)
+        row = base[row_dim] + (layout.tile_of(row_dim) * sympy.floor(LANE / 16) if pair is not None else 0)
+        col = base[k_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
     elif pair is not None:  # lanes 16-31 address the next N tile: one x4 load feeds two mmas
         tiles, shape = 4, (4, 2)
         row = base[row_dim] + sympy.Mod(LANE, 8) + layout.tile_of(row_dim) * sympy.floor(LANE / 16)
@@ -332,7 +356,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     frag = ir.Operation.create(
         "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
         operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
-        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(False)}).result
+        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)}).result
     flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
     if pair is None:
         return flat
@@ -439,6 +463,9 @@ def lower_async_commit(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(AsyncWait)
 def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
+    if node.kwargs.get("drain"):  # after a loop: its groups' tokens are out of scope; an empty group orders
+        token = ir.Type.parse("!nvgpu.device.async.token")
+        fb.last_group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=[]).result
     if fb.last_group is None:
         raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
     ir.Operation.create("nvgpu.device_async_wait", results=[], operands=[fb.last_group],
@@ -456,7 +483,7 @@ _FLOAT = {"add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.
           "maximum": arith.maximumf, "minimum": arith.minimumf}
 _INT = {"add": arith.addi, "sub": arith.subi, "mul": arith.muli, "div": arith.divsi,
         "maximum": arith.maxsi, "minimum": arith.minsi}
-_CMPF = {"lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge", "eq": "oeq", "ne": "une"}
+_CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
 
@@ -472,6 +499,10 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
         else:
             fb.values[node] = arith.cmpi(getattr(arith.CmpIPredicate, _CMPI[kind]), x, y)
         return
+    if in_dtype.is_float and kind in ("add", "sub", "mul"):
+        # contractible: LLVM may fuse a multiply into its add (s * c - m -> one fma per element)
+        fb.values[node] = _FLOAT[kind](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
+        return
     table = _FLOAT if in_dtype.is_float else _INT
     fb.values[node] = table[kind](x, y)
 
@@ -482,6 +513,11 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     dtype = node.meta["type"].dtype
     if kind == "neg":
         fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
+        return
+    if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.startswith("sm_"):
+        from .lowering_ops import nv_exp2
+
+        fb.values[node] = nv_exp2(x)
         return
     fn = {"exp2": math.exp2, "exp": math.exp, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": math.rsqrt}
     fb.values[node] = fn[kind](x)
@@ -551,8 +587,8 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
         inits.append(fb.index(0))
-    ub = fb.index(fb.cs.trip_count(dim))
-    loop = scf.ForOp(fb.index(0), ub, fb.index(1), inits)
+    first, stop = fb.cs.loop_bounds(dim, node.kwargs.get("start"), node.kwargs.get("end"))
+    loop = scf.ForOp(fb.index(first), fb.index(stop), fb.index(1), inits)
     iv = induction_symbol(dim)
     with ir.InsertionPoint(loop.body):
         carried = list(loop.inner_iter_args)

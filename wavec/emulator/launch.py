@@ -41,5 +41,6 @@ class EmulatorKernel:
         grid = self._plan.grid(values)
         if not all(grid):
             return
+        tensors = tensors[:len(self.meta.args)]  # scalar arguments travel as constants
         self._kernel(bindings=[_flat_view(t) for t in tensors], constants=[values[c] for c in self.meta.constants],
                      grid=grid, block=self.meta.block, check_races=self.check_races)

@@ -221,6 +221,24 @@ def _float_op(c: Compiler, op: ir.Operation) -> Instr:
     return _elementwise(c, op, _fp(_FLOAT[op.name], _res(op)))
 
 
+_INTRINSICS: dict[str, Fn] = {
+    # ex2.approx.ftz.f32: within 2 ulp of exp2; subnormal inputs and results flush to zero
+    "llvm.nvvm.ex2.approx.ftz.f": lambda x: _ftz(np.exp2(_ftz(x))),
+}
+
+
+def _ftz(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) < np.finfo(np.float32).tiny, np.zeros((), x.dtype), x)
+
+
+@register("llvm.call_intrinsic")
+def _call_intrinsic(c: Compiler, op: ir.Operation) -> Instr:
+    name = ir.StringAttr(op.attributes["intrin"]).value
+    if name not in _INTRINSICS:
+        raise EmulatorError(message=f"{c.loc(op)}: intrinsic {name} is not emulated")
+    return _elementwise(c, op, _INTRINSICS[name])
+
+
 # ---------------------------------------------------------------- casts
 
 

@@ -14,18 +14,29 @@ import sympy
 
 from ..errors import ConstraintError
 from ..indexing.mma import MMAType
-from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol
+from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol, tile_start_symbol
 
 
 @dataclass(frozen=True)
 class WorkgroupConstraint:
+    """Workgroups split ``dim`` into tiles of ``tile`` along grid axis ``workgroup_dim``.
+
+    ``workgroup_dim=None``: every workgroup covers the whole dimension (``tile`` must be its size, bound in
+    ``subs``), so it takes no grid axis — e.g. the head dimension of attention.  A tile of literally 1 makes
+    ``dim`` a *batch* dimension: each workgroup handles one coordinate of it, and register values do not
+    carry it (``wc.read`` indexes it with the workgroup id)."""
+
     dim: sympy.Symbol
     tile: sympy.Expr | int
-    workgroup_dim: int
+    workgroup_dim: int | None
 
     def __post_init__(self) -> None:
-        if self.workgroup_dim not in (0, 1, 2):
-            raise ConstraintError(message=f"WorkgroupConstraint({self.dim}): workgroup_dim must be 0, 1 or 2")
+        if self.workgroup_dim not in (0, 1, 2, None):
+            raise ConstraintError(message=f"WorkgroupConstraint({self.dim}): workgroup_dim must be 0, 1, 2 or None")
+
+    @property
+    def is_batch(self) -> bool:
+        return sympy.sympify(self.tile) == 1 and self.workgroup_dim is not None
 
 
 @dataclass(frozen=True)
@@ -114,16 +125,24 @@ class ConstraintSet:
         for c in constraints:
             if isinstance(c, WorkgroupConstraint):
                 self._once(self.wg_tile, c.dim, "WorkgroupConstraint")
-                if c.workgroup_dim in self.wg_axis.values():
+                if c.workgroup_dim is not None and c.workgroup_dim in self.wg_axis.values():
                     raise ConstraintError(message=f"two WorkgroupConstraints use workgroup_dim {c.workgroup_dim}")
                 self.wg_tile[c.dim] = self.resolve_int(c.tile, f"workgroup tile of {c.dim}")
-                self.wg_axis[c.dim] = c.workgroup_dim
+                if c.workgroup_dim is None:
+                    size = self.resolve(c.dim)
+                    if not size.is_Integer or int(size) != self.wg_tile[c.dim]:
+                        raise ConstraintError(message=f"WorkgroupConstraint({c.dim}, ..., None) covers the whole "
+                                              f"dimension: bind {c.dim} in subs to its tile {self.wg_tile[c.dim]}")
+                else:
+                    self.wg_axis[c.dim] = c.workgroup_dim
             elif isinstance(c, WaveConstraint):
                 self._once(self.wave_tile, c.dim, "WaveConstraint")
                 self.wave_tile[c.dim] = self.resolve_int(c.tile, f"wave tile of {c.dim}")
             elif isinstance(c, TilingConstraint):
                 self._once(self.loop_tile, c.dim, "TilingConstraint")
                 self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
+        # batch dims (a literal workgroup tile of 1): register values do not carry them
+        self.batch_dims = tuple(c.dim for c in constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
         self.vector_shapes = {sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]")
                               for k, v in self.hardware.vector_shapes.items()}
         sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
@@ -148,8 +167,9 @@ class ConstraintSet:
     def _check_waves(self) -> None:
         self.waves_per_axis = [1, 1, 1]
         for dim, tile in self.wave_tile.items():
-            if dim not in self.wg_tile:
-                raise ConstraintError(message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim}")
+            if dim not in self.wg_axis:
+                raise ConstraintError(message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim} with "
+                                      "a grid axis")
             if self.wg_tile[dim] % tile:
                 raise ConstraintError(message=f"wave tile {tile} of {dim} does not divide its workgroup tile "
                                       f"{self.wg_tile[dim]}")
@@ -168,9 +188,27 @@ class ConstraintSet:
         the range of ``$LANE``."""
         return self.group_waves * self.threads_per_wave
 
-    def trip_count(self, dim) -> sympy.Expr:
-        """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial)."""
-        return sympy.ceiling(self.resolve(dim) / self.loop_tile[dim])
+    def trip_count(self, dim, end=None) -> sympy.Expr:
+        """Iterations of the loop that tiles ``dim``: ``ceil(size / loop tile)`` (the last may be partial),
+        or ``ceil(min(size, end) / loop tile)`` for a loop that stops early at coordinate ``end``."""
+        stop = self.resolve(dim)
+        if end is not None:
+            stop = sympy.Min(stop, self.resolve_tile_starts(end))
+        return sympy.ceiling(stop / self.loop_tile[dim])
+
+    def loop_bounds(self, dim, start=None, end=None) -> tuple[sympy.Expr, sympy.Expr]:
+        """(first, stop) iterations of a loop over ``dim`` that covers coordinates [start, end): ``first =
+        floor(start / tile)`` (0 by default), ``stop = trip_count(dim, end)``."""
+        first = sympy.Integer(0)
+        if start is not None:
+            first = sympy.floor(self.resolve_tile_starts(start) / self.loop_tile[dim])
+        return first, self.trip_count(dim, end)
+
+    def resolve_tile_starts(self, expr) -> sympy.Expr:
+        """``expr`` with every ``wc.tile_start(d)`` replaced by the workgroup's offset along ``d``."""
+        expr = self.resolve(expr)
+        starts = {tile_start_symbol(d): self.base_offset(d, False, per_wave=False) for d in self.wg_tile}
+        return expr.subs(starts)
 
     def workgroup_extent(self, dim) -> int | None:
         """Extent of ``dim`` one workgroup covers per loop iteration (None: not distributed)."""
@@ -190,7 +228,7 @@ class ConstraintSet:
         """First coordinate of ``dim`` owned by the current wave (workgroup + wave + loop offsets), or by
         the workgroup when ``per_wave`` is False."""
         off = sympy.Integer(0)
-        if dim in self.wg_tile:
+        if dim in self.wg_axis:
             axis = self.wg_axis[dim]
             off += WORKGROUP[axis] * self.wg_tile[dim]
             if dim in self.wave_tile and per_wave:
@@ -202,6 +240,6 @@ class ConstraintSet:
     def grid(self, sizes: dict) -> tuple:
         """Launch grid as sympy expressions of the (dynamic) dimension symbols."""
         grid = [sympy.Integer(1)] * 3
-        for dim, tile in self.wg_tile.items():
-            grid[self.wg_axis[dim]] = sympy.ceiling(self.resolve(sizes.get(dim, dim)) / tile)
+        for dim, axis in self.wg_axis.items():
+            grid[axis] = sympy.ceiling(self.resolve(sizes.get(dim, dim)) / self.wg_tile[dim])
         return tuple(grid)

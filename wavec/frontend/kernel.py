@@ -33,7 +33,8 @@ class WaveKernel:
         functools.update_wrapper(self, fn)
 
     def trace(self) -> Trace:
-        return trace_kernel(self.fn, self.scope_locals)
+        batch = tuple(c.dim for c in self.constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
+        return trace_kernel(self.fn, self.scope_locals, batch)
 
     def __call__(self, *args, **kwargs):
         raise KernelDefinitionError(message=f"{self.name} is a wavec kernel definition: compile it first with "

@@ -52,12 +52,32 @@ class Read(Op):
     name = "read"
 
 
-def read(memory: Value, elements_per_thread: int | None = None) -> Value:
-    """Load a Memory tile into registers (each thread gets the elements its layout assigns it)."""
+def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
+    """The register shape of an access to ``mem``: batch dims and mapped dims are indexed, not held."""
+    for d, e in mapping.items():
+        if d not in mem.type.dims:
+            raise ShapeError(current_loc(), op=op, message=f"mapping key {d} is not a dimension of "
+                             f"{list(mem.shape)}")
+        if not any(s.name.startswith("$TILE_START_") for s in sympy.sympify(e).free_symbols):
+            raise ShapeError(current_loc(), op=op, message=f"mapping[{d}] = {e} must be an expression of "
+                             "wc.tile_start(batch dim) coordinates (and shape symbols)")
+    return tuple(d for d in mem.shape if d not in tr.batch_dims and d not in mapping)
+
+
+def read(memory: Value, elements_per_thread: int | None = None, mapping: dict | None = None) -> Value:
+    """Load a Memory tile into registers (each thread gets the elements its layout assigns it).
+
+    Batch dimensions (``WorkgroupConstraint(d, 1, axis)``) are indexed by the workgroup and dropped from
+    the result.  ``mapping={d: expr}`` indexes memory dimension ``d`` by ``expr``, an expression of batch
+    coordinates (``wc.tile_start(H)``) and shape symbols, and drops ``d`` too — e.g. grouped-query
+    attention reads kv head ``wc.tile_start(H) // (H // KVH)``."""
     tr = active_tracer("read")
     mem = _need_memory("read", "memory", memory)
-    return tr.create(Read, (mem,), TensorType(mem.type.shape, mem.type.dtype),
-                     elements_per_thread=elements_per_thread)
+    mapping = dict(mapping or {})
+    shape = _register_shape(tr, "read", mem, mapping)
+    extra = {"mapping": mapping} if mapping else {}
+    return tr.create(Read, (mem,), TensorType(shape, mem.type.dtype), elements_per_thread=elements_per_thread,
+                     **extra)
 
 
 class Write(Op):
@@ -65,17 +85,44 @@ class Write(Op):
 
 
 def write(value: Value, memory: Value) -> None:
-    """Store a register tile into a Memory argument."""
+    """Store a register tile into a Memory argument (batch dimensions indexed by the workgroup)."""
     tr = active_tracer("write")
     val = _need_register("write", "value", value)
     mem = _need_memory("write", "memory", memory)
-    if set(val.type.dims) != set(mem.type.dims) or len(val.type.dims) != len(mem.type.shape):
+    held = _register_shape(tr, "write", mem, {})
+    if set(val.type.dims) != set(held) or len(val.type.dims) != len(held):
         raise ShapeError(current_loc(), op="write", message=f"value of shape {list(val.shape)} cannot be written "
-                         f"to memory of shape {list(mem.shape)}")
+                         f"to memory of shape {list(mem.shape)}"
+                         + (f" (batch dims {list(tr.batch_dims)} are indexed by the workgroup)"
+                            if tr.batch_dims else ""))
     if val.dtype != mem.dtype:
         raise DTypeError(current_loc(), op="write", message=f"value is {val.dtype} but memory is {mem.dtype}; "
                          "use wc.cast")
     tr.create(Write, (val, mem), None)
+
+
+class Arange(Op):
+    """Each element's coordinate along ``kwargs["dim"]`` (i32)."""
+
+    name = "arange"
+
+
+def arange(dim: sympy.Symbol) -> Value:
+    """``Register[dim, i32]``: each element holds its own coordinate along ``dim`` (for masks)."""
+    tr = active_tracer("arange")
+    if not isinstance(dim, sympy.Symbol):
+        raise ShapeError(current_loc(), op="arange", message=f"dim must be a wc.sym symbol, got {dim!r}")
+    return tr.create(Arange, (), TensorType((dim,), dt.i32), dim=dim)
+
+
+def tile_start(dim: sympy.Symbol) -> sympy.Expr:
+    """The first coordinate of ``dim`` in this workgroup's tile — for a batch dimension, its coordinate.
+    An index expression (not a traced value): for ``mapping=`` and ``iterate(..., end=)``."""
+    from ..indexing.symbols import tile_start_symbol
+
+    if not isinstance(dim, sympy.Symbol):
+        raise ShapeError(current_loc(), op="tile_start", message=f"dim must be a wc.sym symbol, got {dim!r}")
+    return tile_start_symbol(dim)
 
 
 class RegisterInit(Op):
@@ -124,6 +171,8 @@ class Binary(Op):
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
+    if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
+        return sa or sb
     if len(sa) != len(sb):
         raise ShapeError(current_loc(), op=op, message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] "
                          "or wc.broadcast to add dimensions")
@@ -146,6 +195,8 @@ def binary(kind: str, x, y) -> Value:
             if v.dtype != ref.dtype:
                 raise DTypeError(current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; "
                                  "use wc.cast")
+        elif isinstance(v, sympy.Expr) and not ref.dtype.is_float:
+            pass  # a shape expression (``cols < N``): evaluated at run time as i32
         elif not isinstance(v, (int, float)):
             raise ShapeError(current_loc(), op=kind, message=f"operand {v!r} is neither a tensor nor a number")
     shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) \
@@ -194,15 +245,26 @@ class Select(Op):
     name = "select"
 
 
-def where(cond: Value, x: Value, y: Value) -> Value:
+def where(cond: Value, x, y) -> Value:
+    """``x`` where ``cond`` holds, else ``y``; either may be a Python number (``wc.where(m, s, -inf)``)."""
     tr = active_tracer("where")
     cond = _need_register("where", "cond", cond)
     if cond.dtype != dt.i1:
         raise DTypeError(current_loc(), op="where", message=f"cond must be a comparison result, got {cond.dtype}")
-    shape = _broadcast_shapes("where", _broadcast_shapes("where", cond.shape, x.shape), y.shape)
-    if x.dtype != y.dtype:
+    vals = [v for v in (x, y) if isinstance(v, Value)]
+    if not vals:
+        raise ShapeError(current_loc(), op="where", message="x or y must be a traced tensor")
+    for name, v in (("x", x), ("y", y)):
+        if isinstance(v, Value):
+            _need_register("where", name, v)
+        elif not isinstance(v, (int, float)):
+            raise ShapeError(current_loc(), op="where", message=f"{name} = {v!r} is neither a tensor nor a number")
+    if len(vals) == 2 and x.dtype != y.dtype:
         raise DTypeError(current_loc(), op="where", message=f"x is {x.dtype} but y is {y.dtype}")
-    return tr.create(Select, (cond, x, y), TensorType(shape, x.dtype))
+    shape = cond.shape
+    for v in vals:
+        shape = _broadcast_shapes("where", shape, v.shape)
+    return tr.create(Select, (cond, x, y), TensorType(shape, vals[0].dtype))
 
 
 class Broadcast(Op):
@@ -234,6 +296,23 @@ def expand_dims(x: Value, key) -> Value:
     return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
 
 
+class Permute(Op):
+    """Reorder the dimensions of a register value (free: the register vector is unchanged)."""
+
+    name = "permute"
+
+
+def permute(x: Value, dims) -> Value:
+    """``x`` with its dimensions in the order ``dims`` (a permutation of x's dimensions)."""
+    tr = active_tracer("permute")
+    x = _need_register("permute", "x", x)
+    dims = tuple(dims)
+    if sorted(map(str, dims)) != sorted(map(str, x.shape)) or len(set(dims)) != len(dims):
+        raise ShapeError(current_loc(), op="permute", message=f"dims {list(dims)} are not a permutation of the "
+                         f"dimensions {list(x.shape)} of x")
+    return tr.create(Permute, (x,), TensorType(dims, x.dtype), dims=dims)
+
+
 class Iterate(Op):
     name = "iterate"
 
@@ -246,11 +325,14 @@ class GetResult(Op):
     name = "get_result"
 
 
-def iterate(dim: sympy.Symbol, init_args: list):
+def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None, end: sympy.Expr | None = None):
     """Decorator: run the body once per tile of ``dim`` (its TilingConstraint) with loop-carried values.
 
     The body takes the carried values and returns their next values; the decorated name becomes the
-    final value (or a tuple of them)."""
+    final value (or a tuple of them).  ``start`` / ``end``: cover only the tiles from the one holding
+    coordinate ``start`` to the one holding ``end - 1`` (``end`` clamped to the size of ``dim``); index
+    expressions of ``wc.tile_start(...)`` and shape symbols.  Causal attention stops at the diagonal with
+    ``end=wc.tile_start(M) + BLOCK_M``; two loops over one dim split masked tiles from unmasked ones."""
     tr = active_tracer("iterate")
     inits = [_need_register("iterate", f"init_args[{i}]", v) for i, v in enumerate(init_args)]
     loc = current_loc()
@@ -274,7 +356,8 @@ def iterate(dim: sympy.Symbol, init_args: list):
         g.output(tuple(tr.lift(o) for o in outs))
         tr.pop()
         captures = tuple(tr.captures.get(g, {}).keys())
-        it = tr.create(Iterate, (tuple(inits), captures), None, loc=loc, dim=dim, subgraph=name)
+        extra = {k: sympy.sympify(v) for k, v in (("start", start), ("end", end)) if v is not None}
+        it = tr.create(Iterate, (tuple(inits), captures), None, loc=loc, dim=dim, subgraph=name, **extra)
         results = [tr.create(GetResult, (it,), v.type, loc=loc, index=i) for i, v in enumerate(inits)]
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -308,6 +391,13 @@ class AsyncWait(Op):
     """Wait until at most ``kwargs["pending"]`` committed copy groups are still in flight."""
 
     name = "async_wait"
+
+
+class ConvertLayout(Op):
+    """The same values in another thread layout (inserted by ``convert_layouts``; ``kwargs["via"]`` is
+    "registers" or "shared")."""
+
+    name = "convert_layout"
 
 
 class Reduce(Op):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch.fx as fx
 
 from ..errors import OutsideKernelError, ShapeError, SourceLoc
-from .types import AddressSpace, TensorType
+from .types import AddressSpace, ScalarType, TensorType
 
 _WAVEC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNELS_DIR = os.path.join(_WAVEC_DIR, "kernels")  # the kernel library is user code
@@ -123,6 +123,7 @@ class Trace:
     args: list[KernelArg]
     loc: SourceLoc
     meta: dict = field(default_factory=dict)
+    scalars: list[KernelArg] = field(default_factory=list)  # by-value arguments, after the memories
 
     def graphs(self):
         yield self.graph
@@ -130,7 +131,8 @@ class Trace:
 
 
 class Tracer:
-    def __init__(self) -> None:
+    def __init__(self, batch_dims: tuple = ()) -> None:
+        self.batch_dims = tuple(batch_dims)  # dims a workgroup holds one coordinate of (not in registers)
         self.root = fx.Graph()
         self.stack: list[fx.Graph] = [self.root]
         self.subgraphs: dict[str, fx.Graph] = {}
@@ -202,17 +204,30 @@ def _annotations(fn, scope_locals: dict | None = None) -> dict:
     return out
 
 
-def trace_kernel(fn, scope_locals: dict | None = None) -> Trace:
-    """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``."""
+def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -> Trace:
+    """Trace ``fn`` (annotated with ``Memory[...]`` arguments) into a ``Trace``; ``batch_dims`` are the
+    dimensions each workgroup holds one coordinate of (reads and writes index them, registers drop them)."""
     sig = inspect.signature(fn)
     hints = _annotations(fn, scope_locals)
     loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
-    tracer = Tracer()
+    tracer = Tracer(batch_dims)
     args, values = [], []
+    scalars: list[KernelArg] = []
     for name in sig.parameters:
         t = hints.get(name)
+        if isinstance(t, ScalarType):
+            node = tracer.root.placeholder(name)
+            rank0 = TensorType((), t.dtype)
+            node.meta.update(type=rank0, loc=loc, role="scalar", scalar_index=len(scalars))
+            scalars.append(KernelArg(name, rank0))
+            values.append(Value(node))
+            continue
         if not isinstance(t, TensorType) or t.address_space is None:
-            raise ShapeError(loc, op=fn.__name__, message=f"argument {name!r} must be annotated Memory[dims..., dtype]")
+            raise ShapeError(loc, op=fn.__name__, message=f"argument {name!r} must be annotated Memory[dims..., dtype] "
+                             "or wc.Scalar[dtype]")
+        if scalars:
+            raise ShapeError(loc, op=fn.__name__, message=f"Memory argument {name!r} follows scalar argument "
+                             f"{scalars[0].name!r}: scalar arguments come after every Memory argument")
         node = tracer.root.placeholder(name)
         # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
         # itself is device memory (promote_to_shared reads meta["promote"]).
@@ -227,4 +242,5 @@ def trace_kernel(fn, scope_locals: dict | None = None) -> Trace:
     if result is not None:
         raise ShapeError(loc, op=fn.__name__, message="a kernel returns nothing; write results with wc.write")
     tracer.root.output(None)
-    return Trace(fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures})
+    return Trace(fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures},
+                 scalars=scalars)

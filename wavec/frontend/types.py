@@ -79,3 +79,25 @@ class Register:
         if space is not None:
             raise TypeError("Register[...] takes no address space")
         return _RegisterType(TensorType(dims, dtype))
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarType:
+    """A scalar kernel argument passed by value at launch (``wc.Scalar[f32]``, ``wc.Scalar[i32]``)."""
+
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"scalar {self.dtype}"
+
+
+class Scalar:
+    """Annotation of a by-value kernel argument: ``scale: wc.Scalar[f32]`` (f32 or i32).
+
+    Scalars follow every ``Memory`` argument.  Inside the kernel a scalar is a rank-0 register value usable
+    in arithmetic; its value is not part of the compiled binary (one binary serves every value)."""
+
+    def __class_getitem__(cls, dtype) -> ScalarType:
+        if not isinstance(dtype, DType) or dtype.name not in ("f32", "i32"):
+            raise TypeError(f"Scalar[dtype]: dtype must be wc.f32 or wc.i32, got {dtype!r}")
+        return ScalarType(dtype)

@@ -64,6 +64,12 @@ class Layout:
         return Layout(tuple(keep), tuple(self.seqs[i] for i in idx), tuple(self.tile[i] for i in idx),
                       tuple((d, j) for d, j in self.order if d in set(keep)))
 
+    def permute(self, dims) -> Layout:
+        """The same register tile seen with its dimensions in the order ``dims`` (``order`` names levels
+        by dimension, so the register vector itself does not change)."""
+        idx = [self.dims.index(d) for d in dims]
+        return Layout(tuple(dims), tuple(self.seqs[i] for i in idx), tuple(self.tile[i] for i in idx), self.order)
+
     def offset(self, deltas: dict) -> Layout:
         seqs = tuple(s.offset(deltas.get(d, 0)) for d, s in zip(self.dims, self.seqs))
         return Layout(self.dims, seqs, self.tile, self.order)

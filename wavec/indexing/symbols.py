@@ -38,3 +38,10 @@ def stage_symbol(dim: sympy.Symbol) -> sympy.Symbol:
 
 def is_hardware_symbol(s: sympy.Symbol) -> bool:
     return s.name.startswith("$")
+
+
+@functools.cache
+def tile_start_symbol(dim: sympy.Symbol) -> sympy.Symbol:
+    """The first coordinate of ``dim`` in the current workgroup's tile (for a batch dimension: its
+    coordinate); replaced by the workgroup offset when the constraints are resolved."""
+    return sympy.Symbol(f"$TILE_START_{dim.name}", integer=True, nonnegative=True)

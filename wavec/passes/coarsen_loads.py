@@ -8,9 +8,11 @@ alignment of its address, proven from the index algebra (the run's first coordin
 a multiple of that many elements; base pointers are 16-byte aligned and rows are a multiple of the
 longest run, which ``mask_bounds`` makes the launcher check).  LLVM only emits a 16-byte ``ld.v4`` when it
 is told the alignment.  Reads of shared memory that feed an NVIDIA ``mma.sync``
-operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``), those of a
-warpgroup MMA (``wgmma``) become matrix descriptors (``meta["access"] = "descriptor"``); B fragments of
-neighbouring N tiles are paired into one ``ldmatrix.x4`` (``meta["pair_with"]``).
+operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``,
+``meta["mma_dims"]`` = the operand's (row, k) dims); a B operand whose shared tile is contiguous along N
+rather than K (read, then ``wc.permute``d into [N, K]) uses ``ldmatrix.trans`` (``meta["transpose"]``);
+those of a warpgroup MMA (``wgmma``) become matrix descriptors (``meta["access"] = "descriptor"``).
+B fragments of neighbouring N tiles are paired into one ``ldmatrix.x4`` (``meta["pair_with"]``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..frontend.ops import AsyncCopy, Read, Write, memory_operand
+from ..frontend.ops import AsyncCopy, Permute, Read, Write, memory_operand
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import Layout
@@ -67,10 +69,24 @@ def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
 
 
 def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
+    """Marks shared reads that ldmatrix can serve (``mma_role``, ``mma_dims``, ``transpose``)."""
     mma = ctx.constraints.mma_type
-    return (node.meta.get("op") is Read and mma is not None and mma.spec.vendor == "nvidia"
-            and memory_operand(node).meta["type"].address_space == AddressSpace.SHARED
-            and node.meta.get("mma_role") in ("a", "b"))
+    if (node.meta.get("op") is not Read or mma is None or mma.spec.vendor != "nvidia"
+            or memory_operand(node).meta["type"].address_space != AddressSpace.SHARED):
+        return False
+    operand = node
+    users = list(node.users)
+    if len(users) == 1 and users[0].meta.get("op") is Permute:
+        operand = users[0]
+    role = operand.meta.get("mma_role")
+    if role not in ("a", "b"):
+        return False
+    row_dim, k_dim = operand.meta["type"].dims
+    transpose = node.meta["type"].dims[-1] != k_dim  # the tile is contiguous along the row (N) dim
+    if transpose and role != "b":
+        return False
+    node.meta.update(mma_role=role, mma_dims=(row_dim, k_dim), transpose=transpose)
+    return True
 
 
 def _pair_b_fragments(g: fx.Graph) -> None:
@@ -81,8 +97,9 @@ def _pair_b_fragments(g: fx.Graph) -> None:
         if n.meta.get("access") == "ldmatrix" and n.meta.get("mma_role") == "b":
             reads[(n.args[0], n.meta["key"])] = n
     for (mem, key), n in reads.items():
-        (ndim, ni), kpart = key[0], key[1:]
-        partner = reads.get((mem, ((ndim, ni + 1),) + kpart))
+        ndim = n.meta["mma_dims"][0]
+        ni = dict(key)[ndim]
+        partner = reads.get((mem, tuple((d, i + 1 if d == ndim else i) for d, i in key)))
         if ni % 2 == 0 and partner is not None:
             n.meta["pair_with"] = partner
             partner.meta["paired_by"] = n
@@ -100,7 +117,8 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             mem = memory_operand(node)
             mtype = mem.meta["type"]
             layout = node.meta["layout"]
-            runs = access_runs(layout, mtype.shape, mtype.dtype.bytes)
+            # batch and mapped dims are one coordinate per workgroup: runs live in the held dims
+            runs = access_runs(layout, tuple(d for d in mtype.shape if d in layout.dims), mtype.dtype.bytes)
             last = mtype.shape[-1]
             node.meta["accesses"] = runs
             node.meta["alignments"] = [

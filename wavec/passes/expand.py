@@ -15,7 +15,7 @@ import itertools
 import torch.fx as fx
 
 from ..errors import ExpansionError
-from ..frontend.ops import MMA, GetResult, Iterate, Reduce
+from ..frontend.ops import MMA, ConvertLayout, GetResult, Iterate, Reduce
 from ..frontend.tracing import Trace
 from .context import PassContext
 
@@ -97,6 +97,8 @@ class _Expander:
                 self._reduce(ng, node, env)
             elif op is Iterate:
                 self._iterate(ng, node, env)
+            elif op is ConvertLayout:
+                self._convert(ng, node, env)
             elif op is GetResult:
                 continue  # filled in by _iterate
             elif "layout" in node.meta:
@@ -145,6 +147,20 @@ class _Expander:
                 acc = self.clone(ng, node, key + ((dim, j),), args)
                 acc.meta["finalize"] = j == in_counts[dim] - 1
             out[key] = acc
+        env[node] = out
+
+    def _convert(self, ng, node, env) -> None:
+        """Each output tile takes every input tile it overlaps (the tiles of the two layouts differ)."""
+        x = node.args[0]
+        src, dst = x.meta["layout"], node.meta["layout"]
+        out = {}
+        for key in _keys(_counts(self.ctx, node)):
+            ranges = []
+            for d, i in key:
+                s, t = src.tile_of(d), dst.tile_of(d)
+                ranges.append([(d, j) for j in range(i * t // s, max(i * t // s + 1, (i + 1) * t // s))])
+            srcs = tuple(self.lookup(env, x, _restrict(k, src.dims)) for k in itertools.product(*ranges))
+            out[key] = self.clone(ng, node, key, (srcs,))
         env[node] = out
 
     def _iterate(self, ng, node, env) -> None:

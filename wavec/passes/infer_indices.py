@@ -17,11 +17,14 @@ import torch.fx as fx
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.ops import (
     MMA,
+    Arange,
     Binary,
     Broadcast,
     Cast,
+    ConvertLayout,
     GetResult,
     Iterate,
+    Permute,
     Read,
     Reduce,
     RegisterInit,
@@ -137,6 +140,7 @@ class _Solver:
         self.state: dict[fx.Node, tuple[Layout, int, fx.Node]] = {}
         self.eq: list[tuple[fx.Node, fx.Node]] = []
         self.restrict: list[tuple[fx.Node, fx.Node]] = []
+        self.perm: list[tuple[fx.Node, fx.Node]] = []  # (permute, its operand): one layout seen in two orders
         self.graph_of: dict[fx.Node, fx.Graph] = {}
 
     def collect(self) -> None:
@@ -153,6 +157,8 @@ class _Solver:
                     (self.eq if set(_dims(a)) == set(_dims(n)) else self.restrict).append((n, a))
         elif op is Broadcast:
             self.restrict.append((n, n.args[0]))
+        elif op is Permute:
+            self.perm.append((n, n.args[0]))
         elif op is Reduce:
             self.restrict.append((n.args[0], n))
         elif op is Iterate:
@@ -191,6 +197,11 @@ class _Solver:
                     if x in self.state:
                         lay, prio, origin = self.state[x]
                         changed |= self.offer(y, lay, prio, origin)
+            for a, b in self.perm:
+                for x, y in ((a, b), (b, a)):
+                    if x in self.state:
+                        lay, prio, origin = self.state[x]
+                        changed |= self.offer(y, lay.permute(_dims(y)), prio, origin)
             for big, small in self.restrict:
                 if big in self.state:
                     lay, prio, origin = self.state[big]
@@ -198,6 +209,9 @@ class _Solver:
 
     def seed_anchors(self) -> None:
         mma_type = self.ctx.constraints.mma_type
+        for n in self.graph_of:  # rank-0 values (scalar arguments) hold one element in every lane
+            if _is_register(n) and not n.meta["type"].shape:
+                self.offer(n, Layout.make((), (), ()), PRIO_MMA, n)
         for n in self.graph_of:
             op = n.meta.get("op")
             if op is MMA:
@@ -230,7 +244,8 @@ class _Solver:
     def seed_defaults(self) -> None:
         for n, g in self.graph_of.items():
             if _is_register(n) and n not in self.state and n.meta.get("op") in (
-                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, MMA, GetResult, Reduce, None):
+                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, Permute, MMA, GetResult, Reduce,
+                    ConvertLayout, Arange, None):
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
 

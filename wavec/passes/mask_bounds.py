@@ -35,7 +35,8 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
             mtype = mem.meta["type"]
             if mtype.address_space == AddressSpace.SHARED:
                 continue
-            node.meta["mask_dims"] = tuple(d for d in mtype.shape if not _divisible(ctx, d))
+            held = node.meta["layout"].dims  # batch and mapped dims: in range by the grid's construction
+            node.meta["mask_dims"] = tuple(d for d in mtype.shape if d in held and not _divisible(ctx, d))
             runs = node.meta.get("accesses") or []
             longest = max((n for _f, n, _o in runs), default=1)
             last = mtype.shape[-1]

@@ -9,6 +9,7 @@ from ..frontend.tracing import Trace
 from ..knobs import knobs
 from .coarsen_loads import coarsen_loads
 from .context import PassContext
+from .convert_layouts import convert_layouts
 from .expand import expand
 from .infer_indices import infer_indices
 from .infer_types import infer_types
@@ -21,6 +22,7 @@ from .printer import format_trace
 from .promote_to_shared import promote_to_shared
 from .reorder_workgroups import reorder_workgroups
 from .schedule_loops import schedule_loops
+from .share_shared_buffers import share_shared_buffers
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
 
@@ -30,12 +32,14 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("infer_types", infer_types),
     ("promote_to_shared", promote_to_shared),
     ("layout_wgmma_operands", layout_wgmma_operands),
+    ("convert_layouts", convert_layouts),
     ("infer_indices", infer_indices),
     ("expand", expand),
     ("coarsen_loads", coarsen_loads),
     ("swizzle_shared", swizzle_shared),
     ("pipeline_loops", pipeline_loops),
     ("schedule_loops", schedule_loops),
+    ("share_shared_buffers", share_shared_buffers),
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),
     ("insert_barriers", insert_barriers),

@@ -10,7 +10,8 @@ bytes (what ``cp.async`` can move).  Guarantees:
   stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
   ``$STAGE_<dim>``, a value the loop carries (``ctx.loop_stages``) rather than a remainder of ``i``;
 - the body begins with ``async_wait(pending=D - 1)`` and ends its copies with ``async_commit``;
-- a prologue before the loop issues iterations ``0 .. D - 1`` into stages ``0 .. D - 1``, one commit each.
+- a prologue before the loop issues iterations ``0 .. D - 1`` into stages ``0 .. D - 1``, one commit each
+  (counted from the loop's first iteration when ``iterate(start=)`` moves it; ``end=`` moves the last).
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
 needs no branch and there is no minimum trip count.
 """
@@ -59,7 +60,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv = induction_symbol(dim)
     stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
-    last = cs.trip_count(dim) - 1
+    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    last = stop - 1
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
     lag = 1 if cs.group_waves > 1 and stages >= 3 else 0
@@ -71,7 +73,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
         tile = write.args[1]
         c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
                   layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
-                  stage=sympy.Mod(stage + distance, stages), key=read.meta.get("key"), iv_subs={iv: ahead})
+                  stage=sympy.Mod(stage + distance, stages), key=read.meta.get("key"), iv_subs={iv: ahead},
+                  mapping=read.kwargs.get("mapping"))
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
@@ -88,9 +91,9 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for s in range(distance):
         for c, layout in copies:
             _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
-                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(s, last)}),
+                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(lo + s, last)}),
                   accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
-                  iv_subs={iv: sympy.Min(s, last)})
+                  iv_subs={iv: sympy.Min(lo + s, last)}, mapping=c.meta.get("mapping"))
         _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 

@@ -36,7 +36,8 @@ def format_graph(g: fx.Graph, indent: str = "  ") -> list[str]:
 
 
 def format_trace(trace: Trace) -> str:
-    out = [f"kernel {trace.name}({', '.join(f'{a.name}: {a.type}' for a in trace.args)}) {{"]
+    params = [f"{a.name}: {a.type}" for a in trace.args] + [f"{a.name}: scalar {a.type.dtype}" for a in trace.scalars]
+    out = [f"kernel {trace.name}({', '.join(params)}) {{"]
     out += format_graph(trace.graph)
     out.append("}")
     for name, g in trace.subgraphs.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..frontend.ops import MMA, Allocate, Iterate, Read, Write
+from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
@@ -25,7 +25,10 @@ def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
         return True
     if not ctx.constraints.scheduling.promote_operands:
         return False
-    return any(u.meta.get("op") is MMA and u.args.index(read) in (0, 1) for u in read.users)
+    # an operand read in the other dimension order (B stored [K, N]) reaches the mma through a permute
+    users = [w for u in read.users for w in (u.users if u.meta.get("op") is Permute else (u,))]
+    operands = [read] + [u for u in read.users if u.meta.get("op") is Permute]
+    return any(u.meta.get("op") is MMA and any(x in u.args[:2] for x in operands) for u in users)
 
 
 def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
@@ -41,7 +44,7 @@ def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
 def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, read: fx.Node) -> None:
     cs = ctx.constraints
     mem = read.args[0]
-    ttype: TensorType = mem.meta["type"]
+    ttype: TensorType = read.meta["type"]  # the held dims (batch and mapped dims are not staged)
     tile = {}
     for d in ttype.dims:
         extent = cs.workgroup_extent(d)

@@ -74,7 +74,9 @@ class ArgSpec:
 class KernelMetadata:
     """Everything the launcher needs besides the binary.
 
-    ``constants`` are the dynamic symbols in launch-constant order (one i32 each, after the pointers);
+    ``constants`` are the dynamic symbols then the scalar arguments, in launch-constant order (one i32
+    each, after the pointers); ``scalars`` are the by-value arguments ``(name, dtype)``, passed after the
+    tensors (an f32 travels as its bits);
     ``grid`` holds three Python integer expressions over symbol names; ``divisibility`` lists
     ``(symbol, divisor)`` pairs that must hold at launch; every binding's base pointer must be a multiple
     of ``alignment_bytes``; ``source`` is ``file:line`` of the kernel definition.
@@ -93,6 +95,7 @@ class KernelMetadata:
     source: str
     registers: int | None = None
     spills: int | None = None
+    scalars: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -114,6 +117,7 @@ class KernelMetadata:
             "source": self.source,
             "registers": self.registers,
             "spills": self.spills,
+            "scalars": [[n, d] for n, d in self.scalars],
         }
 
     @staticmethod
@@ -136,6 +140,8 @@ class KernelMetadata:
             source=_typed(d["source"], str, "source"),
             registers=_opt_int(d.get("registers"), "registers"),
             spills=_opt_int(d.get("spills"), "spills"),
+            scalars=tuple((_typed(n, str, "scalar name"), _typed(t, str, "scalar dtype"))
+                          for n, t in d.get("scalars", [])),
         )
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import struct
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 _DEVICE_TYPES = ("cuda", "cpu")
+_F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
 
 
 class _Arg:
@@ -59,8 +61,14 @@ class BindingPlan:
         self.kernel = meta.label
         self.device_type = device_type
         self._tensor_type = torch.Tensor
+        self._bool = torch.bool
         self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a.name, a.dtype, a) for a in meta.args)
-        self.nargs = len(self.args)
+        self.scalars: tuple[tuple[str, str], ...] = tuple(meta.scalars)
+        self.nargs = len(self.args) + len(self.scalars)
+        clash = [n for n, _ in self.scalars if n in {e for a in meta.args for e in a.shape if isinstance(e, str)}]
+        if clash:
+            raise LaunchError(kernel=meta.kernel, message=f"invalid metadata: scalar arguments {clash} are named "
+                              "like shape symbols")
         self.statics: dict[str, int] = dict(meta.static_symbols)
         # (arg index, dim, expected int, symbol name or "") for dims fixed at compile time.
         static_checks: list[tuple[int, int, int, str]] = []
@@ -81,7 +89,7 @@ class BindingPlan:
         self.binders = tuple((s, ai, d) for s, (ai, d) in binders.items())
         self.uses = tuple(uses)
         self.dynamic = tuple(binders)
-        missing = [c for c in meta.constants if c not in binders]
+        missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars)]
         if missing:
             raise LaunchError(kernel=meta.kernel, message=(
                 f"invalid metadata: launch constants {missing} are not bound by any argument's shape"))
@@ -105,7 +113,7 @@ class BindingPlan:
         device = None
         ptrs: list[int] = []
         shapes = []
-        for t, a in zip(tensors, args, strict=True):
+        for t, a in zip(tensors, args):
             if not isinstance(t, tensor_type):
                 self._fail(a, f"expected a torch.Tensor of dtype {a.dtype_name}, got {type(t).__name__}")
             if t.dtype is not a.dtype:
@@ -149,7 +157,34 @@ class BindingPlan:
                 self._range_error(sym, values[sym])
         if self.outputs:
             self._check_overlap(ptrs, shapes)
+        if self.scalars:
+            self._bind_scalars(tensors, values)
         return values, ptrs, -1 if device is None else device
+
+    def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
+        """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""
+        for (name, dtype), x in zip(self.scalars, args[len(self.args):]):
+            if isinstance(x, self._tensor_type):
+                if x.dim() != 0:
+                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected a {dtype} scalar (a Python "
+                                        f"number or a 0-d tensor), got a tensor of shape {tuple(x.shape)}")
+                if dtype == "i32" and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == self._bool):
+                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected an integer (i32) scalar, "
+                                        f"got a 0-d tensor of dtype {x.dtype}")
+                x = x.item()
+            if isinstance(x, bool) or not isinstance(x, int if dtype == "i32" else (int, float)):
+                want = "a Python int or a 0-d integer tensor" if dtype == "i32" else "a Python number or a 0-d tensor"
+                raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected a {dtype} scalar ({want}), got "
+                                    f"{type(x).__name__} {x!r}")
+            if dtype == "i32":
+                if not -2**31 <= x < 2**31:
+                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x} does not fit in int32")
+                values[name] = x
+                continue
+            try:
+                values[name] = _F32_TO_I32.unpack(_F32.pack(float(x)))[0]
+            except OverflowError:
+                raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x!r} does not fit in float32") from None
 
     def grid(self, values: dict[str, int]) -> tuple[int, int, int]:
         """The launch grid for ``values``; raises :class:`LaunchError` if negative or over the limits."""
@@ -165,10 +200,12 @@ class BindingPlan:
         return "(" + ", ".join(str(x) for x in spec.shape) + ("," if len(spec.shape) == 1 else "") + ")"
 
     def _count_error(self, tensors: Sequence[Any]) -> None:
-        n, names = len(tensors), ", ".join(a.name for a in self.args)
-        expected = f"expected {self.nargs} tensor arguments ({names}), got {n}"
+        every = [a.name for a in self.args] + [n for n, _ in self.scalars]
+        n, names = len(tensors), ", ".join(every)
+        what = "arguments" if self.scalars else "tensor arguments"
+        expected = f"expected {self.nargs} {what} ({names}), got {n}"
         if n < self.nargs:
-            raise ArgumentError(kernel=self.kernel, arg=self.args[n].name, message=f"missing: {expected}")
+            raise ArgumentError(kernel=self.kernel, arg=every[n], message=f"missing: {expected}")
         raise ArgumentError(kernel=self.kernel, arg=f"#{self.nargs}",
                             message=f"unexpected extra argument: {expected}")
 

@@ -119,8 +119,9 @@ class OutputPlan:
         source), so a call is one Python frame with straight-line ``torch.empty`` calls.
         """
         xs = [f"x{i}" for i in range(len(self.input_positions))]
+        xs_all = xs + [f"s{j}" for j in range(len(self.meta.scalars))]
         full = [""] * len(self.meta.args)
-        lines = [f"def _launch(impl, default_device{''.join(', ' + x for x in xs)}):",
+        lines = [f"def _launch(impl, default_device{''.join(', ' + x for x in xs_all)}):",
                  f"    dev = {xs[0] + '.device' if xs else 'default_device'}"]
         for j, dims in enumerate(self.dims):
             sizes = [str(v) if s < 0 else f"{xs[s]}.shape[{v}]" for s, v in dims]
@@ -129,7 +130,7 @@ class OutputPlan:
         for i, pos in enumerate(self.input_positions):
             full[pos] = xs[i]
         outs = [f"o{j}" for j in range(len(self.dims))]
-        lines.append(f"    impl({', '.join(full)})")
+        lines.append(f"    impl({', '.join(full + xs_all[len(xs):])})")
         lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ''.join(o + ', ' for o in outs) + ')'}")
         namespace: dict[str, Any] = {"empty": self._empty}
         namespace.update((f"dt{j}", dt) for j, dt in enumerate(self.output_dtypes))
@@ -176,8 +177,9 @@ class CompiledKernel:
         self.stats = stats
         self.metadata = artifact.metadata
         self._impl = None
-        self._nargs = len(self.metadata.args)
-        self._ninputs = sum(1 for a in self.metadata.args if not a.is_output)
+        nscalars = len(self.metadata.scalars)  # by-value arguments follow the tensors in both conventions
+        self._nargs = len(self.metadata.args) + nscalars
+        self._ninputs = sum(1 for a in self.metadata.args if not a.is_output) + nscalars
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
 
@@ -228,11 +230,13 @@ class CompiledKernel:
 
     def _count_error(self, n: int) -> None:
         meta = self.metadata
-        inputs = [a.name for a in meta.args if not a.is_output]
-        every = [a.name for a in meta.args]
+        scalars = [name for name, _ in meta.scalars]
+        inputs = [a.name for a in meta.args if not a.is_output] + scalars
+        every = [a.name for a in meta.args] + scalars
+        what = "arguments" if scalars else "tensor arguments"
         arg = inputs[n] if n < len(inputs) else every[n] if n < len(every) else f"#{n}"
         raise ArgumentError(kernel=meta.label, arg=arg, message=(
-            f"got {n} tensor arguments; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+            f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
             f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
             "with the outputs written in place"))
 

@@ -169,7 +169,14 @@ def _schemas(meta: Any) -> tuple[str, str, tuple[str, ...]]:
             mutated.append(n)
         else:
             parts.append(f"Tensor {n}")
-    return f"({', '.join(ins)}) -> {ret}", f"({', '.join(parts)}) -> ()", tuple(mutated)
+    # scalar arguments follow the tensors, as in the kernel's own calling conventions
+    scalars = [f"{'float' if d == 'f32' else 'int'} {_scalar_name(n, names)}" for n, d in meta.scalars]
+    return (f"({', '.join(ins + scalars)}) -> {ret}", f"({', '.join(parts + scalars)}) -> ()", tuple(mutated))
+
+
+def _scalar_name(name: str, taken: list[str]) -> str:
+    ok = name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED_ARG_NAMES
+    return name if ok and name not in taken else f"scalar_{name}" if ok else "scalar"
 
 
 def _alias(i: int) -> str:

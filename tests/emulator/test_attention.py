@@ -1,0 +1,139 @@
+"""Flash attention on the emulator (race checker on) against ``scaled_dot_product_attention`` in f32.
+
+Small shapes whose sequence lengths are not multiples of the tiles, both memory layouts, causal and not,
+grouped-query heads, f16 and bf16, head dims 64 and 128.  Outputs start as NaN: every element must be
+written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import wavec as wc
+from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, attention, make_attention
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f16": 2e-3, "bf16": 1.6e-2}
+_COMPILED: dict = {}
+
+
+def _inputs(b, h, kvh, sq, skv, d, dtype):
+    q = torch.randn(b, h, sq, d).to(TORCH[dtype.name])
+    k = torch.randn(b, kvh, skv, d).to(TORCH[dtype.name])
+    v = torch.randn(b, kvh, skv, d).to(TORCH[dtype.name])
+    return q, k, v
+
+
+def _reference(q, k, v, causal, scale=None):
+    g = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
+                                          v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale)
+
+
+def _to_layout(x, layout):
+    return x if layout == "bhsd" else x.transpose(1, 2).contiguous()
+
+
+def _kernel(dtype, layout, causal, d, bm=32, bn=32, waves=2):
+    key = (dtype.name, layout, causal, d, bm, bn, waves)
+    if key not in _COMPILED:
+        subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}
+        _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs,
+                                    backend="emulator", cache=False)
+    return _COMPILED[key]
+
+
+CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D)
+    ("bhsd", wc.f16, False, (1, 2, 2, 40, 72, 64)),
+    ("bhsd", wc.f16, True, (1, 2, 2, 70, 70, 64)),
+    ("bshd", wc.bf16, False, (2, 4, 2, 33, 130, 64)),
+    ("bshd", wc.f16, True, (1, 4, 1, 50, 50, 64)),
+    ("bhsd", wc.bf16, True, (1, 2, 1, 40, 72, 64)),  # Sq != Skv: the causal mask is aligned top-left
+    ("bshd", wc.f16, False, (1, 2, 2, 17, 45, 128)),
+]
+
+
+@pytest.mark.parametrize("layout,dtype,causal,shape", CASES,
+                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
+                              for c in CASES])
+def test_attention_matches_sdpa(layout, dtype, causal, shape) -> None:
+    b, h, kvh, sq, skv, d = shape
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
+    ref = _reference(q, k, v, causal)
+    kernel = _kernel(dtype, layout, causal, d)
+    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
+    out = torch.full_like(qo, float("nan"))
+    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    assert not out.isnan().any(), "some output elements were not written"
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+
+
+def test_kv_length_a_multiple_of_the_tile() -> None:
+    """The masked loop over the ragged last tile then runs no iteration."""
+    q, k, v = _inputs(1, 2, 2, 40, 64, 64, wc.f16)
+    out = torch.full_like(q, float("nan"))
+    _kernel(wc.f16, "bhsd", False, 64)(q, k, v, out, 0.3)
+    torch.testing.assert_close(out.float(), _reference(q, k, v, False, 0.3), rtol=2e-3, atol=2e-3)
+
+
+def test_scale_is_a_launch_argument() -> None:
+    """One compiled kernel, two scales: the scale is a scalar argument, not a compile-time constant."""
+    kernel = _kernel(wc.f16, "bhsd", False, 64)
+    q, k, v = _inputs(1, 1, 1, 20, 40, 64, wc.f16)
+    for scale in (0.05, 0.25):
+        out = torch.full_like(q, float("nan"))
+        kernel(q, k, v, out, scale)
+        torch.testing.assert_close(out.float(), _reference(q, k, v, False, scale), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("layout,causal", [("bhsd", False), ("bshd", True)])
+def test_attention_api_with_default_config(layout, causal) -> None:
+    """``attention()`` with its heuristic (BLOCK_M 64 for short queries, BLOCK_N 128 at head dim 64)."""
+    q, k, v = _inputs(1, 2, 1, 24, 136, 64, wc.f16)
+    ref = _reference(q, k, v, causal)
+    out = attention(*(_to_layout(x, layout) for x in (q, k, v)), causal=causal, layout=layout, backend="emulator")
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    torch.testing.assert_close(out.float(), ref, rtol=2e-3, atol=2e-3)
+
+
+def test_attention_api_rejects_bad_inputs() -> None:
+    q, k, v = _inputs(1, 3, 2, 8, 8, 64, wc.f16)
+    with pytest.raises(wc.WavecError, match="not a multiple of 2 key/value heads"):
+        attention(q, k, v, backend="emulator")
+    with pytest.raises(wc.WavecError, match="head dim must be 64 or 128"):
+        attention(q[..., :32], k[..., :32], v[..., :32], backend="emulator")
+    with pytest.raises(wc.WavecError, match="float16 or bfloat16"):
+        attention(q.float(), k.float(), v.float(), backend="emulator")
+
+
+def test_torch_op_on_cpu() -> None:
+    """The registered operator runs the emulator for CPU tensors; the scale is a float argument."""
+    from wavec.kernels.attention import register_attention_op
+
+    op, _kernel = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=64, name="wavec_emu::attn_causal",
+                                        backend="emulator")
+    q, k, v = _inputs(1, 2, 2, 30, 30, 64, wc.f16)
+    out = op(q, k, v, 0.125)
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)
+
+
+def test_default_d64_tile_32_rows_per_wave() -> None:
+    """The d64 default (BLOCK_M 128 over 4 waves: two m16 tiles per wave), causal, GQA, BSHD."""
+    q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.bf16)
+    ref = _reference(q, k, v, True)
+    out = attention(*(_to_layout(x, "bshd") for x in (q, k, v)), causal=True, layout="bshd", backend="emulator",
+                    config=(128, 64, 4))
+    torch.testing.assert_close(out.transpose(1, 2).float(), ref, rtol=1.6e-2, atol=1.6e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_d128_tile(causal) -> None:
+    """The d128 default (BLOCK_M 128 over 8 waves, BLOCK_N 64), GQA, lengths not multiples of the tiles."""
+    q, k, v = _inputs(1, 2, 1, 130, 200, 128, wc.f16)
+    out = attention(q, k, v, causal=causal, backend="emulator")
+    torch.testing.assert_close(out.float(), _reference(q, k, v, causal), rtol=2e-3, atol=2e-3)

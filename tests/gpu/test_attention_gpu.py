@@ -1,0 +1,75 @@
+"""GPU tier: flash attention at real sizes against ``scaled_dot_product_attention`` in f32 on the device."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import wavec as wc
+from wavec.kernels.attention import attention, register_attention_op
+
+pytestmark = pytest.mark.gpu
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f16": 3e-3, "bf16": 2e-2}
+
+
+def _reference(q, k, v, causal, layout, scale=None):
+    if layout == "bshd":
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    out = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
+                                         v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale)
+    return out if layout == "bhsd" else out.transpose(1, 2)
+
+
+def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
+    def make(heads, s):
+        shape = (b, heads, s, d) if layout == "bhsd" else (b, s, heads, d)
+        return torch.randn(shape, device="cuda", dtype=TORCH[dtype])
+    return make(h, sq), make(kvh, skv), make(kvh, skv)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("b,h,kvh,sq,skv", [(2, 16, 16, 1024, 1024), (1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333)])
+def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    out = attention(q, k, v, causal=causal, layout=layout)
+    torch.cuda.synchronize()
+    ref = _reference(q, k, v, causal, layout)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("sq,skv", [(1, 4096), (64, 8192), (4096, 1)])
+def test_attention_odd_lengths(sq, skv) -> None:
+    q, k, v = _inputs(1, 8, 8, sq, skv, 128, "f16", "bhsd")
+    out = attention(q, k, v, scale=0.07)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, False, "bhsd", 0.07), rtol=3e-3, atol=3e-3)
+
+
+def test_attention_torch_op_and_cuda_graph() -> None:
+    op, _kernel = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=128, name="wavec_gpu::attn_causal")
+    q, k, v = _inputs(2, 8, 8, 512, 512, 128, "f16", "bhsd")
+    scale = 1.0 / math.sqrt(128)
+    out = op(q, k, v, scale)
+    ref = _reference(q, k, v, True, "bhsd")
+    torch.testing.assert_close(out.float(), ref, rtol=3e-3, atol=3e-3)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out2 = op(q, k, v, scale)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out2, out)
+
+
+def test_noncontiguous_inputs_rejected() -> None:
+    q, k, v = _inputs(1, 4, 4, 256, 256, 64, "f16", "bhsd")
+    with pytest.raises(wc.WavecError, match="non-contiguous"):
+        attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bshd")

@@ -1,0 +1,50 @@
+"""Lowering rules of the index-level DSL ops (``wc.arange``, ``wc.permute``) and NVIDIA ``exp2``.
+
+Kept beside ``lowering.py`` (the registry and the core rules) so that module stays small; registered
+when ``emitter.py`` imports this module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import arith, llvm, vector
+
+from ..frontend import dtypes as dt
+from ..frontend.ops import Arange, Permute
+from ..indexing import Layout
+from .lowering import FunctionBuilder, rule, vec_type
+
+
+def nv_exp2(x: ir.Value) -> ir.Value:
+    """exp2 of an f32 vector as one ``ex2.approx.ftz.f32`` per element.  IREE expands ``math.exp2`` into a
+    ~20-instruction polynomial on CUDA and rejects ``llvm.intr.exp2`` on vectors; the NVVM intrinsic is
+    what flash attention uses (2 ulp; exp2(-inf) is still 0)."""
+    f32 = ir.F32Type.get()
+    n = ir.VectorType(x.type).shape[0]
+    elems = [llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], [])
+             for i in range(n)]
+    return vector.from_elements(x.type, elems)
+
+
+@rule(Arange)
+def lower_arange(fb: FunctionBuilder, node: fx.Node) -> None:
+    layout: Layout = node.meta["layout"]
+    dim = node.kwargs["dim"]
+    i32 = ir.IntegerType.get_signless(32)
+    vt = vec_type(layout.size, dt.i32)
+    start = vector.broadcast(vt, arith.index_cast(i32, fb.index(layout.seq(dim).start)))
+    offs = [off[dim] for off in layout.positions()]
+    if not any(offs):
+        fb.values[node] = start
+        return
+    step = arith.constant(vt, ir.DenseElementsAttr.get(np.array(offs, dtype=np.int32), type=vt))
+    fb.values[node] = arith.addi(start, step)
+
+
+@rule(Permute)
+def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
+    fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
+
+

@@ -1,0 +1,174 @@
+"""Flash attention forward, ``O = softmax(Q Kᵀ · scale) V``, with an online softmax (FlashAttention-2).
+
+One kernel definition serves both memory layouts, causal and not, f16 and bf16, head dims 64 and 128 and
+grouped-query heads:
+
+- Batch and head are *batch dimensions* (``WorkgroupConstraint(d, 1, axis)``): each workgroup owns one
+  (batch, head) pair and a BLOCK_M tile of queries; reads and writes index B and H by the workgroup, so
+  the body only sees [M, D] and [N, D] tiles.  BHSD vs BSHD is just the order of the dimensions in the
+  ``Memory`` annotations — indexing is by dimension, so the body is the same.
+- Grouped-query heads: K and V are read with ``mapping={KVH: tile_start(H) // (H // KVH)}``.
+- The Q tile is read once into registers (the A layout of ``mma.sync``); K and V tiles are staged in
+  shared memory by ``promote_to_shared`` and double-buffered with ``cp.async`` by ``pipeline_loops``; V is
+  the B operand with its reduction dim (the KV sequence) not contiguous, read with ``ldmatrix.trans``.
+- S = Q Kᵀ (f32) is scaled by ``scale·log2(e)``; masked keys get ``-inf`` (out-of-range keys of a dynamic
+  KV length, and keys after the query for causal), so they contribute ``exp2(-inf) = 0``; the running max
+  ``m``, sum ``l`` and output ``acc`` are carried by ``iterate``; P = exp2(S - m) is cast to the input
+  dtype and converted to the A-operand layout in registers (``convert_layouts``); causal loops stop at the
+  diagonal (``end=``).  The output is ``acc / l`` in the input dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+import wavec as wc
+from wavec import Memory, Register, f32
+
+B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
+BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
+LOG2E = 1.0 / math.log(2.0)
+NEG_INF = float("-inf")
+LAYOUTS = ("bhsd", "bshd")
+
+
+def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
+    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+    return [
+        wc.WorkgroupConstraint(M, BLOCK_M, 0),
+        wc.WorkgroupConstraint(H, 1, 1),
+        wc.WorkgroupConstraint(B, 1, 2),
+        wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
+        wc.WaveConstraint(M, BLOCK_M / waves),
+        wc.TilingConstraint(N, BLOCK_N),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES),
+    ]
+
+
+def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4) -> wc.WaveKernel:
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
+    kv_type = Memory[B, KVH, N, D, dtype] if layout == "bhsd" else Memory[B, N, KVH, D, dtype]
+    kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
+    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
+    if causal:  # full tiles left of the diagonal block, then the masked tiles up to the diagonal
+        split, stop = sympy.Min(wc.tile_start(M) // BLOCK_N * BLOCK_N, whole), wc.tile_start(M) + BLOCK_M
+    else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
+        split, stop = whole, None
+
+    @wc.wave(attention_constraints(dtype, waves))
+    def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
+        qr = wc.read(q)
+        c = scale * LOG2E
+
+        def step(m_i, l_i, acc, masked: bool):
+            s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
+            if masked:  # masked keys contribute exp2(-inf) = 0
+                cols = wc.arange(N)[None, :]
+                s = wc.where(cols < N, s, NEG_INF)
+                if causal:
+                    s = wc.where(wc.arange(M)[:, None] >= cols, s, NEG_INF)
+            m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
+            p = wc.exp2(s * c - (m_new * c)[:, None])
+            alpha = wc.exp2((m_i - m_new) * c)
+            l_new = l_i * alpha + wc.sum(p, N)
+            vt = wc.permute(wc.read(v, mapping=kv_head), (D, N))
+            return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
+
+        init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
+
+        @wc.iterate(N, init_args=init, end=split)
+        def full(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+            return step(m_i, l_i, acc, masked=False)
+
+        @wc.iterate(N, init_args=list(full), start=split, end=stop)
+        def edge(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+            return step(m_i, l_i, acc, masked=True)
+
+        _m, l_final, acc_final = edge
+        wc.write(wc.cast(acc_final * wc.reciprocal(l_final)[:, None], dtype), o)
+
+    return attention
+
+
+# Candidate tiles (BLOCK_M, BLOCK_N, waves), all spill-free on sm_90 (ptxas, f16 and bf16, causal or not).
+# Shared-memory traffic per flop halves when a wave owns 32 query rows instead of 16 (every wave reads the
+# whole K and V tile): d64 affords it ((128, 64, 4): 244 registers); at d128 the Q fragments (64
+# registers), the accumulator (128) and S do not fit in 255 registers with 32 rows (ptxas spills), so
+# d128 keeps 16 rows per wave: (128, 64, 8) with 182-202 registers, one workgroup per SM, or (64, 64, 4),
+# two per SM (68 KB of shared memory each).  Short query sequences (decode) take a 32- or 64-row tile so
+# fewer rows are wasted (a single-wave workgroup spills: every thread then issues all the tile copies).
+# An optional fourth entry is the number of cp.async stages (default 2; 3 is spill-free too, 102 KB of
+# shared memory at d128).  benchmarks/attention.py --wavec-configs sweep times every candidate.
+CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2),
+                                                                     (128, 64, 4, 3)]}
+_SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
+
+
+def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None) -> tuple[dict, int]:
+    """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
+    else the first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
+    if config is None:
+        hd = 128 if head_dim > 64 else 64
+        short = [c for rows, c in sorted(_SHORT[hd].items()) if seq_q is not None and seq_q <= rows]
+        config = short[0] if short else CONFIGS[hd][0]
+    bm, bn, waves, *stages = config
+    return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
+
+
+_COMPILED: dict = {}
+
+
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None):
+    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs, backend=backend)
+    return kernel
+
+
+def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
+              backend: str | None = None, config: tuple | None = None):
+    """Scaled dot-product attention for torch tensors (f16 or bf16), like
+    ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
+
+    ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
+    [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
+    are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
+    (``attention_config``).  Returns a new tensor shaped like q."""
+    import torch
+
+    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
+    if dtype is None:
+        raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
+    if layout not in LAYOUTS:
+        raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
+    head_dim = q.shape[-1]
+    if head_dim not in (64, 128):
+        raise wc.WavecError(message=f"attention: head dim must be 64 or 128, got {head_dim}")
+    h_ax = 1 if layout == "bhsd" else 2
+    s_ax = 3 - h_ax
+    if q.shape[h_ax] % k.shape[h_ax]:
+        raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
+                            f"{k.shape[h_ax]} key/value heads")
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    o = torch.empty_like(q)
+    kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
+    return o
+
+
+def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
+                          name: str | None = None, backend: str | None = None):
+    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
+    subs, waves = attention_config(head_dim)
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}"
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    return wc.register_torch_op(kernel, name), kernel

@@ -1,0 +1,121 @@
+"""convert_layouts: explicit layout conversions where an MMA result feeds another MMA as an operand.
+
+Requires: a typed trace (before ``infer_indices``).  Guarantees: every A or B operand of an ``mma`` that is
+computed from an ``mma`` result (through elementwise ops, casts and permutes of the same dimensions, in the
+same graph) reads it through a ``convert_layout`` node.  Index inference anchors the two sides
+independently: the input keeps the accumulator layout, the output takes the operand layout; without the
+node the two anchors would conflict at equal priority.  ``kwargs["via"]`` records how codegen moves the
+values, decided here from the two hardware layouts:
+
+- ``"registers"`` when every lane already holds the elements it needs, at a fixed position mapping that is
+  the same for every lane (``register_mapping``).  NVIDIA ``m16n8k16``: the two accumulator tiles
+  (16x8) of neighbouring N columns are exactly one A tile (16x16) after the cast to f16 — the conversion
+  is a concatenation of register pairs;
+- ``"shared"`` otherwise (AMD MFMA: the accumulator is the transpose of the A layout): each wave stores
+  its tile to a private shared buffer and reads it back in the operand layout, with barriers around.
+The choice is visible in ``print_ir_after`` (``convert_layout(..., via=registers)``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch.fx as fx
+
+from ..frontend.ops import MMA, Binary, Cast, ConvertLayout, Permute, Select, Unary
+from ..frontend.tracing import Trace
+from ..indexing import LANE, Layout, mma_layout
+from .context import PassContext
+
+_PASS_THROUGH = (Binary, Unary, Cast, Select, Permute)
+
+
+def _from_accumulator(node, memo: dict) -> bool:
+    """Whether ``node`` is an mma result or computed elementwise from one (same dims, same graph)."""
+    if not isinstance(node, fx.Node):
+        return False
+    if node not in memo:
+        memo[node] = False  # cycles cannot happen in a graph, but keep the walk finite
+        op = node.meta.get("op")
+        if op is MMA:
+            memo[node] = True
+        elif op in _PASS_THROUGH:
+            dims = set(node.meta["type"].dims)
+            memo[node] = any(isinstance(a, fx.Node) and a.graph is node.graph
+                             and set(a.meta["type"].dims) == dims and _from_accumulator(a, memo) for a in node.args)
+    return memo[node]
+
+
+def _lane_coords(layout: Layout, lane: int, origin: dict) -> list[tuple]:
+    """Coordinates (relative to ``origin``) of every register position of ``layout`` in ``lane``."""
+    starts = {d: int(layout.seq(d).start.subs(LANE, lane)) - origin[d] for d in layout.dims}
+    return [tuple(starts[d] + off[d] for d in layout.dims) for off in layout.positions()]
+
+
+def source_tiles(src: Layout, dst: Layout) -> list[dict]:
+    """Offsets (per dim) of the source instruction tiles that cover one destination tile."""
+    ranges = []
+    for d in dst.dims:
+        s, t = src.tile_of(d), dst.tile_of(d)
+        ranges.append([i * s for i in range(max(1, t // s))])
+    return [dict(zip(dst.dims, offs)) for offs in itertools.product(*ranges)]
+
+
+def register_mapping(src: Layout, dst: Layout, threads: int) -> list[tuple[int, int]] | None:
+    """For each destination position, (source tile, position) holding the same element in the same lane —
+    one mapping valid for every lane — or None when the values must move between lanes."""
+    if any(dst.tile_of(d) % src.tile_of(d) for d in dst.dims):
+        return None
+    tiles = source_tiles(src, dst)
+    zero = {s: 0 for lay in (src, dst) for q in lay.seqs for s in q.start.free_symbols if s != LANE}
+    src, dst = src.subs(zero), dst.subs(zero)
+    mapping = None
+    for lane in range(threads):
+        origin = {d: 0 for d in dst.dims}
+        have = {}
+        for ti, off in enumerate(tiles):
+            for q, c in enumerate(_lane_coords(src.offset(off), lane, origin)):
+                have.setdefault(c, (ti, q))
+        try:
+            lane_map = [have[c] for c in _lane_coords(dst, lane, origin)]
+        except KeyError:
+            return None
+        if mapping is None:
+            mapping = lane_map
+        elif lane_map != mapping:
+            return None
+    return mapping
+
+
+def _choose(ctx: PassContext, dims: tuple, role: str) -> str:
+    mma = ctx.constraints.mma_type
+    src = mma_layout(mma, "c", *dims)
+    dst = mma_layout(mma, role, *dims)
+    return "registers" if register_mapping(src, dst, ctx.constraints.threads_per_wave) is not None else "shared"
+
+
+def convert_layouts(trace: Trace, ctx: PassContext) -> None:
+    memo: dict = {}
+    count = 0
+    for g in trace.graphs():
+        for mma in [n for n in g.nodes if n.meta.get("op") is MMA]:
+            for pos, role in ((0, "a"), (1, "b")):
+                x = mma.args[pos]
+                if not _from_accumulator(x, memo) or ctx.constraints.mma_type is None:
+                    continue
+                dims = x.meta["type"].dims
+                with g.inserting_before(mma):
+                    conv = g.create_node("call_function", ConvertLayout, (x,),
+                                         {"via": _choose(ctx, dims, role)}, name="convert_layout")
+                conv.meta.update(op=ConvertLayout, type=x.meta["type"], loc=mma.meta.get("loc"), convert_id=count)
+                count += 1
+                args = list(mma.args)
+                args[pos] = conv
+                mma.args = tuple(args)
+
+
+def wave_origin(ctx: PassContext, graph: fx.Graph, dims) -> dict:
+    """The coordinates of the current wave's tile origin (what shared conversions index relative to)."""
+    return {d: ctx.constraints.base_offset(d, ctx.in_loop(graph, d)) for d in dims}
+
+

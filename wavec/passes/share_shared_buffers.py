@@ -1,0 +1,64 @@
+"""share_shared_buffers: loops that run one after the other stage their tiles in the same shared memory.
+
+Requires: ``pipeline_loops`` (every ``allocate`` has its final ``stages``; prologue copies sit in the root
+graph before their loop).  Guarantees: an ``allocate`` of the root graph used by exactly one ``iterate``
+is replaced by an equal one (same type, tile, origin, stages and padding) of an earlier loop of the root
+graph, when that buffer is not already reused by this loop; before the first use of a reused buffer (the
+loop's prologue copies, or the loop itself) the root graph gets ``async_wait(pending=0, drain=True)`` — the
+earlier loop's last copies have landed — and a ``barrier`` — every wave has finished reading them.  A kernel
+that splits one reduction into two loops (attention: full tiles, then the masked edge) then needs the
+shared memory of one.
+"""
+
+from __future__ import annotations
+
+import torch.fx as fx
+
+from ..frontend.ops import Allocate, AsyncWait, Barrier, Iterate
+from ..frontend.tracing import Trace
+from .context import PassContext
+
+
+def _key(alloc: fx.Node) -> tuple:
+    kw = alloc.kwargs
+    return (str(alloc.meta["type"]), tuple(kw["tile"].items()), tuple((str(d), str(b)) for d, b in kw["base"].items()),
+            kw["stages"], kw["pad"])
+
+
+def _drain(g: fx.Graph, before: fx.Node) -> None:
+    with g.inserting_before(before):
+        wait = g.create_node("call_function", AsyncWait, (), {"pending": 0, "drain": True}, name="async_wait_drain")
+        bar = g.create_node("call_function", Barrier, (), {}, name="barrier")
+    for n in (wait, bar):
+        n.meta.update(op=n.target, type=None, loc=before.meta.get("loc"))
+
+
+def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
+    g = trace.graph
+    loops = [n for n in g.nodes if n.meta.get("op") is Iterate]
+    order = {n: i for i, n in enumerate(g.nodes)}
+    owners = {}
+    for a in (n for n in g.nodes if n.meta.get("op") is Allocate):
+        users = [it for it in loops if a in it.args[1]]
+        if len(users) == 1:
+            owners[a] = users[0]
+    pool: dict[tuple, list[fx.Node]] = {}
+    reused: dict[fx.Node, list[fx.Node]] = {}  # loop -> buffers it takes over
+    for a, loop in sorted(owners.items(), key=lambda kv: order[kv[0]]):
+        free = [b for b in pool.get(_key(a), []) if order[owners[b]] < order[loop] and b not in reused.get(loop, [])]
+        if not free:
+            pool.setdefault(_key(a), []).append(a)
+            continue
+        b = free[0]
+        for p in trace.subgraphs[loop.kwargs["subgraph"]].nodes:
+            if p.op == "placeholder" and p.meta.get("capture_of") is a:
+                p.meta["capture_of"] = b
+        a.replace_all_uses_with(b)
+        g.erase_node(a)
+        reused.setdefault(loop, []).append(b)
+    order = {n: i for i, n in enumerate(g.nodes)}
+    for loop, bufs in reused.items():
+        after = max(order[owners[b]] for b in bufs)  # the earlier loops' prologues also use the buffers
+        first = next(n for n in g.nodes if order[n] > after and (
+            n is loop or any(x in bufs for x in n.args if isinstance(x, fx.Node))))
+        _drain(g, first)
