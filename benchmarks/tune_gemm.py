@@ -4,8 +4,8 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
     PYTHONPATH=$PWD python benchmarks/tune_gemm.py --out DIR [--dtypes f16,bf16] [--time-budget 330]
                                                    [--space BLOCK_K=64,128 waves=2x2,2x4 ...] [--dry-run]
 
-1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (seeded, stratified by M) into
-   fit shapes (<= 25) and held-out shapes (the rest).
+1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
+   by M, covering grid fill and K) into fit shapes (<= 25) and held-out shapes (the rest).
 2. Candidates: ``wavec.tuning.gemm.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
    once each in a process pool (M, N, K are dynamic: one binary serves every shape), plus the configurations
    the ``gemm_config`` heuristic picks; ptxas spills reject; a launch on a shape with partial tiles must
@@ -14,7 +14,7 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
    configuration and cuBLAS are raced (``race_candidates``): interleaved shuffled rounds, all candidates in
    round 1, then only those within 10 % of the leader; a time is a median.
 4. Fit shapes: every candidate.  The cost model is fitted per configuration on them; the model that
-   dispatches keeps the portfolio of configurations that cover every fit shape within 2 %.
+   dispatches keeps the configurations it chooses on some shape of a reference grid.
 5. Held-out shapes: exhaustive on at least a third of all shapes (regret: the model's pick vs the best),
    more while the time budget allows (``plan_holdout``, re-planned after every shape); the others time only
    the full model's top-k and the portfolio model's pick.
@@ -226,19 +226,19 @@ def estimate_cost(model, cands, shape, launch_s: float, scale: float, race_facto
     return scale * (race_factor * sum(per) + refs)
 
 
-def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str, tol: float) -> Models:
+def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str) -> Models:
+    """The cost model on the fit shapes only: every configuration fitted (``full``: prunes the search), and
+    the dispatch model of the configurations it chooses somewhere (the same calls as
+    ``benchmarks/refit_cost_model.py`` makes offline from times.json)."""
     from wavec.tuning.gemm import dispatch_model, fit_gemm_model
 
     space = set(run.candidates)  # the heuristic's configurations outside the space are not modelled
     times = {s: {c: t for c, t in run.results[s].times.items() if c in space} for s in fit_shapes}
     full = fit_gemm_model(times, run.metadata, sms=sms, target=target)
-    dispatch, port, info = dispatch_model(times, run.metadata, sms=sms, target=target, tol=tol)
-    loo = ", ".join(f"{k}: {100 * v:.1f}%" for k, v in info["loo"].items())
-    print(f"   fitted {len(full.configs)} (configuration, regime) models on {len(fit_shapes)} shapes; dispatch "
-          f"portfolio: {len(port)} configurations cover every fit shape within {100 * tol:.0f}%; regimes of M "
-          f"{info['regimes']} (leave-one-out regret {loo})")
-    run.notes.append(f"dispatch regimes {info['regimes']}, leave-one-out regret on fit shapes {loo}")
-    return Models(full, dispatch, port)
+    dispatch, kept, info = dispatch_model(times, run.metadata, sms=sms, target=target)
+    print(f"   fitted {info['fitted']} configurations on {len(fit_shapes)} shapes; dispatch keeps the {len(kept)} "
+          f"the model chooses somewhere")
+    return Models(full, dispatch, kept)
 
 
 def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, ceiling_of) -> dict:
@@ -246,7 +246,7 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
     from wavec.tuning.evaluate import plan_holdout, split_shapes
 
     start = clock()
-    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed)
+    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms)
     must = math.ceil(len(shapes) / 3)
     print(f"   {len(shapes)} shapes: {len(fit)} fit, {len(held)} held out ({must} at least exhaustive); "
           f"share of the budget {share_s:.0f} s")
@@ -254,7 +254,7 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
     for i, s in enumerate(fit):
         print_shape(run, time_shape(dev, run, s, serving(run, s), "fit", args.rounds, clock, args.seed + i),
                     ceiling_of)
-    models = fit_models(run, fit, dev.sms, args.target, args.portfolio_tol)
+    models = fit_models(run, fit, dev.sms, args.target)
     # calibrate the cost estimate on what the fit shapes actually cost
     fit_res = [run.results[s] for s in fit]
     race_factor = sum(sum(r.samples.values()) for r in fit_res) / max(1, sum(len(r.samples) for r in fit_res))
@@ -310,7 +310,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--space", nargs="*", help="AXIS=v1,v2 or waves=2x2,2x4 (replaces that axis of DEFAULT_SPACE)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds for the contenders (medians)")
     ap.add_argument("--top-k", type=int, default=6, help="configurations the model lets through when it prunes")
-    ap.add_argument("--portfolio-tol", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0, help="compile processes (0: CPU cores - 2)")
     ap.add_argument("--max-shapes", type=int, default=None, help="first N distinct shapes only")

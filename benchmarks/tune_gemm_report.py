@@ -37,7 +37,7 @@ class DtypeRun:
 @dataclass
 class Models:
     full: object  # CostModel over every candidate (prunes the search)
-    dispatch: object  # CostModel over the portfolio (chooses per shape)
+    dispatch: object  # CostModel over the configurations it chooses somewhere (chooses per shape)
     portfolio: list
 
 
@@ -187,7 +187,7 @@ def print_table(heads: list, phases: Phases) -> None:
         g, a, rg = h["geomean_held_out"], h["geomean_all"], h["regret"]
         print(f"\n== {h['dtype']}: {h['shapes']} shapes ({h['fit']} fit, {h['held_out_exhaustive']} held out "
               f"exhaustive, {h['held_out_pruned']} held out top-k), {h['candidates']} candidates, "
-              f"portfolio {h['portfolio']}")
+              f"dispatch model of {h['portfolio']}")
         print("   geomean x cuBLAS        heuristic  tuned  model")
         print(f"   held-out exhaustive      {g['heuristic']:8.3f} {g['tuned']:6.3f} {g['model']:6.3f}")
         print(f"   all shapes               {a['heuristic']:8.3f} {a['tuned']:6.3f} {a['model']:6.3f}")

@@ -1,74 +1,115 @@
 """Cost model (fit on synthetic data with known coefficients, host-side choice speed) and the ceiling."""
 
+import itertools
 import random
 import time
 
+import numpy as np
 import pytest
 
 from wavec.tuning.ceiling import device_rates, gemm_ceiling, percent_of_ceiling
-from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, predict
+from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, grid, nnls, predict
 
-TRUE = (5e-6, 2e-6, 3e-8, -4e-7)  # startup, per wave, per CTA, sub-wave
+# startup, per wave, per wave·k, per CTA·k, sub-wave·k, per SM-wave·k, perimeter·k
+TRUE = (5e-6, 1.5e-6, 2e-7, 3e-9, 4e-8, 6e-8, 2e-9)
 
 
-def _points(coef, n, slots=264, noise=0.0, seed=0):
+def _rows(coef, n, tiles=(128, 128), slots=264, sms=132, noise=0.0, seed=0):
     rng = random.Random(seed)
-    pts = []
+    cfg = ConfigModel("x", tiles, 64, slots, coef, sms=sms)
+    rows = []
     for _ in range(n):
-        ctas, work = rng.randint(1, 4000), rng.randint(1, 128)
-        t = predict(coef, ctas, slots, work)
-        pts.append((ctas, slots, work, t * (1 + rng.uniform(-noise, noise))))
-    return pts
+        shape = (rng.choice([1, 16, 64, 128, 512, 2048, 8192]), rng.randint(256, 65536), rng.randint(64, 16384))
+        f = cfg.features(shape)
+        t = sum(c * x for c, x in zip(coef, f))
+        rows.append((f, t * (1 + rng.uniform(-noise, noise))))
+    return rows
 
 
-def test_features():
-    assert features(264, 264) == (1.0, 1, 264, 0.0)
-    assert features(265, 264, 2) == (1.0, 4, 530, 2 / 264)
+def test_features_and_grid():
+    assert features(264, 264) == (1.0, 1.0, 1, 264, 0.0, 1, 0.0)
+    # 265 CTAs on 264 slots of 132 SMs: 2 waves, the second 1/264 full, 3 CTAs on the busiest SM
+    assert features(265, 264, 2, 132, 1.5) == (1.0, 2.0, 4, 530, 2 / 264, 6, 3.0)
+    ctas, per = grid((100, 300, 64), (64, 128))
+    assert ctas == 2 * 3 and per == (2 * 64 + 3 * 128) / 1024
+
+
+def test_nnls_matches_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, y = rng.normal(size=(12, 4)), rng.normal(size=12)
+        best = min((np.sum((a[:, list(s)] @ np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] - y) ** 2), s)
+                   for k in range(5) for s in itertools.combinations(range(4), k)
+                   if k == 0 or (np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] >= 0).all())
+        x = nnls(a, y)
+        assert (x >= 0).all()
+        assert np.sum((a @ x - y) ** 2) == pytest.approx(best[0] if best[1] else np.sum(y**2), rel=1e-9, abs=1e-12)
 
 
 def test_fit_recovers_coefficients():
-    coef = fit(_points(TRUE, 25))
+    coef = fit(_rows(TRUE, 25))
     for got, want in zip(coef, TRUE):
-        assert got == pytest.approx(want, rel=1e-6, abs=1e-12)
+        assert got == pytest.approx(want, rel=1e-5, abs=1e-14)
 
 
-def test_fit_uses_at_most_25_points_and_tolerates_noise():
-    pts = _points(TRUE, 200, noise=0.01, seed=1)
-    coef = fit(pts)
-    held = _points(TRUE, 50, seed=2)
-    errs = [abs(predict(coef, c, s, w) - t) / t for c, s, w, t in held]
+def test_fit_is_nonnegative_and_uses_at_most_25_points():
+    rows = _rows(TRUE, 200, noise=0.01, seed=1)
+    coef = fit(rows)
+    assert all(c >= 0 for c in coef)
+    held = _rows(TRUE, 50, seed=2)
+    errs = [abs(sum(c * x for c, x in zip(coef, f)) - t) / t for f, t in held]
     assert sum(errs) / len(errs) < 0.03 and max(errs) < 0.15
+    # a truth with a negative term: the fit clamps it, it never predicts a negative time
+    neg = fit([(f, sum(c * x for c, x in zip((1e-6, 0, 1e-7, -1e-9, 0, 0, 0), f))) for f, _t in _rows(TRUE, 25)])
+    assert min(neg) >= 0 and predict(neg, 1, 132, 1) >= 0
 
 
-def _model():
+def _model(n=36, seed=0):
+    rng = random.Random(seed)
     m = CostModel()
-    for i, (bm, bn, slots) in enumerate([(128, 128, 264), (128, 256, 132), (64, 128, 396), (64, 64, 528),
-                                        (16, 128, 528), (256, 128, 132)]):
-        coef = (4e-6, 1e-6 * bm * bn / 16384, 1e-9 * (i + 1), 0.0)
-        m.configs.append(ConfigModel(f"c{i}", (bm, bn), 64, slots, coef))
+    for i in range(n):
+        bm, bn = rng.choice([(16, 64), (16, 128), (64, 64), (64, 128), (64, 256), (128, 128), (128, 256)])
+        coef = tuple(rng.choice([0.0, rng.uniform(0, 1e-6)]) for _ in range(7))
+        lim = (0, 64) if bm == 16 else ((17, 1 << 62) if bm == 64 else (65, 1 << 62))
+        m.configs.append(ConfigModel(f"c{i}", (bm, bn), rng.choice([32, 64, 128]), 132 * rng.randint(1, 3), coef,
+                                     lim, sms=132))
     return m
 
 
 def test_choose_is_the_argmin_and_fast():
     m = _model()
-    shape = (4096, 4096, 4096)
-    best = m.choose(shape)
-    assert best is min(m.configs, key=lambda c: m.predict(c, shape))
-    assert m.rank(shape)[0] is best
     shapes = [(random.randint(1, 8192), random.randint(1, 8192), random.randint(16, 8192)) for _ in range(200)]
-    n = 0
-    t0 = time.perf_counter()
-    while n < 5000:
-        m.choose(shapes[n % 200])
-        n += 1
-    per_call = (time.perf_counter() - t0) / n
-    assert per_call <= 20e-6, f"{per_call * 1e6:.1f} us per choice"
+    for shape in shapes:  # the generated argmin agrees with the generic prediction
+        best = m.choose(shape)
+        assert m.predict(best, shape) == pytest.approx(min(m.predict(c, shape) for c in m.rank(shape)), rel=1e-12)
+    assert m.rank((4096, 4096, 4096))[0].name == m.choose((4096, 4096, 4096)).name
+    # speed: 12 configurations here (a loaded 2-core CI box is ~3x slower than a GPU host; the dispatch
+    # model's ~40 are timed on the host by benchmarks/refit_cost_model.py)
+    small = CostModel(m.configs[:12])
+    per = []
+    for s in shapes[:50]:
+        t0 = time.perf_counter()
+        for _ in range(100):
+            small.choose(s)
+        per.append((time.perf_counter() - t0) / 100)
+    per.sort()
+    assert per[len(per) // 2] <= 20e-6, f"{per[len(per) // 2] * 1e6:.1f} us per choice (12 configurations)"
 
 
-def test_model_json_roundtrip():
+def test_model_json_roundtrip_and_old_form():
     m = _model()
     m2 = CostModel.from_json(m.to_json())
     assert [c.name for c in m2.rank((1000, 3000, 512))] == [c.name for c in m.rank((1000, 3000, 512))]
+    old = CostModel.from_json([{"name": "o", "tiles": [128, 128], "loop_tile": 64, "slots": 264,
+                                "coef": [1e-6, 2e-7, 3e-9, 4e-8]}])
+    cfg = old.configs[0]
+    assert cfg.coef == (1e-6, 0.0, 2e-7, 3e-9, 4e-8, 0.0, 0.0)
+    # the earlier model's formula: c0 + work * (c1 * waves + c2 * ctas + c3 * sub)
+    ctas, work = 32 * 32, 64
+    want = 1e-6 + work * (2e-7 * 4 + 3e-9 * ctas + 4e-8 * 232 / 264)
+    assert old.predict(cfg, (4096, 4096, 4096)) == pytest.approx(want)
+    with pytest.raises(ValueError):
+        ConfigModel("bad", (1, 1), 1, 1, (1.0, 2.0))
 
 
 def test_ceiling():

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from wavec.tuning.cost_model import ConfigModel, CostModel, fit, predict
+from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, predict
 from wavec.tuning.evaluate import dedupe, geomean, plan_holdout, portfolio, regret, split_shapes, summary
 from wavec.tuning.search import race_candidates
 
@@ -101,14 +101,25 @@ def test_race_clock_costs():
 
 
 def test_fit_is_nonnegative_where_it_must_be():
-    # two points that a free fit explains with a negative startup: the constrained one cannot
-    pts = [(132, 132, 10, 10e-6), (264, 132, 10, 30e-6), (528, 132, 10, 70e-6)]
-    c0, c1, c2, _c3 = fit(pts)
-    assert c0 >= 0 and c1 >= 0 and c2 >= 0
-    for ctas, slots, work, _t in pts:
-        assert predict((c0, c1, c2, _c3), ctas, slots, work) > 0
-    # nothing can make a prediction negative far outside the fitted range
-    assert predict((c0, c1, c2, _c3), 1, 132, 1) >= 0
+    # three points that a free fit explains with a negative startup: the constrained one cannot
+    rows = [(features(c, 132, 10), t) for c, t in ((132, 10e-6), (264, 30e-6), (528, 70e-6))]
+    coef = fit(rows)
+    assert all(c >= 0 for c in coef)
+    assert all(predict(coef, c, 132, 10) > 0 for c in (132, 264, 528))
+    assert predict(coef, 1, 132, 1) >= 0  # nothing can make a prediction negative far outside the fitted range
+
+
+def test_split_covers_grid_fill_and_k():
+    from wavec.tuning.evaluate import cover_coords
+
+    fit, held = split_shapes(SHAPES, seed=0)
+    fill = [cover_coords(s)[1] for s in SHAPES]
+    fit_fill = [cover_coords(s)[1] for s in fit]
+    assert min(fit_fill) == min(fill) and max(fit_fill) == max(fill)  # the emptiest and the fullest grid
+    assert {s[2] for s in fit} == {s[2] for s in SHAPES}  # every K of the file
+    for m in (1, 16, 64):  # small M: the fit shapes are not all full grids
+        assert min(cover_coords(s)[1] for s in fit if s[0] == m) < 0  # under one CTA per SM
+    assert split_shapes(SHAPES, seed=0, ref_tile=64)[0] != fit  # the fill tile matters
 
 
 def test_choose_respects_limits_and_falls_back():
@@ -167,7 +178,7 @@ def test_dispatch_model_and_tuning_cache_dispatch(tmp_path, monkeypatch):
     times = _synthetic_times(cands, SHAPES)
     meta = {c: {"registers": 128, "block": [128, 1, 1], "shared_bytes": 32768} for c in cands}
     model, port, info = dispatch_model({s: times[s] for s in fit_shapes}, meta, sms=132)
-    assert port and set(info["loo"]) and info["regimes"] in info["loo"]
+    assert port and info["kept"] == len(port) <= info["fitted"] == len(cands)
     regrets = [regret({c.label: t for c, t in times[s].items()}, model.choose(s).name) for s in held]
     assert summary(regrets)["mean"] < 0.03  # the model's own form: it must find the best
     full = fit_gemm_model({s: times[s] for s in fit_shapes}, meta, sms=132)

@@ -2,9 +2,9 @@
 
 These are the pieces of ``benchmarks/tune_gemm.py`` that decide something and so deserve unit tests:
 
-* ``split_shapes``: a seeded split of deduplicated shapes into the shapes a cost model is fitted on
+* ``split_shapes``: a deterministic split of deduplicated shapes into the shapes a cost model is fitted on
   (at most two thirds, at most 25) and held-out shapes (the rest, at least a third), stratified by the
-  first dimension so every size class (decode M = 1, 16, prefill M = 8192 ...) is fitted and held out;
+  first dimension and covering grid fill and K within it;
 * ``regret``: how much slower a chosen configuration is than the best one measured;
 * ``portfolio``: the few configurations that cover every fitted shape within a tolerance (the model
   chooses among those only: with fewer candidates, fewer badly extrapolated fits can win);
@@ -29,36 +29,46 @@ def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
 
 
 def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_fraction: float = 2 / 3,
-                 seed: int = 0) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+                 seed: int = 0, sms: int = 132,
+                 ref_tile: int = 128) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(fit shapes, held-out shapes) of the distinct ``shapes``: ``min(max_fit, floor(fit_fraction * n))``
-    fit shapes, the rest held out (in a seeded random order).
+    fit shapes, the rest held out (in a seeded random order).  Deterministic given the shapes.
 
-    Stratified by the first dimension (M): the fit shapes are dealt out evenly over the groups of equal M
-    (the seed decides which groups get one more).  Within a group they are spread over the size of the
-    rest of the problem (N·K): the smallest, the largest and evenly spaced ones between, so a per-shape
-    model interpolates rather than extrapolates (a fit on three large problems says little about one that
-    fills less than a wave of the GPU)."""
+    Stratified by the first dimension (M): the fit shapes are dealt out round-robin over the groups of
+    equal M (ascending), so every size class (decode M = 1, 16, prefill M = 8192 ...) is fitted and held
+    out.  Within a group each pick is the shape farthest (``cover_coords``) from every shape picked so far,
+    in all groups: the fit set spans grid fill (CTAs of ``ref_tile`` tiles per SM: under-filled, one wave,
+    many) and K, the two things the per-configuration model must interpolate, rather than clustering on
+    large grids (a fit on three full grids says little about one that fills a third of the GPU)."""
     uniq = sorted(dedupe(shapes))
     n_fit = min(max_fit, int(fit_fraction * len(uniq)))
-    rng = random.Random(seed)
     groups: dict = {}
     for s in uniq:
         groups.setdefault(s[0], []).append(s)
-    keys = sorted(groups)
-    rng.shuffle(keys)
-    quota = dict.fromkeys(keys, 0)
-    for i in range(n_fit):  # round-robin over the groups that still have shapes to give
-        open_keys = [k for k in keys if quota[k] < len(groups[k])]
-        quota[open_keys[i % len(open_keys)]] += 1
-    fit = []
-    for k in keys:
-        g = sorted(groups[k], key=lambda s: (math.prod(s[1:]), s))
-        q = quota[k]
-        picks = {round(j * (len(g) - 1) / (q - 1)) for j in range(q)} if q > 1 else ({len(g) // 2} if q else set())
-        fit += [g[i] for i in sorted(picks)]
+    x = {s: cover_coords(s, sms, ref_tile) for s in uniq}
+    quota = dict.fromkeys(groups, 0)
+    fit: list = []
+    for _ in range(n_fit):
+        open_keys = [k for k in sorted(groups) if quota[k] < len(groups[k])]
+        key = min(open_keys, key=lambda k: (quota[k], k))
+        pool = [s for s in groups[key] if s not in fit]
+        if fit:
+            pick = max(pool, key=lambda s: (min(math.dist(x[s], x[f]) for f in fit), s))
+        else:
+            pick = pool[len(pool) // 2]
+        fit.append(pick)
+        quota[key] += 1
     held = [s for s in uniq if s not in set(fit)]
-    rng.shuffle(held)
-    return fit, held
+    random.Random(seed).shuffle(held)
+    return sorted(fit), held
+
+
+def cover_coords(shape: Sequence[int], sms: int = 132, ref_tile: int = 128) -> tuple[float, ...]:
+    """Where a shape lies for the fit-shape cover: (½·log2 M, log2 grid fill, ½·log2 reduction), grid fill =
+    CTAs of ``ref_tile``-square tiles over the leading dims per SM.  M counts half as it is also the
+    stratum; for small M the fill depends on N alone, the regime where waves quantise."""
+    ctas = math.prod(-(-d // ref_tile) for d in shape[:-1])
+    return 0.5 * math.log2(shape[0]), math.log2(ctas / sms), 0.5 * math.log2(shape[-1])
 
 
 def regret(times: Mapping, pick) -> float:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import wavec as wc
@@ -187,11 +186,16 @@ def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
     return fit_gemm_model(result.times, result.metadata, sms=sms, target=target)
 
 
+UNLIMITED_REGIME = ((0, UNLIMITED),)
+
+
 def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
-                   only=None, regimes=REGIMES) -> CostModel:
-    """Per configuration (``only``: these labels) and per regime of M (``REGIMES``), least squares over the
+                   only=None, regimes=UNLIMITED_REGIME, min_points: int = 2) -> CostModel:
+    """Per configuration (``only``: these labels) and per regime of M, non-negative least squares over the
     shapes it was timed on (``{shape: {Candidate: seconds}}``); each fit serves the M range of ``m_limits``
-    within its regime (a configuration may thus appear twice, under one name)."""
+    within its regime (a configuration may thus appear twice, under one name).  A fit needs
+    ``min_points`` shapes.  One regime by default: the perimeter (compulsory traffic) term covers the
+    HBM-bound small-M GEMMs that used to need a fit of their own."""
     model = CostModel()
     per_cand: dict = {}
     for shape, times in times_by_shape.items():
@@ -205,47 +209,36 @@ def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, targ
         lo, hi = m_limits(s["BLOCK_M"])
         for r_lo, r_hi in regimes:
             limits = (max(lo, r_lo), min(hi, r_hi))
-            data = [(math.ceil(m / s["BLOCK_M"]) * math.ceil(n / s["BLOCK_N"]), slots,
-                     math.ceil(k / s["BLOCK_K"]), t) for (m, n, k), t in pts if limits[0] <= m <= limits[1]]
-            if data:
-                model.add(ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots, limits=limits), data)
+            cfg = ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots, limits=limits, sms=sms)
+            rows = [(cfg.features(shape), t) for shape, t in pts if limits[0] <= shape[0] <= limits[1]]
+            if len(rows) >= min_points:
+                model.add(cfg, rows)
     return model
 
 
-ONE_REGIME = ((0, UNLIMITED),)
+def reference_shapes(ms=(1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)) -> list[tuple[int, int, int]]:
+    """A log grid of GEMM shapes (N, K from 512 to 128K by factors of ~sqrt 2) on which a model's winners
+    are collected (``winners``)."""
+    steps = [round(512 * 2 ** (i / 2)) for i in range(17)]
+    return [(m, n, k) for m in ms for n in steps for k in steps if k <= 32768]
 
 
-def dispatch_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
-                   tol: float = 0.02, regime_options=(REGIMES, ONE_REGIME)) -> tuple[CostModel, list[str], dict]:
-    """The cost model that dispatches: fitted on the ``portfolio`` of configurations that cover every
-    shape within ``tol``, with the regime split (``regime_options``) whose leave-one-out regret on the
-    fitted shapes is least.  Returns (model, portfolio labels, {"loo": mean regret per option})."""
-    from .evaluate import portfolio
-
-    def labels(times):
-        return {s: {c.label: t for c, t in ts.items()} for s, ts in times.items()}
-
-    def build(times, regimes):
-        port = portfolio(labels(times), tol)
-        return fit_gemm_model(times, metadata, sms=sms, target=target, only=set(port), regimes=regimes), port
-
-    loo = {}
-    for regimes in regime_options:
-        regrets = []
-        for held in times_by_shape if len(times_by_shape) > 2 else ():
-            rest = {s: t for s, t in times_by_shape.items() if s != held}
-            pick = build(rest, regimes)[0].choose(held).name
-            times = labels({held: times_by_shape[held]})[held]
-            if pick in times:
-                regrets.append(times[pick] / min(times.values()) - 1.0)
-        loo[regimes] = sum(regrets) / len(regrets) if regrets else 0.0
-    best = min(regime_options, key=lambda r: loo[r])
-    model, port = build(times_by_shape, best)
-    return model, port, {"loo": {regime_name(r): v for r, v in loo.items()}, "regimes": regime_name(best)}
+def winners(model: CostModel, shapes) -> list[str]:
+    """Labels of the configurations ``model`` chooses on some of ``shapes``: the others are never its
+    argmin there, so dropping them keeps ``choose`` (the same answers on that grid, and ~3x fewer
+    configurations to scan per launch on the host)."""
+    return list(dict.fromkeys(model.choose(s).name for s in shapes))
 
 
-def regime_name(regimes) -> str:
-    return " | ".join(f"M {lo}..{'' if hi >= UNLIMITED else hi}" for lo, hi in regimes)
+def dispatch_model(times_by_shape: dict, metadata: dict, *, sms: int = 132,
+                   target: str = "sm_90") -> tuple[CostModel, list[str], dict]:
+    """The cost model that dispatches: every profiled configuration fitted (``fit_gemm_model``), then only
+    those the model chooses somewhere on ``reference_shapes`` and on the fitted shapes kept, so ``choose``
+    scans a few dozen.  Returns (model, kept labels, info)."""
+    full = fit_gemm_model(times_by_shape, metadata, sms=sms, target=target)
+    keep = set(winners(full, [*reference_shapes(), *times_by_shape]))
+    model = CostModel([c for c in full.configs if c.name in keep])
+    return model, [c.name for c in model.configs], {"fitted": len(full.configs), "kept": len(model.configs)}
 
 
 def ceiling_report(result, gpu: str = "H100", measured: dict | None = None) -> list[dict]:
