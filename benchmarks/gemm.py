@@ -177,6 +177,7 @@ def main() -> None:
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
     torch.manual_seed(0)
     bw = copy_bandwidth()
