@@ -107,6 +107,7 @@ class ConstraintSet:
 
     def __init__(self, constraints, subs: dict) -> None:
         self.subs = {}
+        self._resolved: dict = {}  # resolve() memo: the passes resolve the same few expressions hundreds of times
         for k, v in subs.items():
             ok = isinstance(v, (numbers.Integral, sympy.Integer)) and not isinstance(v, bool) and 0 < int(v) < 2**31
             if not ok:
@@ -159,7 +160,11 @@ class ConstraintSet:
             raise ConstraintError(message=f"two {what}s for dimension {dim}")
 
     def resolve(self, expr) -> sympy.Expr:
-        return sympy.sympify(expr).subs(self.subs)
+        expr = sympy.sympify(expr)
+        hit = self._resolved.get(expr)
+        if hit is None:
+            hit = self._resolved[expr] = expr.subs(self.subs)
+        return hit
 
     def resolve_int(self, expr, what: str) -> int:
         return _int(self.resolve(expr), what)
