@@ -11,6 +11,7 @@ too, so a reduction inside a loop never overwrites partials still being read).
 
 from __future__ import annotations
 
+import sympy
 import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, memref, vector
@@ -38,14 +39,15 @@ def reduced_lane_bits(lin: Layout, dim, threads: int) -> list[int]:
     start = lin.seq(dim).start
     hw = {s: 0 for e in others + [start] for s in e.free_symbols if s != LANE}
     hw.update({w: 0 for w in WAVE})  # waves along the reduced dim are combined through shared memory
+    # each coordinate as a plain function of the lane, evaluated once per lane (sympy subs per lane and
+    # bit cost seconds on attention's 32 reductions)
+    coords = [[int(f(lane)) for lane in range(threads)]
+              for f in (sympy.lambdify(LANE, e.subs(hw), "math") for e in [start, *others])]
     bits = []
     b = 1
     while b < threads:
-        moves_dim = moves_other = False
-        for lane in range(threads):
-            a, c = {**hw, LANE: lane}, {**hw, LANE: lane ^ b}
-            moves_dim |= start.subs(a) != start.subs(c)
-            moves_other |= any(e.subs(a) != e.subs(c) for e in others)
+        moves_dim = any(coords[0][lane] != coords[0][lane ^ b] for lane in range(threads))
+        moves_other = any(c[lane] != c[lane ^ b] for c in coords[1:] for lane in range(threads))
         if moves_dim and moves_other:
             raise CodegenError(message=f"lane bit {b} moves both {dim} and another dimension")
         if moves_dim:
