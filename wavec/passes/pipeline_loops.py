@@ -89,11 +89,12 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for alloc in {outer[c.args[1]] for c, _ in copies}:
         alloc.kwargs = {**alloc.kwargs, "stages": stages}
     for s in range(distance):
+        it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
         for c, layout in copies:
             _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
-                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: sympy.Min(lo + s, last)}),
+                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: it}),
                   accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
-                  iv_subs={iv: sympy.Min(lo + s, last)}, mapping=c.meta.get("mapping"))
+                  iv_subs={iv: it}, mapping=c.meta.get("mapping"))
         _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
