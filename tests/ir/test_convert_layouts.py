@@ -48,7 +48,11 @@ def test_conversion_path_in_ir_and_numerics(target: str, via: str, capsys) -> No
     c = torch.full((40, 32), float("nan"))
     k(a, b, v, c)  # the emulator's race checker is on
     ref = ((a.float() @ b.float().T) * 0.5).half().float() @ v.float()
-    torch.testing.assert_close(c, ref, rtol=2e-3, atol=2e-3)
+    # P is rounded to f16 on both sides, but mma and torch sum S in different orders, so an element of P
+    # may differ by one f16 ulp; single outputs near zero then miss an elementwise tolerance while the
+    # error stays at the f16 level: compare the whole result (every element written: no NaN left)
+    assert not c.isnan().any()
+    assert ((c - ref).norm() / ref.norm()).item() < 1e-4  # seen: 1e-7 .. 7e-6
 
 
 def test_register_path_is_a_concatenation() -> None:
