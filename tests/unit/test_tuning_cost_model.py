@@ -2,7 +2,6 @@
 
 import itertools
 import random
-import time
 
 import numpy as np
 import pytest
@@ -76,24 +75,15 @@ def _model(n=36, seed=0):
     return m
 
 
-def test_choose_is_the_argmin_and_fast():
+def test_choose_is_the_argmin():
+    # how fast choose() is (<= 20 us with the ~40 dispatch configurations) is a benchmark figure, measured
+    # on the GPU host by benchmarks/refit_cost_model.py and tune_gemm.py, not a timed unit test
     m = _model()
     shapes = [(random.randint(1, 8192), random.randint(1, 8192), random.randint(16, 8192)) for _ in range(200)]
     for shape in shapes:  # the generated argmin agrees with the generic prediction
         best = m.choose(shape)
         assert m.predict(best, shape) == pytest.approx(min(m.predict(c, shape) for c in m.rank(shape)), rel=1e-12)
     assert m.rank((4096, 4096, 4096))[0].name == m.choose((4096, 4096, 4096)).name
-    # speed: 12 configurations here (a loaded 2-core CI box is ~3x slower than a GPU host; the dispatch
-    # model's ~40 are timed on the host by benchmarks/refit_cost_model.py)
-    small = CostModel(m.configs[:12])
-    per = []
-    for s in shapes[:50]:
-        t0 = time.perf_counter()
-        for _ in range(100):
-            small.choose(s)
-        per.append((time.perf_counter() - t0) / 100)
-    per.sort()
-    assert per[len(per) // 2] <= 20e-6, f"{per[len(per) // 2] * 1e6:.1f} us per choice (12 configurations)"
 
 
 def test_model_json_roundtrip_and_old_form():
