@@ -21,9 +21,9 @@ import pathlib
 import re
 import statistics
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from tune_gemm_report import choose_us  # noqa: E402
 
 TOP_K = (1, 2, 4, 6)
 
@@ -66,16 +66,6 @@ def measure_s(data: dict, shape, cands) -> float:
     return sum(samples[c] * reps * times[c] for c in cands if c in times)
 
 
-def choose_us(model, shapes, calls: int = 300) -> float:
-    per = []
-    for s in shapes:
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            model.choose(s)
-        per.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(per)
-
-
 def evaluate(data: dict, *, sms: int, target: str, seed: int = 0, max_fit: int = 25, ref_tile: int = 128,
              detail: bool = True) -> dict:
     """Split, fit on the fit shapes only, score the dispatch on the held-out shapes."""
@@ -108,7 +98,8 @@ def evaluate(data: dict, *, sms: int, target: str, seed: int = 0, max_fit: int =
         topk = sum(measure_s(data, s, {by_label[c.name] for c in full.rank(s, k)} | {by_label[model.choose(s).name]})
                    for s in held)
         fit_cost = sum(measure_s(data, s, data["times"][s]) for s in fit)
-        out.update({"choose_us": choose_us(model, shapes), "worst": sorted(rows, key=lambda r: -r["regret"])[:5],
+        out.update({"choose_us": choose_us(model, shapes, calls=300),
+                    "worst": sorted(rows, key=lambda r: -r["regret"])[:5],
                     "gpu_s": {"fit_exhaustive": fit_cost, "held_out_exhaustive": exhaustive,
                               f"held_out_top{k}": topk, "held_out_model_only": 0.0},
                     "per_shape": rows})
