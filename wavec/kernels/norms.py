@@ -9,28 +9,17 @@ enough bytes in flight.
 
 import wavec as wc
 from wavec import Memory
+from wavec.kernels.softmax import row_constraints
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_M = wc.sym.BLOCK_M
-
-
-def _constraints(dtype, threads_per_wave: int, waves_per_row: int = 1) -> list:
-    split = [wc.WaveConstraint(N, N / waves_per_row)] if waves_per_row > 1 else []
-    return [
-        wc.WorkgroupConstraint(M, BLOCK_M, 0),
-        wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
-        wc.WaveConstraint(M, 1),
-        *split,
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave,
-                              vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
-    ]
 
 
 def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32,
                  waves_per_row: int = 1) -> wc.WaveKernel:
     """``out = x / sqrt(mean(x**2) + eps) * w`` over rows of length ``n`` (compile with subs {N: n})."""
 
-    @wc.wave(_constraints(dtype, threads_per_wave, waves_per_row))
+    @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))
     def rmsnorm(x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         r = wc.rsqrt(wc.sum(v * v, N) * (1.0 / n) + eps)
@@ -43,7 +32,7 @@ def make_layernorm(n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: in
                    waves_per_row: int = 1) -> wc.WaveKernel:
     """``out = (x - mean) / sqrt(var + eps) * w + b`` over rows of length ``n`` (subs {N: n})."""
 
-    @wc.wave(_constraints(dtype, threads_per_wave, waves_per_row))
+    @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))
     def layernorm(x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         d = v - (wc.sum(v, N) * (1.0 / n))[:, None]

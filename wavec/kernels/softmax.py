@@ -15,11 +15,12 @@ BLOCK_M = wc.sym.BLOCK_M
 LOG2E = 1.0 / math.log(2.0)
 
 
-def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> wc.WaveKernel:
-    """``waves_per_row`` > 1 splits each row over that many waves (row max and sum meet in shared memory):
-    long rows then need fewer registers per thread and more waves fit per SM."""
+def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> list:
+    """Rows of length N (bound in subs) in BLOCK_M-row workgroups, one wave per row or ``waves_per_row``
+    waves sharing it (their partial reductions meet in shared memory): long rows then need fewer
+    registers per thread and more waves fit per SM.  Shared by softmax and the norms."""
     split = [wc.WaveConstraint(N, N / waves_per_row)] if waves_per_row > 1 else []
-    constraints = [
+    return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
         wc.WaveConstraint(M, 1),
@@ -27,6 +28,11 @@ def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 
         wc.HardwareConstraint(threads_per_wave=threads_per_wave,
                               vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
     ]
+
+
+def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> wc.WaveKernel:
+    """Row softmax kernel; ``waves_per_row`` as in ``row_constraints``."""
+    constraints = row_constraints(dtype, threads_per_wave, waves_per_row)
 
     @wc.wave(constraints)
     def softmax(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
