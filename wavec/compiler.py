@@ -23,6 +23,7 @@ from .frontend.kernel import WaveKernel
 from .knobs import knobs
 from .passes.printer import format_trace
 from .runtime.artifact import ArgSpec, Artifact, KernelMetadata
+from .runtime.tensor_map import TensorMapSpec
 from .runtime.cache import cache_key, default_cache
 
 BACKENDS = ("cuda", "rocm", "emulator")
@@ -116,7 +117,8 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
         static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
         grid=iface.grid, divisibility=iface.divisibility, alignment_bytes=iface.alignment_bytes,
         source=str(SourceLoc(trace.loc.filename, trace.loc.line)), registers=registers, spills=spills,
-        scalars=iface.scalars)
+        scalars=iface.scalars,
+        tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps))
     return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
 
 

@@ -44,7 +44,7 @@ def test_target_fields() -> None:
     sm80, sm90, sm90a, gfx = (get_target(n) for n in ("sm_80", "sm_90", "sm_90a", "gfx942"))
     assert (sm80.arch, sm80.features) == ("sm_80", "+ptx76")
     assert (sm90.arch, sm90.features) == ("sm_90", "+ptx80")
-    assert sm90a.arch == "sm_90a" and sm90a.features == "+ptx80"
+    assert sm90a.arch == "sm_90a" and sm90a.features == "+ptx83"
     for t in (sm80, sm90, sm90a):
         assert t.backend == "cuda" and t.variant_name == "cuda" and t.binary_format == "ptx"
         assert t.threads_per_wave == 32

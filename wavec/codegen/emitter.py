@@ -22,6 +22,7 @@ from ..passes.context import PassContext
 from .targets import Target
 
 SUBSPAN_ALIGNMENT = 16  # bytes; the launcher checks every base pointer against it
+TENSOR_MAP_ALIGNMENT = 64  # bytes; the launcher allocates the tensor-map buffer (a CUtensorMap is 64-aligned)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class KernelInterface:
     divisibility: tuple[tuple[str, int], ...]
     alignment_bytes: int
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype) of by-value arguments, after the symbols
+    tensor_maps: tuple = ()  # TensorMapRequest of the TMA tensor maps, read from one binding after the tensors
 
 
 def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
@@ -90,6 +92,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
     cs = ctx.constraints
     name = trace.name
     flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
+    flags += ["<storage_buffer, ReadOnly>"] if ctx.tensor_maps else []  # the TMA tensor maps, 128 bytes each
     nconst = len(dyn) + len(trace.scalars)
     consts = f"constants = {nconst}, " if nconst else ""
     binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
@@ -122,6 +125,10 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
                      ": i32")
         if a.type.dtype.is_float:
             lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
+    if ctx.tensor_maps:  # last before the return: FunctionBuilder finds it there
+        lines.append(f"        %tensor_maps = hal.interface.binding.subspan layout(#layout) binding({len(trace.args)}) "
+                     f"alignment({TENSOR_MAP_ALIGNMENT}) offset(%c0) flags(ReadOnly) : "
+                     f"memref<{16 * len(ctx.tensor_maps)}xi64>")
     lines += ["        return", "      }", "    }", "  }", "}"]
     return "\n".join(lines)
 
@@ -135,6 +142,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
     cs = ctx.constraints
     if cs.group_waves > 1:  # Hopper warpgroup MMA (imports the nvvm/llvm dialect bindings, ~0.1 s)
         from . import lowering_wgmma  # noqa: F401 - registers the wgmma lowerings
+    if ctx.tensor_maps:
+        from . import lowering_tma  # noqa: F401 - registers the TMA and mbarrier lowerings
     if cs.threads_per_wave != target.threads_per_wave:
         raise CodegenError(message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
                            f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")
@@ -163,7 +172,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
                         a.name in written) for a in trace.args),
         constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars), grid=grid,
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
-        alignment_bytes=SUBSPAN_ALIGNMENT, scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars))
+        alignment_bytes=SUBSPAN_ALIGNMENT, scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),
+        tensor_maps=tuple(ctx.tensor_maps))
     return out, iface
 
 

@@ -84,6 +84,8 @@ class FunctionBuilder:
         for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
             pos += 2 if a.type.dtype.is_float else 1
             self.scalars[a.name] = ops[pos - 1].result
+        # the TMA tensor-map binding (emitter.skeleton puts it last before the return)
+        self.tensor_maps = ops[-2].result if ctx.tensor_maps else None
         self.values: dict[fx.Node, object] = {}
         # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
         # just before the loop that opens the next level).  An index expression is emitted at the

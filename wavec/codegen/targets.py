@@ -118,7 +118,8 @@ _TARGETS: dict[str, Target] = {
     for t in (
         Target("sm_80", "cuda", "sm_80", "+ptx76", 32, _NV_MMA_SM80, 166912),
         Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448),
-        Target("sm_90a", "cuda", "sm_90a", "+ptx80", 32, _NV_MMA_SM90, 232448),
+        # PTX 8.3: fence.proxy.tensormap::generic (TMA maps written by the host, read through global memory)
+        Target("sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448),
         Target("gfx942", "rocm", "gfx942", "", 64, _AMD_MMA_GFX942, 65536),
     )
 }

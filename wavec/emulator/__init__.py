@@ -21,5 +21,6 @@ def load_ops() -> None:
         ops_nvgpu,
         ops_nvvm,
         ops_scf,
+        ops_tma,
         ops_vector,
     )

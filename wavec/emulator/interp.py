@@ -234,11 +234,14 @@ class EmulatedKernel:
 
 
 def flush_async(st: State) -> None:
-    """Retire every outstanding async copy (the hardware completes them before the kernel ends)."""
+    """Retire every outstanding async copy (the hardware completes them before the kernel ends), then run
+    the end-of-workgroup checks ops registered in ``st.on_exit`` (e.g. no TMA copy left in flight)."""
     for group in st.async_groups + [st.async_open]:
         for copy in group:
             copy(st)
     st.async_groups, st.async_open = [], []
+    for check in st.__dict__.pop("on_exit", []):
+        check(st)
 
 
 def run_kernel(

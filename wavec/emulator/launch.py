@@ -2,7 +2,9 @@
 
 The tensors are validated exactly as for the GPU launcher (``BindingPlan`` with CPU tensors), viewed as
 flat numpy arrays (bf16 as its uint16 bits) and run in place; the emulator writes straight into the
-tensors' memory, so outputs need no copy back.
+tensors' memory, so outputs need no copy back.  A kernel with TMA tensor maps gets one more binding: the
+maps in wavec's emulated encoding, describing each tensor at its emulated global address (checked as on
+the GPU: :func:`~wavec.runtime.tensor_map.describe`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from ..runtime.artifact import Artifact
 from ..runtime.binding import BindingPlan
+from ..runtime.tensor_map import describe, encode_emulated
 
 
 def _flat_view(t: Any) -> np.ndarray:
@@ -42,5 +45,17 @@ class EmulatorKernel:
         if not all(grid):
             return
         tensors = tensors[:len(self.meta.args)]  # scalar arguments travel as constants
-        self._kernel(bindings=[_flat_view(t) for t in tensors], constants=[values[c] for c in self.meta.constants],
+        bindings = [_flat_view(t) for t in tensors]
+        if self.meta.tensor_maps:
+            bindings.append(self._tensor_maps(tensors))
+        self._kernel(bindings=bindings, constants=[values[c] for c in self.meta.constants],
                      grid=grid, block=self.meta.block, check_races=self.check_races)
+
+    def _tensor_maps(self, tensors: tuple) -> np.ndarray:
+        from .ops_tma import global_address
+
+        names = [a.name for a in self.meta.args]
+        raw = b"".join(encode_emulated(describe(s, global_address(s.arg), tuple(tensors[s.arg].shape),
+                                                tuple(tensors[s.arg].stride()), self.meta.label, names[s.arg]))
+                       for s in self.meta.tensor_maps)
+        return np.frombuffer(raw, np.uint8).copy()

@@ -53,7 +53,12 @@ def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
     def run(st: State) -> None:
         m = st.env[src]
         if m.shared is None:
-            raise EmulatorError(message=f"{loc}: only shared-memory addresses are emulated")
+            if "binding" not in m.extra:
+                raise EmulatorError(message=f"{loc}: only shared-memory and binding addresses are emulated")
+            from wavec.emulator.ops_tma import global_address  # bindings: TMA tensor maps and their tensors
+
+            st.env[o] = np.array([global_address(m.extra["binding"], m.extra["byte_offset"])], np.int64)
+            return
         base = next(a for a, buf in _bases(st) if buf is m.shared)
         st.env[o] = np.array([base + m.byte_base], np.int64)
 

@@ -68,6 +68,9 @@ class HardwareConstraint:
         return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
 
 
+ASYNC_COPIES = ("auto", "tma", "cp.async")
+
+
 @dataclass(frozen=True)
 class SchedulingConstraint:
     """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
@@ -77,18 +80,25 @@ class SchedulingConstraint:
     reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory;
     ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (the widest
     swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
-    "64B", "32B" or "none" (core matrices).
+    "64B", "32B" or "none" (core matrices); ``async_copy``: how a pipelined loop fetches its tiles,
+    "auto" (TMA where ``pipeline_loops`` can use it: sm_90a wgmma operand tiles in the 128-byte swizzle,
+    else ``cp.async``), "tma" (TMA, or a ``ConstraintError`` saying why it cannot be used) or "cp.async"
+    (never TMA: the comparison baseline).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
     promote_operands: bool = True
     operand_swizzle: str = "auto"
+    async_copy: str = "auto"
 
     def __post_init__(self) -> None:
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
             raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
                                   "'auto', '128B', '64B', '32B' or 'none'")
+        if self.async_copy not in ASYNC_COPIES:
+            raise ConstraintError(message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of "
+                                  f"{ASYNC_COPIES}")
 
 
 Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint

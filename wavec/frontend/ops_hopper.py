@@ -50,3 +50,29 @@ class WgmmaAccumulator(Op):
     loop carries when a wgmma group stays in flight across iterations."""
 
     name = "wgmma_accumulator"
+
+
+class MBarrierInit(Op):
+    """Before a TMA-pipelined loop: ``kwargs["count"]`` shared-memory mbarriers (one per stage), each
+    initialised by one thread for one arrival, then ``fence.mbarrier_init`` and a workgroup barrier.
+    ``kwargs["dim"]`` names the loop; the loop's ``MBarrierWait``/``TmaFill`` nodes refer to this node
+    through ``meta["mbarriers"]``."""
+
+    name = "mbarrier_init"
+
+
+class MBarrierWait(Op):
+    """Wait until the mbarrier of stage ``kwargs["stage"]`` completes the phase of parity
+    ``kwargs["parity"]`` (``mbarrier.try_wait.parity`` in a loop): the TMA boxes of that stage landed."""
+
+    name = "mbarrier_wait"
+
+
+class TmaFill(Op):
+    """Fill one pipeline stage with TMA: ``args`` = (global memory, shared tile) pairs, flattened.  One
+    thread, and only when ``kwargs["valid"]`` (an index expression ``< 0`` means "issue") holds, arrives
+    on the stage's mbarrier announcing the stage's bytes (``arrive.expect_tx``) and issues one
+    ``cp.async.bulk.tensor.2d`` per 128-byte-wide box of each tile; ``kwargs``: ``stage``, ``iv_subs``
+    (the loop iteration the tiles belong to), ``maps`` (the tensor-map index of each pair)."""
+
+    name = "tma_fill"

@@ -17,9 +17,10 @@ MMA_FOR_TARGET = {
 
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2), operand_swizzle: str = "auto") -> list:
+                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
-    K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands."""
+    K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
+    how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async")."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -27,16 +28,17 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.WaveConstraint(N, BLOCK_N / waves[1]),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
+                                async_copy=async_copy),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2), operand_swizzle: str = "auto") -> wc.WaveKernel:
+              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU."""
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
         acc = Register[M, N, f32](0.0)
 

@@ -11,6 +11,17 @@ from ..frontend.ops import Iterate
 from ..frontend.tracing import Trace
 
 
+@dataclass(frozen=True, slots=True)
+class TensorMapRequest:
+    """A TMA tensor map the kernel reads (``runtime.tensor_map.TensorMapSpec`` at launch): binding ``arg``
+    of ``dtype``, boxes of ``box`` elements (innermost first), ``swizzle`` bytes."""
+
+    arg: int
+    dtype: str
+    box: tuple[int, ...]
+    swizzle: int
+
+
 @dataclass
 class PassContext:
     constraints: ConstraintSet
@@ -22,6 +33,7 @@ class PassContext:
     requirements: dict = field(default_factory=dict)  # dim -> divisor the launcher must check
     masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
     loop_stages: dict = field(default_factory=dict)  # loop dim -> num_stages of a pipelined loop
+    tensor_maps: list = field(default_factory=list)  # TensorMapRequest, in binding order of the map buffer
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:

@@ -2,9 +2,10 @@
 
 Requires: ``promote_to_shared`` and ``pipeline_loops``.  Guarantees, per ``iterate`` body that both
 writes and reads shared memory:
-- pipelined loop (has an ``async_wait``): one barrier right after the wait at the top of the body — it
-  publishes the stage this iteration reads (RAW) and ends the reads of the stage the copies below will
-  overwrite (WAR with the previous iteration);
+- pipelined loop (has an ``async_wait``, or an ``mbarrier_wait`` when TMA fills the stages): one barrier
+  right after the wait at the top of the body — it publishes the stage this iteration reads (RAW; with
+  TMA the mbarrier phase already did) and ends the reads of the stage the copies below will overwrite
+  (WAR with the previous iteration);
 - otherwise: a barrier at the top of the body (WAR with the previous iteration's reads) and one before
   each shared read of a tile written since the last barrier (RAW).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..frontend.ops import AsyncCopy, AsyncWait, Barrier, Iterate, Read, Write
+from ..frontend.ops_hopper import MBarrierWait, TmaFill
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from .context import PassContext
@@ -34,11 +36,11 @@ def _barrier(g: fx.Graph, before: fx.Node) -> fx.Node:
 def _body_barriers(g: fx.Graph) -> None:
     nodes = [n for n in g.nodes if n.op != "placeholder"]
     writes = [n for n in nodes if (n.meta.get("op") is Write and _is_shared(n.args[1]))
-              or n.meta.get("op") is AsyncCopy]
+              or n.meta.get("op") in (AsyncCopy, TmaFill)]
     reads = [n for n in nodes if n.meta.get("op") is Read and _is_shared(n.args[0])]
     if not writes or not reads:
         return
-    wait = next((n for n in nodes if n.meta.get("op") is AsyncWait), None)
+    wait = next((n for n in nodes if n.meta.get("op") in (AsyncWait, MBarrierWait)), None)
     if wait is not None:
         _barrier(g, wait.next)
         return

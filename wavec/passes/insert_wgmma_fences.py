@@ -13,8 +13,8 @@ shared writes).  Applies to loop bodies with mmas of a warpgroup MMA type.  Guar
 - one ``WgmmaFence`` right before the first ``WarpgroupMMA`` (the accumulator registers were written by
   other instructions: its initialisation, or a wait), one ``WgmmaCommit`` right after the last (all
   wgmmas of the body form one group);
-- the body's ``async_copy`` nodes and their ``async_commit`` move right after the ``WgmmaCommit``: the
-  copies are issued while the tensor cores run this iteration's group.  They write stage
+- the body's ``async_copy`` nodes and their ``async_commit`` (or its ``tma_fill``) move right after the
+  ``WgmmaCommit``: the copies are issued while the tensor cores run this iteration's group.  They write stage
   ``(i + D) % S``, which no group still in flight reads (``pipeline_loops`` chose the prefetch distance
   D = S - 1, or S - 2 with one group in flight);
 - then the body's last node, a ``WgmmaWait``:
@@ -37,6 +37,7 @@ from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetR
 from ..frontend.ops_hopper import (
     MatrixDescriptor,
     ProxyFence,
+    TmaFill,
     WarpgroupMMA,
     WgmmaAccumulator,
     WgmmaCommit,
@@ -89,7 +90,7 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
     _fence_barriers(g)
     _node(g, WgmmaFence, mmas[0], before=True)
     last = _node(g, WgmmaCommit, mmas[-1], before=False)
-    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit)]:
+    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]:
         last.append(n)  # issue the next tiles' copies while the tensor cores work
         last = n
     accs = [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"

@@ -14,6 +14,11 @@ bytes (what ``cp.async`` can move).  Guarantees:
   (counted from the loop's first iteration when ``iterate(start=)`` moves it; ``end=`` moves the last).
 Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
 needs no branch and there is no minimum trip count.
+
+On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TMA boxes completing on
+mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
+``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` makes a loop TMA cannot serve a
+``ConstraintError`` that says why.
 """
 
 from __future__ import annotations
@@ -21,12 +26,14 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
+from ..errors import ConstraintError
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
+from .pipeline_tma import pipeline_tma, tma_plan
 
 
 def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
@@ -67,6 +74,14 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     lag = 1 if cs.group_waves > 1 and stages >= 3 else 0
     iterate.meta["wgmma_groups_in_flight"] = lag
     distance = stages - 1 - lag
+    want = cs.scheduling.async_copy
+    if want != "cp.async":
+        specs, why = tma_plan(trace, ctx, pairs)
+        if specs is not None:
+            pipeline_tma(trace, ctx, iterate, stages, distance, pairs, specs)
+            return
+        if want == "tma":
+            raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
     ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wavec.errors import CacheError
+from wavec.runtime.tensor_map import TensorMapSpec
 
 __all__ = ["ArgSpec", "KernelMetadata", "Artifact", "DTYPES", "FORMATS", "FORMAT_VERSION", "MAGIC"]
 
@@ -79,7 +80,8 @@ class KernelMetadata:
     tensors (an f32 travels as its bits);
     ``grid`` holds three Python integer expressions over symbol names; ``divisibility`` lists
     ``(symbol, divisor)`` pairs that must hold at launch; every binding's base pointer must be a multiple
-    of ``alignment_bytes``; ``source`` is ``file:line`` of the kernel definition.
+    of ``alignment_bytes``; ``source`` is ``file:line`` of the kernel definition; ``tensor_maps`` are the
+    TMA tensor maps the kernel reads from one extra binding after the tensors (``runtime/tensor_map.py``).
     """
 
     kernel: str
@@ -96,6 +98,7 @@ class KernelMetadata:
     registers: int | None = None
     spills: int | None = None
     scalars: tuple[tuple[str, str], ...] = ()
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
 
     @property
     def label(self) -> str:
@@ -118,6 +121,7 @@ class KernelMetadata:
             "registers": self.registers,
             "spills": self.spills,
             "scalars": [[n, d] for n, d in self.scalars],
+            "tensor_maps": [m.to_json() for m in self.tensor_maps],
         }
 
     @staticmethod
@@ -142,6 +146,7 @@ class KernelMetadata:
             spills=_opt_int(d.get("spills"), "spills"),
             scalars=tuple((_typed(n, str, "scalar name"), _typed(t, str, "scalar dtype"))
                           for n, t in d.get("scalars", [])),
+            tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
         )
 
 

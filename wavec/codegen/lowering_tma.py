@@ -1,0 +1,137 @@
+"""Lowering rules of the TMA pipeline ops (``MBarrierInit``, ``MBarrierWait``, ``TmaFill`` of
+``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``; imported by the emitter only for
+kernels with tensor maps.
+
+- ``MBarrierInit`` -> ``memref.alloc`` of ``count`` i64 mbarriers in shared memory; thread 0 runs
+  ``mbarrier.init`` (one arrival each), ``fence.proxy.tensormap::generic.acquire.sys`` on each tensor map
+  (the host wrote them through the generic proxy; the TMA unit reads them through the tensormap proxy)
+  and ``fence.mbarrier_init``; then ``gpu.barrier`` so no thread waits on an uninitialised mbarrier.
+- ``MBarrierWait`` -> ``nvvm.mbarrier.try_wait.parity`` (NVVM lowers it to a try_wait loop).
+- ``TmaFill`` -> in thread 0, while ``iteration < stop``: ``mbarrier.arrive.expect_tx`` with the stage's
+  bytes, then one ``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box:
+  coordinates (innermost first) = the tile's origin at that iteration, plus 64 elements per further
+  128-byte column of the tile; destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B``
+  layout (the box the hardware swizzles is exactly it: the tile is 1024-byte aligned).
+All index math is emitted before the ``scf.if`` (the index cache must not hand a value defined inside a
+region to code outside it); only casts sit inside.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import arith, gpu, llvm, memref, nvvm, scf
+
+from ..frontend.ops_hopper import MBarrierInit, MBarrierWait, TmaFill
+from ..frontend.tracing import capture_root
+from ..indexing import THREAD
+from .lowering import FunctionBuilder, rule
+from .lowering_wgmma import _tile_address_symbol
+
+SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
+MAP_BYTES = 128
+WAIT_TICKS = 10_000_000  # suspend-time hint of one try_wait (ns); the NVVM lowering loops until the phase completes
+
+
+def _i32(v: ir.Value) -> ir.Value:
+    return arith.index_cast(ir.IntegerType.get_signless(32), v)
+
+
+def _ptr(v: ir.Value, space: int) -> ir.Value:
+    i64 = ir.IntegerType.get_signless(64)
+    return llvm.inttoptr(llvm.PointerType.get(space), arith.index_cast(i64, v))
+
+
+def _const_i32(x: int) -> ir.Value:
+    i32 = ir.IntegerType.get_signless(32)
+    return arith.constant(i32, ir.IntegerAttr.get(i32, x))
+
+
+def _symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
+    """A symbol for an address computed once at the top of the function (before any loop)."""
+    sym = sympy.Symbol(name, integer=True, nonnegative=True)
+    if sym not in fb.symbols:
+        if fb.hoist_points:
+            with fb.hoist_points[0]:
+                fb.symbols[sym] = make()
+        else:
+            fb.symbols[sym] = make()
+    return sym
+
+
+def _maps_symbol(fb: FunctionBuilder) -> sympy.Symbol:
+    return _symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
+
+
+def _mbarriers_symbol(fb: FunctionBuilder, init: fx.Node) -> sympy.Symbol:
+    return _symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
+
+
+def _thread0(fb: FunctionBuilder) -> ir.Value:
+    return arith.cmpi(arith.CmpIPredicate.eq, fb.index(THREAD), fb.index(0))
+
+
+@rule(MBarrierInit)
+def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
+    count = node.kwargs["count"]
+    mtype = ir.MemRefType.parse(f"memref<{count}xi64, #gpu.address_space<workgroup>>")
+    fb.values[node] = memref.alloc(mtype, [], [], alignment=8)
+    base = _mbarriers_symbol(fb, node)
+    bars = [fb.index(base + 8 * s) for s in range(count)]
+    maps = [fb.index(_maps_symbol(fb) + MAP_BYTES * i) for i in range(len(fb.ctx.tensor_maps))]
+    branch = scf.IfOp(_thread0(fb))
+    with ir.InsertionPoint(branch.then_block):
+        for b in bars:
+            nvvm.mbarrier_init(_ptr(b, SHARED), _const_i32(1))
+        for m in maps:
+            nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC),
+                                     _const_i32(MAP_BYTES))
+        nvvm.fence_mbarrier_init()
+        scf.yield_([])
+    gpu.barrier()
+
+
+@rule(MBarrierWait)
+def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
+    base = _mbarriers_symbol(fb, node.meta["mbarriers"])
+    bar = fb.index(base + 8 * sympy.sympify(node.kwargs["stage"]))
+    parity = fb.index(node.kwargs["parity"])
+    nvvm.mbarrier_try_wait_parity(_ptr(bar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+
+
+def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
+    """(destination, tensor map, inner coordinate, outer coordinate) index values of every box of the
+    fill, and the bytes they carry."""
+    args, maps, subs = node.args, node.meta["maps"], node.meta["iv_subs"]
+    stage = sympy.sympify(node.kwargs["stage"])
+    boxes, total = [], 0
+    for (_mem, tile), m in zip(zip(args[0::2], args[1::2]), maps):
+        alloc = capture_root(tile)
+        smem = alloc.kwargs["smem_layout"]
+        (row_dim, rows), (k_dim, cols) = alloc.kwargs["tile"].items()
+        base = {d: sympy.sympify(b).subs(subs) for d, b in alloc.kwargs["base"].items()}
+        stage_bytes = rows * cols * smem.elem_bytes
+        start = _tile_address_symbol(fb, alloc) + stage * stage_bytes
+        per_box = smem.row_elems  # 64 elements of 2 bytes: the 128-byte swizzle span
+        for kb in range(cols // per_box):
+            boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m),
+                          fb.index(base[k_dim] + kb * per_box), fb.index(base[row_dim])))
+        total += stage_bytes
+    return boxes, total
+
+
+@rule(TmaFill)
+def lower_tma_fill(fb: FunctionBuilder, node: fx.Node) -> None:
+    bar = fb.index(_mbarriers_symbol(fb, node.meta["mbarriers"]) + 8 * sympy.sympify(node.kwargs["stage"]))
+    boxes, total = _boxes(fb, node)
+    issue = arith.andi(_thread0(fb), arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]),
+                                                fb.index(node.kwargs["stop"])))
+    branch = scf.IfOp(issue)
+    with ir.InsertionPoint(branch.then_block):
+        mbar = _ptr(bar, SHARED)
+        nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
+        for dst, tmap, inner, outer in boxes:
+            nvvm.cp_async_bulk_tensor_shared_cluster_global(_ptr(dst, CLUSTER), _ptr(tmap, GENERIC),
+                                                            [_i32(inner), _i32(outer)], mbar, [])
+        scf.yield_([])

@@ -1,0 +1,136 @@
+"""The TMA variant of ``pipeline_loops`` (Hopper ``cp.async.bulk.tensor`` completing on mbarriers).
+
+Not a pass of its own: ``pipeline_loops`` calls :func:`tma_plan` for each loop it pipelines and, when
+that returns a plan, :func:`pipeline_tma` instead of its ``cp.async`` rewrite.
+
+Requires (checked by :func:`tma_plan`, which otherwise returns the reason TMA does not apply): target
+``sm_90a`` with a warpgroup MMA type; every global->shared copy of the body stages a kernel argument of
+rank 2 into a tile with the 128-byte swizzle (``layout_wgmma_operands``), tile dimensions in the
+argument's order (the last contiguous), no ``mapping``, at most 256 rows, whole 128-byte rows along the
+last dimension.  Guarantees, for S stages and prefetch distance D (as for ``cp.async``: S - 1, or S - 2
+when one wgmma group stays in flight):
+- the copies of the body become one ``TmaFill`` of stage ``(i + D) % S`` for iteration ``i + D``, issued
+  only while ``i + D < stop`` (so no copy is in flight when the loop ends and every mbarrier phase that
+  completes is waited for); a prologue of ``TmaFill`` for iterations ``0 .. D - 1`` into stages
+  ``0 .. D - 1``; an ``MBarrierInit`` of S mbarriers before it;
+- the body begins with ``MBarrierWait`` on stage ``i % S`` for parity ``(i // S) % 2`` (the k-th use of a
+  stage waits for its k-th phase) in place of ``async_wait``; ``insert_barriers`` keeps one workgroup
+  barrier after it, which orders every warpgroup's retirement of the stage the next fill overwrites
+  (WAR); RAW needs no barrier and no proxy fence (TMA writes through the async proxy and the mbarrier
+  phase publishes them);
+- one ``TensorMapRequest`` per (argument, box) in ``ctx.tensor_maps`` (box = 64 elements x tile rows:
+  the swizzle span; a tile of BLOCK_K = 128 is two boxes per stage), and the argument's last dimension
+  must be a multiple of 16 bytes (``ctx.requirements``: TMA strides are multiples of 16 bytes).
+Out-of-bounds box elements are zero-filled by the hardware: masked M, N and K edges need nothing else.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..frontend.ops import Read
+from ..frontend.ops_hopper import MBarrierInit, MBarrierWait, TmaFill
+from ..frontend.tracing import Trace, capture_root
+from ..frontend.types import AddressSpace
+from ..indexing import induction_symbol
+from ..indexing.shared_layout import SharedLayoutKind
+from ..indexing.symbols import stage_symbol
+from .context import PassContext, TensorMapRequest
+
+SWIZZLE_BYTES = 128
+MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
+
+
+def _node(g: fx.Graph, op: type, args: tuple, kwargs: dict, name: str, before: fx.Node, **meta) -> fx.Node:
+    with g.inserting_before(before):
+        n = g.create_node("call_function", op, args, kwargs, name=name)
+    n.meta.update(op=op, type=None, loc=before.meta.get("loc"), **meta)
+    return n
+
+
+def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
+    alloc = capture_root(write.args[1])
+    mem = capture_root(read.args[0])
+    smem = alloc.kwargs.get("smem_layout")
+    if smem is None or smem.kind != SharedLayoutKind.SWIZZLE_128B:
+        return f"the shared tile %{alloc.name} is not a 128-byte-swizzled wgmma operand tile"
+    if mem.name not in [a.name for a in trace.args]:
+        return f"%{mem.name} is not a kernel argument"
+    shape, tile = mem.meta["type"].shape, tuple(alloc.kwargs["tile"])
+    if len(shape) != 2 or tile != tuple(shape):
+        return f"%{mem.name} {list(shape)} is not tiled as a rank-2 [rows, contiguous] tile (tile {list(tile)})"
+    if read.kwargs.get("mapping") is not None:
+        return f"the read of %{mem.name} has a mapping"
+    rows, cols = alloc.kwargs["tile"].values()
+    if rows > MAX_BOX or (cols * smem.elem_bytes) % SWIZZLE_BYTES:
+        return f"tile {rows}x{cols} is not at most {MAX_BOX} rows of whole {SWIZZLE_BYTES}-byte rows"
+    return None
+
+
+def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]]) -> tuple[list | None, str]:
+    """(the tensor map of each distinct (argument, tile) copied, "") when TMA can replace the copies,
+    else (None, why)."""
+    cs = ctx.constraints
+    if ctx.target != "sm_90a" or cs.group_waves == 1:
+        return None, f"TMA is used with Hopper wgmma kernels on sm_90a (target {ctx.target!r})"
+    maps, seen = [], set()
+    for read, write in pairs:
+        why = _why_not_pair(trace, read, write)
+        if why:
+            return None, why
+        mem, alloc = capture_root(read.args[0]), capture_root(write.args[1])
+        if (mem, alloc) in seen:  # the per-thread copies of one tile: one box (or two) per stage
+            continue
+        seen.add((mem, alloc))
+        dtype = mem.meta["type"].dtype
+        rows, _cols = alloc.kwargs["tile"].values()
+        spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name,
+                             (SWIZZLE_BYTES // dtype.bytes, rows), SWIZZLE_BYTES)
+        maps.append(spec)
+    return maps, ""
+
+
+def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], stage, iteration, stop, name: str,
+          before: fx.Node, init: fx.Node, iv_subs: dict) -> fx.Node:
+    args = tuple(x for pair in pairs for x in pair)
+    return _node(g, TmaFill, args, {"stage": stage, "iteration": iteration, "stop": stop}, name, before,
+                 maps=tuple(maps), mbarriers=init, iv_subs=iv_subs)
+
+
+def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, distance: int,
+                 pairs: list[tuple[fx.Node, fx.Node]], specs: list[TensorMapRequest]) -> None:
+    """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`."""
+    cs = ctx.constraints
+    dim = iterate.kwargs["dim"]
+    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+    iv, stage = induction_symbol(dim), stage_symbol(dim)
+    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    maps = []
+    for spec in specs:
+        if spec not in ctx.tensor_maps:
+            ctx.tensor_maps.append(spec)
+        maps.append(ctx.tensor_maps.index(spec))
+        last = trace.args[spec.arg].type.shape[-1]
+        elem = trace.args[spec.arg].type.dtype.bytes
+        ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
+    init = _node(trace.graph, MBarrierInit, (), {"count": stages, "dim": dim}, "mbarrier_init", iterate)
+    body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
+    _fill(sub, body_pairs, maps, sympy.Mod(stage + distance, stages), iv + distance, stop, "tma_fill", pairs[0][1],
+          init, {iv: iv + distance})
+    for read, write in pairs:
+        sub.erase_node(write)
+        sub.erase_node(read)
+    first = next(n for n in sub.nodes if n.op != "placeholder")
+    parity = sympy.Mod(sympy.floor((iv - lo) / stages), 2)
+    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity}, "mbarrier_wait", first, mbarriers=init)
+    for n in sub.nodes:  # the wgmma operand reads take stage i % S
+        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+            n.meta["stage"] = stage
+    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    for _g, alloc in body_pairs:
+        outer[alloc].kwargs = {**outer[alloc].kwargs, "stages": stages}
+    root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
+    for s in range(distance):
+        _fill(trace.graph, root_pairs, maps, sympy.Integer(s), lo + s, stop, f"tma_fill_prologue{s}", iterate, init,
+              {iv: lo + s})

@@ -1,0 +1,204 @@
+"""TMA tensor maps: what a kernel asks for (:class:`TensorMapSpec`), what one call gives it
+(:class:`TensorMap`), and the 128-byte encodings the kernel reads from its tensor-map binding.
+
+Requires: only the standard library (the CUDA encoder receives the driver module from the launcher), so
+the emulator and the unit tests need no CUDA driver and a cache hit stays cheap.
+
+Guarantees:
+
+* A kernel that loads tiles with TMA (``pipeline_loops``) lists one :class:`TensorMapSpec` per (tensor,
+  box) in its metadata and gets one extra ReadOnly binding, after the tensors: ``128 x len(specs)`` bytes,
+  map ``i`` at byte ``128 i`` (64-byte alignment is what the hardware needs).  IREE's kernel ABI passes
+  only pointers and i32 constants, so a ``CUtensorMap`` cannot be a ``__grid_constant__`` parameter; the
+  kernel reads the map through its global address instead (and fences the tensormap proxy before use).
+* :func:`describe` turns a spec and a call's tensor into a :class:`TensorMap` (dimensions innermost first,
+  byte strides of the outer dimensions, the global address) or raises :class:`~wavec.errors.ArgumentError`
+  when TMA cannot describe it: the global address must be 16-byte aligned and every stride a multiple of
+  16 bytes below 2^40 (PTX ISA, "Tensor-map"; ``cuTensorMapEncodeTiled``).
+* :func:`encode_cuda` encodes a map with ``cuTensorMapEncodeTiled`` (tiled, interleave none, the spec's
+  swizzle, 256-byte L2 promotion, out-of-bounds elements filled with zeros); :func:`encode_emulated` /
+  :func:`decode_emulated` are wavec's own 128-byte layout of the same fields, for the CPU emulator.
+* :class:`TensorMapCache` keeps the encoded buffer of each distinct (pointers, shapes, strides) of the
+  mapped tensors, so repeated calls on the same tensors cost one dict lookup.  A buffer is never freed or
+  rewritten while its cache lives (a tensor map cached by the TMA unit must not change under it).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wavec.errors import ArgumentError, LaunchError
+
+__all__ = ["MAP_BYTES", "TensorMapSpec", "TensorMap", "describe", "encode_cuda", "encode_emulated",
+           "decode_emulated", "TensorMapCache", "SWIZZLES"]
+
+MAP_BYTES = 128
+SWIZZLES = (0, 32, 64, 128)  # bytes of the swizzle span (0: none)
+MAX_BOX = 256  # elements per box dimension
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+_MAGIC = b"WCTMAP01"
+_HEADER = struct.Struct("<8sIIII")  # magic, arg, element bytes, rank, swizzle
+_DIM = struct.Struct("<QQI")  # size, byte stride, box
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMapSpec:
+    """One tensor map a kernel needs: binding ``arg`` (a tensor of ``dtype``) tiled in boxes of ``box``
+    elements (innermost dimension first; the innermost box is at most ``swizzle`` bytes when swizzled)."""
+
+    arg: int
+    dtype: str
+    box: tuple[int, ...]
+    swizzle: int
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _ELEM_BYTES or self.swizzle not in SWIZZLES or not self.box:
+            raise ValueError(f"invalid TensorMapSpec {self}")
+        if any(not 0 < b <= MAX_BOX for b in self.box):
+            raise ValueError(f"TensorMapSpec box {self.box}: every dimension must be 1..{MAX_BOX}")
+        if self.swizzle and self.box[0] * self.elem_bytes > self.swizzle:
+            raise ValueError(f"TensorMapSpec: an inner box of {self.box[0] * self.elem_bytes} bytes is wider than "
+                             f"the {self.swizzle}-byte swizzle span")
+
+    @property
+    def elem_bytes(self) -> int:
+        return _ELEM_BYTES[self.dtype]
+
+    @property
+    def box_bytes(self) -> int:
+        n = self.elem_bytes
+        for b in self.box:
+            n *= b
+        return n
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arg": self.arg, "dtype": self.dtype, "box": list(self.box), "swizzle": self.swizzle}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> TensorMapSpec:
+        return TensorMapSpec(int(d["arg"]), str(d["dtype"]), tuple(int(b) for b in d["box"]), int(d["swizzle"]))
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMap:
+    """A tensor map of one call: ``dims`` and byte ``strides`` innermost first (``strides[0]`` is the
+    element size: the innermost dimension is contiguous), the tensor's global ``address``."""
+
+    spec: TensorMapSpec
+    address: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def describe(spec: TensorMapSpec, address: int, shape: Sequence[int], strides: Sequence[int],
+             kernel: str = "?", arg: str = "?") -> TensorMap:
+    """The map of a tensor at ``address`` with ``shape``/``strides`` (in elements, outermost first, as
+    torch gives them); raises :class:`ArgumentError` when TMA cannot describe it."""
+    n = spec.elem_bytes
+    rank = len(spec.box)
+    if len(shape) != rank:
+        raise ArgumentError(kernel=kernel, arg=arg, message=f"a TMA tensor map of rank {rank} cannot describe a "
+                            f"rank-{len(shape)} tensor")
+    dims = tuple(int(s) for s in reversed(shape))
+    byte_strides = tuple(int(s) * n for s in reversed(strides))
+    if byte_strides[0] != n:
+        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs the last dimension contiguous, got strides "
+                            f"{tuple(strides)} (elements); call .contiguous()")
+    if address % 16:
+        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs a 16-byte aligned global address, got "
+                            f"0x{address:x}; pass a tensor that starts at an aligned address, e.g. .clone()")
+    for d, s in enumerate(byte_strides[1:], 1):
+        if s % 16 or s >= 2**40:
+            raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs every stride a multiple of 16 bytes "
+                                f"(and below 2^40), got {s} bytes for dimension {rank - 1 - d} (shape "
+                                f"{tuple(shape)}); pad the last dimension to a multiple of {16 // n} elements")
+    if any(not 0 < d < 2**32 for d in dims):
+        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs every dimension in 1..2^32-1, got shape "
+                            f"{tuple(shape)}")
+    return TensorMap(spec, address, dims, byte_strides)
+
+
+_CU_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "i32": "CU_TENSOR_MAP_DATA_TYPE_INT32"}
+_CU_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
+                64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+
+
+def encode_cuda(m: TensorMap, drv: Any, kernel: str = "?") -> bytes:
+    """The 128-byte ``CUtensorMap`` of ``m`` from ``cuTensorMapEncodeTiled`` (``drv``: cuda.bindings.driver)."""
+    spec = m.spec
+    rank = len(m.dims)
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        getattr(drv.CUtensorMapDataType, _CU_DTYPES[spec.dtype]), rank, m.address, list(m.dims),
+        list(m.strides[1:]), list(spec.box), [1] * rank, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(drv.CUtensorMapSwizzle, _CU_SWIZZLES[spec.swizzle]),
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise LaunchError(kernel=kernel, message=f"cuTensorMapEncodeTiled({m}) returned {err}")
+    words = getattr(tmap, "opaque", None)
+    if words is not None:
+        return struct.pack("<16Q", *[int(w) for w in words])
+    import ctypes
+
+    return ctypes.string_at(int(tmap.getPtr()), MAP_BYTES)
+
+
+def encode_emulated(m: TensorMap) -> bytes:
+    """wavec's 128-byte layout of ``m`` for the emulator: header, then (size, byte stride, box) per dim."""
+    spec = m.spec
+    out = _HEADER.pack(_MAGIC, spec.arg, spec.elem_bytes, len(m.dims), spec.swizzle) + struct.pack("<Q", m.address)
+    out += b"".join(_DIM.pack(d, s, b) for d, s, b in zip(m.dims, m.strides, spec.box))
+    if len(out) > MAP_BYTES:
+        raise ValueError(f"a rank-{len(m.dims)} map does not fit in {MAP_BYTES} bytes")
+    return out.ljust(MAP_BYTES, b"\0")
+
+
+def decode_emulated(raw: bytes) -> tuple[int, int, int, int, tuple, tuple, tuple]:
+    """(arg, element bytes, swizzle, address, dims, byte strides, box) of an :func:`encode_emulated` map;
+    ``ValueError`` when ``raw`` is not one."""
+    magic, arg, elem, rank, swizzle = _HEADER.unpack_from(raw, 0)
+    if magic != _MAGIC or not 0 < rank <= 5 or swizzle not in SWIZZLES:
+        raise ValueError("not a wavec tensor map (uninitialised or corrupt 128-byte entry)")
+    (address,) = struct.unpack_from("<Q", raw, _HEADER.size)
+    fields = [_DIM.unpack_from(raw, _HEADER.size + 8 + i * _DIM.size) for i in range(rank)]
+    dims, strides, box = (tuple(f[j] for f in fields) for j in range(3))
+    return arg, elem, swizzle, address, dims, strides, box
+
+
+class TensorMapCache:
+    """Encoded map buffers per distinct (address, shape, strides) of the mapped tensors.
+
+    ``upload(raw: bytes, device) -> (handle, device address)`` stores one buffer (the handle keeps it
+    alive); ``encode(TensorMap) -> bytes`` encodes one map.  At most ``limit`` buffers are cached."""
+
+    def __init__(self, specs: Sequence[TensorMapSpec], encode: Callable[[TensorMap], bytes],
+                 upload: Callable[[bytes, Any], tuple[Any, int]], kernel: str = "?", names: Sequence[str] = (),
+                 limit: int = 1024) -> None:
+        self.specs = tuple(specs)
+        self.encode, self.upload, self.kernel, self.limit = encode, upload, kernel, limit
+        self.names = tuple(names)
+        self._cache: dict[tuple, tuple[Any, int]] = {}
+        self._last: Any = None  # the latest uncached buffer (the allocator frees it in stream order later)
+
+    def address(self, tensors: Sequence[Any], addresses: Sequence[int], device: Any) -> int:
+        """Device address of the map buffer for ``tensors`` (whose base addresses are ``addresses``)."""
+        key = tuple((addresses[s.arg], tuple(tensors[s.arg].shape), tuple(tensors[s.arg].stride()))
+                    for s in self.specs)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit[1]
+        raw = b"".join(self.encode(describe(s, addr, shape, strides, self.kernel, self._name(s.arg)))
+                       for s, (addr, shape, strides) in zip(self.specs, key))
+        entry = self.upload(raw, device)
+        if len(self._cache) < self.limit:
+            self._cache[key] = entry
+        else:
+            self._last = entry
+        return entry[1]
+
+    def _name(self, arg: int) -> str:
+        return self.names[arg] if arg < len(self.names) else f"#{arg}"
