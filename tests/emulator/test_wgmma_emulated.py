@@ -42,10 +42,16 @@ CONFIGS = [
 ]
 
 
-def _kernel(dtype, cfg, **kw):
+def _kernel(dtype, cfg, async_copy: str = "auto", **kw):
     _name, subs, waves, _shapes, swizzle = cfg
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle), subs,
-                      backend="emulator", target="sm_90a", cache=False, **kw)
+    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
+                      subs, backend="emulator", target="sm_90a", cache=False, **kw)
+
+
+def _uses_tma(cfg) -> bool:
+    """pipeline_loops picks TMA ("auto") for 128-byte-swizzled operand tiles of a pipelined loop."""
+    swizzle_128 = cfg[1][gm.BLOCK_K] % 64 == 0 and cfg[4] in ("auto", "128B")
+    return swizzle_128 and cfg[1][gm.NUM_STAGES] >= 2
 
 
 def _run(kernel, shapes, dtype, what: str) -> None:
@@ -66,8 +72,25 @@ def test_wgmma_gemm(dtype, cfg) -> None:
     assert f"nvvm.wgmma.wait.group.sync.aligned {1 if stages >= 3 else 0}" in mlir  # one group in flight
     assert kernel.metadata.block == (128 * cfg[2][0] * cfg[2][1], 1, 1)
     assert "nvvm.wgmma.mma_async" in mlir and "nvgpu.mma.sync" not in mlir
-    assert ("arith.xori" in mlir) == cfg[0].endswith("swz")
+    tma = _uses_tma(cfg)
+    assert ("nvvm.cp.async.bulk.tensor" in mlir) == tma
+    assert ("nvgpu.device_async_copy" in mlir) == (not tma and stages >= 2)
+    # threads swizzle their own shared stores only when cp.async (or a plain store) writes the tiles
+    assert ("arith.xori" in mlir) == (cfg[0].endswith("swz") and not tma)
     _run(kernel, cfg[3], dtype, f"wgmma gemm {dtype.name} {cfg[0]}")
+
+
+TMA_CONFIGS = [c for c in CONFIGS if _uses_tma(c)]
+
+
+@pytest.mark.parametrize("cfg", TMA_CONFIGS, ids=[c[0] for c in TMA_CONFIGS])
+def test_wgmma_gemm_cp_async(cfg) -> None:
+    """async_copy="cp.async" keeps the cp.async pipeline where TMA would be chosen (the baseline)."""
+    kernel = _kernel(wc.f16, cfg, async_copy="cp.async")
+    mlir = kernel.artifact.mlir
+    assert "nvgpu.device_async_copy" in mlir and "nvvm.cp.async.bulk.tensor" not in mlir
+    assert not kernel.metadata.tensor_maps
+    _run(kernel, cfg[3], wc.f16, f"wgmma gemm cp.async {cfg[0]}")
 
 
 @pytest.mark.parametrize("m,tile", [(130, (128, 128, (2, 1))), (40, (64, 128, (1, 1))), (8, None)])
@@ -105,7 +128,7 @@ CATCH_SWIZZLED = CONFIGS[3]
 @pytest.mark.parametrize("cfg", [CATCH, CATCH_SWIZZLED], ids=["core", "swizzled"])
 def test_missing_proxy_fence_is_caught(monkeypatch, cfg) -> None:
     monkeypatch.setattr(fences_pass, "_fence_barriers", lambda g: None)
-    kernel = _kernel(wc.f16, cfg)
+    kernel = _kernel(wc.f16, cfg, async_copy="cp.async")
     assert "nvvm.fence.proxy" not in kernel.artifact.mlir
     with pytest.raises(EmulatorError, match="fence.proxy.async"):
         _run(kernel, [(128, 64, 64)], wc.f16, "no proxy fence")
