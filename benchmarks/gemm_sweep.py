@@ -1,11 +1,13 @@
 """Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
 
     python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16] [--mma mma_sync|wgmma] [--swizzle auto,none]
-                                    [--configs BMxBNxBKxSxW0xW1,...]
+                                    [--copy auto] [--configs BMxBNxBKxSxW0xW1,...]
 
 ``--mma wgmma`` sweeps the Hopper warpgroup-MMA tiles (sm_90a; waves are warpgroups, 64-row multiples)
 and each operand layout of ``--swizzle`` ("auto": 128-byte swizzle where BLOCK_K rows are 128 bytes,
-"none": core matrices).  ``--configs`` replaces the grid of tiles by the listed ones.
+"none": core matrices) and each global->shared copy of ``--copy`` (``SchedulingConstraint.async_copy``:
+"auto" = TMA where it applies, "cp.async"; e.g. ``--copy auto,cp.async`` compares them).  ``--configs``
+replaces the grid of tiles by the listed ones.
 """
 
 import argparse
@@ -28,6 +30,7 @@ def main() -> None:
     ap.add_argument("--configs", default="", help="e.g. 128x256x64x3x2x8,256x128x64x3x4x2 (default: a grid)")
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync")
     ap.add_argument("--swizzle", default="auto,none", help="wgmma operand layouts to sweep")
+    ap.add_argument("--copy", default="auto", help="async copies to sweep: auto (TMA where it applies), cp.async")
     args = ap.parse_args()
     dt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
           "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
@@ -44,34 +47,36 @@ def main() -> None:
     tiles = ([(128, 128, (2, 1)), (128, 256, (2, 1)), (256, 128, (2, 1)), (128, 128, (1, 1)), (64, 256, (1, 1)),
               (256, 128, (4, 1))] if args.mma == "wgmma" else
              [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))])
-    swizzles = args.swizzle.split(",") if args.mma == "wgmma" else ["auto"]
+    swizzles = [(sw, cp) for sw in (args.swizzle.split(",") if args.mma == "wgmma" else ["auto"])
+                for cp in args.copy.split(",")]
     configs = [(bm, bn, bk, w, s, sw) for (bm, bn, w), bk, s, sw in itertools.product(
         tiles, [32, 64], [2, 3, 4] if args.mma == "mma_sync" else [3, 4, 5], swizzles)]
     if args.configs:
         configs = [(bm, bn, bk, (w0, w1), s, sw) for bm, bn, bk, s, w0, w1 in
                    (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")) for sw in swizzles]
-    for bm, bn, bk, w, s, sw in configs:
+    for bm, bn, bk, w, s, (sw, cp) in configs:
         subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
         try:
             t0 = time.perf_counter()
-            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw), subs, backend="cuda",
-                           target=target, cache=False)
+            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw, async_copy=cp), subs,
+                           backend="cuda", target=target, cache=False)
             ct = time.perf_counter() - t0
             c.fill_(float("nan"))
             k(a, b, c)
             err = ((c - ref).norm() / ref.norm()).item()
             ms = do_bench(lambda: k(a, b, c), warmup=50, rep=200, return_mode="median")
         except Exception as e:  # noqa: BLE001 - report and go on with the sweep
-            print(f"{(bm, bn, bk, w, s, sw)} failed: {str(e).splitlines()[0][:120]}")
+            print(f"{(bm, bn, bk, w, s, sw, cp)} failed: {str(e).splitlines()[0][:120]}")
             continue
         m = k.metadata
-        rows.append(((bm, bn, bk, w, s, sw), 2 * n**3 / ms / 1e9, cublas / ms, err, m.registers, m.spills,
+        copy = "tma" if m.tensor_maps else "cp.async"
+        rows.append(((bm, bn, bk, w, s, sw, copy), 2 * n**3 / ms / 1e9, cublas / ms, err, m.registers, m.spills,
                      m.shared_bytes, ct))
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.1f} TFLOP/s at {n}^3 {args.dtype}")
-    print(f"{'config (BM, BN, BK, waves, stages, swizzle)':44} "
+    print(f"{'config (BM, BN, BK, waves, stages, swizzle, copy)':56} "
           f"{'TF/s':>7} {'ratio':>6} {'err':>8} {'regs':>5} {'spill':>5} {'smem':>7} {'compile':>7}")
     for cfg, tf, ratio, err, regs, sp, sm, ct in sorted(rows, key=lambda r: -r[1]):
-        print(f"{str(cfg):44} {tf:7.1f} {ratio:6.3f} {err:8.1e} {regs!s:>5} {sp!s:>5} {sm:7d} {ct:7.2f}")
+        print(f"{str(cfg):56} {tf:7.1f} {ratio:6.3f} {err:8.1e} {regs!s:>5} {sp!s:>5} {sm:7d} {ct:7.2f}")
 
 
 if __name__ == "__main__":

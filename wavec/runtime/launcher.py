@@ -16,6 +16,12 @@ Guarantees:
   Triton and Inductor use), so ``with torch.cuda.stream(s):`` and ``torch.cuda.graph`` capture work.
   Caching one handle per device would save ~0.2 µs but launch on the wrong stream inside those contexts;
   where that getter is missing we fall back to ``torch.cuda.current_stream(d).cuda_stream`` (+~8.5 µs).
+* A kernel with TMA tensor maps (``meta.tensor_maps``) gets one more pointer after the tensors: a device
+  buffer of the maps encoded with ``cuTensorMapEncodeTiled`` for this call's tensors, cached per distinct
+  (pointers, shapes, strides) (:class:`~wavec.runtime.tensor_map.TensorMapCache`), so a repeated call
+  costs one dict lookup; a new one encodes and uploads 128 bytes per map first (not capturable in a CUDA
+  graph: warm the kernel up on the same tensors before capturing).  A tensor that TMA cannot describe
+  (16-byte alignment, strides multiple of 16 bytes) is an :class:`~wavec.errors.ArgumentError`.
 * Argument memory is preallocated once per kernel and thread: a ``void*[]`` whose entries point into a
   ``u64[]`` of pointers and an ``i32[]`` of constants; a launch only stores into them and passes the
   array's address as ``kernelParams`` (the driver copies the parameters at launch, so reuse is safe).
@@ -31,6 +37,7 @@ from typing import Any
 from wavec.errors import LaunchError
 from wavec.runtime.artifact import Artifact
 from wavec.runtime.binding import BindingPlan
+from wavec.runtime.tensor_map import TensorMapCache, encode_cuda
 
 __all__ = ["CudaKernel", "DEFAULT_SHARED_LIMIT"]
 
@@ -112,7 +119,9 @@ class CudaKernel:
         self._block = meta.block
         self._shared = meta.shared_bytes
         self._constants = meta.constants
-        self._nptr, self._nconst = len(meta.args), len(meta.constants)
+        self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
+        self._maps = TensorMapCache(meta.tensor_maps, lambda m: encode_cuda(m, self._drv, meta.label), self._upload,
+                                    meta.label, [a.name for a in meta.args]) if meta.tensor_maps else None
         self._check(self._drv.cuInit(0)[0], "cuInit")
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())
@@ -125,6 +134,8 @@ class CudaKernel:
         gx, gy, gz = plan.grid(values)
         if not (gx and gy and gz):
             return
+        if self._maps is not None:
+            ptrs.append(self._maps.address(tensors, ptrs, device))
         fn = self._functions.get(device)
         if fn is None:
             fn = self._function_for(device)
@@ -160,6 +171,12 @@ class CudaKernel:
         with self._torch.cuda.device(device):
             err = self._launch(fn, device, grid, params)
         self._check(err, f"cuLaunchKernel on cuda:{device}(grid={grid}, block={self._block})")
+
+    def _upload(self, raw: bytes, device: int) -> tuple[Any, int]:
+        """A device copy of ``raw`` (the encoded tensor maps): (the tensor keeping it alive, its address)."""
+        torch = self._torch
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(f"cuda:{device}")
+        return t, t.data_ptr()
 
     # ----------------------------------------------------------------------------------------- loading
 
