@@ -120,7 +120,7 @@ class CudaKernel:
         self._shared = meta.shared_bytes
         self._constants = meta.constants
         self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
-        self._maps = TensorMapCache(meta.tensor_maps, lambda m: encode_cuda(m, self._drv, meta.label), self._upload,
+        self._maps = TensorMapCache(meta.tensor_maps, lambda m: encode_cuda(m, meta.label), self._upload,
                                     meta.label, [a.name for a in meta.args]) if meta.tensor_maps else None
         self._check(self._drv.cuInit(0)[0], "cuInit")
         self._raw_stream = self._stream_getter()

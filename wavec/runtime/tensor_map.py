@@ -15,12 +15,15 @@ Guarantees:
   byte strides of the outer dimensions, the global address) or raises :class:`~wavec.errors.ArgumentError`
   when TMA cannot describe it: the global address must be 16-byte aligned and every stride a multiple of
   16 bytes below 2^40 (PTX ISA, "Tensor-map"; ``cuTensorMapEncodeTiled``).
-* :func:`encode_cuda` encodes a map with ``cuTensorMapEncodeTiled`` (tiled, interleave none, the spec's
-  swizzle, 256-byte L2 promotion, out-of-bounds elements filled with zeros); :func:`encode_emulated` /
-  :func:`decode_emulated` are wavec's own 128-byte layout of the same fields, for the CPU emulator.
+* :func:`encode_cuda` encodes a map with the driver's ``cuTensorMapEncodeTiled`` (through ctypes: tiled,
+  interleave none, the spec's swizzle, 256-byte L2 promotion, out-of-bounds elements filled with zeros);
+  :func:`encode_emulated` / :func:`decode_emulated` are wavec's own 128-byte layout of the same fields,
+  for the CPU emulator.
 * :class:`TensorMapCache` keeps the encoded buffer of each distinct (pointers, shapes, strides) of the
-  mapped tensors, so repeated calls on the same tensors cost one dict lookup.  A buffer is never freed or
-  rewritten while its cache lives (a tensor map cached by the TMA unit must not change under it).
+  mapped tensors, so repeated calls on the same tensors cost one dict lookup.  Cached buffers are never
+  rewritten; past ``limit`` entries a call's buffer is not cached and is freed (stream-ordered) after a
+  later call.  The kernel executes ``fence.proxy.tensormap::generic.acquire.sys`` on each map before its
+  first TMA, so what the host wrote is what the TMA unit reads, even where an address is reused.
 """
 
 from __future__ import annotations
@@ -121,30 +124,42 @@ def describe(spec: TensorMapSpec, address: int, shape: Sequence[int], strides: S
     return TensorMap(spec, address, dims, byte_strides)
 
 
-_CU_DTYPES = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "i32": "CU_TENSOR_MAP_DATA_TYPE_INT32"}
-_CU_SWIZZLES = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
-                64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+# CUtensorMapDataType / CUtensorMapSwizzle values (cuda.h)
+_CU_DTYPES = {"f16": 6, "f32": 7, "bf16": 9, "i32": 3}
+_CU_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+_CU_INTERLEAVE_NONE, _CU_L2_PROMOTION_256B, _CU_OOB_FILL_NONE = 0, 3, 0
+_encoder: Any = None
 
 
-def encode_cuda(m: TensorMap, drv: Any, kernel: str = "?") -> bytes:
-    """The 128-byte ``CUtensorMap`` of ``m`` from ``cuTensorMapEncodeTiled`` (``drv``: cuda.bindings.driver)."""
-    spec = m.spec
-    rank = len(m.dims)
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        getattr(drv.CUtensorMapDataType, _CU_DTYPES[spec.dtype]), rank, m.address, list(m.dims),
-        list(m.strides[1:]), list(spec.box), [1] * rank, drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(drv.CUtensorMapSwizzle, _CU_SWIZZLES[spec.swizzle]),
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        raise LaunchError(kernel=kernel, message=f"cuTensorMapEncodeTiled({m}) returned {err}")
-    words = getattr(tmap, "opaque", None)
-    if words is not None:
-        return struct.pack("<16Q", *[int(w) for w in words])
+def _cu_encode_tiled() -> Any:
+    """``cuTensorMapEncodeTiled`` of libcuda through ctypes (plain C types: no binding-specific wrappers)."""
+    global _encoder
+    if _encoder is None:
+        import ctypes
+
+        fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+        u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
+                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        _encoder = fn
+    return _encoder
+
+
+def encode_cuda(m: TensorMap, kernel: str = "?") -> bytes:
+    """The 128-byte ``CUtensorMap`` of ``m`` from the driver's ``cuTensorMapEncodeTiled``."""
     import ctypes
 
-    return ctypes.string_at(int(tmap.getPtr()), MAP_BYTES)
+    spec, rank = m.spec, len(m.dims)
+    out = (ctypes.c_uint64 * 16)()
+    err = _cu_encode_tiled()(
+        ctypes.addressof(out), _CU_DTYPES[spec.dtype], rank, m.address, (ctypes.c_uint64 * rank)(*m.dims),
+        (ctypes.c_uint64 * max(rank - 1, 1))(*m.strides[1:]), (ctypes.c_uint32 * rank)(*spec.box),
+        (ctypes.c_uint32 * rank)(*[1] * rank), _CU_INTERLEAVE_NONE, _CU_SWIZZLES[spec.swizzle],
+        _CU_L2_PROMOTION_256B, _CU_OOB_FILL_NONE)
+    if err:
+        raise LaunchError(kernel=kernel, message=f"cuTensorMapEncodeTiled({m}) returned CUresult {err}")
+    return bytes(out)
 
 
 def encode_emulated(m: TensorMap) -> bytes:
