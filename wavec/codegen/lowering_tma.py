@@ -7,8 +7,11 @@ kernels with tensor maps.
   (the host wrote them through the generic proxy; the TMA unit reads them through the tensormap proxy)
   and ``fence.mbarrier_init``; then ``gpu.barrier`` so no thread waits on an uninitialised mbarrier.
 - ``MBarrierWait`` -> ``nvvm.mbarrier.try_wait.parity`` (NVVM lowers it to a try_wait loop).
-- ``TmaFill`` -> in thread 0, while ``iteration < stop``: ``mbarrier.arrive.expect_tx`` with the stage's
-  bytes, then one ``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box:
+- ``MBarrierArrive`` -> lane 0 of each warp: ``mbarrier.arrive`` on the stage's empty mbarrier (the
+  empty mbarriers follow the ``count`` full ones).
+- ``TmaFill`` -> in thread 0, while ``iteration < stop``: for a refill with empty mbarriers,
+  ``try_wait.parity`` on the stage's empty mbarrier; ``mbarrier.arrive.expect_tx`` with the stage's bytes, then one
+  ``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box:
   coordinates (innermost first) = the tile's origin at that iteration, plus 64 elements per further
   128-byte column of the tile; destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B``
   layout (the box the hardware swizzles is exactly it: the tile is 1024-byte aligned).
@@ -23,7 +26,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, nvvm, scf
 
-from ..frontend.ops_hopper import MBarrierInit, MBarrierWait, TmaFill
+from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
 from ..frontend.tracing import capture_root
 from ..indexing import THREAD
 from .lowering import FunctionBuilder, rule
@@ -72,18 +75,24 @@ def _thread0(fb: FunctionBuilder) -> ir.Value:
     return arith.cmpi(arith.CmpIPredicate.eq, fb.index(THREAD), fb.index(0))
 
 
+def _empty(fb: FunctionBuilder, init: fx.Node, stage) -> sympy.Expr:
+    """Address of the empty mbarrier of ``stage`` (after the ``count`` full ones)."""
+    return _mbarriers_symbol(fb, init) + 8 * (init.kwargs["count"] + sympy.sympify(stage))
+
+
 @rule(MBarrierInit)
 def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
-    count = node.kwargs["count"]
-    mtype = ir.MemRefType.parse(f"memref<{count}xi64, #gpu.address_space<workgroup>>")
+    count, empty = node.kwargs["count"], node.kwargs.get("empty_arrivals", 0)
+    mtype = ir.MemRefType.parse(f"memref<{count * (2 if empty else 1)}xi64, #gpu.address_space<workgroup>>")
     fb.values[node] = memref.alloc(mtype, [], [], alignment=8)
     base = _mbarriers_symbol(fb, node)
-    bars = [fb.index(base + 8 * s) for s in range(count)]
+    bars = [(fb.index(base + 8 * s), 1) for s in range(count)]
+    bars += [(fb.index(_empty(fb, node, s)), empty) for s in range(count)] if empty else []
     maps = [fb.index(_maps_symbol(fb) + MAP_BYTES * i) for i in range(len(fb.ctx.tensor_maps))]
     branch = scf.IfOp(_thread0(fb))
     with ir.InsertionPoint(branch.then_block):
-        for b in bars:
-            nvvm.mbarrier_init(_ptr(b, SHARED), _const_i32(1))
+        for b, arrivals in bars:
+            nvvm.mbarrier_init(_ptr(b, SHARED), _const_i32(arrivals))
         for m in maps:
             nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC),
                                      _const_i32(MAP_BYTES))
@@ -121,14 +130,43 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
     return boxes, total
 
 
+@rule(MBarrierArrive)
+def lower_mbarrier_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
+    bar = fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"]))
+    lane0 = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(THREAD, fb.cs.threads_per_wave)), fb.index(0))
+    started = arith.cmpi(arith.CmpIPredicate.sge, fb.index(node.kwargs["iteration"] - node.kwargs["first"] + 1),
+                         fb.index(1))  # iteration >= first, without a negative index
+    branch = scf.IfOp(arith.andi(lane0, started))
+    with ir.InsertionPoint(branch.then_block):
+        nvvm.mbarrier_arrive(_ptr(bar, SHARED))
+        scf.yield_([])
+
+
+def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+    """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
+    if "empty_parity" not in node.kwargs:
+        return None
+    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs["iteration"]),
+                        fb.index(node.kwargs["refill_from"]))
+    return (refill, fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
+            fb.index(node.kwargs["empty_parity"]))
+
+
 @rule(TmaFill)
 def lower_tma_fill(fb: FunctionBuilder, node: fx.Node) -> None:
     bar = fb.index(_mbarriers_symbol(fb, node.meta["mbarriers"]) + 8 * sympy.sympify(node.kwargs["stage"]))
     boxes, total = _boxes(fb, node)
+    empty = _wait_empty(fb, node)
     issue = arith.andi(_thread0(fb), arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]),
                                                 fb.index(node.kwargs["stop"])))
     branch = scf.IfOp(issue)
     with ir.InsertionPoint(branch.then_block):
+        if empty is not None:  # every warp released the stage's previous fill
+            refill, ebar, parity = empty
+            inner = scf.IfOp(refill)
+            with ir.InsertionPoint(inner.then_block):
+                nvvm.mbarrier_try_wait_parity(_ptr(ebar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+                scf.yield_([])
         mbar = _ptr(bar, SHARED)
         nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
         for dst, tmap, inner, outer in boxes:

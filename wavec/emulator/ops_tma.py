@@ -17,6 +17,9 @@ tiles) and ``llvm.inttoptr``; global bindings get addresses so tensor maps can n
   arrival came and the transaction count is back to 0.  ``try_wait.parity(P)`` returns at once when the
   phase of parity P is the last completed one, else lands the copies in flight on that mbarrier and
   completes the phase.
+- Ordering for the race checker: a wait that sees a phase complete forgets, in every shared allocation,
+  the accesses of the waves that arrived in that phase (an over-approximation: it orders them before
+  every wave, not only the waiting ones); a landed box is published to every thread.
 - Errors (``EmulatorError``): a wait that can never complete (arrivals missing, or bytes announced by
   ``arrive.expect_tx`` that no copy in flight delivers), copies delivering more bytes than announced, more
   arrivals than the count in one phase (a stage refilled before its fill was waited for), a wait that
@@ -52,12 +55,14 @@ def _global_bytes(st: State, address: int, where: str) -> tuple[np.ndarray, int]
 
 
 class MBarrier:
-    __slots__ = ("count", "pending", "tx", "phase", "copies", "waited")
+    __slots__ = ("count", "pending", "tx", "phase", "copies", "waited", "arrived", "released")
 
     def __init__(self, count: int) -> None:
         self.count, self.pending, self.tx, self.phase = count, count, 0, 0
         self.copies: list = []  # (bytes, land) of box copies in flight that complete on this mbarrier
         self.waited = 0  # phases some thread has waited for
+        self.arrived: set[int] = set()  # waves that arrived in the current phase
+        self.released: set[int] = set()  # waves that arrived in the last completed phase
 
     def busy(self) -> bool:
         return bool(self.copies) or self.pending != self.count or self.tx != 0
@@ -152,6 +157,31 @@ def _arrive_expect_tx(c: Compiler, op: ir.Operation) -> Instr:
                                     "phase (a stage refilled before its previous fill was waited for?)")
             bar.pending -= 1
             bar.tx += _at(st.env[tx], lane)
+            bar.arrived.add(int(st.wave[lane]))
+        for o in outs:
+            st.env[o] = np.zeros(1, np.int64)
+
+    return run
+
+
+@register("nvvm.mbarrier.arrive")
+def _arrive(c: Compiler, op: ir.Operation) -> Instr:
+    addr = c.ins(op)[0]
+    outs, where = c.outs(op), c.loc(op)
+    if len(op.operands) != 1:
+        raise EmulatorError(message=f"{where}: only mbarrier.arrive with the default count of 1 is emulated")
+
+    def run(st: State) -> None:
+        for lane in _lanes(st):
+            a = _at(st.env[addr], lane)
+            bar = _barrier(st, a, where)
+            if bar.pending == 0:
+                raise EmulatorError(message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one "
+                                    "phase")
+            bar.pending -= 1
+            bar.arrived.add(int(st.wave[lane]))
+            if bar.pending == 0 and bar.tx == 0 and not bar.copies:  # no transactions: the phase completes now
+                _complete(bar, a, where)
         for o in outs:
             st.env[o] = np.zeros(1, np.int64)
 
@@ -173,6 +203,22 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
                             "in flight delivers")
     bar.phase += 1
     bar.pending = bar.count
+    bar.released, bar.arrived = bar.arrived, set()
+
+
+def _acquire(st: State, bar: MBarrier) -> None:
+    """A wait that saw a phase complete: what the waves that arrived in it did to shared memory is
+    ordered before what the waiting threads do next (modelled by forgetting those waves' accesses in the
+    race checker, as a barrier among them would)."""
+    if not st.check_races or not bar.released:
+        return
+    waves = np.array(sorted(bar.released), np.int64)
+    bits = np.uint64(0)
+    for w in waves:
+        bits |= np.left_shift(np.uint64(1), np.uint64(w))
+    for _base, buf in _bases(st):
+        buf.rd_mask &= ~bits
+        buf.wr_wave[np.isin(buf.wr_wave, waves)] = -1
 
 
 @register("nvvm.mbarrier.try_wait.parity")
@@ -190,6 +236,7 @@ def _try_wait_parity(c: Compiler, op: ir.Operation) -> Instr:
                                     "completed phase was already waited for while the next one is in progress "
                                     "(the parity aliases an older phase)")
             bar.waited = bar.phase
+            _acquire(st, bar)
 
     return run
 

@@ -53,9 +53,10 @@ class WgmmaAccumulator(Op):
 
 
 class MBarrierInit(Op):
-    """Before a TMA-pipelined loop: ``kwargs["count"]`` shared-memory mbarriers (one per stage), each
-    initialised by one thread for one arrival, then ``fence.mbarrier_init`` and a workgroup barrier.
-    ``kwargs["dim"]`` names the loop; the loop's ``MBarrierWait``/``TmaFill`` nodes refer to this node
+    """Before a TMA-pipelined loop: ``kwargs["count"]`` "full" mbarriers (one per stage, one arrival: the
+    thread that issues the stage's TMA) and, when ``kwargs["empty_arrivals"]`` > 0, as many "empty" ones
+    (that many arrivals: one per warp), initialised by one thread, then ``fence.mbarrier_init`` and a
+    workgroup barrier.  ``kwargs["dim"]`` names the loop; the loop's mbarrier ops refer to this node
     through ``meta["mbarriers"]``."""
 
     name = "mbarrier_init"
@@ -69,10 +70,19 @@ class MBarrierWait(Op):
 
 
 class TmaFill(Op):
-    """Fill one pipeline stage with TMA: ``args`` = (global memory, shared tile) pairs, flattened.  One
-    thread, and only when ``kwargs["valid"]`` (an index expression ``< 0`` means "issue") holds, arrives
-    on the stage's mbarrier announcing the stage's bytes (``arrive.expect_tx``) and issues one
-    ``cp.async.bulk.tensor.2d`` per 128-byte-wide box of each tile; ``kwargs``: ``stage``, ``iv_subs``
-    (the loop iteration the tiles belong to), ``maps`` (the tensor-map index of each pair)."""
+    """Fill one pipeline stage with TMA: ``args`` = (global memory, shared tile) pairs, flattened.  Thread
+    0, only while ``kwargs["iteration"] < kwargs["stop"]``: with empty mbarriers and ``iteration >=
+    kwargs["refill_from"]``, waits for parity ``kwargs["empty_parity"]`` of the stage's empty mbarrier;
+    then arrives on the stage's full mbarrier announcing the stage's bytes (``arrive.expect_tx``) and
+    issues one ``cp.async.bulk.tensor.2d`` per 128-byte-wide box of each tile.  ``kwargs["stage"]``;
+    ``meta``: ``iv_subs`` (the loop iteration the tiles belong to), ``maps`` (the tensor map of each pair),
+    ``mbarriers``."""
 
     name = "tma_fill"
+
+
+class MBarrierArrive(Op):
+    """Lane 0 of every warp arrives on the "empty" mbarrier of stage ``kwargs["stage"]`` (the warp's wgmma
+    group that read it has retired) when ``kwargs["iteration"] >= kwargs["first"]``."""
+
+    name = "mbarrier_arrive"

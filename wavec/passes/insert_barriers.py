@@ -5,7 +5,7 @@ writes and reads shared memory:
 - pipelined loop (has an ``async_wait``, or an ``mbarrier_wait`` when TMA fills the stages): one barrier
   right after the wait at the top of the body — it publishes the stage this iteration reads (RAW; with
   TMA the mbarrier phase already did) and ends the reads of the stage the copies below will overwrite
-  (WAR with the previous iteration);
+  (WAR with the previous iteration); none when the TMA stages are released through "empty" mbarriers;
 - otherwise: a barrier at the top of the body (WAR with the previous iteration's reads) and one before
   each shared read of a tile written since the last barrier (RAW).
 """
@@ -41,6 +41,8 @@ def _body_barriers(g: fx.Graph) -> None:
     if not writes or not reads:
         return
     wait = next((n for n in nodes if n.meta.get("op") in (AsyncWait, MBarrierWait)), None)
+    if wait is not None and wait.kwargs.get("war") == "mbarrier":
+        return  # TMA with empty mbarriers: the full and empty mbarriers order both hazards
     if wait is not None:
         _barrier(g, wait.next)
         return

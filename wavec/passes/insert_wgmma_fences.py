@@ -17,7 +17,8 @@ shared writes).  Applies to loop bodies with mmas of a warpgroup MMA type.  Guar
   ``WgmmaCommit``: the copies are issued while the tensor cores run this iteration's group.  They write stage
   ``(i + D) % S``, which no group still in flight reads (``pipeline_loops`` chose the prefetch distance
   D = S - 1, or S - 2 with one group in flight);
-- then the body's last node, a ``WgmmaWait``:
+- then a ``WgmmaWait`` (below); with TMA stages released through empty mbarriers, the ``mbarrier_arrive``
+  and then the ``tma_fill`` follow it (the fill may wait for the release of the group this wait retired):
   - one group in flight (``wgmma_groups_in_flight = 1``, S >= 3, and nothing but wgmmas and the yield
     use the accumulators): ``pending=1``.  Group ``i - 1`` is complete in this warpgroup, so after the
     next barrier no warpgroup reads stage ``(i - 1) % S`` any more, which is the stage the next
@@ -36,6 +37,7 @@ import torch.fx as fx
 from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Read, Write
 from ..frontend.ops_hopper import (
     MatrixDescriptor,
+    MBarrierArrive,
     ProxyFence,
     TmaFill,
     WarpgroupMMA,
@@ -98,11 +100,23 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
     # a group may stay in flight only if nothing but the next wgmma (and the yield) reads its accumulator
     pure = all(u.meta.get("op") in (WarpgroupMMA, None) for n in accs + mmas for u in n.users)
     if in_flight and pure:
-        _node(g, WgmmaWait, last, before=False, pending=1, retire=())
+        _release_after(g, _node(g, WgmmaWait, last, before=False, pending=1, retire=()))
         return accs
     ends = tuple(n for n in mmas if any(u.meta.get("op") is not WarpgroupMMA for u in n.users))
-    _node(g, WgmmaWait, last, before=False, pending=0, retire=ends)
+    _release_after(g, _node(g, WgmmaWait, last, before=False, pending=0, retire=ends))
     return []
+
+
+def _release_after(g: fx.Graph, wait: fx.Node) -> None:
+    """TMA with empty mbarriers: the warps release the stage of the group this wait retired, then the
+    next fill (which waits for that release) is issued."""
+    arrive = next((n for n in g.nodes if n.meta.get("op") is MBarrierArrive), None)
+    if arrive is None:
+        return
+    wait.append(arrive)
+    for n in [n for n in g.nodes if n.meta.get("op") is TmaFill]:
+        arrive.append(n)
+        arrive = n
 
 
 def _carry_in_flight(root: fx.Graph, iterate: fx.Node, body: fx.Graph, accs: list[fx.Node]) -> None:

@@ -17,8 +17,9 @@ needs no branch and there is no minimum trip count.
 
 On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TMA boxes completing on
 mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
-``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` makes a loop TMA cannot serve a
-``ConstraintError`` that says why.
+``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` (WAR through empty mbarriers) or
+``"tma-barrier"`` (WAR through the workgroup barrier) makes a loop TMA cannot serve a ``ConstraintError``
+that says why.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
-from .pipeline_tma import pipeline_tma, tma_plan
+from .pipeline_tma import TMA_WAR_DEFAULT, pipeline_tma, tma_plan
 
 
 def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
@@ -78,9 +79,10 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if want != "cp.async":
         specs, why = tma_plan(trace, ctx, pairs)
         if specs is not None:
-            pipeline_tma(trace, ctx, iterate, stages, distance, pairs, specs)
+            war = "barrier" if want == "tma-barrier" else TMA_WAR_DEFAULT if want == "auto" else "mbarrier"
+            pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, war)
             return
-        if want == "tma":
+        if want != "auto":
             raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
     ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)

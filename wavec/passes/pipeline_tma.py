@@ -30,7 +30,7 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import Read
-from ..frontend.ops_hopper import MBarrierInit, MBarrierWait, TmaFill
+from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
@@ -39,6 +39,7 @@ from ..indexing.symbols import stage_symbol
 from .context import PassContext, TensorMapRequest
 
 SWIZZLE_BYTES = 128
+TMA_WAR_DEFAULT = "mbarrier"  # what async_copy="auto" uses for stage reuse: "mbarrier" or "barrier"
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
 
 
@@ -91,21 +92,33 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
     return maps, ""
 
 
-def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], stage, iteration, stop, name: str,
+def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], kwargs: dict, name: str,
           before: fx.Node, init: fx.Node, iv_subs: dict) -> fx.Node:
     args = tuple(x for pair in pairs for x in pair)
-    return _node(g, TmaFill, args, {"stage": stage, "iteration": iteration, "stop": stop}, name, before,
-                 maps=tuple(maps), mbarriers=init, iv_subs=iv_subs)
+    return _node(g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs)
 
 
-def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, distance: int,
-                 pairs: list[tuple[fx.Node, fx.Node]], specs: list[TensorMapRequest]) -> None:
-    """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`."""
+def _fill_kwargs(j, stages: int, lo, stop, war: str) -> dict:
+    """kwargs of the fill of iteration ``j`` (into stage ``j % S``, issued while ``j < stop``); with empty
+    mbarriers, the k-th refill of a stage (``j >= lo + S``) first waits for phase k - 1 of its empty
+    mbarrier (every warp retired the wgmma group that read the stage's previous fill)."""
+    kw = {"stage": sympy.Mod(j - lo, stages), "iteration": j, "stop": stop}
+    if war == "mbarrier":
+        kw["empty_parity"] = sympy.Mod(sympy.floor((j - lo) / stages) + 1, 2)
+        kw["refill_from"] = lo + stages
+    return kw
+
+
+def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, lag: int,
+                 pairs: list[tuple[fx.Node, fx.Node]], specs: list[TensorMapRequest], war: str) -> None:
+    """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`; ``lag`` = wgmma
+    groups left in flight at the end of an iteration; ``war`` = "barrier" or "mbarrier"."""
     cs = ctx.constraints
     dim = iterate.kwargs["dim"]
     sub = trace.subgraphs[iterate.kwargs["subgraph"]]
     iv, stage = induction_symbol(dim), stage_symbol(dim)
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    distance = stages - 1 if war == "mbarrier" else stages - 1 - lag
     maps = []
     for spec in specs:
         if spec not in ctx.tensor_maps:
@@ -114,16 +127,23 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
         last = trace.args[spec.arg].type.shape[-1]
         elem = trace.args[spec.arg].type.dtype.bytes
         ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
-    init = _node(trace.graph, MBarrierInit, (), {"count": stages, "dim": dim}, "mbarrier_init", iterate)
+    warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
+    init = _node(trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim},
+                 "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
-    _fill(sub, body_pairs, maps, sympy.Mod(stage + distance, stages), iv + distance, stop, "tma_fill", pairs[0][1],
-          init, {iv: iv + distance})
+    kw = _fill_kwargs(iv + distance, stages, lo, stop, war)
+    kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
+    _fill(sub, body_pairs, maps, kw, "tma_fill", pairs[0][1], init, {iv: iv + distance})
     for read, write in pairs:
         sub.erase_node(write)
         sub.erase_node(read)
     first = next(n for n in sub.nodes if n.op != "placeholder")
     parity = sympy.Mod(sympy.floor((iv - lo) / stages), 2)
-    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity}, "mbarrier_wait", first, mbarriers=init)
+    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first,
+          mbarriers=init)
+    if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
+        _node(sub, MBarrierArrive, (), {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag,
+                                        "first": lo}, "mbarrier_arrive", first, mbarriers=init)
     for n in sub.nodes:  # the wgmma operand reads take stage i % S
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
@@ -132,5 +152,6 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
         outer[alloc].kwargs = {**outer[alloc].kwargs, "stages": stages}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
     for s in range(distance):
-        _fill(trace.graph, root_pairs, maps, sympy.Integer(s), lo + s, stop, f"tma_fill_prologue{s}", iterate, init,
-              {iv: lo + s})
+        kw = _fill_kwargs(lo + s, stages, lo, stop, war)
+        kw["stage"] = sympy.Integer(s)
+        _fill(trace.graph, root_pairs, maps, kw, f"tma_fill_prologue{s}", iterate, init, {iv: lo + s})
