@@ -1,7 +1,8 @@
 """GPU tier for the TMA pipeline of the Hopper GEMM (``cp.async.bulk.tensor`` + mbarriers, sm_90a): numerics
 against torch in float64 on fresh random inputs, every output written, f16 and bf16, several stages, one
 and two boxes per tile, masked M/N/K edges (zero-filled out-of-bounds boxes); TMA against the cp.async
-baseline of the same tile; tensor maps cached per tensors; tensors TMA cannot describe are rejected.
+baseline of the same tile; stage reuse through empty mbarriers and through the workgroup barrier; tensor maps
+cached per tensors; tensors TMA cannot describe are rejected.
 Needs a CUDA device of compute capability 9.0 (H100/H200); skipped elsewhere."""
 
 import pytest
@@ -59,9 +60,10 @@ def _run(kernel, m: int, n: int, k: int, dt: str) -> torch.Tensor:
 
 @needs_sm90
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("war", ["tma", "tma-barrier"])  # stage reuse: empty mbarriers / workgroup barrier
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
-def test_tma_gemm(dt: str, cfg) -> None:
-    kernel = _compile(dt, cfg)
+def test_tma_gemm(dt: str, war: str, cfg) -> None:
+    kernel = _compile(dt, cfg, war)
     assert kernel.metadata.tensor_maps and kernel.metadata.spills == 0
     for m, n, k in SHAPES + MASKED:
         _run(kernel, m, n, k, dt)
