@@ -69,7 +69,7 @@ def main() -> None:
             print(f"{(bm, bn, bk, w, s, sw, cp)} failed: {str(e).splitlines()[0][:120]}")
             continue
         m = k.metadata
-        copy = "tma" if m.tensor_maps else "cp.async"
+        copy = cp if m.tensor_maps else "cp.async"  # "auto" and "tma" use TMA only where it applies
         rows.append(((bm, bn, bk, w, s, sw, copy), 2 * n**3 / ms / 1e9, cublas / ms, err, m.registers, m.spills,
                      m.shared_bytes, ct))
     print(f"cuBLAS {2 * n**3 / cublas / 1e9:.1f} TFLOP/s at {n}^3 {args.dtype}")
