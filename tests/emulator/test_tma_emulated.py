@@ -1,9 +1,9 @@
 """Emulator tier for the TMA pipeline of the Hopper GEMM (sm_90a): ``cp.async.bulk.tensor`` boxes decoded
 from the launcher's tensor maps, copied with the 128-byte swizzle and zero-filled out of bounds, completing
-on mbarriers (phases, transaction counts), stage reuse through empty mbarriers ("tma") or the workgroup
-barrier ("tma-barrier").  Numerics against torch in float64 on fresh random inputs (seed in every failure
-message), odd M/N/K; the emulator rejects broken synchronisation; configurations TMA cannot serve and
-tensors it cannot describe get errors that say why."""
+on mbarriers (phases, transaction counts), stage reuse through empty mbarriers ("tma-mbarrier") or the
+workgroup barrier ("tma-barrier"), and which of them "auto" picks.  Numerics against torch in float64 on
+fresh random inputs (seed in every failure message), odd M/N/K; the emulator rejects broken
+synchronisation; configurations TMA cannot serve and tensors it cannot describe get errors that say why."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ CONFIGS = [
 ]
 
 
-def _kernel(dtype, subs, waves, async_copy: str = "tma", swizzle: str = "auto"):
+def _kernel(dtype, subs, waves, async_copy: str = "tma-mbarrier", swizzle: str = "auto"):
     return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
                       subs, backend="emulator", target="sm_90a", cache=False)
 
@@ -52,7 +52,7 @@ def _run(kernel, shapes, dtype, what: str) -> None:
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
-@pytest.mark.parametrize("war", ["tma", "tma-barrier"])
+@pytest.mark.parametrize("war", ["tma-mbarrier", "tma-barrier"])
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
 def test_tma_gemm(dtype, war: str, cfg) -> None:
     name, subs, waves, shapes = cfg
@@ -60,7 +60,7 @@ def test_tma_gemm(dtype, war: str, cfg) -> None:
     mlir, meta = kernel.artifact.mlir, kernel.metadata
     boxes = subs[gm.BLOCK_K] // 64 * 2  # per fill: A and B, one box per 64 elements of K
     stages = subs[gm.NUM_STAGES]
-    prologue = stages - 1 if war == "tma" or stages == 2 else stages - 2
+    prologue = stages - 1 if war == "tma-mbarrier" or stages == 2 else stages - 2
     assert mlir.count("nvvm.cp.async.bulk.tensor.shared.cluster.global") == boxes * (prologue + 1)
     assert "nvgpu.device_async_copy" not in mlir and "nvvm.fence.proxy.acquire" in mlir
     assert [(s.arg, s.box, s.swizzle) for s in meta.tensor_maps] == [
@@ -68,14 +68,22 @@ def test_tma_gemm(dtype, war: str, cfg) -> None:
     assert dict(meta.divisibility)["K"] == 8  # TMA strides are multiples of 16 bytes
     loop = mlir[mlir.index("scf.for"):]
     assert ("gpu.barrier" in loop) == (war == "tma-barrier")  # empty mbarriers replace the loop's barrier
-    assert ("nvvm.mbarrier.arrive " in mlir) == (war == "tma")
+    assert ("nvvm.mbarrier.arrive " in mlir) == (war == "tma-mbarrier")
     _run(kernel, shapes, dtype, f"TMA gemm {dtype.name} {war} {name}")
 
 
-def test_auto_picks_tma_only_where_it_applies() -> None:
-    """"auto": TMA for 128-byte-swizzled operand tiles; the 64-byte swizzle and core matrices keep cp.async."""
-    tma = _kernel(wc.f16, _subs(64, 64, 64, 3), (1, 1), "auto")
-    assert tma.metadata.tensor_maps and "nvvm.mbarrier.arrive " in tma.artifact.mlir  # empty mbarriers
+@pytest.mark.parametrize("want", ["auto", "tma"])
+def test_auto_picks_tma_only_where_it_applies(want: str) -> None:
+    """"auto": TMA for 128-byte-swizzled operand tiles, stages released through empty mbarriers at 3
+    stages (prefetch distance 2 instead of 1) and through the barrier at 4; the 64-byte swizzle and core
+    matrices keep cp.async."""
+    for stages, empty in ((3, True), (4, False)):
+        k = _kernel(wc.f16, _subs(64, 64, 64, stages), (1, 1), want)
+        loop = k.artifact.mlir[k.artifact.mlir.index("scf.for"):]
+        assert k.metadata.tensor_maps
+        assert ("nvvm.mbarrier.arrive " in loop) == empty and ("gpu.barrier" in loop) == (not empty)
+    if want == "tma":
+        return  # "tma" refuses the other layouts: test_tma_refused_with_reason
     for bk, swizzle in ((32, "auto"), (64, "none")):
         k = _kernel(wc.f16, _subs(64, 64, bk, 3), (1, 1), "auto", swizzle)
         assert not k.metadata.tensor_maps and "nvgpu.device_async_copy" in k.artifact.mlir

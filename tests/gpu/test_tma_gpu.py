@@ -39,7 +39,7 @@ SHAPES = [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096), (128, 512, 10
 MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (1000, 1000, 1000), (130, 136, 40)]
 
 
-def _compile(dt: str, cfg, async_copy: str = "tma"):
+def _compile(dt: str, cfg, async_copy: str = "tma-mbarrier"):
     _name, subs, waves = cfg
     return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy=async_copy),
                       subs, backend="cuda", target="sm_90a")
@@ -60,7 +60,7 @@ def _run(kernel, m: int, n: int, k: int, dt: str) -> torch.Tensor:
 
 @needs_sm90
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
-@pytest.mark.parametrize("war", ["tma", "tma-barrier"])  # stage reuse: empty mbarriers / workgroup barrier
+@pytest.mark.parametrize("war", ["tma-mbarrier", "tma-barrier"])  # stage reuse: empty mbarriers / workgroup barrier
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_tma_gemm(dt: str, war: str, cfg) -> None:
     kernel = _compile(dt, cfg, war)

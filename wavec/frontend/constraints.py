@@ -68,7 +68,7 @@ class HardwareConstraint:
         return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
 
 
-ASYNC_COPIES = ("auto", "tma", "tma-barrier", "cp.async")
+ASYNC_COPIES = ("auto", "tma", "tma-mbarrier", "tma-barrier", "cp.async")
 
 
 @dataclass(frozen=True)
@@ -82,9 +82,10 @@ class SchedulingConstraint:
     swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
     "64B", "32B" or "none" (core matrices); ``async_copy``: how a pipelined loop fetches its tiles,
     "auto" (TMA where ``pipeline_loops`` can use it: sm_90a wgmma operand tiles in the 128-byte swizzle,
-    else ``cp.async``), "tma" (TMA, a stage reused once every warp released it on an "empty" mbarrier;
-    a ``ConstraintError`` saying why where TMA cannot be used), "tma-barrier" (TMA, stage reuse ordered
-    by the workgroup barrier after each stage wait) or "cp.async" (never TMA: the comparison baseline).
+    else ``cp.async``), "tma" (TMA, or a ``ConstraintError`` saying why it cannot be used), "tma-mbarrier"
+    / "tma-barrier" (TMA with stage reuse ordered by per-stage "empty" mbarriers / by the workgroup barrier
+    after each stage wait; "auto" and "tma" choose, see ``passes/pipeline_tma.py``) or "cp.async" (never
+    TMA: the comparison baseline).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2

@@ -17,9 +17,9 @@ needs no branch and there is no minimum trip count.
 
 On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TMA boxes completing on
 mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
-``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` (WAR through empty mbarriers) or
-``"tma-barrier"`` (WAR through the workgroup barrier) makes a loop TMA cannot serve a ``ConstraintError``
-that says why.
+``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` (or ``"tma-mbarrier"`` /
+``"tma-barrier"``, which also fix how stages are released) makes a loop TMA cannot serve a
+``ConstraintError`` that says why.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
-from .pipeline_tma import TMA_WAR_DEFAULT, pipeline_tma, tma_plan
+from .pipeline_tma import choose_war, pipeline_tma, tma_plan
 
 
 def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
@@ -79,7 +79,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if want != "cp.async":
         specs, why = tma_plan(trace, ctx, pairs)
         if specs is not None:
-            war = "barrier" if want == "tma-barrier" else TMA_WAR_DEFAULT if want == "auto" else "mbarrier"
+            war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
             pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, war)
             return
         if want != "auto":
