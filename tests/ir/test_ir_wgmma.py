@@ -16,15 +16,16 @@ from wavec.kernels import gemm as gm
 from wavec.passes.context import PassContext
 from wavec.passes.pipeline import PASS_NAMES, run_pipeline
 
-KERNELS = {s: gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=s)
-           for s in ("none", "auto")}
+KERNELS = {(s, cp): gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=s,
+                                 async_copy=cp)
+           for s in ("none", "auto") for cp in ("auto", "cp.async", "tma-mbarrier")}
 
 
 class Compiled:
-    def __init__(self, stages: int, swizzle: str) -> None:
+    def __init__(self, stages: int, swizzle: str, copy: str) -> None:
         printed: list[str] = []
         subs = {**gm.WGMMA_SUBS, gm.NUM_STAGES: stages}
-        kernel = KERNELS[swizzle]
+        kernel = KERNELS[swizzle, copy]
         self.trace = kernel.trace()
         self.ctx = PassContext.build(self.trace, ConstraintSet(kernel.constraints, subs), "sm_90a")
         run_pipeline(self.trace, self.ctx, ["all"], printer=printed.append)
@@ -44,8 +45,8 @@ class Compiled:
 
 
 @functools.cache
-def compiled(stages: int, swizzle: str = "none") -> Compiled:
-    return Compiled(stages, swizzle)
+def compiled(stages: int, swizzle: str = "none", copy: str = "auto") -> Compiled:
+    return Compiled(stages, swizzle, copy)
 
 
 def test_passes_are_in_the_pipeline() -> None:
@@ -155,8 +156,8 @@ def test_descriptor_constant_bits() -> None:
 
 def test_swizzled_tiles() -> None:
     """"auto" with 128-byte K rows (BLOCK_K = 64): the 128-byte swizzle (memref [K/64, rows, 64], 1024-byte aligned, the
-    chunk index XORed with the row), the default row-wise copy, descriptors with mode 1 and SBO 1024."""
-    c = compiled(3, "auto")
+    chunk index XORed with the row), with cp.async the default row-wise copy, descriptors with mode 1 and SBO 1024."""
+    c = compiled(3, "auto", "cp.async")
     for a in (n for n in c.trace.graph.nodes if n.meta.get("op") is Allocate):
         assert a.kwargs["smem_layout"].kind is SharedLayoutKind.SWIZZLE_128B
     filecheck(c.after["coarsen_loads"], r"""
@@ -172,3 +173,49 @@ CHECK: nvgpu.device_async_copy
     want = (1 << 16) | (64 << 32) | (1 << 62)
     assert f"arith.constant {want} : index" in c.mlir
     assert c.loop_mlir().count("nvvm.wgmma.mma_async") == 4
+
+
+# ----- TMA (pipeline_tma, lowering_tma) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stages,war", [(3, "mbarrier"), (4, "barrier")])
+def test_tma_pipeline(stages: int, war: str) -> None:
+    """128-byte-swizzled tiles on sm_90a: "auto" fills the stages with TMA.  Root: mbarrier_init, then the
+    prologue fills (D = S - 1 with empty mbarriers at 3 stages, S - 2 behind the barrier at 4); body: the
+    full-mbarrier wait, then (barrier variant) the workgroup barrier, the wgmma group, and the fill issued
+    after the commit (barrier) or after the wgmma wait and the release (empty mbarriers)."""
+    c = compiled(stages, "auto")
+    distance = stages - 1 if war == "mbarrier" else stages - 2
+    text = c.after["insert_wgmma_fences"]
+    root, body = text.split("region iterate_0 {")
+    assert root.count("= tma_fill(") == distance and root.index("mbarrier_init(") < root.index("tma_fill_prologue0")
+    empty = 8 if war == "mbarrier" else 0  # one arrival per warp: 2 warpgroups x 4 warps
+    assert f"mbarrier_init(, count={stages}, empty_arrivals={empty}, dim=K)" in root
+    if war == "barrier":
+        filecheck(body, r"""
+CHECK: %mbarrier_wait = mbarrier_wait(, stage=$STAGE_K, parity=Mod(floor($ARG_K/4), 2), war=barrier)
+CHECK-NEXT: %barrier = barrier()
+CHECK: %wgmma_fence = wgmma_fence()
+CHECK: %wgmma_commit = wgmma_commit()
+CHECK-NEXT: %tma_fill = tma_fill(%capture_a, %capture_shared_a, %capture_b, %capture_shared_b, stage=Mod($STAGE_K + 2, 4), iteration=$ARG_K + 2, stop=ceiling(K/64))
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=1, retire=())
+""")
+    else:
+        filecheck(body, r"""
+CHECK: %mbarrier_wait = mbarrier_wait(, stage=$STAGE_K, parity=Mod(floor($ARG_K/3), 2), war=mbarrier)
+CHECK: %wgmma_fence = wgmma_fence()
+CHECK: %wgmma_commit = wgmma_commit()
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=1, retire=())
+CHECK-NEXT: %mbarrier_arrive = mbarrier_arrive(, stage=Mod($STAGE_K + 2, 3), iteration=$ARG_K - 1, first=0)
+CHECK-NEXT: %tma_fill = tma_fill(%capture_a, %capture_shared_a, %capture_b, %capture_shared_b, stage=Mod($STAGE_K + 2, 3), iteration=$ARG_K + 2, stop=ceiling(K/64), empty_parity=Mod(floor($ARG_K/3 + 2/3) + 1, 2), refill_from=3)
+""")
+        assert "barrier()" not in body and "proxy_fence" not in body
+    assert [(m.arg, m.box, m.swizzle) for m in c.iface.tensor_maps] == [(0, (64, 128), 128), (1, (64, 128), 128)]
+    loop = c.loop_mlir()
+    assert loop.count("nvvm.cp.async.bulk.tensor.shared.cluster.global") == 2  # one box each of A and B
+    assert loop.count("nvvm.mbarrier.try_wait.parity") == (2 if war == "mbarrier" else 1)
+    assert ("nvvm.mbarrier.arrive " in loop) == (war == "mbarrier") and "nvgpu.device_async_copy" not in c.mlir
+    head = c.mlir[:c.mlir.index("scf.for")]
+    assert head.count("nvvm.mbarrier.init") == stages * (2 if war == "mbarrier" else 1)
+    assert head.count("nvvm.fence.proxy.acquire") == 2 and "nvvm.fence.mbarrier.init" in head
+    assert "binding(3) alignment(64) offset(%c0) flags(ReadOnly) : memref<32xi64>" in c.mlir  # the tensor maps
