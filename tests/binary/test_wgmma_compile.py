@@ -1,7 +1,8 @@
 """Binary tier for the Hopper GEMM: the ``gemm`` kernel with a warpgroup MMA type compiles for sm_90a to
 PTX with ``wgmma.mma_async.sync.aligned.m64nNk16`` and its fences and groups, and ptxas assembles the
 configurations the benchmark uses (128x128x64 and 128x256x64, 2 warpgroups, 3-4 stages) with no spills
-and no wgmma serialization warning."""
+and no wgmma serialization warning, with cp.async copies and with TMA (``cp.async.bulk.tensor`` on
+mbarriers, tensor maps read through global memory after a tensormap-proxy fence; PTX ISA 8.3)."""
 
 import functools
 import re
@@ -27,8 +28,9 @@ def _subs(bm: int, bn: int, stages: int) -> dict:
     return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: 64, gm.NUM_STAGES: stages, gm.GROUP_M: 8}
 
 
-def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto"):
-    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle)
+def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto", copy: str = "cp.async"):
+    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle,
+                          async_copy=copy)
     if not ptx:
         return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
     with pytest.MonkeyPatch.context() as mp:
@@ -37,8 +39,8 @@ def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str 
 
 
 @functools.cache
-def ptx_of(dtype: str, bm: int, bn: int, stages: int, swizzle: str = "auto") -> str:
-    k = _compile(dtype, bm, bn, stages, ptx=True, swizzle=swizzle)
+def ptx_of(dtype: str, bm: int, bn: int, stages: int, swizzle: str = "auto", copy: str = "cp.async") -> str:
+    k = _compile(dtype, bm, bn, stages, ptx=True, swizzle=swizzle, copy=copy)
     assert k.artifact.format == "ptx"
     return re.sub(r"[ \t]+", " ", k.artifact.binary.decode())  # one space between operands
 
@@ -68,25 +70,51 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str
     assert "cp.async.commit_group;" in between
 
 
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("bn", [128, 256])
+def test_tma_ptx(bn: int, stages: int) -> None:
+    """"auto" on 128-byte-swizzled tiles: TMA boxes completing on mbarriers; no cp.async, no generic-proxy
+    fence; the loop keeps its barrier at 4 stages and releases stages through empty mbarriers at 3."""
+    ptx = ptx_of("f16", 128, bn, stages, "auto", "auto")
+    assert ".version 8.3" in ptx and ".target sm_90a" in ptx
+    tma = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+    empty = stages == 3
+    assert ptx.count(tma) == 2 * (stages - (1 if empty else 2)) + 2  # prologue fills + the loop's, A and B
+    assert ptx.count("mbarrier.init.shared.b64") == stages * (2 if empty else 1)
+    assert ptx.count("fence.proxy.tensormap::generic.acquire.sys") == 2 and "fence.mbarrier_init" in ptx
+    assert ptx.count("mbarrier.try_wait.parity.shared.b64") == (2 if empty else 1)
+    assert ptx.count("mbarrier.arrive.expect_tx.shared.b64") == stages - (1 if empty else 2) + 1
+    assert ("mbarrier.arrive.shared.b64" in ptx) == empty
+    assert ptx.count("bar.sync") == (1 if empty else 2)  # after the mbarrier init (+ the loop's at 4 stages)
+    assert "cp.async.cg" not in ptx and "fence.proxy.async" not in ptx and "cp.async.wait" not in ptx
+    inst = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.f16.f16"
+    assert ptx.index("mbarrier.try_wait.parity") < ptx.index(inst) < ptx.index("wgmma.commit_group.sync.aligned;")
+
+
 @NEEDS_PTXAS
+@pytest.mark.parametrize("copy", ["cp.async", "auto"])
 @pytest.mark.parametrize("swizzle", ["auto", "none"])
 @pytest.mark.parametrize("bm,bn,stages", CONFIGS)
-def test_assembles_without_spills(bm: int, bn: int, stages: int, swizzle: str) -> None:
-    k = _compile("f16", bm, bn, stages, ptx=False, swizzle=swizzle)
+def test_assembles_without_spills(bm: int, bn: int, stages: int, swizzle: str, copy: str) -> None:
+    k = _compile("f16", bm, bn, stages, ptx=False, swizzle=swizzle, copy=copy)
     meta = k.artifact.metadata
     assert k.artifact.format == "cubin" and meta.spills == 0
     assert meta.registers is not None and 0 < meta.registers <= 255
-    assert meta.shared_bytes == stages * (bm + bn) * 64 * 2
+    tma = swizzle == "auto" and copy == "auto"
+    assert bool(meta.tensor_maps) == tma
+    # TMA: the mbarriers take the first 1024-byte slot (the tiles after them stay 1024-byte aligned)
+    assert meta.shared_bytes == stages * (bm + bn) * 64 * 2 + (1024 if tma else 0)
 
 
 @NEEDS_PTXAS
+@pytest.mark.parametrize("copy", ["cp.async", "tma-barrier", "tma-mbarrier"])
 @pytest.mark.parametrize("bn", [128, 256])
-def test_ptxas_does_not_serialize_wgmma(bn: int) -> None:
+def test_ptxas_does_not_serialize_wgmma(bn: int, copy: str) -> None:
     """ptxas says "wgmma.mma_async instructions are serialized" when it cannot prove the accumulator
     registers untouched between issue and wait; the kernel must not trigger that."""
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
-        src.write_text(ptx_of("bf16", 128, bn, 4))
+        src.write_text(ptx_of("bf16", 128, bn, 4, "auto", copy))
         proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
                               capture_output=True, text=True, check=True)
     report = proc.stdout + proc.stderr
