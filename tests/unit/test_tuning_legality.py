@@ -85,6 +85,18 @@ def test_shared_bytes_match_compiled(waves, subs):
         assert ctas_per_sm(meta, "sm_90") >= 1
 
 
+@pytest.mark.parametrize("bk,stages,swizzle,copy", [(64, 4, "auto", "auto"), (32, 3, "auto", "auto"),
+                                                    (64, 3, "none", "auto"), (64, 3, "auto", "cp.async")])
+def test_shared_bytes_match_compiled_wgmma(bk, stages, swizzle, copy):
+    """wgmma tiles, with TMA (its mbarriers take a 1024-byte slot) and without (64-byte swizzle, core
+    matrices, cp.async)."""
+    k = make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=swizzle, async_copy=copy)
+    subs = S(128, 128, bk, stages)
+    ck = wc.compile(k, {wc.sym(n): v for n, v in subs.items()}, backend="emulator", target="sm_90a", cache=False)
+    assert shared_bytes(k, subs, "sm_90a") == ck.artifact.metadata.shared_bytes
+    assert bool(ck.artifact.metadata.tensor_maps) == (bk == 64 and swizzle == "auto" and copy == "auto")
+
+
 def test_reject_after_compile():
     assert reject_after_compile({"registers": 128, "spills": 0, "block": [128, 1, 1]}) is None
     assert "spill" in reject_after_compile({"registers": 255, "spills": 16, "block": [128, 1, 1]})

@@ -126,13 +126,17 @@ def _staged_tiles(staged, cs: ConstraintSet):
 def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
     _mmas, staged = _structure(kernel)
     total = 0
+    tma = cs.group_waves > 1 and tgt.name == "sm_90a" and _stages(cs, tgt) >= 2 and (
+        cs.scheduling.async_copy != "cp.async" and cs.scheduling.operand_swizzle in ("auto", "128B"))
     for _dims, nbytes, extents in _staged_tiles(staged, cs):
         rows = 1
         for e in extents[:-1]:
             rows *= e
         pad = 0 if cs.group_waves > 1 else row_pad(extents[-1], nbytes)  # wgmma tiles: core matrices, no pad
         total += _stages(cs, tgt) * rows * (extents[-1] + pad) * nbytes
-    return total
+        tma &= len(extents) == 2 and rows <= 256 and extents[-1] * nbytes % 128 == 0  # as passes/pipeline_tma.py
+    # TMA's mbarriers take one 1024-byte slot (the swizzled tiles after them stay 1024-byte aligned)
+    return total + (1024 if tma and total else 0)
 
 
 def _symbols(subs: dict) -> dict:
