@@ -89,10 +89,12 @@ def test_auto_picks_tma_only_where_it_applies(want: str) -> None:
         assert not k.metadata.tensor_maps and "nvgpu.device_async_copy" in k.artifact.mlir
 
 
-@pytest.mark.parametrize("bk,swizzle,why", [(32, "auto", "128-byte-swizzled"), (64, "none", "128-byte-swizzled")])
-def test_tma_refused_with_reason(bk: int, swizzle: str, why: str) -> None:
+@pytest.mark.parametrize("bk,stages,swizzle,why", [(32, 3, "auto", "128-byte-swizzled"),
+                                                    (64, 3, "none", "128-byte-swizzled"),
+                                                    (64, 1, "auto", "num_stages >= 2")])
+def test_tma_refused_with_reason(bk: int, stages: int, swizzle: str, why: str) -> None:
     with pytest.raises(ConstraintError, match=why):
-        _kernel(wc.f16, _subs(64, 64, bk, 3), (1, 1), "tma", swizzle)
+        _kernel(wc.f16, _subs(64, 64, bk, stages), (1, 1), "tma", swizzle)
 
 
 def test_tma_needs_16_byte_strides() -> None:

@@ -120,6 +120,10 @@ def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
     mma = ctx.constraints.mma_type
     async_ok = mma is None or mma.spec.vendor == "nvidia"
     if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
+        want = ctx.constraints.scheduling.async_copy
+        if want.startswith("tma"):  # asked for explicitly: say why there is none
+            raise ConstraintError(trace.loc, message=f"SchedulingConstraint(async_copy={want!r}): TMA pipelines "
+                                  f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target!r})")
         return
     for node in list(trace.graph.nodes):
         if node.meta.get("op") is Iterate:
