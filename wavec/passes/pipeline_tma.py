@@ -44,6 +44,7 @@ from ..indexing.symbols import stage_symbol
 from .context import PassContext, TensorMapRequest
 
 SWIZZLE_BYTES = 128
+MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
 
 
 def choose_war(stages: int, lag: int) -> str:
@@ -53,7 +54,6 @@ def choose_war(stages: int, lag: int) -> str:
     3 stages 563 vs 519 TFLOP/s for empty mbarriers; 4 stages 0.1-2% for the barrier in all four cases.
     So: empty mbarriers while the barrier's prefetch distance would be below 2 tiles, else the barrier."""
     return "mbarrier" if stages - 1 - lag < 2 else "barrier"
-MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
 
 
 def _node(g: fx.Graph, op: type, args: tuple, kwargs: dict, name: str, before: fx.Node, **meta) -> fx.Node:
@@ -100,7 +100,7 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
         dtype = mem.meta["type"].dtype
         rows, _cols = alloc.kwargs["tile"].values()
         spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name,
-                             (SWIZZLE_BYTES // dtype.bytes, rows), SWIZZLE_BYTES)
+                                (SWIZZLE_BYTES // dtype.bytes, rows), SWIZZLE_BYTES)
         maps.append(spec)
     return maps, ""
 
