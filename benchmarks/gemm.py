@@ -9,10 +9,11 @@ Writes gemm.csv, gemm.png (TFLOP/s per shape), roofline.png and ceiling.png (wav
 analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``wavec_pct_ceiling``) under --out.
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
-                              [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares]
+                              [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares] [--copy auto|cp.async]
 
 ``--mma wgmma`` times the Hopper warpgroup-MMA GEMM (sm_90a; ``wavec.kernels.gemm.wgmma_config`` picks
-its tiles); ``--squares`` times only the 1024^3 ... 8192^3 squares.
+its tiles); ``--squares`` times only the 1024^3 ... 8192^3 squares; ``--copy cp.async`` keeps the wgmma
+GEMM on cp.async instead of TMA (``SchedulingConstraint.async_copy``).
 """
 
 import argparse
@@ -74,14 +75,14 @@ def time_rotating(fn, sets) -> float:
     return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
 
 
-def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync") -> dict:
+def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: str = "auto") -> dict:
     tdt = TORCH_DT[dt]
     sets = inputs(m, n, k, tdt)
     a, b = sets[0]
     ref = a.float() @ b.float().T
 
     def matmul(x, y):
-        return wavec_matmul(x, y, mma=mma)
+        return wavec_matmul(x, y, mma=mma, async_copy=copy)
 
     out = matmul(a, b)
     err = ((out - ref).norm() / ref.norm()).item()
@@ -92,7 +93,7 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync") -> dic
     t_t = time_rotating(triton_matmul, c_sets)
     flops = 2 * m * n * k
     subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
-    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma,
+    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
            "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
@@ -175,6 +176,7 @@ def main() -> None:
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
+    ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -196,7 +198,7 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma))
+            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
                   f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "

@@ -114,11 +114,12 @@ _COMPILED: dict = {}
 MMA_CHOICES = ("mma_sync", "wgmma")
 
 
-def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto"):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
 
     ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
-    decode shapes, M <= 16, keep the mma.sync decode tiles)."""
+    decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
+    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -135,11 +136,11 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync"):
     else:
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves), subs,
-                                             backend=backend, target=target)
+        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy),
+                                             subs, backend=backend, target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
     kernel(a, b, c)
     return c
