@@ -27,6 +27,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
+from .insert_wgmma_fences import chains_only
 
 
 def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
@@ -64,7 +65,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     last = stop - 1
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
-    lag = 1 if cs.group_waves > 1 and stages >= 3 else 0
+    lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
     iterate.meta["wgmma_groups_in_flight"] = lag
     distance = stages - 1 - lag
     ahead = sympy.Min(iv + distance, last)
