@@ -142,11 +142,11 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     packed = vector.bitcast(ir.VectorType.get([4], i32), fb.values[a])
     regs = [vector.extract(packed, [], [i]) for i in range(4)]
     outs = ", ".join(f"${i}" for i in range(count))
-    ins = ", ".join(f"${count + i}" for i in range(4))
+    ins = ", ".join(f"${2 * count + i}" for i in range(4))  # tied inputs are numbered too: $count..$2count-1
     trans_b = int(_mn_major(b))
     asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
            f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
-           f"{{{outs}}}, {{{ins}}}, ${count + 4}, p, 1, 1, {trans_b};\n}}\n")
+           f"{{{outs}}}, {{{ins}}}, ${2 * count + 4}, p, 1, 1, {trans_b};\n}}\n")
     constraints = ",".join(["=f"] * count + [str(i) for i in range(count)] + ["r"] * 4 + ["l"])
     return llvm.inline_asm(st, elems + regs + [fb.values[b]], asm, constraints, has_side_effects=True)
 
