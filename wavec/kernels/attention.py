@@ -34,8 +34,21 @@ NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
 
 
-def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
-    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+MMA_CHOICES = ("mma_sync", "wgmma")
+_MMA_TYPES = {
+    "mma_sync": {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16},
+    "wgmma": {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16},
+}
+TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
+
+
+def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync") -> list:
+    """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
+    ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
+    wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
+    shared tile (``layout_wgmma_operands``); the body is the same."""
+    if mma not in MMA_CHOICES:
+        raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(H, 1, 1),
@@ -43,13 +56,15 @@ def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
         wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
         wc.SchedulingConstraint(num_stages=NUM_STAGES),
     ]
 
 
-def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4) -> wc.WaveKernel:
-    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality."""
+def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
+                   mma: str = "mma_sync") -> wc.WaveKernel:
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
+    picks the matrix instruction (``attention_constraints``) and nothing else."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
@@ -61,7 +76,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
         split, stop = whole, None
 
-    @wc.wave(attention_constraints(dtype, waves))
+    @wc.wave(attention_constraints(dtype, waves, mma))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
