@@ -123,15 +123,26 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
 CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2),
                                                                      (128, 64, 4, 3)]}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
+# Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
+# rows (one m64 instruction), so S and P never leave registers and K/V are read from shared memory once
+# per 64 rows instead of once per 16 (mma.sync at d128).  ptxas (sm_90a, f16, no spills): d128 128x128
+# 250-252 registers, 128x64 190; d64 128x128 182.  Queries <= 64: one warpgroup.
+WGMMA_CONFIGS = {128: [(128, 128, 2), (128, 64, 2), (128, 128, 2, 3)], 64: [(128, 128, 2), (128, 64, 2),
+                                                                          (128, 128, 2, 3)]}
+_WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
+DEFAULT_MMA = "mma_sync"
 
 
-def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None) -> tuple[dict, int]:
+def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None,
+                     mma: str = "mma_sync") -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
-    else the first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
+    else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
+    warpgroups), or a smaller tile when the queries fit in it."""
     if config is None:
         hd = 128 if head_dim > 64 else 64
-        short = [c for rows, c in sorted(_SHORT[hd].items()) if seq_q is not None and seq_q <= rows]
-        config = short[0] if short else CONFIGS[hd][0]
+        short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
+        short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
+        config = short[0] if short else configs[hd][0]
     bm, bn, waves, *stages = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
 
@@ -139,30 +150,35 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None):
-    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None, mma: str = "mma_sync"):
+    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs, backend=backend)
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma), subs, backend=backend,
+                                             target=TARGET[mma])
     return kernel
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None, config: tuple | None = None):
+              backend: str | None = None, config: tuple | None = None, mma: str | None = None):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
     ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
-    (``attention_config``).  Returns a new tensor shaped like q."""
+    (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
+    are then warpgroups); default ``DEFAULT_MMA``.  Returns a new tensor shaped like q."""
     import torch
 
+    mma = mma or DEFAULT_MMA
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if layout not in LAYOUTS:
         raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
+    if mma not in MMA_CHOICES:
+        raise wc.WavecError(message=f"attention: mma must be one of {MMA_CHOICES}, got {mma!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
     head_dim = q.shape[-1]
@@ -173,17 +189,19 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     if q.shape[h_ax] % k.shape[h_ax]:
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config)
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
     return o
 
 
 def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
-                          name: str | None = None, backend: str | None = None):
+                          name: str | None = None, backend: str | None = None, mma: str | None = None):
     """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
-    subs, waves = attention_config(head_dim)
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}"
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    mma = mma or DEFAULT_MMA
+    subs, waves = attention_config(head_dim, mma=mma)
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + \
+        ("_wgmma" if mma == "wgmma" else "")
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     return wc.register_torch_op(kernel, name), kernel
