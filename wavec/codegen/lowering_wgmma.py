@@ -25,7 +25,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
 from ..errors import CodegenError
-from ..frontend.ops import Permute
+from ..frontend.ops import Permute, RegisterInit
 from ..frontend.ops_hopper import (
     MatrixDescriptor,
     ProxyFence,
@@ -128,26 +128,36 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
         _attr(f"#nvvm.mma_layout<{lay_b}>"))
 
 
+def _zero(node: fx.Node) -> bool:
+    """Whether an accumulator operand is a fresh all-zero register tile (``Register[...](0.0)``)."""
+    return node.meta.get("op") is RegisterInit and node.kwargs.get("value") == 0.0
+
+
 def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, st: ir.Type) -> ir.Value:
     """``wgmma.mma_async`` with A in registers (four f16x2/bf16x2 registers per thread; no MLIR op has
     this form, so inline PTX as IREE emits for the descriptor form): outputs ``=f`` tied to the
-    accumulator inputs, then the A registers (``r``) and the B descriptor (``l``)."""
+    accumulator inputs, then the A registers (``r``) and the B descriptor (``l``).  A zero accumulator
+    (S = Q Kᵀ in attention) is not passed at all: scale-d = 0 makes the instruction compute D = A B,
+    which saves zeroing N/2 registers per tile and iteration."""
     spec = fb.cs.mma_type.spec
     a, b, acc_node = node.args
     acc, f32, i32 = fb.values[acc_node], ir.F32Type.get(), ir.IntegerType.get_signless(32)
-    if isinstance(acc.type, ir.VectorType):
+    if _zero(acc_node):
+        elems = []
+    elif isinstance(acc.type, ir.VectorType):
         elems = [vector.extract(acc, [], [i]) for i in range(count)]
     else:
         elems = [llvm.extractvalue(f32, acc, [i]) for i in range(count)]
     packed = vector.bitcast(ir.VectorType.get([4], i32), fb.values[a])
     regs = [vector.extract(packed, [], [i]) for i in range(4)]
+    first = count + len(elems)  # tied inputs are numbered too: $count..$2count-1
     outs = ", ".join(f"${i}" for i in range(count))
-    ins = ", ".join(f"${2 * count + i}" for i in range(4))  # tied inputs are numbered too: $count..$2count-1
+    ins = ", ".join(f"${first + i}" for i in range(4))
     trans_b = int(_mn_major(b))
-    asm = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if not elems else 1}, 0;\n"
            f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
-           f"{{{outs}}}, {{{ins}}}, ${2 * count + 4}, p, 1, 1, {trans_b};\n}}\n")
-    constraints = ",".join(["=f"] * count + [str(i) for i in range(count)] + ["r"] * 4 + ["l"])
+           f"{{{outs}}}, {{{ins}}}, ${first + 4}, p, 1, 1, {trans_b};\n}}\n")
+    constraints = ",".join(["=f"] * count + [str(i) for i in range(len(elems))] + ["r"] * 4 + ["l"])
     return llvm.inline_asm(st, elems + regs + [fb.values[b]], asm, constraints, has_side_effects=True)
 
 

@@ -296,15 +296,15 @@ _WGMMA_ASM = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b
 
 @register("llvm.inline_asm")
 def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
-    """Only the register-A ``wgmma.mma_async`` that ``lowering_wgmma`` emits (scale-d 1): operands are the
-    N/2 accumulator registers, the four A registers and the B descriptor."""
+    """Only the register-A ``wgmma.mma_async`` that ``lowering_wgmma`` emits: operands are the N/2
+    accumulator registers (none with scale-d = 0: D = A B), the four A registers and the B descriptor."""
     text = ir.StringAttr(op.attributes["asm_string"]).value
-    m = _WGMMA_ASM.search(text)
-    if m is None or "setp.ne.b32 p, 1, 0" not in text or m.group(2) != m.group(3):
+    m, scale = _WGMMA_ASM.search(text), re.search(r"setp\.ne\.b32 p, ([01]), 0;", text)
+    if m is None or scale is None or m.group(2) != m.group(3):
         raise EmulatorError(message=f"{c.loc(op)}: unsupported inline PTX {text!r}")
     n, dtype, b_mn = int(m.group(1)), m.group(2), m.group(4) == "1"
     ins, (o,) = c.ins(op), c.outs(op)
-    count = n // 2
+    count = n // 2 if scale.group(1) == "1" else 0  # scale-d = 0: D = A B, no accumulator operands
     acc, a_regs, desc_b = ins[:count], ins[count:count + 4], ins[count + 4]
     where, op_id = c.loc(op), c.op_id(op)
 
@@ -314,6 +314,8 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
         db = full_lanes(np.asarray(st.env[desc_b], np.int64).reshape(-1), st.lanes)
 
         def acc_in() -> np.ndarray:
+            if not parts:
+                return np.zeros((st.lanes, n // 2), np.float32)
             cols = [p.settled() if isinstance(p, InFlightPart) else np.asarray(p, np.float32).reshape(-1)
                     for p in parts]
             return np.stack([full_lanes(x, st.lanes) for x in cols], axis=1).astype(np.float32)
