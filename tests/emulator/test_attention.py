@@ -183,3 +183,18 @@ def test_wgmma_attention_api() -> None:
     sync, warpgroup = attention_constraints(wc.f16, 8), attention_constraints(wc.f16, 2, mma="wgmma")
     assert [type(c) for c in sync] == [type(c) for c in warpgroup]  # retargeted by the hardware constraint
     assert make_attention(mma="wgmma").fn.__code__.co_code == make_attention().fn.__code__.co_code
+
+
+@pytest.mark.parametrize("mma,cfg", [("mma_sync", (64, 32, 2)), ("wgmma", (64, 64, 1))])
+def test_heavy_first_launch_order(mma, cfg) -> None:
+    """``heavy_first`` (SchedulingConstraint.reverse_axis0): the query tiles launch last first; every tile
+    is still computed once (NaN-filled output) and matches SDPA."""
+    q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.f16)
+    bm, bn, waves = cfg
+    kernel = wc.compile(make_attention(wc.f16, "bhsd", True, waves, mma=mma, heavy_first=True),
+                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: 64}, backend="emulator",
+                        target="sm_90a" if mma == "wgmma" else None, cache=False)
+    out = torch.full_like(q, float("nan"))
+    kernel(q, k, v, out, 0.125)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)

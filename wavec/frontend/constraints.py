@@ -77,13 +77,16 @@ class SchedulingConstraint:
     reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory;
     ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (the widest
     swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
-    "64B", "32B" or "none" (core matrices).
+    "64B", "32B" or "none" (core matrices); ``reverse_axis0``: launch the tiles of workgroup axis 0 last
+    first (causal attention: the query tiles with the most keys start first and the light ones fill the
+    tail; not combined with ``group_size``).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
     promote_operands: bool = True
     operand_swizzle: str = "auto"
+    reverse_axis0: bool = False
 
     def __post_init__(self) -> None:
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):

@@ -32,6 +32,7 @@ BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
+HEAVY_FIRST = False  # causal query tiles launched last first (SchedulingConstraint.reverse_axis0)
 
 
 MMA_CHOICES = ("mma_sync", "wgmma")
@@ -42,11 +43,12 @@ _MMA_TYPES = {
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
-def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync") -> list:
+def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False) -> list:
     """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
     ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
     wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
-    shared tile (``layout_wgmma_operands``); the body is the same."""
+    shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
+    last first (causal: the tiles with the most keys start first, the light ones fill the tail)."""
     if mma not in MMA_CHOICES:
         raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
     return [
@@ -57,14 +59,16 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync") -
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
         wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first),
     ]
 
 
 def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
-                   mma: str = "mma_sync") -> wc.WaveKernel:
+                   mma: str = "mma_sync", heavy_first: bool | None = None) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
-    picks the matrix instruction (``attention_constraints``) and nothing else."""
+    picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
+    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles."""
+    heavy_first = causal and HEAVY_FIRST if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
@@ -76,7 +80,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
         split, stop = whole, None
 
-    @wc.wave(attention_constraints(dtype, waves, mma))
+    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
