@@ -169,7 +169,8 @@ def main() -> int:
                     help="sweep: also time every candidate tile of wavec.kernels.attention.CONFIGS and keep the "
                          "fastest per shape (reported in the CSV)")
     ap.add_argument("--mma", default=None, choices=("mma_sync", "wgmma"),
-                    help="wavec's matrix instruction (default: wavec.kernels.attention.DEFAULT_MMA; wgmma: sm_90a)")
+                    help="wavec's matrix instruction (default: wavec.kernels.attention.default_mma, wgmma on "
+                         "sm_90 GPUs)")
     ap.add_argument("--head-dims", default=None, help="only these head dims, e.g. 128")
     args = ap.parse_args()
 
@@ -186,10 +187,13 @@ def main() -> int:
     shapes = load_shapes(pathlib.Path(args.shapes))
     if args.head_dims:
         shapes = [s for s in shapes if s["d"] in {int(d) for d in args.head_dims.split(",")}]
+    from wavec.kernels.attention import default_mma
+
+    args.mma = args.mma or default_mma(torch.empty(1, device="cuda"))
     impls = implementations(torch, args.layout, mma=args.mma)
     dtypes = {"f16": torch.float16, "bf16": torch.bfloat16}
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {len(shapes)} shape/causal rows, "
-          f"wavec mma {args.mma or 'default'}")
+          f"wavec mma {args.mma}")
     start = time.time()
     results, usable = [], {}
     for dt in args.dtypes.split(","):

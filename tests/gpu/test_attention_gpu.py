@@ -39,7 +39,7 @@ def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
 @pytest.mark.parametrize("b,h,kvh,sq,skv", [(2, 16, 16, 1024, 1024), (1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333)])
 def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
-    out = attention(q, k, v, causal=causal, layout=layout)
+    out = attention(q, k, v, causal=causal, layout=layout, mma="mma_sync")  # wgmma: test_attention_wgmma
     torch.cuda.synchronize()
     ref = _reference(q, k, v, causal, layout)
     assert not out.isnan().any()
@@ -49,7 +49,7 @@ def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
 @pytest.mark.parametrize("sq,skv", [(1, 4096), (64, 8192), (4096, 1)])
 def test_attention_odd_lengths(sq, skv) -> None:
     q, k, v = _inputs(1, 8, 8, sq, skv, 128, "f16", "bhsd")
-    out = attention(q, k, v, scale=0.07)
+    out = attention(q, k, v, scale=0.07, mma="mma_sync")
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), _reference(q, k, v, False, "bhsd", 0.07), rtol=3e-3, atol=3e-3)
 
@@ -67,6 +67,14 @@ def test_attention_torch_op_and_cuda_graph() -> None:
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out2, out)
+
+
+def test_default_mma_is_wgmma_on_sm90() -> None:
+    from wavec.kernels.attention import default_mma
+
+    q = torch.empty(1, device="cuda")
+    assert default_mma(q) == ("wgmma" if torch.cuda.get_device_capability() == (9, 0) else "mma_sync")
+    assert default_mma(q.cpu()) == "mma_sync" and default_mma(q, backend="emulator") == "mma_sync"
 
 
 def test_noncontiguous_inputs_rejected() -> None:

@@ -32,7 +32,9 @@ BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
-HEAVY_FIRST = False  # causal query tiles launched last first (SchedulingConstraint.reverse_axis0)
+# Causal query tiles launched last first (SchedulingConstraint.reverse_axis0), per matrix instruction: measured
+# on an H200 with wgmma (d128 causal +0-7%, benchmarks/attention_variants.py); not measured with mma.sync.
+HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
 
 
 MMA_CHOICES = ("mma_sync", "wgmma")
@@ -68,7 +70,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
     picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
     ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles."""
-    heavy_first = causal and HEAVY_FIRST if heavy_first is None else heavy_first
+    heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
@@ -134,7 +136,18 @@ _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 WGMMA_CONFIGS = {128: [(128, 128, 2), (128, 64, 2), (128, 128, 2, 3)], 64: [(128, 128, 2), (128, 64, 2),
                                                                           (128, 128, 2, 3)]}
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
-DEFAULT_MMA = "mma_sync"
+DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
+
+
+def default_mma(q, backend: str | None = None) -> str:
+    """``DEFAULT_MMA``, or when None: "wgmma" for CUDA tensors on an sm_90 GPU run by the CUDA backend (H100 /
+    H200: ~1.0x the Triton kernel at d128 where mma.sync reaches 0.65x), else "mma_sync"."""
+    if DEFAULT_MMA is not None:
+        return DEFAULT_MMA
+    import torch
+
+    on_hopper = q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
+    return "wgmma" if on_hopper and backend in (None, "cuda") else "mma_sync"
 
 
 def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None,
@@ -172,10 +185,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
     (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
-    are then warpgroups); default ``DEFAULT_MMA``.  Returns a new tensor shaped like q."""
+    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  Returns a new tensor shaped like q."""
     import torch
 
-    mma = mma or DEFAULT_MMA
+    mma = mma or default_mma(q, backend)
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
@@ -202,8 +215,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
 
 def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
                           name: str | None = None, backend: str | None = None, mma: str | None = None):
-    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
-    mma = mma or DEFAULT_MMA
+    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``; ``mma``
+    defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
+    mma = mma or DEFAULT_MMA or "mma_sync"
     subs, waves = attention_config(head_dim, mma=mma)
     name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + \
         ("_wgmma" if mma == "wgmma" else "")
