@@ -141,20 +141,30 @@ def test_two_wgmmas_with_register_ops_between(dtype, swizzle) -> None:
     check(o, _chain_ref(a, b, v), tol, f"chained wgmmas {dtype.name} {swizzle} (seed {seed})")
 
 
-def test_missing_wait_before_a_register_reader_is_caught(monkeypatch) -> None:
-    """Without the wait before relu reads S the emulator refuses (the result is still in flight)."""
+def test_early_read_of_s_is_caught(monkeypatch) -> None:
+    """With the wait before relu reads S weakened to ``pending=1`` (S's group may still run), the emulator
+    refuses the read: S leaves the wgmma register form while still in flight."""
     real = fences_pass._node
 
-    def no_middle_wait(g, op, where, before, **kw):
+    def weak_middle_wait(g, op, where, before, **kw):
         if op is fences_pass.WgmmaWait and where.op != "output":
-            return real(g, fences_pass.WgmmaFence, where, before)  # harmless stand-in
+            kw = {**kw, "pending": 1}
         return real(g, op, where, before, **kw)
 
-    monkeypatch.setattr(fences_pass, "_node", no_middle_wait)
-    with pytest.raises((EmulatorError, wc.WavecError), match="wait"):
-        kernel = _compile(chain(wc.f16), {BM: 64, BN: 64, BK: 64, STAGES: 1, wc.sym.J: 64})
-        a, b, v = torch.randn(64, 64).half(), torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    monkeypatch.setattr(fences_pass, "_node", weak_middle_wait)
+    kernel = _compile(chain(wc.f16), {BM: 64, BN: 64, BK: 64, STAGES: 1, wc.sym.J: 64})
+    a, b, v = torch.randn(64, 64).half(), torch.randn(64, 64).half(), torch.randn(64, 64).half()
+    with pytest.raises(EmulatorError, match="before the wgmma.wait_group that retires it"):
         kernel(a, b, v, poisoned(64, 64))
+
+
+def test_missing_wait_before_a_register_reader_is_refused(monkeypatch) -> None:
+    """Without that wait at all, the lowering refuses: relu would read registers a wgmma still writes."""
+    real = fences_pass._node
+    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: where
+                        if op is fences_pass.WgmmaWait and where.op != "output" else real(g, op, where, before, **kw))
+    with pytest.raises(wc.WavecError, match="no wgmma_wait retiring it"):
+        _compile(chain(wc.f16), {BM: 64, BN: 64, BK: 64, STAGES: 1, wc.sym.J: 64})
 
 
 def test_missing_fence_before_register_a_is_caught(monkeypatch) -> None:
