@@ -9,6 +9,7 @@ causal).  Writes attention.csv and attention.png under --out and prints the geom
 each baseline per (causal, head dim), then a short table.
 
     python benchmarks/attention.py --out DIR [--dtypes f16,bf16] [--time-budget SECONDS] [--layout bhsd]
+        [--mma mma_sync|wgmma] [--head-dims 128] [--wavec-configs sweep]
 """
 
 import argparse
@@ -40,7 +41,7 @@ def flops(s: dict) -> float:
     return f / 2 if s["causal"] else f
 
 
-def implementations(torch, layout: str, wavec_config=None) -> dict:
+def implementations(torch, layout: str, wavec_config=None, mma: str | None = None) -> dict:
     """name -> fn(q, k, v, causal) on [B, H, S, D] tensors (wavec in ``layout``; transposed views are
     made once per input set, outside the timing)."""
     import torch.nn.functional as F
@@ -56,7 +57,7 @@ def implementations(torch, layout: str, wavec_config=None) -> dict:
         return run
 
     def wavec(q, k, v, causal):
-        return attention(q, k, v, causal=causal, layout=layout, config=wavec_config)
+        return attention(q, k, v, causal=causal, layout=layout, config=wavec_config, mma=mma)
 
     return {"wavec": wavec, "flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
             "triton": lambda q, k, v, causal: triton_attention(q, k, v, causal)}
@@ -167,6 +168,10 @@ def main() -> int:
     ap.add_argument("--wavec-configs", default="heuristic", choices=("heuristic", "sweep"),
                     help="sweep: also time every candidate tile of wavec.kernels.attention.CONFIGS and keep the "
                          "fastest per shape (reported in the CSV)")
+    ap.add_argument("--mma", default=None, choices=("mma_sync", "wgmma"),
+                    help="wavec's matrix instruction (default: wavec.kernels.attention.default_mma, wgmma on "
+                         "sm_90 GPUs)")
+    ap.add_argument("--head-dims", default=None, help="only these head dims, e.g. 128")
     args = ap.parse_args()
 
     import torch
@@ -180,9 +185,15 @@ def main() -> int:
     out_dir = pathlib.Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     shapes = load_shapes(pathlib.Path(args.shapes))
-    impls = implementations(torch, args.layout)
+    if args.head_dims:
+        shapes = [s for s in shapes if s["d"] in {int(d) for d in args.head_dims.split(",")}]
+    from wavec.kernels.attention import default_mma
+
+    args.mma = args.mma or default_mma(torch.empty(1, device="cuda"))
+    impls = implementations(torch, args.layout, mma=args.mma)
     dtypes = {"f16": torch.float16, "bf16": torch.bfloat16}
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {len(shapes)} shape/causal rows")
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {len(shapes)} shape/causal rows, "
+          f"wavec mma {args.mma}")
     start = time.time()
     results, usable = [], {}
     for dt in args.dtypes.split(","):
@@ -204,10 +215,11 @@ def main() -> int:
             ms = time_shape(torch, do_bench, impls, s, tdt, args.layout, usable[group])
             r = dict(s, dtype=dt, wavec_config="heuristic")
             if args.wavec_configs == "sweep" and "wavec" in usable[group]:
-                from wavec.kernels.attention import CONFIGS
+                from wavec.kernels.attention import CONFIGS, WGMMA_CONFIGS
 
-                for cfg in CONFIGS[s["d"]]:
-                    alt = time_shape(torch, do_bench, {"wavec": implementations(torch, args.layout, cfg)["wavec"]},
+                for cfg in (WGMMA_CONFIGS if args.mma == "wgmma" else CONFIGS)[s["d"]]:
+                    alt = time_shape(torch, do_bench,
+                                     {"wavec": implementations(torch, args.layout, cfg, args.mma)["wavec"]},
                                      s, tdt, args.layout, {"wavec"})["wavec"]
                     if alt < ms["wavec"]:
                         ms["wavec"], r["wavec_config"] = alt, "x".join(map(str, cfg))

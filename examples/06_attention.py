@@ -4,6 +4,11 @@ The kernel body is the whole algorithm: S = Q·Kᵀ on the matrix units, masks t
 P = exp2(S - m) converted in registers to the next mma's A operand, O += P·V with V read transposed by
 ldmatrix.trans.  Batch and head are batch dimensions (one per workgroup); the kv head of a query head is
 an index mapping on the read (grouped-query attention); the softmax scale is a launch argument.
+
+Retargeting to Hopper's warpgroup MMA (``wgmma``, sm_90a) is the constraint list only (``hopper``):
+warpgroups of 64 query rows and the wgmma type.  The same body then runs Q·Kᵀ with Q and P·V with P as
+register operands of wgmma, K and V through shared-memory descriptors (V transposed: imm-trans-b), with the
+fences and waits around the softmax placed by the compiler.  It runs on an sm_90 GPU, else on the emulator.
 """
 
 import math
@@ -28,9 +33,13 @@ constraints = [
     wc.TilingConstraint(N, BLOCK_N),         # the loop over keys
     wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
 ]
+hopper = constraints[:4] + [
+    wc.WaveConstraint(M, 64),                # one warpgroup (4 waves) per 64 query rows
+    wc.TilingConstraint(N, BLOCK_N),
+    wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_WGMMA_F32_64xNx16_F16),
+]
 
 
-@wc.wave(constraints)
 def attention(q: Memory[B, H, M, D, f16], k: Memory[B, KVH, N, D, f16], v: Memory[B, KVH, N, D, f16],
               o: Memory[B, H, M, D, f16], scale: wc.Scalar[f32]):
     qr = wc.read(q)                                      # read once, kept in registers
@@ -51,9 +60,7 @@ def attention(q: Memory[B, H, M, D, f16], k: Memory[B, KVH, N, D, f16], v: Memor
     wc.write(wc.cast(acc * wc.reciprocal(l_final)[:, None], f16), o)
 
 
-def main() -> bool:
-    device, backend = device_and_backend()
-    kernel = wc.compile(attention, {BLOCK_M: 64, BLOCK_N: 64, D: 64}, backend=backend)
+def run(kernel, device: str, backend: str, what: str) -> bool:
     b, h, kvh, sq, skv, d = 1, 4, 2, 100, 150, 64   # neither length is a multiple of the tiles
     q = torch.randn(b, h, sq, d, device=device, dtype=torch.float16)
     k = torch.randn(b, kvh, skv, d, device=device, dtype=torch.float16)
@@ -62,7 +69,18 @@ def main() -> bool:
     kernel(q, k, v, out, 1.0 / math.sqrt(d))
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k.float().repeat_interleave(h // kvh, 1), v.float().repeat_interleave(h // kvh, 1))
-    return report("attention f16 GQA [1, 4, 100, 64]", out, ref, 2e-3, backend)
+    return report(f"attention f16 GQA [1, 4, 100, 64] {what}", out, ref, 2e-3, backend)
+
+
+def main() -> bool:
+    device, backend = device_and_backend()
+    ok = run(wc.compile(wc.wave(constraints)(attention), {BLOCK_M: 64, BLOCK_N: 64, D: 64}, backend=backend),
+             device, backend, "mma.sync")
+    if backend == "cuda" and torch.cuda.get_device_capability() != (9, 0):
+        device, backend = "cpu", "emulator"  # wgmma needs an sm_90 GPU; elsewhere the emulator runs it
+    kernel = wc.compile(wc.wave(hopper)(attention), {BLOCK_M: 64, BLOCK_N: 64, D: 64}, backend=backend,
+                        target="sm_90a")
+    return run(kernel, device, backend, "wgmma") and ok
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
-from wavec.kernels.attention import CONFIGS, attention_config, make_attention
+from wavec.kernels.attention import CONFIGS, WGMMA_CONFIGS, attention_config, make_attention
 
 pytest.importorskip("iree.compiler")
 HAS_PTXAS = find_ptxas() is not None
@@ -47,3 +47,42 @@ def test_sweep_candidates_have_no_spills(head_dim: int, config: tuple) -> None:
     subs, waves = attention_config(head_dim, config=config)
     k = wc.compile(make_attention(wc.bf16, "bshd", False, waves), subs, target="sm_90", backend="cuda", cache=False)
     assert k.metadata.spills == 0, (config, k.metadata.registers, k.metadata.spills)
+
+
+# ----- Hopper wgmma (mma="wgmma", sm_90a) ------------------------------------------------------------------
+
+def _wgmma_ptx(dtype, causal: bool, config: tuple, head_dim: int = 128) -> str:
+    subs, groups = attention_config(head_dim, config=config, mma="wgmma")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(make_attention(dtype, "bhsd", causal, groups, mma="wgmma"), subs, target="sm_90a",
+                       backend="cuda", cache=False)
+    return k.artifact.binary.decode()
+
+
+def test_wgmma_ptx_inner_loop() -> None:
+    """d128, 128x128, 2 warpgroups: per loop 8 m64n128k16 wgmmas for QKᵀ (Q in registers) and 8 for P·V
+    (P in registers, V MN-major: imm-trans-b = 1), no mma.sync, no ldmatrix, no shared round trip for P."""
+    ptx = _wgmma_ptx(wc.f16, False, (128, 128, 2))
+    inst = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+    assert ptx.count(inst) == 32  # 2 loops x (8 + 8)
+    assert ptx.count(", p, 1, 1, 0;") == 16 and ptx.count(", p, 1, 1, 1;") == 16  # K K-major, V MN-major
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx and "st.shared" not in ptx
+    for s in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;", "fence.proxy.async.shared::cta;",
+              "ex2.approx.ftz.f32", "cp.async.cg.shared.global"):
+        assert s in ptx, s
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+@pytest.mark.parametrize("head_dim,config", [(d, c) for d in (64, 128) for c in WGMMA_CONFIGS[d]])
+def test_wgmma_configs_have_no_spills_and_no_serialization(head_dim: int, config: tuple, tmp_path) -> None:
+    """Every wgmma candidate assembles for sm_90a without spills, and ptxas does not serialize the wgmmas
+    (it would if it saw the accumulator or A registers touched between issue and wait)."""
+    import subprocess
+
+    src = tmp_path / "k.ptx"
+    src.write_text(_wgmma_ptx(wc.bf16, True, config, head_dim))
+    proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                          capture_output=True, text=True, check=True)
+    report = proc.stdout + proc.stderr
+    assert "serialized" not in report and "0 bytes spill stores" in report, report

@@ -137,3 +137,64 @@ def test_default_d128_tile(causal) -> None:
     q, k, v = _inputs(1, 2, 1, 130, 200, 128, wc.f16)
     out = attention(q, k, v, causal=causal, backend="emulator")
     torch.testing.assert_close(out.float(), _reference(q, k, v, causal), rtol=2e-3, atol=2e-3)
+
+
+# ----- Hopper wgmma (mma="wgmma", sm_90a): the same body, warpgroups of 64 query rows -------------------------
+
+WGMMA_CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, warpgroups)
+    ("bhsd", wc.f16, False, (1, 2, 2, 70, 72, 64), (64, 32, 1)),
+    ("bhsd", wc.bf16, True, (1, 2, 1, 100, 100, 64), (128, 64, 2)),  # GQA, two warpgroups
+    ("bshd", wc.f16, True, (1, 2, 2, 40, 72, 64), (64, 64, 1)),  # Sq != Skv: top-left causal mask
+    ("bshd", wc.bf16, False, (2, 2, 1, 33, 130, 128), (64, 64, 1)),
+    ("bhsd", wc.f16, True, (1, 2, 1, 130, 130, 128), (128, 128, 2)),  # the d128 default tile
+]
+
+
+@pytest.mark.parametrize("layout,dtype,causal,shape,cfg", WGMMA_CASES,
+                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
+                              f"-{'x'.join(map(str, c[4]))}" for c in WGMMA_CASES])
+def test_wgmma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
+    b, h, kvh, sq, skv, d = shape
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
+    ref = _reference(q, k, v, causal)
+    bm, bn, groups = cfg
+    kernel = wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma"),
+                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
+                        cache=False)
+    mlir = kernel.artifact.mlir
+    assert "nvgpu.mma.sync" not in mlir and "nvgpu.ldmatrix" not in mlir
+    # QKᵀ with Q and P·V with P in registers: the register-A form (inline PTX) of wgmma, both
+    assert "wgmma.mma_async.sync.aligned" in mlir and "nvvm.wgmma.mma_async" not in mlir
+    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
+    out = torch.full_like(qo, float("nan"))
+    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    assert not out.isnan().any(), "some output elements were not written"
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+
+
+def test_wgmma_attention_api() -> None:
+    """``attention(mma="wgmma")`` with its heuristic (queries <= 64: one warpgroup) and the body unchanged."""
+    from wavec.kernels.attention import attention_constraints
+
+    q, k, v = _inputs(1, 2, 2, 24, 136, 64, wc.f16)
+    out = attention(q, k, v, causal=True, backend="emulator", mma="wgmma")
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True), rtol=2e-3, atol=2e-3)
+    sync, warpgroup = attention_constraints(wc.f16, 8), attention_constraints(wc.f16, 2, mma="wgmma")
+    assert [type(c) for c in sync] == [type(c) for c in warpgroup]  # retargeted by the hardware constraint
+    assert make_attention(mma="wgmma").fn.__code__.co_code == make_attention().fn.__code__.co_code
+
+
+@pytest.mark.parametrize("mma,cfg", [("mma_sync", (64, 32, 2)), ("wgmma", (64, 64, 1))])
+def test_heavy_first_launch_order(mma, cfg) -> None:
+    """``heavy_first`` (SchedulingConstraint.reverse_axis0): the query tiles launch last first; every tile
+    is still computed once (NaN-filled output) and matches SDPA."""
+    q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.f16)
+    bm, bn, waves = cfg
+    kernel = wc.compile(make_attention(wc.f16, "bhsd", True, waves, mma=mma, heavy_first=True),
+                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: 64}, backend="emulator",
+                        target="sm_90a" if mma == "wgmma" else None, cache=False)
+    out = torch.full_like(q, float("nan"))
+    kernel(q, k, v, out, 0.125)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import wavec as wc
-from wavec.kernels.attention import attention, register_attention_op
+from wavec.kernels.attention import WGMMA_CONFIGS, attention, register_attention_op
 
 pytestmark = pytest.mark.gpu
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -39,7 +39,7 @@ def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
 @pytest.mark.parametrize("b,h,kvh,sq,skv", [(2, 16, 16, 1024, 1024), (1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333)])
 def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
-    out = attention(q, k, v, causal=causal, layout=layout)
+    out = attention(q, k, v, causal=causal, layout=layout, mma="mma_sync")  # wgmma: test_attention_wgmma
     torch.cuda.synchronize()
     ref = _reference(q, k, v, causal, layout)
     assert not out.isnan().any()
@@ -49,7 +49,7 @@ def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
 @pytest.mark.parametrize("sq,skv", [(1, 4096), (64, 8192), (4096, 1)])
 def test_attention_odd_lengths(sq, skv) -> None:
     q, k, v = _inputs(1, 8, 8, sq, skv, 128, "f16", "bhsd")
-    out = attention(q, k, v, scale=0.07)
+    out = attention(q, k, v, scale=0.07, mma="mma_sync")
     torch.cuda.synchronize()
     torch.testing.assert_close(out.float(), _reference(q, k, v, False, "bhsd", 0.07), rtol=3e-3, atol=3e-3)
 
@@ -69,7 +69,55 @@ def test_attention_torch_op_and_cuda_graph() -> None:
     torch.testing.assert_close(out2, out)
 
 
+def test_default_mma_is_wgmma_on_sm90() -> None:
+    from wavec.kernels.attention import default_mma
+
+    q = torch.empty(1, device="cuda")
+    assert default_mma(q) == ("wgmma" if torch.cuda.get_device_capability() == (9, 0) else "mma_sync")
+    assert default_mma(q.cpu()) == "mma_sync" and default_mma(q, backend="emulator") == "mma_sync"
+
+
 def test_noncontiguous_inputs_rejected() -> None:
     q, k, v = _inputs(1, 4, 4, 256, 256, 64, "f16", "bhsd")
     with pytest.raises(wc.WavecError, match="non-contiguous"):
         attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), layout="bshd")
+
+
+# ----- Hopper wgmma (mma="wgmma", sm_90a) ------------------------------------------------------------------
+
+def _needs_sm90() -> None:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs an sm_90 GPU (H100/H200)")
+
+
+@pytest.mark.parametrize("dtype,layout", [("f16", "bhsd"), ("bf16", "bshd")])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("b,h,kvh,sq,skv", [(1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333)])
+def test_attention_wgmma(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
+    _needs_sm90()
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    out = attention(q, k, v, causal=causal, layout=layout, mma="wgmma")
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("config", WGMMA_CONFIGS[128][1:], ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("b,h,kvh,sq,skv", [(2, 16, 16, 1024, 1024), (1, 4, 2, 333, 1000)])
+def test_attention_wgmma_other_tiles(config, b, h, kvh, sq, skv) -> None:
+    _needs_sm90()
+    q, k, v = _inputs(b, h, kvh, sq, skv, 128, "f16", "bhsd")
+    out = attention(q, k, v, mma="wgmma", config=config)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, False, "bhsd"), rtol=3e-3, atol=3e-3)
+
+
+@pytest.mark.parametrize("sq,skv", [(1, 4096), (64, 8192), (4096, 1), (100, 150)])
+def test_attention_wgmma_odd_lengths(sq, skv) -> None:
+    """Decode (one query: the one-warpgroup tile), a single key, and a small case (compute-sanitizer's)."""
+    _needs_sm90()
+    q, k, v = _inputs(1, 8, 8, sq, skv, 128, "f16", "bhsd")
+    out = attention(q, k, v, scale=0.07, mma="wgmma")
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), _reference(q, k, v, False, "bhsd", 0.07), rtol=3e-3, atol=3e-3)

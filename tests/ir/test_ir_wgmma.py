@@ -219,3 +219,44 @@ CHECK-NEXT: %tma_fill = tma_fill(%capture_a, %capture_shared_a, %capture_b, %cap
     assert head.count("nvvm.mbarrier.init") == stages * (2 if war == "mbarrier" else 1)
     assert head.count("nvvm.fence.proxy.acquire") == 2 and "nvvm.fence.mbarrier.init" in head
     assert "binding(3) alignment(64) offset(%c0) flags(ReadOnly) : memref<32xi64>" in c.mlir  # the tensor maps
+
+
+def test_attention_body_waits_before_the_softmax_and_fences_before_pv() -> None:
+    """The attention kernel with ``mma="wgmma"``: S = Q Kᵀ is one group waited for (``retire`` = S) before
+    the row max reads it; P reaches P·V through ``convert_layout(via=registers)`` (each 64 x 16 register-A
+    tile is 8 registers of S's accumulator); a fence precedes P·V (its A and accumulator were written by
+    ordinary instructions) and a wait retires O before the yield; the next tiles' copies go out after the
+    first commit; V is an MN-major tile."""
+    from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
+
+    printed: list[str] = []
+    kernel = make_attention(wc.f16, "bhsd", False, 1, mma="wgmma")
+    trace = kernel.trace()
+    subs = {BLOCK_M: 64, BLOCK_N: 32, NUM_STAGES: 2, D: 32}
+    ctx = PassContext.build(trace, ConstraintSet(kernel.constraints, subs), "sm_90a")
+    run_pipeline(trace, ctx, ["layout_wgmma_operands", "insert_wgmma_fences"], printer=printed.append)
+    layouts, fences = printed
+    assert "kind=<SharedLayoutKind.SWIZZLE_64B: 'swizzle_64b'>, elem_bytes=2, mn_major=True)" in layouts  # V
+    assert "kind=<SharedLayoutKind.SWIZZLE_64B: 'swizzle_64b'>, elem_bytes=2, mn_major=False)" in layouts  # K
+    filecheck(fences, r"""
+CHECK-LABEL: region iterate_0 {
+CHECK: %proxy_fence = proxy_fence()
+CHECK-NEXT: %barrier = barrier()
+CHECK: %wgmma_fence = wgmma_fence()
+CHECK-NEXT: %mma_m0_n0_d0 = wgmma(%capture_read_m0_d0, %read_n0_d0, %register_m0_n0)
+CHECK: %mma_m0_n0_d1 = wgmma(%capture_read_m0_d1, %read_n0_d1, %mma_m0_n0_d0)
+CHECK-NEXT: %wgmma_commit = wgmma_commit()
+CHECK-NEXT: %read_global_n0_d0_async = async_copy(
+CHECK-NEXT: %read_1_global_n0_d0_async = async_copy(
+CHECK-NEXT: %async_commit = async_commit()
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=0, retire=(mma_m0_n0_d1,))
+CHECK-NEXT: %reduce_m0_n0 = reduce(%mma_m0_n0_d1, dim=N, kind=max)
+CHECK: %convert_layout_m0_n0 = convert_layout((%cast_m0_n0), via=registers)
+CHECK-NEXT: %convert_layout_m0_n1 = convert_layout((%cast_m0_n0), via=registers)
+CHECK-NEXT: %wgmma_fence_1 = wgmma_fence()
+CHECK-NEXT: %mma_1_m0_d0_n0 = wgmma(%convert_layout_m0_n0, %permute_d0_n0,
+CHECK-NEXT: %mma_1_m0_d0_n1 = wgmma(%convert_layout_m0_n1, %permute_d0_n1, %mma_1_m0_d0_n0)
+CHECK-NEXT: %wgmma_commit_1 = wgmma_commit()
+CHECK-NEXT: %wgmma_wait_1 = wgmma_wait(, pending=0, retire=(mma_1_m0_d0_n1,))
+CHECK-NEXT: return (%binary_m0, %binary_7_m0, %mma_1_m0_d0_n1)
+""")

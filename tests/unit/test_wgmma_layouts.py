@@ -194,3 +194,31 @@ def test_legality_knows_wgmma(bm: int, bn: int, stages: int, target: str, ok: bo
     assert got == ok and why in reason, reason
     if target == "sm_90a":
         assert shared_bytes(kernel, subs, target) == stages * (bm + bn) * 64 * 2
+
+
+def test_register_a_layout_is_the_ptx_fragment() -> None:
+    """A in registers (wgmma .m64nNk16 A fragment): register i of lane l holds A[16w + g + 8 * (i % 4 // 2),
+    2t + 8 * (i // 4) + i % 2]; the 128 lanes cover the 64 x 16 tile exactly once."""
+    lay = mma_layout(WGMMA[0], "a", M, K, n=64, a_in_registers=True)
+    assert lay.tile == (64, 16) and lay.size == 8
+    seen = set()
+    for lane in range(128):
+        w, g, t = lane // 32, lane % 32 // 4, lane % 4
+        rows0, cols0 = (int(lay.seq(d).start.subs(LANE, lane)) for d in (M, K))
+        for i, off in enumerate(lay.positions()):
+            got = (rows0 + off[M], cols0 + off[K])
+            assert got == (16 * w + g + 8 * (i % 4 // 2), 2 * t + 8 * (i // 4) + i % 2), (lane, i)
+            seen.add(got)
+    assert seen == set(itertools.product(range(64), range(16)))
+
+
+@pytest.mark.parametrize("n", [16, 64, 128])
+def test_accumulator_to_register_a_is_a_register_selection(n: int) -> None:
+    """The 64 x n accumulator holds, per 16 columns j, the register-A tile j of the next wgmma in its
+    registers 8j..8j+7 in every lane (P in attention: no data moves between lanes)."""
+    from wavec.passes.convert_layouts import register_mapping
+
+    src = mma_layout(WGMMA[0], "c", M, K, n=n)
+    for j in range(n // 16):
+        dst = mma_layout(WGMMA[0], "a", M, K, n=64, a_in_registers=True).offset({K: 16 * j})
+        assert register_mapping(src, dst, 128) == [(0, 8 * j + q) for q in range(8)]

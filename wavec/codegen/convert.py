@@ -32,7 +32,7 @@ def _concat(values: list[ir.Value]) -> ir.Value:
 
 def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
     dst: Layout = node.meta["layout"]
-    mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.threads_per_wave)
+    mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.lanes)
     if mapping is None:  # the pass proved one exists; every tile shares the pattern
         raise CodegenError(node.meta.get("loc"), message=f"convert_layout %{node.name}: the layouts have no "
                            "lane-independent register mapping (convert_layouts should have chosen via=shared)")

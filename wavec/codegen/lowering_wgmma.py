@@ -6,7 +6,9 @@
   is the shared tile's address (``memref.extract_aligned_pointer_as_index``, emitted once before the
   loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
   expression, so its loop-invariant part is hoisted like any other address.
-- ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"); the
+- ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"; an MN-major
+  tile flips its operand's layout: imm-trans = 1), or, with A in registers (``a_in_registers``), the same
+  instruction as inline PTX (``{a0..a3}``: no MLIR op has that form); the
   accumulator is the layout's ``vector<N/2 x f32>`` outside a chain of wgmmas and the instruction's
   ``!llvm.struct<(f32 x N/2)>`` inside it (LLVM folds the element moves): into it before the first
   wgmma (``WgmmaAccumulator`` before a loop that carries it), out of it only at the
@@ -23,6 +25,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
 from ..errors import CodegenError
+from ..frontend.ops import Permute, RegisterInit
 from ..frontend.ops_hopper import (
     MatrixDescriptor,
     ProxyFence,
@@ -91,6 +94,17 @@ def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), elems)
 
 
+def _mn_major(node: fx.Node) -> bool:
+    """Whether a descriptor operand (possibly through a ``permute``) reads an MN-major tile."""
+    while node.meta.get("op") is Permute:
+        node = node.args[0]
+    return capture_root(node.args[0]).kwargs["smem_layout"].mn_major
+
+
+def _attr(text: str) -> ir.Attribute:
+    return ir.Attribute.parse(text)
+
+
 @rule(WarpgroupMMA)
 def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     spec = fb.cs.mma_type.spec
@@ -99,16 +113,52 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     n, count = layout.tile[1], layout.size  # n / 2 f32 per thread
     st = llvm.StructType.get_literal([ir.F32Type.get()] * count)
     _check_readers(fb, node)
-
-    def attr(text: str) -> ir.Attribute:
-        return ir.Attribute.parse(text)
-
-    in_t = attr(f"#nvvm.wgmma_type<{spec.in_dtype}>")
-    one = attr("#nvvm.wgmma_scale_in<one>")
+    if node.meta.get("a_in_registers"):
+        fb.values[node] = _wgmma_registers_a(fb, node, n, count, st)
+        return
+    in_t = _attr(f"#nvvm.wgmma_type<{spec.in_dtype}>")
+    one = _attr("#nvvm.wgmma_scale_in<one>")
+    # imm-trans-a/b = 1 (layout col for A, row for B) reads an MN-major tile
+    lay_a = "col" if _mn_major(a) else "row"
+    lay_b = "row" if _mn_major(b) else "col"
     fb.values[node] = nvvm.wgmma_mma_async(
         st, _to_struct(fb, fb.values[acc_node], count), fb.values[a], fb.values[b],
-        attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"), in_t, in_t, attr("#nvvm.wgmma_type<f32>"),
-        attr("#nvvm.wgmma_scale_out<one>"), one, one, attr("#nvvm.mma_layout<row>"), attr("#nvvm.mma_layout<col>"))
+        _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"), in_t, in_t, _attr("#nvvm.wgmma_type<f32>"),
+        _attr("#nvvm.wgmma_scale_out<one>"), one, one, _attr(f"#nvvm.mma_layout<{lay_a}>"),
+        _attr(f"#nvvm.mma_layout<{lay_b}>"))
+
+
+def _zero(node: fx.Node) -> bool:
+    """Whether an accumulator operand is a fresh all-zero register tile (``Register[...](0.0)``)."""
+    return node.meta.get("op") is RegisterInit and node.kwargs.get("value") == 0.0
+
+
+def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, st: ir.Type) -> ir.Value:
+    """``wgmma.mma_async`` with A in registers (four f16x2/bf16x2 registers per thread; no MLIR op has
+    this form, so inline PTX as IREE emits for the descriptor form): outputs ``=f`` tied to the
+    accumulator inputs, then the A registers (``r``) and the B descriptor (``l``).  A zero accumulator
+    (S = Q Kᵀ in attention) is not passed at all: scale-d = 0 makes the instruction compute D = A B,
+    which saves zeroing N/2 registers per tile and iteration."""
+    spec = fb.cs.mma_type.spec
+    a, b, acc_node = node.args
+    acc, f32, i32 = fb.values[acc_node], ir.F32Type.get(), ir.IntegerType.get_signless(32)
+    if _zero(acc_node):
+        elems = []
+    elif isinstance(acc.type, ir.VectorType):
+        elems = [vector.extract(acc, [], [i]) for i in range(count)]
+    else:
+        elems = [llvm.extractvalue(f32, acc, [i]) for i in range(count)]
+    packed = vector.bitcast(ir.VectorType.get([4], i32), fb.values[a])
+    regs = [vector.extract(packed, [], [i]) for i in range(4)]
+    first = count + len(elems)  # tied inputs are numbered too: $count..$2count-1
+    outs = ", ".join(f"${i}" for i in range(count))
+    ins = ", ".join(f"${first + i}" for i in range(4))
+    trans_b = int(_mn_major(b))
+    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if not elems else 1}, 0;\n"
+           f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
+           f"{{{outs}}}, {{{ins}}}, ${first + 4}, p, 1, 1, {trans_b};\n}}\n")
+    constraints = ",".join(["=f"] * count + [str(i) for i in range(len(elems))] + ["r"] * 4 + ["l"])
+    return llvm.inline_asm(st, elems + regs + [fb.values[b]], asm, constraints, has_side_effects=True)
 
 
 def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:

@@ -123,13 +123,35 @@ def _settled(x, where: str) -> np.ndarray:
     return np.asarray(x)
 
 
+class InFlightPart:
+    """One register of an in-flight wgmma result (``llvm.extractvalue`` before the wait): only a
+    register-A wgmma (inline PTX, whose accumulator operands are scalars) may take it; anything else
+    that reads it (numpy conversion) is the error of reading before the ``wgmma.wait_group``."""
+
+    __slots__ = ("flight", "pos", "where")
+
+    def __init__(self, flight: InFlight, pos: int, where: str) -> None:
+        self.flight, self.pos, self.where = flight, pos, where
+
+    def settled(self) -> np.ndarray:
+        return _settled(self.flight, self.where)[:, self.pos]
+
+    def __array__(self, dtype=None, copy=None):
+        raise EmulatorError(message=f"{self.where}: reads a wgmma accumulator before the wgmma.wait_group "
+                            "that retires it")
+
+
 @register("llvm.extractvalue")
 def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
     (container,), (o,) = c.ins(op), c.outs(op)
     pos, where = _position(op), c.loc(op)
 
     def run(st: State) -> None:
-        st.env[o] = _settled(st.env[container], where)[:, pos]
+        x = st.env[container]
+        if isinstance(x, InFlight) and x.value is None:
+            st.env[o] = InFlightPart(x, pos, where)
+            return
+        st.env[o] = _settled(x, where)[:, pos]
 
     return run
 
@@ -139,17 +161,23 @@ def _decode(desc: int) -> tuple[int, int, int, int]:
     return ((desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, (desc >> 62) & 3)
 
 
-def _operand_bytes(desc: int, rows: int, elem_bytes: int, where: str) -> np.ndarray:
-    """Byte addresses (rows, 16, elem_bytes) of a K-major rows x 16 operand."""
+def _operand_bytes(desc: int, rows: int, elem_bytes: int, mn_major: bool = False) -> np.ndarray:
+    """Byte addresses (rows, 16, elem_bytes) of a rows x 16 operand, K-major or (imm-trans = 1) MN-major."""
     start, lbo, sbo, mode = _decode(desc)
     e = 16 // elem_bytes
     r, k = np.arange(rows)[:, None], np.arange(16)[None, :]
-    if mode == 0:  # core matrices: 8 rows x 16 bytes, LBO along K, SBO along M/N
+    width = {0: 16, 1: 128, 2: 64, 3: 32}[mode]
+    if mn_major and mode == 0:  # core matrices of 8 K rows x 16 bytes of M/N: SBO along M/N, LBO along K
+        elem = start + (r // e) * sbo + (k // 8) * lbo + (k % 8) * 16 + (r % e) * elem_bytes
+    elif mn_major:  # W-byte rows along M/N, LBO per W bytes of M/N, SBO per 8 K rows
+        per = width // elem_bytes
+        elem = start + (r // per) * lbo + (k // 8) * sbo + (k % 8) * width + (r % per) * elem_bytes
+    elif mode == 0:  # core matrices: 8 rows x 16 bytes, LBO along K, SBO along M/N
         elem = start + (r // 8) * sbo + (k // e) * lbo + (r % 8) * 16 + (k % e) * elem_bytes
-    else:  # W-byte swizzle (mode 1, 2, 3: W = 128, 64, 32): W-byte rows, SBO per 8-row atom, and the
-        # 16-byte chunk bits [4, 4 + log2(W/16)) of the address XOR bits [7, 7 + log2(W/16))
-        width = {1: 128, 2: 64, 3: 32}[mode]
+    else:  # W-byte rows of K, SBO per 8-row atom
         elem = start + (r // 8) * sbo + (r % 8) * width + k * elem_bytes
+    if mode:  # W-byte swizzle (mode 1, 2, 3: W = 128, 64, 32): the 16-byte chunk bits [4, 4 + log2(W/16))
+        # of the address XOR bits [7, 7 + log2(W/16))
         elem = elem ^ (((elem >> 7) & (width // 16 - 1)) << 4)
     return elem[..., None] + np.arange(elem_bytes)
 
@@ -181,17 +209,66 @@ def _acc_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
     return 16 * w + g + 8 * r, 8 * j + 2 * t + e
 
 
-def _wgmma_attrs(op: ir.Operation) -> tuple[int, int, str]:
+def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
+    """(N, operand type, A MN-major, B MN-major) of an ``nvvm.wgmma.mma_async``."""
     shape = re.search(r"m\s*=\s*(\d+),\s*n\s*=\s*(\d+),\s*k\s*=\s*(\d+)", str(op.attributes["shape"]))
     m, n, k = (int(x) for x in shape.groups())
     type_a = str(op.attributes["typeA"]).split("<")[-1].rstrip(">")
     same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
     if (m, k) != (64, 16) or type_a not in ("f16", "bf16") or not same:
         raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
-    for name, want in (("layoutA", "row"), ("layoutB", "col"), ("scaleD", "one")):
-        if str(op.attributes[name]).split("<")[-1].rstrip(">") != want:
-            raise EmulatorError(message=f"{op.name}: only {name} = {want} is emulated")
-    return n, k, type_a
+    if str(op.attributes["scaleD"]).split("<")[-1].rstrip(">") != "one":
+        raise EmulatorError(message=f"{op.name}: only scaleD = one is emulated")
+    def attr(name: str) -> str:
+        return str(op.attributes[name]).split("<")[-1].rstrip(">")
+    return n, type_a, attr("layoutA") == "col", attr("layoutB") == "row"
+
+
+def _group_operand(st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int,
+                   where: str) -> np.ndarray:
+    """The (rows, 16) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
+    lanes = slice(grp * GROUP, (grp + 1) * GROUP)
+    waves = np.arange(grp * 4, grp * 4 + 4)
+    return _gather(st, _operand_bytes(_uniform(desc[lanes], where), rows, 2, mn_major), waves, dtype, op_id, where)
+
+
+def _a_from_registers(regs: list[np.ndarray], dtype: str) -> np.ndarray:
+    """The 64 x 16 A of one warpgroup from its lanes' four f16x2/bf16x2 registers (128, 4): warp w holds rows
+    16w..16w+15 as the m16n8k16 A fragment, reg h = elements (2h, 2h+1): A[16w + g + 8(h%2), 2t + 8(h//2) + e]."""
+    bits = np.stack([np.asarray(r).astype(np.int64) & 0xFFFFFFFF for r in regs], axis=1)  # (128, 4)
+    halves = np.stack([bits & 0xFFFF, bits >> 16], axis=2).astype(np.uint16)  # (128, 4, 2)
+    vals = halves.view(np.float16).astype(np.float32) if dtype == "f16" else bf16_bits_to_f32(halves)
+    lane, h, e = np.arange(GROUP)[:, None, None], np.arange(4)[None, :, None], np.arange(2)[None, None, :]
+    w, g, t = lane // 32, lane % 32 // 4, lane % 4
+    a = np.zeros((64, 16), np.float32)
+    rows, cols = (np.broadcast_to(x, vals.shape) for x in (16 * w + g + 8 * (h % 2), 2 * t + 8 * (h // 2) + e))
+    a[rows, cols] = vals
+    return a
+
+
+def _issue(st: State, where: str, acc_in, operands, n: int) -> InFlight:
+    """Queue one wgmma: ``operands(st, grp) -> (A, B)`` is evaluated, with ``acc_in``, at its retirement."""
+    if st.lanes % GROUP:
+        raise EmulatorError(message=f"{where}: {st.lanes} threads are not whole warpgroups")
+    if not getattr(st, "wgmma_fenced", False):
+        raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
+    rows, cols = _acc_positions(n)
+    result = InFlight()
+
+    def retire(st: State) -> None:
+        c_in = acc_in()
+        out = np.empty_like(c_in)
+        for grp in range(st.lanes // GROUP):
+            lanes = slice(grp * GROUP, (grp + 1) * GROUP)
+            a, b = operands(st, grp)
+            cmat = np.zeros((64, n), np.float32)
+            cmat[rows, cols] = c_in[lanes]
+            d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
+            out[lanes] = d[rows, cols]
+        result.value = out
+
+    st.__dict__.setdefault("wgmma_open", []).append(retire)
+    return result
 
 
 @register("nvvm.wgmma.mma_async")
@@ -199,39 +276,61 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
     acc = next(s for s, v in zip(ins, op.operands) if str(v.type).startswith("!llvm.struct"))
     desc_a, desc_b = (s for s, v in zip(ins, op.operands) if str(v.type) == "i64")
-    n, _k, dtype = _wgmma_attrs(op)
-    rows, cols = _acc_positions(n)
+    n, dtype, a_mn, b_mn = _wgmma_attrs(op)
     where, op_id = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
-        if st.lanes % GROUP:
-            raise EmulatorError(message=f"{where}: {st.lanes} threads are not whole warpgroups")
-        if not getattr(st, "wgmma_fenced", False):
-            raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
-        descs = [full_lanes(np.asarray(st.env[d], np.int64).reshape(-1), st.lanes) for d in (desc_a, desc_b)]
+        da, db = (full_lanes(np.asarray(st.env[d], np.int64).reshape(-1), st.lanes) for d in (desc_a, desc_b))
         # an accumulator chained from an in-flight wgmma is read when that one retires (groups retire in order)
         acc_in = st.env[acc]
         if not isinstance(acc_in, InFlight):
             acc_in = np.array(full_lanes(np.asarray(acc_in, np.float32), st.lanes))
-        result = InFlight()
 
-        def retire(st: State) -> None:
-            c_in = _settled(acc_in, where)
-            out = np.empty_like(c_in)
-            for grp in range(st.lanes // GROUP):
-                lanes = slice(grp * GROUP, (grp + 1) * GROUP)
-                da, db = (int(_uniform(d[lanes], where)) for d in descs)
-                waves = np.arange(grp * 4, grp * 4 + 4)
-                a = _gather(st, _operand_bytes(da, 64, 2, where), waves, dtype, op_id, where)
-                b = _gather(st, _operand_bytes(db, n, 2, where), waves, dtype, op_id, where)
-                cmat = np.zeros((64, n), np.float32)
-                cmat[rows, cols] = c_in[lanes]
-                d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
-                out[lanes] = d[rows, cols]
-            result.value = out
+        def operands(st: State, grp: int):
+            return (_group_operand(st, da, grp, 64, a_mn, dtype, op_id, where),
+                    _group_operand(st, db, grp, n, b_mn, dtype, op_id, where))
 
-        st.env[o] = result
-        st.__dict__.setdefault("wgmma_open", []).append(retire)
+        st.env[o] = _issue(st, where, lambda: _settled(acc_in, where), operands, n)
+
+    return run
+
+
+_WGMMA_ASM = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b?f16)\.(b?f16)\s+\{[^}]*\},\s*"
+                        r"\{[^}]*\},\s*\$\d+,\s*p,\s*1,\s*1,\s*([01]);")
+
+
+@register("llvm.inline_asm")
+def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
+    """Only the register-A ``wgmma.mma_async`` that ``lowering_wgmma`` emits: operands are the N/2
+    accumulator registers (none with scale-d = 0: D = A B), the four A registers and the B descriptor."""
+    text = ir.StringAttr(op.attributes["asm_string"]).value
+    m, scale = _WGMMA_ASM.search(text), re.search(r"setp\.ne\.b32 p, ([01]), 0;", text)
+    if m is None or scale is None or m.group(2) != m.group(3):
+        raise EmulatorError(message=f"{c.loc(op)}: unsupported inline PTX {text!r}")
+    n, dtype, b_mn = int(m.group(1)), m.group(2), m.group(4) == "1"
+    ins, (o,) = c.ins(op), c.outs(op)
+    count = n // 2 if scale.group(1) == "1" else 0  # scale-d = 0: D = A B, no accumulator operands
+    acc, a_regs, desc_b = ins[:count], ins[count:count + 4], ins[count + 4]
+    where, op_id = c.loc(op), c.op_id(op)
+
+    def run(st: State) -> None:
+        parts = [st.env[x] for x in acc]
+        regs = [full_lanes(np.asarray(st.env[x]).reshape(-1), st.lanes) for x in a_regs]
+        db = full_lanes(np.asarray(st.env[desc_b], np.int64).reshape(-1), st.lanes)
+
+        def acc_in() -> np.ndarray:
+            if not parts:
+                return np.zeros((st.lanes, n // 2), np.float32)
+            cols = [p.settled() if isinstance(p, InFlightPart) else np.asarray(p, np.float32).reshape(-1)
+                    for p in parts]
+            return np.stack([full_lanes(x, st.lanes) for x in cols], axis=1).astype(np.float32)
+
+        def operands(st: State, grp: int):
+            lanes = slice(grp * GROUP, (grp + 1) * GROUP)
+            return (_a_from_registers([r[lanes] for r in regs], dtype),
+                    _group_operand(st, db, grp, n, b_mn, dtype, op_id, where))
+
+        st.env[o] = _issue(st, where, acc_in, operands, n)
 
     return run
 

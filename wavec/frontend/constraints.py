@@ -85,7 +85,9 @@ class SchedulingConstraint:
     else ``cp.async``), "tma" (TMA, or a ``ConstraintError`` saying why it cannot be used), "tma-mbarrier"
     / "tma-barrier" (TMA with stage reuse ordered by per-stage "empty" mbarriers / by the workgroup barrier
     after each stage wait; "auto" and "tma" choose, see ``passes/pipeline_tma.py``) or "cp.async" (never
-    TMA: the comparison baseline).
+    TMA: the comparison baseline); ``reverse_axis0``: launch the tiles of workgroup axis 0 last
+    first (causal attention: the query tiles with the most keys start first and the light ones fill the
+    tail; not combined with ``group_size``).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
@@ -93,6 +95,7 @@ class SchedulingConstraint:
     promote_operands: bool = True
     operand_swizzle: str = "auto"
     async_copy: str = "auto"
+    reverse_axis0: bool = False
 
     def __post_init__(self) -> None:
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):

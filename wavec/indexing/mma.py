@@ -8,7 +8,8 @@ vector.
 Warpgroup types (``group_waves = 4``, Hopper ``wgmma``): four consecutive waves issue one instruction
 together, so the layout unit is the warpgroup: ``$LANE`` ranges over its 128 threads and the wave symbols
 count warpgroups.  Their A and B operands are not registers but shared-memory tiles addressed by matrix
-descriptors: the "layout" of an A/B read is one descriptor per instruction tile (no per-lane levels).
+descriptors: the "layout" of an A/B read is one descriptor per instruction tile (no per-lane levels),
+except A in registers (``a_in_registers``): per warp the m16n8k16 A fragment of its 16 rows.
 The instruction's N is not fixed by the type: it is the wave tile's N (``instruction_n``).
 """
 
@@ -91,6 +92,14 @@ def _amd_32x32x8(role: str, d0: Dim, d1: Dim) -> Layout:
                        ((d0, 1), (d0, 0)))
 
 
+def _nv_wgmma_a_registers(d0: Dim, d1: Dim) -> Layout:
+    """A of m64nNk16 in registers (PTX ISA, "Register Fragments", wgmma .m64nNk16 A): warp w of the group
+    holds rows 16w..16w+15 as the m16n8k16 A fragment: reg 4h + 2r + e = A[16w + g + 8r, 2t + 8h + e]."""
+    warp, g, t = sympy.floor(LANE / 32), sympy.Mod(sympy.floor(LANE / 4), 8), sympy.Mod(LANE, 4)
+    return Layout.make((d0, d1), (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (2, 8)))), (64, 16),
+                       ((d1, 1), (d0, 0), (d1, 0)))
+
+
 def _nv_wgmma(role: str, d0: Dim, d1: Dim, n: int) -> Layout:
     if role in ("a", "b"):  # one matrix descriptor per 64 x 16 (A) or n x 16 (B) tile of shared memory
         return Layout.make((d0, d1), (IndexSeq(0), IndexSeq(0)), (64 if role == "a" else n, 16))
@@ -109,15 +118,19 @@ _LAYOUTS = {
 }
 
 
-def mma_layout(mma: MMAType, role: str, d0: Dim, d1: Dim, n: int | None = None) -> Layout:
+def mma_layout(mma: MMAType, role: str, d0: Dim, d1: Dim, n: int | None = None,
+               a_in_registers: bool = False) -> Layout:
     """The layout of operand ``role`` ("a" [M,K], "b" [N,K], "c" [M,N]) over dims ``(d0, d1)``.
 
-    Warpgroup types need ``n``, the instruction's N (``MMASpec.instruction_n`` of the wave tile)."""
+    Warpgroup types need ``n``, the instruction's N (``MMASpec.instruction_n`` of the wave tile);
+    ``a_in_registers`` gives their register form of A (else one descriptor per tile)."""
     if role not in ("a", "b", "c"):
         raise ValueError(f"mma operand role must be a, b or c, not {role!r}")
     if mma.spec.group_waves > 1:
         if n is None or n % 8 or not 8 <= n <= mma.spec.n:
             raise ValueError(f"{mma.name} needs an instruction N that is a multiple of 8 in [8, {mma.spec.n}], "
                              f"got {n}")
+        if role == "a" and a_in_registers:
+            return _nv_wgmma_a_registers(d0, d1)
         return _nv_wgmma(role, d0, d1, n)
     return _LAYOUTS[mma](role, d0, d1)

@@ -18,6 +18,14 @@ atom of 8W bytes the 16-byte chunk ``c`` of row ``r`` sits at chunk ``c ^ ((r * 
 allocation is 1024-byte aligned for all).  Descriptor: swizzle mode 1 / 2 / 3, SBO = 8W bytes (the next
 8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16 elements starts 32 bytes
 further along the row (W >= 32) and the hardware applies the XOR to the full address.
+
+``mn_major = True``: the same storage, but the tile's contiguous dim is the MMA's M or N dim and its rows
+are K (B stored [K, N], e.g. V in attention): ``wgmma`` reads it with ``imm-trans-b = 1`` (f16/bf16 only).
+PTX ISA canonical MN-major layouts, in 16-byte units ``T``: no swizzle ``((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))``
+(the next 8 MN elements = the next core matrix: SBO = 128 bytes; the next 8 K rows: LBO = MN/e x 128 bytes);
+W-byte swizzle ``((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO))`` (the next W-byte block of MN elements: LBO =
+rows x W bytes, the next 8 K rows: SBO = 8W bytes).  A K step of 16 is two 8-row groups: ``2 x SBO``
+(swizzled) or ``2 x LBO`` (core matrices) further.
 """
 
 from __future__ import annotations
@@ -116,6 +124,7 @@ def _max_of(x: sympy.Expr) -> int | None:
 class SharedLayout:
     kind: SharedLayoutKind
     elem_bytes: int
+    mn_major: bool = False  # rows are the MMA's K, the contiguous dim its M/N (imm-trans = 1)
 
     @property
     def elems(self) -> int:
@@ -176,23 +185,33 @@ class SharedLayout:
     def byte_offset(self, row, k, tile: tuple[int, int]):
         """Byte offset of ``(row, k)`` from the tile's start, where an instruction tile starts: ``row`` a
         multiple of 8 and ``k`` of 8 elements (core matrices; a K step inside a swizzle row is the
-        unswizzled offset: the hardware swizzles the address).  Works on integers and expressions."""
+        unswizzled offset: the hardware swizzles the address).  Works on integers and expressions.
+        ``(row, k)`` are storage coordinates (``k`` the contiguous dim) in both majorities; an MN-major
+        instruction tile starts on a whole swizzle row (its MN extent is whole W-byte blocks)."""
         rq, rr = split_quotient(sympy.sympify(row), CORE_ROWS)
         if self.swizzled:
             col, kr = split_quotient(sympy.sympify(k), self.row_elems)
-            off = col * tile[0] * self.width + rq * self.sbo(tile) + kr * self.elem_bytes
+            off = col * tile[0] * self.width + rq * CORE_ROWS * self.width + kr * self.elem_bytes
         else:
             kq, kr = split_quotient(sympy.sympify(k), self.elems)
-            off = rq * self.sbo(tile) + kq * self.lbo(tile)
-        if rr != 0 or (not self.swizzled and kr != 0):
+            off = rq * self._row_group_bytes(tile) + kq * CORE_ROWS * CORE_BYTES
+        if rr != 0 or ((not self.swizzled or self.mn_major) and kr != 0):
             raise ValueError(f"({row}, {k}) is not where an instruction tile can start")
         return int(off) if off.is_Integer else off
 
     def lbo(self, tile: tuple[int, int]) -> int:
+        if self.mn_major:  # the next W-byte block of MN elements, or the next 8 K rows (core matrices)
+            return tile[0] * self.width if self.swizzled else self._row_group_bytes(tile)
         return CORE_BYTES if self.swizzled else CORE_ROWS * CORE_BYTES
 
     def sbo(self, tile: tuple[int, int]) -> int:
-        return CORE_ROWS * self.width if self.swizzled else (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
+        if self.mn_major:  # the next 8 K rows, or the next 8 MN elements (core matrices)
+            return CORE_ROWS * self.width if self.swizzled else CORE_ROWS * CORE_BYTES
+        return CORE_ROWS * self.width if self.swizzled else self._row_group_bytes(tile)
+
+    def _row_group_bytes(self, tile: tuple[int, int]) -> int:
+        """Bytes of 8 whole rows of the core-matrix layout (the distance between 8-row groups)."""
+        return (tile[1] // self.elems) * CORE_ROWS * CORE_BYTES
 
     @property
     def swizzle(self) -> SwizzleMode:

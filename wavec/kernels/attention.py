@@ -32,10 +32,27 @@ BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
+# Causal query tiles launched last first (SchedulingConstraint.reverse_axis0), per matrix instruction: measured
+# on an H200 with wgmma (d128 causal +0-7%, benchmarks/attention_variants.py); not measured with mma.sync.
+HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
 
 
-def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
-    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+MMA_CHOICES = ("mma_sync", "wgmma")
+_MMA_TYPES = {
+    "mma_sync": {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16},
+    "wgmma": {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16},
+}
+TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
+
+
+def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False) -> list:
+    """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
+    ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
+    wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
+    shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
+    last first (causal: the tiles with the most keys start first, the light ones fill the tail)."""
+    if mma not in MMA_CHOICES:
+        raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(H, 1, 1),
@@ -43,13 +60,17 @@ def attention_constraints(dtype=wc.f16, waves: int = 4) -> list:
         wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first),
     ]
 
 
-def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4) -> wc.WaveKernel:
-    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality."""
+def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
+                   mma: str = "mma_sync", heavy_first: bool | None = None) -> wc.WaveKernel:
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
+    picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
+    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles."""
+    heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
@@ -61,7 +82,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
         split, stop = whole, None
 
-    @wc.wave(attention_constraints(dtype, waves))
+    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
@@ -108,15 +129,37 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
 CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2),
                                                                      (128, 64, 4, 3)]}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
+# Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
+# rows (one m64 instruction), so S and P never leave registers and K/V are read from shared memory once
+# per 64 rows instead of once per 16 (mma.sync at d128).  ptxas (sm_90a, f16, no spills): d128 128x128
+# 250-252 registers, 128x64 190; d64 128x128 182.  Queries <= 64: one warpgroup.
+WGMMA_CONFIGS = {128: [(128, 128, 2), (128, 64, 2), (128, 128, 2, 3)], 64: [(128, 128, 2), (128, 64, 2),
+                                                                          (128, 128, 2, 3)]}
+_WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
+DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
 
 
-def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None) -> tuple[dict, int]:
+def default_mma(q, backend: str | None = None) -> str:
+    """``DEFAULT_MMA``, or when None: "wgmma" for CUDA tensors on an sm_90 GPU run by the CUDA backend (H100 /
+    H200: ~1.0x the Triton kernel at d128 where mma.sync reaches 0.65x), else "mma_sync"."""
+    if DEFAULT_MMA is not None:
+        return DEFAULT_MMA
+    import torch
+
+    on_hopper = q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0)
+    return "wgmma" if on_hopper and backend in (None, "cuda") else "mma_sync"
+
+
+def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None,
+                     mma: str = "mma_sync") -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
-    else the first candidate of ``CONFIGS``, or a 32- or 64-row tile when the queries fit in it."""
+    else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
+    warpgroups), or a smaller tile when the queries fit in it."""
     if config is None:
         hd = 128 if head_dim > 64 else 64
-        short = [c for rows, c in sorted(_SHORT[hd].items()) if seq_q is not None and seq_q <= rows]
-        config = short[0] if short else CONFIGS[hd][0]
+        short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
+        short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
+        config = short[0] if short else configs[hd][0]
     bm, bn, waves, *stages = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
 
@@ -124,30 +167,35 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None):
-    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None, mma: str = "mma_sync"):
+    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs, backend=backend)
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma), subs, backend=backend,
+                                             target=TARGET[mma])
     return kernel
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None, config: tuple | None = None):
+              backend: str | None = None, config: tuple | None = None, mma: str | None = None):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
     ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
-    (``attention_config``).  Returns a new tensor shaped like q."""
+    (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
+    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  Returns a new tensor shaped like q."""
     import torch
 
+    mma = mma or default_mma(q, backend)
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if layout not in LAYOUTS:
         raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
+    if mma not in MMA_CHOICES:
+        raise wc.WavecError(message=f"attention: mma must be one of {MMA_CHOICES}, got {mma!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
     head_dim = q.shape[-1]
@@ -158,17 +206,20 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     if q.shape[h_ax] % k.shape[h_ax]:
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config)
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
     return o
 
 
 def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
-                          name: str | None = None, backend: str | None = None):
-    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``."""
-    subs, waves = attention_config(head_dim)
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}"
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend)
+                          name: str | None = None, backend: str | None = None, mma: str | None = None):
+    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``; ``mma``
+    defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
+    mma = mma or DEFAULT_MMA or "mma_sync"
+    subs, waves = attention_config(head_dim, mma=mma)
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + \
+        ("_wgmma" if mma == "wgmma" else "")
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     return wc.register_torch_op(kernel, name), kernel

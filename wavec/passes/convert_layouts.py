@@ -10,7 +10,9 @@ values, decided here from the two hardware layouts:
 - ``"registers"`` when every lane already holds the elements it needs, at a fixed position mapping that is
   the same for every lane (``register_mapping``).  NVIDIA ``m16n8k16``: the two accumulator tiles
   (16x8) of neighbouring N columns are exactly one A tile (16x16) after the cast to f16 — the conversion
-  is a concatenation of register pairs;
+  is a concatenation of register pairs; Hopper ``wgmma``: the 64 x N accumulator of a warpgroup holds,
+  per 16 columns, exactly the register-A fragment (64 x 16) of the next wgmma (per warp, the same
+  m16n8k16 pairing): each A tile is 8 of the accumulator's registers;
 - ``"shared"`` otherwise (AMD MFMA: the accumulator is the transpose of the A layout): each wave stores
   its tile to a private shared buffer and reads it back in the operand layout, with barriers around.
 The choice is visible in ``print_ir_after`` (``convert_layout(..., via=registers)``).
@@ -64,8 +66,8 @@ def source_tiles(src: Layout, dst: Layout) -> list[dict]:
 def register_mapping(src: Layout, dst: Layout, threads: int) -> list[tuple[int, int]] | None:
     """For each destination position, (source tile, position) holding the same element in the same lane —
     one mapping valid for every lane — or None when the values must move between lanes."""
-    if any(dst.tile_of(d) % src.tile_of(d) for d in dst.dims):
-        return None
+    if any(dst.tile_of(d) % src.tile_of(d) and src.tile_of(d) % dst.tile_of(d) for d in dst.dims):
+        return None  # a destination tile is neither whole source tiles nor inside one
     tiles = source_tiles(src, dst)
     zero = {s: 0 for lay in (src, dst) for q in lay.seqs for s in q.start.free_symbols if s != LANE}
     src, dst = src.subs(zero), dst.subs(zero)
@@ -87,11 +89,24 @@ def register_mapping(src: Layout, dst: Layout, threads: int) -> list[tuple[int, 
     return mapping
 
 
-def _choose(ctx: PassContext, dims: tuple, role: str) -> str:
-    mma = ctx.constraints.mma_type
-    src = mma_layout(mma, "c", *dims)
-    dst = mma_layout(mma, role, *dims)
-    return "registers" if register_mapping(src, dst, ctx.constraints.threads_per_wave) is not None else "shared"
+def _instruction_n(ctx: PassContext, dim) -> int | None:
+    spec = ctx.constraints.mma_type.spec
+    return None if spec.group_waves == 1 else spec.instruction_n(ctx.constraints.wave_extent(dim))
+
+
+def _choose(ctx: PassContext, mma: fx.Node, dims: tuple, role: str) -> str:
+    """``registers`` when every destination tile (each sub-tile of a larger source tile: the wgmma
+    accumulator is 64 x N, its register-A tiles 64 x 16) has a lane-independent register mapping."""
+    cs = ctx.constraints
+    src = mma_layout(cs.mma_type, "c", *dims, n=_instruction_n(ctx, dims[1]))
+    dst = mma_layout(cs.mma_type, role, *dims, n=_instruction_n(ctx, MMA.dims(mma)[1]),
+                     a_in_registers=bool(mma.meta.get("a_in_registers")))
+    subs = [range(0, max(1, src.tile_of(d) // dst.tile_of(d))) for d in dims]
+    for idx in itertools.product(*subs):
+        moved = dst.offset({d: i * dst.tile_of(d) for d, i in zip(dims, idx)})
+        if register_mapping(src, moved, cs.lanes) is None:
+            return "shared"
+    return "registers"
 
 
 def convert_layouts(trace: Trace, ctx: PassContext) -> None:
@@ -106,7 +121,7 @@ def convert_layouts(trace: Trace, ctx: PassContext) -> None:
                 dims = x.meta["type"].dims
                 with g.inserting_before(mma):
                     conv = g.create_node("call_function", ConvertLayout, (x,),
-                                         {"via": _choose(ctx, dims, role)}, name="convert_layout")
+                                         {"via": _choose(ctx, mma, dims, role)}, name="convert_layout")
                 conv.meta.update(op=ConvertLayout, type=x.meta["type"], loc=mma.meta.get("loc"), convert_id=count)
                 count += 1
                 args = list(mma.args)

@@ -220,8 +220,10 @@ class _Solver:
                 a, b, acc = n.args
                 m, nn, k = MMA.dims(n)
                 inst_n = _instruction_n(self.ctx, nn)
+                regs_a = bool(n.meta.get("a_in_registers"))  # wgmma register-A form (layout_wgmma_operands)
                 for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
-                    lay = mma_layout(mma_type, role, *dims, n=inst_n).offset(_base(self.ctx, self.graph_of[node], dims))
+                    lay = mma_layout(mma_type, role, *dims, n=inst_n, a_in_registers=regs_a)
+                    lay = lay.offset(_base(self.ctx, self.graph_of[node], dims))
                     self.offer(node, lay, PRIO_MMA, n)
                     node.meta.setdefault("mma_role", role)
             elif op is Read and n.meta.get("distribute") == "workgroup":

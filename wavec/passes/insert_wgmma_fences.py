@@ -10,24 +10,26 @@ shared writes).  Applies to loop bodies with mmas of a warpgroup MMA type.  Guar
   the previous barrier, a generic-proxy shared write (a ``write`` to shared memory, or the completion of
   ``cp.async`` copies at an ``async_wait``): every writing thread fences its own writes, then the
   barrier lets the warpgroups' wgmmas (async proxy) read them;
-- one ``WgmmaFence`` right before the first ``WarpgroupMMA`` (the accumulator registers were written by
-  other instructions: its initialisation, or a wait), one ``WgmmaCommit`` right after the last (all
-  wgmmas of the body form one group);
-- the body's ``async_copy`` nodes and their ``async_commit`` (or its ``tma_fill``) move right after the
-  ``WgmmaCommit``: the copies are issued while the tensor cores run this iteration's group.  They write stage
-  ``(i + D) % S``, which no group still in flight reads (``pipeline_loops`` chose the prefetch distance
-  D = S - 1, or S - 2 with one group in flight);
-- then a ``WgmmaWait`` (below); with TMA stages released through empty mbarriers, the ``mbarrier_arrive``
-  and then the ``tma_fill`` follow it (the fill may wait for the release of the group this wait retired):
-  - one group in flight (``wgmma_groups_in_flight = 1``, S >= 3, and nothing but wgmmas and the yield
-    use the accumulators): ``pending=1``.  Group ``i - 1`` is complete in this warpgroup, so after the
-    next barrier no warpgroup reads stage ``(i - 1) % S`` any more, which is the stage the next
-    iteration's copies (distance S - 2) overwrite.  The loop carries the accumulators in wgmma form
-    (``WgmmaAccumulator`` of each init before the loop) and a ``WgmmaWait(pending=0, retire=results)``
-    right after the loop's last ``get_result`` makes them ordinary values;
-  - otherwise ``pending=0`` with ``retire`` = the wgmmas whose results leave the chain: the accumulator
-    is complete before anything else reads it, and no stage is read any more when the next barrier
-    lets the copies overwrite it.
+- a GEMM-like body (``chains_only``: the mma results feed only the next mma's accumulator and the
+  yield) with one group in flight (``wgmma_groups_in_flight = 1``, S >= 3): one ``WgmmaFence`` before the
+  first ``WarpgroupMMA``, one ``WgmmaCommit`` after the last, the body's ``async_copy`` nodes and their
+  ``async_commit`` right after it (issued while the tensor cores run this group; they write stage
+  ``(i + D) % S``, D = S - 2, which no group in flight reads), then ``WgmmaWait(pending=1)``: group
+  ``i - 1`` is complete, so after the next barrier nobody reads the stage the next copies overwrite.  The
+  loop carries the accumulators in wgmma form (``WgmmaAccumulator`` of each init before the loop) and a
+  ``WgmmaWait(pending=0, retire=results)`` right after the loop's last ``get_result`` retires them; with
+  TMA the ``tma_fill`` moves after the commit too, and with stages released through empty mbarriers the
+  ``mbarrier_arrive`` and then the ``tma_fill`` follow the wait (the fill may wait for the release of the
+  group this wait retired);
+- a GEMM-like body with no group in flight (S <= 2): the same, with ``WgmmaWait(pending=0, retire=...)``
+  (the accumulator is complete before anything else reads it and no stage is read any more when the next
+  barrier lets the copies overwrite it);
+- any other body (attention: S = QKᵀ read by the softmax, P and ``acc * alpha`` written by ordinary ops
+  before P·V): a ``WgmmaFence`` before each wgmma with no fence since the last wait, or whose
+  accumulator or A registers were written by another instruction since the last fence; a
+  ``WgmmaCommit`` + ``WgmmaWait(pending=0, retire=...)`` before the first non-wgmma reader of an
+  in-flight result and before the yield (``retire``: the results that anything but a wgmma reads,
+  which only then leave the wgmma register form); the copies move right after the first commit.
 """
 
 from __future__ import annotations
@@ -81,6 +83,63 @@ def _fence_barriers(g: fx.Graph) -> None:
             dirty |= _publishes_shared(n)
 
 
+def chains_only(g: fx.Graph) -> bool:
+    """Whether the body's mma results feed nothing but the next mma's accumulator and the loop's yield
+    (a GEMM), so a wgmma group may stay in flight across iterations (``pipeline_loops`` asks this too)."""
+    mmas = [n for n in g.nodes if n.meta.get("op") in (MMA, WarpgroupMMA)]
+    accs = [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
+            and any(u in mmas and u.args[2] is p for u in p.users)]
+    return all(u.op == "output" or (u in mmas and u.args[2] is x and u.args[0] is not x and u.args[1] is not x)
+               for x in accs + mmas for u in x.users)
+
+
+def _operands(n: fx.Node) -> list[fx.Node]:
+    out: list[fx.Node] = []
+    fx.node.map_arg((n.args, n.kwargs), out.append)
+    return out
+
+
+def _move_copies_after(g: fx.Graph, commit: fx.Node) -> None:
+    last = commit
+    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit)]:
+        last.append(n)  # issue the next tiles' copies while the tensor cores work
+        last = n
+
+
+def _general_body(g: fx.Graph) -> None:
+    """Groups, fences and waits for any body: a ``wgmma_fence`` before a wgmma when none was issued since
+    the last wait or its accumulator/A registers were written by other instructions since the last fence;
+    ``wgmma_commit`` + ``wgmma_wait(0)`` before the first non-wgmma reader of an in-flight result (retiring
+    the results that anything but a wgmma reads) and at the end of the body."""
+    pos = {n: i for i, n in enumerate(g.nodes)}
+    fence_at, issued, uncommitted, first_commit = None, [], False, None
+
+    def settle(before: fx.Node) -> None:
+        nonlocal issued, uncommitted, fence_at, first_commit
+        if uncommitted:
+            commit = _node(g, WgmmaCommit, before, before=True)
+            first_commit = first_commit or commit
+        retire = tuple(x for x in issued if any(u.meta.get("op") is not WarpgroupMMA for u in x.users))
+        _node(g, WgmmaWait, before, before=True, pending=0, retire=retire)
+        issued, uncommitted, fence_at = [], False, None
+
+    for n in list(g.nodes):
+        if n.meta.get("op") is WarpgroupMMA:
+            regs = [n.args[2]] + ([n.args[0]] if n.meta.get("a_in_registers") else [])
+            written = any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs) \
+                if fence_at is not None else True
+            if written:
+                _node(g, WgmmaFence, n, before=True)
+                fence_at = pos[n]
+            issued.append(n)
+            uncommitted = True
+        elif n.op == "output" or any(x in issued for x in _operands(n)):
+            if issued:
+                settle(n)
+    if first_commit is not None:
+        _move_copies_after(g, first_commit)
+
+
 def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
     """Rewrite one body; returns its accumulator iter_args when a group stays in flight (else [])."""
     mmas = [n for n in g.nodes if n.meta.get("op") is MMA]
@@ -90,18 +149,18 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
     for n in mmas:
         _retarget(n, WarpgroupMMA)
     _fence_barriers(g)
+    if not chains_only(g):  # pipeline_loops keeps such bodies on cp.async (tma_plan needs a GEMM chain)
+        _general_body(g)
+        return []
     _node(g, WgmmaFence, mmas[0], before=True)
     last = _node(g, WgmmaCommit, mmas[-1], before=False)
     for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]:
         last.append(n)  # issue the next tiles' copies while the tensor cores work
         last = n
-    accs = [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
-            and any(u.meta.get("op") is WarpgroupMMA and u.args[2] is p for u in p.users)]
-    # a group may stay in flight only if nothing but the next wgmma (and the yield) reads its accumulator
-    pure = all(u.meta.get("op") in (WarpgroupMMA, None) for n in accs + mmas for u in n.users)
-    if in_flight and pure:
+    if in_flight:
         _release_after(g, _node(g, WgmmaWait, last, before=False, pending=1, retire=()))
-        return accs
+        return [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
+                and any(u.meta.get("op") is WarpgroupMMA and u.args[2] is p for u in p.users)]
     ends = tuple(n for n in mmas if any(u.meta.get("op") is not WarpgroupMMA for u in n.users))
     _release_after(g, _node(g, WgmmaWait, last, before=False, pending=0, retire=ends))
     return []

@@ -8,12 +8,15 @@ expected:
 - per ``mma``: operand and accumulator dtypes are the type's; the wave (warpgroup) tile of M is a
   multiple of 64, the wave tile of N has a legal instruction N (a multiple of 8, at most 256, dividing
   it), the K loop tile is a multiple of 16, and
-  both A and B are read from shared-memory tiles (operands come from shared memory through matrix
-  descriptors, so ``promote_operands`` must stay on);
-- each such tile gets ``kwargs["smem_layout"]``, a K-major ``SharedLayout`` chosen by
+  B is read from a shared-memory tile (through a matrix descriptor, so ``promote_operands`` must stay
+  on); A too, or it is a register value (``mma.meta["a_in_registers"] = True``: wgmma's register-A form,
+  per warp the m16n8k16 A fragment of its 16 rows; e.g. P in attention, or Q read before the loop);
+- each such tile gets ``kwargs["smem_layout"]``, a ``SharedLayout`` chosen by
   ``SchedulingConstraint.operand_swizzle``: a 128-, 64- or 32-byte swizzle ("auto": the widest whose
   rows the tile's K rows are whole multiples of; or named) or the no-swizzle core-matrix layout
-  ("none", or "auto" when none fits), and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone);
+  ("none", or "auto" when none fits), K-major when the tile is stored contiguous along K, MN-major
+  (``mn_major``, read with imm-trans = 1) when stored [K, M/N] (``wc.permute`` of the read; e.g. V in
+  attention, B given as [K, N]), and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone);
   for core-matrix tiles the read that stages it gets ``meta["copy_layout"]`` = that layout, so
   ``infer_indices`` distributes the copy bank-conflict free for it (``core_copy_layout``); swizzled
   tiles keep the row-wise copy, which is conflict free on them (each 8-thread store phase covers 128
@@ -25,7 +28,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..errors import ConstraintError
-from ..frontend.ops import MMA, Iterate, Read, Write
+from ..frontend.ops import MMA, Iterate, Permute, Read, Write
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing.shared_layout import SharedLayout, SharedLayoutKind
@@ -54,7 +57,10 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
 
 
 def _shared_tile(operand: fx.Node) -> fx.Node | None:
-    """The ``allocate`` node an mma operand is read from, or None when it is not a shared read."""
+    """The ``allocate`` node an mma operand is read from (directly, or through a ``permute`` of the read
+    when the tile is stored in the other dimension order), or None when it is not a shared read."""
+    if operand.meta.get("op") is Permute:
+        operand = operand.args[0]
     if operand.meta.get("op") is not Read:
         return None
     mem = operand.args[0]
@@ -63,23 +69,39 @@ def _shared_tile(operand: fx.Node) -> fx.Node | None:
     return capture_root(mem)
 
 
+def _shared_read(operand: fx.Node) -> fx.Node:
+    return operand.args[0] if operand.meta.get("op") is Permute else operand
+
+
 def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
-    for operand, role in zip(mma.args[:2], "AB"):
+    m, n, k = MMA.dims(mma)
+    name = ctx.constraints.mma_type.name
+    for operand, role, mn in ((mma.args[0], "A", m), (mma.args[1], "B", n)):
         alloc = _shared_tile(operand)
+        if alloc is None and role == "A":  # a register value (e.g. P in attention): wgmma's register-A form
+            mma.meta["a_in_registers"] = True
+            continue
         if alloc is None:
-            raise ConstraintError(mma.meta.get("loc"), message=f"{ctx.constraints.mma_type.name} reads its {role} "
-                                  "operand from shared memory: keep SchedulingConstraint(promote_operands=True)")
+            raise ConstraintError(mma.meta.get("loc"), message=f"{name} reads its B operand from shared memory: "
+                                  "keep SchedulingConstraint(promote_operands=True)")
+        dims = tuple(alloc.kwargs["tile"])
         tile = tuple(alloc.kwargs["tile"].values())
-        layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile)
+        mn_major = len(dims) == 2 and dims[-1] == mn and dims[0] == k  # stored [K, M/N]: contiguous along M/N
+        inst = ctx.constraints.mma_type.spec.m if role == "A" else \
+            ctx.constraints.mma_type.spec.instruction_n(ctx.constraints.wave_extent(n))
+        layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile, mn_major, inst)
         why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
+        if why is None and mn_major and layout.swizzled and (inst * layout.elem_bytes) % layout.width:
+            why = f"an MN-major instruction tile of {inst} elements is not whole {layout.width}-byte swizzle rows"
         if why:
-            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {ctx.constraints.mma_type.name} "
-                                  f"({layout.kind.value}): {why}")
+            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {name} "
+                                  f"({layout.kind.value}{', MN-major' if mn_major else ''}): {why}")
         alloc.kwargs = {**alloc.kwargs, "smem_layout": layout, "pad": 0}
         if layout.swizzled:
             continue  # the default row-wise copy (8 threads per 128-byte row) is conflict free on it
+        read = _shared_read(operand)
         for w in sub.nodes:
-            if w.meta.get("op") is Write and w.args[1] is operand.args[0] and w.args[0].meta.get("staging"):
+            if w.meta.get("op") is Write and w.args[1] is read.args[0] and w.args[0].meta.get("staging"):
                 w.args[0].meta["copy_layout"] = layout
 
 
@@ -87,17 +109,18 @@ _KINDS = {"128B": SharedLayoutKind.SWIZZLE_128B, "64B": SharedLayoutKind.SWIZZLE
           "32B": SharedLayoutKind.SWIZZLE_32B, "none": SharedLayoutKind.CORE_K_MAJOR}
 
 
-def _choose(ctx: PassContext, elem_bytes: int, tile: tuple) -> SharedLayout:
-    """``operand_swizzle``: "auto" takes the widest swizzle (128, 64, 32 bytes) whose rows the tile's K
-    rows are whole multiples of, else core matrices; a named one is taken as asked."""
+def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst: int) -> SharedLayout:
+    """``operand_swizzle``: "auto" takes the widest swizzle (128, 64, 32 bytes) whose rows the tile's
+    contiguous rows are whole multiples of (MN-major: and the instruction's M/N extent too, so every
+    instruction tile starts on a swizzle row), else core matrices; a named one is taken as asked."""
     want = ctx.constraints.scheduling.operand_swizzle
     if want != "auto":
-        return SharedLayout(_KINDS[want], elem_bytes)
+        return SharedLayout(_KINDS[want], elem_bytes, mn_major)
     for name in ("128B", "64B", "32B"):
-        layout = SharedLayout(_KINDS[name], elem_bytes)
-        if len(tile) == 2 and layout.check(tile) is None:
+        layout = SharedLayout(_KINDS[name], elem_bytes, mn_major)
+        if len(tile) == 2 and layout.check(tile) is None and (not mn_major or inst * elem_bytes % layout.width == 0):
             return layout
-    return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes)
+    return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes, mn_major)
 
 
 def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:

@@ -34,6 +34,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
+from .insert_wgmma_fences import chains_only
 from .pipeline_tma import choose_war, pipeline_tma, tma_plan
 
 
@@ -72,12 +73,14 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     last = stop - 1
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
-    lag = 1 if cs.group_waves > 1 and stages >= 3 else 0
+    lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
     iterate.meta["wgmma_groups_in_flight"] = lag
     distance = stages - 1 - lag
     want = cs.scheduling.async_copy
     if want != "cp.async":
-        specs, why = tma_plan(trace, ctx, pairs)
+        # insert_wgmma_fences places TMA fills and stage releases only in GEMM-like chains of wgmmas
+        specs, why = tma_plan(trace, ctx, pairs) if chains_only(sub) else (
+            None, "the loop body reads mma results with other ops (only chains of wgmmas take TMA)")
         if specs is not None:
             war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
             pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, war)

@@ -5,12 +5,14 @@ Requires: a kernel with workgroup axes 0 and 1.  Applies when ``group_size = G >
 linear id ``$PID`` to (axis-0, axis-1) ids so that consecutive workgroups walk G rows of tiles
 column by column: the G x n1 block of output tiles they touch shares A rows and B columns in L2.
 Every (i, j) tile is visited exactly once (the last group may hold fewer than G rows).
+``reverse_axis0``: ``WORKGROUP[0] = n0 - 1 - block id x`` on the unchanged grid (heaviest causal tiles first).
 """
 
 from __future__ import annotations
 
 import sympy
 
+from ..errors import ConstraintError
 from ..frontend.tracing import Trace
 from ..indexing.symbols import PID, WORKGROUP
 from .context import PassContext
@@ -20,6 +22,13 @@ def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
     cs = ctx.constraints
     g = cs.group_size
     by_axis = {axis: d for d, axis in cs.wg_axis.items()}
+    if cs.scheduling.reverse_axis0:
+        if g > 1 or 0 not in by_axis:
+            raise ConstraintError(trace.loc, message="SchedulingConstraint(reverse_axis0=True) needs a workgroup "
+                                  "axis 0 and group_size = 1")
+        n0 = sympy.ceiling(cs.resolve(by_axis[0]) / cs.wg_tile[by_axis[0]])
+        ctx.workgroup_remap = {WORKGROUP[0]: n0 - 1 - PID}  # PID = the hardware block id along x
+        return
     if g <= 1 or 0 not in by_axis or 1 not in by_axis:
         return
     d0, d1 = by_axis[0], by_axis[1]
