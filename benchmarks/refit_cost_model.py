@@ -47,7 +47,7 @@ def parse_label(label: str):
 def load(path: pathlib.Path, dtype: str) -> dict:
     raw = json.loads(path.read_text())[dtype]
     cands = [parse_label(label) for label in raw["labels"]]
-    return {"cands": cands, "metadata": dict(zip(cands, raw["metadata"])),
+    return {"cands": cands, "metadata": dict(zip(cands, raw["metadata"])), "mma": raw.get("mma", "mma_sync"),
             "space": [cands[i] for i in raw["space"]],
             "times": {tuple(r["shape"]): {cands[i]: t for i, t, _n in r["t"]} for r in raw["shapes"]},
             "samples": {tuple(r["shape"]): {cands[i]: n for i, _t, n in r["t"]} for r in raw["shapes"]}}
@@ -61,7 +61,7 @@ def measure_s(data: dict, shape, cands) -> float:
     from wavec.tuning.gemm import heuristic_candidate
 
     times, samples = data["times"][shape], data["samples"][shape]
-    probe = times.get(heuristic_candidate(*shape), statistics.median(times.values()))
+    probe = times.get(heuristic_candidate(*shape, data["mma"]), statistics.median(times.values()))
     reps = reps_for(probe)
     return sum(samples[c] * reps * times[c] for c in cands if c in times)
 

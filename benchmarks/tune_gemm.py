@@ -60,20 +60,22 @@ CUBLAS = "cuBLAS"
 # ----------------------------------------------------------------------------- candidates and compiles
 
 
-def load_shapes(limit: int | None) -> list[tuple]:
+def load_shapes(limit: int | None, mma: str = "mma_sync") -> list[tuple]:
     import csv
 
     from wavec.tuning.evaluate import dedupe
 
     with open(SHAPES_CSV) as f:
         shapes = dedupe((r["M"], r["N"], r["K"]) for r in csv.DictReader(f))
+    if mma == "wgmma":  # decode shapes run the mma.sync decode tiles (kernels.gemm.matmul), not wgmma
+        shapes = [s for s in shapes if s[0] > 16]
     return shapes[:limit] if limit else shapes
 
 
-def parse_space(items) -> dict:
-    from wavec.tuning.gemm import DEFAULT_SPACE
+def parse_space(items, mma: str = "mma_sync") -> dict:
+    from wavec.tuning.gemm import space_for
 
-    space = dict(DEFAULT_SPACE)
+    space = space_for(mma)
     for item in items or ():
         name, _, values = item.partition("=")
         if name == "waves":
@@ -85,16 +87,16 @@ def parse_space(items) -> dict:
     return space
 
 
-def legal_candidates(space: dict, dtype, shapes, target: str) -> tuple[list, list, dict]:
+def legal_candidates(space: dict, dtype, shapes, target: str, mma: str = "mma_sync") -> tuple[list, list, dict]:
     """(space candidates that pass the legality filter, extra heuristic candidates, rejected reasons)."""
     from wavec.tuning.gemm import FACTORY, _fixed, heuristic_candidate
     from wavec.tuning.legality import legal
     from wavec.tuning.search import _source, enumerate_space
 
-    src = _source(FACTORY, _fixed(dtype))
+    src = _source(FACTORY, _fixed(dtype, mma))
     cands = enumerate_space(space, src.params())
     labels = {c.label for c in cands}
-    extra = sorted({heuristic_candidate(*s) for s in shapes} - set(cands), key=lambda c: c.label)
+    extra = sorted({heuristic_candidate(*s, mma) for s in shapes} - set(cands), key=lambda c: c.label)
     ok, rejected = [], {}
     for c in cands + extra:
         good, why = legal(src.build(c.kwargs), c.subs_dict, target)
@@ -109,7 +111,7 @@ class Compiles:
     """One spawn process pool for every (dtype, candidate): f16 first, so later dtypes compile while the
     first is timed."""
 
-    def __init__(self, jobs: list, backend: str, target: str, workers: int) -> None:
+    def __init__(self, jobs: list, backend: str, target: str, workers: int, mma: str = "mma_sync") -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -117,7 +119,7 @@ class Compiles:
         from wavec.tuning.search import _compile_one
 
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        self.futures = {(d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d), c.kwargs, c.subs, backend,
+        self.futures = {(d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d, mma), c.kwargs, c.subs, backend,
                                                       target) for d, c in jobs}
 
     def wait(self, dtype_name: str) -> dict:
@@ -151,7 +153,7 @@ def load_kernels(run: DtypeRun, metas: dict, extra: list, dev, target: str) -> N
         why = meta.get("error") or reject_after_compile(meta, 255)
         if not why:
             waves = c.kwargs_dict["waves"]
-            kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype),
+            kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype, run.mma),
                                                                                    waves=waves))
             try:
                 ck = wc.compile(kernel, c.symbol_subs(), backend=dev.backend, target=target)
@@ -186,7 +188,7 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
 
     t0 = clock()
     dev.begin_shape(shape, run.name)
-    heur = heuristic_candidate(*shape)
+    heur = heuristic_candidate(*shape, run.mma)
     pool = [c for c in dict.fromkeys([*cands, *extra, heur]) if c in run.kernels]
     runners = {c: dev.runner(run.kernels[c], c) for c in pool}
     runners[CUBLAS] = dev.cublas()
@@ -313,7 +315,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0, help="compile processes (0: CPU cores - 2)")
     ap.add_argument("--max-shapes", type=int, default=None, help="first N distinct shapes only")
-    ap.add_argument("--target", default=None)
+    ap.add_argument("--target", default=None, help="default: the GPU's (sm_90a with --mma wgmma)")
+    ap.add_argument("--mma", choices=("mma_sync", "wgmma"), default="mma_sync",
+                    help="wgmma: Hopper warpgroup MMA over WGMMA_SPACE (sm_90a); shapes with M <= 16 are left out "
+                         "(matmul keeps the mma.sync decode tiles for them)")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: emulator checks, synthetic timer, virtual clock")
     ap.add_argument("--dry-checks", type=int, default=4, help="dry run: emulator correctness checks per dtype")
     return ap.parse_args(argv)
@@ -351,20 +356,20 @@ def setup(args) -> Context:
     from tune_gemm_devices import VirtualClock
 
     import wavec as wc
-    from wavec.compiler import default_target
     from wavec.tuning.ceiling import device_rates, gemm_ceiling
+    from wavec.tuning.gemm import target_for
 
     clock = VirtualClock() if args.dry_run else time.perf_counter
     phases = Phases(clock)
     phases.begin("setup: shapes, legality, compile pool, device rates")
-    args.target = args.target or default_target("cuda")
+    args.target = target_for(args.mma, args.target)
     dev = make_device(args, clock)
-    shapes = load_shapes(args.max_shapes)
-    space = parse_space(args.space)
+    shapes = load_shapes(args.max_shapes, args.mma)
+    space = parse_space(args.space, args.mma)
     runs, jobs, extras = [], [], {}
     for name in args.dtypes.split(","):
-        run = DtypeRun(name, getattr(wc, name))
-        cands, extra, rejected = legal_candidates(space, run.wc_dtype, shapes, args.target)
+        run = DtypeRun(name, getattr(wc, name), mma=args.mma)
+        cands, extra, rejected = legal_candidates(space, run.wc_dtype, shapes, args.target, args.mma)
         run.rejected.update(rejected)
         extras[name] = extra
         jobs += [(run.wc_dtype, c) for c in cands + extra]
@@ -372,7 +377,7 @@ def setup(args) -> Context:
         print(f"   {name}: {len(cands)} legal candidates of the space, {len(extra)} heuristic configurations "
               f"outside it, {len(rejected)} illegal")
     workers = args.workers or max(1, (os.cpu_count() or 2) - 2)
-    compiles = Compiles(jobs, dev.backend, args.target, workers)
+    compiles = Compiles(jobs, dev.backend, args.target, workers, args.mma)
     measured = dev.rates()
     rates = device_rates(dev.name, measured)
     print(f"   device {dev.name}: {dev.sms} SMs; measured {measured['matrix_flops'] / 1e12:.0f} TFLOP/s (cuBLAS "
@@ -434,8 +439,8 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
         rows += shape_rows
         times = {s: r.times for s, r in run.results.items()}
         n = store_tuned(run.wc_dtype, times, run.metadata, target=args.target, gpu=ctx.dev.name,
-                        model=infos[run.name]["models"].dispatch, candidates=run.candidates)
-        cache = _cache(run.wc_dtype, args.target)
+                        model=infos[run.name]["models"].dispatch, candidates=run.candidates, mma=run.mma)
+        cache = _cache(run.wc_dtype, args.target, run.mma)
         (out / "tuning").mkdir(exist_ok=True)
         shutil.copy(cache.path, out / "tuning" / cache.path.name)
         print(f"   {run.name}: {n} tuning-cache entries and the dispatch model -> {cache.path}")
@@ -460,7 +465,7 @@ def raw_times(run: DtypeRun) -> dict:
     """Compact record of a dtype's race results: candidates by index, ``[index, median s, samples]`` per shape."""
     labels = [c.label for c in run.metadata]
     index = {c: i for i, c in enumerate(run.metadata)}
-    return {"labels": labels, "metadata": [run.metadata[c] for c in run.metadata],
+    return {"labels": labels, "mma": run.mma, "metadata": [run.metadata[c] for c in run.metadata],
             "space": [index[c] for c in run.candidates],
             "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
                         "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()]}

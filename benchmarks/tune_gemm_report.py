@@ -26,6 +26,7 @@ class ShapeResult:
 class DtypeRun:
     name: str
     wc_dtype: object
+    mma: str = "mma_sync"
     candidates: list = field(default_factory=list)
     kernels: dict = field(default_factory=dict)  # Candidate -> CompiledKernel
     metadata: dict = field(default_factory=dict)
@@ -133,15 +134,16 @@ def shape_row(run: DtypeRun, r: ShapeResult, best, pick, ceiling_of) -> dict:
 
     m, n, k = r.shape
     ceil = ceiling_of(r.shape, best)
+    heur = heuristic_candidate(m, n, k, run.mma)
     t, tm = r.times[best], r.times.get(pick, math.nan)
     return {"dtype": run.name, "M": m, "N": n, "K": k, "split": r.kind, "timed": len(r.times),
-            "heuristic_config": heuristic_candidate(m, n, k).label, "heuristic_us": r.heuristic * 1e6,
+            "heuristic_config": heur.label, "heuristic_us": r.heuristic * 1e6,
             "tuned_config": best.label, "tuned_us": t * 1e6, "model_config": pick.label, "model_us": tm * 1e6,
             "cublas_us": r.cublas * 1e6, "regret_model": math.nan,
             "heuristic_vs_cublas": r.cublas / r.heuristic, "tuned_vs_cublas": r.cublas / t,
             "model_vs_cublas": r.cublas / tm, "tuned_tflops": 2 * m * n * k / t / 1e12,
             "ceiling_us": ceil["bound"] * 1e6, "pct_ceiling": 100 * ceil["bound"] / t, "limiter": ceil["limiter"],
-            "pct_ceiling_heuristic": 100 * ceiling_of(r.shape, heuristic_candidate(m, n, k))["bound"] / r.heuristic,
+            "pct_ceiling_heuristic": 100 * ceiling_of(r.shape, heur)["bound"] / r.heuristic,
             "tuning_s": r.wall_s}
 
 

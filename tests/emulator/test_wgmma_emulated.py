@@ -93,20 +93,22 @@ def test_wgmma_gemm_cp_async(cfg) -> None:
     _run(kernel, cfg[3], wc.f16, f"wgmma gemm cp.async {cfg[0]}")
 
 
-@pytest.mark.parametrize("m,tile", [(130, (128, 128, (2, 1))), (40, (64, 128, (1, 1))), (8, None)])
-def test_matmul_helper_wgmma(m: int, tile) -> None:
-    """``matmul(mma="wgmma")``: 128-row tiles of 2 warpgroups, 64-row tiles for M <= 64, and the mma.sync
-    decode tiles for M <= 16."""
+@pytest.mark.parametrize("m,n,tile", [(130, 72, (64, 64, (1, 1))), (40, 72, (64, 64, (1, 1))), (8, 72, None)])
+def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
+    """``matmul(mma="wgmma")`` takes ``wgmma_config``'s tile (on grids this small, 64x64 tiles of one
+    warpgroup: they occupy the most SMs) and the mma.sync decode tiles for M <= 16.  The 128-row tiles of
+    2 warpgroups are ``test_retarget_to_sm90a_changes_only_constraints``'s; ``wgmma_config``'s choices on
+    large shapes are checked in tests/unit/test_wgmma_tuning.py."""
     g, seed = generator()
-    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, 72, 64, dtype=torch.bfloat16)
+    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, n, 64, dtype=torch.bfloat16)
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
-    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, 72, 64)
+    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
            "wgmma" if tile else "mma_sync", "auto")
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
-        subs, waves = gm.wgmma_config(m, 72, 64)
+        subs, waves = gm.wgmma_config(m, n, 64)
         assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
 
 
