@@ -59,3 +59,35 @@ def test_wgmma_space_and_target() -> None:
     assert heur in cands  # the heuristic's large-shape tile lies inside the space
     with pytest.raises(wc.WavecError, match="mma must be one of"):
         space_for("mfma")
+
+
+def test_wgmma_tuning_cache_dispatch_from_a_folder(tmp_path, monkeypatch) -> None:
+    """``benchmarks/gemm.py --tuned DIR``: the wgmma cache written by ``store_tuned(mma="wgmma")`` is read
+    from DIR (not the user cache), measured buckets come from it, others from the heuristic, and the
+    mma.sync cache of the same folder is a different file."""
+    import shutil
+
+    from wavec.tuning import gemm as tg
+    from wavec.tuning.search import Candidate
+
+    monkeypatch.setenv("WAVEC_CACHE_DIR", str(tmp_path / "user"))
+    monkeypatch.setattr(tg, "gpu_name", lambda: "test-gpu")
+    tg._DISPATCH.clear()
+
+    def cand(bm, bn, waves):
+        return Candidate((("waves", waves),), (("BLOCK_K", 64), ("BLOCK_M", bm), ("BLOCK_N", bn), ("GROUP_M", 8),
+                                                ("NUM_STAGES", 4)))
+
+    fast, slow = cand(64, 192, (1, 1)), cand(128, 256, (2, 1))
+    shape = (2048, 1280, 8192)
+    tg.store_tuned(wc.f16, {shape: {fast: 1e-4, slow: 2e-4}}, gpu="test-gpu", mma="wgmma")
+    folder = tmp_path / "copied"
+    shutil.copytree(tmp_path / "user" / "tuning", folder)
+    shutil.rmtree(tmp_path / "user")
+    subs, waves, source = tg.dispatch(*shape, wc.f16, mma="wgmma", directory=folder)
+    assert source == "cache" and waves == (1, 1) and {str(k): v for k, v in subs.items()}["BLOCK_N"] == 192
+    other = (8192, 8192, 8192)
+    subs, waves, source = tg.dispatch(*other, wc.f16, mma="wgmma", directory=folder)
+    assert source == "heuristic" and (subs, waves) == gm.wgmma_config(*other)
+    assert tg.dispatch(*shape, wc.f16, mma="mma_sync", directory=folder)[2] == "heuristic"
+    tg._DISPATCH.clear()
