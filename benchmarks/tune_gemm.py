@@ -55,6 +55,7 @@ from tune_gemm_report import (  # noqa: E402
 
 SHAPES_CSV = pathlib.Path(__file__).parent / "data" / "gemm_shapes.csv"
 CUBLAS = "cuBLAS"
+CONFIRM_ROUNDS = 7  # head-to-head rounds re-timing the race's best against the model's picks
 
 
 # ----------------------------------------------------------------------------- candidates and compiles
@@ -203,6 +204,31 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
     return res
 
 
+def confirm_shape(dev, run: DtypeRun, r: ShapeResult, models, clock, seed: int) -> None:
+    """Re-time the race's best, the dispatch model's pick and the full model's top 2 head to head
+    (``CONFIRM_ROUNDS`` interleaved rounds, all of them every round) into ``r.confirmed``.  The race's
+    best is the fastest of ~130 medians of ~3 noisy samples, so its time is biased low and the race's
+    regret biased high; these few candidates re-timed together give the regret without that bias."""
+    from wavec.tuning.search import race_candidates
+
+    by_label = {c.label: c for c in run.candidates}
+    best = min(r.times, key=r.times.get)
+    picks = [models.dispatch.choose(r.shape).name] + [m.name for m in models.full.rank(r.shape, 2)]
+    cands = list(dict.fromkeys([best, *(by_label[n] for n in picks)]))
+    if len(cands) < 2:  # the model picked the race's best: nothing to compare
+        r.confirmed = {best: r.times[best]}
+        return
+    t0 = clock()
+    dev.begin_shape(r.shape, run.name)
+    runners = {c: dev.runner(run.kernels[c], c) for c in cands}
+    dev.probe(runners[best])
+    race = race_candidates(runners, dev.timer, rounds=CONFIRM_ROUNDS, keep_within=math.inf,
+                           warmup=1 if dev.reps > 1 else 0, seed=seed, clock=clock)
+    dev.end_shape()
+    r.confirmed = race.medians()
+    r.wall_s += clock() - t0
+
+
 def print_shape(run: DtypeRun, r: ShapeResult, ceiling_of) -> None:
     best = min(r.times, key=r.times.get)
     t = r.times[best]
@@ -291,6 +317,7 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
         s = todo.pop(0)
         if s in plan.exhaustive:
             r = time_shape(dev, run, s, serving(run, s), "exhaustive", args.rounds, clock, args.seed + 1000 + len(todo))
+            confirm_shape(dev, run, r, models, clock, args.seed + 5000 + len(todo))
             done_ex += 1
         else:
             r = time_shape(dev, run, s, pruned_set(run, models, s, args.top_k), "pruned", args.rounds, clock,
@@ -468,7 +495,8 @@ def raw_times(run: DtypeRun) -> dict:
     return {"labels": labels, "mma": run.mma, "metadata": [run.metadata[c] for c in run.metadata],
             "space": [index[c] for c in run.candidates],
             "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
-                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()]}
+                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()],
+                        "confirmed": [[index[c], float(f"{t:.6g}")] for c, t in r.confirmed.items()]}
                        for s, r in run.results.items()]}
 
 
