@@ -5,7 +5,7 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
                                                    [--space BLOCK_K=64,128 waves=2x2,2x4 ...] [--dry-run]
 
 1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
-   by M, covering grid fill and K) into fit shapes (<= 25) and held-out shapes (the rest).
+   by M, covering grid fill and K) into fit shapes (<= 25 per configuration) and held-out shapes (the rest).
 2. Candidates: ``wavec.tuning.gemm.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
    once each in a process pool (M, N, K are dynamic: one binary serves every shape), plus the configurations
    the ``gemm_config`` heuristic picks; ptxas spills reject; a launch on a shape with partial tiles must
@@ -272,9 +272,11 @@ def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str) -> Models:
 def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, ceiling_of) -> dict:
     """Fit, held-out exhaustive and pruned phases for one dtype within ``share_s`` clock seconds."""
     from wavec.tuning.evaluate import plan_holdout, split_shapes
+    from wavec.tuning.gemm import fit_classes
 
     start = clock()
-    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms)
+    heights = {c.subs_dict["BLOCK_M"] for c in run.candidates}
+    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms, classes=fit_classes(heights))
     must = math.ceil(len(shapes) / 3)
     print(f"   {len(shapes)} shapes: {len(fit)} fit, {len(held)} held out ({must} at least exhaustive); "
           f"share of the budget {share_s:.0f} s")

@@ -74,6 +74,17 @@ def m_limits(block_m: int) -> tuple[int, int]:
 REGIMES = ((0, 256), (257, UNLIMITED))
 
 
+def fit_classes(block_ms=(16, 64, 128)):
+    """For ``evaluate.split_shapes(classes=...)``: a shape's classes are the tile heights (of ``block_ms``,
+    the space's BLOCK_M values) that serve its M (``m_limits``), so each configuration is fitted on at most
+    ``max_fit`` shapes of its own M range: 16-row tiles on decode shapes, taller tiles on the rest."""
+    heights = sorted(set(block_ms))
+
+    def classes(shape) -> set[int]:
+        return {h for h in heights if m_limits(h)[0] <= shape[0] <= m_limits(h)[1]}
+    return classes
+
+
 def serves(candidate: Candidate, m: int) -> bool:
     lo, hi = m_limits(candidate.subs_dict["BLOCK_M"])
     return lo <= m <= hi
