@@ -3,6 +3,10 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
 
     PYTHONPATH=$PWD python benchmarks/tune_gemm.py --out DIR [--dtypes f16,bf16] [--time-budget 330]
                                                    [--space BLOCK_K=64,128 waves=2x2,2x4 ...] [--dry-run]
+                                                   [--mma mma_sync|wgmma]
+
+``--mma wgmma``: the Hopper warpgroup-MMA GEMM (sm_90a) over ``WGMMA_SPACE``, shapes with M > 16 only;
+its tuning cache (OUT/tuning/) is what ``benchmarks/gemm.py --mma wgmma --tuned OUT/tuning`` times.
 
 1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
    by M, covering grid fill and K) into fit shapes (<= 25 per configuration) and held-out shapes (the rest).
@@ -17,7 +21,8 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
    dispatches keeps the configurations it chooses on some shape of a reference grid.
 5. Held-out shapes: exhaustive on at least a third of all shapes (regret: the model's pick vs the best),
    more while the time budget allows (``plan_holdout``, re-planned after every shape); the others time only
-   the full model's top-k and the portfolio model's pick.
+   the full model's top-k and the portfolio model's pick.  After each exhaustive race, the race's best,
+   the model's pick and its top 2 are re-timed head to head (``confirm_shape``).
 6. Report: per-shape CSV, measured-vs-ceiling plot, the tuning cache (``wavec.tuning.gemm.matmul`` then
    dispatches from it, and from the stored model for shapes never measured), summary.json, a table.
 
