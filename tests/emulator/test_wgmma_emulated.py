@@ -112,6 +112,29 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
         assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
 
 
+def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
+    """``wavec.tuning.gemm.matmul(mma="wgmma", directory=DIR)`` (``benchmarks/gemm.py --tuned DIR``) runs the
+    configuration the wgmma tuning cache in DIR holds for the shape's bucket (128x64, one warpgroup, 3
+    stages here, not the heuristic's 64x64) and computes the right product."""
+    from wavec.tuning import gemm as tg
+    from wavec.tuning.search import Candidate
+
+    monkeypatch.setattr(tg, "gpu_name", lambda: "test-gpu")
+    tg._DISPATCH.clear()
+    cand = Candidate((("waves", (1, 1)),), (("BLOCK_K", 64), ("BLOCK_M", 128), ("BLOCK_N", 64), ("GROUP_M", 8),
+                                            ("NUM_STAGES", 3)))
+    m, n, k = 100, 72, 136
+    tg.store_tuned(wc.bf16, {(m, n, k): {cand: 1e-5}}, gpu="test-gpu", mma="wgmma")
+    folder = tg._cache(wc.bf16, None, "wgmma").directory
+    g, seed = generator()
+    a, b = randn(g, m, k, dtype=torch.bfloat16), randn(g, n, k, dtype=torch.bfloat16)
+    c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder)
+    check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
+    assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
+    assert any(key[-1] == "wgmma" and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
+    tg._DISPATCH.clear()
+
+
 def test_retarget_to_sm90a_changes_only_constraints() -> None:
     threads, mma = gm.MMA_FOR_TARGET["sm_90a"]
     assert mma.spec.group_waves == 4 and threads == 32
