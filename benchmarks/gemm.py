@@ -206,7 +206,8 @@ def main() -> None:
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
     ap.add_argument("--tuned", default=None, help="tuning-cache folder (tune_gemm.py's OUT/tuning): also time "
-                    "wavec with the tuned configurations, reported separately")
+                    "wavec with the tuned configurations, reported separately (compiled as the tuner did: "
+                    "async copies 'auto', whatever --copy says)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
