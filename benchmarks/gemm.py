@@ -10,10 +10,15 @@ analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``w
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
                               [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares] [--copy auto|cp.async]
+                              [--tuned DIR]
 
 ``--mma wgmma`` times the Hopper warpgroup-MMA GEMM (sm_90a; ``wavec.kernels.gemm.wgmma_config`` picks
 its tiles); ``--squares`` times only the 1024^3 ... 8192^3 squares; ``--copy cp.async`` keeps the wgmma
-GEMM on cp.async instead of TMA (``SchedulingConstraint.async_copy``).
+GEMM on cp.async instead of TMA (``SchedulingConstraint.async_copy``).  ``--tuned DIR`` (the ``tuning/``
+folder ``benchmarks/tune_gemm.py --mma ...`` writes under its --out) also times wavec with the tuner's
+configurations (``wavec.tuning.gemm.matmul``: the measured bucket, else the stored cost model, else the
+heuristic), reported in separate columns (``tuned_*``, ``tuned_source``) and summary rows beside the
+heuristic's, so the heuristic's figures stay what they are.
 """
 
 import argparse
@@ -75,7 +80,8 @@ def time_rotating(fn, sets) -> float:
     return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
 
 
-def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: str = "auto") -> dict:
+def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: str = "auto",
+                tuned: str | None = None) -> dict:
     tdt = TORCH_DT[dt]
     sets = inputs(m, n, k, tdt)
     a, b = sets[0]
@@ -103,10 +109,32 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: 
         bm, bn = named["BLOCK_M"], named["BLOCK_N"]
         row["ceiling_ms"] = gemm_ceiling(m, n, k, bm, bn, waves, rates=rates)["bound"] * 1e3
         row["wavec_pct_ceiling"] = 100.0 * row["ceiling_ms"] / t_w
+    if tuned:
+        row.update(bench_tuned(sets, ref, m, n, k, dt, mma, tuned, t_c, t_t))
     if m <= 16:
         bytes_moved = (m * k + n * k) * 2 + m * n * 4
         row["wavec_bw_frac"] = bytes_moved / (t_w * 1e-3) / bw
     return row
+
+
+def bench_tuned(sets, ref, m, n, k, dt, mma: str, directory: str, t_c: float, t_t: float) -> dict:
+    """wavec with the tuning cache's configuration for this shape (and where it came from)."""
+    import wavec as wc
+    from wavec.tuning.gemm import dispatch
+    from wavec.tuning.gemm import matmul as tuned_matmul
+
+    a, b = sets[0]
+    kind = "mma_sync" if mma == "wgmma" and m <= 16 else mma  # decode: mma.sync tiles, as matmul does
+    subs, waves, source = dispatch(m, n, k, {"f16": wc.f16, "bf16": wc.bf16}[dt], mma=kind, directory=directory)
+
+    def fn(x, y):
+        return tuned_matmul(x, y, mma=mma, directory=directory)
+
+    out = fn(a, b)
+    t = time_rotating(fn, sets)
+    return {"tuned_ms": t, "tuned_vs_cublas": t_c / t, "tuned_vs_triton": t_t / t, "tuned_source": source,
+            "tuned_rel_err": ((out - ref).norm() / ref.norm()).item(),
+            "tuned_config": f"{[v for v in subs.values()]} waves={waves}"}
 
 
 def plot(rows, out: pathlib.Path, bw: float) -> None:
@@ -177,6 +205,9 @@ def main() -> None:
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
+    ap.add_argument("--tuned", default=None, help="tuning-cache folder (tune_gemm.py's OUT/tuning): also time "
+                    "wavec with the tuned configurations, reported separately (compiled as the tuner did: "
+                    "async copies 'auto', whatever --copy says)")
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -198,11 +229,13 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy))
+            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy, args.tuned))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
                   f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
-                  f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}", flush=True)
+                  f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}"
+                  + (f"  tuned x{r['tuned_vs_cublas']:.2f} ({r['tuned_source']})" if "tuned_ms" in r else ""),
+                  flush=True)
     with open(out / "gemm.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
@@ -223,6 +256,26 @@ def main() -> None:
         pct = sorted(r["wavec_pct_ceiling"] for r in sub)[len(sub) // 2]
         print(f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
               f"{med:24.3f} {pct:19.1f}")
+    print_tuned_summary(rows, dtypes)
+
+
+def print_tuned_summary(rows: list, dtypes: list) -> None:
+    """Geomeans of the tuned configurations (``--tuned``), beside the heuristic's, per dtype."""
+    if not any("tuned_ms" in r for r in rows):
+        return
+    print(f"\n{'dtype':5} {'tuned x cuBLAS':>15} {'tuned x Triton':>15} {'heuristic x cuBLAS':>19} "
+          f"{'shapes':>7}  configuration source (cache / model / heuristic)")
+    for dt in dtypes:
+        sub = [r for r in rows if r["dtype"] == dt and "tuned_ms" in r]
+        if not sub:
+            continue
+
+        def geo(key):
+            return math.exp(sum(math.log(r[key]) for r in sub) / len(sub))
+
+        src = {s: sum(r["tuned_source"] == s for r in sub) for s in ("cache", "model", "heuristic")}
+        print(f"{dt:5} {geo('tuned_vs_cublas'):15.3f} {geo('tuned_vs_triton'):15.3f} {geo('wavec_vs_cublas'):19.3f} "
+              f"{len(sub):7d}  {src['cache']} / {src['model']} / {src['heuristic']}")
 
 
 if __name__ == "__main__":

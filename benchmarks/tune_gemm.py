@@ -3,9 +3,13 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
 
     PYTHONPATH=$PWD python benchmarks/tune_gemm.py --out DIR [--dtypes f16,bf16] [--time-budget 330]
                                                    [--space BLOCK_K=64,128 waves=2x2,2x4 ...] [--dry-run]
+                                                   [--mma mma_sync|wgmma]
+
+``--mma wgmma``: the Hopper warpgroup-MMA GEMM (sm_90a) over ``WGMMA_SPACE``, shapes with M > 16 only;
+its tuning cache (OUT/tuning/) is what ``benchmarks/gemm.py --mma wgmma --tuned OUT/tuning`` times.
 
 1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
-   by M, covering grid fill and K) into fit shapes (<= 25) and held-out shapes (the rest).
+   by M, covering grid fill and K) into fit shapes (<= 25 per configuration) and held-out shapes (the rest).
 2. Candidates: ``wavec.tuning.gemm.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
    once each in a process pool (M, N, K are dynamic: one binary serves every shape), plus the configurations
    the ``gemm_config`` heuristic picks; ptxas spills reject; a launch on a shape with partial tiles must
@@ -17,7 +21,8 @@ shapes, the tuning time the model saves, and % of the analytical ceiling per sha
    dispatches keeps the configurations it chooses on some shape of a reference grid.
 5. Held-out shapes: exhaustive on at least a third of all shapes (regret: the model's pick vs the best),
    more while the time budget allows (``plan_holdout``, re-planned after every shape); the others time only
-   the full model's top-k and the portfolio model's pick.
+   the full model's top-k and the portfolio model's pick.  After each exhaustive race, the race's best,
+   the model's pick and its top 2 are re-timed head to head (``confirm_shape``).
 6. Report: per-shape CSV, measured-vs-ceiling plot, the tuning cache (``wavec.tuning.gemm.matmul`` then
    dispatches from it, and from the stored model for shapes never measured), summary.json, a table.
 
@@ -55,25 +60,28 @@ from tune_gemm_report import (  # noqa: E402
 
 SHAPES_CSV = pathlib.Path(__file__).parent / "data" / "gemm_shapes.csv"
 CUBLAS = "cuBLAS"
+CONFIRM_ROUNDS = 7  # head-to-head rounds re-timing the race's best against the model's picks
 
 
 # ----------------------------------------------------------------------------- candidates and compiles
 
 
-def load_shapes(limit: int | None) -> list[tuple]:
+def load_shapes(limit: int | None, mma: str = "mma_sync") -> list[tuple]:
     import csv
 
     from wavec.tuning.evaluate import dedupe
 
     with open(SHAPES_CSV) as f:
         shapes = dedupe((r["M"], r["N"], r["K"]) for r in csv.DictReader(f))
+    if mma == "wgmma":  # decode shapes run the mma.sync decode tiles (kernels.gemm.matmul), not wgmma
+        shapes = [s for s in shapes if s[0] > 16]
     return shapes[:limit] if limit else shapes
 
 
-def parse_space(items) -> dict:
-    from wavec.tuning.gemm import DEFAULT_SPACE
+def parse_space(items, mma: str = "mma_sync") -> dict:
+    from wavec.tuning.gemm import space_for
 
-    space = dict(DEFAULT_SPACE)
+    space = space_for(mma)
     for item in items or ():
         name, _, values = item.partition("=")
         if name == "waves":
@@ -85,16 +93,16 @@ def parse_space(items) -> dict:
     return space
 
 
-def legal_candidates(space: dict, dtype, shapes, target: str) -> tuple[list, list, dict]:
+def legal_candidates(space: dict, dtype, shapes, target: str, mma: str = "mma_sync") -> tuple[list, list, dict]:
     """(space candidates that pass the legality filter, extra heuristic candidates, rejected reasons)."""
     from wavec.tuning.gemm import FACTORY, _fixed, heuristic_candidate
     from wavec.tuning.legality import legal
     from wavec.tuning.search import _source, enumerate_space
 
-    src = _source(FACTORY, _fixed(dtype))
+    src = _source(FACTORY, _fixed(dtype, mma))
     cands = enumerate_space(space, src.params())
     labels = {c.label for c in cands}
-    extra = sorted({heuristic_candidate(*s) for s in shapes} - set(cands), key=lambda c: c.label)
+    extra = sorted({heuristic_candidate(*s, mma) for s in shapes} - set(cands), key=lambda c: c.label)
     ok, rejected = [], {}
     for c in cands + extra:
         good, why = legal(src.build(c.kwargs), c.subs_dict, target)
@@ -109,7 +117,7 @@ class Compiles:
     """One spawn process pool for every (dtype, candidate): f16 first, so later dtypes compile while the
     first is timed."""
 
-    def __init__(self, jobs: list, backend: str, target: str, workers: int) -> None:
+    def __init__(self, jobs: list, backend: str, target: str, workers: int, mma: str = "mma_sync") -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
@@ -117,7 +125,7 @@ class Compiles:
         from wavec.tuning.search import _compile_one
 
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        self.futures = {(d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d), c.kwargs, c.subs, backend,
+        self.futures = {(d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d, mma), c.kwargs, c.subs, backend,
                                                       target) for d, c in jobs}
 
     def wait(self, dtype_name: str) -> dict:
@@ -151,7 +159,7 @@ def load_kernels(run: DtypeRun, metas: dict, extra: list, dev, target: str) -> N
         why = meta.get("error") or reject_after_compile(meta, 255)
         if not why:
             waves = c.kwargs_dict["waves"]
-            kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype),
+            kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype, run.mma),
                                                                                    waves=waves))
             try:
                 ck = wc.compile(kernel, c.symbol_subs(), backend=dev.backend, target=target)
@@ -186,7 +194,7 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
 
     t0 = clock()
     dev.begin_shape(shape, run.name)
-    heur = heuristic_candidate(*shape)
+    heur = heuristic_candidate(*shape, run.mma)
     pool = [c for c in dict.fromkeys([*cands, *extra, heur]) if c in run.kernels]
     runners = {c: dev.runner(run.kernels[c], c) for c in pool}
     runners[CUBLAS] = dev.cublas()
@@ -199,6 +207,31 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
                       {c: race.cost_s[c] for c in pool}, {c: len(race.samples[c]) for c in pool}, clock() - t0)
     run.results[shape] = res
     return res
+
+
+def confirm_shape(dev, run: DtypeRun, r: ShapeResult, models, clock, seed: int) -> None:
+    """Re-time the race's best, the dispatch model's pick and the full model's top 2 head to head
+    (``CONFIRM_ROUNDS`` interleaved rounds, all of them every round) into ``r.confirmed``.  The race's
+    best is the fastest of ~130 medians of ~3 noisy samples, so its time is biased low and the race's
+    regret biased high; these few candidates re-timed together give the regret without that bias."""
+    from wavec.tuning.search import race_candidates
+
+    by_label = {c.label: c for c in run.candidates}
+    best = min(r.times, key=r.times.get)
+    picks = [models.dispatch.choose(r.shape).name] + [m.name for m in models.full.rank(r.shape, 2)]
+    cands = list(dict.fromkeys([best, *(by_label[n] for n in picks)]))
+    if len(cands) < 2:  # the model picked the race's best: nothing to compare
+        r.confirmed = {best: r.times[best]}
+        return
+    t0 = clock()
+    dev.begin_shape(r.shape, run.name)
+    runners = {c: dev.runner(run.kernels[c], c) for c in cands}
+    dev.probe(runners[best])
+    race = race_candidates(runners, dev.timer, rounds=CONFIRM_ROUNDS, keep_within=math.inf,
+                           warmup=1 if dev.reps > 1 else 0, seed=seed, clock=clock)
+    dev.end_shape()
+    r.confirmed = race.medians()
+    r.wall_s += clock() - t0
 
 
 def print_shape(run: DtypeRun, r: ShapeResult, ceiling_of) -> None:
@@ -244,9 +277,11 @@ def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str) -> Models:
 def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, ceiling_of) -> dict:
     """Fit, held-out exhaustive and pruned phases for one dtype within ``share_s`` clock seconds."""
     from wavec.tuning.evaluate import plan_holdout, split_shapes
+    from wavec.tuning.gemm import fit_classes
 
     start = clock()
-    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms)
+    heights = {c.subs_dict["BLOCK_M"] for c in run.candidates}
+    fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms, classes=fit_classes(heights))
     must = math.ceil(len(shapes) / 3)
     print(f"   {len(shapes)} shapes: {len(fit)} fit, {len(held)} held out ({must} at least exhaustive); "
           f"share of the budget {share_s:.0f} s")
@@ -289,6 +324,7 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
         s = todo.pop(0)
         if s in plan.exhaustive:
             r = time_shape(dev, run, s, serving(run, s), "exhaustive", args.rounds, clock, args.seed + 1000 + len(todo))
+            confirm_shape(dev, run, r, models, clock, args.seed + 5000 + len(todo))
             done_ex += 1
         else:
             r = time_shape(dev, run, s, pruned_set(run, models, s, args.top_k), "pruned", args.rounds, clock,
@@ -313,7 +349,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0, help="compile processes (0: CPU cores - 2)")
     ap.add_argument("--max-shapes", type=int, default=None, help="first N distinct shapes only")
-    ap.add_argument("--target", default=None)
+    ap.add_argument("--target", default=None, help="default: the GPU's (sm_90a with --mma wgmma)")
+    ap.add_argument("--mma", choices=("mma_sync", "wgmma"), default="mma_sync",
+                    help="wgmma: Hopper warpgroup MMA over WGMMA_SPACE (sm_90a); shapes with M <= 16 are left out "
+                         "(matmul keeps the mma.sync decode tiles for them)")
     ap.add_argument("--dry-run", action="store_true", help="CPU only: emulator checks, synthetic timer, virtual clock")
     ap.add_argument("--dry-checks", type=int, default=4, help="dry run: emulator correctness checks per dtype")
     return ap.parse_args(argv)
@@ -351,20 +390,20 @@ def setup(args) -> Context:
     from tune_gemm_devices import VirtualClock
 
     import wavec as wc
-    from wavec.compiler import default_target
     from wavec.tuning.ceiling import device_rates, gemm_ceiling
+    from wavec.tuning.gemm import target_for
 
     clock = VirtualClock() if args.dry_run else time.perf_counter
     phases = Phases(clock)
     phases.begin("setup: shapes, legality, compile pool, device rates")
-    args.target = args.target or default_target("cuda")
+    args.target = target_for(args.mma, args.target)
     dev = make_device(args, clock)
-    shapes = load_shapes(args.max_shapes)
-    space = parse_space(args.space)
+    shapes = load_shapes(args.max_shapes, args.mma)
+    space = parse_space(args.space, args.mma)
     runs, jobs, extras = [], [], {}
     for name in args.dtypes.split(","):
-        run = DtypeRun(name, getattr(wc, name))
-        cands, extra, rejected = legal_candidates(space, run.wc_dtype, shapes, args.target)
+        run = DtypeRun(name, getattr(wc, name), mma=args.mma)
+        cands, extra, rejected = legal_candidates(space, run.wc_dtype, shapes, args.target, args.mma)
         run.rejected.update(rejected)
         extras[name] = extra
         jobs += [(run.wc_dtype, c) for c in cands + extra]
@@ -372,7 +411,7 @@ def setup(args) -> Context:
         print(f"   {name}: {len(cands)} legal candidates of the space, {len(extra)} heuristic configurations "
               f"outside it, {len(rejected)} illegal")
     workers = args.workers or max(1, (os.cpu_count() or 2) - 2)
-    compiles = Compiles(jobs, dev.backend, args.target, workers)
+    compiles = Compiles(jobs, dev.backend, args.target, workers, args.mma)
     measured = dev.rates()
     rates = device_rates(dev.name, measured)
     print(f"   device {dev.name}: {dev.sms} SMs; measured {measured['matrix_flops'] / 1e12:.0f} TFLOP/s (cuBLAS "
@@ -434,8 +473,8 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
         rows += shape_rows
         times = {s: r.times for s, r in run.results.items()}
         n = store_tuned(run.wc_dtype, times, run.metadata, target=args.target, gpu=ctx.dev.name,
-                        model=infos[run.name]["models"].dispatch, candidates=run.candidates)
-        cache = _cache(run.wc_dtype, args.target)
+                        model=infos[run.name]["models"].dispatch, candidates=run.candidates, mma=run.mma)
+        cache = _cache(run.wc_dtype, args.target, run.mma)
         (out / "tuning").mkdir(exist_ok=True)
         shutil.copy(cache.path, out / "tuning" / cache.path.name)
         print(f"   {run.name}: {n} tuning-cache entries and the dispatch model -> {cache.path}")
@@ -460,10 +499,11 @@ def raw_times(run: DtypeRun) -> dict:
     """Compact record of a dtype's race results: candidates by index, ``[index, median s, samples]`` per shape."""
     labels = [c.label for c in run.metadata]
     index = {c: i for i, c in enumerate(run.metadata)}
-    return {"labels": labels, "metadata": [run.metadata[c] for c in run.metadata],
+    return {"labels": labels, "mma": run.mma, "metadata": [run.metadata[c] for c in run.metadata],
             "space": [index[c] for c in run.candidates],
             "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
-                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()]}
+                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()],
+                        "confirmed": [[index[c], float(f"{t:.6g}")] for c, t in r.confirmed.items()]}
                        for s, r in run.results.items()]}
 
 

@@ -93,21 +93,46 @@ def test_wgmma_gemm_cp_async(cfg) -> None:
     _run(kernel, cfg[3], wc.f16, f"wgmma gemm cp.async {cfg[0]}")
 
 
-@pytest.mark.parametrize("m,tile", [(130, (128, 128, (2, 1))), (40, (64, 128, (1, 1))), (8, None)])
-def test_matmul_helper_wgmma(m: int, tile) -> None:
-    """``matmul(mma="wgmma")``: 128-row tiles of 2 warpgroups, 64-row tiles for M <= 64, and the mma.sync
-    decode tiles for M <= 16."""
+@pytest.mark.parametrize("m,n,tile", [(130, 72, (64, 64, (1, 1))), (40, 72, (64, 64, (1, 1))), (8, 72, None)])
+def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
+    """``matmul(mma="wgmma")`` takes ``wgmma_config``'s tile (on grids this small, 64x64 tiles of one
+    warpgroup: they occupy the most SMs) and the mma.sync decode tiles for M <= 16.  The 128-row tiles of
+    2 warpgroups are ``test_retarget_to_sm90a_changes_only_constraints``'s; ``wgmma_config``'s choices on
+    large shapes are checked in tests/unit/test_wgmma_tuning.py."""
     g, seed = generator()
-    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, 72, 64, dtype=torch.bfloat16)
+    a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, n, 64, dtype=torch.bfloat16)
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
-    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, 72, 64)
+    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
            "wgmma" if tile else "mma_sync", "auto")
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
-        subs, waves = gm.wgmma_config(m, 72, 64)
+        subs, waves = gm.wgmma_config(m, n, 64)
         assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
+
+
+def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
+    """``wavec.tuning.gemm.matmul(mma="wgmma", directory=DIR)`` (``benchmarks/gemm.py --tuned DIR``) runs the
+    configuration the wgmma tuning cache in DIR holds for the shape's bucket (128x64, one warpgroup, 3
+    stages here, not the heuristic's 64x64) and computes the right product."""
+    from wavec.tuning import gemm as tg
+    from wavec.tuning.search import Candidate
+
+    monkeypatch.setattr(tg, "gpu_name", lambda: "test-gpu")
+    tg._DISPATCH.clear()
+    cand = Candidate((("waves", (1, 1)),), (("BLOCK_K", 64), ("BLOCK_M", 128), ("BLOCK_N", 64), ("GROUP_M", 8),
+                                            ("NUM_STAGES", 3)))
+    m, n, k = 100, 72, 136
+    tg.store_tuned(wc.bf16, {(m, n, k): {cand: 1e-5}}, gpu="test-gpu", mma="wgmma")
+    folder = tg._cache(wc.bf16, None, "wgmma").directory
+    g, seed = generator()
+    a, b = randn(g, m, k, dtype=torch.bfloat16), randn(g, n, k, dtype=torch.bfloat16)
+    c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder)
+    check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
+    assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
+    assert any(key[-1] == "wgmma" and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
+    tg._DISPATCH.clear()
 
 
 def test_retarget_to_sm90a_changes_only_constraints() -> None:

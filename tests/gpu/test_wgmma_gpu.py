@@ -79,7 +79,8 @@ def test_wgmma_gemm_masked(dt: str, cfg) -> None:
 @needs_sm90
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_matmul_wgmma(dt: str) -> None:
-    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 1024), (130, 72, 64)]:
+    # wgmma_config's tiles: 128x256 (4096^3, 8192x8192), 128x128 (512x4096), 64x128 (1024^3), 64x64 (130x72)
+    for m, n, k in [(4096, 4096, 4096), (8192, 8192, 1024), (512, 4096, 1024), (1024, 1024, 1024), (130, 72, 64)]:
         a = torch.randn(m, k, device="cuda").to(TORCH_DT[dt])
         b = torch.randn(n, k, device="cuda").to(TORCH_DT[dt])
         c = gm.matmul(a, b, mma="wgmma")

@@ -202,3 +202,24 @@ def test_dispatch_model_and_tuning_cache_dispatch(tmp_path, monkeypatch):
     assert source == "model"
     assert {str(k): v for k, v in subs.items()} == dict(
         next(c for c in cands if c.label == model.choose(unseen).name).subs)
+
+
+def test_split_caps_fit_shapes_per_configuration_class():
+    """``classes``: the cap applies per class of configurations (GEMM tile heights serving the shape's M),
+    not to the total.  Hand-checked with a cap of 4, dealt round-robin over M = 1, 16, 64, ...: 16-row
+    tiles serve M <= 64, 64-row ones M >= 17, 128-row ones M >= 65.  Round 1: M = 1, 16, 64 fill the
+    16-row class to 3 (64 also counts for the 64-row class), 128, 512, 2048 fill the 64-row class to 4;
+    4096 and 8192 would overfill it.  Round 2: only M = 1 is open (16-row class to 4).  So 7 shapes."""
+    from collections import Counter
+
+    from wavec.tuning.gemm import fit_classes
+
+    fit, held = split_shapes(SHAPES, max_fit=4, seed=0, classes=fit_classes((16, 64, 128)))
+    assert Counter(s[0] for s in fit) == {1: 2, 16: 1, 64: 1, 128: 1, 512: 1, 2048: 1}
+    assert len(held) == len(SHAPES) - 7
+    fit, held = split_shapes(SHAPES, max_fit=25, seed=0, classes=fit_classes((16, 64, 128)))
+    classes = fit_classes((16, 64, 128))
+    per_class = Counter(c for s in fit for c in classes(s))
+    assert max(per_class.values()) <= 25 and len(fit) > 25  # more shapes in all, <= 25 per configuration
+    assert len(fit) <= 2 * len(SHAPES) // 3 and {s[0] for s in fit} == {s[0] for s in SHAPES}
+    assert split_shapes(SHAPES, max_fit=25, seed=0)[0] != fit  # without classes: 25 in all

@@ -93,21 +93,41 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
 
 # ----- Hopper (sm_90a): wgmma -----
 # The same kernel body; the HardwareConstraint names a warpgroup MMA type and the wave tiles are
-# warpgroup tiles: 2 warpgroups along M (64-row multiples), each spanning the workgroup's N (one
-# m64nNk16 instruction per 64 rows and K step, N = BLOCK_N up to 256).  Not yet measured on a GPU.
+# warpgroup tiles: 64-row multiples along M, each spanning the workgroup's N (one m64nNk16 instruction per
+# 64 rows and K step, N = BLOCK_N up to 256).
 WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 WGMMA_WAVES = (2, 1)
 WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}
+# (BLOCK_M, BLOCK_N, warpgroups, relative throughput of a full grid).  128x256 (2 warpgroups, 4 stages:
+# 192 KiB, one workgroup per SM) is the best tile measured at 4096^3 on the H200 (600 / 632 TFLOP/s
+# f16 / bf16); the other rates are the mma.sync tiles' measured ratios (same tile, same operand bytes per
+# FLOP), an estimate until a wgmma sweep (``tune_gemm.py --mma wgmma``) replaces them.
+_WGMMA_TILES = [
+    (128, 256, (2, 1), 1.00),
+    (128, 128, (2, 1), 0.97),
+    (64, 256, (1, 1), 0.75),
+    (64, 128, (1, 1), 0.70),
+    (64, 64, (1, 1), 0.40),
+]
 
 
 def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
-    """(subs, waves) for the wgmma GEMM: 128-row tiles of 2 warpgroups (64 rows and one warpgroup when
-    M <= 64), 256 wide (4 stages: 192 KiB of shared memory) when that still gives every SM a workgroup,
-    else 128 wide.  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the mma.sync decode tiles
-    for them (bandwidth-bound; a 64-row instruction would waste 3/4 of its rows)."""
-    bm, waves = (64, (1, 1)) if m <= 64 else (128, WGMMA_WAVES)
-    bn = 256 if -(-m // bm) * -(-n // 256) >= _SMS else 128
-    return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}, waves
+    """(subs, waves) for the wgmma GEMM: the tile of least (rounds of workgroups over the 132 SMs) x
+    (tile area) / throughput, as ``gemm_config`` chooses, so small and skinny problems take 64-row or
+    128-wide tiles that give every SM work instead of leaving most of the GPU idle under 128x256 tiles
+    (1024^3: 32 workgroups of 128x256, 128 of 64x128).  64-row tiles only when M <= 64 or they fill more SMs.
+    BLOCK_K 64 and 4 stages (3 stages lose ~25 % at 4096^3: the loop keeps one wgmma group in flight);
+    3 when K is at most 2 steps deep.  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the
+    mma.sync decode tiles for them (bandwidth-bound; a 64-row instruction would waste 3/4 of its rows)."""
+    tiles = [t for t in _WGMMA_TILES if t[0] == 64] if m <= 64 else _WGMMA_TILES
+
+    def cost(tile) -> float:
+        bm, bn, _w, rate = tile
+        return -(-(-(-m // bm) * -(-n // bn)) // _SMS) * bm * bn / rate
+
+    bm, bn, waves, _rate = min(tiles, key=cost)
+    stages = 3 if k <= 128 else 4
+    return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: stages, GROUP_M: 8}, waves
 
 
 _COMPILED: dict = {}

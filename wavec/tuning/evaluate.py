@@ -3,8 +3,8 @@
 These are the pieces of ``benchmarks/tune_gemm.py`` that decide something and so deserve unit tests:
 
 * ``split_shapes``: a deterministic split of deduplicated shapes into the shapes a cost model is fitted on
-  (at most two thirds, at most 25) and held-out shapes (the rest, at least a third), stratified by the
-  first dimension and covering grid fill and K within it;
+  (at most two thirds, at most 25 per configuration) and held-out shapes (the rest, at least a third),
+  stratified by the first dimension and covering grid fill and K within it;
 * ``regret``: how much slower a chosen configuration is than the best one measured;
 * ``portfolio``: the few configurations that cover every fitted shape within a tolerance (the model
   chooses among those only: with fewer candidates, fewer badly extrapolated fits can win);
@@ -29,10 +29,17 @@ def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
 
 
 def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_fraction: float = 2 / 3,
-                 seed: int = 0, sms: int = 132,
-                 ref_tile: int = 128) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """(fit shapes, held-out shapes) of the distinct ``shapes``: ``min(max_fit, floor(fit_fraction * n))``
-    fit shapes, the rest held out (in a seeded random order).  Deterministic given the shapes.
+                 seed: int = 0, sms: int = 132, ref_tile: int = 128,
+                 classes: Callable[[tuple[int, ...]], Iterable] | None = None,
+                 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(fit shapes, held-out shapes) of the distinct ``shapes``: at most ``floor(fit_fraction * n)`` fit
+    shapes, the rest held out (in a seeded random order).  Deterministic given the shapes.
+
+    ``max_fit`` caps the fit shapes seen by any one configuration.  Without ``classes`` every configuration
+    sees every shape, so it caps the total.  With ``classes`` (shape -> the classes of configurations that
+    serve it, e.g. the GEMM tile heights whose M range contains the shape's M: ``gemm.fit_classes``) it caps
+    each class, so a configuration that serves only part of the shapes (16-row tiles: M <= 64) is still
+    fitted on up to ``max_fit`` of its own shapes; a stratum is skipped once a class it belongs to is full.
 
     Stratified by the first dimension (M): the fit shapes are dealt out round-robin over the groups of
     equal M (ascending), so every size class (decode M = 1, 16, prefill M = 8192 ...) is fitted and held
@@ -41,15 +48,22 @@ def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_frac
     many) and K, the two things the per-configuration model must interpolate, rather than clustering on
     large grids (a fit on three full grids says little about one that fills a third of the GPU)."""
     uniq = sorted(dedupe(shapes))
-    n_fit = min(max_fit, int(fit_fraction * len(uniq)))
+    limit = int(fit_fraction * len(uniq))
+    if classes is None:
+        limit = min(limit, max_fit)
     groups: dict = {}
     for s in uniq:
         groups.setdefault(s[0], []).append(s)
+    member = {k: set(classes(g[0])) if classes else set() for k, g in groups.items()}  # classes depend on M only
     x = {s: cover_coords(s, sms, ref_tile) for s in uniq}
     quota = dict.fromkeys(groups, 0)
+    used: dict = {}
     fit: list = []
-    for _ in range(n_fit):
-        open_keys = [k for k in sorted(groups) if quota[k] < len(groups[k])]
+    while len(fit) < limit:
+        open_keys = [k for k in sorted(groups) if quota[k] < len(groups[k])
+                     and all(used.get(c, 0) < max_fit for c in member[k])]
+        if not open_keys:
+            break
         key = min(open_keys, key=lambda k: (quota[k], k))
         pool = [s for s in groups[key] if s not in fit]
         if fit:
@@ -58,6 +72,8 @@ def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_frac
             pick = pool[len(pool) // 2]
         fit.append(pick)
         quota[key] += 1
+        for c in member[key]:
+            used[c] = used.get(c, 0) + 1
     held = [s for s in uniq if s not in set(fit)]
     random.Random(seed).shuffle(held)
     return sorted(fit), held

@@ -11,7 +11,7 @@ from .cache import TuningCache, bucket, entry_key, gpu_name, model_key, versions
 from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
 from .legality import ctas_per_sm
-from .search import Candidate, _source, autotune, lookup
+from .search import Candidate, _source, autotune
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
 DIMS = ("M", "N", "K")
@@ -24,7 +24,40 @@ DEFAULT_SPACE = {  # 324 tuples; 248 pass the legality filter on sm_90, ptxas re
     "GROUP_M": [8],
     "waves": [(1, 2), (1, 4), (2, 2), (2, 4)],
 }
+# Hopper warpgroup MMA (``--mma wgmma``, target sm_90a): ``waves`` count warpgroups along M (each owns
+# BLOCK_M / waves[0] rows, a multiple of the instruction's 64) and the wave spans BLOCK_N (one m64nNk16 per
+# 64 rows and K step, N <= 256).  108 tuples; ``legal`` keeps those whose M wave tile is a multiple of 64,
+# whose operand tiles split into core matrices among the threads and whose stages fit the 227 KiB of shared
+# memory (e.g. 256x256x64 x 4 stages = 256 KiB is out); ptxas drops the spilling ones.
+WGMMA_SPACE = {
+    "BLOCK_M": [64, 128, 256],
+    "BLOCK_N": [64, 128, 192, 256],
+    "BLOCK_K": [64],
+    "NUM_STAGES": [3, 4, 5],
+    "GROUP_M": [8],
+    "waves": [(1, 1), (2, 1), (4, 1)],
+}
+MMA_KINDS = ("mma_sync", "wgmma")
 UNLIMITED = 1 << 62
+
+
+def space_for(mma: str = "mma_sync") -> dict:
+    """The default search space of an MMA kind."""
+    _check_mma(mma)
+    return dict(WGMMA_SPACE if mma == "wgmma" else DEFAULT_SPACE)
+
+
+def target_for(mma: str = "mma_sync", target: str | None = None) -> str:
+    """The compile target of an MMA kind: wgmma exists only on sm_90a."""
+    from ..compiler import default_target
+
+    _check_mma(mma)
+    return "sm_90a" if mma == "wgmma" else (target or default_target("cuda"))
+
+
+def _check_mma(mma: str) -> None:
+    if mma not in MMA_KINDS:
+        raise wc.WavecError(message=f"mma must be one of {MMA_KINDS}, got {mma!r}")
 
 
 def m_limits(block_m: int) -> tuple[int, int]:
@@ -41,22 +74,39 @@ def m_limits(block_m: int) -> tuple[int, int]:
 REGIMES = ((0, 256), (257, UNLIMITED))
 
 
+def fit_classes(block_ms=(16, 64, 128)):
+    """For ``evaluate.split_shapes(classes=...)``: a shape's classes are the tile heights (of ``block_ms``,
+    the space's BLOCK_M values) that serve its M (``m_limits``), so each configuration is fitted on at most
+    ``max_fit`` shapes of its own M range: 16-row tiles on decode shapes, taller tiles on the rest."""
+    heights = sorted(set(block_ms))
+
+    def classes(shape) -> set[int]:
+        return {h for h in heights if m_limits(h)[0] <= shape[0] <= m_limits(h)[1]}
+    return classes
+
+
 def serves(candidate: Candidate, m: int) -> bool:
     lo, hi = m_limits(candidate.subs_dict["BLOCK_M"])
     return lo <= m <= hi
 
 
-def heuristic_candidate(m: int, n: int, k: int) -> Candidate:
-    """``gemm_config``'s choice for a shape, as a Candidate (its label matches the space's labels)."""
-    from ..kernels.gemm import gemm_config
+def heuristic_candidate(m: int, n: int, k: int, mma: str = "mma_sync") -> Candidate:
+    """``gemm_config``'s (``wgmma_config``'s) choice for a shape, as a Candidate (its label matches the
+    space's labels)."""
+    from ..kernels.gemm import gemm_config, wgmma_config
 
-    subs, waves = gemm_config(m, n, k)
+    subs, waves = (wgmma_config if mma == "wgmma" else gemm_config)(m, n, k)
     return Candidate((("waves", tuple(waves)),), tuple(sorted((str(s), int(v)) for s, v in subs.items())))
 
 
-def _fixed(dtype) -> dict:
-    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-    return {"dtype": dtype, "mma_type": mma}
+def _fixed(dtype, mma: str = "mma_sync") -> dict:
+    from ..kernels.gemm import WGMMA_FOR_DTYPE
+
+    _check_mma(mma)
+    if mma == "wgmma":
+        return {"dtype": dtype, "mma_type": WGMMA_FOR_DTYPE[dtype.name]}
+    kind = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+    return {"dtype": dtype, "mma_type": kind}
 
 
 def gemm_inputs(dtype=wc.f16):
@@ -82,52 +132,52 @@ def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **kw):
                     **kw)
 
 
-def kernel_id(dtype=wc.f16) -> str:
-    return _source(FACTORY, _fixed(dtype)).kernel_id
+def kernel_id(dtype=wc.f16, mma: str = "mma_sync") -> str:
+    return _source(FACTORY, _fixed(dtype, mma)).kernel_id
 
 
-def _cache(dtype, target: str | None) -> TuningCache:
-    from ..compiler import default_target
-
-    return TuningCache(f"{kernel_id(dtype)}@{target or default_target('cuda')}")
+def _cache(dtype, target: str | None, mma: str = "mma_sync", directory=None) -> TuningCache:
+    return TuningCache(f"{kernel_id(dtype, mma)}@{target_for(mma, target)}", directory)
 
 
 _DISPATCH: dict = {}  # (m, n, k, dtype, target) -> (subs, waves, source): the cache file is read once per shape
 
 
-def tuned_config(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None) -> tuple[dict, tuple]:
+def tuned_config(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync",
+                 directory=None) -> tuple[dict, tuple]:
     """(subs, waves) from the tuning cache for this shape's bucket, else from the cost model stored by
-    ``store_model`` (shapes never measured), else ``gemm_config``'s heuristic."""
-    return dispatch(m, n, k, dtype, target)[:2]
+    ``store_tuned`` (shapes never measured), else the heuristic (``gemm_config`` / ``wgmma_config``)."""
+    return dispatch(m, n, k, dtype, target, mma=mma, directory=directory)[:2]
 
 
-def dispatch(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None) -> tuple[dict, tuple, str]:
-    """``tuned_config`` and where it came from: "cache", "model" or "heuristic"."""
-    from ..kernels.gemm import gemm_config
-
-    key = (m, n, k, dtype.name, target)
+def dispatch(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync",
+             directory=None) -> tuple[dict, tuple, str]:
+    """``tuned_config`` and where it came from: "cache", "model" or "heuristic".  ``directory``: the tuning
+    cache's folder (default ``$WAVEC_CACHE_DIR/tuning``; ``tune_gemm.py`` copies its cache to OUT/tuning)."""
+    key = (m, n, k, dtype.name, target, mma, str(directory))
     hit = _DISPATCH.get(key)
     if hit is not None:
         return hit
-    found = lookup(FACTORY, (m, n, k), fixed=_fixed(dtype), target=target, dtypes=_dtypes(dtype), dims=DIMS)
-    if found is not None:
-        kwargs, subs = found
-        out = (subs, tuple(kwargs.get("waves", (2, 2))), "cache")
+    cache = _cache(dtype, target, mma, directory)
+    entry = cache.get(entry_key((m, n, k), _dtypes(dtype), gpu_name(), versions(), DIMS))
+    if entry is not None:
+        cand = Candidate.from_json(entry["best"])
+        out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), "cache")
     else:
-        stored = _cache(dtype, target).get_model(model_key(_dtypes(dtype), gpu_name(), versions()))
+        stored = cache.get_model(model_key(_dtypes(dtype), gpu_name(), versions()))
         if stored is not None:
             name = CostModel.from_json(stored["configs"]).choose((m, n, k)).name
             cand = Candidate.from_json(stored["candidates"][name])
             out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), "model")
         else:
-            subs, waves = gemm_config(m, n, k)
-            out = (subs, waves, "heuristic")
+            subs = heuristic_candidate(m, n, k, mma)
+            out = (subs.symbol_subs(), tuple(subs.kwargs_dict["waves"]), "heuristic")
     _DISPATCH[key] = out
     return out
 
 
 def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, target: str | None = None,
-                gpu: str | None = None, model: CostModel | None = None, candidates=()) -> int:
+                gpu: str | None = None, model: CostModel | None = None, candidates=(), mma: str = "mma_sync") -> int:
     """Write measured times (``{shape: {Candidate: seconds}}``) to the tuning cache, one entry per shape
     bucket; with ``model``, also the cost model that dispatches buckets never measured.  Returns the
     number of entries.
@@ -156,7 +206,7 @@ def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, ta
         by_label = {c.label: c for c in candidates}
         models = {model_key(_dtypes(dtype), gpu, vers): {
             "configs": model.to_json(), "candidates": {c.name: by_label[c.name].to_json() for c in model.configs}}}
-    _cache(dtype, target).put_many(entries, models)
+    _cache(dtype, target, mma).put_many(entries, models)
     _DISPATCH.clear()
     return len(entries)
 
@@ -164,18 +214,24 @@ def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, ta
 _COMPILED: dict = {}
 
 
-def matmul(a, b, *, backend: str | None = None):
-    """``a @ b.T`` like ``wavec.kernels.gemm.matmul``, with the configuration dispatched from the tuning cache."""
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory=None):
+    """``a @ b.T`` like ``wavec.kernels.gemm.matmul``, with the configuration dispatched from the tuning cache
+    of ``mma`` (in ``directory``, default the user cache).  As there, wgmma leaves decode shapes (M <= 16)
+    to the mma.sync decode tiles."""
     import torch
 
     from ..kernels.gemm import make_gemm
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
-    subs, waves = tuned_config(a.shape[0], b.shape[0], a.shape[1], dtype)
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend)
+    if mma == "wgmma" and a.shape[0] <= 16:
+        mma = "mma_sync"
+    subs, waves = tuned_config(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(**_fixed(dtype), waves=waves), subs, backend=backend)
+        target = "sm_90a" if mma == "wgmma" else None
+        kernel = _COMPILED[key] = wc.compile(make_gemm(**_fixed(dtype, mma), waves=waves), subs, backend=backend,
+                                             target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
     kernel(a, b, c)
     return c
