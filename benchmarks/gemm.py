@@ -3,7 +3,11 @@
 Shapes: ../shared/data/gemm_shapes.csv (deduplicated) plus squares 1024-8192, f16 and bf16.  Each
 timing is the median of CUDA-event timings (triton.testing.do_bench) after warm-up, on fresh random
 inputs; for problems whose inputs fit in L2 several input sets are rotated so no repetition reuses L2.
-wavec and Triton write f32 C; cuBLAS writes C in the input dtype (its fastest path).  For decode shapes
+The three are timed in ``--rounds`` interleaved rounds (wavec, cuBLAS, Triton, wavec, ...) and each keeps
+the median of its rounds, so a clock or power dip during one timing does not decide a ratio; the GPU is
+kept busy for a second before the first shape so it starts at its running clock.
+All three write C in the input dtype (cuBLAS's ``torch.matmul``; wavec ``out_dtype``; Triton stores its
+f32 accumulator cast), or f32 for wavec and Triton with ``--out-dtype f32``.  For decode shapes
 (M <= 16) the achieved bandwidth is reported against a device-to-device copy measured in the same run.
 Writes gemm.csv, gemm.png (TFLOP/s per shape), roofline.png and ceiling.png (wavec's time against the
 analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``wavec_pct_ceiling``) under --out.
@@ -75,49 +79,68 @@ def inputs(m, n, k, tdt):
             for _ in range(sets)]
 
 
-def time_rotating(fn, sets) -> float:
+def time_rotating(fn, sets, rep: int = 100) -> float:
     it = itertools.cycle(sets)
-    return do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
+    return do_bench(lambda: fn(*next(it)), warmup=25, rep=rep, return_mode="median")
+
+
+def time_rounds(fns: list, sets_per_fn: list, rounds: int) -> list[float]:
+    """Median over ``rounds`` interleaved rounds of each function's rotating-input timing."""
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for t, fn, sets in zip(times, fns, sets_per_fn):
+            t.append(time_rotating(fn, sets, rep=max(20, 100 // rounds)))
+    return [sorted(t)[len(t) // 2] for t in times]
+
+
+def warm_gpu(seconds: float = 1.0) -> None:
+    """Run matmuls for ``seconds`` so the first timed shape does not meet an idle GPU's clocks."""
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(10):
+            x @ x
+        torch.cuda.synchronize()
 
 
 def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: str = "auto",
-                tuned: str | None = None) -> dict:
+                tuned: str | None = None, out_dtype: str = "input", rounds: int = 3) -> dict:
     tdt = TORCH_DT[dt]
+    odt = tdt if out_dtype == "input" else torch.float32
     sets = inputs(m, n, k, tdt)
     a, b = sets[0]
     ref = a.float() @ b.float().T
 
     def matmul(x, y):
-        return wavec_matmul(x, y, mma=mma, async_copy=copy)
+        return wavec_matmul(x, y, mma=mma, async_copy=copy, out_dtype=odt)
 
     out = matmul(a, b)
-    err = ((out - ref).norm() / ref.norm()).item()
-    c_sets = [(x, y, torch.empty(m, n, device="cuda")) for x, y in sets]
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    c_sets = [(x, y, torch.empty(m, n, device="cuda", dtype=odt)) for x, y in sets]
     triton_matmul(*c_sets[0])  # autotune outside the timing
-    t_w = time_rotating(matmul, sets)
-    t_c = time_rotating(lambda x, y: torch.matmul(x, y.T), sets)
-    t_t = time_rotating(triton_matmul, c_sets)
+    t_w, t_c, t_t = time_rounds([matmul, lambda x, y: torch.matmul(x, y.T), triton_matmul],
+                                [sets, sets, c_sets], rounds)
     flops = 2 * m * n * k
     subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
     row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
            "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
-           "config": f"{[v for v in subs.values()]} waves={waves}"}
+           "config": f"{[v for v in subs.values()]} waves={waves}", "out_dtype": str(odt).removeprefix("torch.")}
     if rates is not None:  # the analytical bound for wavec's configuration (wavec.tuning.ceiling)
         named = {str(key): v for key, v in subs.items()}
         bm, bn = named["BLOCK_M"], named["BLOCK_N"]
         row["ceiling_ms"] = gemm_ceiling(m, n, k, bm, bn, waves, rates=rates)["bound"] * 1e3
         row["wavec_pct_ceiling"] = 100.0 * row["ceiling_ms"] / t_w
     if tuned:
-        row.update(bench_tuned(sets, ref, m, n, k, dt, mma, tuned, t_c, t_t))
+        row.update(bench_tuned(sets, ref, m, n, k, dt, mma, tuned, t_c, t_t, odt))
     if m <= 16:
-        bytes_moved = (m * k + n * k) * 2 + m * n * 4
+        bytes_moved = (m * k + n * k) * 2 + m * n * odt.itemsize
         row["wavec_bw_frac"] = bytes_moved / (t_w * 1e-3) / bw
     return row
 
 
-def bench_tuned(sets, ref, m, n, k, dt, mma: str, directory: str, t_c: float, t_t: float) -> dict:
+def bench_tuned(sets, ref, m, n, k, dt, mma: str, directory: str, t_c: float, t_t: float, odt) -> dict:
     """wavec with the tuning cache's configuration for this shape (and where it came from)."""
     import wavec as wc
     from wavec.tuning.gemm import dispatch
@@ -128,12 +151,12 @@ def bench_tuned(sets, ref, m, n, k, dt, mma: str, directory: str, t_c: float, t_
     subs, waves, source = dispatch(m, n, k, {"f16": wc.f16, "bf16": wc.bf16}[dt], mma=kind, directory=directory)
 
     def fn(x, y):
-        return tuned_matmul(x, y, mma=mma, directory=directory)
+        return tuned_matmul(x, y, mma=mma, directory=directory, out_dtype=odt)
 
     out = fn(a, b)
     t = time_rotating(fn, sets)
     return {"tuned_ms": t, "tuned_vs_cublas": t_c / t, "tuned_vs_triton": t_t / t, "tuned_source": source,
-            "tuned_rel_err": ((out - ref).norm() / ref.norm()).item(),
+            "tuned_rel_err": ((out.float() - ref).norm() / ref.norm()).item(),
             "tuned_config": f"{[v for v in subs.values()]} waves={waves}"}
 
 
@@ -205,6 +228,9 @@ def main() -> None:
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
+    ap.add_argument("--out-dtype", default="input", choices=("input", "f32"),
+                    help="C's dtype for wavec and Triton (cuBLAS's torch.matmul always writes the input dtype)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (median kept)")
     ap.add_argument("--tuned", default=None, help="tuning-cache folder (tune_gemm.py's OUT/tuning): also time "
                     "wavec with the tuned configurations, reported separately (compiled as the tuner did: "
                     "async copies 'auto', whatever --copy says)")
@@ -221,6 +247,7 @@ def main() -> None:
     if args.squares:
         shapes = [s for s in shapes if s[0].startswith("square")]
     rows = []
+    warm_gpu()
     t0 = time.time()
     dtypes = args.dtypes.split(",")
     for i, dt in enumerate(dtypes):
@@ -229,7 +256,8 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy, args.tuned))
+            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy, args.tuned, args.out_dtype,
+                                    args.rounds))
             r = rows[-1]
             print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
                   f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
@@ -250,7 +278,7 @@ def main() -> None:
             continue
         gm = math.exp(sum(math.log(r["wavec_vs_cublas"]) for r in sub) / len(sub))
         gt = math.exp(sum(math.log(r["wavec_vs_triton"]) for r in sub) / len(sub))
-        sq = {r["M"]: r["wavec_vs_cublas"] for r in sub if r["shape"].startswith("square")}
+        sq = {r["M"]: r["wavec_vs_cublas"] for r in sub if r["M"] == r["N"] == r["K"]}
         dec = sorted(r["wavec_bw_frac"] for r in sub if "wavec_bw_frac" in r)
         med = dec[len(dec) // 2] if dec else float("nan")
         pct = sorted(r["wavec_pct_ceiling"] for r in sub)[len(sub) // 2]

@@ -1,5 +1,5 @@
-"""A Triton matmul in the style of the Triton tutorial (C = A @ B.T, f32 accumulate), autotuned over its
-own configurations: the Triton baseline of benchmarks/gemm.py."""
+"""A Triton matmul in the style of the Triton tutorial (C = A @ B.T, f32 accumulate, C in the dtype of the
+``c`` it is given), autotuned over its own configurations: the Triton baseline of benchmarks/gemm.py."""
 
 import torch
 import triton
@@ -40,7 +40,7 @@ def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bn, s_bk, s_cm, s
     cm = pid_m * BM + tl.arange(0, BM)
     cn = pid_n * BN + tl.arange(0, BN)
     mask = (cm[:, None] < M) & (cn[None, :] < N)
-    tl.store(c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn, acc, mask=mask)
+    tl.store(c_ptr + cm[:, None] * s_cm + cn[None, :] * s_cn, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 def triton_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

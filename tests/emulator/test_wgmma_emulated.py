@@ -105,11 +105,42 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
     subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto")
+           "wgmma" if tile else "mma_sync", "auto", "f32")
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)
         assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
+
+
+# C rounded once from the f32 accumulator: bounded by the dtype's half ulp (f16 2^-11, bf16 2^-8) relative
+OUT_TOL = {wc.f16: 1e-3, wc.bf16: 8e-3}
+
+
+@pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
+@pytest.mark.parametrize("mma", ["wgmma", "mma_sync"])
+def test_gemm_output_in_input_dtype(dtype, mma) -> None:
+    """``make_gemm(out_dtype=dtype)`` writes C in the input dtype (as cuBLAS does for torch.matmul): the
+    wgmma TMA tile (128x128x64, 2 warpgroups, masked M/N/K) and the mma.sync tile, every element written,
+    within the rounding of one cast; a C of another dtype is refused by name."""
+    tdt = TORCH_DTYPE[dtype]
+    if mma == "wgmma":
+        kernel = wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], (2, 1), out_dtype=dtype), _subs(128, 128, 64, 3),
+                            backend="emulator", target="sm_90a", cache=False)
+        assert kernel.metadata.tensor_maps  # the TMA pipeline
+    else:
+        mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+        kernel = wc.compile(gm.make_gemm(dtype, 32, mma_type, (2, 2), out_dtype=dtype), _subs(64, 64, 32, 2),
+                            backend="emulator", target="sm_90", cache=False)
+    g, seed = generator()
+    m, n, k = 130, 136, 200
+    a, b = randn(g, m, k, dtype=tdt), randn(g, n, k, dtype=tdt)
+    c = poisoned(m, n, dtype=tdt)
+    kernel(a, b, c)
+    check(c, a.double() @ b.double().T, OUT_TOL[dtype], f"gemm {mma} out {dtype.name} (seed {seed})")
+    with pytest.raises(wc.WavecError, match="c"):
+        kernel(a, b, poisoned(m, n))
+    with pytest.raises(ValueError, match="out_dtype"):
+        gm.make_gemm(dtype, out_dtype=wc.f16 if dtype == wc.bf16 else wc.bf16)
 
 
 def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
@@ -131,7 +162,7 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder)
     check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
     assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
-    assert any(key[-1] == "wgmma" and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
+    assert any(key[-2:] == ("wgmma", "f32") and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
     tg._DISPATCH.clear()
 
 

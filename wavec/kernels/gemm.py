@@ -1,4 +1,5 @@
-"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 out) on the matrix units."""
+"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
+the matrix units."""
 
 
 import wavec as wc
@@ -34,19 +35,23 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> wc.WaveKernel:
+              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
+              out_dtype=f32) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
-    wgmma, the wave tiles) changes per GPU."""
+    wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
+    accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes)."""
+    if out_dtype not in (f32, dtype):
+        raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
     @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy))
-    def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
+    def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 
         @wc.iterate(K, init_args=[acc])
         def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
             return wc.mma(wc.read(a), wc.read(b), acc)
 
-        wc.write(body, c)
+        wc.write(body if out_dtype == f32 else wc.cast(body, out_dtype), c)
 
     return gemm
 
@@ -134,8 +139,11 @@ _COMPILED: dict = {}
 MMA_CHOICES = ("mma_sync", "wgmma")
 
 
-def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto"):
-    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
+           out_dtype=None):
+    """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
+    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
+    accumulator).
 
     ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
     decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
@@ -147,6 +155,10 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
     if mma not in MMA_CHOICES:
         raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype not in (torch.float32, a.dtype):
+        raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
+    out = f32 if out_dtype == torch.float32 else dtype
     target = None
     if mma == "wgmma" and a.shape[0] <= 16:
         mma = "mma_sync"  # decode: the mma.sync decode tiles (see wgmma_config)
@@ -156,11 +168,12 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     else:
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy)
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy,
+           out.name)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy),
-                                             subs, backend=backend, target=target)
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
+        gemm = make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy, out_dtype=out)
+        kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
+    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
     kernel(a, b, c)
     return c

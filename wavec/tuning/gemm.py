@@ -214,10 +214,10 @@ def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, ta
 _COMPILED: dict = {}
 
 
-def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory=None):
-    """``a @ b.T`` like ``wavec.kernels.gemm.matmul``, with the configuration dispatched from the tuning cache
-    of ``mma`` (in ``directory``, default the user cache).  As there, wgmma leaves decode shapes (M <= 16)
-    to the mma.sync decode tiles."""
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory=None, out_dtype=None):
+    """``a @ b.T`` like ``wavec.kernels.gemm.matmul`` (``out_dtype``: None/torch.float32 or a's dtype), with
+    the configuration dispatched from the tuning cache of ``mma`` (in ``directory``, default the user
+    cache).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode tiles."""
     import torch
 
     from ..kernels.gemm import make_gemm
@@ -226,13 +226,17 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
     if mma == "wgmma" and a.shape[0] <= 16:
         mma = "mma_sync"
     subs, waves = tuned_config(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype not in (torch.float32, a.dtype):
+        raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
+    out = wc.f32 if out_dtype == torch.float32 else dtype
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
     kernel = _COMPILED.get(key)
     if kernel is None:
         target = "sm_90a" if mma == "wgmma" else None
-        kernel = _COMPILED[key] = wc.compile(make_gemm(**_fixed(dtype, mma), waves=waves), subs, backend=backend,
-                                             target=target)
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
+        gemm = make_gemm(**_fixed(dtype, mma), waves=waves, out_dtype=out)
+        kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
+    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
     kernel(a, b, c)
     return c
 
