@@ -17,10 +17,12 @@ MMA_FOR_TARGET = {
 
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> list:
+                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
+                     warp_specialize: bool = False) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
-    how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async")."""
+    how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
+    adds a TMA producer warpgroup (sm_90a wgmma with TMA only)."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -29,16 +31,17 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
-                                async_copy=async_copy),
+                                async_copy=async_copy, warp_specialize=warp_specialize),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> wc.WaveKernel:
+              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
+              warp_specialize: bool = False) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU."""
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
         acc = Register[M, N, f32](0.0)
 
@@ -134,12 +137,15 @@ _COMPILED: dict = {}
 MMA_CHOICES = ("mma_sync", "wgmma")
 
 
-def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto"):
+def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
+           warp_specialize: bool = False):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new f32 tensor.
 
     ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
     decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
-    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare)."""
+    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
+    ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
+    only, decode shapes keep mma.sync without it)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -149,17 +155,19 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
     target = None
     if mma == "wgmma" and a.shape[0] <= 16:
-        mma = "mma_sync"  # decode: the mma.sync decode tiles (see wgmma_config)
+        mma, warp_specialize = "mma_sync", False  # decode: the mma.sync decode tiles (see wgmma_config)
     if mma == "wgmma":
         mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
         subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
     else:
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy)
+    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy,
+           warp_specialize)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy),
+        kernel = _COMPILED[key] = wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
+                                                       warp_specialize=warp_specialize),
                                              subs, backend=backend, target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=torch.float32)
     kernel(a, b, c)
