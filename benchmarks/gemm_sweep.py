@@ -1,13 +1,14 @@
 """Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
 
     python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16] [--mma mma_sync|wgmma] [--swizzle auto,none]
-                                    [--copy auto] [--configs BMxBNxBKxSxW0xW1,...]
+                                    [--copy auto] [--ws] [--configs BMxBNxBKxSxW0xW1,...]
 
 ``--mma wgmma`` sweeps the Hopper warpgroup-MMA tiles (sm_90a; waves are warpgroups, 64-row multiples)
 and each operand layout of ``--swizzle`` ("auto": 128-byte swizzle where BLOCK_K rows are 128 bytes,
 "none": core matrices) and each global->shared copy of ``--copy`` (``SchedulingConstraint.async_copy``:
-"auto" = TMA where it applies, "cp.async"; e.g. ``--copy auto,cp.async`` compares them).  ``--configs``
-replaces the grid of tiles by the listed ones.
+"auto" = TMA where it applies, "cp.async"; e.g. ``--copy auto,cp.async`` compares them; "ws" = TMA with a
+warp-specialized producer warpgroup, ``SchedulingConstraint.warp_specialize``; ``--ws`` adds "ws" to the
+list).  ``--configs`` replaces the grid of tiles by the listed ones.
 """
 
 import argparse
@@ -30,8 +31,12 @@ def main() -> None:
     ap.add_argument("--configs", default="", help="e.g. 128x256x64x3x2x8,256x128x64x3x4x2 (default: a grid)")
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync")
     ap.add_argument("--swizzle", default="auto,none", help="wgmma operand layouts to sweep")
-    ap.add_argument("--copy", default="auto", help="async copies to sweep: auto (TMA where it applies), cp.async")
+    ap.add_argument("--copy", default="auto", help="async copies to sweep: auto (TMA where it applies), cp.async, "
+                    "tma-mbarrier, tma-barrier, ws (TMA from a producer warpgroup)")
+    ap.add_argument("--ws", action="store_true", help="also sweep the warp-specialized TMA kernel (--copy ...,ws)")
     args = ap.parse_args()
+    if args.ws and "ws" not in args.copy.split(","):
+        args.copy += ",ws"
     dt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
           "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
     target = None
@@ -58,7 +63,8 @@ def main() -> None:
         subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
         try:
             t0 = time.perf_counter()
-            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw, async_copy=cp), subs,
+            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw,
+                                     async_copy="tma" if cp == "ws" else cp, warp_specialize=cp == "ws"), subs,
                            backend="cuda", target=target, cache=False)
             ct = time.perf_counter() - t0
             c.fill_(float("nan"))

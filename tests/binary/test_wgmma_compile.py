@@ -131,3 +131,53 @@ def test_narrow_swizzles_assemble(bk: int, mode_bits: int) -> None:
     k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
     assert k.artifact.format == "cubin" and k.artifact.metadata.spills == 0
     assert f"arith.constant {mode_bits} : i64" in k.artifact.mlir and "arith.ori" in k.artifact.mlir
+
+
+# ----- warp specialization ---------------------------------------------------------------------------------
+
+
+@functools.cache
+def ws_kernel(dtype: str, bn: int, stages: int, ptx: bool):
+    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, warp_specialize=True)
+    if not ptx:
+        return wc.compile(kernel, _subs(128, bn, stages), target="sm_90a", backend="cuda", cache=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        return wc.compile(kernel, _subs(128, bn, stages), target="sm_90a", backend="cuda", cache=False)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_ws_ptx(dtype: str) -> None:
+    """The producer warpgroup: setmaxnreg down, then the fills (one elected thread); the consumers:
+    setmaxnreg up, the full waits, wgmmas, releases; one bar.sync (after the mbarrier init, before the
+    split); 2 x 128 + 128 threads."""
+    ptx = re.sub(r"[ \t]+", " ", ws_kernel(dtype, 256, 4, True).artifact.binary.decode())
+    assert ".maxntid 384, 1, 1" in ptx
+    dec, inc = ptx.index("setmaxnreg.dec.sync.aligned.u32 40;"), ptx.index("setmaxnreg.inc.sync.aligned.u32 232;")
+    tma = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+    inst = f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{dtype}.{dtype}"
+    assert ptx.count(tma) == 2 and ptx.count("bar.sync") == 1 and ptx.index("bar.sync") < min(dec, inc)
+    # the producer's fills and the consumers' wgmmas sit in different branches of the split
+    fills, mmas = ptx.index(tma), ptx.index(inst)
+    assert (dec < fills < inc < mmas) or (inc < mmas < dec < fills)
+    assert ptx.count("mbarrier.arrive.expect_tx.shared.b64") == 1 and "mbarrier.arrive.shared.b64" in ptx
+    assert ptx.count("fence.proxy.tensormap::generic.acquire.sys") == 2
+
+
+@NEEDS_PTXAS
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_ws_assembles_without_spills(dtype: str) -> None:
+    """ptxas gives the 384-thread kernel 168 registers per thread (the most its block allows); the
+    consumers' 128x256 accumulators fit in the 232 setmaxnreg raises them to: no spills, no wgmma
+    serialization."""
+    k = ws_kernel(dtype, 256, 4, False)
+    meta = k.artifact.metadata
+    assert k.artifact.format == "cubin" and meta.spills == 0 and meta.registers == 168
+    assert meta.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ws_kernel(dtype, 256, 4, True).artifact.binary.decode())
+        proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True, check=True)
+    report = proc.stdout + proc.stderr
+    assert "serialized" not in report and "0 bytes spill stores" in report, report

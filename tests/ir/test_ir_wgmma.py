@@ -51,7 +51,7 @@ def compiled(stages: int, swizzle: str = "none", copy: str = "auto") -> Compiled
 
 def test_passes_are_in_the_pipeline() -> None:
     assert PASS_NAMES.index("promote_to_shared") < PASS_NAMES.index("layout_wgmma_operands") < PASS_NAMES.index("infer_indices")
-    assert PASS_NAMES[-1] == "insert_wgmma_fences"
+    assert PASS_NAMES[-2:] == ["insert_wgmma_fences", "warp_specialize"]
 
 
 def test_operand_tiles_get_the_core_matrix_layout() -> None:
@@ -260,3 +260,68 @@ CHECK-NEXT: %wgmma_commit_1 = wgmma_commit()
 CHECK-NEXT: %wgmma_wait_1 = wgmma_wait(, pending=0, retire=(mma_1_m0_d0_n1,))
 CHECK-NEXT: return (%binary_m0, %binary_7_m0, %mma_1_m0_d0_n1)
 """)
+
+
+# ----- warp specialization (warp_specialize, lowering_tma) ---------------------------------------------------
+
+
+def test_warp_specialize_splits_producer_and_consumers() -> None:
+    """``warp_specialize=True``: no fill left in the root graph or the loop body; a ``warp_specialize`` node
+    after the mbarrier init (and the tiles) runs region ``producer_0`` (one fill of iteration $ARG_K into
+    stage $ARG_K % S, refills waiting for the stage's release) in one extra warpgroup; the consumers' loop is
+    the wait, the wgmma group, the wait retiring group i - 1 and the release.  MLIR: ``scf.if`` on the thread
+    id, setmaxnreg down in the producer and up in the consumers, the fills in the producer's own loop, the
+    block 256 + 128 threads."""
+    kernel = gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), warp_specialize=True)
+    trace = kernel.trace()
+    ctx = PassContext.build(trace, ConstraintSet(kernel.constraints, {**gm.WGMMA_SUBS, gm.NUM_STAGES: 4}), "sm_90a")
+    printed: list[str] = []
+    run_pipeline(trace, ctx, ["warp_specialize"], printer=printed.append)
+    root, rest = printed[0].split("region iterate_0 {")
+    body, producer = rest.split("region producer_0 {")
+    filecheck(root, r"""
+CHECK: %shared_b = allocate(
+CHECK: %mbarrier_init = mbarrier_init(, count=4, empty_arrivals=8, dim=K, fence_maps=False)
+CHECK-NEXT: %warp_specialize = warp_specialize(%a, %shared_a, %b, %shared_b, dim=K, subgraph=producer_0, start=0, stop=ceiling(K/64), consumers=256, regs=(40, 232))
+CHECK: %iterate = iterate(
+CHECK: %write_m0_n0 = write(
+""")
+    assert "tma_fill" not in root and "tma_fill" not in body and "barrier()" not in body
+    filecheck(body, r"""
+CHECK: %mbarrier_wait = mbarrier_wait(, stage=$STAGE_K, parity=Mod(floor($ARG_K/4), 2), war=mbarrier)
+CHECK: %wgmma_fence = wgmma_fence()
+CHECK: %wgmma_commit = wgmma_commit()
+CHECK-NEXT: %wgmma_wait = wgmma_wait(, pending=1, retire=())
+CHECK-NEXT: %mbarrier_arrive = mbarrier_arrive(, stage=Mod($STAGE_K + 3, 4), iteration=$ARG_K - 1, first=0)
+""")
+    filecheck(producer, r"""
+CHECK: %tma_fill = tma_fill(%capture_a, %capture_shared_a, %capture_b, %capture_shared_b, stage=Mod($ARG_K, 4), iteration=$ARG_K, empty_parity=Mod(floor($ARG_K/4) + 1, 2), refill_from=4)
+""")
+    pytest.importorskip("iree.compiler")
+    from wavec.codegen.emitter import emit_kernel
+    from wavec.codegen.targets import get_target
+
+    mlir, iface = emit_kernel(trace, ctx, get_target("sm_90a"))
+    assert iface.block == (384, 1, 1) and "workgroup_size = [384, 1, 1]" in mlir
+    filecheck(mlir, r"""
+CHECK: nvvm.mbarrier.init
+CHECK: nvvm.fence.mbarrier.init
+CHECK: gpu.barrier
+CHECK: scf.if
+CHECK-NEXT: nvvm.setmaxregister decrease 40
+CHECK: nvvm.fence.proxy.acquire
+CHECK: scf.for
+CHECK: nvvm.mbarrier.try_wait.parity
+CHECK: nvvm.mbarrier.arrive.expect_tx
+CHECK-COUNT-2: nvvm.cp.async.bulk.tensor.shared.cluster.global
+CHECK: } else {
+CHECK-NEXT: nvvm.setmaxregister increase 232
+CHECK: scf.for
+CHECK: nvvm.mbarrier.try_wait.parity
+CHECK: nvvm.wgmma.mma_async
+CHECK: nvvm.wgmma.wait.group.sync.aligned 1
+CHECK: nvvm.mbarrier.arrive
+CHECK: nvvm.wgmma.wait.group.sync.aligned 0
+CHECK: vector.store
+""")
+    assert mlir.count("gpu.barrier") == 1 and mlir.count("nvvm.cp.async.bulk.tensor") == 2

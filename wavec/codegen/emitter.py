@@ -107,7 +107,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
         "    }",
         "    builtin.module {",
         f"      func.func @{name}() attributes {{translation_info = #iree_codegen.translation_info<"
-        f"pipeline = #iree_codegen.no_pipeline workgroup_size = [{cs.threads}, 1, 1] "
+        f"pipeline = #iree_codegen.no_pipeline workgroup_size = [{cs.threads + ctx.producer_threads}, 1, 1] "
         f"subgroup_size = {cs.threads_per_wave}>}} {{",
         "        %c0 = arith.constant 0 : index",
     ]
@@ -167,7 +167,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
     sizes = {d: cs.resolve(d) for d in dyn}
     grid = tuple(_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
-        entry=trace.name, block=(cs.threads, 1, 1),
+        entry=trace.name, block=(cs.threads + ctx.producer_threads, 1, 1),
         bindings=tuple((a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),
                         a.name in written) for a in trace.args),
         constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars), grid=grid,

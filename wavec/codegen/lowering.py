@@ -95,6 +95,7 @@ class FunctionBuilder:
         self.hoist_points: list = []
         self.pending_copies: list[ir.Value] = []
         self.last_group: ir.Value | None = None
+        self.done: set[fx.Node] = set()  # nodes a rule lowered ahead of the graph walk (warp_specialize)
 
     # ----- index expressions -----
     def index(self, expr) -> ir.Value:
@@ -212,9 +213,9 @@ class FunctionBuilder:
             self.hardware_symbols()
             self.lower_graph(self.trace.graph)
 
-    def lower_graph(self, g: fx.Graph) -> None:
-        for node in g.nodes:
-            if node.op == "output":
+    def lower_graph(self, g: fx.Graph, nodes: list | None = None) -> None:
+        for node in g.nodes if nodes is None else nodes:
+            if node.op == "output" or node in self.done:
                 continue
             loc = node.meta.get("loc")
             with ir.Location.file(loc.filename, loc.line, 0) if loc else ir.Location.unknown():

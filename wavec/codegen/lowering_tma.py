@@ -15,6 +15,11 @@ kernels with tensor maps.
   coordinates (innermost first) = the tile's origin at that iteration, plus 64 elements per further
   128-byte column of the tile; destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B``
   layout (the box the hardware swizzles is exactly it: the tile is 1024-byte aligned).
+- ``WarpSpecialize`` -> ``scf.if`` on ``thread id >= consumers`` (uniform per warpgroup): the producer
+  branch runs ``nvvm.setmaxregister decrease`` (``setmaxnreg.dec.sync.aligned.u32``), then in its first
+  thread the tensor-map fences and an ``scf.for`` over the loop's iterations lowering the producer region
+  (the fills); the consumer branch runs ``setmaxregister increase`` and then every root node after the
+  split.  Index math of both branches is hoisted before the ``scf.if`` (a scope per branch).
 All index math is emitted before the ``scf.if`` (the index cache must not hand a value defined inside a
 region to code outside it); only casts sit inside.
 """
@@ -26,9 +31,9 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, nvvm, scf
 
-from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
+from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill, WarpSpecialize
 from ..frontend.tracing import capture_root
-from ..indexing import THREAD
+from ..indexing import THREAD, induction_symbol
 from .lowering import FunctionBuilder, rule
 from .lowering_wgmma import _tile_address_symbol
 
@@ -71,8 +76,15 @@ def _mbarriers_symbol(fb: FunctionBuilder, init: fx.Node) -> sympy.Symbol:
     return _symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
 
 
-def _thread0(fb: FunctionBuilder) -> ir.Value:
-    return arith.cmpi(arith.CmpIPredicate.eq, fb.index(THREAD), fb.index(0))
+def _thread0(fb: FunctionBuilder, thread: int = 0) -> ir.Value:
+    return arith.cmpi(arith.CmpIPredicate.eq, fb.index(THREAD), fb.index(thread))
+
+
+def _fence_maps(fb: FunctionBuilder) -> None:
+    """``fence.proxy.tensormap::generic.acquire.sys`` on every tensor map, in the thread that issues TMA."""
+    for i in range(len(fb.ctx.tensor_maps)):
+        m = fb.index(_maps_symbol(fb) + MAP_BYTES * i)
+        nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC), _const_i32(MAP_BYTES))
 
 
 def _empty(fb: FunctionBuilder, init: fx.Node, stage) -> sympy.Expr:
@@ -88,14 +100,15 @@ def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
     base = _mbarriers_symbol(fb, node)
     bars = [(fb.index(base + 8 * s), 1) for s in range(count)]
     bars += [(fb.index(_empty(fb, node, s)), empty) for s in range(count)] if empty else []
-    maps = [fb.index(_maps_symbol(fb) + MAP_BYTES * i) for i in range(len(fb.ctx.tensor_maps))]
+    if node.kwargs.get("fence_maps", True):
+        for i in range(len(fb.ctx.tensor_maps)):  # index math before the branch
+            fb.index(_maps_symbol(fb) + MAP_BYTES * i)
     branch = scf.IfOp(_thread0(fb))
     with ir.InsertionPoint(branch.then_block):
         for b, arrivals in bars:
             nvvm.mbarrier_init(_ptr(b, SHARED), _const_i32(arrivals))
-        for m in maps:
-            nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC),
-                                     _const_i32(MAP_BYTES))
+        if node.kwargs.get("fence_maps", True):
+            _fence_maps(fb)
         nvvm.fence_mbarrier_init()
         scf.yield_([])
     gpu.barrier()
@@ -157,19 +170,72 @@ def lower_tma_fill(fb: FunctionBuilder, node: fx.Node) -> None:
     bar = fb.index(_mbarriers_symbol(fb, node.meta["mbarriers"]) + 8 * sympy.sympify(node.kwargs["stage"]))
     boxes, total = _boxes(fb, node)
     empty = _wait_empty(fb, node)
+    if node.kwargs["stop"] is None:  # the producer's loop: its issuing thread, every iteration
+        _issue_fill(bar, boxes, total, empty)
+        return
     issue = arith.andi(_thread0(fb), arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]),
                                                 fb.index(node.kwargs["stop"])))
     branch = scf.IfOp(issue)
     with ir.InsertionPoint(branch.then_block):
-        if empty is not None:  # every warp released the stage's previous fill
-            refill, ebar, parity = empty
-            inner = scf.IfOp(refill)
-            with ir.InsertionPoint(inner.then_block):
-                nvvm.mbarrier_try_wait_parity(_ptr(ebar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
-                scf.yield_([])
-        mbar = _ptr(bar, SHARED)
-        nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
-        for dst, tmap, inner, outer in boxes:
-            nvvm.cp_async_bulk_tensor_shared_cluster_global(_ptr(dst, CLUSTER), _ptr(tmap, GENERIC),
-                                                            [_i32(inner), _i32(outer)], mbar, [])
+        _issue_fill(bar, boxes, total, empty)
         scf.yield_([])
+
+
+def _issue_fill(bar: ir.Value, boxes: list, total: int, empty) -> None:
+    """(with empty mbarriers, a refill first waits for the stage's release) expect_tx, then the boxes."""
+    if empty is not None:  # every warp released the stage's previous fill
+        refill, ebar, parity = empty
+        inner = scf.IfOp(refill)
+        with ir.InsertionPoint(inner.then_block):
+            nvvm.mbarrier_try_wait_parity(_ptr(ebar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+            scf.yield_([])
+    mbar = _ptr(bar, SHARED)
+    nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
+    for dst, tmap, inner, outer in boxes:
+        nvvm.cp_async_bulk_tensor_shared_cluster_global(_ptr(dst, CLUSTER), _ptr(tmap, GENERIC),
+                                                        [_i32(inner), _i32(outer)], mbar, [])
+
+
+def _set_max_registers(count: int, action: str) -> None:
+    """``setmaxnreg.{inc,dec}.sync.aligned.u32 count`` (every thread of the warpgroup, converged)."""
+    nvvm.setmaxregister(count, getattr(nvvm.SetMaxRegisterAction, action))
+
+
+def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
+    """The producer warpgroup: its first thread fences the tensor maps and loops over the fills."""
+    sub = fb.trace.subgraphs[node.kwargs["subgraph"]]
+    consumers = node.kwargs["consumers"]
+    for i in range(len(fb.ctx.tensor_maps)):
+        fb.index(_maps_symbol(fb) + MAP_BYTES * i)
+    lo, hi = fb.index(node.kwargs["start"]), fb.index(node.kwargs["stop"])
+    elected = scf.IfOp(_thread0(fb, consumers))
+    with ir.InsertionPoint(elected.then_block):
+        _fence_maps(fb)
+        loop = scf.ForOp(lo, hi, fb.index(1), [])
+        with ir.InsertionPoint(loop.body):
+            fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
+            fb.lower_graph(sub)
+            fb.exit_loop()
+            scf.yield_([])
+        scf.yield_([])
+
+
+@rule(WarpSpecialize)
+def lower_warp_specialize(fb: FunctionBuilder, node: fx.Node) -> None:
+    producer_regs, consumer_regs = node.kwargs["regs"]
+    is_producer = arith.cmpi(arith.CmpIPredicate.uge, fb.index(THREAD), fb.index(node.kwargs["consumers"]))
+    split = scf.IfOp(is_producer, [], has_else=True)
+    fb.enter_loop(split.operation, {})  # a scope per branch: shared index math goes before the split
+    with ir.InsertionPoint(split.then_block):
+        _set_max_registers(producer_regs, "decrease")
+        _producer(fb, node)
+        scf.yield_([])
+    fb.exit_loop()
+    fb.enter_loop(split.operation, {})
+    with ir.InsertionPoint(split.else_block):
+        _set_max_registers(consumer_regs, "increase")
+        rest = list(node.graph.nodes)[list(node.graph.nodes).index(node) + 1:]
+        fb.lower_graph(node.graph, rest)
+        fb.done.update(rest)
+        scf.yield_([])
+    fb.exit_loop()

@@ -254,11 +254,12 @@ def _issue(st: State, where: str, acc_in, operands, n: int) -> InFlight:
         raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
     rows, cols = _acc_positions(n)
     result = InFlight()
+    issued = st.active().reshape(-1, GROUP).any(axis=1)  # warpgroups outside the branch issue nothing
 
     def retire(st: State) -> None:
         c_in = acc_in()
-        out = np.empty_like(c_in)
-        for grp in range(st.lanes // GROUP):
+        out = np.array(c_in, copy=True)
+        for grp in np.nonzero(issued)[0]:
             lanes = slice(grp * GROUP, (grp + 1) * GROUP)
             a, b = operands(st, grp)
             cmat = np.zeros((64, n), np.float32)

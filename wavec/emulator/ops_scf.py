@@ -2,7 +2,8 @@
 
 Uniform conditions and bounds run one path.  Lane-divergent ones run masked: ``State.mask`` holds the
 active lanes, memory is written only by active lanes, and loop-carried / region results are selected
-per lane.
+per lane.  A warpgroup-uniform ``scf.if`` whose two regions both wait on mbarriers (a warp-specialized
+producer/consumer split) runs its branches as cooperating threads of control (``coop.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from iree.compiler import ir
 
+from wavec.emulator.coop import run_split
 from wavec.emulator.interp import Compiler, Instr, State, register, run_block
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
@@ -96,9 +98,31 @@ def _divergent_loop(st: State, instrs: list, iv: int, iargs: list, ys: list, bou
     return vals
 
 
+WAIT_OP = "nvvm.mbarrier.try_wait.parity"
+WARPGROUP = 128
+
+
+def _waits(region: ir.Region) -> bool:
+    """Whether the region contains an mbarrier wait (at any depth)."""
+    for block in region.blocks:
+        for o in block.operations:
+            o = o.operation
+            if o.name == WAIT_OP or any(_waits(r) for r in o.regions):
+                return True
+    return False
+
+
+def _warpgroup_uniform(st: State, cnd: np.ndarray, act: np.ndarray) -> bool:
+    if st.lanes % WARPGROUP:
+        return False
+    c, a = cnd.reshape(-1, WARPGROUP), act.reshape(-1, WARPGROUP)
+    return all(len(set(c[g][a[g]].tolist())) <= 1 for g in range(c.shape[0]))
+
+
 @register("scf.if")
 def _if(c: Compiler, op: ir.Operation) -> Instr:
     (cond,), outs = c.ins(op), c.outs(op)
+    split = not outs and len(op.regions[1].blocks) > 0 and all(_waits(r) for r in op.regions)
     then_i, then_t = c.block(op.regions[0].blocks[0])
     then_y = c.ins(then_t) if then_t is not None else []
     has_else = len(op.regions[1].blocks) > 0
@@ -113,6 +137,9 @@ def _if(c: Compiler, op: ir.Operation) -> Instr:
             run_block(st, then_i if u else else_i)
             for o, y in zip(outs, then_y if u else else_y, strict=False):
                 env[o] = env[y]
+            return
+        if split and _warpgroup_uniform(st, np.broadcast_to(cnd, act.shape), act):
+            run_split(st, [(act & cnd, then_i), (act & ~cnd, else_i)])
             return
         saved = st.mask
         st.mask = act & cnd

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
+from wavec.emulator.coop import block_until, note_progress
 from wavec.emulator.interp import Compiler, Instr, State, register
 from wavec.emulator.ops_nvvm import _bases
 from wavec.errors import EmulatorError
@@ -158,6 +159,7 @@ def _arrive_expect_tx(c: Compiler, op: ir.Operation) -> Instr:
             bar.pending -= 1
             bar.tx += _at(st.env[tx], lane)
             bar.arrived.add(int(st.wave[lane]))
+            note_progress(st)
         for o in outs:
             st.env[o] = np.zeros(1, np.int64)
 
@@ -180,6 +182,7 @@ def _arrive(c: Compiler, op: ir.Operation) -> Instr:
                                     "phase")
             bar.pending -= 1
             bar.arrived.add(int(st.wave[lane]))
+            note_progress(st)
             if bar.pending == 0 and bar.tx == 0 and not bar.copies:  # no transactions: the phase completes now
                 _complete(bar, a, where)
         for o in outs:
@@ -206,6 +209,10 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
     bar.released, bar.arrived = bar.arrived, set()
 
 
+def _completable(bar: MBarrier) -> bool:
+    return bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies)
+
+
 def _acquire(st: State, bar: MBarrier) -> None:
     """A wait that saw a phase complete: what the waves that arrived in it did to shared memory is
     ordered before what the waiting threads do next (modelled by forgetting those waves' accesses in the
@@ -230,6 +237,10 @@ def _try_wait_parity(c: Compiler, op: ir.Operation) -> Instr:
         for a, p in sorted({(_at(st.env[addr], lane), _at(st.env[parity], lane) & 1) for lane in _lanes(st)}):
             bar = _barrier(st, a, where)
             if bar.phase % 2 == p:  # the phase of parity p is the current one: wait for it
+                block_until(st, lambda bar=bar, p=p: bar.phase % 2 != p or _completable(bar),
+                            f"{where} on the mbarrier at {a}, parity {p} ({bar.pending} of {bar.count} arrivals "
+                            f"missing, {bar.tx - sum(n for n, _ in bar.copies)} announced bytes not in flight)")
+            if bar.phase % 2 == p:  # (a warp-specialized thread may have seen it complete meanwhile)
                 _complete(bar, a, where)
             elif bar.busy() and bar.waited >= bar.phase:
                 raise EmulatorError(message=f"{where}: waits for parity {p} on the mbarrier at {a}, whose last "
@@ -266,6 +277,7 @@ def _tma_load(c: Compiler, op: ir.Operation) -> Instr:
                         where)
             a = _at(st.env[mbar], lane)
             _barrier(st, a, where).copies.append(copy)
+            note_progress(st)
 
     return run
 
@@ -305,3 +317,20 @@ def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: in
             buf.wr_wave[flat] = -1  # the completed phase publishes the bytes to every waiting thread
 
     return vals.size, land
+
+
+@register("nvvm.setmaxregister")
+def _setmaxregister(c: Compiler, op: ir.Operation) -> Instr:
+    """``setmaxnreg``: no effect here beyond its rules: every thread of a warpgroup executes it together
+    (``.sync.aligned``), with a count in [24, 256] that is a multiple of 8."""
+    count, where = int(op.attributes["regCount"].value), c.loc(op)
+    if not 24 <= count <= 256 or count % 8:
+        raise EmulatorError(message=f"{where}: register count {count} is not a multiple of 8 in [24, 256]")
+
+    def run(st: State) -> None:
+        act = st.active()
+        if st.lanes % 128 or np.any(act.reshape(-1, 128).any(axis=1) != act.reshape(-1, 128).all(axis=1)):
+            raise EmulatorError(message=f"{where}: setmaxnreg executed by part of a warpgroup (it must be "
+                                "warpgroup-uniform)")
+
+    return run

@@ -87,7 +87,10 @@ class SchedulingConstraint:
     after each stage wait; "auto" and "tma" choose, see ``passes/pipeline_tma.py``) or "cp.async" (never
     TMA: the comparison baseline); ``reverse_axis0``: launch the tiles of workgroup axis 0 last
     first (causal attention: the query tiles with the most keys start first and the light ones fill the
-    tail; not combined with ``group_size``).
+    tail; not combined with ``group_size``); ``warp_specialize``: Hopper TMA GEMM loops get one extra
+    producer warpgroup that issues every TMA fill while the consumer warpgroups of the wave grid only
+    wait, multiply and release stages (``passes/warp_specialize.py``; sm_90a, TMA, num_stages >= 2, else a
+    ``ConstraintError`` saying why).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
@@ -96,8 +99,12 @@ class SchedulingConstraint:
     operand_swizzle: str = "auto"
     async_copy: str = "auto"
     reverse_axis0: bool = False
+    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.warp_specialize, bool):
+            raise ConstraintError(message=f"SchedulingConstraint(warp_specialize={self.warp_specialize!r}): expected "
+                                  "True or False")
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
             raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
                                   "'auto', '128B', '64B', '32B' or 'none'")

@@ -86,3 +86,14 @@ class MBarrierArrive(Op):
     group that read it has retired) when ``kwargs["iteration"] >= kwargs["first"]``."""
 
     name = "mbarrier_arrive"
+
+
+class WarpSpecialize(Op):
+    """The producer/consumer split of a warp-specialized TMA loop (``passes/warp_specialize.py``): the
+    root-graph nodes after it run in the consumer warpgroups (threads ``< kwargs["consumers"]``); the
+    extra producer warpgroup runs ``kwargs["subgraph"]`` (one ``TmaFill`` of iteration ``$ARG_<dim>``) over
+    the loop's iterations ``kwargs["start"] .. kwargs["stop"] - 1``, its thread ``kwargs["consumers"]``
+    issuing.  ``args`` = the root nodes the producer captures; ``kwargs["regs"]`` = (producer, consumer)
+    ``setmaxnreg`` counts; ``meta["mbarriers"]`` = the loop's ``MBarrierInit``."""
+
+    name = "warp_specialize"

@@ -18,10 +18,12 @@ MMA_FOR_TARGET = {
 
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto") -> list:
+                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
+                     warp_specialize: bool = False) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
-    how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async")."""
+    how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
+    adds a TMA producer warpgroup (sm_90a wgmma with TMA only)."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -30,20 +32,20 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
-                                async_copy=async_copy),
+                                async_copy=async_copy, warp_specialize=warp_specialize),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
               waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-              out_dtype=f32) -> wc.WaveKernel:
+              warp_specialize: bool = False, out_dtype=f32) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
     accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes)."""
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 
@@ -140,14 +142,16 @@ MMA_CHOICES = ("mma_sync", "wgmma")
 
 
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           out_dtype=None):
+           warp_specialize: bool = False, out_dtype=None):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
     accumulator).
 
     ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
     decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
-    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare)."""
+    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
+    ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
+    only, decode shapes keep mma.sync without it)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -161,7 +165,7 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     out = f32 if out_dtype == torch.float32 else dtype
     target = None
     if mma == "wgmma" and a.shape[0] <= 16:
-        mma = "mma_sync"  # decode: the mma.sync decode tiles (see wgmma_config)
+        mma, warp_specialize = "mma_sync", False  # decode: the mma.sync decode tiles (see wgmma_config)
     if mma == "wgmma":
         mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
         subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
@@ -169,10 +173,11 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
     key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy,
-           out.name)
+           warp_specialize, out.name)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        gemm = make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy, out_dtype=out)
+        gemm = make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
+                         warp_specialize=warp_specialize, out_dtype=out)
         kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
     kernel(a, b, c)

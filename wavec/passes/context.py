@@ -34,6 +34,7 @@ class PassContext:
     masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
     loop_stages: dict = field(default_factory=dict)  # loop dim -> num_stages of a pipelined loop
     tensor_maps: list = field(default_factory=list)  # TensorMapRequest, in binding order of the map buffer
+    producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:

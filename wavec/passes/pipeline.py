@@ -25,6 +25,7 @@ from .schedule_loops import schedule_loops
 from .share_shared_buffers import share_shared_buffers
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
+from .warp_specialize import warp_specialize
 
 Pass = Callable[[Trace, PassContext], None]
 
@@ -44,6 +45,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("mask_bounds", mask_bounds),
     ("insert_barriers", insert_barriers),
     ("insert_wgmma_fences", insert_wgmma_fences),
+    ("warp_specialize", warp_specialize),
 ]
 
 PASS_NAMES = [name for name, _ in PIPELINE]

@@ -19,7 +19,8 @@ On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TM
 mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
 ``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` (or ``"tma-mbarrier"`` /
 ``"tma-barrier"``, which also fix how stages are released) makes a loop TMA cannot serve a
-``ConstraintError`` that says why.
+``ConstraintError`` that says why; so does ``warp_specialize=True`` (which always takes TMA with empty
+mbarriers; ``warp_specialize.py`` then splits the loop between a producer and the consumers).
 """
 
 from __future__ import annotations
@@ -77,14 +78,22 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iterate.meta["wgmma_groups_in_flight"] = lag
     distance = stages - 1 - lag
     want = cs.scheduling.async_copy
+    ws = cs.scheduling.warp_specialize
+    if ws and want in ("cp.async", "tma-barrier"):
+        raise ConstraintError(iterate.meta.get("loc"), message="SchedulingConstraint(warp_specialize=True): the "
+                              f"producer warpgroup issues TMA fills released through empty mbarriers, not "
+                              f"async_copy={want!r}")
     if want != "cp.async":
         # insert_wgmma_fences places TMA fills and stage releases only in GEMM-like chains of wgmmas
         specs, why = tma_plan(trace, ctx, pairs) if chains_only(sub) else (
             None, "the loop body reads mma results with other ops (only chains of wgmmas take TMA)")
         if specs is not None:
             war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
-            pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, war)
+            pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
             return
+        if ws:
+            raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(warp_specialize=True) "
+                                  f"needs a TMA loop: {why}")
         if want != "auto":
             raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
     ahead = sympy.Min(iv + distance, last)
@@ -122,6 +131,11 @@ def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
     stages = ctx.constraints.num_stages
     mma = ctx.constraints.mma_type
     async_ok = mma is None or mma.spec.vendor == "nvidia"
+    if ctx.constraints.scheduling.warp_specialize and (stages < 2 or ctx.target != "sm_90a"
+                                                       or ctx.constraints.group_waves == 1):
+        raise ConstraintError(trace.loc, message="SchedulingConstraint(warp_specialize=True): a producer warpgroup "
+                              f"feeds wgmma loops of num_stages >= 2 through TMA on sm_90a (num_stages={stages}, "
+                              f"target {ctx.target!r}, mma {mma.name if mma else None})")
     if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
         want = ctx.constraints.scheduling.async_copy
         if want.startswith("tma"):  # asked for explicitly: say why there is none

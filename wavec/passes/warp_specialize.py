@@ -1,0 +1,128 @@
+"""warp_specialize: split a TMA-pipelined wgmma loop between a producer warpgroup and the consumers.
+
+Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: ``pipeline_loops`` took TMA with
+stages released through empty mbarriers (it forces both, or raised a ``ConstraintError`` saying why), and
+``insert_wgmma_fences`` placed the consumers' ``mbarrier_arrive`` after the wgmma wait that retires the
+group reading the released stage.  Exactly one such loop, in the root graph.
+
+Guarantees:
+- every ``TmaFill`` of the loop (the prologue's and the body's) is gone; the new region ``producer_<n>``
+  holds one ``TmaFill`` of iteration ``$ARG_<dim>`` into stage ``(i - start) % S``: its k-th refill of a
+  stage (``i >= start + S``) first waits for phase ``k - 1`` of the stage's empty mbarrier (every consumer
+  warp retired the wgmma group that read the previous fill), then announces the bytes and issues the
+  boxes.  The prefetch depth is the full S stages;
+- a ``WarpSpecialize`` node right after the ``MBarrierInit`` (and every node the producer captures):
+  the extra warpgroup (threads ``consumers .. consumers + 127``) runs the producer region over the loop's
+  iterations, one elected thread issuing; every root node after it runs in the consumers only (their
+  loop: full wait, fence, wgmmas, commit, ``wgmma.wait_group 1``, release, no workgroup barrier; then
+  the epilogue).  ``$WAVE``/``$LANE`` and every layout keep referring to the consumers;
+  ``ctx.producer_threads = 128`` makes the block ``consumers + 128`` threads;
+- ``kwargs["regs"]`` = (producer, consumer) ``setmaxnreg`` counts from :func:`register_split`;
+- the ``MBarrierInit`` no longer fences the tensor maps (``fence_maps=False``): the producer's issuing
+  thread does, before its first fill;
+- no workgroup barrier follows the split (the producer never reaches one): a ``Barrier`` node after it
+  is a ``ConstraintError``.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..errors import ConstraintError
+from ..frontend.ops import Allocate, Barrier, Iterate
+from ..frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
+from ..frontend.tracing import Trace, capture_root
+from ..indexing import induction_symbol
+from .context import PassContext
+from .pipeline_tma import _fill_kwargs
+
+WARPGROUP = 128
+REGISTER_FILE = 65536  # 32-bit registers per SM (and the most one CTA can hold)
+MAX_LAUNCH_REGS = 255  # per thread
+PRODUCER_REGS = 40  # the producer keeps a few addresses and a loop counter
+MAX_CONSUMER_REGS = 240
+
+
+def register_split(consumer_threads: int) -> tuple[int, int]:
+    """(producer, consumer) ``setmaxnreg`` counts.  ptxas gives a kernel with ``setmaxnreg`` the most
+    registers per thread its block size allows (65536 / threads, a multiple of 8: 168 for 384 threads);
+    that pool is what the CTA holds.  The producer gives back down to ``PRODUCER_REGS``; the consumers
+    take what that frees, a multiple of 8, at most ``MAX_CONSUMER_REGS``: 2 consumer warpgroups
+    40 / 232 (128 x 40 + 256 x 232 = 64512), 1: 40 / 240, 4: 40 / 104."""
+    total = consumer_threads + WARPGROUP
+    launch = min(MAX_LAUNCH_REGS, REGISTER_FILE // total) // 8 * 8
+    consumer = (launch * total - WARPGROUP * PRODUCER_REGS) // consumer_threads // 8 * 8
+    return PRODUCER_REGS, min(MAX_CONSUMER_REGS, consumer)
+
+
+def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int) -> tuple[str, list]:
+    """A new subgraph with one TmaFill of iteration ``$ARG_<dim>``; returns (its name, captured root nodes)."""
+    g = fx.Graph()
+    roots = list(dict.fromkeys(capture_root(a) for a in body_fill.args))
+    caps = {}
+    for r in roots:
+        p = g.placeholder(f"capture_{r.name}")
+        p.meta.update(role="capture", capture_of=r, type=r.meta.get("type"))
+        caps[r] = p
+    iv = induction_symbol(init.kwargs["dim"])
+    kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier")
+    kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
+    n = g.create_node("call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw,
+                      name="tma_fill")
+    n.meta.update(op=TmaFill, type=None, loc=body_fill.meta.get("loc"), maps=body_fill.meta["maps"],
+                  mbarriers=init, iv_subs={})
+    g.output(())
+    name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
+    trace.subgraphs[name] = g
+    return name, roots
+
+
+def _split_point(root: fx.Graph, init: fx.Node, captured: list) -> fx.Node:
+    """The last of the MBarrierInit, the allocations and the captured nodes: the split goes after it."""
+    order = {n: i for i, n in enumerate(root.nodes)}
+    before = [init, *captured, *(n for n in root.nodes if n.meta.get("op") is Allocate)]
+    return max(before, key=order.__getitem__)
+
+
+def _check_no_barrier_after(trace: Trace, split: fx.Node, sub: fx.Graph) -> None:
+    after, seen = [], False
+    for n in trace.graph.nodes:
+        after += [n] if seen else []
+        seen |= n is split
+    for n in after + list(sub.nodes):
+        if n.meta.get("op") is Barrier:
+            raise ConstraintError(n.meta.get("loc"), message="SchedulingConstraint(warp_specialize=True): a "
+                                  f"workgroup barrier (%{n.name}) after the producer/consumer split would wait "
+                                  "for the producer warpgroup, which never reaches it")
+
+
+def warp_specialize(trace: Trace, ctx: PassContext) -> None:
+    cs = ctx.constraints
+    if not cs.scheduling.warp_specialize:
+        return
+    root = trace.graph
+    inits = [n for n in root.nodes if n.meta.get("op") is MBarrierInit]
+    if len(inits) != 1 or not inits[0].kwargs.get("empty_arrivals"):
+        raise ConstraintError(trace.loc, message="SchedulingConstraint(warp_specialize=True) needs exactly one "
+                              f"TMA loop with empty mbarriers at the kernel's top level ({len(inits)} found)")
+    init = inits[0]
+    dim = init.kwargs["dim"]
+    iterate = next(n for n in root.nodes if n.meta.get("op") is Iterate and n.kwargs["dim"] == dim)
+    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    (body_fill,) = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
+    name, captured = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages)
+    sub.erase_node(body_fill)
+    for n in [n for n in root.nodes if n.meta.get("op") is TmaFill and n.meta.get("mbarriers") is init]:
+        root.erase_node(n)
+    init.kwargs = {**init.kwargs, "fence_maps": False}
+    split = _split_point(root, init, captured)
+    with root.inserting_after(split):
+        ws = root.create_node("call_function", WarpSpecialize, tuple(captured),
+                              {"dim": dim, "subgraph": name, "start": sympy.sympify(lo), "stop": stop,
+                               "consumers": cs.threads, "regs": register_split(cs.threads)},
+                              name="warp_specialize")
+    ws.meta.update(op=WarpSpecialize, type=None, loc=iterate.meta.get("loc"), mbarriers=init)
+    _check_no_barrier_after(trace, ws, sub)
+    ctx.producer_threads = WARPGROUP
