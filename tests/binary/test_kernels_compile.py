@@ -191,3 +191,24 @@ def test_gemm_retargets_by_hardware_constraint_only() -> None:
     assert outs["gfx942"].format == "hsaco" and outs["gfx942"].binary[:4] == ELF_MAGIC
     assert "amdgpu.mfma 16x16x16" in outs["gfx942"].mlir and "nvgpu" not in outs["gfx942"].mlir
     assert outs["gfx942"].metadata.block == (256, 1, 1) and outs["sm_90"].metadata.block == (128, 1, 1)
+
+
+# ----- f32 -> bf16 --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target", NV_TARGETS)
+def test_cast_to_bf16_selects_the_packed_cvt(target: str) -> None:
+    """``wc.cast(f32 -> bf16)``: one ``cvt.rn.bf16x2.f32`` per pair (PTX ISA 7.0, sm_80+), no integer
+    rounding sequence; assembles when ptxas is available."""
+
+    @wc.wave(ew.rowwise_constraints(32, 8))
+    def cast_bf16(x: wc.Memory[wc.sym.M, wc.sym.N, wc.f32], out: wc.Memory[wc.sym.M, wc.sym.N, wc.bf16]):
+        wc.write(wc.cast(wc.read(x), wc.bf16), out)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(cast_bf16, ew.DEFAULT_SUBS, target=target, backend="cuda", cache=False)
+    ptx = k.artifact.binary.decode()
+    assert ptx.count("cvt.rn.bf16x2.f32") == 8  # 2 wave tiles of 8 elements per lane: 8 pairs
+    assert "setp.nan" not in ptx and "prmt" not in ptx
+    if HAS_PTXAS:
+        assert wc.compile(cast_bf16, ew.DEFAULT_SUBS, target=target, backend="cuda", cache=False).metadata.spills == 0

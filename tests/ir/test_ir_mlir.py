@@ -290,3 +290,41 @@ def test_broadcast_without_replication_needs_no_shuffle() -> None:
     text = mlir(scale_shift)
     assert "vector.shuffle" not in text
     filecheck(text, SCALE_SHIFT)
+
+
+# ----- f32 -> bf16: one packed conversion per pair on NVIDIA (IREE expands arith.truncf to bf16 in software) --
+
+def _cast_bf16(threads: int) -> wc.WaveKernel:
+    @wc.wave(ew_lib.rowwise_constraints(threads, 4))
+    def cast_bf16(x: Memory[M, N, f32], out: Memory[M, N, wc.bf16]):
+        wc.write(wc.cast(wc.read(x), wc.bf16), out)
+
+    return cast_bf16
+
+
+CAST_BF16_NV = r"""
+CHECK-LABEL: func.func @cast_bf16()
+CHECK: %[[E0:[0-9]+]] = vector.extract %[[X:[0-9]+]][0] : f32 from vector<4xf32>
+CHECK-NEXT: %[[E1:[0-9]+]] = vector.extract %[[X]][1] : f32 from vector<4xf32>
+CHECK-NEXT: %[[E2:[0-9]+]] = vector.extract %[[X]][2] : f32 from vector<4xf32>
+CHECK-NEXT: %[[E3:[0-9]+]] = vector.extract %[[X]][3] : f32 from vector<4xf32>
+CHECK-NEXT: %[[P0:[0-9]+]] = nvvm.convert.f32x2.to.bf16x2 %[[E1]], %[[E0]] rnd = <rn> : vector<2xbf16>
+CHECK-NEXT: %[[W0:[0-9]+]] = vector.bitcast %[[P0]] : vector<2xbf16> to vector<1xi32>
+CHECK: nvvm.convert.f32x2.to.bf16x2 %[[E3]], %[[E2]] rnd = <rn> : vector<2xbf16>
+CHECK: %[[WS:[0-9]+]] = vector.from_elements %{{[0-9]+}}, %{{[0-9]+}} : vector<2xi32>
+CHECK-NEXT: %{{[0-9]+}} = vector.bitcast %[[WS]] : vector<2xi32> to vector<4xbf16>
+"""
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90", "sm_90a"])
+def test_cast_to_bf16_is_a_packed_conversion_on_nvidia(target: str) -> None:
+    """``cvt.rn.bf16x2.f32 d, hi, lo`` per pair (element 2i in the low half); no arith.truncf to bf16."""
+    text = mlir(_cast_bf16(32), ew_lib.DEFAULT_SUBS, target=target)
+    filecheck(text, CAST_BF16_NV)
+    assert "arith.truncf" not in text
+
+
+def test_cast_to_bf16_stays_truncf_on_amd() -> None:
+    text = mlir(_cast_bf16(64), {wc.sym.BLOCK_M: 4, wc.sym.BLOCK_N: 1024}, target="gfx942")
+    filecheck(text, "CHECK: arith.truncf %{{[0-9]+}} : vector<4xf32> to vector<4xbf16>")
+    assert "nvvm.convert" not in text

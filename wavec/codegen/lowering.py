@@ -534,6 +534,10 @@ def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
     rt = vec_type(node.meta["layout"].size, dst)
     if src == dst:
         fb.values[node] = x
+    elif src == dt.f32 and dst == dt.bf16 and fb.ctx.target.startswith("sm_"):
+        from .lowering_ops import nv_truncf_bf16
+
+        fb.values[node] = nv_truncf_bf16(x)
     elif src.is_float and dst.is_float:
         fb.values[node] = arith.extf(rt, x) if dst.bits > src.bits else arith.truncf(rt, x)
     elif src.is_float:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import arith, llvm, vector
+from iree.compiler.dialects import arith, llvm, nvvm, vector
 
 from ..frontend import dtypes as dt
 from ..frontend.ops import Arange, Permute
@@ -26,6 +26,26 @@ def nv_exp2(x: ir.Value) -> ir.Value:
     elems = [llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], [])
              for i in range(n)]
     return vector.from_elements(x.type, elems)
+
+
+def nv_truncf_bf16(x: ir.Value) -> ir.Value:
+    """f32 -> bf16 of a vector as one ``cvt.rn.bf16x2.f32`` per pair of adjacent elements
+    (``nvvm.convert.f32x2.to.bf16x2``, round to nearest even; sm_80+).  ``arith.truncf`` to bf16 is expanded
+    by IREE's lowering into integer rounding (shift, add, NaN test, select: ~8 instructions per element
+    plus a ``prmt`` per pair) that LLVM cannot turn back into the instruction.  The pairs are assembled as
+    i32 words, which is how every bf16 consumer (mma operands, stores) reads them."""
+    f32, bf16, i32 = ir.F32Type.get(), ir.BF16Type.get(), ir.IntegerType.get_signless(32)
+    n = ir.VectorType(x.type).shape[0]
+    elems = [vector.extract(x, [], [i]) for i in range(n)]
+    if n % 2:
+        elems.append(arith.constant(f32, 0.0))
+    pair, word = ir.VectorType.get([2], bf16), ir.VectorType.get([1], i32)
+    rn = ir.Attribute.parse("#nvvm.fp_rnd_mode<rn>")
+    words = [vector.extract(vector.bitcast(word, nvvm.convert_f32x2_to_bf16x2(pair, hi, lo, rnd=rn)), [], [0])
+             for lo, hi in zip(elems[0::2], elems[1::2], strict=True)]
+    out = vector.bitcast(ir.VectorType.get([len(elems)], bf16),
+                         vector.from_elements(ir.VectorType.get([len(words)], i32), words))
+    return vector.extract_strided_slice(ir.VectorType.get([n], bf16), out, [0], [n], [1]) if n % 2 else out
 
 
 @rule(Arange)

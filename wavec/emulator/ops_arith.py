@@ -13,7 +13,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.interp import Compiler, Instr, State, register
-from wavec.emulator.types import ElemType, as_signed, as_unsigned, value_type
+from wavec.emulator.types import ElemType, as_signed, as_unsigned, round_bf16, value_type
 from wavec.errors import EmulatorError
 
 Fn = Callable[..., np.ndarray]
@@ -261,6 +261,23 @@ def _cast(c: Compiler, op: ir.Operation) -> Instr:
     if name == "arith.trunci":
         return _elementwise(c, op, wrap)
     return _elementwise(c, op, lambda x: wrap(as_signed(x, src)))
+
+
+@register("nvvm.convert.f32x2.to.bf16x2")
+def _f32x2_to_bf16x2(c: Compiler, op: ir.Operation) -> Instr:
+    """``cvt.rn.bf16x2.f32 d, hi, lo``: two f32 scalars rounded to bf16 (nearest even) into a
+    ``vector<2xbf16>`` whose element 0 (the low half of the 32-bit register) is ``src_lo``."""
+    attrs = {k: str(op.attributes[k]) for k in op.attributes}
+    if (attrs.get("rnd") != "#nvvm.fp_rnd_mode<rn>" or attrs.get("relu", "false") != "false"
+            or attrs.get("sat", "#nvvm.sat_mode<none>") != "#nvvm.sat_mode<none>" or len(op.operands) != 2):
+        raise EmulatorError(message=f"{c.loc(op)}: only round-to-nearest {op.name} (no relu, sat or random "
+                            f"bits) is emulated, got {attrs}")
+
+    def fn(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        hi, lo = np.broadcast_arrays(np.asarray(hi, np.float32), np.asarray(lo, np.float32))
+        return round_bf16(np.stack([lo, hi], axis=-1))
+
+    return _elementwise(c, op, fn)
 
 
 @register("arith.bitcast")
