@@ -40,7 +40,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
-from wavec.kernels.gemm import MMA_CHOICES, gemm_config, wgmma_config  # noqa: E402
+from wavec.kernels.gemm import MMA_CHOICES, gemm_config, splitk_config, wgmma_config  # noqa: E402
 from wavec.kernels.gemm import matmul as wavec_matmul  # noqa: E402
 from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
 
@@ -122,11 +122,13 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: 
                                 [sets, sets, c_sets], rounds)
     flops = 2 * m * n * k
     subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
+    split = f" split={splitk_config(m, n, k)[2]}" if m <= 16 else ""  # matmul's split-K for decode shapes
     row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
            "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
-           "config": f"{[v for v in subs.values()]} waves={waves}", "out_dtype": str(odt).removeprefix("torch.")}
+           "config": f"{[v for v in subs.values()]} waves={waves}{split}",
+           "out_dtype": str(odt).removeprefix("torch.")}
     if rates is not None:  # the analytical bound for wavec's configuration (wavec.tuning.ceiling)
         named = {str(key): v for key, v in subs.items()}
         bm, bn = named["BLOCK_M"], named["BLOCK_N"]

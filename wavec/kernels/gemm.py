@@ -1,11 +1,14 @@
 """GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
-the matrix units."""
+the matrix units; split-K for decode shapes (``make_gemm_splitk``, ``splitk_config``)."""
 
+
+import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
+S, P, BLOCK_P = wc.sym.S, wc.sym.P, wc.sym.BLOCK_P  # split-K: slices of K, flat M*N, reduce tile
 BLOCK_M, BLOCK_N, BLOCK_K = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K
 NUM_STAGES, GROUP_M = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 
@@ -58,6 +61,61 @@ def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F
     return gemm
 
 
+# ----- split-K (decode shapes) -----
+# Workgroup (m, n, s) reduces the K slice [s*KS, min(K, (s+1)*KS)) of its M x N tile into the f32 partial
+# c_part[s]; KS = ceil(K / (S*BLOCK_K)) * BLOCK_K, a whole number of K steps, computed at run time from
+# the sizes of a and c_part (K and S are both dynamic).  S is a batch dimension on grid axis 2
+# (``WorkgroupConstraint(S, 1, 2)``): reads and writes index it by the workgroup, and ``iterate``'s
+# ``start=``/``end=`` bound the K loop by the workgroup's slice.  Slices past K (K < S*KS, e.g. K smaller
+# than S*BLOCK_K) run no iteration and write zeros; the ragged last slice is clamped to K and its last
+# tile masked like any K tail.  ``make_splitk_reduce`` then sums the S partials into C (a second, small
+# bandwidth-bound pass: S*M*N*4 bytes read; wavec has no global atomics for an in-kernel reduction).
+def split_slice(k: int, s: int, block_k: int) -> int:
+    """KS, the K extent of one slice (what the kernel computes at run time): ceil(k / (s*block_k)) * block_k."""
+    return -(-k // (s * block_k)) * block_k
+
+
+def make_gemm_splitk(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
+                     waves=(1, 2), async_copy: str = "auto") -> wc.WaveKernel:
+    """``gemm_splitk(a [M, K], b [N, K], c_part [S, M, N] f32)``: c_part[s] = A[:, slice s] @ B[:, slice s].T,
+    the K slices of ``split_slice``; the same tiles, pipeline and subs as ``make_gemm``."""
+    constraints = [wc.WorkgroupConstraint(S, 1, 2), *gemm_constraints(threads_per_wave, mma_type, waves,
+                                                                      async_copy=async_copy)]
+    ks = sympy.ceiling(K / (S * BLOCK_K)) * BLOCK_K
+
+    @wc.wave(constraints)
+    def gemm_splitk(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c_part: Memory[S, M, N, f32]):
+        first = wc.tile_start(S) * ks
+
+        @wc.iterate(K, init_args=[Register[M, N, f32](0.0)], start=first, end=first + ks)
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(a), wc.read(b), acc)
+
+        wc.write(body, c_part)
+
+    return gemm_splitk
+
+
+def make_splitk_reduce(out_dtype=f32, threads_per_wave: int = 32, waves: int = 4, vec: int = 4) -> wc.WaveKernel:
+    """``splitk_reduce(c_part [S, P] f32, c [P])``: C = sum over S of the partials (P = M*N, the flat
+    views), in f32 or rounded once to ``out_dtype``.  S is bound in subs (every workgroup holds all S
+    slices of its BLOCK_P run: one ``vec``-wide load per slice per thread, summed in-thread);
+    BLOCK_P = waves * threads_per_wave * vec."""
+    constraints = [
+        wc.WorkgroupConstraint(P, BLOCK_P, 0),
+        wc.WorkgroupConstraint(S, S, None),
+        wc.WaveConstraint(P, BLOCK_P / waves),
+        wc.HardwareConstraint(threads_per_wave=threads_per_wave, vector_shapes={S: 1, P: threads_per_wave * vec}),
+    ]
+
+    @wc.wave(constraints)
+    def splitk_reduce(c_part: Memory[S, P, f32], c: Memory[P, out_dtype]):
+        total = wc.sum(wc.read(c_part), S)
+        wc.write(total if out_dtype == f32 else wc.cast(total, out_dtype), c)
+
+    return splitk_reduce
+
+
 DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4}
 
 
@@ -96,6 +154,39 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
     bm, bn, waves, _rate, _per_sm = min(_TILES, key=cost)
     stages = 3
     return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: bk, NUM_STAGES: stages, GROUP_M: 8}, waves
+
+
+# Split-K rule for decode (M <= 16; see docs/performance.md).  A decode GEMM streams B once, so its speed
+# is the bytes in flight per SM times the SMs that have work.  The 16x64 decode tile (4 stages of 64x128
+# B tiles, ~80 KiB of shared memory: two workgroups per SM) gives N = 4096 only 64 workgroups for 132 SMs
+# (N = 8192: 128, one per SM at best), so most SMs idle or hold one workgroup.  Splitting K into S slices
+# multiplies the workgroups by S: S is the smallest power of two with S * tiles >= 2 * 132 (one resident
+# wave of two workgroups per SM; the doubling lands between 2 and 4 workgroups per SM), while every slice
+# keeps at least _MIN_SLICE_STEPS K steps (the 4-stage pipeline has something to overlap) and S <= 16
+# (partials cost S*M*N*4 bytes written and read again, small next to B's N*K*2 for M <= 16).  Shapes whose
+# tiles already fill two workgroups per SM (tiles >= 2 * 132) are not split.  Examples (BLOCK_K 128):
+# 1x4096x4096 (M x N x K): 64 tiles -> S = 8 (512 workgroups, 4 K steps each); 1x8192x8192: 128 -> 4;
+# 1x14336x4096: 224 -> 2; 16x128256x4096: 1002 tiles of 16x128 -> no split.
+_SPLIT_WORKGROUPS = 2 * _SMS
+_MIN_SLICE_STEPS = 4
+_MAX_SPLIT = 16
+
+
+def choose_split(tiles: int, k_steps: int) -> int:
+    """S for ``tiles`` workgroup tiles and ``k_steps`` K steps of BLOCK_K (the rule above; 1 = no split)."""
+    split, most = 1, min(_MAX_SPLIT, k_steps // _MIN_SLICE_STEPS)
+    while tiles * split < _SPLIT_WORKGROUPS and 2 * split <= most:
+        split *= 2
+    return split
+
+
+def splitk_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int], int]:
+    """(subs, waves, S): ``gemm_config``'s tile and S from ``choose_split`` for decode shapes (M <= 16),
+    S = 1 (no split) otherwise."""
+    subs, waves = gemm_config(m, n, k)
+    if m > 16:
+        return subs, waves, 1
+    return subs, waves, choose_split(-(-n // subs[BLOCK_N]), -(-k // subs[BLOCK_K]))
 
 
 # ----- Hopper (sm_90a): wgmma -----
@@ -141,8 +232,16 @@ _COMPILED: dict = {}
 MMA_CHOICES = ("mma_sync", "wgmma")
 
 
+def _cached(key, build):
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        kernel = _COMPILED[key] = build()
+    return kernel
+
+
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           warp_specialize: bool = False, out_dtype=None):
+           warp_specialize: bool = False, out_dtype=None, split: int | None = None,
+           config: tuple[dict, tuple[int, int]] | None = None):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
     accumulator).
@@ -151,7 +250,9 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
     (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
     ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
-    only, decode shapes keep mma.sync without it)."""
+    only, decode shapes keep mma.sync without it).
+    ``split``: K slices of the split-K path (mma.sync only; None: ``splitk_config``'s rule for M <= 16,
+    1: no split); ``config = (subs, waves)`` overrides the tile (benchmarks)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -162,23 +263,49 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     out_dtype = torch.float32 if out_dtype is None else out_dtype
     if out_dtype not in (torch.float32, a.dtype):
         raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
+    if split is not None and (not isinstance(split, int) or split < 1):
+        raise wc.WavecError(message=f"matmul: split must be a positive int, got {split!r}")
     out = f32 if out_dtype == torch.float32 else dtype
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
-    if mma == "wgmma" and a.shape[0] <= 16:
+    if mma == "wgmma" and m <= 16:
         mma, warp_specialize = "mma_sync", False  # decode: the mma.sync decode tiles (see wgmma_config)
     if mma == "wgmma":
+        if split not in (None, 1):
+            raise wc.WavecError(message="matmul: split-K runs on the mma.sync path only")
         mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
-        subs, waves = wgmma_config(a.shape[0], b.shape[0], a.shape[1])
+        subs, waves = config or wgmma_config(m, n, k)
+        split = 1
     else:
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-        subs, waves = gemm_config(a.shape[0], b.shape[0], a.shape[1])
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, async_copy,
-           warp_specialize, out.name)
-    kernel = _COMPILED.get(key)
-    if kernel is None:
-        gemm = make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
-                         warp_specialize=warp_specialize, out_dtype=out)
-        kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
+        subs, waves, rule = splitk_config(m, n, k)
+        subs, waves = config or (subs, waves)
+        split = rule if split is None else split
+    sub_key = tuple(sorted((str(s), v) for s, v in subs.items()))
+    if split > 1:
+        return _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
+                              sub_key)
+    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name),
+                     lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
+                                                  warp_specialize=warp_specialize, out_dtype=out), subs,
+                                        backend=backend, target=target))
+    c = torch.empty(m, n, device=a.device, dtype=out_dtype)
     kernel(a, b, c)
+    return c
+
+
+def _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy, sub_key):
+    """Split-K: ``gemm_splitk`` into f32 partials [S, M, N], then ``splitk_reduce`` into C."""
+    import torch
+
+    m, n = a.shape[0], b.shape[0]
+    part_kernel = _cached(("splitk", dtype.name, sub_key, waves, backend, async_copy), lambda: wc.compile(
+        make_gemm_splitk(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy), subs, backend=backend))
+    vec = 4 if (m * n) % 4 == 0 else 2 if (m * n) % 2 == 0 else 1  # rows of the flat [S, M*N] view stay aligned
+    reduce_kernel = _cached(("splitk_reduce", out.name, split, vec, backend), lambda: wc.compile(
+        make_splitk_reduce(out, vec=vec), {S: split, BLOCK_P: 4 * 32 * vec}, backend=backend))
+    c_part = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
+    part_kernel(a, b, c_part)
+    c = torch.empty(m, n, device=a.device, dtype=out_dtype)
+    reduce_kernel(c_part.view(split, m * n), c.view(m * n))
     return c
