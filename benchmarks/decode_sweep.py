@@ -61,7 +61,8 @@ def main() -> None:
         ref = a.double() @ b.double().T
         nbytes = per_set + m * n * tdt.itemsize
         subs, waves, rule = gm.splitk_config(m, n, k)
-        variants = [("old tiles (split 1)", dict(split=1)), (f"rule: 16x{subs[gm.BLOCK_N]} S={rule}", {})]
+        variants = [("old tiles (split 1)", dict(split=1)),
+                    (f"rule: 16x{subs[gm.BLOCK_N]} S={rule}", dict(split="auto"))]
         for bn in widths:
             for s in splits:
                 cfg = ({**subs, gm.BLOCK_N: bn}, WAVES[bn])

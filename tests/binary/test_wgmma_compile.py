@@ -15,6 +15,7 @@ import pytest
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
+from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
 
 pytest.importorskip("iree.compiler")
@@ -137,13 +138,13 @@ def test_narrow_swizzles_assemble(bk: int, mode_bits: int) -> None:
 
 
 @functools.cache
-def ws_kernel(dtype: str, bn: int, stages: int, ptx: bool):
+def ws_kernel(dtype: str, bm: int, bn: int, stages: int, ptx: bool):
     kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, warp_specialize=True)
     if not ptx:
-        return wc.compile(kernel, _subs(128, bn, stages), target="sm_90a", backend="cuda", cache=False)
+        return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
-        return wc.compile(kernel, _subs(128, bn, stages), target="sm_90a", backend="cuda", cache=False)
+        return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -151,11 +152,11 @@ def test_ws_ptx(dtype: str) -> None:
     """The producer warpgroup: setmaxnreg down, then the fills (one elected thread); the consumers:
     setmaxnreg up, the full waits, wgmmas, releases; one bar.sync (after the mbarrier init, before the
     split); 2 x 128 + 128 threads."""
-    ptx = re.sub(r"[ \t]+", " ", ws_kernel(dtype, 256, 4, True).artifact.binary.decode())
+    ptx = re.sub(r"[ \t]+", " ", ws_kernel(dtype, 256, 128, 4, True).artifact.binary.decode())
     assert ".maxntid 384, 1, 1" in ptx
     dec, inc = ptx.index("setmaxnreg.dec.sync.aligned.u32 40;"), ptx.index("setmaxnreg.inc.sync.aligned.u32 232;")
     tma = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-    inst = f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{dtype}.{dtype}"
+    inst = f"wgmma.mma_async.sync.aligned.m64n128k16.f32.{dtype}.{dtype}"
     assert ptx.count(tma) == 2 and ptx.count("bar.sync") == 1 and ptx.index("bar.sync") < min(dec, inc)
     # the producer's fills and the consumers' wgmmas sit in different branches of the split
     fills, mmas = ptx.index(tma), ptx.index(inst)
@@ -168,16 +169,22 @@ def test_ws_ptx(dtype: str) -> None:
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_ws_assembles_without_spills(dtype: str) -> None:
     """ptxas gives the 384-thread kernel 168 registers per thread (the most its block allows); the
-    consumers' 128x256 accumulators fit in the 232 setmaxnreg raises them to: no spills, no wgmma
-    serialization."""
-    k = ws_kernel(dtype, 256, 4, False)
+    consumers' 128x128 accumulators (256x128 tile) fit in the 232 setmaxnreg raises them to: no spills, no
+    wgmma serialization."""
+    k = ws_kernel(dtype, 256, 128, 4, False)
     meta = k.artifact.metadata
     assert k.artifact.format == "cubin" and meta.spills == 0 and meta.registers == 168
-    assert meta.shared_bytes == 4 * (128 + 256) * 64 * 2 + 1024
+    assert meta.shared_bytes == 4 * (256 + 128) * 64 * 2 + 1024
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
-        src.write_text(ws_kernel(dtype, 256, 4, True).artifact.binary.decode())
+        src.write_text(ws_kernel(dtype, 256, 128, 4, True).artifact.binary.decode())
         proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
                               capture_output=True, text=True, check=True)
     report = proc.stdout + proc.stderr
     assert "serialized" not in report and "0 bytes spill stores" in report, report
+
+
+def test_ws_refuses_wide_tiles_with_several_consumers() -> None:
+    """128x256 with 2 consumer warpgroups (64x256 each) gave wrong results on an H100: refused, by name."""
+    with pytest.raises(ConstraintError, match="wrong results on an H100"):
+        ws_kernel("f16", 128, 256, 4, True)

@@ -68,7 +68,7 @@ def test_matmul_splitk(dtype) -> None:
     forced S = 3 with a ragged last slice, in f32 and in the input dtype."""
     g, seed = generator()
     assert gm.splitk_config(1, 136, 1024)[2] == 2
-    for m, n, k, split, out_dtype in [(1, 136, 1024, None, None), (3, 72, 1096, 3, dtype)]:
+    for m, n, k, split, out_dtype in [(1, 136, 1024, "auto", None), (3, 72, 1096, 3, dtype)]:
         a, b = randn(g, m, k, dtype=dtype), randn(g, n, k, dtype=dtype)
         c = gm.matmul(a, b, backend="emulator", split=split, out_dtype=out_dtype)
         assert c.dtype == (out_dtype or torch.float32)

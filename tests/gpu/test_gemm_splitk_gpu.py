@@ -23,10 +23,10 @@ def test_matmul_decode_splitk(shape, dtype) -> None:
     m, n, k = shape
     a, b = torch.randn(m, k, device="cuda").to(dtype), torch.randn(n, k, device="cuda").to(dtype)
     ref = a.double() @ b.double().T
-    c = gm.matmul(a, b)
+    c = gm.matmul(a, b, split="auto")
     torch.cuda.synchronize()
     assert not c.isnan().any() and _rel_err(c, ref) < 1e-5, (shape, gm.splitk_config(m, n, k)[2])
-    c = gm.matmul(a, b, out_dtype=dtype)
+    c = gm.matmul(a, b, split="auto", out_dtype=dtype)
     assert _rel_err(c, ref) < (2e-3 if dtype == torch.float16 else 1e-2)
 
 

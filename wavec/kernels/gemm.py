@@ -167,6 +167,10 @@ def gemm_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
 # tiles already fill two workgroups per SM (tiles >= 2 * 132) are not split.  Examples (BLOCK_K 128):
 # 1x4096x4096 (M x N x K): 64 tiles -> S = 8 (512 workgroups, 4 K steps each); 1x8192x8192: 128 -> 4;
 # 1x14336x4096: 224 -> 2; 16x128256x4096: 1002 tiles of 16x128 -> no split.
+# Measured on an H100 (benchmarks/decode_sweep.py, f16, benchmarks/results/decode_h100): the rule's choice
+# lost to no split on all six shapes (1x4096x4096 29.9 vs 27.7 us, 16x4096x11008 84.2 vs 56.2, 1x8192x8192
+# 78.9 vs 62.7): the partials' write + the second launch cost more than the idle SMs, so ``matmul`` splits
+# only when asked (``split=`` S or "auto"); an in-kernel reduction (atomics) is what would make it pay.
 _SPLIT_WORKGROUPS = 2 * _SMS
 _MIN_SLICE_STEPS = 4
 _MAX_SPLIT = 16
@@ -251,8 +255,10 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
     ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
     only, decode shapes keep mma.sync without it).
-    ``split``: K slices of the split-K path (mma.sync only; None: ``splitk_config``'s rule for M <= 16,
-    1: no split); ``config = (subs, waves)`` overrides the tile (benchmarks)."""
+    ``split``: K slices of the split-K path (mma.sync only; None or 1: no split; ``"auto"``:
+    ``splitk_config``'s rule for M <= 16 — opt-in, because on the H100 the rule's splits were 4-50 %
+    slower than no split on every benchmark decode shape, ``benchmarks/results/decode_h100``);
+    ``config = (subs, waves)`` overrides the tile (benchmarks)."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -263,8 +269,8 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     out_dtype = torch.float32 if out_dtype is None else out_dtype
     if out_dtype not in (torch.float32, a.dtype):
         raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
-    if split is not None and (not isinstance(split, int) or split < 1):
-        raise wc.WavecError(message=f"matmul: split must be a positive int, got {split!r}")
+    if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
+        raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
     out = f32 if out_dtype == torch.float32 else dtype
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
@@ -280,7 +286,7 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves, rule = splitk_config(m, n, k)
         subs, waves = config or (subs, waves)
-        split = rule if split is None else split
+        split = rule if split == "auto" else split or 1
     sub_key = tuple(sorted((str(s), v) for s, v in subs.items()))
     if split > 1:
         return _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
