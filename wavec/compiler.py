@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import KernelDefinitionError, SourceLoc, UnsupportedBackendError
+from .errors import CodegenError, KernelDefinitionError, SourceLoc, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .knobs import knobs
@@ -106,6 +106,7 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
     registers = spills = None
     if target.binary_format == "ptx":
         image, fmt = gpu.image.encode() if isinstance(gpu.image, str) else gpu.image, "ptx"
+        _check_ptx(image.decode(), trace)
         if find_ptxas() is not None:
             image, info = assemble(gpu.image if isinstance(gpu.image, str) else gpu.image.decode(), target.arch)
             fmt, registers, spills = "cubin", info.registers, info.spill_stores + info.spill_loads
@@ -120,6 +121,16 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
         scalars=iface.scalars,
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps))
     return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
+
+
+def _check_ptx(ptx: str, trace) -> None:
+    from .codegen.ptx_check import wgmma_fence_violations
+
+    bad = wgmma_fence_violations(ptx) if "wgmma.mma_async" in ptx else []
+    if bad:
+        raise CodegenError(trace.loc, message=f"LLVM placed {len(bad)} writes of wgmma accumulator registers "
+                           f"between wgmma.fence and the wgmma (first: {bad[0]!r}); the kernel would read "
+                           "undefined registers")
 
 
 def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None = None,  # noqa: A001

@@ -14,8 +14,9 @@ import pytest
 
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
+from wavec.codegen.ptx_check import wgmma_fence_violations
 from wavec.codegen.ptxas import find_ptxas
-from wavec.errors import ConstraintError
+from wavec.errors import CodegenError, ConstraintError
 from wavec.kernels import gemm as gm
 
 pytest.importorskip("iree.compiler")
@@ -188,3 +189,34 @@ def test_ws_refuses_wide_tiles_with_several_consumers() -> None:
     """128x256 with 2 consumer warpgroups (64x256 each) gave wrong results on an H100: refused, by name."""
     with pytest.raises(ConstraintError, match="wrong results on an H100"):
         ws_kernel("f16", 128, 256, 4, True)
+
+
+@pytest.mark.parametrize("bm,bn,ws", [(128, 256, True), (128, 256, False), (128, 128, True)])
+def test_accumulator_init_is_not_sunk_past_the_fence(bm: int, bn: int, ws: bool, monkeypatch) -> None:
+    """The zero-initialised accumulator goes through ``fence_operands`` before the loop, so LLVM cannot
+    move its 128 ``mov``s between ``wgmma.fence`` and the first wgmma of a peeled first iteration (it did
+    for the warp-specialized 128x256 tile: wrong results on an H100).  Checked on the PTX of the tile
+    that showed it, with warp_specialize's refusal of that tile lifted for the check."""
+    import wavec.passes.warp_specialize as ws_pass
+
+    monkeypatch.setattr(ws_pass, "_check_validated", lambda *a: None)
+    monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
+    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=ws)
+    ptx = wc.compile(kernel, _subs(bm, bn, 4), target="sm_90a", backend="cuda", cache=False).artifact.binary.decode()
+    assert ptx.count("wavec: accumulator operands fenced") == 1
+    assert "wgmma.fence.sync.aligned" in ptx and not wgmma_fence_violations(ptx)
+
+
+def test_fence_check_refuses_a_sunk_accumulator_write(monkeypatch) -> None:
+    """Without ``fence_operands`` (the lowering before the fix) LLVM sinks the 128 zeroing ``mov``s of the
+    warp-specialized 128x256 accumulator past ``wgmma.fence``: the PTX check finds them and the compile
+    is refused with a CodegenError, instead of a kernel that reads undefined registers."""
+    import wavec.codegen.lowering_wgmma as lw
+    import wavec.passes.warp_specialize as ws_pass
+
+    monkeypatch.setattr(ws_pass, "_check_validated", lambda *a: None)
+    monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
+    monkeypatch.setattr(lw, "fence_operands", lambda s, count: s)
+    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=True)
+    with pytest.raises(CodegenError, match="between wgmma.fence and the wgmma"):
+        wc.compile(kernel, _subs(128, 256, 4), target="sm_90a", backend="cuda", cache=False)

@@ -176,9 +176,26 @@ def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
                            "wgmma_wait retiring it first (insert_wgmma_fences places one)")
 
 
+FENCE_OPERANDS = "// wavec: accumulator operands fenced"
+
+
+def fence_operands(s: ir.Value, count: int) -> ir.Value:
+    """The struct ``s`` through an empty volatile inline asm whose outputs are tied to its inputs (what
+    CUTLASS's ``warpgroup_fence_operand`` does): the values become opaque results of a side-effecting op
+    that LLVM may neither sink past the ``wgmma.fence`` that follows nor rematerialise after it.  Without
+    it, LLVM moved the zero-initialisation of a 64x256 accumulator (128 ``mov``) of a peeled first loop
+    iteration between ``wgmma.fence`` and the first ``wgmma`` - a register write the fence does not order,
+    so the wgmma read undefined registers (wrong results on an H100, warp-specialized 128x256 tile)."""
+    f32 = ir.F32Type.get()
+    elems = [llvm.extractvalue(f32, s, [i]) for i in range(count)]
+    constraints = ",".join(["=f"] * count + [str(i) for i in range(count)])
+    return llvm.inline_asm(s.type, elems, FENCE_OPERANDS, constraints, has_side_effects=True)
+
+
 @rule(WgmmaAccumulator)
 def lower_wgmma_accumulator(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = _to_struct(fb, fb.values[node.args[0]], node.meta["layout"].size)
+    count = node.meta["layout"].size
+    fb.values[node] = fence_operands(_to_struct(fb, fb.values[node.args[0]], count), count)
 
 
 @rule(WgmmaFence)

@@ -28,6 +28,7 @@ import re
 import numpy as np
 from iree.compiler import ir
 
+from wavec.codegen.lowering_wgmma import FENCE_OPERANDS
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import SharedBuf
 from wavec.emulator.types import bf16_bits_to_f32
@@ -300,11 +301,24 @@ _WGMMA_ASM = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b
                         r"\{[^}]*\},\s*\$\d+,\s*p,\s*1,\s*1,\s*([01]);")
 
 
+def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
+    ins, (o,) = c.ins(op), c.outs(op)
+    where = c.loc(op)
+
+    def run(st: State) -> None:
+        cols = [np.asarray(_settled(st.env[x], where), np.float32).reshape(-1) for x in ins]
+        st.env[o] = np.stack([full_lanes(x, st.lanes) for x in cols], axis=1)
+
+    return run
+
+
 @register("llvm.inline_asm")
 def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
     """Only the register-A ``wgmma.mma_async`` that ``lowering_wgmma`` emits: operands are the N/2
     accumulator registers (none with scale-d = 0: D = A B), the four A registers and the B descriptor."""
     text = ir.StringAttr(op.attributes["asm_string"]).value
+    if text == FENCE_OPERANDS:  # an accumulator's registers fenced for the compiler: the identity
+        return _fence_operands(c, op)
     m, scale = _WGMMA_ASM.search(text), re.search(r"setp\.ne\.b32 p, ([01]), 0;", text)
     if m is None or scale is None or m.group(2) != m.group(3):
         raise EmulatorError(message=f"{c.loc(op)}: unsupported inline PTX {text!r}")
