@@ -8,7 +8,7 @@ specialization cannot serve get errors that say why."""
 from __future__ import annotations
 
 import pytest
-from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poisoned, randn
+from test_kernels_emulated import TORCH_DTYPE, run_gemm
 
 import wavec as wc
 from wavec.emulator import coop
@@ -31,12 +31,7 @@ def _kernel(dtype, subs, waves, **kw):
 
 
 def _run(kernel, shapes, dtype, what: str) -> None:
-    g, seed = generator()
-    for m, n, k in shapes:
-        a, b = randn(g, m, k, dtype=TORCH_DTYPE[dtype]), randn(g, n, k, dtype=TORCH_DTYPE[dtype])
-        c = poisoned(m, n)
-        kernel(a, b, c)
-        check(c, a.double() @ b.double().T, GEMM_TOL, f"{what} M={m} N={n} K={k} (seed {seed})")
+    run_gemm(kernel, shapes, what, TORCH_DTYPE[dtype])
 
 
 # (id, subs, consumer warpgroups, shapes).  K = 320 is more iterations than stages (the producer waits for
