@@ -25,13 +25,19 @@ elif name == "gemm_wgmma_4096":
     from wavec.kernels.gemm import WGMMA_FOR_DTYPE, wgmma_config
     subs, waves = wgmma_config(4096, 4096, 4096)
     kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves)
-elif name == "attention_d128":
+elif name == "gemm_wgmma_ws_256x128":
+    from wavec.kernels.gemm import BLOCK_M, BLOCK_N, WGMMA_FOR_DTYPE, wgmma_config
+    subs, waves = wgmma_config(4096, 4096, 4096)
+    subs = {**subs, BLOCK_M: 256, BLOCK_N: 128}
+    kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves, warp_specialize=True)
+elif name.startswith("attention_d128"):
     from wavec.kernels.attention import attention_config, make_attention
-    subs, waves = attention_config(128)
-    kern = make_attention(waves=waves)
+    mma = "wgmma" if name.endswith("wgmma") else "mma_sync"
+    subs, waves = attention_config(128, mma=mma)
+    kern = make_attention(waves=waves, mma=mma)
 else:
     kern, subs = make_scale_shift(), EW
-target = "sm_90a" if name == "gemm_wgmma_4096" else "sm_90"
+target = "sm_90a" if "wgmma" in name else "sm_90"
 t1 = time.perf_counter()
 k = wc.compile(kern, subs, target=target, backend="cuda", cache=False)
 t2 = time.perf_counter()
@@ -42,7 +48,8 @@ print(json.dumps({"kernel": name, "import_s": t_import, "compile_s": t2 - t1, "t
 
 def main() -> None:
     rows = []
-    for name in ("scale_shift", "gemm_default", "gemm_heuristic_4096", "gemm_wgmma_4096", "attention_d128"):
+    for name in ("scale_shift", "gemm_default", "gemm_heuristic_4096", "gemm_wgmma_4096", "gemm_wgmma_ws_256x128",
+                 "attention_d128", "attention_d128_wgmma"):
         out = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, check=True,
                              env={"WAVEC_CACHE_DISABLE": "1", **__import__("os").environ})
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -59,7 +59,7 @@ def test_register_path_is_a_concatenation() -> None:
     """Two 16x8 accumulator tiles are one 16x16 A tile: tile 0 then tile 1, positions unchanged."""
     src = mma_layout(MMAType.NV_F32_16x8x16_F16, "c", M, N)
     dst = mma_layout(MMAType.NV_F32_16x8x16_F16, "a", M, N)
-    assert register_mapping(src, dst, 32) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3)]
+    assert register_mapping(src, dst, 32) == ((0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (1, 2), (1, 3))
     amd = MMAType.F32_16x16x16_F16
     assert register_mapping(mma_layout(amd, "c", M, N), mma_layout(amd, "a", M, N), 64) is None
 

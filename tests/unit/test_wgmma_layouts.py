@@ -223,4 +223,4 @@ def test_accumulator_to_register_a_is_a_register_selection(n: int) -> None:
     src = mma_layout(WGMMA[0], "c", M, K, n=n)
     for j in range(n // 16):
         dst = mma_layout(WGMMA[0], "a", M, K, n=64, a_in_registers=True).offset({K: 16 * j})
-        assert register_mapping(src, dst, 128) == [(0, 8 * j + q) for q in range(8)]
+        assert register_mapping(src, dst, 128) == tuple((0, 8 * j + q) for q in range(8))

@@ -20,8 +20,11 @@ The choice is visible in ``print_ir_after`` (``convert_layout(..., via=registers
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 
+import sympy
 import torch.fx as fx
 
 from ..frontend.ops import MMA, Binary, Cast, ConvertLayout, Permute, Select, Unary
@@ -48,10 +51,26 @@ def _from_accumulator(node, memo: dict) -> bool:
     return memo[node]
 
 
-def _lane_coords(layout: Layout, lane: int, origin: dict) -> list[tuple]:
-    """Coordinates (relative to ``origin``) of every register position of ``layout`` in ``lane``."""
-    starts = {d: int(layout.seq(d).start.subs(LANE, lane)) - origin[d] for d in layout.dims}
-    return [tuple(starts[d] + off[d] for d in layout.dims) for off in layout.positions()]
+@functools.lru_cache(maxsize=1024)
+def _per_lane(expr: sympy.Expr, threads: int) -> tuple[int, ...]:
+    """``expr`` (a function of the lane only) at every lane, by one ``lambdify``: sympy substitution per
+    lane and position cost ~20 s on attention's 32 wgmma conversions."""
+    f = sympy.lambdify(LANE, expr, "math")
+    return tuple(int(f(lane)) for lane in range(threads))
+
+
+def _lane_coords(layout: Layout, threads: int) -> Callable[[int], list[tuple]]:
+    """A function of the lane giving the coordinates of every register position of ``layout``.  A start
+    is a lane expression plus a constant (the tile's offset): the lane part is evaluated once per
+    distinct expression for all lanes, shared by every offset copy of a layout."""
+    parts = [sympy.sympify(layout.seq(d).start).as_coeff_Add() for d in layout.dims]
+    starts = [(int(const), _per_lane(rest, threads)) for const, rest in parts]
+    offsets = [tuple(off[d] for d in layout.dims) for off in layout.positions()]
+
+    def coords(lane: int) -> list[tuple]:
+        base = [const + values[lane] for const, values in starts]
+        return [tuple(b + o for b, o in zip(base, off)) for off in offsets]
+    return coords
 
 
 def source_tiles(src: Layout, dst: Layout) -> list[dict]:
@@ -63,23 +82,26 @@ def source_tiles(src: Layout, dst: Layout) -> list[dict]:
     return [dict(zip(dst.dims, offs)) for offs in itertools.product(*ranges)]
 
 
-def register_mapping(src: Layout, dst: Layout, threads: int) -> list[tuple[int, int]] | None:
+@functools.lru_cache(maxsize=256)
+def register_mapping(src: Layout, dst: Layout, threads: int) -> tuple[tuple[int, int], ...] | None:
     """For each destination position, (source tile, position) holding the same element in the same lane —
-    one mapping valid for every lane — or None when the values must move between lanes."""
+    one mapping valid for every lane — or None when the values must move between lanes.  Memoised: the
+    pass and codegen ask for the same pairs."""
     if any(dst.tile_of(d) % src.tile_of(d) and src.tile_of(d) % dst.tile_of(d) for d in dst.dims):
         return None  # a destination tile is neither whole source tiles nor inside one
     tiles = source_tiles(src, dst)
     zero = {s: 0 for lay in (src, dst) for q in lay.seqs for s in q.start.free_symbols if s != LANE}
     src, dst = src.subs(zero), dst.subs(zero)
+    src_coords = [_lane_coords(src.offset(off), threads) for off in tiles]
+    dst_coords = _lane_coords(dst, threads)
     mapping = None
     for lane in range(threads):
-        origin = {d: 0 for d in dst.dims}
         have = {}
-        for ti, off in enumerate(tiles):
-            for q, c in enumerate(_lane_coords(src.offset(off), lane, origin)):
+        for ti, coords in enumerate(src_coords):
+            for q, c in enumerate(coords(lane)):
                 have.setdefault(c, (ti, q))
         try:
-            lane_map = [have[c] for c in _lane_coords(dst, lane, origin)]
+            lane_map = tuple(have[c] for c in dst_coords(lane))
         except KeyError:
             return None
         if mapping is None:
