@@ -4,10 +4,11 @@ a few shapes, causal and not.  The variants compile in parallel first (one proce
 cache); every timing is the median of do_bench after warm-up, on inputs larger than L2 rotated.
 
     python benchmarks/attention_variants.py [--shapes 16x16x1024x128,4x32x4096x128]
-        [--variants wgmma:128x128x2,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy,mma_sync]
+        [--variants wgmma:128x128x2,wgmma:128x128x2:tma,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy]
 
-A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy]`` (no tile: the heuristic's; heavy: causal
-query tiles launched last first).  Prints one TFLOP/s table and the geomean of each variant over Triton.
+A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma]`` (no tile: the heuristic's; heavy: causal
+query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only).
+Prints one TFLOP/s table and the geomean of each variant over Triton.
 """
 
 from __future__ import annotations
@@ -19,22 +20,24 @@ import sys
 
 
 def parse_variant(text: str) -> tuple:
+    """(mma, config or None, heavy, async_copy) of ``mma[:tile][:heavy][:tma]``."""
     parts = text.split(":")
     mma, cfg, heavy = parts[0], None, "heavy" in parts[1:]
-    tiles = [p for p in parts[1:] if p != "heavy"]
+    copy = "tma" if "tma" in parts[1:] else "auto"
+    tiles = [p for p in parts[1:] if p not in ("heavy", "tma")]
     if tiles:
         cfg = tuple(int(x) for x in tiles[0].split("x"))
-    return mma, cfg, heavy
+    return mma, cfg, heavy, copy
 
 
 def _kernel(variant: str, causal: bool, d: int, seq_q: int):
     import wavec as wc
     from wavec.kernels.attention import TARGET, attention_config, make_attention
 
-    mma, cfg, heavy = parse_variant(variant)
+    mma, cfg, heavy, copy = parse_variant(variant)
     subs, waves = attention_config(d, seq_q, cfg, mma)
-    return wc.compile(make_attention(wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal), subs,
-                      target=TARGET[mma], backend="cuda")
+    return wc.compile(make_attention(wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal,
+                                     async_copy=copy), subs, target=TARGET[mma], backend="cuda")
 
 
 def _compile(job: tuple) -> str:

@@ -123,3 +123,31 @@ def test_wgmma_bf16_code_is_the_f16_code(head_dim: int) -> None:
     assert _opcodes(bf16) == _opcodes(f16)
     loops = _loop_sizes(bf16)
     assert len(loops) == 2 and loops == _loop_sizes(f16), (loops, _loop_sizes(f16))
+
+
+# ----- TMA for K and V (async_copy="tma") --------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_wgmma_tma_ptx(layout: str) -> None:
+    """d128 128x128x2: K and V come as 4-D bulk tensor copies (rank-4 maps, batch coordinates), two
+    64-element boxes per tile, in both loops' prologues and bodies (2 x 2 x 2 x 2 = 16); no cp.async and no
+    proxy fence (TMA writes through the async proxy), mbarrier waits in the loops."""
+    subs, groups = attention_config(128, config=(128, 128, 2), mma="wgmma")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(make_attention(wc.f16, layout, False, groups, mma="wgmma", async_copy="tma"), subs,
+                       target="sm_90a", backend="cuda", cache=False)
+    ptx = k.artifact.binary.decode()
+    assert ptx.count("cp.async.bulk.tensor.4d.shared::cluster.global") == 16
+    assert "cp.async.cg" not in ptx and "fence.proxy.async" not in ptx  # (one empty cp.async drain remains)
+    assert "mbarrier.try_wait.parity" in ptx and "mbarrier.arrive.expect_tx" in ptx
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+def test_wgmma_tma_no_spills() -> None:
+    """ptxas sm_90a, f16 d128 128x128x2 causal: no spills (registers: docs/attention.md, 253 vs 250 with
+    cp.async causal; 230 vs 252 non-causal)."""
+    subs, groups = attention_config(128, config=(128, 128, 2), mma="wgmma")
+    k = wc.compile(make_attention(wc.f16, "bhsd", True, groups, mma="wgmma", async_copy="tma"), subs,
+                   target="sm_90a", backend="cuda", cache=False)
+    assert k.metadata.spills == 0 and k.metadata.registers <= 255, (k.metadata.registers, k.metadata.spills)

@@ -104,3 +104,55 @@ def test_metadata_round_trip() -> None:
     body = art.to_bytes()[:-32].replace(b'"swizzle":128', b'"swizzle":100')  # same length, valid digest
     with pytest.raises(CacheError, match="malformed"):
         Artifact.from_bytes(body + hashlib.sha256(body).digest())
+
+
+# ----- rank 4 (attention K/V [B, KVH, N, D] / [B, N, KVH, D]: box 1 along the batch dims) ------------------
+
+KV_BHSD = tm.TensorMapSpec(arg=1, dtype="f16", box=(64, 128, 1, 1), swizzle=128)
+KV_BSHD = tm.TensorMapSpec(arg=2, dtype="f16", box=(64, 1, 128, 1), swizzle=128)
+
+
+def test_describe_rank4_bhsd_and_bshd() -> None:
+    m = tm.describe(KV_BHSD, 0x1000, (2, 3, 100, 128), (38400, 12800, 128, 1))
+    assert m.dims == (128, 100, 3, 2) and m.strides == (2, 256, 25600, 76800)
+    m = tm.describe(KV_BSHD, 0x1000, (2, 100, 3, 128), (38400, 384, 128, 1))
+    assert m.dims == (128, 3, 100, 2) and m.strides == (2, 256, 768, 76800)
+    assert KV_BSHD.box_bytes == 64 * 128 * 2
+
+
+def test_describe_rank4_rejects() -> None:
+    with pytest.raises(ArgumentError, match="rank-3"):
+        tm.describe(KV_BHSD, 0x1000, (3, 100, 128), (12800, 128, 1))
+    with pytest.raises(ArgumentError, match="multiple of 16 bytes"):  # rows of 100 f16: 200 bytes
+        tm.describe(KV_BHSD, 0x1000, (2, 3, 100, 100), (30000, 10000, 100, 1))
+    with pytest.raises(ValueError, match="rank 1..5"):
+        tm.TensorMapSpec(0, "f16", (64, 1, 1, 1, 1, 1), 128)
+
+
+def test_rank4_and_rank5_emulated_and_cuda_encodings(monkeypatch) -> None:
+    m = tm.describe(KV_BSHD, 3 << 40, (2, 100, 3, 128), (38400, 384, 128, 1))
+    assert tm.decode_emulated(tm.encode_emulated(m)) == (2, 2, 128, 3 << 40, (128, 3, 100, 2), (2, 256, 768, 76800),
+                                                         (64, 1, 128, 1))
+    five = tm.TensorMapSpec(0, "bf16", (64, 1, 1, 64, 1), 128)
+    m5 = tm.describe(five, 1 << 40, (5, 4, 3, 2, 64), (1536, 384, 128, 64, 1))
+    assert len(tm.encode_emulated(m5)) == tm.MAP_BYTES and tm.decode_emulated(tm.encode_emulated(m5))[4] == (64, 2, 3,
+                                                                                                            4, 5)
+    calls = []
+
+    def fake(out, dtype, rank, address, dims, strides, box, estrides, *rest):
+        calls.append((rank, list(dims[:rank]), list(strides[:rank - 1]), list(box[:rank])))
+        return 0
+
+    monkeypatch.setattr(tm, "_encoder", fake)
+    tm.encode_cuda(m)
+    assert calls == [(4, [128, 3, 100, 2], [256, 768, 76800], [64, 1, 128, 1])]
+
+
+def test_tma_box_of_attention_tiles() -> None:
+    import wavec as wc
+    from wavec.passes.pipeline_tma import tma_box
+
+    B, KVH, N, D = wc.sym.B, wc.sym.KVH, wc.sym.N, wc.sym.D
+    assert tma_box((B, KVH, N, D), {N: 128, D: 128}, 2) == (64, 128, 1, 1)
+    assert tma_box((B, N, KVH, D), {N: 64, D: 64}, 2) == (64, 1, 64, 1)
+    assert tma_box((N, D), {N: 256, D: 64}, 2) == (64, 256)

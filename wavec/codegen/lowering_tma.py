@@ -11,10 +11,12 @@ kernels with tensor maps.
   empty mbarriers follow the ``count`` full ones).
 - ``TmaFill`` -> in thread 0, while ``iteration < stop``: for a refill with empty mbarriers,
   ``try_wait.parity`` on the stage's empty mbarrier; ``mbarrier.arrive.expect_tx`` with the stage's bytes, then one
-  ``cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box:
-  coordinates (innermost first) = the tile's origin at that iteration, plus 64 elements per further
-  128-byte column of the tile; destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B``
-  layout (the box the hardware swizzles is exactly it: the tile is 1024-byte aligned).
+  ``cp.async.bulk.tensor.{2..5}d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box (the
+  argument's rank): coordinates (innermost first) = the tile's origin at that iteration along its two
+  dims, plus 64 elements per further 128-byte column of the tile, and along every other dim of the
+  argument (batch dims: box 1) the read's ``mapping`` (GQA heads) or the workgroup's offset;
+  destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B`` layout (the box the
+  hardware swizzles is exactly it: the tile is 1024-byte aligned).
 - ``WarpSpecialize`` -> ``scf.if`` on ``thread id >= consumers`` (uniform per warpgroup): the producer
   branch runs ``nvvm.setmaxregister decrease`` (``setmaxnreg.dec.sync.aligned.u32``), then in its first
   thread the tensor-map fences and an ``scf.for`` over the loop's iterations lowering the producer region
@@ -123,22 +125,29 @@ def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
 
 
 def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
-    """(destination, tensor map, inner coordinate, outer coordinate) index values of every box of the
-    fill, and the bytes they carry."""
+    """(destination, tensor map, [coordinates innermost first]) index values of every box of the fill,
+    and the bytes they carry.  Coordinates: the tile's origin along its two dims (plus 64 elements per
+    further swizzle column), :func:`held_coord` (the read's ``mapping``, else the workgroup's offset)
+    along the argument's other (batch) dims."""
     args, maps, subs = node.args, node.meta["maps"], node.meta["iv_subs"]
+    mappings = node.meta.get("mappings") or (None,) * len(maps)
     stage = sympy.sympify(node.kwargs["stage"])
     boxes, total = [], 0
-    for (_mem, tile), m in zip(zip(args[0::2], args[1::2]), maps):
+    for (mem, tile), m, mapping in zip(zip(args[0::2], args[1::2]), maps, mappings):
         alloc = capture_root(tile)
         smem = alloc.kwargs["smem_layout"]
         (row_dim, rows), (k_dim, cols) = alloc.kwargs["tile"].items()
         base = {d: sympy.sympify(b).subs(subs) for d, b in alloc.kwargs["base"].items()}
+        held = {d: fb.cs.resolve_tile_starts((mapping or {}).get(d, fb.cs.base_offset(d, False, per_wave=False)))
+                for d in capture_root(mem).meta["type"].shape if d not in (row_dim, k_dim)}
         stage_bytes = rows * cols * smem.elem_bytes
         start = _tile_address_symbol(fb, alloc) + stage * stage_bytes
         per_box = smem.row_elems  # 64 elements of 2 bytes: the 128-byte swizzle span
         for kb in range(cols // per_box):
+            origin = {**held, row_dim: base[row_dim], k_dim: base[k_dim] + kb * per_box}
+            coords = [fb.index(origin[d]) for d in reversed(capture_root(mem).meta["type"].shape)]
             boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m),
-                          fb.index(base[k_dim] + kb * per_box), fb.index(base[row_dim])))
+                          coords))
         total += stage_bytes
     return boxes, total
 
@@ -191,9 +200,9 @@ def _issue_fill(bar: ir.Value, boxes: list, total: int, empty) -> None:
             scf.yield_([])
     mbar = _ptr(bar, SHARED)
     nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
-    for dst, tmap, inner, outer in boxes:
+    for dst, tmap, coords in boxes:
         nvvm.cp_async_bulk_tensor_shared_cluster_global(_ptr(dst, CLUSTER), _ptr(tmap, GENERIC),
-                                                        [_i32(inner), _i32(outer)], mbar, [])
+                                                        [_i32(c) for c in coords], mbar, [])
 
 
 def _set_max_registers(count: int, action: str) -> None:

@@ -1,6 +1,7 @@
 """TMA and mbarrier ops: ``nvvm.mbarrier.{init,arrive.expect_tx,try_wait.parity}``,
-``nvvm.fence.{mbarrier.init,proxy.acquire}``, ``nvvm.cp.async.bulk.tensor.shared.cluster.global`` (2-D
-tiles) and ``llvm.inttoptr``; global bindings get addresses so tensor maps can name them.
+``nvvm.fence.{mbarrier.init,proxy.acquire}``, ``nvvm.cp.async.bulk.tensor.shared.cluster.global`` (2- to
+5-D tiles: rank-4 attention K/V boxes with batch coordinates) and ``llvm.inttoptr``; global bindings get
+addresses so tensor maps can name them.
 
 - Addresses: shared memory as in ``ops_nvvm`` (allocation i at the rounded-up sum of the sizes before it);
   binding ``b`` at ``global_address(b)`` = ``(b + 1) << 40`` (plus the subspan's byte offset).  A tensor map
@@ -10,7 +11,8 @@ tiles) and ``llvm.inttoptr``; global bindings get addresses so tensor maps can n
   checks its shared destination through the race checker then (a write by the issuing wave: reads of those
   bytes since the last barrier are a race), and lands (writes the bytes, completing their transaction
   count) at the latest point: when a thread waits for the phase of its mbarrier.  Destination byte ``a`` of
-  box element (row r, column k) is ``dst + r * inner_bytes + k * elem``, swizzled as the hardware does on
+  box element (i_0 innermost, i_1, ...) is ``dst + elem * (i_0 + box_0 (i_1 + box_1 (...)))`` (dense,
+  innermost first; out-of-bounds elements along any dimension are zeros), swizzled as the hardware does on
   the address: ``a ^ (((a >> 7) & (W/16 - 1)) << 4)`` for a W-byte swizzle.
 - An mbarrier (8 bytes in a shared allocation, modelled beside it) has an arrival count per phase, a
   pending count, a transaction count and its number of completed phases; a phase completes when every
@@ -260,10 +262,11 @@ def _swizzle(addr: np.ndarray, width: int) -> np.ndarray:
 def _tma_load(c: Compiler, op: ir.Operation) -> Instr:
     seg = list(op.attributes["operandSegmentSizes"])
     ins = c.ins(op)
-    if seg[2] != 2 or any(seg[4:]):
-        raise EmulatorError(message=f"{c.loc(op)}: only 2-D tile-mode TMA loads without multicast, im2col, cache "
-                            "hints or predicates are emulated")
-    dst, desc, coords, mbar = ins[0], ins[1], ins[2:4], ins[4]
+    rank = seg[2]
+    if not 2 <= rank <= 5 or any(seg[4:]):
+        raise EmulatorError(message=f"{c.loc(op)}: only 2- to 5-D tile-mode TMA loads without multicast, im2col, "
+                            "cache hints or predicates are emulated")
+    dst, desc, coords, mbar = ins[0], ins[1], ins[2:2 + rank], ins[2 + rank]
     where, op_id = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
@@ -290,15 +293,19 @@ def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: in
     except ValueError as e:
         raise EmulatorError(message=f"{where}: tensor map at 0x{desc:x}: {e}") from None
     src, src_off = _global_bytes(st, address, where)
-    r, k = np.arange(box[1])[:, None], np.arange(box[0])[None, :]
-    gr, gk = coords[1] + r, coords[0] + k
-    ok = (gr >= 0) & (gr < dims[1]) & (gk >= 0) & (gk < dims[0])
-    first = src_off + np.where(ok, gr * strides[1] + gk * elem, 0)
+    if len(coords) != len(dims):
+        raise EmulatorError(message=f"{where}: {len(coords)} coordinates for a rank-{len(dims)} tensor map")
+    # box element (i_0 innermost, ..., i_{n-1}) as an array of box[n-1] x ... x box[0], the box's own order
+    idx = np.indices(tuple(reversed(box))).reshape(len(box), -1)[::-1]  # idx[j] = index along dim j
+    g = np.asarray(coords, np.int64)[:, None] + idx
+    ok = np.all((g >= 0) & (g < np.asarray(dims, np.int64)[:, None]), axis=0)
+    first = src_off + np.where(ok, (g * np.asarray(strides, np.int64)[:, None]).sum(axis=0), 0)
     byte = np.arange(elem)
     vals = np.where(ok[..., None], src[np.minimum(first[..., None] + byte, src.size - 1)], 0).astype(np.uint8)
+    linear = np.arange(idx.shape[1])  # the box lands densely, innermost dimension first
     if dst % 128:
         raise EmulatorError(message=f"{where}: TMA destination {dst} is not 128-byte aligned")
-    daddr = _swizzle(dst + r * box[0] * elem + k * elem, swizzle)[..., None] + byte
+    daddr = _swizzle(dst + linear * elem, swizzle)[..., None] + byte
     for base, buf in _bases(st):
         rel = daddr - base
         if rel.min() >= 0 and rel.max() < buf.raw.size:

@@ -45,12 +45,15 @@ _MMA_TYPES = {
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
-def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False) -> list:
+def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False,
+                          async_copy: str = "auto") -> list:
     """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
     ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
     wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
     shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
-    last first (causal: the tiles with the most keys start first, the light ones fill the tail)."""
+    last first (causal: the tiles with the most keys start first, the light ones fill the tail).
+    ``async_copy`` (``SchedulingConstraint``): "auto" keeps K/V on ``cp.async``; "tma" loads them with
+    TMA boxes on mbarriers (wgmma, sm_90a; ``docs/attention.md``, "TMA for K and V")."""
     if mma not in MMA_CHOICES:
         raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
     return [
@@ -61,15 +64,16 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", h
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
         wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first, async_copy=async_copy),
     ]
 
 
 def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
-                   mma: str = "mma_sync", heavy_first: bool | None = None) -> wc.WaveKernel:
+                   mma: str = "mma_sync", heavy_first: bool | None = None, async_copy: str = "auto") -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
     picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
-    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles."""
+    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
+    are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``)."""
     heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -82,7 +86,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
         split, stop = whole, None
 
-    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first))
+    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
@@ -167,17 +171,20 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None, mma: str = "mma_sync"):
-    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma)
+def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None, mma: str = "mma_sync",
+            async_copy: str = "auto"):
+    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma,
+           async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma), subs, backend=backend,
-                                             target=TARGET[mma])
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy),
+                                             subs, backend=backend, target=TARGET[mma])
     return kernel
 
 
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None, config: tuple | None = None, mma: str | None = None):
+              backend: str | None = None, config: tuple | None = None, mma: str | None = None,
+              async_copy: str = "auto"):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -185,7 +192,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
     (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
-    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  Returns a new tensor shaped like q."""
+    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy="tma"`` (wgmma only)
+    stages K and V with TMA instead of ``cp.async``.  Returns a new tensor shaped like q."""
     import torch
 
     mma = mma or default_mma(q, backend)
@@ -207,7 +215,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
     subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma)
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
     return o

@@ -29,7 +29,9 @@ shared writes).  Applies to loop bodies with mmas of a warpgroup MMA type.  Guar
   accumulator or A registers were written by another instruction since the last fence; a
   ``WgmmaCommit`` + ``WgmmaWait(pending=0, retire=...)`` before the first non-wgmma reader of an
   in-flight result and before the yield (``retire``: the results that anything but a wgmma reads,
-  which only then leave the wgmma register form); the copies move right after the first commit.
+  which only then leave the wgmma register form); the copies (or the ``tma_fill``, whose stage the
+  barrier after the full mbarrier wait released: every warp passed the previous iteration's final
+  ``wgmma_wait(0)``) move right after the first commit.
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ def _operands(n: fx.Node) -> list[fx.Node]:
 
 def _move_copies_after(g: fx.Graph, commit: fx.Node) -> None:
     last = commit
-    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit)]:
-        last.append(n)  # issue the next tiles' copies while the tensor cores work
+    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]:
+        last.append(n)  # issue the next tiles' copies (or TMA fill) while the tensor cores work
         last = n
 
 
@@ -149,7 +151,7 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
     for n in mmas:
         _retarget(n, WarpgroupMMA)
     _fence_barriers(g)
-    if not chains_only(g):  # pipeline_loops keeps such bodies on cp.async (tma_plan needs a GEMM chain)
+    if not chains_only(g):  # cp.async, or TMA released by the barrier (pipeline_loops: async_copy="tma")
         _general_body(g)
         return []
     _node(g, WgmmaFence, mmas[0], before=True)

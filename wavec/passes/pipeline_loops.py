@@ -59,6 +59,17 @@ def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
     return pairs
 
 
+_GENERAL_WHY = ("the loop body reads mma results with other ops: TMA there needs async_copy='tma' or "
+                "'tma-barrier' (stages released by the workgroup barrier; the default keeps cp.async)")
+
+
+def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
+    """Whether the body may take TMA: GEMM-like chains of wgmmas always (``insert_wgmma_fences`` places
+    fills and releases), a general body (attention) only when asked for with the barrier release (its
+    ``wgmma_wait(0)`` before the yield retires every group before the next iteration's barrier)."""
+    return chains_only(sub) or (want in ("tma", "tma-barrier") and not ws)
+
+
 def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
     cs = ctx.constraints
     dim = iterate.kwargs["dim"]
@@ -84,11 +95,10 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
                               f"producer warpgroup issues TMA fills released through empty mbarriers, not "
                               f"async_copy={want!r}")
     if want != "cp.async":
-        # insert_wgmma_fences places TMA fills and stage releases only in GEMM-like chains of wgmmas
-        specs, why = tma_plan(trace, ctx, pairs) if chains_only(sub) else (
-            None, "the loop body reads mma results with other ops (only chains of wgmmas take TMA)")
+        specs, why = tma_plan(trace, ctx, pairs) if _tma_body_ok(sub, want, ws) else (None, _GENERAL_WHY)
         if specs is not None:
             war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
+            war = war if chains_only(sub) else "barrier"  # a general body: the barrier after the full wait
             pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
             return
         if ws:

@@ -45,6 +45,7 @@ from .context import PassContext, TensorMapRequest
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
+MAX_RANK = 5  # cp.async.bulk.tensor.{1..5}d
 
 
 def choose_war(stages: int, lag: int) -> str:
@@ -63,6 +64,11 @@ def _node(g: fx.Graph, op: type, args: tuple, kwargs: dict, name: str, before: f
     return n
 
 
+def _tile_dims(alloc: fx.Node) -> tuple:
+    """(row dim, contiguous dim) of a staged tile."""
+    return tuple(alloc.kwargs["tile"])
+
+
 def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
     alloc = capture_root(write.args[1])
     mem = capture_root(read.args[0])
@@ -71,15 +77,25 @@ def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
         return f"the shared tile %{alloc.name} is not a 128-byte-swizzled wgmma operand tile"
     if mem.name not in [a.name for a in trace.args]:
         return f"%{mem.name} is not a kernel argument"
-    shape, tile = mem.meta["type"].shape, tuple(alloc.kwargs["tile"])
-    if len(shape) != 2 or tile != tuple(shape):
-        return f"%{mem.name} {list(shape)} is not tiled as a rank-2 [rows, contiguous] tile (tile {list(tile)})"
-    if read.kwargs.get("mapping") is not None:
-        return f"the read of %{mem.name} has a mapping"
+    shape, tile = tuple(mem.meta["type"].shape), _tile_dims(alloc)
+    if not 2 <= len(shape) <= MAX_RANK or len(tile) != 2 or tile[1] != shape[-1] or tile[0] not in shape:
+        return (f"%{mem.name} {list(shape)} is not tiled as [rows, contiguous] (tile {list(tile)}) with at most "
+                f"{MAX_RANK - 2} batch dimensions")
+    mapping = read.kwargs.get("mapping") or {}
+    if any(d in tile for d in mapping):
+        return f"the read of %{mem.name} maps a tiled dimension ({sorted(map(str, mapping))})"
     rows, cols = alloc.kwargs["tile"].values()
     if rows > MAX_BOX or (cols * smem.elem_bytes) % SWIZZLE_BYTES:
         return f"tile {rows}x{cols} is not at most {MAX_BOX} rows of whole {SWIZZLE_BYTES}-byte rows"
     return None
+
+
+def tma_box(shape: tuple, tile: dict, elem_bytes: int) -> tuple[int, ...]:
+    """The box of a tile of an argument of ``shape`` (innermost first): one swizzle span along the
+    contiguous dim, the tile's rows along its row dim, 1 along every other (batch or mapped) dim."""
+    (row_dim, rows), _k = tile.items()
+    inner = {shape[-1]: SWIZZLE_BYTES // elem_bytes, row_dim: rows}
+    return tuple(inner.get(d, 1) for d in reversed(shape))
 
 
 def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]]) -> tuple[list | None, str]:
@@ -98,17 +114,17 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
             continue
         seen.add((mem, alloc))
         dtype = mem.meta["type"].dtype
-        rows, _cols = alloc.kwargs["tile"].values()
-        spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name,
-                                (SWIZZLE_BYTES // dtype.bytes, rows), SWIZZLE_BYTES)
+        box = tma_box(tuple(mem.meta["type"].shape), alloc.kwargs["tile"], dtype.bytes)
+        spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name, box, SWIZZLE_BYTES)
         maps.append(spec)
     return maps, ""
 
 
 def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], kwargs: dict, name: str,
-          before: fx.Node, init: fx.Node, iv_subs: dict) -> fx.Node:
+          before: fx.Node, init: fx.Node, iv_subs: dict, mappings: tuple) -> fx.Node:
     args = tuple(x for pair in pairs for x in pair)
-    return _node(g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs)
+    return _node(g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs,
+                 mappings=mappings)
 
 
 def _fill_kwargs(j, stages: int, lo, stop, war: str) -> dict:
@@ -144,9 +160,11 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
     init = _node(trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim},
                  "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
+    mapping_of = {(r.args[0], w.args[1]): r.kwargs.get("mapping") for r, w in pairs}
+    mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
     kw = _fill_kwargs(iv + distance, stages, lo, stop, war)
     kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
-    _fill(sub, body_pairs, maps, kw, "tma_fill", pairs[0][1], init, {iv: iv + distance})
+    _fill(sub, body_pairs, maps, kw, "tma_fill", pairs[0][1], init, {iv: iv + distance}, mappings)
     for read, write in pairs:
         sub.erase_node(write)
         sub.erase_node(read)
@@ -167,4 +185,4 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
     for s in range(distance):
         kw = _fill_kwargs(lo + s, stages, lo, stop, war)
         kw["stage"] = sympy.Integer(s)
-        _fill(trace.graph, root_pairs, maps, kw, f"tma_fill_prologue{s}", iterate, init, {iv: lo + s})
+        _fill(trace.graph, root_pairs, maps, kw, f"tma_fill_prologue{s}", iterate, init, {iv: lo + s}, mappings)

@@ -71,7 +71,7 @@ def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, 
     n = g.create_node("call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw,
                       name="tma_fill")
     n.meta.update(op=TmaFill, type=None, loc=body_fill.meta.get("loc"), maps=body_fill.meta["maps"],
-                  mbarriers=init, iv_subs={})
+                  mbarriers=init, iv_subs={}, mappings=body_fill.meta.get("mappings"))
     g.output(())
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g

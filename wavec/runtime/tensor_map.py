@@ -42,9 +42,10 @@ MAP_BYTES = 128
 SWIZZLES = (0, 32, 64, 128)  # bytes of the swizzle span (0: none)
 MAX_BOX = 256  # elements per box dimension
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
-_MAGIC = b"WCTMAP01"
+_MAGIC = b"WCTMAP02"
 _HEADER = struct.Struct("<8sIIII")  # magic, arg, element bytes, rank, swizzle
-_DIM = struct.Struct("<QQI")  # size, byte stride, box
+_DIM = struct.Struct("<IQH")  # size (< 2^32), byte stride (< 2^40), box (<= 256): 14 bytes, rank 5 fits
+MAX_RANK = 5  # cuTensorMapEncodeTiled: tile mode, 1..5 dimensions
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +59,8 @@ class TensorMapSpec:
     swizzle: int
 
     def __post_init__(self) -> None:
-        if self.dtype not in _ELEM_BYTES or self.swizzle not in SWIZZLES or not self.box:
-            raise ValueError(f"invalid TensorMapSpec {self}")
+        if self.dtype not in _ELEM_BYTES or self.swizzle not in SWIZZLES or not 0 < len(self.box) <= MAX_RANK:
+            raise ValueError(f"invalid TensorMapSpec {self} (rank 1..{MAX_RANK})")
         if any(not 0 < b <= MAX_BOX for b in self.box):
             raise ValueError(f"TensorMapSpec box {self.box}: every dimension must be 1..{MAX_BOX}")
         if self.swizzle and self.box[0] * self.elem_bytes > self.swizzle:

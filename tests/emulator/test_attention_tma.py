@@ -1,0 +1,79 @@
+"""Flash attention with K and V staged by TMA (``async_copy="tma"``, wgmma, sm_90a) on the emulator (race
+checker and mbarrier checks on) against ``scaled_dot_product_attention`` in f32.
+
+Rank-4 tensor maps with batch coordinates from the workgroup ids and grouped-query heads from the read's
+``mapping``; KV lengths that are not multiples of BLOCK_N (the box's out-of-bounds rows are zero-filled);
+both memory layouts, causal and not, f16 and bf16, head dims 64 and 128 (two 64-element boxes per tile).
+Outputs start as NaN: every element must be written.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import wavec as wc
+from wavec.errors import ConstraintError
+from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f16": 2e-3, "bf16": 1.6e-2}
+
+
+def _inputs(b, h, kvh, sq, skv, d, dtype):
+    return (torch.randn(b, h, sq, d).to(TORCH[dtype.name]), torch.randn(b, kvh, skv, d).to(TORCH[dtype.name]),
+            torch.randn(b, kvh, skv, d).to(TORCH[dtype.name]))
+
+
+def _reference(q, k, v, causal):
+    g = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
+                                          v.float().repeat_interleave(g, 1), is_causal=causal)
+
+
+def _to_layout(x, layout):
+    return x if layout == "bhsd" else x.transpose(1, 2).contiguous()
+
+CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, warpgroups)
+    ("bhsd", wc.f16, False, (1, 2, 2, 40, 72, 64), (64, 32, 1)),
+    ("bshd", wc.bf16, True, (1, 4, 2, 70, 70, 64), (128, 64, 2)),  # GQA, two warpgroups
+    ("bhsd", wc.f16, True, (2, 4, 2, 130, 130, 128), (128, 128, 2)),  # d128 default tile: 2 boxes per tile
+]
+
+
+def _compile(dtype, layout, causal, d, cfg, async_copy="tma"):
+    bm, bn, groups = cfg
+    return wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma", async_copy=async_copy),
+                      {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
+                      cache=False)
+
+
+@pytest.mark.parametrize("layout,dtype,causal,shape,cfg", CASES,
+                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
+                              f"-{'x'.join(map(str, c[4]))}" for c in CASES])
+def test_tma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
+    b, h, kvh, sq, skv, d = shape
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
+    ref = _reference(q, k, v, causal)
+    kernel = _compile(dtype, layout, causal, d, cfg)
+    mlir = kernel.artifact.mlir
+    assert "nvvm.cp.async.bulk.tensor.shared.cluster.global" in mlir and "nvvm.cp.async.shared.global" not in mlir
+    specs = kernel.metadata.tensor_maps
+    assert [s.arg for s in specs] == [1, 2] and all(len(s.box) == 4 for s in specs)
+    assert specs[0].box == ((64, cfg[1], 1, 1) if layout == "bhsd" else (64, 1, cfg[1], 1))
+    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
+    out = torch.full_like(qo, float("nan"))
+    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    assert not out.isnan().any(), "some output elements were not written"
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+
+
+def test_tma_attention_needs_the_barrier_release() -> None:
+    """The body reads S with ordinary ops: only the barrier release applies (the default, "auto", stays
+    on cp.async: tests/emulator/test_attention.py)."""
+    with pytest.raises(ConstraintError, match="tma-barrier"):
+        _compile(wc.f16, "bhsd", False, 64, (64, 32, 1), async_copy="tma-mbarrier")
