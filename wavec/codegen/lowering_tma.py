@@ -159,7 +159,7 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
     if "empty_parity" not in node.kwargs:
         return None
-    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs["iteration"]),
+    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
                         fb.index(node.kwargs["refill_from"]))
     return (refill, fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
             fb.index(node.kwargs["empty_parity"]))
