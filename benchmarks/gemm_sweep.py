@@ -57,7 +57,7 @@ def main() -> None:
              [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))])
     copies = args.copy.split(",")
     if args.persistent:
-        copies += [f"{cp}+p" for cp in copies if cp != "cp.async" and cp != "ws"]
+        copies += [f"{cp}+p" for cp in copies if cp != "cp.async"]
     swizzles = [(sw, cp) for sw in (args.swizzle.split(",") if args.mma == "wgmma" else ["auto"])
                 for cp in copies]
     configs = [(bm, bn, bk, w, s, sw) for (bm, bn, w), bk, s, sw in itertools.product(

@@ -2,7 +2,8 @@
 the emulator's launcher sees ``EMULATED_SMS`` = 1 SM, so the grid is ``workgroups_per_sm`` workgroups and
 each runs 3 or more output tiles in the grouped order; numerics against torch in float64 on fresh random
 inputs, NaN-prefilled outputs, masked M/N edges and K not a multiple of BLOCK_K, 3 and 4 stages, both
-stage releases; a parity that restarts per tile is caught; unsupported combinations are refused."""
+stage releases, with and without warp specialization (the producer walks the same tiles); a parity that
+restarts per tile is caught; unsupported combinations are refused."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ def _subs(bm: int, bn: int, stages: int, group: int = 2) -> dict:
 
 
 def _kernel(dtype, subs, waves, async_copy: str, **kw):
+    if async_copy == "ws":
+        async_copy, kw = "tma", {**kw, "warp_specialize": True}
     return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, async_copy=async_copy, persistent=True, **kw),
                       subs, backend="emulator", target="sm_90a", cache=False)
 
@@ -44,6 +47,8 @@ CASES = [
     (wc.bf16, "tma-mbarrier", 4, _subs(64, 64, 4, group=1), (1, 1), (200, 130, 136)),
     (wc.f16, "tma-barrier", 4, _subs(64, 64, 4), (1, 1), (200, 130, 136)),
     (wc.f16, "tma-mbarrier", 4, _subs(128, 64, 4), (2, 1), (300, 130, 136)),
+    (wc.f16, "ws", 3, _subs(64, 64, 3), (1, 1), (200, 130, 136)),  # the producer loops over the same tiles
+    (wc.bf16, "ws", 4, _subs(128, 64, 4), (2, 1), (300, 130, 136)),
 ]
 
 
@@ -77,8 +82,8 @@ def test_refusals() -> None:
     subs = _subs(64, 64, 3)
     with pytest.raises(ConstraintError, match="persistent=True.*TMA"):
         _kernel(wc.f16, subs, (1, 1), "cp.async")
-    with pytest.raises(ConstraintError, match="warp_specialize"):
-        _kernel(wc.f16, subs, (1, 1), "tma", warp_specialize=True)
+    with pytest.raises(ConstraintError, match="persistent=True.*TMA"):  # core-matrix operand tiles: no TMA
+        _kernel(wc.f16, subs, (1, 1), "auto", operand_swizzle="none")
     with pytest.raises(ConstraintError, match="persistent=True.*TMA"):  # mma.sync: no TMA pipeline
         wc.compile(gm.make_gemm(wc.f16, 32, wc.MMAType.NV_F32_16x8x16_F16, (2, 2), persistent=True),
                    {**subs, gm.BLOCK_K: 32}, backend="emulator", target="sm_80", cache=False)

@@ -1,7 +1,8 @@
 """GPU tier for the persistent grid of the Hopper TMA GEMM (``SchedulingConstraint(persistent=True)``,
 sm_90a): min(tiles, SMs x workgroups per SM) workgroups loop over the output tiles, mbarrier phases
 continuing across tiles; numerics against torch in float64 on fresh random inputs with NaN-prefilled
-outputs (every output written), f16 and bf16, 3 and 4 stages, both stage releases, masked M/N/K edges;
+outputs (every output written), f16 and bf16, 2-4 stages, both stage releases and warp specialization,
+masked M/N/K edges;
 bit-for-bit equal to the non-persistent kernel of the same tile (same wgmmas in the same order);
 ``matmul(persistent=True)``.  Needs a CUDA device of compute capability 9.0 (H100/H200); skipped elsewhere."""
 
@@ -32,6 +33,8 @@ CONFIGS = [  # (id, subs, waves, async copy)
     ("128x256x64-s3-mbarrier", _subs(128, 256, 3), (2, 1), "tma-mbarrier"),
     ("128x128x64-s4-barrier", _subs(128, 128, 4), (2, 1), "tma-barrier"),
     ("64x128x64-s2-mbarrier", _subs(64, 128, 2), (1, 1), "tma-mbarrier"),
+    ("256x128x64-s4-ws", _subs(256, 128, 4), (2, 1), "ws"),  # warp-specialized: against the plain WS kernel
+    ("64x256x64-s4-ws", _subs(64, 256, 4), (1, 1), "ws"),
 ]
 # 4096^2 with 128x256 tiles: 512 tiles over 132 workgroups (H100 SXM) = 3-4 tiles each
 SHAPES = [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096), (3072, 384, 512), (8192, 8192, 1024)]
@@ -40,7 +43,9 @@ MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (13
 
 def _compile(dt: str, cfg, persistent: bool):
     _name, subs, waves, copy = cfg
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy=copy,
+    ws = copy == "ws"
+    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves,
+                                   async_copy="tma-mbarrier" if ws else copy, warp_specialize=ws,
                                    persistent=persistent), subs, backend="cuda", target="sm_90a")
 
 

@@ -211,12 +211,23 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     elected = scf.IfOp(_thread0(fb, consumers))
     with ir.InsertionPoint(elected.then_block):
         _fence_maps(fb)
-        loop = scf.ForOp(lo, hi, fb.index(1), [])
-        with ir.InsertionPoint(loop.body):
-            fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
-            fb.lower_graph(sub)
-            fb.exit_loop()
-            scf.yield_([])
+        persistent = fb.ctx.persistent
+        if persistent:  # the consumers' tile sequence (lowering_persistent), the K loop per tile
+            from .lowering_persistent import tile_loop
+
+            with tile_loop(fb, persistent["tiles"], persistent["remap"]):
+                _producer_k_loop(fb, node, sub, lo, hi)
+        else:
+            _producer_k_loop(fb, node, sub, lo, hi)
+        scf.yield_([])
+
+
+def _producer_k_loop(fb: FunctionBuilder, node: fx.Node, sub: fx.Graph, lo: ir.Value, hi: ir.Value) -> None:
+    loop = scf.ForOp(lo, hi, fb.index(1), [])
+    with ir.InsertionPoint(loop.body):
+        fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
+        fb.lower_graph(sub)
+        fb.exit_loop()
         scf.yield_([])
 
 

@@ -4,18 +4,20 @@ Applies when ``SchedulingConstraint(persistent=True)``.  Requires: ``pipeline_lo
 root-graph ``iterate`` with TMA (``pipeline_tma``, which then counts stages and parities from the running
 K iteration ``$TILE_COUNT * iterations + i - start``), ``reorder_workgroups`` set the grouped remap (or
 none, ``group_size = 1``), ``insert_wgmma_fences`` placed the loop's ``WgmmaWait(pending=0)`` after it;
-workgroup axes 0 and 1 and no other; no warp specialization, no ``start``/``end`` on the loop.  Anything
-else is a ``ConstraintError`` that says why.
+workgroup axes 0 and 1 and no other; no ``start``/``end`` on the loop.  Anything else is a
+``ConstraintError`` that says why.  With ``warp_specialize`` the marker goes after the split (the
+consumers loop over the tiles; the producer's lowering walks the same tiles, ``lowering_tma``).
 
 Guarantees:
 - ``ctx.grid_override`` = ``(min(tiles, WAVEC_SMS * per_sm), 1, 1)``: ``WAVEC_SMS`` is the device's SM
   count, supplied by the launcher at launch (the emulator's launcher: ``EMULATED_SMS``); ``per_sm`` is
   the workgroups one SM holds by shared memory and threads (:func:`workgroups_per_sm`);
-- a ``PersistentTiles`` node right after the ``MBarrierInit`` (allocations and mbarrier initialisation
-  run once): every root node after it (the prologue fills, the K loop, the epilogue) runs per tile
-  ``$TILE`` in ``range(block id, tiles, grid size)``; ``$WG0``/``$WG1`` come from ``$TILE`` in the order
-  ``reorder_workgroups`` gives ``$PID`` (grouped by GROUP_M, else row-major); ``ctx.persistent`` holds
-  the tiles and the remap (``lowering`` then binds no workgroup id before the tile loop);
+- a ``PersistentTiles`` node right after the ``MBarrierInit`` (and the ``WarpSpecialize`` split;
+  allocations and mbarrier initialisation run once): every root node after it (the prologue fills, the K
+  loop, the epilogue) runs per tile ``$TILE`` in ``range(block id, tiles, grid size)``; ``$WG0``/``$WG1``
+  come from ``$TILE`` in the order ``reorder_workgroups`` gives ``$PID`` (grouped by GROUP_M, else
+  row-major); ``ctx.persistent`` holds the tiles and the remap (``lowering`` then binds no workgroup id
+  before the tile loop);
 - stages released through empty mbarriers with a wgmma group in flight: an ``MBarrierArrive`` after the
   loop's final ``WgmmaWait(pending=0)`` releases the stage of the tile's last iteration (inside the loop
   iteration i releases i - 1), so every fill of the running count has its release and the next tile's
@@ -31,7 +33,7 @@ import torch.fx as fx
 
 from ..errors import ConstraintError
 from ..frontend.ops import Allocate, Iterate
-from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WgmmaWait
+from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WarpSpecialize, WgmmaWait
 from ..frontend.tracing import Trace
 from ..indexing.symbols import PID, TILE, WORKGROUP
 from .context import PassContext
@@ -57,9 +59,6 @@ def _refuse(trace: Trace, why: str) -> ConstraintError:
 def _the_loop(trace: Trace, ctx: PassContext) -> tuple[fx.Node, fx.Node]:
     """(the TMA-pipelined iterate, its MBarrierInit), or a ConstraintError saying why there is none."""
     cs = ctx.constraints
-    if cs.scheduling.warp_specialize:
-        raise _refuse(trace, "not combined with warp_specialize=True yet (the producer warpgroup would have to "
-                      "loop over the same tiles)")
     if cs.scheduling.reverse_axis0:
         raise _refuse(trace, "not combined with reverse_axis0=True")
     loops = [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]
@@ -125,7 +124,7 @@ def persistent_grid(trace: Trace, ctx: PassContext) -> None:
         _release_last(trace, ctx, iterate, init)
     tiles, remap = _tiles(ctx)
     nodes = list(trace.graph.nodes)
-    after = max(nodes.index(n) for n in nodes if n.meta.get("op") in (Allocate, MBarrierInit))
+    after = max(nodes.index(n) for n in nodes if n.meta.get("op") in (Allocate, MBarrierInit, WarpSpecialize))
     first_fill = min(nodes.index(n) for n in nodes if n.meta.get("op") in (TmaFill, Iterate))
     if after > first_fill:
         raise _refuse(trace, "a shared allocation follows the first TMA fill")
