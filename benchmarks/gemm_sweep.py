@@ -1,14 +1,15 @@
 """Sweep wavec GEMM tile configurations at one shape beside cuBLAS (used to pick the shape heuristic).
 
     python benchmarks/gemm_sweep.py [--n 4096] [--dtype f16] [--mma mma_sync|wgmma] [--swizzle auto,none]
-                                    [--copy auto] [--ws] [--configs BMxBNxBKxSxW0xW1,...]
+                                    [--copy auto] [--ws] [--persistent] [--configs BMxBNxBKxSxW0xW1,...]
 
 ``--mma wgmma`` sweeps the Hopper warpgroup-MMA tiles (sm_90a; waves are warpgroups, 64-row multiples)
 and each operand layout of ``--swizzle`` ("auto": 128-byte swizzle where BLOCK_K rows are 128 bytes,
 "none": core matrices) and each global->shared copy of ``--copy`` (``SchedulingConstraint.async_copy``:
 "auto" = TMA where it applies, "cp.async"; e.g. ``--copy auto,cp.async`` compares them; "ws" = TMA with a
 warp-specialized producer warpgroup, ``SchedulingConstraint.warp_specialize``; ``--ws`` adds "ws" to the
-list).  ``--configs`` replaces the grid of tiles by the listed ones.
+list).  ``--configs`` replaces the grid of tiles by the listed ones.  ``--persistent`` times every TMA
+configuration also with a persistent grid (``SchedulingConstraint.persistent``; rows marked "+p").
 """
 
 import argparse
@@ -34,6 +35,8 @@ def main() -> None:
     ap.add_argument("--copy", default="auto", help="async copies to sweep: auto (TMA where it applies), cp.async, "
                     "tma-mbarrier, tma-barrier, ws (TMA from a producer warpgroup)")
     ap.add_argument("--ws", action="store_true", help="also sweep the warp-specialized TMA kernel (--copy ...,ws)")
+    ap.add_argument("--persistent", action="store_true",
+                    help="also time each TMA copy with a persistent grid (copy column '<copy>+p')")
     args = ap.parse_args()
     if args.ws and "ws" not in args.copy.split(","):
         args.copy += ",ws"
@@ -52,8 +55,11 @@ def main() -> None:
     tiles = ([(128, 128, (2, 1)), (128, 256, (2, 1)), (256, 128, (2, 1)), (128, 128, (1, 1)), (64, 256, (1, 1)),
               (256, 128, (4, 1))] if args.mma == "wgmma" else
              [(128, 128, (2, 2)), (128, 256, (2, 4)), (256, 128, (4, 2)), (64, 128, (2, 2)), (128, 64, (2, 2))])
+    copies = args.copy.split(",")
+    if args.persistent:
+        copies += [f"{cp}+p" for cp in copies if cp != "cp.async"]
     swizzles = [(sw, cp) for sw in (args.swizzle.split(",") if args.mma == "wgmma" else ["auto"])
-                for cp in args.copy.split(",")]
+                for cp in copies]
     configs = [(bm, bn, bk, w, s, sw) for (bm, bn, w), bk, s, sw in itertools.product(
         tiles, [32, 64], [2, 3, 4] if args.mma == "mma_sync" else [3, 4, 5], swizzles)]
     if args.configs:
@@ -63,8 +69,10 @@ def main() -> None:
         subs = dict(zip(SYMS, (bm, bn, bk, s, 8)))
         try:
             t0 = time.perf_counter()
+            base = cp.removesuffix("+p")
             k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw,
-                                     async_copy="tma" if cp == "ws" else cp, warp_specialize=cp == "ws"), subs,
+                                     async_copy="tma" if base == "ws" else base, warp_specialize=base == "ws",
+                                     persistent=cp.endswith("+p")), subs,
                            backend="cuda", target=target, cache=False)
             ct = time.perf_counter() - t0
             c.fill_(float("nan"))

@@ -143,7 +143,8 @@ def test_unpredicated_fills_are_caught(monkeypatch) -> None:
     """Fills past the last iteration (no ``iteration < stop`` guard): copies in flight when the workgroup
     ends, or a stage refilled before its previous fill was waited for."""
     real = pipeline_tma._fill_kwargs
-    monkeypatch.setattr(pipeline_tma, "_fill_kwargs", lambda j, s, lo, stop, war: real(j, s, lo, 10**6, war))
+    monkeypatch.setattr(pipeline_tma, "_fill_kwargs",
+                        lambda j, s, lo, stop, war, *base: real(j, s, lo, 10**6, war, *base))
     kernel = _kernel(wc.f16, *CATCH)
     with pytest.raises(EmulatorError, match="TMA copies in flight"):
         _run(kernel, CATCH_SHAPE, wc.f16, "unpredicated")

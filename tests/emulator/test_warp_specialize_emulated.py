@@ -93,8 +93,8 @@ def test_wrong_refill_parity_is_caught(monkeypatch) -> None:
     consumed, or the wait aliasing an older phase)."""
     real = pipeline_tma._fill_kwargs
 
-    def kwargs(j, stages, lo, stop, war):
-        kw = real(j, stages, lo, stop, war)
+    def kwargs(j, stages, lo, stop, war, *base):
+        kw = real(j, stages, lo, stop, war, *base)
         if "empty_parity" in kw:
             kw["empty_parity"] = kw["empty_parity"] + 1
         return kw

@@ -100,7 +100,7 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
     subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto", False, "f32")  # ..., async_copy, warp_specialize, C dtype
+           "wgmma" if tile else "mma_sync", "auto", False, "f32", False)  # async_copy, WS, C dtype, persistent
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)

@@ -51,7 +51,7 @@ def compiled(stages: int, swizzle: str = "none", copy: str = "auto") -> Compiled
 
 def test_passes_are_in_the_pipeline() -> None:
     assert PASS_NAMES.index("promote_to_shared") < PASS_NAMES.index("layout_wgmma_operands") < PASS_NAMES.index("infer_indices")
-    assert PASS_NAMES[-2:] == ["insert_wgmma_fences", "warp_specialize"]
+    assert PASS_NAMES[-3:] == ["insert_wgmma_fences", "warp_specialize", "persistent_grid"]
 
 
 def test_operand_tiles_get_the_core_matrix_layout() -> None:

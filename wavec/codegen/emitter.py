@@ -85,6 +85,8 @@ def _py_expr(expr: sympy.Expr) -> str:
         return " + ".join(f"({_py_expr(a)})" for a in expr.args)
     if expr.is_Mul:
         return " * ".join(f"({_py_expr(a)})" for a in expr.args)
+    if isinstance(expr, sympy.Min):
+        return "min(" + ", ".join(_py_expr(a) for a in expr.args) + ")"
     raise CodegenError(message=f"grid expression {expr} is not integer arithmetic")
 
 
@@ -144,6 +146,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         from . import lowering_wgmma  # noqa: F401 - registers the wgmma lowerings
     if ctx.tensor_maps:
         from . import lowering_tma  # noqa: F401 - registers the TMA and mbarrier lowerings
+    if ctx.persistent:
+        from . import lowering_persistent  # noqa: F401 - registers the tile loop
     if cs.threads_per_wave != target.threads_per_wave:
         raise CodegenError(message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
                            f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")

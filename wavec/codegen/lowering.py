@@ -205,6 +205,8 @@ class FunctionBuilder:
             self.symbols[PID] = gpu.block_id(gpu.Dimension.x)
         for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
             wg = WORKGROUP[i]
+            if self.ctx.persistent:  # bound per tile by the tile loop (lowering_persistent)
+                continue
             self.symbols[wg] = self.index(remap[wg]) if wg in remap else gpu.block_id(dim)
 
     # ----- graphs -----
@@ -593,7 +595,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     inits = [fb.values[n] for n in node.args[0]]
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
-        inits.append(fb.index(0))
+        inits.append(fb.index(fb.ctx.stage_start.get(dim, 0)))
     first, stop = fb.cs.loop_bounds(dim, node.kwargs.get("start"), node.kwargs.get("end"))
     loop = scf.ForOp(fb.index(first), fb.index(stop), fb.index(1), inits)
     iv = induction_symbol(dim)

@@ -168,7 +168,7 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
     if "empty_parity" not in node.kwargs:
         return None
-    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs["iteration"]),
+    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
                         fb.index(node.kwargs["refill_from"]))
     return (refill, fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
             fb.index(node.kwargs["empty_parity"]))
@@ -220,12 +220,23 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     elected = scf.IfOp(_thread0(fb, consumers))
     with ir.InsertionPoint(elected.then_block):
         _fence_maps(fb)
-        loop = scf.ForOp(lo, hi, fb.index(1), [])
-        with ir.InsertionPoint(loop.body):
-            fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
-            fb.lower_graph(sub)
-            fb.exit_loop()
-            scf.yield_([])
+        persistent = fb.ctx.persistent
+        if persistent:  # the consumers' tile sequence (lowering_persistent), the K loop per tile
+            from .lowering_persistent import tile_loop
+
+            with tile_loop(fb, persistent["tiles"], persistent["remap"]):
+                _producer_k_loop(fb, node, sub, lo, hi)
+        else:
+            _producer_k_loop(fb, node, sub, lo, hi)
+        scf.yield_([])
+
+
+def _producer_k_loop(fb: FunctionBuilder, node: fx.Node, sub: fx.Graph, lo: ir.Value, hi: ir.Value) -> None:
+    loop = scf.ForOp(lo, hi, fb.index(1), [])
+    with ir.InsertionPoint(loop.body):
+        fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
+        fb.lower_graph(sub)
+        fb.exit_loop()
         scf.yield_([])
 
 

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from ..runtime.artifact import Artifact
-from ..runtime.binding import BindingPlan
+from ..runtime.binding import SMS_NAME, BindingPlan
 from ..runtime.tensor_map import describe, encode_emulated
+
+EMULATED_SMS = 1  # the SM count a persistent grid sees in the emulator (several tiles per workgroup)
 
 
 def _flat_view(t: Any) -> np.ndarray:
@@ -41,6 +43,8 @@ class EmulatorKernel:
 
     def __call__(self, *tensors: Any) -> None:
         values, _ptrs, _device = self._plan.bind(tensors)
+        if self._plan.needs_sms:  # persistent grid: a few "SMs", so each workgroup runs several tiles
+            values = {**values, SMS_NAME: EMULATED_SMS}
         grid = self._plan.grid(values)
         if not all(grid):
             return

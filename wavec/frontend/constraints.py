@@ -90,6 +90,9 @@ class SchedulingConstraint:
     tail; not combined with ``group_size``); ``warp_specialize``: Hopper TMA GEMM loops get one extra
     producer warpgroup that issues every TMA fill while the consumer warpgroups of the wave grid only
     wait, multiply and release stages (``passes/warp_specialize.py``; sm_90a, TMA, num_stages >= 2, else a
+    ``ConstraintError`` saying why); ``persistent``: launch min(output tiles, SMs x workgroups per SM)
+    workgroups that each loop over output tiles (in the grouped order of ``group_size``), mbarrier phases
+    continuing across tiles (``passes/persistent_grid.py``; the TMA wgmma GEMM only, else a
     ``ConstraintError`` saying why).
     A kernel without a SchedulingConstraint gets these defaults."""
 
@@ -100,8 +103,12 @@ class SchedulingConstraint:
     async_copy: str = "auto"
     reverse_axis0: bool = False
     warp_specialize: bool = False
+    persistent: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.persistent, bool):
+            raise ConstraintError(message=f"SchedulingConstraint(persistent={self.persistent!r}): expected "
+                                  "True or False")
         if not isinstance(self.warp_specialize, bool):
             raise ConstraintError(message=f"SchedulingConstraint(warp_specialize={self.warp_specialize!r}): expected "
                                   "True or False")

@@ -97,3 +97,12 @@ class WarpSpecialize(Op):
     ``setmaxnreg`` counts; ``meta["mbarriers"]`` = the loop's ``MBarrierInit``."""
 
     name = "warp_specialize"
+
+
+class PersistentTiles(Op):
+    """The tile loop of a persistent grid (``passes/persistent_grid.py``): every root-graph node after it
+    runs once per output tile ``$TILE`` in ``range(block id, kwargs["tiles"], grid size)``, with
+    ``$TILE_COUNT`` = tiles this workgroup finished before and ``$WG0``/``$WG1`` from
+    ``kwargs["remap"]``; ``kwargs["barrier"]``: a workgroup barrier at the start of every tile."""
+
+    name = "persistent_tiles"

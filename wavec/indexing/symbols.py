@@ -12,6 +12,8 @@ import sympy
 
 LANE = sympy.Symbol("$LANE", integer=True, nonnegative=True)
 PID = sympy.Symbol("$PID", integer=True, nonnegative=True)  # linear workgroup id of a 1-D launch
+TILE = sympy.Symbol("$TILE", integer=True, nonnegative=True)  # persistent grid: linear output tile id
+TILE_COUNT = sympy.Symbol("$TILE_COUNT", integer=True, nonnegative=True)  # tiles this workgroup finished before
 THREAD = sympy.Symbol("$THREAD", integer=True, nonnegative=True)  # flat thread id in the workgroup
 WORKGROUP = tuple(sympy.Symbol(f"$WG{i}", integer=True, nonnegative=True) for i in range(3))
 WAVE = tuple(sympy.Symbol(f"$WAVE{i}", integer=True, nonnegative=True) for i in range(3))

@@ -22,11 +22,12 @@ MMA_FOR_TARGET = {
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
                      waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-                     warp_specialize: bool = False) -> list:
+                     warp_specialize: bool = False, persistent: bool = False) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
     how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
-    adds a TMA producer warpgroup (sm_90a wgmma with TMA only)."""
+    adds a TMA producer warpgroup (sm_90a wgmma with TMA only); ``persistent`` a persistent grid looping
+    over the output tiles (sm_90a wgmma with TMA only)."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -35,20 +36,21 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
-                                async_copy=async_copy, warp_specialize=warp_specialize),
+                                async_copy=async_copy, warp_specialize=warp_specialize, persistent=persistent),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
               waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-              warp_specialize: bool = False, out_dtype=f32) -> wc.WaveKernel:
+              warp_specialize: bool = False, out_dtype=f32, persistent: bool = False) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
     accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes)."""
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize))
+    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize,
+                              persistent))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 
@@ -244,7 +246,7 @@ def _cached(key, build):
 
 
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           warp_specialize: bool = False, out_dtype=None, split: int | None = None,
+           warp_specialize: bool = False, out_dtype=None, split: int | None = None, persistent: bool = False,
            config: tuple[dict, tuple[int, int]] | None = None):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
@@ -254,7 +256,9 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
     (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
     ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
-    only, decode shapes keep mma.sync without it).
+    only, decode shapes keep mma.sync without it).  ``persistent``: a persistent grid over the output
+    tiles (``SchedulingConstraint.persistent``; the TMA wgmma tiles only, decode shapes keep mma.sync
+    without it; with ``mma="mma_sync"`` a ``ConstraintError``).
     ``split``: K slices of the split-K path (mma.sync only; None or 1: no split; ``"auto"``:
     ``splitk_config``'s rule for M <= 16 — opt-in, because on the H100 the rule's splits were 4-50 %
     slower than no split on every benchmark decode shape, ``benchmarks/results/decode_h100``);
@@ -275,7 +279,7 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
     if mma == "wgmma" and m <= 16:
-        mma, warp_specialize = "mma_sync", False  # decode: the mma.sync decode tiles (see wgmma_config)
+        mma, warp_specialize, persistent = "mma_sync", False, False  # decode: the mma.sync tiles (wgmma_config)
     if mma == "wgmma":
         if split not in (None, 1):
             raise wc.WavecError(message="matmul: split-K runs on the mma.sync path only")
@@ -295,9 +299,10 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     if split > 1:
         return _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
                               sub_key)
-    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name),
+    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent),
                      lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
-                                                  warp_specialize=warp_specialize, out_dtype=out), subs,
+                                                  warp_specialize=warp_specialize, out_dtype=out,
+                                                  persistent=persistent), subs,
                                         backend=backend, target=target))
     c = torch.empty(m, n, device=a.device, dtype=out_dtype)
     kernel(a, b, c)

@@ -34,6 +34,8 @@ class PassContext:
     masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
     loop_stages: dict = field(default_factory=dict)  # loop dim -> num_stages of a pipelined loop
     tensor_maps: list = field(default_factory=list)  # TensorMapRequest, in binding order of the map buffer
+    stage_start: dict = field(default_factory=dict)  # loop dim -> initial carried stage (persistent: base % S)
+    persistent: dict | None = None  # persistent_grid: tiles, workgroup remap of $TILE, tile-start barrier
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
 
     @classmethod

@@ -17,6 +17,7 @@ from .insert_barriers import insert_barriers
 from .insert_wgmma_fences import insert_wgmma_fences
 from .layout_wgmma_operands import layout_wgmma_operands
 from .mask_bounds import mask_bounds
+from .persistent_grid import persistent_grid
 from .pipeline_loops import pipeline_loops
 from .printer import format_trace
 from .promote_to_shared import promote_to_shared
@@ -46,6 +47,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("insert_barriers", insert_barriers),
     ("insert_wgmma_fences", insert_wgmma_fences),
     ("warp_specialize", warp_specialize),
+    ("persistent_grid", persistent_grid),
 ]
 
 PASS_NAMES = [name for name, _ in PIPELINE]

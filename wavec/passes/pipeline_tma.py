@@ -27,6 +27,10 @@ and a stage-release scheme ``war`` (:func:`choose_war` unless ``async_copy`` nam
   the swizzle span; a tile of BLOCK_K = 128 is two boxes per stage), and the argument's last dimension
   must be a multiple of 16 bytes (``ctx.requirements``: TMA strides are multiples of 16 bytes).
 Out-of-bounds box elements are zero-filled by the hardware: masked M, N and K edges need nothing else.
+Persistent grid (``SchedulingConstraint(persistent=True)``): every stage, parity and refill count above
+uses the running iteration ``i - start + $TILE_COUNT * iterations`` (:func:`k_base`) instead of
+``i - start``, and the carried stage starts at ``base % S`` (``ctx.stage_start``); the fill's ``stop``
+test stays per tile.  ``persistent_grid`` adds the tile loop and the release of each tile's last stage.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.shared_layout import SharedLayoutKind
-from ..indexing.symbols import stage_symbol
+from ..indexing.symbols import TILE_COUNT, stage_symbol
 from .context import PassContext, TensorMapRequest
 
 SWIZZLE_BYTES = 128
@@ -127,15 +131,32 @@ def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], kw
                  mappings=mappings)
 
 
-def _fill_kwargs(j, stages: int, lo, stop, war: str) -> dict:
+def _fill_kwargs(j, stages: int, lo, stop, war: str, base=0) -> dict:
     """kwargs of the fill of iteration ``j`` (into stage ``j % S``, issued while ``j < stop``); with empty
     mbarriers, the k-th refill of a stage (``j >= lo + S``) first waits for phase k - 1 of its empty
-    mbarrier (every warp retired the wgmma group that read the stage's previous fill)."""
-    kw = {"stage": sympy.Mod(j - lo, stages), "iteration": j, "stop": stop}
+    mbarrier (every warp retired the wgmma group that read the stage's previous fill).  ``base``: K
+    iterations of earlier tiles (persistent grid): stage, parity and refill count the running iteration
+    ``j - lo + base`` (``refill_index``, compared with ``refill_from`` = S)."""
+    g = j - lo + base
+    kw = {"stage": sympy.Mod(g, stages), "iteration": j, "stop": stop}
     if war == "mbarrier":
-        kw["empty_parity"] = sympy.Mod(sympy.floor((j - lo) / stages) + 1, 2)
+        kw["empty_parity"] = sympy.Mod(sympy.floor(g / stages) + 1, 2)
         kw["refill_from"] = lo + stages
+        if base != 0:
+            kw["refill_index"], kw["refill_from"] = g, stages
     return kw
+
+
+def k_base(ctx: PassContext, lo, stop):
+    """The running K-iteration count at the start of the current tile: ``$TILE_COUNT`` x iterations per
+    tile on a persistent grid (every tile runs the same K loop), else 0."""
+    return TILE_COUNT * (stop - lo) if ctx.constraints.scheduling.persistent else sympy.Integer(0)
+
+
+def wait_parity(iv, lo, base, stages: int):
+    """Parity of the full-mbarrier wait of iteration ``iv``: the k-th use of a stage, counted over the
+    whole persistent loop (``base``), waits for its k-th phase."""
+    return sympy.Mod(sympy.floor((iv - lo + base) / stages), 2)
 
 
 def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, lag: int,
@@ -162,14 +183,17 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
     body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
     mapping_of = {(r.args[0], w.args[1]): r.kwargs.get("mapping") for r, w in pairs}
     mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
-    kw = _fill_kwargs(iv + distance, stages, lo, stop, war)
+    base = k_base(ctx, lo, stop)
+    if base != 0:
+        ctx.stage_start[dim] = sympy.Mod(base, stages)
+    kw = _fill_kwargs(iv + distance, stages, lo, stop, war, base)
     kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
     _fill(sub, body_pairs, maps, kw, "tma_fill", pairs[0][1], init, {iv: iv + distance}, mappings)
     for read, write in pairs:
         sub.erase_node(write)
         sub.erase_node(read)
     first = next(n for n in sub.nodes if n.op != "placeholder")
-    parity = sympy.Mod(sympy.floor((iv - lo) / stages), 2)
+    parity = wait_parity(iv, lo, base, stages)
     _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first,
           mbarriers=init)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
@@ -183,6 +207,6 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
         outer[alloc].kwargs = {**outer[alloc].kwargs, "stages": stages}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
     for s in range(distance):
-        kw = _fill_kwargs(lo + s, stages, lo, stop, war)
-        kw["stage"] = sympy.Integer(s)
+        kw = _fill_kwargs(lo + s, stages, lo, stop, war, base)
+        kw["stage"] = sympy.Mod(base + s, stages) if base != 0 else sympy.Integer(s)
         _fill(trace.graph, root_pairs, maps, kw, f"tma_fill_prologue{s}", iterate, init, {iv: lo + s}, mappings)

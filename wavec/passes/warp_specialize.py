@@ -21,7 +21,10 @@ Guarantees:
 - the ``MBarrierInit`` no longer fences the tensor maps (``fence_maps=False``): the producer's issuing
   thread does, before its first fill;
 - no workgroup barrier follows the split (the producer never reaches one): a ``Barrier`` node after it
-  is a ``ConstraintError``.
+  is a ``ConstraintError``;
+- persistent grid: the producer's fills count stages, parities and refills from the running iteration
+  (``pipeline_tma.k_base``); its lowering loops over the same tiles as the consumers' ``PersistentTiles``
+  (which ``persistent_grid`` puts after the split).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from ..frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
 from ..frontend.tracing import Trace, capture_root
 from ..indexing import induction_symbol
 from .context import PassContext
-from .pipeline_tma import _fill_kwargs
+from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128
 REGISTER_FILE = 65536  # 32-bit registers per SM (and the most one CTA can hold)
@@ -56,7 +59,8 @@ def register_split(consumer_threads: int) -> tuple[int, int]:
     return PRODUCER_REGS, min(MAX_CONSUMER_REGS, consumer)
 
 
-def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int) -> tuple[str, list]:
+def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int,
+                     base=0) -> tuple[str, list]:
     """A new subgraph with one TmaFill of iteration ``$ARG_<dim>``; returns (its name, captured root nodes)."""
     g = fx.Graph()
     roots = list(dict.fromkeys(capture_root(a) for a in body_fill.args))
@@ -66,7 +70,7 @@ def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, 
         p.meta.update(role="capture", capture_of=r, type=r.meta.get("type"))
         caps[r] = p
     iv = induction_symbol(init.kwargs["dim"])
-    kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier")
+    kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
     n = g.create_node("call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw,
                       name="tma_fill")
@@ -131,7 +135,7 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     sub = trace.subgraphs[iterate.kwargs["subgraph"]]
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
     (body_fill,) = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
-    name, captured = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages)
+    name, captured = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages, k_base(ctx, lo, stop))
     sub.erase_node(body_fill)
     for n in [n for n in root.nodes if n.meta.get("op") is TmaFill and n.meta.get("mbarriers") is init]:
         root.erase_node(n)

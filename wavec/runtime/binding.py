@@ -30,7 +30,9 @@ from typing import Any
 from wavec.errors import ArgumentError, LaunchError
 from wavec.runtime.artifact import DTYPES, KernelMetadata
 
-__all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX"]
+__all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
+
+SMS_NAME = "WAVEC_SMS"  # a persistent grid's SM count: the launcher adds it to the symbol values
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -99,6 +101,7 @@ class BindingPlan:
         align = meta.alignment_bytes
         self.align = align if align > 1 else 0
         self.grid_fn = _grid_fn_for(meta)
+        self.needs_sms = any(SMS_NAME in g for g in meta.grid)  # persistent grid: the launcher supplies it
 
     # ----------------------------------------------------------------------------------------- hot path
 
@@ -387,6 +390,8 @@ def _grid_fn_for(meta: KernelMetadata) -> Callable[..., tuple]:
         return hit[1]
     symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
     symbols.update(s for s, _ in meta.static_symbols)
+    if any(SMS_NAME in g for g in meta.grid):
+        symbols.add(SMS_NAME)
     fn = compile_grid(meta.grid, sorted(symbols), meta.kernel)
     with _PLANS_LOCK:
         if len(_GRIDS) >= _MAX_PLANS:

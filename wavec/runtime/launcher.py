@@ -36,7 +36,7 @@ from typing import Any
 
 from wavec.errors import LaunchError
 from wavec.runtime.artifact import Artifact
-from wavec.runtime.binding import BindingPlan
+from wavec.runtime.binding import SMS_NAME, BindingPlan
 from wavec.runtime.tensor_map import TensorMapCache, encode_cuda
 
 __all__ = ["CudaKernel", "DEFAULT_SHARED_LIMIT"]
@@ -112,6 +112,7 @@ class CudaKernel:
         if artifact.format == "ptx" and not self._image.endswith(b"\0"):
             self._image += b"\0"
         self._functions: dict[int, Any] = {}
+        self._sms: dict[int, int] = {}  # device -> SM count (persistent grids)
         self._contexts: dict[int, Any] = {}
         self._modules: list[tuple[Any, Any]] = []
         self._lock = threading.Lock()
@@ -131,6 +132,8 @@ class CudaKernel:
     def __call__(self, *tensors: Any) -> None:
         plan = self._plan
         values, ptrs, device = plan.bind(tensors)
+        if plan.needs_sms:  # persistent grid: min(tiles, this device's SMs x workgroups per SM)
+            values = {**values, SMS_NAME: self._sm_count(device)}
         gx, gy, gz = plan.grid(values)
         if not (gx and gy and gz):
             return
@@ -153,6 +156,12 @@ class CudaKernel:
                                        self._raw_stream(device), buf.address, 0)[0]
         if err != self._success:
             self._retry_launch(err, fn, device, (gx, gy, gz), buf.address)
+
+    def _sm_count(self, device: int) -> int:
+        n = self._sms.get(device)
+        if n is None:
+            n = self._sms[device] = int(self._torch.cuda.get_device_properties(device).multi_processor_count)
+        return n
 
     def _launch(self, fn: Any, device: int, grid: tuple[int, int, int], params: int) -> Any:
         bx, by, bz = self._block
