@@ -8,23 +8,19 @@ bit-for-bit equal to the non-persistent kernel of the same tile (same wgmmas in 
 
 import pytest
 import torch
+from hopper_gemm import MASKED, SHAPES, inputs, run_poisoned, subs
+from hopper_gemm import needs_sm90 as needs_sm90_for
 
 import wavec as wc
 from wavec.kernels import gemm as gm
 
 pytestmark = pytest.mark.gpu
-TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
-
-def _sm90() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-needs_sm90 = pytest.mark.skipif(not _sm90(), reason="the persistent TMA GEMM needs an sm_90 device (H100/H200)")
+needs_sm90 = needs_sm90_for("the persistent TMA GEMM")
 
 
 def _subs(bm: int, bn: int, stages: int) -> dict:
-    return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: 64, gm.NUM_STAGES: stages, gm.GROUP_M: 8}
+    return subs(bm, bn, 64, stages)
 
 
 CONFIGS = [  # (id, subs, waves, async copy)
@@ -37,27 +33,16 @@ CONFIGS = [  # (id, subs, waves, async copy)
     ("64x256x64-s4-ws", _subs(64, 256, 4), (1, 1), "ws"),
 ]
 # 4096^2 with 128x256 tiles: 512 tiles over 132 workgroups (H100 SXM) = 3-4 tiles each
-SHAPES = [(256, 256, 256), (1024, 1024, 1024), (4096, 4096, 4096), (3072, 384, 512), (8192, 8192, 1024)]
-MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (130, 136, 40)]
 
 
 def _compile(dt: str, cfg, persistent: bool):
-    _name, subs, waves, copy = cfg
+    _name, tile, waves, copy = cfg
     ws = copy == "ws"
     return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves,
                                    async_copy="tma-mbarrier" if ws else copy, warp_specialize=ws,
-                                   persistent=persistent), subs, backend="cuda", target="sm_90a")
+                                   persistent=persistent), tile, backend="cuda", target="sm_90a")
 
 
-def _inputs(m: int, n: int, k: int, dt: str):
-    return (torch.randn(m, k, device="cuda").to(TORCH_DT[dt]), torch.randn(n, k, device="cuda").to(TORCH_DT[dt]))
-
-
-def _run(kernel, a, b) -> torch.Tensor:
-    c = torch.full((a.shape[0], b.shape[0]), float("nan"), device="cuda")
-    kernel(a, b, c)
-    torch.cuda.synchronize()
-    return c
 
 
 @needs_sm90
@@ -67,17 +52,17 @@ def test_persistent_matches_torch_and_the_plain_kernel(dt: str, cfg) -> None:
     pers, base = _compile(dt, cfg, True), _compile(dt, cfg, False)
     assert "WAVEC_SMS" in pers.metadata.grid[0]
     for m, n, k in SHAPES + MASKED:
-        a, b = _inputs(m, n, k, dt)
-        c = _run(pers, a, b)
+        a, b = inputs(m, n, k, dt)
+        c = run_poisoned(pers, a, b)
         assert not c.isnan().any(), f"M={m} N={n} K={k}: {int(c.isnan().sum())} outputs never written"
         ref = a.double() @ b.double().T
         err = ((c.double() - ref).norm() / ref.norm()).item()
         assert err < 1e-5, f"M={m} N={n} K={k} {dt}: relative error {err:.2e}"
-        assert torch.equal(c, _run(base, a, b)), f"M={m} N={n} K={k}: persistent differs from the plain kernel"
+        assert torch.equal(c, run_poisoned(base, a, b)), f"M={m} N={n} K={k}: persistent differs from the plain kernel"
 
 
 @needs_sm90
 def test_matmul_persistent() -> None:
-    a, b = _inputs(2048, 2048, 2048, "bf16")
+    a, b = inputs(2048, 2048, 2048, "bf16")
     c = gm.matmul(a, b, mma="wgmma", persistent=True)
     assert torch.equal(c, gm.matmul(a, b, mma="wgmma"))
