@@ -38,6 +38,17 @@ def _to_layout(x, layout):
     return x if layout == "bhsd" else x.transpose(1, 2).contiguous()
 
 
+def check_attention(kernel, layout, dtype, q, k, v, ref) -> None:
+    """Run ``kernel`` on q, k, v (given as BHSD) in ``layout`` with a NaN-prefilled output, check every
+    element was written and the result matches ``ref`` within the dtype's tolerance."""
+    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
+    out = torch.full_like(qo, float("nan"))
+    kernel(qo, ko, vo, out, 1.0 / math.sqrt(q.shape[-1]))
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    assert not out.isnan().any(), "some output elements were not written"
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+
+
 def _kernel(dtype, layout, causal, d, bm=32, bn=32, waves=2):
     key = (dtype.name, layout, causal, d, bm, bn, waves)
     if key not in _COMPILED:
@@ -64,13 +75,7 @@ def test_attention_matches_sdpa(layout, dtype, causal, shape) -> None:
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
     ref = _reference(q, k, v, causal)
-    kernel = _kernel(dtype, layout, causal, d)
-    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
-    out = torch.full_like(qo, float("nan"))
-    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
-    out = out if layout == "bhsd" else out.transpose(1, 2)
-    assert not out.isnan().any(), "some output elements were not written"
-    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+    check_attention(_kernel(dtype, layout, causal, d), layout, dtype, q, k, v, ref)
 
 
 def test_kv_length_a_multiple_of_the_tile() -> None:

@@ -9,33 +9,12 @@ Outputs start as NaN: every element must be written.
 
 from __future__ import annotations
 
-import math
-
 import pytest
-import torch
-import torch.nn.functional as F
+from test_attention import _inputs, _reference, check_attention
 
 import wavec as wc
 from wavec.errors import ConstraintError
 from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
-
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
-TOL = {"f16": 2e-3, "bf16": 1.6e-2}
-
-
-def _inputs(b, h, kvh, sq, skv, d, dtype):
-    return (torch.randn(b, h, sq, d).to(TORCH[dtype.name]), torch.randn(b, kvh, skv, d).to(TORCH[dtype.name]),
-            torch.randn(b, kvh, skv, d).to(TORCH[dtype.name]))
-
-
-def _reference(q, k, v, causal):
-    g = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
-                                          v.float().repeat_interleave(g, 1), is_causal=causal)
-
-
-def _to_layout(x, layout):
-    return x if layout == "bhsd" else x.transpose(1, 2).contiguous()
 
 CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, warpgroups)
     ("bhsd", wc.f16, False, (1, 2, 2, 40, 72, 64), (64, 32, 1)),
@@ -64,12 +43,7 @@ def test_tma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
     specs = kernel.metadata.tensor_maps
     assert [s.arg for s in specs] == [1, 2] and all(len(s.box) == 4 for s in specs)
     assert specs[0].box == ((64, cfg[1], 1, 1) if layout == "bhsd" else (64, 1, cfg[1], 1))
-    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
-    out = torch.full_like(qo, float("nan"))
-    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
-    out = out if layout == "bhsd" else out.transpose(1, 2)
-    assert not out.isnan().any(), "some output elements were not written"
-    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+    check_attention(kernel, layout, dtype, q, k, v, ref)
 
 
 def test_tma_attention_needs_the_barrier_release() -> None:

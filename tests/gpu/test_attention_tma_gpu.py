@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from test_attention_gpu import TOL, _inputs, _reference
 
 from wavec.kernels.attention import attention
 
 pytestmark = pytest.mark.gpu
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
-TOL = {"f16": 3e-3, "bf16": 2e-2}
-
-
-def _reference(q, k, v, causal, layout):
-    if layout == "bshd":
-        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    out = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
-                                         v.float().repeat_interleave(g, 1), is_causal=causal)
-    return out if layout == "bhsd" else out.transpose(1, 2)
-
-
-def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
-    def make(heads, s):
-        shape = (b, heads, s, d) if layout == "bhsd" else (b, s, heads, d)
-        return torch.randn(shape, device="cuda", dtype=TORCH[dtype])
-    return make(h, sq), make(kvh, skv), make(kvh, skv)
 
 
 @pytest.mark.parametrize("dtype,layout", [("f16", "bhsd"), ("bf16", "bshd")])

@@ -8,7 +8,7 @@ bit-for-bit equal to the non-persistent kernel of the same tile (same wgmmas in 
 
 import pytest
 import torch
-from hopper_gemm import MASKED, SHAPES, inputs, run_poisoned, subs
+from hopper_gemm import check_matches_torch_and, inputs, subs
 from hopper_gemm import needs_sm90 as needs_sm90_for
 
 import wavec as wc
@@ -43,22 +43,13 @@ def _compile(dt: str, cfg, persistent: bool):
                                    persistent=persistent), tile, backend="cuda", target="sm_90a")
 
 
-
-
 @needs_sm90
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_persistent_matches_torch_and_the_plain_kernel(dt: str, cfg) -> None:
     pers, base = _compile(dt, cfg, True), _compile(dt, cfg, False)
     assert "WAVEC_SMS" in pers.metadata.grid[0]
-    for m, n, k in SHAPES + MASKED:
-        a, b = inputs(m, n, k, dt)
-        c = run_poisoned(pers, a, b)
-        assert not c.isnan().any(), f"M={m} N={n} K={k}: {int(c.isnan().sum())} outputs never written"
-        ref = a.double() @ b.double().T
-        err = ((c.double() - ref).norm() / ref.norm()).item()
-        assert err < 1e-5, f"M={m} N={n} K={k} {dt}: relative error {err:.2e}"
-        assert torch.equal(c, run_poisoned(base, a, b)), f"M={m} N={n} K={k}: persistent differs from the plain kernel"
+    check_matches_torch_and(pers, base, dt, "persistent differs from the plain kernel")
 
 
 @needs_sm90

@@ -7,7 +7,7 @@ Needs a CUDA device of compute capability 9.0 (H100/H200); skipped elsewhere."""
 
 import pytest
 import torch
-from hopper_gemm import MASKED, SHAPES, inputs, run_poisoned, subs
+from hopper_gemm import check_matches_torch_and, inputs, subs
 from hopper_gemm import needs_sm90 as needs_sm90_for
 
 import wavec as wc
@@ -16,7 +16,6 @@ from wavec.kernels import gemm as gm
 pytestmark = pytest.mark.gpu
 
 needs_sm90 = needs_sm90_for("warp specialization")
-
 
 
 CONFIGS = [
@@ -34,22 +33,13 @@ def _compile(dt: str, cfg, ws: bool):
                                    warp_specialize=ws), tile, backend="cuda", target="sm_90a")
 
 
-
-
 @needs_sm90
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 def test_ws_matches_torch_and_the_tma_kernel(dt: str, cfg) -> None:
     ws, base = _compile(dt, cfg, True), _compile(dt, cfg, False)
     assert ws.metadata.block[0] == base.metadata.block[0] + 128
-    for m, n, k in SHAPES + MASKED:
-        a, b = inputs(m, n, k, dt)
-        c = run_poisoned(ws, a, b)
-        assert not c.isnan().any(), f"M={m} N={n} K={k}: {int(c.isnan().sum())} outputs never written"
-        ref = a.double() @ b.double().T
-        err = ((c.double() - ref).norm() / ref.norm()).item()
-        assert err < 1e-5, f"M={m} N={n} K={k} {dt}: relative error {err:.2e}"
-        assert torch.equal(c, run_poisoned(base, a, b)), f"M={m} N={n} K={k}: WS differs from the TMA kernel"
+    check_matches_torch_and(ws, base, dt, "WS differs from the TMA kernel")
 
 
 @needs_sm90
