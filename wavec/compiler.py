@@ -105,10 +105,11 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
     export = gpu.export(iface.entry)
     registers = spills = None
     if target.binary_format == "ptx":
-        image, fmt = gpu.image.encode() if isinstance(gpu.image, str) else gpu.image, "ptx"
-        _check_ptx(image.decode(), trace)
+        ptx = gpu.image if isinstance(gpu.image, str) else gpu.image.decode()
+        _check_ptx(ptx, trace)
+        image, fmt = ptx.encode(), "ptx"
         if find_ptxas() is not None:
-            image, info = assemble(gpu.image if isinstance(gpu.image, str) else gpu.image.decode(), target.arch)
+            image, info = assemble(ptx, target.arch)
             fmt, registers, spills = "cubin", info.registers, info.spill_stores + info.spill_loads
     else:
         image, fmt = gpu.image, "hsaco"

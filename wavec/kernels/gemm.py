@@ -245,8 +245,19 @@ def _cached(key, build):
     return kernel
 
 
+def output_dtype(a, out_dtype) -> tuple:
+    """(torch dtype, wavec dtype) of C for ``matmul(a, b, out_dtype=)``: None or torch.float32 gives f32,
+    a's dtype gives the input dtype; anything else is a ``WavecError``."""
+    import torch
+
+    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    if out_dtype not in (torch.float32, a.dtype):
+        raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
+    return out_dtype, f32 if out_dtype == torch.float32 else {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
+
+
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           warp_specialize: bool = False, out_dtype=None, split: int | None = None, persistent: bool = False,
+           warp_specialize: bool = False, out_dtype=None, split: int | str | None = None, persistent: bool = False,
            config: tuple[dict, tuple[int, int]] | None = None):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
@@ -270,12 +281,9 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
     if mma not in MMA_CHOICES:
         raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
-    out_dtype = torch.float32 if out_dtype is None else out_dtype
-    if out_dtype not in (torch.float32, a.dtype):
-        raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
+    out_dtype, out = output_dtype(a, out_dtype)
     if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
         raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
-    out = f32 if out_dtype == torch.float32 else dtype
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
     if mma == "wgmma" and m <= 16:

@@ -220,16 +220,13 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
     cache).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode tiles."""
     import torch
 
-    from ..kernels.gemm import make_gemm
+    from ..kernels.gemm import make_gemm, output_dtype
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
     if mma == "wgmma" and a.shape[0] <= 16:
         mma = "mma_sync"
     subs, waves = tuned_config(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
-    out_dtype = torch.float32 if out_dtype is None else out_dtype
-    if out_dtype not in (torch.float32, a.dtype):
-        raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
-    out = wc.f32 if out_dtype == torch.float32 else dtype
+    out_dtype, out = output_dtype(a, out_dtype)
     key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
     kernel = _COMPILED.get(key)
     if kernel is None:
