@@ -16,8 +16,8 @@ analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``w
                               [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares] [--copy auto|cp.async]
                               [--tuned DIR]
 
-``--mma wgmma`` times the Hopper warpgroup-MMA GEMM (sm_90a; ``wavec.kernels.gemm.wgmma_config`` picks
-its tiles); ``--squares`` times only the 1024^3 ... 8192^3 squares; ``--copy cp.async`` keeps the wgmma
+``--mma wgmma`` times the Hopper warpgroup-MMA GEMM (sm_90a; ``wavec.kernels.gemm.wgmma_plan`` picks
+its tiles and schedule); ``--squares`` times only the 1024^3 ... 8192^3 squares; ``--copy cp.async`` keeps the wgmma
 GEMM on cp.async instead of TMA (``SchedulingConstraint.async_copy``).  ``--tuned DIR`` (the ``tuning/``
 folder ``benchmarks/tune_gemm.py --mma ...`` writes under its --out) also times wavec with the tuner's
 configurations (``wavec.tuning.gemm.matmul``: the measured bucket, else the stored cost model, else the
@@ -40,7 +40,7 @@ from triton.testing import do_bench
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
-from wavec.kernels.gemm import MMA_CHOICES, gemm_config, splitk_config, wgmma_config  # noqa: E402
+from wavec.kernels.gemm import MMA_CHOICES, gemm_config, splitk_config, wgmma_config, wgmma_plan  # noqa: E402
 from wavec.kernels.gemm import matmul as wavec_matmul  # noqa: E402
 from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
 
@@ -123,6 +123,9 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: 
     flops = 2 * m * n * k
     subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
     split = f" split={splitk_config(m, n, k)[2]}" if m <= 16 else ""  # matmul's split-K for decode shapes
+    if mma == "wgmma" and m > 16 and copy == "auto":  # the schedule flags matmul takes from wgmma_plan
+        plan = wgmma_plan(m, n, k)
+        split += " ws" * plan.warp_specialize + " persistent" * plan.persistent
     row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,

@@ -90,8 +90,9 @@ def test_wgmma_gemm_cp_async(cfg) -> None:
 
 @pytest.mark.parametrize("m,n,tile", [(130, 72, (64, 64, (1, 1))), (40, 72, (64, 64, (1, 1))), (8, 72, None)])
 def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
-    """``matmul(mma="wgmma")`` takes ``wgmma_config``'s tile (on grids this small, 64x64 tiles of one
-    warpgroup: they occupy the most SMs) and the mma.sync decode tiles for M <= 16.  The 128-row tiles of
+    """``matmul(mma="wgmma")`` takes ``wgmma_plan``'s tile and schedule (on grids this small, 64x64 tiles of
+    one consumer warpgroup and a TMA producer: they occupy the most SMs) and the mma.sync decode tiles for
+    M <= 16.  The 128-row tiles of
     2 warpgroups are ``test_retarget_to_sm90a_changes_only_constraints``'s; ``wgmma_config``'s choices on
     large shapes are checked in tests/unit/test_wgmma_tuning.py."""
     g, seed = generator()
@@ -99,8 +100,11 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
     subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
+    plan = gm.wgmma_plan(m, n, 64)
+    ws, persistent = (plan.warp_specialize, plan.persistent) if tile else (False, False)
+    assert ws or not tile  # 64x64 tiles: with a producer warpgroup
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto", False, "f32", False)  # async_copy, WS, C dtype, persistent
+           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent)  # async_copy, WS, C dtype, persistent
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)

@@ -1,6 +1,7 @@
 """GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
 the matrix units; split-K for decode shapes (``make_gemm_splitk``, ``splitk_config``)."""
 
+from dataclasses import dataclass
 
 import sympy
 
@@ -202,36 +203,69 @@ def splitk_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int], int]:
 WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 WGMMA_WAVES = (2, 1)
 WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8}
-# (BLOCK_M, BLOCK_N, warpgroups, relative throughput of a full grid).  128x256 (2 warpgroups, 4 stages:
-# 192 KiB, one workgroup per SM) is the best tile measured at 4096^3 on the H200 (600 / 632 TFLOP/s
-# f16 / bf16); the other rates are the mma.sync tiles' measured ratios (same tile, same operand bytes per
-# FLOP), an estimate until a wgmma sweep (``tune_gemm.py --mma wgmma``) replaces them.
+
+
+@dataclass(frozen=True, slots=True)
+class WgmmaTile:
+    """One schedule of the wgmma GEMM: tile, warpgroups (consumers when warp-specialized), stages, the TMA
+    producer warpgroup, the persistent grid, and the tile's throughput on a full grid relative to the best."""
+
+    bm: int
+    bn: int
+    waves: tuple[int, int]
+    stages: int
+    warp_specialize: bool
+    persistent: bool
+    rate: float
+
+
+# Measured on an H100 (f16, ``benchmarks/wgmma_tiles.py``, benchmarks/results/wgmma_tiles_h100): TFLOP/s on
+# full grids (4096x8192x8192, 2048x5120x5120) 256x128 WS+persistent 619 / 551, 128x256 (no WS) 593 / 532,
+# 128x128 WS+persistent 549 / 558, 64x128 WS 8 stages ~370, 64x64 WS 8 stages ~270.  A producer warpgroup
+# lifts the small tiles most (64x64 at 64x4096x4096: 69 -> 87 TFLOP/s with 4 -> 8 stages and WS, 0.57 ->
+# 0.88 of cuBLAS): their loop is latency-bound, one K step per TMA round trip per stage in flight.
+# 128x256 with two warp-specialized consumers is refused (passes/warp_specialize.py); 256x128 is its WS form.
 _WGMMA_TILES = [
-    (128, 256, (2, 1), 1.00),
-    (128, 128, (2, 1), 0.97),
-    (64, 256, (1, 1), 0.75),
-    (64, 128, (1, 1), 0.70),
-    (64, 64, (1, 1), 0.40),
+    WgmmaTile(256, 128, (2, 1), 4, True, True, 1.00),
+    WgmmaTile(128, 256, (2, 1), 4, False, False, 0.97),
+    WgmmaTile(128, 128, (2, 1), 4, True, True, 0.90),
+    WgmmaTile(64, 128, (1, 1), 8, True, False, 0.62),
+    WgmmaTile(64, 64, (1, 1), 8, True, False, 0.45),
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class WgmmaPlan:
+    """``wgmma_plan``'s choice: the substitutions and waves of ``make_gemm`` and its two schedule flags."""
+
+    subs: dict
+    waves: tuple[int, int]
+    warp_specialize: bool
+    persistent: bool
+
+
+def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
+    """The wgmma GEMM's schedule for m x n x k: the ``_WGMMA_TILES`` entry of least (rounds of workgroups
+    over the 132 SMs) x (tile area) / rate, so small and skinny problems take 64-row or 128-wide tiles that
+    give every SM work instead of leaving most of the GPU idle under big tiles (1024^3: 32 workgroups of
+    256x128, 128 of 64x128).  64-row tiles only when M <= 64.  Stages: the entry's, at most the K steps
+    (at least 2, the warp-specialized loop's minimum).  Decode shapes (M <= 16) do not come here:
+    ``matmul`` keeps the mma.sync decode tiles for them (a 64-row instruction would waste 3/4 of its rows)."""
+    tiles = [t for t in _WGMMA_TILES if t.bm == 64] if m <= 64 else _WGMMA_TILES
+
+    def cost(t: WgmmaTile) -> float:
+        return -(-(-(-m // t.bm) * -(-n // t.bn)) // _SMS) * t.bm * t.bn / t.rate
+
+    t = min(tiles, key=cost)
+    stages = max(2, min(t.stages, -(-k // 64)))
+    subs = {BLOCK_M: t.bm, BLOCK_N: t.bn, BLOCK_K: 64, NUM_STAGES: stages, GROUP_M: 8}
+    return WgmmaPlan(subs, t.waves, t.warp_specialize, t.persistent)
+
+
 def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
-    """(subs, waves) for the wgmma GEMM: the tile of least (rounds of workgroups over the 132 SMs) x
-    (tile area) / throughput, as ``gemm_config`` chooses, so small and skinny problems take 64-row or
-    128-wide tiles that give every SM work instead of leaving most of the GPU idle under 128x256 tiles
-    (1024^3: 32 workgroups of 128x256, 128 of 64x128).  64-row tiles only when M <= 64 or they fill more SMs.
-    BLOCK_K 64 and 4 stages (3 stages lose ~25 % at 4096^3: the loop keeps one wgmma group in flight);
-    3 when K is at most 2 steps deep.  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the
-    mma.sync decode tiles for them (bandwidth-bound; a 64-row instruction would waste 3/4 of its rows)."""
-    tiles = [t for t in _WGMMA_TILES if t[0] == 64] if m <= 64 else _WGMMA_TILES
-
-    def cost(tile) -> float:
-        bm, bn, _w, rate = tile
-        return -(-(-(-m // bm) * -(-n // bn)) // _SMS) * bm * bn / rate
-
-    bm, bn, waves, _rate = min(tiles, key=cost)
-    stages = 3 if k <= 128 else 4
-    return {BLOCK_M: bm, BLOCK_N: bn, BLOCK_K: 64, NUM_STAGES: stages, GROUP_M: 8}, waves
+    """(subs, waves) of ``wgmma_plan`` (the tile without its schedule flags)."""
+    plan = wgmma_plan(m, n, k)
+    return plan.subs, plan.waves
 
 
 _COMPILED: dict = {}
@@ -257,8 +291,8 @@ def output_dtype(a, out_dtype) -> tuple:
 
 
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           warp_specialize: bool = False, out_dtype=None, split: int | str | None = None, persistent: bool = False,
-           config: tuple[dict, tuple[int, int]] | None = None):
+           warp_specialize: bool | None = None, out_dtype=None, split: int | str | None = None,
+           persistent: bool | None = None, config: tuple[dict, tuple[int, int]] | None = None):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
     accumulator).
@@ -269,7 +303,8 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     ``warp_specialize``: a TMA producer warpgroup (``SchedulingConstraint.warp_specialize``; wgmma tiles
     only, decode shapes keep mma.sync without it).  ``persistent``: a persistent grid over the output
     tiles (``SchedulingConstraint.persistent``; the TMA wgmma tiles only, decode shapes keep mma.sync
-    without it; with ``mma="mma_sync"`` a ``ConstraintError``).
+    without it; with ``mma="mma_sync"`` a ``ConstraintError``).  None (the default) for either: the
+    choice of ``wgmma_plan`` for wgmma (with ``async_copy="auto"`` and no ``config``), else off.
     ``split``: K slices of the split-K path (mma.sync only; None or 1: no split; ``"auto"``:
     ``splitk_config``'s rule for M <= 16 — opt-in, because on the H100 the rule's splits were 4-50 %
     slower than no split on every benchmark decode shape, ``benchmarks/results/decode_h100``);
@@ -287,18 +322,23 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
     if mma == "wgmma" and m <= 16:
-        mma, warp_specialize, persistent = "mma_sync", False, False  # decode: the mma.sync tiles (wgmma_config)
+        mma, warp_specialize, persistent = "mma_sync", False, False  # decode: the mma.sync tiles (wgmma_plan)
     if mma == "wgmma":
         if split not in (None, 1):
             raise wc.WavecError(message="matmul: split-K runs on the mma.sync path only")
         mma_type, target = WGMMA_FOR_DTYPE[dtype.name], "sm_90a"
-        subs, waves = config or wgmma_config(m, n, k)
+        plan = wgmma_plan(m, n, k)
+        planned = config is None and async_copy == "auto"  # the plan's flags were measured with its tiles on TMA
+        warp_specialize = plan.warp_specialize and planned if warp_specialize is None else warp_specialize
+        persistent = plan.persistent and planned if persistent is None else persistent
+        subs, waves = config or (plan.subs, plan.waves)
         if warp_specialize and config is None and waves[0] > 1 and subs[BLOCK_N] > 128:
             # the warp-specialized kernel refuses 64x256 consumer tiles with 2 consumers (wrong on the
             # H100, passes/warp_specialize.py): the same area as 256x128, validated there
             subs, waves = {**subs, BLOCK_M: 2 * subs[BLOCK_M], BLOCK_N: subs[BLOCK_N] // 2}, waves
         split = 1
     else:
+        warp_specialize, persistent = bool(warp_specialize), bool(persistent)
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves, rule = splitk_config(m, n, k)
         subs, waves = config or (subs, waves)
