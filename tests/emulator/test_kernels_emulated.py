@@ -157,6 +157,26 @@ def test_matmul_helper(dtype) -> None:
         check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul {dtype} M={m} N={n} K={k} (seed {seed})")
 
 
+def test_matmul_decides_once_per_shape(monkeypatch) -> None:
+    """A repeated ``matmul`` of the same dtypes, shapes and options skips the decision (tile choice, compile
+    key: tens of microseconds of host time) and still computes on the new values; a new shape or option
+    decides again; the decision still validates (a bad ``split`` is refused before any lookup)."""
+    decided = []
+    runner = gm._matmul_runner
+    monkeypatch.setattr(gm, "_DISPATCH", {})
+    monkeypatch.setattr(gm, "_matmul_runner", lambda *args: decided.append(args[1].shape) or runner(*args))
+    g, seed = generator()
+    for m, n, k, expect in [(130, 136, 96, 1), (130, 136, 96, 1), (64, 72, 64, 2), (130, 136, 96, 2)]:
+        a, b = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16)
+        c = gm.matmul(a, b, backend="emulator")
+        check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul M={m} N={n} K={k} (seed {seed})")
+        assert len(decided) == expect
+    gm.matmul(a, b, backend="emulator", out_dtype=torch.float16)
+    assert len(decided) == 3
+    with pytest.raises(wc.WavecError, match="split must be"):
+        gm.matmul(a, b, backend="emulator", split=[2])
+
+
 # --------------------------------------------------------------------------------------------- examples
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("0*.py")), ids=lambda p: p.stem)

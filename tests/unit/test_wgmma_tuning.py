@@ -15,13 +15,12 @@ def _tile(m, n, k):
 
 
 @pytest.mark.parametrize("shape,tile", [
-    # 1024^3: 256x128 -> 32 workgroups (1 round, cost 32768), 128x128 -> 64 (16384 / 0.90 = 18204),
+    # 1024^3: 128x256 -> 32 workgroups (1 round, cost 32768), 128x128 -> 64 (16384 / 0.90 = 18204),
     # 64x128 -> 128 (8192 / 0.62 = 13213), 64x64 -> 256 = 2 rounds (2 x 4096 / 0.45 = 18204)
     ((1024, 1024, 1024), (64, 128, 8, (1, 1))),
-    # 4096^3: 256x128 -> 512 workgroups = 4 rounds (131072); 128x256 the same / 0.97; 128x128 -> 1024 = 8
-    # rounds (145636)
-    ((4096, 4096, 4096), (256, 128, 4, (2, 1))),
-    # 512 x 4096: 256x128 -> 64 (32768), 128x128 -> 128 (18204), 64x128 -> 256 = 2 rounds (26426)
+    # 4096^3: 128x256 -> 512 workgroups = 4 rounds (131072); 128x128 -> 1024 = 8 rounds (145636)
+    ((4096, 4096, 4096), (128, 256, 4, (2, 1))),
+    # 512 x 4096: 128x256 -> 64 (32768), 128x128 -> 128 (18204), 64x128 -> 256 = 2 rounds (26426)
     ((512, 4096, 4096), (128, 128, 4, (2, 1))),
     # M <= 64: one warpgroup of 64 rows; 12288 / 128 = 96 workgroups (13213) against 192 of 64x64 (2 rounds)
     ((64, 12288, 4096), (64, 128, 8, (1, 1))),
@@ -56,7 +55,7 @@ def test_wgmma_space_and_target() -> None:
     assert len(cands) == 108 == len(enumerate_space(WGMMA_SPACE, src.params()))
     assert target_for("wgmma") == "sm_90a" and target_for("mma_sync", "sm_80") == "sm_80"
     heur = heuristic_candidate(4096, 4096, 4096, "wgmma")
-    assert (heur.subs_dict["BLOCK_M"], heur.subs_dict["BLOCK_N"], heur.kwargs_dict["waves"]) == (256, 128, (2, 1))
+    assert (heur.subs_dict["BLOCK_M"], heur.subs_dict["BLOCK_N"], heur.kwargs_dict["waves"]) == (128, 256, (2, 1))
     assert heur in cands  # the heuristic's large-shape tile lies inside the space
     with pytest.raises(wc.WavecError, match="mma must be one of"):
         space_for("mfma")

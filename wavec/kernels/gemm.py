@@ -220,14 +220,15 @@ class WgmmaTile:
 
 
 # Measured on an H100 (f16, ``benchmarks/wgmma_tiles.py``, benchmarks/results/wgmma_tiles_h100): TFLOP/s on
-# full grids (4096x8192x8192, 2048x5120x5120) 256x128 WS+persistent 619 / 551, 128x256 (no WS) 593 / 532,
-# 128x128 WS+persistent 549 / 558, 64x128 WS 8 stages ~370, 64x64 WS 8 stages ~270.  A producer warpgroup
-# lifts the small tiles most (64x64 at 64x4096x4096: 69 -> 87 TFLOP/s with 4 -> 8 stages and WS, 0.57 ->
-# 0.88 of cuBLAS): their loop is latency-bound, one K step per TMA round trip per stage in flight.
-# 128x256 with two warp-specialized consumers is refused (passes/warp_specialize.py); 256x128 is its WS form.
+# full grids (4096x8192x8192, 2048x5120x5120) 128x256 persistent 597 / 540, 128x128 WS+persistent 549 /
+# 558, 64x128 WS 8 stages ~370, 64x64 WS 8 stages ~270; at 4096^3 / 8192^3 (3 rounds) 128x256 persistent
+# 0.93 / 0.96 of cuBLAS, without the persistent grid 0.91 / 0.95, 256x128 WS+persistent 0.91 / 0.90 (and
+# 2-9 % slower than 128x256 over the shape file's large-N rows), so 128x256 keeps one warpgroup per 64 rows
+# and no producer.  A producer warpgroup lifts the small tiles most (64x64 at 64x4096x4096: 55 -> 87
+# TFLOP/s with WS and 4 -> 8 stages, 0.57 -> 0.88 of cuBLAS): their loop is latency-bound, one K step per
+# TMA round trip per stage in flight.
 _WGMMA_TILES = [
-    WgmmaTile(256, 128, (2, 1), 4, True, True, 1.00),
-    WgmmaTile(128, 256, (2, 1), 4, False, False, 0.97),
+    WgmmaTile(128, 256, (2, 1), 4, False, True, 1.00),
     WgmmaTile(128, 128, (2, 1), 4, True, True, 0.90),
     WgmmaTile(64, 128, (1, 1), 8, True, False, 0.62),
     WgmmaTile(64, 64, (1, 1), 8, True, False, 0.45),
@@ -248,7 +249,7 @@ def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
     """The wgmma GEMM's schedule for m x n x k: the ``_WGMMA_TILES`` entry of least (rounds of workgroups
     over the 132 SMs) x (tile area) / rate, so small and skinny problems take 64-row or 128-wide tiles that
     give every SM work instead of leaving most of the GPU idle under big tiles (1024^3: 32 workgroups of
-    256x128, 128 of 64x128).  64-row tiles only when M <= 64.  Stages: the entry's, at most the K steps
+    128x256, 128 of 64x128).  64-row tiles only when M <= 64.  Stages: the entry's, at most the K steps
     (at least 2, the warp-specialized loop's minimum).  Decode shapes (M <= 16) do not come here:
     ``matmul`` keeps the mma.sync decode tiles for them (a 64-row instruction would waste 3/4 of its rows)."""
     tiles = [t for t in _WGMMA_TILES if t.bm == 64] if m <= 64 else _WGMMA_TILES
@@ -309,6 +310,29 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     ``splitk_config``'s rule for M <= 16 — opt-in, because on the H100 the rule's splits were 4-50 %
     slower than no split on every benchmark decode shape, ``benchmarks/results/decode_h100``);
     ``config = (subs, waves)`` overrides the tile (benchmarks)."""
+    if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
+        raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
+    key = None
+    if config is None:  # the host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us)
+        key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, mma, async_copy, warp_specialize,
+               out_dtype, split, persistent)
+        run = _DISPATCH.get(key)
+        if run is not None:
+            return run(a, b)
+    run = _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config)
+    if key is not None:
+        _DISPATCH[key] = run
+    return run(a, b)
+
+
+# (dtypes, shapes, options) -> run(a, b): what matmul decided for them.  Deciding costs tens of
+# microseconds (sympy symbols printed for the compile key), as much as a whole small GEMM on an H100.
+_DISPATCH: dict = {}
+
+
+def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config):
+    """``matmul``'s decision for a's and b's dtypes and shapes: validate, choose the tile and schedule,
+    compile (cached), and return ``run(a, b) -> c``."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
@@ -345,30 +369,35 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
         split = rule if split == "auto" else split or 1
     sub_key = tuple(sorted((str(s), v) for s, v in subs.items()))
     if split > 1:
-        return _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
+        return _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
                               sub_key)
     kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent),
                      lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
                                                   warp_specialize=warp_specialize, out_dtype=out,
                                                   persistent=persistent), subs,
                                         backend=backend, target=target))
-    c = torch.empty(m, n, device=a.device, dtype=out_dtype)
-    kernel(a, b, c)
-    return c
+
+    def run(a, b):
+        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
+        kernel(a, b, c)
+        return c
+    return run
 
 
-def _matmul_splitk(a, b, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy, sub_key):
+def _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy, sub_key):
     """Split-K: ``gemm_splitk`` into f32 partials [S, M, N], then ``splitk_reduce`` into C."""
     import torch
 
-    m, n = a.shape[0], b.shape[0]
     part_kernel = _cached(("splitk", dtype.name, sub_key, waves, backend, async_copy), lambda: wc.compile(
         make_gemm_splitk(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy), subs, backend=backend))
     vec = 4 if (m * n) % 4 == 0 else 2 if (m * n) % 2 == 0 else 1  # rows of the flat [S, M*N] view stay aligned
     reduce_kernel = _cached(("splitk_reduce", out.name, split, vec, backend), lambda: wc.compile(
         make_splitk_reduce(out, vec=vec), {S: split, BLOCK_P: 4 * 32 * vec}, backend=backend))
-    c_part = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
-    part_kernel(a, b, c_part)
-    c = torch.empty(m, n, device=a.device, dtype=out_dtype)
-    reduce_kernel(c_part.view(split, m * n), c.view(m * n))
-    return c
+
+    def run(a, b):
+        c_part = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
+        part_kernel(a, b, c_part)
+        c = torch.empty(m, n, device=a.device, dtype=out_dtype)
+        reduce_kernel(c_part.view(split, m * n), c.view(m * n))
+        return c
+    return run
