@@ -28,6 +28,8 @@ CONFIGS = [  # (id, subs, waves, async copy)
     ("128x256x64-s4-mbarrier", _subs(128, 256, 4), (2, 1), "tma-mbarrier"),
     ("128x256x64-s3-mbarrier", _subs(128, 256, 3), (2, 1), "tma-mbarrier"),
     ("128x128x64-s4-barrier", _subs(128, 128, 4), (2, 1), "tma-barrier"),
+    ("128x160x64-s4-barrier", _subs(128, 160, 4), (2, 1), "tma-barrier"),  # wgmma_plan's N = 1280 tile
+    ("128x128x64-s4-ws", _subs(128, 128, 4), (2, 1), "ws"),  # wgmma_plan's mid-size tile
     ("64x128x64-s2-mbarrier", _subs(64, 128, 2), (1, 1), "tma-mbarrier"),
     ("256x128x64-s4-ws", _subs(256, 128, 4), (2, 1), "ws"),  # warp-specialized: against the plain WS kernel
     ("64x256x64-s4-ws", _subs(64, 256, 4), (1, 1), "ws"),

@@ -24,6 +24,9 @@ def _tile(m, n, k):
     ((512, 4096, 4096), (128, 128, 4, (2, 1))),
     # M <= 64: one warpgroup of 64 rows; 12288 / 128 = 96 workgroups (13213) against 192 of 64x64 (2 rounds)
     ((64, 12288, 4096), (64, 128, 8, (1, 1))),
+    # N = 1280: 128x160 -> 16 x 8 = 128 workgroups, one round (20480 / 0.80 = 25600) against 80 of 128x256
+    # (32768) and 160 of 128x128 (2 rounds, 36408)
+    ((2048, 1280, 8192), (128, 160, 4, (2, 1))),
     # K of two 64-steps: 2 stages are enough
     ((40, 72, 128), (64, 64, 2, (1, 1))),
 ])

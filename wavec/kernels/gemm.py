@@ -226,9 +226,12 @@ class WgmmaTile:
 # 2-9 % slower than 128x256 over the shape file's large-N rows), so 128x256 keeps one warpgroup per 64 rows
 # and no producer.  A producer warpgroup lifts the small tiles most (64x64 at 64x4096x4096: 55 -> 87
 # TFLOP/s with WS and 4 -> 8 stages, 0.57 -> 0.88 of cuBLAS): their loop is latency-bound, one K step per
-# TMA round trip per stage in flight.
+# TMA round trip per stage in flight.  128x160 (0.73-0.80 of 128x256's rate at 4096^3) is there for the
+# N that 160 divides into one round where 256 leaves SMs idle: 2048x1280x8192 128 workgroups instead of
+# 80 (0.65 -> 0.73 of cuBLAS), 4096x1280x8192 0.63 -> 0.77, 512x5120x13824 0.76 -> 0.84.
 _WGMMA_TILES = [
     WgmmaTile(128, 256, (2, 1), 4, False, True, 1.00),
+    WgmmaTile(128, 160, (2, 1), 4, False, True, 0.80),
     WgmmaTile(128, 128, (2, 1), 4, True, True, 0.90),
     WgmmaTile(64, 128, (1, 1), 8, True, False, 0.62),
     WgmmaTile(64, 64, (1, 1), 8, True, False, 0.45),

@@ -1,0 +1,50 @@
+"""Run every schedule of ``wgmma_plan`` (the default Hopper GEMM kernels) once, for compute-sanitizer:
+
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_gemm.py
+    compute-sanitizer --tool racecheck python benchmarks/sanitize_gemm.py
+
+Each shape is chosen so the plan picks a different tile and schedule (64-row tiles with a TMA producer
+warpgroup, 128x128 warp-specialized on a persistent grid, 128x160 and 128x256 persistent), with M, N and K
+edges that are not multiples of the tile, compiled as ``matmul`` compiles them (C in f32 here); every
+result is checked against torch in float64 (and that every element was written), so a run that the
+sanitizer passes is also a correct one.  Exits 1 on a wrong result.
+"""
+
+import sys
+
+import torch
+
+import wavec as wc
+from wavec.kernels import gemm as gm
+
+WC_DT = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}
+
+SHAPES = [(40, 300, 600), (64, 20000, 136), (130, 2000, 600), (500, 4096, 600), (2000, 1280, 600),
+          (4000, 4000, 328)]
+
+
+def main() -> int:
+    bad = 0
+    torch.manual_seed(0)
+    for dt in (torch.float16, torch.bfloat16):
+        for m, n, k in SHAPES:
+            plan = gm.wgmma_plan(m, n, k)
+            a = torch.randn(m, k, device="cuda", dtype=dt)
+            b = torch.randn(n, k, device="cuda", dtype=dt)
+            gemm = gm.make_gemm(WC_DT[dt], mma_type=gm.WGMMA_FOR_DTYPE[WC_DT[dt].name], waves=plan.waves,
+                                warp_specialize=plan.warp_specialize, persistent=plan.persistent)
+            kernel = wc.compile(gemm, plan.subs, backend="cuda", target="sm_90a")
+            c = torch.full((m, n), float("nan"), device="cuda")
+            kernel(a, b, c)
+            ref = a.double() @ b.double().T
+            err = ((c.double() - ref).norm() / ref.norm()).item()
+            ok = err < 1e-5 and not c.isnan().any()
+            bad += not ok
+            tile = "x".join(str(v) for v in plan.subs.values())
+            print(f"{str(dt):15} {m:5}x{n:5}x{k:4} tile {tile:18} ws={plan.warp_specialize!s:5} "
+                  f"persistent={plan.persistent!s:5} rel err {err:.1e} {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
