@@ -125,13 +125,20 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
 
 
 def _check_ptx(ptx: str, trace) -> None:
-    from .codegen.ptx_check import wgmma_fence_violations
+    from .codegen.ptx_check import wgmma_descriptor_violations, wgmma_fence_violations
 
-    bad = wgmma_fence_violations(ptx) if "wgmma.mma_async" in ptx else []
+    if "wgmma.mma_async" not in ptx:
+        return
+    bad = wgmma_fence_violations(ptx)
     if bad:
         raise CodegenError(trace.loc, message=f"LLVM placed {len(bad)} writes of wgmma accumulator registers "
                            f"between wgmma.fence and the wgmma (first: {bad[0]!r}); the kernel would read "
                            "undefined registers")
+    bad = wgmma_descriptor_violations(ptx)
+    if bad:
+        raise CodegenError(trace.loc, message=f"{len(bad)} wgmma matrix descriptors are not built as a 32-bit "
+                           f"low word ORed with a constant high word (first: {bad[0]!r}); ptxas 12.9 "
+                           "miscompiled the high word of such descriptors (codegen/ptx_check.py)")
 
 
 def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None = None,  # noqa: A001

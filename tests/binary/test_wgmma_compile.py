@@ -14,7 +14,7 @@ import pytest
 
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
-from wavec.codegen.ptx_check import wgmma_fence_violations
+from wavec.codegen.ptx_check import wgmma_descriptor_violations, wgmma_fence_violations
 from wavec.codegen.ptxas import find_ptxas
 from wavec.errors import CodegenError, ConstraintError
 from wavec.kernels import gemm as gm
@@ -124,15 +124,16 @@ def test_ptxas_does_not_serialize_wgmma(bn: int, copy: str) -> None:
 
 
 @NEEDS_PTXAS
-@pytest.mark.parametrize("bk,mode_bits", [(32, -(2**63)), (16, -(2**62))], ids=["64B", "32B"])
-def test_narrow_swizzles_assemble(bk: int, mode_bits: int) -> None:
-    """BLOCK_K = 32 / 16 ("auto": the 64- / 32-byte swizzle): descriptor mode 2 / 3 sets bit 63, ORed in
-    as a 64-bit constant; no spills."""
+@pytest.mark.parametrize("bk,mode", [(32, 2), (16, 3)], ids=["64B", "32B"])
+def test_narrow_swizzles_assemble(bk: int, mode: int) -> None:
+    """BLOCK_K = 32 / 16 ("auto": the 64- / 32-byte swizzle): descriptor mode 2 / 3 sets bit 63, part of
+    the constant high word ORed in as a 64-bit constant (``split_descriptor``); no spills."""
     kernel = gm.make_gemm(wc.bf16, 32, gm.WGMMA_FOR_DTYPE["bf16"], gm.WGMMA_WAVES)
     subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: bk, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
     k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
     assert k.artifact.format == "cubin" and k.artifact.metadata.spills == 0
-    assert f"arith.constant {mode_bits} : i64" in k.artifact.mlir and "arith.ori" in k.artifact.mlir
+    highs = {int(c) % 2**64 for c in re.findall(r"arith.constant (-?\d+) : i64", k.artifact.mlir)}
+    assert any(h % 2**32 == 0 and h >> 62 == mode for h in highs) and "arith.ori" in k.artifact.mlir
 
 
 # ----- warp specialization ---------------------------------------------------------------------------------
@@ -210,13 +211,77 @@ def test_accumulator_init_is_not_sunk_past_the_fence(bm: int, bn: int, ws: bool,
 def test_fence_check_refuses_a_sunk_accumulator_write(monkeypatch) -> None:
     """Without ``fence_operands`` (the lowering before the fix) LLVM sinks the 128 zeroing ``mov``s of the
     warp-specialized 128x256 accumulator past ``wgmma.fence``: the PTX check finds them and the compile
-    is refused with a CodegenError, instead of a kernel that reads undefined registers."""
+    is refused with a CodegenError, instead of a kernel that reads undefined registers.  LLVM peels the
+    first iteration (where it sank them) only with the descriptors built as before ``split_descriptor``,
+    so the old descriptor rule is restored too (the fence check runs first)."""
     import wavec.codegen.lowering_wgmma as lw
     import wavec.passes.warp_specialize as ws_pass
+    from wavec.codegen import lowering
+    from wavec.frontend.ops_hopper import MatrixDescriptor
 
+    monkeypatch.setitem(lowering.LOWERINGS, MatrixDescriptor, _old_descriptor_rule)
     monkeypatch.setattr(ws_pass, "_check_validated", lambda *a: None)
     monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
     monkeypatch.setattr(lw, "fence_operands", lambda s, count: s)
     kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=True)
     with pytest.raises(CodegenError, match="between wgmma.fence and the wgmma"):
         wc.compile(kernel, _subs(128, 256, 4), target="sm_90a", backend="cuda", cache=False)
+
+
+def _old_descriptor_rule(fb, node) -> None:
+    """``lower_descriptor`` before the fix: the whole descriptor as one 64-bit index sum (start address
+    >> 4 + LBO, SBO and swizzle bits), so the PTX builds it with ``add.s64`` and a carry into the high word."""
+    import sympy
+    from iree.compiler import ir
+    from iree.compiler.dialects import arith
+
+    import wavec.codegen.lowering_wgmma as lw
+    from wavec.frontend.tracing import capture_root
+
+    alloc = capture_root(node.args[0])
+    smem, dims, tile = alloc.kwargs["smem_layout"], tuple(alloc.kwargs["tile"]), tuple(alloc.kwargs["tile"].values())
+    layout = node.meta["layout"]
+    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(alloc.kwargs["base"][d])) for d in dims)
+    address = (lw._tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * tile[0] * tile[1]
+               * smem.elem_bytes + smem.byte_offset(row, k, tile))
+    fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64),
+                                       fb.index(sympy.floor(address / 16) + smem.descriptor_bits(tile)))
+
+
+def _ws_wide_ptx(monkeypatch, bn: int = 256) -> str:
+    import wavec.passes.warp_specialize as ws_pass
+
+    monkeypatch.setattr(ws_pass, "_check_validated", lambda *a: None)
+    monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
+    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=True)
+    return wc.compile(kernel, _subs(128, bn, 4), target="sm_90a", backend="cuda", cache=False).artifact.binary.decode()
+
+
+@pytest.mark.parametrize("bn", [256, 192])
+def test_descriptors_have_a_constant_high_word(bn: int, monkeypatch) -> None:
+    """Every wgmma descriptor of the warp-specialized 128x256 / 128x192 tiles (two consumer warpgroups,
+    the tiles that were wrong on an H100) is ``or.b64 %d, %lo, C`` with the high word C = SBO and swizzle
+    mode << 32: ptxas cannot lose a carry chain it never sees."""
+    ptx = _ws_wide_ptx(monkeypatch, bn)
+    assert not wgmma_descriptor_violations(ptx)
+    assert re.search(r"or\.b64\s+%rd\d+, %rd\d+, 4611686293305294848;", ptx)  # SBO 1024 B, 128-byte swizzle
+
+
+def test_descriptor_check_finds_the_64bit_add_descriptors(monkeypatch) -> None:
+    """With the descriptor lowering before the fix, the PTX of the warp-specialized 128x256 tile builds
+    each descriptor with ``add.s64 ..., 4611686293305360384``; ptxas 12.9 dropped the high word of the
+    peeled first iteration's A descriptors (SASS ``R2UR UR17, R11`` with R11 the M offset's high half):
+    the check lists them all and the compile is refused with a CodegenError."""
+    import wavec.codegen.lowering_wgmma  # noqa: F401  (registers its rules first, so the patch below stays)
+    import wavec.compiler as compiler
+    from wavec.codegen import lowering
+    from wavec.frontend.ops_hopper import MatrixDescriptor
+
+    monkeypatch.setitem(lowering.LOWERINGS, MatrixDescriptor, _old_descriptor_rule)
+    with monkeypatch.context() as mp:
+        mp.setattr(compiler, "_check_ptx", lambda ptx, trace: None)
+        old = _ws_wide_ptx(mp)
+    bad = wgmma_descriptor_violations(old)
+    assert len(bad) == 16 and all(re.fullmatch(r"add.s64 %rd\d+, %rd\d+, 46116862933053603\d\d", b) for b in bad), bad
+    with pytest.raises(CodegenError, match="wgmma matrix descriptors are not built"):
+        _ws_wide_ptx(monkeypatch)

@@ -148,10 +148,10 @@ CHECK-NOT: nvgpu.device_async_copy
 
 
 def test_descriptor_constant_bits() -> None:
-    """LBO = 128 B (8 in bits 16-29), SBO = 1024 B (64 in bits 32-45) for 64-element K rows, no swizzle."""
+    """LBO = 128 B (8 in bits 16-29, in the low word with the start address), SBO = 1024 B (64 in bits 32-45,
+    the constant high word ORed in: ``split_descriptor``) for 64-element K rows, no swizzle."""
     c = compiled(3)
-    want = (8 << 16) | (64 << 32)
-    assert f"arith.constant {want} : index" in c.mlir
+    assert f"arith.constant {8 << 16} : index" in c.mlir and f"arith.constant {64 << 32} : i64" in c.mlir
 
 
 def test_swizzled_tiles() -> None:
@@ -170,8 +170,8 @@ CHECK: memref.alloc() alignment = 1024 : memref<3x1x128x64xf16, #gpu.address_spa
 CHECK: arith.xori
 CHECK: nvgpu.device_async_copy
 """)
-    want = (1 << 16) | (64 << 32) | (1 << 62)
-    assert f"arith.constant {want} : index" in c.mlir
+    # LBO 16 B in the low word (with the start address), SBO 1024 B and mode 1 the constant high word
+    assert f"arith.constant {1 << 16} : index" in c.mlir and f"arith.constant {(64 << 32) | (1 << 62)} : i64" in c.mlir
     assert c.loop_mlir().count("nvvm.wgmma.mma_async") == 4
 
 
