@@ -221,14 +221,15 @@ class WgmmaTile:
 
 # Measured on an H100 (f16, ``benchmarks/wgmma_tiles.py``, benchmarks/results/wgmma_tiles_h100): TFLOP/s on
 # full grids (4096x8192x8192, 2048x5120x5120) 128x256 persistent 597 / 540, 128x128 WS+persistent 549 /
-# 558, 64x128 WS 8 stages ~370, 64x64 WS 8 stages ~270; at 4096^3 / 8192^3 (3 rounds) 128x256 persistent
-# 0.93 / 0.96 of cuBLAS, without the persistent grid 0.91 / 0.95, 256x128 WS+persistent 0.91 / 0.90 (and
-# 2-9 % slower than 128x256 over the shape file's large-N rows), so 128x256 keeps one warpgroup per 64 rows
-# and no producer.  A producer warpgroup lifts the small tiles most (64x64 at 64x4096x4096: 55 -> 87
-# TFLOP/s with WS and 4 -> 8 stages, 0.57 -> 0.88 of cuBLAS): their loop is latency-bound, one K step per
-# TMA round trip per stage in flight.  128x160 (0.73-0.80 of 128x256's rate at 4096^3) is there for the
-# N that 160 divides into one round where 256 leaves SMs idle: 2048x1280x8192 128 workgroups instead of
-# 80 (0.65 -> 0.73 of cuBLAS), 4096x1280x8192 0.63 -> 0.77, 512x5120x13824 0.76 -> 0.84.
+# 558, 64x128 WS 8 stages ~370, 64x64 WS 8 stages ~270.  At 4096^3 / 8192^3 (3 rounds) 128x256 persistent
+# is 0.93 / 0.96 of cuBLAS, without the persistent grid 0.91 / 0.95, 128x256 WS 0.87 / 0.93, 256x128
+# WS+persistent 0.91 / 0.90 (and 2-9 % slower than 128x256 over the shape file's large-N rows), so
+# 128x256 keeps one warpgroup per 64 rows and no producer.  A producer warpgroup lifts the small tiles
+# most (64x64 at 64x4096x4096: 55 -> 87 TFLOP/s with WS and 4 -> 8 stages, 0.57 -> 0.88 of cuBLAS): their
+# loop is latency-bound, one K step per TMA round trip per stage in flight.  128x160 (0.73-0.80 of
+# 128x256's rate at 4096^3) is there for the N that 160 divides into one round where 256 leaves SMs idle:
+# 2048x1280x8192 128 workgroups instead of 80 (0.65 -> 0.73 of cuBLAS), 4096x1280x8192 0.63 -> 0.77,
+# 512x5120x13824 0.76 -> 0.84.
 _WGMMA_TILES = [
     WgmmaTile(128, 256, (2, 1), 4, False, True, 1.00),
     WgmmaTile(128, 160, (2, 1), 4, False, True, 0.80),
@@ -359,10 +360,6 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
         warp_specialize = plan.warp_specialize and planned if warp_specialize is None else warp_specialize
         persistent = plan.persistent and planned if persistent is None else persistent
         subs, waves = config or (plan.subs, plan.waves)
-        if warp_specialize and config is None and waves[0] > 1 and subs[BLOCK_N] > 128:
-            # the warp-specialized kernel refuses 64x256 consumer tiles with 2 consumers (wrong on the
-            # H100, passes/warp_specialize.py): the same area as 256x128, validated there
-            subs, waves = {**subs, BLOCK_M: 2 * subs[BLOCK_M], BLOCK_N: subs[BLOCK_N] // 2}, waves
         split = 1
     else:
         warp_specialize, persistent = bool(warp_specialize), bool(persistent)

@@ -101,29 +101,10 @@ def _check_no_barrier_after(trace: Trace, split: fx.Node, sub: fx.Graph) -> None
                                   "for the producer warpgroup, which never reaches it")
 
 
-# Wave tiles wider than this, with more than one consumer warpgroup, gave wrong results on an H100
-# (128x256x64 with 2 consumer warpgroups of 64x256: relative error 0.25, 3 and 4 stages, f16 and bf16),
-# while the emulator, which runs the same protocol, finds nothing; 128x128 and 256x128 (2 consumer
-# warpgroups) and 64x256 (1) are exact there (benchmarks/results/ws_h100).  Refused until understood: a
-# kernel must never return a silently wrong result.
-MAX_MULTI_CONSUMER_TILE = 128
-
-
-def _check_validated(trace: Trace, cs) -> None:
-    wide = {str(d): e for d, e in cs.wave_tile.items() if cs.resolve_int(e, str(d)) > MAX_MULTI_CONSUMER_TILE}
-    if cs.waves > 1 and wide:
-        raise ConstraintError(trace.loc, message="SchedulingConstraint(warp_specialize=True) with "
-                              f"{cs.waves} consumer warpgroups and wave tiles {wide} wider than "
-                              f"{MAX_MULTI_CONSUMER_TILE}: this combination gave wrong results on an H100 and is "
-                              "refused (docs/hopper.md, 'Warp specialization'); use one consumer warpgroup, "
-                              f"wave tiles of at most {MAX_MULTI_CONSUMER_TILE}, or warp_specialize=False")
-
-
 def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     cs = ctx.constraints
     if not cs.scheduling.warp_specialize:
         return
-    _check_validated(trace, cs)
     root = trace.graph
     inits = [n for n in root.nodes if n.meta.get("op") is MBarrierInit]
     if len(inits) != 1 or not inits[0].kwargs.get("empty_arrivals"):
