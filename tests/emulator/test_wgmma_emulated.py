@@ -145,7 +145,8 @@ def test_gemm_output_in_input_dtype(dtype, mma) -> None:
 def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     """``wavec.tuning.gemm.matmul(mma="wgmma", directory=DIR)`` (``benchmarks/gemm.py --tuned DIR``) runs the
     configuration the wgmma tuning cache in DIR holds for the shape's bucket (128x64, one warpgroup, 3
-    stages here, not the heuristic's 64x64) and computes the right product."""
+    stages here, not the heuristic's 64x64) and computes the right product; a shape nothing was tuned for
+    runs the heuristic path (``kernels.gemm.matmul``, with ``wgmma_plan``'s schedule)."""
     from wavec.tuning import gemm as tg
     from wavec.tuning.search import Candidate
 
@@ -162,6 +163,13 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
     assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
     assert any(key[-2:] == ("wgmma", "f32") and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
+    # a shape of another bucket, nothing tuned nor modelled: kernels.gemm.matmul, its producer warpgroup too
+    a2, b2 = randn(g, 40, k, dtype=torch.bfloat16), randn(g, 300, k, dtype=torch.bfloat16)
+    c2 = tg.matmul(a2, b2, backend="emulator", mma="wgmma", directory=folder)
+    check(c2, a2.double() @ b2.double().T, GEMM_TOL, f"untuned wgmma matmul (seed {seed})")
+    assert tg.dispatch(40, 300, k, wc.bf16, mma="wgmma", directory=folder)[2] == "heuristic"
+    plan = gm.wgmma_plan(40, 300, k)
+    assert plan.warp_specialize and any(key[4] == "wgmma" and key[6] for key in gm._COMPILED)  # WS compiled
     tg._DISPATCH.clear()
 
 

@@ -217,15 +217,20 @@ _COMPILED: dict = {}
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory=None, out_dtype=None):
     """``a @ b.T`` like ``wavec.kernels.gemm.matmul`` (``out_dtype``: None/torch.float32 or a's dtype), with
     the configuration dispatched from the tuning cache of ``mma`` (in ``directory``, default the user
-    cache).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode tiles."""
+    cache); a shape with neither a cached entry nor a stored model runs ``kernels.gemm.matmul`` itself
+    (its schedule flags included).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode
+    tiles."""
     import torch
 
     from ..kernels.gemm import make_gemm, output_dtype
+    from ..kernels.gemm import matmul as heuristic_matmul
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
     if mma == "wgmma" and a.shape[0] <= 16:
         mma = "mma_sync"
-    subs, waves = tuned_config(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
+    subs, waves, source = dispatch(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
+    if source == "heuristic":  # nothing tuned for this shape: the heuristic's tile and schedule (wgmma_plan)
+        return heuristic_matmul(a, b, backend=backend, mma=mma, out_dtype=out_dtype)
     out_dtype, out = output_dtype(a, out_dtype)
     key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
     kernel = _COMPILED.get(key)
