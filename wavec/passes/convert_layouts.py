@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
 
+import numpy as np
 import sympy
 import torch.fx as fx
 
@@ -59,18 +59,21 @@ def _per_lane(expr: sympy.Expr, threads: int) -> tuple[int, ...]:
     return tuple(int(f(lane)) for lane in range(threads))
 
 
-def _lane_coords(layout: Layout, threads: int) -> Callable[[int], list[tuple]]:
-    """A function of the lane giving the coordinates of every register position of ``layout``.  A start
-    is a lane expression plus a constant (the tile's offset): the lane part is evaluated once per
-    distinct expression for all lanes, shared by every offset copy of a layout."""
-    parts = [sympy.sympify(layout.seq(d).start).as_coeff_Add() for d in layout.dims]
-    starts = [(int(const), _per_lane(rest, threads)) for const, rest in parts]
-    offsets = [tuple(off[d] for d in layout.dims) for off in layout.positions()]
+_KEY_BITS = 24  # a coordinate packed per dim into one int key; coordinates are far below 2**23 in magnitude
 
-    def coords(lane: int) -> list[tuple]:
-        base = [const + values[lane] for const, values in starts]
-        return [tuple(b + o for b, o in zip(base, off)) for off in offsets]
-    return coords
+
+def _lane_keys(layout: Layout, threads: int) -> np.ndarray:
+    """[lane, register position] -> the element's coordinates packed into one int64 key.  A start is a
+    lane expression plus a constant (the tile's offset): the lane part is evaluated once per distinct
+    expression for all lanes (``_per_lane``), the rest is integer array arithmetic."""
+    parts = [sympy.sympify(layout.seq(d).start).as_coeff_Add() for d in layout.dims]
+    offsets = np.array([[off[d] for d in layout.dims] for off in layout.positions()], dtype=np.int64)
+    keys = np.zeros((threads, len(offsets)), dtype=np.int64)
+    for i, (const, rest) in enumerate(parts):
+        lane = np.array(_per_lane(rest, threads), dtype=np.int64)
+        coord = int(const) + lane[:, None] + offsets[None, :, i]
+        keys = (keys << _KEY_BITS) + coord + (1 << (_KEY_BITS - 1))
+    return keys
 
 
 def source_tiles(src: Layout, dst: Layout) -> list[dict]:
@@ -92,16 +95,15 @@ def register_mapping(src: Layout, dst: Layout, threads: int) -> tuple[tuple[int,
     tiles = source_tiles(src, dst)
     zero = {s: 0 for lay in (src, dst) for q in lay.seqs for s in q.start.free_symbols if s != LANE}
     src, dst = src.subs(zero), dst.subs(zero)
-    src_coords = [_lane_coords(src.offset(off), threads) for off in tiles]
-    dst_coords = _lane_coords(dst, threads)
+    per_tile = [_lane_keys(src.offset(off), threads) for off in tiles]
+    src_keys = np.concatenate(per_tile, axis=1).tolist()
+    dst_keys = _lane_keys(dst, threads).tolist()
+    where = [(ti, q) for ti, keys in enumerate(per_tile) for q in range(keys.shape[1])][::-1]
     mapping = None
     for lane in range(threads):
-        have = {}
-        for ti, coords in enumerate(src_coords):
-            for q, c in enumerate(coords(lane)):
-                have.setdefault(c, (ti, q))
+        have = dict(zip(src_keys[lane][::-1], where))  # reversed: the first (tile, position) of a key wins
         try:
-            lane_map = tuple(have[c] for c in dst_coords(lane))
+            lane_map = tuple(map(have.__getitem__, dst_keys[lane]))
         except KeyError:
             return None
         if mapping is None:
