@@ -1,12 +1,13 @@
 """Time every wgmma GEMM variant (tile x stages x copy scheme) at a set of shapes beside cuBLAS, in one run:
-the measured table ``wavec.kernels.gemm.wgmma_config`` is fitted to.
+the measured table of ``wavec.kernels.gemm.wgmma_plan``.
 
     python benchmarks/wgmma_tiles.py --out DIR [--dtype f16] [--shapes 64x4096x4096,...]
                                      [--variants 128x256x64x4x2:ws+p,...] [--rounds 2]
 
-A variant is BMxBNxBKxSTAGESxW0 and a scheme: ``tma`` (TMA, ``async_copy="auto"``), ``ws`` (a TMA producer
-warpgroup, ``warp_specialize``), ``p`` (persistent grid) or ``ws+p``.  Every variant is compiled once
-(compile failures and ptxas refusals are reported and skipped), checked against cuBLAS's output at each
+A variant is BMxBNxBKxSTAGESxW0 and a scheme: ``tma`` (TMA, ``async_copy="auto"``) or a ``+``-joined set of
+``ws`` (a TMA producer warpgroup, ``warp_specialize``), ``p`` (persistent grid) and ``e``
+(``split_epilogue``: one bounds test per thread, then C's stores unguarded), e.g. ``ws+p+e``.  Every variant
+is compiled once (compile failures and ptxas refusals are reported and skipped), checked against cuBLAS's output at each
 shape (relative error above 1e-2 is reported as WRONG and not timed), then timed with rotating inputs in
 ``--rounds`` interleaved rounds with cuBLAS (median kept).  Writes tiles.csv (one row per shape and
 variant: TFLOP/s, ratio to cuBLAS, registers, shared bytes) and prints, per shape, the best variant.
@@ -37,18 +38,20 @@ VARIANTS = ("64x64x64x4x1:tma,64x64x64x4x1:ws,64x128x64x4x1:tma,64x128x64x4x1:ws
             "128x192x64x4x2:ws")
 
 
-def parse_variant(text: str) -> tuple[dict, tuple[int, int], str]:
+def parse_variant(text: str) -> tuple[dict, tuple[int, int], set]:
     tile, scheme = text.split(":")
     bm, bn, bk, s, w0 = (int(x) for x in tile.split("x"))
-    if scheme not in ("tma", "ws", "p", "ws+p"):
-        raise SystemExit(f"variant {text!r}: scheme must be tma, ws, p or ws+p")
-    return dict(zip(SYMS, (bm, bn, bk, s, 8))), (w0, 1), scheme
+    flags = set(scheme.split("+"))
+    if not flags <= {"tma", "ws", "p", "e"}:
+        raise SystemExit(f"variant {text!r}: scheme must be tma or '+'-joined ws, p, e")
+    return dict(zip(SYMS, (bm, bn, bk, s, 8))), (w0, 1), flags
 
 
 def compile_variant(dt: str, text: str):
-    subs, waves, scheme = parse_variant(text)
+    subs, waves, flags = parse_variant(text)
     kernel = make_gemm(getattr(wc, dt), mma_type=WGMMA_FOR_DTYPE[dt], waves=waves, out_dtype=getattr(wc, dt),
-                       async_copy="tma", warp_specialize="ws" in scheme, persistent=scheme.endswith("p"))
+                       async_copy="tma", warp_specialize="ws" in flags, persistent="p" in flags,
+                       split_epilogue="e" in flags)
     return wc.compile(kernel, subs, backend="cuda", target="sm_90a", cache=False)
 
 

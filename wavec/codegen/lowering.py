@@ -403,10 +403,45 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     layout: Layout = node.meta["layout"]
     dtype = val_node.meta["type"].dtype
     runs = node.meta["accesses"]
-    for (first, n, off), align in zip(runs, node.meta["alignments"]):
-        piece = val if len(runs) == 1 else vector.extract_strided_slice(
-            vec_type(n, dtype), val, [first], [n], [1])
-        guarded_store(fb, node, mem_node, _coords(layout, off), piece, align)
+    pieces = [(val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
+               _coords(layout, off), align) for (first, n, off), align in zip(runs, node.meta["alignments"])]
+    furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
+    if furthest is None:
+        for piece, coords, align in pieces:
+            guarded_store(fb, node, mem_node, coords, piece, align)
+        return
+    # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
+    # its first coordinate decides), then every run unguarded: no branch per store in full tiles.  Indices
+    # and per-run tests are built before the branch, so neither branch defines a value the other uses.
+    stores = [(piece, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), align)
+              for piece, coords, align in pieces]
+    branch = scf.IfOp(in_bounds(fb, node, mem_node, furthest), has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        for piece, idx, _cond, align in stores:
+            vector.store(piece, fb.values[mem_node], idx, alignment=align)
+        scf.yield_([])
+    with ir.InsertionPoint(branch.else_block):
+        for piece, idx, cond, align in stores:
+            guard = scf.IfOp(cond)
+            with ir.InsertionPoint(guard.then_block):
+                vector.store(piece, fb.values[mem_node], idx, alignment=align)
+                scf.yield_([])
+        scf.yield_([])
+
+
+def _furthest_runs(node: fx.Node, coords: list[dict]) -> dict | None:
+    """Per masked dim, the largest coordinate among a store's runs (they differ by constants), or None
+    when the store has one run or nothing masked (no split: the guarded stores as they are)."""
+    masked = node.meta.get("mask_dims", ())
+    if not masked or len(coords) < 2:
+        return None
+    out = {}
+    for d in masked:
+        parts = [sympy.sympify(c[d]).as_coeff_Add() for c in coords]
+        if len({rest for _k, rest in parts}) != 1:
+            return None  # not a common start plus constants: keep the per-run guards
+        out[d] = coords[max(range(len(parts)), key=lambda i: parts[i][0])][d]
+    return out
 
 
 @rule(Allocate)

@@ -93,7 +93,9 @@ class SchedulingConstraint:
     ``ConstraintError`` saying why); ``persistent``: launch min(output tiles, SMs x workgroups per SM)
     workgroups that each loop over output tiles (in the grouped order of ``group_size``), mbarrier phases
     continuing across tiles (``passes/persistent_grid.py``; the TMA wgmma GEMM only, else a
-    ``ConstraintError`` saying why).
+    ``ConstraintError`` saying why); ``split_epilogue``: a masked store of several runs per thread (the
+    GEMM's accumulator write) tests once whether all of this thread's runs are in bounds and then stores
+    them unguarded, the per-run guards only on the other branch (``codegen/lowering.lower_write``).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
@@ -104,8 +106,12 @@ class SchedulingConstraint:
     reverse_axis0: bool = False
     warp_specialize: bool = False
     persistent: bool = False
+    split_epilogue: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.split_epilogue, bool):
+            raise ConstraintError(message=f"SchedulingConstraint(split_epilogue={self.split_epilogue!r}): expected "
+                                  "True or False")
         if not isinstance(self.persistent, bool):
             raise ConstraintError(message=f"SchedulingConstraint(persistent={self.persistent!r}): expected "
                                   "True or False")

@@ -23,12 +23,13 @@ MMA_FOR_TARGET = {
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
                      waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-                     warp_specialize: bool = False, persistent: bool = False) -> list:
+                     warp_specialize: bool = False, persistent: bool = False, split_epilogue: bool = False) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
     how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
     adds a TMA producer warpgroup (sm_90a wgmma with TMA only); ``persistent`` a persistent grid looping
-    over the output tiles (sm_90a wgmma with TMA only)."""
+    over the output tiles (sm_90a wgmma with TMA only); ``split_epilogue`` one bounds test per thread before
+    C's stores."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -37,21 +38,25 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
-                                async_copy=async_copy, warp_specialize=warp_specialize, persistent=persistent),
+                                async_copy=async_copy, warp_specialize=warp_specialize, persistent=persistent,
+                                split_epilogue=split_epilogue),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
               waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-              warp_specialize: bool = False, out_dtype=f32, persistent: bool = False) -> wc.WaveKernel:
+              warp_specialize: bool = False, out_dtype=f32, persistent: bool = False,
+              split_epilogue: bool = False) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
-    accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes)."""
+    accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes).
+    ``split_epilogue``: ``SchedulingConstraint.split_epilogue`` (one bounds test per thread, then C's
+    stores unguarded; not yet timed on a GPU, off)."""
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
     @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize,
-                              persistent))
+                              persistent, split_epilogue))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 
