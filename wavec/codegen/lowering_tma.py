@@ -127,7 +127,7 @@ def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
 def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
     """(destination, tensor map, [coordinates innermost first]) index values of every box of the fill,
     and the bytes they carry.  Coordinates: the tile's origin along its two dims (plus 64 elements per
-    further swizzle column), :func:`held_coord` (the read's ``mapping``, else the workgroup's offset)
+    further swizzle column), :func:`memory_access.held_coord` (the read's ``mapping``, else the workgroup's offset)
     along the argument's other (batch) dims."""
     args, maps, subs = node.args, node.meta["maps"], node.meta["iv_subs"]
     mappings = node.meta.get("mappings") or (None,) * len(maps)

@@ -95,7 +95,7 @@ class SchedulingConstraint:
     continuing across tiles (``passes/persistent_grid.py``; the TMA wgmma GEMM only, else a
     ``ConstraintError`` saying why); ``split_epilogue``: a masked store of several runs per thread (the
     GEMM's accumulator write) tests once whether all of this thread's runs are in bounds and then stores
-    them unguarded, the per-run guards only on the other branch (``codegen/lowering.lower_write``).
+    them unguarded, the per-run guards only on the other branch (``codegen/memory_access.lower_write``).
     A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2

@@ -1,0 +1,253 @@
+"""Lowering rules of memory accesses, registered in ``lowering.LOWERINGS``: global and shared reads and
+writes (vector loads and stores, ``ldmatrix`` fragments, bounds guards from ``mask_bounds``), shared
+allocations and ``cp.async`` copies; and the index helpers they share with the TMA and wgmma rules.
+
+A masked access guards each run with ``coord < size`` per masked dim (``in_bounds``); with
+``SchedulingConstraint(split_epilogue=True)`` a store of several runs tests the thread's furthest run once
+and stores the runs unguarded on that branch (``lower_write``).
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+from iree.compiler import ir
+from iree.compiler.dialects import arith, memref, scf, vector
+
+from ..frontend import dtypes as dt
+from ..frontend.ops import Allocate, AsyncCopy, Read, Write
+from ..frontend.tracing import capture_root
+from ..frontend.types import AddressSpace
+from ..indexing import LANE, Layout
+from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
+
+
+def held_coord(fb: FunctionBuilder, access: fx.Node, dim) -> sympy.Expr:
+    """The coordinate of a memory dimension the registers do not hold: a mapped dim's expression
+    (``wc.read(..., mapping=)``) or a batch dim's workgroup coordinate."""
+    mapping = access.kwargs.get("mapping") or access.meta.get("mapping") or {}
+    return fb.cs.resolve_tile_starts(mapping.get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
+
+
+def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
+    """Indices of the element at logical ``coords`` of ``mem``; shared tiles are indexed by
+    [stage, coordinates relative to the tile's origin]."""
+    dims = mem.meta["type"].shape
+    if mem.meta["type"].address_space != AddressSpace.SHARED:
+        return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
+    iv_subs = access.meta.get("iv_subs", {})
+    alloc = capture_root(mem)
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in alloc.kwargs["base"].items()}
+    stage = access.meta.get("stage", 0)
+    rel = [sympy.expand(coords[d] - base[d]) for d in dims]
+    smem_layout = alloc.kwargs.get("smem_layout")  # a layout of its own (wgmma operand tiles)
+    if smem_layout is not None:
+        rel = smem_layout.indices(*rel)
+    return [fb.index(stage)] + [fb.index(e) for e in rel]
+
+
+def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
+    """``coord < size`` per masked dim of ``access``; each depends only on its own coordinate, so the
+    conditions of dims a loop does not tile stay loop-invariant (and get hoisted)."""
+    def test(d):
+        coord, size = sympy.sympify(coords[d]), fb.cs.resolve(d)
+        return fb.derived(("ult", coord, size), (coord, size),
+                          lambda: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coord), fb.index(size)))
+    return {d: test(d) for d in access.meta.get("mask_dims", ())}
+
+
+def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
+    """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
+    cond = None
+    for c in dim_bounds(fb, access, coords).values():
+        cond = c if cond is None else arith.andi(cond, c)
+    return cond
+
+
+def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType,
+                 dtype: dt.DType, align: int) -> ir.Value:
+    idx = mem_indices(fb, access, mem, coords)
+    cond = in_bounds(fb, access, mem, coords)
+    if cond is None:
+        return vector.load(vt, fb.values[mem], idx, alignment=align)
+    branch = scf.IfOp(cond, [vt], has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        scf.yield_([vector.load(vt, fb.values[mem], idx, alignment=align)])
+    with ir.InsertionPoint(branch.else_block):
+        scf.yield_([splat(vt, dtype, 0)])
+    return branch.result
+
+
+def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value,
+                  align: int) -> None:
+    idx = mem_indices(fb, access, mem, coords)
+    cond = in_bounds(fb, access, mem, coords)
+    if cond is None:
+        vector.store(value, fb.values[mem], idx, alignment=align)
+        return
+    branch = scf.IfOp(cond)
+    with ir.InsertionPoint(branch.then_block):
+        vector.store(value, fb.values[mem], idx, alignment=align)
+        scf.yield_([])
+
+
+def _coords(layout: Layout, off: dict) -> dict:
+    return {d: layout.seq(d).start + off[d] for d in layout.dims}
+
+
+def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
+    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8.
+    A transposed B (tile contiguous along N) loads k-rows with ``.trans``: tiles (k0, n0), (k0+8, n0)
+    and, paired, (k0, n0+8), (k0+8, n0+8)."""
+    layout: Layout = node.meta["layout"]
+    row_dim, k_dim = node.meta.get("mma_dims", layout.dims)
+    base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
+    spec = fb.cs.mma_type.spec
+    pair = node.meta.get("pair_with")
+    trans = bool(node.meta.get("transpose"))
+    if node.meta["mma_role"] == "a":
+        tiles, shape = 4, spec.a_shape
+        row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+        col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+    elif trans:
+        tiles, shape = (4, (4, 2)) if pair is not None else (2, spec.b_shape)
+        row = base[row_dim] + (layout.tile_of(row_dim) * sympy.floor(LANE / 16) if pair is not None else 0)
+        col = base[k_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+    elif pair is not None:  # lanes 16-31 address the next N tile: one x4 load feeds two mmas
+        tiles, shape = 4, (4, 2)
+        row = base[row_dim] + sympy.Mod(LANE, 8) + layout.tile_of(row_dim) * sympy.floor(LANE / 16)
+        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+    else:
+        tiles, shape = 2, spec.b_shape
+        row = base[row_dim] + sympy.Mod(LANE, 8)
+        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+    dtype = node.meta["type"].dtype
+    i32 = ir.IntegerType.get_signless(32)
+    frag = ir.Operation.create(
+        "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
+        operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
+        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)}).result
+    flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
+    if pair is None:
+        return flat
+    size = layout.size
+    fb.values[pair] = vector.extract_strided_slice(vec_type(size, dtype), flat, [size], [size], [1])
+    return vector.extract_strided_slice(vec_type(size, dtype), flat, [0], [size], [1])
+
+
+@rule(Read)
+def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
+    mem_node = node.args[0]
+    if node.meta.get("access") == "ldmatrix":
+        if node in fb.values:  # produced with its pair by one ldmatrix.x4
+            return
+        partner_of = node.meta.get("paired_by")
+        if partner_of is not None and partner_of not in fb.values:
+            fb.values[partner_of] = _ldmatrix(fb, partner_of, mem_node)
+            return
+        fb.values[node] = _ldmatrix(fb, node, mem_node)
+        return
+    layout: Layout = node.meta["layout"]
+    dtype = node.meta["type"].dtype
+    runs, aligns = node.meta["accesses"], node.meta["alignments"]
+    if len(runs) == 1:
+        fb.values[node] = guarded_load(fb, node, mem_node, _coords(layout, runs[0][2]),
+                                       vec_type(layout.size, dtype), dtype, aligns[0])
+        return
+    acc = splat(vec_type(layout.size, dtype), dtype, 0)
+    for (first, n, off), align in zip(runs, aligns):
+        piece = guarded_load(fb, node, mem_node, _coords(layout, off), vec_type(n, dtype), dtype, align)
+        acc = vector.insert_strided_slice(piece, acc, [first], [1])
+    fb.values[node] = acc
+
+
+@rule(Write)
+def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
+    val_node, mem_node = node.args
+    val = fb.values[val_node]
+    layout: Layout = node.meta["layout"]
+    dtype = val_node.meta["type"].dtype
+    runs = node.meta["accesses"]
+    pieces = [(val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
+               _coords(layout, off), align) for (first, n, off), align in zip(runs, node.meta["alignments"])]
+    furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
+    if furthest is None:
+        for piece, coords, align in pieces:
+            guarded_store(fb, node, mem_node, coords, piece, align)
+        return
+    # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
+    # its first coordinate decides), then every run unguarded: no branch per store in full tiles.  Indices
+    # and per-run tests are built before the branch, so neither branch defines a value the other uses.
+    stores = [(piece, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), align)
+              for piece, coords, align in pieces]
+    branch = scf.IfOp(in_bounds(fb, node, mem_node, furthest), has_else=True)
+    with ir.InsertionPoint(branch.then_block):
+        for piece, idx, _cond, align in stores:
+            vector.store(piece, fb.values[mem_node], idx, alignment=align)
+        scf.yield_([])
+    with ir.InsertionPoint(branch.else_block):
+        for piece, idx, cond, align in stores:
+            guard = scf.IfOp(cond)
+            with ir.InsertionPoint(guard.then_block):
+                vector.store(piece, fb.values[mem_node], idx, alignment=align)
+                scf.yield_([])
+        scf.yield_([])
+
+
+def _furthest_runs(node: fx.Node, coords: list[dict]) -> dict | None:
+    """Per masked dim, the largest coordinate among a store's runs (they differ by constants), or None
+    when the store has one run or nothing masked (no split: the guarded stores as they are)."""
+    masked = node.meta.get("mask_dims", ())
+    if not masked or len(coords) < 2:
+        return None
+    out = {}
+    for d in masked:
+        parts = [sympy.sympify(c[d]).as_coeff_Add() for c in coords]
+        if len({rest for _k, rest in parts}) != 1:
+            return None  # not a common start plus constants: keep the per-run guards
+        out[d] = coords[max(range(len(parts)), key=lambda i: parts[i][0])][d]
+    return out
+
+
+@rule(Allocate)
+def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
+    tile = list(node.kwargs["tile"].values())
+    tile[-1] += node.kwargs["pad"]
+    align = 128
+    if node.kwargs.get("smem_layout") is not None:
+        tile = node.kwargs["smem_layout"].memref_shape(tuple(node.kwargs["tile"].values()))
+        align = node.kwargs["smem_layout"].alignment
+    dtype = node.meta["type"].dtype
+    shape = "x".join(str(x) for x in [node.kwargs["stages"], *tile])
+    mtype = ir.MemRefType.parse(f"memref<{shape}x{dtype.mlir}, #gpu.address_space<workgroup>>")
+    fb.values[node] = memref.alloc(mtype, [], [], alignment=align)
+
+
+@rule(AsyncCopy)
+def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
+    src_node, dst_node = node.args
+    layout: Layout = node.meta["layout"]
+    token = ir.Type.parse("!nvgpu.device.async.token")
+    for _first, n, off in node.meta["accesses"]:
+        coords = _coords(layout, off)
+        dst_idx = mem_indices(fb, node, dst_node, coords)
+        # Out of bounds: copy 0 source elements, i.e. zero-fill, from an in-bounds address (each
+        # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).
+        bounds = dim_bounds(fb, node, coords)
+        src_dims = src_node.meta["type"].shape
+        src_idx = [fb.derived(("clamp", sympy.sympify(coords[d]), fb.cs.resolve(d)),
+                              (coords[d], fb.cs.resolve(d)),
+                              lambda d=d, i=i, b=bounds: arith.select(b[d], i, fb.index(0))) if d in bounds else i
+                   for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
+        cond = None
+        for c in bounds.values():
+            cond = c if cond is None else arith.andi(cond, c)
+        src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
+        op = ir.Operation.create(
+            "nvgpu.device_async_copy", results=[token],
+            operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx, *src_n],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get(
+                [1, len(dst_idx), 1, len(src_idx), len(src_n)]),
+                        "dstElements": ir.IntegerAttr.get(ir.IndexType.get(), n),
+                        **({"bypassL1": ir.UnitAttr.get()} if n * src_node.meta["type"].dtype.bytes == 16 else {})})
+        fb.pending_copies.append(op.result)
