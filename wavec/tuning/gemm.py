@@ -140,7 +140,9 @@ def _cache(dtype, target: str | None, mma: str = "mma_sync", directory=None) -> 
     return TuningCache(f"{kernel_id(dtype, mma)}@{target_for(mma, target)}", directory)
 
 
-_DISPATCH: dict = {}  # (m, n, k, dtype, target) -> (subs, waves, source): the cache file is read once per shape
+# (m, n, k, dtype, target, mma, folder) -> (subs, waves, source): the cache file is read once per shape;
+# ("run", dtype, shapes, options) -> matmul's runner for them
+_DISPATCH: dict = {}
 
 
 def tuned_config(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync",
@@ -220,6 +222,17 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
     cache); a shape with neither a cached entry nor a stored model runs ``kernels.gemm.matmul`` itself
     (its schedule flags included).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode
     tiles."""
+    # A repeated call is one lookup in the dispatch cache (cleared with it when tuning results change):
+    # deciding again costs tens of microseconds, as much as a small GEMM.
+    call = ("run", a.dtype, tuple(a.shape), tuple(b.shape), backend, mma, str(directory), out_dtype)
+    run = _DISPATCH.get(call)
+    if run is None:
+        run = _DISPATCH[call] = _tuned_runner(a, b, backend, mma, directory, out_dtype)
+    return run(a, b)
+
+
+def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
+    """``matmul``'s decision for a's and b's dtypes and shapes: ``run(a, b) -> c``."""
     import torch
 
     from ..kernels.gemm import make_gemm, output_dtype
@@ -230,7 +243,7 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
         mma = "mma_sync"
     subs, waves, source = dispatch(a.shape[0], b.shape[0], a.shape[1], dtype, mma=mma, directory=directory)
     if source == "heuristic":  # nothing tuned for this shape: the heuristic's tile and schedule (wgmma_plan)
-        return heuristic_matmul(a, b, backend=backend, mma=mma, out_dtype=out_dtype)
+        return lambda a, b: heuristic_matmul(a, b, backend=backend, mma=mma, out_dtype=out_dtype)
     out_dtype, out = output_dtype(a, out_dtype)
     key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
     kernel = _COMPILED.get(key)
@@ -238,9 +251,12 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
         target = "sm_90a" if mma == "wgmma" else None
         gemm = make_gemm(**_fixed(dtype, mma), waves=waves, out_dtype=out)
         kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-    kernel(a, b, c)
-    return c
+
+    def run(a, b):
+        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
+        kernel(a, b, c)
+        return c
+    return run
 
 
 def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
