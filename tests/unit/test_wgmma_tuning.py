@@ -94,3 +94,16 @@ def test_wgmma_tuning_cache_dispatch_from_a_folder(tmp_path, monkeypatch) -> Non
     assert source == "heuristic" and (subs, waves) == gm.wgmma_config(*other)
     assert tg.dispatch(*shape, wc.f16, mma="mma_sync", directory=folder)[2] == "heuristic"
     tg._DISPATCH.clear()
+
+
+@pytest.mark.parametrize("tile", gm._WGMMA_TILES, ids=lambda t: f"{t.bm}x{t.bn}-s{t.stages}")
+def test_every_plan_entry_passes_the_legality_filter(tile) -> None:
+    """``wgmma_plan``'s table only holds schedules the tuner's legality filter accepts on sm_90a (shared
+    memory of the stages under the cap, 64-row warpgroup tiles, copies that split among the threads),
+    with a warp-specialized loop's 2 or more stages."""
+    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], tile.waves, warp_specialize=tile.warp_specialize,
+                          persistent=tile.persistent)
+    subs = {"BLOCK_M": tile.bm, "BLOCK_N": tile.bn, "BLOCK_K": 64, "NUM_STAGES": tile.stages, "GROUP_M": 8}
+    ok, why = legal(kernel, subs, "sm_90a")
+    assert ok, why
+    assert tile.stages >= 2 and 0 < tile.rate <= 1
