@@ -6,8 +6,9 @@ cache); every timing is the median of do_bench after warm-up, on inputs larger t
     python benchmarks/attention_variants.py [--shapes 16x16x1024x128,4x32x4096x128]
         [--variants wgmma:128x128x2,wgmma:128x128x2:tma,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy]
 
-A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma]`` (no tile: the heuristic's; heavy: causal
-query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only).
+A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma][:e]`` (no tile: the heuristic's; heavy: causal
+query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only; e: O stored
+after one bounds test per thread, ``split_epilogue``).
 Prints one TFLOP/s table and the geomean of each variant over Triton.
 """
 
@@ -20,24 +21,25 @@ import sys
 
 
 def parse_variant(text: str) -> tuple:
-    """(mma, config or None, heavy, async_copy) of ``mma[:tile][:heavy][:tma]``."""
+    """(mma, config or None, heavy, async_copy, split_epilogue) of ``mma[:tile][:heavy][:tma][:e]``."""
     parts = text.split(":")
     mma, cfg, heavy = parts[0], None, "heavy" in parts[1:]
     copy = "tma" if "tma" in parts[1:] else "auto"
-    tiles = [p for p in parts[1:] if p not in ("heavy", "tma")]
+    tiles = [p for p in parts[1:] if p not in ("heavy", "tma", "e")]
     if tiles:
         cfg = tuple(int(x) for x in tiles[0].split("x"))
-    return mma, cfg, heavy, copy
+    return mma, cfg, heavy, copy, "e" in parts[1:]
 
 
 def _kernel(variant: str, causal: bool, d: int, seq_q: int):
     import wavec as wc
     from wavec.kernels.attention import TARGET, attention_config, make_attention
 
-    mma, cfg, heavy, copy = parse_variant(variant)
+    mma, cfg, heavy, copy, split = parse_variant(variant)
     subs, waves = attention_config(d, seq_q, cfg, mma)
     return wc.compile(make_attention(wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal,
-                                     async_copy=copy), subs, target=TARGET[mma], backend="cuda")
+                                     async_copy=copy, split_epilogue=split), subs, target=TARGET[mma],
+                      backend="cuda")
 
 
 def _compile(job: tuple) -> str:

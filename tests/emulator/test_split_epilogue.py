@@ -61,3 +61,38 @@ def test_split_epilogue_matches_torch(dtype, cfg) -> None:
 def test_split_epilogue_is_a_bool() -> None:
     with pytest.raises(ConstraintError, match="split_epilogue"):
         wc.SchedulingConstraint(split_epilogue="yes")
+
+
+# (layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, waves), mma): Sq not a multiple of
+# BLOCK_M, so full and ragged query tiles in one launch
+ATTENTION = [
+    ("bhsd", wc.f16, False, (1, 2, 2, 100, 72, 64), (64, 32, 1), "wgmma"),
+    ("bshd", wc.bf16, True, (1, 2, 1, 130, 130, 128), (128, 64, 2), "wgmma"),
+    ("bhsd", wc.f16, True, (1, 2, 1, 70, 70, 64), (32, 32, 2), "mma_sync"),
+]
+
+
+@pytest.mark.parametrize("layout,dtype,causal,shape,cfg,mma", ATTENTION,
+                         ids=[f"{c[5]}-{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}" for c in ATTENTION])
+def test_split_epilogue_attention(layout, dtype, causal, shape, cfg, mma) -> None:
+    """The attention kernel's O store with ``split_epilogue``: every element written, within the dtype's
+    tolerance of SDPA in f32, no write past O (a guard band after it)."""
+    from test_attention import TOL, _inputs, _reference, _to_layout
+
+    from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
+
+    b, h, kvh, sq, skv, d = shape
+    bm, bn, waves = cfg
+    kernel = wc.compile(make_attention(dtype, layout, causal, waves, mma=mma, split_epilogue=True),
+                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator",
+                        target="sm_90a" if mma == "wgmma" else "sm_90", cache=False)
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
+    ref = _reference(q, k, v, causal)
+    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
+    buf = torch.full((qo.numel() + 256,), float("nan"), dtype=qo.dtype)  # O, then a guard band
+    out = buf[:qo.numel()].view(qo.shape)
+    kernel(qo, ko, vo, out, d ** -0.5)
+    assert buf[qo.numel():].isnan().all(), "wrote past the end of O"
+    out = out if layout == "bhsd" else out.transpose(1, 2)
+    assert not out.isnan().any(), "some output elements were not written"
+    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])

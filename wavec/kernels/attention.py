@@ -46,14 +46,15 @@ TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
 def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False,
-                          async_copy: str = "auto") -> list:
+                          async_copy: str = "auto", split_epilogue: bool = False) -> list:
     """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
     ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
     wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
     shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
     last first (causal: the tiles with the most keys start first, the light ones fill the tail).
     ``async_copy`` (``SchedulingConstraint``): "auto" keeps K/V on ``cp.async``; "tma" loads them with
-    TMA boxes on mbarriers (wgmma, sm_90a; ``docs/attention.md``, "TMA for K and V")."""
+    TMA boxes on mbarriers (wgmma, sm_90a; ``docs/attention.md``, "TMA for K and V").  ``split_epilogue``:
+    O's store tests each thread's furthest row once instead of every run (``SchedulingConstraint``)."""
     if mma not in MMA_CHOICES:
         raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
     return [
@@ -64,16 +65,19 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", h
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
         wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first, async_copy=async_copy),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first, async_copy=async_copy,
+                                split_epilogue=split_epilogue),
     ]
 
 
 def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
-                   mma: str = "mma_sync", heavy_first: bool | None = None, async_copy: str = "auto") -> wc.WaveKernel:
+                   mma: str = "mma_sync", heavy_first: bool | None = None, async_copy: str = "auto",
+                   split_epilogue: bool = False) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
     picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
     ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
-    are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``)."""
+    are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``); ``split_epilogue``: one bounds test
+    per thread before O's stores (not yet timed on a GPU, off)."""
     heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -86,7 +90,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
         split, stop = whole, None
 
-    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy))
+    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue))
     def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
         c = scale * LOG2E
