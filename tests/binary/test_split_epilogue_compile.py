@@ -14,7 +14,6 @@ from wavec.kernels import gemm as gm
 pytest.importorskip("iree.compiler")
 
 
-
 def _ptx(split: bool) -> str:
     kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, out_dtype=wc.f16, persistent=True,
                           split_epilogue=split)
