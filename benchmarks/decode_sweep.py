@@ -75,11 +75,13 @@ def main() -> None:
         for name, kw in variants:
             if kw is None:
                 fn, t = (lambda x, y: torch.matmul(x, y.T)), t_cublas
+                err = ((fn(a, b).double() - ref).norm() / ref.norm()).item()
             else:
                 def fn(x, y, kw=kw):
                     return gm.matmul(x, y, out_dtype=tdt, **kw)
+                # compile before timing and check the result once
+                err = ((fn(a, b).double() - ref).norm() / ref.norm()).item()
                 t = time_rotating(fn, sets)
-            err = ((fn(a, b).double() - ref).norm() / ref.norm()).item()
             rate = nbytes / (t * 1e-3)
             print(f"  {name:24s} {t * 1e3:8.1f} {rate / 1e12:6.2f} {rate / bw:7.3f} {t_cublas / t:8.3f} {err:8.1e}")
             rows.append({"M": m, "N": n, "K": k, "dtype": args.dtype, "variant": name, "us": t * 1e3,

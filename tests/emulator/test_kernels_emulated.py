@@ -173,6 +173,10 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
         assert len(decided) == expect
     gm.matmul(a, b, backend="emulator", out_dtype=torch.float16)
     assert len(decided) == 3
+    config = gm.gemm_config(130, 136, 96)  # an explicit tile decides once too
+    for _ in range(2):
+        gm.matmul(a, b, backend="emulator", config=config)
+    assert len(decided) == 4
     with pytest.raises(wc.WavecError, match="split must be"):
         gm.matmul(a, b, backend="emulator", split=[2])
 

@@ -321,16 +321,15 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     ``config = (subs, waves)`` overrides the tile (benchmarks)."""
     if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
         raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
-    key = None
-    if config is None:  # the host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us)
-        key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, mma, async_copy, warp_specialize,
-               out_dtype, split, persistent)
-        run = _DISPATCH.get(key)
-        if run is not None:
-            return run(a, b)
-    run = _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config)
-    if key is not None:
-        _DISPATCH[key] = run
+    # The host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us).  A config's
+    # substitutions key by their symbols, whose hashes sympy caches (printing them is what costs).
+    cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
+    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, mma, async_copy, warp_specialize,
+           out_dtype, split, persistent, cfg)
+    run = _DISPATCH.get(key)
+    if run is None:
+        run = _DISPATCH[key] = _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split,
+                                              persistent, config)
     return run(a, b)
 
 
