@@ -56,12 +56,17 @@ def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
     return {d: test(d) for d in access.meta.get("mask_dims", ())}
 
 
-def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
-    """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
+def _all(conds) -> ir.Value | None:
+    """The conjunction of i1 values (None for none)."""
     cond = None
-    for c in dim_bounds(fb, access, coords).values():
+    for c in conds:
         cond = c if cond is None else arith.andi(cond, c)
     return cond
+
+
+def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
+    """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
+    return _all(dim_bounds(fb, access, coords).values())
 
 
 def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType,
@@ -80,14 +85,18 @@ def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dic
 
 def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value,
                   align: int) -> None:
-    idx = mem_indices(fb, access, mem, coords)
-    cond = in_bounds(fb, access, mem, coords)
+    _store_if(fb.values[mem], mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), value,
+              align)
+
+
+def _store_if(memref_value: ir.Value, idx: list, cond: ir.Value | None, value: ir.Value, align: int) -> None:
+    """``vector.store`` under ``cond`` (unconditionally when None)."""
     if cond is None:
-        vector.store(value, fb.values[mem], idx, alignment=align)
+        vector.store(value, memref_value, idx, alignment=align)
         return
     branch = scf.IfOp(cond)
     with ir.InsertionPoint(branch.then_block):
-        vector.store(value, fb.values[mem], idx, alignment=align)
+        vector.store(value, memref_value, idx, alignment=align)
         scf.yield_([])
 
 
@@ -183,14 +192,11 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     branch = scf.IfOp(in_bounds(fb, node, mem_node, furthest), has_else=True)
     with ir.InsertionPoint(branch.then_block):
         for piece, idx, _cond, align in stores:
-            vector.store(piece, fb.values[mem_node], idx, alignment=align)
+            _store_if(fb.values[mem_node], idx, None, piece, align)
         scf.yield_([])
     with ir.InsertionPoint(branch.else_block):
         for piece, idx, cond, align in stores:
-            guard = scf.IfOp(cond)
-            with ir.InsertionPoint(guard.then_block):
-                vector.store(piece, fb.values[mem_node], idx, alignment=align)
-                scf.yield_([])
+            _store_if(fb.values[mem_node], idx, cond, piece, align)
         scf.yield_([])
 
 
@@ -239,9 +245,7 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
                               (coords[d], fb.cs.resolve(d)),
                               lambda d=d, i=i, b=bounds: arith.select(b[d], i, fb.index(0))) if d in bounds else i
                    for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
-        cond = None
-        for c in bounds.values():
-            cond = c if cond is None else arith.andi(cond, c)
+        cond = _all(bounds.values())
         src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
         op = ir.Operation.create(
             "nvgpu.device_async_copy", results=[token],

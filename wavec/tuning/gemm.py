@@ -235,7 +235,7 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     """``matmul``'s decision for a's and b's dtypes and shapes: ``run(a, b) -> c``."""
     import torch
 
-    from ..kernels.gemm import make_gemm, output_dtype
+    from ..kernels.gemm import make_gemm, output_dtype, output_runner
     from ..kernels.gemm import matmul as heuristic_matmul
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
@@ -251,12 +251,7 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
         target = "sm_90a" if mma == "wgmma" else None
         gemm = make_gemm(**_fixed(dtype, mma), waves=waves, out_dtype=out)
         kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
-
-    def run(a, b):
-        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-        kernel(a, b, c)
-        return c
-    return run
+    return output_runner(kernel, out_dtype)
 
 
 def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
