@@ -39,11 +39,14 @@ def _to_layout(x, layout):
 
 
 def check_attention(kernel, layout, dtype, q, k, v, ref) -> None:
-    """Run ``kernel`` on q, k, v (given as BHSD) in ``layout`` with a NaN-prefilled output, check every
-    element was written and the result matches ``ref`` within the dtype's tolerance."""
+    """Run ``kernel`` on q, k, v (given as BHSD) in ``layout`` with a NaN-prefilled output followed by a
+    NaN guard band, check nothing was written past the output, every element was written and the result
+    matches ``ref`` within the dtype's tolerance."""
     qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
-    out = torch.full_like(qo, float("nan"))
+    buf = torch.full((qo.numel() + 256,), float("nan"), dtype=qo.dtype)
+    out = buf[:qo.numel()].view(qo.shape)
     kernel(qo, ko, vo, out, 1.0 / math.sqrt(q.shape[-1]))
+    assert buf[qo.numel():].isnan().all(), "wrote past the end of the output"
     out = out if layout == "bhsd" else out.transpose(1, 2)
     assert not out.isnan().any(), "some output elements were not written"
     torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
@@ -155,6 +158,14 @@ WGMMA_CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLO
 ]
 
 
+def compile_wgmma(dtype, layout, causal, d, cfg, async_copy="auto"):
+    """The wgmma attention kernel on the emulator for ``cfg = (BLOCK_M, BLOCK_N, warpgroups)``, 2 stages."""
+    bm, bn, groups = cfg
+    return wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma", async_copy=async_copy),
+                      {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
+                      cache=False)
+
+
 @pytest.mark.parametrize("layout,dtype,causal,shape,cfg", WGMMA_CASES,
                          ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
                               f"-{'x'.join(map(str, c[4]))}" for c in WGMMA_CASES])
@@ -162,20 +173,12 @@ def test_wgmma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
     ref = _reference(q, k, v, causal)
-    bm, bn, groups = cfg
-    kernel = wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma"),
-                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
-                        cache=False)
+    kernel = compile_wgmma(dtype, layout, causal, d, cfg)
     mlir = kernel.artifact.mlir
     assert "nvgpu.mma.sync" not in mlir and "nvgpu.ldmatrix" not in mlir
     # QKᵀ with Q and P·V with P in registers: the register-A form (inline PTX) of wgmma, both
     assert "wgmma.mma_async.sync.aligned" in mlir and "nvvm.wgmma.mma_async" not in mlir
-    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
-    out = torch.full_like(qo, float("nan"))
-    kernel(qo, ko, vo, out, 1.0 / math.sqrt(d))
-    out = out if layout == "bhsd" else out.transpose(1, 2)
-    assert not out.isnan().any(), "some output elements were not written"
-    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+    check_attention(kernel, layout, dtype, q, k, v, ref)
 
 
 def test_wgmma_attention_api() -> None:

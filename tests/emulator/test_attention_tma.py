@@ -10,11 +10,10 @@ Outputs start as NaN: every element must be written.
 from __future__ import annotations
 
 import pytest
-from test_attention import _inputs, _reference, check_attention
+from test_attention import _inputs, _reference, check_attention, compile_wgmma
 
 import wavec as wc
 from wavec.errors import ConstraintError
-from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
 
 CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, warpgroups)
     ("bhsd", wc.f16, False, (1, 2, 2, 40, 72, 64), (64, 32, 1)),
@@ -24,10 +23,7 @@ CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, 
 
 
 def _compile(dtype, layout, causal, d, cfg, async_copy="tma"):
-    bm, bn, groups = cfg
-    return wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma", async_copy=async_copy),
-                      {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
-                      cache=False)
+    return compile_wgmma(dtype, layout, causal, d, cfg, async_copy)
 
 
 @pytest.mark.parametrize("layout,dtype,causal,shape,cfg", CASES,

@@ -77,7 +77,7 @@ ATTENTION = [
 def test_split_epilogue_attention(layout, dtype, causal, shape, cfg, mma) -> None:
     """The attention kernel's O store with ``split_epilogue``: every element written, within the dtype's
     tolerance of SDPA in f32, no write past O (a guard band after it)."""
-    from test_attention import TOL, _inputs, _reference, _to_layout
+    from test_attention import _inputs, _reference, check_attention
 
     from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
 
@@ -87,12 +87,4 @@ def test_split_epilogue_attention(layout, dtype, causal, shape, cfg, mma) -> Non
                         {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator",
                         target="sm_90a" if mma == "wgmma" else "sm_90", cache=False)
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
-    ref = _reference(q, k, v, causal)
-    qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
-    buf = torch.full((qo.numel() + 256,), float("nan"), dtype=qo.dtype)  # O, then a guard band
-    out = buf[:qo.numel()].view(qo.shape)
-    kernel(qo, ko, vo, out, d ** -0.5)
-    assert buf[qo.numel():].isnan().all(), "wrote past the end of O"
-    out = out if layout == "bhsd" else out.transpose(1, 2)
-    assert not out.isnan().any(), "some output elements were not written"
-    torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+    check_attention(kernel, layout, dtype, q, k, v, _reference(q, k, v, causal))  # with a guard band after O
