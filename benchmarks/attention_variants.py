@@ -36,7 +36,7 @@ def _kernel(variant: str, causal: bool, d: int, seq_q: int):
     from wavec.kernels.attention import TARGET, attention_config, make_attention
 
     mma, cfg, heavy, copy, split = parse_variant(variant)
-    subs, waves = attention_config(d, seq_q, cfg, mma)
+    subs, waves = attention_config(d, seq_q, cfg, mma, causal)
     return wc.compile(make_attention(wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal,
                                      async_copy=copy, split_epilogue=split), subs, target=TARGET[mma],
                       backend="cuda")
@@ -59,7 +59,7 @@ def main() -> int:
     from triton.testing import do_bench
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from triton_attention import triton_attention
+    from triton_attention import _attention_fwd, triton_attention
 
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     variants = args.variants.split(",")
@@ -101,8 +101,11 @@ def main() -> int:
             row["triton"] = timed(lambda q, k, v: triton_attention(q, k, v, causal))
             for v in variants + ["flash"]:
                 ratios[v].append(row[v] / row["triton"])
+            cfg = _attention_fwd.best_config  # what Triton's autotuner picked for this shape
             print(f"{b}x{h}x{s}x{d} {'causal' if causal else 'full  '} | "
-                  + " | ".join(f"{row[v]:6.1f}" for v in variants + ["flash", "triton"]), flush=True)
+                  + " | ".join(f"{row[v]:6.1f}" for v in variants + ["flash", "triton"])
+                  + f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}",
+                  flush=True)
     print("geomean over Triton: " + ", ".join(
         f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items()))
     return 0

@@ -125,7 +125,7 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: 
     split = f" split={splitk_config(m, n, k)[2]}" if m <= 16 else ""  # matmul's split-K for decode shapes
     if mma == "wgmma" and m > 16 and copy == "auto":  # the schedule flags matmul takes from wgmma_plan
         plan = wgmma_plan(m, n, k)
-        split += " ws" * plan.warp_specialize + " persistent" * plan.persistent
+        split += " ws" * plan.warp_specialize + " persistent" * plan.persistent + " split-epi" * plan.split_epilogue
     row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
            "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
            "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,

@@ -32,7 +32,8 @@ def main() -> int:
             a = torch.randn(m, k, device="cuda", dtype=dt)
             b = torch.randn(n, k, device="cuda", dtype=dt)
             gemm = gm.make_gemm(WC_DT[dt], mma_type=gm.WGMMA_FOR_DTYPE[WC_DT[dt].name], waves=plan.waves,
-                                warp_specialize=plan.warp_specialize, persistent=plan.persistent)
+                                warp_specialize=plan.warp_specialize, persistent=plan.persistent,
+                                split_epilogue=plan.split_epilogue)
             kernel = wc.compile(gemm, plan.subs, backend="cuda", target="sm_90a")
             c = torch.full((m, n), float("nan"), device="cuda")
             kernel(a, b, c)

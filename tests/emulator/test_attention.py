@@ -193,6 +193,32 @@ def test_wgmma_attention_api() -> None:
     assert make_attention(mma="wgmma").fn.__code__.co_code == make_attention().fn.__code__.co_code
 
 
+def test_wgmma_short_causal_rule() -> None:
+    """wgmma, d128, causal, queries <= 1024: one-warpgroup 64x64 tiles (two workgroups per SM); longer or
+    non-causal: 128x128 over two warpgroups.  ``attention()`` runs the short-causal tile with the split
+    epilogue (``SPLIT_EPILOGUE``) and matches SDPA on a ragged length; every output element is written."""
+    from wavec.kernels import attention as at
+
+    def tile(sq, causal, d=128):
+        subs, groups = at.attention_config(d, sq, mma="wgmma", causal=causal)
+        return subs[BLOCK_M], subs[BLOCK_N], groups
+
+    assert tile(1024, True) == (64, 64, 1) and tile(200, True) == (64, 64, 1)
+    assert tile(1025, True) == tile(200, False) == tile(4096, True) == (128, 128, 2)
+    assert tile(64, True) == (64, 128, 1)  # decode / one tile of queries: the short table first
+    assert tile(512, True, d=64) == (128, 128, 2)  # measured at d128 only
+    assert at.attention_config(128, 512, mma="mma_sync", causal=True) == at.attention_config(128, 512)
+    q, k, v = _inputs(1, 2, 1, 200, 200, 128, wc.f16)
+    at._COMPILED.clear()
+    out = attention(q, k, v, causal=True, backend="emulator", mma="wgmma")
+    torch.testing.assert_close(out.float(), _reference(q, k, v, True), rtol=2e-3, atol=2e-3)
+    (key,) = at._COMPILED
+    assert ("BLOCK_M", 64) in key[3] and ("BLOCK_N", 64) in key[3] and key[4] == 1
+    # the split epilogue: the unguarded copy of every store beside the guarded one
+    assert next(iter(at._COMPILED.values())).artifact.mlir.count("vector.store") > \
+        compile_wgmma(wc.f16, "bhsd", True, 128, (64, 64, 1)).artifact.mlir.count("vector.store")
+
+
 @pytest.mark.parametrize("mma,cfg", [("mma_sync", (64, 32, 2)), ("wgmma", (64, 64, 1))])
 def test_heavy_first_launch_order(mma, cfg) -> None:
     """``heavy_first`` (SchedulingConstraint.reverse_axis0): the query tiles launch last first; every tile

@@ -101,10 +101,11 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
     subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
     plan = gm.wgmma_plan(m, n, 64)
-    ws, persistent = (plan.warp_specialize, plan.persistent) if tile else (False, False)
+    ws, persistent, split = (plan.warp_specialize, plan.persistent, plan.split_epilogue) if tile else (False,) * 3
     assert ws or not tile  # 64x64 tiles: with a producer warpgroup
+    assert split or not tile  # wgmma tiles store C after one bounds test per thread
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent)  # async_copy, WS, C dtype, persistent
+           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent, split)  # copies, WS, C, grid, epilogue
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)

@@ -77,7 +77,7 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
     picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
     ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
     are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``); ``split_epilogue``: one bounds test
-    per thread before O's stores (not yet timed on a GPU, off)."""
+    per thread before O's stores (``attention()`` turns it on for wgmma: ``SPLIT_EPILOGUE``)."""
     heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
@@ -144,6 +144,17 @@ _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 WGMMA_CONFIGS = {128: [(128, 128, 2), (128, 64, 2), (128, 128, 2, 3)], 64: [(128, 128, 2), (128, 64, 2),
                                                                           (128, 128, 2, 3)]}
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
+# Causal d128 with queries <= 1024 (wgmma): one 64-row warpgroup per workgroup, 64-key tiles.  The query
+# tiles below the diagonal are short (a 512-query causal tile of 128 rows runs 1-4 key tiles), so the
+# per-workgroup prologue (Q, the first K/V tile) and the O store weigh; at 220 registers and 64 KB of
+# shared memory two such workgroups share an SM and hide each other's.  H100, f16 (benchmarks/results/
+# attention_h100/short_tiles.log): 512 causal 191 against 173 TFLOP/s for 128x128x2, 1024 causal 252-270
+# against 244-261; from 2048 queries, and without the causal mask at any length, 128x128x2 is faster.
+_WGMMA_SHORT_CAUSAL = {128: (1024, (64, 64, 1))}
+# O's store after one bounds test per thread (``SchedulingConstraint.split_epilogue``): wgmma d128 on an
+# H100, 10 shapes 512-4096 causal and not, 0.944 -> 0.965 of Triton (geomean; benchmarks/results/
+# attention_h100/short_tiles.log); mma.sync not timed, kept off.
+SPLIT_EPILOGUE = {"mma_sync": False, "wgmma": True}
 DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
 
 
@@ -159,14 +170,17 @@ def default_mma(q, backend: str | None = None) -> str:
 
 
 def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None,
-                     mma: str = "mma_sync") -> tuple[dict, int]:
+                     mma: str = "mma_sync", causal: bool = False) -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
     else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
-    warpgroups), or a smaller tile when the queries fit in it."""
+    warpgroups), or a smaller tile when the queries fit in it (wgmma, causal: ``_WGMMA_SHORT_CAUSAL``)."""
     if config is None:
         hd = 128 if head_dim > 64 else 64
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
+        rows, tile = _WGMMA_SHORT_CAUSAL.get(hd, (0, None))
+        if not short and mma == "wgmma" and causal and seq_q is not None and seq_q <= rows:
+            short = [tile]
         config = short[0] if short else configs[hd][0]
     bm, bn, waves, *stages = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
@@ -181,7 +195,9 @@ def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: s
            async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy),
+        split = SPLIT_EPILOGUE[mma]
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy,
+                                                            split_epilogue=split),
                                              subs, backend=backend, target=TARGET[mma])
     return kernel
 
@@ -218,7 +234,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     if q.shape[h_ax] % k.shape[h_ax]:
         raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
                             f"{k.shape[h_ax]} key/value heads")
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma)
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal)
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy)
     o = torch.empty_like(q)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))

@@ -246,12 +246,13 @@ _WGMMA_TILES = [
 
 @dataclass(frozen=True, slots=True)
 class WgmmaPlan:
-    """``wgmma_plan``'s choice: the substitutions and waves of ``make_gemm`` and its two schedule flags."""
+    """``wgmma_plan``'s choice: the substitutions and waves of ``make_gemm`` and its schedule flags."""
 
     subs: dict
     waves: tuple[int, int]
     warp_specialize: bool
     persistent: bool
+    split_epilogue: bool = True
 
 
 def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
@@ -269,7 +270,11 @@ def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
     t = min(tiles, key=cost)
     stages = max(2, min(t.stages, -(-k // 64)))
     subs = {BLOCK_M: t.bm, BLOCK_N: t.bn, BLOCK_K: 64, NUM_STAGES: stages, GROUP_M: 8}
-    return WgmmaPlan(subs, t.waves, t.warp_specialize, t.persistent)
+    # The split epilogue (one bounds test per thread before C's stores) was never slower on an H100: 3
+    # rounds, 128x256 persistent 0.68 -> 0.71 of cuBLAS at 8192x8192x1024, 0.63 -> 0.65 at 2048x8192x1024,
+    # 0.88 -> 0.89 at 4096^3, equal at 8192^3; warp-specialized tiles equal (benchmarks/results/
+    # wgmma_tiles_h100/split_epilogue.log).
+    return WgmmaPlan(subs, t.waves, t.warp_specialize, t.persistent, split_epilogue=True)
 
 
 def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
@@ -364,9 +369,9 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
         warp_specialize = plan.warp_specialize and planned if warp_specialize is None else warp_specialize
         persistent = plan.persistent and planned if persistent is None else persistent
         subs, waves = config or (plan.subs, plan.waves)
-        split = 1
+        split, split_epilogue = 1, plan.split_epilogue  # the store's form, independent of tile and copies
     else:
-        warp_specialize, persistent = bool(warp_specialize), bool(persistent)
+        warp_specialize, persistent, split_epilogue = bool(warp_specialize), bool(persistent), False
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
         subs, waves, rule = splitk_config(m, n, k)
         subs, waves = config or (subs, waves)
@@ -375,10 +380,11 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
     if split > 1:
         return _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
                               sub_key)
-    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent),
+    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent,
+                      split_epilogue),
                      lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
                                                   warp_specialize=warp_specialize, out_dtype=out,
-                                                  persistent=persistent), subs,
+                                                  persistent=persistent, split_epilogue=split_epilogue), subs,
                                         backend=backend, target=target))
     return output_runner(kernel, out_dtype)
 
