@@ -3,24 +3,35 @@
 For a configuration with ``slots = sms * ctas_per_sm`` resident workgroups and a launch of ``ctas``
 workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / BLOCK_K)``)::
 
-    t = c0 + c1 * waves + work * (c2 * waves + c3 * ctas + c4 * sub + c5 * sm_waves + c6 * perimeter)
+    t = c0 + c1 * waves + work * (c2 * rounds + c3 * ctas + c4 * sub + c5 * sm_waves + c6 * perimeter)
 
-    waves     = ceil(ctas / slots)              sub      = (ctas mod slots) / slots  (fill of a partial last wave)
+    waves     = ceil(ctas / slots)              sub       = (ctas mod slots) / slots  (fill of a partial last wave)
     sm_waves  = ceil(ctas / sms)                perimeter = sum_i grid_i * tile_i / 1024
+    rounds    = sum over the waves of max(knee, fill of the wave)   (knee = 1: rounds = waves)
 
 ``c0`` is launch/startup; ``c1`` the fixed part of a wave (prologue, epilogue); ``c2`` one K step of a
-wave (latency-bound: a lone CTA costs this); ``c3`` one K step of each extra CTA (bandwidth that all CTAs
-share); ``c4`` what a partial last wave's fill adds; ``c5`` one K step per CTA queued on the busiest SM
+full wave.  A wave filled below ``knee`` costs as much per K step as one filled to the knee: below it
+each CTA runs at its own latency-bound pace (a lone CTA is never faster than that), above it the step
+grows with the CTAs that share L2/HBM bandwidth.  ``c5`` is one K step per CTA queued on the busiest SM
 (co-resident CTAs share its tensor cores, so a grid of 1.5 SMs' worth runs at 2 per SM on most SMs);
 ``c6`` one K step of the grid's compulsory traffic: each grid row reads its A panel and each column its B
-panel once (``grid_m * BLOCK_M + grid_n * BLOCK_N`` rows of BLOCK_K), which decides small-M GEMMs
-whose operands stream from HBM.  Every coefficient is a cost, so all are fitted non-negative
-(Lawson-Hanson NNLS on relative error): a free fit on a couple of dozen shapes trades a negative term for
-a large positive one and predicts nonsense (negative times) for the under-filled grids it never saw.
+panel once (``grid_m * BLOCK_M + grid_n * BLOCK_N`` rows of BLOCK_K), which decides small-M GEMMs whose
+operands stream from HBM.  ``c3`` (per CTA) and ``c4`` (sub-wave) belong to the earlier form and are 0
+in what ``fit_config`` fits: in many-wave grids ``ctas`` is ``waves * slots``, so a fit could move the
+per-wave latency onto a per-CTA bandwidth term at no cost and then predicted an under-filled grid from
+that ramp (20 CTAs of 128x64 at half the time they take on an H100); they stay for stored models.
 
-``fit`` solves them from at most 25 profiled shapes; ``CostModel.choose`` is plain Python arithmetic over
-precomputed tuples, fast enough to pick a configuration on the host at dispatch time, and to prune an
-autotuning search to the configurations the model ranks best.
+``fit_config`` fits one configuration from at most 25 profiled shapes: for each knee of ``KNEES``
+non-negative least squares (Lawson-Hanson NNLS, relative error) on the five terms; the largest knee
+whose residual is within ``KNEE_TOL`` of the least (the latency-bound reading unless the data clearly
+says otherwise); then once more without the shapes it misses by more than ``OUTLIER`` (at most
+``MAX_DROP`` of them: a power or clock glitch in one timing otherwise decides a coefficient).  Every
+coefficient is a cost, so all are non-negative: a free fit on a couple of dozen shapes trades a negative
+term for a large positive one and predicts nonsense for the grids it never saw.
+
+``CostModel.choose`` is plain Python arithmetic over precomputed tuples, fast enough to pick a
+configuration on the host at dispatch time, and to prune an autotuning search to the configurations the
+model ranks best.
 """
 
 from __future__ import annotations
@@ -30,15 +41,27 @@ from dataclasses import dataclass, field
 
 MAX_POINTS = 25
 N_COEF = 7
-TERMS = ("startup", "wave", "wave*k", "cta*k", "subwave*k", "sm_wave*k", "perimeter*k")
+TERMS = ("startup", "wave", "round*k", "cta*k", "subwave*k", "sm_wave*k", "perimeter*k")
+FITTED = (0, 1, 2, 5, 6)  # the terms fit_config fits; cta*k and subwave*k stay 0 (see the module docstring)
+KNEES = (0.25, 0.5, 1.0)  # fill of a wave below which a K step costs as much as at the knee
+KNEE_TOL = 1.25  # a smaller knee only when it cuts the squared relative residual by more than this factor
+OUTLIER = 0.2  # relative residual beyond which a fit shape is taken for a measuring glitch
+MAX_DROP = 0.15  # at most this fraction of the fit shapes is dropped as glitches (at least one may be)
+
+
+def rounds(ctas: int, slots: int, knee: float = 1.0) -> float:
+    """Sum over the launch's waves of max(knee, fill of the wave): ``waves`` when ``knee`` is 1."""
+    full, rem = divmod(ctas, slots)
+    return full * max(knee, 1.0) + (max(knee, rem / slots) if rem else 0.0)
 
 
 def features(ctas: int, slots: int, work: float = 1.0, sms: int | None = None,
-             perimeter: float = 0.0) -> tuple[float, ...]:
+             perimeter: float = 0.0, knee: float = 1.0) -> tuple[float, ...]:
     """The model's regressors for one launch (``sms`` defaults to ``slots``: one CTA per SM)."""
     sms = sms or slots
     waves = -(-ctas // slots)
-    return (1.0, float(waves), work * waves, work * ctas, work * (ctas % slots) / slots,
+    r = waves if knee == 1.0 else rounds(ctas, slots, knee)
+    return (1.0, float(waves), work * r, work * ctas, work * (ctas % slots) / slots,
             work * -(-ctas // sms), work * perimeter)
 
 
@@ -80,31 +103,74 @@ def nnls(a, y, max_iter: int = 200):
     return x
 
 
-def fit(rows, max_points: int = MAX_POINTS) -> tuple[float, ...]:
-    """Coefficients from ``rows = [(features(...), seconds), ...]``, all non-negative.
-
-    At most ``max_points`` rows are used (evenly spread over the list when there are more).  Each row is
-    weighted by 1 / seconds (relative error: a 10 µs decode launch counts as much as a 10 ms prefill) and
-    each column scaled to unit maximum, so NNLS's tolerance means the same for every term."""
-    import numpy as np
-
+def _spread(rows, max_points: int) -> list:
+    """At most ``max_points`` of ``rows``, evenly spread over the list."""
     pts = list(rows)
     if not pts:
         raise ValueError("fit needs at least one point")
     if len(pts) > max_points:
         step = len(pts) / max_points
         pts = [pts[int(i * step)] for i in range(max_points)]
+    return pts
+
+
+def _solve(pts) -> tuple[tuple[float, ...], float]:
+    """(NNLS coefficients, squared relative residual) of ``[(features, seconds), ...]``.  Each row is
+    weighted by 1 / seconds (relative error: a 10 µs decode launch counts as much as a 10 ms prefill) and
+    each column scaled to unit maximum, so NNLS's tolerance means the same for every term."""
+    import numpy as np
+
     a = np.array([f for f, _t in pts], dtype=float)
     y = np.array([t for _f, t in pts], dtype=float)
     w = 1.0 / np.where(y > 0, y, 1.0)
     a, y = a * w[:, None], y * w
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    return tuple(float(c) for c in nnls(a / scale, y) / scale)
+    x = nnls(a / scale, y)
+    return tuple(float(c) for c in x / scale), float(np.sum((a @ (x / scale) - y) ** 2))
 
 
-def predict(coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0) -> float:
-    return sum(c * f for c, f in zip(coef, features(ctas, slots, work, sms, perimeter)))
+def fit(rows, max_points: int = MAX_POINTS) -> tuple[float, ...]:
+    """Coefficients from ``rows = [(features(...), seconds), ...]``, all non-negative (every column of the
+    features is fitted; at most ``max_points`` rows, evenly spread over the list when there are more)."""
+    return _solve(_spread(rows, max_points))[0]
+
+
+def _fit_knees(launches, knees) -> tuple[float, tuple[float, ...], float]:
+    """(knee, 7 coefficients, residual): per knee an NNLS over the ``FITTED`` terms; the largest knee whose
+    residual is within ``KNEE_TOL`` of the least (a lone CTA's latency-bound step unless the data clearly
+    shows a bandwidth ramp below the full wave)."""
+    sols = []
+    for knee in knees:
+        rows = [([features(ctas, slots, work, sms, per, knee)[j] for j in FITTED], t)
+                for (ctas, slots, work, sms, per), t in launches]
+        part, res = _solve(rows)
+        coef = [0.0] * N_COEF
+        for j, c in zip(FITTED, part):
+            coef[j] = c
+        sols.append((knee, tuple(coef), res))
+    least = min(r for _k, _c, r in sols)
+    return max((s for s in sols if s[2] <= KNEE_TOL * least), key=lambda s: s[0])
+
+
+def fit_config(launches, max_points: int = MAX_POINTS, knees=KNEES) -> tuple[float, tuple[float, ...]]:
+    """(knee, coefficients) of one configuration from ``launches = [((ctas, slots, work, sms, perimeter),
+    seconds), ...]`` (at most ``max_points`` used).  Refitted once without the launches missed by more than
+    ``OUTLIER`` (relative), at most ``MAX_DROP`` of them (at least one may go): a single glitched timing
+    (the H100 run timed one 20 µs launch at 219 µs) otherwise sets the startup term of a whole fit."""
+    pts = _spread(launches, max_points)
+    knee, coef, _res = _fit_knees(pts, knees)
+    miss = [abs(sum(c * f for c, f in zip(coef, features(*x, knee=knee))) - t) / t for x, t in pts]
+    worst = sorted(range(len(pts)), key=lambda i: -miss[i])[:max(1, int(MAX_DROP * len(pts)))]
+    drop = {i for i in worst if miss[i] > OUTLIER}
+    if drop and len(pts) - len(drop) >= 2:
+        knee, coef, _res = _fit_knees([p for i, p in enumerate(pts) if i not in drop], knees)
+    return knee, coef
+
+
+def predict(coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0,
+            knee: float = 1.0) -> float:
+    return sum(c * f for c, f in zip(coef, features(ctas, slots, work, sms, perimeter, knee)))
 
 
 def _widen(coef) -> tuple[float, ...]:
@@ -120,8 +186,10 @@ def _widen(coef) -> tuple[float, ...]:
 class ConfigModel:
     """A configuration's tiles and fitted coefficients.  ``tiles`` are the workgroup tiles along the
     launch grid's dimensions, ``loop_tile`` the reduction step (0: no reduction loop), ``sms`` the
-    device's SMs (0: ``slots``).  ``limits`` is the range of the first grid dimension the configuration
-    serves (e.g. 16-row GEMM tiles only for M <= 64): ``choose`` does not extrapolate beyond it."""
+    device's SMs (0: ``slots``), ``knee`` the wave fill below which a K step no longer gets cheaper
+    (``fit_config`` chooses it; 1: the ``waves`` term of the earlier form).  ``limits`` is the range of
+    the first grid dimension the configuration serves (e.g. 16-row GEMM tiles only for M <= 64): ``choose``
+    does not extrapolate beyond it."""
 
     name: str
     tiles: tuple[int, ...]
@@ -130,6 +198,7 @@ class ConfigModel:
     coef: tuple[float, ...] = (0.0,) * N_COEF
     limits: tuple[int, int] = (0, 1 << 62)
     sms: int = 0
+    knee: float = 1.0
 
     def __post_init__(self) -> None:
         self.coef = _widen(self.coef)
@@ -137,10 +206,14 @@ class ConfigModel:
     def serves(self, shape) -> bool:
         return self.limits[0] <= shape[0] <= self.limits[1]
 
-    def features(self, shape) -> tuple[float, ...]:
+    def launch(self, shape) -> tuple:
+        """``(ctas, slots, work, sms, perimeter)`` of a launch over ``shape`` (``fit_config``'s input)."""
         ctas, per = grid(shape, self.tiles)
         work = -(-shape[len(self.tiles)] // self.loop_tile) if self.loop_tile else 1
-        return features(ctas, self.slots, work, self.sms or self.slots, per)
+        return ctas, self.slots, work, self.sms or self.slots, per
+
+    def features(self, shape) -> tuple[float, ...]:
+        return features(*self.launch(shape), knee=self.knee)
 
 
 @dataclass
@@ -153,7 +226,15 @@ class CostModel:
     _compiled: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def add(self, cfg: ConfigModel, rows) -> None:
+        """Append ``cfg`` with coefficients fitted to ``rows = [(cfg.features(shape), seconds)]`` (every
+        term, at ``cfg.knee``).  ``fit_shapes`` is the fit that chooses the knee and drops glitches."""
         cfg.coef = fit(rows)
+        self.configs.append(cfg)
+        self.invalidate()
+
+    def fit_shapes(self, cfg: ConfigModel, times) -> None:
+        """Append ``cfg`` fitted (``fit_config``) to ``times = [(shape, seconds), ...]`` (≤ 25 used)."""
+        cfg.knee, cfg.coef = fit_config([(cfg.launch(shape), t) for shape, t in times])
         self.configs.append(cfg)
         self.invalidate()
 
@@ -174,7 +255,7 @@ class CostModel:
             groups: dict = {}
             for c in self.configs:
                 key = (c.tiles, c.loop_tile, c.slots, c.sms or c.slots, c.limits)
-                groups.setdefault(key, []).append((c, *c.coef))
+                groups.setdefault(key, []).append((c, c.knee, *c.coef))
             self._table = [(tiles, lt, slots, sms, lim[0], lim[1], tuple(members))
                            for (tiles, lt, slots, sms, lim), members in groups.items()]
             self._table_of = sig
@@ -207,25 +288,34 @@ class CostModel:
         for tiles, lt, slots, sms, lo, hi, members in self._groups():
             if limited and not lo <= shape[0] <= hi:
                 continue
-            feats = ConfigModel("", tiles, lt, slots, sms=sms).features(shape)
-            for cfg, *coef in members:
-                t = sum(c * f for c, f in zip(coef, feats))
+            launch = ConfigModel("", tiles, lt, slots, sms=sms).launch(shape)
+            for cfg, knee, *coef in members:
+                t = sum(c * f for c, f in zip(coef, features(*launch, knee=knee)))
                 if t < best_t:
                     best, best_t = cfg, t
         return best
 
     def to_json(self) -> list:
         return [{"name": c.name, "tiles": list(c.tiles), "loop_tile": c.loop_tile, "slots": c.slots,
-                 "sms": c.sms, "coef": list(c.coef), "limits": list(c.limits)} for c in self.configs]
+                 "sms": c.sms, "coef": list(c.coef), "limits": list(c.limits), "knee": c.knee} for c in self.configs]
 
     @classmethod
     def from_json(cls, data) -> CostModel:
         return cls([ConfigModel(d["name"], tuple(d["tiles"]), d["loop_tile"], d["slots"], _widen(d["coef"]),
-                                tuple(d.get("limits", (0, 1 << 62))), d.get("sms", 0)) for d in data])
+                                tuple(d.get("limits", (0, 1 << 62))), d.get("sms", 0), d.get("knee", 1.0))
+                    for d in data])
 
 
 def _term(coef: float, expr: str) -> str:
     return f" + {coef!r} * {expr}" if coef else ""
+
+
+def _rounds_expr(knee: float) -> str:
+    """``rounds(ctas, slots, knee)`` in the generated code's names (``full`` waves, ``sub`` the last's fill)."""
+    if knee == 1.0:
+        return "waves"
+    full = "full" if knee <= 1.0 else f"full * {knee!r}"
+    return f"({full} + (sub if sub > {knee!r} else {knee!r}) if sub else {full})"
 
 
 def _compile_gemm(groups: list) -> tuple:
@@ -248,12 +338,12 @@ def _compile_gemm(groups: list) -> tuple:
                       f"        per = (gm * {bm} + gn * {bn}) / 1024.0"]
             for (slots, sms), by_lt in by_slots.items():
                 lines.append(f"        waves = -(-ctas // {slots}); sub = (ctas % {slots}) / {slots}; "
-                             f"smw = -(-ctas // {sms})")
+                             f"smw = -(-ctas // {sms}); full = ctas // {slots}")
                 for lt, members in by_lt.items():
                     lines.append(f"        w = {f'-(-k // {lt})' if lt else '1'}")
-                    for cfg, c0, c1, c2, c3, c4, c5, c6 in members:
-                        k_terms = (_term(c2, "waves") + _term(c3, "ctas") + _term(c4, "sub") + _term(c5, "smw")
-                                   + _term(c6, "per"))
+                    for cfg, knee, c0, c1, c2, c3, c4, c5, c6 in members:
+                        k_terms = (_term(c2, _rounds_expr(knee)) + _term(c3, "ctas") + _term(c4, "sub")
+                                   + _term(c5, "smw") + _term(c6, "per"))
                         expr = f"{c0!r}{_term(c1, 'waves')}" + (f" + w * (0.0{k_terms})" if k_terms else "")
                         lines += [f"        t = {expr}", f"        if t < bt: best, bt = {len(cfgs)}, t"]
                         cfgs.append(cfg)

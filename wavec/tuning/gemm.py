@@ -283,9 +283,9 @@ def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, targ
         for r_lo, r_hi in regimes:
             limits = (max(lo, r_lo), min(hi, r_hi))
             cfg = ConfigModel(c.label, (s["BLOCK_M"], s["BLOCK_N"]), s["BLOCK_K"], slots, limits=limits, sms=sms)
-            rows = [(cfg.features(shape), t) for shape, t in pts if limits[0] <= shape[0] <= limits[1]]
-            if len(rows) >= min_points:
-                model.add(cfg, rows)
+            served = [(shape, t) for shape, t in pts if limits[0] <= shape[0] <= limits[1]]
+            if len(served) >= min_points:
+                model.fit_shapes(cfg, served)
     return model
 
 
