@@ -55,12 +55,12 @@ def test_sweep_candidates_have_no_spills(head_dim: int, config: tuple) -> None:
 
 # ----- Hopper wgmma (mma="wgmma", sm_90a) ------------------------------------------------------------------
 
-def _wgmma_ptx(dtype, causal: bool, config: tuple, head_dim: int = 128) -> str:
+def _wgmma_ptx(dtype, causal: bool, config: tuple, head_dim: int = 128, async_copy: str = "auto") -> str:
     subs, groups = attention_config(head_dim, config=config, mma="wgmma")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
-        k = wc.compile(make_attention(dtype, "bhsd", causal, groups, mma="wgmma"), subs, target="sm_90a",
-                       backend="cuda", cache=False)
+        k = wc.compile(make_attention(dtype, "bhsd", causal, groups, mma="wgmma", async_copy=async_copy), subs,
+                       target="sm_90a", backend="cuda", cache=False)
     return k.artifact.binary.decode()
 
 
@@ -78,14 +78,17 @@ def test_wgmma_ptx_inner_loop() -> None:
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+@pytest.mark.parametrize("copy", ["auto", "tma"])
 @pytest.mark.parametrize("head_dim,config", [(d, c) for d in (64, 128) for c in WGMMA_CONFIGS[d]])
-def test_wgmma_configs_have_no_spills_and_no_serialization(head_dim: int, config: tuple, tmp_path) -> None:
-    """Every wgmma candidate assembles for sm_90a without spills, and ptxas does not serialize the wgmmas
-    (it would if it saw the accumulator or A registers touched between issue and wait)."""
+def test_wgmma_configs_have_no_spills_and_no_serialization(head_dim: int, config: tuple, copy: str,
+                                                           tmp_path) -> None:
+    """Every wgmma candidate assembles for sm_90a without spills, with K/V by cp.async and by TMA (what
+    ``attention()`` takes), and ptxas does not serialize the wgmmas (it would if it saw the accumulator or
+    A registers touched between issue and wait)."""
     import subprocess
 
     src = tmp_path / "k.ptx"
-    src.write_text(_wgmma_ptx(wc.bf16, True, config, head_dim))
+    src.write_text(_wgmma_ptx(wc.bf16, True, config, head_dim, copy))
     proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True, check=True)
     report = proc.stdout + proc.stderr

@@ -193,30 +193,37 @@ def test_wgmma_attention_api() -> None:
     assert make_attention(mma="wgmma").fn.__code__.co_code == make_attention().fn.__code__.co_code
 
 
-def test_wgmma_short_causal_rule() -> None:
-    """wgmma, d128, causal, queries <= 1024: one-warpgroup 64x64 tiles (two workgroups per SM); longer or
-    non-causal: 128x128 over two warpgroups.  ``attention()`` runs the short-causal tile with the split
-    epilogue (``SPLIT_EPILOGUE``) and matches SDPA on a ragged length; every output element is written."""
+def test_wgmma_default_tiles_and_copies() -> None:
+    """wgmma, d128: one-warpgroup 64x64 tiles (three workgroups per SM) except causal with >= 16384 queries
+    (128x128 over two warpgroups); d64 128x64 over two.  ``attention()`` stages K and V by TMA with the
+    split epilogue (``COPY``, ``SPLIT_EPILOGUE``) and matches SDPA on a ragged causal case, NaN-free."""
     from wavec.kernels import attention as at
 
     def tile(sq, causal, d=128):
         subs, groups = at.attention_config(d, sq, mma="wgmma", causal=causal)
         return subs[BLOCK_M], subs[BLOCK_N], groups
 
-    assert tile(1024, True) == (64, 64, 1) and tile(200, True) == (64, 64, 1)
-    assert tile(1025, True) == tile(200, False) == tile(4096, True) == (128, 128, 2)
+    assert tile(200, True) == tile(200, False) == tile(8192, True) == tile(16384, False) == (64, 64, 1)
+    assert tile(16384, True) == (128, 128, 2)
     assert tile(64, True) == (64, 128, 1)  # decode / one tile of queries: the short table first
-    assert tile(512, True, d=64) == (128, 128, 2)  # measured at d128 only
+    assert tile(512, True, d=64) == tile(20000, True, d=64) == (128, 64, 2)
     assert at.attention_config(128, 512, mma="mma_sync", causal=True) == at.attention_config(128, 512)
-    q, k, v = _inputs(1, 2, 1, 200, 200, 128, wc.f16)
+    q, k, v = _inputs(1, 2, 1, 200, 190, 128, wc.f16)
     at._COMPILED.clear()
     out = attention(q, k, v, causal=True, backend="emulator", mma="wgmma")
+    assert not out.isnan().any()
     torch.testing.assert_close(out.float(), _reference(q, k, v, True), rtol=2e-3, atol=2e-3)
     (key,) = at._COMPILED
     assert ("BLOCK_M", 64) in key[3] and ("BLOCK_N", 64) in key[3] and key[4] == 1
-    # the split epilogue: the unguarded copy of every store beside the guarded one
-    assert next(iter(at._COMPILED.values())).artifact.mlir.count("vector.store") > \
-        compile_wgmma(wc.f16, "bhsd", True, 128, (64, 64, 1)).artifact.mlir.count("vector.store")
+    mlir = next(iter(at._COMPILED.values())).artifact.mlir
+    plain = compile_wgmma(wc.f16, "bhsd", True, 128, (64, 64, 1)).artifact.mlir  # cp.async, guarded stores
+    assert "cp.async.bulk.tensor" in mlir and "cp.async.bulk.tensor" not in plain
+    assert mlir.count("vector.store") > plain.count("vector.store")  # the split epilogue's unguarded copies
+    at._COMPILED.clear()
+    q2, k2, v2 = _inputs(1, 2, 1, 200, 190, 128, wc.f16)
+    out2 = attention(q2, k2, v2, causal=True, backend="emulator", mma="wgmma", async_copy="cp.async")
+    assert "cp.async.bulk.tensor" not in next(iter(at._COMPILED.values())).artifact.mlir
+    torch.testing.assert_close(out2.float(), _reference(q2, k2, v2, True), rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("mma,cfg", [("mma_sync", (64, 32, 2)), ("wgmma", (64, 64, 1))])

@@ -138,19 +138,21 @@ CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4),
                                                                      (128, 64, 4, 3)]}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 # Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
-# rows (one m64 instruction), so S and P never leave registers and K/V are read from shared memory once
-# per 64 rows instead of once per 16 (mma.sync at d128).  ptxas (sm_90a, f16, no spills): d128 128x128
-# 250-252 registers, 128x64 190; d64 128x128 182.  Queries <= 64: one warpgroup.
-WGMMA_CONFIGS = {128: [(128, 128, 2), (128, 64, 2), (128, 128, 2, 3)], 64: [(128, 128, 2), (128, 64, 2),
-                                                                          (128, 128, 2, 3)]}
+# rows (one m64 instruction), so S and P never leave registers.  K and V come by TMA (``COPY``): without
+# per-thread copy addresses a one-warpgroup 64x64 tile needs 164-168 registers (220 with cp.async), so
+# three workgroups share an SM (64 KB of shared memory each) and each one's prologue (Q, the first K/V
+# tile) and O store hide behind the others' loops.  H100, f16, d128 (benchmarks/results/attention_h100/
+# short_tiles_tma.log, long_tiles_tma.log; TFLOP/s 64x64x1 TMA / 128x128x2 cp.async / Triton): 512 full
+# 327 / 289 / 323, causal 210 / 172 / 206; 1024 412 / 372 / 380, causal 316 / 257 / 275; 4096 467 / 430 /
+# 425, causal 404 / 405 / 367; 16384 496 / 461 / 438, but causal 434 / 456 / 398: long causal rows keep the
+# two-warpgroup 128x128 tile (``_WGMMA_LONG_CAUSAL``).  d64: 128x64 over two warpgroups (512 301 / 233 /
+# 320; 4096 410 / 345 / 378).  The other entries are the sweep's candidates; queries <= 64: one warpgroup.
+WGMMA_CONFIGS = {128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
+                 64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)]}
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
-# Causal d128 with queries <= 1024 (wgmma): one 64-row warpgroup per workgroup, 64-key tiles.  The query
-# tiles below the diagonal are short (a 512-query causal tile of 128 rows runs 1-4 key tiles), so the
-# per-workgroup prologue (Q, the first K/V tile) and the O store weigh; at 220 registers and 64 KB of
-# shared memory two such workgroups share an SM and hide each other's.  H100, f16 (benchmarks/results/
-# attention_h100/short_tiles.log): 512 causal 191 against 173 TFLOP/s for 128x128x2, 1024 causal 252-270
-# against 244-261; from 2048 queries, and without the causal mask at any length, 128x128x2 is faster.
-_WGMMA_SHORT_CAUSAL = {128: (1024, (64, 64, 1))}
+_WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
+# How ``attention()`` stages K and V when ``async_copy="auto"`` (``SchedulingConstraint.async_copy``).
+COPY = {"mma_sync": "auto", "wgmma": "tma"}
 # O's store after one bounds test per thread (``SchedulingConstraint.split_epilogue``): wgmma d128 on an
 # H100, 10 shapes 512-4096 causal and not, 0.944 -> 0.965 of Triton (geomean; benchmarks/results/
 # attention_h100/short_tiles.log); mma.sync not timed, kept off.
@@ -173,13 +175,14 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
                      mma: str = "mma_sync", causal: bool = False) -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
     else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
-    warpgroups), or a smaller tile when the queries fit in it (wgmma, causal: ``_WGMMA_SHORT_CAUSAL``)."""
+    warpgroups), or a smaller tile when the queries fit in it, or (wgmma, causal, many queries)
+    ``_WGMMA_LONG_CAUSAL``'s."""
     if config is None:
         hd = 128 if head_dim > 64 else 64
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
-        rows, tile = _WGMMA_SHORT_CAUSAL.get(hd, (0, None))
-        if not short and mma == "wgmma" and causal and seq_q is not None and seq_q <= rows:
+        rows, tile = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
+        if not short and mma == "wgmma" and causal and tile and seq_q is not None and seq_q >= rows:
             short = [tile]
         config = short[0] if short else configs[hd][0]
     bm, bn, waves, *stages = config
@@ -195,9 +198,9 @@ def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: s
            async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        split = SPLIT_EPILOGUE[mma]
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy,
-                                                            split_epilogue=split),
+        copy = COPY[mma] if async_copy == "auto" else async_copy
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=copy,
+                                                            split_epilogue=SPLIT_EPILOGUE[mma]),
                                              subs, backend=backend, target=TARGET[mma])
     return kernel
 
@@ -212,8 +215,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
     (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
-    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy="tma"`` (wgmma only)
-    stages K and V with TMA instead of ``cp.async``.  Returns a new tensor shaped like q."""
+    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K and V are
+    staged: "auto" is ``COPY[mma]`` (TMA for wgmma, ``cp.async`` for mma.sync), "tma" (wgmma only) or
+    "cp.async".  Returns a new tensor shaped like q."""
     import torch
 
     mma = mma or default_mma(q, backend)
