@@ -7,7 +7,18 @@ import numpy as np
 import pytest
 
 from wavec.tuning.ceiling import device_rates, gemm_ceiling, percent_of_ceiling
-from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, grid, nnls, predict
+from wavec.tuning.cost_model import (
+    FITTED,
+    ConfigModel,
+    CostModel,
+    features,
+    fit,
+    fit_config,
+    grid,
+    nnls,
+    predict,
+    rounds,
+)
 
 # startup, per wave, per wave·k, per CTA·k, sub-wave·k, per SM-wave·k, perimeter·k
 TRUE = (5e-6, 1.5e-6, 2e-7, 3e-9, 4e-8, 6e-8, 2e-9)
@@ -63,6 +74,58 @@ def test_fit_is_nonnegative_and_uses_at_most_25_points():
     assert min(neg) >= 0 and predict(neg, 1, 132, 1) >= 0
 
 
+def test_rounds_and_knee():
+    assert rounds(265, 264) == 2 and rounds(264, 264) == 1  # knee 1: the waves
+    assert rounds(20, 264, 0.5) == 0.5 and rounds(200, 264, 0.5) == 200 / 264  # a wave below the knee costs the knee
+    assert rounds(264 + 20, 264, 0.25) == 1.25 and rounds(0, 264, 0.5) == 0.0
+    assert features(20, 264, 3, 132, 1.0, knee=0.5)[2] == 1.5
+
+
+# startup, per wave, per round·k (knee 0.5), per SM-wave·k, perimeter·k: the terms fit_config fits
+TRUE_V2 = dict(zip(FITTED, (4e-6, 1.5e-6, 6e-7, 2e-7, 2e-9)))
+
+
+def _launches(coef, knee, shapes, tiles=(128, 64), slots=264, sms=132):
+    cfg = ConfigModel("x", tiles, 64, slots, sms=sms, knee=knee)
+    full = tuple(coef.get(j, 0.0) for j in range(7))
+    return cfg, [(cfg.launch(s), sum(c * f for c, f in zip(full, cfg.features(s)))) for s in shapes]
+
+
+def _shapes(n, seed=0):
+    rng = random.Random(seed)
+    return [(rng.choice([64, 128, 512, 2048, 8192]), rng.randint(256, 65536), rng.randint(64, 16384)) for _ in range(n)]
+
+
+def test_fit_config_recovers_knee_and_coefficients():
+    _cfg, rows = _launches(TRUE_V2, 0.5, _shapes(25))
+    knee, coef = fit_config(rows)
+    assert knee == 0.5
+    for j in range(7):
+        assert coef[j] == pytest.approx(TRUE_V2.get(j, 0.0), rel=1e-5, abs=1e-14)
+
+
+def test_fit_config_ignores_a_glitched_timing():
+    _cfg, rows = _launches(TRUE_V2, 0.5, _shapes(25, seed=3))
+    rows[7] = (rows[7][0], 10 * rows[7][1])  # one timing 10x too slow (a clock/power glitch)
+    knee, coef = fit_config(rows)
+    assert knee == 0.5 and coef[0] == pytest.approx(TRUE_V2[0], rel=1e-6)
+
+
+def test_under_filled_grid_predicted_at_the_lone_cta_pace():
+    # Latency-bound truth (knee 1): a K step of a wave costs the same with 20 CTAs as with 264, as the H100
+    # measured for 128x64 tiles.  Fitted on many-wave grids plus one wave at 64 CTAs, the model must predict
+    # 20 CTAs at the full-wave step, not extrapolate a per-CTA bandwidth ramp down to them.
+    truth = {0: 5e-6, 1: 2e-6, 2: 1.1e-6}
+    shapes = [(m, n, k) for m in (2048, 4096, 8192) for n, k in ((4096, 4096), (8192, 1024), (16384, 8192))]
+    cfg, rows = _launches(truth, 1.0, shapes + [(128, 4096, 4096)])
+    model = CostModel()
+    model.fit_shapes(cfg, [(s, t) for s, (_x, t) in zip(shapes + [(128, 4096, 4096)], rows)])
+    lone = (128, 1280, 8192)  # 20 CTAs of 128x64 on 132 SMs
+    want = sum(truth.get(j, 0.0) * f for j, f in enumerate(cfg.features(lone)))
+    assert model.predict(model.configs[0], lone) == pytest.approx(want, rel=0.02)
+    assert model.configs[0].knee == 1.0
+
+
 def _model(n=36, seed=0):
     rng = random.Random(seed)
     m = CostModel()
@@ -71,7 +134,7 @@ def _model(n=36, seed=0):
         coef = tuple(rng.choice([0.0, rng.uniform(0, 1e-6)]) for _ in range(7))
         lim = (0, 64) if bm == 16 else ((17, 1 << 62) if bm == 64 else (65, 1 << 62))
         m.configs.append(ConfigModel(f"c{i}", (bm, bn), rng.choice([32, 64, 128]), 132 * rng.randint(1, 3), coef,
-                                     lim, sms=132))
+                                     lim, sms=132, knee=rng.choice([0.25, 0.5, 1.0, 1.5])))
     return m
 
 
@@ -89,6 +152,7 @@ def test_choose_is_the_argmin():
 def test_model_json_roundtrip_and_old_form():
     m = _model()
     m2 = CostModel.from_json(m.to_json())
+    assert [c.knee for c in m2.configs] == [c.knee for c in m.configs]
     assert [c.name for c in m2.rank((1000, 3000, 512))] == [c.name for c in m.rank((1000, 3000, 512))]
     old = CostModel.from_json([{"name": "o", "tiles": [128, 128], "loop_tile": 64, "slots": 264,
                                 "coef": [1e-6, 2e-7, 3e-9, 4e-8]}])
