@@ -6,9 +6,10 @@ cache); every timing is the median of do_bench after warm-up, on inputs larger t
     python benchmarks/attention_variants.py [--shapes 16x16x1024x128,4x32x4096x128]
         [--variants wgmma:128x128x2,wgmma:128x128x2:tma,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy]
 
-A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma][:e]`` (no tile: the heuristic's; heavy: causal
-query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only; e: O stored
-after one bounds test per thread, ``split_epilogue``).
+A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma|:cp][:e]`` (no tile: the heuristic's; heavy:
+causal query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only; cp:
+per-thread ``cp.async`` copies; neither: "auto", which is TMA for wgmma on sm_90a; e: O stored after one
+bounds test per thread, ``split_epilogue``).
 Prints one TFLOP/s table and the geomean of each variant over Triton.
 """
 
@@ -21,11 +22,11 @@ import sys
 
 
 def parse_variant(text: str) -> tuple:
-    """(mma, config or None, heavy, async_copy, split_epilogue) of ``mma[:tile][:heavy][:tma][:e]``."""
+    """(mma, config or None, heavy, async_copy, split_epilogue) of ``mma[:tile][:heavy][:tma|:cp][:e]``."""
     parts = text.split(":")
     mma, cfg, heavy = parts[0], None, "heavy" in parts[1:]
-    copy = "tma" if "tma" in parts[1:] else "auto"
-    tiles = [p for p in parts[1:] if p not in ("heavy", "tma", "e")]
+    copy = "tma" if "tma" in parts[1:] else "cp.async" if "cp" in parts[1:] else "auto"
+    tiles = [p for p in parts[1:] if p not in ("heavy", "tma", "cp", "e")]
     if tiles:
         cfg = tuple(int(x) for x in tiles[0].split("x"))
     return mma, cfg, heavy, copy, "e" in parts[1:]

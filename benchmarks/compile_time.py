@@ -31,10 +31,10 @@ elif name == "gemm_wgmma_ws_256x128":
     subs = {**subs, BLOCK_M: 256, BLOCK_N: 128}
     kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves, warp_specialize=True)
 elif name.startswith("attention_d128"):
-    from wavec.kernels.attention import attention_config, make_attention
+    from wavec.kernels.attention import SPLIT_EPILOGUE, attention_config, make_attention
     mma = "wgmma" if name.endswith("wgmma") else "mma_sync"
     subs, waves = attention_config(128, mma=mma)
-    kern = make_attention(waves=waves, mma=mma)
+    kern = make_attention(waves=waves, mma=mma, split_epilogue=SPLIT_EPILOGUE[mma])  # as attention() runs it
 else:
     kern, subs = make_scale_shift(), EW
 target = "sm_90a" if "wgmma" in name else "sm_90"

@@ -169,12 +169,15 @@ def compile_wgmma(dtype, layout, causal, d, cfg, async_copy="auto"):
 @pytest.mark.parametrize("layout,dtype,causal,shape,cfg", WGMMA_CASES,
                          ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
                               f"-{'x'.join(map(str, c[4]))}" for c in WGMMA_CASES])
-def test_wgmma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
+@pytest.mark.parametrize("copy", ["auto", "cp.async"])
+def test_wgmma_attention_matches_sdpa(layout, dtype, causal, shape, cfg, copy) -> None:
+    """Both ways of staging K and V: "auto" (TMA on sm_90a) and the per-thread ``cp.async`` copies."""
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
     ref = _reference(q, k, v, causal)
-    kernel = compile_wgmma(dtype, layout, causal, d, cfg)
+    kernel = compile_wgmma(dtype, layout, causal, d, cfg, copy)
     mlir = kernel.artifact.mlir
+    assert ("cp.async.bulk.tensor" in mlir) == (copy == "auto")
     assert "nvgpu.mma.sync" not in mlir and "nvgpu.ldmatrix" not in mlir
     # QKᵀ with Q and P·V with P in registers: the register-A form (inline PTX) of wgmma, both
     assert "wgmma.mma_async.sync.aligned" in mlir and "nvvm.wgmma.mma_async" not in mlir
@@ -195,8 +198,9 @@ def test_wgmma_attention_api() -> None:
 
 def test_wgmma_default_tiles_and_copies() -> None:
     """wgmma, d128: one-warpgroup 64x64 tiles (three workgroups per SM) except causal with >= 16384 queries
-    (128x128 over two warpgroups); d64 128x64 over two.  ``attention()`` stages K and V by TMA with the
-    split epilogue (``COPY``, ``SPLIT_EPILOGUE``) and matches SDPA on a ragged causal case, NaN-free."""
+    (128x128 over two warpgroups); d64 128x64 over two.  ``attention()`` stages K and V by TMA ("auto" on
+    sm_90a: ``pipeline_loops``) with the split epilogue (``SPLIT_EPILOGUE``) and matches SDPA on a ragged
+    causal case, NaN-free; ``async_copy="cp.async"`` keeps the per-thread copies."""
     from wavec.kernels import attention as at
 
     def tile(sq, causal, d=128):
@@ -216,7 +220,7 @@ def test_wgmma_default_tiles_and_copies() -> None:
     (key,) = at._COMPILED
     assert ("BLOCK_M", 64) in key[3] and ("BLOCK_N", 64) in key[3] and key[4] == 1
     mlir = next(iter(at._COMPILED.values())).artifact.mlir
-    plain = compile_wgmma(wc.f16, "bhsd", True, 128, (64, 64, 1)).artifact.mlir  # cp.async, guarded stores
+    plain = compile_wgmma(wc.f16, "bhsd", True, 128, (64, 64, 1), "cp.async").artifact.mlir  # guarded stores
     assert "cp.async.bulk.tensor" in mlir and "cp.async.bulk.tensor" not in plain
     assert mlir.count("vector.store") > plain.count("vector.store")  # the split epilogue's unguarded copies
     at._COMPILED.clear()

@@ -43,7 +43,7 @@ def test_tma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
 
 
 def test_tma_attention_needs_the_barrier_release() -> None:
-    """The body reads S with ordinary ops: only the barrier release applies (the default, "auto", stays
-    on cp.async: tests/emulator/test_attention.py)."""
+    """The body reads S with ordinary ops: only the barrier release applies ("auto" takes it on sm_90a:
+    tests/emulator/test_attention.py::test_wgmma_default_tiles_and_copies)."""
     with pytest.raises(ConstraintError, match="tma-barrier"):
         _compile(wc.f16, "bhsd", False, 64, (64, 32, 1), async_copy="tma-mbarrier")

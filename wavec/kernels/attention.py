@@ -52,8 +52,9 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", h
     wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
     shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
     last first (causal: the tiles with the most keys start first, the light ones fill the tail).
-    ``async_copy`` (``SchedulingConstraint``): "auto" keeps K/V on ``cp.async``; "tma" loads them with
-    TMA boxes on mbarriers (wgmma, sm_90a; ``docs/attention.md``, "TMA for K and V").  ``split_epilogue``:
+    ``async_copy`` (``SchedulingConstraint``): "auto" lets ``pipeline_loops`` choose by target (TMA boxes
+    on mbarriers for wgmma on sm_90a, ``docs/attention.md``, "TMA for K and V"; else ``cp.async``), "tma"
+    insists on TMA, "cp.async" keeps the per-thread copies.  ``split_epilogue``:
     O's store tests each thread's furthest row once instead of every run (``SchedulingConstraint``)."""
     if mma not in MMA_CHOICES:
         raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
@@ -138,7 +139,8 @@ CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4),
                                                                      (128, 64, 4, 3)]}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 # Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
-# rows (one m64 instruction), so S and P never leave registers.  K and V come by TMA (``COPY``): without
+# rows (one m64 instruction), so S and P never leave registers.  K and V come by TMA (``pipeline_loops``
+# picks it on sm_90a): without
 # per-thread copy addresses a one-warpgroup 64x64 tile needs 164-168 registers (220 with cp.async), so
 # three workgroups share an SM (64 KB of shared memory each) and each one's prologue (Q, the first K/V
 # tile) and O store hide behind the others' loops.  H100, f16, d128 (benchmarks/results/attention_h100/
@@ -151,8 +153,6 @@ WGMMA_CONFIGS = {128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3
                  64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)]}
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
 _WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
-# How ``attention()`` stages K and V when ``async_copy="auto"`` (``SchedulingConstraint.async_copy``).
-COPY = {"mma_sync": "auto", "wgmma": "tma"}
 # O's store after one bounds test per thread (``SchedulingConstraint.split_epilogue``): wgmma d128 on an
 # H100, 10 shapes 512-4096 causal and not, 0.944 -> 0.965 of Triton (geomean; benchmarks/results/
 # attention_h100/short_tiles.log); mma.sync not timed, kept off.
@@ -198,8 +198,7 @@ def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: s
            async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        copy = COPY[mma] if async_copy == "auto" else async_copy
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=copy,
+        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy,
                                                             split_epilogue=SPLIT_EPILOGUE[mma]),
                                              subs, backend=backend, target=TARGET[mma])
     return kernel
@@ -216,8 +215,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
     (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
     are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K and V are
-    staged: "auto" is ``COPY[mma]`` (TMA for wgmma, ``cp.async`` for mma.sync), "tma" (wgmma only) or
-    "cp.async".  Returns a new tensor shaped like q."""
+    staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else ``cp.async``),
+    "tma" (wgmma only) or "cp.async".  Returns a new tensor shaped like q."""
     import torch
 
     mma = mma or default_mma(q, backend)

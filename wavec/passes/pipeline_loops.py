@@ -17,7 +17,10 @@ needs no branch and there is no minimum trip count.
 
 On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TMA boxes completing on
 mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
-``SchedulingConstraint.async_copy = "cp.async"``; ``async_copy = "tma"`` (or ``"tma-mbarrier"`` /
+``SchedulingConstraint.async_copy = "cp.async"``: the pass chooses by target.  That holds for a general
+body too (attention: the mma results read by other ops), whose stages the workgroup barrier after the full
+wait releases; where ``tma_plan`` refuses a tile, "auto" keeps ``cp.async``.  ``async_copy = "tma"`` (or
+``"tma-mbarrier"`` /
 ``"tma-barrier"``, which also fix how stages are released) makes a loop TMA cannot serve a
 ``ConstraintError`` that says why; so does ``warp_specialize=True`` (which always takes TMA with empty
 mbarriers; ``warp_specialize.py`` then splits the loop between a producer and the consumers).
@@ -59,15 +62,17 @@ def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
     return pairs
 
 
-_GENERAL_WHY = ("the loop body reads mma results with other ops: TMA there needs async_copy='tma' or "
-                "'tma-barrier' (stages released by the workgroup barrier; the default keeps cp.async)")
+_GENERAL_WHY = ("the loop body reads mma results with other ops: TMA there releases stages through the "
+                "workgroup barrier only (async_copy='auto', 'tma' or 'tma-barrier'), without a producer warpgroup")
 
 
 def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
     """Whether the body may take TMA: GEMM-like chains of wgmmas always (``insert_wgmma_fences`` places
-    fills and releases), a general body (attention) only when asked for with the barrier release (its
-    ``wgmma_wait(0)`` before the yield retires every group before the next iteration's barrier)."""
-    return chains_only(sub) or (want in ("tma", "tma-barrier") and not ws)
+    fills and releases), a general body (attention) with the barrier release (its ``wgmma_wait(0)`` before
+    the yield retires every group before the next iteration's barrier): not with empty mbarriers or a
+    producer warpgroup.  H100 attention d128: TMA 164-168 registers against 220 for a one-warpgroup tile
+    (docs/attention.md)."""
+    return chains_only(sub) or (want in ("auto", "tma", "tma-barrier") and not ws)
 
 
 def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
