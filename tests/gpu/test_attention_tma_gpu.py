@@ -1,5 +1,6 @@
-"""GPU tier: flash attention with K and V staged by TMA (``async_copy="tma"``, wgmma, sm_90a) equals the
-cp.async kernel bit for bit (same tiles, same arithmetic order) and matches SDPA at real shapes."""
+"""GPU tier: flash attention with K and V staged by TMA (``async_copy="tma"``, what "auto" takes for wgmma on
+sm_90a) equals the ``async_copy="cp.async"`` kernel bit for bit (same tiles, same arithmetic order) and
+matches SDPA at real shapes."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def test_attention_tma_equals_cp_async(dtype, layout, causal, d, config, b, h, k
         pytest.skip("TMA + wgmma needs an sm_90 GPU (H100/H200)")
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
     tma = attention(q, k, v, causal=causal, layout=layout, mma="wgmma", config=config, async_copy="tma")
-    base = attention(q, k, v, causal=causal, layout=layout, mma="wgmma", config=config)
+    base = attention(q, k, v, causal=causal, layout=layout, mma="wgmma", config=config, async_copy="cp.async")
     torch.cuda.synchronize()
     assert torch.equal(tma, base)
     torch.testing.assert_close(tma.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
