@@ -34,6 +34,15 @@ def test_wgmma_config_fills_the_gpu(shape, tile) -> None:
     assert _tile(*shape) == tile
 
 
+@pytest.mark.parametrize("k,ws", [(1024, True), (4096, True), (4097, False), (8192, False)])
+def test_128x256_takes_a_producer_up_to_k_4096(k, ws) -> None:
+    """128x256 on the persistent grid: a TMA producer warpgroup when K <= 4096 (its next-tile loads overlap
+    the consumers' epilogue; measured faster there, slower at K = 8192); the split epilogue always."""
+    plan = gm.wgmma_plan(4096, 4096, k)
+    assert (plan.subs[gm.BLOCK_M], plan.subs[gm.BLOCK_N]) == (128, 256)
+    assert plan.warp_specialize is ws and plan.persistent and plan.split_epilogue
+
+
 @pytest.mark.parametrize("subs,waves,ok,why", [
     ({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "NUM_STAGES": 4}, (2, 1), True, ""),
     # 64-row M wave tile per warpgroup is the instruction's M: 128 rows over 4 warpgroups is 32
@@ -101,9 +110,10 @@ def test_every_plan_entry_passes_the_legality_filter(tile) -> None:
     """``wgmma_plan``'s table only holds schedules the tuner's legality filter accepts on sm_90a (shared
     memory of the stages under the cap, 64-row warpgroup tiles, copies that split among the threads),
     with a warp-specialized loop's 2 or more stages."""
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], tile.waves, warp_specialize=tile.warp_specialize,
-                          persistent=tile.persistent)
     subs = {"BLOCK_M": tile.bm, "BLOCK_N": tile.bn, "BLOCK_K": 64, "NUM_STAGES": tile.stages, "GROUP_M": 8}
-    ok, why = legal(kernel, subs, "sm_90a")
-    assert ok, why
+    for ws in {tile.warp_specialize, tile.ws_max_k > 0}:  # both schedules of an entry with a K threshold
+        kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], tile.waves, warp_specialize=ws,
+                              persistent=tile.persistent)
+        ok, why = legal(kernel, subs, "sm_90a")
+        assert ok, (ws, why)
     assert tile.stages >= 2 and 0 < tile.rate <= 1
