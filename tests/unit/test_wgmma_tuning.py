@@ -34,11 +34,18 @@ def test_wgmma_config_fills_the_gpu(shape, tile) -> None:
     assert _tile(*shape) == tile
 
 
-@pytest.mark.parametrize("k,ws", [(1024, True), (4096, True), (4097, False), (8192, False)])
-def test_128x256_takes_a_producer_up_to_k_4096(k, ws) -> None:
-    """128x256 on the persistent grid: a TMA producer warpgroup when K <= 4096 (its next-tile loads overlap
-    the consumers' epilogue; measured faster there, slower at K = 8192); the split epilogue always."""
-    plan = gm.wgmma_plan(4096, 4096, k)
+@pytest.mark.parametrize("m,n,k,ws", [
+    (4096, 4096, 1024, True), (4096, 4096, 4096, True), (4096, 4096, 4097, False), (4096, 4096, 8192, False),
+    # 8192 x 8192: 2048 workgroups of 128x256, 16 rounds over 132 SMs: only the K = 1024 side
+    (8192, 8192, 1024, True), (8192, 8192, 3584, False),
+    # 8 rounds: 1056 workgroups is the last grid with a producer at K = 4096 (33 x 32 tiles of 128x256)
+    (33 * 128, 32 * 256, 4096, True), (34 * 128, 32 * 256, 4096, False),
+])
+def test_128x256_takes_a_producer_on_short_k(m, n, k, ws) -> None:
+    """128x256 on the persistent grid: a TMA producer warpgroup (its next-tile loads overlap the consumers'
+    epilogue) for K <= 1024, and for K <= 4096 on at most 8 rounds of workgroups (measured faster there,
+    slower at K = 8192 and on larger grids); the split epilogue always."""
+    plan = gm.wgmma_plan(m, n, k)
     assert (plan.subs[gm.BLOCK_M], plan.subs[gm.BLOCK_N]) == (128, 256)
     assert plan.warp_specialize is ws and plan.persistent and plan.split_epilogue
 

@@ -213,8 +213,9 @@ WGMMA_SUBS = {BLOCK_M: 128, BLOCK_N: 128, BLOCK_K: 64, NUM_STAGES: 4, GROUP_M: 8
 @dataclass(frozen=True, slots=True)
 class WgmmaTile:
     """One schedule of the wgmma GEMM: tile, warpgroups (consumers when warp-specialized), stages, the TMA
-    producer warpgroup (always, or for K up to ``ws_max_k``), the persistent grid, and the tile's
-    throughput on a full grid relative to the best."""
+    producer warpgroup (always; or for K up to ``ws_short_k``, or up to ``ws_max_k`` on grids of at most
+    ``ws_max_rounds`` rounds of workgroups over the SMs), the persistent grid, and the tile's throughput on
+    a full grid relative to the best."""
 
     bm: int
     bn: int
@@ -224,6 +225,8 @@ class WgmmaTile:
     persistent: bool
     rate: float
     ws_max_k: int = 0
+    ws_max_rounds: int = 0
+    ws_short_k: int = 0
 
 
 # Measured on an H100 (f16, ``benchmarks/wgmma_tiles.py``, benchmarks/results/wgmma_tiles_h100): TFLOP/s on
@@ -236,14 +239,18 @@ class WgmmaTile:
 # loop is latency-bound, one K step per TMA round trip per stage in flight.  128x160 (0.73-0.80 of
 # 128x256's rate at 4096^3) is there for the N that 160 divides into one round where 256 leaves SMs idle:
 # 2048x1280x8192 128 workgroups instead of 80 (0.65 -> 0.73 of cuBLAS), 4096x1280x8192 0.63 -> 0.77,
-# 512x5120x13824 0.76 -> 0.84.  128x256 takes a producer warpgroup when K <= 4096: on the persistent grid
-# the producer loads the next tile's first stages while the consumers store C, which pays where a tile has
-# few K steps and costs where it has many (H100, 3 rounds, x cuBLAS, persistent -> WS+persistent, f16 /
-# bf16; benchmarks/results/wgmma_tiles_h100/ws_256): 8192x8192x1024 0.69 -> 0.74 / 0.67 -> 0.72, 2048^3
-# 0.79 -> 0.81 / 0.79 -> 0.80, 4096^3 0.88 -> 0.90 / 0.90 -> 0.91, but 4096x4096x8192 0.95 -> 0.93 /
-# 0.92 -> 0.90 and 8192^3 0.99 -> 0.93 / 0.95 -> 0.93.
+# 512x5120x13824 0.76 -> 0.84.  128x256 takes a producer warpgroup where a tile has few K steps: on the
+# persistent grid the producer loads the next tile's first stages while the consumers store C (H100, 3
+# rounds, x cuBLAS, persistent -> WS+persistent, f16 / bf16; benchmarks/results/wgmma_tiles_h100/ws_256):
+# 8192x8192x1024 0.69 -> 0.74 / 0.67 -> 0.72, 2048^3 0.79 -> 0.81 / 0.79 -> 0.80, 4096^3 0.88 -> 0.90 /
+# 0.90 -> 0.91, 2048x6144x4096 0.93 -> 0.99, but 4096x4096x8192 0.95 -> 0.93 / 0.92 -> 0.90 and 8192^3
+# 0.99 -> 0.93 / 0.95 -> 0.93.  Large grids at K = 4096 lose too (8192x12288x4096 0.94 -> 0.92,
+# 8192x128256x4096 0.88 -> 0.86; over the shape file's K <= 4096 rows, one round each against the run
+# before, rows of more than 8 rounds of workgroups -3.9 % while unchanged rows of that size drifted -1.5 %,
+# rows of at most 8 rounds +2.0 % against +1.2 %; wgmma_h100/shapefile_f16_ws_k4096), so the producer
+# serves K <= 1024 on any grid and K <= 4096 on grids of at most 8 rounds.
 _WGMMA_TILES = [
-    WgmmaTile(128, 256, (2, 1), 4, False, True, 1.00, ws_max_k=4096),
+    WgmmaTile(128, 256, (2, 1), 4, False, True, 1.00, ws_max_k=4096, ws_max_rounds=8, ws_short_k=1024),
     WgmmaTile(128, 160, (2, 1), 4, False, True, 0.80),
     WgmmaTile(128, 128, (2, 1), 4, True, True, 0.90),
     WgmmaTile(64, 128, (1, 1), 8, True, False, 0.62),
@@ -268,7 +275,8 @@ def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
     give every SM work instead of leaving most of the GPU idle under big tiles (1024^3: 32 workgroups of
     128x256, 128 of 64x128).  64-row tiles only when M <= 64.  Stages: the entry's, at most the K steps
     (at least 2, the warp-specialized loop's minimum).  A producer warpgroup: the entry's flag, or K up to
-    its ``ws_max_k``.  Decode shapes (M <= 16) do not come here:
+    its ``ws_short_k``, or up to ``ws_max_k`` on at most ``ws_max_rounds`` rounds of workgroups.  Decode
+    shapes (M <= 16) do not come here:
     ``matmul`` keeps the mma.sync decode tiles for them (a 64-row instruction would waste 3/4 of its rows)."""
     tiles = [t for t in _WGMMA_TILES if t.bm == 64] if m <= 64 else _WGMMA_TILES
 
@@ -282,7 +290,9 @@ def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
     # rounds, 128x256 persistent 0.68 -> 0.71 of cuBLAS at 8192x8192x1024, 0.63 -> 0.65 at 2048x8192x1024,
     # 0.88 -> 0.89 at 4096^3, equal at 8192^3; warp-specialized tiles equal (benchmarks/results/
     # wgmma_tiles_h100/split_epilogue.log).
-    return WgmmaPlan(subs, t.waves, t.warp_specialize or k <= t.ws_max_k, t.persistent, split_epilogue=True)
+    rounds = -(-(-(-m // t.bm) * -(-n // t.bn)) // _SMS)
+    ws = t.warp_specialize or k <= t.ws_short_k or (k <= t.ws_max_k and rounds <= t.ws_max_rounds)
+    return WgmmaPlan(subs, t.waves, ws, t.persistent, split_epilogue=True)
 
 
 def wgmma_config(m: int, n: int, k: int) -> tuple[dict, tuple[int, int]]:
