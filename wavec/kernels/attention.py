@@ -181,10 +181,13 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
         hd = 128 if head_dim > 64 else 64
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
-        rows, tile = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
-        if not short and mma == "wgmma" and causal and tile and seq_q is not None and seq_q >= rows:
-            short = [tile]
-        config = short[0] if short else configs[hd][0]
+        rows, long_causal = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
+        if short:
+            config = short[0]
+        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows:
+            config = long_causal
+        else:
+            config = configs[hd][0]
     bm, bn, waves, *stages = config
     return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
 

@@ -280,18 +280,17 @@ def wgmma_plan(m: int, n: int, k: int) -> WgmmaPlan:
     ``matmul`` keeps the mma.sync decode tiles for them (a 64-row instruction would waste 3/4 of its rows)."""
     tiles = [t for t in _WGMMA_TILES if t.bm == 64] if m <= 64 else _WGMMA_TILES
 
-    def cost(t: WgmmaTile) -> float:
-        return -(-(-(-m // t.bm) * -(-n // t.bn)) // _SMS) * t.bm * t.bn / t.rate
+    def rounds(t: WgmmaTile) -> int:
+        return -(-(-(-m // t.bm) * -(-n // t.bn)) // _SMS)
 
-    t = min(tiles, key=cost)
+    t = min(tiles, key=lambda t: rounds(t) * t.bm * t.bn / t.rate)
     stages = max(2, min(t.stages, -(-k // 64)))
     subs = {BLOCK_M: t.bm, BLOCK_N: t.bn, BLOCK_K: 64, NUM_STAGES: stages, GROUP_M: 8}
+    ws = t.warp_specialize or k <= t.ws_short_k or (k <= t.ws_max_k and rounds(t) <= t.ws_max_rounds)
     # The split epilogue (one bounds test per thread before C's stores) was never slower on an H100: 3
     # rounds, 128x256 persistent 0.68 -> 0.71 of cuBLAS at 8192x8192x1024, 0.63 -> 0.65 at 2048x8192x1024,
     # 0.88 -> 0.89 at 4096^3, equal at 8192^3; warp-specialized tiles equal (benchmarks/results/
     # wgmma_tiles_h100/split_epilogue.log).
-    rounds = -(-(-(-m // t.bm) * -(-n // t.bn)) // _SMS)
-    ws = t.warp_specialize or k <= t.ws_short_k or (k <= t.ws_max_k and rounds <= t.ws_max_rounds)
     return WgmmaPlan(subs, t.waves, ws, t.persistent, split_epilogue=True)
 
 
@@ -371,9 +370,7 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
     if mma not in MMA_CHOICES:
         raise wc.WavecError(message=f"matmul: mma must be one of {MMA_CHOICES}, got {mma!r}")
-    out_dtype, out = output_dtype(a, out_dtype)
-    if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
-        raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
+    out_dtype, out = output_dtype(a, out_dtype)  # ``split`` was checked by ``matmul`` before the lookup
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     target = None
     if mma == "wgmma" and m <= 16:

@@ -160,7 +160,7 @@ def fit_config(launches, max_points: int = MAX_POINTS, knees=KNEES) -> tuple[flo
     (the H100 run timed one 20 µs launch at 219 µs) otherwise sets the startup term of a whole fit."""
     pts = _spread(launches, max_points)
     knee, coef, _res = _fit_knees(pts, knees)
-    miss = [abs(sum(c * f for c, f in zip(coef, features(*x, knee=knee))) - t) / t for x, t in pts]
+    miss = [abs(predict(coef, *x, knee=knee) - t) / t for x, t in pts]
     worst = sorted(range(len(pts)), key=lambda i: -miss[i])[:max(1, int(MAX_DROP * len(pts)))]
     drop = {i for i in worst if miss[i] > OUTLIER}
     if drop and len(pts) - len(drop) >= 2:
@@ -290,7 +290,7 @@ class CostModel:
                 continue
             launch = ConfigModel("", tiles, lt, slots, sms=sms).launch(shape)
             for cfg, knee, *coef in members:
-                t = sum(c * f for c, f in zip(coef, features(*launch, knee=knee)))
+                t = predict(coef, *launch, knee=knee)
                 if t < best_t:
                     best, best_t = cfg, t
         return best
