@@ -10,6 +10,8 @@ and each operand layout of ``--swizzle`` ("auto": 128-byte swizzle where BLOCK_K
 warp-specialized producer warpgroup, ``SchedulingConstraint.warp_specialize``; ``--ws`` adds "ws" to the
 list).  ``--configs`` replaces the grid of tiles by the listed ones.  ``--persistent`` times every TMA
 configuration also with a persistent grid (``SchedulingConstraint.persistent``; rows marked "+p").
+``--prefetch off,on`` (mma.sync) times each tile without and with ``SchedulingConstraint.prefetch_fragments``
+(swizzle column "pf").
 """
 
 import argparse
@@ -35,6 +37,8 @@ def main() -> None:
     ap.add_argument("--copy", default="auto", help="async copies to sweep: auto (TMA where it applies), cp.async, "
                     "tma-mbarrier, tma-barrier, ws (TMA from a producer warpgroup)")
     ap.add_argument("--ws", action="store_true", help="also sweep the warp-specialized TMA kernel (--copy ...,ws)")
+    ap.add_argument("--prefetch", default="off", help="mma.sync: off,on = without / with the next iteration's "
+                    "first fragments read during the last K step (SchedulingConstraint.prefetch_fragments)")
     ap.add_argument("--persistent", action="store_true",
                     help="also time each TMA copy with a persistent grid (copy column '<copy>+p')")
     args = ap.parse_args()
@@ -60,6 +64,8 @@ def main() -> None:
         copies += [f"{cp}+p" for cp in copies if cp != "cp.async"]
     swizzles = [(sw, cp) for sw in (args.swizzle.split(",") if args.mma == "wgmma" else ["auto"])
                 for cp in copies]
+    if args.mma == "mma_sync":  # the swizzle slot carries the fragment prefetch (mma.sync has no wgmma layouts)
+        swizzles = [("pf" if pf == "on" else "auto", cp) for pf in args.prefetch.split(",") for _sw, cp in swizzles]
     configs = [(bm, bn, bk, w, s, sw) for (bm, bn, w), bk, s, sw in itertools.product(
         tiles, [32, 64], [2, 3, 4] if args.mma == "mma_sync" else [3, 4, 5], swizzles)]
     if args.configs:
@@ -70,9 +76,9 @@ def main() -> None:
         try:
             t0 = time.perf_counter()
             base = cp.removesuffix("+p")
-            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle=sw,
+            k = wc.compile(make_gemm(dt[0], mma_type=dt[1], waves=w, operand_swizzle="auto" if sw == "pf" else sw,
                                      async_copy="tma" if base == "ws" else base, warp_specialize=base == "ws",
-                                     persistent=cp.endswith("+p")), subs,
+                                     persistent=cp.endswith("+p"), prefetch_fragments=sw == "pf"), subs,
                            backend="cuda", target=target, cache=False)
             ct = time.perf_counter() - t0
             c.fill_(float("nan"))

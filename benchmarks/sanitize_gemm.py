@@ -8,6 +8,10 @@ warpgroup, 128x128 warp-specialized on a persistent grid, 128x160 and 128x256 pe
 edges that are not multiples of the tile, compiled as ``matmul`` compiles them (C in f32 here); every
 result is checked against torch in float64 (and that every element was written), so a run that the
 sanitizer passes is also a correct one.  Exits 1 on a wrong result.
+
+``--prefetch``: instead, the mma.sync tiles with ``SchedulingConstraint.prefetch_fragments`` (the stage
+wait and barrier before the last K step, the next iteration's first fragments read after them), with
+2-4 stages and 1-4 K steps per iteration, on the same ragged shapes.
 """
 
 import sys
@@ -23,7 +27,38 @@ SHAPES = [(40, 300, 600), (64, 20000, 136), (130, 2000, 600), (500, 4096, 600), 
           (4000, 4000, 328)]
 
 
+PREFETCH_TILES = [((256, 128, 64, 3), (4, 2)), ((128, 128, 32, 4), (2, 2)), ((64, 128, 16, 2), (2, 2))]
+
+
+def _check(kernel, m: int, n: int, k: int, dt, label: str) -> bool:
+    a = torch.randn(m, k, device="cuda", dtype=dt)
+    b = torch.randn(n, k, device="cuda", dtype=dt)
+    c = torch.full((m, n), float("nan"), device="cuda")
+    kernel(a, b, c)
+    ref = a.double() @ b.double().T
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    ok = err < 1e-5 and not c.isnan().any()
+    print(f"{str(dt):15} {m:5}x{n:5}x{k:4} {label} rel err {err:.1e} {'ok' if ok else 'WRONG'}")
+    return ok
+
+
+def prefetch_main() -> int:
+    bad = 0
+    torch.manual_seed(0)
+    for dt in (torch.float16, torch.bfloat16):
+        mma = wc.MMAType.NV_F32_16x8x16_F16 if dt == torch.float16 else wc.MMAType.NV_F32_16x8x16_BF16
+        for (bm, bn, bk, st), waves in PREFETCH_TILES:
+            subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
+            kernel = wc.compile(gm.make_gemm(WC_DT[dt], mma_type=mma, waves=waves, prefetch_fragments=True), subs,
+                                backend="cuda")
+            for m, n, k in SHAPES[:4]:
+                bad += not _check(kernel, m, n, k, dt, f"mma.sync {bm}x{bn}x{bk} s{st} prefetch")
+    return 1 if bad else 0
+
+
 def main() -> int:
+    if "--prefetch" in sys.argv[1:]:
+        return prefetch_main()
     bad = 0
     torch.manual_seed(0)
     for dt in (torch.float16, torch.bfloat16):

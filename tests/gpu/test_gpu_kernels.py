@@ -115,3 +115,29 @@ def test_bad_inputs_rejected_on_gpu():
                                                                                 dtype=torch.float16), c)
     with pytest.raises(wc.WavecError, match="'c'"):
         k(a, b, torch.empty(128, 64, device="cuda"))
+
+
+PREFETCH_TILES = [((256, 128, 64, 3), (4, 2)), ((128, 128, 32, 4), (2, 2)), ((64, 128, 16, 2), (2, 2))]
+
+
+@pytest.mark.parametrize("dtype", [wc.f16, wc.bf16])
+@pytest.mark.parametrize("tile", PREFETCH_TILES, ids=["x".join(map(str, t[0])) for t in PREFETCH_TILES])
+def test_gemm_prefetch_fragments(dtype, tile):
+    """mma.sync with the next iteration's first fragments read during the last K step: ragged M, N, K
+    (one K tile, fewer tiles than stages, a partial last tile) and a large square."""
+    from wavec.kernels import gemm as gm
+
+    (bm, bn, bk, st), waves = tile
+    mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
+    subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
+    k = wc.compile(make_gemm(dtype, mma_type=mma, waves=waves, prefetch_fragments=True), subs, backend="cuda")
+    assert k.metadata.spills == 0
+    tdt = TORCH_DT[dtype.name]
+    for m, n, kk in [(300, 200, 8), (130, 520, 40), (1000, 700, 328), (2048, 2048, 2048)]:
+        a = torch.randn(m, kk, device="cuda").to(tdt)
+        b = torch.randn(n, kk, device="cuda").to(tdt)
+        c = _poison((m, n), torch.float32)
+        k(a, b, c)
+        torch.cuda.synchronize()
+        assert not c.isnan().any(), "some output elements were never written"
+        assert _rel_err(c, a.double() @ b.double().T) < 1e-5, (m, n, kk)

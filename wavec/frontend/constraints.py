@@ -95,8 +95,10 @@ class SchedulingConstraint:
     continuing across tiles (``passes/persistent_grid.py``; the TMA wgmma GEMM only, else a
     ``ConstraintError`` saying why); ``split_epilogue``: a masked store of several runs per thread (the
     GEMM's accumulator write) tests once whether all of this thread's runs are in bounds and then stores
-    them unguarded, the per-run guards only on the other branch (``codegen/memory_access.lower_write``).
-    A kernel without a SchedulingConstraint gets these defaults."""
+    them unguarded, the per-run guards only on the other branch (``codegen/memory_access.lower_write``);
+    ``prefetch_fragments``: a ``cp.async`` pipelined mma.sync GEMM loop reads the first K step's fragments
+    of the next iteration during the last K step of this one, the stage wait and barrier moved before
+    that step (``passes/prefetch_fragments.py``).  A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -107,17 +109,13 @@ class SchedulingConstraint:
     warp_specialize: bool = False
     persistent: bool = False
     split_epilogue: bool = False
+    prefetch_fragments: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.split_epilogue, bool):
-            raise ConstraintError(message=f"SchedulingConstraint(split_epilogue={self.split_epilogue!r}): expected "
-                                  "True or False")
-        if not isinstance(self.persistent, bool):
-            raise ConstraintError(message=f"SchedulingConstraint(persistent={self.persistent!r}): expected "
-                                  "True or False")
-        if not isinstance(self.warp_specialize, bool):
-            raise ConstraintError(message=f"SchedulingConstraint(warp_specialize={self.warp_specialize!r}): expected "
-                                  "True or False")
+        for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConstraintError(message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected "
+                                      "True or False")
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
             raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
                                   "'auto', '128B', '64B', '32B' or 'none'")

@@ -23,13 +23,15 @@ MMA_FOR_TARGET = {
 
 def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
                      waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-                     warp_specialize: bool = False, persistent: bool = False, split_epilogue: bool = False) -> list:
+                     warp_specialize: bool = False, persistent: bool = False, split_epilogue: bool = False,
+                     prefetch_fragments: bool = False) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
     how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
     adds a TMA producer warpgroup (sm_90a wgmma with TMA only); ``persistent`` a persistent grid looping
     over the output tiles (sm_90a wgmma with TMA only); ``split_epilogue`` one bounds test per thread before
-    C's stores."""
+    C's stores; ``prefetch_fragments`` reads the next iteration's first mma.sync fragments during the
+    last K step (``passes/prefetch_fragments.py``)."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -39,14 +41,14 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
                                 async_copy=async_copy, warp_specialize=warp_specialize, persistent=persistent,
-                                split_epilogue=split_epilogue),
+                                split_epilogue=split_epilogue, prefetch_fragments=prefetch_fragments),
     ]
 
 
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
               waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
               warp_specialize: bool = False, out_dtype=f32, persistent: bool = False,
-              split_epilogue: bool = False) -> wc.WaveKernel:
+              split_epilogue: bool = False, prefetch_fragments: bool = False) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
     accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes).
@@ -56,7 +58,7 @@ def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
     @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize,
-                              persistent, split_epilogue))
+                              persistent, split_epilogue, prefetch_fragments))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 

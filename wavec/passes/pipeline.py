@@ -19,6 +19,7 @@ from .layout_wgmma_operands import layout_wgmma_operands
 from .mask_bounds import mask_bounds
 from .persistent_grid import persistent_grid
 from .pipeline_loops import pipeline_loops
+from .prefetch_fragments import prefetch_fragments
 from .printer import format_trace
 from .promote_to_shared import promote_to_shared
 from .reorder_workgroups import reorder_workgroups
@@ -41,6 +42,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("swizzle_shared", swizzle_shared),
     ("pipeline_loops", pipeline_loops),
     ("schedule_loops", schedule_loops),
+    ("prefetch_fragments", prefetch_fragments),
     ("share_shared_buffers", share_shared_buffers),
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),

@@ -24,7 +24,7 @@ from ..frontend.tracing import Trace
 from .context import PassContext
 
 
-def _k_steps(body: fx.Graph) -> list[list[fx.Node]]:
+def k_steps(body: fx.Graph) -> list[list[fx.Node]]:
     """The body's mmas grouped by K step, in program order."""
     steps: list[list[fx.Node]] = []
     for n in body.nodes:
@@ -36,7 +36,7 @@ def _k_steps(body: fx.Graph) -> list[list[fx.Node]]:
 
 
 def _schedule(body: fx.Graph) -> None:
-    steps = _k_steps(body)
+    steps = k_steps(body)
     if not steps:
         return
     placed: set = set()

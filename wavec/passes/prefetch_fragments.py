@@ -1,0 +1,123 @@
+"""prefetch_fragments: the first K step's mma.sync fragments of iteration i + 1 are read during iteration i.
+
+Requires: ``pipeline_loops`` (a ``cp.async`` pipelined body: ``async_wait`` at its top, copies and their
+``async_commit``) and ``schedule_loops`` (each K step's fragment reads right before its mmas).  Applies
+where ``SchedulingConstraint.prefetch_fragments`` is on, the MMA is ``mma.sync`` (one wave per MMA, not
+a warpgroup) and the body is a GEMM chain (its mma results feed only the next mma and the yield).
+Guarantees, per such ``iterate``:
+- the fragment reads of K step 0 become loop-carried values: the body takes them as extra iter_args
+  (after the accumulators) and yields the same reads taken from stage ``($STAGE + 1) % S`` at
+  iteration ``i + 1``; the root graph reads iteration ``start``'s from the first stage before the loop,
+  after an ``async_wait(pending=D - 1)`` and a ``barrier`` (stage 0 landed and is visible);
+- the body's ``async_wait`` moves from its top to just before the first mma of the last K step (after
+  that step's fragment reads and after the ``async_commit``), and the yielded reads follow it, so
+  ``insert_barriers`` puts the barrier between the two.  With D = S - 1 copies in flight the same
+  ``pending = D - 1`` then means "stage i + 1 landed" (one more group was committed above it).
+Why (CUTLASS's multistage mainloop does the same): with the wait and barrier at the top, every warp
+reaches the barrier with no mma to issue and then waits for ``ldmatrix`` latency before its first mma;
+here the last K step's mmas, whose fragments are already in registers, cover both.
+Hazards: a stage is read only before the barrier of the iteration that reads it (the last K step's
+fragments are read before the wait; the prefetched step-0 fragments come from the next stage), and the
+copies that overwrite it are issued after that barrier (they sit in the next iteration's body) — the
+same write-after-read order as before.  The last iteration prefetches from a stage holding a re-fetched
+(clamped) tile: in bounds, never used.
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..frontend.ops import AsyncCommit, AsyncWait, Barrier, Iterate, Read
+from ..frontend.tracing import Trace
+from ..indexing import induction_symbol
+from ..indexing.symbols import stage_symbol
+from .context import PassContext
+from .insert_wgmma_fences import chains_only
+from .schedule_loops import k_steps
+
+
+def _step0_reads(steps: list[list[fx.Node]], body: fx.Graph) -> list[fx.Node]:
+    """The shared reads feeding K step 0's mmas and nothing else, in program order."""
+    step0 = set(steps[0])
+    wanted = {a for m in steps[0] for a in m.args[:2] if a.meta.get("op") is Read and a.graph is body}
+    for r in list(wanted):  # an ldmatrix.x4 pair travels together
+        wanted |= {p for p in (r.meta.get("pair_with"), r.meta.get("paired_by")) if p is not None}
+    if any(u not in step0 for r in wanted for u in r.users):
+        return []
+    return [n for n in body.nodes if n in wanted]
+
+
+def _clone_reads(g: fx.Graph, reads: list[fx.Node], before: fx.Node, mem_of, **meta) -> list[fx.Node]:
+    """Copies of ``reads`` inserted before ``before`` with their memory operand mapped by ``mem_of`` and
+    ``meta`` replacing theirs (``layout_subs`` substituted into the layout); ldmatrix pairs kept."""
+    subs = meta.pop("layout_subs")
+    clones = {}
+    with g.inserting_before(before):
+        for r in reads:
+            c = g.create_node("call_function", r.target, (mem_of(r.args[0]),), dict(r.kwargs),
+                              name=f"{r.name}_first")
+            c.meta.update(r.meta)
+            c.meta.update(layout=r.meta["layout"].subs(subs), **meta)
+            clones[r] = c
+    for c in clones.values():
+        for k in ("pair_with", "paired_by"):
+            if c.meta.get(k) is not None:
+                c.meta[k] = clones[c.meta[k]]
+    return list(clones.values())
+
+
+def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
+    body = trace.subgraphs[iterate.kwargs["subgraph"]]
+    dim = iterate.kwargs["dim"]
+    stages = ctx.loop_stages.get(dim)
+    wait = next((n for n in body.nodes if n.meta.get("op") is AsyncWait), None)
+    commit = next((n for n in body.nodes if n.meta.get("op") is AsyncCommit), None)
+    steps = k_steps(body)
+    if not stages or wait is None or commit is None or not steps or not chains_only(body):
+        return
+    reads = _step0_reads(steps, body)
+    if not reads:
+        return
+    iv, stage = induction_symbol(dim), stage_symbol(dim)
+    lo, _stop = ctx.constraints.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    loc = iterate.meta.get("loc")
+    # before the loop: stage 0 (the carried stage's start) landed and published, then its step-0 reads
+    g = trace.graph
+    with g.inserting_before(iterate):
+        w = g.create_node("call_function", AsyncWait, (), {"pending": wait.kwargs["pending"]}, name="async_wait_first")
+        b = g.create_node("call_function", Barrier, (), {}, name="barrier_first")
+    for n in (w, b):
+        n.meta.update(op=n.target, type=None, loc=loc)
+    outer = {p: p.meta["capture_of"] for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    firsts = _clone_reads(g, reads, iterate, outer.__getitem__, stage=sympy.sympify(ctx.stage_start.get(dim, 0)),
+                          iv_subs={iv: lo}, layout_subs={iv: lo})
+    # the loop's values: step-0 fragments enter as iter_args and leave as next-iteration reads
+    args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+    anchor = args[-1]
+    for index, r in enumerate(reads, start=len(args)):
+        with body.inserting_after(anchor):
+            ph = body.placeholder(f"frag_{r.name}")
+        ph.meta.update(type=r.meta["type"], layout=r.meta["layout"], loc=r.meta.get("loc"), role="iter_arg",
+                       index=index)
+        r.replace_all_uses_with(ph)
+        anchor = ph
+    last_first = steps[-1][0]
+    last_first.prepend(wait)
+    for r in reads:
+        last_first.prepend(r)
+        r.meta.update(stage=sympy.Mod(stage + 1, stages), iv_subs={iv: iv + 1},
+                      layout=r.meta["layout"].subs({iv: iv + 1}))
+    out = next(n for n in body.nodes if n.op == "output")
+    out.args = (tuple(out.args[0]) + tuple(reads),)
+    inits, captures = iterate.args
+    iterate.args = (tuple(inits) + tuple(firsts), captures)
+
+
+def prefetch_fragments(trace: Trace, ctx: PassContext) -> None:
+    cs = ctx.constraints
+    if not cs.scheduling.prefetch_fragments or cs.mma_type is None or cs.group_waves > 1:
+        return
+    for node in list(trace.graph.nodes):
+        if node.meta.get("op") is Iterate:
+            _prefetch(trace, ctx, node)
