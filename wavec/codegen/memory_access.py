@@ -245,6 +245,11 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
                               (coords[d], fb.cs.resolve(d)),
                               lambda d=d, i=i, b=bounds: arith.select(b[d], i, fb.index(0))) if d in bounds else i
                    for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
+        # rows past the bound of a GEMM operand tile re-read the last row (mask_bounds: "clamped")
+        src_idx = [fb.derived(("clamp_last", sympy.sympify(coords[d]), fb.cs.resolve(d)),
+                              (coords[d], fb.cs.resolve(d)),
+                              lambda i=i, d=d: arith.minui(i, fb.index(fb.cs.resolve(d) - 1)))
+                   if d in node.meta.get("clamp_dims", ()) else i for d, i in zip(src_dims, src_idx)]
         cond = _all(bounds.values())
         src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
         op = ir.Operation.create(

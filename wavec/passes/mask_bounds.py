@@ -8,16 +8,25 @@ masked loads read zeros, masked stores are skipped, masked ``cp.async`` copies z
 straddles the bound because ``ctx.requirements`` makes every contiguous (last) dimension a multiple of the
 run length: rows stay 16-byte aligned, which the vector accesses need anyway.  Loops over a masked
 dimension run ``ceil(size / tile)`` iterations (``ctx.masked_loops``).
+
+Clamped instead of masked: a copy into a shared tile that only feeds MMA operands of a GEMM loop (the
+body's mma results feed only the next mma and the yield; the loop's results are only cast and written to
+global memory) reads its rows past the bound from the last row (``meta["clamp_dims"]``: the tile's dims
+other than the loop's and the MMAs' reduction dim).  Those rows only ever reach accumulator rows past
+the bound, which the masked store drops, and a clamped row is real data (no NaN); the copy then needs
+no per-row predicate, only the K test shared by all of a thread's copies (Triton's tutorial matmul wraps
+its rows with ``% M`` for the same reason).
 """
 
 from __future__ import annotations
 
 import sympy
 
-from ..frontend.ops import AsyncCopy, Iterate, Read, Write, memory_operand
-from ..frontend.tracing import Trace
+from ..frontend.ops import MMA, AsyncCopy, Cast, GetResult, Iterate, Read, Write, memory_operand
+from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from .context import PassContext
+from .insert_wgmma_fences import chains_only
 
 
 def _divisible(ctx: PassContext, dim) -> bool:
@@ -26,7 +35,41 @@ def _divisible(ctx: PassContext, dim) -> bool:
     return bool(size.is_Integer) and (extent is None or int(size) % extent == 0)
 
 
+def _only_written(iterate) -> bool:
+    """Whether the loop's results reach nothing but global writes (through casts)."""
+    def ok(n) -> bool:
+        return n.meta.get("op") is Write or (n.meta.get("op") is Cast and all(ok(u) for u in n.users))
+    return all(r.meta.get("op") is GetResult and all(ok(u) for u in r.users) for r in iterate.users)
+
+
+def _clampable(trace: Trace) -> dict:
+    """Shared tile (its ``allocate``) -> the dims its copies may clamp (see the module docstring)."""
+    readers: dict = {}
+    for g in trace.graphs():
+        for n in g.nodes:
+            if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+                readers.setdefault(capture_root(n.args[0]), []).append(n)
+    out = {}
+    for it in trace.graph.nodes:
+        if it.meta.get("op") is not Iterate:
+            continue
+        body = trace.subgraphs[it.kwargs["subgraph"]]
+        if not chains_only(body) or not _only_written(it):
+            continue
+        for alloc in it.args[1]:
+            rs = readers.get(alloc, [])
+            if alloc.meta["type"].address_space != AddressSpace.SHARED or not rs or any(
+                    r.meta.get("mma_dims") is None or any(u.op != "output" and u.meta.get("op") not in (MMA, Iterate)
+                                                          for u in r.users) for r in rs):
+                continue
+            # (prefetch_fragments' first reads feed the loop as inits, its next ones the yield)
+            reduced = {r.meta["mma_dims"][1] for r in rs} | {it.kwargs["dim"]}
+            out[alloc] = set(alloc.meta["type"].shape) - reduced
+    return out
+
+
 def mask_bounds(trace: Trace, ctx: PassContext) -> None:
+    clampable = _clampable(trace)
     for g in trace.graphs():
         for node in g.nodes:
             if node.meta.get("op") not in (Read, Write, AsyncCopy):
@@ -36,7 +79,12 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
             if mtype.address_space == AddressSpace.SHARED:
                 continue
             held = node.meta["layout"].dims  # batch and mapped dims: in range by the grid's construction
-            node.meta["mask_dims"] = tuple(d for d in mtype.shape if d in held and not _divisible(ctx, d))
+            masked = tuple(d for d in mtype.shape if d in held and not _divisible(ctx, d))
+            if node.meta.get("op") is AsyncCopy:
+                clamp = clampable.get(capture_root(node.args[1]), set())
+                node.meta["clamp_dims"] = tuple(d for d in masked if d in clamp)
+                masked = tuple(d for d in masked if d not in clamp)
+            node.meta["mask_dims"] = masked
             runs = node.meta.get("accesses") or []
             longest = max((n for _f, n, _o in runs), default=1)
             last = mtype.shape[-1]
