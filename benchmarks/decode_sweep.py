@@ -1,5 +1,6 @@
-"""Decode GEMM sweep (M <= 16): the old decode tiles, split-K with S in {1, 2, 4, 8} at two tile widths, the
-split rule's choice (``wavec.kernels.gemm.splitk_config``), cuBLAS (``torch.matmul``) and a device copy.
+"""Decode GEMM sweep (M <= 16): the old decode tiles (with and without ``prefetch_fragments``), split-K
+with S in {1, 2, 4, 8} at two tile widths, the split rule's choice (``wavec.kernels.gemm.splitk_config``),
+cuBLAS (``torch.matmul``) and a device copy.
 
 Each timing is the median of ``triton.testing.do_bench`` (CUDA events, warm-up) over input sets rotated past
 the 50 MB L2; C in the input dtype (as cuBLAS).  Bandwidth = (A + B + C bytes) / time, reported against a
@@ -62,6 +63,7 @@ def main() -> None:
         nbytes = per_set + m * n * tdt.itemsize
         subs, waves, rule = gm.splitk_config(m, n, k)
         variants = [("old tiles (split 1)", dict(split=1)),
+                    ("old tiles, no prefetch", dict(split=1, prefetch_fragments=False)),
                     (f"rule: 16x{subs[gm.BLOCK_N]} S={rule}", dict(split="auto"))]
         for bn in widths:
             for s in splits:

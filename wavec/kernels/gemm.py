@@ -48,12 +48,15 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
 def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
               waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
               warp_specialize: bool = False, out_dtype=f32, persistent: bool = False,
-              split_epilogue: bool = False, prefetch_fragments: bool = False) -> wc.WaveKernel:
+              split_epilogue: bool = False, prefetch_fragments: bool = True) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
     accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes).
     ``split_epilogue``: ``SchedulingConstraint.split_epilogue`` (one bounds test per thread, then C's
-    stores unguarded; not yet timed on a GPU, off)."""
+    stores unguarded; not yet timed on a GPU, off).  ``prefetch_fragments``: on an mma.sync tile, the next
+    iteration's first fragments are read during the last K step (``SchedulingConstraint.prefetch_fragments``;
+    H100 4096^3 / 8192^3 f16 and bf16: +7-12 % on the 128x256 and 256x128 tiles, ``docs/performance.md``);
+    no effect on wgmma tiles."""
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
@@ -130,18 +133,18 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 
 
 # ----- a simple, documented shape heuristic (until the autotuner exists) -----
-# Per-tile throughput measured on an H200 (benchmarks/gemm_sweep.py and the schedule experiment of
-# 2026-11-22, 4096^3 and 8192^3 f16, relative to the best): 256x128x64 (4x2 waves) = 1.0 (341-345 TFLOP/s),
-# 128x256 = 0.985, 128x128 = 0.97, 64-row tiles ~0.7, 64x64 ~0.4; workgroups per SM from registers (255 per
-# thread) and shared memory (3 stages of BLOCK_K = 64 tiles, padded rows).
+# Per-tile throughput relative to the best, with fragment prefetch (H100, benchmarks/mma_sync_reference.py,
+# 4096^3 and 8192^3, f16 and bf16, 2026-11-24): 128x256x64 (2x4 waves) = 1.0 (367-389 TFLOP/s), 256x128 =
+# 0.975, 128x128 = 0.86; 64-row tiles ~0.7 and 64x64 ~0.4 (H200, before the prefetch); workgroups per SM
+# from registers (~250 per thread) and shared memory (3 stages of BLOCK_K = 64 tiles, padded rows).
 # The heuristic picks the tile with the least (rounds of workgroups over the 132 SMs) x (work per
 # workgroup) / throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
 # reading B once: 16-row tiles, as narrow along N as needed for two workgroups per SM.
 _SMS = 132
 _TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
-    (128, 128, (2, 2), 0.97, 2),
-    (256, 128, (4, 2), 1.00, 1),
-    (128, 256, (2, 4), 0.985, 1),
+    (128, 256, (2, 4), 1.00, 1),
+    (256, 128, (4, 2), 0.975, 1),
+    (128, 128, (2, 2), 0.86, 2),
     (64, 128, (2, 2), 0.70, 3),
     (64, 64, (2, 2), 0.40, 4),
 ]
@@ -326,7 +329,8 @@ def output_dtype(a, out_dtype) -> tuple:
 
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
            warp_specialize: bool | None = None, out_dtype=None, split: int | str | None = None,
-           persistent: bool | None = None, config: tuple[dict, tuple[int, int]] | None = None):
+           persistent: bool | None = None, config: tuple[dict, tuple[int, int]] | None = None,
+           prefetch_fragments: bool = True):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
     accumulator).
@@ -342,18 +346,19 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     ``split``: K slices of the split-K path (mma.sync only; None or 1: no split; ``"auto"``:
     ``splitk_config``'s rule for M <= 16 — opt-in, because on the H100 the rule's splits were 4-50 %
     slower than no split on every benchmark decode shape, ``benchmarks/results/decode_h100``);
-    ``config = (subs, waves)`` overrides the tile (benchmarks)."""
+    ``config = (subs, waves)`` overrides the tile (benchmarks); ``prefetch_fragments``: ``make_gemm``'s
+    (mma.sync tiles; False to compare)."""
     if split not in (None, "auto") and (not isinstance(split, int) or split < 1):
         raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {split!r}")
     # The host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us).  A config's
     # substitutions key by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
     key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, mma, async_copy, warp_specialize,
-           out_dtype, split, persistent, cfg)
+           out_dtype, split, persistent, cfg, prefetch_fragments)
     run = _DISPATCH.get(key)
     if run is None:
         run = _DISPATCH[key] = _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split,
-                                              persistent, config)
+                                              persistent, config, bool(prefetch_fragments))
     return run(a, b)
 
 
@@ -362,7 +367,8 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
 _DISPATCH: dict = {}
 
 
-def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config):
+def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config,
+                   prefetch: bool = True):
     """``matmul``'s decision for a's and b's dtypes and shapes: validate, choose the tile and schedule,
     compile (cached), and return ``run(a, b) -> c``."""
     import torch
@@ -397,11 +403,13 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
     if split > 1:
         return _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
                               sub_key)
+    prefetch = prefetch and mma == "mma_sync"
     kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent,
-                      split_epilogue),
+                      split_epilogue, prefetch),
                      lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
                                                   warp_specialize=warp_specialize, out_dtype=out,
-                                                  persistent=persistent, split_epilogue=split_epilogue), subs,
+                                                  persistent=persistent, split_epilogue=split_epilogue,
+                                                  prefetch_fragments=prefetch), subs,
                                         backend=backend, target=target))
     return output_runner(kernel, out_dtype)
 
