@@ -388,19 +388,29 @@ def test_schedule_orders_every_k_step() -> None:
 
 @pytest.mark.parametrize("block_k", [16, 32, 64])
 def test_schedule_issues_copies_after_the_first_k_step(block_k: int) -> None:
-    """The next stage's copies and their commit sit right before the first mma of K step 1 (step 0 when
-    there is only one), after that step's fragment reads and after the body's wait."""
+    """The next stage's copies sit right before the first mma of K step 1 (step 0 when there is only
+    one), after that step's fragment reads and after the body's wait; with three or more K steps (a GEMM
+    body) the second half, then the commit, sit right before the first mma of K step 2."""
     c = compiled(gemm, NUM_STAGES=3, BLOCK_K=block_k)
     nodes = list(c.body().nodes)
     pos = {n: i for i, n in enumerate(nodes)}
     ops = [n.meta.get("op") for n in nodes]
     copies = [n for n in nodes if n.meta.get("op") is AsyncCopy]
     mmas = [n for n in nodes if n.meta.get("op") is MMA]
-    step = min(1, block_k // 16 - 1)
-    first = min(pos[m] for m in mmas if m.meta["key"][-1][1] == step)
+    steps = block_k // 16
+    step = min(1, steps - 1)
+
+    def first(s: int) -> int:
+        return min(pos[m] for m in mmas if m.meta["key"][-1][1] == s)
+
     assert len(copies) == block_k // 8  # two 64 x BLOCK_K tiles in 16-byte copies over 128 threads
-    assert ops[first - 1] is AsyncCommit
-    assert all(ops[first - 1 - j] is AsyncCopy for j in range(1, len(copies) + 1))
+    groups = [(first(step), len(copies))] if steps < 3 else [(first(1), len(copies) // 2),
+                                                             (first(2), len(copies) - len(copies) // 2)]
+    for i, (at, count) in enumerate(groups):
+        last = i == len(groups) - 1
+        before = at - 1 - last  # the commit closes the last group
+        assert not last or ops[at - 1] is AsyncCommit
+        assert all(ops[before - j] is AsyncCopy for j in range(count)), (i, ops[before - count + 1:at])
     assert ops.index(AsyncWait) < min(pos[c] for c in copies)
     if step:
         assert all(pos[m] < min(pos[c] for c in copies) for m in mmas if m.meta["key"][-1][1] == 0)

@@ -9,7 +9,11 @@ Guarantees, inside every ``iterate`` body:
   fragment reads of the second K step (the first, if there is only one), right before its first mma:
   a warp's first mma no longer waits behind the issue of every copy after the barrier, and the copies
   still leave early enough to land.  (Measured on an H200 at 4096^3 f16, 128x128x64 tiles: 307 -> 332
-  TFLOP/s; spreading the copies over all K steps raised the register count to 255 and spilled.)
+  TFLOP/s; spreading the copies over all K steps raised the register count to 255 and spilled.)  In a
+  GEMM body (mma results feed only mmas and the yield) of three or more K steps, the second half of the
+  copies and the commit move on to the third K step: two bursts of copy issue between mmas instead of
+  one.  (H100, 4096^3 / 8192^3 f16 with fragment prefetch, ``benchmarks/mma_sync_schedules.py``:
+  128x256 376 -> 389 and 389 -> 408 TFLOP/s, 256x128 366 -> 387; same registers.)
 Data dependences are preserved: a fragment read only moves later, never before its memory operand's
 last write (writes to its tile precede the first mma); an ``async_copy`` writes a stage no read of this
 iteration touches, and stays after the body's ``async_wait`` (and the barrier placed after it).
@@ -22,6 +26,7 @@ import torch.fx as fx
 from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, Iterate, Read
 from ..frontend.tracing import Trace
 from .context import PassContext
+from .insert_wgmma_fences import chains_only
 
 
 def k_steps(body: fx.Graph) -> list[list[fx.Node]]:
@@ -51,8 +56,13 @@ def _schedule(body: fx.Graph) -> None:
     if not copies or commit is None:
         return
     anchor = steps[min(1, len(steps) - 1)][0]
-    for c in copies:
+    half = len(copies) // 2 if len(steps) >= 3 and chains_only(body) else len(copies)
+    for c in copies[:half]:
         anchor.prepend(c)
+    if half < len(copies):
+        anchor = steps[2][0]
+        for c in copies[half:]:
+            anchor.prepend(c)
     anchor.prepend(commit)
 
 
