@@ -2,6 +2,7 @@
 
     python benchmarks/mma_sync_reference.py [--sizes 4096,8192] [--dtypes f16,bf16]
                                             [--configs BMxBNxBKxSxW0xW1,...] [--prefetch off,on]
+                                            [--epilogue plain,split]
 
 Issue 5's target is a ratio to cuBLAS, which uses wgmma on Hopper; what a mature compiler reaches with
 ``mma.sync`` on the same chip is the fairer reference for the instruction's ceiling.  Triton picks wgmma
@@ -13,6 +14,7 @@ problems n^3, fresh random inputs, ``do_bench`` medians; every ratio is to the c
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -77,7 +79,7 @@ def _triton_mma_sync(args) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def _wavec_rows(n: int, dtype: str, configs: list, prefetch: list) -> list:
+def _wavec_rows(n: int, dtype: str, configs: list, prefetch: list, epilogues: list) -> list:
     import wavec as wc
     from wavec.kernels.gemm import gemm_config, make_gemm
 
@@ -89,19 +91,18 @@ def _wavec_rows(n: int, dtype: str, configs: list, prefetch: list) -> list:
         subs, waves = gemm_config(n, n, n)
         configs = [(tuple(subs[wc.sym(s)] for s in SYMS_ORDER[:4]), waves)]
     rows = []
-    for (bm, bn, bk, st), waves in configs:
-        for pf in prefetch:
-            subs = {wc.sym(s): v for s, v in zip(SYMS_ORDER, (bm, bn, bk, st, 8))}
-            t0 = time.perf_counter()
-            k = wc.compile(make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt, prefetch_fragments=pf), subs,
-                           backend="cuda", cache=False)
-            ct = time.perf_counter() - t0
-            c.fill_(float("nan"))
-            k(a, b, c)
-            err = _rel_err(c, ref)
-            m = k.metadata
-            rows.append((f"{bm}x{bn}x{bk} s{st} w{waves[0]}x{waves[1]}{' pf' if pf else ''}", _ms(lambda: k(a, b, c)),
-                         err, m.registers, m.spills, ct))
+    for ((bm, bn, bk, st), waves), pf, split in itertools.product(configs, prefetch, epilogues):
+        subs = {wc.sym(s): v for s, v in zip(SYMS_ORDER, (bm, bn, bk, st, 8))}
+        t0 = time.perf_counter()
+        k = wc.compile(make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt, prefetch_fragments=pf,
+                                 split_epilogue=split), subs, backend="cuda", cache=False)
+        ct = time.perf_counter() - t0
+        c.fill_(float("nan"))
+        k(a, b, c)
+        err = _rel_err(c, ref)
+        m = k.metadata
+        name = f"{bm}x{bn}x{bk} s{st} w{waves[0]}x{waves[1]}{' pf' if pf else ''}{' split-epi' if split else ''}"
+        rows.append((name, _ms(lambda: k(a, b, c)), err, m.registers, m.spills, ct))
     return rows
 
 
@@ -111,6 +112,7 @@ def main() -> None:
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--configs", default="", help="BMxBNxBKxSxW0xW1,... (default: gemm_config's tile)")
     ap.add_argument("--prefetch", default="off,on")
+    ap.add_argument("--epilogue", default="plain", help="plain,split: also with SchedulingConstraint.split_epilogue")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sizes = [int(s) for s in args.sizes.split(",")]
@@ -122,6 +124,7 @@ def main() -> None:
     configs = [((bm, bn, bk, s), (w0, w1)) for bm, bn, bk, s, w0, w1 in
                (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c)]
     prefetch = [p == "on" for p in args.prefetch.split(",")]
+    epilogues = [e == "split" for e in args.epilogue.split(",")]
     v2 = _triton_mma_sync(args)
     table = []
     for n in args.sizes:
@@ -135,7 +138,7 @@ def main() -> None:
             table.append((n, dt, f"Triton {other['inst']} (DISABLE_MMA_V3) {other['config']}",
                           flops / other["triton_ms"], other["cublas_ms"] / other["triton_ms"], f"{other['err']:.1e}",
                           "", "", f"(its cuBLAS {flops / other['cublas_ms']:.0f})"))
-            for name, ms, err, regs, spills, ct in _wavec_rows(n, dt, configs, prefetch):
+            for name, ms, err, regs, spills, ct in _wavec_rows(n, dt, configs, prefetch, epilogues):
                 table.append((n, dt, f"wavec {name}", flops / ms, here["cublas_ms"] / ms, f"{err:.1e}", regs, spills,
                               f"compile {ct:.2f} s"))
     print(f"{'n':>5} {'dt':>4} {'kernel':64} {'TF/s':>7} {'x cuBLAS':>8} {'err':>8} {'regs':>4} {'spill':>5}")
