@@ -1,6 +1,6 @@
 """The mma.sync GEMM against cuBLAS and against Triton held to mma.sync on the same Hopper GPU.
 
-    python benchmarks/mma_sync_reference.py [--sizes 4096,8192] [--dtypes f16,bf16]
+    python benchmarks/mma_sync_reference.py [--sizes 4096,8192,MxNxK,...] [--dtypes f16,bf16]
                                             [--configs BMxBNxBKxSxW0xW1,...] [--prefetch off,on]
                                             [--epilogue plain,split]
 
@@ -9,8 +9,9 @@ Issue 5's target is a ratio to cuBLAS, which uses wgmma on Hopper; what a mature
 on sm_90 unless ``DISABLE_MMA_V3=1`` is set when it compiles, so a worker process with that variable
 times Triton's autotuned tutorial matmul (``triton_matmul.py``) beside its own cuBLAS, and the PTX of the
 kernel it ran is checked for ``mma.sync`` (no ``wgmma``).  The main process times cuBLAS, Triton as it
-comes (wgmma) and every wavec mma.sync configuration, without and with ``prefetch_fragments``.  Square
-problems n^3, fresh random inputs, ``do_bench`` medians; every ratio is to the cuBLAS of its own process.
+comes (wgmma) and every wavec mma.sync configuration, without and with ``prefetch_fragments``.  Problems
+n^3 (``--sizes n``) or M x N x K (``MxNxK``: short K shows the per-tile fixed cost), fresh random inputs,
+``do_bench`` medians; every ratio is to the cuBLAS of its own process.
 """
 
 import argparse
@@ -28,9 +29,10 @@ SYMS_ORDER = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "GROUP_M")
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-def _inputs(n: int, dtype: str) -> tuple:
-    a = torch.randn(n, n, device="cuda", dtype=TORCH_DT[dtype])
-    b = torch.randn(n, n, device="cuda", dtype=TORCH_DT[dtype])
+def _inputs(shape: tuple, dtype: str) -> tuple:
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=TORCH_DT[dtype])
+    b = torch.randn(n, k, device="cuda", dtype=TORCH_DT[dtype])
     return a, b, (a.float() @ b.float().T)
 
 
@@ -43,17 +45,19 @@ def _ms(fn) -> float:
     return do_bench(fn, warmup=50, rep=300, return_mode="median")
 
 
-def _triton(n: int, dtype: str) -> dict:
-    """cuBLAS and Triton's autotuned matmul at n^3 in this process; which MMA instruction Triton emitted."""
+def _triton(shape: tuple, dtype: str) -> dict:
+    """cuBLAS and Triton's autotuned matmul at M x N x K in this process; which MMA instruction Triton
+    emitted."""
     import triton
     from triton_matmul import _matmul_kernel
 
-    a, b, ref = _inputs(n, dtype)
-    c = torch.full((n, n), float("nan"), device="cuda", dtype=a.dtype)
-    grid = lambda meta: (triton.cdiv(n, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
+    m, n, k = shape
+    a, b, ref = _inputs(shape, dtype)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=a.dtype)
+    grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
 
     def run():
-        return _matmul_kernel[grid](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        return _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                                     c.stride(0), c.stride(1))
     handle = run()
     err = _rel_err(c, ref)
@@ -64,13 +68,13 @@ def _triton(n: int, dtype: str) -> dict:
 
 
 def _worker(args) -> None:
-    out = {f"{n}:{dt}": _triton(n, dt) for n in args.sizes for dt in args.dtypes}
+    out = {_key(s, dt): _triton(s, dt) for s in args.sizes for dt in args.dtypes}
     print("RESULT " + json.dumps(out))
 
 
 def _triton_mma_sync(args) -> dict:
     env = {**os.environ, "DISABLE_MMA_V3": "1"}
-    cmd = [sys.executable, __file__, "--worker", "--sizes", ",".join(map(str, args.sizes)),
+    cmd = [sys.executable, __file__, "--worker", "--sizes", ",".join("x".join(map(str, s)) for s in args.sizes),
            "--dtypes", ",".join(args.dtypes)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
@@ -79,16 +83,20 @@ def _triton_mma_sync(args) -> dict:
     return json.loads(line.removeprefix("RESULT "))
 
 
-def _wavec_rows(n: int, dtype: str, configs: list, prefetch: list, epilogues: list) -> list:
+def _key(shape: tuple, dtype: str) -> str:
+    return "x".join(map(str, shape)) + f":{dtype}"
+
+
+def _wavec_rows(shape: tuple, dtype: str, configs: list, prefetch: list, epilogues: list) -> list:
     import wavec as wc
     from wavec.kernels.gemm import gemm_config, make_gemm
 
     wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16),
                 "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[dtype]
-    a, b, ref = _inputs(n, dtype)
-    c = torch.empty(n, n, device="cuda", dtype=a.dtype)
+    a, b, ref = _inputs(shape, dtype)
+    c = torch.empty(shape[0], shape[1], device="cuda", dtype=a.dtype)
     if not configs:
-        subs, waves = gemm_config(n, n, n)
+        subs, waves = gemm_config(*shape)
         configs = [(tuple(subs[wc.sym(s)] for s in SYMS_ORDER[:4]), waves)]
     rows = []
     for ((bm, bn, bk, st), waves), pf, split in itertools.product(configs, prefetch, epilogues):
@@ -115,7 +123,7 @@ def main() -> None:
     ap.add_argument("--epilogue", default="plain", help="plain,split: also with SchedulingConstraint.split_epilogue")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.sizes = [tuple(int(x) for x in s.split("x")) if "x" in s else (int(s),) * 3 for s in args.sizes.split(",")]
     args.dtypes = args.dtypes.split(",")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     if args.worker:
@@ -127,24 +135,26 @@ def main() -> None:
     epilogues = [e == "split" for e in args.epilogue.split(",")]
     v2 = _triton_mma_sync(args)
     table = []
-    for n in args.sizes:
+    for shape in args.sizes:
         for dt in args.dtypes:
-            here = _triton(n, dt)
-            other = v2[f"{n}:{dt}"]
-            flops = 2 * n**3 / 1e9
-            table.append((n, dt, "cuBLAS", flops / here["cublas_ms"], 1.0, "", "", "", ""))
-            table.append((n, dt, f"Triton {here['inst']} {here['config']}", flops / here["triton_ms"],
-                          here["cublas_ms"] / here["triton_ms"], f"{here['err']:.1e}", "", "", ""))
-            table.append((n, dt, f"Triton {other['inst']} (DISABLE_MMA_V3) {other['config']}",
+            here = _triton(shape, dt)
+            other = v2[_key(shape, dt)]
+            flops = 2 * shape[0] * shape[1] * shape[2] / 1e9
+            name = "x".join(map(str, shape)) if len(set(shape)) > 1 else str(shape[0])
+            table.append((name, dt, "cuBLAS", flops / here["cublas_ms"], 1.0, "", "", "",
+                          f"{here['cublas_ms'] * 1e3:.1f} us"))
+            table.append((name, dt, f"Triton {here['inst']} {here['config']}", flops / here["triton_ms"],
+                          here["cublas_ms"] / here["triton_ms"], f"{here['err']:.1e}", "", "",
+                          f"{here['triton_ms'] * 1e3:.1f} us"))
+            table.append((name, dt, f"Triton {other['inst']} (DISABLE_MMA_V3) {other['config']}",
                           flops / other["triton_ms"], other["cublas_ms"] / other["triton_ms"], f"{other['err']:.1e}",
-                          "", "", f"(its cuBLAS {flops / other['cublas_ms']:.0f})"))
-            for name, ms, err, regs, spills, ct in _wavec_rows(n, dt, configs, prefetch, epilogues):
-                table.append((n, dt, f"wavec {name}", flops / ms, here["cublas_ms"] / ms, f"{err:.1e}", regs, spills,
-                              f"compile {ct:.2f} s"))
-    print(f"{'n':>5} {'dt':>4} {'kernel':64} {'TF/s':>7} {'x cuBLAS':>8} {'err':>8} {'regs':>4} {'spill':>5}")
-    for n, dt, name, tf, ratio, err, regs, spills, note in table:
-        print(f"{n:5d} {dt:>4} {name[:64]:64} {tf:7.1f} {ratio:8.3f} {err:>8} {regs!s:>4} {spills!s:>5} {note}")
-
+                          "", "", f"{other['triton_ms'] * 1e3:.1f} us (its cuBLAS {flops / other['cublas_ms']:.0f})"))
+            for cfg, ms, err, regs, spills, ct in _wavec_rows(shape, dt, configs, prefetch, epilogues):
+                table.append((name, dt, f"wavec {cfg}", flops / ms, here["cublas_ms"] / ms, f"{err:.1e}", regs, spills,
+                              f"{ms * 1e3:.1f} us, compile {ct:.2f} s"))
+    print(f"{'shape':>15} {'dt':>4} {'kernel':64} {'TF/s':>7} {'x cuBLAS':>8} {'err':>8} {'regs':>4} {'spill':>5}")
+    for name, dt, kernel, tf, ratio, err, regs, spills, note in table:
+        print(f"{name:>15} {dt:>4} {kernel[:64]:64} {tf:7.1f} {ratio:8.3f} {err:>8} {regs!s:>4} {spills!s:>5} {note}")
 
 if __name__ == "__main__":
     main()
