@@ -105,7 +105,8 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     assert ws or not tile  # 64x64 tiles: with a producer warpgroup
     assert split or not tile  # wgmma tiles store C after one bounds test per thread
     key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent, split)  # copies, WS, C, grid, epilogue
+           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent, split,
+           not tile)  # copies, WS, C, grid, epilogue, fragment prefetch (mma.sync tiles only)
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)
