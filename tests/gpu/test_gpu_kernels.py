@@ -141,3 +141,22 @@ def test_gemm_prefetch_fragments(dtype, tile):
         torch.cuda.synchronize()
         assert not c.isnan().any(), "some output elements were never written"
         assert _rel_err(c, a.double() @ b.double().T) < 1e-5, (m, n, kk)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matmul_c_in_input_dtype(dtype):
+    """C in f16 / bf16 (``widen_stores``: 16-byte stores when N % 8 == 0, the narrow ones otherwise):
+    the heuristic's tiles on ragged and aligned shapes, every element written, against float64."""
+    from wavec.kernels.gemm import matmul
+
+    for m, n, kk in [(300, 200, 64), (130, 522, 40), (1000, 4096, 328), (4096, 4096, 4096), (17, 258, 512),
+                     (2048, 1000, 1024)]:
+        a = torch.randn(m, kk, device="cuda", dtype=dtype)
+        b = torch.randn(n, kk, device="cuda", dtype=dtype)
+        c = matmul(a, b, out_dtype=dtype)
+        torch.cuda.synchronize()
+        assert c.dtype == dtype and not c.isnan().any()
+        ref = a.double() @ b.double().T
+        tol = 2e-3 if dtype == torch.float16 else 1.6e-2
+        err = float((c.double() - ref).abs().max() / ref.abs().max())
+        assert err < tol, (m, n, kk, err)

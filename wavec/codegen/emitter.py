@@ -15,7 +15,7 @@ import sympy
 import torch.fx as fx
 
 from ..errors import CodegenError
-from ..frontend.ops import Write
+from ..frontend.ops import WideStore, Write
 from ..frontend.tracing import Trace, capture_root
 from ..indexing.symbols import LANE, WAVE, WORKGROUP
 from ..passes.context import PassContext
@@ -55,6 +55,8 @@ def _written_args(trace: Trace) -> set[str]:
         for n in g.nodes:
             if n.meta.get("op") is Write:
                 out.add(capture_root(n.args[1]).name)
+            elif n.meta.get("op") is WideStore:  # (its memory is the last argument)
+                out.add(capture_root(n.args[-1]).name)
     return out
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import arith, memref, scf, vector
+from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
 from ..frontend import dtypes as dt
-from ..frontend.ops import Allocate, AsyncCopy, Read, Write
+from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
 from ..frontend.tracing import capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, Layout
@@ -198,6 +198,86 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
         for piece, idx, cond, align in stores:
             _store_if(fb.values[mem_node], idx, cond, piece, align)
         scf.yield_([])
+
+
+class _Access:
+    """What the store helpers read of a write node (``args``, ``kwargs``, ``meta``), for the narrow
+    writes a ``WideStore`` replaced."""
+
+    def __init__(self, args: tuple, meta: dict) -> None:
+        self.args, self.kwargs, self.meta = args, {}, meta
+
+
+def _narrow_stores(fb: FunctionBuilder, access, val: ir.Value) -> list:
+    """(value, indices, condition, alignment) of each run of a write, all computed here (before a branch)."""
+    mem_node = access.args[1]
+    dtype = access.args[0].meta["type"].dtype
+    runs, layout = access.meta["accesses"], access.meta["layout"]
+    out = []
+    for (first, n, off), align in zip(runs, access.meta["alignments"]):
+        piece = val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1])
+        coords = _coords(layout, off)
+        out.append((piece, mem_indices(fb, access, mem_node, coords), in_bounds(fb, access, mem_node, coords), align))
+    return out
+
+
+def _word(v: ir.Value, flat: list[int]) -> ir.Value:
+    """Two 2-byte elements of ``v`` (flat positions) as one i32."""
+    pair = vector.shuffle(v, v, flat)
+    i32 = ir.IntegerType.get_signless(32)
+    return vector.extract(vector.bitcast(ir.VectorType.get([1], i32), pair), [], [0])
+
+
+def _quad_transpose(fb: FunctionBuilder, words: list[ir.Value]) -> list[ir.Value]:
+    """A 4 x 4 transpose within each quad of lanes: lane q (= LANE % 4) gets out[p] = words[q] of lane p.
+    Round k (``shuffle xor k``) sends lane q's words[q ^ k] to lane q ^ k, so lane q receives lane
+    (q ^ k)'s words[q], which is its out[q ^ k]."""
+    i32 = ir.IntegerType.get_signless(32)
+    q = fb.index(sympy.Mod(LANE, 4))
+
+    def pick(options: list[ir.Value], which: ir.Value) -> ir.Value:
+        v = options[0]
+        for j in range(1, 4):
+            v = arith.select(arith.cmpi(arith.CmpIPredicate.eq, which, fb.index(j)), options[j], v)
+        return v
+
+    width = arith.constant(i32, 32)
+    recv = []
+    for k in range(4):
+        send = pick(words, arith.xori(q, fb.index(k)) if k else q)
+        recv.append(send if k == 0 else gpu.shuffle(send, arith.constant(i32, k), width, gpu.ShuffleMode.XOR)[0])
+    return [pick(recv, arith.xori(q, fb.index(p)) if p else q) for p in range(4)]
+
+
+@rule(WideStore)
+def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
+    *vals, mem_node = node.args
+    layout: Layout = node.meta["layout"]
+    row_dim, col_dim = mem_node.meta["type"].shape[-2:]
+    dtype = vals[0].meta["type"].dtype
+    pos = [(p[row_dim], p[col_dim]) for p in layout.positions()]
+    col0 = layout.seq(col_dim).start + 6 * sympy.Mod(LANE, 4)  # 2 * (LANE % 4) -> 8 * (LANE % 4)
+    wide = []
+    for h in (0, 8):
+        words = [_word(fb.values[v], [pos.index((h, 0)), pos.index((h, 1))]) for v in vals]
+        out = vector.from_elements(ir.VectorType.get([4], ir.IntegerType.get_signless(32)), _quad_transpose(fb, words))
+        value = vector.bitcast(vec_type(8, dtype), out)
+        coords = {row_dim: layout.seq(row_dim).start + h, col_dim: col0}
+        wide.append((value, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), 16))
+    size = fb.cs.resolve(col_dim)
+    if size.is_Integer:  # widen_stores applies only where 8 divides it
+        for value, idx, cond, align in wide:
+            _store_if(fb.values[mem_node], idx, cond, value, align)
+        return
+    narrow = [s for meta, v in zip(node.meta["narrow"], vals)
+              for s in _narrow_stores(fb, _Access((v, mem_node), meta), fb.values[v])]
+    aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))
+    branch = scf.IfOp(aligned, has_else=True)
+    for block, stores in ((branch.then_block, wide), (branch.else_block, narrow)):
+        with ir.InsertionPoint(block):
+            for value, idx, cond, align in stores:
+                _store_if(fb.values[mem_node], idx, cond, value, align)
+            scf.yield_([])
 
 
 def _furthest_runs(node: fx.Node, coords: list[dict]) -> dict | None:

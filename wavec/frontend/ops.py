@@ -377,6 +377,14 @@ class Barrier(Op):
     name = "barrier"
 
 
+class WideStore(Op):
+    """Four global writes of mma.sync accumulator fragments of neighbouring N tiles (``args`` = the four
+    values, then the memory), stored as one 16-byte run per lane and row after a transpose within each
+    quad of lanes (``passes/widen_stores.py``); ``meta["narrow"]`` keeps the four writes it replaced."""
+
+    name = "wide_store"
+
+
 class AsyncCopy(Op):
     """Global -> shared copy issued asynchronously (cp.async); ``args = (global memory, shared tile)``."""
 

@@ -28,6 +28,7 @@ from .share_shared_buffers import share_shared_buffers
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
 from .warp_specialize import warp_specialize
+from .widen_stores import widen_stores
 
 Pass = Callable[[Trace, PassContext], None]
 
@@ -46,6 +47,7 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("share_shared_buffers", share_shared_buffers),
     ("reorder_workgroups", reorder_workgroups),
     ("mask_bounds", mask_bounds),
+    ("widen_stores", widen_stores),
     ("insert_barriers", insert_barriers),
     ("insert_wgmma_fences", insert_wgmma_fences),
     ("warp_specialize", warp_specialize),

@@ -1,0 +1,80 @@
+"""widen_stores: 16-byte stores of mma.sync accumulators of 2-byte types (C of a GEMM in f16 / bf16).
+
+Requires: ``coarsen_loads`` (each write's runs) and ``mask_bounds`` (its masked dims).  Applies to the
+root graph's global writes of a 32-lane target whose per-thread layout is the m16n8 accumulator's (rows
+``r`` and ``r + 8`` with ``r = LANE // 4``, columns ``2 * (LANE % 4) + {0, 1}`` of an 8-column N tile) and
+whose contiguous dimension is not provably indivisible by 8.  Guarantees: each group of four such writes
+to one memory, same rows, N tiles ``c, c + 8, c + 16, c + 24`` with ``c`` a multiple of 32 (the same
+expression otherwise), becomes one ``WideStore``: codegen transposes the four 4-byte words of each row
+within every quad of lanes (``gpu.shuffle xor``) so lane ``q`` holds the 8 columns of N tile ``c + 8q``
+and stores them as one 16-byte run, under the same bounds masks; when N is dynamic it tests
+``N % 8 == 0`` once (uniform) and keeps the four narrow writes for other N.
+Why: a warp's narrow store writes 8 rows x 16 bytes, one L2 request per row for 16 bytes; the widened one
+8 rows x 64 bytes in as many requests.  The H100 GEMM epilogue was bound by those requests (f32 C, twice
+the bytes, was faster than f16 C; docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch.fx as fx
+
+from ..frontend.ops import WideStore, Write
+from ..frontend.tracing import Trace
+from ..frontend.types import AddressSpace
+from ..indexing import LANE
+from .context import PassContext
+
+_FRAGMENT = [{"r": 0, "c": 0}, {"r": 0, "c": 1}, {"r": 8, "c": 0}, {"r": 8, "c": 1}]
+
+
+def _fragment_write(node: fx.Node) -> tuple | None:
+    """(mem, rows expr, column rest, column constant) of an accumulator-fragment write, else None."""
+    if node.meta.get("op") is not Write or node.args[0].meta["type"].dtype.bytes != 2:
+        return None
+    mem = node.args[1]
+    mtype = mem.meta["type"]
+    if mtype.address_space != AddressSpace.GLOBAL or len(mtype.shape) < 2:
+        return None
+    row_dim, col_dim = mtype.shape[-2], mtype.shape[-1]
+    layout = node.meta["layout"]
+    if set(layout.dims) != {row_dim, col_dim} or len(node.meta.get("accesses", ())) != 2:
+        return None
+    got = sorted((p[row_dim], p[col_dim]) for p in layout.positions())
+    if got != sorted((f["r"], f["c"]) for f in _FRAGMENT):
+        return None
+    rows, cols = layout.seq(row_dim).start, layout.seq(col_dim).start
+    const, rest = sympy.sympify(cols).as_coeff_Add()
+    others = {s: 0 for s in (rows.free_symbols | cols.free_symbols) - {LANE}}
+    for lane in range(32):  # the m16n8 accumulator: row lane // 4, columns 2 * (lane % 4) + {0, 1}
+        at = {**others, LANE: lane}
+        if (int(rows.subs(at)) - int(rows.subs({**others, LANE: 0})) != lane // 4
+                or int(cols.subs(at)) - int(cols.subs({**others, LANE: 0})) != 2 * (lane % 4)):
+            return None
+    return mem, rows, rest, int(const)
+
+
+def widen_stores(trace: Trace, ctx: PassContext) -> None:
+    cs = ctx.constraints
+    if cs.threads_per_wave != 32 or not ctx.target.startswith("sm_") or cs.group_waves > 1:
+        return
+    groups: dict = {}
+    for node in trace.graph.nodes:
+        info = _fragment_write(node)
+        if info is not None:
+            mem, rows, rest, const = info
+            groups.setdefault((mem, rows, rest, const // 32), {})[const % 32] = node
+    for (mem, _rows, _rest, _g), by_offset in groups.items():
+        size = cs.resolve(mem.meta["type"].shape[-1])
+        if sorted(by_offset) != [0, 8, 16, 24] or (size.is_Integer and int(size) % 8):
+            continue
+        writes = [by_offset[o] for o in (0, 8, 16, 24)]
+        last = max(writes, key=lambda w: list(trace.graph.nodes).index(w))
+        with trace.graph.inserting_after(last):
+            wide = trace.graph.create_node("call_function", WideStore, (*[w.args[0] for w in writes], mem), {},
+                                           name=f"{writes[0].name}_wide")
+        wide.meta.update(writes[0].meta)
+        # the four narrow writes, for N % 8 != 0: their meta (the values are the WideStore's args)
+        wide.meta.update(op=WideStore, narrow=[dict(w.meta) for w in writes])
+        for w in writes:
+            trace.graph.erase_node(w)
