@@ -79,3 +79,32 @@ def test_emulator_numerics(dtype, mnk) -> None:
     ref = a.double() @ b.double().T
     err = float((c.double() - ref).abs().max() / ref.abs().max())
     assert err < (2e-3 if dtype == wc.f16 else 1.6e-2), err
+
+
+def test_attention_output_keeps_narrow_stores() -> None:
+    """4-D outputs (attention's [B, H, M, D]) are left alone until timed and tested on a GPU."""
+    from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
+
+    kernel = make_attention(wc.f16, "bhsd", False, 4)
+    trace = kernel.trace()
+    subs = {BLOCK_M: 64, BLOCK_N: 64, NUM_STAGES: 2, D: 64}
+    run_pipeline(trace, PassContext.build(trace, ConstraintSet(kernel.constraints, subs), "sm_90"))
+    assert WideStore not in _ops(trace) and Write in _ops(trace)
+
+
+@pytest.mark.parametrize("mnk", [(1, 64, 256), (16, 200, 128), (9, 4096, 136)])
+def test_emulator_decode_tile(mnk) -> None:
+    """The decode tile (16 x 64, 1 x 2 waves: a 16 x 32 wave tile, one wide store per row pair)."""
+    pytest.importorskip("iree.compiler")
+    subs = {gm.BLOCK_M: 16, gm.BLOCK_N: 64, gm.BLOCK_K: 128, gm.NUM_STAGES: 4, gm.GROUP_M: 1}
+    k = wc.compile(gm.make_gemm(wc.f16, waves=(1, 2), out_dtype=wc.f16), subs, target="sm_90", backend="emulator",
+                   cache=False)
+    assert k.mlir.count("vector<8xf16>") >= 2
+    m, n, kk = mnk
+    g = torch.Generator().manual_seed(n)
+    a, b = torch.randn(m, kk, generator=g).half(), torch.randn(n, kk, generator=g).half()
+    c = torch.full((m, n), float("nan")).half()
+    k(a, b, c)
+    assert not c.isnan().any()
+    ref = a.double() @ b.double().T
+    assert float((c.double() - ref).abs().max() / ref.abs().max()) < 2e-3

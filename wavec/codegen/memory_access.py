@@ -204,8 +204,8 @@ class _Access:
     """What the store helpers read of a write node (``args``, ``kwargs``, ``meta``), for the narrow
     writes a ``WideStore`` replaced."""
 
-    def __init__(self, args: tuple, meta: dict) -> None:
-        self.args, self.kwargs, self.meta = args, {}, meta
+    def __init__(self, args: tuple, kwargs: dict, meta: dict) -> None:
+        self.args, self.kwargs, self.meta = args, kwargs, meta
 
 
 def _narrow_stores(fb: FunctionBuilder, access, val: ir.Value) -> list:
@@ -270,7 +270,7 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
             _store_if(fb.values[mem_node], idx, cond, value, align)
         return
     narrow = [s for meta, v in zip(node.meta["narrow"], vals)
-              for s in _narrow_stores(fb, _Access((v, mem_node), meta), fb.values[v])]
+              for s in _narrow_stores(fb, _Access((v, mem_node), node.kwargs, meta), fb.values[v])]
     aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))
     branch = scf.IfOp(aligned, has_else=True)
     for block, stores in ((branch.then_block, wide), (branch.else_block, narrow)):

@@ -1,7 +1,7 @@
 """widen_stores: 16-byte stores of mma.sync accumulators of 2-byte types (C of a GEMM in f16 / bf16).
 
 Requires: ``coarsen_loads`` (each write's runs) and ``mask_bounds`` (its masked dims).  Applies to the
-root graph's global writes of a 32-lane target whose per-thread layout is the m16n8 accumulator's (rows
+root graph's writes to 2-D global memories of a 32-lane target whose per-thread layout is the m16n8 accumulator's (rows
 ``r`` and ``r + 8`` with ``r = LANE // 4``, columns ``2 * (LANE % 4) + {0, 1}`` of an 8-column N tile) and
 whose contiguous dimension is not provably indivisible by 8.  Guarantees: each group of four such writes
 to one memory, same rows, N tiles ``c, c + 8, c + 16, c + 24`` with ``c`` a multiple of 32 (the same
@@ -34,7 +34,9 @@ def _fragment_write(node: fx.Node) -> tuple | None:
         return None
     mem = node.args[1]
     mtype = mem.meta["type"]
-    if mtype.address_space != AddressSpace.GLOBAL or len(mtype.shape) < 2:
+    # 2-D memories only (a GEMM's C): attention's [B, H, M, D] output keeps its narrow stores until the
+    # wide ones are timed and tested on a GPU there
+    if mtype.address_space != AddressSpace.GLOBAL or len(mtype.shape) != 2:
         return None
     row_dim, col_dim = mtype.shape[-2], mtype.shape[-1]
     layout = node.meta["layout"]
@@ -71,8 +73,8 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
         writes = [by_offset[o] for o in (0, 8, 16, 24)]
         last = max(writes, key=lambda w: list(trace.graph.nodes).index(w))
         with trace.graph.inserting_after(last):
-            wide = trace.graph.create_node("call_function", WideStore, (*[w.args[0] for w in writes], mem), {},
-                                           name=f"{writes[0].name}_wide")
+            wide = trace.graph.create_node("call_function", WideStore, (*[w.args[0] for w in writes], mem),
+                                           dict(writes[0].kwargs), name=f"{writes[0].name}_wide")
         wide.meta.update(writes[0].meta)
         # the four narrow writes, for N % 8 != 0: their meta (the values are the WideStore's args)
         wide.meta.update(op=WideStore, narrow=[dict(w.meta) for w in writes])
