@@ -8,7 +8,8 @@ to one memory, same rows, N tiles ``c, c + 8, c + 16, c + 24`` with ``c`` a mult
 expression otherwise), becomes one ``WideStore``: codegen transposes the four 4-byte words of each row
 within every quad of lanes (``gpu.shuffle xor``) so lane ``q`` holds the 8 columns of N tile ``c + 8q``
 and stores them as one 16-byte run, under the same bounds masks; when N is dynamic it tests
-``N % 8 == 0`` once (uniform) and keeps the four narrow writes for other N.
+``N % 8 == 0`` once (uniform) and keeps the four narrow writes for other N.  Not with
+``SchedulingConstraint.split_epilogue`` (its one-test form of the narrow stores is kept).
 Why: a warp's narrow store writes 8 rows x 16 bytes, one L2 request per row for 16 bytes; the widened one
 8 rows x 64 bytes in as many requests.  The H100 GEMM epilogue was bound by those requests (f32 C, twice
 the bytes, was faster than f16 C; docs/performance.md).
@@ -58,7 +59,9 @@ def _fragment_write(node: fx.Node) -> tuple | None:
 
 def widen_stores(trace: Trace, ctx: PassContext) -> None:
     cs = ctx.constraints
-    if cs.threads_per_wave != 32 or not ctx.target.startswith("sm_") or cs.group_waves > 1:
+    # (the split epilogue asked for explicitly keeps its form: one bounds test, then the narrow stores)
+    if (cs.threads_per_wave != 32 or not ctx.target.startswith("sm_") or cs.group_waves > 1
+            or cs.scheduling.split_epilogue):
         return
     groups: dict = {}
     for node in trace.graph.nodes:
