@@ -17,6 +17,8 @@ the bytes, was faster than f16 C; docs/performance.md).
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch.fx as fx
 
@@ -27,6 +29,25 @@ from ..indexing import LANE
 from .context import PassContext
 
 _FRAGMENT = [{"r": 0, "c": 0}, {"r": 0, "c": 1}, {"r": 8, "c": 0}, {"r": 8, "c": 1}]
+
+
+def _lane_part(expr) -> sympy.Expr:
+    """The terms of an index expression that depend on the lane."""
+    expr = sympy.sympify(expr)
+    return sympy.Add(*[t for t in (expr.args if expr.is_Add else (expr,)) if LANE in t.free_symbols])
+
+
+@functools.cache
+def _accumulator_lanes(rows: sympy.Expr, cols: sympy.Expr) -> bool:
+    """Whether lane l holds row l // 4 and columns 2 * (l % 4) + {0, 1} (relative to lane 0): the m16n8
+    accumulator.  Checked once per distinct pair of lane terms (every fragment of a GEMM shares them)."""
+    if not rows.free_symbols == cols.free_symbols == {LANE}:
+        return False
+
+    def at(e, lane: int) -> int:
+        return int(e.subs(LANE, lane))
+    return all(at(rows, lane) - at(rows, 0) == lane // 4 and at(cols, lane) - at(cols, 0) == 2 * (lane % 4)
+               for lane in range(32))
 
 
 def _fragment_write(node: fx.Node) -> tuple | None:
@@ -48,12 +69,8 @@ def _fragment_write(node: fx.Node) -> tuple | None:
         return None
     rows, cols = layout.seq(row_dim).start, layout.seq(col_dim).start
     const, rest = sympy.sympify(cols).as_coeff_Add()
-    others = {s: 0 for s in (rows.free_symbols | cols.free_symbols) - {LANE}}
-    for lane in range(32):  # the m16n8 accumulator: row lane // 4, columns 2 * (lane % 4) + {0, 1}
-        at = {**others, LANE: lane}
-        if (int(rows.subs(at)) - int(rows.subs({**others, LANE: 0})) != lane // 4
-                or int(cols.subs(at)) - int(cols.subs({**others, LANE: 0})) != 2 * (lane % 4)):
-            return None
+    if not _accumulator_lanes(_lane_part(rows), _lane_part(cols)):
+        return None
     return mem, rows, rest, int(const)
 
 
@@ -64,6 +81,7 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
             or cs.scheduling.split_epilogue):
         return
     groups: dict = {}
+    order = {n: i for i, n in enumerate(trace.graph.nodes)}
     for node in trace.graph.nodes:
         info = _fragment_write(node)
         if info is not None:
@@ -74,7 +92,7 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
         if sorted(by_offset) != [0, 8, 16, 24] or (size.is_Integer and int(size) % 8):
             continue
         writes = [by_offset[o] for o in (0, 8, 16, 24)]
-        last = max(writes, key=lambda w: list(trace.graph.nodes).index(w))
+        last = max(writes, key=order.__getitem__)
         with trace.graph.inserting_after(last):
             wide = trace.graph.create_node("call_function", WideStore, (*[w.args[0] for w in writes], mem),
                                            dict(writes[0].kwargs), name=f"{writes[0].name}_wide")
