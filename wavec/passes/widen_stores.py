@@ -28,7 +28,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import LANE
 from .context import PassContext
 
-_FRAGMENT = [{"r": 0, "c": 0}, {"r": 0, "c": 1}, {"r": 8, "c": 0}, {"r": 8, "c": 1}]
+_FRAGMENT = [(0, 0), (0, 1), (8, 0), (8, 1)]  # (row, column) offsets of a thread's four accumulator elements
 
 
 def _lane_part(expr) -> sympy.Expr:
@@ -65,7 +65,7 @@ def _fragment_write(node: fx.Node) -> tuple | None:
     if set(layout.dims) != {row_dim, col_dim} or len(node.meta.get("accesses", ())) != 2:
         return None
     got = sorted((p[row_dim], p[col_dim]) for p in layout.positions())
-    if got != sorted((f["r"], f["c"]) for f in _FRAGMENT):
+    if got != _FRAGMENT:
         return None
     rows, cols = layout.seq(row_dim).start, layout.seq(col_dim).start
     const, rest = sympy.sympify(cols).as_coeff_Add()
