@@ -108,3 +108,13 @@ def test_emulator_decode_tile(mnk) -> None:
     assert not c.isnan().any()
     ref = a.double() @ b.double().T
     assert float((c.double() - ref).abs().max() / ref.abs().max()) < 2e-3
+
+
+def test_non_accumulator_layouts_are_left_alone() -> None:
+    """An elementwise kernel's f16 writes (16-byte runs already, no mma layout) get no WideStore."""
+    from wavec.kernels import elementwise as ew
+
+    kernel = ew.make_copy(wc.f16)
+    trace = kernel.trace()
+    run_pipeline(trace, PassContext.build(trace, ConstraintSet(kernel.constraints, ew.DEFAULT_SUBS), "sm_90"))
+    assert WideStore not in _ops(trace) and Write in _ops(trace)
