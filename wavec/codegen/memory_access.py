@@ -170,34 +170,46 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = acc
 
 
+def _run_pieces(access, val: ir.Value) -> list:
+    """(value, coordinates, alignment) of each run of a write of ``val``."""
+    dtype = access.args[0].meta["type"].dtype
+    runs, layout = access.meta["accesses"], access.meta["layout"]
+    return [(val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
+             _coords(layout, off), align) for (first, n, off), align in zip(runs, access.meta["alignments"])]
+
+
+def _run_stores(fb: FunctionBuilder, access, pieces: list) -> list:
+    """(value, indices, bounds condition, alignment) of each of ``_run_pieces``, all built here: before a
+    branch, so that neither branch defines a value the other uses."""
+    mem = access.args[1]
+    return [(piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), align)
+            for piece, coords, align in pieces]
+
+
+def _branch_stores(memref_value: ir.Value, cond: ir.Value, then: list, other: list) -> None:
+    """``if cond`` the stores ``then`` else ``other``, each ``(value, indices, condition, alignment)``."""
+    branch = scf.IfOp(cond, has_else=True)
+    for block, stores in ((branch.then_block, then), (branch.else_block, other)):
+        with ir.InsertionPoint(block):
+            for value, idx, c, align in stores:
+                _store_if(memref_value, idx, c, value, align)
+            scf.yield_([])
+
+
 @rule(Write)
 def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     val_node, mem_node = node.args
-    val = fb.values[val_node]
-    layout: Layout = node.meta["layout"]
-    dtype = val_node.meta["type"].dtype
-    runs = node.meta["accesses"]
-    pieces = [(val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
-               _coords(layout, off), align) for (first, n, off), align in zip(runs, node.meta["alignments"])]
+    pieces = _run_pieces(node, fb.values[val_node])
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
         for piece, coords, align in pieces:
             guarded_store(fb, node, mem_node, coords, piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
-    # its first coordinate decides), then every run unguarded: no branch per store in full tiles.  Indices
-    # and per-run tests are built before the branch, so neither branch defines a value the other uses.
-    stores = [(piece, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), align)
-              for piece, coords, align in pieces]
-    branch = scf.IfOp(in_bounds(fb, node, mem_node, furthest), has_else=True)
-    with ir.InsertionPoint(branch.then_block):
-        for piece, idx, _cond, align in stores:
-            _store_if(fb.values[mem_node], idx, None, piece, align)
-        scf.yield_([])
-    with ir.InsertionPoint(branch.else_block):
-        for piece, idx, cond, align in stores:
-            _store_if(fb.values[mem_node], idx, cond, piece, align)
-        scf.yield_([])
+    # its first coordinate decides), then every run unguarded: no branch per store in full tiles.
+    stores = _run_stores(fb, node, pieces)
+    _branch_stores(fb.values[mem_node], in_bounds(fb, node, mem_node, furthest),
+                   [(v, idx, None, a) for v, idx, _c, a in stores], stores)
 
 
 class _Access:
@@ -206,19 +218,6 @@ class _Access:
 
     def __init__(self, args: tuple, kwargs: dict, meta: dict) -> None:
         self.args, self.kwargs, self.meta = args, kwargs, meta
-
-
-def _narrow_stores(fb: FunctionBuilder, access, val: ir.Value) -> list:
-    """(value, indices, condition, alignment) of each run of a write, all computed here (before a branch)."""
-    mem_node = access.args[1]
-    dtype = access.args[0].meta["type"].dtype
-    runs, layout = access.meta["accesses"], access.meta["layout"]
-    out = []
-    for (first, n, off), align in zip(runs, access.meta["alignments"]):
-        piece = val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1])
-        coords = _coords(layout, off)
-        out.append((piece, mem_indices(fb, access, mem_node, coords), in_bounds(fb, access, mem_node, coords), align))
-    return out
 
 
 def _word(v: ir.Value, flat: list[int]) -> ir.Value:
@@ -270,14 +269,10 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
             _store_if(fb.values[mem_node], idx, cond, value, align)
         return
     narrow = [s for meta, v in zip(node.meta["narrow"], vals)
-              for s in _narrow_stores(fb, _Access((v, mem_node), node.kwargs, meta), fb.values[v])]
+              for a in [_Access((v, mem_node), node.kwargs, meta)]
+              for s in _run_stores(fb, a, _run_pieces(a, fb.values[v]))]
     aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))
-    branch = scf.IfOp(aligned, has_else=True)
-    for block, stores in ((branch.then_block, wide), (branch.else_block, narrow)):
-        with ir.InsertionPoint(block):
-            for value, idx, cond, align in stores:
-                _store_if(fb.values[mem_node], idx, cond, value, align)
-            scf.yield_([])
+    _branch_stores(fb.values[mem_node], aligned, wide, narrow)
 
 
 def _furthest_runs(node: fx.Node, coords: list[dict]) -> dict | None:
@@ -309,6 +304,21 @@ def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = memref.alloc(mtype, [], [], alignment=align)
 
 
+def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coords: dict, bounds: dict) -> ir.Value:
+    """A copy's source index along ``d``: 0 where a masked dim is out of bounds (the copy zero-fills), the
+    last row where a clamped dim is (``mask_bounds``: GEMM operand rows past the bound re-read it), else
+    ``i``; cached and hoisted like the index itself."""
+    if d in bounds:
+        size = fb.cs.resolve(d)
+        return fb.derived(("clamp", sympy.sympify(coords[d]), size), (coords[d], size),
+                          lambda: arith.select(bounds[d], i, fb.index(0)))
+    if d in node.meta.get("clamp_dims", ()):
+        size = fb.cs.resolve(d)
+        return fb.derived(("clamp_last", sympy.sympify(coords[d]), size), (coords[d], size),
+                          lambda: arith.minui(i, fb.index(size - 1)))
+    return i
+
+
 @rule(AsyncCopy)
 def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
     src_node, dst_node = node.args
@@ -320,16 +330,8 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
         # Out of bounds: copy 0 source elements, i.e. zero-fill, from an in-bounds address (each
         # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).
         bounds = dim_bounds(fb, node, coords)
-        src_dims = src_node.meta["type"].shape
-        src_idx = [fb.derived(("clamp", sympy.sympify(coords[d]), fb.cs.resolve(d)),
-                              (coords[d], fb.cs.resolve(d)),
-                              lambda d=d, i=i, b=bounds: arith.select(b[d], i, fb.index(0))) if d in bounds else i
-                   for d, i in zip(src_dims, mem_indices(fb, node, src_node, coords))]
-        # rows past the bound of a GEMM operand tile re-read the last row (mask_bounds: "clamped")
-        src_idx = [fb.derived(("clamp_last", sympy.sympify(coords[d]), fb.cs.resolve(d)),
-                              (coords[d], fb.cs.resolve(d)),
-                              lambda i=i, d=d: arith.minui(i, fb.index(fb.cs.resolve(d) - 1)))
-                   if d in node.meta.get("clamp_dims", ()) else i for d, i in zip(src_dims, src_idx)]
+        src_idx = [_copy_source_index(fb, node, d, i, coords, bounds)
+                   for d, i in zip(src_node.meta["type"].shape, mem_indices(fb, node, src_node, coords))]
         cond = _all(bounds.values())
         src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
         op = ir.Operation.create(

@@ -42,7 +42,8 @@ from .insert_wgmma_fences import chains_only
 from .pipeline_tma import choose_war, pipeline_tma, tma_plan
 
 
-def _node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
+def op_node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
+    """A new ``op`` node (appended, or inserted before ``before``) with its meta set."""
     if before is not None:
         with g.inserting_before(before):
             n = g.create_node("call_function", op, args, kwargs, name=name)
@@ -115,7 +116,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
         tile = write.args[1]
-        c = _node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
+        c = op_node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
                   layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
                   stage=sympy.Mod(stage + distance, stages), key=read.meta.get("key"), iv_subs={iv: ahead},
                   mapping=read.kwargs.get("mapping"))
@@ -123,9 +124,9 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
         sub.erase_node(write)
         sub.erase_node(read)
     loc = iterate.meta.get("loc")
-    _node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
+    op_node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
     first = next(n for n in sub.nodes if n.op != "placeholder")
-    _node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
+    op_node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
     for n in sub.nodes:
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
@@ -135,11 +136,11 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for s in range(distance):
         it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
         for c, layout in copies:
-            _node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
+            op_node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
                   c.meta.get("loc"), before=iterate, layout=layout.subs({iv: it}),
                   accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
                   iv_subs={iv: it}, mapping=c.meta.get("mapping"))
-        _node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
+        op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
 def pipeline_loops(trace: Trace, ctx: PassContext) -> None:

@@ -34,6 +34,7 @@ from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .insert_wgmma_fences import chains_only
+from .pipeline_loops import op_node
 from .schedule_loops import k_steps
 
 
@@ -48,10 +49,9 @@ def _step0_reads(steps: list[list[fx.Node]], body: fx.Graph) -> list[fx.Node]:
     return [n for n in body.nodes if n in wanted]
 
 
-def _clone_reads(g: fx.Graph, reads: list[fx.Node], before: fx.Node, mem_of, **meta) -> list[fx.Node]:
-    """Copies of ``reads`` inserted before ``before`` with their memory operand mapped by ``mem_of`` and
-    ``meta`` replacing theirs (``layout_subs`` substituted into the layout); ldmatrix pairs kept."""
-    subs = meta.pop("layout_subs")
+def _clone_reads(g: fx.Graph, reads: list[fx.Node], before: fx.Node, mem_of, subs: dict, **meta) -> list[fx.Node]:
+    """Copies of ``reads`` inserted before ``before`` with their memory operand mapped by ``mem_of``,
+    ``subs`` substituted into their layouts and ``meta`` replacing theirs; ldmatrix pairs kept."""
     clones = {}
     with g.inserting_before(before):
         for r in reads:
@@ -84,14 +84,11 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
     loc = iterate.meta.get("loc")
     # before the loop: stage 0 (the carried stage's start) landed and published, then its step-0 reads
     g = trace.graph
-    with g.inserting_before(iterate):
-        w = g.create_node("call_function", AsyncWait, (), {"pending": wait.kwargs["pending"]}, name="async_wait_first")
-        b = g.create_node("call_function", Barrier, (), {}, name="barrier_first")
-    for n in (w, b):
-        n.meta.update(op=n.target, type=None, loc=loc)
+    op_node(g, AsyncWait, (), {"pending": wait.kwargs["pending"]}, "async_wait_first", loc, before=iterate)
+    op_node(g, Barrier, (), {}, "barrier_first", loc, before=iterate)
     outer = {p: p.meta["capture_of"] for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    firsts = _clone_reads(g, reads, iterate, outer.__getitem__, stage=sympy.sympify(ctx.stage_start.get(dim, 0)),
-                          iv_subs={iv: lo}, layout_subs={iv: lo})
+    firsts = _clone_reads(g, reads, iterate, outer.__getitem__, {iv: lo},
+                          stage=sympy.sympify(ctx.stage_start.get(dim, 0)), iv_subs={iv: lo})
     # the loop's values: step-0 fragments enter as iter_args and leave as next-iteration reads
     args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
     anchor = args[-1]
