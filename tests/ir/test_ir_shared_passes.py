@@ -32,12 +32,13 @@ NV = wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x
 CDNA3 = wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16x16_F16)
 
 
-def gemm_constraints(hw: wc.HardwareConstraint, promote: bool = True) -> list:
+def gemm_constraints(hw: wc.HardwareConstraint, promote: bool = True, swizzle: str = "auto") -> list:
     """BM x BN workgroup tile over a 2 x 2 grid of waves, K in steps of BK, NUM_STAGES / GROUP_M from subs."""
     return [
         wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
         wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK), hw,
-        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, promote_operands=promote),
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, promote_operands=promote,
+                                operand_swizzle=swizzle),
     ]
 
 
@@ -57,6 +58,8 @@ def _gemm(constraints: list) -> wc.WaveKernel:
 
 gemm = _gemm(gemm_constraints(NV))  # operands promoted (the default)
 gemm_amd = _gemm(gemm_constraints(CDNA3))  # the same on CDNA3: no cp.async
+gemm_padded = _gemm(gemm_constraints(NV, swizzle="none"))  # mma.sync operand rows padded, not XOR-swizzled
+gemm_32b = _gemm(gemm_constraints(NV, swizzle="32B"))  # a named swizzle width
 gemm_regs = _gemm(gemm_constraints(NV, promote=False))  # operands straight from global memory
 
 
@@ -275,8 +278,8 @@ def test_coarsen_copies_are_coalesced_16_byte_runs() -> None:
 
 LDMATRIX = r"""
 CHECK: scf.for
-CHECK: nvgpu.ldmatrix %[[SA:alloc]][{{.*}}] numTiles = 4 transpose = false : memref<2x64x40xf16, #gpu.address_space<workgroup>> -> vector<4x2xf16>
-CHECK: %[[BX4:[0-9]+]] = nvgpu.ldmatrix %[[SB:alloc_[0-9]+]][{{.*}}] numTiles = 4 transpose = false : memref<2x64x40xf16, #gpu.address_space<workgroup>> -> vector<4x2xf16>
+CHECK: nvgpu.ldmatrix %[[SA:alloc]][{{.*}}] numTiles = 4 transpose = false : memref<2x1x64x32xf16, #gpu.address_space<workgroup>> -> vector<4x2xf16>
+CHECK: %[[BX4:[0-9]+]] = nvgpu.ldmatrix %[[SB:alloc_[0-9]+]][{{.*}}] numTiles = 4 transpose = false : memref<2x1x64x32xf16, #gpu.address_space<workgroup>> -> vector<4x2xf16>
 CHECK-NEXT: %[[FLAT:[0-9]+]] = vector.shape_cast %[[BX4]] : vector<4x2xf16> to vector<8xf16>
 CHECK-NEXT: vector.extract_strided_slice %[[FLAT]] offsets = [4], sizes = [4], strides = [1] : vector<8xf16> to vector<4xf16>
 CHECK-NEXT: vector.extract_strided_slice %[[FLAT]] offsets = [0], sizes = [4], strides = [1] : vector<8xf16> to vector<4xf16>
@@ -299,7 +302,8 @@ def test_coarsen_ldmatrix_for_nv_shared_operands() -> None:
     # per wave and K step of 16: 2 A fragments (x4) and 2 pairs of B fragments (x4); 2 K steps per BLOCK_K=32
     assert loop.count("nvgpu.ldmatrix") == loop.count("numTiles = 4") == 8
     assert "vector.load" not in loop  # no shared operand read goes through plain loads
-    # a wave with a single N tile (BLOCK_N=16 over 2 waves) reads its B fragment with ldmatrix.x2
+    # a wave with a single N tile (BLOCK_N=16 over 2 waves) reads its B fragment with ldmatrix.x2; its
+    # 16x32 tile is copied in 8-byte runs (4 elements per thread), so swizzle_shared pads it instead
     narrow = compiled(gemm, BLOCK_N=16).loop_mlir()
     filecheck(narrow, "CHECK: nvgpu.ldmatrix %alloc_{{[0-9]+}}[{{.*}}] numTiles = 2 transpose = false : "
                       "memref<2x16x40xf16, #gpu.address_space<workgroup>> -> vector<2x2xf16>")
@@ -313,7 +317,7 @@ def test_coarsen_16_byte_vector_accesses_carry_alignment_16() -> None:
     c = compiled(gemm, NUM_STAGES=1)  # synchronous copies: vector.load global -> vector.store shared
     filecheck(c.loop_mlir(), r"""
 CHECK: vector.load %{{[0-9]+}}[%{{[0-9]+}}, %{{[0-9]+}}] alignment = 16 : memref<?x?xf16>, vector<8xf16>
-CHECK: vector.store %{{[0-9]+}}, %alloc{{\w*}}[%{{\w+}}, %{{[0-9]+}}, %{{[0-9]+}}] alignment = 16 : memref<1x64x40xf16, #gpu.address_space<workgroup>>, vector<8xf16>
+CHECK: vector.store %{{[0-9]+}}, %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{[0-9]+}}, %{{[0-9]+}}] alignment = 16 : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>, vector<8xf16>
 """)
     vec = [line for line in c.loop_mlir().splitlines()
            if ("vector.load" in line or "vector.store" in line) and line.rstrip().endswith("vector<8xf16>")]
@@ -324,21 +328,48 @@ CHECK: vector.store %{{[0-9]+}}, %alloc{{\w*}}[%{{\w+}}, %{{[0-9]+}}, %{{[0-9]+}
 
 # ----- swizzle_shared -----------------------------------------------------------------------------------
 
+LAYOUT = "smem_layout=SharedLayout(kind=<SharedLayoutKind.{}: '{}'>, elem_bytes=2, mn_major=False)"
+
+
 @pytest.mark.parametrize("stages", [1, 2, 3])
-def test_swizzle_pads_rows_by_16_bytes(stages: int) -> None:
+def test_swizzle_xor_swizzles_ldmatrix_tiles(stages: int) -> None:
+    """The default: 64-byte rows (BLOCK_K 32) get the 64-byte XOR swizzle, unpadded, 1024-byte aligned, and
+    the chunk index of every copy and ldmatrix address is XORed with the row phase."""
     c = compiled(gemm, NUM_STAGES=stages)
-    assert "pad=0" in c.after["coarsen_loads"] and "pad=8" not in c.after["coarsen_loads"]
+    assert "pad=0" in c.after["coarsen_loads"] and "smem_layout" not in c.after["coarsen_loads"]
+    lay = LAYOUT.format("SWIZZLE_64B", "swizzle_64b")
+    filecheck(c.after["swizzle_shared"], f"CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [M, K] f16 shared\n"
+                                         f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [N, K] f16 shared")
+    filecheck(c.mlir, f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
+                      "CHECK-NOT: memref.alloc\nCHECK: arith.xori\nCHECK: nvgpu.ldmatrix")
+    assert "x64x40xf16" not in c.mlir
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_swizzle_pads_rows_by_16_bytes_without_swizzle(stages: int) -> None:
+    """``operand_swizzle="none"``: rows padded by 16 bytes, no XOR."""
+    c = compiled(gemm_padded, NUM_STAGES=stages)
     filecheck(c.after["swizzle_shared"], "CHECK: %shared_a = allocate(, tile={M: 64, K: 32}, {{.*}}, pad=8) : [M, K] f16 shared\n"
                                          "CHECK-NEXT: %shared_b = allocate(, tile={N: 64, K: 32}, {{.*}}, pad=8) : [N, K] f16 shared")
     filecheck(c.mlir, f"CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<{stages}x64x40xf16, #gpu.address_space<workgroup>>\n"
                       "CHECK-NOT: memref.alloc")
-    assert "x64x32xf16" not in c.mlir
+    assert "x64x32xf16" not in c.mlir and "arith.xori" not in c.mlir
 
 
-def test_swizzle_pads_wider_tiles() -> None:
-    text = compiled(gemm, emit=False, BLOCK_K=64).after["swizzle_shared"]
-    filecheck(text, "CHECK: %shared_a = allocate(, tile={M: 64, K: 64}, {{.*}}, pad=8)\n"
-                    "CHECK-NEXT: %shared_b = allocate(, tile={N: 64, K: 64}, {{.*}}, pad=8)")
+@pytest.mark.parametrize("kernel,block_k,kind", [(gemm, 64, "SWIZZLE_128B"), (gemm, 16, "SWIZZLE_32B"),
+                                                  (gemm_32b, 64, "SWIZZLE_32B"), (gemm_32b, 16, "SWIZZLE_32B")])
+def test_swizzle_takes_the_widest_or_the_named_width(kernel, block_k: int, kind: str) -> None:
+    text = compiled(kernel, emit=False, BLOCK_K=block_k).after["swizzle_shared"]
+    lay = LAYOUT.format(kind, kind.lower())
+    filecheck(text, f"CHECK: %shared_a = allocate(, tile={{M: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})\n"
+                    f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})")
+
+
+def test_swizzle_pads_tiles_not_read_by_ldmatrix() -> None:
+    """CDNA3 reads its operand tiles with plain vector loads: padded rows, as before."""
+    text = compiled(gemm_amd, target="gfx942", emit=False, NUM_STAGES=1).after["swizzle_shared"]
+    assert "smem_layout" not in text
+    filecheck(text, "CHECK: %shared_a = allocate(, tile={M: 64, K: 32}, {{.*}}, pad=8)")
 
 
 # ----- schedule_loops -----------------------------------------------------------------------------------
@@ -428,8 +459,8 @@ def test_pipeline_trace(stages: int) -> None:
         + (f", K: (8*(Mod($THREAD, 4)) + 32*Min({s}, ceiling(K/32) - 1); 8x1) /32}}" if s else ", K: (8*(Mod($THREAD, 4)); 8x1) /32}")
         + f"\nCHECK-NEXT: %async_commit_prologue{s} = async_commit()\n" for s in range(stages - 1))
     filecheck(text, rf"""
-CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=8)
-CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=8)
+CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=0, smem_layout={{{{.*}}}}
+CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=0, smem_layout={{{{.*}}}}
 {prologue}CHECK-NEXT: %iterate = iterate(
 CHECK-LABEL: region iterate_0 {{
 CHECK: %capture_shared_b = capture
@@ -465,7 +496,7 @@ CHECK: return
 def test_pipeline_mlir(stages: int) -> None:
     c = compiled(gemm, NUM_STAGES=stages)
     head, _, rest = c.mlir.partition("scf.for")
-    filecheck(head, f"CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<{stages}x64x40xf16, #gpu.address_space<workgroup>>\n"
+    filecheck(head, f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
               + "".join(f"CHECK-COUNT-4: nvgpu.device_async_copy %{{{{[0-9]+}}}}[{{{{.*}}}}], %alloc{{{{\\w*}}}}[%c{s}{{{{(_[0-9]+)?}}}}, {{{{.*}}}}], 8, %{{{{[0-9]+}}}} bypassL1\n"
                         "CHECK: nvgpu.device_async_create_group\n" for s in range(stages - 1))
               + "CHECK-NOT: nvgpu.device_async")
@@ -493,12 +524,12 @@ def test_one_stage_is_synchronous() -> None:
     c = compiled(gemm, NUM_STAGES=1)
     assert "async" not in c.after["insert_barriers"]
     assert "nvgpu.device_async" not in c.mlir
-    filecheck(c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<1x64x40xf16, #gpu.address_space<workgroup>>")
+    filecheck(c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>")
     filecheck(c.loop_mlir(), r"""
 CHECK: scf.for
 CHECK-NEXT: gpu.barrier
 CHECK: vector.load {{.*}} : memref<?x?xf16>, vector<8xf16>
-CHECK: vector.store {{.*}} : memref<1x64x40xf16, #gpu.address_space<workgroup>>, vector<8xf16>
+CHECK: vector.store {{.*}} : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>, vector<8xf16>
 CHECK-NOT: nvgpu.ldmatrix
 CHECK: gpu.barrier
 CHECK-NOT: vector.store
@@ -550,7 +581,7 @@ def test_divisible_shapes_need_no_masks() -> None:
     copies = [line for line in c.mlir.splitlines() if "nvgpu.device_async_copy" in line]
     assert len(copies) == 4 * 3  # 2 prologue stages + the loop body
     for line in copies:  # no source-size operand: every copy reads its full 16 bytes
-        filecheck(line, r"CHECK: nvgpu.device_async_copy %{{[0-9]+}}[%{{\w+}}, %{{\w+}}], %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{\w+}}], 8 bypassL1 : memref<{{128|192}}x96xf16> to memref<3x64x40xf16, #gpu.address_space<workgroup>>")
+        filecheck(line, r"CHECK: nvgpu.device_async_copy %{{[0-9]+}}[%{{\w+}}, %{{\w+}}], %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{\w+}}, %{{\w+}}], 8 bypassL1 : memref<{{128|192}}x96xf16> to memref<3x1x64x32xf16, #gpu.address_space<workgroup>>")
     filecheck(c.mlir, "CHECK: scf.for\nCHECK: scf.yield\nCHECK-COUNT-16: vector.store {{.*}} : memref<128x192xf32>, vector<2xf32>")
     assert c.iface.divisibility == ()
 

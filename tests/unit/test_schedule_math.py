@@ -2,8 +2,10 @@
 
 - ``reorder_workgroups``: the ``$PID -> (i, j)`` remap is a bijection onto every output tile, for tile
   counts that are not multiples of the group size, and consecutive PIDs stay within one group of G rows;
-- ``swizzle_shared``: with the padded row stride, the 8 row addresses of every ``ldmatrix`` phase fall in
-  8 distinct groups of 4 banks (and without the padding they would not).
+- ``swizzle_shared``: with the XOR-swizzled layout (the default) and with the padded row stride
+  (``operand_swizzle="none"``), the 8 row addresses of every ``ldmatrix`` phase fall in 8 distinct groups
+  of 4 banks (and in plain rows they would not); the copies' 16-byte stores are conflict free on the
+  swizzled tiles and at most 2-way conflicting on padded short rows.
 """
 
 from __future__ import annotations
@@ -27,24 +29,31 @@ BM, BN, BK = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K
 STAGES, GROUP = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 
 
-@wc.wave([
-    wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-    wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK),
-    wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
-    wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP),
-])
-def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
-    acc = Register[M, N, f32](0.0)
+def _gemm(swizzle: str) -> wc.WaveKernel:
+    @wc.wave([
+        wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, operand_swizzle=swizzle),
+    ])
+    def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
+        acc = Register[M, N, f32](0.0)
 
-    @wc.iterate(K, init_args=[acc])
-    def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-        return wc.mma(wc.read(a), wc.read(b), acc)
+        @wc.iterate(K, init_args=[acc])
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(a), wc.read(b), acc)
 
-    wc.write(body, c)
+        wc.write(body, c)
+
+    return gemm
+
+
+GEMMS = {"auto": _gemm("auto"), "none": _gemm("none")}  # XOR-swizzled operand tiles / padded rows
 
 
 @functools.cache
-def passes(bm: int = 64, bn: int = 64, bk: int = 32, stages: int = 2, group: int = 1):
+def passes(bm: int = 64, bn: int = 64, bk: int = 32, stages: int = 2, group: int = 1, swizzle: str = "auto"):
+    gemm = GEMMS[swizzle]
     trace = gemm.trace()
     ctx = PassContext.build(trace, ConstraintSet(gemm.constraints, {BM: bm, BN: bn, BK: bk, STAGES: stages,
                                                                    GROUP: group}), "sm_90")
@@ -102,7 +111,7 @@ def test_group_size_one_keeps_the_2d_grid() -> None:
     assert ctx.grid_override is None and not ctx.workgroup_remap
 
 
-# ----- swizzle_shared: bank groups of the padded rows --------------------------------------------------
+# ----- swizzle_shared: bank groups of the swizzled and of the padded rows -------------------------------
 
 BANK_GROUP = 16  # bytes: 4 banks of 4 bytes; 32 banks = 8 groups
 
@@ -120,9 +129,19 @@ def _allocation(node):
     return mem
 
 
-def _row_bytes(alloc) -> int:
-    cols = list(alloc.kwargs["tile"].values())[-1] + alloc.kwargs["pad"]
-    return cols * alloc.meta["type"].dtype.bytes
+def _byte_offset(alloc, row: int, col: int) -> int:
+    """Where (row, col) of the tile sits in its stage of the allocation: through the XOR-swizzled layout's
+    memref indices, or padded rows."""
+    elem = alloc.meta["type"].dtype.bytes
+    tile = list(alloc.kwargs["tile"].values())
+    layout = alloc.kwargs.get("smem_layout")
+    if layout is None:
+        return (row * (tile[-1] + alloc.kwargs["pad"]) + col) * elem
+    shape = layout.memref_shape(tuple(tile))
+    flat = 0
+    for i, extent in zip(layout.indices(sympy.Integer(row), sympy.Integer(col)), shape):
+        flat = flat * extent + int(i)
+    return flat * elem
 
 
 # Some wave, workgroup and iteration; the bank of an address only depends on its offset in the tile.
@@ -157,23 +176,26 @@ def _conflict_free(addresses: list[int]) -> bool:
     return len({a // BANK_GROUP % 8 for a in addresses}) == 8
 
 
+@pytest.mark.parametrize("swizzle", ["auto", "none"])
 @pytest.mark.parametrize("bk,bn", [(16, 64), (32, 64), (64, 64), (32, 16)])  # BLOCK_N=16: unpaired B (x2)
-def test_ldmatrix_phases_hit_distinct_bank_groups(bk: int, bn: int) -> None:
-    trace, _ctx = passes(bk=bk, bn=bn)
+def test_ldmatrix_phases_hit_distinct_bank_groups(bk: int, bn: int, swizzle: str) -> None:
+    trace, _ctx = passes(bk=bk, bn=bn, swizzle=swizzle)
     reads = [n for n in _body(trace).nodes if n.meta.get("access") == "ldmatrix" and "paired_by" not in n.meta]
     assert {r.meta["mma_role"] for r in reads} == {"a", "b"}
     for read in reads:
         alloc = _allocation(read)
-        stride = _row_bytes(alloc)
-        assert alloc.kwargs["pad"] * 2 == BANK_GROUP  # rows padded by 16 bytes
+        # the default swizzles every tile here but BLOCK_N=16's B (copied in 8-byte runs: padded)
+        swizzled = swizzle == "auto" and not (bn == 16 and read.meta["mma_role"] == "b")
+        assert (alloc.kwargs.get("smem_layout") is not None) == swizzled
+        assert alloc.kwargs["pad"] * 2 == (0 if swizzled else BANK_GROUP)  # padded rows: by 16 bytes
         elem = alloc.meta["type"].dtype.bytes
         lanes = _ldmatrix_offsets(read)
         rows_per_phase = []
         for phase in range(len(lanes) // 8):  # 8 lanes, 8 rows of 16 bytes each
             part = lanes[8 * phase:8 * phase + 8]
             rows_per_phase.append(len({r for r, _c in part}))
-            assert _conflict_free([r * stride + c * elem for r, c in part]), (read.name, phase, stride)
-            # the control: the unpadded rows of the same tile do conflict
+            assert _conflict_free([_byte_offset(alloc, r, c) for r, c in part]), (read.name, phase)
+            # the control: plain rows of the same tile do conflict
             plain = list(alloc.kwargs["tile"].values())[-1] * elem
             assert not _conflict_free([r * plain + c * elem for r, c in part]), (read.name, phase)
         assert rows_per_phase == [8] * (len(lanes) // 8)
@@ -181,17 +203,17 @@ def test_ldmatrix_phases_hit_distinct_bank_groups(bk: int, bn: int) -> None:
         assert paired == (read.meta["mma_role"] == "b" and bn > 16)  # 1 N tile per wave at BLOCK_N=16
 
 
-def _copy_store_phases(bk: int) -> list[list[int]]:
+def _copy_store_phases(bk: int, swizzle: str) -> list[list[int]]:
     """Byte offsets in the shared tile of the 16-byte copy stores of threads 0-7, 8-15, ... (one phase of a
     16-byte access is 8 threads)."""
-    trace, _ctx = passes(bk=bk)
+    trace, _ctx = passes(bk=bk, swizzle=swizzle)
     copies = [n for n in _body(trace).nodes if n.meta.get("op") in (AsyncCopy, Write)
               and _allocation(n).meta["type"].address_space == AddressSpace.SHARED]
     assert copies
     phases = []
     for cp in copies:
         alloc = _allocation(cp)
-        stride, lay = _row_bytes(alloc), cp.meta["layout"]
+        lay = cp.meta["layout"]
         row_dim, k_dim = lay.dims
         (_first, n, _off), = cp.meta["accesses"]
         assert n * 2 == 16
@@ -202,7 +224,7 @@ def _copy_store_phases(bk: int) -> list[list[int]]:
             r, c = (int(sympy.sympify(lay.seq(d).start).xreplace(env)
                         - sympy.sympify(alloc.kwargs["base"][d]).subs(cp.meta.get("iv_subs", {})).xreplace(env))
                     for d in (row_dim, k_dim))
-            offs.append(r * stride + 2 * c)
+            offs.append(_byte_offset(alloc, r, c))
         phases += [offs[i:i + 8] for i in range(0, 128, 8)]
     return phases
 
@@ -215,8 +237,9 @@ def _conflict_degree(addresses: list[int]) -> int:
 
 # Padding trades store conflicts for ldmatrix ones: rows under 128 bytes padded by 16 bytes make the
 # cp.async stores (written once per element) 2-way conflicting while every ldmatrix phase (each element
-# read by several warps) is conflict free.  swizzle_shared's docstring states this trade-off.
-@pytest.mark.parametrize("bk,degree", [(16, 2), (32, 2), (64, 1), (128, 1)])
-def test_copy_store_conflicts_are_bounded(bk: int, degree: int) -> None:
-    for phase in _copy_store_phases(bk):
+# read by several warps) is conflict free.  The XOR swizzle makes both conflict free (swizzle_shared).
+@pytest.mark.parametrize("bk,swizzle,degree", [(16, "none", 2), (32, "none", 2), (64, "none", 1), (128, "none", 1),
+                                                (16, "auto", 1), (32, "auto", 1), (64, "auto", 1), (128, "auto", 1)])
+def test_copy_store_conflicts_are_bounded(bk: int, swizzle: str, degree: int) -> None:
+    for phase in _copy_store_phases(bk, swizzle):
         assert _conflict_degree(phase) <= degree, phase

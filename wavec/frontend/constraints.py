@@ -80,7 +80,9 @@ class SchedulingConstraint:
     reuse (1 = row-major order); ``promote_operands``: stage MMA operands through shared memory;
     ``operand_swizzle``: shared layout of warpgroup-MMA (wgmma) operand tiles, "auto" (the widest
     swizzle, 128, 64 or 32 bytes, that the K rows are whole multiples of, else core matrices), "128B",
-    "64B", "32B" or "none" (core matrices); ``async_copy``: how a pipelined loop fetches its tiles,
+    "64B", "32B" or "none" (core matrices); for mma.sync operand tiles (read by ``ldmatrix``) "auto" or a
+    width XOR-swizzles them and "none" pads their rows by 16 bytes (``passes/swizzle_shared.py``);
+    ``async_copy``: how a pipelined loop fetches its tiles,
     "auto" (TMA where ``pipeline_loops`` can use it: sm_90a wgmma operand tiles in the 128-byte swizzle,
     else ``cp.async``), "tma" (TMA, or a ``ConstraintError`` saying why it cannot be used), "tma-mbarrier"
     / "tma-barrier" (TMA with stage reuse ordered by per-stage "empty" mbarriers / by the workgroup barrier

@@ -66,8 +66,10 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", h
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
         wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
+        # mma.sync operand rows padded, not XOR-swizzled: the swizzled ldmatrix addresses cost the d64
+        # kernels 28-44 spilled registers (ptxas 13.0, sm_90), the GEMM none (swizzle_shared)
         wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first, async_copy=async_copy,
-                                split_epilogue=split_epilogue),
+                                split_epilogue=split_epilogue, operand_swizzle="auto" if mma == "wgmma" else "none"),
     ]
 
 

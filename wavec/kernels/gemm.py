@@ -133,18 +133,19 @@ DEFAULT_SUBS = {BLOCK_M: 64, BLOCK_N: 64, BLOCK_K: 32, NUM_STAGES: 2, GROUP_M: 4
 
 
 # ----- a simple, documented shape heuristic (until the autotuner exists) -----
-# Per-tile throughput relative to the best, with fragment prefetch (H100, benchmarks/mma_sync_reference.py,
-# 4096^3 and 8192^3, f16 and bf16, 2026-11-24): 128x256x64 (2x4 waves) = 1.0 (367-389 TFLOP/s), 256x128 =
-# 0.975, 128x128 = 0.86; 64-row tiles ~0.7 and 64x64 ~0.4 (H200, before the prefetch); workgroups per SM
-# from registers (~250 per thread) and shared memory (3 stages of BLOCK_K = 64 tiles, padded rows).
+# Per-tile throughput relative to the best, with fragment prefetch and XOR-swizzled operand tiles (H100,
+# benchmarks/mma_sync_reference.py at 4096^3, f16 and bf16, 2026-11-24, reference_xor_configs.log):
+# 128x256x64 (2x4 waves) = 1.0 (443-458 TFLOP/s), 256x128 = 0.995, 128x128 = 0.94 (3 stages; 4 stages
+# 0.89); 64-row tiles ~0.7 and 64x64 ~0.4 (H200, before the prefetch and the swizzle); workgroups per SM
+# from registers (~250 per thread) and shared memory (3 stages of BLOCK_K = 64 tiles, unpadded rows).
 # The heuristic picks the tile with the least (rounds of workgroups over the 132 SMs) x (work per
 # workgroup) / throughput, so mid-size problems (M = 128..512) still fill the machine.  Decode (M <= 16) is bound by
 # reading B once: 16-row tiles, as narrow along N as needed for two workgroups per SM.
 _SMS = 132
 _TILES = [  # (BLOCK_M, BLOCK_N, waves, relative throughput, workgroups per SM)
     (128, 256, (2, 4), 1.00, 1),
-    (256, 128, (4, 2), 0.975, 1),
-    (128, 128, (2, 2), 0.86, 2),
+    (256, 128, (4, 2), 0.995, 1),
+    (128, 128, (2, 2), 0.94, 2),
     (64, 128, (2, 2), 0.70, 3),
     (64, 64, (2, 2), 0.40, 4),
 ]

@@ -2,7 +2,7 @@
 
 Requires: ``pipeline_loops`` (every ``allocate`` has its final ``stages``; prologue copies sit in the root
 graph before their loop).  Guarantees: an ``allocate`` of the root graph used by exactly one ``iterate``
-is replaced by an equal one (same type, tile, origin, stages and padding) of an earlier loop of the root
+is replaced by an equal one (same type, tile, origin, stages, padding and layout) of an earlier loop of the root
 graph, when that buffer is not already reused by this loop; before the first use of a reused buffer (the
 loop's prologue copies, or the loop itself) the root graph gets ``async_wait(pending=0, drain=True)`` — the
 earlier loop's last copies have landed — and a ``barrier`` — every wave has finished reading them.  A kernel
@@ -22,7 +22,7 @@ from .context import PassContext
 def _key(alloc: fx.Node) -> tuple:
     kw = alloc.kwargs
     return (str(alloc.meta["type"]), tuple(kw["tile"].items()), tuple((str(d), str(b)) for d, b in kw["base"].items()),
-            kw["stages"], kw["pad"])
+            kw["stages"], kw["pad"], kw.get("smem_layout"))
 
 
 def _drain(g: fx.Graph, before: fx.Node) -> None:

@@ -48,7 +48,8 @@ def _trace(kernel: WaveKernel):
 
 
 def _structure(kernel: WaveKernel):
-    """(mma dims [(m, n, k)], staged operands [(dims, elem_bytes)]) of the traced kernel."""
+    """(mma dims [(m, n, k)], staged operands [(dims, elem_bytes, user-promoted, mma operand)]) of the traced
+    kernel."""
     from ..frontend.ops import MMA, Read
 
     tr = _trace(kernel)
@@ -66,7 +67,7 @@ def _structure(kernel: WaveKernel):
                 by_mma = any(u.meta.get("op") is MMA and u.args.index(n) in (0, 1) for u in n.users)
                 if mem.meta.get("promote") or by_mma:
                     ttype = n.meta["type"]
-                    staged.append((ttype.dims, ttype.dtype.bytes, bool(mem.meta.get("promote"))))
+                    staged.append((ttype.dims, ttype.dtype.bytes, bool(mem.meta.get("promote")), by_mma))
     return mmas, staged
 
 
@@ -114,13 +115,27 @@ def _stages(cs: ConstraintSet, tgt) -> int:
 
 
 def _staged_tiles(staged, cs: ConstraintSet):
-    """(dims, element bytes, workgroup tile extents) of each operand that will be staged in shared memory."""
-    for dims, nbytes, forced in staged:
+    """(dims, element bytes, workgroup tile extents, mma operand) of each operand that will be staged in
+    shared memory."""
+    for dims, nbytes, forced, by_mma in staged:
         if not forced and not cs.scheduling.promote_operands:
             continue
         extents = [cs.workgroup_extent(d) for d in dims]
         if all(e is not None for e in extents):
-            yield dims, nbytes, extents
+            yield dims, nbytes, extents, by_mma
+
+
+def _xor_swizzled(cs: ConstraintSet, tgt, extents: list[int], nbytes: int, by_mma: bool) -> bool:
+    """Whether ``swizzle_shared`` gives an mma.sync operand tile an XOR swizzle (no padding): ldmatrix
+    reads it (an NVIDIA mma.sync operand), it is 2-D with rows in groups of 8 and whole 32-byte swizzle
+    rows, and its copy moves 16-byte runs."""
+    mma = cs.mma_type
+    if not by_mma or cs.group_waves > 1 or mma is None or mma.spec.vendor != "nvidia" \
+            or not tgt.name.startswith("sm_") or cs.scheduling.operand_swizzle == "none":
+        return False
+    split = copy_split(extents, cs.threads, nbytes)
+    return len(extents) == 2 and extents[0] % 8 == 0 and extents[-1] * nbytes % 32 == 0 \
+        and not isinstance(split, str) and split[0] * nbytes == ACCESS_BYTES
 
 
 def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
@@ -128,11 +143,13 @@ def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
     total = 0
     tma = cs.group_waves > 1 and tgt.name == "sm_90a" and _stages(cs, tgt) >= 2 and (
         cs.scheduling.async_copy != "cp.async" and cs.scheduling.operand_swizzle in ("auto", "128B"))
-    for _dims, nbytes, extents in _staged_tiles(staged, cs):
+    for _dims, nbytes, extents, by_mma in _staged_tiles(staged, cs):
         rows = 1
         for e in extents[:-1]:
             rows *= e
-        pad = 0 if cs.group_waves > 1 else row_pad(extents[-1], nbytes)  # wgmma tiles: core matrices, no pad
+        # wgmma tiles (core matrices or swizzled) and XOR-swizzled mma.sync tiles are not padded
+        unpadded = cs.group_waves > 1 or _xor_swizzled(cs, tgt, extents, nbytes, by_mma)
+        pad = 0 if unpadded else row_pad(extents[-1], nbytes)
         total += _stages(cs, tgt) * rows * (extents[-1] + pad) * nbytes
         tma &= len(extents) == 2 and rows <= 256 and extents[-1] * nbytes % 128 == 0  # as passes/pipeline_tma.py
     # TMA's mbarriers take one 1024-byte slot (the swizzled tiles after them stay 1024-byte aligned)
@@ -181,7 +198,7 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
             if ext is not None and ext % spec.k:
                 return False, (f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} "
                                f"instruction's K = {spec.k}")
-    for dims, nbytes, extents in _staged_tiles(staged, cs):
+    for dims, nbytes, extents, _by_mma in _staged_tiles(staged, cs):
         split = (copy_split(extents, cs.threads, nbytes) if cs.group_waves == 1 or len(extents) != 2
                  else _core_split(dims, extents, cs.threads, nbytes))
         if isinstance(split, str):
