@@ -53,6 +53,7 @@ from ..frontend.ops_hopper import (
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from .context import PassContext
+from .loop_shape import chains_only
 
 
 def _node(g: fx.Graph, op: type, where: fx.Node, before: bool, **kwargs) -> fx.Node:
@@ -83,16 +84,6 @@ def _fence_barriers(g: fx.Graph) -> None:
             dirty = False
         else:
             dirty |= _publishes_shared(n)
-
-
-def chains_only(g: fx.Graph) -> bool:
-    """Whether the body's mma results feed nothing but the next mma's accumulator and the loop's yield
-    (a GEMM), so a wgmma group may stay in flight across iterations (``pipeline_loops`` asks this too)."""
-    mmas = [n for n in g.nodes if n.meta.get("op") in (MMA, WarpgroupMMA)]
-    accs = [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
-            and any(u in mmas and u.args[2] is p for u in p.users)]
-    return all(u.op == "output" or (u in mmas and u.args[2] is x and u.args[0] is not x and u.args[1] is not x)
-               for x in accs + mmas for u in x.users)
 
 
 def _operands(n: fx.Node) -> list[fx.Node]:

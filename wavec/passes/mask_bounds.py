@@ -26,7 +26,7 @@ from ..frontend.ops import MMA, AsyncCopy, Cast, GetResult, Iterate, Read, Write
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from .context import PassContext
-from .insert_wgmma_fences import chains_only
+from .loop_shape import chains_only
 
 
 def _divisible(ctx: PassContext, dim) -> bool:

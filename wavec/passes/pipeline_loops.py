@@ -38,7 +38,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
-from .insert_wgmma_fences import chains_only
+from .loop_shape import chains_only
 from .pipeline_tma import choose_war, pipeline_tma, tma_plan
 
 

@@ -33,7 +33,7 @@ from ..frontend.tracing import Trace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
-from .insert_wgmma_fences import chains_only
+from .loop_shape import chains_only
 from .pipeline_loops import op_node
 from .schedule_loops import k_steps
 

@@ -26,7 +26,7 @@ import torch.fx as fx
 from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, Iterate, Read
 from ..frontend.tracing import Trace
 from .context import PassContext
-from .insert_wgmma_fences import chains_only
+from .loop_shape import chains_only
 
 
 def k_steps(body: fx.Graph) -> list[list[fx.Node]]:
