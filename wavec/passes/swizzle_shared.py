@@ -8,11 +8,11 @@ elements per row; tiles that ``layout_wgmma_operands`` gave a ``smem_layout`` ke
   tile that only ``ldmatrix`` reads and only 16-byte staging writes fill (the mma.sync operand tiles),
   whose rows are whole 32-, 64- or 128-byte swizzle rows and whose row count is a multiple of 8, gets
   the named ``SharedLayout`` swizzle where its rows are whole multiples of it, else the widest that fits
-  (pad 0): the 16-byte chunk ``c`` of row ``r`` sits at ``c ^ phase(r)``, so the
-  8 rows of an ``ldmatrix`` phase and the 8 chunks of a copy phase both land in 8 different groups of 4
-  banks, and every row starts on a 128-byte boundary, as the global rows it copies do.  Padded rows
-  (below) start 16 bytes off every other 32-byte sector: on an H100 the copies of a 128x256 mma.sync
-  GEMM then moved 1.55x the bytes from L2 that Triton's swizzled tiles move (``docs/performance.md``).
+  (pad 0): the 16-byte chunk ``c`` of row ``r`` sits at ``c ^ phase(r)``, so the 8 rows of an
+  ``ldmatrix`` phase and the 8 chunks of a copy phase both land in 8 different groups of 4 banks, and no
+  row starts inside a 32-byte sector.  Padded rows (below) start every other row 16 bytes into one: on
+  an H100 the copies of a 128x256 mma.sync GEMM then moved 1.55x the bytes from L2 that Triton's
+  swizzled tiles move (``docs/performance.md``).
 - **Padded rows** otherwise (and with ``operand_swizzle="none"``): rows of at least 16 bytes (and a
   multiple of 16) are padded by 16 bytes: 8 consecutive rows then start in 8 different groups of 4 banks,
   so every ``ldmatrix`` phase (8 rows x 16 bytes) is conflict free, and so are the copies' row-wise
