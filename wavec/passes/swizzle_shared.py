@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..frontend.ops import Allocate, Read, Write
+from ..frontend.ops import Allocate, Read, Write, memory_operand
 from ..frontend.tracing import Trace, capture_root
 from ..indexing.shared_layout import CORE_BYTES, CORE_ROWS, SharedLayout, SharedLayoutKind
 from .context import PassContext
@@ -45,9 +45,27 @@ def swizzle_shared(trace: Trace, ctx: PassContext) -> None:
             if layout is not None:
                 node.kwargs = {**node.kwargs, "smem_layout": layout, "pad": 0}
                 continue
-            row = tile[-1] * dtype.bytes
-            pad = BANK_GROUP_BYTES // dtype.bytes if row >= BANK_GROUP_BYTES and row % BANK_GROUP_BYTES == 0 else 0
-            node.kwargs = {**node.kwargs, "pad": pad}
+            node.kwargs = {**node.kwargs, "pad": row_pad(tile[-1], dtype.bytes)}
+
+
+def row_pad(last: int, elem_bytes: int) -> int:
+    """Elements of padding per row of ``last`` elements: 16 bytes where rows are whole 16-byte chunks."""
+    row = last * elem_bytes
+    return BANK_GROUP_BYTES // elem_bytes if row >= BANK_GROUP_BYTES and row % BANK_GROUP_BYTES == 0 else 0
+
+
+def xor_swizzle(tile: tuple, elem_bytes: int, operand_swizzle: str) -> SharedLayout | None:
+    """The XOR swizzle ``operand_swizzle`` asks for on a tile whose accesses allow one: the named width
+    where the tile's rows are whole multiples of it, else the widest that fits; None for "none", a tile
+    that is not 2-D or whose rows are not in groups of 8, or rows no swizzle width divides."""
+    if operand_swizzle == "none" or len(tile) != 2 or tile[0] % CORE_ROWS:
+        return None
+    named = _NAMED.get(operand_swizzle)
+    for kind in ((named,) if named else ()) + _WIDEST_FIRST:
+        layout = SharedLayout(kind, elem_bytes)
+        if layout.check(tile) is None:
+            return layout
+    return None
 
 
 def _accesses_by_tile(trace: Trace) -> dict[fx.Node, list[fx.Node]]:
@@ -57,16 +75,13 @@ def _accesses_by_tile(trace: Trace) -> dict[fx.Node, list[fx.Node]]:
         for node in g.nodes:
             op = node.meta.get("op")
             if op in (Read, Write):
-                mem = node.args[1] if op is Write else node.args[0]
-                found.setdefault(capture_root(mem), []).append(node)
+                found.setdefault(capture_root(memory_operand(node)), []).append(node)
     return found
 
 
 def _xor_layout(ctx: PassContext, tile: tuple, elem_bytes: int, accesses: list[fx.Node]) -> SharedLayout | None:
-    """The widest XOR swizzle for a 2-D tile read only by ``ldmatrix`` and written only in aligned 16-byte
-    runs (a run that crossed a 16-byte chunk would no longer be contiguous), or None."""
-    if ctx.constraints.scheduling.operand_swizzle == "none" or len(tile) != 2 or tile[0] % CORE_ROWS:
-        return None
+    """``xor_swizzle`` for a tile read only by ``ldmatrix`` and written only in aligned 16-byte runs (a
+    run that crossed a 16-byte chunk would no longer be contiguous), else None."""
     reads = [a for a in accesses if a.meta.get("op") is Read]
     writes = [a for a in accesses if a.meta.get("op") is Write]
     if not reads or not writes or any(r.meta.get("access") != "ldmatrix" for r in reads):
@@ -76,9 +91,4 @@ def _xor_layout(ctx: PassContext, tile: tuple, elem_bytes: int, accesses: list[f
         if not runs or any(n * elem_bytes != CORE_BYTES for _first, n, _off in runs) \
                 or any(a % CORE_BYTES for a in aligns):
             return None
-    named = _NAMED.get(ctx.constraints.scheduling.operand_swizzle)
-    for kind in ((named,) if named else ()) + _WIDEST_FIRST:
-        layout = SharedLayout(kind, elem_bytes)
-        if layout.check(tile) is None:
-            return layout
-    return None
+    return xor_swizzle(tile, elem_bytes, ctx.constraints.scheduling.operand_swizzle)

@@ -26,9 +26,9 @@ from ..errors import ConstraintError, WavecError
 from ..frontend.constraints import ConstraintSet
 from ..frontend.kernel import WaveKernel
 from ..frontend.tracing import capture_root
+from ..passes.swizzle_shared import row_pad, xor_swizzle
 
 ACCESS_BYTES = 16  # infer_indices.ACCESS_BYTES: one global->shared run is at most 16 bytes
-BANK_GROUP_BYTES = 16  # swizzle_shared.BANK_GROUP_BYTES
 REGISTER_FILE = 65536  # 32-bit registers per SM (sm_80, sm_90)
 
 _TRACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -96,11 +96,6 @@ def _core_split(dims, extents: list[int], threads: int, elem_bytes: int) -> tupl
     return layout if isinstance(layout, str) else layout.tile
 
 
-def row_pad(last: int, elem_bytes: int) -> int:
-    row = last * elem_bytes
-    return BANK_GROUP_BYTES // elem_bytes if row >= BANK_GROUP_BYTES and row % BANK_GROUP_BYTES == 0 else 0
-
-
 def shared_bytes(kernel: WaveKernel, subs: dict, target) -> int:
     """Shared memory the compiled kernel will allocate (the emitter's ``shared_bytes``)."""
     tgt = _target(target)
@@ -127,15 +122,15 @@ def _staged_tiles(staged, cs: ConstraintSet):
 
 def _xor_swizzled(cs: ConstraintSet, tgt, extents: list[int], nbytes: int, by_mma: bool) -> bool:
     """Whether ``swizzle_shared`` gives an mma.sync operand tile an XOR swizzle (no padding): ldmatrix
-    reads it (an NVIDIA mma.sync operand), it is 2-D with rows in groups of 8 and whole 32-byte swizzle
-    rows, and its copy moves 16-byte runs."""
+    reads it (an NVIDIA mma.sync operand), its copy moves 16-byte runs, and ``xor_swizzle`` has a width
+    for it."""
     mma = cs.mma_type
     if not by_mma or cs.group_waves > 1 or mma is None or mma.spec.vendor != "nvidia" \
-            or not tgt.name.startswith("sm_") or cs.scheduling.operand_swizzle == "none":
+            or not tgt.name.startswith("sm_"):
         return False
     split = copy_split(extents, cs.threads, nbytes)
-    return len(extents) == 2 and extents[0] % 8 == 0 and extents[-1] * nbytes % 32 == 0 \
-        and not isinstance(split, str) and split[0] * nbytes == ACCESS_BYTES
+    return not isinstance(split, str) and split[0] * nbytes == ACCESS_BYTES \
+        and xor_swizzle(tuple(extents), nbytes, cs.scheduling.operand_swizzle) is not None
 
 
 def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
