@@ -30,9 +30,18 @@ def load_shapes(path: pathlib.Path) -> list[dict]:
         for r in csv.DictReader(f):
             causals = {"both": (False, True), "true": (True,), "false": (False,)}[r["causal"].strip().lower()]
             for causal in causals:
-                rows.append({"suite": r["suite"], "b": int(r["batch"]), "h": int(r["q_heads"]),
-                             "kvh": int(r["kv_heads"]), "sq": int(r["seq_q"]), "skv": int(r["seq_kv"]),
-                             "d": int(r["head_dim"]), "causal": causal})
+                rows.append(
+                    {
+                        "suite": r["suite"],
+                        "b": int(r["batch"]),
+                        "h": int(r["q_heads"]),
+                        "kvh": int(r["kv_heads"]),
+                        "sq": int(r["seq_q"]),
+                        "skv": int(r["seq_kv"]),
+                        "d": int(r["head_dim"]),
+                        "causal": causal,
+                    }
+                )
     return rows
 
 
@@ -54,13 +63,18 @@ def implementations(torch, layout: str, wavec_config=None, mma: str | None = Non
         def run(q, k, v, causal):
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=k.shape[1] != q.shape[1])
+
         return run
 
     def wavec(q, k, v, causal):
         return attention(q, k, v, causal=causal, layout=layout, config=wavec_config, mma=mma)
 
-    return {"wavec": wavec, "flash": sdpa(SDPBackend.FLASH_ATTENTION), "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-            "triton": lambda q, k, v, causal: triton_attention(q, k, v, causal)}
+    return {
+        "wavec": wavec,
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "triton": lambda q, k, v, causal: triton_attention(q, k, v, causal),
+    }
 
 
 def make_sets(torch, s: dict, tdt, layout: str) -> list[tuple]:
@@ -82,8 +96,9 @@ def check(torch, impls: dict, s: dict, tdt, layout: str) -> dict:
 
     (q, k, v), wq = make_sets(torch, s, tdt, layout)[0]
     g = s["h"] // s["kvh"]
-    ref = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
-                                         v.float().repeat_interleave(g, 1), is_causal=s["causal"])
+    ref = F.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1), is_causal=s["causal"]
+    )
     errs = {}
     for name, fn in impls.items():
         try:
@@ -124,15 +139,19 @@ def geomean(xs: list[float]) -> float:
 
 
 def summarize(results: list[dict]) -> list[str]:
-    lines = [f"{'dtype':>5} {'causal':>6} {'d':>4} {'shapes':>6} {'x flash':>8} {'x cudnn':>8} {'x triton':>9} "
-             f"{'wavec TF/s':>10}"]
+    lines = [
+        f"{'dtype':>5} {'causal':>6} {'d':>4} {'shapes':>6} {'x flash':>8} {'x cudnn':>8} {'x triton':>9} "
+        f"{'wavec TF/s':>10}"
+    ]
     groups = sorted({(r["dtype"], r["causal"], r["d"]) for r in results})
     for dt, causal, d in groups:
         rs = [r for r in results if (r["dtype"], r["causal"], r["d"]) == (dt, causal, d)]
         ratio = {b: geomean([r[f"{b}_ms"] / r["wavec_ms"] for r in rs]) for b in ("flash", "cudnn", "triton")}
         tf = geomean([r["wavec_tflops"] for r in rs])
-        lines.append(f"{dt:>5} {str(causal):>6} {d:>4} {len(rs):>6} {ratio['flash']:8.2f} {ratio['cudnn']:8.2f} "
-                     f"{ratio['triton']:9.2f} {tf:10.1f}")
+        lines.append(
+            f"{dt:>5} {str(causal):>6} {d:>4} {len(rs):>6} {ratio['flash']:8.2f} {ratio['cudnn']:8.2f} "
+            f"{ratio['triton']:9.2f} {tf:10.1f}"
+        )
     return lines
 
 
@@ -142,13 +161,19 @@ def plot(results: list[dict], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['dtype']} {'C' if r['causal'] else 'F'} b{r['b']}h{r['h']}/{r['kvh']} {r['sq']}x{r['skv']} "
-              f"d{r['d']}" for r in results]
+    labels = [
+        f"{r['dtype']} {'C' if r['causal'] else 'F'} b{r['b']}h{r['h']}/{r['kvh']} {r['sq']}x{r['skv']} d{r['d']}"
+        for r in results
+    ]
     fig, ax = plt.subplots(figsize=(max(10, 0.45 * len(results)), 6))
     width = 0.2
     for i, name in enumerate(IMPLS):
-        ax.bar([x + (i - 1.5) * width for x in range(len(results))], [r[f"{name}_tflops"] for r in results],
-               width, label=name)
+        ax.bar(
+            [x + (i - 1.5) * width for x in range(len(results))],
+            [r[f"{name}_tflops"] for r in results],
+            width,
+            label=name,
+        )
     ax.set_xticks(range(len(results)))
     ax.set_xticklabels(labels, rotation=90, fontsize=7)
     ax.set_ylabel("TFLOP/s")
@@ -165,12 +190,19 @@ def main() -> int:
     ap.add_argument("--layout", default="bhsd", choices=("bhsd", "bshd"), help="wavec's memory layout")
     ap.add_argument("--shapes", default=str(SHAPES_CSV))
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
-    ap.add_argument("--wavec-configs", default="heuristic", choices=("heuristic", "sweep"),
-                    help="sweep: also time every candidate tile of wavec.kernels.attention.CONFIGS and keep the "
-                         "fastest per shape (reported in the CSV)")
-    ap.add_argument("--mma", default=None, choices=("mma_sync", "wgmma"),
-                    help="wavec's matrix instruction (default: wavec.kernels.attention.default_mma, wgmma on "
-                         "sm_90 GPUs)")
+    ap.add_argument(
+        "--wavec-configs",
+        default="heuristic",
+        choices=("heuristic", "sweep"),
+        help="sweep: also time every candidate tile of wavec.kernels.attention.CONFIGS and keep the "
+        "fastest per shape (reported in the CSV)",
+    )
+    ap.add_argument(
+        "--mma",
+        default=None,
+        choices=("mma_sync", "wgmma"),
+        help="wavec's matrix instruction (default: wavec.kernels.attention.default_mma, wgmma on sm_90 GPUs)",
+    )
     ap.add_argument("--head-dims", default=None, help="only these head dims, e.g. 128")
     args = ap.parse_args()
 
@@ -192,8 +224,10 @@ def main() -> int:
     args.mma = args.mma or default_mma(torch.empty(1, device="cuda"))
     impls = implementations(torch, args.layout, mma=args.mma)
     dtypes = {"f16": torch.float16, "bf16": torch.bfloat16}
-    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {len(shapes)} shape/causal rows, "
-          f"wavec mma {args.mma}")
+    print(
+        f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {len(shapes)} shape/causal rows, "
+        f"wavec mma {args.mma}"
+    )
     start = time.time()
     results, usable = [], {}
     for dt in args.dtypes.split(","):
@@ -218,20 +252,30 @@ def main() -> int:
                 from wavec.kernels.attention import CONFIGS, WGMMA_CONFIGS
 
                 for cfg in (WGMMA_CONFIGS if args.mma == "wgmma" else CONFIGS)[s["d"]]:
-                    alt = time_shape(torch, do_bench,
-                                     {"wavec": implementations(torch, args.layout, cfg, args.mma)["wavec"]},
-                                     s, tdt, args.layout, {"wavec"})["wavec"]
+                    alt = time_shape(
+                        torch,
+                        do_bench,
+                        {"wavec": implementations(torch, args.layout, cfg, args.mma)["wavec"]},
+                        s,
+                        tdt,
+                        args.layout,
+                        {"wavec"},
+                    )["wavec"]
                     if alt < ms["wavec"]:
                         ms["wavec"], r["wavec_config"] = alt, "x".join(map(str, cfg))
             for name in IMPLS:
                 r[f"{name}_ms"] = ms[name]
                 r[f"{name}_tflops"] = flops(s) / (ms[name] * 1e-3) / 1e12 if ms[name] == ms[name] else math.nan
             results.append(r)
-            print(f"{dt} {'causal' if s['causal'] else 'full  '} b{s['b']:>2} h{s['h']:>2}/{s['kvh']:<2} "
-                  f"{s['sq']:>5}x{s['skv']:<5} d{s['d']:<3} " +
-                  " ".join(f"{n} {r[f'{n}_tflops']:6.1f}" for n in IMPLS) + " TFLOP/s")
-    fields = ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal", "wavec_config"] + \
-        [f"{n}_{u}" for n in IMPLS for u in ("ms", "tflops")]
+            print(
+                f"{dt} {'causal' if s['causal'] else 'full  '} b{s['b']:>2} h{s['h']:>2}/{s['kvh']:<2} "
+                f"{s['sq']:>5}x{s['skv']:<5} d{s['d']:<3} "
+                + " ".join(f"{n} {r[f'{n}_tflops']:6.1f}" for n in IMPLS)
+                + " TFLOP/s"
+            )
+    fields = ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal", "wavec_config"] + [
+        f"{n}_{u}" for n in IMPLS for u in ("ms", "tflops")
+    ]
     with open(out_dir / "attention.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
@@ -242,8 +286,10 @@ def main() -> int:
         import collections
 
         wins = collections.Counter((r["d"], r["wavec_config"]) for r in results)
-        print("\nfastest wavec tile (BLOCK_M x BLOCK_N x waves[x stages]) per head dim: "
-              + ", ".join(f"d{d} {cfg}: {n}" for (d, cfg), n in sorted(wins.items(), key=str)))
+        print(
+            "\nfastest wavec tile (BLOCK_M x BLOCK_N x waves[x stages]) per head dim: "
+            + ", ".join(f"d{d} {cfg}: {n}" for (d, cfg), n in sorted(wins.items(), key=str))
+        )
     print("\ngeomean speed of wavec relative to each baseline (>1: wavec faster)")
     print("\n".join(summarize(results)))
     print(f"\nwrote {out_dir / 'attention.csv'} and {out_dir / 'attention.png'}")

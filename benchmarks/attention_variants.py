@@ -38,9 +38,14 @@ def _kernel(variant: str, causal: bool, d: int, seq_q: int):
 
     mma, cfg, heavy, copy, split = parse_variant(variant)
     subs, waves = attention_config(d, seq_q, cfg, mma, causal)
-    return wc.compile(make_attention(wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal,
-                                     async_copy=copy, split_epilogue=split), subs, target=TARGET[mma],
-                      backend="cuda")
+    return wc.compile(
+        make_attention(
+            wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal, async_copy=copy, split_epilogue=split
+        ),
+        subs,
+        target=TARGET[mma],
+        backend="cuda",
+    )
 
 
 def _compile(job: tuple) -> str:
@@ -73,8 +78,9 @@ def main() -> int:
     print("shape causal | " + " | ".join(variants) + " | flash | triton  (TFLOP/s)")
     for b, h, s, d in shapes:
         n_sets = max(1, min(8, 2 * 50 * 2**20 // (b * h * s * d * 2 * 4)))
-        sets = [tuple(torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
-                for _ in range(n_sets)]
+        sets = [
+            tuple(torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3)) for _ in range(n_sets)
+        ]
         for causal in (False, True):
             flop = 4.0 * b * h * s * s * d / (2 if causal else 1)
 
@@ -93,22 +99,28 @@ def main() -> int:
                     o = torch.empty_like(q)
                     kern(q, k, v_, o, scale)
                     return o
+
                 row[v] = timed(run)
 
             def flash(q, k, v):
                 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                     return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
             row["flash"] = timed(flash)
             row["triton"] = timed(lambda q, k, v: triton_attention(q, k, v, causal))
             for v in variants + ["flash"]:
                 ratios[v].append(row[v] / row["triton"])
             cfg = _attention_fwd.best_config  # what Triton's autotuner picked for this shape
-            print(f"{b}x{h}x{s}x{d} {'causal' if causal else 'full  '} | "
-                  + " | ".join(f"{row[v]:6.1f}" for v in variants + ["flash", "triton"])
-                  + f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}",
-                  flush=True)
-    print("geomean over Triton: " + ", ".join(
-        f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items()))
+            print(
+                f"{b}x{h}x{s}x{d} {'causal' if causal else 'full  '} | "
+                + " | ".join(f"{row[v]:6.1f}" for v in variants + ["flash", "triton"])
+                + f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}",
+                flush=True,
+            )
+    print(
+        "geomean over Triton: "
+        + ", ".join(f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items())
+    )
     return 0
 
 

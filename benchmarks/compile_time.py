@@ -48,10 +48,22 @@ print(json.dumps({"kernel": name, "import_s": t_import, "compile_s": t2 - t1, "t
 
 def main() -> None:
     rows = []
-    for name in ("scale_shift", "gemm_default", "gemm_heuristic_4096", "gemm_wgmma_4096", "gemm_wgmma_ws_256x128",
-                 "attention_d128", "attention_d128_wgmma"):
-        out = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True, text=True, check=True,
-                             env={"WAVEC_CACHE_DISABLE": "1", **__import__("os").environ})
+    for name in (
+        "scale_shift",
+        "gemm_default",
+        "gemm_heuristic_4096",
+        "gemm_wgmma_4096",
+        "gemm_wgmma_ws_256x128",
+        "attention_d128",
+        "attention_d128_wgmma",
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, name],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"WAVEC_CACHE_DISABLE": "1", **__import__("os").environ},
+        )
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     print(f"{'kernel':22} {'import s':>9} {'compile s':>10} {'total s':>8} {'format':>7}")
     for r in rows:

@@ -20,8 +20,7 @@ from triton.testing import do_bench
 
 from wavec.kernels import gemm as gm
 
-SHAPES = [(1, 4096, 4096), (16, 4096, 11008), (1, 8192, 8192), (16, 5120, 13824), (1, 14336, 4096),
-          (16, 128256, 4096)]
+SHAPES = [(1, 4096, 4096), (16, 4096, 11008), (1, 8192, 8192), (16, 5120, 13824), (1, 14336, 4096), (16, 128256, 4096)]
 L2_BYTES = 50 * 2**20
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 WAVES = {64: (1, 2), 128: (1, 4)}
@@ -56,15 +55,19 @@ def main() -> None:
     rows = []
     for m, n, k in shapes:
         per_set = (m * k + n * k) * 2
-        sets = [(torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt))
-                for _ in range(max(1, min(16, math.ceil(2 * L2_BYTES / per_set))))]
+        sets = [
+            (torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt))
+            for _ in range(max(1, min(16, math.ceil(2 * L2_BYTES / per_set))))
+        ]
         a, b = sets[0]
         ref = a.double() @ b.double().T
         nbytes = per_set + m * n * tdt.itemsize
         subs, waves, rule = gm.splitk_config(m, n, k)
-        variants = [("old tiles (split 1)", dict(split=1)),
-                    ("old tiles, no prefetch", dict(split=1, prefetch_fragments=False)),
-                    (f"rule: 16x{subs[gm.BLOCK_N]} S={rule}", dict(split="auto"))]
+        variants = [
+            ("old tiles (split 1)", dict(split=1)),
+            ("old tiles, no prefetch", dict(split=1, prefetch_fragments=False)),
+            (f"rule: 16x{subs[gm.BLOCK_N]} S={rule}", dict(split="auto")),
+        ]
         for bn in widths:
             for s in splits:
                 cfg = ({**subs, gm.BLOCK_N: bn}, WAVES[bn])
@@ -79,15 +82,29 @@ def main() -> None:
                 fn, t = (lambda x, y: torch.matmul(x, y.T)), t_cublas
                 err = ((fn(a, b).double() - ref).norm() / ref.norm()).item()
             else:
+
                 def fn(x, y, kw=kw):
                     return gm.matmul(x, y, out_dtype=tdt, **kw)
+
                 # compile before timing and check the result once
                 err = ((fn(a, b).double() - ref).norm() / ref.norm()).item()
                 t = time_rotating(fn, sets)
             rate = nbytes / (t * 1e-3)
             print(f"  {name:24s} {t * 1e3:8.1f} {rate / 1e12:6.2f} {rate / bw:7.3f} {t_cublas / t:8.3f} {err:8.1e}")
-            rows.append({"M": m, "N": n, "K": k, "dtype": args.dtype, "variant": name, "us": t * 1e3,
-                         "tb_s": rate / 1e12, "x_copy": rate / bw, "x_cublas": t_cublas / t, "rel_err": err})
+            rows.append(
+                {
+                    "M": m,
+                    "N": n,
+                    "K": k,
+                    "dtype": args.dtype,
+                    "variant": name,
+                    "us": t * 1e3,
+                    "tb_s": rate / 1e12,
+                    "x_copy": rate / bw,
+                    "x_cublas": t_cublas / t,
+                    "rel_err": err,
+                }
+            )
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -24,8 +24,10 @@ def main() -> None:
     ap.add_argument("--once", action="store_true")
     args = ap.parse_args()
     subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: 64, gm.NUM_STAGES: 3, gm.GROUP_M: 8}
-    kernels = {out: wc.compile(gm.make_gemm(wc.f16, waves=(2, 4), out_dtype=out), subs, backend="cuda")
-               for out in (wc.f16, wc.f32)}
+    kernels = {
+        out: wc.compile(gm.make_gemm(wc.f16, waves=(2, 4), out_dtype=out), subs, backend="cuda")
+        for out in (wc.f16, wc.f32)
+    }
     m, n = args.m, args.n
     print(f"{'M x N x K':>18} {'C':>4} {'wavec us':>9} {'cuBLAS us':>9} {'C bytes / wavec time (TB/s)':>28}")
     for k in (int(x) for x in args.ks.split(",")):

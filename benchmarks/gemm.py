@@ -75,8 +75,9 @@ def copy_bandwidth() -> float:
 def inputs(m, n, k, tdt):
     per_set = (m * k + n * k) * 2 + m * n * 4
     sets = max(1, min(16, math.ceil(2 * L2_BYTES / per_set)))
-    return [(torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt))
-            for _ in range(sets)]
+    return [
+        (torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt)) for _ in range(sets)
+    ]
 
 
 def time_rotating(fn, sets, rep: int = 100) -> float:
@@ -103,8 +104,20 @@ def warm_gpu(seconds: float = 1.0) -> None:
         torch.cuda.synchronize()
 
 
-def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: str = "auto",
-                tuned: str | None = None, out_dtype: str = "input", rounds: int = 3) -> dict:
+def bench_shape(
+    name,
+    m,
+    n,
+    k,
+    dt,
+    bw,
+    rates=None,
+    mma: str = "mma_sync",
+    copy: str = "auto",
+    tuned: str | None = None,
+    out_dtype: str = "input",
+    rounds: int = 3,
+) -> dict:
     tdt = TORCH_DT[dt]
     odt = tdt if out_dtype == "input" else torch.float32
     sets = inputs(m, n, k, tdt)
@@ -118,20 +131,35 @@ def bench_shape(name, m, n, k, dt, bw, rates=None, mma: str = "mma_sync", copy: 
     err = ((out.float() - ref).norm() / ref.norm()).item()
     c_sets = [(x, y, torch.empty(m, n, device="cuda", dtype=odt)) for x, y in sets]
     triton_matmul(*c_sets[0])  # autotune outside the timing
-    t_w, t_c, t_t = time_rounds([matmul, lambda x, y: torch.matmul(x, y.T), triton_matmul],
-                                [sets, sets, c_sets], rounds)
+    t_w, t_c, t_t = time_rounds(
+        [matmul, lambda x, y: torch.matmul(x, y.T), triton_matmul], [sets, sets, c_sets], rounds
+    )
     flops = 2 * m * n * k
     subs, waves = (wgmma_config if mma == "wgmma" and m > 16 else gemm_config)(m, n, k)
     split = f" split={splitk_config(m, n, k)[2]}" if m <= 16 else ""  # matmul's split-K for decode shapes
     if mma == "wgmma" and m > 16 and copy == "auto":  # the schedule flags matmul takes from wgmma_plan
         plan = wgmma_plan(m, n, k)
         split += " ws" * plan.warp_specialize + " persistent" * plan.persistent + " split-epi" * plan.split_epilogue
-    row = {"shape": name, "dtype": dt, "M": m, "N": n, "K": k, "rel_err": err, "mma": mma, "copy": copy,
-           "wavec_ms": t_w, "cublas_ms": t_c, "triton_ms": t_t,
-           "wavec_tflops": flops / t_w / 1e9, "cublas_tflops": flops / t_c / 1e9,
-           "triton_tflops": flops / t_t / 1e9, "wavec_vs_cublas": t_c / t_w, "wavec_vs_triton": t_t / t_w,
-           "config": f"{[v for v in subs.values()]} waves={waves}{split}",
-           "out_dtype": str(odt).removeprefix("torch.")}
+    row = {
+        "shape": name,
+        "dtype": dt,
+        "M": m,
+        "N": n,
+        "K": k,
+        "rel_err": err,
+        "mma": mma,
+        "copy": copy,
+        "wavec_ms": t_w,
+        "cublas_ms": t_c,
+        "triton_ms": t_t,
+        "wavec_tflops": flops / t_w / 1e9,
+        "cublas_tflops": flops / t_c / 1e9,
+        "triton_tflops": flops / t_t / 1e9,
+        "wavec_vs_cublas": t_c / t_w,
+        "wavec_vs_triton": t_t / t_w,
+        "config": f"{[v for v in subs.values()]} waves={waves}{split}",
+        "out_dtype": str(odt).removeprefix("torch."),
+    }
     if rates is not None:  # the analytical bound for wavec's configuration (wavec.tuning.ceiling)
         named = {str(key): v for key, v in subs.items()}
         bm, bn = named["BLOCK_M"], named["BLOCK_N"]
@@ -160,9 +188,14 @@ def bench_tuned(sets, ref, m, n, k, dt, mma: str, directory: str, t_c: float, t_
 
     out = fn(a, b)
     t = time_rotating(fn, sets)
-    return {"tuned_ms": t, "tuned_vs_cublas": t_c / t, "tuned_vs_triton": t_t / t, "tuned_source": source,
-            "tuned_rel_err": ((out.float() - ref).norm() / ref.norm()).item(),
-            "tuned_config": f"{[v for v in subs.values()]} waves={waves}"}
+    return {
+        "tuned_ms": t,
+        "tuned_vs_cublas": t_c / t,
+        "tuned_vs_triton": t_t / t,
+        "tuned_source": source,
+        "tuned_rel_err": ((out.float() - ref).norm() / ref.norm()).item(),
+        "tuned_config": f"{[v for v in subs.values()]} waves={waves}",
+    }
 
 
 def plot(rows, out: pathlib.Path, bw: float) -> None:
@@ -186,11 +219,11 @@ def plot(rows, out: pathlib.Path, bw: float) -> None:
         fig.savefig(out / f"gemm_{dt}.png", dpi=120)
     fig, ax = plt.subplots(figsize=(6, 4))
     peak = max(r["cublas_tflops"] for r in rows)
-    ai = [2 * r["M"] * r["N"] * r["K"] / ((r["M"] * r["K"] + r["N"] * r["K"]) * 2 + r["M"] * r["N"] * 4)
-          for r in rows]
+    ai = [2 * r["M"] * r["N"] * r["K"] / ((r["M"] * r["K"] + r["N"] * r["K"]) * 2 + r["M"] * r["N"] * 4) for r in rows]
     xs = [10 ** (e / 10) for e in range(0, 41)]
-    ax.loglog(xs, [min(peak, x * bw / 1e12) for x in xs], "k-", label=f"roofline ({bw / 1e12:.2f} TB/s, "
-              f"{peak:.0f} TF/s)")
+    ax.loglog(
+        xs, [min(peak, x * bw / 1e12) for x in xs], "k-", label=f"roofline ({bw / 1e12:.2f} TB/s, {peak:.0f} TF/s)"
+    )
     ax.loglog(ai, [r["wavec_tflops"] for r in rows], ".", label="wavec")
     ax.loglog(ai, [r["cublas_tflops"] for r in rows], ".", label="cuBLAS")
     ax.set_xlabel("FLOP / byte")
@@ -233,12 +266,20 @@ def main() -> None:
     ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
-    ap.add_argument("--out-dtype", default="input", choices=("input", "f32"),
-                    help="C's dtype for wavec and Triton (cuBLAS's torch.matmul always writes the input dtype)")
+    ap.add_argument(
+        "--out-dtype",
+        default="input",
+        choices=("input", "f32"),
+        help="C's dtype for wavec and Triton (cuBLAS's torch.matmul always writes the input dtype)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (median kept)")
-    ap.add_argument("--tuned", default=None, help="tuning-cache folder (tune_gemm.py's OUT/tuning): also time "
-                    "wavec with the tuned configurations, reported separately (compiled as the tuner did: "
-                    "async copies 'auto', whatever --copy says)")
+    ap.add_argument(
+        "--tuned",
+        default=None,
+        help="tuning-cache folder (tune_gemm.py's OUT/tuning): also time "
+        "wavec with the tuned configurations, reported separately (compiled as the tuner did: "
+        "async copies 'auto', whatever --copy says)",
+    )
     args = ap.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -261,22 +302,27 @@ def main() -> None:
             if args.time_budget and time.time() - t0 > args.time_budget * (i + 1) / len(dtypes):
                 print(f"time budget reached: skipping the remaining {dt} shapes")
                 break
-            rows.append(bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy, args.tuned, args.out_dtype,
-                                    args.rounds))
+            rows.append(
+                bench_shape(name, m, n, k, dt, bw, rates, args.mma, args.copy, args.tuned, args.out_dtype, args.rounds)
+            )
             r = rows[-1]
-            print(f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
-                  f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
-                  f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}"
-                  + (f"  tuned x{r['tuned_vs_cublas']:.2f} ({r['tuned_source']})" if "tuned_ms" in r else ""),
-                  flush=True)
+            print(
+                f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
+                f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
+                f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}"
+                + (f"  tuned x{r['tuned_vs_cublas']:.2f} ({r['tuned_source']})" if "tuned_ms" in r else ""),
+                flush=True,
+            )
     with open(out / "gemm.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=sorted({k for r in rows for k in r}))
         w.writeheader()
         w.writerows(rows)
     plot(rows, out, bw)
     print(f"\ncopy bandwidth {bw / 1e12:.2f} TB/s; {len(rows)} rows in {time.time() - t0:.0f} s")
-    print(f"{'dtype':5} {'geomean x cuBLAS':>17} {'geomean x Triton':>17} {'4096^3':>7} {'8192^3':>7} "
-          f"{'decode BW frac (median)':>24} {'% ceiling (median)':>19}")
+    print(
+        f"{'dtype':5} {'geomean x cuBLAS':>17} {'geomean x Triton':>17} {'4096^3':>7} {'8192^3':>7} "
+        f"{'decode BW frac (median)':>24} {'% ceiling (median)':>19}"
+    )
     for dt in dtypes:
         sub = [r for r in rows if r["dtype"] == dt]
         if not sub:
@@ -287,8 +333,10 @@ def main() -> None:
         dec = sorted(r["wavec_bw_frac"] for r in sub if "wavec_bw_frac" in r)
         med = dec[len(dec) // 2] if dec else float("nan")
         pct = sorted(r["wavec_pct_ceiling"] for r in sub)[len(sub) // 2]
-        print(f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
-              f"{med:24.3f} {pct:19.1f}")
+        print(
+            f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
+            f"{med:24.3f} {pct:19.1f}"
+        )
     print_tuned_summary(rows, dtypes)
 
 
@@ -296,8 +344,10 @@ def print_tuned_summary(rows: list, dtypes: list) -> None:
     """Geomeans of the tuned configurations (``--tuned``), beside the heuristic's, per dtype."""
     if not any("tuned_ms" in r for r in rows):
         return
-    print(f"\n{'dtype':5} {'tuned x cuBLAS':>15} {'tuned x Triton':>15} {'heuristic x cuBLAS':>19} "
-          f"{'shapes':>7}  configuration source (cache / model / heuristic)")
+    print(
+        f"\n{'dtype':5} {'tuned x cuBLAS':>15} {'tuned x Triton':>15} {'heuristic x cuBLAS':>19} "
+        f"{'shapes':>7}  configuration source (cache / model / heuristic)"
+    )
     for dt in dtypes:
         sub = [r for r in rows if r["dtype"] == dt and "tuned_ms" in r]
         if not sub:
@@ -307,8 +357,10 @@ def print_tuned_summary(rows: list, dtypes: list) -> None:
             return math.exp(sum(math.log(r[key]) for r in sub) / len(sub))
 
         src = {s: sum(r["tuned_source"] == s for r in sub) for s in ("cache", "model", "heuristic")}
-        print(f"{dt:5} {geo('tuned_vs_cublas'):15.3f} {geo('tuned_vs_triton'):15.3f} {geo('wavec_vs_cublas'):19.3f} "
-              f"{len(sub):7d}  {src['cache']} / {src['model']} / {src['heuristic']}")
+        print(
+            f"{dt:5} {geo('tuned_vs_cublas'):15.3f} {geo('tuned_vs_triton'):15.3f} {geo('wavec_vs_cublas'):19.3f} "
+            f"{len(sub):7d}  {src['cache']} / {src['model']} / {src['heuristic']}"
+        )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """GEMM 4096^3 beside cuBLAS in the same run, cold compile time, and warm call overhead (H100).
 
-    python benchmarks/gemm_smoke.py [--out DIR]
+python benchmarks/gemm_smoke.py [--out DIR]
 """
 
 import argparse
@@ -38,8 +38,10 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("WAVEC_CACHE_DIR", "/tmp/wavec-bench-cache")
     rows = []
-    for dtype, mma, tdt in ((wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
-                            (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)):
+    for dtype, mma, tdt in (
+        (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
+        (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16),
+    ):
         t0 = time.perf_counter()
         k = wc.compile(make_gemm(dtype, mma_type=mma), DEFAULT_SUBS, backend="cuda", cache=False)
         cold = time.perf_counter() - t0
@@ -49,9 +51,17 @@ def main() -> None:
             c = torch.empty(n, n, device="cuda")
             ms_w = bench(lambda: k(a, b, c))
             ms_t = bench(lambda: torch.matmul(a, b.T))
-            flops = 2 * n ** 3
-            rows.append({"dtype": dtype.name, "n": n, "wavec_tflops": flops / ms_w / 1e9,
-                         "cublas_tflops": flops / ms_t / 1e9, "ratio": ms_t / ms_w, "cold_compile_s": cold})
+            flops = 2 * n**3
+            rows.append(
+                {
+                    "dtype": dtype.name,
+                    "n": n,
+                    "wavec_tflops": flops / ms_w / 1e9,
+                    "cublas_tflops": flops / ms_t / 1e9,
+                    "ratio": ms_t / ms_w,
+                    "cold_compile_s": cold,
+                }
+            )
     # warm call overhead: tiny problem, host-side time per call
     k = wc.compile(make_gemm(), DEFAULT_SUBS, backend="cuda")
     a = torch.randn(64, 64, device="cuda", dtype=torch.float16)

@@ -40,10 +40,20 @@ def main() -> None:
     b = torch.randn(128, 64, device="cuda", dtype=torch.float16)
     c = torch.empty(128, 128, device="cuda", dtype=torch.float16)
     plan = gm.wgmma_plan(128, 128, 64)
-    direct = wc.compile(gm.make_gemm(wc.f16, mma_type=gm.WGMMA_FOR_DTYPE["f16"], waves=plan.waves,
-                                     out_dtype=wc.f16, warp_specialize=plan.warp_specialize,
-                                     persistent=plan.persistent, split_epilogue=plan.split_epilogue),
-                        plan.subs, backend="cuda", target="sm_90a")
+    direct = wc.compile(
+        gm.make_gemm(
+            wc.f16,
+            mma_type=gm.WGMMA_FOR_DTYPE["f16"],
+            waves=plan.waves,
+            out_dtype=wc.f16,
+            warp_specialize=plan.warp_specialize,
+            persistent=plan.persistent,
+            split_epilogue=plan.split_epilogue,
+        ),
+        plan.subs,
+        backend="cuda",
+        target="sm_90a",
+    )
     rows = [
         ("matmul(mma='mma_sync')", lambda: gm.matmul(a, b, out_dtype=torch.float16)),
         ("matmul(mma='wgmma')", lambda: gm.matmul(a, b, mma="wgmma", out_dtype=torch.float16)),

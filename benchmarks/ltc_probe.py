@@ -29,10 +29,10 @@ def strip_ltc128b(cubin: bytes) -> tuple[bytes, int]:
     """The cubin with every LDGSTS's L2 prefetch hint cleared, and how many were cleared."""
     out, count = bytearray(cubin), 0
     for off in range(0, len(out) - 15, 16):
-        lo = int.from_bytes(out[off:off + 8], "little")
-        hi = int.from_bytes(out[off + 8:off + 16], "little")
+        lo = int.from_bytes(out[off : off + 8], "little")
+        hi = int.from_bytes(out[off + 8 : off + 16], "little")
         if lo & 0xFFF == LDGSTS_OPCODE and hi >> LTC128B_BIT & 1:
-            out[off + 8:off + 16] = (hi & ~(1 << LTC128B_BIT)).to_bytes(8, "little")
+            out[off + 8 : off + 16] = (hi & ~(1 << LTC128B_BIT)).to_bytes(8, "little")
             count += 1
     return bytes(out), count
 
@@ -51,9 +51,11 @@ def main() -> None:
     ap.add_argument("--configs", default="128x256x64x3x2x4,128x128x64x3x2x2,256x128x64x3x4x2")
     args = ap.parse_args()
     ptxas_mod.assemble = _assemble_maybe_stripped
-    n, flops = args.size, 2 * args.size ** 3 / 1e9
-    for dt, wdt, mma in (("f16", wc.f16, wc.MMAType.NV_F32_16x8x16_F16),
-                         ("bf16", wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)):
+    n, flops = args.size, 2 * args.size**3 / 1e9
+    for dt, wdt, mma in (
+        ("f16", wc.f16, wc.MMAType.NV_F32_16x8x16_F16),
+        ("bf16", wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16),
+    ):
         tdt = torch.float16 if dt == "f16" else torch.bfloat16
         a, b = torch.randn(n, n, device="cuda", dtype=tdt), torch.randn(n, n, device="cuda", dtype=tdt)
         ref = a.float() @ b.float().T
@@ -65,14 +67,18 @@ def main() -> None:
             subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
             for strip in (False, True):
                 _strip["on"] = strip
-                k = wc.compile(gm.make_gemm(wdt, mma_type=mma, waves=(w0, w1), out_dtype=wdt), subs,
-                               backend="cuda", cache=False)
+                k = wc.compile(
+                    gm.make_gemm(wdt, mma_type=mma, waves=(w0, w1), out_dtype=wdt), subs, backend="cuda", cache=False
+                )
                 c.fill_(float("nan"))
                 k(a, b, c)
                 err = float((c.float() - ref).norm() / ref.norm())
                 ms = do_bench(lambda: k(a, b, c), warmup=50, rep=300, return_mode="median")
-                print(f"{dt} {n} {cfg} {'noLTC' if strip else 'LTC  '} {flops / ms:7.1f} TF  x{cublas / ms:.3f}  "
-                      f"err {err:.1e}", flush=True)
+                print(
+                    f"{dt} {n} {cfg} {'noLTC' if strip else 'LTC  '} {flops / ms:7.1f} TF  x{cublas / ms:.3f}  "
+                    f"err {err:.1e}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

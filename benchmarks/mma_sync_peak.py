@@ -90,8 +90,11 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) peak(float* out, const 
 
 # name: (warps per CTA, CTAs per SM, MT, NT, ldmatrix)
 VARIANTS = {
-    "regs 8w x1": (8, 1, 4, 8, 0), "regs 4w x2": (4, 2, 4, 8, 0), "regs 16w x1": (16, 1, 4, 4, 0),
-    "ldsm 8w x1": (8, 1, 4, 8, 1), "ldsm 4w x2": (4, 2, 4, 8, 1),
+    "regs 8w x1": (8, 1, 4, 8, 0),
+    "regs 4w x2": (4, 2, 4, 8, 0),
+    "regs 16w x1": (16, 1, 4, 4, 0),
+    "ldsm 8w x1": (8, 1, 4, 8, 1),
+    "ldsm 4w x2": (4, 2, 4, 8, 1),
 }
 
 
@@ -101,14 +104,16 @@ class Clocks:
     def __enter__(self) -> "Clocks":
         self.proc = subprocess.Popen(
             ["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits", "-lms", "20"],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.3)
         return self
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
         rows = [line.split(",") for line in self.proc.communicate()[0].splitlines() if "," in line]
-        rows = rows[len(rows) // 4:]  # the ramp-up before the loop's clocks settle
+        rows = rows[len(rows) // 4 :]  # the ramp-up before the loop's clocks settle
         self.mhz = statistics.median(float(r[0]) for r in rows) if rows else float("nan")
         self.watts = statistics.median(float(r[1]) for r in rows) if rows else float("nan")
 
@@ -133,12 +138,23 @@ def _loop(fn, seconds: float) -> tuple[float, float, float]:
 
 def _peak_rows(dtype: str, seconds: float) -> list:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ops = cupy.asarray(torch.randn(2048, dtype=torch.float16 if dtype == "f16" else torch.bfloat16)
-                       .view(torch.int32).numpy().view("uint32"))
+    ops = cupy.asarray(
+        torch.randn(2048, dtype=torch.float16 if dtype == "f16" else torch.bfloat16)
+        .view(torch.int32)
+        .numpy()
+        .view("uint32")
+    )
     rows = []
     for name, (warps, per_sm, mt, nt, ldsm) in VARIANTS.items():
-        opts = ("-arch=sm_90", f"-DWARPS={warps}", f"-DMT={mt}", f"-DNT={nt}", f"-DLDSM={ldsm}",
-                f"-DDT={dtype}", "-std=c++17")
+        opts = (
+            "-arch=sm_90",
+            f"-DWARPS={warps}",
+            f"-DMT={mt}",
+            f"-DNT={nt}",
+            f"-DLDSM={ldsm}",
+            f"-DDT={dtype}",
+            "-std=c++17",
+        )
         kern = cupy.RawKernel(SRC, "peak", options=opts)
         grid, iters = sms * per_sm, 2000
         out = cupy.empty(grid * warps * 32, dtype=cupy.float32)
@@ -156,10 +172,11 @@ def _gemm_rows(dtype: str, n: int, seconds: float) -> list:
     a, b = torch.randn(n, n, device="cuda", dtype=tdt), torch.randn(n, n, device="cuda", dtype=tdt)
     c = torch.empty(n, n, device="cuda", dtype=tdt)
     subs, waves = gm.gemm_config(n, n, n)
-    wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16),
-                "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[dtype]
+    wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16), "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[
+        dtype
+    ]
     kern = wc.compile(gm.make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt), subs, backend="cuda")
-    flops = 2.0 * n ** 3
+    flops = 2.0 * n**3
     rows = []
     for name, fn in (("cuBLAS", lambda: torch.matmul(a, b.T)), ("wavec mma.sync", lambda: kern(a, b, c))):
         ms, mhz, watts = _loop(fn, seconds)
@@ -178,8 +195,7 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{'dtype':5} {'kernel':32} {'TFLOP/s':>8} {'SM MHz':>7} {'W':>6} {'regs':>5}")
     for dtype in args.dtypes.split(","):
-        for name, tf, mhz, watts, regs in _peak_rows(dtype, args.seconds) + _gemm_rows(dtype, args.size,
-                                                                                         args.seconds):
+        for name, tf, mhz, watts, regs in _peak_rows(dtype, args.seconds) + _gemm_rows(dtype, args.size, args.seconds):
             print(f"{dtype:5} {name:32} {tf:8.1f} {mhz:7.0f} {watts:6.0f} {regs if regs else '':>5}", flush=True)
 
 

@@ -57,14 +57,21 @@ def _triton(shape: tuple, dtype: str) -> dict:
     grid = lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)  # noqa: E731
 
     def run():
-        return _matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                    c.stride(0), c.stride(1))
+        return _matmul_kernel[grid](
+            a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)
+        )
+
     handle = run()
     err = _rel_err(c, ref)
     ptx = handle.asm.get("ptx", "") if handle is not None else ""
     inst = "wgmma" if "wgmma.mma_async" in ptx else "mma.sync" if "mma.sync" in ptx else "?"
-    return {"cublas_ms": _ms(lambda: torch.matmul(a, b.T)), "triton_ms": _ms(run), "err": err, "inst": inst,
-            "config": str(_matmul_kernel.best_config)}
+    return {
+        "cublas_ms": _ms(lambda: torch.matmul(a, b.T)),
+        "triton_ms": _ms(run),
+        "err": err,
+        "inst": inst,
+        "config": str(_matmul_kernel.best_config),
+    }
 
 
 def _worker(args) -> None:
@@ -74,8 +81,15 @@ def _worker(args) -> None:
 
 def _triton_mma_sync(args) -> dict:
     env = {**os.environ, "DISABLE_MMA_V3": "1"}
-    cmd = [sys.executable, __file__, "--worker", "--sizes", ",".join("x".join(map(str, s)) for s in args.sizes),
-           "--dtypes", ",".join(args.dtypes)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--sizes",
+        ",".join("x".join(map(str, s)) for s in args.sizes),
+        "--dtypes",
+        ",".join(args.dtypes),
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
@@ -91,8 +105,9 @@ def _wavec_rows(shape: tuple, dtype: str, configs: list, prefetch: list, epilogu
     import wavec as wc
     from wavec.kernels.gemm import gemm_config, make_gemm
 
-    wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16),
-                "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[dtype]
+    wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16), "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[
+        dtype
+    ]
     a, b, ref = _inputs(shape, dtype)
     c = torch.empty(shape[0], shape[1], device="cuda", dtype=a.dtype)
     if not configs:
@@ -102,8 +117,12 @@ def _wavec_rows(shape: tuple, dtype: str, configs: list, prefetch: list, epilogu
     for ((bm, bn, bk, st), waves), pf, split in itertools.product(configs, prefetch, epilogues):
         subs = {wc.sym(s): v for s, v in zip(SYMS_ORDER, (bm, bn, bk, st, 8))}
         t0 = time.perf_counter()
-        k = wc.compile(make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt, prefetch_fragments=pf,
-                                 split_epilogue=split), subs, backend="cuda", cache=False)
+        k = wc.compile(
+            make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt, prefetch_fragments=pf, split_epilogue=split),
+            subs,
+            backend="cuda",
+            cache=False,
+        )
         ct = time.perf_counter() - t0
         c.fill_(float("nan"))
         k(a, b, c)
@@ -129,8 +148,10 @@ def main() -> None:
     if args.worker:
         _worker(args)
         return
-    configs = [((bm, bn, bk, s), (w0, w1)) for bm, bn, bk, s, w0, w1 in
-               (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c)]
+    configs = [
+        ((bm, bn, bk, s), (w0, w1))
+        for bm, bn, bk, s, w0, w1 in (tuple(int(x) for x in c.split("x")) for c in args.configs.split(",") if c)
+    ]
     prefetch = [p == "on" for p in args.prefetch.split(",")]
     epilogues = [e == "split" for e in args.epilogue.split(",")]
     v2 = _triton_mma_sync(args)
@@ -141,20 +162,53 @@ def main() -> None:
             other = v2[_key(shape, dt)]
             flops = 2 * shape[0] * shape[1] * shape[2] / 1e9
             name = "x".join(map(str, shape)) if len(set(shape)) > 1 else str(shape[0])
-            table.append((name, dt, "cuBLAS", flops / here["cublas_ms"], 1.0, "", "", "",
-                          f"{here['cublas_ms'] * 1e3:.1f} us"))
-            table.append((name, dt, f"Triton {here['inst']} {here['config']}", flops / here["triton_ms"],
-                          here["cublas_ms"] / here["triton_ms"], f"{here['err']:.1e}", "", "",
-                          f"{here['triton_ms'] * 1e3:.1f} us"))
-            table.append((name, dt, f"Triton {other['inst']} (DISABLE_MMA_V3) {other['config']}",
-                          flops / other["triton_ms"], other["cublas_ms"] / other["triton_ms"], f"{other['err']:.1e}",
-                          "", "", f"{other['triton_ms'] * 1e3:.1f} us (its cuBLAS {flops / other['cublas_ms']:.0f})"))
+            table.append(
+                (name, dt, "cuBLAS", flops / here["cublas_ms"], 1.0, "", "", "", f"{here['cublas_ms'] * 1e3:.1f} us")
+            )
+            table.append(
+                (
+                    name,
+                    dt,
+                    f"Triton {here['inst']} {here['config']}",
+                    flops / here["triton_ms"],
+                    here["cublas_ms"] / here["triton_ms"],
+                    f"{here['err']:.1e}",
+                    "",
+                    "",
+                    f"{here['triton_ms'] * 1e3:.1f} us",
+                )
+            )
+            table.append(
+                (
+                    name,
+                    dt,
+                    f"Triton {other['inst']} (DISABLE_MMA_V3) {other['config']}",
+                    flops / other["triton_ms"],
+                    other["cublas_ms"] / other["triton_ms"],
+                    f"{other['err']:.1e}",
+                    "",
+                    "",
+                    f"{other['triton_ms'] * 1e3:.1f} us (its cuBLAS {flops / other['cublas_ms']:.0f})",
+                )
+            )
             for cfg, ms, err, regs, spills, ct in _wavec_rows(shape, dt, configs, prefetch, epilogues):
-                table.append((name, dt, f"wavec {cfg}", flops / ms, here["cublas_ms"] / ms, f"{err:.1e}", regs, spills,
-                              f"{ms * 1e3:.1f} us, compile {ct:.2f} s"))
+                table.append(
+                    (
+                        name,
+                        dt,
+                        f"wavec {cfg}",
+                        flops / ms,
+                        here["cublas_ms"] / ms,
+                        f"{err:.1e}",
+                        regs,
+                        spills,
+                        f"{ms * 1e3:.1f} us, compile {ct:.2f} s",
+                    )
+                )
     print(f"{'shape':>15} {'dt':>4} {'kernel':64} {'TF/s':>7} {'x cuBLAS':>8} {'err':>8} {'regs':>4} {'spill':>5}")
     for name, dt, kernel, tf, ratio, err, regs, spills, note in table:
         print(f"{name:>15} {dt:>4} {kernel[:64]:64} {tf:7.1f} {ratio:8.3f} {err:>8} {regs!s:>4} {spills!s:>5} {note}")
+
 
 if __name__ == "__main__":
     main()

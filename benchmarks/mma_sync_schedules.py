@@ -47,6 +47,7 @@ def _placed(where: str):
             for c in group:
                 anchor.prepend(c)
         groups[-1][0].prepend(commit)
+
     return schedule
 
 
@@ -59,8 +60,10 @@ def main() -> None:
     ap.add_argument("--places", default="step1,top,split,last")
     ap.add_argument("--groups", default="8")
     args = ap.parse_args()
-    wdt, mma, tdt = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
-                     "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16)}[args.dtype]
+    wdt, mma, tdt = {
+        "f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16, torch.float16),
+        "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16, torch.bfloat16),
+    }[args.dtype]
     n = args.n
     a, b = (torch.randn(n, n, device="cuda", dtype=tdt) for _ in range(2))
     c = torch.empty(n, n, device="cuda", dtype=tdt)
@@ -76,8 +79,12 @@ def main() -> None:
                     try:
                         t0 = time.perf_counter()
                         subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: group}
-                        k = wc.compile(gm.make_gemm(wdt, mma_type=mma, waves=(w0, w1), out_dtype=wdt), subs,
-                                       backend="cuda", cache=False)
+                        k = wc.compile(
+                            gm.make_gemm(wdt, mma_type=mma, waves=(w0, w1), out_dtype=wdt),
+                            subs,
+                            backend="cuda",
+                            cache=False,
+                        )
                         ct = time.perf_counter() - t0
                     finally:
                         sl._schedule = _ORIGINAL

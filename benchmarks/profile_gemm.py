@@ -1,6 +1,6 @@
 """Run one wavec GEMM launch (for ncu / cuobjdump): writes the cubin and MLIR to --out.
 
-    python benchmarks/profile_gemm.py --out DIR [--n 4096] [--config 128,256,64,3,2,4]
+python benchmarks/profile_gemm.py --out DIR [--n 4096] [--config 128,256,64,3,2,4]
 """
 
 import argparse

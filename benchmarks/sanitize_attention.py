@@ -54,8 +54,11 @@ def main() -> int:
             err = (out.double() - reference(q, k, v, causal, layout)).abs().max().item()
             ok = err < (2e-3 if dt == torch.float16 else 1.6e-2) and not out.isnan().any()
             bad += not ok
-            print(f"{str(dt):15} {layout} causal={causal!s:5} {b}x{h}/{kvh}x{sq}x{skv} d{d} config={cfg} "
-                  f"max err {err:.1e} {'ok' if ok else 'WRONG'}", flush=True)
+            print(
+                f"{str(dt):15} {layout} causal={causal!s:5} {b}x{h}/{kvh}x{sq}x{skv} d{d} config={cfg} "
+                f"max err {err:.1e} {'ok' if ok else 'WRONG'}",
+                flush=True,
+            )
     return 1 if bad else 0
 
 

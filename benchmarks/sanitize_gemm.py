@@ -24,8 +24,7 @@ from wavec.kernels import gemm as gm
 
 WC_DT = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}
 
-SHAPES = [(40, 300, 600), (64, 20000, 136), (130, 2000, 600), (500, 4096, 600), (2000, 1280, 600),
-          (4000, 4000, 328)]
+SHAPES = [(40, 300, 600), (64, 20000, 136), (130, 2000, 600), (500, 4096, 600), (2000, 1280, 600), (4000, 4000, 328)]
 
 
 PREFETCH_TILES = [((256, 128, 64, 3), (4, 2)), ((128, 128, 32, 4), (2, 2)), ((64, 128, 16, 2), (2, 2))]
@@ -51,9 +50,17 @@ def prefetch_main() -> int:
         for (bm, bn, bk, st), waves in PREFETCH_TILES:
             subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
             for out in (torch.float32, dt):  # C in the input dtype: 16-byte stores (widen_stores) where N % 8 == 0
-                kernel = wc.compile(gm.make_gemm(WC_DT[dt], mma_type=mma, waves=waves, prefetch_fragments=True,
-                                                 out_dtype=wc.f32 if out == torch.float32 else WC_DT[dt]), subs,
-                                    backend="cuda")
+                kernel = wc.compile(
+                    gm.make_gemm(
+                        WC_DT[dt],
+                        mma_type=mma,
+                        waves=waves,
+                        prefetch_fragments=True,
+                        out_dtype=wc.f32 if out == torch.float32 else WC_DT[dt],
+                    ),
+                    subs,
+                    backend="cuda",
+                )
                 for m, n, k in SHAPES[:4] + [(130, 2002, 600)]:
                     bad += not _check(kernel, m, n, k, dt, f"mma.sync {bm}x{bn}x{bk} s{st} prefetch C {out}", out)
     return 1 if bad else 0
@@ -69,9 +76,14 @@ def main() -> int:
             plan = gm.wgmma_plan(m, n, k)
             a = torch.randn(m, k, device="cuda", dtype=dt)
             b = torch.randn(n, k, device="cuda", dtype=dt)
-            gemm = gm.make_gemm(WC_DT[dt], mma_type=gm.WGMMA_FOR_DTYPE[WC_DT[dt].name], waves=plan.waves,
-                                warp_specialize=plan.warp_specialize, persistent=plan.persistent,
-                                split_epilogue=plan.split_epilogue)
+            gemm = gm.make_gemm(
+                WC_DT[dt],
+                mma_type=gm.WGMMA_FOR_DTYPE[WC_DT[dt].name],
+                waves=plan.waves,
+                warp_specialize=plan.warp_specialize,
+                persistent=plan.persistent,
+                split_epilogue=plan.split_epilogue,
+            )
             kernel = wc.compile(gemm, plan.subs, backend="cuda", target="sm_90a")
             c = torch.full((m, n), float("nan"), device="cuda")
             kernel(a, b, c)
@@ -80,8 +92,10 @@ def main() -> int:
             ok = err < 1e-5 and not c.isnan().any()
             bad += not ok
             tile = "x".join(str(v) for v in plan.subs.values())
-            print(f"{str(dt):15} {m:5}x{n:5}x{k:4} tile {tile:18} ws={plan.warp_specialize!s:5} "
-                  f"persistent={plan.persistent!s:5} rel err {err:.1e} {'ok' if ok else 'WRONG'}")
+            print(
+                f"{str(dt):15} {m:5}x{n:5}x{k:4} tile {tile:18} ws={plan.warp_specialize!s:5} "
+                f"persistent={plan.persistent!s:5} rel err {err:.1e} {'ok' if ok else 'WRONG'}"
+            )
     return 1 if bad else 0
 
 

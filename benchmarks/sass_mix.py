@@ -23,9 +23,24 @@ import torch
 INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 TARGET = re.compile(r"`\((\.L_x_\d+)\)|BRA\s+(0x[0-9a-f]+)")
-GROUPS = {"HMMA": "HMMA", "LDSM": "LDSM", "LDGSTS": "LDGSTS", "BAR": "BAR", "DEPBAR": "DEPBAR", "LDGDEPBAR": "DEPBAR",
-          "IMAD": "int", "IADD3": "int", "LEA": "int", "LOP3": "int", "SHF": "int", "ISETP": "int", "SEL": "int",
-          "IMAD.MOV": "int", "MOV": "move", "BRA": "branch"}
+GROUPS = {
+    "HMMA": "HMMA",
+    "LDSM": "LDSM",
+    "LDGSTS": "LDGSTS",
+    "BAR": "BAR",
+    "DEPBAR": "DEPBAR",
+    "LDGDEPBAR": "DEPBAR",
+    "IMAD": "int",
+    "IADD3": "int",
+    "LEA": "int",
+    "LOP3": "int",
+    "SHF": "int",
+    "ISETP": "int",
+    "SEL": "int",
+    "IMAD.MOV": "int",
+    "MOV": "move",
+    "BRA": "branch",
+}
 
 
 def loop_mix(sass: str) -> collections.Counter:
@@ -49,7 +64,7 @@ def loop_mix(sass: str) -> collections.Counter:
     best: collections.Counter = collections.Counter()
     for i, (op, target) in enumerate(insns):
         if op.startswith("BRA") and target in labels and labels[target] <= i:
-            mix = collections.Counter(GROUPS.get(o.split(".")[0], "other") for o, _ in insns[labels[target]:i + 1])
+            mix = collections.Counter(GROUPS.get(o.split(".")[0], "other") for o, _ in insns[labels[target] : i + 1])
             if mix["HMMA"] > best["HMMA"]:
                 best = mix
     return best
@@ -67,8 +82,12 @@ def _wavec(spec: str, out: pathlib.Path, run: bool) -> tuple[str, pathlib.Path, 
     cfg, _, flag = spec.partition(":")
     bm, bn, bk, st, w0, w1 = (int(x) for x in cfg.split("x"))
     subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
-    k = wc.compile(gm.make_gemm(wc.f16, waves=(w0, w1), out_dtype=wc.f16, prefetch_fragments=flag == "pf"), subs,
-                   backend="cuda", cache=False)
+    k = wc.compile(
+        gm.make_gemm(wc.f16, waves=(w0, w1), out_dtype=wc.f16, prefetch_fragments=flag == "pf"),
+        subs,
+        backend="cuda",
+        cache=False,
+    )
     path = out / f"wavec_{spec.replace(':', '_')}.cubin"
     path.write_bytes(k.artifact.binary)
     if run:
@@ -86,7 +105,8 @@ def _triton(spec: str, out: pathlib.Path, run: bool) -> tuple[str, pathlib.Path,
     a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
     c = torch.empty(n, n, device="cuda", dtype=torch.float16)
     h = _matmul_kernel.fn[(triton.cdiv(n, bm) * triton.cdiv(n, bn),)](
-        a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8, num_warps=warps, num_stages=st)
+        a, b, c, n, n, n, n, 1, n, 1, n, 1, BM=bm, BN=bn, BK=bk, GROUP=8, num_warps=warps, num_stages=st
+    )
     path = out / f"triton_{spec}.cubin"
     path.write_bytes(h.asm["cubin"])
     inst = "wgmma" if "wgmma" in h.asm["ptx"] else "mma.sync"

@@ -1,6 +1,6 @@
 """Row softmax bandwidth: wavec beside torch.softmax in the same run (H100/H200).
 
-    python benchmarks/softmax.py
+python benchmarks/softmax.py
 """
 
 import itertools
@@ -20,8 +20,10 @@ def main() -> None:
     print(f"{'rows':>6} {'N':>6} {'rows x w':>8} {'wavec GB/s':>11} {'torch GB/s':>11} {'x torch':>8} {'of copy':>8}")
     for rows, n in ((4096, 1024), (16384, 1024), (8192, 4096), (32768, 2048), (65536, 1024)):
         # several input sets when one fits in L2 (50 MB), so no repetition reads from L2
-        sets = [torch.randn(rows, n, device="cuda", dtype=torch.float16)
-                for _ in range(max(1, 100 * 2**20 // (rows * n * 2)))]
+        sets = [
+            torch.randn(rows, n, device="cuda", dtype=torch.float16)
+            for _ in range(max(1, 100 * 2**20 // (rows * n * 2)))
+        ]
         out = torch.empty_like(sets[0])
         it = itertools.cycle(sets)
         t_t = do_bench(lambda: torch.softmax(next(it), dim=-1), return_mode="median")
@@ -34,8 +36,10 @@ def main() -> None:
             best = min(best or (t_w, f"{bm}x{wpr}"), (t_w, f"{bm}x{wpr}"))
         t_w, bm = best
         nbytes = 2 * rows * n * 2
-        print(f"{rows:6d} {n:6d} {bm:>8} {nbytes / t_w / 1e6:11.0f} {nbytes / t_t / 1e6:11.0f} {t_t / t_w:8.2f} "
-              f"{nbytes / (t_w * 1e-3) / bw:8.2f}")
+        print(
+            f"{rows:6d} {n:6d} {bm:>8} {nbytes / t_w / 1e6:11.0f} {nbytes / t_t / 1e6:11.0f} {t_t / t_w:8.2f} "
+            f"{nbytes / (t_w * 1e-3) / bw:8.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,16 +7,40 @@ import triton.language as tl
 
 _CONFIGS = [
     triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8}, num_stages=s, num_warps=w)
-    for bm, bn, bk, s, w in [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4),
-                             (128, 128, 32, 4, 4), (64, 256, 32, 4, 4), (128, 64, 64, 4, 4),
-                             (64, 128, 64, 4, 4), (16, 128, 128, 4, 4), (32, 64, 128, 4, 4)]
+    for bm, bn, bk, s, w in [
+        (128, 256, 64, 3, 8),
+        (256, 128, 64, 3, 8),
+        (128, 128, 64, 4, 4),
+        (128, 128, 32, 4, 4),
+        (64, 256, 32, 4, 4),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 4),
+        (16, 128, 128, 4, 4),
+        (32, 64, 128, 4, 4),
+    ]
 ]
 
 
 @triton.autotune(configs=_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def _matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bn, s_bk, s_cm, s_cn,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):
+def _matmul_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    s_am,
+    s_ak,
+    s_bn,
+    s_bk,
+    s_cm,
+    s_cn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+    GROUP: tl.constexpr,
+):
     pid = tl.program_id(0)
     n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
     group = pid // (GROUP * n_n)
@@ -47,6 +71,5 @@ def triton_matmul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Te
     M, K = a.shape
     N = b.shape[0]
     grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
-    _matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                         c.stride(0), c.stride(1))
+    _matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     return c

@@ -125,8 +125,10 @@ class Compiles:
         from wavec.tuning.search import _compile_one
 
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        self.futures = {(d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d, mma), c.kwargs, c.subs, backend,
-                                                      target) for d, c in jobs}
+        self.futures = {
+            (d.name, c): self.pool.submit(_compile_one, FACTORY, _fixed(d, mma), c.kwargs, c.subs, backend, target)
+            for d, c in jobs
+        }
 
     def wait(self, dtype_name: str) -> dict:
         from wavec.tuning.search import _Progress
@@ -152,15 +154,18 @@ def load_kernels(run: DtypeRun, metas: dict, extra: list, dev, target: str) -> N
     from wavec.tuning.legality import reject_after_compile
 
     secs = [m.get("seconds", 0.0) for m in metas.values()]
-    print(f"   {len(metas)} compiles, {statistics.median(secs):.2f} s median each; "
-          f"registers known: {sum(m.get('registers') is not None for m in metas.values())}")
+    print(
+        f"   {len(metas)} compiles, {statistics.median(secs):.2f} s median each; "
+        f"registers known: {sum(m.get('registers') is not None for m in metas.values())}"
+    )
     factories: dict = {}
     for c, meta in metas.items():
         why = meta.get("error") or reject_after_compile(meta, 255)
         if not why:
             waves = c.kwargs_dict["waves"]
-            kernel = factories.get(waves) or factories.setdefault(waves, make_gemm(**_fixed(run.wc_dtype, run.mma),
-                                                                                   waves=waves))
+            kernel = factories.get(waves) or factories.setdefault(
+                waves, make_gemm(**_fixed(run.wc_dtype, run.mma), waves=waves)
+            )
             try:
                 ck = wc.compile(kernel, c.symbol_subs(), backend=dev.backend, target=target)
                 err = dev.check(ck, run.name, c)
@@ -178,8 +183,10 @@ def load_kernels(run: DtypeRun, metas: dict, extra: list, dev, target: str) -> N
         raise SystemExit(f"{run.name}: no candidate compiled and checked: {list(run.rejected.values())[:3]}")
     spills = sum("spill" in str(r) for r in run.rejected.values())
     wrong = sum("wrong" in str(r) for r in run.rejected.values())
-    print(f"   {len(run.candidates)} candidates usable; rejected: {len(run.rejected)} "
-          f"({spills} spill, {wrong} wrong results, {len(run.rejected) - spills - wrong} illegal/failed)")
+    print(
+        f"   {len(run.candidates)} candidates usable; rejected: {len(run.rejected)} "
+        f"({spills} spill, {wrong} wrong results, {len(run.rejected) - spills - wrong} illegal/failed)"
+    )
 
 
 # ----------------------------------------------------------------------------- timing
@@ -199,12 +206,28 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
     runners = {c: dev.runner(run.kernels[c], c) for c in pool}
     runners[CUBLAS] = dev.cublas()
     dev.probe(runners.get(heur, runners[CUBLAS]))
-    race = race_candidates(runners, dev.timer, rounds=rounds, keep_within=0.10, always=(heur, CUBLAS),
-                           warmup=1 if dev.reps > 1 else 0, seed=seed, clock=clock)
+    race = race_candidates(
+        runners,
+        dev.timer,
+        rounds=rounds,
+        keep_within=0.10,
+        always=(heur, CUBLAS),
+        warmup=1 if dev.reps > 1 else 0,
+        seed=seed,
+        clock=clock,
+    )
     dev.end_shape()
     med = race.medians()
-    res = ShapeResult(shape, kind, {c: med[c] for c in pool}, med.get(heur, math.nan), med[CUBLAS],
-                      {c: race.cost_s[c] for c in pool}, {c: len(race.samples[c]) for c in pool}, clock() - t0)
+    res = ShapeResult(
+        shape,
+        kind,
+        {c: med[c] for c in pool},
+        med.get(heur, math.nan),
+        med[CUBLAS],
+        {c: race.cost_s[c] for c in pool},
+        {c: len(race.samples[c]) for c in pool},
+        clock() - t0,
+    )
     run.results[shape] = res
     return res
 
@@ -227,8 +250,15 @@ def confirm_shape(dev, run: DtypeRun, r: ShapeResult, models, clock, seed: int) 
     dev.begin_shape(r.shape, run.name)
     runners = {c: dev.runner(run.kernels[c], c) for c in cands}
     dev.probe(runners[best])
-    race = race_candidates(runners, dev.timer, rounds=CONFIRM_ROUNDS, keep_within=math.inf,
-                           warmup=1 if dev.reps > 1 else 0, seed=seed, clock=clock)
+    race = race_candidates(
+        runners,
+        dev.timer,
+        rounds=CONFIRM_ROUNDS,
+        keep_within=math.inf,
+        warmup=1 if dev.reps > 1 else 0,
+        seed=seed,
+        clock=clock,
+    )
     dev.end_shape()
     r.confirmed = race.medians()
     r.wall_s += clock() - t0
@@ -239,9 +269,12 @@ def print_shape(run: DtypeRun, r: ShapeResult, ceiling_of) -> None:
     t = r.times[best]
     ceil = ceiling_of(r.shape, best)
     m, n, k = r.shape
-    print(f"   {run.name:4} {m:5d}x{n:6d}x{k:5d} {r.kind:10} {len(r.times):3d} cand  best {t * 1e6:9.1f} us "
-          f"{2 * m * n * k / t / 1e12:6.1f} TF/s  x{r.cublas / t:5.2f} cuBLAS  heur x{r.cublas / r.heuristic:5.2f}  "
-          f"{100 * ceil['bound'] / t:5.1f}% ceil ({ceil['limiter']})  [{r.wall_s:.2f} s]", flush=True)
+    print(
+        f"   {run.name:4} {m:5d}x{n:6d}x{k:5d} {r.kind:10} {len(r.times):3d} cand  best {t * 1e6:9.1f} us "
+        f"{2 * m * n * k / t / 1e12:6.1f} TF/s  x{r.cublas / t:5.2f} cuBLAS  heur x{r.cublas / r.heuristic:5.2f}  "
+        f"{100 * ceil['bound'] / t:5.1f}% ceil ({ceil['limiter']})  [{r.wall_s:.2f} s]",
+        flush=True,
+    )
 
 
 def estimate_cost(model, cands, shape, launch_s: float, scale: float, race_factor: float) -> float:
@@ -269,8 +302,10 @@ def fit_models(run: DtypeRun, fit_shapes, sms: int, target: str) -> Models:
     times = {s: {c: t for c, t in run.results[s].times.items() if c in space} for s in fit_shapes}
     full = fit_gemm_model(times, run.metadata, sms=sms, target=target)
     dispatch, kept, info = dispatch_model(times, run.metadata, sms=sms, target=target)
-    print(f"   fitted {info['fitted']} configurations on {len(fit_shapes)} shapes; dispatch keeps the {len(kept)} "
-          f"the model chooses somewhere")
+    print(
+        f"   fitted {info['fitted']} configurations on {len(fit_shapes)} shapes; dispatch keeps the {len(kept)} "
+        f"the model chooses somewhere"
+    )
     return Models(full, dispatch, kept)
 
 
@@ -283,21 +318,23 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
     heights = {c.subs_dict["BLOCK_M"] for c in run.candidates}
     fit, held = split_shapes(shapes, max_fit=25, seed=args.seed, sms=dev.sms, classes=fit_classes(heights))
     must = math.ceil(len(shapes) / 3)
-    print(f"   {len(shapes)} shapes: {len(fit)} fit, {len(held)} held out ({must} at least exhaustive); "
-          f"share of the budget {share_s:.0f} s")
+    print(
+        f"   {len(shapes)} shapes: {len(fit)} fit, {len(held)} held out ({must} at least exhaustive); "
+        f"share of the budget {share_s:.0f} s"
+    )
     phases.begin(f"{run.name}: fit shapes (exhaustive)")
     for i, s in enumerate(fit):
-        print_shape(run, time_shape(dev, run, s, serving(run, s), "fit", args.rounds, clock, args.seed + i),
-                    ceiling_of)
+        print_shape(run, time_shape(dev, run, s, serving(run, s), "fit", args.rounds, clock, args.seed + i), ceiling_of)
     models = fit_models(run, fit, dev.sms, args.target)
     # calibrate the cost estimate on what the fit shapes actually cost
     fit_res = [run.results[s] for s in fit]
     race_factor = sum(sum(r.samples.values()) for r in fit_res) / max(1, sum(len(r.samples) for r in fit_res))
-    est = [estimate_cost(models.full, serving(run, r.shape), r.shape, dev.launch_s, 1.0, race_factor)
-           for r in fit_res]
+    est = [estimate_cost(models.full, serving(run, r.shape), r.shape, dev.launch_s, 1.0, race_factor) for r in fit_res]
     scale = sum(r.wall_s for r in fit_res) / max(sum(est), 1e-9)
-    print(f"   fit shapes took {sum(r.wall_s for r in fit_res):.1f} s (estimate x{scale:.2f}); "
-          f"{race_factor:.2f} samples per candidate")
+    print(
+        f"   fit shapes took {sum(r.wall_s for r in fit_res):.1f} s (estimate x{scale:.2f}); "
+        f"{race_factor:.2f} samples per candidate"
+    )
 
     memo: dict = {}  # the plan is redone after every shape: estimate each shape once
 
@@ -308,8 +345,9 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
 
     def pr_cost(s):
         if ("pr", s) not in memo:
-            memo["pr", s] = estimate_cost(models.full, pruned_set(run, models, s, args.top_k), s, dev.launch_s,
-                                          scale, 2.0)
+            memo["pr", s] = estimate_cost(
+                models.full, pruned_set(run, models, s, args.top_k), s, dev.launch_s, scale, 2.0
+            )
         return memo["pr", s]
 
     phases.begin(f"{run.name}: held-out shapes")
@@ -319,16 +357,25 @@ def tune_dtype(dev, run: DtypeRun, shapes, args, share_s: float, clock, phases, 
         print(f"   trimmed: {note}")
         run.notes.append(note)
     while todo:
-        plan = plan_holdout(todo, ex_cost, pr_cost, min_exhaustive=max(0, must - done_ex),
-                            budget_s=share_s - (clock() - start))
+        plan = plan_holdout(
+            todo, ex_cost, pr_cost, min_exhaustive=max(0, must - done_ex), budget_s=share_s - (clock() - start)
+        )
         s = todo.pop(0)
         if s in plan.exhaustive:
             r = time_shape(dev, run, s, serving(run, s), "exhaustive", args.rounds, clock, args.seed + 1000 + len(todo))
             confirm_shape(dev, run, r, models, clock, args.seed + 5000 + len(todo))
             done_ex += 1
         else:
-            r = time_shape(dev, run, s, pruned_set(run, models, s, args.top_k), "pruned", args.rounds, clock,
-                           args.seed + 1000 + len(todo))
+            r = time_shape(
+                dev,
+                run,
+                s,
+                pruned_set(run, models, s, args.top_k),
+                "pruned",
+                args.rounds,
+                clock,
+                args.seed + 1000 + len(todo),
+            )
         print_shape(run, r, ceiling_of)
     if done_ex < must:
         run.notes.append(f"only {done_ex} shapes searched exhaustively (wanted {must})")
@@ -350,9 +397,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--workers", type=int, default=0, help="compile processes (0: CPU cores - 2)")
     ap.add_argument("--max-shapes", type=int, default=None, help="first N distinct shapes only")
     ap.add_argument("--target", default=None, help="default: the GPU's (sm_90a with --mma wgmma)")
-    ap.add_argument("--mma", choices=("mma_sync", "wgmma"), default="mma_sync",
-                    help="wgmma: Hopper warpgroup MMA over WGMMA_SPACE (sm_90a); shapes with M <= 16 are left out "
-                         "(matmul keeps the mma.sync decode tiles for them)")
+    ap.add_argument(
+        "--mma",
+        choices=("mma_sync", "wgmma"),
+        default="mma_sync",
+        help="wgmma: Hopper warpgroup MMA over WGMMA_SPACE (sm_90a); shapes with M <= 16 are left out "
+        "(matmul keeps the mma.sync decode tiles for them)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="CPU only: emulator checks, synthetic timer, virtual clock")
     ap.add_argument("--dry-checks", type=int, default=4, help="dry run: emulator correctness checks per dtype")
     return ap.parse_args(argv)
@@ -408,15 +459,19 @@ def setup(args) -> Context:
         extras[name] = extra
         jobs += [(run.wc_dtype, c) for c in cands + extra]
         runs.append(run)
-        print(f"   {name}: {len(cands)} legal candidates of the space, {len(extra)} heuristic configurations "
-              f"outside it, {len(rejected)} illegal")
+        print(
+            f"   {name}: {len(cands)} legal candidates of the space, {len(extra)} heuristic configurations "
+            f"outside it, {len(rejected)} illegal"
+        )
     workers = args.workers or max(1, (os.cpu_count() or 2) - 2)
     compiles = Compiles(jobs, dev.backend, args.target, workers, args.mma)
     measured = dev.rates()
     rates = device_rates(dev.name, measured)
-    print(f"   device {dev.name}: {dev.sms} SMs; measured {measured['matrix_flops'] / 1e12:.0f} TFLOP/s (cuBLAS "
-          f"8192^3), {measured['hbm_bytes'] / 1e12:.2f} TB/s (copy); {len(shapes)} distinct shapes; "
-          f"{workers} compile workers")
+    print(
+        f"   device {dev.name}: {dev.sms} SMs; measured {measured['matrix_flops'] / 1e12:.0f} TFLOP/s (cuBLAS "
+        f"8192^3), {measured['hbm_bytes'] / 1e12:.2f} TB/s (copy); {len(shapes)} distinct shapes; "
+        f"{workers} compile workers"
+    )
 
     def ceiling_of(shape, cand):
         s = cand.subs_dict
@@ -424,8 +479,9 @@ def setup(args) -> Context:
 
     # dry run: ~1.5 s per compile over the GPU machine's 14 workers (the brief's figure, not measured here)
     done_at = clock() + len(jobs) * 1.5 / 14
-    return Context(args, pathlib.Path(args.out), clock, phases, dev, shapes, runs, extras, compiles, measured,
-                   ceiling_of, done_at)
+    return Context(
+        args, pathlib.Path(args.out), clock, phases, dev, shapes, runs, extras, compiles, measured, ceiling_of, done_at
+    )
 
 
 def run_dtypes(ctx: Context) -> tuple[dict, list]:
@@ -444,8 +500,10 @@ def run_dtypes(ctx: Context) -> tuple[dict, list]:
                 ctx.clock.now = max(ctx.clock.now, ctx.phases.t0 + per_dtype * (i + 1) / len(runs))
             load_kernels(run, metas, ctx.extras[run.name], dev, args.target)
             if i == 0:
-                print(f"   CPU per launch {1e6 * dev.measure_launch(run.kernels[run.candidates[0]]):.1f} us "
-                      f"(compile wait {time.perf_counter() - t_wait:.1f} s wall)")
+                print(
+                    f"   CPU per launch {1e6 * dev.measure_launch(run.kernels[run.candidates[0]]):.1f} us "
+                    f"(compile wait {time.perf_counter() - t_wait:.1f} s wall)"
+                )
             share = (args.time_budget - ctx.phases.elapsed() - reserve) / (len(runs) - i)
             need = heads_need(runs[0], infos) if i > 0 else 0.0
             if need > share:
@@ -472,8 +530,16 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
         heads.append(head)
         rows += shape_rows
         times = {s: r.times for s, r in run.results.items()}
-        n = store_tuned(run.wc_dtype, times, run.metadata, target=args.target, gpu=ctx.dev.name,
-                        model=infos[run.name]["models"].dispatch, candidates=run.candidates, mma=run.mma)
+        n = store_tuned(
+            run.wc_dtype,
+            times,
+            run.metadata,
+            target=args.target,
+            gpu=ctx.dev.name,
+            model=infos[run.name]["models"].dispatch,
+            candidates=run.candidates,
+            mma=run.mma,
+        )
         cache = _cache(run.wc_dtype, args.target, run.mma)
         (out / "tuning").mkdir(exist_ok=True)
         shutil.copy(cache.path, out / "tuning" / cache.path.name)
@@ -486,8 +552,16 @@ def report(ctx: Context, infos: dict, skipped: list) -> None:
     except ImportError as e:  # the CSV has every number the plot shows
         print(f"   no plot: {e}")
     ctx.phases.end()
-    summary = {"device": ctx.dev.name, "dry_run": args.dry_run, "rates": ctx.measured, "phases": ctx.phases.rows,
-               "budget_s": args.time_budget, "total_s": ctx.phases.elapsed(), "dtypes": heads, "skipped": skipped}
+    summary = {
+        "device": ctx.dev.name,
+        "dry_run": args.dry_run,
+        "rates": ctx.measured,
+        "phases": ctx.phases.rows,
+        "budget_s": args.time_budget,
+        "total_s": ctx.phases.elapsed(),
+        "dtypes": heads,
+        "skipped": skipped,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print_table(heads, ctx.phases)
     for s in skipped:
@@ -499,12 +573,22 @@ def raw_times(run: DtypeRun) -> dict:
     """Compact record of a dtype's race results: candidates by index, ``[index, median s, samples]`` per shape."""
     labels = [c.label for c in run.metadata]
     index = {c: i for i, c in enumerate(run.metadata)}
-    return {"labels": labels, "mma": run.mma, "metadata": [run.metadata[c] for c in run.metadata],
-            "space": [index[c] for c in run.candidates],
-            "shapes": [{"shape": list(s), "split": r.kind, "cublas": r.cublas,
-                        "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()],
-                        "confirmed": [[index[c], float(f"{t:.6g}")] for c, t in r.confirmed.items()]}
-                       for s, r in run.results.items()]}
+    return {
+        "labels": labels,
+        "mma": run.mma,
+        "metadata": [run.metadata[c] for c in run.metadata],
+        "space": [index[c] for c in run.candidates],
+        "shapes": [
+            {
+                "shape": list(s),
+                "split": r.kind,
+                "cublas": r.cublas,
+                "t": [[index[c], float(f"{t:.6g}"), r.samples[c]] for c, t in r.times.items()],
+                "confirmed": [[index[c], float(f"{t:.6g}")] for c, t in r.confirmed.items()],
+            }
+            for s, r in run.results.items()
+        ],
+    }
 
 
 class Tee:

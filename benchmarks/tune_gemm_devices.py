@@ -113,8 +113,14 @@ class GpuDevice:
         tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
         per_set = (m * k + n * k) * 2 + m * n * (4 + 2)
         count = max(1, min(16, math.ceil(2 * self.l2_bytes / per_set)))
-        self.sets = [(torch.randn(m, k, device="cuda", dtype=tdt), torch.randn(n, k, device="cuda", dtype=tdt),
-                      torch.empty(m, n, device="cuda", dtype=torch.float32)) for _ in range(count)]
+        self.sets = [
+            (
+                torch.randn(m, k, device="cuda", dtype=tdt),
+                torch.randn(n, k, device="cuda", dtype=tdt),
+                torch.empty(m, n, device="cuda", dtype=torch.float32),
+            )
+            for _ in range(count)
+        ]
 
     def end_shape(self) -> None:
         self.sets = []
@@ -125,6 +131,7 @@ class GpuDevice:
         def launch():
             i = state[0] = (state[0] + 1) % len(sets)
             kernel(*sets[i])
+
         return launch
 
     def cublas(self):
@@ -147,8 +154,9 @@ class GpuDevice:
         def batch(reps: int):
             if reps not in graphs:
                 graphs.clear()  # one graph per shape at a time: its outputs hold memory
-                graphs[reps] = capture_graph(torch, lambda: [mm(a, b.T) for a, b, _c in
-                                                             (sets[j % len(sets)] for j in range(reps))])
+                graphs[reps] = capture_graph(
+                    torch, lambda: [mm(a, b.T) for a, b, _c in (sets[j % len(sets)] for j in range(reps))]
+                )
             return graphs[reps]
 
         launch.batch = batch
@@ -224,6 +232,7 @@ class SyntheticDevice:
     def runner(self, kernel, cand=None):
         def launch():  # nothing to run: the synthetic timer only needs to know which configuration this is
             self.clock.now += self.seconds(cand, self.shape)
+
         launch.cand = cand
         return launch
 
@@ -245,10 +254,9 @@ class SyntheticDevice:
         mem_eff = 0.5 + 0.3 * (bk / 128)
         pipe = (0.85 if bk == 32 else 1.0) * (0.9 if st == 2 else 1.0)
         parts = [ceil["mma"] / math_eff, ceil["hbm"] / mem_eff, ceil["l2"] / 0.6, ceil["shared"] / 0.7]
-        t = sum(p ** 4 for p in parts) ** 0.25 / pipe + ceil["launch"]
+        t = sum(p**4 for p in parts) ** 0.25 / pipe + ceil["launch"]
         quirk = int(hashlib.sha1(cand.label.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
         return t * (0.95 + 0.1 * quirk)
-
 
     def timer(self, cand, fn) -> float:
         cand = getattr(fn, "cand", None)

@@ -64,7 +64,6 @@ class Phases:
         return self.clock() - self.t0
 
 
-
 def serving(run: DtypeRun, shape) -> list:
     from wavec.tuning.gemm import serves
 
@@ -124,14 +123,25 @@ def evaluate(run: DtypeRun, info: dict, top_k: int, ceiling_of) -> tuple[dict, l
     def geo(sub, key):
         return geomean(row[key] for row in sub if row[key] == row[key])
 
-    head = {"dtype": run.name, "shapes": len(rows), "fit": sum(row["split"] == "fit" for row in rows),
-            "held_out_exhaustive": len(held), "held_out_pruned": sum(row["split"] == "pruned" for row in rows),
-            "candidates": len(run.candidates), "portfolio": len(models.portfolio),
-            "regret": summary(reg), "prune_regret": {k: summary(v) for k, v in prune.items()},
-            "regret_confirmed": summary(conf_reg), "top2_regret_confirmed": summary(conf_top2),
-            "choose_us": choose_us(models.dispatch, list(run.results)),
-            "tuning_s_exhaustive": ex_cost, "tuning_s_topk": topk_cost, "tuning_s_top2": top2_cost,
-            "top_k": top_k, "notes": run.notes}
+    head = {
+        "dtype": run.name,
+        "shapes": len(rows),
+        "fit": sum(row["split"] == "fit" for row in rows),
+        "held_out_exhaustive": len(held),
+        "held_out_pruned": sum(row["split"] == "pruned" for row in rows),
+        "candidates": len(run.candidates),
+        "portfolio": len(models.portfolio),
+        "regret": summary(reg),
+        "prune_regret": {k: summary(v) for k, v in prune.items()},
+        "regret_confirmed": summary(conf_reg),
+        "top2_regret_confirmed": summary(conf_top2),
+        "choose_us": choose_us(models.dispatch, list(run.results)),
+        "tuning_s_exhaustive": ex_cost,
+        "tuning_s_topk": topk_cost,
+        "tuning_s_top2": top2_cost,
+        "top_k": top_k,
+        "notes": run.notes,
+    }
     for name, sub in (("held_out", held), ("all", rows)):
         head[f"geomean_{name}"] = {k: geo(sub, f"{k}_vs_cublas") for k in ("heuristic", "tuned", "model")}
     head["pct_ceiling_median"] = summary(row["pct_ceiling"] for row in rows)["median"]
@@ -145,15 +155,32 @@ def shape_row(run: DtypeRun, r: ShapeResult, best, pick, ceiling_of) -> dict:
     ceil = ceiling_of(r.shape, best)
     heur = heuristic_candidate(m, n, k, run.mma)
     t, tm = r.times[best], r.times.get(pick, math.nan)
-    return {"dtype": run.name, "M": m, "N": n, "K": k, "split": r.kind, "timed": len(r.times),
-            "heuristic_config": heur.label, "heuristic_us": r.heuristic * 1e6,
-            "tuned_config": best.label, "tuned_us": t * 1e6, "model_config": pick.label, "model_us": tm * 1e6,
-            "cublas_us": r.cublas * 1e6, "regret_model": math.nan, "regret_model_confirmed": math.nan,
-            "heuristic_vs_cublas": r.cublas / r.heuristic, "tuned_vs_cublas": r.cublas / t,
-            "model_vs_cublas": r.cublas / tm, "tuned_tflops": 2 * m * n * k / t / 1e12,
-            "ceiling_us": ceil["bound"] * 1e6, "pct_ceiling": 100 * ceil["bound"] / t, "limiter": ceil["limiter"],
-            "pct_ceiling_heuristic": 100 * ceiling_of(r.shape, heur)["bound"] / r.heuristic,
-            "tuning_s": r.wall_s}
+    return {
+        "dtype": run.name,
+        "M": m,
+        "N": n,
+        "K": k,
+        "split": r.kind,
+        "timed": len(r.times),
+        "heuristic_config": heur.label,
+        "heuristic_us": r.heuristic * 1e6,
+        "tuned_config": best.label,
+        "tuned_us": t * 1e6,
+        "model_config": pick.label,
+        "model_us": tm * 1e6,
+        "cublas_us": r.cublas * 1e6,
+        "regret_model": math.nan,
+        "regret_model_confirmed": math.nan,
+        "heuristic_vs_cublas": r.cublas / r.heuristic,
+        "tuned_vs_cublas": r.cublas / t,
+        "model_vs_cublas": r.cublas / tm,
+        "tuned_tflops": 2 * m * n * k / t / 1e12,
+        "ceiling_us": ceil["bound"] * 1e6,
+        "pct_ceiling": 100 * ceil["bound"] / t,
+        "limiter": ceil["limiter"],
+        "pct_ceiling_heuristic": 100 * ceiling_of(r.shape, heur)["bound"] / r.heuristic,
+        "tuning_s": r.wall_s,
+    }
 
 
 def write_csv(rows: list, path: pathlib.Path) -> None:
@@ -179,10 +206,17 @@ def plot(rows: list, path: pathlib.Path) -> None:
     for dt in sorted({r["dtype"] for r in rows}):
         sub = [r for r in rows if r["dtype"] == dt]
         ax.loglog([r["ceiling_us"] for r in sub], [r["tuned_us"] for r in sub], ".", label=f"wavec tuned {dt}")
-        ax.loglog([r["ceiling_us"] for r in sub], [r["heuristic_us"] for r in sub], "x", ms=3, alpha=0.5,
-                  label=f"wavec heuristic {dt}")
-        ax.loglog([r["ceiling_us"] for r in sub], [r["cublas_us"] for r in sub], "+", ms=3, alpha=0.5,
-                  label=f"cuBLAS {dt}")
+        ax.loglog(
+            [r["ceiling_us"] for r in sub],
+            [r["heuristic_us"] for r in sub],
+            "x",
+            ms=3,
+            alpha=0.5,
+            label=f"wavec heuristic {dt}",
+        )
+        ax.loglog(
+            [r["ceiling_us"] for r in sub], [r["cublas_us"] for r in sub], "+", ms=3, alpha=0.5, label=f"cuBLAS {dt}"
+        )
     ax.set_xlabel("ceiling of the tuned configuration (µs)")
     ax.set_ylabel("measured (µs)")
     ax.set_title("GEMM: measured time vs analytical ceiling")
@@ -198,20 +232,26 @@ def print_issue7(h: dict) -> None:
     winner's curse); "confirmed": the race's best, the model's pick and its top 2 re-timed head to head
     (``tune_gemm.CONFIRM_ROUNDS`` interleaved rounds) on the same shapes."""
     ex = h["tuning_s_exhaustive"]
-    lines = [("race", h["regret"], h["prune_regret"].get(2)),
-             ("confirmed", h["regret_confirmed"], h["top2_regret_confirmed"])]
+    lines = [
+        ("race", h["regret"], h["prune_regret"].get(2)),
+        ("confirmed", h["regret_confirmed"], h["top2_regret_confirmed"]),
+    ]
     for how, rg, p2 in lines:
         if not rg["n"]:
             continue
         ok = rg["mean"] <= 0.03 and rg["max"] <= 0.15
-        print(f"   #7 {h['dtype']} ({how}, {rg['n']} held-out shapes): model-only regret mean {100 * rg['mean']:.2f}% "
-              f"max {100 * rg['max']:.2f}% ({'met' if ok else 'NOT met'}; target <= 3% / <= 15%), "
-              f"time saved 100% ({ex:.1f} s -> 0 s)")
+        print(
+            f"   #7 {h['dtype']} ({how}, {rg['n']} held-out shapes): model-only regret mean {100 * rg['mean']:.2f}% "
+            f"max {100 * rg['max']:.2f}% ({'met' if ok else 'NOT met'}; target <= 3% / <= 15%), "
+            f"time saved 100% ({ex:.1f} s -> 0 s)"
+        )
         if p2 is not None and p2["n"] and ex:
             ok2 = p2["mean"] <= 0.03 and p2["max"] <= 0.15
-            print(f"   #7 {h['dtype']} ({how}): top-2 pruning regret mean {100 * p2['mean']:.2f}% "
-                  f"max {100 * p2['max']:.2f}% ({'met' if ok2 else 'NOT met'}), time saved "
-                  f"{100 * (1 - h['tuning_s_top2'] / ex):.0f}% ({ex:.1f} s -> {h['tuning_s_top2']:.1f} s)")
+            print(
+                f"   #7 {h['dtype']} ({how}): top-2 pruning regret mean {100 * p2['mean']:.2f}% "
+                f"max {100 * p2['max']:.2f}% ({'met' if ok2 else 'NOT met'}), time saved "
+                f"{100 * (1 - h['tuning_s_top2'] / ex):.0f}% ({ex:.1f} s -> {h['tuning_s_top2']:.1f} s)"
+            )
 
 
 def print_table(heads: list, phases: Phases) -> None:
@@ -221,25 +261,29 @@ def print_table(heads: list, phases: Phases) -> None:
     print(f"   {'total':42} {phases.elapsed():7.1f} s")
     for h in heads:
         g, a, rg = h["geomean_held_out"], h["geomean_all"], h["regret"]
-        print(f"\n== {h['dtype']}: {h['shapes']} shapes ({h['fit']} fit, {h['held_out_exhaustive']} held out "
-              f"exhaustive, {h['held_out_pruned']} held out top-k), {h['candidates']} candidates, "
-              f"dispatch model of {h['portfolio']}")
+        print(
+            f"\n== {h['dtype']}: {h['shapes']} shapes ({h['fit']} fit, {h['held_out_exhaustive']} held out "
+            f"exhaustive, {h['held_out_pruned']} held out top-k), {h['candidates']} candidates, "
+            f"dispatch model of {h['portfolio']}"
+        )
         print("   geomean x cuBLAS        heuristic  tuned  model")
         print(f"   held-out exhaustive      {g['heuristic']:8.3f} {g['tuned']:6.3f} {g['model']:6.3f}")
         print(f"   all shapes               {a['heuristic']:8.3f} {a['tuned']:6.3f} {a['model']:6.3f}")
         ok = rg["mean"] <= 0.03 and rg["max"] <= 0.15
-        print(f"   model regret on {rg['n']} held-out shapes: mean {100 * rg['mean']:.2f}%  max "
-              f"{100 * rg['max']:.2f}%  (target mean <= 3%, max <= 15%: {'met' if ok else 'NOT met'})")
+        print(
+            f"   model regret on {rg['n']} held-out shapes: mean {100 * rg['mean']:.2f}%  max "
+            f"{100 * rg['max']:.2f}%  (target mean <= 3%, max <= 15%: {'met' if ok else 'NOT met'})"
+        )
         for k, v in h["prune_regret"].items():
             print(f"   best of the model's top-{k}: regret mean {100 * v['mean']:.2f}%  max {100 * v['max']:.2f}%")
         saved = 1 - h["tuning_s_topk"] / h["tuning_s_exhaustive"] if h["tuning_s_exhaustive"] else math.nan
         print(f"   choose() on the host: {h['choose_us']:.1f} us (median)")
-        print(f"   tuning time on the held-out shapes: exhaustive {h['tuning_s_exhaustive']:.1f} s (measured), "
-              f"top-k {h['tuning_s_topk']:.1f} s (estimated from the same measurements), model alone 0 s: "
-              f"top-k saves {100 * saved:.0f}%")
+        print(
+            f"   tuning time on the held-out shapes: exhaustive {h['tuning_s_exhaustive']:.1f} s (measured), "
+            f"top-k {h['tuning_s_topk']:.1f} s (estimated from the same measurements), model alone 0 s: "
+            f"top-k saves {100 * saved:.0f}%"
+        )
         print(f"   % of ceiling (tuned), median over shapes: {h['pct_ceiling_median']:.1f}%")
         print_issue7(h)
         for note in h["notes"]:
             print(f"   note: {note}")
-
-

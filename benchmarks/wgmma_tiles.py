@@ -29,13 +29,17 @@ from wavec.kernels.gemm import WGMMA_FOR_DTYPE, make_gemm  # noqa: E402
 
 SYMS = (wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES, wc.sym.GROUP_M)
 # The shape file's weak rows (M 64-8192, benchmarks/results/wgmma_h100/shapefile_f16) and the squares.
-SHAPES = ("64x4096x4096,64x8192x8192,64x5120x13824,128x4096x4096,128x8192x8192,128x5120x5120,512x4096x4096,"
-          "512x10240x8192,512x27648x5120,2048x5120x5120,2048x32000x4096,2048x1280x8192,4096x8192x8192,"
-          "8192x8192x1024,4096x4096x4096,8192x5120x5120")
-VARIANTS = ("64x64x64x4x1:tma,64x64x64x4x1:ws,64x128x64x4x1:tma,64x128x64x4x1:ws,64x256x64x4x1:tma,"
-            "64x256x64x4x1:ws,128x128x64x4x2:tma,128x128x64x4x2:ws,128x128x64x4x2:ws+p,128x256x64x4x2:tma,"
-            "128x256x64x4x2:ws,128x256x64x4x2:p,128x256x64x4x2:ws+p,256x128x64x4x2:ws,256x128x64x4x2:ws+p,"
-            "128x192x64x4x2:ws")
+SHAPES = (
+    "64x4096x4096,64x8192x8192,64x5120x13824,128x4096x4096,128x8192x8192,128x5120x5120,512x4096x4096,"
+    "512x10240x8192,512x27648x5120,2048x5120x5120,2048x32000x4096,2048x1280x8192,4096x8192x8192,"
+    "8192x8192x1024,4096x4096x4096,8192x5120x5120"
+)
+VARIANTS = (
+    "64x64x64x4x1:tma,64x64x64x4x1:ws,64x128x64x4x1:tma,64x128x64x4x1:ws,64x256x64x4x1:tma,"
+    "64x256x64x4x1:ws,128x128x64x4x2:tma,128x128x64x4x2:ws,128x128x64x4x2:ws+p,128x256x64x4x2:tma,"
+    "128x256x64x4x2:ws,128x256x64x4x2:p,128x256x64x4x2:ws+p,256x128x64x4x2:ws,256x128x64x4x2:ws+p,"
+    "128x192x64x4x2:ws"
+)
 
 
 def parse_variant(text: str) -> tuple[dict, tuple[int, int], set]:
@@ -49,9 +53,16 @@ def parse_variant(text: str) -> tuple[dict, tuple[int, int], set]:
 
 def compile_variant(dt: str, text: str):
     subs, waves, flags = parse_variant(text)
-    kernel = make_gemm(getattr(wc, dt), mma_type=WGMMA_FOR_DTYPE[dt], waves=waves, out_dtype=getattr(wc, dt),
-                       async_copy="tma", warp_specialize="ws" in flags, persistent="p" in flags,
-                       split_epilogue="e" in flags)
+    kernel = make_gemm(
+        getattr(wc, dt),
+        mma_type=WGMMA_FOR_DTYPE[dt],
+        waves=waves,
+        out_dtype=getattr(wc, dt),
+        async_copy="tma",
+        warp_specialize="ws" in flags,
+        persistent="p" in flags,
+        split_epilogue="e" in flags,
+    )
     return wc.compile(kernel, subs, backend="cuda", target="sm_90a", cache=False)
 
 
@@ -99,13 +110,30 @@ def main() -> None:
         flops = 2 * m * n * k
         for text, t in zip(names, times):
             md = kernels[text].metadata
-            rows.append({"shape": shape, "M": m, "N": n, "K": k, "variant": text, "ms": t, "cublas_ms": t_cublas,
-                         "tflops": flops / t / 1e9, "vs_cublas": t_cublas / t, "registers": md.registers,
-                         "shared_bytes": md.shared_bytes, "grid": str(md.grid) if hasattr(md, "grid") else ""})
+            rows.append(
+                {
+                    "shape": shape,
+                    "M": m,
+                    "N": n,
+                    "K": k,
+                    "variant": text,
+                    "ms": t,
+                    "cublas_ms": t_cublas,
+                    "tflops": flops / t / 1e9,
+                    "vs_cublas": t_cublas / t,
+                    "registers": md.registers,
+                    "shared_bytes": md.shared_bytes,
+                    "grid": str(md.grid) if hasattr(md, "grid") else "",
+                }
+            )
         best = min(zip(times, names))
-        print(f"{shape:>16} cuBLAS {flops / t_cublas / 1e9:6.1f} TF/s  best {best[1]:22} {t_cublas / best[0]:.3f}  "
-              + " ".join(f"{nm.split(':')[0].rsplit('x', 2)[0]}:{nm.split(':')[1]}={t_cublas / t:.2f}"
-                         for nm, t in zip(names, times)))
+        print(
+            f"{shape:>16} cuBLAS {flops / t_cublas / 1e9:6.1f} TF/s  best {best[1]:22} {t_cublas / best[0]:.3f}  "
+            + " ".join(
+                f"{nm.split(':')[0].rsplit('x', 2)[0]}:{nm.split(':')[1]}={t_cublas / t:.2f}"
+                for nm, t in zip(names, times)
+            )
+        )
     keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[0]).index(k) if k in rows[0] else 99)
     with open(out / "tiles.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)

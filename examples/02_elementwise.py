@@ -14,14 +14,13 @@ BLOCK_M, BLOCK_N = wc.sym.BLOCK_M, wc.sym.BLOCK_N
 constraints = [
     wc.WorkgroupConstraint(M, BLOCK_M, 0),
     wc.WorkgroupConstraint(N, BLOCK_N, 1),
-    wc.WaveConstraint(M, 1),                       # one wave per row of the tile
+    wc.WaveConstraint(M, 1),  # one wave per row of the tile
     wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 128}),  # 4 f32 per lane
 ]
 
 
 @wc.wave(constraints)
-def scale_shift(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], bias: Memory[N, wc.f32],
-                out: Memory[M, N, wc.f32]):
+def scale_shift(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], bias: Memory[N, wc.f32], out: Memory[M, N, wc.f32]):
     wc.write(wc.read(a) * wc.read(b) + wc.read(bias)[None, :], out)
 
 

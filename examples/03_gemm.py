@@ -40,7 +40,7 @@ def main() -> bool:
     device, backend = device_and_backend()
     kernel = wc.compile(gemm, subs={BM: 64, BN: 64, BK: 32}, backend=backend)
     ok = True
-    for m, n, k in ((128, 64, 96), (64, 128, 64)):   # two shapes, one compiled binary
+    for m, n, k in ((128, 64, 96), (64, 128, 64)):  # two shapes, one compiled binary
         a = torch.randn(m, k, device=device, dtype=torch.float16)
         b = torch.randn(n, k, device=device, dtype=torch.float16)
         c = torch.full((m, n), float("nan"), device=device)

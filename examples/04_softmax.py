@@ -14,8 +14,8 @@ BLOCK_M = wc.sym.BLOCK_M
 
 constraints = [
     wc.WorkgroupConstraint(M, BLOCK_M, 0),
-    wc.WorkgroupConstraint(N, N, 1),   # a whole row per workgroup (N is bound at compile time)
-    wc.WaveConstraint(M, 1),           # one wave per row
+    wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup (N is bound at compile time)
+    wc.WaveConstraint(M, 1),  # one wave per row
     wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 256}),
 ]
 

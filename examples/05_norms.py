@@ -19,13 +19,19 @@ def main() -> bool:
     out = torch.full_like(x, float("nan"))
     rms(x, w, out)
     xd = x.double()
-    ok = report("rmsnorm f16 [21, 1024]", out, xd * torch.rsqrt((xd * xd).mean(-1, keepdim=True) + 1e-6)
-                * w.double(), 2e-3, backend)
+    ok = report(
+        "rmsnorm f16 [21, 1024]",
+        out,
+        xd * torch.rsqrt((xd * xd).mean(-1, keepdim=True) + 1e-6) * w.double(),
+        2e-3,
+        backend,
+    )
     ln = wc.compile(make_layernorm(n), {BLOCK_M: 4, N: n}, backend=backend)
     out = torch.full_like(x, float("nan"))
     ln(x, w, b, out)
-    return ok & report("layernorm f16 [21, 1024]", out, F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5),
-                       2e-3, backend)
+    return ok & report(
+        "layernorm f16 [21, 1024]", out, F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), 2e-3, backend
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ def report(name: str, out: torch.Tensor, ref: torch.Tensor, tol: float, backend:
     err = ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
     ok = written and err <= tol
     where = "GPU" if backend == "cuda" else "CPU emulator (no GPU visible)"
-    print(f"[{'PASS' if ok else 'FAIL'}] {name:<34} on {where}: rel. error {err:.2e} (tol {tol:.0e}), "
-          f"all written: {written}")
+    print(
+        f"[{'PASS' if ok else 'FAIL'}] {name:<34} on {where}: rel. error {err:.2e} (tol {tol:.0e}), "
+        f"all written: {written}"
+    )
     return ok
 
 

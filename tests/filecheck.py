@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 __all__ = ["FileCheckError", "filecheck", "parse_checks", "compile_pattern"]
 
-_DIRECTIVE = re.compile(r"(?<![\w-])(?P<prefix>CHECK)(?P<kind>-NEXT|-NOT|-LABEL|-SAME|-COUNT-(?P<n>\d+))?:"
-                        r"(?P<pat>.*)$")
+_DIRECTIVE = re.compile(
+    r"(?<![\w-])(?P<prefix>CHECK)(?P<kind>-NEXT|-NOT|-LABEL|-SAME|-COUNT-(?P<n>\d+))?:"
+    r"(?P<pat>.*)$"
+)
 
 
 class FileCheckError(AssertionError):
@@ -43,8 +45,11 @@ class Directive:
     line: int  # line number in the check text (1-based)
 
     def __str__(self) -> str:
-        name = "CHECK" if self.kind == "CHECK" else (
-            f"CHECK-COUNT-{self.count}" if self.kind == "COUNT" else f"CHECK-{self.kind}")
+        name = (
+            "CHECK"
+            if self.kind == "CHECK"
+            else (f"CHECK-COUNT-{self.count}" if self.kind == "COUNT" else f"CHECK-{self.kind}")
+        )
         return f"{name}: {self.pattern}  (check line {self.line})"
 
 
@@ -74,7 +79,7 @@ def compile_pattern(pattern: str, variables: dict[str, str]) -> tuple[re.Pattern
     parts, defined, pos = [], [], 0
     token = re.compile(r"\{\{(.*?)\}\}|\[\[(\w+)(?::(.*?))?\]\]")
     for m in token.finditer(pattern):
-        parts.append(_literal(pattern[pos:m.start()]))
+        parts.append(_literal(pattern[pos : m.start()]))
         if m.group(1) is not None:
             parts.append(f"(?:{m.group(1)})")
         elif m.group(3) is not None:

@@ -30,21 +30,34 @@ def _tune(args) -> int:
         print(f"wavec tune: unknown kernel {args.kernel!r} (known: gemm)", file=sys.stderr)
         return 2
     if not gpu_visible():
-        print("wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
-              "(torch.cuda.is_available() is False)", file=sys.stderr)
+        print(
+            "wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
+            "(torch.cuda.is_available() is False)",
+            file=sys.stderr,
+        )
         return 2
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     try:
-        res = tune_gemm(shapes, dtype=getattr(wc, args.dtype), space=_space_arg(args.space), rounds=args.rounds,
-                        warmup=args.warmup, workers=args.workers or None, use_cache=not args.force)
+        res = tune_gemm(
+            shapes,
+            dtype=getattr(wc, args.dtype),
+            space=_space_arg(args.space),
+            rounds=args.rounds,
+            warmup=args.warmup,
+            workers=args.workers or None,
+            use_cache=not args.force,
+        )
     except WavecError as e:
         print(f"wavec tune: {e}", file=sys.stderr)
         return 1
     for row in ceiling_report(res, gpu=_gpu_name()):
         t = row["seconds"]
         flops = 2.0 * row["shape"][0] * row["shape"][1] * row["shape"][2]
-        extra = f"{t * 1e6:9.1f} us {flops / t / 1e12:7.1f} TFLOP/s {row['percent']:5.1f}% of ceiling " \
-                f"({row['limiter']})" if t else "(cached)"
+        extra = (
+            f"{t * 1e6:9.1f} us {flops / t / 1e12:7.1f} TFLOP/s {row['percent']:5.1f}% of ceiling ({row['limiter']})"
+            if t
+            else "(cached)"
+        )
         print(f"{'x'.join(map(str, row['shape'])):>18}  {row['config']:<60} {extra}")
     return 0
 

@@ -114,13 +114,22 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
     else:
         image, fmt = gpu.image, "hsaco"
     meta = KernelMetadata(
-        kernel=kernel.name, entry=iface.entry, block=tuple(export.block), shared_bytes=export.shared_bytes,
-        args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings), constants=iface.constants,
+        kernel=kernel.name,
+        entry=iface.entry,
+        block=tuple(export.block),
+        shared_bytes=export.shared_bytes,
+        args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings),
+        constants=iface.constants,
         static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
-        grid=iface.grid, divisibility=iface.divisibility, alignment_bytes=iface.alignment_bytes,
-        source=str(SourceLoc(trace.loc.filename, trace.loc.line)), registers=registers, spills=spills,
+        grid=iface.grid,
+        divisibility=iface.divisibility,
+        alignment_bytes=iface.alignment_bytes,
+        source=str(SourceLoc(trace.loc.filename, trace.loc.line)),
+        registers=registers,
+        spills=spills,
         scalars=iface.scalars,
-        tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps))
+        tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
+    )
     return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
 
 
@@ -131,19 +140,32 @@ def _check_ptx(ptx: str, trace) -> None:
         return
     bad = wgmma_fence_violations(ptx)
     if bad:
-        raise CodegenError(trace.loc, message=f"LLVM placed {len(bad)} writes of wgmma accumulator registers "
-                           f"between wgmma.fence and the wgmma (first: {bad[0]!r}); the kernel would read "
-                           "undefined registers")
+        raise CodegenError(
+            trace.loc,
+            message=f"LLVM placed {len(bad)} writes of wgmma accumulator registers "
+            f"between wgmma.fence and the wgmma (first: {bad[0]!r}); the kernel would read "
+            "undefined registers",
+        )
     bad = wgmma_descriptor_violations(ptx)
     if bad:
-        raise CodegenError(trace.loc, message=f"{len(bad)} wgmma matrix descriptors are not built as a 32-bit "
-                           f"low word ORed with a constant high word (first: {bad[0]!r}); ptxas 12.9 "
-                           "miscompiled the high word of such descriptors (codegen/ptx_check.py)")
+        raise CodegenError(
+            trace.loc,
+            message=f"{len(bad)} wgmma matrix descriptors are not built as a 32-bit "
+            f"low word ORed with a constant high word (first: {bad[0]!r}); ptxas 12.9 "
+            "miscompiled the high word of such descriptors (codegen/ptx_check.py)",
+        )
 
 
-def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None = None,  # noqa: A001
-            backend: str | None = None, print_ir_after: Sequence[str] = (), cache: bool = True,
-            torch_op: str | None = None):
+def compile(
+    kernel: WaveKernel,
+    subs: dict | None = None,
+    *,
+    target: str | None = None,  # noqa: A001
+    backend: str | None = None,
+    print_ir_after: Sequence[str] = (),
+    cache: bool = True,
+    torch_op: str | None = None,
+):
     """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
 
     ``backend``: "cuda", "rocm" or "emulator" (default: cuda when a GPU is visible, else the emulator;
@@ -169,10 +191,16 @@ def compile(kernel: WaveKernel, subs: dict | None = None, *, target: str | None 
     cs = ConstraintSet(kernel.constraints, subs)
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
-    key = cache_key(kernel_source=source, options={
-        "constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
-        target=target, versions={"wavec": __version__, "iree": _iree_version(),
-                                 "ptxas": _assembler_version() if target.startswith("sm_") else "n/a"})
+    key = cache_key(
+        kernel_source=source,
+        options={"constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
+        target=target,
+        versions={
+            "wavec": __version__,
+            "iree": _iree_version(),
+            "ptxas": _assembler_version() if target.startswith("sm_") else "n/a",
+        },
+    )
     store = default_cache() if cache and not knobs.cache_disable else None
     artifact = store.get(key) if store is not None and not print_ir_after else None
     stats.seconds["trace"] = time.perf_counter() - t0

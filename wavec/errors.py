@@ -53,8 +53,7 @@ class ConstraintError(WavecError):
 
 class IndexConflictError(WavecError):
     template = (
-        "conflicting thread layouts of equal priority for {what}:\n"
-        "    {first_loc}: {first}\n    {second_loc}: {second}"
+        "conflicting thread layouts of equal priority for {what}:\n    {first_loc}: {first}\n    {second_loc}: {second}"
     )
 
 
@@ -119,8 +118,9 @@ class EmulatorError(WavecError):
 
 
 class SharedMemoryRaceError(EmulatorError):
-    template = ("emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} "
-                "with no barrier between")
+    template = (
+        "emulator: shared-memory race at byte {address} of {buffer}: {first} and {second} with no barrier between"
+    )
 
 
 class TuningError(WavecError):

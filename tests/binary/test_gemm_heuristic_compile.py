@@ -34,8 +34,9 @@ def chosen_configs() -> list[tuple]:
 
 def _name(config: tuple) -> str:
     s = dict(config[0])
-    return (f"{s['BLOCK_M']}x{s['BLOCK_N']}x{s['BLOCK_K']}s{s['NUM_STAGES']}w{config[1][0]}x{config[1][1]}"
-            + ("-splitk" if config[2] else ""))
+    return f"{s['BLOCK_M']}x{s['BLOCK_N']}x{s['BLOCK_K']}s{s['NUM_STAGES']}w{config[1][0]}x{config[1][1]}" + (
+        "-splitk" if config[2] else ""
+    )
 
 
 def test_the_shape_file_covers_every_tile_family() -> None:
@@ -52,7 +53,10 @@ def test_chosen_configs_have_no_spills(config: tuple, dtype: str) -> None:
     items, waves, split = config
     wdt, mma = MMA[dtype]
     subs = {wc.sym(s): v for s, v in items}
-    kernel = gm.make_gemm_splitk(wdt, mma_type=mma, waves=waves) if split else \
-        gm.make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt)
+    kernel = (
+        gm.make_gemm_splitk(wdt, mma_type=mma, waves=waves)
+        if split
+        else gm.make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt)
+    )
     m = wc.compile(kernel, subs, target="sm_90", backend="cuda", cache=False).metadata
     assert m.spills == 0 and m.registers <= 255, (items, waves, m.registers, m.spills)

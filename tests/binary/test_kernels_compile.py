@@ -39,10 +39,18 @@ def _elementwise_subs(threads: int) -> dict:
 KERNELS = {
     "copy": (lambda t, _m: ew.make_copy(wc.f16, t), _elementwise_subs, 4, None),
     "scale_shift": (lambda t, _m: ew.make_scale_shift(wc.f16, t), _elementwise_subs, 4, None),
-    "gemm_f16": (lambda t, m: gm.make_gemm(wc.f16, t, m or wc.MMAType.NV_F32_16x8x16_F16),
-                 lambda _t: gm.DEFAULT_SUBS, 4, MMA_F16),
-    "gemm_bf16": (lambda t, m: gm.make_gemm(wc.bf16, t, m or wc.MMAType.NV_F32_16x8x16_BF16),
-                  lambda _t: gm.DEFAULT_SUBS, 4, MMA_BF16),
+    "gemm_f16": (
+        lambda t, m: gm.make_gemm(wc.f16, t, m or wc.MMAType.NV_F32_16x8x16_F16),
+        lambda _t: gm.DEFAULT_SUBS,
+        4,
+        MMA_F16,
+    ),
+    "gemm_bf16": (
+        lambda t, m: gm.make_gemm(wc.bf16, t, m or wc.MMAType.NV_F32_16x8x16_BF16),
+        lambda _t: gm.DEFAULT_SUBS,
+        4,
+        MMA_BF16,
+    ),
 }
 ENTRY = {"copy": "copy", "scale_shift": "scale_shift", "gemm_f16": "gemm", "gemm_bf16": "gemm"}
 
@@ -67,6 +75,7 @@ def ptx_of(name: str, target: str) -> tuple[str, object]:
 
 
 # ----- PTX --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", NV_TARGETS)
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -106,6 +115,7 @@ def test_copy_ptx_uses_16_byte_accesses(target: str) -> None:
 
 # ----- cubin ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
 @pytest.mark.parametrize("target", NV_TARGETS)
 @pytest.mark.parametrize("name", list(KERNELS))
@@ -120,6 +130,7 @@ def test_assembles_to_cubin_without_spills(name: str, target: str) -> None:
 
 
 # ----- HSACO ------------------------------------------------------------------------------------------
+
 
 def _check_hsaco(k, entry: str, block: int) -> None:
     art = k.artifact
@@ -194,6 +205,7 @@ def test_gemm_retargets_by_hardware_constraint_only() -> None:
 
 
 # ----- f32 -> bf16 --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", NV_TARGETS)
 def test_cast_to_bf16_selects_the_packed_cvt(target: str) -> None:

@@ -22,10 +22,22 @@ NEEDS_PTXAS = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas availabl
 
 def _ptx(dtype: str, copy: str) -> str:
     ws = copy == "ws"  # warp-specialized: the 256x128 tile (2 consumer warpgroups of 128x128)
-    subs = {gm.BLOCK_M: 256 if ws else 128, gm.BLOCK_N: 128 if ws else 256, gm.BLOCK_K: 64, gm.NUM_STAGES: 4,
-            gm.GROUP_M: 8}
-    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES,
-                          async_copy="tma" if ws else copy, warp_specialize=ws, persistent=True)
+    subs = {
+        gm.BLOCK_M: 256 if ws else 128,
+        gm.BLOCK_N: 128 if ws else 256,
+        gm.BLOCK_K: 64,
+        gm.NUM_STAGES: 4,
+        gm.GROUP_M: 8,
+    }
+    kernel = gm.make_gemm(
+        getattr(wc, dtype),
+        32,
+        gm.WGMMA_FOR_DTYPE[dtype],
+        gm.WGMMA_WAVES,
+        async_copy="tma" if ws else copy,
+        warp_specialize=ws,
+        persistent=True,
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
         k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
@@ -41,8 +53,12 @@ def test_persistent_assembles_without_spills(copy: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx)
-        proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     report = proc.stdout + proc.stderr
     assert "serialized" not in report and "0 bytes spill stores" in report and "0 bytes spill loads" in report, report
     regs = int(re.search(r"Used (\d+) registers", report).group(1))

@@ -15,8 +15,9 @@ pytest.importorskip("iree.compiler")
 
 
 def _ptx(split: bool) -> str:
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, out_dtype=wc.f16, persistent=True,
-                          split_epilogue=split)
+    kernel = gm.make_gemm(
+        wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, out_dtype=wc.f16, persistent=True, split_epilogue=split
+    )
     subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: 64, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)

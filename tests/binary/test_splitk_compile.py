@@ -22,6 +22,7 @@ def test_splitk_decode_tiles_have_no_spills(bn: int, waves) -> None:
 
 
 def test_splitk_reduce_has_no_spills() -> None:
-    k = wc.compile(gm.make_splitk_reduce(wc.bf16), {gm.S: 8, gm.BLOCK_P: 512}, target="sm_90", backend="cuda",
-                   cache=False)
+    k = wc.compile(
+        gm.make_splitk_reduce(wc.bf16), {gm.S: 8, gm.BLOCK_P: 512}, target="sm_90", backend="cuda", cache=False
+    )
     assert k.metadata.spills == 0 and k.metadata.registers <= 64, (k.metadata.registers, k.metadata.spills)

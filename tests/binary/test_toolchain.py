@@ -12,11 +12,7 @@ import pytest
 pytest.importorskip("iree.compiler")
 
 from wavec.codegen.binary import HEADER_BYTES, GpuBinary, parse_executable  # noqa: E402
-from wavec.codegen.iree_compile import (  # noqa: E402
-    compile_hal_executable,
-    compile_hal_executable_subprocess,
-    last_compile_seconds,
-)
+from wavec.codegen.iree_compile import compile_hal_executable, compile_hal_executable_subprocess, last_compile_seconds  # noqa: E402
 from wavec.codegen.ptxas import assemble, find_ptxas, parse_ptxas_verbose  # noqa: E402
 from wavec.codegen.targets import Target, get_target  # noqa: E402
 from wavec.errors import CompileError, ToolchainError  # noqa: E402
@@ -29,8 +25,12 @@ needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas availabl
 def instantiate(fixture: str, target: Target, **fields: object) -> str:
     """Fill a ``.mlir.in`` template (plain replacement: MLIR text is full of braces)."""
     text = (DATA / fixture).read_text()
-    values = {"target": target.attr_text(), "variant": target.variant_name,
-              "subgroup_size": target.threads_per_wave, **fields}
+    values = {
+        "target": target.attr_text(),
+        "variant": target.variant_name,
+        "subgroup_size": target.threads_per_wave,
+        **fields,
+    }
     for key, value in values.items():
         text = text.replace("{" + key + "}", str(value))
     assert not re.search(r"\{[a-z_]+\}", text), "unfilled template field"
@@ -44,6 +44,7 @@ def compile_fixture(fixture: str, name: str, kernel: str, **fields: object) -> G
 
 
 # --- copy kernel -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NV_TARGETS)
 def test_copy_ptx(name: str) -> None:
@@ -120,6 +121,7 @@ def test_dump_dir(tmp_path, monkeypatch) -> None:
 
 # --- matrix instructions -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", NV_TARGETS)
 def test_mma_sync(name: str) -> None:
     binary = compile_fixture("mma_sync.mlir.in", name, "mma_16x8x16")
@@ -137,23 +139,27 @@ def test_ptxas_accepts_mma_sm80() -> None:
     assert info.spill_stores == 0 and info.spill_loads == 0
 
 
-@pytest.mark.parametrize(("shape", "acc", "mnemonic"), [
-    ("16x16x16", 4, "v_mfma_f32_16x16x16_f16"),
-    ("32x32x8", 16, "v_mfma_f32_32x32x8_f16"),
-])
+@pytest.mark.parametrize(
+    ("shape", "acc", "mnemonic"),
+    [("16x16x16", 4, "v_mfma_f32_16x16x16_f16"), ("32x32x8", 16, "v_mfma_f32_32x32x8_f16")],
+)
 def test_mfma_gfx942(tmp_path, shape: str, acc: int, mnemonic: str) -> None:
     binary = compile_fixture("mfma.mlir.in", "gfx942", "mfma", shape=shape, acc=acc)
     assert binary.image[:4] == b"\x7fELF" and binary.exports[0].block == (64, 1, 1)
     # The HSACO carries no assembly text: check the instruction in IREE's intermediate dump.
     target = get_target("gfx942")
     compile_hal_executable_subprocess(
-        instantiate("mfma.mlir.in", target, shape=shape, acc=acc), target, kernel="mfma",
-        extra_flags=(f"--iree-hal-dump-executable-intermediates-to={tmp_path}",))
+        instantiate("mfma.mlir.in", target, shape=shape, acc=acc),
+        target,
+        kernel="mfma",
+        extra_flags=(f"--iree-hal-dump-executable-intermediates-to={tmp_path}",),
+    )
     asm = next(tmp_path.glob("*.rocmasm")).read_text()
     assert mnemonic in asm
 
 
 # --- the container parser ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cuda_blob() -> bytes:
@@ -164,7 +170,7 @@ def cuda_blob() -> bytes:
 def test_parse_header(cuda_blob: bytes) -> None:
     magic, version, size = struct.unpack_from("<4sIQ", cuda_blob)
     assert magic == b"CDA1" and version == 0 and size == len(cuda_blob) - HEADER_BYTES
-    assert cuda_blob[HEADER_BYTES + 4:HEADER_BYTES + 8] == b"CDA1"
+    assert cuda_blob[HEADER_BYTES + 4 : HEADER_BYTES + 8] == b"CDA1"
 
 
 @pytest.mark.parametrize("cut", [0, 10, HEADER_BYTES, HEADER_BYTES + 8, -1, -200])

@@ -31,8 +31,9 @@ def _subs(bm: int, bn: int, stages: int) -> dict:
 
 
 def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto", copy: str = "cp.async"):
-    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle,
-                          async_copy=copy)
+    kernel = gm.make_gemm(
+        getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle, async_copy=copy
+    )
     if not ptx:
         return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
     with pytest.MonkeyPatch.context() as mp:
@@ -55,19 +56,33 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str
     assert ".target sm_90a" in ptx and ".visible .entry gemm(" in ptx
     inst = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{dtype}.{dtype}"
     assert ptx.count(inst) == 4  # one per K step of 16 in BLOCK_K = 64 (per warpgroup, same code)
-    for s in ("wgmma.fence.sync.aligned;", "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;",
-              "fence.proxy.async.shared::cta;", "cp.async.cg.shared.global"):
+    for s in (
+        "wgmma.fence.sync.aligned;",
+        "wgmma.commit_group.sync.aligned;",
+        "wgmma.wait_group.sync.aligned 0;",
+        "fence.proxy.async.shared::cta;",
+        "cp.async.cg.shared.global",
+    ):
         assert s in ptx, s
     assert "mma.sync.aligned" not in ptx and "ldmatrix" not in ptx
     assert ("xor.b" in ptx) == (swizzle == "auto")  # BLOCK_K = 64: "auto" is the 128-byte swizzle
     # 3 stages: one group stays in flight (wait 1 in the loop), the epilogue waits for it (wait 0)
     assert ptx.index("wgmma.wait_group.sync.aligned 1;") < ptx.index("wgmma.wait_group.sync.aligned 0;")
     # order in the loop: proxy fence, barrier, ..., wgmma fence, the wgmmas, commit, wait
-    pos = [ptx.index(s) for s in ("fence.proxy.async.shared::cta;", "bar.sync", "wgmma.fence.sync.aligned;", inst,
-                                  "wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;")]
+    pos = [
+        ptx.index(s)
+        for s in (
+            "fence.proxy.async.shared::cta;",
+            "bar.sync",
+            "wgmma.fence.sync.aligned;",
+            inst,
+            "wgmma.commit_group.sync.aligned;",
+            "wgmma.wait_group.sync.aligned 0;",
+        )
+    ]
     assert pos == sorted(pos)
     # the next tiles' copies are issued between the commit and the wait (in the loop, after the prologue's)
-    between = ptx[pos[-2]:pos[-1]]
+    between = ptx[pos[-2] : pos[-1]]
     assert between.count("cp.async.cg.shared.global") == (128 + bn) * 64 * 2 // 16 // 256
     assert "cp.async.commit_group;" in between
 
@@ -75,7 +90,7 @@ def test_ptx_has_wgmma_and_its_synchronisation(dtype: str, bn: int, swizzle: str
 @pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("bn", [128, 256])
 def test_tma_ptx(bn: int, stages: int) -> None:
-    """"auto" on 128-byte-swizzled tiles: TMA boxes completing on mbarriers; no cp.async, no generic-proxy
+    """ "auto" on 128-byte-swizzled tiles: TMA boxes completing on mbarriers; no cp.async, no generic-proxy
     fence; the loop keeps its barrier at 4 stages and releases stages through empty mbarriers at 3."""
     ptx = ptx_of("f16", 128, bn, stages, "auto", "auto")
     assert ".version 8.3" in ptx and ".target sm_90a" in ptx
@@ -117,8 +132,12 @@ def test_ptxas_does_not_serialize_wgmma(bn: int, copy: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ptx_of("bf16", 128, bn, 4, "auto", copy))
-        proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     report = proc.stdout + proc.stderr
     assert "serialized" not in report and "0 bytes spill stores" in report, report
 
@@ -180,8 +199,12 @@ def test_ws_assembles_without_spills(dtype: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.ptx"
         src.write_text(ws_kernel(dtype, 256, 128, 4, True).artifact.binary.decode())
-        proc = subprocess.run([find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
     report = proc.stdout + proc.stderr
     assert "serialized" not in report and "0 bytes spill stores" in report, report
 
@@ -231,10 +254,14 @@ def _old_descriptor_rule(fb, node) -> None:
     smem, dims, tile = alloc.kwargs["smem_layout"], tuple(alloc.kwargs["tile"]), tuple(alloc.kwargs["tile"].values())
     layout = node.meta["layout"]
     row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(alloc.kwargs["base"][d])) for d in dims)
-    address = (lw._tile_address_symbol(fb, alloc) + sympy.sympify(node.meta.get("stage", 0)) * tile[0] * tile[1]
-               * smem.elem_bytes + smem.byte_offset(row, k, tile))
-    fb.values[node] = arith.index_cast(ir.IntegerType.get_signless(64),
-                                       fb.index(sympy.floor(address / 16) + smem.descriptor_bits(tile)))
+    address = (
+        lw._tile_address_symbol(fb, alloc)
+        + sympy.sympify(node.meta.get("stage", 0)) * tile[0] * tile[1] * smem.elem_bytes
+        + smem.byte_offset(row, k, tile)
+    )
+    fb.values[node] = arith.index_cast(
+        ir.IntegerType.get_signless(64), fb.index(sympy.floor(address / 16) + smem.descriptor_bits(tile))
+    )
 
 
 def _ws_wide_ptx(monkeypatch, bn: int = 256) -> str:

@@ -30,8 +30,9 @@ def _inputs(b, h, kvh, sq, skv, d, dtype):
 
 def _reference(q, k, v, causal, scale=None):
     g = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
-                                          v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale)
+    return F.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale
+    )
 
 
 def _to_layout(x, layout):
@@ -44,9 +45,9 @@ def check_attention(kernel, layout, dtype, q, k, v, ref) -> None:
     matches ``ref`` within the dtype's tolerance."""
     qo, ko, vo = (_to_layout(x, layout) for x in (q, k, v))
     buf = torch.full((qo.numel() + 256,), float("nan"), dtype=qo.dtype)
-    out = buf[:qo.numel()].view(qo.shape)
+    out = buf[: qo.numel()].view(qo.shape)
     kernel(qo, ko, vo, out, 1.0 / math.sqrt(q.shape[-1]))
-    assert buf[qo.numel():].isnan().all(), "wrote past the end of the output"
+    assert buf[qo.numel() :].isnan().all(), "wrote past the end of the output"
     out = out if layout == "bhsd" else out.transpose(1, 2)
     assert not out.isnan().any(), "some output elements were not written"
     torch.testing.assert_close(out.float(), ref, rtol=TOL[dtype.name], atol=TOL[dtype.name])
@@ -56,8 +57,7 @@ def _kernel(dtype, layout, causal, d, bm=32, bn=32, waves=2):
     key = (dtype.name, layout, causal, d, bm, bn, waves)
     if key not in _COMPILED:
         subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}
-        _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs,
-                                    backend="emulator", cache=False)
+        _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves), subs, backend="emulator", cache=False)
     return _COMPILED[key]
 
 
@@ -71,9 +71,11 @@ CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D)
 ]
 
 
-@pytest.mark.parametrize("layout,dtype,causal,shape", CASES,
-                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
-                              for c in CASES])
+@pytest.mark.parametrize(
+    "layout,dtype,causal,shape",
+    CASES,
+    ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}" for c in CASES],
+)
 def test_attention_matches_sdpa(layout, dtype, causal, shape) -> None:
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
@@ -123,8 +125,9 @@ def test_torch_op_on_cpu() -> None:
     """The registered operator runs the emulator for CPU tensors; the scale is a float argument."""
     from wavec.kernels.attention import register_attention_op
 
-    op, _kernel = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=64, name="wavec_emu::attn_causal",
-                                        backend="emulator")
+    op, _kernel = register_attention_op(
+        wc.f16, "bhsd", causal=True, head_dim=64, name="wavec_emu::attn_causal", backend="emulator"
+    )
     q, k, v = _inputs(1, 2, 2, 30, 30, 64, wc.f16)
     out = op(q, k, v, 0.125)
     torch.testing.assert_close(out.float(), _reference(q, k, v, True, 0.125), rtol=2e-3, atol=2e-3)
@@ -134,8 +137,9 @@ def test_default_d64_tile_32_rows_per_wave() -> None:
     """The d64 default (BLOCK_M 128 over 4 waves: two m16 tiles per wave), causal, GQA, BSHD."""
     q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.bf16)
     ref = _reference(q, k, v, True)
-    out = attention(*(_to_layout(x, "bshd") for x in (q, k, v)), causal=True, layout="bshd", backend="emulator",
-                    config=(128, 64, 4))
+    out = attention(
+        *(_to_layout(x, "bshd") for x in (q, k, v)), causal=True, layout="bshd", backend="emulator", config=(128, 64, 4)
+    )
     torch.testing.assert_close(out.transpose(1, 2).float(), ref, rtol=1.6e-2, atol=1.6e-2)
 
 
@@ -161,14 +165,23 @@ WGMMA_CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLO
 def compile_wgmma(dtype, layout, causal, d, cfg, async_copy="auto"):
     """The wgmma attention kernel on the emulator for ``cfg = (BLOCK_M, BLOCK_N, warpgroups)``, 2 stages."""
     bm, bn, groups = cfg
-    return wc.compile(make_attention(dtype, layout, causal, groups, mma="wgmma", async_copy=async_copy),
-                      {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator", target="sm_90a",
-                      cache=False)
+    return wc.compile(
+        make_attention(dtype, layout, causal, groups, mma="wgmma", async_copy=async_copy),
+        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d},
+        backend="emulator",
+        target="sm_90a",
+        cache=False,
+    )
 
 
-@pytest.mark.parametrize("layout,dtype,causal,shape,cfg", WGMMA_CASES,
-                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
-                              f"-{'x'.join(map(str, c[4]))}" for c in WGMMA_CASES])
+@pytest.mark.parametrize(
+    "layout,dtype,causal,shape,cfg",
+    WGMMA_CASES,
+    ids=[
+        f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}-{'x'.join(map(str, c[4]))}"
+        for c in WGMMA_CASES
+    ],
+)
 @pytest.mark.parametrize("copy", ["auto", "cp.async"])
 def test_wgmma_attention_matches_sdpa(layout, dtype, causal, shape, cfg, copy) -> None:
     """Both ways of staging K and V: "auto" (TMA on sm_90a) and the per-thread ``cp.async`` copies."""
@@ -236,9 +249,13 @@ def test_heavy_first_launch_order(mma, cfg) -> None:
     is still computed once (NaN-filled output) and matches SDPA."""
     q, k, v = _inputs(1, 2, 1, 150, 150, 64, wc.f16)
     bm, bn, waves = cfg
-    kernel = wc.compile(make_attention(wc.f16, "bhsd", True, waves, mma=mma, heavy_first=True),
-                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: 64}, backend="emulator",
-                        target="sm_90a" if mma == "wgmma" else None, cache=False)
+    kernel = wc.compile(
+        make_attention(wc.f16, "bhsd", True, waves, mma=mma, heavy_first=True),
+        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: 64},
+        backend="emulator",
+        target="sm_90a" if mma == "wgmma" else None,
+        cache=False,
+    )
     out = torch.full_like(q, float("nan"))
     kernel(q, k, v, out, 0.125)
     assert not out.isnan().any()

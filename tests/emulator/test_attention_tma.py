@@ -26,9 +26,14 @@ def _compile(dtype, layout, causal, d, cfg, async_copy="tma"):
     return compile_wgmma(dtype, layout, causal, d, cfg, async_copy)
 
 
-@pytest.mark.parametrize("layout,dtype,causal,shape,cfg", CASES,
-                         ids=[f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}"
-                              f"-{'x'.join(map(str, c[4]))}" for c in CASES])
+@pytest.mark.parametrize(
+    "layout,dtype,causal,shape,cfg",
+    CASES,
+    ids=[
+        f"{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}-{'x'.join(map(str, c[3]))}-{'x'.join(map(str, c[4]))}"
+        for c in CASES
+    ],
+)
 def test_tma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
     b, h, kvh, sq, skv, d = shape
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)

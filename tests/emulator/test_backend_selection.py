@@ -86,8 +86,9 @@ def test_cuda_kernel_with_driver_but_no_device_raises_launch_error(monkeypatch, 
     """cuda-bindings importable but no device visible to torch: still a LaunchError, not a driver crash."""
     from wavec.runtime import launcher
 
-    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: types.SimpleNamespace(
-        CUresult=types.SimpleNamespace(CUDA_SUCCESS=0)))
+    monkeypatch.setattr(
+        launcher, "_load_driver", lambda kernel: types.SimpleNamespace(CUresult=types.SimpleNamespace(CUDA_SUCCESS=0))
+    )
     k = wc.compile(copy_kernel, DEFAULT_SUBS, backend="cuda")
     with pytest.raises(LaunchError, match=r"no CUDA device.*WAVEC_BACKEND=emulator"):
         k(*tensors())

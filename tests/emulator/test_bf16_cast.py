@@ -31,15 +31,32 @@ def _inputs(n: int) -> torch.Tensor:
     hi = np.random.default_rng(0).integers(0, 1 << 16, n, dtype=np.uint32)
     low = np.array([0x8000, 0x7FFF, 0x8001, 0x0000, 0xFFFF, 0x4000, 0xC000], np.uint32)
     bits = (hi << 16) | low[np.arange(n) % low.size]
-    special = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x7F800000, 0xFF800000, 0x00000000, 0x80000000,
-                        0x00000001, 0x80008000, 0x007FFFFF, 0x3F808000, 0x3F818000, 0x3FFFFFFF], np.uint32)
-    bits[:special.size] = special
+    special = np.array(
+        [
+            0x7F7FFFFF,
+            0xFF7FFFFF,
+            0x7F7F8000,
+            0x7F800000,
+            0xFF800000,
+            0x00000000,
+            0x80000000,
+            0x00000001,
+            0x80008000,
+            0x007FFFFF,
+            0x3F808000,
+            0x3F818000,
+            0x3FFFFFFF,
+        ],
+        np.uint32,
+    )
+    bits[: special.size] = special
     bits = np.where((bits & 0x7F800000) == 0x7F800000, bits & 0xFF800000, bits)  # inf, not NaN
     return torch.from_numpy(bits.view(np.float32).copy())
 
 
-@pytest.mark.parametrize("target,threads,elems", [("sm_90", 32, 8), ("sm_90", 32, 1), ("sm_80", 32, 4),
-                                                  ("gfx942", 64, 8)])
+@pytest.mark.parametrize(
+    "target,threads,elems", [("sm_90", 32, 8), ("sm_90", 32, 1), ("sm_80", 32, 4), ("gfx942", 64, 8)]
+)
 def test_cast_to_bf16_rounds_to_nearest_even(target: str, threads: int, elems: int) -> None:
     kernel = wc.compile(make_cast(threads, elems), DEFAULT_SUBS, backend="emulator", target=target, cache=False)
     mlir = kernel.artifact.mlir

@@ -72,6 +72,7 @@ def gemm_error(kernel, m: int = 128, n: int = 128, k: int = 96) -> float:
 
 # ---------------------------------------------------------------------------------- corrupted indices
 
+
 def _is_lane(i: int, width: int) -> sympy.Expr:
     """1 where LANE == i, else 0, for 0 <= LANE < width (floor/Mod only: what index lowering handles)."""
     return 1 - sympy.floor((sympy.Mod(LANE + width - i, width) + width - 1) / width)
@@ -81,8 +82,9 @@ def swap_lanes(monkeypatch, mma, roles: tuple[str, ...], i: int, j: int) -> None
     """Make lanes ``i`` and ``j`` trade places in the layouts of operands ``roles`` of ``mma``."""
     width = mma.spec.threads
     perm = LANE + (j - i) * _is_lane(i, width) + (i - j) * _is_lane(j, width)
-    assert [int(perm.subs(LANE, x)) for x in range(width)] == \
-        [j if x == i else i if x == j else x for x in range(width)]
+    assert [int(perm.subs(LANE, x)) for x in range(width)] == [
+        j if x == i else i if x == j else x for x in range(width)
+    ]
     original = mma_mod._LAYOUTS[mma]
 
     def corrupted(role, d0, d1):
@@ -92,12 +94,15 @@ def swap_lanes(monkeypatch, mma, roles: tuple[str, ...], i: int, j: int) -> None
     monkeypatch.setitem(mma_mod._LAYOUTS, mma, corrupted)
 
 
-@pytest.mark.parametrize("arch,roles,i,j,promote", [
-    pytest.param(NV, ("a",), 0, 4, False, id="nv-A-rows-global-reads"),
-    pytest.param(NV, ("c",), 0, 4, True, id="nv-C-rows-shared-ldmatrix"),
-    pytest.param(AMD, ("a",), 0, 1, True, id="amd-A-rows-shared"),
-    pytest.param(AMD, ("b",), 0, 16, True, id="amd-B-k-shared"),
-])
+@pytest.mark.parametrize(
+    "arch,roles,i,j,promote",
+    [
+        pytest.param(NV, ("a",), 0, 4, False, id="nv-A-rows-global-reads"),
+        pytest.param(NV, ("c",), 0, 4, True, id="nv-C-rows-shared-ldmatrix"),
+        pytest.param(AMD, ("a",), 0, 1, True, id="amd-A-rows-shared"),
+        pytest.param(AMD, ("b",), 0, 16, True, id="amd-B-k-shared"),
+    ],
+)
 def test_swapped_lanes_fail_the_numeric_check(monkeypatch, arch, roles, i, j, promote) -> None:
     target, threads, mma = arch
     good = compile_gemm(target, threads, mma, promote)
@@ -132,17 +137,21 @@ def assert_names_two_accesses(err: SharedMemoryRaceError, first: str, second: st
 
 
 def drop_insert_barriers(monkeypatch) -> None:
-    patched = [(name, (lambda trace, ctx: None) if name == "insert_barriers" else fn)
-               for name, fn in pipeline_mod.PIPELINE]
+    patched = [
+        (name, (lambda trace, ctx: None) if name == "insert_barriers" else fn) for name, fn in pipeline_mod.PIPELINE
+    ]
     monkeypatch.setattr(pipeline_mod, "PIPELINE", patched)
 
 
-@pytest.mark.parametrize("arch,stages,writer,reader", [
-    pytest.param(NV, 1, r"vector\.store", r"nvgpu\.ldmatrix", id="nv-sync"),
-    pytest.param(NV, 2, r"nvgpu\.device_async_copy", r"nvgpu\.ldmatrix", id="nv-cp.async-2-stages"),
-    pytest.param(NV, 3, r"nvgpu\.device_async_copy", r"nvgpu\.ldmatrix", id="nv-cp.async-3-stages"),
-    pytest.param(AMD, 1, r"vector\.store", r"vector\.load", id="amd-sync"),
-])
+@pytest.mark.parametrize(
+    "arch,stages,writer,reader",
+    [
+        pytest.param(NV, 1, r"vector\.store", r"nvgpu\.ldmatrix", id="nv-sync"),
+        pytest.param(NV, 2, r"nvgpu\.device_async_copy", r"nvgpu\.ldmatrix", id="nv-cp.async-2-stages"),
+        pytest.param(NV, 3, r"nvgpu\.device_async_copy", r"nvgpu\.ldmatrix", id="nv-cp.async-3-stages"),
+        pytest.param(AMD, 1, r"vector\.store", r"vector\.load", id="amd-sync"),
+    ],
+)
 def test_dropped_barriers_are_a_race(monkeypatch, arch, stages, writer, reader) -> None:
     target, threads, mma = arch
     subs = {**SUBS, gm.NUM_STAGES: stages}
@@ -158,10 +167,13 @@ def test_dropped_barriers_are_a_race(monkeypatch, arch, stages, writer, reader) 
     assert_names_two_accesses(info.value, writer, reader)  # RAW: the tile write, then its read
 
 
-@pytest.mark.parametrize("arch,reader,writer", [
-    pytest.param(NV, r"nvgpu\.ldmatrix", r"vector\.store", id="nv"),
-    pytest.param(AMD, r"vector\.load", r"vector\.store", id="amd"),
-])
+@pytest.mark.parametrize(
+    "arch,reader,writer",
+    [
+        pytest.param(NV, r"nvgpu\.ldmatrix", r"vector\.store", id="nv"),
+        pytest.param(AMD, r"vector\.load", r"vector\.store", id="amd"),
+    ],
+)
 def test_dropped_loop_top_barrier_is_a_war_race(monkeypatch, arch, reader, writer) -> None:
     """Only the barrier at the top of the synchronous K loop is dropped (the RAW barriers stay): with one
     K step there is no hazard and no report; with three, iteration 2 overwrites the tile iteration 1 still

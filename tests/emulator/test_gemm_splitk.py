@@ -28,8 +28,9 @@ SHAPES = [(1, 136, 200, 3), (3, 72, 40, 4), (16, 136, 296, 8)]
 
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
 def test_splitk_partials(dtype) -> None:
-    kernel = wc.compile(gm.make_gemm_splitk(dtype, mma_type=NV_MMA[dtype], waves=(1, 2)), SUBS,
-                        backend="emulator", target="sm_90")
+    kernel = wc.compile(
+        gm.make_gemm_splitk(dtype, mma_type=NV_MMA[dtype], waves=(1, 2)), SUBS, backend="emulator", target="sm_90"
+    )
     assert kernel.metadata.block[0] == 64
     g, seed = generator()
     for m, n, k, s in SHAPES:
@@ -53,8 +54,9 @@ def test_splitk_reduce(out) -> None:
     """C = sum of the S partials over P = M*N (P not a multiple of BLOCK_P = 512), rounded once."""
     g, seed = generator()
     for s, p, vec in [(3, 1000, 4), (8, 136, 4), (2, 1030, 2)]:
-        kernel = wc.compile(gm.make_splitk_reduce(out, vec=vec), {gm.S: s, gm.BLOCK_P: 4 * 32 * vec},
-                            backend="emulator", target="sm_90")
+        kernel = wc.compile(
+            gm.make_splitk_reduce(out, vec=vec), {gm.S: s, gm.BLOCK_P: 4 * 32 * vec}, backend="emulator", target="sm_90"
+        )
         part = randn(g, s, p)
         c = poisoned(p, dtype=TORCH_DTYPE[out])
         kernel(part, c)

@@ -95,6 +95,7 @@ def test_scale_shift(dtype, target: str, threads: int) -> None:
 
 # ------------------------------------------------------------------------------------------------- GEMM
 
+
 def _subs(bm: int, bn: int, bk: int, stages: int, group_m: int) -> dict:
     return {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: stages, gm.GROUP_M: group_m}
 
@@ -121,9 +122,13 @@ def run_gemm(kernel, shapes, what: str, dtype=torch.float16) -> None:
         check(c, a.double() @ b.double().T, GEMM_TOL, f"{what} M={m} N={n} K={k} (seed {seed})")
 
 
-NV_PARAMS = [pytest.param(dtype, target, cfg, id=f"{dtype.name}-{target}-{cfg[0]}")
-             for dtype in (wc.f16, wc.bf16) for target in ("sm_90", "sm_80") for cfg in GEMM_CONFIGS
-             if target == "sm_90" or cfg[0] != "stages2-waves4x1"]  # one 4x1 wave grid per dtype suffices
+NV_PARAMS = [
+    pytest.param(dtype, target, cfg, id=f"{dtype.name}-{target}-{cfg[0]}")
+    for dtype in (wc.f16, wc.bf16)
+    for target in ("sm_90", "sm_80")
+    for cfg in GEMM_CONFIGS
+    if target == "sm_90" or cfg[0] != "stages2-waves4x1"
+]  # one 4x1 wave grid per dtype suffices
 
 
 @pytest.mark.parametrize("dtype,target,cfg", NV_PARAMS)
@@ -183,6 +188,7 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
 
 # --------------------------------------------------------------------------------------------- examples
 
+
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("0*.py")), ids=lambda p: p.stem)
 def test_example_on_emulator(path: pathlib.Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("WAVEC_BACKEND", "emulator")
@@ -198,11 +204,14 @@ def test_example_on_emulator(path: pathlib.Path, monkeypatch, capsys) -> None:
 
 # ------------------------------------------------------------------------------------ edge cases, bugs
 
-@pytest.mark.parametrize("target,threads,mma", [("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16),
-                                                ("gfx942", 64, wc.MMAType.F32_16x16x16_F16)], ids=["nv", "amd"])
+
+@pytest.mark.parametrize(
+    "target,threads,mma",
+    [("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16), ("gfx942", 64, wc.MMAType.F32_16x16x16_F16)],
+    ids=["nv", "amd"],
+)
 def test_gemm_empty_k_writes_zeros_sync_path(target: str, threads: int, mma) -> None:
-    kernel = wc.compile(gm.make_gemm(wc.f16, threads, mma), _subs(64, 64, 32, 1, 4), backend="emulator",
-                        target=target)
+    kernel = wc.compile(gm.make_gemm(wc.f16, threads, mma), _subs(64, 64, 32, 1, 4), backend="emulator", target=target)
     a, b, c = torch.empty(70, 0, dtype=torch.float16), torch.empty(136, 0, dtype=torch.float16), poisoned(70, 136)
     kernel(a, b, c)
     assert torch.equal(c, torch.zeros(70, 136))
@@ -220,18 +229,24 @@ SMALL_TILE_REASON = (
     "the thread id taken modulo the number of 16-byte vectors, so when the tile has fewer vectors than the "
     "workgroup has threads (BLOCK_M 16 x BLOCK_K 32 f16 = 64 vectors, 128 or 256 threads) the surplus "
     "threads re-load and re-store the same shared addresses from other waves with no barrier between; the "
-    "emulator reports a write-write shared-memory race (vector.store / device_async_copy twice)")
+    "emulator reports a write-write shared-memory race (vector.store / device_async_copy twice)"
+)
 
 
-@pytest.mark.parametrize("target,threads,mma,stages", [
-    ("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16, 1),
-    ("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16, 2),
-    ("gfx942", 64, wc.MMAType.F32_16x16x16_F16, 1),
-], ids=["nv-sync", "nv-cp.async", "amd"])
+@pytest.mark.parametrize(
+    "target,threads,mma,stages",
+    [
+        ("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16, 1),
+        ("sm_90", 32, wc.MMAType.NV_F32_16x8x16_F16, 2),
+        ("gfx942", 64, wc.MMAType.F32_16x16x16_F16, 1),
+    ],
+    ids=["nv-sync", "nv-cp.async", "amd"],
+)
 def test_gemm_tile_smaller_than_workgroup(target: str, threads: int, mma, stages: int) -> None:
     # 16 x 128 tile, 4 waves along N (the decode tile of gemm_config); 2 workgroups, 3 K steps
-    kernel = wc.compile(gm.make_gemm(wc.f16, threads, mma, (1, 4)), _subs(16, 128, 32, stages, 1),
-                        backend="emulator", target=target)
+    kernel = wc.compile(
+        gm.make_gemm(wc.f16, threads, mma, (1, 4)), _subs(16, 128, 32, stages, 1), backend="emulator", target=target
+    )
     run_gemm(kernel, [(16, 256, 96)], f"gemm {target} 16x128 tile, 1x4 waves")
 
 

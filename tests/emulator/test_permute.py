@@ -16,10 +16,15 @@ M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 def gemm_nn(target: str, promote: bool, block_n: int = 32) -> wc.WaveKernel:
     """``C = A @ B`` with B stored [K, N]: the B operand is the read of B permuted to [N, K]."""
     tpw, mma = (32, wc.MMAType.NV_F32_16x8x16_F16) if target.startswith("sm") else (64, wc.MMAType.F32_16x16x16_F16)
-    cons = [wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, block_n, 1), wc.WaveConstraint(M, 16),
-            wc.WaveConstraint(N, block_n), wc.TilingConstraint(K, 32),
-            wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma),
-            wc.SchedulingConstraint(num_stages=2, promote_operands=promote)]
+    cons = [
+        wc.WorkgroupConstraint(M, 32, 0),
+        wc.WorkgroupConstraint(N, block_n, 1),
+        wc.WaveConstraint(M, 16),
+        wc.WaveConstraint(N, block_n),
+        wc.TilingConstraint(K, 32),
+        wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma),
+        wc.SchedulingConstraint(num_stages=2, promote_operands=promote),
+    ]
 
     @wc.wave(cons)
     def gemm_nn(a: Memory[M, K, f16], b: Memory[K, N, f16], c: Memory[M, N, f32]):
@@ -66,8 +71,12 @@ def test_layout_permute_keeps_register_order() -> None:
 
 
 def test_permute_shape_errors() -> None:
-    cons = [wc.WorkgroupConstraint(M, 16, 0), wc.WorkgroupConstraint(N, 32, 1), wc.WaveConstraint(M, 1),
-            wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 32})]
+    cons = [
+        wc.WorkgroupConstraint(M, 16, 0),
+        wc.WorkgroupConstraint(N, 32, 1),
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 32}),
+    ]
 
     @wc.wave(cons)
     def bad(x: Memory[M, N, f32], y: Memory[N, M, f32]):
@@ -80,8 +89,12 @@ def test_permute_shape_errors() -> None:
 
 
 def test_where_with_number_and_transposed_write() -> None:
-    cons = [wc.WorkgroupConstraint(M, 4, 0), wc.WorkgroupConstraint(N, 64, 1), wc.WaveConstraint(M, 1),
-            wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 64})]
+    cons = [
+        wc.WorkgroupConstraint(M, 4, 0),
+        wc.WorkgroupConstraint(N, 64, 1),
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 64}),
+    ]
 
     @wc.wave(cons)
     def relu_t(x: Memory[M, N, f32], y: Memory[N, M, f32]):

@@ -29,8 +29,13 @@ def _subs(bm: int, bn: int, stages: int, group: int = 2) -> dict:
 def _kernel(dtype, subs, waves, async_copy: str, **kw):
     if async_copy == "ws":
         async_copy, kw = "tma", {**kw, "warp_specialize": True}
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, async_copy=async_copy, persistent=True, **kw),
-                      subs, backend="emulator", target="sm_90a", cache=False)
+    return wc.compile(
+        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, async_copy=async_copy, persistent=True, **kw),
+        subs,
+        backend="emulator",
+        target="sm_90a",
+        cache=False,
+    )
 
 
 def _grid(kernel, m: int, n: int) -> int:
@@ -52,8 +57,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{c[0].name}-{c[1]}-s{c[2]}-{c[3][gm.BLOCK_M]}x64-g{c[3][gm.GROUP_M]}"
-                                             for c in CASES])
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"{c[0].name}-{c[1]}-s{c[2]}-{c[3][gm.BLOCK_M]}x64-g{c[3][gm.GROUP_M]}" for c in CASES]
+)
 def test_persistent_gemm(case) -> None:
     dtype, copy, _stages, subs, waves, (m, n, k) = case
     kernel = _kernel(dtype, subs, waves, copy)
@@ -69,8 +75,9 @@ def test_persistent_gemm(case) -> None:
 def test_parity_restarting_per_tile_is_caught(monkeypatch) -> None:
     """The full-mbarrier parity counted per tile (not over the whole persistent loop): the second tile's
     waits alias the stages' older phases, which the emulator reports."""
-    monkeypatch.setattr(pipeline_tma, "wait_parity",
-                        lambda iv, lo, base, stages: sympy.Mod(sympy.floor((iv - lo) / stages), 2))
+    monkeypatch.setattr(
+        pipeline_tma, "wait_parity", lambda iv, lo, base, stages: sympy.Mod(sympy.floor((iv - lo) / stages), 2)
+    )
     kernel = _kernel(wc.f16, _subs(64, 64, 3), (1, 1), "tma-mbarrier")
     g, _seed = generator()
     a, b = randn(g, 200, 136, dtype=torch.float16), randn(g, 130, 136, dtype=torch.float16)
@@ -85,7 +92,12 @@ def test_refusals() -> None:
     with pytest.raises(ConstraintError, match="persistent=True.*TMA"):  # core-matrix operand tiles: no TMA
         _kernel(wc.f16, subs, (1, 1), "auto", operand_swizzle="none")
     with pytest.raises(ConstraintError, match="persistent=True.*TMA"):  # mma.sync: no TMA pipeline
-        wc.compile(gm.make_gemm(wc.f16, 32, wc.MMAType.NV_F32_16x8x16_F16, (2, 2), persistent=True),
-                   {**subs, gm.BLOCK_K: 32}, backend="emulator", target="sm_80", cache=False)
+        wc.compile(
+            gm.make_gemm(wc.f16, 32, wc.MMAType.NV_F32_16x8x16_F16, (2, 2), persistent=True),
+            {**subs, gm.BLOCK_K: 32},
+            backend="emulator",
+            target="sm_80",
+            cache=False,
+        )
     with pytest.raises(ConstraintError, match="persistent='yes'"):
         wc.SchedulingConstraint(persistent="yes")

@@ -33,8 +33,9 @@ def test_softmax(dtype, target, tpw, rows, n) -> None:
 @pytest.mark.parametrize("target,tpw", [("sm_90", 32), ("gfx942", 64)])
 def test_softmax_with_several_waves_per_row(waves_per_row, target, tpw) -> None:
     n = tpw * 8 * waves_per_row
-    k = wc.compile(make_softmax(wc.f16, tpw, waves_per_row), {BLOCK_M: 2, N: n}, target=target,
-                   backend="emulator", cache=False)
+    k = wc.compile(
+        make_softmax(wc.f16, tpw, waves_per_row), {BLOCK_M: 2, N: n}, target=target, backend="emulator", cache=False
+    )
     assert k.mlir.count("gpu.barrier") == 4  # two reductions, each across waves through shared memory
     x = (torch.randn(5, n) * 3).half()
     out = torch.full_like(x, float("nan"))
@@ -43,8 +44,12 @@ def test_softmax_with_several_waves_per_row(waves_per_row, target, tpw) -> None:
 
 
 def _row_reduce(kind: str, tpw: int = 32):
-    cons = [wc.WorkgroupConstraint(M, 2, 0), wc.WorkgroupConstraint(N, N, 1), wc.WaveConstraint(M, 1),
-            wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * 4})]
+    cons = [
+        wc.WorkgroupConstraint(M, 2, 0),
+        wc.WorkgroupConstraint(N, N, 1),
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * 4}),
+    ]
     op = wc.max if kind == "max" else wc.sum
 
     @wc.wave(cons)
@@ -72,8 +77,13 @@ def test_butterfly_covers_exactly_the_lanes_of_the_row() -> None:
 
 def _split_rows(kind: str, tpw: int = 32):
     """Rows reduced by 2 x 2 waves: two along M, two along N (the partials meet in shared memory)."""
-    cons = [wc.WorkgroupConstraint(M, 2, 0), wc.WorkgroupConstraint(N, 512, 1), wc.WaveConstraint(M, 1),
-            wc.WaveConstraint(N, 256), wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: 128})]
+    cons = [
+        wc.WorkgroupConstraint(M, 2, 0),
+        wc.WorkgroupConstraint(N, 512, 1),
+        wc.WaveConstraint(M, 1),
+        wc.WaveConstraint(N, 256),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: 128}),
+    ]
     op = wc.max if kind == "max" else wc.sum
 
     @wc.wave(cons)
@@ -97,8 +107,12 @@ def test_reduction_split_across_waves(kind: str, target: str, tpw: int) -> None:
 
 
 def test_reduction_needs_f32() -> None:
-    cons = [wc.WorkgroupConstraint(M, 2, 0), wc.WorkgroupConstraint(N, N, 1), wc.WaveConstraint(M, 1),
-            wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 128})]
+    cons = [
+        wc.WorkgroupConstraint(M, 2, 0),
+        wc.WorkgroupConstraint(N, N, 1),
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 128}),
+    ]
 
     @wc.wave(cons)
     def half_max(x: Memory[M, N, wc.f16], out: Memory[M, wc.f16]):

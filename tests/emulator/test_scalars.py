@@ -16,8 +16,9 @@ SUBS = {BLOCK_M: 2, BLOCK_N: 128}
 
 def _scaled_copy():
     @wc.wave(rowwise_constraints(32, 4))
-    def scaled_copy(src: Memory[M, N, wc.f32], dst: Memory[M, N, wc.f32], scale: wc.Scalar[wc.f32],
-                    shift: wc.Scalar[wc.i32]):
+    def scaled_copy(
+        src: Memory[M, N, wc.f32], dst: Memory[M, N, wc.f32], scale: wc.Scalar[wc.f32], shift: wc.Scalar[wc.i32]
+    ):
         x = wc.read(src)
         wc.write(x * scale + wc.cast(shift, wc.f32), dst)
 
@@ -48,15 +49,18 @@ def test_value_not_in_cache_key(tmp_path, monkeypatch) -> None:
     assert "hal.interface.constant.load" in a.mlir and "arith.bitcast" in a.mlir
 
 
-@pytest.mark.parametrize("scale,shift,arg,needle", [
-    ("a", 1, "scale", "got str"),
-    (torch.ones(2), 1, "scale", "shape (2,)"),
-    (True, 1, "scale", "got bool"),
-    (1.0, 1.5, "shift", "got float"),
-    (1.0, 2**31, "shift", "does not fit in int32"),
-    (1e40, 1, "scale", "does not fit in float32"),
-    (1.0, torch.tensor(1.0), "shift", "dtype torch.float32"),
-])
+@pytest.mark.parametrize(
+    "scale,shift,arg,needle",
+    [
+        ("a", 1, "scale", "got str"),
+        (torch.ones(2), 1, "scale", "shape (2,)"),
+        (True, 1, "scale", "got bool"),
+        (1.0, 1.5, "shift", "got float"),
+        (1.0, 2**31, "shift", "does not fit in int32"),
+        (1e40, 1, "scale", "does not fit in float32"),
+        (1.0, torch.tensor(1.0), "shift", "dtype torch.float32"),
+    ],
+)
 def test_bad_scalars(kernel, scale, shift, arg, needle) -> None:
     x = torch.randn(2, 128)
     with pytest.raises(ArgumentError) as e:

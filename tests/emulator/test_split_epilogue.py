@@ -26,18 +26,28 @@ def _subs(bm: int, bn: int, stages: int) -> dict:
 
 # (id, wgmma?, subs, waves, make_gemm flags, shapes): a full-tile shape first, then masked ones
 CONFIGS = [
-    ("wgmma-64x64-ws", True, _subs(64, 64, 3), (1, 1), {"warp_specialize": True},
-     [(64, 128, 128), (100, 72, 200)]),
-    ("wgmma-128x64-persistent", True, _subs(128, 64, 3), (2, 1), {"persistent": True},
-     [(256, 128, 128), (130, 136, 40)]),
+    ("wgmma-64x64-ws", True, _subs(64, 64, 3), (1, 1), {"warp_specialize": True}, [(64, 128, 128), (100, 72, 200)]),
+    (
+        "wgmma-128x64-persistent",
+        True,
+        _subs(128, 64, 3),
+        (2, 1),
+        {"persistent": True},
+        [(256, 128, 128), (130, 136, 40)],
+    ),
     ("mma_sync-64x64", False, _subs(64, 64, 2), (2, 2), {}, [(128, 64, 96), (100, 72, 96)]),
 ]
 
 
 def _kernel(dtype, wgmma: bool, subs, waves, split: bool, **flags):
     mma, target = (WGMMA[dtype], "sm_90a") if wgmma else (SYNC[dtype], "sm_90")
-    return wc.compile(gm.make_gemm(dtype, 32, mma, waves, out_dtype=dtype, split_epilogue=split, **flags), subs,
-                      backend="emulator", target=target, cache=False)
+    return wc.compile(
+        gm.make_gemm(dtype, 32, mma, waves, out_dtype=dtype, split_epilogue=split, **flags),
+        subs,
+        backend="emulator",
+        target=target,
+        cache=False,
+    )
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c[0] for c in CONFIGS])
@@ -52,9 +62,9 @@ def test_split_epilogue_matches_torch(dtype, cfg) -> None:
     for m, n, k in shapes:
         a, b = randn(g, m, k, dtype=tdt), randn(g, n, k, dtype=tdt)
         buf = torch.full((m * n + 256,), float("nan"), dtype=tdt)  # C, then a guard band nothing may write
-        c = buf[:m * n].view(m, n)
+        c = buf[: m * n].view(m, n)
         split(a, b, c)
-        assert buf[m * n:].isnan().all(), f"{name}: wrote past the end of C at M={m} N={n} K={k}"
+        assert buf[m * n :].isnan().all(), f"{name}: wrote past the end of C at M={m} N={n} K={k}"
         check(c, a.double() @ b.double().T, OUT_TOL[dtype], f"split epilogue {name} M={m} N={n} K={k} (seed {seed})")
 
 
@@ -72,8 +82,11 @@ ATTENTION = [
 ]
 
 
-@pytest.mark.parametrize("layout,dtype,causal,shape,cfg,mma", ATTENTION,
-                         ids=[f"{c[5]}-{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}" for c in ATTENTION])
+@pytest.mark.parametrize(
+    "layout,dtype,causal,shape,cfg,mma",
+    ATTENTION,
+    ids=[f"{c[5]}-{c[0]}-{c[1].name}-{'causal' if c[2] else 'full'}" for c in ATTENTION],
+)
 def test_split_epilogue_attention(layout, dtype, causal, shape, cfg, mma) -> None:
     """The attention kernel's O store with ``split_epilogue``: every element written, within the dtype's
     tolerance of SDPA in f32, no write past O (a guard band after it)."""
@@ -83,8 +96,12 @@ def test_split_epilogue_attention(layout, dtype, causal, shape, cfg, mma) -> Non
 
     b, h, kvh, sq, skv, d = shape
     bm, bn, waves = cfg
-    kernel = wc.compile(make_attention(dtype, layout, causal, waves, mma=mma, split_epilogue=True),
-                        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d}, backend="emulator",
-                        target="sm_90a" if mma == "wgmma" else "sm_90", cache=False)
+    kernel = wc.compile(
+        make_attention(dtype, layout, causal, waves, mma=mma, split_epilogue=True),
+        {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: 2, D: d},
+        backend="emulator",
+        target="sm_90a" if mma == "wgmma" else "sm_90",
+        cache=False,
+    )
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
     check_attention(kernel, layout, dtype, q, k, v, _reference(q, k, v, causal))  # with a guard band after O

@@ -38,8 +38,13 @@ CONFIGS = [
 
 
 def _kernel(dtype, subs, waves, async_copy: str = "tma-mbarrier", swizzle: str = "auto"):
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
-                      subs, backend="emulator", target="sm_90a", cache=False)
+    return wc.compile(
+        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
+        subs,
+        backend="emulator",
+        target="sm_90a",
+        cache=False,
+    )
 
 
 def _run(kernel, shapes, dtype, what: str) -> None:
@@ -59,9 +64,11 @@ def test_tma_gemm(dtype, war: str, cfg) -> None:
     assert mlir.count("nvvm.cp.async.bulk.tensor.shared.cluster.global") == boxes * (prologue + 1)
     assert "nvgpu.device_async_copy" not in mlir and "nvvm.fence.proxy.acquire" in mlir
     assert [(s.arg, s.box, s.swizzle) for s in meta.tensor_maps] == [
-        (0, (64, subs[gm.BLOCK_M]), 128), (1, (64, subs[gm.BLOCK_N]), 128)]
+        (0, (64, subs[gm.BLOCK_M]), 128),
+        (1, (64, subs[gm.BLOCK_N]), 128),
+    ]
     assert dict(meta.divisibility)["K"] == 8  # TMA strides are multiples of 16 bytes
-    loop = mlir[mlir.index("scf.for"):]
+    loop = mlir[mlir.index("scf.for") :]
     assert ("gpu.barrier" in loop) == (war == "tma-barrier")  # empty mbarriers replace the loop's barrier
     assert ("nvvm.mbarrier.arrive " in mlir) == (war == "tma-mbarrier")
     _run(kernel, shapes, dtype, f"TMA gemm {dtype.name} {war} {name}")
@@ -69,12 +76,12 @@ def test_tma_gemm(dtype, war: str, cfg) -> None:
 
 @pytest.mark.parametrize("want", ["auto", "tma"])
 def test_auto_picks_tma_only_where_it_applies(want: str) -> None:
-    """"auto": TMA for 128-byte-swizzled operand tiles, stages released through empty mbarriers at 3
+    """ "auto": TMA for 128-byte-swizzled operand tiles, stages released through empty mbarriers at 3
     stages (prefetch distance 2 instead of 1) and through the barrier at 4; the 64-byte swizzle and core
     matrices keep cp.async."""
     for stages, empty in ((3, True), (4, False)):
         k = _kernel(wc.f16, _subs(64, 64, 64, stages), (1, 1), want)
-        loop = k.artifact.mlir[k.artifact.mlir.index("scf.for"):]
+        loop = k.artifact.mlir[k.artifact.mlir.index("scf.for") :]
         assert k.metadata.tensor_maps
         assert ("nvvm.mbarrier.arrive " in loop) == empty and ("gpu.barrier" in loop) == (not empty)
     if want == "tma":
@@ -84,9 +91,10 @@ def test_auto_picks_tma_only_where_it_applies(want: str) -> None:
         assert not k.metadata.tensor_maps and "nvgpu.device_async_copy" in k.artifact.mlir
 
 
-@pytest.mark.parametrize("bk,stages,swizzle,why", [(32, 3, "auto", "128-byte-swizzled"),
-                                                    (64, 3, "none", "128-byte-swizzled"),
-                                                    (64, 1, "auto", "num_stages >= 2")])
+@pytest.mark.parametrize(
+    "bk,stages,swizzle,why",
+    [(32, 3, "auto", "128-byte-swizzled"), (64, 3, "none", "128-byte-swizzled"), (64, 1, "auto", "num_stages >= 2")],
+)
 def test_tma_refused_with_reason(bk: int, stages: int, swizzle: str, why: str) -> None:
     with pytest.raises(ConstraintError, match=why):
         _kernel(wc.f16, _subs(64, 64, bk, stages), (1, 1), "tma", swizzle)
@@ -108,8 +116,11 @@ CATCH_SHAPE = [(128, 64, 320)]
 def test_missing_release_never_completes(monkeypatch) -> None:
     """No empty-mbarrier arrivals: the first refill waits for a phase nobody completes (a hang on the GPU)."""
     real = pipeline_tma._node
-    monkeypatch.setattr(pipeline_tma, "_node", lambda g, op, *a, **kw: None if op is pipeline_tma.MBarrierArrive
-                        else real(g, op, *a, **kw))
+    monkeypatch.setattr(
+        pipeline_tma,
+        "_node",
+        lambda g, op, *a, **kw: None if op is pipeline_tma.MBarrierArrive else real(g, op, *a, **kw),
+    )
     kernel = _kernel(wc.f16, *CATCH)
     with pytest.raises(EmulatorError, match="can never complete"):
         _run(kernel, CATCH_SHAPE, wc.f16, "no release")
@@ -143,8 +154,9 @@ def test_unpredicated_fills_are_caught(monkeypatch) -> None:
     """Fills past the last iteration (no ``iteration < stop`` guard): copies in flight when the workgroup
     ends, or a stage refilled before its previous fill was waited for."""
     real = pipeline_tma._fill_kwargs
-    monkeypatch.setattr(pipeline_tma, "_fill_kwargs",
-                        lambda j, s, lo, stop, war, *base: real(j, s, lo, 10**6, war, *base))
+    monkeypatch.setattr(
+        pipeline_tma, "_fill_kwargs", lambda j, s, lo, stop, war, *base: real(j, s, lo, 10**6, war, *base)
+    )
     kernel = _kernel(wc.f16, *CATCH)
     with pytest.raises(EmulatorError, match="TMA copies in flight"):
         _run(kernel, CATCH_SHAPE, wc.f16, "unpredicated")

@@ -26,8 +26,9 @@ def _subs(bm: int, bn: int, bk: int, stages: int) -> dict:
 
 def _kernel(dtype, subs, waves, **kw):
     kw.setdefault("warp_specialize", True)
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, **kw), subs, backend="emulator",
-                      target="sm_90a", cache=False)
+    return wc.compile(
+        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, **kw), subs, backend="emulator", target="sm_90a", cache=False
+    )
 
 
 def _run(kernel, shapes, dtype, what: str) -> None:
@@ -81,8 +82,11 @@ def test_missing_release_deadlocks(monkeypatch) -> None:
     """No empty-mbarrier arrivals: the producer's first refill waits forever, then the consumers wait for a
     fill that never comes (a hang on the GPU)."""
     real = pipeline_tma._node
-    monkeypatch.setattr(pipeline_tma, "_node", lambda g, op, *a, **kw: None if op is pipeline_tma.MBarrierArrive
-                        else real(g, op, *a, **kw))
+    monkeypatch.setattr(
+        pipeline_tma,
+        "_node",
+        lambda g, op, *a, **kw: None if op is pipeline_tma.MBarrierArrive else real(g, op, *a, **kw),
+    )
     with pytest.raises(EmulatorError, match="deadlock.*thread 0.*thread 1"):
         _run(_kernel(wc.f16, *CATCH), CATCH_SHAPE, wc.f16, "no release")
 
@@ -105,17 +109,25 @@ def test_wrong_refill_parity_is_caught(monkeypatch) -> None:
         _run(_kernel(wc.f16, *CATCH), CATCH_SHAPE, wc.f16, "wrong refill parity")
 
 
-@pytest.mark.parametrize("kw,why", [
-    ({"async_copy": "cp.async"}, "not async_copy='cp.async'"),
-    ({"operand_swizzle": "none"}, "needs a TMA loop: .*128-byte-swizzled"),
-    ({"stages": 1}, "num_stages >= 2"),
-    ({"mma": wc.MMAType.NV_F32_16x8x16_F16}, "sm_90a"),
-])
+@pytest.mark.parametrize(
+    "kw,why",
+    [
+        ({"async_copy": "cp.async"}, "not async_copy='cp.async'"),
+        ({"operand_swizzle": "none"}, "needs a TMA loop: .*128-byte-swizzled"),
+        ({"stages": 1}, "num_stages >= 2"),
+        ({"mma": wc.MMAType.NV_F32_16x8x16_F16}, "sm_90a"),
+    ],
+)
 def test_ws_refused_with_reason(kw: dict, why: str) -> None:
     stages, mma = kw.pop("stages", 3), kw.pop("mma", WGMMA[wc.f16])
     with pytest.raises(ConstraintError, match=why):
-        wc.compile(gm.make_gemm(wc.f16, 32, mma, (1, 1), warp_specialize=True, **kw),
-                   _subs(64, 64, 64, stages), backend="emulator", target="sm_90a", cache=False)
+        wc.compile(
+            gm.make_gemm(wc.f16, 32, mma, (1, 1), warp_specialize=True, **kw),
+            _subs(64, 64, 64, stages),
+            backend="emulator",
+            target="sm_90a",
+            cache=False,
+        )
 
 
 def test_warp_specialize_is_validated() -> None:

@@ -44,8 +44,14 @@ CONFIGS = [
 
 def _kernel(dtype, cfg, async_copy: str = "auto", **kw):
     _name, subs, waves, _shapes, swizzle = cfg
-    return wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
-                      subs, backend="emulator", target="sm_90a", cache=False, **kw)
+    return wc.compile(
+        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
+        subs,
+        backend="emulator",
+        target="sm_90a",
+        cache=False,
+        **kw,
+    )
 
 
 def _uses_tma(cfg) -> bool:
@@ -104,9 +110,19 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     ws, persistent, split = (plan.warp_specialize, plan.persistent, plan.split_epilogue) if tile else (False,) * 3
     assert ws or not tile  # 64x64 tiles: with a producer warpgroup
     assert split or not tile  # wgmma tiles store C after one bounds test per thread
-    key = ("bf16", tuple(sorted((str(k), v) for k, v in subs.items())), waves, "emulator",
-           "wgmma" if tile else "mma_sync", "auto", ws, "f32", persistent, split,
-           not tile)  # copies, WS, C, grid, epilogue, fragment prefetch (mma.sync tiles only)
+    key = (
+        "bf16",
+        tuple(sorted((str(k), v) for k, v in subs.items())),
+        waves,
+        "emulator",
+        "wgmma" if tile else "mma_sync",
+        "auto",
+        ws,
+        "f32",
+        persistent,
+        split,
+        not tile,
+    )  # copies, WS, C, grid, epilogue, fragment prefetch (mma.sync tiles only)
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)
@@ -125,13 +141,23 @@ def test_gemm_output_in_input_dtype(dtype, mma) -> None:
     within the rounding of one cast; a C of another dtype is refused by name."""
     tdt = TORCH_DTYPE[dtype]
     if mma == "wgmma":
-        kernel = wc.compile(gm.make_gemm(dtype, 32, WGMMA[dtype], (2, 1), out_dtype=dtype), _subs(128, 128, 64, 3),
-                            backend="emulator", target="sm_90a", cache=False)
+        kernel = wc.compile(
+            gm.make_gemm(dtype, 32, WGMMA[dtype], (2, 1), out_dtype=dtype),
+            _subs(128, 128, 64, 3),
+            backend="emulator",
+            target="sm_90a",
+            cache=False,
+        )
         assert kernel.metadata.tensor_maps  # the TMA pipeline
     else:
         mma_type = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-        kernel = wc.compile(gm.make_gemm(dtype, 32, mma_type, (2, 2), out_dtype=dtype), _subs(64, 64, 32, 2),
-                            backend="emulator", target="sm_90", cache=False)
+        kernel = wc.compile(
+            gm.make_gemm(dtype, 32, mma_type, (2, 2), out_dtype=dtype),
+            _subs(64, 64, 32, 2),
+            backend="emulator",
+            target="sm_90",
+            cache=False,
+        )
     g, seed = generator()
     m, n, k = 130, 136, 200
     a, b = randn(g, m, k, dtype=tdt), randn(g, n, k, dtype=tdt)
@@ -154,8 +180,9 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
 
     monkeypatch.setattr(tg, "gpu_name", lambda: "test-gpu")
     tg._DISPATCH.clear()
-    cand = Candidate((("waves", (1, 1)),), (("BLOCK_K", 64), ("BLOCK_M", 128), ("BLOCK_N", 64), ("GROUP_M", 8),
-                                            ("NUM_STAGES", 3)))
+    cand = Candidate(
+        (("waves", (1, 1)),), (("BLOCK_K", 64), ("BLOCK_M", 128), ("BLOCK_N", 64), ("GROUP_M", 8), ("NUM_STAGES", 3))
+    )
     m, n, k = 100, 72, 136
     tg.store_tuned(wc.bf16, {(m, n, k): {cand: 1e-5}}, gpu="test-gpu", mma="wgmma")
     folder = tg._cache(wc.bf16, None, "wgmma").directory
@@ -201,8 +228,11 @@ def test_missing_proxy_fence_is_caught(monkeypatch, cfg) -> None:
 
 def test_missing_wgmma_fence_is_caught(monkeypatch) -> None:
     real = fences_pass._node
-    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: None if op is fences_pass.WgmmaFence
-                        else real(g, op, where, before, **kw))
+    monkeypatch.setattr(
+        fences_pass,
+        "_node",
+        lambda g, op, where, before, **kw: None if op is fences_pass.WgmmaFence else real(g, op, where, before, **kw),
+    )
     kernel = _kernel(wc.f16, CATCH)
     with pytest.raises(EmulatorError, match="wgmma.fence"):
         _run(kernel, [(128, 64, 64)], wc.f16, "no wgmma fence")
@@ -212,8 +242,11 @@ def test_missing_wgmma_wait_is_refused(monkeypatch) -> None:
     """Without the body's wait (1 stage: the accumulator leaves the loop as a value) the accumulator
     would be read while the wgmmas may still write it: the lowering refuses."""
     real = fences_pass._node
-    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: where if op is fences_pass.WgmmaWait
-                        else real(g, op, where, before, **kw))
+    monkeypatch.setattr(
+        fences_pass,
+        "_node",
+        lambda g, op, where, before, **kw: where if op is fences_pass.WgmmaWait else real(g, op, where, before, **kw),
+    )
     with pytest.raises(wc.WavecError, match="no wgmma_wait retiring it"):
         _kernel(wc.f16, CONFIGS[0])
 
@@ -237,24 +270,27 @@ def test_missing_in_flight_wait_is_caught(monkeypatch) -> None:
 
 # ----- bad configurations -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("waves,subs,target,match", [
-    ((2, 1), _subs(64, 64, 32, 2), "sm_90a", "wave tile of M must be a multiple of 64"),
-    ((1, 1), _subs(64, 12, 32, 2), "sm_90a", "wave tile of N must be a multiple of 8"),
-    ((1, 1), _subs(64, 64, 8, 2), "sm_90a", "loop tile of K must be a multiple of 16"),
-    ((1, 1), _subs(64, 64, 32, 2), "sm_90", "target='sm_90a'"),
-    ((1, 1), _subs(64, 64, 32, 2), "sm_80", "target='sm_90a'"),
-])
+
+@pytest.mark.parametrize(
+    "waves,subs,target,match",
+    [
+        ((2, 1), _subs(64, 64, 32, 2), "sm_90a", "wave tile of M must be a multiple of 64"),
+        ((1, 1), _subs(64, 12, 32, 2), "sm_90a", "wave tile of N must be a multiple of 8"),
+        ((1, 1), _subs(64, 64, 8, 2), "sm_90a", "loop tile of K must be a multiple of 16"),
+        ((1, 1), _subs(64, 64, 32, 2), "sm_90", "target='sm_90a'"),
+        ((1, 1), _subs(64, 64, 32, 2), "sm_80", "target='sm_90a'"),
+    ],
+)
 def test_bad_configurations(waves, subs, target, match) -> None:
     with pytest.raises(wc.WavecError, match=match):
-        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], waves), subs, backend="emulator", target=target,
-                   cache=False)
+        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], waves), subs, backend="emulator", target=target, cache=False)
 
 
 def test_wgmma_needs_promoted_operands() -> None:
     M, N, K = gm.M, gm.N, gm.K
-    constraints = [c for c in gm.gemm_constraints(32, WGMMA[wc.f16], (1, 1))
-                   if not isinstance(c, wc.SchedulingConstraint)] + [
-        wc.SchedulingConstraint(num_stages=1, promote_operands=False)]
+    constraints = [
+        c for c in gm.gemm_constraints(32, WGMMA[wc.f16], (1, 1)) if not isinstance(c, wc.SchedulingConstraint)
+    ] + [wc.SchedulingConstraint(num_stages=1, promote_operands=False)]
 
     @wc.wave(constraints)
     def gemm(a: wc.Memory[M, K, wc.f16], b: wc.Memory[N, K, wc.f16], c: wc.Memory[M, N, wc.f32]):
@@ -272,13 +308,23 @@ def test_wgmma_needs_promoted_operands() -> None:
 
 def test_wgmma_type_with_wrong_dtype_is_rejected() -> None:
     with pytest.raises(wc.WavecError, match="takes bf16 operands"):
-        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.bf16], (1, 1)), _subs(64, 64, 32, 1), backend="emulator",
-                   target="sm_90a", cache=False)
+        wc.compile(
+            gm.make_gemm(wc.f16, 32, WGMMA[wc.bf16], (1, 1)),
+            _subs(64, 64, 32, 1),
+            backend="emulator",
+            target="sm_90a",
+            cache=False,
+        )
 
 
 def test_forced_swizzle_needs_128_byte_rows() -> None:
     with pytest.raises(wc.WavecError, match="128-byte swizzle rows"):
-        wc.compile(gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"), _subs(64, 64, 32, 1),
-                   backend="emulator", target="sm_90a", cache=False)
+        wc.compile(
+            gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"),
+            _subs(64, 64, 32, 1),
+            backend="emulator",
+            target="sm_90a",
+            cache=False,
+        )
     with pytest.raises(wc.WavecError, match="operand_swizzle"):
         wc.SchedulingConstraint(operand_swizzle="16B")

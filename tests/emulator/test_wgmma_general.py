@@ -20,10 +20,15 @@ WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGM
 
 
 def _constraints(dtype, waves_m: int, swizzle: str = "auto") -> list:
-    return [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1), wc.WaveConstraint(M, BM / waves_m),
-            wc.WaveConstraint(N, BN), wc.TilingConstraint(K, BK),
-            wc.HardwareConstraint(threads_per_wave=32, mma_type=WGMMA[dtype]),
-            wc.SchedulingConstraint(num_stages=STAGES, operand_swizzle=swizzle)]
+    return [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / waves_m),
+        wc.WaveConstraint(N, BN),
+        wc.TilingConstraint(K, BK),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=WGMMA[dtype]),
+        wc.SchedulingConstraint(num_stages=STAGES, operand_swizzle=swizzle),
+    ]
 
 
 def gemm_kn(dtype, waves_m: int = 1, swizzle: str = "auto"):
@@ -60,12 +65,21 @@ def chain(dtype, swizzle: str = "auto"):
     cast to the input type and fed as register A to a second wgmma whose B (V [K, N]) is MN-major."""
     J = wc.sym.J
 
-    @wc.wave([wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1), wc.WorkgroupConstraint(J, J, None),
-              wc.WaveConstraint(M, 64), wc.WaveConstraint(N, BN), wc.TilingConstraint(K, BK),
-              wc.HardwareConstraint(threads_per_wave=32, mma_type=WGMMA[dtype]),
-              wc.SchedulingConstraint(num_stages=STAGES, operand_swizzle=swizzle)])
-    def kernel(a: wc.Memory[M, J, dtype], b: wc.Memory[K, J, dtype], v: wc.Memory[K, N, dtype],
-               o: wc.Memory[M, N, wc.f32]):
+    @wc.wave(
+        [
+            wc.WorkgroupConstraint(M, BM, 0),
+            wc.WorkgroupConstraint(N, BN, 1),
+            wc.WorkgroupConstraint(J, J, None),
+            wc.WaveConstraint(M, 64),
+            wc.WaveConstraint(N, BN),
+            wc.TilingConstraint(K, BK),
+            wc.HardwareConstraint(threads_per_wave=32, mma_type=WGMMA[dtype]),
+            wc.SchedulingConstraint(num_stages=STAGES, operand_swizzle=swizzle),
+        ]
+    )
+    def kernel(
+        a: wc.Memory[M, J, dtype], b: wc.Memory[K, J, dtype], v: wc.Memory[K, N, dtype], o: wc.Memory[M, N, wc.f32]
+    ):
         ar = wc.read(a)
 
         @wc.iterate(K, init_args=[wc.Register[M, N, wc.f32](0.0)])
@@ -83,9 +97,11 @@ def _compile(kernel, subs, **kw):
     return wc.compile(kernel, subs, backend="emulator", target="sm_90a", cache=False, **kw)
 
 
-KN_CASES = [("64x64x32-s2", {BM: 64, BN: 64, BK: 32, STAGES: 2}, 1, [(64, 64, 64), (100, 72, 40)]),
-            ("128x128x64-s3-2wg", {BM: 128, BN: 128, BK: 64, STAGES: 3}, 2, [(130, 136, 136)]),
-            ("64x256x32-s1", {BM: 64, BN: 256, BK: 32, STAGES: 1}, 1, [(64, 256, 96)])]
+KN_CASES = [
+    ("64x64x32-s2", {BM: 64, BN: 64, BK: 32, STAGES: 2}, 1, [(64, 64, 64), (100, 72, 40)]),
+    ("128x128x64-s3-2wg", {BM: 128, BN: 128, BK: 64, STAGES: 3}, 2, [(130, 136, 136)]),
+    ("64x256x32-s1", {BM: 64, BN: 256, BK: 32, STAGES: 1}, 1, [(64, 256, 96)]),
+]
 
 
 @pytest.mark.parametrize("swizzle", ["auto", "none", "64B", "32B"])
@@ -100,8 +116,12 @@ def test_gemm_b_stored_k_by_n(dtype, case, swizzle) -> None:
         a, b = randn(g, m, k, dtype=TORCH_DTYPE[dtype]), randn(g, k, n, dtype=TORCH_DTYPE[dtype])
         c = poisoned(m, n)
         kernel(a, b, c)
-        check(c, a.double() @ b.double(), GEMM_TOL, f"B [K, N] {dtype.name} {case[0]} {swizzle} M={m} N={n} K={k} "
-              f"(seed {seed})")
+        check(
+            c,
+            a.double() @ b.double(),
+            GEMM_TOL,
+            f"B [K, N] {dtype.name} {case[0]} {swizzle} M={m} N={n} K={k} (seed {seed})",
+        )
 
 
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)
@@ -120,9 +140,9 @@ def test_gemm_a_from_registers(dtype) -> None:
 def _chain_ref(a, b, v):
     acc = torch.zeros(a.shape[0], v.shape[1], dtype=torch.float64)
     for k0 in range(0, b.shape[0], 64):
-        s = a.double() @ b[k0:k0 + 64].double().T
+        s = a.double() @ b[k0 : k0 + 64].double().T
         p = s.clamp(min=0).to(a.dtype).double()
-        acc = acc * 0.5 + p @ v[k0:k0 + 64].double()
+        acc = acc * 0.5 + p @ v[k0 : k0 + 64].double()
     return acc
 
 
@@ -161,8 +181,13 @@ def test_early_read_of_s_is_caught(monkeypatch) -> None:
 def test_missing_wait_before_a_register_reader_is_refused(monkeypatch) -> None:
     """Without that wait at all, the lowering refuses: relu would read registers a wgmma still writes."""
     real = fences_pass._node
-    monkeypatch.setattr(fences_pass, "_node", lambda g, op, where, before, **kw: where
-                        if op is fences_pass.WgmmaWait and where.op != "output" else real(g, op, where, before, **kw))
+    monkeypatch.setattr(
+        fences_pass,
+        "_node",
+        lambda g, op, where, before, **kw: (
+            where if op is fences_pass.WgmmaWait and where.op != "output" else real(g, op, where, before, **kw)
+        ),
+    )
     with pytest.raises(wc.WavecError, match="no wgmma_wait retiring it"):
         _compile(chain(wc.f16), {BM: 64, BN: 64, BK: 64, STAGES: 1, wc.sym.J: 64})
 
@@ -182,9 +207,14 @@ def test_missing_fence_before_register_a_is_caught(monkeypatch) -> None:
         kernel(a, b, v, poisoned(64, 64))
 
 
-@pytest.mark.parametrize("kind,lbo,sbo", [(SharedLayoutKind.SWIZZLE_128B, 64 * 128, 1024),
-                                          (SharedLayoutKind.SWIZZLE_64B, 64 * 64, 512),
-                                          (SharedLayoutKind.CORE_K_MAJOR, 16 * 128, 128)])
+@pytest.mark.parametrize(
+    "kind,lbo,sbo",
+    [
+        (SharedLayoutKind.SWIZZLE_128B, 64 * 128, 1024),
+        (SharedLayoutKind.SWIZZLE_64B, 64 * 64, 512),
+        (SharedLayoutKind.CORE_K_MAJOR, 16 * 128, 128),
+    ],
+)
 def test_mn_major_descriptor_strides(kind, lbo, sbo) -> None:
     """A 64 (K rows) x 128 (N, contiguous) f16 tile: LBO/SBO of the PTX ISA canonical MN-major layouts."""
     lay = SharedLayout(kind, 2, mn_major=True)

@@ -51,8 +51,11 @@ def _example(file: str, attr: str, subs_of: Callable[[object], dict]) -> Callabl
 def _gemm(dtype, m: int, n: int, k: int, target: str, prefetch: bool = True, out=wc.f32) -> Callable[[], tuple]:
     def build():
         subs, waves = gm.gemm_config(m, n, k)
-        tpw, mma = gm.MMA_FOR_TARGET[target] if target == "gfx942" else (32, (
-            wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16))
+        tpw, mma = (
+            gm.MMA_FOR_TARGET[target]
+            if target == "gfx942"
+            else (32, (wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16))
+        )
         return gm.make_gemm(dtype, tpw, mma, waves, out_dtype=out, prefetch_fragments=prefetch), subs
 
     return build
@@ -61,10 +64,16 @@ def _gemm(dtype, m: int, n: int, k: int, target: str, prefetch: bool = True, out
 def _wgmma(dtype, m: int, n: int, k: int, async_copy: str = "auto", out=None) -> Callable[[], tuple]:
     def build():
         plan = gm.wgmma_plan(m, n, k)
-        return gm.make_gemm(dtype, mma_type=gm.WGMMA_FOR_DTYPE[dtype.name], waves=plan.waves,
-                            async_copy=async_copy, warp_specialize=plan.warp_specialize and async_copy == "auto",
-                            out_dtype=out or dtype, persistent=plan.persistent and async_copy == "auto",
-                            split_epilogue=plan.split_epilogue), plan.subs
+        return gm.make_gemm(
+            dtype,
+            mma_type=gm.WGMMA_FOR_DTYPE[dtype.name],
+            waves=plan.waves,
+            async_copy=async_copy,
+            warp_specialize=plan.warp_specialize and async_copy == "auto",
+            out_dtype=out or dtype,
+            persistent=plan.persistent and async_copy == "auto",
+            split_epilogue=plan.split_epilogue,
+        ), plan.subs
 
     return build
 
@@ -77,12 +86,12 @@ def _splitk(dtype, m: int, n: int, k: int) -> Callable[[], tuple]:
     return build
 
 
-def _attention(dtype, layout: str, causal: bool, head_dim: int, mma: str,
-               seq_q: int | None = None) -> Callable[[], tuple]:
+def _attention(
+    dtype, layout: str, causal: bool, head_dim: int, mma: str, seq_q: int | None = None
+) -> Callable[[], tuple]:
     def build():
         subs, waves = att.attention_config(head_dim, seq_q, None, mma, causal)
-        return att.make_attention(dtype, layout, causal, waves, mma,
-                                  split_epilogue=att.SPLIT_EPILOGUE[mma]), subs
+        return att.make_attention(dtype, layout, causal, waves, mma, split_epilogue=att.SPLIT_EPILOGUE[mma]), subs
 
     return build
 
@@ -94,14 +103,26 @@ def _cases() -> list[Case]:
         Case("copy_f16_gfx942", lambda: (ew.make_copy(f16, 64), ew.DEFAULT_SUBS), "gfx942"),
         Case("scale_shift_f16", lambda: (ew.make_scale_shift(f16), ew.DEFAULT_SUBS), "sm_80"),
         Case("softmax_f16_1024", lambda: (softmax.make_softmax(f16), {softmax.BLOCK_M: 4, softmax.N: 1024}), "sm_90"),
-        Case("softmax_bf16_4096_w4", lambda: (softmax.make_softmax(bf16, waves_per_row=4),
-                                              {softmax.BLOCK_M: 1, softmax.N: 4096}), "sm_90"),
-        Case("softmax_f16_1024_gfx942", lambda: (softmax.make_softmax(f16, 64),
-                                                 {softmax.BLOCK_M: 4, softmax.N: 1024}), "gfx942"),
-        Case("rmsnorm_f16_4096_w4", lambda: (norms.make_rmsnorm(4096, f16, waves_per_row=4),
-                                             {norms.BLOCK_M: 1, norms.N: 4096}), "sm_90"),
-        Case("layernorm_bf16_1024", lambda: (norms.make_layernorm(1024, bf16), {norms.BLOCK_M: 4, norms.N: 1024}),
-             "sm_80"),
+        Case(
+            "softmax_bf16_4096_w4",
+            lambda: (softmax.make_softmax(bf16, waves_per_row=4), {softmax.BLOCK_M: 1, softmax.N: 4096}),
+            "sm_90",
+        ),
+        Case(
+            "softmax_f16_1024_gfx942",
+            lambda: (softmax.make_softmax(f16, 64), {softmax.BLOCK_M: 4, softmax.N: 1024}),
+            "gfx942",
+        ),
+        Case(
+            "rmsnorm_f16_4096_w4",
+            lambda: (norms.make_rmsnorm(4096, f16, waves_per_row=4), {norms.BLOCK_M: 1, norms.N: 4096}),
+            "sm_90",
+        ),
+        Case(
+            "layernorm_bf16_1024",
+            lambda: (norms.make_layernorm(1024, bf16), {norms.BLOCK_M: 4, norms.N: 1024}),
+            "sm_80",
+        ),
         Case("gemm_f16_4096", _gemm(f16, 4096, 4096, 4096, "sm_90"), "sm_90"),
         Case("gemm_bf16_2048x5120x5120_f16out", _gemm(bf16, 2048, 5120, 5120, "sm_90", out=bf16), "sm_90"),
         Case("gemm_f16_512_noprefetch", _gemm(f16, 512, 512, 512, "sm_80", prefetch=False), "sm_80"),
@@ -126,21 +147,63 @@ def _cases() -> list[Case]:
     ]
     ex = [
         ("01_copy", "sm_90", lambda: (ew.make_copy(f16), ew.DEFAULT_SUBS)),
-        ("02_elementwise", "sm_90", _example("02_elementwise.py", "scale_shift",
-                                             lambda m: lambda a, mod: (getattr(mod, a), {mod.BLOCK_M: 4,
-                                                                                         mod.BLOCK_N: 256}))),
-        ("03_gemm", "sm_90", _example("03_gemm.py", "gemm",
-                                      lambda m: lambda a, mod: (getattr(mod, a), {mod.BM: 64, mod.BN: 64,
-                                                                                  mod.BK: 32}))),
-        ("04_softmax", "sm_90", _example("04_softmax.py", "softmax",
-                                         lambda m: lambda a, mod: (getattr(mod, a), {mod.BLOCK_M: 4, mod.N: 1024}))),
-        ("06_attention", "sm_90", _example("06_attention.py", "attention", lambda m: lambda a, mod: (
-            wc.wave(mod.constraints)(getattr(mod, a)), {mod.BLOCK_M: 64, mod.BLOCK_N: 64, mod.D: 64}))),
-        ("06_attention_hopper", "sm_90a", _example("06_attention.py", "attention", lambda m: lambda a, mod: (
-            wc.wave(mod.hopper)(getattr(mod, a)), {mod.BLOCK_M: 64, mod.BLOCK_N: 64, mod.D: 64}))),
-        ("07_gemm_hopper", "sm_90a", _example("07_gemm_hopper.py", "gemm",
-                                              lambda m: lambda a, mod: (getattr(mod, a), {mod.BM: 128, mod.BN: 64,
-                                                                                          mod.BK: 64}))),
+        (
+            "02_elementwise",
+            "sm_90",
+            _example(
+                "02_elementwise.py",
+                "scale_shift",
+                lambda m: lambda a, mod: (getattr(mod, a), {mod.BLOCK_M: 4, mod.BLOCK_N: 256}),
+            ),
+        ),
+        (
+            "03_gemm",
+            "sm_90",
+            _example(
+                "03_gemm.py", "gemm", lambda m: lambda a, mod: (getattr(mod, a), {mod.BM: 64, mod.BN: 64, mod.BK: 32})
+            ),
+        ),
+        (
+            "04_softmax",
+            "sm_90",
+            _example(
+                "04_softmax.py", "softmax", lambda m: lambda a, mod: (getattr(mod, a), {mod.BLOCK_M: 4, mod.N: 1024})
+            ),
+        ),
+        (
+            "06_attention",
+            "sm_90",
+            _example(
+                "06_attention.py",
+                "attention",
+                lambda m: (
+                    lambda a, mod: (
+                        wc.wave(mod.constraints)(getattr(mod, a)),
+                        {mod.BLOCK_M: 64, mod.BLOCK_N: 64, mod.D: 64},
+                    )
+                ),
+            ),
+        ),
+        (
+            "06_attention_hopper",
+            "sm_90a",
+            _example(
+                "06_attention.py",
+                "attention",
+                lambda m: (
+                    lambda a, mod: (wc.wave(mod.hopper)(getattr(mod, a)), {mod.BLOCK_M: 64, mod.BLOCK_N: 64, mod.D: 64})
+                ),
+            ),
+        ),
+        (
+            "07_gemm_hopper",
+            "sm_90a",
+            _example(
+                "07_gemm_hopper.py",
+                "gemm",
+                lambda m: lambda a, mod: (getattr(mod, a), {mod.BM: 128, mod.BN: 64, mod.BK: 64}),
+            ),
+        ),
     ]
     cases += [Case(f"example_{n}", b, t) for n, t, b in ex]
     return cases

@@ -15,5 +15,6 @@ def test_golden_mlir(case, tmp_path):
     if text != golden:
         (tmp_path / f"{case.name}.mlir").write_text(text)
         diff = "".join(list(difflib.unified_diff(golden.splitlines(True), text.splitlines(True), "golden", "now"))[:80])
-        pytest.fail(f"{case.name}: emitted MLIR differs from the golden file (now: {tmp_path}/{case.name}.mlir)\n"
-                    f"{diff}")
+        pytest.fail(
+            f"{case.name}: emitted MLIR differs from the golden file (now: {tmp_path}/{case.name}.mlir)\n{diff}"
+        )

@@ -20,8 +20,9 @@ def _reference(q, k, v, causal, layout, scale=None):
     if layout == "bshd":
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
     g = q.shape[1] // k.shape[1]
-    out = F.scaled_dot_product_attention(q.float(), k.float().repeat_interleave(g, 1),
-                                         v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale
+    )
     return out if layout == "bhsd" else out.transpose(1, 2)
 
 
@@ -29,6 +30,7 @@ def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
     def make(heads, s):
         shape = (b, heads, s, d) if layout == "bhsd" else (b, s, heads, d)
         return torch.randn(shape, device="cuda", dtype=TORCH[dtype])
+
     return make(h, sq), make(kvh, skv), make(kvh, skv)
 
 
@@ -84,6 +86,7 @@ def test_noncontiguous_inputs_rejected() -> None:
 
 
 # ----- Hopper wgmma (mma="wgmma", sm_90a) ------------------------------------------------------------------
+
 
 def _needs_sm90() -> None:
     if torch.cuda.get_device_capability() != (9, 0):

@@ -9,8 +9,7 @@ from wavec.kernels import gemm as gm
 pytestmark = pytest.mark.gpu
 
 # (M, N, K): the rule splits all but the last (S = 8, 8, 4, 4, 2, 1)
-SHAPES = [(1, 4096, 4096), (16, 4096, 11008), (1, 8192, 8192), (16, 5120, 13824), (1, 14336, 4096),
-          (16, 128256, 4096)]
+SHAPES = [(1, 4096, 4096), (16, 4096, 11008), (1, 8192, 8192), (16, 5120, 13824), (1, 14336, 4096), (16, 128256, 4096)]
 
 
 def _rel_err(out, ref) -> float:

@@ -41,14 +41,23 @@ def test_scale_shift(dtype, shape):
     out = _poison(shape, tdt)
     k(a, b, bias, out)
     torch.cuda.synchronize()
-    ref = (a.double() * b.double()) .to(tdt).double() + bias.double()[None, :]
+    ref = (a.double() * b.double()).to(tdt).double() + bias.double()[None, :]
     assert not out.isnan().any()
     tol = 2e-3 if dtype == wc.f16 else 1e-6
     assert _rel_err(out, ref) < tol
 
 
-GEMM_SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-               (128, 512, 1024), (1024, 256, 64), (64, 4096, 4096), (3072, 128, 512)]
+GEMM_SHAPES = [
+    (256, 256, 256),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (128, 512, 1024),
+    (1024, 256, 64),
+    (64, 4096, 4096),
+    (3072, 128, 512),
+]
 
 
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16])
@@ -68,8 +77,7 @@ def test_gemm(dtype, mnk):
     assert _rel_err(c, ref) < 1e-5
 
 
-@pytest.mark.parametrize("mnk", [(1, 4096, 4096), (3, 256, 520), (16, 12288, 512), (100, 200, 72),
-                                 (4097, 1000, 264)])
+@pytest.mark.parametrize("mnk", [(1, 4096, 4096), (3, 256, 520), (16, 12288, 512), (100, 200, 72), (4097, 1000, 264)])
 def test_gemm_masked_shapes(mnk):
     """Shapes the tiles do not divide are masked, never computed from the wrong addresses."""
     k = wc.compile(make_gemm(), DEFAULT_SUBS, backend="cuda")
@@ -111,8 +119,11 @@ def test_bad_inputs_rejected_on_gpu():
     with pytest.raises(wc.WavecError, match="non-contiguous"):
         k(torch.randn(64, 128, device="cuda", dtype=torch.float16).T, b, c)
     with pytest.raises(wc.WavecError, match="multiple of 8"):
-        k(torch.randn(128, 60, device="cuda", dtype=torch.float16), torch.randn(128, 60, device="cuda",
-                                                                                dtype=torch.float16), c)
+        k(
+            torch.randn(128, 60, device="cuda", dtype=torch.float16),
+            torch.randn(128, 60, device="cuda", dtype=torch.float16),
+            c,
+        )
     with pytest.raises(wc.WavecError, match="'c'"):
         k(a, b, torch.empty(128, 64, device="cuda"))
 
@@ -149,8 +160,14 @@ def test_matmul_c_in_input_dtype(dtype):
     the heuristic's tiles on ragged and aligned shapes, every element written, against float64."""
     from wavec.kernels.gemm import matmul
 
-    for m, n, kk in [(300, 200, 64), (130, 522, 40), (1000, 4096, 328), (4096, 4096, 4096), (17, 258, 512),
-                     (2048, 1000, 1024)]:
+    for m, n, kk in [
+        (300, 200, 64),
+        (130, 522, 40),
+        (1000, 4096, 328),
+        (4096, 4096, 4096),
+        (17, 258, 512),
+        (2048, 1000, 1024),
+    ]:
         a = torch.randn(m, kk, device="cuda", dtype=dtype)
         b = torch.randn(n, kk, device="cuda", dtype=dtype)
         c = matmul(a, b, out_dtype=dtype)

@@ -40,9 +40,20 @@ CONFIGS = [  # (id, subs, waves, async copy)
 def _compile(dt: str, cfg, persistent: bool):
     _name, tile, waves, copy = cfg
     ws = copy == "ws"
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves,
-                                   async_copy="tma-mbarrier" if ws else copy, warp_specialize=ws,
-                                   persistent=persistent), tile, backend="cuda", target="sm_90a")
+    return wc.compile(
+        gm.make_gemm(
+            getattr(wc, dt),
+            32,
+            gm.WGMMA_FOR_DTYPE[dt],
+            waves,
+            async_copy="tma-mbarrier" if ws else copy,
+            warp_specialize=ws,
+            persistent=persistent,
+        ),
+        tile,
+        backend="cuda",
+        target="sm_90a",
+    )
 
 
 @needs_sm90

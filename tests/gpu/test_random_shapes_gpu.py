@@ -21,8 +21,12 @@ from wavec.kernels.gemm import matmul
 
 pytestmark = pytest.mark.gpu
 
-SETTINGS = dict(deadline=None, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = dict(
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 SPECIAL = [1, 2, 3, 5, 7, 13, 31, 64, 97, 100, 127, 128, 131, 257, 1000, 1021, 1024, 2048, 3001, 4093, 4096]
 
 
@@ -47,7 +51,7 @@ def poisoned(shape, dtype, guard: int = 256):
 def check_written(out, buf) -> None:
     torch.cuda.synchronize()
     assert not out.isnan().any(), f"{int(out.isnan().sum())} of {out.numel()} output elements never written"
-    assert buf[out.numel():].isnan().all(), "the kernel wrote past the end of its output"
+    assert buf[out.numel() :].isnan().all(), "the kernel wrote past the end of its output"
 
 
 def _rel_err(out, ref) -> float:
@@ -56,8 +60,7 @@ def _rel_err(out, ref) -> float:
 
 
 @settings(max_examples=60, **SETTINGS)
-@given(m=free_dim(), n=run_dim(2), k=run_dim(8), dtype=st.sampled_from(["f16", "bf16"]),
-       seed=st.integers(0, 2**16))
+@given(m=free_dim(), n=run_dim(2), k=run_dim(8), dtype=st.sampled_from(["f16", "bf16"]), seed=st.integers(0, 2**16))
 def test_matmul_random_shapes(m, n, k, dtype, seed) -> None:
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(seed)
@@ -94,16 +97,23 @@ _EW: dict = {}
 
 
 @settings(max_examples=40, **SETTINGS)
-@given(dtype=st.sampled_from(["f32", "f16"]), bm=st.sampled_from([1, 2, 4, 8]), bn_waves=st.sampled_from([1, 2, 4]),
-       m=free_dim(), seed=st.integers(0, 2**16), data=st.data())
+@given(
+    dtype=st.sampled_from(["f32", "f16"]),
+    bm=st.sampled_from([1, 2, 4, 8]),
+    bn_waves=st.sampled_from([1, 2, 4]),
+    m=free_dim(),
+    seed=st.integers(0, 2**16),
+    data=st.data(),
+)
 def test_scale_shift_random_shapes(dtype, bm, bn_waves, m, seed, data) -> None:
     wdt, tdt = {"f32": (wc.f32, torch.float32), "f16": (wc.f16, torch.float16)}[dtype]
     run = 16 // tdt.itemsize
     n = data.draw(run_dim(run), label="n")
     key = (dtype, bm, bn_waves)
     if key not in _EW:
-        _EW[key] = wc.compile(make_scale_shift(wdt), {wc.sym.BLOCK_M: bm, wc.sym.BLOCK_N: 32 * run * bn_waves},
-                              backend="cuda")
+        _EW[key] = wc.compile(
+            make_scale_shift(wdt), {wc.sym.BLOCK_M: bm, wc.sym.BLOCK_N: 32 * run * bn_waves}, backend="cuda"
+        )
     g = torch.Generator(device="cuda").manual_seed(seed)
     a, b = (torch.randn(m, n, device="cuda", generator=g).to(tdt) for _ in range(2))
     bias = torch.randn(n, device="cuda", generator=g).to(tdt)

@@ -9,8 +9,9 @@ from wavec.kernels.softmax import BLOCK_M, N, make_softmax
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("dtype,tdt,tol", [(wc.f16, torch.float16, 2e-3), (wc.bf16, torch.bfloat16, 1e-2),
-                                           (wc.f32, torch.float32, 1e-6)])
+@pytest.mark.parametrize(
+    "dtype,tdt,tol", [(wc.f16, torch.float16, 2e-3), (wc.bf16, torch.bfloat16, 1e-2), (wc.f32, torch.float32, 1e-6)]
+)
 @pytest.mark.parametrize("rows,n", [(1, 256), (4097, 1024), (1000, 4096)])
 def test_softmax(dtype, tdt, tol, rows, n) -> None:
     k = wc.compile(make_softmax(dtype), {BLOCK_M: 4, N: n}, backend="cuda")

@@ -41,8 +41,12 @@ MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (10
 
 def _compile(dt: str, cfg, async_copy: str = "tma-mbarrier"):
     _name, subs, waves = cfg
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy=async_copy),
-                      subs, backend="cuda", target="sm_90a")
+    return wc.compile(
+        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy=async_copy),
+        subs,
+        backend="cuda",
+        target="sm_90a",
+    )
 
 
 def _run(kernel, m: int, n: int, k: int, dt: str) -> torch.Tensor:

@@ -25,8 +25,7 @@ def ops(tmp_path_factory):
         mp.setenv("WAVEC_CACHE_DIR", str(tmp_path_factory.mktemp("wavec-cache")))
         gemm = wc.compile(make_gemm(wc.f16), DEFAULT_SUBS, backend="cuda")
         ss = wc.compile(make_scale_shift(wc.f32), EW_SUBS, backend="cuda")
-    return (register_torch_op(gemm, "wavec_gpu_test::gemm"),
-            register_torch_op(ss, "wavec_gpu_test::scale_shift"))
+    return (register_torch_op(gemm, "wavec_gpu_test::gemm"), register_torch_op(ss, "wavec_gpu_test::scale_shift"))
 
 
 class GemmScaleShift(torch.nn.Module):
@@ -44,8 +43,7 @@ class GemmScaleShift(torch.nn.Module):
 
 def _inputs(m: int = M, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return (torch.randn(m, K, device="cuda", generator=g).half(),
-            torch.randn(m, N, device="cuda", generator=g))
+    return (torch.randn(m, K, device="cuda", generator=g).half(), torch.randn(m, N, device="cuda", generator=g))
 
 
 def _reference(model: GemmScaleShift, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -63,7 +61,7 @@ def test_torch_compile_fullgraph_matches_eager(ops, dynamic):
     torch._dynamo.reset()
     model = GemmScaleShift(*ops)
     compiled = torch.compile(model, fullgraph=True, dynamic=dynamic)
-    for m in ((M, 2 * M) if dynamic else (M,)):
+    for m in (M, 2 * M) if dynamic else (M,):
         x, y = _inputs(m, seed=m)
         with torch.no_grad():
             eager, got = model(x, y), compiled(x, y)

@@ -34,8 +34,17 @@ CONFIGS = [
     ("64x64x32-s2-core", _subs(64, 64, 32, 2), (1, 1), "none"),  # 2 stages: wait_group 0 every iteration
     ("128x256x32-s4-swz64", _subs(128, 256, 32, 4), (2, 1), "auto"),  # 64-byte swizzle (descriptor bit 63)
 ]
-SHAPES = [(256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
-          (128, 512, 1024), (1024, 256, 64), (64, 4096, 4096), (3072, 384, 512)]
+SHAPES = [
+    (256, 256, 256),
+    (512, 512, 512),
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (128, 512, 1024),
+    (1024, 256, 64),
+    (64, 4096, 4096),
+    (3072, 384, 512),
+]
 MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (1000, 1000, 1000)]
 
 
@@ -53,8 +62,12 @@ def _run(kernel, m: int, n: int, k: int, dt: str) -> None:
 
 def _compile(dt: str, cfg):
     _name, subs, waves, swizzle = cfg
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, operand_swizzle=swizzle),
-                      subs, backend="cuda", target="sm_90a")
+    return wc.compile(
+        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, operand_swizzle=swizzle),
+        subs,
+        backend="cuda",
+        target="sm_90a",
+    )
 
 
 @needs_sm90

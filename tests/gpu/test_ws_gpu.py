@@ -32,8 +32,12 @@ CONFIGS = [
 
 def _compile(dt: str, cfg, ws: bool):
     _name, tile, waves = cfg
-    return wc.compile(gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy="tma-mbarrier",
-                                   warp_specialize=ws), tile, backend="cuda", target="sm_90a")
+    return wc.compile(
+        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy="tma-mbarrier", warp_specialize=ws),
+        tile,
+        backend="cuda",
+        target="sm_90a",
+    )
 
 
 @needs_sm90

@@ -18,9 +18,14 @@ TARGETS = {"sm_90": (32, MMAType.NV_F32_16x8x16_F16), "gfx942": (64, MMAType.F32
 def chain(target: str) -> wc.WaveKernel:
     """``C = cast(A·Bᵀ * 0.5) · V`` with N tiled by a loop: two dependent mmas per iteration."""
     tpw, mma = TARGETS[target]
-    cons = [wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(K, K, None), wc.WorkgroupConstraint(D, D, None),
-            wc.WaveConstraint(M, 16), wc.TilingConstraint(N, 32),
-            wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma)]
+    cons = [
+        wc.WorkgroupConstraint(M, 32, 0),
+        wc.WorkgroupConstraint(K, K, None),
+        wc.WorkgroupConstraint(D, D, None),
+        wc.WaveConstraint(M, 16),
+        wc.TilingConstraint(N, 32),
+        wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma),
+    ]
 
     @wc.wave(cons)
     def chain(a: Memory[M, K, f16], b: Memory[N, K, f16], v: Memory[N, D, f16], c: Memory[M, D, f32]):
@@ -39,8 +44,14 @@ def chain(target: str) -> wc.WaveKernel:
 
 @pytest.mark.parametrize("target,via", [("sm_90", "registers"), ("gfx942", "shared")])
 def test_conversion_path_in_ir_and_numerics(target: str, via: str, capsys) -> None:
-    k = wc.compile(chain(target), {K: 32, D: 32}, target=target, backend="emulator", cache=False,
-                   print_ir_after=["convert_layouts"])
+    k = wc.compile(
+        chain(target),
+        {K: 32, D: 32},
+        target=target,
+        backend="emulator",
+        cache=False,
+        print_ir_after=["convert_layouts"],
+    )
     ir_text = capsys.readouterr().out
     assert f"convert_layout(%cast, via={via})" in ir_text
     assert ir_text.count("convert_layout(") == 1
@@ -84,8 +95,14 @@ def test_sequential_loops_share_staging_buffers(capsys) -> None:
     from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, make_attention
 
     subs = {BLOCK_M: 64, BLOCK_N: 64, NUM_STAGES: 2, D: 64}
-    k = wc.compile(make_attention(wc.f16, "bhsd", False, 4), subs, target="sm_90", backend="cuda", cache=False,
-                   print_ir_after=["share_shared_buffers"])
+    k = wc.compile(
+        make_attention(wc.f16, "bhsd", False, 4),
+        subs,
+        target="sm_90",
+        backend="cuda",
+        cache=False,
+        print_ir_after=["share_shared_buffers"],
+    )
     text = capsys.readouterr().out
     root = text.split("region ")[0]
     assert root.count("= allocate(") == 2

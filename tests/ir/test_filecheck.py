@@ -21,37 +21,43 @@ func @g() {
 """
 
 
-@pytest.mark.parametrize("checks", [
-    "CHECK: func @f\nCHECK: gpu.thread_id x\nCHECK: return",
-    "CHECK: arith.constant\nCHECK-NEXT: gpu.thread_id\nCHECK-NEXT: arith.addi",
-    "CHECK: %2 = arith.addi\nCHECK-SAME: %1, %0",
-    "CHECK: %[[T:[0-9]+]] = gpu.thread_id\nCHECK: arith.addi %[[T]], %0",
-    "CHECK: vector<{{[0-9]+}}xf16>\nCHECK: vector<8xf16>",
-    "CHECK-COUNT-2: vector.load\nCHECK: return",
-    "CHECK-LABEL: func @f\nCHECK-NOT: arith.muli\nCHECK: return\nCHECK-LABEL: func @g\nCHECK: arith.muli",
-    "// CHECK: func @g\n  # CHECK-NEXT:   %7 = arith.muli",
-    "CHECK: gpu.thread_id\nCHECK-NOT: gpu.thread_id\nCHECK: return",
-    "CHECK-LABEL: func @g() {\nCHECK-NEXT: %7 = arith.muli",
-])
+@pytest.mark.parametrize(
+    "checks",
+    [
+        "CHECK: func @f\nCHECK: gpu.thread_id x\nCHECK: return",
+        "CHECK: arith.constant\nCHECK-NEXT: gpu.thread_id\nCHECK-NEXT: arith.addi",
+        "CHECK: %2 = arith.addi\nCHECK-SAME: %1, %0",
+        "CHECK: %[[T:[0-9]+]] = gpu.thread_id\nCHECK: arith.addi %[[T]], %0",
+        "CHECK: vector<{{[0-9]+}}xf16>\nCHECK: vector<8xf16>",
+        "CHECK-COUNT-2: vector.load\nCHECK: return",
+        "CHECK-LABEL: func @f\nCHECK-NOT: arith.muli\nCHECK: return\nCHECK-LABEL: func @g\nCHECK: arith.muli",
+        "// CHECK: func @g\n  # CHECK-NEXT:   %7 = arith.muli",
+        "CHECK: gpu.thread_id\nCHECK-NOT: gpu.thread_id\nCHECK: return",
+        "CHECK-LABEL: func @g() {\nCHECK-NEXT: %7 = arith.muli",
+    ],
+)
 def test_passing_checks(checks: str) -> None:
     filecheck(TEXT, checks)
 
 
-@pytest.mark.parametrize("checks,why", [
-    ("CHECK: gpu.block_id", "not found"),
-    ("CHECK: return\nCHECK: gpu.thread_id", "not found"),  # order matters
-    ("CHECK: arith.constant\nCHECK-NEXT: arith.addi", "next line"),
-    ("CHECK: %2 = arith.addi\nCHECK-SAME: vector", "same line"),
-    ("CHECK-COUNT-3: vector.load", "found 2 times"),
-    ("CHECK: func @f\nCHECK-NOT: arith.addi\nCHECK: return", "excluded"),
-    ("CHECK-LABEL: func @f\nCHECK: arith.muli\nCHECK-LABEL: func @g", "not found"),  # confined to @f
-    ("CHECK: %[[T:[0-9]+]] = gpu.thread_id\nCHECK: vector.load %a[%[[T]]]\nCHECK: %2", "not found"),
-    ("CHECK: vector<{{[0-9]+}}xf32>", "not found"),
-    ("CHECK: func @f {{.*}} return", "not found"),  # no match across lines
-    ("CHECK-LABEL: func @h", "label not found"),
-    ("CHECK-LABEL: func @f() {\nCHECK-NEXT: gpu.thread_id", "next line"),
-    ("CHECK: thread_id\nCHECK-NOT: return\n", "excluded"),  # trailing NOT runs to the block end
-])
+@pytest.mark.parametrize(
+    "checks,why",
+    [
+        ("CHECK: gpu.block_id", "not found"),
+        ("CHECK: return\nCHECK: gpu.thread_id", "not found"),  # order matters
+        ("CHECK: arith.constant\nCHECK-NEXT: arith.addi", "next line"),
+        ("CHECK: %2 = arith.addi\nCHECK-SAME: vector", "same line"),
+        ("CHECK-COUNT-3: vector.load", "found 2 times"),
+        ("CHECK: func @f\nCHECK-NOT: arith.addi\nCHECK: return", "excluded"),
+        ("CHECK-LABEL: func @f\nCHECK: arith.muli\nCHECK-LABEL: func @g", "not found"),  # confined to @f
+        ("CHECK: %[[T:[0-9]+]] = gpu.thread_id\nCHECK: vector.load %a[%[[T]]]\nCHECK: %2", "not found"),
+        ("CHECK: vector<{{[0-9]+}}xf32>", "not found"),
+        ("CHECK: func @f {{.*}} return", "not found"),  # no match across lines
+        ("CHECK-LABEL: func @h", "label not found"),
+        ("CHECK-LABEL: func @f() {\nCHECK-NEXT: gpu.thread_id", "next line"),
+        ("CHECK: thread_id\nCHECK-NOT: return\n", "excluded"),  # trailing NOT runs to the block end
+    ],
+)
 def test_failing_checks(checks: str, why: str) -> None:
     with pytest.raises(FileCheckError, match=why):
         filecheck(TEXT, checks)

@@ -9,14 +9,30 @@ from wavec import Memory, Register, f16, f32
 from wavec.frontend.ops import AsyncCopy
 
 BM, BN = wc.sym.BLOCK_M, wc.sym.BLOCK_N
-gemm = _gemm([wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-              wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK), NV,
-              wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP)])
+gemm = _gemm(
+    [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / 2),
+        wc.WaveConstraint(N, BN / 2),
+        wc.TilingConstraint(K, BK),
+        NV,
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP),
+    ]
+)
 
 
-@wc.wave([wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-          wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK), NV,
-          wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP)])
+@wc.wave(
+    [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / 2),
+        wc.WaveConstraint(N, BN / 2),
+        wc.TilingConstraint(K, BK),
+        NV,
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP),
+    ]
+)
 def gemm_scaled(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
     """The loop's result goes through an op other than a cast: rows are masked as before."""
     acc = Register[M, N, f32](0.0)
@@ -42,10 +58,10 @@ def _copies(c: Compiled) -> dict:
 def test_gemm_operand_rows_clamp_and_k_masks() -> None:
     c = Compiled(gemm, {**SUBS, STAGES: 3}, "sm_90", emit=True)
     assert _copies(c) == {"a": {((K,), (M,))}, "b": {((K,), (N,))}}
-    loop = c.mlir[c.mlir.index("scf.for"):]
+    loop = c.mlir[c.mlir.index("scf.for") :]
     # the clamps are loop-invariant: computed before the loop, none inside it
-    assert "arith.minui" in c.mlir[:c.mlir.index("scf.for")]
-    body = loop[:loop.index("nvgpu.mma.sync")]
+    assert "arith.minui" in c.mlir[: c.mlir.index("scf.for")]
+    body = loop[: loop.index("nvgpu.mma.sync")]
     assert "arith.andi" not in body
 
 

@@ -30,8 +30,12 @@ def _invariant_ops_in_loops(mlir: str) -> list[str]:
             for inner in body.operations:
                 op = inner.operation
                 operands = list(op.operands)
-                if op.name.startswith("arith.") and op.name != "arith.constant" and operands and \
-                        not any(v in inside for v in operands):
+                if (
+                    op.name.startswith("arith.")
+                    and op.name != "arith.constant"
+                    and operands
+                    and not any(v in inside for v in operands)
+                ):
                     found.append(str(op).split("\n")[0][:120])
                 for r in op.results:
                     inside.add(r)

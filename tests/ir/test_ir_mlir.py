@@ -42,11 +42,17 @@ def _gemm(constraints: list) -> wc.WaveKernel:
 
 # ----- GEMM on NVIDIA: one wave, 4x2 grid of m16n8k16 per K step --------------------------------------
 
-gemm_nv = _gemm([
-    wc.WorkgroupConstraint(M, 64, 0), wc.WorkgroupConstraint(N, 16, 1),
-    wc.WaveConstraint(M, 64), wc.WaveConstraint(N, 16), wc.TilingConstraint(K, BK),
-    wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
-])
+gemm_nv = _gemm(
+    [
+        wc.WorkgroupConstraint(M, 64, 0),
+        wc.WorkgroupConstraint(N, 16, 1),
+        wc.WaveConstraint(M, 64),
+        wc.WaveConstraint(N, 16),
+        wc.TilingConstraint(K, BK),
+        wc.SchedulingConstraint(promote_operands=False),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
+    ]
+)
 
 GEMM_NV = r"""
 CHECK: #hal.executable.target<"cuda", "cuda-nvptx-fb", {{.*}}arch = "sm_90", features = "+ptx80"
@@ -102,7 +108,9 @@ def test_gemm_nvidia_mlir_mma_count_scales_with_k_tile() -> None:
 
 def test_gemm_static_k_has_one_fewer_constant() -> None:
     text = mlir(gemm_nv, {BK: 16, K: 64})
-    filecheck(text, r"""
+    filecheck(
+        text,
+        r"""
 CHECK: #hal.pipeline.layout<constants = 2, bindings =
 CHECK-LABEL: func.func @gemm()
 CHECK: %[[M32:[0-9]+]] = hal.interface.constant.load layout(#pipeline_layout) ordinal(0) : i32
@@ -113,16 +121,23 @@ CHECK-NEXT: binding(1) {{.*}} : memref<?x64xf16>{%{{[0-9]+}}}
 CHECK-NEXT: binding(2) {{.*}} : memref<?x?xf32>{%{{[0-9]+}}, %{{[0-9]+}}}
 CHECK: %[[FOUR:c4\w*]] = arith.constant 4 : index
 CHECK: scf.for %{{\w+}} = %{{\w+}} to %[[FOUR]] step
-""")
+""",
+    )
 
 
 # ----- the same body on CDNA3 ---------------------------------------------------------------------------
 
-gemm_amd = _gemm([
-    wc.WorkgroupConstraint(M, 64, 0), wc.WorkgroupConstraint(N, 32, 1),
-    wc.WaveConstraint(M, 32), wc.WaveConstraint(N, 32), wc.TilingConstraint(K, 32),
-    wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16x16_F16),
-])
+gemm_amd = _gemm(
+    [
+        wc.WorkgroupConstraint(M, 64, 0),
+        wc.WorkgroupConstraint(N, 32, 1),
+        wc.WaveConstraint(M, 32),
+        wc.WaveConstraint(N, 32),
+        wc.TilingConstraint(K, 32),
+        wc.SchedulingConstraint(promote_operands=False),
+        wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16x16_F16),
+    ]
+)
 
 GEMM_AMD = r"""
 CHECK: #hal.executable.target<"rocm", "rocm-hsaco-fb", {{.*}}arch = "gfx942"
@@ -156,17 +171,23 @@ def test_gemm_amd_32x32x8_mlir() -> None:
     k = gemm_lib.make_gemm(wc.f16, 64, wc.MMAType.F32_32x32x8_F16)
     text = mlir(k, {**gemm_lib.DEFAULT_SUBS, wc.sym.BLOCK_M: 64, wc.sym.BLOCK_N: 64, BK: 16}, target="gfx942")
     # per wave: a 32x32 tile is one instruction tile; BLOCK_K / 8 = 2 of them chained along K
-    filecheck(text, "CHECK: scf.for\nCHECK: amdgpu.mfma 32x32x8 {{.*}} : vector<4xf16>, vector<4xf16>, vector<16xf32>\n"
-                    "CHECK-NOT: amdgpu.mfma 16x16x16")
+    filecheck(
+        text,
+        "CHECK: scf.for\nCHECK: amdgpu.mfma 32x32x8 {{.*}} : vector<4xf16>, vector<4xf16>, vector<16xf32>\n"
+        "CHECK-NOT: amdgpu.mfma 16x16x16",
+    )
     assert text.count("amdgpu.mfma 32x32x8") % 2 == 0 and "amdgpu.mfma 32x32x8" in text
 
 
 # ----- library GEMM: the invariants whatever its schedule ---------------------------------------------
 
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_library_gemm_mlir(target: str) -> None:
     text = mlir(gemm_lib.make_gemm(), gemm_lib.DEFAULT_SUBS, target=target)
-    filecheck(text, rf"""
+    filecheck(
+        text,
+        rf"""
 CHECK: arch = "{target}"
 CHECK: #hal.pipeline.layout<constants = 3, bindings = [#hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer, ReadOnly>, #hal.pipeline.binding<storage_buffer>]>
 CHECK-LABEL: hal.executable public @gemm_exe {{
@@ -182,7 +203,8 @@ CHECK: scf.for {{{{.*}}}} iter_args(
 CHECK: nvgpu.mma.sync({{{{.*}}}}) mmaShape = [16, 8, 16]
 CHECK: scf.yield
 CHECK: vector.store
-""")
+""",
+    )
     assert text.count("hal.executable public") == 1
     assert "flags(ReadOnly) : memref<?x?xf32>" not in text
 
@@ -190,7 +212,9 @@ CHECK: vector.store
 # ----- elementwise ------------------------------------------------------------------------------------
 
 ROWWISE = [
-    wc.WorkgroupConstraint(M, 4, 0), wc.WorkgroupConstraint(N, 512, 1), wc.WaveConstraint(M, 1),
+    wc.WorkgroupConstraint(M, 4, 0),
+    wc.WorkgroupConstraint(N, 512, 1),
+    wc.WaveConstraint(M, 1),
     wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 256}),
 ]
 
@@ -225,22 +249,37 @@ def test_copy_mlir_uses_16_byte_accesses() -> None:
         assert bad not in text, bad
 
 
-@pytest.mark.parametrize("dtype,threads,target,width", [
-    (f16, 32, "sm_80", "vector<8xf16>"), (f32, 32, "sm_90", "vector<4xf32>"), (wc.bf16, 32, "sm_90", "vector<8xbf16>"),
-    (f16, 64, "gfx942", "vector<8xf16>"),
-])
+@pytest.mark.parametrize(
+    "dtype,threads,target,width",
+    [
+        (f16, 32, "sm_80", "vector<8xf16>"),
+        (f32, 32, "sm_90", "vector<4xf32>"),
+        (wc.bf16, 32, "sm_90", "vector<8xbf16>"),
+        (f16, 64, "gfx942", "vector<8xf16>"),
+    ],
+)
 def test_library_copy_mlir(dtype, threads: int, target: str, width: str) -> None:
-    text = mlir(ew_lib.make_copy(dtype, threads), ew_lib.DEFAULT_SUBS if threads == 32 else
-                {wc.sym.BLOCK_M: 4, wc.sym.BLOCK_N: 1024}, target=target)
-    filecheck(text, f"CHECK: subgroup_size = {threads}\nCHECK-COUNT-2: vector.load {{{{.*}}}} {width}\n"
-                    f"CHECK-COUNT-2: vector.store {{{{.*}}}} {width}\nCHECK-NOT: vector.load")
+    text = mlir(
+        ew_lib.make_copy(dtype, threads),
+        ew_lib.DEFAULT_SUBS if threads == 32 else {wc.sym.BLOCK_M: 4, wc.sym.BLOCK_N: 1024},
+        target=target,
+    )
+    filecheck(
+        text,
+        f"CHECK: subgroup_size = {threads}\nCHECK-COUNT-2: vector.load {{{{.*}}}} {width}\n"
+        f"CHECK-COUNT-2: vector.store {{{{.*}}}} {width}\nCHECK-NOT: vector.load",
+    )
     assert "vector.shuffle" not in text
 
 
-@wc.wave([
-    wc.WorkgroupConstraint(M, 4, 0), wc.WorkgroupConstraint(N, 256, 1), wc.WaveConstraint(M, 2),
-    wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 2, N: 256}),
-])
+@wc.wave(
+    [
+        wc.WorkgroupConstraint(M, 4, 0),
+        wc.WorkgroupConstraint(N, 256, 1),
+        wc.WaveConstraint(M, 2),
+        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 2, N: 256}),
+    ]
+)
 def bcast(a: Memory[M, N, f16], row: Memory[N, f16], col: Memory[M, f16], out: Memory[M, N, f16]):
     wc.write(wc.read(a) * wc.read(row)[None, :] + wc.read(col)[:, None], out)
 
@@ -293,6 +332,7 @@ def test_broadcast_without_replication_needs_no_shuffle() -> None:
 
 
 # ----- f32 -> bf16: one packed conversion per pair on NVIDIA (IREE expands arith.truncf to bf16 in software) --
+
 
 def _cast_bf16(threads: int) -> wc.WaveKernel:
     @wc.wave(ew_lib.rowwise_constraints(threads, 4))

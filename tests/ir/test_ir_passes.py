@@ -34,9 +34,13 @@ def after(kernel: wc.WaveKernel, names: list, subs: dict | None = None, target: 
 # ----- GEMM: one wave, a 4x2 grid of m16n8k16 per K step ----------------------------------------------
 
 GEMM_4x2 = [
-    wc.WorkgroupConstraint(M, 64, 0), wc.WorkgroupConstraint(N, 16, 1),
-    wc.WaveConstraint(M, 64), wc.WaveConstraint(N, 16), wc.TilingConstraint(K, BK),
-    wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
+    wc.WorkgroupConstraint(M, 64, 0),
+    wc.WorkgroupConstraint(N, 16, 1),
+    wc.WaveConstraint(M, 64),
+    wc.WaveConstraint(N, 16),
+    wc.TilingConstraint(K, BK),
+    wc.SchedulingConstraint(promote_operands=False),
+    wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
 ]
 
 
@@ -132,15 +136,21 @@ def test_gemm_after_expand_chains_k() -> None:
     out = after(gemm, ["expand"], {BK: 32})["expand"]
     filecheck(out, GEMM_EXPAND_K2)
     # the K offset of the second K tile is 16 logical columns
-    filecheck(out, "CHECK: %read_m0_k1 = read(%capture_a) : [M, K] f16  #layout {M: {{.*}}, "
-                   "K: (32*$ARG_K + 2*(Mod($LANE, 4)) + 16; 2x1, 2x8) /16}")
+    filecheck(
+        out,
+        "CHECK: %read_m0_k1 = read(%capture_a) : [M, K] f16  #layout {M: {{.*}}, "
+        "K: (32*$ARG_K + 2*(Mod($LANE, 4)) + 16; 2x1, 2x8) /16}",
+    )
 
 
 # ----- AMD: the same body under a CDNA3 HardwareConstraint --------------------------------------------
 
 GEMM_AMD = [
-    wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, 32, 1), wc.TilingConstraint(K, 16),
-    wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16x16_F16),
+    wc.WorkgroupConstraint(M, 32, 0),
+    wc.WorkgroupConstraint(N, 32, 1),
+    wc.TilingConstraint(K, 16),
+    wc.SchedulingConstraint(promote_operands=False),
+    wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16x16_F16),
 ]
 gemm_amd = wc.wave(GEMM_AMD)(gemm.fn)
 
@@ -155,14 +165,19 @@ CHECK: = mma({{.*}}) : [M, N] f32  #layout {M: (32*$WG0 + 4*floor($LANE/16); 4x1
 def test_gemm_amd_after_infer_indices() -> None:
     out = after(gemm_amd, ["infer_indices", "expand"], target="gfx942")
     filecheck(out["infer_indices"], GEMM_AMD_INDICES)
-    filecheck(out["expand"], "CHECK-LABEL: region iterate_0 {\nCHECK-COUNT-2: read(%capture_a)\n"
-                             "CHECK-COUNT-2: read(%capture_b)\nCHECK-COUNT-4: = mma(\nCHECK-NOT: = mma(")
+    filecheck(
+        out["expand"],
+        "CHECK-LABEL: region iterate_0 {\nCHECK-COUNT-2: read(%capture_a)\n"
+        "CHECK-COUNT-2: read(%capture_b)\nCHECK-COUNT-4: = mma(\nCHECK-NOT: = mma(",
+    )
 
 
 # ----- elementwise: defaults from vector_shapes, broadcast operands -----------------------------------
 
 ROWWISE = [
-    wc.WorkgroupConstraint(M, 4, 0), wc.WorkgroupConstraint(N, 512, 1), wc.WaveConstraint(M, 1),
+    wc.WorkgroupConstraint(M, 4, 0),
+    wc.WorkgroupConstraint(N, 512, 1),
+    wc.WaveConstraint(M, 1),
     wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 256}),
 ]
 
@@ -202,11 +217,16 @@ def test_scale_shift_after_infer_indices_and_expand() -> None:
 
 # ----- printing options -------------------------------------------------------------------------------
 
+
 def test_print_all_prints_every_pass_in_order() -> None:
     printed: list[str] = []
     trace = gemm.trace()
-    run_pipeline(trace, PassContext.build(trace, ConstraintSet(gemm.constraints, {BK: 16}), "sm_90"), ["all"],
-                 printer=printed.append)
+    run_pipeline(
+        trace,
+        PassContext.build(trace, ConstraintSet(gemm.constraints, {BK: 16}), "sm_90"),
+        ["all"],
+        printer=printed.append,
+    )
     text = "\n".join(printed)
     checks = "\n".join(f"CHECK-LABEL: // ----- after {name} -----" for name in ["trace", *PASS_NAMES])
     filecheck(text, checks)
@@ -231,15 +251,17 @@ def test_unknown_pass_name_raises(names: list) -> None:
 def test_compile_prints_after_expand_to_stdout(capsys) -> None:
     wc.compile(gemm, {BK: 16}, target="sm_90", backend="cuda", print_ir_after=["expand"], cache=False)
     out = capsys.readouterr().out
-    filecheck(out, "CHECK: // ----- after expand -----\nCHECK-NEXT: kernel gemm(\n"
-                   "CHECK-LABEL: region iterate_0 {\nCHECK-COUNT-8: = mma(")
+    filecheck(
+        out,
+        "CHECK: // ----- after expand -----\nCHECK-NEXT: kernel gemm(\n"
+        "CHECK-LABEL: region iterate_0 {\nCHECK-COUNT-8: = mma(",
+    )
     assert "after infer_indices" not in out and "emitted MLIR" not in out
 
 
 def test_compile_prints_mlir_to_stdout(capsys) -> None:
     k = wc.compile(gemm, {BK: 16}, target="sm_90", backend="cuda", print_ir_after=["mlir"], cache=False)
     out = capsys.readouterr().out
-    filecheck(out, "CHECK: // ----- emitted MLIR -----\nCHECK: hal.executable public @gemm_exe\n"
-                   "CHECK: nvgpu.mma.sync")
+    filecheck(out, "CHECK: // ----- emitted MLIR -----\nCHECK: hal.executable public @gemm_exe\nCHECK: nvgpu.mma.sync")
     assert "after expand" not in out
     assert k.mlir.strip() in out

@@ -13,9 +13,15 @@ BM, BN = wc.sym.BLOCK_M, wc.sym.BLOCK_N
 
 
 def _constraints(prefetch: bool) -> list:
-    return [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-            wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK), NV,
-            wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, prefetch_fragments=prefetch)]
+    return [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / 2),
+        wc.WaveConstraint(N, BN / 2),
+        wc.TilingConstraint(K, BK),
+        NV,
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, prefetch_fragments=prefetch),
+    ]
 
 
 gemm_pf = _gemm(_constraints(True))
@@ -55,7 +61,7 @@ def test_body_carries_step0_fragments_and_waits_before_the_last_step(stages: int
     commit = next(n for n in nodes if n.meta.get("op") is AsyncCommit)
     first_last = min(pos[m] for m in mmas if _step(m) == last)
     assert pos[commit] < pos[wait] and nodes[pos[wait] + 1].meta.get("op") is Barrier
-    nxt = nodes[pos[wait] + 2: first_last]
+    nxt = nodes[pos[wait] + 2 : first_last]
     assert len(nxt) == len(frags) and all(n.meta.get("op") is Read for n in nxt)
     iv, stage = induction_symbol(K), stage_symbol(K)
     for r in nxt:
@@ -64,14 +70,14 @@ def test_body_carries_step0_fragments_and_waits_before_the_last_step(stages: int
     # every other shared read (steps 1..last) comes before the wait: the stage is free once all pass it;
     # none precedes the first mma unless step 0 is also the last
     if last:
-        assert not any(n.meta.get("op") is Read for n in nodes[:min(pos[m] for m in mmas)])
+        assert not any(n.meta.get("op") is Read for n in nodes[: min(pos[m] for m in mmas)])
     others = [n for n in nodes if n.meta.get("op") is Read and n not in nxt]
     assert all(pos[r] < pos[wait] for r in others)
     out = next(n for n in body.nodes if n.op == "output").args[0]
-    assert list(out[len(accs):]) == nxt
+    assert list(out[len(accs) :]) == nxt
     # the root graph: wait, barrier, then the first iteration's fragments from stage 0, fed as inits
     root = list(c.trace.graph.nodes)
-    inits = it.args[0][len(accs):]
+    inits = it.args[0][len(accs) :]
     assert len(inits) == len(frags)
     first = root.index(inits[0])
     assert root[first - 2].meta.get("op") is AsyncWait and root[first - 1].meta.get("op") is Barrier
@@ -133,7 +139,7 @@ def test_stage_offsets_lower_to_a_select_not_a_remainder() -> None:
     """``(stage + c) % S`` of the carried stage is a compare and a select (a 64-bit remainder by 3 cost
     ptxas ~9 instructions per use inside the K loop)."""
     c = _compiled(gemm_pf, 3, 32, emit=True)
-    loop = c.mlir[c.mlir.index("scf.for"):]
-    body = loop[:loop.index("scf.yield")]
+    loop = c.mlir[c.mlir.index("scf.for") :]
+    body = loop[: loop.index("scf.yield")]
     assert "arith.remui" not in body or all("%c3" not in line for line in body.splitlines() if "arith.remui" in line)
     assert "arith.cmpi uge" in body

@@ -35,10 +35,13 @@ CDNA3 = wc.HardwareConstraint(threads_per_wave=64, mma_type=wc.MMAType.F32_16x16
 def gemm_constraints(hw: wc.HardwareConstraint, promote: bool = True, swizzle: str = "auto") -> list:
     """BM x BN workgroup tile over a 2 x 2 grid of waves, K in steps of BK, NUM_STAGES / GROUP_M from subs."""
     return [
-        wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-        wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK), hw,
-        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, promote_operands=promote,
-                                operand_swizzle=swizzle),
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / 2),
+        wc.WaveConstraint(N, BN / 2),
+        wc.TilingConstraint(K, BK),
+        hw,
+        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, promote_operands=promote, operand_swizzle=swizzle),
     ]
 
 
@@ -78,10 +81,14 @@ def gemm_shared_a(a: Memory[M, K, f16, SHARED], b: Memory[N, K, f16], c: Memory[
     wc.write(body, c)
 
 
-@wc.wave([
-    wc.WorkgroupConstraint(M, 4, 0), wc.WorkgroupConstraint(N, 512, 1), wc.WaveConstraint(M, 1),
-    wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 256}),
-])
+@wc.wave(
+    [
+        wc.WorkgroupConstraint(M, 4, 0),
+        wc.WorkgroupConstraint(N, 512, 1),
+        wc.WaveConstraint(M, 1),
+        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 256}),
+    ]
+)
 def copy(src: Memory[M, N, f16], dst: Memory[M, N, f16]):
     wc.write(wc.read(src), dst)
 
@@ -116,11 +123,13 @@ class Compiled:
     def loop_mlir(self) -> str:
         """The text of the (single) scf.for body, up to its scf.yield."""
         start = self.mlir.index("scf.for")
-        end = self.mlir.index("scf.yield", self.mlir.index("nvgpu.mma.sync" if "nvgpu" in self.mlir else "amdgpu.mfma", start))
+        end = self.mlir.index(
+            "scf.yield", self.mlir.index("nvgpu.mma.sync" if "nvgpu" in self.mlir else "amdgpu.mfma", start)
+        )
         # the loop's own yield carries the accumulators
-        while ": vector<4xf32>, vector<4xf32>" not in self.mlir[end:self.mlir.index("\n", end)]:
+        while ": vector<4xf32>, vector<4xf32>" not in self.mlir[end : self.mlir.index("\n", end)]:
             end = self.mlir.index("scf.yield", end + 1)
-        return self.mlir[start:self.mlir.index("\n", end)]
+        return self.mlir[start : self.mlir.index("\n", end)]
 
 
 @functools.cache
@@ -189,26 +198,32 @@ def test_promote_stages_mma_operands_through_shared() -> None:
     staged = [n for n in body.nodes if n.meta.get("op") is Read and n.meta.get("staging")]
     assert staged and all(n.meta.get("distribute") == "workgroup" for n in staged)
     # ... so their layouts are over $THREAD, not over one wave's lanes (the MMA reads keep $LANE)
-    filecheck(c.after["infer_indices"], r"""
+    filecheck(
+        c.after["infer_indices"],
+        r"""
 CHECK-LABEL: region iterate_0 {
 CHECK: = read(%capture_a) : [M, K] f16  #layout {M: ({{[^;]*}}$THREAD{{[^;]*}}) /32, K: ({{.*}}$THREAD{{.*}}; 8x1) /32}
 CHECK: = read(%capture_b) : [N, K] f16  #layout {N: ({{[^;]*}}$THREAD{{[^;]*}}) /32, K: ({{.*}}$THREAD{{.*}}; 8x1) /32}
 CHECK: = read(%capture_shared_a) : [M, K] f16  #layout {M: ({{.*}}$LANE{{.*}}
 CHECK: = read(%capture_shared_b) : [N, K] f16  #layout {N: ({{.*}}$LANE{{.*}}
-""")
+""",
+    )
 
 
 def test_promote_operands_false_keeps_reads_in_registers() -> None:
     c = compiled(gemm_regs)
     text = c.after["promote_to_shared"]
-    filecheck(text, r"""
+    filecheck(
+        text,
+        r"""
 CHECK: %register = register(, value=0.0) : [M, N] f32
 CHECK-NEXT: %iterate = iterate((%register), (%a, %b), dim=K, subgraph=iterate_0)
 CHECK-LABEL: region iterate_0 {
 CHECK: %[[A:read]] = read(%capture_a) : [M, K] f16
 CHECK-NEXT: %[[B:read_1]] = read(%capture_b) : [N, K] f16
 CHECK-NEXT: = mma(%[[A]], %[[B]], %iter_arg_0)
-""")
+""",
+    )
     assert "allocate" not in c.after["insert_barriers"] and "shared" not in text
     for bad in ("memref.alloc", "gpu.barrier", "nvgpu.ldmatrix", "nvgpu.device_async", "#gpu.address_space<workgroup>"):
         assert bad not in c.mlir, bad
@@ -217,7 +232,9 @@ CHECK-NEXT: = mma(%[[A]], %[[B]], %iter_arg_0)
 
 def test_shared_annotation_requests_promotion() -> None:
     text = compiled(gemm_shared_a, emit=False).after["promote_to_shared"]
-    filecheck(text, r"""
+    filecheck(
+        text,
+        r"""
 CHECK: kernel gemm_shared_a(a: [M, K] f16 global, b: [N, K] f16 global, c: [M, N] f32 global) {
 CHECK: %a = memory : [M, K] f16 global
 CHECK: %[[SA:shared_a]] = allocate(, tile={M: 64, K: 32}, base={M: 64*$WG0, K: 32*$ARG_K}, stages=1, pad=0) : [M, K] f16 shared
@@ -229,7 +246,8 @@ CHECK-NEXT: = write(%[[G]], %capture_shared_a)
 CHECK-NEXT: %[[A:read]] = read(%capture_shared_a) : [M, K] f16
 CHECK-NEXT: %[[B:read_1]] = read(%capture_b) : [N, K] f16
 CHECK-NEXT: = mma(%[[A]], %[[B]], %iter_arg_0)
-""")
+""",
+    )
 
 
 def test_shared_annotation_compiles_and_runs() -> None:
@@ -263,7 +281,7 @@ def test_coarsen_copies_are_coalesced_16_byte_runs() -> None:
     copies = [n for n in c.body().nodes if n.meta.get("op") in (Read, Write) and n.meta.get("staging")]
     assert len(copies) == 8  # 64x32 f16 tile = 4 KiB = 128 threads x 16 B x 2, for a and for b
     for n in copies:
-        (first, length, _off), = n.meta["accesses"]  # one 8 x f16 run per instruction
+        ((first, length, _off),) = n.meta["accesses"]  # one 8 x f16 run per instruction
         assert (first, length) == (0, 8) and n.meta["alignments"] == [16]
     # consecutive threads take consecutive 16-byte chunks of the row-major 64x32 tile
     reads_a = [n for n in copies if n.meta["op"] is Read and n.args[0].name == "capture_a"]
@@ -291,8 +309,11 @@ CHECK: nvgpu.mma.sync
 
 def test_coarsen_ldmatrix_for_nv_shared_operands() -> None:
     c = compiled(gemm)
-    shared_reads = [n for n in c.body().nodes if n.meta.get("op") is Read
-                    and n.args[0].meta["type"].address_space == AddressSpace.SHARED]
+    shared_reads = [
+        n
+        for n in c.body().nodes
+        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED
+    ]
     assert len(shared_reads) == 12 and all(n.meta.get("access") == "ldmatrix" for n in shared_reads)
     # B fragments of neighbouring N tiles (n0+n1, n2+n3) share one ldmatrix.x4
     pairs = {(n.name, n.meta["pair_with"].name) for n in shared_reads if n.meta.get("pair_with") is not None}
@@ -305,8 +326,11 @@ def test_coarsen_ldmatrix_for_nv_shared_operands() -> None:
     # a wave with a single N tile (BLOCK_N=16 over 2 waves) reads its B fragment with ldmatrix.x2; its
     # 16x32 tile is copied in 8-byte runs (4 elements per thread), so swizzle_shared pads it instead
     narrow = compiled(gemm, BLOCK_N=16).loop_mlir()
-    filecheck(narrow, "CHECK: nvgpu.ldmatrix %alloc_{{[0-9]+}}[{{.*}}] numTiles = 2 transpose = false : "
-                      "memref<2x16x40xf16, #gpu.address_space<workgroup>> -> vector<2x2xf16>")
+    filecheck(
+        narrow,
+        "CHECK: nvgpu.ldmatrix %alloc_{{[0-9]+}}[{{.*}}] numTiles = 2 transpose = false : "
+        "memref<2x16x40xf16, #gpu.address_space<workgroup>> -> vector<2x2xf16>",
+    )
     assert narrow.count("numTiles = 2") == 2 and narrow.count("numTiles = 4") == 4
     amd = compiled(gemm_amd, target="gfx942", NUM_STAGES=1)
     assert "ldmatrix" not in amd.mlir
@@ -315,15 +339,24 @@ def test_coarsen_ldmatrix_for_nv_shared_operands() -> None:
 
 def test_coarsen_16_byte_vector_accesses_carry_alignment_16() -> None:
     c = compiled(gemm, NUM_STAGES=1)  # synchronous copies: vector.load global -> vector.store shared
-    filecheck(c.loop_mlir(), r"""
+    filecheck(
+        c.loop_mlir(),
+        r"""
 CHECK: vector.load %{{[0-9]+}}[%{{[0-9]+}}, %{{[0-9]+}}] alignment = 16 : memref<?x?xf16>, vector<8xf16>
 CHECK: vector.store %{{[0-9]+}}, %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{[0-9]+}}, %{{[0-9]+}}] alignment = 16 : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>, vector<8xf16>
-""")
-    vec = [line for line in c.loop_mlir().splitlines()
-           if ("vector.load" in line or "vector.store" in line) and line.rstrip().endswith("vector<8xf16>")]
+""",
+    )
+    vec = [
+        line
+        for line in c.loop_mlir().splitlines()
+        if ("vector.load" in line or "vector.store" in line) and line.rstrip().endswith("vector<8xf16>")
+    ]
     assert len(vec) == 8 and all(" alignment = 16 : " in line for line in vec)  # 4 loads + 4 shared stores
-    filecheck(compiled(copy).mlir, "CHECK-COUNT-2: vector.load {{.*}} alignment = 16 : memref<?x?xf16>, vector<8xf16>\n"
-                                              "CHECK-COUNT-2: vector.store {{.*}} alignment = 16 : memref<?x?xf16>, vector<8xf16>")
+    filecheck(
+        compiled(copy).mlir,
+        "CHECK-COUNT-2: vector.load {{.*}} alignment = 16 : memref<?x?xf16>, vector<8xf16>\n"
+        "CHECK-COUNT-2: vector.store {{.*}} alignment = 16 : memref<?x?xf16>, vector<8xf16>",
+    )
 
 
 # ----- swizzle_shared -----------------------------------------------------------------------------------
@@ -338,10 +371,16 @@ def test_swizzle_xor_swizzles_ldmatrix_tiles(stages: int) -> None:
     c = compiled(gemm, NUM_STAGES=stages)
     assert "pad=0" in c.after["coarsen_loads"] and "smem_layout" not in c.after["coarsen_loads"]
     lay = LAYOUT.format("SWIZZLE_64B", "swizzle_64b")
-    filecheck(c.after["swizzle_shared"], f"CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [M, K] f16 shared\n"
-                                         f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [N, K] f16 shared")
-    filecheck(c.mlir, f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
-                      "CHECK-NOT: memref.alloc\nCHECK: arith.xori\nCHECK: nvgpu.ldmatrix")
+    filecheck(
+        c.after["swizzle_shared"],
+        f"CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [M, K] f16 shared\n"
+        f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, pad=0, {lay}) : [N, K] f16 shared",
+    )
+    filecheck(
+        c.mlir,
+        f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
+        "CHECK-NOT: memref.alloc\nCHECK: arith.xori\nCHECK: nvgpu.ldmatrix",
+    )
     assert "x64x40xf16" not in c.mlir
 
 
@@ -349,20 +388,36 @@ def test_swizzle_xor_swizzles_ldmatrix_tiles(stages: int) -> None:
 def test_swizzle_pads_rows_by_16_bytes_without_swizzle(stages: int) -> None:
     """``operand_swizzle="none"``: rows padded by 16 bytes, no XOR."""
     c = compiled(gemm_padded, NUM_STAGES=stages)
-    filecheck(c.after["swizzle_shared"], "CHECK: %shared_a = allocate(, tile={M: 64, K: 32}, {{.*}}, pad=8) : [M, K] f16 shared\n"
-                                         "CHECK-NEXT: %shared_b = allocate(, tile={N: 64, K: 32}, {{.*}}, pad=8) : [N, K] f16 shared")
-    filecheck(c.mlir, f"CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<{stages}x64x40xf16, #gpu.address_space<workgroup>>\n"
-                      "CHECK-NOT: memref.alloc")
+    filecheck(
+        c.after["swizzle_shared"],
+        "CHECK: %shared_a = allocate(, tile={M: 64, K: 32}, {{.*}}, pad=8) : [M, K] f16 shared\n"
+        "CHECK-NEXT: %shared_b = allocate(, tile={N: 64, K: 32}, {{.*}}, pad=8) : [N, K] f16 shared",
+    )
+    filecheck(
+        c.mlir,
+        f"CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<{stages}x64x40xf16, #gpu.address_space<workgroup>>\n"
+        "CHECK-NOT: memref.alloc",
+    )
     assert "x64x32xf16" not in c.mlir and "arith.xori" not in c.mlir
 
 
-@pytest.mark.parametrize("kernel,block_k,kind", [(gemm, 64, "SWIZZLE_128B"), (gemm, 16, "SWIZZLE_32B"),
-                                                  (gemm_32b, 64, "SWIZZLE_32B"), (gemm_32b, 16, "SWIZZLE_32B")])
+@pytest.mark.parametrize(
+    "kernel,block_k,kind",
+    [
+        (gemm, 64, "SWIZZLE_128B"),
+        (gemm, 16, "SWIZZLE_32B"),
+        (gemm_32b, 64, "SWIZZLE_32B"),
+        (gemm_32b, 16, "SWIZZLE_32B"),
+    ],
+)
 def test_swizzle_takes_the_widest_or_the_named_width(kernel, block_k: int, kind: str) -> None:
     text = compiled(kernel, emit=False, BLOCK_K=block_k).after["swizzle_shared"]
     lay = LAYOUT.format(kind, kind.lower())
-    filecheck(text, f"CHECK: %shared_a = allocate(, tile={{M: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})\n"
-                    f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})")
+    filecheck(
+        text,
+        f"CHECK: %shared_a = allocate(, tile={{M: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})\n"
+        f"CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: {block_k}}}, {{{{.*}}}}, pad=0, {lay})",
+    )
 
 
 def test_swizzle_pads_tiles_not_read_by_ldmatrix() -> None:
@@ -396,8 +451,10 @@ def test_schedule_fetches_each_k_step_next_to_its_mmas() -> None:
     c = compiled(gemm, emit=False, NUM_STAGES=1)
     filecheck(c.after["schedule_loops"], SCHEDULE)
     # before scheduling all fetches of both K steps precede the first mma
-    filecheck(c.after["swizzle_shared"], "CHECK-LABEL: region iterate_0 {\nCHECK: _k1 = read(%capture_shared_a)\n"
-                                         "CHECK: %mma_m0_n0_k0 = mma(")
+    filecheck(
+        c.after["swizzle_shared"],
+        "CHECK-LABEL: region iterate_0 {\nCHECK: _k1 = read(%capture_shared_a)\nCHECK: %mma_m0_n0_k0 = mma(",
+    )
 
 
 def test_schedule_orders_every_k_step() -> None:
@@ -435,19 +492,23 @@ def test_schedule_issues_copies_after_the_first_k_step(block_k: int) -> None:
         return min(pos[m] for m in mmas if m.meta["key"][-1][1] == s)
 
     assert len(copies) == block_k // 8  # two 64 x BLOCK_K tiles in 16-byte copies over 128 threads
-    groups = [(first(step), len(copies))] if steps < 3 else [(first(1), len(copies) // 2),
-                                                             (first(2), len(copies) - len(copies) // 2)]
+    groups = (
+        [(first(step), len(copies))]
+        if steps < 3
+        else [(first(1), len(copies) // 2), (first(2), len(copies) - len(copies) // 2)]
+    )
     for i, (at, count) in enumerate(groups):
         last = i == len(groups) - 1
         before = at - 1 - last  # the commit closes the last group
         assert not last or ops[at - 1] is AsyncCommit
-        assert all(ops[before - j] is AsyncCopy for j in range(count)), (i, ops[before - count + 1:at])
+        assert all(ops[before - j] is AsyncCopy for j in range(count)), (i, ops[before - count + 1 : at])
     assert ops.index(AsyncWait) < min(pos[c] for c in copies)
     if step:
         assert all(pos[m] < min(pos[c] for c in copies) for m in mmas if m.meta["key"][-1][1] == 0)
 
 
 # ----- pipeline_loops -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_pipeline_trace(stages: int) -> None:
@@ -456,9 +517,17 @@ def test_pipeline_trace(stages: int) -> None:
     ahead = f"32*Min($ARG_K + {stages - 1}, ceiling(K/32) - 1)"
     prologue = "".join(
         f"CHECK-COUNT-4: _async_prologue{s} = async_copy(%{{{{[ab]}}}}, %shared_{{{{[ab]}}}})  #layout {{{{.*}}}}"
-        + (f", K: (8*(Mod($THREAD, 4)) + 32*Min({s}, ceiling(K/32) - 1); 8x1) /32}}" if s else ", K: (8*(Mod($THREAD, 4)); 8x1) /32}")
-        + f"\nCHECK-NEXT: %async_commit_prologue{s} = async_commit()\n" for s in range(stages - 1))
-    filecheck(text, rf"""
+        + (
+            f", K: (8*(Mod($THREAD, 4)) + 32*Min({s}, ceiling(K/32) - 1); 8x1) /32}}"
+            if s
+            else ", K: (8*(Mod($THREAD, 4)); 8x1) /32}"
+        )
+        + f"\nCHECK-NEXT: %async_commit_prologue{s} = async_commit()\n"
+        for s in range(stages - 1)
+    )
+    filecheck(
+        text,
+        rf"""
 CHECK: %shared_a = allocate(, tile={{M: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=0, smem_layout={{{{.*}}}}
 CHECK-NEXT: %shared_b = allocate(, tile={{N: 64, K: 32}}, {{{{.*}}}}, stages={stages}, pad=0, smem_layout={{{{.*}}}}
 {prologue}CHECK-NEXT: %iterate = iterate(
@@ -473,7 +542,8 @@ CHECK-NEXT: %async_commit = async_commit()
 CHECK-NOT: async_
 CHECK-NOT: = write(
 CHECK: return
-""")
+""",
+    )
     assert text.count("async_commit_prologue") == stages - 1
     # stages: copies of iteration i go to (i + S - 1) % S, the reads of iteration i use i % S (the loop
     # may carry i % S as $STAGE_K)
@@ -496,13 +566,21 @@ CHECK: return
 def test_pipeline_mlir(stages: int) -> None:
     c = compiled(gemm, NUM_STAGES=stages)
     head, _, rest = c.mlir.partition("scf.for")
-    filecheck(head, f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
-              + "".join(f"CHECK-COUNT-4: nvgpu.device_async_copy %{{{{[0-9]+}}}}[{{{{.*}}}}], %alloc{{{{\\w*}}}}[%c{s}{{{{(_[0-9]+)?}}}}, {{{{.*}}}}], 8, %{{{{[0-9]+}}}} bypassL1\n"
-                        "CHECK: nvgpu.device_async_create_group\n" for s in range(stages - 1))
-              + "CHECK-NOT: nvgpu.device_async")
+    filecheck(
+        head,
+        f"CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<{stages}x1x64x32xf16, #gpu.address_space<workgroup>>\n"
+        + "".join(
+            f"CHECK-COUNT-4: nvgpu.device_async_copy %{{{{[0-9]+}}}}[{{{{.*}}}}], %alloc{{{{\\w*}}}}[%c{s}{{{{(_[0-9]+)?}}}}, {{{{.*}}}}], 8, %{{{{[0-9]+}}}} bypassL1\n"
+            "CHECK: nvgpu.device_async_create_group\n"
+            for s in range(stages - 1)
+        )
+        + "CHECK-NOT: nvgpu.device_async",
+    )
     assert head.count("nvgpu.device_async_create_group") == stages - 1
     assert "nvgpu.device_async_wait" not in head and "gpu.barrier" not in head
-    filecheck(c.loop_mlir(), rf"""
+    filecheck(
+        c.loop_mlir(),
+        rf"""
 CHECK: scf.for
 CHECK-NEXT: nvgpu.device_async_wait %{{{{[0-9]+}}}} numGroups = {stages - 2}
 CHECK-NEXT: gpu.barrier
@@ -517,15 +595,20 @@ CHECK-NOT: nvgpu.device_async
 CHECK-NOT: gpu.barrier
 CHECK: nvgpu.mma.sync
 CHECK: scf.yield
-""")
+""",
+    )
 
 
 def test_one_stage_is_synchronous() -> None:
     c = compiled(gemm, NUM_STAGES=1)
     assert "async" not in c.after["insert_barriers"]
     assert "nvgpu.device_async" not in c.mlir
-    filecheck(c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>")
-    filecheck(c.loop_mlir(), r"""
+    filecheck(
+        c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 1024 : memref<1x1x64x32xf16, #gpu.address_space<workgroup>>"
+    )
+    filecheck(
+        c.loop_mlir(),
+        r"""
 CHECK: scf.for
 CHECK-NEXT: gpu.barrier
 CHECK: vector.load {{.*}} : memref<?x?xf16>, vector<8xf16>
@@ -536,14 +619,17 @@ CHECK-NOT: vector.store
 CHECK: nvgpu.ldmatrix
 CHECK-NOT: gpu.barrier
 CHECK: scf.yield
-""")
+""",
+    )
 
 
 def test_cdna3_is_never_pipelined() -> None:
     c = compiled(gemm_amd, target="gfx942", NUM_STAGES=3)
     assert "async" not in c.after["pipeline_loops"] and "stages=1" in c.after["pipeline_loops"]
     assert "nvgpu" not in c.mlir
-    filecheck(c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<1x64x40xf16, #gpu.address_space<workgroup>>")
+    filecheck(
+        c.mlir, "CHECK-COUNT-2: memref.alloc() alignment = 128 : memref<1x64x40xf16, #gpu.address_space<workgroup>>"
+    )
     loop = c.loop_mlir()
     assert loop.count("gpu.barrier") == 2 and c.mlir.count("gpu.barrier") == 2
     assert loop.count("amdgpu.mfma") == 8
@@ -551,18 +637,22 @@ def test_cdna3_is_never_pipelined() -> None:
 
 # ----- reorder_workgroups -------------------------------------------------------------------------------
 
+
 def test_group_size_gives_a_1d_grid() -> None:
     grouped = compiled(gemm, GROUP_M=3)
     assert grouped.iface.grid == ("(((M) + 63) // 64) * (((N) + 63) // 64)", "1", "1")
     assert set(grouped.ctx.workgroup_remap) == {WORKGROUP[0], WORKGROUP[1]}
-    filecheck(grouped.mlir, r"""
+    filecheck(
+        grouped.mlir,
+        r"""
 CHECK-LABEL: func.func @gemm()
 CHECK: %[[PID:block_id_x]] = gpu.block_id  x
 CHECK-NOT: gpu.block_id  y
 CHECK: arith.remui %[[PID]], %{{[0-9]+}} : index
 CHECK-NOT: gpu.block_id  y
 CHECK: scf.for
-""")
+""",
+    )
     plain = compiled(gemm, GROUP_M=1)
     assert plain.iface.grid == ("((M) + 63) // 64", "((N) + 63) // 64", "1")
     assert not plain.ctx.workgroup_remap and plain.ctx.grid_override is None
@@ -570,6 +660,7 @@ CHECK: scf.for
 
 
 # ----- mask_bounds --------------------------------------------------------------------------------------
+
 
 def test_divisible_shapes_need_no_masks() -> None:
     c = compiled(gemm, M=128, N=192, K=96, NUM_STAGES=3)
@@ -581,8 +672,14 @@ def test_divisible_shapes_need_no_masks() -> None:
     copies = [line for line in c.mlir.splitlines() if "nvgpu.device_async_copy" in line]
     assert len(copies) == 4 * 3  # 2 prologue stages + the loop body
     for line in copies:  # no source-size operand: every copy reads its full 16 bytes
-        filecheck(line, r"CHECK: nvgpu.device_async_copy %{{[0-9]+}}[%{{\w+}}, %{{\w+}}], %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{\w+}}, %{{\w+}}], 8 bypassL1 : memref<{{128|192}}x96xf16> to memref<3x1x64x32xf16, #gpu.address_space<workgroup>>")
-    filecheck(c.mlir, "CHECK: scf.for\nCHECK: scf.yield\nCHECK-COUNT-16: vector.store {{.*}} : memref<128x192xf32>, vector<2xf32>")
+        filecheck(
+            line,
+            r"CHECK: nvgpu.device_async_copy %{{[0-9]+}}[%{{\w+}}, %{{\w+}}], %alloc{{\w*}}[%{{\w+}}, %{{\w+}}, %{{\w+}}, %{{\w+}}], 8 bypassL1 : memref<{{128|192}}x96xf16> to memref<3x1x64x32xf16, #gpu.address_space<workgroup>>",
+        )
+    filecheck(
+        c.mlir,
+        "CHECK: scf.for\nCHECK: scf.yield\nCHECK-COUNT-16: vector.store {{.*}} : memref<128x192xf32>, vector<2xf32>",
+    )
     assert c.iface.divisibility == ()
 
 
@@ -592,19 +689,25 @@ def test_dynamic_shapes_are_masked() -> None:
     c = compiled(gemm, NUM_STAGES=2)
     assert mask_dims_by_memory(c) == {"a": {(K,)}, "b": {(K,)}, "c": {(M, N)}}
     assert c.ctx.masked_loops == {K}
-    filecheck(c.loop_mlir(), r"""
+    filecheck(
+        c.loop_mlir(),
+        r"""
 CHECK: scf.for
 CHECK: %[[IN:[0-9]+]] = arith.cmpi ult
 CHECK: %[[SIZE:[0-9]+]] = arith.select %[[IN]], %c8, %c0{{\w*}} : index
 CHECK: nvgpu.device_async_copy {{.*}}, 8, %[[SIZE]] bypassL1 : memref<?x?xf16>
-""")
+""",
+    )
     assert "arith.andi" not in c.loop_mlir()
     # bounds tests are computed once per distinct coordinate (cached and hoisted), but every copy carries
     # a source size and every store of C is guarded
     copies = [line for line in c.mlir.splitlines() if "nvgpu.device_async_copy" in line]
     assert copies and all(", 8, %" in line for line in copies)
     assert c.mlir.count("vector.store") and c.mlir.count("scf.if") >= c.mlir.count("vector.store")
-    filecheck(c.mlir, "CHECK: scf.yield\nCHECK: arith.cmpi ult\nCHECK: scf.if\nCHECK-NEXT: vector.store {{.*}} : memref<?x?xf32>, vector<2xf32>")
+    filecheck(
+        c.mlir,
+        "CHECK: scf.yield\nCHECK: arith.cmpi ult\nCHECK: scf.if\nCHECK-NEXT: vector.store {{.*}} : memref<?x?xf32>, vector<2xf32>",
+    )
     # the contiguous dims are accessed 8 x f16 (K) and 2 x f32 (N) at a time: the launcher checks those
     assert dict(c.iface.divisibility) == {"K": 8, "N": 2}
 
@@ -626,11 +729,14 @@ def test_contiguous_dim_must_be_a_multiple_of_the_run() -> None:
 
 # ----- insert_barriers ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("stages", [2, 4])
 def test_one_barrier_after_the_wait_when_pipelined(stages: int) -> None:
     c = compiled(gemm, NUM_STAGES=stages)
     text = c.after["insert_barriers"]
-    filecheck(text, f"""
+    filecheck(
+        text,
+        f"""
 CHECK-NOT: barrier()
 CHECK-LABEL: region iterate_0 {{
 CHECK: %async_wait = async_wait(, pending={stages - 2})
@@ -640,14 +746,17 @@ CHECK-NOT: barrier()
 CHECK: = async_copy(
 CHECK-NOT: barrier()
 CHECK: return
-""")
+""",
+    )
     assert text.count("barrier()") == 1
     assert c.mlir.count("gpu.barrier") == 1 and c.loop_mlir().count("gpu.barrier") == 1
 
 
 def test_two_barriers_when_synchronous() -> None:
     c = compiled(gemm, NUM_STAGES=1)
-    filecheck(c.after["insert_barriers"], r"""
+    filecheck(
+        c.after["insert_barriers"],
+        r"""
 CHECK-NOT: barrier()
 CHECK-LABEL: region iterate_0 {
 CHECK: %capture_shared_b = capture
@@ -658,7 +767,8 @@ CHECK-NEXT: %barrier_1 = barrier()
 CHECK-NEXT: %read_m0_k0 = read(%capture_shared_a)
 CHECK-NOT: barrier()
 CHECK: return
-""")
+""",
+    )
     assert c.mlir.count("gpu.barrier") == 2 and c.loop_mlir().count("gpu.barrier") == 2
 
 
@@ -671,6 +781,7 @@ def test_no_barriers_without_shared_memory() -> None:
 
 
 # ----- emulator numerics --------------------------------------------------------------------------------
+
 
 @functools.cache
 def _emulated(stages: int, group: int, target: str = "sm_90", static: tuple = ()):

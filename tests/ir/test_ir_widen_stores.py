@@ -49,8 +49,9 @@ def test_cdna3_has_no_wide_stores() -> None:
 
 def test_mlir_branches_on_n_and_stores_16_bytes() -> None:
     pytest.importorskip("iree.compiler")
-    k = wc.compile(gm.make_gemm(wc.f16, waves=(2, 2), out_dtype=wc.f16), SUBS, target="sm_90", backend="emulator",
-                   cache=False)
+    k = wc.compile(
+        gm.make_gemm(wc.f16, waves=(2, 2), out_dtype=wc.f16), SUBS, target="sm_90", backend="emulator", cache=False
+    )
     m = k.mlir
     assert m.count("gpu.shuffle xor") == 2 * 2 * 3  # 2 wide stores x 2 rows x 3 exchanges
     assert m.count("alignment = 16 : memref<?x?xf16>, vector<8xf16>") == 2 * 2
@@ -67,8 +68,13 @@ def test_emulator_numerics(dtype, mnk) -> None:
     """N % 8 == 0 takes the 16-byte stores, other N the narrow ones; every element written, f64 reference."""
     pytest.importorskip("iree.compiler")
     mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-    k = wc.compile(gm.make_gemm(dtype, mma_type=mma, waves=(2, 2), out_dtype=dtype), SUBS, target="sm_90",
-                   backend="emulator", cache=False)
+    k = wc.compile(
+        gm.make_gemm(dtype, mma_type=mma, waves=(2, 2), out_dtype=dtype),
+        SUBS,
+        target="sm_90",
+        backend="emulator",
+        cache=False,
+    )
     m, n, kk = mnk
     tdt = torch.float16 if dtype == wc.f16 else torch.bfloat16
     g = torch.Generator().manual_seed(m * n)
@@ -97,8 +103,9 @@ def test_emulator_decode_tile(mnk) -> None:
     """The decode tile (16 x 64, 1 x 2 waves: a 16 x 32 wave tile, one wide store per row pair)."""
     pytest.importorskip("iree.compiler")
     subs = {gm.BLOCK_M: 16, gm.BLOCK_N: 64, gm.BLOCK_K: 128, gm.NUM_STAGES: 4, gm.GROUP_M: 1}
-    k = wc.compile(gm.make_gemm(wc.f16, waves=(1, 2), out_dtype=wc.f16), subs, target="sm_90", backend="emulator",
-                   cache=False)
+    k = wc.compile(
+        gm.make_gemm(wc.f16, waves=(1, 2), out_dtype=wc.f16), subs, target="sm_90", backend="emulator", cache=False
+    )
     assert k.mlir.count("vector<8xf16>") >= 2
     m, n, kk = mnk
     g = torch.Generator().manual_seed(n)

@@ -21,12 +21,23 @@ from wavec.runtime.cache import DiskCache, cache_key, canonical
 
 def make_meta(**over) -> KernelMetadata:
     fields = dict(
-        kernel="gemm", entry="gemm_entry", block=(256, 1, 1), shared_bytes=65536,
-        args=(ArgSpec("a", "f16", ("M", "K"), False), ArgSpec("b", "f16", ("N", "K"), False),
-              ArgSpec("c", "f32", ("M", "N"), True)),
-        constants=("M", "N"), static_symbols=(("K", 64),),
-        grid=("(M + 127) // 128", "(N + 127) // 128", "1"), divisibility=(("M", 128), ("N", 128)),
-        alignment_bytes=16, source="kernels/gemm.py:12", registers=128, spills=0,
+        kernel="gemm",
+        entry="gemm_entry",
+        block=(256, 1, 1),
+        shared_bytes=65536,
+        args=(
+            ArgSpec("a", "f16", ("M", "K"), False),
+            ArgSpec("b", "f16", ("N", "K"), False),
+            ArgSpec("c", "f32", ("M", "N"), True),
+        ),
+        constants=("M", "N"),
+        static_symbols=(("K", 64),),
+        grid=("(M + 127) // 128", "(N + 127) // 128", "1"),
+        divisibility=(("M", 128), ("N", 128)),
+        alignment_bytes=16,
+        source="kernels/gemm.py:12",
+        registers=128,
+        spills=0,
     )
     fields.update(over)
     return KernelMetadata(**fields)
@@ -37,6 +48,7 @@ def make_artifact(mlir: str = "module {}\n", binary: bytes = b"\x7fELF\x00\x01bi
 
 
 # ------------------------------------------------------------------------------------------- artifact
+
 
 def test_round_trip() -> None:
     art = make_artifact(mlir="hal.executable @k { // ünïcode\n}")
@@ -80,8 +92,9 @@ def test_other_version_rejected() -> None:
         Artifact.from_bytes(_with_digest(body))
 
 
-@pytest.mark.parametrize("header", [b"not json", b'{"target": "sm_90"}', b'{"target": 1, "format": "cubin"}',
-                                    b'[1, 2]'])
+@pytest.mark.parametrize(
+    "header", [b"not json", b'{"target": "sm_90"}', b'{"target": 1, "format": "cubin"}', b"[1, 2]"]
+)
 def test_malformed_header_with_valid_digest_rejected(header: bytes) -> None:
     body = struct.pack("<8sIIQQ", MAGIC, FORMAT_VERSION, len(header), 0, 0) + header
     with pytest.raises(CacheError):
@@ -93,6 +106,7 @@ def test_bad_metadata_types_rejected() -> None:
     meta = art.metadata.to_json()
     meta["block"] = [256, "1", 1]
     import json
+
     header = json.dumps({"target": "sm_90", "format": "cubin", "metadata": meta}).encode()
     body = struct.pack("<8sIIQQ", MAGIC, FORMAT_VERSION, len(header), 0, 0) + header
     with pytest.raises(CacheError, match="block"):
@@ -100,6 +114,7 @@ def test_bad_metadata_types_rejected() -> None:
 
 
 # ------------------------------------------------------------------------------------------- keys
+
 
 class Mode(enum.Enum):
     FAST = 1
@@ -112,8 +127,12 @@ class Opts:
     mode: Mode = Mode.FAST
 
 
-BASE = dict(kernel_source="trace v1", options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2))},
-            target="sm_90", versions={"wavec": "0.1.0", "iree": "3.13.0"})
+BASE = dict(
+    kernel_source="trace v1",
+    options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2))},
+    target="sm_90",
+    versions={"wavec": "0.1.0", "iree": "3.13.0"},
+)
 
 
 def key(**over) -> str:
@@ -122,22 +141,25 @@ def key(**over) -> str:
     return cache_key(**args)
 
 
-@pytest.mark.parametrize("change", [
-    dict(kernel_source="trace v2"),
-    dict(target="sm_80"),
-    dict(versions={"wavec": "0.1.1", "iree": "3.13.0"}),
-    dict(versions={"wavec": "0.1.0", "iree": "3.14.0"}),
-    dict(versions={"wavec": "0.1.0"}),
-    dict(options={"opt": 2, "tiles": [64, 32], "cfg": Opts((1, 2))}),
-    dict(options={"opt": 3, "tiles": [32, 64], "cfg": Opts((1, 2))}),
-    dict(options={"opt": 3, "tiles": (64, 32), "cfg": Opts((1, 2))}),
-    dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 3))}),
-    dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2), Mode.SAFE)}),
-    dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2)), "extra": None}),
-    dict(options={"opt": "3", "tiles": [64, 32], "cfg": Opts((1, 2))}),
-    dict(options={"opt": 3.0, "tiles": [64, 32], "cfg": Opts((1, 2))}),
-    dict(options={"opt": True, "tiles": [64, 32], "cfg": Opts((1, 2))}),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(kernel_source="trace v2"),
+        dict(target="sm_80"),
+        dict(versions={"wavec": "0.1.1", "iree": "3.13.0"}),
+        dict(versions={"wavec": "0.1.0", "iree": "3.14.0"}),
+        dict(versions={"wavec": "0.1.0"}),
+        dict(options={"opt": 2, "tiles": [64, 32], "cfg": Opts((1, 2))}),
+        dict(options={"opt": 3, "tiles": [32, 64], "cfg": Opts((1, 2))}),
+        dict(options={"opt": 3, "tiles": (64, 32), "cfg": Opts((1, 2))}),
+        dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 3))}),
+        dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2), Mode.SAFE)}),
+        dict(options={"opt": 3, "tiles": [64, 32], "cfg": Opts((1, 2)), "extra": None}),
+        dict(options={"opt": "3", "tiles": [64, 32], "cfg": Opts((1, 2))}),
+        dict(options={"opt": 3.0, "tiles": [64, 32], "cfg": Opts((1, 2))}),
+        dict(options={"opt": True, "tiles": [64, 32], "cfg": Opts((1, 2))}),
+    ],
+)
 def test_key_changes_with_every_input(change: dict) -> None:
     assert key(**change) != key()
 
@@ -150,9 +172,11 @@ def test_key_is_stable_and_order_independent() -> None:
 
 
 def test_key_in_fresh_process_is_identical() -> None:
-    code = ("from wavec.runtime.cache import cache_key;"
-            "print(cache_key(kernel_source='s', options={'b': [1, (2, b'x')], 'a': {3: None}}, "
-            "target='sm_90', versions={'wavec': '0'}))")
+    code = (
+        "from wavec.runtime.cache import cache_key;"
+        "print(cache_key(kernel_source='s', options={'b': [1, (2, b'x')], 'a': {3: None}}, "
+        "target='sm_90', versions={'wavec': '0'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     options = {"a": {3: None}, "b": [1, (2, b"x")]}
     expected = cache_key(kernel_source="s", options=options, target="sm_90", versions={"wavec": "0"})
@@ -203,8 +227,12 @@ def test_corrupt_entry_is_removed_and_recompiled(tmp_path: Path, damage: str) ->
     cache.put(KEY, make_artifact())
     path = cache.path_for(KEY)
     blob = path.read_bytes()
-    damaged = {"truncate": blob[: len(blob) // 2], "flip": blob[:40] + bytes([blob[40] ^ 1]) + blob[41:],
-               "empty": b"", "garbage": b"hello"}[damage]
+    damaged = {
+        "truncate": blob[: len(blob) // 2],
+        "flip": blob[:40] + bytes([blob[40] ^ 1]) + blob[41:],
+        "empty": b"",
+        "garbage": b"hello",
+    }[damage]
     path.write_bytes(damaged)
     fresh = DiskCache(tmp_path)
     with pytest.warns(UserWarning, match="corrupt"):
@@ -287,9 +315,11 @@ def test_concurrent_writers_never_expose_partial_entries(tmp_path: Path) -> None
 
 
 def test_runtime_import_is_light() -> None:
-    code = ("import sys, wavec.runtime.cache, wavec.runtime.artifact, wavec.runtime.binding, "
-            "wavec.runtime.launcher; "
-            "bad = [m for m in sys.modules if m.split('.')[0] in ('iree', 'cuda', 'mlir')]; "
-            "print(bad)")
+    code = (
+        "import sys, wavec.runtime.cache, wavec.runtime.artifact, wavec.runtime.binding, "
+        "wavec.runtime.launcher; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('iree', 'cuda', 'mlir')]; "
+        "print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -74,10 +74,12 @@ def test_doc_is_up_to_date(rows) -> None:
     assert doc.exists(), "run scripts/bad_inputs_table.py"
     fresh = table.render([rows[label] for label in LABELS])
     assert _strip_lines(doc.read_text()) == _strip_lines(fresh), (
-        "docs/bad_inputs.md is stale: run .venv/bin/python scripts/bad_inputs_table.py")
+        "docs/bad_inputs.md is stale: run .venv/bin/python scripts/bad_inputs_table.py"
+    )
 
 
 # ---------------------------------------------------------------- valid inputs near the bad ones
+
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):

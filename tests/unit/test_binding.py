@@ -16,12 +16,21 @@ from wavec.runtime.binding import BindingPlan, bind_arguments, compile_grid, gri
 
 def gemm_meta(**over) -> KernelMetadata:
     fields = dict(
-        kernel="gemm", entry="gemm_entry", block=(128, 1, 1), shared_bytes=1024,
-        args=(ArgSpec("a", "f16", ("M", "K"), False), ArgSpec("b", "f16", ("N", "K"), False),
-              ArgSpec("c", "f32", ("M", "N"), True)),
-        constants=("M", "N"), static_symbols=(("K", 64),),
-        grid=("(M + 63) // 64", "(N + 31) // 32", "1"), divisibility=(("M", 64), ("N", 32)),
-        alignment_bytes=16, source="kernels/gemm.py:10",
+        kernel="gemm",
+        entry="gemm_entry",
+        block=(128, 1, 1),
+        shared_bytes=1024,
+        args=(
+            ArgSpec("a", "f16", ("M", "K"), False),
+            ArgSpec("b", "f16", ("N", "K"), False),
+            ArgSpec("c", "f32", ("M", "N"), True),
+        ),
+        constants=("M", "N"),
+        static_symbols=(("K", 64),),
+        grid=("(M + 63) // 64", "(N + 31) // 32", "1"),
+        divisibility=(("M", 64), ("N", 32)),
+        alignment_bytes=16,
+        source="kernels/gemm.py:10",
     )
     fields.update(over)
     return KernelMetadata(**fields)
@@ -32,13 +41,22 @@ GEMM = gemm_meta()
 
 def vec_meta(kernel: str, *args: tuple[str, bool], grid: str = "1") -> KernelMetadata:
     """A 1-D kernel over f32 vectors of length N; ``args`` are (name, is_output)."""
-    return gemm_meta(kernel=kernel, args=tuple(ArgSpec(n, "f32", ("N",), o) for n, o in args),
-                     constants=("N",), static_symbols=(), grid=(grid, "1", "1"), divisibility=())
+    return gemm_meta(
+        kernel=kernel,
+        args=tuple(ArgSpec(n, "f32", ("N",), o) for n, o in args),
+        constants=("N",),
+        static_symbols=(),
+        grid=(grid, "1", "1"),
+        divisibility=(),
+    )
 
 
 def gemm_args(m: int = 128, n: int = 64, k: int = 64) -> list[torch.Tensor]:
-    return [torch.zeros(m, k, dtype=torch.float16), torch.zeros(n, k, dtype=torch.float16),
-            torch.zeros(m, n, dtype=torch.float32)]
+    return [
+        torch.zeros(m, k, dtype=torch.float16),
+        torch.zeros(n, k, dtype=torch.float16),
+        torch.zeros(m, n, dtype=torch.float32),
+    ]
 
 
 def bind(tensors, meta: KernelMetadata = GEMM) -> dict[str, int]:
@@ -67,9 +85,14 @@ def _case(name: str):
     buf = torch.zeros(64 * 65, dtype=torch.float16)
     x = torch.zeros(128, dtype=torch.float32)
     vec = vec_meta("copy", ("x", False), ("y", True), grid="N // 32")
-    wide = gemm_meta(kernel="wide", args=(ArgSpec("x", "f32", ("M", "N"), False),
-                                          ArgSpec("y", "f32", ("M", "N"), True)),
-                     constants=("M", "N"), static_symbols=(), grid=("1", "1", "1"), divisibility=())
+    wide = gemm_meta(
+        kernel="wide",
+        args=(ArgSpec("x", "f32", ("M", "N"), False), ArgSpec("y", "f32", ("M", "N"), True)),
+        constants=("M", "N"),
+        static_symbols=(),
+        grid=("1", "1", "1"),
+        divisibility=(),
+    )
     cases = {
         "too_few": ([a, b], GEMM, "c", ["expected 3 tensor arguments", "got 2"]),
         "too_many": ([a, b, c, c], GEMM, "#3", ["extra", "got 4"]),
@@ -77,27 +100,63 @@ def _case(name: str):
         "dtype": ([a, b.float(), c], GEMM, "b", ["f16", "torch.float32"]),
         "rank": ([a, b, c.reshape(-1)], GEMM, "c", ["rank 2", "rank 1", "(M, N)"]),
         "device": ([a, b.to("meta"), c], GEMM, "b", ["CPU tensor", "meta"]),
-        "non_contiguous": ([a, b, torch.zeros(64, 128).t()], GEMM, "c",
-                           ["non-contiguous", "strides (1, 128)", ".contiguous()"]),
-        "alignment": ([a, buf[1:1 + 64 * 64].view(64, 64), c], GEMM, "b",
-                      ["aligned to 16 bytes", "offset 1"]),
-        "static_symbol": ([torch.zeros(128, 32, dtype=torch.float16), b, c], GEMM, "a",
-                          ["K=64", "compile time", "got 32"]),
+        "non_contiguous": (
+            [a, b, torch.zeros(64, 128).t()],
+            GEMM,
+            "c",
+            ["non-contiguous", "strides (1, 128)", ".contiguous()"],
+        ),
+        "alignment": ([a, buf[1 : 1 + 64 * 64].view(64, 64), c], GEMM, "b", ["aligned to 16 bytes", "offset 1"]),
+        "static_symbol": (
+            [torch.zeros(128, 32, dtype=torch.float16), b, c],
+            GEMM,
+            "a",
+            ["K=64", "compile time", "got 32"],
+        ),
         "consistency": ([a, b, torch.zeros(128, 96)], GEMM, "c", ["symbol N", "'b'", "64", "96"]),
         "consistency_m": ([a, b, torch.zeros(64, 64)], GEMM, "c", ["symbol M", "'a'", "128", "got 64"]),
-        "divisibility": ([torch.zeros(100, 64, dtype=torch.float16), b, torch.zeros(100, 64)], GEMM, "a",
-                         ["M=100 (dimension 0) must be a multiple of 64"]),
+        "divisibility": (
+            [torch.zeros(100, 64, dtype=torch.float16), b, torch.zeros(100, 64)],
+            GEMM,
+            "a",
+            ["M=100 (dimension 0) must be a multiple of 64"],
+        ),
         "int32": ([torch.zeros(0, 2**31), torch.zeros(0, 2**31)], wide, "x", ["N=2147483648", "int32"]),
         "alias_same": ([x, x], vec, "y", ["overlaps input 'x'"]),
-        "static_int": ([torch.zeros(4, dtype=torch.float16)], gemm_meta(
-            kernel="fixed", args=(ArgSpec("v", "f16", (8,), False),), constants=(), static_symbols=(),
-            grid=("1", "1", "1"), divisibility=()), "v", ["dimension 0 should be 8", "got 4"]),
+        "static_int": (
+            [torch.zeros(4, dtype=torch.float16)],
+            gemm_meta(
+                kernel="fixed",
+                args=(ArgSpec("v", "f16", (8,), False),),
+                constants=(),
+                static_symbols=(),
+                grid=("1", "1", "1"),
+                divisibility=(),
+            ),
+            "v",
+            ["dimension 0 should be 8", "got 4"],
+        ),
     }
     return cases[name]
 
 
-BAD = ["too_few", "too_many", "not_tensor", "dtype", "rank", "device", "non_contiguous", "alignment",
-       "static_symbol", "consistency", "consistency_m", "divisibility", "int32", "alias_same", "static_int"]
+BAD = [
+    "too_few",
+    "too_many",
+    "not_tensor",
+    "dtype",
+    "rank",
+    "device",
+    "non_contiguous",
+    "alignment",
+    "static_symbol",
+    "consistency",
+    "consistency_m",
+    "divisibility",
+    "int32",
+    "alias_same",
+    "static_int",
+]
 
 
 @pytest.mark.parametrize("name", BAD)
@@ -141,11 +200,14 @@ def test_invalid_metadata_is_reported_at_plan_build() -> None:
     with pytest.raises(LaunchError, match="not bound by any argument"):
         BindingPlan(gemm_meta(constants=("M", "N", "Q")), "cpu")
     with pytest.raises(LaunchError, match="dtype 'f64'"):
-        BindingPlan(gemm_meta(args=(ArgSpec("a", "f64", ("M",), False),), constants=("M",), grid=("1",) * 3,
-                              divisibility=()), "cpu")
+        BindingPlan(
+            gemm_meta(args=(ArgSpec("a", "f64", ("M",), False),), constants=("M",), grid=("1",) * 3, divisibility=()),
+            "cpu",
+        )
 
 
 # ------------------------------------------------------------------------------------------- grid
+
 
 def test_grid_for() -> None:
     assert grid_for(GEMM, {"M": 128, "N": 64, "K": 64}) == (2, 2, 1)
@@ -163,9 +225,24 @@ def test_grid_missing_symbol_and_limits() -> None:
         grid_for(gemm_meta(grid=("1 - M", "1", "1")), {"M": 64, "N": 64, "K": 64})
 
 
-@pytest.mark.parametrize("expr", ["M.__class__", "__import__('os')", "M / 2", "open('x')", "[M][0]",
-                                  "(lambda: 1)()", "Q + 1", "1.5", "'a'", "M if N else 1", "M ** 2",
-                                  "max(M, key=abs)", "M +"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "M.__class__",
+        "__import__('os')",
+        "M / 2",
+        "open('x')",
+        "[M][0]",
+        "(lambda: 1)()",
+        "Q + 1",
+        "1.5",
+        "'a'",
+        "M if N else 1",
+        "M ** 2",
+        "max(M, key=abs)",
+        "M +",
+    ],
+)
 def test_grid_rejects_unsafe_expressions(expr: str) -> None:
     with pytest.raises(LaunchError, match="grid expression"):
         compile_grid((expr, "1", "1"), ["M", "N"], "k")
@@ -177,6 +254,7 @@ def test_grid_has_no_builtins() -> None:
 
 
 # ------------------------------------------------------------------------------------------- launcher
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error a machine without a GPU gets")
 def test_launcher_without_gpu_raises_wavec_error() -> None:
@@ -257,8 +335,7 @@ def test_launcher_packs_arguments_per_abi(monkeypatch: pytest.MonkeyPatch) -> No
     assert record[2] == ("attr", 8, 100 * 1024)
     args = gemm_args(m=192, n=96)
     k(*args)
-    assert record[3] == ("launch", (3, 3, 1), (128, 1, 1), 100 * 1024, 1234,
-                         [t.data_ptr() for t in args], [192, 96])
+    assert record[3] == ("launch", (3, 3, 1), (128, 1, 1), 100 * 1024, 1234, [t.data_ptr() for t in args], [192, 96])
     k(*gemm_args(m=0, n=96))  # zero-size grid: no launch
     assert len(record) == 4
     with pytest.raises(ArgumentError, match="argument 'c'"):
@@ -331,11 +408,21 @@ def test_gpu_launch_hand_written_ptx(shared_bytes: int) -> None:
     from wavec.runtime.launcher import CudaKernel
 
     meta = KernelMetadata(
-        kernel="add", entry="wavec_test_add", block=(128, 1, 1), shared_bytes=shared_bytes,
-        args=(ArgSpec("x", "f32", ("N",), False), ArgSpec("y", "f32", ("N",), False),
-              ArgSpec("out", "f32", ("N",), True)),
-        constants=("N",), static_symbols=(), grid=("(N + 127) // 128", "1", "1"), divisibility=(),
-        alignment_bytes=16, source="test_binding.py",
+        kernel="add",
+        entry="wavec_test_add",
+        block=(128, 1, 1),
+        shared_bytes=shared_bytes,
+        args=(
+            ArgSpec("x", "f32", ("N",), False),
+            ArgSpec("y", "f32", ("N",), False),
+            ArgSpec("out", "f32", ("N",), True),
+        ),
+        constants=("N",),
+        static_symbols=(),
+        grid=("(N + 127) // 128", "1", "1"),
+        divisibility=(),
+        alignment_bytes=16,
+        source="test_binding.py",
     )
     k = CudaKernel(Artifact(target="sm_80", format="ptx", binary=_ADD_PTX.encode(), metadata=meta, mlir=""))
     x = torch.randn(1000, device="cuda")

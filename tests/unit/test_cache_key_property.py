@@ -91,6 +91,7 @@ def compile_(kernel, subs=SUBS, **kw):
 
 # ------------------------------------------------------------------------------ same inputs: hit
 
+
 def test_identical_inputs_hit_memory_then_disk_byte_identical(keys) -> None:
     first = compile_(make_affine())
     assert not first.stats.cached
@@ -123,8 +124,9 @@ def test_hit_in_a_fresh_process(keys) -> None:
         k = compile_(make_affine())
         print(k.stats.cached, k.artifact.to_bytes().hex())
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy(),
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=os.environ.copy(), timeout=120
+    )
     assert out.returncode == 0, out.stderr
     cached, blob = out.stdout.split()
     assert cached == "True" and bytes.fromhex(blob) == first.artifact.to_bytes()
@@ -151,28 +153,39 @@ def test_torch_op_and_print_ir_after_do_not_change_the_key(keys, capsys) -> None
 # (name, compile arguments of the changed compilation, check of its result).  The base is
 # make_affine() with SUBS on sm_90.
 CHANGES = {
-    "subs BLOCK_M": (lambda: (make_affine(), {BM: 2, BN: 256}, {}),
-                     lambda k: dict(k.artifact.metadata.static_symbols)["BLOCK_M"] == 2),
-    "subs BLOCK_N": (lambda: (make_affine(), {BM: 4, BN: 512}, {}),
-                     lambda k: dict(k.artifact.metadata.static_symbols)["BLOCK_N"] == 512),
+    "subs BLOCK_M": (
+        lambda: (make_affine(), {BM: 2, BN: 256}, {}),
+        lambda k: dict(k.artifact.metadata.static_symbols)["BLOCK_M"] == 2,
+    ),
+    "subs BLOCK_N": (
+        lambda: (make_affine(), {BM: 4, BN: 512}, {}),
+        lambda k: dict(k.artifact.metadata.static_symbols)["BLOCK_N"] == 512,
+    ),
     "subs extra symbol": (lambda: (make_affine(), {BM: 4, BN: 256, wc.sym.EXTRA: 1}, {}), None),
     "target sm_80": (lambda: (make_affine(), SUBS, {"target": "sm_80"}), lambda k: k.artifact.target == "sm_80"),
-    "target sm_90a": (lambda: (make_affine(), SUBS, {"target": "sm_90a"}),
-                      lambda k: k.artifact.target == "sm_90a"),
+    "target sm_90a": (lambda: (make_affine(), SUBS, {"target": "sm_90a"}), lambda k: k.artifact.target == "sm_90a"),
     "body op": (lambda: (make_affine(op="sub"), SUBS, {}), lambda k: check_affine(k, op="sub") is None),
     "body op max": (lambda: (make_affine(op="max"), SUBS, {}), lambda k: check_affine(k, op="max") is None),
     "closure scale": (lambda: (make_affine(scale=3.0), SUBS, {}), lambda k: check_affine(k, scale=3.0) is None),
     "closure scale int": (lambda: (make_affine(scale=2), SUBS, {}), lambda k: check_affine(k, scale=2) is None),
-    "closure scale ulp": (lambda: (make_affine(scale=1.0 + 2**-20), SUBS, {}),
-                          lambda k: check_affine(k, scale=1.0 + 2**-20) is None),
-    "closure dtype": (lambda: (make_affine(dtype=wc.f16), SUBS, {}),
-                      lambda k: check_affine(k, dtype="f16") is None),
+    "closure scale ulp": (
+        lambda: (make_affine(scale=1.0 + 2**-20), SUBS, {}),
+        lambda k: check_affine(k, scale=1.0 + 2**-20) is None,
+    ),
+    "closure dtype": (lambda: (make_affine(dtype=wc.f16), SUBS, {}), lambda k: check_affine(k, dtype="f16") is None),
     "kernel name": (lambda: (make_affine(name="affine2"), SUBS, {}), lambda k: k.artifact.metadata.kernel == "affine2"),
-    "constraints elems/thread": (lambda: (make_affine(constraints=rowwise_constraints(32, 2)), SUBS, {}),
-                                 lambda k: check_affine(k) is None),
+    "constraints elems/thread": (
+        lambda: (make_affine(constraints=rowwise_constraints(32, 2)), SUBS, {}),
+        lambda k: check_affine(k) is None,
+    ),
     "constraints scheduling": (
-        lambda: (make_affine(constraints=[*rowwise_constraints(32, 4), wc.SchedulingConstraint(num_stages=1)]),
-                 SUBS, {}), lambda k: check_affine(k) is None),
+        lambda: (
+            make_affine(constraints=[*rowwise_constraints(32, 4), wc.SchedulingConstraint(num_stages=1)]),
+            SUBS,
+            {},
+        ),
+        lambda k: check_affine(k) is None,
+    ),
 }
 
 
@@ -201,8 +214,9 @@ def test_change_gives_new_key_and_fresh_build(change, keys) -> None:
     assert compile_(make_affine(), target="sm_90").artifact is base.artifact  # base still hits
 
 
-@pytest.mark.parametrize("sym,value", [(BLOCK_M, 128), (BLOCK_N, 128), (BLOCK_K, 64), (NUM_STAGES, 3),
-                                       (GROUP_M, 1)], ids=lambda x: str(x))
+@pytest.mark.parametrize(
+    "sym,value", [(BLOCK_M, 128), (BLOCK_N, 128), (BLOCK_K, 64), (NUM_STAGES, 3), (GROUP_M, 1)], ids=lambda x: str(x)
+)
 def test_every_gemm_subs_value_is_in_the_key(sym, value, keys) -> None:
     base = compile_(make_gemm(), DEFAULT_SUBS)
     changed = compile_(make_gemm(), {**DEFAULT_SUBS, sym: value})
@@ -241,8 +255,10 @@ def test_assembler_is_in_the_key(tmp_path, monkeypatch, keys) -> None:
     base = compile_(make_affine())
     assert base.artifact.format == "cubin"
     other = tmp_path / "ptxas-11.8"  # another release of ptxas, which also builds different code (-O0)
-    other.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 11.8"; '
-                     f'exit 0; fi\nexec {real} -O0 "$@"\n')
+    other.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "Cuda compilation tools, release 11.8"; '
+        f'exit 0; fi\nexec {real} -O0 "$@"\n'
+    )
     other.chmod(0o755)
     monkeypatch.setenv("WAVEC_PTXAS", str(other))
     rebuilt = compile_(make_affine())
@@ -254,8 +270,7 @@ def test_assembler_is_in_the_key(tmp_path, monkeypatch, keys) -> None:
 _BASE_ARTIFACT: dict = {}
 
 
-@settings(max_examples=60, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_key_changes_exactly_when_an_input_changes(data, keys, monkeypatch) -> None:
     """Two random option tuples: their keys are equal iff the options are (builds are stubbed: keys only)."""
@@ -263,14 +278,18 @@ def test_key_changes_exactly_when_an_input_changes(data, keys, monkeypatch) -> N
         _BASE_ARTIFACT["a"] = compile_(make_affine(), cache=False).artifact
     monkeypatch.setattr(compiler, "_build", lambda *a, **k: _BASE_ARTIFACT["a"])
     options = st.tuples(
-        st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32), st.integers(-3, 3),
-                  st.sampled_from([0.5, 1.0, 1.0 + 2**-23, 2.0])),                     # closure scale
-        st.sampled_from(["f32", "f16"]),                                                 # closure dtype
-        st.sampled_from(["add", "sub", "max"]),                                          # body
-        st.sampled_from([1, 2, 4]), st.sampled_from([256, 512]),                         # subs
-        st.sampled_from([2, 4]),                                                         # constraint list
-        st.sampled_from(["sm_80", "sm_90", "sm_90a"]),                                   # target
-        st.sampled_from(["0.1.0", "0.1.1"]),                                             # wavec version
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, width=32),
+            st.integers(-3, 3),
+            st.sampled_from([0.5, 1.0, 1.0 + 2**-23, 2.0]),
+        ),  # closure scale
+        st.sampled_from(["f32", "f16"]),  # closure dtype
+        st.sampled_from(["add", "sub", "max"]),  # body
+        st.sampled_from([1, 2, 4]),
+        st.sampled_from([256, 512]),  # subs
+        st.sampled_from([2, 4]),  # constraint list
+        st.sampled_from(["sm_80", "sm_90", "sm_90a"]),  # target
+        st.sampled_from(["0.1.0", "0.1.1"]),  # wavec version
     )
     drawn = [data.draw(options), data.draw(options)]
     if data.draw(st.booleans()):
@@ -288,13 +307,17 @@ def test_key_changes_exactly_when_an_input_changes(data, keys, monkeypatch) -> N
 
 # ------------------------------------------------------------------ corrupt entries, concurrency
 
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty"])
 def test_corrupt_disk_entry_recompiles_with_warning(damage, keys) -> None:
     first = compile_(make_affine())
     path = default_cache().path_for(keys[0])
     blob = path.read_bytes()
-    path.write_bytes({"truncate": blob[: len(blob) // 3], "empty": b"",
-                      "flip": blob[:100] + bytes([blob[100] ^ 0x10]) + blob[101:]}[damage])
+    path.write_bytes(
+        {"truncate": blob[: len(blob) // 3], "empty": b"", "flip": blob[:100] + bytes([blob[100] ^ 0x10]) + blob[101:]}[
+            damage
+        ]
+    )
     default_cache().clear_memory()
     with pytest.warns(UserWarning, match="corrupt"):
         again = compile_(make_affine())
@@ -330,8 +353,16 @@ _WORKER = textwrap.dedent("""
 def test_concurrent_processes_compile_the_same_kernel(tmp_path) -> None:
     go = tmp_path / "go"
     code = _WORKER.format(here=str(Path(__file__).parent), go=str(go))
-    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=os.environ.copy()) for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
+        for _ in range(3)
+    ]
     time.sleep(0.5)
     go.touch()  # all start compiling at once (the imports are done or nearly so)
     results = [p.communicate(timeout=300) for p in procs]

@@ -22,6 +22,7 @@ lane = LANE
 
 # ----- IndexSeq ---------------------------------------------------------------------------------------
 
+
 def test_levels_drop_count_one_and_keep_order() -> None:
     s = IndexSeq(0, ((1, 5), (2, 1), (1, 3), (2, 8)))
     assert s.levels == ((2, 1), (2, 8))
@@ -42,13 +43,16 @@ def test_levels_accept_integral_sympy_numbers() -> None:
     assert s.levels == ((4, 2),) and all(type(x) is int for x in s.levels[0])
 
 
-@pytest.mark.parametrize("levels,count,span", [
-    ((), 1, 1),
-    (((4, 1),), 4, 4),
-    (((2, 1), (2, 8)), 4, 10),
-    (((4, 1), (4, 8)), 16, 28),
-    (((3, 5), (2, 100)), 6, 111),
-])
+@pytest.mark.parametrize(
+    "levels,count,span",
+    [
+        ((), 1, 1),
+        (((4, 1),), 4, 4),
+        (((2, 1), (2, 8)), 4, 10),
+        (((4, 1), (4, 8)), 16, 28),
+        (((3, 5), (2, 100)), 6, 111),
+    ],
+)
 def test_count_and_span(levels, count, span) -> None:
     s = IndexSeq(lane, levels)
     assert s.count == count
@@ -80,24 +84,30 @@ def test_nvidia_m16n8k16_a_k_coordinates() -> None:
     assert covered == list(range(16))
 
 
-@pytest.mark.parametrize("a,b", [
-    (2 * floor(lane / 4) * 3, 6 * floor(lane / 4)),
-    (lane + 8 - 8, lane),
-    (2 * (Mod(lane, 4) + 4), 2 * Mod(lane, 4) + 8),
-    (32 * WAVE[0] + 64 * WORKGROUP[0] + floor(lane / 4), floor(lane / 4) + 64 * WORKGROUP[0] + 32 * WAVE[0]),
-])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (2 * floor(lane / 4) * 3, 6 * floor(lane / 4)),
+        (lane + 8 - 8, lane),
+        (2 * (Mod(lane, 4) + 4), 2 * Mod(lane, 4) + 8),
+        (32 * WAVE[0] + 64 * WORKGROUP[0] + floor(lane / 4), floor(lane / 4) + 64 * WORKGROUP[0] + 32 * WAVE[0]),
+    ],
+)
 def test_equal_starts_are_proved(a, b) -> None:
     assert IndexSeq(a, ((2, 8),)).equals(IndexSeq(b, ((2, 8),)))
     assert IndexSeq(b, ((2, 8),)).equals(IndexSeq(a, ((2, 8),)))
 
 
-@pytest.mark.parametrize("a,b", [
-    (2 * floor(lane / 4), floor(lane / 2)),  # differ at lane 2
-    (floor(lane / 4), floor(lane / 4) + 1),
-    (Mod(lane, 32), lane),  # agree on every lane of a 32-wide wave, but are not provably equal
-    (Mod(lane, 4), Mod(lane, 8)),
-    (WAVE[0], WAVE[1]),
-])
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (2 * floor(lane / 4), floor(lane / 2)),  # differ at lane 2
+        (floor(lane / 4), floor(lane / 4) + 1),
+        (Mod(lane, 32), lane),  # agree on every lane of a 32-wide wave, but are not provably equal
+        (Mod(lane, 4), Mod(lane, 8)),
+        (WAVE[0], WAVE[1]),
+    ],
+)
 def test_unequal_starts(a, b) -> None:
     assert not IndexSeq(a).equals(IndexSeq(b))
     assert not IndexSeq(b).equals(IndexSeq(a))
@@ -137,6 +147,7 @@ def test_offset_and_subs() -> None:
 
 
 # ----- MMA layouts ------------------------------------------------------------------------------------
+
 
 def _nv_a(l_: int, p: int) -> tuple[int, int]:
     g, t, r, e = l_ // 4, l_ % 4, p // 2, p % 2
@@ -243,10 +254,10 @@ def test_nv_a_k_seq_is_the_design_example() -> None:
 
 # ----- Layout -----------------------------------------------------------------------------------------
 
+
 def _grid_layout() -> Layout:
     """A default-ordered layout: M holds 2 rows 4 apart, N holds 4 contiguous columns."""
-    return Layout.make((M, N), (IndexSeq(floor(lane / 8), ((2, 4),)), IndexSeq(4 * Mod(lane, 8), ((4, 1),))),
-                       (8, 32))
+    return Layout.make((M, N), (IndexSeq(floor(lane / 8), ((2, 4),)), IndexSeq(4 * Mod(lane, 8), ((4, 1),))), (8, 32))
 
 
 def test_layout_rejects_bad_order() -> None:

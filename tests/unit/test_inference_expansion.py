@@ -92,13 +92,19 @@ GRIDS = [
 ]
 
 
-def make_gemm(dtype=f16, threads: int = 32, mma: MMAType = MMAType.NV_F32_16x8x16_F16,
-              waves: tuple = (2, 2)) -> wc.WaveKernel:
+def make_gemm(
+    dtype=f16, threads: int = 32, mma: MMAType = MMAType.NV_F32_16x8x16_F16, waves: tuple = (2, 2)
+) -> wc.WaveKernel:
     """The GEMM of DESIGN §1 with operands read straight from global memory (no shared staging)."""
-    cons = [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-            wc.WaveConstraint(M, BM / waves[0]), wc.WaveConstraint(N, BN / waves[1]),
-            wc.TilingConstraint(K, BK), wc.SchedulingConstraint(promote_operands=False),
-            wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma)]
+    cons = [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, BM / waves[0]),
+        wc.WaveConstraint(N, BN / waves[1]),
+        wc.TilingConstraint(K, BK),
+        wc.SchedulingConstraint(promote_operands=False),
+        wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma),
+    ]
 
     @wc.wave(cons)
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
@@ -168,12 +174,12 @@ def test_library_gemm_operand_reuse(waves, bm, bn, bk) -> None:
 
 # ----- (b) accumulator chain --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mma,threads,waves,bm,bn,bk", [GRIDS[1], GRIDS[3], GRIDS[6], GRIDS[7]])
 def test_mma_accumulator_chain_along_k(mma, threads, waves, bm, bn, bk) -> None:
     trace = run_passes(_gemm(mma, threads, waves), {BM: bm, BN: bn, BK: bk})
     body = loop_body(trace)
-    iter_args = {tuple(sorted(key_of(p).items(), key=str)): p for p in body.nodes
-                 if p.meta.get("role") == "iter_arg"}
+    iter_args = {tuple(sorted(key_of(p).items(), key=str)): p for p in body.nodes if p.meta.get("role") == "iter_arg"}
     mmas = nodes(body, MMA)
     by_key = {(key_of(n)[M], key_of(n)[N], key_of(n)[K]): n for n in mmas}
     kc = bk // mma.spec.k
@@ -203,6 +209,7 @@ def test_loop_results_feed_writes_of_the_same_tile() -> None:
 
 
 # ----- (c) layouts with workgroup / wave / loop offsets -----------------------------------------------
+
 
 def test_gemm_read_layouts_symbolic_nvidia() -> None:
     trace = run_passes(make_gemm(waves=(2, 2)), {BM: 64, BN: 64, BK: 32})
@@ -243,8 +250,9 @@ def test_gemm_write_layouts_have_no_loop_offset() -> None:
 
 
 def test_gemm_read_layouts_symbolic_amd() -> None:
-    trace = run_passes(make_gemm(wc.f16, 64, MMAType.F32_32x32x8_F16, (2, 1)), {BM: 128, BN: 32, BK: 16},
-                       target="gfx942")
+    trace = run_passes(
+        make_gemm(wc.f16, 64, MMAType.F32_32x32x8_F16, (2, 1)), {BM: 128, BN: 32, BK: 16}, target="gfx942"
+    )
     body = loop_body(trace)
     for r in nodes(body, Read):
         lay, key = r.meta["layout"], key_of(r)
@@ -272,14 +280,18 @@ def test_mma_anchor_outranks_write_default() -> None:
 # ----- (d) conflicts ----------------------------------------------------------------------------------
 
 _CONFLICT_CONSTRAINTS = [
-    wc.WorkgroupConstraint(M, 32, 0), wc.WorkgroupConstraint(N, 16, 1), wc.WorkgroupConstraint(P, 16, 2),
-    wc.TilingConstraint(K, 16), wc.SchedulingConstraint(promote_operands=False),
+    wc.WorkgroupConstraint(M, 32, 0),
+    wc.WorkgroupConstraint(N, 16, 1),
+    wc.WorkgroupConstraint(P, 16, 2),
+    wc.TilingConstraint(K, 16),
+    wc.SchedulingConstraint(promote_operands=False),
     wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16),
 ]
 
 
-def _x_as_a_and_b(x: Memory[M, K, f16], y: Memory[N, K, f16], y2: Memory[P, K, f16],
-                  c: Memory[M, N, f32], d: Memory[P, M, f32]):
+def _x_as_a_and_b(
+    x: Memory[M, K, f16], y: Memory[N, K, f16], y2: Memory[P, K, f16], c: Memory[M, N, f32], d: Memory[P, M, f32]
+):
     xr = wc.read(x)
     acc = Register[M, N, f32](0.0)
     acc2 = Register[P, M, f32](0.0)
@@ -333,6 +345,7 @@ def test_c_layout_fed_to_a_operand_is_converted() -> None:
 
 # ----- (e) defaults from vector_shapes, broadcast operands --------------------------------------------
 
+
 @pytest.mark.parametrize("dtype,threads", [(f16, 32), (f32, 32), (f16, 64), (wc.bf16, 64)])
 def test_copy_default_layout(dtype, threads: int) -> None:
     ept = 16 // dtype.bytes
@@ -346,8 +359,7 @@ def test_copy_default_layout(dtype, threads: int) -> None:
         assert same(lay.seq(N).start, bn * WORKGROUP[1] + ept * Mod(LANE, threads) + n0)
         assert lay.seq(N).levels == ((ept, 1),) and lay.size == ept
         assert same(lay.seq(M).start, 4 * WORKGROUP[0] + WAVE[0]) and lay.seq(M).count == 1
-        covered = sorted(x for lane in range(threads)
-                         for x in lay.seq(N).elements({LANE: lane, WORKGROUP[1]: 0}))
+        covered = sorted(x for lane in range(threads) for x in lay.seq(N).elements({LANE: lane, WORKGROUP[1]: 0}))
         assert covered == list(range(n0, n0 + threads * ept))
     for w in writes:
         assert w.meta["layout"].equals(w.args[0].meta["layout"])
@@ -358,8 +370,11 @@ def _two_d_vector_shapes(x: Memory[M, N, f16], y: Memory[M, N, f16]):
 
 
 def test_default_layout_spreads_lanes_fastest_dim_first() -> None:
-    cons = [wc.WorkgroupConstraint(M, 8, 0), wc.WorkgroupConstraint(N, 32, 1),
-            wc.HardwareConstraint(32, vector_shapes={M: 4, N: 16})]
+    cons = [
+        wc.WorkgroupConstraint(M, 8, 0),
+        wc.WorkgroupConstraint(N, 32, 1),
+        wc.HardwareConstraint(32, vector_shapes={M: 4, N: 16}),
+    ]
     trace = run_passes(wc.wave(cons)(_two_d_vector_shapes), {})
     reads = nodes(trace.graph, Read)
     assert sorted((key_of(r)[M], key_of(r)[N]) for r in reads) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -368,17 +383,19 @@ def test_default_layout_spreads_lanes_fastest_dim_first() -> None:
     assert same(lay.seq(N).start, 32 * WORKGROUP[1] + Mod(LANE, 16)) and lay.seq(N).count == 1
     assert same(lay.seq(M).start, 8 * WORKGROUP[0] + 2 * Mod(floor(LANE / 16), 2))
     assert lay.seq(M).levels == ((2, 1),)
-    cells = sorted((m, n) for lane in range(32)
-                   for m in lay.seq(M).elements({LANE: lane, WORKGROUP[0]: 0})
-                   for n in lay.seq(N).elements({LANE: lane, WORKGROUP[1]: 0}))
+    cells = sorted(
+        (m, n)
+        for lane in range(32)
+        for m in lay.seq(M).elements({LANE: lane, WORKGROUP[0]: 0})
+        for n in lay.seq(N).elements({LANE: lane, WORKGROUP[1]: 0})
+    )
     assert cells == sorted(itertools.product(range(4), range(16)))
 
 
-@pytest.mark.parametrize("shapes,match", [
-    ({M: 1, N: 16}, "fewer elements"),
-    ({M: 1}, "no layout anchors dimension N"),
-    ({M: 1, N: 48}, "does not split"),
-])
+@pytest.mark.parametrize(
+    "shapes,match",
+    [({M: 1, N: 16}, "fewer elements"), ({M: 1}, "no layout anchors dimension N"), ({M: 1, N: 48}, "does not split")],
+)
 def test_bad_vector_shapes(shapes: dict, match: str) -> None:
     cons = [wc.WorkgroupConstraint(M, 8, 0), wc.WorkgroupConstraint(N, 96, 1), wc.HardwareConstraint(32, None, shapes)]
     with pytest.raises(ConstraintError, match=match):
@@ -435,6 +452,7 @@ def test_string_annotations_see_factory_locals() -> None:
 
 
 # ----- (f) errors with source locations ---------------------------------------------------------------
+
 
 def test_read_outside_kernel() -> None:
     with pytest.raises(OutsideKernelError, match=r"wc\.read\(\)"):
@@ -498,9 +516,14 @@ def test_missing_tiling_constraint() -> None:
 
 
 def test_wave_tile_must_divide_workgroup_tile() -> None:
-    cons = [wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1), wc.WaveConstraint(M, 48),
-            wc.TilingConstraint(K, BK), wc.SchedulingConstraint(promote_operands=False),
-            wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
+    cons = [
+        wc.WorkgroupConstraint(M, BM, 0),
+        wc.WorkgroupConstraint(N, BN, 1),
+        wc.WaveConstraint(M, 48),
+        wc.TilingConstraint(K, BK),
+        wc.SchedulingConstraint(promote_operands=False),
+        wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16),
+    ]
     kernel = wc.wave(cons)(_gemm_body)
     with pytest.raises(ConstraintError, match="wave tile 48 of M does not divide its workgroup tile 64"):
         wc.compile(kernel, {BM: 64, BN: 64, BK: 32}, target="sm_90", backend="cuda", cache=False)
@@ -523,8 +546,12 @@ def test_mma_type_must_match_wave_size() -> None:
 
 
 def test_mma_needs_mma_type() -> None:
-    cons = [wc.WorkgroupConstraint(M, 64, 0), wc.WorkgroupConstraint(N, 64, 1), wc.TilingConstraint(K, 32),
-            wc.HardwareConstraint(32, vector_shapes={M: 1, N: 64})]
+    cons = [
+        wc.WorkgroupConstraint(M, 64, 0),
+        wc.WorkgroupConstraint(N, 64, 1),
+        wc.TilingConstraint(K, 32),
+        wc.HardwareConstraint(32, vector_shapes={M: 1, N: 64}),
+    ]
     with pytest.raises(ConstraintError, match="mma_type") as info:
         run_passes(wc.wave(cons)(_gemm_body), {})
     assert info.value.loc is not None and info.value.loc.filename == THIS_FILE
@@ -547,7 +574,12 @@ def _mma_outside_loop(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N
 
 
 def test_reduction_dim_outside_its_loop_is_an_error() -> None:
-    cons = [wc.WorkgroupConstraint(M, 16, 0), wc.WorkgroupConstraint(N, 8, 1), wc.TilingConstraint(K, 16),
-            wc.SchedulingConstraint(promote_operands=False), wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16)]
+    cons = [
+        wc.WorkgroupConstraint(M, 16, 0),
+        wc.WorkgroupConstraint(N, 8, 1),
+        wc.TilingConstraint(K, 16),
+        wc.SchedulingConstraint(promote_operands=False),
+        wc.HardwareConstraint(32, MMAType.NV_F32_16x8x16_F16),
+    ]
     with pytest.raises(WavecError):
         wc.compile(wc.wave(cons)(_mma_outside_loop), {}, target="sm_90", backend="cuda", cache=False)

@@ -32,8 +32,12 @@ EW_BLOCK_M, EW_BLOCK_N = wc.sym.BLOCK_M, wc.sym.BLOCK_N
 # Hypothesis keeps no example database (nothing is written into the checkout); a failure prints the
 # falsifying example and a @reproduce_failure blob.  The autouse cache fixture of conftest.py is
 # function-scoped; sharing its directory across the examples of one test is harmless.
-SETTINGS = dict(deadline=None, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = dict(
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 # 1, primes, powers of two and their neighbours.
 SPECIAL = [1, 2, 3, 5, 7, 13, 31, 64, 97, 100, 128, 131]
@@ -47,7 +51,8 @@ def free_dim(hi: int = 160) -> st.SearchStrategy[int]:
 def run_dim(run: int, max_runs: int = 33) -> st.SearchStrategy[int]:
     """A contiguous dimension: ``run`` times 1, a prime, or any count of runs."""
     return st.one_of(st.sampled_from([x for x in SPECIAL if x <= max_runs]), st.integers(1, max_runs)).map(
-        lambda x: x * run)
+        lambda x: x * run
+    )
 
 
 def poisoned(shape: tuple[int, ...], dtype: torch.dtype, guard: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +66,7 @@ def poisoned(shape: tuple[int, ...], dtype: torch.dtype, guard: int = 64) -> tup
 
 def check_written(out: torch.Tensor, buf: torch.Tensor) -> None:
     assert not out.isnan().any(), f"{int(out.isnan().sum())} of {out.numel()} output elements never written"
-    assert buf[out.numel():].isnan().all(), "the kernel wrote past the end of its output"
+    assert buf[out.numel() :].isnan().all(), "the kernel wrote past the end of its output"
 
 
 # ----------------------------------------------------------------------------------------------- GEMM
@@ -85,8 +90,9 @@ def _copy_threads_exceed_tile(bm: int, bn: int, waves: tuple[int, int], bk: int)
 def _gemm_configs() -> list[tuple]:
     """Every legal (BLOCK_M, BLOCK_N, waves, BLOCK_K): the wave tile is a multiple of the 16x8 MMA tile."""
     out = []
-    for bm, bn, wm, wn, bk in itertools.product([16, 32, 64, 128], [16, 32, 64, 128], [1, 2, 4], [1, 2, 4],
-                                                [16, 32, 64]):
+    for bm, bn, wm, wn, bk in itertools.product(
+        [16, 32, 64, 128], [16, 32, 64, 128], [1, 2, 4], [1, 2, 4], [16, 32, 64]
+    ):
         if bm % (wm * MMA_M) or bn % (wn * MMA_N) or bk % MMA_K:
             continue
         out.append((bm, bn, (wm, wn), bk))
@@ -117,16 +123,20 @@ def run_gemm(kernel, m: int, n: int, k: int, seed: int) -> None:
     check_written(c, buf)
     assert torch.equal(a, a0) and torch.equal(b, b0), "an input was modified"
     ref = (a.double() @ b.double().T).float()
-    torch.testing.assert_close(c, ref, rtol=1e-4, atol=1e-4 * max(1, k) ** 0.5,
-                               msg=lambda s: f"gemm {m}x{n}x{k}: {s}")
+    torch.testing.assert_close(c, ref, rtol=1e-4, atol=1e-4 * max(1, k) ** 0.5, msg=lambda s: f"gemm {m}x{n}x{k}: {s}")
 
 
 gemm_shape = st.tuples(free_dim(), run_dim(2, 80), run_dim(8, 24))  # M, N (f32 out: N % 2), K (f16: K % 8)
 
 
 @settings(max_examples=25, **SETTINGS)
-@given(config=st.sampled_from(GEMM_CONFIGS), stages=st.integers(1, 3), group=st.integers(1, 4),
-       shapes=st.lists(gemm_shape, min_size=2, max_size=3), seed=st.integers(0, 2**16))
+@given(
+    config=st.sampled_from(GEMM_CONFIGS),
+    stages=st.integers(1, 3),
+    group=st.integers(1, 4),
+    shapes=st.lists(gemm_shape, min_size=2, max_size=3),
+    seed=st.integers(0, 2**16),
+)
 def test_gemm_random_shapes_and_tiles(config, stages, group, shapes, seed) -> None:
     kernel = gemm_kernel(*config, stages, group)
     for i, (m, n, k) in enumerate(shapes):
@@ -159,8 +169,11 @@ def test_gemm_misaligned_contiguous_dims_rejected(m, n, k) -> None:
         assert arg == "b" and "N=" in str(info.value) and "multiple of 2" in str(info.value)
 
 
-@pytest.mark.parametrize("config", [(32, 32, (2, 2), 16), (16, 16, (1, 2), 16), (64, 16, (2, 1), 16),
-                                    (128, 32, (4, 2), 16), (16, 128, (1, 4), 32)], ids=str)
+@pytest.mark.parametrize(
+    "config",
+    [(32, 32, (2, 2), 16), (16, 16, (1, 2), 16), (64, 16, (2, 1), 16), (128, 32, (4, 2), 16), (16, 128, (1, 4), 32)],
+    ids=str,
+)
 @pytest.mark.parametrize("stages", [1, 2])
 def test_gemm_more_threads_than_tile_runs(config, stages) -> None:
     """Regression (fixed in c5a252f): more threads than 16-byte runs in an operand tile made duplicate copies
@@ -180,17 +193,18 @@ def ew_kernel(dtype: str, bm: int, bn: int):
     key = (dtype, bm, bn)
     k = _EW_KERNELS.get(key)
     if k is None:
-        k = _EW_KERNELS[key] = wc.compile(make_scale_shift(EW_DTYPES[dtype][0]), {EW_BLOCK_M: bm, EW_BLOCK_N: bn},
-                                          backend="emulator")
+        k = _EW_KERNELS[key] = wc.compile(
+            make_scale_shift(EW_DTYPES[dtype][0]), {EW_BLOCK_M: bm, EW_BLOCK_N: bn}, backend="emulator"
+        )
     return k
 
 
 @st.composite
 def ew_case(draw):
     dtype = draw(st.sampled_from(sorted(EW_DTYPES)))
-    run = 16 // EW_DTYPES[dtype][1].itemsize          # elements per 16-byte run along N
-    wave_n = 32 * run                                  # one wave covers 32 runs of a row
-    bm = draw(st.sampled_from([1, 2, 4, 8]))           # one wave per row of the tile
+    run = 16 // EW_DTYPES[dtype][1].itemsize  # elements per 16-byte run along N
+    wave_n = 32 * run  # one wave covers 32 runs of a row
+    bm = draw(st.sampled_from([1, 2, 4, 8]))  # one wave per row of the tile
     bn = wave_n * draw(st.sampled_from([1, 2, 4]))
     shapes = draw(st.lists(st.tuples(free_dim(), run_dim(run, 100 if run == 4 else 50)), min_size=2, max_size=4))
     return dtype, bm, bn, shapes
@@ -222,8 +236,12 @@ def test_scale_shift_misaligned_n_rejected(dtype, m, n) -> None:
     tdt = EW_DTYPES[dtype][1]
     run = 16 // tdt.itemsize
     kernel = ew_kernel(dtype, 4, 32 * run)
-    args = [torch.zeros(m, n, dtype=tdt), torch.zeros(m, n, dtype=tdt), torch.zeros(n, dtype=tdt),
-            torch.zeros(m, n, dtype=tdt)]
+    args = [
+        torch.zeros(m, n, dtype=tdt),
+        torch.zeros(m, n, dtype=tdt),
+        torch.zeros(n, dtype=tdt),
+        torch.zeros(m, n, dtype=tdt),
+    ]
     if n % run == 0:
         kernel(*args)
         return

@@ -30,12 +30,17 @@ STAGES, GROUP = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 
 
 def _gemm(swizzle: str) -> wc.WaveKernel:
-    @wc.wave([
-        wc.WorkgroupConstraint(M, BM, 0), wc.WorkgroupConstraint(N, BN, 1),
-        wc.WaveConstraint(M, BM / 2), wc.WaveConstraint(N, BN / 2), wc.TilingConstraint(K, BK),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
-        wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, operand_swizzle=swizzle),
-    ])
+    @wc.wave(
+        [
+            wc.WorkgroupConstraint(M, BM, 0),
+            wc.WorkgroupConstraint(N, BN, 1),
+            wc.WaveConstraint(M, BM / 2),
+            wc.WaveConstraint(N, BN / 2),
+            wc.TilingConstraint(K, BK),
+            wc.HardwareConstraint(threads_per_wave=32, mma_type=wc.MMAType.NV_F32_16x8x16_F16),
+            wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, operand_swizzle=swizzle),
+        ]
+    )
     def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
         acc = Register[M, N, f32](0.0)
 
@@ -55,28 +60,33 @@ GEMMS = {"auto": _gemm("auto"), "none": _gemm("none")}  # XOR-swizzled operand t
 def passes(bm: int = 64, bn: int = 64, bk: int = 32, stages: int = 2, group: int = 1, swizzle: str = "auto"):
     gemm = GEMMS[swizzle]
     trace = gemm.trace()
-    ctx = PassContext.build(trace, ConstraintSet(gemm.constraints, {BM: bm, BN: bn, BK: bk, STAGES: stages,
-                                                                   GROUP: group}), "sm_90")
+    ctx = PassContext.build(
+        trace, ConstraintSet(gemm.constraints, {BM: bm, BN: bn, BK: bk, STAGES: stages, GROUP: group}), "sm_90"
+    )
     run_pipeline(trace, ctx)
     return trace, ctx
 
 
 # ----- reorder_workgroups -------------------------------------------------------------------------------
 
+
 def _tiles(m: int, n: int, bm: int, bn: int) -> tuple[int, int]:
     return -(-m // bm), -(-n // bn)
 
 
-@pytest.mark.parametrize("m,n,group,bm,bn", [
-    (64 * 6, 64 * 4, 3, 64, 64),    # rows a multiple of G
-    (300, 130, 3, 64, 64),          # 5 x 3 tiles: the last group holds 2 rows
-    (1000, 200, 8, 64, 64),         # 16 x 4: two full groups
-    (650, 70, 8, 64, 64),           # 11 x 2: the last group holds 3 rows
-    (70, 64 * 9, 8, 64, 64),        # 2 x 9: fewer rows than G
-    (64, 64, 4, 64, 64),            # a single tile
-    (129, 513, 3, 128, 256),        # 2 x 3 with other tiles, non-multiples
-    (1, 1000, 8, 64, 32),           # decode-like: one row of tiles
-])
+@pytest.mark.parametrize(
+    "m,n,group,bm,bn",
+    [
+        (64 * 6, 64 * 4, 3, 64, 64),  # rows a multiple of G
+        (300, 130, 3, 64, 64),  # 5 x 3 tiles: the last group holds 2 rows
+        (1000, 200, 8, 64, 64),  # 16 x 4: two full groups
+        (650, 70, 8, 64, 64),  # 11 x 2: the last group holds 3 rows
+        (70, 64 * 9, 8, 64, 64),  # 2 x 9: fewer rows than G
+        (64, 64, 4, 64, 64),  # a single tile
+        (129, 513, 3, 128, 256),  # 2 x 3 with other tiles, non-multiples
+        (1, 1000, 8, 64, 32),  # decode-like: one row of tiles
+    ],
+)
 def test_grouped_order_is_a_bijection_within_g_rows(m: int, n: int, group: int, bm: int, bn: int) -> None:
     _trace, ctx = passes(bm=bm, bn=bn, group=group)
     n0, n1 = _tiles(m, n, bm, bn)
@@ -100,7 +110,7 @@ def test_grouped_order_is_a_bijection_within_g_rows(m: int, n: int, group: int, 
     assert len(set(seen)) == len(seen) == n0 * n1
     # within a group the walk is column by column: rows vary fastest, columns never go back
     for g0 in range(0, len(seen), group * n1):
-        cols = [j for _i, j in seen[g0:g0 + group * n1]]
+        cols = [j for _i, j in seen[g0 : g0 + group * n1]]
         assert cols == sorted(cols)
         rows = min(group, n0 - g0 // n1)
         assert all(cols.count(j) == rows for j in range(n1))
@@ -192,7 +202,7 @@ def test_ldmatrix_phases_hit_distinct_bank_groups(bk: int, bn: int, swizzle: str
         lanes = _ldmatrix_offsets(read)
         rows_per_phase = []
         for phase in range(len(lanes) // 8):  # 8 lanes, 8 rows of 16 bytes each
-            part = lanes[8 * phase:8 * phase + 8]
+            part = lanes[8 * phase : 8 * phase + 8]
             rows_per_phase.append(len({r for r, _c in part}))
             assert _conflict_free([_byte_offset(alloc, r, c) for r, c in part]), (read.name, phase)
             # the control: plain rows of the same tile do conflict
@@ -207,25 +217,32 @@ def _copy_store_phases(bk: int, swizzle: str) -> list[list[int]]:
     """Byte offsets in the shared tile of the 16-byte copy stores of threads 0-7, 8-15, ... (one phase of a
     16-byte access is 8 threads)."""
     trace, _ctx = passes(bk=bk, swizzle=swizzle)
-    copies = [n for n in _body(trace).nodes if n.meta.get("op") in (AsyncCopy, Write)
-              and _allocation(n).meta["type"].address_space == AddressSpace.SHARED]
+    copies = [
+        n
+        for n in _body(trace).nodes
+        if n.meta.get("op") in (AsyncCopy, Write) and _allocation(n).meta["type"].address_space == AddressSpace.SHARED
+    ]
     assert copies
     phases = []
     for cp in copies:
         alloc = _allocation(cp)
         lay = cp.meta["layout"]
         row_dim, k_dim = lay.dims
-        (_first, n, _off), = cp.meta["accesses"]
+        ((_first, n, _off),) = cp.meta["accesses"]
         assert n * 2 == 16
         offs = []
         for t in range(128):
             env = {**ENV, THREAD: t}
             # an async copy's layout is already that of the iteration it fetches (iv_subs); so is the tile
-            r, c = (int(sympy.sympify(lay.seq(d).start).xreplace(env)
-                        - sympy.sympify(alloc.kwargs["base"][d]).subs(cp.meta.get("iv_subs", {})).xreplace(env))
-                    for d in (row_dim, k_dim))
+            r, c = (
+                int(
+                    sympy.sympify(lay.seq(d).start).xreplace(env)
+                    - sympy.sympify(alloc.kwargs["base"][d]).subs(cp.meta.get("iv_subs", {})).xreplace(env)
+                )
+                for d in (row_dim, k_dim)
+            )
             offs.append(_byte_offset(alloc, r, c))
-        phases += [offs[i:i + 8] for i in range(0, 128, 8)]
+        phases += [offs[i : i + 8] for i in range(0, 128, 8)]
     return phases
 
 
@@ -238,8 +255,19 @@ def _conflict_degree(addresses: list[int]) -> int:
 # Padding trades store conflicts for ldmatrix ones: rows under 128 bytes padded by 16 bytes make the
 # cp.async stores (written once per element) 2-way conflicting while every ldmatrix phase (each element
 # read by several warps) is conflict free.  The XOR swizzle makes both conflict free (swizzle_shared).
-@pytest.mark.parametrize("bk,swizzle,degree", [(16, "none", 2), (32, "none", 2), (64, "none", 1), (128, "none", 1),
-                                                (16, "auto", 1), (32, "auto", 1), (64, "auto", 1), (128, "auto", 1)])
+@pytest.mark.parametrize(
+    "bk,swizzle,degree",
+    [
+        (16, "none", 2),
+        (32, "none", 2),
+        (64, "none", 1),
+        (128, "none", 1),
+        (16, "auto", 1),
+        (32, "auto", 1),
+        (64, "auto", 1),
+        (128, "auto", 1),
+    ],
+)
 def test_copy_store_conflicts_are_bounded(bk: int, swizzle: str, degree: int) -> None:
     for phase in _copy_store_phases(bk, swizzle):
         assert _conflict_degree(phase) <= degree, phase

@@ -24,9 +24,19 @@ def _iree_printed_target(tmp_path, device: str, flag: str, backend: str) -> str:
     src = tmp_path / "add.mlir"
     src.write_text(_TINY)
     proc = subprocess.run(
-        [iree_compile, str(src), f"--iree-hal-target-device={device}", flag,
-         "--compile-to=executable-sources", "-o", "-"],
-        capture_output=True, text=True, check=True)
+        [
+            iree_compile,
+            str(src),
+            f"--iree-hal-target-device={device}",
+            flag,
+            "--compile-to=executable-sources",
+            "-o",
+            "-",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     m = re.search(r'(#hal\.executable\.target<"' + backend + r'".*?)\]> : !hal\.device', proc.stdout)
     assert m, proc.stdout[:2000]
     return m.group(1)

@@ -24,12 +24,15 @@ def test_describe_innermost_first() -> None:
     assert SPEC.box_bytes == 64 * 256 * 2 and SPEC.elem_bytes == 2
 
 
-@pytest.mark.parametrize("address,shape,strides,why", [
-    (0x1008, (64, 64), (64, 1), "16-byte aligned"),
-    (0x1000, (64, 60), (60, 1), "multiple of 16 bytes"),
-    (0x1000, (64, 64), (1, 64), "last dimension contiguous"),
-    (0x1000, (4, 64, 64), (4096, 64, 1), "rank-3"),
-])
+@pytest.mark.parametrize(
+    "address,shape,strides,why",
+    [
+        (0x1008, (64, 64), (64, 1), "16-byte aligned"),
+        (0x1000, (64, 60), (60, 1), "multiple of 16 bytes"),
+        (0x1000, (64, 64), (1, 64), "last dimension contiguous"),
+        (0x1000, (4, 64, 64), (4096, 64, 1), "rank-3"),
+    ],
+)
 def test_describe_rejects_what_tma_cannot_read(address: int, shape, strides, why: str) -> None:
     with pytest.raises(ArgumentError, match=why):
         tm.describe(SPEC, address, shape, strides, "k", "b")
@@ -59,8 +62,21 @@ def test_encode_cuda_arguments(monkeypatch) -> None:
     calls = []
 
     def fake(out, dtype, rank, address, dims, strides, box, estrides, interleave, swizzle, l2, oob):
-        calls.append((dtype, rank, address, list(dims[:rank]), list(strides[:rank - 1]), list(box[:rank]),
-                      list(estrides[:rank]), interleave, swizzle, l2, oob))
+        calls.append(
+            (
+                dtype,
+                rank,
+                address,
+                list(dims[:rank]),
+                list(strides[: rank - 1]),
+                list(box[:rank]),
+                list(estrides[:rank]),
+                interleave,
+                swizzle,
+                l2,
+                oob,
+            )
+        )
         ctypes.memmove(out, bytes(range(128)), 128)
         return 0
 
@@ -86,7 +102,7 @@ def test_cache_per_tensors() -> None:
     assert cache.address((a, b), (1 << 40, 2 << 40), None) == 0x1000
     assert cache.address((a, b), (1 << 40, 2 << 40), None) == 0x1000  # same tensors: no new upload
     assert len(uploads) == 1 and len(uploads[0]) == 2 * tm.MAP_BYTES
-    assert tm.decode_emulated(uploads[0][tm.MAP_BYTES:])[4] == (64, 512)
+    assert tm.decode_emulated(uploads[0][tm.MAP_BYTES :])[4] == (64, 512)
     assert cache.address((a, b[:256]), (1 << 40, 2 << 40), None) == 0x2000  # another shape: another map
     assert cache.address((a, b), (1 << 40, 3 << 40), None) == 0x3000  # past the limit: uncached but right
     assert len(cache._cache) == 2
@@ -95,10 +111,20 @@ def test_cache_per_tensors() -> None:
 
 
 def test_metadata_round_trip() -> None:
-    meta = KernelMetadata(kernel="gemm", entry="gemm", block=(256, 1, 1), shared_bytes=1024,
-                          args=(ArgSpec("a", "f16", ("M", "K"), False),), constants=("M", "K"), static_symbols=(),
-                          grid=("M", "1", "1"), divisibility=(("K", 8),), alignment_bytes=16, source="x.py:1",
-                          tensor_maps=(SPEC,))
+    meta = KernelMetadata(
+        kernel="gemm",
+        entry="gemm",
+        block=(256, 1, 1),
+        shared_bytes=1024,
+        args=(ArgSpec("a", "f16", ("M", "K"), False),),
+        constants=("M", "K"),
+        static_symbols=(),
+        grid=("M", "1", "1"),
+        divisibility=(("K", 8),),
+        alignment_bytes=16,
+        source="x.py:1",
+        tensor_maps=(SPEC,),
+    )
     art = Artifact(target="sm_90a", format="cubin", binary=b"\0", metadata=meta, mlir="")
     assert Artifact.from_bytes(art.to_bytes()).metadata.tensor_maps == (SPEC,)
     body = art.to_bytes()[:-32].replace(b'"swizzle":128', b'"swizzle":100')  # same length, valid digest
@@ -131,16 +157,28 @@ def test_describe_rank4_rejects() -> None:
 
 def test_rank4_and_rank5_emulated_and_cuda_encodings(monkeypatch) -> None:
     m = tm.describe(KV_BSHD, 3 << 40, (2, 100, 3, 128), (38400, 384, 128, 1))
-    assert tm.decode_emulated(tm.encode_emulated(m)) == (2, 2, 128, 3 << 40, (128, 3, 100, 2), (2, 256, 768, 76800),
-                                                         (64, 1, 128, 1))
+    assert tm.decode_emulated(tm.encode_emulated(m)) == (
+        2,
+        2,
+        128,
+        3 << 40,
+        (128, 3, 100, 2),
+        (2, 256, 768, 76800),
+        (64, 1, 128, 1),
+    )
     five = tm.TensorMapSpec(0, "bf16", (64, 1, 1, 64, 1), 128)
     m5 = tm.describe(five, 1 << 40, (5, 4, 3, 2, 64), (1536, 384, 128, 64, 1))
-    assert len(tm.encode_emulated(m5)) == tm.MAP_BYTES and tm.decode_emulated(tm.encode_emulated(m5))[4] == (64, 2, 3,
-                                                                                                            4, 5)
+    assert len(tm.encode_emulated(m5)) == tm.MAP_BYTES and tm.decode_emulated(tm.encode_emulated(m5))[4] == (
+        64,
+        2,
+        3,
+        4,
+        5,
+    )
     calls = []
 
     def fake(out, dtype, rank, address, dims, strides, box, estrides, *rest):
-        calls.append((rank, list(dims[:rank]), list(strides[:rank - 1]), list(box[:rank])))
+        calls.append((rank, list(dims[:rank]), list(strides[: rank - 1]), list(box[:rank])))
         return 0
 
     monkeypatch.setattr(tm, "_encoder", fake)

@@ -111,9 +111,19 @@ def test_inputs_are_validated_before_allocation_errors(kernels):
 
 
 def _meta(args: tuple[ArgSpec, ...], statics=()) -> KernelMetadata:
-    return KernelMetadata(kernel="synthetic", entry="synthetic", block=(32, 1, 1), shared_bytes=0, args=args,
-                          constants=("N",), static_symbols=statics, grid=("1", "1", "1"), divisibility=(),
-                          alignment_bytes=16, source="synthetic.py:1")
+    return KernelMetadata(
+        kernel="synthetic",
+        entry="synthetic",
+        block=(32, 1, 1),
+        shared_bytes=0,
+        args=args,
+        constants=("N",),
+        static_symbols=statics,
+        grid=("1", "1", "1"),
+        divisibility=(),
+        alignment_bytes=16,
+        source="synthetic.py:1",
+    )
 
 
 def test_output_dim_not_bound_by_inputs_raises():
@@ -127,9 +137,15 @@ def test_output_dim_not_bound_by_inputs_raises():
 
 def test_output_plan_interleaved_outputs_and_statics():
     """Outputs between inputs go back to binding order; compile-time symbols and ints size outputs."""
-    meta = _meta((ArgSpec("o1", "f16", ("K", 4), True), ArgSpec("x", "f32", ("M", "N"), False),
-                  ArgSpec("o2", "i32", ("N", "M"), True), ArgSpec("z", "f32", ("N",), False)),
-                 statics=(("K", 16),))
+    meta = _meta(
+        (
+            ArgSpec("o1", "f16", ("K", 4), True),
+            ArgSpec("x", "f32", ("M", "N"), False),
+            ArgSpec("o2", "i32", ("N", "M"), True),
+            ArgSpec("z", "f32", ("N",), False),
+        ),
+        statics=(("K", 16),),
+    )
     plan = OutputPlan(meta)
     x, z = torch.zeros(3, 5), torch.zeros(5)
     o1, o2 = plan.allocate([x, z], x.device)
@@ -160,13 +176,21 @@ def test_opcheck(ops):
     # Every test util of opcheck passes on the emulator (test_schema, test_autograd_registration,
     # test_faketensor, test_aot_dispatch_static, test_aot_dispatch_dynamic); the inputs need no grad, so
     # test_autograd_registration only checks that no autograd kernel is falsely claimed.
-    utils = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_static",
-             "test_aot_dispatch_dynamic")
+    utils = (
+        "test_schema",
+        "test_autograd_registration",
+        "test_faketensor",
+        "test_aot_dispatch_static",
+        "test_aot_dispatch_dynamic",
+    )
     op_gemm, op_ss = ops
     a, b = _gemm_inputs(64, 128, 64)
     x, y, bias = _ss_inputs(4, 256)
-    for op, args in ((op_gemm, (a, b)), (op_ss, (x, y, bias)),
-                     (torch.ops.wavec_test.scale_shift_out.default, (x, y, bias, torch.empty(4, 256)))):
+    for op, args in (
+        (op_gemm, (a, b)),
+        (op_ss, (x, y, bias)),
+        (torch.ops.wavec_test.scale_shift_out.default, (x, y, bias, torch.empty(4, 256))),
+    ):
         result = torch.library.opcheck(op, args, test_utils=utils)
         assert set(result.values()) == {"SUCCESS"}, result
 

@@ -48,9 +48,12 @@ def test_nnls_matches_brute_force():
     rng = np.random.default_rng(0)
     for _ in range(20):
         a, y = rng.normal(size=(12, 4)), rng.normal(size=12)
-        best = min((np.sum((a[:, list(s)] @ np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] - y) ** 2), s)
-                   for k in range(5) for s in itertools.combinations(range(4), k)
-                   if k == 0 or (np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] >= 0).all())
+        best = min(
+            (np.sum((a[:, list(s)] @ np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] - y) ** 2), s)
+            for k in range(5)
+            for s in itertools.combinations(range(4), k)
+            if k == 0 or (np.linalg.lstsq(a[:, list(s)], y, rcond=None)[0] >= 0).all()
+        )
         x = nnls(a, y)
         assert (x >= 0).all()
         assert np.sum((a @ x - y) ** 2) == pytest.approx(best[0] if best[1] else np.sum(y**2), rel=1e-9, abs=1e-12)
@@ -133,8 +136,18 @@ def _model(n=36, seed=0):
         bm, bn = rng.choice([(16, 64), (16, 128), (64, 64), (64, 128), (64, 256), (128, 128), (128, 256)])
         coef = tuple(rng.choice([0.0, rng.uniform(0, 1e-6)]) for _ in range(7))
         lim = (0, 64) if bm == 16 else ((17, 1 << 62) if bm == 64 else (65, 1 << 62))
-        m.configs.append(ConfigModel(f"c{i}", (bm, bn), rng.choice([32, 64, 128]), 132 * rng.randint(1, 3), coef,
-                                     lim, sms=132, knee=rng.choice([0.25, 0.5, 1.0, 1.5])))
+        m.configs.append(
+            ConfigModel(
+                f"c{i}",
+                (bm, bn),
+                rng.choice([32, 64, 128]),
+                132 * rng.randint(1, 3),
+                coef,
+                lim,
+                sms=132,
+                knee=rng.choice([0.25, 0.5, 1.0, 1.5]),
+            )
+        )
     return m
 
 
@@ -154,8 +167,9 @@ def test_model_json_roundtrip_and_old_form():
     m2 = CostModel.from_json(m.to_json())
     assert [c.knee for c in m2.configs] == [c.knee for c in m.configs]
     assert [c.name for c in m2.rank((1000, 3000, 512))] == [c.name for c in m.rank((1000, 3000, 512))]
-    old = CostModel.from_json([{"name": "o", "tiles": [128, 128], "loop_tile": 64, "slots": 264,
-                                "coef": [1e-6, 2e-7, 3e-9, 4e-8]}])
+    old = CostModel.from_json(
+        [{"name": "o", "tiles": [128, 128], "loop_tile": 64, "slots": 264, "coef": [1e-6, 2e-7, 3e-9, 4e-8]}]
+    )
     cfg = old.configs[0]
     assert cfg.coef == (1e-6, 0.0, 2e-7, 3e-9, 4e-8, 0.0, 0.0)
     # the earlier model's formula: c0 + work * (c1 * waves + c2 * ctas + c3 * sub)

@@ -9,8 +9,11 @@ from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, predi
 from wavec.tuning.evaluate import dedupe, geomean, plan_holdout, portfolio, regret, split_shapes, summary
 from wavec.tuning.search import race_candidates
 
-SHAPES = [(m, n, k) for m in (1, 16, 64, 128, 512, 2048, 4096, 8192)
-          for n, k in ((4096, 4096), (8192, 1024), (12288, 4096), (32000, 8192), (5120, 13824), (1280, 8192))]
+SHAPES = [
+    (m, n, k)
+    for m in (1, 16, 64, 128, 512, 2048, 4096, 8192)
+    for n, k in ((4096, 4096), (8192, 1024), (12288, 4096), (32000, 8192), (5120, 13824), (1280, 8192))
+]
 
 
 def test_dedupe_keeps_first_seen_order():
@@ -47,8 +50,11 @@ def test_regret_and_summary():
 
 
 def test_portfolio_covers_every_shape_with_few_configurations():
-    times = {"s1": {"a": 1.0, "b": 1.01, "c": 3.0}, "s2": {"a": 2.0, "b": 1.0, "c": 1.5},
-             "s3": {"a": 1.0, "b": 5.0, "c": 1.0}}
+    times = {
+        "s1": {"a": 1.0, "b": 1.01, "c": 3.0},
+        "s2": {"a": 2.0, "b": 1.0, "c": 1.5},
+        "s3": {"a": 1.0, "b": 5.0, "c": 1.0},
+    }
     port = portfolio(times, tol=0.02)
     for ts in times.values():
         assert min(ts[n] for n in port) <= min(ts.values()) * 1.02
@@ -82,7 +88,7 @@ def test_race_spends_rounds_on_contenders_and_interleaves():
     assert len(race.samples["fast"]) == 3 and len(race.samples["close"]) == 3 and len(race.samples["ref"]) == 3
     assert min(race.medians(), key=race.medians().get) == "ref"  # the reference never sets the pace
     assert set(calls[:4]) == set(speed)  # round 1 times everybody before anyone is timed twice
-    orders = [tuple(calls[4 + 3 * i: 7 + 3 * i]) for i in range(2)]
+    orders = [tuple(calls[4 + 3 * i : 7 + 3 * i]) for i in range(2)]
     assert all(set(o) == {"fast", "close", "ref"} for o in orders)
 
 
@@ -172,8 +178,13 @@ def test_dispatch_model_and_tuning_cache_dispatch(tmp_path, monkeypatch):
     from wavec.tuning.gemm import dispatch, dispatch_model, fit_gemm_model, store_tuned
     from wavec.tuning.search import Candidate
 
-    cands = [Candidate((("waves", (2, 2)),), (("BLOCK_K", 64), ("BLOCK_M", bm), ("BLOCK_N", bn), ("GROUP_M", 8),
-                                               ("NUM_STAGES", 3))) for bm in (16, 64, 128) for bn in (64, 128)]
+    cands = [
+        Candidate(
+            (("waves", (2, 2)),), (("BLOCK_K", 64), ("BLOCK_M", bm), ("BLOCK_N", bn), ("GROUP_M", 8), ("NUM_STAGES", 3))
+        )
+        for bm in (16, 64, 128)
+        for bn in (64, 128)
+    ]
     fit_shapes, held = split_shapes(SHAPES, seed=0)
     times = _synthetic_times(cands, SHAPES)
     meta = {c: {"registers": 128, "block": [128, 1, 1], "shared_bytes": 32768} for c in cands}
@@ -188,8 +199,9 @@ def test_dispatch_model_and_tuning_cache_dispatch(tmp_path, monkeypatch):
 
     measured = {s: times[s] for s in SHAPES[:5]}
     n = store_tuned(wc.f16, measured, meta, target="sm_90", gpu="test-gpu", model=model, candidates=cands)
-    assert n == len({tuple(1 << (v - 1).bit_length() if (i or v >= 16) and v > 1 else v for i, v in enumerate(s))
-                     for s in measured})
+    assert n == len(
+        {tuple(1 << (v - 1).bit_length() if (i or v >= 16) and v > 1 else v for i, v in enumerate(s)) for s in measured}
+    )
     monkeypatch.setattr("wavec.tuning.gemm.gpu_name", lambda: "test-gpu")
     monkeypatch.setattr("wavec.tuning.search.gpu_name", lambda: "test-gpu")
     s0 = SHAPES[0]
@@ -201,7 +213,8 @@ def test_dispatch_model_and_tuning_cache_dispatch(tmp_path, monkeypatch):
     subs, waves, source = dispatch(*unseen, wc.f16, "sm_90")
     assert source == "model"
     assert {str(k): v for k, v in subs.items()} == dict(
-        next(c for c in cands if c.label == model.choose(unseen).name).subs)
+        next(c for c in cands if c.label == model.choose(unseen).name).subs
+    )
 
 
 def test_split_caps_fit_shapes_per_configuration_class():

@@ -48,8 +48,13 @@ def test_illegal(waves, subs, reason):
 
 def test_illegal_copy_is_what_the_compiler_rejects():
     with pytest.raises(wc.WavecError, match="cannot split rows"):
-        wc.compile(make_gemm(waves=(1, 3)), {wc.sym(k): v for k, v in S(16, 24, 512).items()},
-                   backend="cuda", target="sm_90", cache=False)
+        wc.compile(
+            make_gemm(waves=(1, 3)),
+            {wc.sym(k): v for k, v in S(16, 24, 512).items()},
+            backend="cuda",
+            target="sm_90",
+            cache=False,
+        )
 
 
 def test_target_mismatch():
@@ -73,8 +78,9 @@ def test_copy_split_rule():
     assert "cannot split" in copy_split([16, 512], 96, 2)
 
 
-@pytest.mark.parametrize("waves,subs", [((2, 2), S(64, 64, 32)), ((2, 2), S(128, 128, 64, 3)),
-                                        ((1, 4), S(16, 64, 128, 4))])
+@pytest.mark.parametrize(
+    "waves,subs", [((2, 2), S(64, 64, 32)), ((2, 2), S(128, 128, 64, 3)), ((1, 4), S(16, 64, 128, 4))]
+)
 def test_shared_bytes_match_compiled(waves, subs):
     k = make_gemm(waves=waves)
     ck = wc.compile(k, {wc.sym(n): v for n, v in subs.items()}, backend="cuda", target="sm_90", cache=False)
@@ -85,8 +91,10 @@ def test_shared_bytes_match_compiled(waves, subs):
         assert ctas_per_sm(meta, "sm_90") >= 1
 
 
-@pytest.mark.parametrize("bk,stages,swizzle,copy", [(64, 4, "auto", "auto"), (32, 3, "auto", "auto"),
-                                                    (64, 3, "none", "auto"), (64, 3, "auto", "cp.async")])
+@pytest.mark.parametrize(
+    "bk,stages,swizzle,copy",
+    [(64, 4, "auto", "auto"), (32, 3, "auto", "auto"), (64, 3, "none", "auto"), (64, 3, "auto", "cp.async")],
+)
 def test_shared_bytes_match_compiled_wgmma(bk, stages, swizzle, copy):
     """wgmma tiles, with TMA (its mbarriers take a 1024-byte slot) and without (64-byte swizzle, core
     matrices, cp.async)."""
@@ -100,8 +108,9 @@ def test_shared_bytes_match_compiled_wgmma(bk, stages, swizzle, copy):
 def test_reject_after_compile():
     assert reject_after_compile({"registers": 128, "spills": 0, "block": [128, 1, 1]}) is None
     assert "spill" in reject_after_compile({"registers": 255, "spills": 16, "block": [128, 1, 1]})
-    assert "exceed 200" in reject_after_compile({"registers": 240, "spills": 0, "block": [128, 1, 1]},
-                                               max_registers=200)
+    assert "exceed 200" in reject_after_compile(
+        {"registers": 240, "spills": 0, "block": [128, 1, 1]}, max_registers=200
+    )
     assert "register file" in reject_after_compile({"registers": 128, "spills": 0, "block": [1024, 1, 1]})
     assert reject_after_compile({"registers": None, "spills": None, "block": [128, 1, 1]}) is None
 

@@ -13,11 +13,24 @@ from wavec.tuning.cache import TuningCache, bucket, entry_key
 from wavec.tuning.gemm import fit_cost_model, tuned_config
 from wavec.tuning.search import Candidate, enumerate_space
 
-SPACE = {"BLOCK_M": [32, 64], "BLOCK_N": [32, 64], "BLOCK_K": [24, 32], "NUM_STAGES": [2], "GROUP_M": [1],
-         "waves": [(2, 2)]}
+SPACE = {
+    "BLOCK_M": [32, 64],
+    "BLOCK_N": [32, 64],
+    "BLOCK_K": [24, 32],
+    "NUM_STAGES": [2],
+    "GROUP_M": [1],
+    "waves": [(2, 2)],
+}
 FIXED = {"dtype": wc.f16}
-KW = dict(fixed=FIXED, target="sm_90", backend="cuda", dtypes=["float16", "float16", "float32"],
-          gpu="Test GPU", dims=("M", "N", "K"), progress=False)
+KW = dict(
+    fixed=FIXED,
+    target="sm_90",
+    backend="cuda",
+    dtypes=["float16", "float16", "float32"],
+    gpu="Test GPU",
+    dims=("M", "N", "K"),
+    progress=False,
+)
 
 
 class FakeTimer:
@@ -44,8 +57,13 @@ def test_enumerate_space_splits_symbols_and_factory_args():
     cands = enumerate_space(SPACE, {"dtype", "waves", "threads_per_wave", "mma_type"})
     assert len(cands) == 8
     c = cands[0]
-    assert c.kwargs_dict == {"waves": (2, 2)} and set(c.subs_dict) == {"BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES",
-                                                                       "GROUP_M"}
+    assert c.kwargs_dict == {"waves": (2, 2)} and set(c.subs_dict) == {
+        "BLOCK_M",
+        "BLOCK_N",
+        "BLOCK_K",
+        "NUM_STAGES",
+        "GROUP_M",
+    }
     assert Candidate.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
@@ -66,7 +84,7 @@ def test_autotune_fake_timer_pool_cache_dispatch():
     n = 4
     assert len(timer.calls) == len(shapes) * n * (2 + 5)
     first = timer.calls[: n * 7]
-    rounds = [first[n * 2 + r * n: n * 2 + (r + 1) * n] for r in range(5)]
+    rounds = [first[n * 2 + r * n : n * 2 + (r + 1) * n] for r in range(5)]
     assert all(len(set(r)) == n for r in rounds)
     assert len({tuple(c.label for c in r) for r in rounds}) > 1
 
@@ -81,15 +99,34 @@ def test_autotune_fake_timer_pool_cache_dispatch():
     # a later call dispatches from the cache: no compiling, no timing
     def no_timer(cand, fn):
         raise AssertionError("timed a cached shape")
-    again = autotune("wavec.kernels.gemm:make_gemm", SPACE, [(1000, 1000, 512), (1024, 1000, 300)], timer=no_timer,
-                     **KW)
+
+    again = autotune(
+        "wavec.kernels.gemm:make_gemm", SPACE, [(1000, 1000, 512), (1024, 1000, 300)], timer=no_timer, **KW
+    )
     assert all(again.from_cache.values()) and not again.metadata
     assert again.best[(1000, 1000, 512)] == res.best[(1000, 1000, 512)]
-    got = lookup("wavec.kernels.gemm:make_gemm", (1000, 1000, 512), fixed=FIXED, target="sm_90",
-                 dtypes=KW["dtypes"], gpu="Test GPU", dims=("M", "N", "K"))
+    got = lookup(
+        "wavec.kernels.gemm:make_gemm",
+        (1000, 1000, 512),
+        fixed=FIXED,
+        target="sm_90",
+        dtypes=KW["dtypes"],
+        gpu="Test GPU",
+        dims=("M", "N", "K"),
+    )
     assert got == (kwargs, subs)
-    assert lookup("wavec.kernels.gemm:make_gemm", (64, 64, 64), fixed=FIXED, target="sm_90", dtypes=KW["dtypes"],
-                  gpu="Test GPU", dims=("M", "N", "K")) is None
+    assert (
+        lookup(
+            "wavec.kernels.gemm:make_gemm",
+            (64, 64, 64),
+            fixed=FIXED,
+            target="sm_90",
+            dtypes=KW["dtypes"],
+            gpu="Test GPU",
+            dims=("M", "N", "K"),
+        )
+        is None
+    )
 
     # the cost model fits from the result's times (2 shapes per configuration) and ranks the winner first
     model = fit_cost_model(res)
@@ -103,13 +140,39 @@ def test_autotune_factory_callable_in_process_and_pruning():
     space = {"BLOCK_M": [32, 64], "BLOCK_N": [32, 64], "BLOCK_K": [32], "NUM_STAGES": [2], "GROUP_M": [1]}
     cands = enumerate_space(space, set())
     # a model that ranks 32x32 and 32x64 best: only those two are timed
-    model = CostModel([ConfigModel(c.label, (c.subs_dict["BLOCK_M"], c.subs_dict["BLOCK_N"]), 32, 132,
-                                   (float(c.subs_dict["BLOCK_M"]), 0.0, 0.0, 0.0)) for c in cands])
-    res = autotune(make_gemm, space, [(512, 512, 512)], timer=timer, workers=0, warmup=0, rounds=3, model=model,
-                   prune_to=2, use_cache=False, **KW)
+    model = CostModel(
+        [
+            ConfigModel(
+                c.label,
+                (c.subs_dict["BLOCK_M"], c.subs_dict["BLOCK_N"]),
+                32,
+                132,
+                (float(c.subs_dict["BLOCK_M"]), 0.0, 0.0, 0.0),
+            )
+            for c in cands
+        ]
+    )
+    res = autotune(
+        make_gemm,
+        space,
+        [(512, 512, 512)],
+        timer=timer,
+        workers=0,
+        warmup=0,
+        rounds=3,
+        model=model,
+        prune_to=2,
+        use_cache=False,
+        **KW,
+    )
     assert {c.subs_dict["BLOCK_M"] for c in timer.calls} == {32}
-    assert res.best[(512, 512, 512)].subs_dict == {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "NUM_STAGES": 2,
-                                                   "GROUP_M": 1}
+    assert res.best[(512, 512, 512)].subs_dict == {
+        "BLOCK_M": 32,
+        "BLOCK_N": 64,
+        "BLOCK_K": 32,
+        "NUM_STAGES": 2,
+        "GROUP_M": 1,
+    }
 
 
 def test_errors():

@@ -12,13 +12,7 @@ import sympy
 import wavec as wc
 from wavec.emulator.ops_nvvm import _decode
 from wavec.indexing import LANE, THREAD, mma_layout, shape_symbol
-from wavec.indexing.shared_layout import (
-    SharedLayout,
-    SharedLayoutKind,
-    SwizzleMode,
-    core_copy_layout,
-    split_quotient,
-)
+from wavec.indexing.shared_layout import SharedLayout, SharedLayoutKind, SwizzleMode, core_copy_layout, split_quotient
 
 M, N, K = shape_symbol("M"), shape_symbol("N"), shape_symbol("K")
 WGMMA = [wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.MMAType.NV_WGMMA_F32_64xNx16_BF16]
@@ -51,8 +45,9 @@ def test_operand_layouts_are_one_descriptor_per_tile() -> None:
         mma_layout(WGMMA[0], "c", M, N)
 
 
-@pytest.mark.parametrize("wave_n,want", [(128, 128), (256, 256), (512, 256), (384, 192), (200, 200),
-                                         (8, 8), (12, None), (4, None)])
+@pytest.mark.parametrize(
+    "wave_n,want", [(128, 128), (256, 256), (512, 256), (384, 192), (200, 200), (8, 8), (12, None), (4, None)]
+)
 def test_instruction_n(wave_n: int, want) -> None:
     assert WGMMA[0].spec.instruction_n(wave_n) == want
     assert wc.MMAType.NV_F32_16x8x16_F16.spec.instruction_n(wave_n) == (8 if wave_n % 8 == 0 else None)
@@ -60,14 +55,20 @@ def test_instruction_n(wave_n: int, want) -> None:
 
 def test_split_quotient() -> None:
     t, w = sympy.Symbol("t", integer=True, nonnegative=True), sympy.Symbol("w", integer=True, nonnegative=True)
-    assert split_quotient(sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8) == (sympy.floor(t / 64) + 4,
-                                                                                 sympy.Mod(t, 8))
+    assert split_quotient(sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8) == (
+        sympy.floor(t / 64) + 4,
+        sympy.Mod(t, 8),
+    )
     assert split_quotient(64 * w + 16, 8) == (8 * w + 2, 0)
     assert split_quotient(8 * sympy.Mod(t, 16), 64) == (sympy.floor(sympy.Mod(t, 16) / 8), 8 * sympy.Mod(t, 8))
     q, r = split_quotient(t + 3, 8)  # not provable: floor and the remainder by subtraction
     assert q == sympy.floor((t + 3) / 8) and not r.has(sympy.Mod)
-    for expr, div in ((t + 3, 8), (8 * sympy.Mod(t, 16), 64), (sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8),
-                      (24 * sympy.Mod(t, 4) + 5, 16)):
+    for expr, div in (
+        (t + 3, 8),
+        (8 * sympy.Mod(t, 16), 64),
+        (sympy.Mod(t, 8) + 8 * sympy.floor(t / 64) + 32, 8),
+        (24 * sympy.Mod(t, 4) + 5, 16),
+    ):
         q, r = split_quotient(expr, div)
         for v in range(200):
             assert (int(q.subs(t, v)), int(r.subs(t, v))) == divmod(int(expr.subs(t, v)), div), (expr, v)
@@ -95,8 +96,11 @@ def test_core_layout_indices_and_descriptor(tile) -> None:
     assert lay.check((64, 12)) and lay.check((60, 16)) and lay.check(tile) is None
 
 
-SWIZZLES = [(SharedLayoutKind.SWIZZLE_128B, 128, SwizzleMode.B128), (SharedLayoutKind.SWIZZLE_64B, 64, SwizzleMode.B64),
-            (SharedLayoutKind.SWIZZLE_32B, 32, SwizzleMode.B32)]
+SWIZZLES = [
+    (SharedLayoutKind.SWIZZLE_128B, 128, SwizzleMode.B128),
+    (SharedLayoutKind.SWIZZLE_64B, 64, SwizzleMode.B64),
+    (SharedLayoutKind.SWIZZLE_32B, 32, SwizzleMode.B32),
+]
 
 
 @pytest.mark.parametrize("kind,width,mode", SWIZZLES, ids=lambda x: getattr(x, "name", str(x)))
@@ -133,14 +137,13 @@ def test_row_copy_is_conflict_free_on_the_swizzles(kind, width: int, mode) -> No
     chunks = [(t // per_row, t % per_row) for t in range(64)]  # (row, chunk) of thread t
     for phase in range(8):
         groups = set()
-        for r, c in chunks[8 * phase:8 * phase + 8]:
+        for r, c in chunks[8 * phase : 8 * phase + 8]:
             _col, row, el = (int(x) for x in lay.indices(sympy.Integer(r), sympy.Integer(8 * c)))
             groups.add((row * width + el * 2) // 16 % 8)
         assert len(groups) == 8, phase
 
 
-@pytest.mark.parametrize("tile,threads", [((128, 64), 256), ((64, 32), 128), ((256, 64), 256),
-                                          ((64, 256), 128)])
+@pytest.mark.parametrize("tile,threads", [((128, 64), 256), ((64, 32), 128), ((256, 64), 256), ((64, 256), 128)])
 def test_core_copy_is_conflict_free_and_sector_complete(tile, threads: int) -> None:
     """Each 8-thread store phase of a warp writes 8 different 16-byte bank groups of the core layout;
     each warp reads whole 32-byte sectors of a row-major global tile; every element is copied once."""
@@ -157,11 +160,12 @@ def test_core_copy_is_conflict_free_and_sector_complete(tile, threads: int) -> N
             chunks.append((r, k))
             copied += [(r, k + e) for e in range(8)]
         for warp in range(threads // 32):
-            mine = chunks[32 * warp:32 * warp + 32]
+            mine = chunks[32 * warp : 32 * warp + 32]
             for phase in range(4):
                 # bank group of a 16-byte chunk: its address // 16 mod 8 (core-matrix row r % 8 adds 16 bytes)
-                groups = {(lay.byte_offset(r - r % 8, k, tile) // 16 + r % 8) % 8
-                          for r, k in mine[8 * phase:8 * phase + 8]}
+                groups = {
+                    (lay.byte_offset(r - r % 8, k, tile) // 16 + r % 8) % 8 for r, k in mine[8 * phase : 8 * phase + 8]
+                }
                 assert len(groups) == 8, (warp, phase)
             sectors: dict = {}
             for r, k in mine:  # global row-major: bytes [2k, 2k + 16) of row r
@@ -175,13 +179,16 @@ def test_core_copy_rejects_tiles_it_cannot_split() -> None:
     assert isinstance(core_copy_layout((M, K), (12, 64), 128, 2), str)
 
 
-@pytest.mark.parametrize("bm,bn,stages,target,ok,why", [
-    (128, 256, 4, "sm_90a", True, ""),
-    (128, 256, 5, "sm_90a", False, "exceed"),
-    (64, 64, 2, "sm_90a", False, "multiple of the NV_WGMMA_F32_64xNx16_F16 instruction's M = 64"),
-    (128, 128, 3, "sm_90", False, "needs target sm_90a"),
-    (128, 136, 3, "sm_90a", False, "does not tile 136x64"),
-])
+@pytest.mark.parametrize(
+    "bm,bn,stages,target,ok,why",
+    [
+        (128, 256, 4, "sm_90a", True, ""),
+        (128, 256, 5, "sm_90a", False, "exceed"),
+        (64, 64, 2, "sm_90a", False, "multiple of the NV_WGMMA_F32_64xNx16_F16 instruction's M = 64"),
+        (128, 128, 3, "sm_90", False, "needs target sm_90a"),
+        (128, 136, 3, "sm_90a", False, "does not tile 136x64"),
+    ],
+)
 def test_legality_knows_wgmma(bm: int, bn: int, stages: int, target: str, ok: bool, why: str) -> None:
     """The tuner's legality filter: instruction N from the wave tile, no padding of core-matrix tiles
     (shared bytes = stages x (BM + BN) x BK x 2, plus one 1024-byte slot for the mbarriers of the TMA

@@ -144,7 +144,7 @@ class _FlatBuffer:
         length = self.u32(start)
         if start + 4 + length > len(self.buf):
             raise _bad(f"string of {length} bytes at offset {start} overruns the buffer")
-        return self.buf[start + 4:start + 4 + length]
+        return self.buf[start + 4 : start + 4 + length]
 
 
 def _payload(blob: bytes, fmt: str) -> bytes:

@@ -34,8 +34,11 @@ def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
     dst: Layout = node.meta["layout"]
     mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.lanes)
     if mapping is None:  # the pass proved one exists; every tile shares the pattern
-        raise CodegenError(node.meta.get("loc"), message=f"convert_layout %{node.name}: the layouts have no "
-                           "lane-independent register mapping (convert_layouts should have chosen via=shared)")
+        raise CodegenError(
+            node.meta.get("loc"),
+            message=f"convert_layout %{node.name}: the layouts have no "
+            "lane-independent register mapping (convert_layouts should have chosen via=shared)",
+        )
     size = srcs[0].meta["layout"].size
     flat = [ti * size + q for ti, q in mapping]
     whole = _concat([fb.values[s] for s in srcs])

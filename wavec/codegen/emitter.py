@@ -122,17 +122,22 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
         mtype, dyn_dims = _memref_type(a.type.shape, a.type.dtype.mlir, ctx)
         sizes = "{" + ", ".join(f"%sym{dyn.index(d)}" for d in dyn_dims) + "}" if dyn_dims else ""
         ro = "" if a.name in written else " flags(ReadOnly)"
-        lines.append(f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
-                     f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}")
+        lines.append(
+            f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
+            f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}"
+        )
     for j, a in enumerate(trace.scalars):  # constants are i32 (toolchain.md): an f32 arrives as its bits
-        lines.append(f"        %scalar{j}_i32 = hal.interface.constant.load layout(#layout) ordinal({len(dyn) + j}) "
-                     ": i32")
+        lines.append(
+            f"        %scalar{j}_i32 = hal.interface.constant.load layout(#layout) ordinal({len(dyn) + j}) : i32"
+        )
         if a.type.dtype.is_float:
             lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
     if ctx.tensor_maps:  # last before the return: FunctionBuilder finds it there
-        lines.append(f"        %tensor_maps = hal.interface.binding.subspan layout(#layout) binding({len(trace.args)}) "
-                     f"alignment({TENSOR_MAP_ALIGNMENT}) offset(%c0) flags(ReadOnly) : "
-                     f"memref<{16 * len(ctx.tensor_maps)}xi64>")
+        lines.append(
+            f"        %tensor_maps = hal.interface.binding.subspan layout(#layout) binding({len(trace.args)}) "
+            f"alignment({TENSOR_MAP_ALIGNMENT}) offset(%c0) flags(ReadOnly) : "
+            f"memref<{16 * len(ctx.tensor_maps)}xi64>"
+        )
     lines += ["        return", "      }", "    }", "  }", "}"]
     return "\n".join(lines)
 
@@ -151,16 +156,21 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
     if ctx.persistent:
         from . import lowering_persistent  # noqa: F401 - registers the tile loop
     if cs.threads_per_wave != target.threads_per_wave:
-        raise CodegenError(message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
-                           f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}")
+        raise CodegenError(
+            message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "
+            f"HardwareConstraint says threads_per_wave={cs.threads_per_wave}"
+        )
     dyn = _dynamic_symbols(trace, ctx)
     written = _written_args(trace)
     reqs = list(ctx.requirements.items())
     for d, t in reqs:
         v = cs.resolve(d)
         if v.is_Integer and int(v) % t:
-            raise CodegenError(trace.loc, message=f"{d}={int(v)} must be a multiple of {t}: rows of the "
-                               f"contiguous dimension {d} are accessed {t} elements (16 bytes) at a time")
+            raise CodegenError(
+                trace.loc,
+                message=f"{d}={int(v)} must be a multiple of {t}: rows of the "
+                f"contiguous dimension {d} are accessed {t} elements (16 bytes) at a time",
+            )
     text = skeleton(trace, ctx, target, dyn, written)
     with ir.Context() as mctx, ir.Location.unknown():
         mctx.load_all_available_dialects()
@@ -173,13 +183,19 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
     sizes = {d: cs.resolve(d) for d in dyn}
     grid = tuple(_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
-        entry=trace.name, block=(cs.threads + ctx.producer_threads, 1, 1),
-        bindings=tuple((a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),
-                        a.name in written) for a in trace.args),
-        constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars), grid=grid,
+        entry=trace.name,
+        block=(cs.threads + ctx.producer_threads, 1, 1),
+        bindings=tuple(
+            (a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape), a.name in written)
+            for a in trace.args
+        ),
+        constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars),
+        grid=grid,
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
-        alignment_bytes=SUBSPAN_ALIGNMENT, scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),
-        tensor_maps=tuple(ctx.tensor_maps))
+        alignment_bytes=SUBSPAN_ALIGNMENT,
+        scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),
+        tensor_maps=tuple(ctx.tensor_maps),
+    )
     return out, iface
 
 

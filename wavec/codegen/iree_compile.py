@@ -29,12 +29,7 @@ from wavec.codegen.targets import Target
 from wavec.errors import CompileError, ToolchainError
 from wavec.knobs import knobs
 
-__all__ = [
-    "compile_hal_executable",
-    "compile_hal_executable_subprocess",
-    "iree_compile_path",
-    "last_compile_seconds",
-]
+__all__ = ["compile_hal_executable", "compile_hal_executable_subprocess", "iree_compile_path", "last_compile_seconds"]
 
 # Severity values of ``iree_compiler_diagnostic_severity_t`` (embedding_api.h).
 _SEVERITY = {0: "note", 1: "warning", 2: "error", 3: "remark"}
@@ -60,7 +55,11 @@ def _load_api() -> Any:
         lib.ireeCompilerInvocationOutputHALExecutable.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.ireeCompilerInvocationEnableCallbackDiagnostics.restype = None
         lib.ireeCompilerInvocationEnableCallbackDiagnostics.argtypes = [
-            ctypes.c_void_p, ctypes.c_int, _DIAG_CALLBACK, ctypes.c_void_p]
+            ctypes.c_void_p,
+            ctypes.c_int,
+            _DIAG_CALLBACK,
+            ctypes.c_void_p,
+        ]
         _api = ctypes_dl
         return _api
 
@@ -99,8 +98,7 @@ def _error_text(api: Any, err_p: int | None) -> str | None:
     return text
 
 
-def _run_invocation(api: Any, session: Any, source_bytes: bytes, name: str,
-                    diags: list[str]) -> bytes | None:
+def _run_invocation(api: Any, session: Any, source_bytes: bytes, name: str, diags: list[str]) -> bytes | None:
     """Parse, run the HAL-executable pipeline and serialize; ``None`` on failure (``diags`` says why)."""
 
     @_DIAG_CALLBACK
@@ -121,8 +119,7 @@ def _run_invocation(api: Any, session: Any, source_bytes: bytes, name: str,
             return None
         output = api.Output.open_membuffer()
         try:
-            err = _error_text(api, lib.ireeCompilerInvocationOutputHALExecutable(
-                inv._inv_p, output._output_p))
+            err = _error_text(api, lib.ireeCompilerInvocationOutputHALExecutable(inv._inv_p, output._output_p))
             if err is not None:
                 diags.insert(0, f"serializing the executable failed: {err}")
                 return None
@@ -174,8 +171,9 @@ def iree_compile_path() -> str:
     raise ToolchainError(message=f"no iree-compile executable in {list(_mlir_libs.__path__)}")
 
 
-def compile_hal_executable_subprocess(module_text: str, target: Target, *, kernel: str,
-                                      extra_flags: tuple[str, ...] = ()) -> bytes:
+def compile_hal_executable_subprocess(
+    module_text: str, target: Target, *, kernel: str, extra_flags: tuple[str, ...] = ()
+) -> bytes:
     """Same result as :func:`compile_hal_executable`, via `iree-compile --compile-mode=hal-executable`."""
     exe = iree_compile_path()
     _dump(kernel, target, "mlir", module_text.encode())

@@ -43,12 +43,18 @@ def rule(op: type):
     def deco(fn):
         LOWERINGS[op] = fn
         return fn
+
     return deco
 
 
 def elem_type(dtype: dt.DType) -> ir.Type:
-    return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get,
-            "i32": lambda: ir.IntegerType.get_signless(32), "i1": lambda: ir.IntegerType.get_signless(1)}[dtype.name]()
+    return {
+        "f16": ir.F16Type.get,
+        "bf16": ir.BF16Type.get,
+        "f32": ir.F32Type.get,
+        "i32": lambda: ir.IntegerType.get_signless(32),
+        "i1": lambda: ir.IntegerType.get_signless(1),
+    }[dtype.name]()
 
 
 def vec_type(n: int, dtype: dt.DType) -> ir.VectorType:
@@ -283,9 +289,12 @@ def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
         fb.last_group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=[]).result
     if fb.last_group is None:
         raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
-    ir.Operation.create("nvgpu.device_async_wait", results=[], operands=[fb.last_group],
-                        attributes={"numGroups": ir.IntegerAttr.get(ir.IntegerType.get_signless(32),
-                                                                    node.kwargs["pending"])})
+    ir.Operation.create(
+        "nvgpu.device_async_wait",
+        results=[],
+        operands=[fb.last_group],
+        attributes={"numGroups": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), node.kwargs["pending"])},
+    )
 
 
 @rule(RegisterInit)
@@ -294,10 +303,22 @@ def lower_register(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = splat(vec_type(node.meta["layout"].size, dtype), dtype, node.kwargs["value"])
 
 
-_FLOAT = {"add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.divf,
-          "maximum": arith.maximumf, "minimum": arith.minimumf}
-_INT = {"add": arith.addi, "sub": arith.subi, "mul": arith.muli, "div": arith.divsi,
-        "maximum": arith.maxsi, "minimum": arith.minsi}
+_FLOAT = {
+    "add": arith.addf,
+    "sub": arith.subf,
+    "mul": arith.mulf,
+    "div": arith.divf,
+    "maximum": arith.maximumf,
+    "minimum": arith.minimumf,
+}
+_INT = {
+    "add": arith.addi,
+    "sub": arith.subi,
+    "mul": arith.muli,
+    "div": arith.divsi,
+    "maximum": arith.maxsi,
+    "minimum": arith.minsi,
+}
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
@@ -380,16 +401,26 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
     in_dt = node.args[0].meta["type"].dtype
     acc_dt = node.args[2].meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
-        raise CodegenError(node.meta.get("loc"), message=f"{fb.cs.mma_type.name} takes {spec.in_dtype} operands and a "
-                           f"{spec.acc_dtype} accumulator, got {in_dt} and {acc_dt}")
+        raise CodegenError(
+            node.meta.get("loc"),
+            message=f"{fb.cs.mma_type.name} takes {spec.in_dtype} operands and a "
+            f"{spec.acc_dtype} accumulator, got {in_dt} and {acc_dt}",
+        )
     if spec.vendor == "nvidia":
+
         def shaped(v, shape, d):
             return vector.shape_cast(ir.VectorType.get(list(shape), elem_type(d)), v)
+
         r = ir.Operation.create(
-            "nvgpu.mma.sync", results=[ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))],
+            "nvgpu.mma.sync",
+            results=[ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))],
             operands=[shaped(a, spec.a_shape, in_dt), shaped(b, spec.b_shape, in_dt), shaped(c, spec.c_shape, acc_dt)],
-            attributes={"mmaShape": ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x)
-                                                      for x in (spec.m, spec.n, spec.k)])}).result
+            attributes={
+                "mmaShape": ir.ArrayAttr.get(
+                    [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x) for x in (spec.m, spec.n, spec.k)]
+                )
+            },
+        ).result
         fb.values[node] = vector.shape_cast(c.type, r)
     else:
         fb.values[node] = amdgpu.mfma(spec.m, spec.n, spec.k, a, b, c, blocks=1)

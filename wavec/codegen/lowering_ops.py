@@ -23,8 +23,9 @@ def nv_exp2(x: ir.Value) -> ir.Value:
     what flash attention uses (2 ulp; exp2(-inf) is still 0)."""
     f32 = ir.F32Type.get()
     n = ir.VectorType(x.type).shape[0]
-    elems = [llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], [])
-             for i in range(n)]
+    elems = [
+        llvm.call_intrinsic(f32, "llvm.nvvm.ex2.approx.ftz.f", [vector.extract(x, [], [i])], [], []) for i in range(n)
+    ]
     return vector.from_elements(x.type, elems)
 
 
@@ -41,10 +42,13 @@ def nv_truncf_bf16(x: ir.Value) -> ir.Value:
         elems.append(arith.constant(f32, 0.0))
     pair, word = ir.VectorType.get([2], bf16), ir.VectorType.get([1], i32)
     rn = ir.Attribute.parse("#nvvm.fp_rnd_mode<rn>")
-    words = [vector.extract(vector.bitcast(word, nvvm.convert_f32x2_to_bf16x2(pair, hi, lo, rnd=rn)), [], [0])
-             for lo, hi in zip(elems[0::2], elems[1::2], strict=True)]
-    out = vector.bitcast(ir.VectorType.get([len(elems)], bf16),
-                         vector.from_elements(ir.VectorType.get([len(words)], i32), words))
+    words = [
+        vector.extract(vector.bitcast(word, nvvm.convert_f32x2_to_bf16x2(pair, hi, lo, rnd=rn)), [], [0])
+        for lo, hi in zip(elems[0::2], elems[1::2], strict=True)
+    ]
+    out = vector.bitcast(
+        ir.VectorType.get([len(elems)], bf16), vector.from_elements(ir.VectorType.get([len(words)], i32), words)
+    )
     return vector.extract_strided_slice(ir.VectorType.get([n], bf16), out, [0], [n], [1]) if n % 2 else out
 
 
@@ -66,5 +70,3 @@ def lower_arange(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Permute)
 def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
-
-

@@ -47,6 +47,6 @@ def lower_persistent_tiles(fb: FunctionBuilder, node: fx.Node) -> None:
         if node.kwargs["barrier"]:  # every warpgroup retired the last tile's wgmmas before a stage is refilled
             gpu.barrier()
         nodes = list(node.graph.nodes)
-        rest = nodes[nodes.index(node) + 1:]
+        rest = nodes[nodes.index(node) + 1 :]
         fb.lower_graph(node.graph, rest)
         fb.done.update(rest)

@@ -138,16 +138,18 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
         smem = alloc.kwargs["smem_layout"]
         (row_dim, rows), (k_dim, cols) = alloc.kwargs["tile"].items()
         base = {d: sympy.sympify(b).subs(subs) for d, b in alloc.kwargs["base"].items()}
-        held = {d: fb.cs.resolve_tile_starts((mapping or {}).get(d, fb.cs.base_offset(d, False, per_wave=False)))
-                for d in capture_root(mem).meta["type"].shape if d not in (row_dim, k_dim)}
+        held = {
+            d: fb.cs.resolve_tile_starts((mapping or {}).get(d, fb.cs.base_offset(d, False, per_wave=False)))
+            for d in capture_root(mem).meta["type"].shape
+            if d not in (row_dim, k_dim)
+        }
         stage_bytes = rows * cols * smem.elem_bytes
         start = _tile_address_symbol(fb, alloc) + stage * stage_bytes
         per_box = smem.row_elems  # 64 elements of 2 bytes: the 128-byte swizzle span
         for kb in range(cols // per_box):
             origin = {**held, row_dim: base[row_dim], k_dim: base[k_dim] + kb * per_box}
             coords = [fb.index(origin[d]) for d in reversed(capture_root(mem).meta["type"].shape)]
-            boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m),
-                          coords))
+            boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m), coords))
         total += stage_bytes
     return boxes, total
 
@@ -156,8 +158,9 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
 def lower_mbarrier_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
     bar = fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"]))
     lane0 = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(THREAD, fb.cs.threads_per_wave)), fb.index(0))
-    started = arith.cmpi(arith.CmpIPredicate.sge, fb.index(node.kwargs["iteration"] - node.kwargs["first"] + 1),
-                         fb.index(1))  # iteration >= first, without a negative index
+    started = arith.cmpi(
+        arith.CmpIPredicate.sge, fb.index(node.kwargs["iteration"] - node.kwargs["first"] + 1), fb.index(1)
+    )  # iteration >= first, without a negative index
     branch = scf.IfOp(arith.andi(lane0, started))
     with ir.InsertionPoint(branch.then_block):
         nvvm.mbarrier_arrive(_ptr(bar, SHARED))
@@ -168,10 +171,16 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
     if "empty_parity" not in node.kwargs:
         return None
-    refill = arith.cmpi(arith.CmpIPredicate.uge, fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
-                        fb.index(node.kwargs["refill_from"]))
-    return (refill, fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
-            fb.index(node.kwargs["empty_parity"]))
+    refill = arith.cmpi(
+        arith.CmpIPredicate.uge,
+        fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
+        fb.index(node.kwargs["refill_from"]),
+    )
+    return (
+        refill,
+        fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
+        fb.index(node.kwargs["empty_parity"]),
+    )
 
 
 @rule(TmaFill)
@@ -182,8 +191,10 @@ def lower_tma_fill(fb: FunctionBuilder, node: fx.Node) -> None:
     if node.kwargs["stop"] is None:  # the producer's loop: its issuing thread, every iteration
         _issue_fill(bar, boxes, total, empty)
         return
-    issue = arith.andi(_thread0(fb), arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]),
-                                                fb.index(node.kwargs["stop"])))
+    issue = arith.andi(
+        _thread0(fb),
+        arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]), fb.index(node.kwargs["stop"])),
+    )
     branch = scf.IfOp(issue)
     with ir.InsertionPoint(branch.then_block):
         _issue_fill(bar, boxes, total, empty)
@@ -201,8 +212,9 @@ def _issue_fill(bar: ir.Value, boxes: list, total: int, empty) -> None:
     mbar = _ptr(bar, SHARED)
     nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
     for dst, tmap, coords in boxes:
-        nvvm.cp_async_bulk_tensor_shared_cluster_global(_ptr(dst, CLUSTER), _ptr(tmap, GENERIC),
-                                                        [_i32(c) for c in coords], mbar, [])
+        nvvm.cp_async_bulk_tensor_shared_cluster_global(
+            _ptr(dst, CLUSTER), _ptr(tmap, GENERIC), [_i32(c) for c in coords], mbar, []
+        )
 
 
 def _set_max_registers(count: int, action: str) -> None:
@@ -254,7 +266,7 @@ def lower_warp_specialize(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.enter_loop(split.operation, {})
     with ir.InsertionPoint(split.else_block):
         _set_max_registers(consumer_regs, "increase")
-        rest = list(node.graph.nodes)[list(node.graph.nodes).index(node) + 1:]
+        rest = list(node.graph.nodes)[list(node.graph.nodes).index(node) + 1 :]
         fb.lower_graph(node.graph, rest)
         fb.done.update(rest)
         scf.yield_([])

@@ -133,10 +133,20 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     lay_a = "col" if _mn_major(a) else "row"
     lay_b = "row" if _mn_major(b) else "col"
     fb.values[node] = nvvm.wgmma_mma_async(
-        st, _to_struct(fb, fb.values[acc_node], count), fb.values[a], fb.values[b],
-        _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"), in_t, in_t, _attr("#nvvm.wgmma_type<f32>"),
-        _attr("#nvvm.wgmma_scale_out<one>"), one, one, _attr(f"#nvvm.mma_layout<{lay_a}>"),
-        _attr(f"#nvvm.mma_layout<{lay_b}>"))
+        st,
+        _to_struct(fb, fb.values[acc_node], count),
+        fb.values[a],
+        fb.values[b],
+        _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"),
+        in_t,
+        in_t,
+        _attr("#nvvm.wgmma_type<f32>"),
+        _attr("#nvvm.wgmma_scale_out<one>"),
+        one,
+        one,
+        _attr(f"#nvvm.mma_layout<{lay_a}>"),
+        _attr(f"#nvvm.mma_layout<{lay_b}>"),
+    )
 
 
 def _zero(node: fx.Node) -> bool:
@@ -165,9 +175,11 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     outs = ", ".join(f"${i}" for i in range(count))
     ins = ", ".join(f"${first + i}" for i in range(4))
     trans_b = int(_mn_major(b))
-    asm = (f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if not elems else 1}, 0;\n"
-           f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
-           f"{{{outs}}}, {{{ins}}}, ${first + 4}, p, 1, 1, {trans_b};\n}}\n")
+    asm = (
+        f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if not elems else 1}, 0;\n"
+        f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
+        f"{{{outs}}}, {{{ins}}}, ${first + 4}, p, 1, 1, {trans_b};\n}}\n"
+    )
     constraints = ",".join(["=f"] * count + [str(i) for i in range(len(elems))] + ["r"] * 4 + ["l"])
     return llvm.inline_asm(st, elems + regs + [fb.values[b]], asm, constraints, has_side_effects=True)
 
@@ -183,8 +195,11 @@ def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
             carried = [p for p in node.graph.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
             if not isinstance(fb.values[carried[list(u.args[0]).index(node)]].type, ir.VectorType):
                 continue
-        raise CodegenError(node.meta.get("loc"), message=f"%{node.name} is read by %{u.name} with no "
-                           "wgmma_wait retiring it first (insert_wgmma_fences places one)")
+        raise CodegenError(
+            node.meta.get("loc"),
+            message=f"%{node.name} is read by %{u.name} with no "
+            "wgmma_wait retiring it first (insert_wgmma_fences places one)",
+        )
 
 
 FENCE_OPERANDS = "// wavec: accumulator operands fenced"
@@ -229,5 +244,6 @@ def lower_wgmma_wait(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(ProxyFence)
 def lower_proxy_fence(fb: FunctionBuilder, node: fx.Node) -> None:
-    nvvm.fence_proxy(ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"),
-                     space=ir.Attribute.parse("#nvvm.shared_space<cta>"))
+    nvvm.fence_proxy(
+        ir.Attribute.parse("#nvvm.proxy_kind<async.shared>"), space=ir.Attribute.parse("#nvvm.shared_space<cta>")
+    )

@@ -49,10 +49,15 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
 def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
     """``coord < size`` per masked dim of ``access``; each depends only on its own coordinate, so the
     conditions of dims a loop does not tile stay loop-invariant (and get hoisted)."""
+
     def test(d):
         coord, size = sympy.sympify(coords[d]), fb.cs.resolve(d)
-        return fb.derived(("ult", coord, size), (coord, size),
-                          lambda: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coord), fb.index(size)))
+        return fb.derived(
+            ("ult", coord, size),
+            (coord, size),
+            lambda: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coord), fb.index(size)),
+        )
+
     return {d: test(d) for d in access.meta.get("mask_dims", ())}
 
 
@@ -69,8 +74,9 @@ def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) 
     return _all(dim_bounds(fb, access, coords).values())
 
 
-def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType,
-                 dtype: dt.DType, align: int) -> ir.Value:
+def guarded_load(
+    fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType, dtype: dt.DType, align: int
+) -> ir.Value:
     idx = mem_indices(fb, access, mem, coords)
     cond = in_bounds(fb, access, mem, coords)
     if cond is None:
@@ -83,10 +89,10 @@ def guarded_load(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dic
     return branch.result
 
 
-def guarded_store(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value,
-                  align: int) -> None:
-    _store_if(fb.values[mem], mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), value,
-              align)
+def guarded_store(
+    fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value, align: int
+) -> None:
+    _store_if(fb.values[mem], mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), value, align)
 
 
 def _store_if(memref_value: ir.Value, idx: list, cond: ir.Value | None, value: ir.Value, align: int) -> None:
@@ -133,9 +139,11 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     dtype = node.meta["type"].dtype
     i32 = ir.IntegerType.get_signless(32)
     frag = ir.Operation.create(
-        "nvgpu.ldmatrix", results=[ir.VectorType.get(list(shape), elem_type(dtype))],
+        "nvgpu.ldmatrix",
+        results=[ir.VectorType.get(list(shape), elem_type(dtype))],
         operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
-        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)}).result
+        attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)},
+    ).result
     flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
     if pair is None:
         return flat
@@ -160,8 +168,9 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     dtype = node.meta["type"].dtype
     runs, aligns = node.meta["accesses"], node.meta["alignments"]
     if len(runs) == 1:
-        fb.values[node] = guarded_load(fb, node, mem_node, _coords(layout, runs[0][2]),
-                                       vec_type(layout.size, dtype), dtype, aligns[0])
+        fb.values[node] = guarded_load(
+            fb, node, mem_node, _coords(layout, runs[0][2]), vec_type(layout.size, dtype), dtype, aligns[0]
+        )
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for (first, n, off), align in zip(runs, aligns):
@@ -174,16 +183,24 @@ def _run_pieces(access, val: ir.Value) -> list:
     """(value, coordinates, alignment) of each run of a write of ``val``."""
     dtype = access.args[0].meta["type"].dtype
     runs, layout = access.meta["accesses"], access.meta["layout"]
-    return [(val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
-             _coords(layout, off), align) for (first, n, off), align in zip(runs, access.meta["alignments"])]
+    return [
+        (
+            val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
+            _coords(layout, off),
+            align,
+        )
+        for (first, n, off), align in zip(runs, access.meta["alignments"])
+    ]
 
 
 def _run_stores(fb: FunctionBuilder, access, pieces: list) -> list:
     """(value, indices, bounds condition, alignment) of each of ``_run_pieces``, all built here: before a
     branch, so that neither branch defines a value the other uses."""
     mem = access.args[1]
-    return [(piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), align)
-            for piece, coords, align in pieces]
+    return [
+        (piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), align)
+        for piece, coords, align in pieces
+    ]
 
 
 def _branch_stores(memref_value: ir.Value, cond: ir.Value, then: list, other: list) -> None:
@@ -208,8 +225,12 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
     # its first coordinate decides), then every run unguarded: no branch per store in full tiles.
     stores = _run_stores(fb, node, pieces)
-    _branch_stores(fb.values[mem_node], in_bounds(fb, node, mem_node, furthest),
-                   [(v, idx, None, a) for v, idx, _c, a in stores], stores)
+    _branch_stores(
+        fb.values[mem_node],
+        in_bounds(fb, node, mem_node, furthest),
+        [(v, idx, None, a) for v, idx, _c, a in stores],
+        stores,
+    )
 
 
 class _Access:
@@ -268,9 +289,12 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
         for value, idx, cond, align in wide:
             _store_if(fb.values[mem_node], idx, cond, value, align)
         return
-    narrow = [s for meta, v in zip(node.meta["narrow"], vals)
-              for a in [_Access((v, mem_node), node.kwargs, meta)]
-              for s in _run_stores(fb, a, _run_pieces(a, fb.values[v]))]
+    narrow = [
+        s
+        for meta, v in zip(node.meta["narrow"], vals)
+        for a in [_Access((v, mem_node), node.kwargs, meta)]
+        for s in _run_stores(fb, a, _run_pieces(a, fb.values[v]))
+    ]
     aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))
     _branch_stores(fb.values[mem_node], aligned, wide, narrow)
 
@@ -310,12 +334,18 @@ def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coord
     ``i``; cached and hoisted like the index itself."""
     if d in bounds:
         size = fb.cs.resolve(d)
-        return fb.derived(("clamp", sympy.sympify(coords[d]), size), (coords[d], size),
-                          lambda: arith.select(bounds[d], i, fb.index(0)))
+        return fb.derived(
+            ("clamp", sympy.sympify(coords[d]), size),
+            (coords[d], size),
+            lambda: arith.select(bounds[d], i, fb.index(0)),
+        )
     if d in node.meta.get("clamp_dims", ()):
         size = fb.cs.resolve(d)
-        return fb.derived(("clamp_last", sympy.sympify(coords[d]), size), (coords[d], size),
-                          lambda: arith.minui(i, fb.index(size - 1)))
+        return fb.derived(
+            ("clamp_last", sympy.sympify(coords[d]), size),
+            (coords[d], size),
+            lambda: arith.minui(i, fb.index(size - 1)),
+        )
     return i
 
 
@@ -330,15 +360,20 @@ def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
         # Out of bounds: copy 0 source elements, i.e. zero-fill, from an in-bounds address (each
         # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).
         bounds = dim_bounds(fb, node, coords)
-        src_idx = [_copy_source_index(fb, node, d, i, coords, bounds)
-                   for d, i in zip(src_node.meta["type"].shape, mem_indices(fb, node, src_node, coords))]
+        src_idx = [
+            _copy_source_index(fb, node, d, i, coords, bounds)
+            for d, i in zip(src_node.meta["type"].shape, mem_indices(fb, node, src_node, coords))
+        ]
         cond = _all(bounds.values())
         src_n = [] if cond is None else [arith.select(cond, fb.index(n), fb.index(0))]
         op = ir.Operation.create(
-            "nvgpu.device_async_copy", results=[token],
+            "nvgpu.device_async_copy",
+            results=[token],
             operands=[fb.values[dst_node], *dst_idx, fb.values[src_node], *src_idx, *src_n],
-            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get(
-                [1, len(dst_idx), 1, len(src_idx), len(src_n)]),
-                        "dstElements": ir.IntegerAttr.get(ir.IndexType.get(), n),
-                        **({"bypassL1": ir.UnitAttr.get()} if n * src_node.meta["type"].dtype.bytes == 16 else {})})
+            attributes={
+                "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(dst_idx), 1, len(src_idx), len(src_n)]),
+                "dstElements": ir.IntegerAttr.get(ir.IndexType.get(), n),
+                **({"bypassL1": ir.UnitAttr.get()} if n * src_node.meta["type"].dtype.bytes == 16 else {}),
+            },
+        )
         fb.pending_copies.append(op.result)

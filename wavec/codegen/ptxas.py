@@ -70,8 +70,7 @@ def find_ptxas() -> str | None:
             raise ToolchainError(message=f"WAVEC_PTXAS={override!r} is not an executable file")
         return found
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    candidates = [Path(cuda_home) / "bin" / "ptxas" if cuda_home else None,
-                  Path("/usr/local/cuda/bin/ptxas")]
+    candidates = [Path(cuda_home) / "bin" / "ptxas" if cuda_home else None, Path("/usr/local/cuda/bin/ptxas")]
     for c in candidates:
         found = _executable(c)
         if found:
@@ -90,8 +89,7 @@ def ptxas_version(ptxas: str | None = None) -> str:
 def _require() -> str:
     exe = find_ptxas()
     if exe is None:
-        raise ToolchainError(message="no ptxas found (set WAVEC_PTXAS, CUDA_HOME, or install "
-                                     "nvidia-cuda-nvcc-cu12)")
+        raise ToolchainError(message="no ptxas found (set WAVEC_PTXAS, CUDA_HOME, or install nvidia-cuda-nvcc-cu12)")
     return exe
 
 
@@ -135,6 +133,5 @@ def assemble(ptx: str, arch: str) -> tuple[bytes, PtxasInfo]:
         proc = _run([exe, f"-arch={arch}", "-v", str(src), "-o", str(out)])
         report = proc.stdout + proc.stderr
         if proc.returncode != 0 or not out.is_file():
-            raise ToolchainError(message=f"ptxas -arch={arch} failed (exit {proc.returncode}):\n"
-                                         f"{report.strip()}")
+            raise ToolchainError(message=f"ptxas -arch={arch} failed (exit {proc.returncode}):\n{report.strip()}")
         return out.read_bytes(), parse_ptxas_verbose(report)

@@ -29,8 +29,7 @@ _COMBINE = {"max": arith.maximumf, "sum": arith.addf}
 def _groups(lin: Layout, lout: Layout) -> list[list[int]]:
     """For each output position, the input positions that reduce into it."""
     ins = lin.level_coords()
-    return [[q for q, ic in enumerate(ins) if all(ic[k] == v for k, v in oc.items())]
-            for oc in lout.level_coords()]
+    return [[q for q, ic in enumerate(ins) if all(ic[k] == v for k, v in oc.items())] for oc in lout.level_coords()]
 
 
 def reduced_lane_bits(lin: Layout, dim, threads: int) -> list[int]:
@@ -41,8 +40,10 @@ def reduced_lane_bits(lin: Layout, dim, threads: int) -> list[int]:
     hw.update({w: 0 for w in WAVE})  # waves along the reduced dim are combined through shared memory
     # each coordinate as a plain function of the lane, evaluated once per lane (sympy subs per lane and
     # bit cost seconds on attention's 32 reductions)
-    coords = [[int(f(lane)) for lane in range(threads)]
-              for f in (sympy.lambdify(LANE, e.subs(hw), "math") for e in [start, *others])]
+    coords = [
+        [int(f(lane)) for lane in range(threads)]
+        for f in (sympy.lambdify(LANE, e.subs(hw), "math") for e in [start, *others])
+    ]
     bits = []
     b = 1
     while b < threads:

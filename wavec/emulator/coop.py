@@ -86,8 +86,9 @@ def run_split(st: State, branches: list[tuple[np.ndarray, list[Instr]]]) -> None
         raise EmulatorError(message="nested warp-specialized splits are not emulated")
     saved = st.mask
     baton = st.baton = Baton(st, [m for m, _ in branches])
-    threads = [threading.Thread(target=baton.worker, args=(i, instrs), daemon=True)
-               for i, (_m, instrs) in enumerate(branches)]
+    threads = [
+        threading.Thread(target=baton.worker, args=(i, instrs), daemon=True) for i, (_m, instrs) in enumerate(branches)
+    ]
     for t in threads:
         t.start()
     baton._give(0)
@@ -130,5 +131,7 @@ def block_until(st: State, ready: Callable[[], bool], what: str) -> bool:
 
 def _deadlock(baton: Baton, me: int) -> None:
     waits = [f"thread {i}: {w}" for i, w in enumerate(baton.blocked) if w is not None and (baton.alive[i] or i == me)]
-    raise EmulatorError(message="deadlock between the warp-specialized threads (no arrival or copy can complete "
-                        "any of their waits, which can never complete): " + "; ".join(waits))
+    raise EmulatorError(
+        message="deadlock between the warp-specialized threads (no arrival or copy can complete "
+        "any of their waits, which can never complete): " + "; ".join(waits)
+    )

@@ -48,18 +48,33 @@ class EmulatorKernel:
         grid = self._plan.grid(values)
         if not all(grid):
             return
-        tensors = tensors[:len(self.meta.args)]  # scalar arguments travel as constants
+        tensors = tensors[: len(self.meta.args)]  # scalar arguments travel as constants
         bindings = [_flat_view(t) for t in tensors]
         if self.meta.tensor_maps:
             bindings.append(self._tensor_maps(tensors))
-        self._kernel(bindings=bindings, constants=[values[c] for c in self.meta.constants],
-                     grid=grid, block=self.meta.block, check_races=self.check_races)
+        self._kernel(
+            bindings=bindings,
+            constants=[values[c] for c in self.meta.constants],
+            grid=grid,
+            block=self.meta.block,
+            check_races=self.check_races,
+        )
 
     def _tensor_maps(self, tensors: tuple) -> np.ndarray:
         from .ops_tma import global_address
 
         names = [a.name for a in self.meta.args]
-        raw = b"".join(encode_emulated(describe(s, global_address(s.arg), tuple(tensors[s.arg].shape),
-                                                tuple(tensors[s.arg].stride()), self.meta.label, names[s.arg]))
-                       for s in self.meta.tensor_maps)
+        raw = b"".join(
+            encode_emulated(
+                describe(
+                    s,
+                    global_address(s.arg),
+                    tuple(tensors[s.arg].shape),
+                    tuple(tensors[s.arg].stride()),
+                    self.meta.label,
+                    names[s.arg],
+                )
+            )
+            for s in self.meta.tensor_maps
+        )
         return np.frombuffer(raw, np.uint8).copy()

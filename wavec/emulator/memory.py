@@ -176,13 +176,7 @@ def load(
 
 
 def store(
-    st: State,
-    m: MemRef,
-    eidx: list[np.ndarray],
-    vals: np.ndarray,
-    loc: str,
-    op: int,
-    emask: np.ndarray | None = None,
+    st: State, m: MemRef, eidx: list[np.ndarray], vals: np.ndarray, loc: str, op: int, emask: np.ndarray | None = None
 ) -> None:
     """Scatter register values ``vals`` to element indices ``eidx`` for active, unmasked elements."""
     ndim = max(eidx[0].ndim if eidx else 1, np.ndim(vals))

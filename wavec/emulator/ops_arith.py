@@ -223,7 +223,7 @@ def _float_op(c: Compiler, op: ir.Operation) -> Instr:
 
 _INTRINSICS: dict[str, Fn] = {
     # ex2.approx.ftz.f32: within 2 ulp of exp2; subnormal inputs and results flush to zero
-    "llvm.nvvm.ex2.approx.ftz.f": lambda x: _ftz(np.exp2(_ftz(x))),
+    "llvm.nvvm.ex2.approx.ftz.f": lambda x: _ftz(np.exp2(_ftz(x)))
 }
 
 
@@ -268,10 +268,16 @@ def _f32x2_to_bf16x2(c: Compiler, op: ir.Operation) -> Instr:
     """``cvt.rn.bf16x2.f32 d, hi, lo``: two f32 scalars rounded to bf16 (nearest even) into a
     ``vector<2xbf16>`` whose element 0 (the low half of the 32-bit register) is ``src_lo``."""
     attrs = {k: str(op.attributes[k]) for k in op.attributes}
-    if (attrs.get("rnd") != "#nvvm.fp_rnd_mode<rn>" or attrs.get("relu", "false") != "false"
-            or attrs.get("sat", "#nvvm.sat_mode<none>") != "#nvvm.sat_mode<none>" or len(op.operands) != 2):
-        raise EmulatorError(message=f"{c.loc(op)}: only round-to-nearest {op.name} (no relu, sat or random "
-                            f"bits) is emulated, got {attrs}")
+    if (
+        attrs.get("rnd") != "#nvvm.fp_rnd_mode<rn>"
+        or attrs.get("relu", "false") != "false"
+        or attrs.get("sat", "#nvvm.sat_mode<none>") != "#nvvm.sat_mode<none>"
+        or len(op.operands) != 2
+    ):
+        raise EmulatorError(
+            message=f"{c.loc(op)}: only round-to-nearest {op.name} (no relu, sat or random "
+            f"bits) is emulated, got {attrs}"
+        )
 
     def fn(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         hi, lo = np.broadcast_arrays(np.asarray(hi, np.float32), np.asarray(lo, np.float32))

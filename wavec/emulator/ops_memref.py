@@ -66,8 +66,15 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
         if off % n or off > raw.size:
             raise EmulatorError(message=f"{loc}: byte offset {off} invalid for binding {binding}")
         arr = raw[off : off + (raw.size - off) // n * n].view(et.mem)
-        st.env[o] = MemRef(arr, 0, shape, _layout_strides(mt, shape), et, f"binding {binding}",
-                           extra={"binding": binding, "byte_offset": off})
+        st.env[o] = MemRef(
+            arr,
+            0,
+            shape,
+            _layout_strides(mt, shape),
+            et,
+            f"binding {binding}",
+            extra={"binding": binding, "byte_offset": off},
+        )
 
     return run
 

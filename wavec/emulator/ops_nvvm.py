@@ -68,7 +68,7 @@ def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
 
 def _struct_len(t: ir.Type) -> int:
     text = str(t)
-    if not text.startswith("!llvm.struct<(") or set(text[len("!llvm.struct<("):-2].split(", ")) != {"f32"}:
+    if not text.startswith("!llvm.struct<(") or set(text[len("!llvm.struct<(") : -2].split(", ")) != {"f32"}:
         raise EmulatorError(message=f"unsupported struct type {t} (only structs of f32)")
     return text.count("f32")
 
@@ -118,8 +118,9 @@ class InFlight:
 def _settled(x, where: str) -> np.ndarray:
     if isinstance(x, InFlight):
         if x.value is None:
-            raise EmulatorError(message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group "
-                                "that retires it")
+            raise EmulatorError(
+                message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group that retires it"
+            )
         return x.value
     return np.asarray(x)
 
@@ -138,8 +139,9 @@ class InFlightPart:
         return _settled(self.flight, self.where)[:, self.pos]
 
     def __array__(self, dtype=None, copy=None):
-        raise EmulatorError(message=f"{self.where}: reads a wgmma accumulator before the wgmma.wait_group "
-                            "that retires it")
+        raise EmulatorError(
+            message=f"{self.where}: reads a wgmma accumulator before the wgmma.wait_group that retires it"
+        )
 
 
 @register("llvm.extractvalue")
@@ -190,13 +192,16 @@ def _gather(st: State, addr: np.ndarray, waves: np.ndarray, dtype: str, op_id: i
         if rel.min() >= 0 and rel.max() < buf.raw.size:
             break
     else:
-        raise EmulatorError(message=f"{where}: descriptor addresses {addr.min()}..{addr.max()} are not in one "
-                            "shared allocation")
+        raise EmulatorError(
+            message=f"{where}: descriptor addresses {addr.min()}..{addr.max()} are not in one shared allocation"
+        )
     flat = rel.reshape(-1)
     if st.check_races:
         if (buf.unfenced_wave[flat] >= 0).any():
-            raise EmulatorError(message=f"{where}: wgmma reads shared memory written without a "
-                                "fence.proxy.async since (the async proxy may not see the write)")
+            raise EmulatorError(
+                message=f"{where}: wgmma reads shared memory written without a "
+                "fence.proxy.async since (the async proxy may not see the write)"
+            )
         buf.read(st, np.tile(flat, len(waves)), np.repeat(waves, flat.size), op_id)
     bits = buf.raw[rel[..., 0]].astype(np.uint16) | (buf.raw[rel[..., 1]].astype(np.uint16) << 8)
     return bits.view(np.float16).astype(np.float32) if dtype == "f16" else bf16_bits_to_f32(bits)
@@ -220,13 +225,16 @@ def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
         raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
     if str(op.attributes["scaleD"]).split("<")[-1].rstrip(">") != "one":
         raise EmulatorError(message=f"{op.name}: only scaleD = one is emulated")
+
     def attr(name: str) -> str:
         return str(op.attributes[name]).split("<")[-1].rstrip(">")
+
     return n, type_a, attr("layoutA") == "col", attr("layoutB") == "row"
 
 
-def _group_operand(st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int,
-                   where: str) -> np.ndarray:
+def _group_operand(
+    st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int, where: str
+) -> np.ndarray:
     """The (rows, 16) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
     lanes = slice(grp * GROUP, (grp + 1) * GROUP)
     waves = np.arange(grp * 4, grp * 4 + 4)
@@ -289,16 +297,20 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
             acc_in = np.array(full_lanes(np.asarray(acc_in, np.float32), st.lanes))
 
         def operands(st: State, grp: int):
-            return (_group_operand(st, da, grp, 64, a_mn, dtype, op_id, where),
-                    _group_operand(st, db, grp, n, b_mn, dtype, op_id, where))
+            return (
+                _group_operand(st, da, grp, 64, a_mn, dtype, op_id, where),
+                _group_operand(st, db, grp, n, b_mn, dtype, op_id, where),
+            )
 
         st.env[o] = _issue(st, where, lambda: _settled(acc_in, where), operands, n)
 
     return run
 
 
-_WGMMA_ASM = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b?f16)\.(b?f16)\s+\{[^}]*\},\s*"
-                        r"\{[^}]*\},\s*\$\d+,\s*p,\s*1,\s*1,\s*([01]);")
+_WGMMA_ASM = re.compile(
+    r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b?f16)\.(b?f16)\s+\{[^}]*\},\s*"
+    r"\{[^}]*\},\s*\$\d+,\s*p,\s*1,\s*1,\s*([01]);"
+)
 
 
 def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
@@ -325,7 +337,7 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
     n, dtype, b_mn = int(m.group(1)), m.group(2), m.group(4) == "1"
     ins, (o,) = c.ins(op), c.outs(op)
     count = n // 2 if scale.group(1) == "1" else 0  # scale-d = 0: D = A B, no accumulator operands
-    acc, a_regs, desc_b = ins[:count], ins[count:count + 4], ins[count + 4]
+    acc, a_regs, desc_b = ins[:count], ins[count : count + 4], ins[count + 4]
     where, op_id = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
@@ -336,14 +348,17 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
         def acc_in() -> np.ndarray:
             if not parts:
                 return np.zeros((st.lanes, n // 2), np.float32)
-            cols = [p.settled() if isinstance(p, InFlightPart) else np.asarray(p, np.float32).reshape(-1)
-                    for p in parts]
+            cols = [
+                p.settled() if isinstance(p, InFlightPart) else np.asarray(p, np.float32).reshape(-1) for p in parts
+            ]
             return np.stack([full_lanes(x, st.lanes) for x in cols], axis=1).astype(np.float32)
 
         def operands(st: State, grp: int):
             lanes = slice(grp * GROUP, (grp + 1) * GROUP)
-            return (_a_from_registers([r[lanes] for r in regs], dtype),
-                    _group_operand(st, db, grp, n, b_mn, dtype, op_id, where))
+            return (
+                _a_from_registers([r[lanes] for r in regs], dtype),
+                _group_operand(st, db, grp, n, b_mn, dtype, op_id, where),
+            )
 
         st.env[o] = _issue(st, where, acc_in, operands, n)
 

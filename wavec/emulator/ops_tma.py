@@ -81,9 +81,11 @@ def _mbarriers(st: State) -> dict[int, MBarrier]:
 def _check_idle(st: State) -> None:
     for addr, bar in st.mbarriers.items():
         if bar.busy():
-            raise EmulatorError(message=f"mbarrier at shared address {addr}: the workgroup ends with "
-                                f"{len(bar.copies)} TMA copies in flight, {bar.pending} of {bar.count} arrivals "
-                                f"missing and {bar.tx} transaction bytes outstanding")
+            raise EmulatorError(
+                message=f"mbarrier at shared address {addr}: the workgroup ends with "
+                f"{len(bar.copies)} TMA copies in flight, {bar.pending} of {bar.count} arrivals "
+                f"missing and {bar.tx} transaction bytes outstanding"
+            )
 
 
 def _lanes(st: State) -> np.ndarray:
@@ -156,8 +158,10 @@ def _arrive_expect_tx(c: Compiler, op: ir.Operation) -> Instr:
             a = _at(st.env[addr], lane)
             bar = _barrier(st, a, where)
             if bar.pending == 0:
-                raise EmulatorError(message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one "
-                                    "phase (a stage refilled before its previous fill was waited for?)")
+                raise EmulatorError(
+                    message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one "
+                    "phase (a stage refilled before its previous fill was waited for?)"
+                )
             bar.pending -= 1
             bar.tx += _at(st.env[tx], lane)
             bar.arrived.add(int(st.wave[lane]))
@@ -180,8 +184,9 @@ def _arrive(c: Compiler, op: ir.Operation) -> Instr:
             a = _at(st.env[addr], lane)
             bar = _barrier(st, a, where)
             if bar.pending == 0:
-                raise EmulatorError(message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one "
-                                    "phase")
+                raise EmulatorError(
+                    message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one phase"
+                )
             bar.pending -= 1
             bar.arrived.add(int(st.wave[lane]))
             note_progress(st)
@@ -200,12 +205,16 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
         bar.tx -= nbytes
     bar.copies = []
     if bar.tx < 0:
-        raise EmulatorError(message=f"{where}: TMA copies delivered {-bar.tx} bytes more than arrive.expect_tx "
-                            f"announced on the mbarrier at {addr}")
+        raise EmulatorError(
+            message=f"{where}: TMA copies delivered {-bar.tx} bytes more than arrive.expect_tx "
+            f"announced on the mbarrier at {addr}"
+        )
     if bar.pending or bar.tx:
-        raise EmulatorError(message=f"{where}: waits for a phase of the mbarrier at {addr} that can never complete: "
-                            f"{bar.pending} of {bar.count} arrivals missing, {bar.tx} announced bytes that no copy "
-                            "in flight delivers")
+        raise EmulatorError(
+            message=f"{where}: waits for a phase of the mbarrier at {addr} that can never complete: "
+            f"{bar.pending} of {bar.count} arrivals missing, {bar.tx} announced bytes that no copy "
+            "in flight delivers"
+        )
     bar.phase += 1
     bar.pending = bar.count
     bar.released, bar.arrived = bar.arrived, set()
@@ -239,15 +248,20 @@ def _try_wait_parity(c: Compiler, op: ir.Operation) -> Instr:
         for a, p in sorted({(_at(st.env[addr], lane), _at(st.env[parity], lane) & 1) for lane in _lanes(st)}):
             bar = _barrier(st, a, where)
             if bar.phase % 2 == p:  # the phase of parity p is the current one: wait for it
-                block_until(st, lambda bar=bar, p=p: bar.phase % 2 != p or _completable(bar),
-                            f"{where} on the mbarrier at {a}, parity {p} ({bar.pending} of {bar.count} arrivals "
-                            f"missing, {bar.tx - sum(n for n, _ in bar.copies)} announced bytes not in flight)")
+                block_until(
+                    st,
+                    lambda bar=bar, p=p: bar.phase % 2 != p or _completable(bar),
+                    f"{where} on the mbarrier at {a}, parity {p} ({bar.pending} of {bar.count} arrivals "
+                    f"missing, {bar.tx - sum(n for n, _ in bar.copies)} announced bytes not in flight)",
+                )
             if bar.phase % 2 == p:  # (a warp-specialized thread may have seen it complete meanwhile)
                 _complete(bar, a, where)
             elif bar.busy() and bar.waited >= bar.phase:
-                raise EmulatorError(message=f"{where}: waits for parity {p} on the mbarrier at {a}, whose last "
-                                    "completed phase was already waited for while the next one is in progress "
-                                    "(the parity aliases an older phase)")
+                raise EmulatorError(
+                    message=f"{where}: waits for parity {p} on the mbarrier at {a}, whose last "
+                    "completed phase was already waited for while the next one is in progress "
+                    "(the parity aliases an older phase)"
+                )
             bar.waited = bar.phase
             _acquire(st, bar)
 
@@ -264,9 +278,11 @@ def _tma_load(c: Compiler, op: ir.Operation) -> Instr:
     ins = c.ins(op)
     rank = seg[2]
     if not 2 <= rank <= 5 or any(seg[4:]):
-        raise EmulatorError(message=f"{c.loc(op)}: only 2- to 5-D tile-mode TMA loads without multicast, im2col, "
-                            "cache hints or predicates are emulated")
-    dst, desc, coords, mbar = ins[0], ins[1], ins[2:2 + rank], ins[2 + rank]
+        raise EmulatorError(
+            message=f"{c.loc(op)}: only 2- to 5-D tile-mode TMA loads without multicast, im2col, "
+            "cache hints or predicates are emulated"
+        )
+    dst, desc, coords, mbar = ins[0], ins[1], ins[2 : 2 + rank], ins[2 + rank]
     where, op_id = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
@@ -274,10 +290,11 @@ def _tma_load(c: Compiler, op: ir.Operation) -> Instr:
         for lane in _lanes(st):
             m = _at(st.env[desc], lane)
             if (int(lane), m) not in fenced:
-                raise EmulatorError(message=f"{where}: uses the tensor map at 0x{m:x} without a "
-                                    "fence.proxy.tensormap::generic.acquire by this thread first")
-            copy = _box(st, m, [_at(st.env[x], lane) for x in coords], _at(st.env[dst], lane), int(lane), op_id,
-                        where)
+                raise EmulatorError(
+                    message=f"{where}: uses the tensor map at 0x{m:x} without a "
+                    "fence.proxy.tensormap::generic.acquire by this thread first"
+                )
+            copy = _box(st, m, [_at(st.env[x], lane) for x in coords], _at(st.env[dst], lane), int(lane), op_id, where)
             a = _at(st.env[mbar], lane)
             _barrier(st, a, where).copies.append(copy)
             note_progress(st)
@@ -289,7 +306,7 @@ def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: in
     """(bytes, land) of one box copy; the source is read and the destination race-checked now."""
     raw, off = _global_bytes(st, desc, where)
     try:
-        _arg, elem, swizzle, address, dims, strides, box = decode_emulated(raw[off:off + MAP_BYTES].tobytes())
+        _arg, elem, swizzle, address, dims, strides, box = decode_emulated(raw[off : off + MAP_BYTES].tobytes())
     except ValueError as e:
         raise EmulatorError(message=f"{where}: tensor map at 0x{desc:x}: {e}") from None
     src, src_off = _global_bytes(st, address, where)
@@ -311,8 +328,9 @@ def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: in
         if rel.min() >= 0 and rel.max() < buf.raw.size:
             break
     else:
-        raise EmulatorError(message=f"{where}: TMA destination {dst}..{int(daddr.max())} is not in one shared "
-                            "allocation")
+        raise EmulatorError(
+            message=f"{where}: TMA destination {dst}..{int(daddr.max())} is not in one shared allocation"
+        )
     flat = rel.reshape(-1)
     if st.check_races:
         buf.write(st, flat, np.full(flat.size, st.wave[lane]), op_id)
@@ -337,7 +355,8 @@ def _setmaxregister(c: Compiler, op: ir.Operation) -> Instr:
     def run(st: State) -> None:
         act = st.active()
         if st.lanes % 128 or np.any(act.reshape(-1, 128).any(axis=1) != act.reshape(-1, 128).all(axis=1)):
-            raise EmulatorError(message=f"{where}: setmaxnreg executed by part of a warpgroup (it must be "
-                                "warpgroup-uniform)")
+            raise EmulatorError(
+                message=f"{where}: setmaxnreg executed by part of a warpgroup (it must be warpgroup-uniform)"
+            )
 
     return run

@@ -61,8 +61,10 @@ class HardwareConstraint:
         if self.threads_per_wave not in (32, 64):
             raise ConstraintError(message=f"threads_per_wave must be 32 or 64, not {self.threads_per_wave}")
         if self.mma_type is not None and self.mma_type.spec.threads != self.threads_per_wave:
-            raise ConstraintError(message=f"{self.mma_type.name} runs on waves of {self.mma_type.spec.threads} "
-                                  f"threads, but threads_per_wave={self.threads_per_wave}")
+            raise ConstraintError(
+                message=f"{self.mma_type.name} runs on waves of {self.mma_type.spec.threads} "
+                f"threads, but threads_per_wave={self.threads_per_wave}"
+            )
 
     def __hash__(self) -> int:
         return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
@@ -116,14 +118,18 @@ class SchedulingConstraint:
     def __post_init__(self) -> None:
         for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments"):
             if not isinstance(getattr(self, flag), bool):
-                raise ConstraintError(message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected "
-                                      "True or False")
+                raise ConstraintError(
+                    message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected True or False"
+                )
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
-            raise ConstraintError(message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
-                                  "'auto', '128B', '64B', '32B' or 'none'")
+            raise ConstraintError(
+                message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
+                "'auto', '128B', '64B', '32B' or 'none'"
+            )
         if self.async_copy not in ASYNC_COPIES:
-            raise ConstraintError(message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of "
-                                  f"{ASYNC_COPIES}")
+            raise ConstraintError(
+                message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}"
+            )
 
 
 Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint
@@ -132,8 +138,10 @@ Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareC
 def _int(expr, what: str) -> int:
     expr = sympy.sympify(expr)
     if not expr.is_Integer or int(expr) <= 0:
-        raise ConstraintError(message=f"{what} must be a positive integer after subs, got {expr} "
-                              f"(bind its symbols in wc.compile(..., subs={{...}}))")
+        raise ConstraintError(
+            message=f"{what} must be a positive integer after subs, got {expr} "
+            f"(bind its symbols in wc.compile(..., subs={{...}}))"
+        )
     return int(expr)
 
 
@@ -167,8 +175,10 @@ class ConstraintSet:
                 if c.workgroup_dim is None:
                     size = self.resolve(c.dim)
                     if not size.is_Integer or int(size) != self.wg_tile[c.dim]:
-                        raise ConstraintError(message=f"WorkgroupConstraint({c.dim}, ..., None) covers the whole "
-                                              f"dimension: bind {c.dim} in subs to its tile {self.wg_tile[c.dim]}")
+                        raise ConstraintError(
+                            message=f"WorkgroupConstraint({c.dim}, ..., None) covers the whole "
+                            f"dimension: bind {c.dim} in subs to its tile {self.wg_tile[c.dim]}"
+                        )
                 else:
                     self.wg_axis[c.dim] = c.workgroup_dim
             elif isinstance(c, WaveConstraint):
@@ -179,8 +189,9 @@ class ConstraintSet:
                 self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
         # batch dims (a literal workgroup tile of 1): register values do not carry them
         self.batch_dims = tuple(c.dim for c in constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
-        self.vector_shapes = {sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]")
-                              for k, v in self.hardware.vector_shapes.items()}
+        self.vector_shapes = {
+            sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]") for k, v in self.hardware.vector_shapes.items()
+        }
         sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
         if len(sched) > 1:
             raise ConstraintError(message="at most one SchedulingConstraint")
@@ -208,11 +219,13 @@ class ConstraintSet:
         self.waves_per_axis = [1, 1, 1]
         for dim, tile in self.wave_tile.items():
             if dim not in self.wg_axis:
-                raise ConstraintError(message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim} with "
-                                      "a grid axis")
+                raise ConstraintError(
+                    message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim} with a grid axis"
+                )
             if self.wg_tile[dim] % tile:
-                raise ConstraintError(message=f"wave tile {tile} of {dim} does not divide its workgroup tile "
-                                      f"{self.wg_tile[dim]}")
+                raise ConstraintError(
+                    message=f"wave tile {tile} of {dim} does not divide its workgroup tile {self.wg_tile[dim]}"
+                )
             self.waves_per_axis[self.wg_axis[dim]] = self.wg_tile[dim] // tile
         # With a warpgroup MMA type a WaveConstraint tiles per group of waves (4 on Hopper): ``waves``
         # counts the groups and every group has ``group_waves`` waves of ``threads_per_wave`` lanes.

@@ -19,8 +19,13 @@ class DType:
     def torch(self):
         import torch
 
-        return {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
-                "i1": torch.bool}[self.name]
+        return {
+            "f16": torch.float16,
+            "bf16": torch.bfloat16,
+            "f32": torch.float32,
+            "i32": torch.int32,
+            "i1": torch.bool,
+        }[self.name]
 
     def __repr__(self) -> str:
         return self.name

@@ -6,13 +6,7 @@ import functools
 import sys
 
 from ..errors import ConstraintError, KernelDefinitionError
-from .constraints import (
-    HardwareConstraint,
-    SchedulingConstraint,
-    TilingConstraint,
-    WaveConstraint,
-    WorkgroupConstraint,
-)
+from .constraints import HardwareConstraint, SchedulingConstraint, TilingConstraint, WaveConstraint, WorkgroupConstraint
 from .tracing import Trace, trace_kernel
 
 _KINDS = (WorkgroupConstraint, WaveConstraint, TilingConstraint, HardwareConstraint, SchedulingConstraint)
@@ -37,8 +31,10 @@ class WaveKernel:
         return trace_kernel(self.fn, self.scope_locals, batch)
 
     def __call__(self, *args, **kwargs):
-        raise KernelDefinitionError(message=f"{self.name} is a wavec kernel definition: compile it first with "
-                                    f"wc.compile({self.name}, subs={{...}}) and call the result")
+        raise KernelDefinitionError(
+            message=f"{self.name} is a wavec kernel definition: compile it first with "
+            f"wc.compile({self.name}, subs={{...}}) and call the result"
+        )
 
     def __repr__(self) -> str:
         return f"<wavec kernel {self.name}>"
@@ -50,4 +46,5 @@ def wave(constraints):
 
     def deco(fn) -> WaveKernel:
         return WaveKernel(fn, constraints, caller)
+
     return deco

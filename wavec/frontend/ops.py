@@ -56,11 +56,14 @@ def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
     """The register shape of an access to ``mem``: batch dims and mapped dims are indexed, not held."""
     for d, e in mapping.items():
         if d not in mem.type.dims:
-            raise ShapeError(current_loc(), op=op, message=f"mapping key {d} is not a dimension of "
-                             f"{list(mem.shape)}")
+            raise ShapeError(current_loc(), op=op, message=f"mapping key {d} is not a dimension of {list(mem.shape)}")
         if not any(s.name.startswith("$TILE_START_") for s in sympy.sympify(e).free_symbols):
-            raise ShapeError(current_loc(), op=op, message=f"mapping[{d}] = {e} must be an expression of "
-                             "wc.tile_start(batch dim) coordinates (and shape symbols)")
+            raise ShapeError(
+                current_loc(),
+                op=op,
+                message=f"mapping[{d}] = {e} must be an expression of "
+                "wc.tile_start(batch dim) coordinates (and shape symbols)",
+            )
     return tuple(d for d in mem.shape if d not in tr.batch_dims and d not in mapping)
 
 
@@ -76,8 +79,7 @@ def read(memory: Value, elements_per_thread: int | None = None, mapping: dict | 
     mapping = dict(mapping or {})
     shape = _register_shape(tr, "read", mem, mapping)
     extra = {"mapping": mapping} if mapping else {}
-    return tr.create(Read, (mem,), TensorType(shape, mem.type.dtype), elements_per_thread=elements_per_thread,
-                     **extra)
+    return tr.create(Read, (mem,), TensorType(shape, mem.type.dtype), elements_per_thread=elements_per_thread, **extra)
 
 
 class Write(Op):
@@ -91,13 +93,17 @@ def write(value: Value, memory: Value) -> None:
     mem = _need_memory("write", "memory", memory)
     held = _register_shape(tr, "write", mem, {})
     if set(val.type.dims) != set(held) or len(val.type.dims) != len(held):
-        raise ShapeError(current_loc(), op="write", message=f"value of shape {list(val.shape)} cannot be written "
-                         f"to memory of shape {list(mem.shape)}"
-                         + (f" (batch dims {list(tr.batch_dims)} are indexed by the workgroup)"
-                            if tr.batch_dims else ""))
+        raise ShapeError(
+            current_loc(),
+            op="write",
+            message=f"value of shape {list(val.shape)} cannot be written "
+            f"to memory of shape {list(mem.shape)}"
+            + (f" (batch dims {list(tr.batch_dims)} are indexed by the workgroup)" if tr.batch_dims else ""),
+        )
     if val.dtype != mem.dtype:
-        raise DTypeError(current_loc(), op="write", message=f"value is {val.dtype} but memory is {mem.dtype}; "
-                         "use wc.cast")
+        raise DTypeError(
+            current_loc(), op="write", message=f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast"
+        )
     tr.create(Write, (val, mem), None)
 
 
@@ -131,8 +137,9 @@ class RegisterInit(Op):
 
 def register(shape: tuple, dtype: dt.DType, init) -> Value:
     tr = active_tracer("Register")
-    return tr.create(RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float
-                     else int(init))
+    return tr.create(
+        RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float else int(init)
+    )
 
 
 class MMA(Op):
@@ -155,8 +162,12 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
         raise ShapeError(current_loc(), op="mma", message="a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
     (m, k), (n, k2), (m2, n2) = a.shape, b.shape, acc.shape
     if k != k2 or m != m2 or n != n2:
-        raise ShapeError(current_loc(), op="mma", message=f"shapes do not contract: a {list(a.shape)}, "
-                         f"b {list(b.shape)}, acc {list(acc.shape)} (expected a [M, K], b [N, K], acc [M, N])")
+        raise ShapeError(
+            current_loc(),
+            op="mma",
+            message=f"shapes do not contract: a {list(a.shape)}, "
+            f"b {list(b.shape)}, acc {list(acc.shape)} (expected a [M, K], b [N, K], acc [M, N])",
+        )
     if a.dtype != b.dtype:
         raise DTypeError(current_loc(), op="mma", message=f"a is {a.dtype} but b is {b.dtype}")
     return tr.create(MMA, (a, b, acc), TensorType(acc.shape, acc.dtype))
@@ -174,8 +185,11 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
     if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
         return sa or sb
     if len(sa) != len(sb):
-        raise ShapeError(current_loc(), op=op, message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] "
-                         "or wc.broadcast to add dimensions")
+        raise ShapeError(
+            current_loc(),
+            op=op,
+            message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] or wc.broadcast to add dimensions",
+        )
     out = []
     for x, y in zip(sa, sb):
         if x != y and x != 1 and y != 1:
@@ -193,14 +207,14 @@ def binary(kind: str, x, y) -> Value:
         if isinstance(v, Value):
             _need_register(kind, "operand", v)
             if v.dtype != ref.dtype:
-                raise DTypeError(current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; "
-                                 "use wc.cast")
+                raise DTypeError(
+                    current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; use wc.cast"
+                )
         elif isinstance(v, sympy.Expr) and not ref.dtype.is_float:
             pass  # a shape expression (``cols < N``): evaluated at run time as i32
         elif not isinstance(v, (int, float)):
             raise ShapeError(current_loc(), op=kind, message=f"operand {v!r} is neither a tensor nor a number")
-    shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) \
-        else ref.shape
+    shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) else ref.shape
     out_dtype = dt.i1 if kind in _CMP_OPS else ref.dtype
     return tr.create(Binary, (x, y), TensorType(shape, out_dtype), kind=kind)
 
@@ -286,10 +300,12 @@ def expand_dims(x: Value, key) -> Value:
     """``x[None, :]``: insert unit dimensions (the only indexing the DSL supports)."""
     key = key if isinstance(key, tuple) else (key,)
     dims = list(x.shape)
-    if builtins.sum(k is not None for k in key) != len(dims) or any(
-            k is not None and k != slice(None) for k in key):
-        raise ShapeError(current_loc(), op="getitem", message=f"only x[None, :]-style indexing is supported; "
-                         f"got {key} on a tensor of shape {list(x.shape)}")
+    if builtins.sum(k is not None for k in key) != len(dims) or any(k is not None and k != slice(None) for k in key):
+        raise ShapeError(
+            current_loc(),
+            op="getitem",
+            message=f"only x[None, :]-style indexing is supported; got {key} on a tensor of shape {list(x.shape)}",
+        )
     it = iter(dims)
     shape = tuple(1 if k is None else next(it) for k in key)
     tr = active_tracer("getitem")
@@ -308,8 +324,11 @@ def permute(x: Value, dims) -> Value:
     x = _need_register("permute", "x", x)
     dims = tuple(dims)
     if sorted(map(str, dims)) != sorted(map(str, x.shape)) or len(set(dims)) != len(dims):
-        raise ShapeError(current_loc(), op="permute", message=f"dims {list(dims)} are not a permutation of the "
-                         f"dimensions {list(x.shape)} of x")
+        raise ShapeError(
+            current_loc(),
+            op="permute",
+            message=f"dims {list(dims)} are not a permutation of the dimensions {list(x.shape)} of x",
+        )
     return tr.create(Permute, (x,), TensorType(dims, x.dtype), dims=dims)
 
 
@@ -365,6 +384,7 @@ def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None,
 
 
 # ----- ops that passes create (no user stub): shared memory, barriers, asynchronous copies -----
+
 
 class Allocate(Op):
     """A shared-memory tile (``kwargs``: ``tile`` per dim, ``base`` per dim = the tile's origin in the

@@ -72,29 +72,61 @@ class Value:
         return f"Value({self.node.name}: {self.type})"
 
     def __bool__(self) -> bool:
-        raise ShapeError(current_loc(), op="bool",
-                         message="a traced value has no truth value; use wc.where(cond, a, b) instead of if/and/or")
+        raise ShapeError(
+            current_loc(),
+            op="bool",
+            message="a traced value has no truth value; use wc.where(cond, a, b) instead of if/and/or",
+        )
 
     def _bin(self, kind, other, swap=False):
         from .ops import binary
 
         return binary(kind, other, self) if swap else binary(kind, self, other)
 
-    def __add__(self, o): return self._bin("add", o)
-    def __radd__(self, o): return self._bin("add", o, True)
-    def __sub__(self, o): return self._bin("sub", o)
-    def __rsub__(self, o): return self._bin("sub", o, True)
-    def __mul__(self, o): return self._bin("mul", o)
-    def __rmul__(self, o): return self._bin("mul", o, True)
-    def __truediv__(self, o): return self._bin("div", o)
-    def __rtruediv__(self, o): return self._bin("div", o, True)
-    def __lt__(self, o): return self._bin("lt", o)
-    def __le__(self, o): return self._bin("le", o)
-    def __gt__(self, o): return self._bin("gt", o)
-    def __ge__(self, o): return self._bin("ge", o)
-    def __eq__(self, o): return self._bin("eq", o)  # noqa: PLE0307
-    def __ne__(self, o): return self._bin("ne", o)
-    def __hash__(self) -> int: return id(self)
+    def __add__(self, o):
+        return self._bin("add", o)
+
+    def __radd__(self, o):
+        return self._bin("add", o, True)
+
+    def __sub__(self, o):
+        return self._bin("sub", o)
+
+    def __rsub__(self, o):
+        return self._bin("sub", o, True)
+
+    def __mul__(self, o):
+        return self._bin("mul", o)
+
+    def __rmul__(self, o):
+        return self._bin("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._bin("div", o)
+
+    def __rtruediv__(self, o):
+        return self._bin("div", o, True)
+
+    def __lt__(self, o):
+        return self._bin("lt", o)
+
+    def __le__(self, o):
+        return self._bin("le", o)
+
+    def __gt__(self, o):
+        return self._bin("gt", o)
+
+    def __ge__(self, o):
+        return self._bin("ge", o)
+
+    def __eq__(self, o):
+        return self._bin("eq", o)  # noqa: PLE0307
+
+    def __ne__(self, o):
+        return self._bin("ne", o)
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __neg__(self):
         from .ops import unary
@@ -158,7 +190,7 @@ class Tracer:
         if node.graph is self.graph:
             return node
         level = self.stack.index(node.graph)
-        for g in self.stack[level + 1:]:
+        for g in self.stack[level + 1 :]:
             table = self.captures.setdefault(g, {})
             if node not in table:
                 phs = [n for n in g.nodes if n.op == "placeholder"]
@@ -223,11 +255,18 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
             values.append(Value(node))
             continue
         if not isinstance(t, TensorType) or t.address_space is None:
-            raise ShapeError(loc, op=fn.__name__, message=f"argument {name!r} must be annotated Memory[dims..., dtype] "
-                             "or wc.Scalar[dtype]")
+            raise ShapeError(
+                loc,
+                op=fn.__name__,
+                message=f"argument {name!r} must be annotated Memory[dims..., dtype] or wc.Scalar[dtype]",
+            )
         if scalars:
-            raise ShapeError(loc, op=fn.__name__, message=f"Memory argument {name!r} follows scalar argument "
-                             f"{scalars[0].name!r}: scalar arguments come after every Memory argument")
+            raise ShapeError(
+                loc,
+                op=fn.__name__,
+                message=f"Memory argument {name!r} follows scalar argument "
+                f"{scalars[0].name!r}: scalar arguments come after every Memory argument",
+            )
         node = tracer.root.placeholder(name)
         # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
         # itself is device memory (promote_to_shared reads meta["promote"]).
@@ -242,5 +281,6 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     if result is not None:
         raise ShapeError(loc, op=fn.__name__, message="a kernel returns nothing; write results with wc.write")
     tracer.root.output(None)
-    return Trace(fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures},
-                 scalars=scalars)
+    return Trace(
+        fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars
+    )

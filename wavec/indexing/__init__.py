@@ -5,5 +5,17 @@ from .layout import Layout, broadcast_positions
 from .mma import MMASpec, MMAType, mma_layout
 from .symbols import LANE, THREAD, WAVE, WORKGROUP, induction_symbol, shape_symbol
 
-__all__ = ["IndexSeq", "Layout", "broadcast_positions", "MMASpec", "MMAType", "mma_layout", "LANE",
-           "THREAD", "WAVE", "WORKGROUP", "induction_symbol", "shape_symbol"]
+__all__ = [
+    "IndexSeq",
+    "Layout",
+    "broadcast_positions",
+    "MMASpec",
+    "MMAType",
+    "mma_layout",
+    "LANE",
+    "THREAD",
+    "WAVE",
+    "WORKGROUP",
+    "induction_symbol",
+    "shape_symbol",
+]

@@ -38,8 +38,9 @@ def _flatten_floor(x: sympy.Expr) -> sympy.Expr:
 def canonical(expr: sympy.Expr) -> sympy.Expr:
     """A normal form for proofs: ``Mod(x, c)`` as ``x - c*floor(x/c)``, nested floors flattened."""
     expr = sympy.sympify(expr)
-    expr = expr.replace(lambda x: isinstance(x, sympy.Mod),
-                        lambda x: x.args[0] - x.args[1] * sympy.floor(x.args[0] / x.args[1]))
+    expr = expr.replace(
+        lambda x: isinstance(x, sympy.Mod), lambda x: x.args[0] - x.args[1] * sympy.floor(x.args[0] / x.args[1])
+    )
     prev = None
     while prev != expr:
         prev = expr

@@ -61,8 +61,12 @@ class Layout:
         if missing:
             raise KeyError(f"Layout over {self.dims} has no dimension {sorted(map(str, missing))}")
         idx = [self.dims.index(d) for d in keep]
-        return Layout(tuple(keep), tuple(self.seqs[i] for i in idx), tuple(self.tile[i] for i in idx),
-                      tuple((d, j) for d, j in self.order if d in set(keep)))
+        return Layout(
+            tuple(keep),
+            tuple(self.seqs[i] for i in idx),
+            tuple(self.tile[i] for i in idx),
+            tuple((d, j) for d, j in self.order if d in set(keep)),
+        )
 
     def permute(self, dims) -> Layout:
         """The same register tile seen with its dimensions in the order ``dims`` (``order`` names levels
@@ -78,8 +82,12 @@ class Layout:
         return Layout(self.dims, tuple(s.subs(mapping) for s in self.seqs), self.tile, self.order)
 
     def equals(self, other: Layout) -> bool:
-        return (self.dims == other.dims and self.tile == other.tile and self.order == other.order
-                and all(a.equals(b) for a, b in zip(self.seqs, other.seqs)))
+        return (
+            self.dims == other.dims
+            and self.tile == other.tile
+            and self.order == other.order
+            and all(a.equals(b) for a, b in zip(self.seqs, other.seqs))
+        )
 
     def positions(self) -> list[dict[Dim, int]]:
         """For each flat register position, the element's offset from ``start`` along each dim."""

@@ -71,8 +71,7 @@ def _nv_16x8x16(role: str, d0: Dim, d1: Dim) -> Layout:
     if role == "b":  # B[N, K]: reg r = B[k = 2t + 8r + e, n = g]
         return Layout.make((d0, d1), (IndexSeq(g), k), (8, 16), ((d1, 1), (d1, 0)))
     # C[M, N]: reg r = C[g + 8r, 2t + e]
-    return Layout.make((d0, d1), (IndexSeq(g, ((2, 8),)), IndexSeq(2 * t, ((2, 1),))), (16, 8),
-                       ((d0, 0), (d1, 0)))
+    return Layout.make((d0, d1), (IndexSeq(g, ((2, 8),)), IndexSeq(2 * t, ((2, 1),))), (16, 8), ((d0, 0), (d1, 0)))
 
 
 def _amd_16x16x16(role: str, d0: Dim, d1: Dim) -> Layout:
@@ -88,16 +87,19 @@ def _amd_32x32x8(role: str, d0: Dim, d1: Dim) -> Layout:
     if role in ("a", "b"):  # A[i = l%32, k = 4(l//32) + j]
         return Layout.make((d0, d1), (IndexSeq(row), IndexSeq(blk, ((4, 1),))), (32, 8))
     # C[m = 8(j//4) + 4(l//32) + j%4, n = l%32]
-    return Layout.make((d0, d1), (IndexSeq(blk, ((4, 1), (4, 8))), IndexSeq(row)), (32, 32),
-                       ((d0, 1), (d0, 0)))
+    return Layout.make((d0, d1), (IndexSeq(blk, ((4, 1), (4, 8))), IndexSeq(row)), (32, 32), ((d0, 1), (d0, 0)))
 
 
 def _nv_wgmma_a_registers(d0: Dim, d1: Dim) -> Layout:
     """A of m64nNk16 in registers (PTX ISA, "Register Fragments", wgmma .m64nNk16 A): warp w of the group
     holds rows 16w..16w+15 as the m16n8k16 A fragment: reg 4h + 2r + e = A[16w + g + 8r, 2t + 8h + e]."""
     warp, g, t = sympy.floor(LANE / 32), sympy.Mod(sympy.floor(LANE / 4), 8), sympy.Mod(LANE, 4)
-    return Layout.make((d0, d1), (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (2, 8)))), (64, 16),
-                       ((d1, 1), (d0, 0), (d1, 0)))
+    return Layout.make(
+        (d0, d1),
+        (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (2, 8)))),
+        (64, 16),
+        ((d1, 1), (d0, 0), (d1, 0)),
+    )
 
 
 def _nv_wgmma(role: str, d0: Dim, d1: Dim, n: int) -> Layout:
@@ -106,8 +108,12 @@ def _nv_wgmma(role: str, d0: Dim, d1: Dim, n: int) -> Layout:
     # D of m64nNk16: warp w of the group holds rows 16w..16w+15; per n8 block j the m16n8 C fragment:
     # reg 4j + 2r + e = D[16w + g + 8r, 8j + 2t + e]
     warp, g, t = sympy.floor(LANE / 32), sympy.Mod(sympy.floor(LANE / 4), 8), sympy.Mod(LANE, 4)
-    return Layout.make((d0, d1), (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (n // 8, 8)))),
-                       (64, n), ((d1, 1), (d0, 0), (d1, 0)) if n > 8 else ((d0, 0), (d1, 0)))
+    return Layout.make(
+        (d0, d1),
+        (IndexSeq(16 * warp + g, ((2, 8),)), IndexSeq(2 * t, ((2, 1), (n // 8, 8)))),
+        (64, n),
+        ((d1, 1), (d0, 0), (d1, 0)) if n > 8 else ((d0, 0), (d1, 0)),
+    )
 
 
 _LAYOUTS = {
@@ -118,8 +124,7 @@ _LAYOUTS = {
 }
 
 
-def mma_layout(mma: MMAType, role: str, d0: Dim, d1: Dim, n: int | None = None,
-               a_in_registers: bool = False) -> Layout:
+def mma_layout(mma: MMAType, role: str, d0: Dim, d1: Dim, n: int | None = None, a_in_registers: bool = False) -> Layout:
     """The layout of operand ``role`` ("a" [M,K], "b" [N,K], "c" [M,N]) over dims ``(d0, d1)``.
 
     Warpgroup types need ``n``, the instruction's N (``MMASpec.instruction_n`` of the wave tile);
@@ -128,8 +133,7 @@ def mma_layout(mma: MMAType, role: str, d0: Dim, d1: Dim, n: int | None = None,
         raise ValueError(f"mma operand role must be a, b or c, not {role!r}")
     if mma.spec.group_waves > 1:
         if n is None or n % 8 or not 8 <= n <= mma.spec.n:
-            raise ValueError(f"{mma.name} needs an instruction N that is a multiple of 8 in [8, {mma.spec.n}], "
-                             f"got {n}")
+            raise ValueError(f"{mma.name} needs an instruction N that is a multiple of 8 in [8, {mma.spec.n}], got {n}")
         if role == "a" and a_in_registers:
             return _nv_wgmma_a_registers(d0, d1)
         return _nv_wgmma(role, d0, d1, n)

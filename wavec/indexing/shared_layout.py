@@ -51,8 +51,11 @@ class SharedLayoutKind(enum.Enum):
     SWIZZLE_32B = "swizzle_32b"
 
 
-_SWIZZLE_WIDTH = {SharedLayoutKind.SWIZZLE_128B: 128, SharedLayoutKind.SWIZZLE_64B: 64,
-                  SharedLayoutKind.SWIZZLE_32B: 32}
+_SWIZZLE_WIDTH = {
+    SharedLayoutKind.SWIZZLE_128B: 128,
+    SharedLayoutKind.SWIZZLE_64B: 64,
+    SharedLayoutKind.SWIZZLE_32B: 32,
+}
 
 
 class Xor(sympy.Function):
@@ -97,8 +100,15 @@ def split_quotient(expr: sympy.Expr, q: int) -> tuple[sympy.Expr, sympy.Expr]:
             quot += term / q
             continue
         top = _max_of(rest)
-        if c is not None and c > 0 and top is not None and c * top >= q and q % c == 0 \
-                and isinstance(rest, sympy.Mod) and int(rest.args[1]) % (q // c) == 0:
+        if (
+            c is not None
+            and c > 0
+            and top is not None
+            and c * top >= q
+            and q % c == 0
+            and isinstance(rest, sympy.Mod)
+            and int(rest.args[1]) % (q // c) == 0
+        ):
             quot += sympy.floor(rest / (q // c))
             low += c * sympy.Mod(rest.args[0], q // c)
             bound = None if bound is None else bound + c * (q // c - 1)
@@ -154,8 +164,10 @@ class SharedLayout:
         """Why a ``rows x k`` tile cannot have this layout (None: it can)."""
         rows, k = tile
         if rows % CORE_ROWS or (k * self.elem_bytes) % CORE_BYTES:
-            return (f"a {rows}x{k} tile of {self.elem_bytes}-byte elements is not whole core matrices "
-                    f"({CORE_ROWS} rows x {CORE_BYTES} bytes)")
+            return (
+                f"a {rows}x{k} tile of {self.elem_bytes}-byte elements is not whole core matrices "
+                f"({CORE_ROWS} rows x {CORE_BYTES} bytes)"
+            )
         if self.swizzled and (k * self.elem_bytes) % self.width:
             return f"rows of {k * self.elem_bytes} bytes are not whole {self.width}-byte swizzle rows"
         return None
@@ -215,16 +227,18 @@ class SharedLayout:
 
     @property
     def swizzle(self) -> SwizzleMode:
-        return {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width] if self.swizzled \
+        return (
+            {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width]
+            if self.swizzled
             else SwizzleMode.NONE
+        )
 
     def descriptor_bits(self, tile: tuple[int, int]) -> int:
         """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""
         return ((self.lbo(tile) >> 4) << 16) | ((self.sbo(tile) >> 4) << 32) | (int(self.swizzle) << 62)
 
 
-def core_copy_layout(dims: tuple[Dim, Dim], tile: tuple[int, int], threads: int,
-                     elem_bytes: int) -> Layout | str:
+def core_copy_layout(dims: tuple[Dim, Dim], tile: tuple[int, int], threads: int, elem_bytes: int) -> Layout | str:
     """The copy distribution for a ``CORE_K_MAJOR`` tile: 16 bytes per thread, the 8 threads of each
     store phase on the 8 rows of one core-matrix column (8 different bank groups: conflict free), a
     warp covering 8 rows x 4 consecutive 16-byte chunks (64 contiguous bytes per row: whole sectors).
@@ -238,8 +252,10 @@ def core_copy_layout(dims: tuple[Dim, Dim], tile: tuple[int, int], threads: int,
     kc = min(chunks, threads // CORE_ROWS)
     groups = threads // (CORE_ROWS * kc)
     if chunks % kc or rows % (CORE_ROWS * groups):
-        return (f"{threads} threads copy {CORE_ROWS * groups} rows x {kc * e} columns at a time, which does not "
-                f"tile {rows}x{k}")
+        return (
+            f"{threads} threads copy {CORE_ROWS * groups} rows x {kc * e} columns at a time, which does not "
+            f"tile {rows}x{k}"
+        )
     row = sympy.Mod(THREAD, CORE_ROWS) + (CORE_ROWS * sympy.floor(THREAD / (CORE_ROWS * kc)) if groups > 1 else 0)
     col = e * sympy.Mod(sympy.floor(THREAD / CORE_ROWS), kc) if kc > 1 else sympy.Integer(0)
     return Layout.make(dims, (IndexSeq(row), IndexSeq(col, ((e, 1),))), (CORE_ROWS * groups, kc * e))

@@ -45,8 +45,14 @@ _MMA_TYPES = {
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
-def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", heavy_first: bool = False,
-                          async_copy: str = "auto", split_epilogue: bool = False) -> list:
+def attention_constraints(
+    dtype=wc.f16,
+    waves: int = 4,
+    mma: str = "mma_sync",
+    heavy_first: bool = False,
+    async_copy: str = "auto",
+    split_epilogue: bool = False,
+) -> list:
     """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
     ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
     wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
@@ -68,14 +74,26 @@ def attention_constraints(dtype=wc.f16, waves: int = 4, mma: str = "mma_sync", h
         wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
         # mma.sync operand rows padded, not XOR-swizzled: the swizzled ldmatrix addresses cost the d64
         # kernels 28-44 spilled registers (ptxas 13.0, sm_90), the GEMM none (swizzle_shared)
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, reverse_axis0=heavy_first, async_copy=async_copy,
-                                split_epilogue=split_epilogue, operand_swizzle="auto" if mma == "wgmma" else "none"),
+        wc.SchedulingConstraint(
+            num_stages=NUM_STAGES,
+            reverse_axis0=heavy_first,
+            async_copy=async_copy,
+            split_epilogue=split_epilogue,
+            operand_swizzle="auto" if mma == "wgmma" else "none",
+        ),
     ]
 
 
-def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, waves: int = 4,
-                   mma: str = "mma_sync", heavy_first: bool | None = None, async_copy: str = "auto",
-                   split_epilogue: bool = False) -> wc.WaveKernel:
+def make_attention(
+    dtype=wc.f16,
+    layout: str = "bhsd",
+    causal: bool = False,
+    waves: int = 4,
+    mma: str = "mma_sync",
+    heavy_first: bool | None = None,
+    async_copy: str = "auto",
+    split_epilogue: bool = False,
+) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
     picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
     ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
@@ -137,8 +155,10 @@ def make_attention(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, wav
 # fewer rows are wasted (a single-wave workgroup spills: every thread then issues all the tile copies).
 # An optional fourth entry is the number of cp.async stages (default 2; 3 is spill-free too, 102 KB of
 # shared memory at d128).  benchmarks/attention.py --wavec-configs sweep times every candidate.
-CONFIGS = {128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)], 64: [(128, 64, 4), (128, 128, 8), (64, 64, 2),
-                                                                     (128, 64, 4, 3)]}
+CONFIGS = {
+    128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)],
+    64: [(128, 64, 4), (128, 128, 8), (64, 64, 2), (128, 64, 4, 3)],
+}
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 # Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
 # rows (one m64 instruction), so S and P never leave registers.  K and V come by TMA (``pipeline_loops``
@@ -151,8 +171,10 @@ _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
 # 425, causal 404 / 405 / 367; 16384 496 / 461 / 438, but causal 434 / 456 / 398: long causal rows keep the
 # two-warpgroup 128x128 tile (``_WGMMA_LONG_CAUSAL``).  d64: 128x64 over two warpgroups (512 301 / 233 /
 # 320; 4096 410 / 345 / 378).  The other entries are the sweep's candidates; queries <= 64: one warpgroup.
-WGMMA_CONFIGS = {128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
-                 64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)]}
+WGMMA_CONFIGS = {
+    128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
+    64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)],
+}
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
 _WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
 # O's store after one bounds test per thread (``SchedulingConstraint.split_epilogue``): wgmma d128 on an
@@ -173,8 +195,9 @@ def default_mma(q, backend: str | None = None) -> str:
     return "wgmma" if on_hopper and backend in (None, "cuda") else "mma_sync"
 
 
-def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | None = None,
-                     mma: str = "mma_sync", causal: bool = False) -> tuple[dict, int]:
+def attention_config(
+    head_dim: int, seq_q: int | None = None, config: tuple | None = None, mma: str = "mma_sync", causal: bool = False
+) -> tuple[dict, int]:
     """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
     else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
     warpgroups), or a smaller tile when the queries fit in it, or (wgmma, causal, many queries)
@@ -197,21 +220,52 @@ def attention_config(head_dim: int, seq_q: int | None = None, config: tuple | No
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout: str, causal: bool, subs: dict, waves: int, backend: str | None, mma: str = "mma_sync",
-            async_copy: str = "auto"):
-    key = (dtype.name, layout, causal, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma,
-           async_copy)
+def _kernel(
+    dtype,
+    layout: str,
+    causal: bool,
+    subs: dict,
+    waves: int,
+    backend: str | None,
+    mma: str = "mma_sync",
+    async_copy: str = "auto",
+):
+    key = (
+        dtype.name,
+        layout,
+        causal,
+        tuple(sorted((str(k), v) for k, v in subs.items())),
+        waves,
+        backend,
+        mma,
+        async_copy,
+    )
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(make_attention(dtype, layout, causal, waves, mma, async_copy=async_copy,
-                                                            split_epilogue=SPLIT_EPILOGUE[mma]),
-                                             subs, backend=backend, target=TARGET[mma])
+        kernel = _COMPILED[key] = wc.compile(
+            make_attention(
+                dtype, layout, causal, waves, mma, async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma]
+            ),
+            subs,
+            backend=backend,
+            target=TARGET[mma],
+        )
     return kernel
 
 
-def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhsd",
-              backend: str | None = None, config: tuple | None = None, mma: str | None = None,
-              async_copy: str = "auto"):
+def attention(
+    q,
+    k,
+    v,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    layout: str = "bhsd",
+    backend: str | None = None,
+    config: tuple | None = None,
+    mma: str | None = None,
+    async_copy: str = "auto",
+):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
 
@@ -240,8 +294,9 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     h_ax = 1 if layout == "bhsd" else 2
     s_ax = 3 - h_ax
     if q.shape[h_ax] % k.shape[h_ax]:
-        raise wc.WavecError(message=f"attention: {q.shape[h_ax]} query heads are not a multiple of "
-                            f"{k.shape[h_ax]} key/value heads")
+        raise wc.WavecError(
+            message=f"attention: {q.shape[h_ax]} query heads are not a multiple of {k.shape[h_ax]} key/value heads"
+        )
     subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal)
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy)
     o = torch.empty_like(q)
@@ -249,13 +304,21 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     return o
 
 
-def register_attention_op(dtype=wc.f16, layout: str = "bhsd", causal: bool = False, head_dim: int = 128,
-                          name: str | None = None, backend: str | None = None, mma: str | None = None):
+def register_attention_op(
+    dtype=wc.f16,
+    layout: str = "bhsd",
+    causal: bool = False,
+    head_dim: int = 128,
+    name: str | None = None,
+    backend: str | None = None,
+    mma: str | None = None,
+):
     """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``; ``mma``
     defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
     mma = mma or DEFAULT_MMA or "mma_sync"
     subs, waves = attention_config(head_dim, mma=mma)
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + \
-        ("_wgmma" if mma == "wgmma" else "")
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + (
+        "_wgmma" if mma == "wgmma" else ""
+    )
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     return wc.register_torch_op(kernel, name), kernel

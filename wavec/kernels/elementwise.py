@@ -13,8 +13,9 @@ def rowwise_constraints(threads_per_wave: int = 32, elems_per_thread: int = 8) -
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
         wc.WaveConstraint(M, 1),
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave,
-                              vector_shapes={M: 1, N: threads_per_wave * elems_per_thread}),
+        wc.HardwareConstraint(
+            threads_per_wave=threads_per_wave, vector_shapes={M: 1, N: threads_per_wave * elems_per_thread}
+        ),
     ]
 
 
@@ -28,8 +29,7 @@ def make_copy(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
 
 def make_scale_shift(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
     @wc.wave(rowwise_constraints(threads_per_wave, 16 // dtype.bytes))
-    def scale_shift(a: Memory[M, N, dtype], b: Memory[M, N, dtype], bias: Memory[N, dtype],
-                    out: Memory[M, N, dtype]):
+    def scale_shift(a: Memory[M, N, dtype], b: Memory[M, N, dtype], bias: Memory[N, dtype], out: Memory[M, N, dtype]):
         wc.write(wc.read(a) * wc.read(b) + wc.read(bias)[None, :], out)
 
     return scale_shift

@@ -21,10 +21,17 @@ MMA_FOR_TARGET = {
 }
 
 
-def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-                     warp_specialize: bool = False, persistent: bool = False, split_epilogue: bool = False,
-                     prefetch_fragments: bool = False) -> list:
+def gemm_constraints(
+    threads_per_wave: int = 32,
+    mma_type=wc.MMAType.NV_F32_16x8x16_F16,
+    waves=(2, 2),
+    operand_swizzle: str = "auto",
+    async_copy: str = "auto",
+    warp_specialize: bool = False,
+    persistent: bool = False,
+    split_epilogue: bool = False,
+    prefetch_fragments: bool = False,
+) -> list:
     """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
     K in steps of BLOCK_K; ``operand_swizzle`` picks the shared layout of wgmma operands, ``async_copy``
     how the pipeline fetches tiles ("auto": TMA where it applies, "tma", "cp.async"); ``warp_specialize``
@@ -39,16 +46,32 @@ def gemm_constraints(threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8
         wc.WaveConstraint(N, BLOCK_N / waves[1]),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, operand_swizzle=operand_swizzle,
-                                async_copy=async_copy, warp_specialize=warp_specialize, persistent=persistent,
-                                split_epilogue=split_epilogue, prefetch_fragments=prefetch_fragments),
+        wc.SchedulingConstraint(
+            num_stages=NUM_STAGES,
+            group_size=GROUP_M,
+            operand_swizzle=operand_swizzle,
+            async_copy=async_copy,
+            warp_specialize=warp_specialize,
+            persistent=persistent,
+            split_epilogue=split_epilogue,
+            prefetch_fragments=prefetch_fragments,
+        ),
     ]
 
 
-def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-              waves=(2, 2), operand_swizzle: str = "auto", async_copy: str = "auto",
-              warp_specialize: bool = False, out_dtype=f32, persistent: bool = False,
-              split_epilogue: bool = False, prefetch_fragments: bool = True) -> wc.WaveKernel:
+def make_gemm(
+    dtype=wc.f16,
+    threads_per_wave: int = 32,
+    mma_type=wc.MMAType.NV_F32_16x8x16_F16,
+    waves=(2, 2),
+    operand_swizzle: str = "auto",
+    async_copy: str = "auto",
+    warp_specialize: bool = False,
+    out_dtype=f32,
+    persistent: bool = False,
+    split_epilogue: bool = False,
+    prefetch_fragments: bool = True,
+) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32
     accumulator rounded once, as cuBLAS does for ``torch.matmul``; half the epilogue's bytes).
@@ -60,8 +83,19 @@ def make_gemm(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
-    @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, operand_swizzle, async_copy, warp_specialize,
-                              persistent, split_epilogue, prefetch_fragments))
+    @wc.wave(
+        gemm_constraints(
+            threads_per_wave,
+            mma_type,
+            waves,
+            operand_swizzle,
+            async_copy,
+            warp_specialize,
+            persistent,
+            split_epilogue,
+            prefetch_fragments,
+        )
+    )
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
         acc = Register[M, N, f32](0.0)
 
@@ -88,12 +122,19 @@ def split_slice(k: int, s: int, block_k: int) -> int:
     return -(-k // (s * block_k)) * block_k
 
 
-def make_gemm_splitk(dtype=wc.f16, threads_per_wave: int = 32, mma_type=wc.MMAType.NV_F32_16x8x16_F16,
-                     waves=(1, 2), async_copy: str = "auto") -> wc.WaveKernel:
+def make_gemm_splitk(
+    dtype=wc.f16,
+    threads_per_wave: int = 32,
+    mma_type=wc.MMAType.NV_F32_16x8x16_F16,
+    waves=(1, 2),
+    async_copy: str = "auto",
+) -> wc.WaveKernel:
     """``gemm_splitk(a [M, K], b [N, K], c_part [S, M, N] f32)``: c_part[s] = A[:, slice s] @ B[:, slice s].T,
     the K slices of ``split_slice``; the same tiles, pipeline and subs as ``make_gemm``."""
-    constraints = [wc.WorkgroupConstraint(S, 1, 2), *gemm_constraints(threads_per_wave, mma_type, waves,
-                                                                      async_copy=async_copy)]
+    constraints = [
+        wc.WorkgroupConstraint(S, 1, 2),
+        *gemm_constraints(threads_per_wave, mma_type, waves, async_copy=async_copy),
+    ]
     ks = sympy.ceiling(K / (S * BLOCK_K)) * BLOCK_K
 
     @wc.wave(constraints)
@@ -328,10 +369,20 @@ def output_dtype(a, out_dtype) -> tuple:
     return out_dtype, f32 if out_dtype == torch.float32 else {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
 
 
-def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_copy: str = "auto",
-           warp_specialize: bool | None = None, out_dtype=None, split: int | str | None = None,
-           persistent: bool | None = None, config: tuple[dict, tuple[int, int]] | None = None,
-           prefetch_fragments: bool = True):
+def matmul(
+    a,
+    b,
+    *,
+    backend: str | None = None,
+    mma: str = "mma_sync",
+    async_copy: str = "auto",
+    warp_specialize: bool | None = None,
+    out_dtype=None,
+    split: int | str | None = None,
+    persistent: bool | None = None,
+    config: tuple[dict, tuple[int, int]] | None = None,
+    prefetch_fragments: bool = True,
+):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
     accumulator).
@@ -354,12 +405,36 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
     # The host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us).  A config's
     # substitutions key by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
-    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, mma, async_copy, warp_specialize,
-           out_dtype, split, persistent, cfg, prefetch_fragments)
+    key = (
+        a.dtype,
+        b.dtype,
+        tuple(a.shape),
+        tuple(b.shape),
+        backend,
+        mma,
+        async_copy,
+        warp_specialize,
+        out_dtype,
+        split,
+        persistent,
+        cfg,
+        prefetch_fragments,
+    )
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split,
-                                              persistent, config, bool(prefetch_fragments))
+        run = _DISPATCH[key] = _matmul_runner(
+            a,
+            b,
+            backend,
+            mma,
+            async_copy,
+            warp_specialize,
+            out_dtype,
+            split,
+            persistent,
+            config,
+            bool(prefetch_fragments),
+        )
     return run(a, b)
 
 
@@ -368,8 +443,9 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", async_cop
 _DISPATCH: dict = {}
 
 
-def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config,
-                   prefetch: bool = True):
+def _matmul_runner(
+    a, b, backend, mma, async_copy, warp_specialize, out_dtype, split, persistent, config, prefetch: bool = True
+):
     """``matmul``'s decision for a's and b's dtypes and shapes: validate, choose the tile and schedule,
     compile (cached), and return ``run(a, b) -> c``."""
     import torch
@@ -402,16 +478,39 @@ def _matmul_runner(a, b, backend, mma, async_copy, warp_specialize, out_dtype, s
         split = rule if split == "auto" else split or 1
     sub_key = tuple(sorted((str(s), v) for s, v in subs.items()))
     if split > 1:
-        return _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy,
-                              sub_key)
+        return _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, backend, async_copy, sub_key)
     prefetch = prefetch and mma == "mma_sync"
-    kernel = _cached((dtype.name, sub_key, waves, backend, mma, async_copy, warp_specialize, out.name, persistent,
-                      split_epilogue, prefetch),
-                     lambda: wc.compile(make_gemm(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy,
-                                                  warp_specialize=warp_specialize, out_dtype=out,
-                                                  persistent=persistent, split_epilogue=split_epilogue,
-                                                  prefetch_fragments=prefetch), subs,
-                                        backend=backend, target=target))
+    kernel = _cached(
+        (
+            dtype.name,
+            sub_key,
+            waves,
+            backend,
+            mma,
+            async_copy,
+            warp_specialize,
+            out.name,
+            persistent,
+            split_epilogue,
+            prefetch,
+        ),
+        lambda: wc.compile(
+            make_gemm(
+                dtype,
+                mma_type=mma_type,
+                waves=waves,
+                async_copy=async_copy,
+                warp_specialize=warp_specialize,
+                out_dtype=out,
+                persistent=persistent,
+                split_epilogue=split_epilogue,
+                prefetch_fragments=prefetch,
+            ),
+            subs,
+            backend=backend,
+            target=target,
+        ),
+    )
     return output_runner(kernel, out_dtype)
 
 
@@ -423,6 +522,7 @@ def output_runner(kernel, out_dtype):
         c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
         kernel(a, b, c)
         return c
+
     return run
 
 
@@ -430,11 +530,17 @@ def _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, ba
     """Split-K: ``gemm_splitk`` into f32 partials [S, M, N], then ``splitk_reduce`` into C."""
     import torch
 
-    part_kernel = _cached(("splitk", dtype.name, sub_key, waves, backend, async_copy), lambda: wc.compile(
-        make_gemm_splitk(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy), subs, backend=backend))
+    part_kernel = _cached(
+        ("splitk", dtype.name, sub_key, waves, backend, async_copy),
+        lambda: wc.compile(
+            make_gemm_splitk(dtype, mma_type=mma_type, waves=waves, async_copy=async_copy), subs, backend=backend
+        ),
+    )
     vec = 4 if (m * n) % 4 == 0 else 2 if (m * n) % 2 == 0 else 1  # rows of the flat [S, M*N] view stay aligned
-    reduce_kernel = _cached(("splitk_reduce", out.name, split, vec, backend), lambda: wc.compile(
-        make_splitk_reduce(out, vec=vec), {S: split, BLOCK_P: 4 * 32 * vec}, backend=backend))
+    reduce_kernel = _cached(
+        ("splitk_reduce", out.name, split, vec, backend),
+        lambda: wc.compile(make_splitk_reduce(out, vec=vec), {S: split, BLOCK_P: 4 * 32 * vec}, backend=backend),
+    )
 
     def run(a, b):
         c_part = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
@@ -442,4 +548,5 @@ def _splitk_runner(m, n, split, subs, waves, dtype, mma_type, out, out_dtype, ba
         c = torch.empty(m, n, device=a.device, dtype=out_dtype)
         reduce_kernel(c_part.view(split, m * n), c.view(m * n))
         return c
+
     return run

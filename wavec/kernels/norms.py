@@ -15,8 +15,9 @@ M, N = wc.sym.M, wc.sym.N
 BLOCK_M = wc.sym.BLOCK_M
 
 
-def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32,
-                 waves_per_row: int = 1) -> wc.WaveKernel:
+def make_rmsnorm(
+    n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int = 32, waves_per_row: int = 1
+) -> wc.WaveKernel:
     """``out = x / sqrt(mean(x**2) + eps) * w`` over rows of length ``n`` (compile with subs {N: n})."""
 
     @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))
@@ -28,8 +29,9 @@ def make_rmsnorm(n: int, dtype=wc.f16, eps: float = 1e-6, threads_per_wave: int 
     return rmsnorm
 
 
-def make_layernorm(n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: int = 32,
-                   waves_per_row: int = 1) -> wc.WaveKernel:
+def make_layernorm(
+    n: int, dtype=wc.f16, eps: float = 1e-5, threads_per_wave: int = 32, waves_per_row: int = 1
+) -> wc.WaveKernel:
     """``out = (x - mean) / sqrt(var + eps) * w + b`` over rows of length ``n`` (subs {N: n})."""
 
     @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))

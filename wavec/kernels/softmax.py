@@ -25,8 +25,9 @@ def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int
         wc.WorkgroupConstraint(N, N, 1),  # a whole row per workgroup: N must be bound in subs
         wc.WaveConstraint(M, 1),
         *split,
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave,
-                              vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}),
+        wc.HardwareConstraint(
+            threads_per_wave=threads_per_wave, vector_shapes={M: 1, N: threads_per_wave * (16 // dtype.bytes)}
+        ),
     ]
 
 

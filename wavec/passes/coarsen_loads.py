@@ -71,8 +71,12 @@ def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
 def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
     """Marks shared reads that ldmatrix can serve (``mma_role``, ``mma_dims``, ``transpose``)."""
     mma = ctx.constraints.mma_type
-    if (node.meta.get("op") is not Read or mma is None or mma.spec.vendor != "nvidia"
-            or memory_operand(node).meta["type"].address_space != AddressSpace.SHARED):
+    if (
+        node.meta.get("op") is not Read
+        or mma is None
+        or mma.spec.vendor != "nvidia"
+        or memory_operand(node).meta["type"].address_space != AddressSpace.SHARED
+    ):
         return False
     operand = node
     users = list(node.users)
@@ -123,5 +127,6 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             node.meta["accesses"] = runs
             node.meta["alignments"] = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)
-                for _first, n, off in runs]
+                for _first, n, off in runs
+            ]
         _pair_b_fragments(g)

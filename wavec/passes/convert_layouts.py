@@ -46,8 +46,13 @@ def _from_accumulator(node, memo: dict) -> bool:
             memo[node] = True
         elif op in _PASS_THROUGH:
             dims = set(node.meta["type"].dims)
-            memo[node] = any(isinstance(a, fx.Node) and a.graph is node.graph
-                             and set(a.meta["type"].dims) == dims and _from_accumulator(a, memo) for a in node.args)
+            memo[node] = any(
+                isinstance(a, fx.Node)
+                and a.graph is node.graph
+                and set(a.meta["type"].dims) == dims
+                and _from_accumulator(a, memo)
+                for a in node.args
+            )
     return memo[node]
 
 
@@ -123,8 +128,13 @@ def _choose(ctx: PassContext, mma: fx.Node, dims: tuple, role: str) -> str:
     accumulator is 64 x N, its register-A tiles 64 x 16) has a lane-independent register mapping."""
     cs = ctx.constraints
     src = mma_layout(cs.mma_type, "c", *dims, n=_instruction_n(ctx, dims[1]))
-    dst = mma_layout(cs.mma_type, role, *dims, n=_instruction_n(ctx, MMA.dims(mma)[1]),
-                     a_in_registers=bool(mma.meta.get("a_in_registers")))
+    dst = mma_layout(
+        cs.mma_type,
+        role,
+        *dims,
+        n=_instruction_n(ctx, MMA.dims(mma)[1]),
+        a_in_registers=bool(mma.meta.get("a_in_registers")),
+    )
     subs = [range(0, max(1, src.tile_of(d) // dst.tile_of(d))) for d in dims]
     for idx in itertools.product(*subs):
         moved = dst.offset({d: i * dst.tile_of(d) for d, i in zip(dims, idx)})
@@ -144,8 +154,13 @@ def convert_layouts(trace: Trace, ctx: PassContext) -> None:
                     continue
                 dims = x.meta["type"].dims
                 with g.inserting_before(mma):
-                    conv = g.create_node("call_function", ConvertLayout, (x,),
-                                         {"via": _choose(ctx, mma, dims, role)}, name="convert_layout")
+                    conv = g.create_node(
+                        "call_function",
+                        ConvertLayout,
+                        (x,),
+                        {"via": _choose(ctx, mma, dims, role)},
+                        name="convert_layout",
+                    )
                 conv.meta.update(op=ConvertLayout, type=x.meta["type"], loc=mma.meta.get("loc"), convert_id=count)
                 count += 1
                 args = list(mma.args)
@@ -156,5 +171,3 @@ def convert_layouts(trace: Trace, ctx: PassContext) -> None:
 def wave_origin(ctx: PassContext, graph: fx.Graph, dims) -> dict:
     """The coordinates of the current wave's tile origin (what shared conversions index relative to)."""
     return {d: ctx.constraints.base_offset(d, ctx.in_loop(graph, d)) for d in dims}
-
-

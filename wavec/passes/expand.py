@@ -29,15 +29,23 @@ def _counts(ctx: PassContext, node: fx.Node) -> dict:
     cs = ctx.constraints
     for d, tile in zip(layout.dims, layout.tile):
         if d in cs.loop_tile and d not in cs.wg_tile and not ctx.in_loop(node.graph, d):
-            raise ExpansionError(node.meta.get("loc"), message=f"%{node.name} spans dimension {d}, which a "
-                                 f"TilingConstraint tiles by {cs.loop_tile[d]}: use it inside wc.iterate({d}, ...)")
+            raise ExpansionError(
+                node.meta.get("loc"),
+                message=f"%{node.name} spans dimension {d}, which a "
+                f"TilingConstraint tiles by {cs.loop_tile[d]}: use it inside wc.iterate({d}, ...)",
+            )
         extent = ctx.constraints.workgroup_extent(d) if per_workgroup else ctx.constraints.wave_extent(d)
         if extent is None:
-            raise ExpansionError(node.meta.get("loc"), message=f"dimension {d} is not distributed: add a "
-                                 f"WorkgroupConstraint or TilingConstraint for it")
+            raise ExpansionError(
+                node.meta.get("loc"),
+                message=f"dimension {d} is not distributed: add a WorkgroupConstraint or TilingConstraint for it",
+            )
         if extent % tile:
-            raise ExpansionError(node.meta.get("loc"), message=f"the wave's tile of {d} ({extent}) is not a multiple "
-                                 f"of the instruction tile {tile} of %{node.name}")
+            raise ExpansionError(
+                node.meta.get("loc"),
+                message=f"the wave's tile of {d} ({extent}) is not a multiple "
+                f"of the instruction tile {tile} of %{node.name}",
+            )
         counts[d] = extent // tile
     return counts
 
@@ -102,13 +110,23 @@ class _Expander:
             elif op is GetResult:
                 continue  # filled in by _iterate
             elif "layout" in node.meta:
-                env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
-                             for k in _keys(_counts(self.ctx, node))}
+                env[node] = {
+                    k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
+                    for k in _keys(_counts(self.ctx, node))
+                }
             else:  # write and other ops without a register result: one per tile of their value operand
                 src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
                 keys = list(env[src]) if src is not None else [()]
-                env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args),
-                                           layout=src.meta["layout"] if src is not None else None) for k in keys}
+                env[node] = {
+                    k: self.clone(
+                        ng,
+                        node,
+                        k,
+                        tuple(self.lookup(env, a, k) for a in node.args),
+                        layout=src.meta["layout"] if src is not None else None,
+                    )
+                    for k in keys
+                }
                 if src is not None:
                     for k, new in env[node].items():
                         new.meta["layout"] = env[src][k].meta["layout"]
@@ -195,8 +213,9 @@ class _Expander:
                     flat_caps.append(val)
                 senv[p] = table
         self.expand_graph(sub, nsub, senv)
-        new = ng.create_node("call_function", node.target, (tuple(flat_inits), tuple(flat_caps)), dict(node.kwargs),
-                             name=node.name)
+        new = ng.create_node(
+            "call_function", node.target, (tuple(flat_inits), tuple(flat_caps)), dict(node.kwargs), name=node.name
+        )
         new.meta.update(node.meta)
         env[node] = {(): new}
         pos = 0

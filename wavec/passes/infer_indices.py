@@ -61,8 +61,9 @@ def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
     remaining, lane_stride, seqs, tiles = cs.threads_per_wave, 1, {}, {}
     for d in reversed(dims):
         if d not in cs.vector_shapes:
-            raise ConstraintError(message=f"no layout anchors dimension {d}: give HardwareConstraint("
-                                  f"vector_shapes={{{d}: ...}})")
+            raise ConstraintError(
+                message=f"no layout anchors dimension {d}: give HardwareConstraint(vector_shapes={{{d}: ...}})"
+            )
         v = cs.vector_shapes[d]
         lanes = min(remaining, v)
         if v % lanes or remaining % lanes:
@@ -74,8 +75,10 @@ def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
         remaining //= lanes
         lane_stride *= lanes
     if remaining != 1:
-        raise ConstraintError(message=f"vector_shapes {dict((str(k), v) for k, v in cs.vector_shapes.items())} "
-                              f"cover fewer elements than the {cs.threads_per_wave} lanes of a wave")
+        raise ConstraintError(
+            message=f"vector_shapes {dict((str(k), v) for k, v in cs.vector_shapes.items())} "
+            f"cover fewer elements than the {cs.threads_per_wave} lanes of a wave"
+        )
     layout = Layout.make(dims, [seqs[d] for d in dims], [tiles[d] for d in dims])
     return layout.offset(_base(ctx, graph, dims))
 
@@ -91,8 +94,10 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     for e in extents:
         total *= e
     if total < cs.threads:
-        raise ConstraintError(message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "
-                              f"than the {cs.threads} threads that copy it; use a larger tile or fewer waves")
+        raise ConstraintError(
+            message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "
+            f"than the {cs.threads} threads that copy it; use a larger tile or fewer waves"
+        )
     ept = max(1, min(ACCESS_BYTES // elem_bytes, last))
     while ept > 1 and (total // ept < cs.threads or last % ept):
         ept //= 2
@@ -129,8 +134,9 @@ def _shared_layout_copy(ctx: PassContext, graph, read: fx.Node) -> Layout:
     tile = tuple(cs.workgroup_extent(d) for d in dims)
     layout = core_copy_layout(dims, tile, cs.threads, read.meta["type"].dtype.bytes)
     if isinstance(layout, str):
-        raise ConstraintError(read.meta.get("loc"), message=f"copy of the {'x'.join(map(str, tile))} operand tile: "
-                              f"{layout}")
+        raise ConstraintError(
+            read.meta.get("loc"), message=f"copy of the {'x'.join(map(str, tile))} operand tile: {layout}"
+        )
     return layout.offset({d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims})
 
 
@@ -182,9 +188,13 @@ class _Solver:
                 if cur[0].equals(layout):
                     return False
                 raise IndexConflictError(
-                    origin.meta.get("loc"), what=f"%{node.name}", first_loc=cur[2].meta.get("loc"),
-                    first=f"%{cur[2].name} wants {cur[0]}", second_loc=origin.meta.get("loc"),
-                    second=f"%{origin.name} wants {layout}")
+                    origin.meta.get("loc"),
+                    what=f"%{node.name}",
+                    first_loc=cur[2].meta.get("loc"),
+                    first=f"%{cur[2].name} wants {cur[0]}",
+                    second_loc=origin.meta.get("loc"),
+                    second=f"%{origin.name} wants {layout}",
+                )
         self.state[node] = (layout, prio, origin)
         return True
 
@@ -228,8 +238,11 @@ class _Solver:
                     node.meta.setdefault("mma_role", role)
             elif op is Read and n.meta.get("distribute") == "workgroup":
                 g = self.graph_of[n]
-                layout = (_shared_layout_copy(self.ctx, g, n) if n.meta.get("copy_layout") is not None
-                          else copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes))
+                layout = (
+                    _shared_layout_copy(self.ctx, g, n)
+                    if n.meta.get("copy_layout") is not None
+                    else copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes)
+                )
                 self.offer(n, layout, PRIO_COPY, n)
         self.propagate()
         for n in self.graph_of:  # reduction strategy: lanes along the reduced dim (priority 2)
@@ -245,9 +258,27 @@ class _Solver:
 
     def seed_defaults(self) -> None:
         for n, g in self.graph_of.items():
-            if _is_register(n) and n not in self.state and n.meta.get("op") in (
-                    Read, RegisterInit, Binary, Unary, Cast, Select, Broadcast, Permute, MMA, GetResult, Reduce,
-                    ConvertLayout, Arange, None):
+            if (
+                _is_register(n)
+                and n not in self.state
+                and n.meta.get("op")
+                in (
+                    Read,
+                    RegisterInit,
+                    Binary,
+                    Unary,
+                    Cast,
+                    Select,
+                    Broadcast,
+                    Permute,
+                    MMA,
+                    GetResult,
+                    Reduce,
+                    ConvertLayout,
+                    Arange,
+                    None,
+                )
+            ):
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
 

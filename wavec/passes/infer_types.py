@@ -26,5 +26,6 @@ def infer_types(trace: Trace, ctx: PassContext) -> None:
                 raise ShapeError(n.meta.get("loc"), op=n.name, message="value has no type (internal error)")
             for d in t.dims:
                 if d not in known and d not in ctx.constraints.subs:
-                    raise ShapeError(n.meta.get("loc"), op=n.name,
-                                     message=f"dimension {d} is not a dimension of any kernel argument")
+                    raise ShapeError(
+                        n.meta.get("loc"), op=n.name, message=f"dimension {d} is not a dimension of any kernel argument"
+                    )

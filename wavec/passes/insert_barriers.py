@@ -35,8 +35,11 @@ def _barrier(g: fx.Graph, before: fx.Node) -> fx.Node:
 
 def _body_barriers(g: fx.Graph) -> None:
     nodes = [n for n in g.nodes if n.op != "placeholder"]
-    writes = [n for n in nodes if (n.meta.get("op") is Write and _is_shared(n.args[1]))
-              or n.meta.get("op") in (AsyncCopy, TmaFill)]
+    writes = [
+        n
+        for n in nodes
+        if (n.meta.get("op") is Write and _is_shared(n.args[1])) or n.meta.get("op") in (AsyncCopy, TmaFill)
+    ]
     reads = [n for n in nodes if n.meta.get("op") is Read and _is_shared(n.args[0])]
     if not writes or not reads:
         return

@@ -57,7 +57,7 @@ from .loop_shape import chains_only
 
 
 def _node(g: fx.Graph, op: type, where: fx.Node, before: bool, **kwargs) -> fx.Node:
-    with (g.inserting_before(where) if before else g.inserting_after(where)):
+    with g.inserting_before(where) if before else g.inserting_after(where):
         n = g.create_node("call_function", op, (), kwargs, name=op.name)
     n.meta.update(op=op, type=None, loc=where.meta.get("loc"))
     return n
@@ -119,8 +119,11 @@ def _general_body(g: fx.Graph) -> None:
     for n in list(g.nodes):
         if n.meta.get("op") is WarpgroupMMA:
             regs = [n.args[2]] + ([n.args[0]] if n.meta.get("a_in_registers") else [])
-            written = any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs) \
-                if fence_at is not None else True
+            written = (
+                any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs)
+                if fence_at is not None
+                else True
+            )
             if written:
                 _node(g, WgmmaFence, n, before=True)
                 fence_at = pos[n]
@@ -152,8 +155,13 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
         last = n
     if in_flight:
         _release_after(g, _node(g, WgmmaWait, last, before=False, pending=1, retire=()))
-        return [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
-                and any(u.meta.get("op") is WarpgroupMMA and u.args[2] is p for u in p.users)]
+        return [
+            p
+            for p in g.nodes
+            if p.op == "placeholder"
+            and p.meta.get("role") == "iter_arg"
+            and any(u.meta.get("op") is WarpgroupMMA and u.args[2] is p for u in p.users)
+        ]
     ends = tuple(n for n in mmas if any(u.meta.get("op") is not WarpgroupMMA for u in n.users))
     _release_after(g, _node(g, WgmmaWait, last, before=False, pending=0, retire=ends))
     return []

@@ -43,15 +43,24 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
     m, n, k = MMA.dims(mma)
     wm, wn, wk = cs.wave_extent(m), cs.wave_extent(n), cs.workgroup_extent(k)
     if wm is None or wm % spec.m:
-        raise ConstraintError(loc, message=f"{name}: the wave tile of {m} must be a multiple of {spec.m} (one "
-                              f"warpgroup instruction covers {spec.m} rows), got {wm}")
+        raise ConstraintError(
+            loc,
+            message=f"{name}: the wave tile of {m} must be a multiple of {spec.m} (one "
+            f"warpgroup instruction covers {spec.m} rows), got {wm}",
+        )
     if wn is None or spec.instruction_n(wn) is None:
-        raise ConstraintError(loc, message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
-                              f"instruction N: 8, 16, ..., {spec.n}), got {wn}")
+        raise ConstraintError(
+            loc,
+            message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
+            f"instruction N: 8, 16, ..., {spec.n}), got {wn}",
+        )
     in_dt, acc_dt = mma.args[0].meta["type"].dtype, mma.args[2].meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
-        raise ConstraintError(loc, message=f"{name} takes {spec.in_dtype} operands and a {spec.acc_dtype} "
-                              f"accumulator, got {in_dt} and {acc_dt}")
+        raise ConstraintError(
+            loc,
+            message=f"{name} takes {spec.in_dtype} operands and a {spec.acc_dtype} "
+            f"accumulator, got {in_dt} and {acc_dt}",
+        )
     if wk is None or wk % spec.k:
         raise ConstraintError(loc, message=f"{name}: the loop tile of {k} must be a multiple of {spec.k}, got {wk}")
 
@@ -82,20 +91,28 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
             mma.meta["a_in_registers"] = True
             continue
         if alloc is None:
-            raise ConstraintError(mma.meta.get("loc"), message=f"{name} reads its B operand from shared memory: "
-                                  "keep SchedulingConstraint(promote_operands=True)")
+            raise ConstraintError(
+                mma.meta.get("loc"),
+                message=f"{name} reads its B operand from shared memory: "
+                "keep SchedulingConstraint(promote_operands=True)",
+            )
         dims = tuple(alloc.kwargs["tile"])
         tile = tuple(alloc.kwargs["tile"].values())
         mn_major = len(dims) == 2 and dims[-1] == mn and dims[0] == k  # stored [K, M/N]: contiguous along M/N
-        inst = ctx.constraints.mma_type.spec.m if role == "A" else \
-            ctx.constraints.mma_type.spec.instruction_n(ctx.constraints.wave_extent(n))
+        inst = (
+            ctx.constraints.mma_type.spec.m
+            if role == "A"
+            else ctx.constraints.mma_type.spec.instruction_n(ctx.constraints.wave_extent(n))
+        )
         layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile, mn_major, inst)
         why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
         if why is None and mn_major and layout.swizzled and (inst * layout.elem_bytes) % layout.width:
             why = f"an MN-major instruction tile of {inst} elements is not whole {layout.width}-byte swizzle rows"
         if why:
-            raise ConstraintError(mma.meta.get("loc"), message=f"{role} operand of {name} "
-                                  f"({layout.kind.value}{', MN-major' if mn_major else ''}): {why}")
+            raise ConstraintError(
+                mma.meta.get("loc"),
+                message=f"{role} operand of {name} ({layout.kind.value}{', MN-major' if mn_major else ''}): {why}",
+            )
         alloc.kwargs = {**alloc.kwargs, "smem_layout": layout, "pad": 0}
         if layout.swizzled:
             continue  # the default row-wise copy (8 threads per 128-byte row) is conflict free on it
@@ -105,8 +122,12 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
                 w.args[0].meta["copy_layout"] = layout
 
 
-_KINDS = {"128B": SharedLayoutKind.SWIZZLE_128B, "64B": SharedLayoutKind.SWIZZLE_64B,
-          "32B": SharedLayoutKind.SWIZZLE_32B, "none": SharedLayoutKind.CORE_K_MAJOR}
+_KINDS = {
+    "128B": SharedLayoutKind.SWIZZLE_128B,
+    "64B": SharedLayoutKind.SWIZZLE_64B,
+    "32B": SharedLayoutKind.SWIZZLE_32B,
+    "none": SharedLayoutKind.CORE_K_MAJOR,
+}
 
 
 def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst: int) -> SharedLayout:
@@ -128,8 +149,11 @@ def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
     if mma_type is None or mma_type.spec.group_waves == 1:
         return
     if ctx.target != WGMMA_TARGET:
-        raise ConstraintError(trace.loc, message=f"{mma_type.name} is a Hopper wgmma instruction: compile with "
-                              f"target='{WGMMA_TARGET}' (got {ctx.target!r}; sm_90 without the 'a' has no wgmma)")
+        raise ConstraintError(
+            trace.loc,
+            message=f"{mma_type.name} is a Hopper wgmma instruction: compile with "
+            f"target='{WGMMA_TARGET}' (got {ctx.target!r}; sm_90 without the 'a' has no wgmma)",
+        )
     for it in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
         sub = trace.subgraphs[it.kwargs["subgraph"]]
         for mma in [n for n in sub.nodes if n.meta.get("op") is MMA]:
@@ -137,5 +161,8 @@ def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
             _assign(sub, mma, ctx)
     outside = [n for n in trace.graph.nodes if n.meta.get("op") is MMA]
     if outside:
-        raise ConstraintError(outside[0].meta.get("loc"), message=f"{mma_type.name} operands are staged through "
-                              "shared memory inside wc.iterate; an mma outside a loop is not supported")
+        raise ConstraintError(
+            outside[0].meta.get("loc"),
+            message=f"{mma_type.name} operands are staged through "
+            "shared memory inside wc.iterate; an mma outside a loop is not supported",
+        )

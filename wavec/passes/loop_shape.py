@@ -15,7 +15,15 @@ def chains_only(g: fx.Graph) -> bool:
     (a GEMM): a wgmma group may stay in flight across iterations, fragments may be prefetched across the
     back edge, and rows past the bound only reach accumulator rows that the masked store drops."""
     mmas = [n for n in g.nodes if n.meta.get("op") in (MMA, WarpgroupMMA)]
-    accs = [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"
-            and any(u in mmas and u.args[2] is p for u in p.users)]
-    return all(u.op == "output" or (u in mmas and u.args[2] is x and u.args[0] is not x and u.args[1] is not x)
-               for x in accs + mmas for u in x.users)
+    accs = [
+        p
+        for p in g.nodes
+        if p.op == "placeholder"
+        and p.meta.get("role") == "iter_arg"
+        and any(u in mmas and u.args[2] is p for u in p.users)
+    ]
+    return all(
+        u.op == "output" or (u in mmas and u.args[2] is x and u.args[0] is not x and u.args[1] is not x)
+        for x in accs + mmas
+        for u in x.users
+    )

@@ -37,8 +37,10 @@ def _divisible(ctx: PassContext, dim) -> bool:
 
 def _only_written(iterate) -> bool:
     """Whether the loop's results reach nothing but global writes (through casts)."""
+
     def ok(n) -> bool:
         return n.meta.get("op") is Write or (n.meta.get("op") is Cast and all(ok(u) for u in n.users))
+
     return all(r.meta.get("op") is GetResult and all(ok(u) for u in r.users) for r in iterate.users)
 
 
@@ -58,9 +60,15 @@ def _clampable(trace: Trace) -> dict:
             continue
         for alloc in it.args[1]:
             rs = readers.get(alloc, [])
-            if alloc.meta["type"].address_space != AddressSpace.SHARED or not rs or any(
-                    r.meta.get("mma_dims") is None or any(u.op != "output" and u.meta.get("op") not in (MMA, Iterate)
-                                                          for u in r.users) for r in rs):
+            if (
+                alloc.meta["type"].address_space != AddressSpace.SHARED
+                or not rs
+                or any(
+                    r.meta.get("mma_dims") is None
+                    or any(u.op != "output" and u.meta.get("op") not in (MMA, Iterate) for u in r.users)
+                    for r in rs
+                )
+            ):
                 continue
             # (prefetch_fragments' first reads feed the loop as inits, its next ones the yield)
             reduced = {r.meta["mma_dims"][1] for r in rs} | {it.kwargs["dim"]}

@@ -64,10 +64,13 @@ def _the_loop(trace: Trace, ctx: PassContext) -> tuple[fx.Node, fx.Node]:
     loops = [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]
     inits = [n for n in trace.graph.nodes if n.meta.get("op") is MBarrierInit]
     if len(loops) != 1 or len(inits) != 1:
-        raise _refuse(trace, f"needs exactly one K loop pipelined with TMA (a Hopper wgmma GEMM on sm_90a with "
-                      f"128-byte-swizzled operand tiles, num_stages >= 2, async_copy not 'cp.async'); found "
-                      f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target!r}, "
-                      f"num_stages {cs.num_stages}, async_copy {cs.scheduling.async_copy!r})")
+        raise _refuse(
+            trace,
+            f"needs exactly one K loop pipelined with TMA (a Hopper wgmma GEMM on sm_90a with "
+            f"128-byte-swizzled operand tiles, num_stages >= 2, async_copy not 'cp.async'); found "
+            f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target!r}, "
+            f"num_stages {cs.num_stages}, async_copy {cs.scheduling.async_copy!r})",
+        )
     if loops[0].kwargs.get("start") is not None or loops[0].kwargs.get("end") is not None:
         raise _refuse(trace, "the K loop has start=/end= bounds (split-K): every tile must run the same K loop")
     axes = {axis for axis in cs.wg_axis.values() if axis is not None}
@@ -102,15 +105,26 @@ def _release_last(trace: Trace, ctx: PassContext, iterate: fx.Node, init: fx.Nod
     cs = ctx.constraints
     stages = init.kwargs["count"]
     lo, stop = cs.loop_bounds(iterate.kwargs["dim"])
-    wait = next((n for n in trace.graph.nodes if n.meta.get("op") is WgmmaWait
-                 and list(trace.graph.nodes).index(n) > list(trace.graph.nodes).index(iterate)), None)
+    wait = next(
+        (
+            n
+            for n in trace.graph.nodes
+            if n.meta.get("op") is WgmmaWait
+            and list(trace.graph.nodes).index(n) > list(trace.graph.nodes).index(iterate)
+        ),
+        None,
+    )
     if wait is None:
         raise _refuse(trace, "no wgmma wait retires the K loop's last group")
     last = k_base(ctx, lo, stop) + stop - lo - 1
     with trace.graph.inserting_after(wait):
-        n = trace.graph.create_node("call_function", MBarrierArrive, (),
-                                    {"stage": sympy.Mod(last, stages), "iteration": sympy.Integer(0),
-                                     "first": sympy.Integer(0)}, name="mbarrier_arrive_tile_end")
+        n = trace.graph.create_node(
+            "call_function",
+            MBarrierArrive,
+            (),
+            {"stage": sympy.Mod(last, stages), "iteration": sympy.Integer(0), "first": sympy.Integer(0)},
+            name="mbarrier_arrive_tile_end",
+        )
     n.meta.update(op=MBarrierArrive, type=None, loc=wait.meta.get("loc"), mbarriers=init)
 
 
@@ -129,9 +143,13 @@ def persistent_grid(trace: Trace, ctx: PassContext) -> None:
     if after > first_fill:
         raise _refuse(trace, "a shared allocation follows the first TMA fill")
     with trace.graph.inserting_after(nodes[after]):
-        marker = trace.graph.create_node("call_function", PersistentTiles, (),
-                                         {"tiles": tiles, "remap": remap, "barrier": not empty},
-                                         name="persistent_tiles")
+        marker = trace.graph.create_node(
+            "call_function",
+            PersistentTiles,
+            (),
+            {"tiles": tiles, "remap": remap, "barrier": not empty},
+            name="persistent_tiles",
+        )
     marker.meta.update(op=PersistentTiles, type=None, loc=iterate.meta.get("loc"))
     per_sm = workgroups_per_sm(_shared_bytes(trace), cs.threads + ctx.producer_threads)
     ctx.grid_override = (sympy.Min(tiles, SMS_SYMBOL * per_sm), sympy.Integer(1), sympy.Integer(1))

@@ -57,13 +57,16 @@ PIPELINE: list[tuple[str, Pass]] = [
 PASS_NAMES = [name for name, _ in PIPELINE]
 
 
-def run_pipeline(trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] = (),
-                 printer: Callable[[str], None] = print) -> Trace:
+def run_pipeline(
+    trace: Trace, ctx: PassContext, print_ir_after: Sequence[str] = (), printer: Callable[[str], None] = print
+) -> Trace:
     wanted = {print_ir_after} if isinstance(print_ir_after, str) else set(print_ir_after)
     unknown = wanted - set(PASS_NAMES) - {"all", "trace", "mlir"}
     if unknown:
-        raise OptionError(option="print_ir_after", message=f"unknown pass {sorted(unknown)}; expected pass names "
-                          f"{PASS_NAMES}, 'trace', 'mlir' or 'all'")
+        raise OptionError(
+            option="print_ir_after",
+            message=f"unknown pass {sorted(unknown)}; expected pass names {PASS_NAMES}, 'trace', 'mlir' or 'all'",
+        )
     if wanted & {"all", "trace"}:
         printer(f"// ----- after trace -----\n{format_trace(trace)}")
     verify = knobs.verify_ir

@@ -63,8 +63,10 @@ def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
     return pairs
 
 
-_GENERAL_WHY = ("the loop body reads mma results with other ops: TMA there releases stages through the "
-                "workgroup barrier only (async_copy='auto', 'tma' or 'tma-barrier'), without a producer warpgroup")
+_GENERAL_WHY = (
+    "the loop body reads mma results with other ops: TMA there releases stages through the "
+    "workgroup barrier only (async_copy='auto', 'tma' or 'tma-barrier'), without a producer warpgroup"
+)
 
 
 def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
@@ -97,9 +99,12 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     want = cs.scheduling.async_copy
     ws = cs.scheduling.warp_specialize
     if ws and want in ("cp.async", "tma-barrier"):
-        raise ConstraintError(iterate.meta.get("loc"), message="SchedulingConstraint(warp_specialize=True): the "
-                              f"producer warpgroup issues TMA fills released through empty mbarriers, not "
-                              f"async_copy={want!r}")
+        raise ConstraintError(
+            iterate.meta.get("loc"),
+            message="SchedulingConstraint(warp_specialize=True): the "
+            f"producer warpgroup issues TMA fills released through empty mbarriers, not "
+            f"async_copy={want!r}",
+        )
     if want != "cp.async":
         specs, why = tma_plan(trace, ctx, pairs) if _tma_body_ok(sub, want, ws) else (None, _GENERAL_WHY)
         if specs is not None:
@@ -108,18 +113,30 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
             pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
             return
         if ws:
-            raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(warp_specialize=True) "
-                                  f"needs a TMA loop: {why}")
+            raise ConstraintError(
+                iterate.meta.get("loc"), message=f"SchedulingConstraint(warp_specialize=True) needs a TMA loop: {why}"
+            )
         if want != "auto":
             raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
     ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
         tile = write.args[1]
-        c = op_node(sub, AsyncCopy, (read.args[0], tile), {}, f"{read.name}_async", read.meta.get("loc"), before=write,
-                  layout=read.meta["layout"].subs({iv: ahead}), accesses=read.meta["accesses"],
-                  stage=sympy.Mod(stage + distance, stages), key=read.meta.get("key"), iv_subs={iv: ahead},
-                  mapping=read.kwargs.get("mapping"))
+        c = op_node(
+            sub,
+            AsyncCopy,
+            (read.args[0], tile),
+            {},
+            f"{read.name}_async",
+            read.meta.get("loc"),
+            before=write,
+            layout=read.meta["layout"].subs({iv: ahead}),
+            accesses=read.meta["accesses"],
+            stage=sympy.Mod(stage + distance, stages),
+            key=read.meta.get("key"),
+            iv_subs={iv: ahead},
+            mapping=read.kwargs.get("mapping"),
+        )
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
@@ -136,10 +153,21 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for s in range(distance):
         it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
         for c, layout in copies:
-            op_node(trace.graph, AsyncCopy, (outer[c.args[0]], outer[c.args[1]]), {}, f"{c.name}_prologue{s}",
-                  c.meta.get("loc"), before=iterate, layout=layout.subs({iv: it}),
-                  accesses=c.meta["accesses"], stage=sympy.Integer(s), key=c.meta.get("key"),
-                  iv_subs={iv: it}, mapping=c.meta.get("mapping"))
+            op_node(
+                trace.graph,
+                AsyncCopy,
+                (outer[c.args[0]], outer[c.args[1]]),
+                {},
+                f"{c.name}_prologue{s}",
+                c.meta.get("loc"),
+                before=iterate,
+                layout=layout.subs({iv: it}),
+                accesses=c.meta["accesses"],
+                stage=sympy.Integer(s),
+                key=c.meta.get("key"),
+                iv_subs={iv: it},
+                mapping=c.meta.get("mapping"),
+            )
         op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
@@ -147,16 +175,23 @@ def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
     stages = ctx.constraints.num_stages
     mma = ctx.constraints.mma_type
     async_ok = mma is None or mma.spec.vendor == "nvidia"
-    if ctx.constraints.scheduling.warp_specialize and (stages < 2 or ctx.target != "sm_90a"
-                                                       or ctx.constraints.group_waves == 1):
-        raise ConstraintError(trace.loc, message="SchedulingConstraint(warp_specialize=True): a producer warpgroup "
-                              f"feeds wgmma loops of num_stages >= 2 through TMA on sm_90a (num_stages={stages}, "
-                              f"target {ctx.target!r}, mma {mma.name if mma else None})")
+    if ctx.constraints.scheduling.warp_specialize and (
+        stages < 2 or ctx.target != "sm_90a" or ctx.constraints.group_waves == 1
+    ):
+        raise ConstraintError(
+            trace.loc,
+            message="SchedulingConstraint(warp_specialize=True): a producer warpgroup "
+            f"feeds wgmma loops of num_stages >= 2 through TMA on sm_90a (num_stages={stages}, "
+            f"target {ctx.target!r}, mma {mma.name if mma else None})",
+        )
     if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
         want = ctx.constraints.scheduling.async_copy
         if want.startswith("tma"):  # asked for explicitly: say why there is none
-            raise ConstraintError(trace.loc, message=f"SchedulingConstraint(async_copy={want!r}): TMA pipelines "
-                                  f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target!r})")
+            raise ConstraintError(
+                trace.loc,
+                message=f"SchedulingConstraint(async_copy={want!r}): TMA pipelines "
+                f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target!r})",
+            )
         return
     for node in list(trace.graph.nodes):
         if node.meta.get("op") is Iterate:

@@ -83,8 +83,10 @@ def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
         return f"%{mem.name} is not a kernel argument"
     shape, tile = tuple(mem.meta["type"].shape), _tile_dims(alloc)
     if not 2 <= len(shape) <= MAX_RANK or len(tile) != 2 or tile[1] != shape[-1] or tile[0] not in shape:
-        return (f"%{mem.name} {list(shape)} is not tiled as [rows, contiguous] (tile {list(tile)}) with at most "
-                f"{MAX_RANK - 2} batch dimensions")
+        return (
+            f"%{mem.name} {list(shape)} is not tiled as [rows, contiguous] (tile {list(tile)}) with at most "
+            f"{MAX_RANK - 2} batch dimensions"
+        )
     mapping = read.kwargs.get("mapping") or {}
     if any(d in tile for d in mapping):
         return f"the read of %{mem.name} maps a tiled dimension ({sorted(map(str, mapping))})"
@@ -124,11 +126,21 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
     return maps, ""
 
 
-def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], maps: list[int], kwargs: dict, name: str,
-          before: fx.Node, init: fx.Node, iv_subs: dict, mappings: tuple) -> fx.Node:
+def _fill(
+    g: fx.Graph,
+    pairs: list[tuple[fx.Node, fx.Node]],
+    maps: list[int],
+    kwargs: dict,
+    name: str,
+    before: fx.Node,
+    init: fx.Node,
+    iv_subs: dict,
+    mappings: tuple,
+) -> fx.Node:
     args = tuple(x for pair in pairs for x in pair)
-    return _node(g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs,
-                 mappings=mappings)
+    return _node(
+        g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs, mappings=mappings
+    )
 
 
 def _fill_kwargs(j, stages: int, lo, stop, war: str, base=0) -> dict:
@@ -159,8 +171,16 @@ def wait_parity(iv, lo, base, stages: int):
     return sympy.Mod(sympy.floor((iv - lo + base) / stages), 2)
 
 
-def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, lag: int,
-                 pairs: list[tuple[fx.Node, fx.Node]], specs: list[TensorMapRequest], war: str) -> None:
+def pipeline_tma(
+    trace: Trace,
+    ctx: PassContext,
+    iterate: fx.Node,
+    stages: int,
+    lag: int,
+    pairs: list[tuple[fx.Node, fx.Node]],
+    specs: list[TensorMapRequest],
+    war: str,
+) -> None:
     """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`; ``lag`` = wgmma
     groups left in flight at the end of an iteration; ``war`` = "barrier" or "mbarrier"."""
     cs = ctx.constraints
@@ -178,8 +198,9 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
         elem = trace.args[spec.arg].type.dtype.bytes
         ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
-    init = _node(trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim},
-                 "mbarrier_init", iterate)
+    init = _node(
+        trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim}, "mbarrier_init", iterate
+    )
     body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
     mapping_of = {(r.args[0], w.args[1]): r.kwargs.get("mapping") for r, w in pairs}
     mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
@@ -194,11 +215,17 @@ def pipeline_tma(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int, 
         sub.erase_node(read)
     first = next(n for n in sub.nodes if n.op != "placeholder")
     parity = wait_parity(iv, lo, base, stages)
-    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first,
-          mbarriers=init)
+    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first, mbarriers=init)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
-        _node(sub, MBarrierArrive, (), {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag,
-                                        "first": lo}, "mbarrier_arrive", first, mbarriers=init)
+        _node(
+            sub,
+            MBarrierArrive,
+            (),
+            {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo},
+            "mbarrier_arrive",
+            first,
+            mbarriers=init,
+        )
     for n in sub.nodes:  # the wgmma operand reads take stage i % S
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage

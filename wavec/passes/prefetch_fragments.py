@@ -55,8 +55,7 @@ def _clone_reads(g: fx.Graph, reads: list[fx.Node], before: fx.Node, mem_of, sub
     clones = {}
     with g.inserting_before(before):
         for r in reads:
-            c = g.create_node("call_function", r.target, (mem_of(r.args[0]),), dict(r.kwargs),
-                              name=f"{r.name}_first")
+            c = g.create_node("call_function", r.target, (mem_of(r.args[0]),), dict(r.kwargs), name=f"{r.name}_first")
             c.meta.update(r.meta)
             c.meta.update(layout=r.meta["layout"].subs(subs), **meta)
             clones[r] = c
@@ -87,24 +86,33 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
     op_node(g, AsyncWait, (), {"pending": wait.kwargs["pending"]}, "async_wait_first", loc, before=iterate)
     op_node(g, Barrier, (), {}, "barrier_first", loc, before=iterate)
     outer = {p: p.meta["capture_of"] for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    firsts = _clone_reads(g, reads, iterate, outer.__getitem__, {iv: lo},
-                          stage=sympy.sympify(ctx.stage_start.get(dim, 0)), iv_subs={iv: lo})
+    firsts = _clone_reads(
+        g,
+        reads,
+        iterate,
+        outer.__getitem__,
+        {iv: lo},
+        stage=sympy.sympify(ctx.stage_start.get(dim, 0)),
+        iv_subs={iv: lo},
+    )
     # the loop's values: step-0 fragments enter as iter_args and leave as next-iteration reads
     args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
     anchor = args[-1]
     for index, r in enumerate(reads, start=len(args)):
         with body.inserting_after(anchor):
             ph = body.placeholder(f"frag_{r.name}")
-        ph.meta.update(type=r.meta["type"], layout=r.meta["layout"], loc=r.meta.get("loc"), role="iter_arg",
-                       index=index)
+        ph.meta.update(
+            type=r.meta["type"], layout=r.meta["layout"], loc=r.meta.get("loc"), role="iter_arg", index=index
+        )
         r.replace_all_uses_with(ph)
         anchor = ph
     last_first = steps[-1][0]
     last_first.prepend(wait)
     for r in reads:
         last_first.prepend(r)
-        r.meta.update(stage=sympy.Mod(stage + 1, stages), iv_subs={iv: iv + 1},
-                      layout=r.meta["layout"].subs({iv: iv + 1}))
+        r.meta.update(
+            stage=sympy.Mod(stage + 1, stages), iv_subs={iv: iv + 1}, layout=r.meta["layout"].subs({iv: iv + 1})
+        )
     out = next(n for n in body.nodes if n.op == "output")
     out.args = (tuple(out.args[0]) + tuple(reads),)
     inits, captures = iterate.args

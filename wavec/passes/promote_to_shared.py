@@ -53,10 +53,16 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
         tile[d] = extent
     base = {d: cs.base_offset(d, ctx.in_loop(sub, d), per_wave=False) for d in ttype.dims}
     with trace.graph.inserting_before(iterate):
-        alloc = trace.graph.create_node("call_function", Allocate, (), {"tile": tile, "base": base, "stages": 1,
-                                        "pad": 0}, name=f"shared_{capture_root(mem).name}")
-    alloc.meta.update(op=Allocate, type=TensorType(ttype.shape, ttype.dtype, AddressSpace.SHARED),
-                      loc=read.meta.get("loc"))
+        alloc = trace.graph.create_node(
+            "call_function",
+            Allocate,
+            (),
+            {"tile": tile, "base": base, "stages": 1, "pad": 0},
+            name=f"shared_{capture_root(mem).name}",
+        )
+    alloc.meta.update(
+        op=Allocate, type=TensorType(ttype.shape, ttype.dtype, AddressSpace.SHARED), loc=read.meta.get("loc")
+    )
     tile_ph = _capture(sub, iterate, alloc)
     # Copies go to the top of the body, after earlier copies: all global loads are in flight before the
     # first shared read, and one barrier separates every shared write from every shared read.

@@ -24,8 +24,10 @@ def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
     by_axis = {axis: d for d, axis in cs.wg_axis.items()}
     if cs.scheduling.reverse_axis0:
         if g > 1 or 0 not in by_axis:
-            raise ConstraintError(trace.loc, message="SchedulingConstraint(reverse_axis0=True) needs a workgroup "
-                                  "axis 0 and group_size = 1")
+            raise ConstraintError(
+                trace.loc,
+                message="SchedulingConstraint(reverse_axis0=True) needs a workgroup axis 0 and group_size = 1",
+            )
         n0 = sympy.ceiling(cs.resolve(by_axis[0]) / cs.wg_tile[by_axis[0]])
         ctx.workgroup_remap = {WORKGROUP[0]: n0 - 1 - PID}  # PID = the hardware block id along x
         return
@@ -37,6 +39,8 @@ def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
     width = g * n1
     first = sympy.floor(PID / width) * g
     size = sympy.Min(n0 - first, g)
-    ctx.workgroup_remap = {WORKGROUP[0]: first + sympy.Mod(PID, size),
-                           WORKGROUP[1]: sympy.floor(sympy.Mod(PID, width) / size)}
+    ctx.workgroup_remap = {
+        WORKGROUP[0]: first + sympy.Mod(PID, size),
+        WORKGROUP[1]: sympy.floor(sympy.Mod(PID, width) / size),
+    }
     ctx.grid_override = (n0 * n1, sympy.Integer(1), sympy.Integer(1))

@@ -21,8 +21,14 @@ from .context import PassContext
 
 def _key(alloc: fx.Node) -> tuple:
     kw = alloc.kwargs
-    return (str(alloc.meta["type"]), tuple(kw["tile"].items()), tuple((str(d), str(b)) for d, b in kw["base"].items()),
-            kw["stages"], kw["pad"], kw.get("smem_layout"))
+    return (
+        str(alloc.meta["type"]),
+        tuple(kw["tile"].items()),
+        tuple((str(d), str(b)) for d, b in kw["base"].items()),
+        kw["stages"],
+        kw["pad"],
+        kw.get("smem_layout"),
+    )
 
 
 def _drain(g: fx.Graph, before: fx.Node) -> None:
@@ -59,6 +65,9 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
     order = {n: i for i, n in enumerate(g.nodes)}
     for loop, bufs in reused.items():
         after = max(order[owners[b]] for b in bufs)  # the earlier loops' prologues also use the buffers
-        first = next(n for n in g.nodes if order[n] > after and (
-            n is loop or any(x in bufs for x in n.args if isinstance(x, fx.Node))))
+        first = next(
+            n
+            for n in g.nodes
+            if order[n] > after and (n is loop or any(x in bufs for x in n.args if isinstance(x, fx.Node)))
+        )
         _drain(g, first)

@@ -59,8 +59,9 @@ def register_split(consumer_threads: int) -> tuple[int, int]:
     return PRODUCER_REGS, min(MAX_CONSUMER_REGS, consumer)
 
 
-def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int,
-                     base=0) -> tuple[str, list]:
+def _producer_region(
+    trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int, base=0
+) -> tuple[str, list]:
     """A new subgraph with one TmaFill of iteration ``$ARG_<dim>``; returns (its name, captured root nodes)."""
     g = fx.Graph()
     roots = list(dict.fromkeys(capture_root(a) for a in body_fill.args))
@@ -72,10 +73,18 @@ def _producer_region(trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, 
     iv = induction_symbol(init.kwargs["dim"])
     kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
-    n = g.create_node("call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw,
-                      name="tma_fill")
-    n.meta.update(op=TmaFill, type=None, loc=body_fill.meta.get("loc"), maps=body_fill.meta["maps"],
-                  mbarriers=init, iv_subs={}, mappings=body_fill.meta.get("mappings"))
+    n = g.create_node(
+        "call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw, name="tma_fill"
+    )
+    n.meta.update(
+        op=TmaFill,
+        type=None,
+        loc=body_fill.meta.get("loc"),
+        maps=body_fill.meta["maps"],
+        mbarriers=init,
+        iv_subs={},
+        mappings=body_fill.meta.get("mappings"),
+    )
     g.output(())
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g
@@ -96,9 +105,12 @@ def _check_no_barrier_after(trace: Trace, split: fx.Node, sub: fx.Graph) -> None
         seen |= n is split
     for n in after + list(sub.nodes):
         if n.meta.get("op") is Barrier:
-            raise ConstraintError(n.meta.get("loc"), message="SchedulingConstraint(warp_specialize=True): a "
-                                  f"workgroup barrier (%{n.name}) after the producer/consumer split would wait "
-                                  "for the producer warpgroup, which never reaches it")
+            raise ConstraintError(
+                n.meta.get("loc"),
+                message="SchedulingConstraint(warp_specialize=True): a "
+                f"workgroup barrier (%{n.name}) after the producer/consumer split would wait "
+                "for the producer warpgroup, which never reaches it",
+            )
 
 
 def warp_specialize(trace: Trace, ctx: PassContext) -> None:
@@ -108,8 +120,11 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     root = trace.graph
     inits = [n for n in root.nodes if n.meta.get("op") is MBarrierInit]
     if len(inits) != 1 or not inits[0].kwargs.get("empty_arrivals"):
-        raise ConstraintError(trace.loc, message="SchedulingConstraint(warp_specialize=True) needs exactly one "
-                              f"TMA loop with empty mbarriers at the kernel's top level ({len(inits)} found)")
+        raise ConstraintError(
+            trace.loc,
+            message="SchedulingConstraint(warp_specialize=True) needs exactly one "
+            f"TMA loop with empty mbarriers at the kernel's top level ({len(inits)} found)",
+        )
     init = inits[0]
     dim = init.kwargs["dim"]
     iterate = next(n for n in root.nodes if n.meta.get("op") is Iterate and n.kwargs["dim"] == dim)
@@ -123,10 +138,20 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     init.kwargs = {**init.kwargs, "fence_maps": False}
     split = _split_point(root, init, captured)
     with root.inserting_after(split):
-        ws = root.create_node("call_function", WarpSpecialize, tuple(captured),
-                              {"dim": dim, "subgraph": name, "start": sympy.sympify(lo), "stop": stop,
-                               "consumers": cs.threads, "regs": register_split(cs.threads)},
-                              name="warp_specialize")
+        ws = root.create_node(
+            "call_function",
+            WarpSpecialize,
+            tuple(captured),
+            {
+                "dim": dim,
+                "subgraph": name,
+                "start": sympy.sympify(lo),
+                "stop": stop,
+                "consumers": cs.threads,
+                "regs": register_split(cs.threads),
+            },
+            name="warp_specialize",
+        )
     ws.meta.update(op=WarpSpecialize, type=None, loc=iterate.meta.get("loc"), mbarriers=init)
     _check_no_barrier_after(trace, ws, sub)
     ctx.producer_threads = WARPGROUP

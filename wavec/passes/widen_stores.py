@@ -46,8 +46,11 @@ def _accumulator_lanes(rows: sympy.Expr, cols: sympy.Expr) -> bool:
 
     def at(e, lane: int) -> int:
         return int(e.subs(LANE, lane))
-    return all(at(rows, lane) - at(rows, 0) == lane // 4 and at(cols, lane) - at(cols, 0) == 2 * (lane % 4)
-               for lane in range(32))
+
+    return all(
+        at(rows, lane) - at(rows, 0) == lane // 4 and at(cols, lane) - at(cols, 0) == 2 * (lane % 4)
+        for lane in range(32)
+    )
 
 
 def _fragment_write(node: fx.Node) -> tuple | None:
@@ -77,8 +80,12 @@ def _fragment_write(node: fx.Node) -> tuple | None:
 def widen_stores(trace: Trace, ctx: PassContext) -> None:
     cs = ctx.constraints
     # (the split epilogue asked for explicitly keeps its form: one bounds test, then the narrow stores)
-    if (cs.threads_per_wave != 32 or not ctx.target.startswith("sm_") or cs.group_waves > 1
-            or cs.scheduling.split_epilogue):
+    if (
+        cs.threads_per_wave != 32
+        or not ctx.target.startswith("sm_")
+        or cs.group_waves > 1
+        or cs.scheduling.split_epilogue
+    ):
         return
     groups: dict = {}
     order = {n: i for i, n in enumerate(trace.graph.nodes)}
@@ -94,8 +101,13 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
         writes = [by_offset[o] for o in (0, 8, 16, 24)]
         last = max(writes, key=order.__getitem__)
         with trace.graph.inserting_after(last):
-            wide = trace.graph.create_node("call_function", WideStore, (*[w.args[0] for w in writes], mem),
-                                           dict(writes[0].kwargs), name=f"{writes[0].name}_wide")
+            wide = trace.graph.create_node(
+                "call_function",
+                WideStore,
+                (*[w.args[0] for w in writes], mem),
+                dict(writes[0].kwargs),
+                name=f"{writes[0].name}_wide",
+            )
         wide.meta.update(writes[0].meta)
         # the four narrow writes, for N % 8 != 0: their meta (the values are the WideStore's args)
         wide.meta.update(op=WideStore, narrow=[dict(w.meta) for w in writes])

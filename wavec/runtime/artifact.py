@@ -58,8 +58,7 @@ class ArgSpec:
     is_output: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-                "is_output": self.is_output}
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "is_output": self.is_output}
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ArgSpec:
@@ -144,8 +143,9 @@ class KernelMetadata:
             source=_typed(d["source"], str, "source"),
             registers=_opt_int(d.get("registers"), "registers"),
             spills=_opt_int(d.get("spills"), "spills"),
-            scalars=tuple((_typed(n, str, "scalar name"), _typed(t, str, "scalar dtype"))
-                          for n, t in d.get("scalars", [])),
+            scalars=tuple(
+                (_typed(n, str, "scalar name"), _typed(t, str, "scalar dtype")) for n, t in d.get("scalars", [])
+            ),
             tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
         )
 
@@ -164,13 +164,18 @@ class Artifact:
         """Serialise into the self-describing container described in the module docstring."""
         header = json.dumps(
             {"target": self.target, "format": self.format, "metadata": self.metadata.to_json()},
-            sort_keys=True, separators=(",", ":"),
+            sort_keys=True,
+            separators=(",", ":"),
         ).encode("utf-8")
         mlir = self.mlir.encode("utf-8")
-        body = b"".join([
-            _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), len(self.binary), len(mlir)),
-            header, bytes(self.binary), mlir,
-        ])
+        body = b"".join(
+            [
+                _PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), len(self.binary), len(mlir)),
+                header,
+                bytes(self.binary),
+                mlir,
+            ]
+        )
         return body + hashlib.sha256(body).digest()
 
     @staticmethod
@@ -190,9 +195,9 @@ class Artifact:
         if hashlib.sha256(blob[:end]).digest() != blob[end:]:
             raise CacheError(message="artifact checksum mismatch (corrupt entry)")
         pos = _PREFIX.size
-        header_raw = blob[pos:pos + hlen]
-        binary = blob[pos + hlen:pos + hlen + blen]
-        mlir_raw = blob[pos + hlen + blen:end]
+        header_raw = blob[pos : pos + hlen]
+        binary = blob[pos + hlen : pos + hlen + blen]
+        mlir_raw = blob[pos + hlen + blen : end]
         try:
             header = json.loads(header_raw.decode("utf-8"))
             artifact = Artifact(

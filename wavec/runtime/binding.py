@@ -69,8 +69,9 @@ class BindingPlan:
         self.nargs = len(self.args) + len(self.scalars)
         clash = [n for n, _ in self.scalars if n in {e for a in meta.args for e in a.shape if isinstance(e, str)}]
         if clash:
-            raise LaunchError(kernel=meta.kernel, message=f"invalid metadata: scalar arguments {clash} are named "
-                              "like shape symbols")
+            raise LaunchError(
+                kernel=meta.kernel, message=f"invalid metadata: scalar arguments {clash} are named like shape symbols"
+            )
         self.statics: dict[str, int] = dict(meta.static_symbols)
         # (arg index, dim, expected int, symbol name or "") for dims fixed at compile time.
         static_checks: list[tuple[int, int, int, str]] = []
@@ -93,8 +94,10 @@ class BindingPlan:
         self.dynamic = tuple(binders)
         missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars)]
         if missing:
-            raise LaunchError(kernel=meta.kernel, message=(
-                f"invalid metadata: launch constants {missing} are not bound by any argument's shape"))
+            raise LaunchError(
+                kernel=meta.kernel,
+                message=(f"invalid metadata: launch constants {missing} are not bound by any argument's shape"),
+            )
         self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
         self._check_static_divisibility()
         self.outputs = tuple(i for i, a in enumerate(self.args) if a.is_output)
@@ -123,8 +126,11 @@ class BindingPlan:
                 self._fail(a, f"expected dtype {a.dtype_name} ({a.dtype}), got {t.dtype}")
             shape = t.shape
             if len(shape) != a.rank:
-                self._fail(a, f"expected rank {a.rank} (shape {self._spec_shape(a)}), got rank {len(shape)} "
-                              f"(shape {tuple(shape)})")
+                self._fail(
+                    a,
+                    f"expected rank {a.rank} (shape {self._spec_shape(a)}), got rank {len(shape)} "
+                    f"(shape {tuple(shape)})",
+                )
             if t.is_cuda if cuda else t.is_cpu:
                 dev = t.get_device()
                 if dev != device:
@@ -134,13 +140,19 @@ class BindingPlan:
             else:
                 self._device_error(a, t, device)
             if not t.is_contiguous():
-                self._fail(a, f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); the "
-                              "kernel needs row-major dense strides — call .contiguous()")
+                self._fail(
+                    a,
+                    f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); the "
+                    "kernel needs row-major dense strides — call .contiguous()",
+                )
             ptr = t.data_ptr()
             if align and ptr % align:
-                self._fail(a, f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset "
-                              f"{t.storage_offset()}); pass a tensor that starts at an aligned address, "
-                              "e.g. .clone()")
+                self._fail(
+                    a,
+                    f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset "
+                    f"{t.storage_offset()}); pass a tensor that starts at an aligned address, "
+                    "e.g. .clone()",
+                )
             ptrs.append(ptr)
             shapes.append(shape)
         values = dict(self.statics)
@@ -166,21 +178,31 @@ class BindingPlan:
 
     def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
         """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""
-        for (name, dtype), x in zip(self.scalars, args[len(self.args):]):
+        for (name, dtype), x in zip(self.scalars, args[len(self.args) :]):
             if isinstance(x, self._tensor_type):
                 if x.dim() != 0:
-                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected a {dtype} scalar (a Python "
-                                        f"number or a 0-d tensor), got a tensor of shape {tuple(x.shape)}")
+                    raise ArgumentError(
+                        kernel=self.kernel,
+                        arg=name,
+                        message=f"expected a {dtype} scalar (a Python "
+                        f"number or a 0-d tensor), got a tensor of shape {tuple(x.shape)}",
+                    )
                 if dtype == "i32" and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == self._bool):
-                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected an integer (i32) scalar, "
-                                        f"got a 0-d tensor of dtype {x.dtype}")
+                    raise ArgumentError(
+                        kernel=self.kernel,
+                        arg=name,
+                        message=f"expected an integer (i32) scalar, got a 0-d tensor of dtype {x.dtype}",
+                    )
                 x = x.item()
             if isinstance(x, bool) or not isinstance(x, int if dtype == "i32" else (int, float)):
                 want = "a Python int or a 0-d integer tensor" if dtype == "i32" else "a Python number or a 0-d tensor"
-                raise ArgumentError(kernel=self.kernel, arg=name, message=f"expected a {dtype} scalar ({want}), got "
-                                    f"{type(x).__name__} {x!r}")
+                raise ArgumentError(
+                    kernel=self.kernel,
+                    arg=name,
+                    message=f"expected a {dtype} scalar ({want}), got {type(x).__name__} {x!r}",
+                )
             if dtype == "i32":
-                if not -2**31 <= x < 2**31:
+                if not -(2**31) <= x < 2**31:
                     raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x} does not fit in int32")
                 values[name] = x
                 continue
@@ -209,8 +231,7 @@ class BindingPlan:
         expected = f"expected {self.nargs} {what} ({names}), got {n}"
         if n < self.nargs:
             raise ArgumentError(kernel=self.kernel, arg=every[n], message=f"missing: {expected}")
-        raise ArgumentError(kernel=self.kernel, arg=f"#{self.nargs}",
-                            message=f"unexpected extra argument: {expected}")
+        raise ArgumentError(kernel=self.kernel, arg=f"#{self.nargs}", message=f"unexpected extra argument: {expected}")
 
     def _device_error(self, a: _Arg, t: Any, device: int | None) -> None:
         got = str(t.device)
@@ -218,39 +239,54 @@ class BindingPlan:
             self._fail(a, f"expected a CPU tensor, got one on {got}")
         if not t.is_cuda:
             self._fail(a, f"expected a CUDA tensor, got one on {got}")
-        self._fail(a, f"expected all tensors on the same device (cuda:{device}, like the earlier arguments), "
-                      f"got one on {got}")
+        self._fail(
+            a, f"expected all tensors on the same device (cuda:{device}, like the earlier arguments), got one on {got}"
+        )
 
     def _static_error(self, ai: int, d: int, want: int, sym: str, shape: Any) -> None:
         what = f"{sym}={want} (bound at compile time)" if sym else str(want)
-        self._fail(self.args[ai], f"dimension {d} should be {what}, got {shape[d]} (shape {tuple(shape)}, "
-                                  f"expected {self._spec_shape(self.args[ai])})")
+        self._fail(
+            self.args[ai],
+            f"dimension {d} should be {what}, got {shape[d]} (shape {tuple(shape)}, "
+            f"expected {self._spec_shape(self.args[ai])})",
+        )
 
     def _consistency_error(self, sym: str, ai: int, d: int, shapes: list[Any]) -> None:
         _, bi, bd = next(b for b in self.binders if b[0] == sym)
         first, this = self.args[bi], self.args[ai]
-        self._fail(this, f"dimension {d} is symbol {sym}, which argument {first.name!r} (dimension {bd}) "
-                         f"bound to {shapes[bi][bd]}; got {shapes[ai][d]} (shape {tuple(shapes[ai])}, "
-                         f"{first.name!r} has shape {tuple(shapes[bi])})")
+        self._fail(
+            this,
+            f"dimension {d} is symbol {sym}, which argument {first.name!r} (dimension {bd}) "
+            f"bound to {shapes[bi][bd]}; got {shapes[ai][d]} (shape {tuple(shapes[ai])}, "
+            f"{first.name!r} has shape {tuple(shapes[bi])})",
+        )
 
     def _divisibility_error(self, sym: str, div: int, value: int) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
-        self._fail(self.args[ai], f"{sym}={value} (dimension {d}) must be a multiple of {div}: the kernel "
-                                  f"accesses rows along {sym} {div} elements at a time (16-byte vectors); "
-                                  f"pad {sym} to a multiple of {div}")
+        self._fail(
+            self.args[ai],
+            f"{sym}={value} (dimension {d}) must be a multiple of {div}: the kernel "
+            f"accesses rows along {sym} {div} elements at a time (16-byte vectors); "
+            f"pad {sym} to a multiple of {div}",
+        )
 
     def _range_error(self, sym: str, value: int) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
-        self._fail(self.args[ai], f"{sym}={value} (dimension {d}) does not fit in int32 (max {INT32_MAX}); "
-                                  "sizes are passed to the kernel as 32-bit constants")
+        self._fail(
+            self.args[ai],
+            f"{sym}={value} (dimension {d}) does not fit in int32 (max {INT32_MAX}); "
+            "sizes are passed to the kernel as 32-bit constants",
+        )
 
     def _check_static_divisibility(self) -> None:
         for sym, div in self.meta.divisibility:
             if div <= 0:
                 raise LaunchError(kernel=self.kernel, message=f"invalid metadata: divisor {div} for {sym}")
             if sym in self.statics and self.statics[sym] % div:
-                raise LaunchError(kernel=self.kernel, message=(
-                    f"invalid metadata: compile-time {sym}={self.statics[sym]} is not divisible by {div}"))
+                raise LaunchError(
+                    kernel=self.kernel,
+                    message=(f"invalid metadata: compile-time {sym}={self.statics[sym]} is not divisible by {div}"),
+                )
 
     def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
         spans = []
@@ -267,18 +303,21 @@ class BindingPlan:
                 if j != oi and lo2 != hi2 and lo < hi2 and lo2 < hi:
                     other = self.args[j]
                     kind = "output" if other.is_output else "input"
-                    self._fail(self.args[oi], (
-                        f"output memory [0x{lo:x}, 0x{hi:x}) overlaps {kind} {other.name!r} "
-                        f"[0x{lo2:x}, 0x{hi2:x}); in-place or aliased outputs are not supported — "
-                        "pass a separate output tensor"))
+                    self._fail(
+                        self.args[oi],
+                        (
+                            f"output memory [0x{lo:x}, 0x{hi:x}) overlaps {kind} {other.name!r} "
+                            f"[0x{lo2:x}, 0x{hi2:x}); in-place or aliased outputs are not supported — "
+                            "pass a separate output tensor"
+                        ),
+                    )
 
 
 def _make_arg(meta: KernelMetadata, name: str, dtype: str, spec: Any) -> _Arg:
     import torch
 
     if dtype not in DTYPES:
-        raise LaunchError(kernel=meta.kernel,
-                          message=f"invalid metadata: argument {name!r} has dtype {dtype!r}")
+        raise LaunchError(kernel=meta.kernel, message=f"invalid metadata: argument {name!r} has dtype {dtype!r}")
     tdtype = getattr(torch, _TORCH_DTYPE_NAMES[dtype])
     return _Arg(name, tdtype, dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
 
@@ -327,11 +366,9 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
     if len(grid) != 3:
         raise LaunchError(kernel=kernel, message=f"invalid metadata: grid {tuple(grid)} must have 3 entries")
     names = frozenset(symbols)
-    bad = [s for s in names
-           if not s.isidentifier() or keyword.iskeyword(s) or s in _FUNCS or s.startswith("_")]
+    bad = [s for s in names if not s.isidentifier() or keyword.iskeyword(s) or s in _FUNCS or s.startswith("_")]
     if bad:
-        raise LaunchError(kernel=kernel,
-                          message=f"invalid metadata: symbol names {sorted(bad)} are not usable")
+        raise LaunchError(kernel=kernel, message=f"invalid metadata: symbol names {sorted(bad)} are not usable")
     for expr in grid:
         try:
             tree = ast.parse(expr, mode="eval")
@@ -400,14 +437,14 @@ def _grid_fn_for(meta: KernelMetadata) -> Callable[..., tuple]:
     return fn
 
 
-def _checked_grid(
-    meta: KernelMetadata, fn: Callable[..., tuple], values: dict[str, int]
-) -> tuple[int, int, int]:
+def _checked_grid(meta: KernelMetadata, fn: Callable[..., tuple], values: dict[str, int]) -> tuple[int, int, int]:
     try:
         g = fn(**values)
     except TypeError as exc:  # a missing keyword-only symbol
         raise LaunchError(kernel=meta.kernel, message=f"grid {meta.grid}: {exc}") from None
     if not (0 <= g[0] <= GRID_LIMITS[0] and 0 <= g[1] <= GRID_LIMITS[1] and 0 <= g[2] <= GRID_LIMITS[2]):
-        raise LaunchError(kernel=meta.kernel, message=(
-            f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}"))
+        raise LaunchError(
+            kernel=meta.kernel,
+            message=(f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}"),
+        )
     return g

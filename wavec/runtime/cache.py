@@ -67,8 +67,7 @@ def canonical(value: Any, _path: str = "options") -> str:
         return "S[" + ",".join(sorted(canonical(v, f"{_path}{{}}") for v in value)) + "]"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = ",".join(
-            f"{f.name}={canonical(getattr(value, f.name), f'{_path}.{f.name}')}"
-            for f in dataclasses.fields(value)
+            f"{f.name}={canonical(getattr(value, f.name), f'{_path}.{f.name}')}" for f in dataclasses.fields(value)
         )
         return f"D({_qualname(value)}:{fields})"
     package = type(value).__module__.split(".", 1)[0]
@@ -90,8 +89,7 @@ def _qualname(value: Any) -> str:
 def cache_key(*, kernel_source: str, options: dict, target: str, versions: dict) -> str:
     """The hex SHA-256 identifying one compilation."""
     text = canonical(
-        {"kernel_source": kernel_source, "options": options, "target": target, "versions": versions},
-        "key",
+        {"kernel_source": kernel_source, "options": options, "target": target, "versions": versions}, "key"
     )
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

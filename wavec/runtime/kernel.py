@@ -56,8 +56,7 @@ class OutputPlan:
         self.output_positions = tuple(i for i, a in enumerate(args) if a.is_output)
         self.input_names = tuple(args[i].name for i in self.input_positions)
         self.output_names = tuple(args[i].name for i in self.output_positions)
-        self.output_dtypes = tuple(getattr(torch, _TORCH_DTYPE_NAMES[args[i].dtype])
-                                   for i in self.output_positions)
+        self.output_dtypes = tuple(getattr(torch, _TORCH_DTYPE_NAMES[args[i].dtype]) for i in self.output_positions)
         self.outputs_last = self.output_positions == tuple(range(len(self.input_positions), len(args)))
         statics = dict(meta.static_symbols)
         binders: dict[str, tuple[int, int]] = {}
@@ -121,8 +120,10 @@ class OutputPlan:
         xs = [f"x{i}" for i in range(len(self.input_positions))]
         xs_all = xs + [f"s{j}" for j in range(len(self.meta.scalars))]
         full = [""] * len(self.meta.args)
-        lines = [f"def _launch(impl, default_device{''.join(', ' + x for x in xs_all)}):",
-                 f"    dev = {xs[0] + '.device' if xs else 'default_device'}"]
+        lines = [
+            f"def _launch(impl, default_device{''.join(', ' + x for x in xs_all)}):",
+            f"    dev = {xs[0] + '.device' if xs else 'default_device'}",
+        ]
         for j, dims in enumerate(self.dims):
             sizes = [str(v) if s < 0 else f"{xs[s]}.shape[{v}]" for s, v in dims]
             lines.append(f"    o{j} = empty(({''.join(x + ', ' for x in sizes)}), dtype=dt{j}, device=dev)")
@@ -130,7 +131,7 @@ class OutputPlan:
         for i, pos in enumerate(self.input_positions):
             full[pos] = xs[i]
         outs = [f"o{j}" for j in range(len(self.dims))]
-        lines.append(f"    impl({', '.join(full + xs_all[len(xs):])})")
+        lines.append(f"    impl({', '.join(full + xs_all[len(xs) :])})")
         lines.append(f"    return {outs[0] if len(outs) == 1 else '(' + ''.join(o + ', ' for o in outs) + ')'}")
         namespace: dict[str, Any] = {"empty": self._empty}
         namespace.update((f"dt{j}", dt) for j, dt in enumerate(self.output_dtypes))
@@ -145,10 +146,15 @@ class OutputPlan:
         """Raise the :class:`ArgumentError` for an output whose size no input determines."""
         name, d, sym = self.unbound[0]
         every = ", ".join(a.name for a in self.meta.args)
-        raise ArgumentError(kernel=self.kernel, arg=name, message=(
-            f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
-            f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
-            f"pass the outputs yourself: kernel({every})"))
+        raise ArgumentError(
+            kernel=self.kernel,
+            arg=name,
+            message=(
+                f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
+                f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
+                f"pass the outputs yourself: kernel({every})"
+            ),
+        )
 
     def _input_error(self, inputs: Sequence[Any]) -> None:
         import torch
@@ -156,12 +162,20 @@ class OutputPlan:
         for pos, t in zip(self.input_positions, inputs):
             spec = self.meta.args[pos]
             if not isinstance(t, torch.Tensor):
-                raise ArgumentError(kernel=self.kernel, arg=spec.name, message=(
-                    f"expected a torch.Tensor of dtype {spec.dtype}, got {type(t).__name__}"))
+                raise ArgumentError(
+                    kernel=self.kernel,
+                    arg=spec.name,
+                    message=(f"expected a torch.Tensor of dtype {spec.dtype}, got {type(t).__name__}"),
+                )
             if t.dim() != len(spec.shape):
-                raise ArgumentError(kernel=self.kernel, arg=spec.name, message=(
-                    f"expected rank {len(spec.shape)} (shape {tuple(spec.shape)}), got rank {t.dim()} "
-                    f"(shape {tuple(t.shape)})"))
+                raise ArgumentError(
+                    kernel=self.kernel,
+                    arg=spec.name,
+                    message=(
+                        f"expected rank {len(spec.shape)} (shape {tuple(spec.shape)}), got rank {t.dim()} "
+                        f"(shape {tuple(t.shape)})"
+                    ),
+                )
 
 
 class CompiledKernel:
@@ -192,9 +206,13 @@ class CompiledKernel:
             from ..emulator.launch import EmulatorKernel
 
             return EmulatorKernel(self.artifact)
-        raise LaunchError(kernel=self.metadata.kernel, message=(
-            f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
-            "compile with backend='emulator' to run it on the CPU"))
+        raise LaunchError(
+            kernel=self.metadata.kernel,
+            message=(
+                f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
+                "compile with backend='emulator' to run it on the CPU"
+            ),
+        )
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -235,10 +253,15 @@ class CompiledKernel:
         every = [a.name for a in meta.args] + scalars
         what = "arguments" if scalars else "tensor arguments"
         arg = inputs[n] if n < len(inputs) else every[n] if n < len(every) else f"#{n}"
-        raise ArgumentError(kernel=meta.label, arg=arg, message=(
-            f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
-            f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
-            "with the outputs written in place"))
+        raise ArgumentError(
+            kernel=meta.label,
+            arg=arg,
+            message=(
+                f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+                f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
+                "with the outputs written in place"
+            ),
+        )
 
     @property
     def mlir(self) -> str:
@@ -246,5 +269,7 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         m = self.metadata
-        return (f"<wavec kernel {m.kernel} [{self.artifact.target}/{self.artifact.format}, {self.backend}] "
-                f"block={m.block} dynamic={list(m.constants)}>")
+        return (
+            f"<wavec kernel {m.kernel} [{self.artifact.target}/{self.artifact.format}, {self.backend}] "
+            f"block={m.block} dynamic={list(m.constants)}>"
+        )

@@ -56,9 +56,13 @@ def _load_driver(kernel: str) -> Any:
     try:
         from cuda.bindings import driver
     except ImportError as exc:
-        raise LaunchError(kernel=kernel, message=(
-            f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
-            "or use the emulator backend (WAVEC_BACKEND=emulator)")) from None
+        raise LaunchError(
+            kernel=kernel,
+            message=(
+                f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
+                "or use the emulator backend (WAVEC_BACKEND=emulator)"
+            ),
+        ) from None
     return driver
 
 
@@ -101,9 +105,13 @@ class CudaKernel:
         self.meta = meta
         self.kernel = meta.kernel
         if artifact.format not in ("cubin", "ptx"):
-            raise LaunchError(kernel=self.kernel, message=(
-                f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
-                "expected 'cubin' or 'ptx'"))
+            raise LaunchError(
+                kernel=self.kernel,
+                message=(
+                    f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
+                    "expected 'cubin' or 'ptx'"
+                ),
+            )
         self._drv = _load_driver(self.kernel)
         self._success = self._drv.CUresult.CUDA_SUCCESS
         self._torch = self._load_torch()
@@ -121,8 +129,17 @@ class CudaKernel:
         self._shared = meta.shared_bytes
         self._constants = meta.constants
         self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
-        self._maps = TensorMapCache(meta.tensor_maps, lambda m: encode_cuda(m, meta.label), self._upload,
-                                    meta.label, [a.name for a in meta.args]) if meta.tensor_maps else None
+        self._maps = (
+            TensorMapCache(
+                meta.tensor_maps,
+                lambda m: encode_cuda(m, meta.label),
+                self._upload,
+                meta.label,
+                [a.name for a in meta.args],
+            )
+            if meta.tensor_maps
+            else None
+        )
         self._check(self._drv.cuInit(0)[0], "cuInit")
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())
@@ -145,15 +162,16 @@ class CudaKernel:
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = _ArgBuffer(self._nptr, self._nconst)
-        buf.ptrs[:self._nptr] = ptrs
+        buf.ptrs[: self._nptr] = ptrs
         if self._nconst:
-            buf.consts[:self._nconst] = [values[c] for c in self._constants]
+            buf.consts[: self._nconst] = [values[c] for c in self._constants]
         if device != self._current_device():
             self._launch_on_other_device(fn, device, (gx, gy, gz), buf.address)
             return
         bx, by, bz = self._block
-        err = self._drv.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, self._shared,
-                                       self._raw_stream(device), buf.address, 0)[0]
+        err = self._drv.cuLaunchKernel(
+            fn, gx, gy, gz, bx, by, bz, self._shared, self._raw_stream(device), buf.address, 0
+        )[0]
         if err != self._success:
             self._retry_launch(err, fn, device, (gx, gy, gz), buf.address)
 
@@ -165,8 +183,9 @@ class CudaKernel:
 
     def _launch(self, fn: Any, device: int, grid: tuple[int, int, int], params: int) -> Any:
         bx, by, bz = self._block
-        return self._drv.cuLaunchKernel(fn, grid[0], grid[1], grid[2], bx, by, bz, self._shared,
-                                        self._raw_stream(device), params, 0)[0]
+        return self._drv.cuLaunchKernel(
+            fn, grid[0], grid[1], grid[2], bx, by, bz, self._shared, self._raw_stream(device), params, 0
+        )[0]
 
     def _retry_launch(self, err: Any, fn: Any, device: int, grid: tuple[int, int, int], params: int) -> None:
         # A thread where torch never made a context current: make the device's primary context current
@@ -203,12 +222,16 @@ class CudaKernel:
                 what = f"cuModuleLoadData({self.artifact.format}, target {self.artifact.target})"
                 module = self._check_get(drv.cuModuleLoadData(self._image), what)
                 self._modules.append((ctx, module))
-                fn = self._check_get(drv.cuModuleGetFunction(module, self.meta.entry.encode()),
-                                     f"cuModuleGetFunction({self.meta.entry!r})")
+                fn = self._check_get(
+                    drv.cuModuleGetFunction(module, self.meta.entry.encode()),
+                    f"cuModuleGetFunction({self.meta.entry!r})",
+                )
                 if self._shared > DEFAULT_SHARED_LIMIT:
                     attr = drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-                    self._check(drv.cuFuncSetAttribute(fn, attr, self._shared)[0],
-                                f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self._shared})")
+                    self._check(
+                        drv.cuFuncSetAttribute(fn, attr, self._shared)[0],
+                        f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={self._shared})",
+                    )
             finally:
                 drv.cuCtxPopCurrent()
             self._contexts[device] = ctx
@@ -234,9 +257,13 @@ class CudaKernel:
         import torch
 
         if not torch.cuda.is_available():
-            raise LaunchError(kernel=self.kernel, message=(
-                "torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
-                "(WAVEC_BACKEND=emulator) on machines without a GPU"))
+            raise LaunchError(
+                kernel=self.kernel,
+                message=(
+                    "torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
+                    "(WAVEC_BACKEND=emulator) on machines without a GPU"
+                ),
+            )
         torch.cuda.init()
         # torch._C._cuda_getDevice skips current_device()'s lazy-init check; same value.
         self._get_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
@@ -259,8 +286,9 @@ class CudaKernel:
             name = _error_name(self._drv, err)
             hint = _HINTS.get(name)
             hint = f" ({hint})" if hint else ""
-            raise LaunchError(kernel=self.kernel, message=(
-                f"{what} returned {name}{hint}; kernel defined at {self.meta.source}"))
+            raise LaunchError(
+                kernel=self.kernel, message=(f"{what} returned {name}{hint}; kernel defined at {self.meta.source}")
+            )
 
     def _check_get(self, result: tuple, what: str) -> Any:
         self._check(result[0], what)

@@ -35,8 +35,17 @@ from typing import Any
 
 from wavec.errors import ArgumentError, LaunchError
 
-__all__ = ["MAP_BYTES", "TensorMapSpec", "TensorMap", "describe", "encode_cuda", "encode_emulated",
-           "decode_emulated", "TensorMapCache", "SWIZZLES"]
+__all__ = [
+    "MAP_BYTES",
+    "TensorMapSpec",
+    "TensorMap",
+    "describe",
+    "encode_cuda",
+    "encode_emulated",
+    "decode_emulated",
+    "TensorMapCache",
+    "SWIZZLES",
+]
 
 MAP_BYTES = 128
 SWIZZLES = (0, 32, 64, 128)  # bytes of the swizzle span (0: none)
@@ -64,8 +73,10 @@ class TensorMapSpec:
         if any(not 0 < b <= MAX_BOX for b in self.box):
             raise ValueError(f"TensorMapSpec box {self.box}: every dimension must be 1..{MAX_BOX}")
         if self.swizzle and self.box[0] * self.elem_bytes > self.swizzle:
-            raise ValueError(f"TensorMapSpec: an inner box of {self.box[0] * self.elem_bytes} bytes is wider than "
-                             f"the {self.swizzle}-byte swizzle span")
+            raise ValueError(
+                f"TensorMapSpec: an inner box of {self.box[0] * self.elem_bytes} bytes is wider than "
+                f"the {self.swizzle}-byte swizzle span"
+            )
 
     @property
     def elem_bytes(self) -> int:
@@ -97,31 +108,48 @@ class TensorMap:
     strides: tuple[int, ...]
 
 
-def describe(spec: TensorMapSpec, address: int, shape: Sequence[int], strides: Sequence[int],
-             kernel: str = "?", arg: str = "?") -> TensorMap:
+def describe(
+    spec: TensorMapSpec, address: int, shape: Sequence[int], strides: Sequence[int], kernel: str = "?", arg: str = "?"
+) -> TensorMap:
     """The map of a tensor at ``address`` with ``shape``/``strides`` (in elements, outermost first, as
     torch gives them); raises :class:`ArgumentError` when TMA cannot describe it."""
     n = spec.elem_bytes
     rank = len(spec.box)
     if len(shape) != rank:
-        raise ArgumentError(kernel=kernel, arg=arg, message=f"a TMA tensor map of rank {rank} cannot describe a "
-                            f"rank-{len(shape)} tensor")
+        raise ArgumentError(
+            kernel=kernel,
+            arg=arg,
+            message=f"a TMA tensor map of rank {rank} cannot describe a rank-{len(shape)} tensor",
+        )
     dims = tuple(int(s) for s in reversed(shape))
     byte_strides = tuple(int(s) * n for s in reversed(strides))
     if byte_strides[0] != n:
-        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs the last dimension contiguous, got strides "
-                            f"{tuple(strides)} (elements); call .contiguous()")
+        raise ArgumentError(
+            kernel=kernel,
+            arg=arg,
+            message=f"TMA needs the last dimension contiguous, got strides "
+            f"{tuple(strides)} (elements); call .contiguous()",
+        )
     if address % 16:
-        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs a 16-byte aligned global address, got "
-                            f"0x{address:x}; pass a tensor that starts at an aligned address, e.g. .clone()")
+        raise ArgumentError(
+            kernel=kernel,
+            arg=arg,
+            message=f"TMA needs a 16-byte aligned global address, got "
+            f"0x{address:x}; pass a tensor that starts at an aligned address, e.g. .clone()",
+        )
     for d, s in enumerate(byte_strides[1:], 1):
         if s % 16 or s >= 2**40:
-            raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs every stride a multiple of 16 bytes "
-                                f"(and below 2^40), got {s} bytes for dimension {rank - 1 - d} (shape "
-                                f"{tuple(shape)}); pad the last dimension to a multiple of {16 // n} elements")
+            raise ArgumentError(
+                kernel=kernel,
+                arg=arg,
+                message=f"TMA needs every stride a multiple of 16 bytes "
+                f"(and below 2^40), got {s} bytes for dimension {rank - 1 - d} (shape "
+                f"{tuple(shape)}); pad the last dimension to a multiple of {16 // n} elements",
+            )
     if any(not 0 < d < 2**32 for d in dims):
-        raise ArgumentError(kernel=kernel, arg=arg, message=f"TMA needs every dimension in 1..2^32-1, got shape "
-                            f"{tuple(shape)}")
+        raise ArgumentError(
+            kernel=kernel, arg=arg, message=f"TMA needs every dimension in 1..2^32-1, got shape {tuple(shape)}"
+        )
     return TensorMap(spec, address, dims, byte_strides)
 
 
@@ -140,8 +168,20 @@ def _cu_encode_tiled() -> Any:
 
         fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
         u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p,
-                       ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        fn.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_uint32,
+            ctypes.c_void_p,
+            u64p,
+            u64p,
+            u32p,
+            u32p,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
         fn.restype = ctypes.c_int
         _encoder = fn
     return _encoder
@@ -154,10 +194,19 @@ def encode_cuda(m: TensorMap, kernel: str = "?") -> bytes:
     spec, rank = m.spec, len(m.dims)
     out = (ctypes.c_uint64 * 16)()
     err = _cu_encode_tiled()(
-        ctypes.addressof(out), _CU_DTYPES[spec.dtype], rank, m.address, (ctypes.c_uint64 * rank)(*m.dims),
-        (ctypes.c_uint64 * max(rank - 1, 1))(*m.strides[1:]), (ctypes.c_uint32 * rank)(*spec.box),
-        (ctypes.c_uint32 * rank)(*[1] * rank), _CU_INTERLEAVE_NONE, _CU_SWIZZLES[spec.swizzle],
-        _CU_L2_PROMOTION_256B, _CU_OOB_FILL_NONE)
+        ctypes.addressof(out),
+        _CU_DTYPES[spec.dtype],
+        rank,
+        m.address,
+        (ctypes.c_uint64 * rank)(*m.dims),
+        (ctypes.c_uint64 * max(rank - 1, 1))(*m.strides[1:]),
+        (ctypes.c_uint32 * rank)(*spec.box),
+        (ctypes.c_uint32 * rank)(*[1] * rank),
+        _CU_INTERLEAVE_NONE,
+        _CU_SWIZZLES[spec.swizzle],
+        _CU_L2_PROMOTION_256B,
+        _CU_OOB_FILL_NONE,
+    )
     if err:
         raise LaunchError(kernel=kernel, message=f"cuTensorMapEncodeTiled({m}) returned CUresult {err}")
     return bytes(out)
@@ -191,9 +240,15 @@ class TensorMapCache:
     ``upload(raw: bytes, device) -> (handle, device address)`` stores one buffer (the handle keeps it
     alive); ``encode(TensorMap) -> bytes`` encodes one map.  At most ``limit`` buffers are cached."""
 
-    def __init__(self, specs: Sequence[TensorMapSpec], encode: Callable[[TensorMap], bytes],
-                 upload: Callable[[bytes, Any], tuple[Any, int]], kernel: str = "?", names: Sequence[str] = (),
-                 limit: int = 1024) -> None:
+    def __init__(
+        self,
+        specs: Sequence[TensorMapSpec],
+        encode: Callable[[TensorMap], bytes],
+        upload: Callable[[bytes, Any], tuple[Any, int]],
+        kernel: str = "?",
+        names: Sequence[str] = (),
+        limit: int = 1024,
+    ) -> None:
         self.specs = tuple(specs)
         self.encode, self.upload, self.kernel, self.limit = encode, upload, kernel, limit
         self.names = tuple(names)
@@ -202,13 +257,14 @@ class TensorMapCache:
 
     def address(self, tensors: Sequence[Any], addresses: Sequence[int], device: Any) -> int:
         """Device address of the map buffer for ``tensors`` (whose base addresses are ``addresses``)."""
-        key = tuple((addresses[s.arg], tuple(tensors[s.arg].shape), tuple(tensors[s.arg].stride()))
-                    for s in self.specs)
+        key = tuple((addresses[s.arg], tuple(tensors[s.arg].shape), tuple(tensors[s.arg].stride())) for s in self.specs)
         hit = self._cache.get(key)
         if hit is not None:
             return hit[1]
-        raw = b"".join(self.encode(describe(s, addr, shape, strides, self.kernel, self._name(s.arg)))
-                       for s, (addr, shape, strides) in zip(self.specs, key))
+        raw = b"".join(
+            self.encode(describe(s, addr, shape, strides, self.kernel, self._name(s.arg)))
+            for s, (addr, shape, strides) in zip(self.specs, key)
+        )
         entry = self.upload(raw, device)
         if len(self._cache) < self.limit:
             self._cache[key] = entry

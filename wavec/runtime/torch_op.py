@@ -45,7 +45,6 @@ _NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*)$")
 _RESERVED_ARG_NAMES = frozenset({"Tensor", "None", "True", "False"})
 
 
-
 @dataclasses.dataclass
 class _Registration:
     key: Artifact
@@ -77,16 +76,19 @@ def register_torch_op(compiled: CompiledKernel, name: str) -> Callable[..., Any]
     if match is None:
         raise TorchOpError(name=name, message="the name must look like 'namespace::op' (identifiers)")
     ns, op_name = match.groups()
-    key = dataclasses.replace(compiled.artifact,
-                              metadata=dataclasses.replace(compiled.metadata, source=""))
+    key = dataclasses.replace(compiled.artifact, metadata=dataclasses.replace(compiled.metadata, source=""))
     with _LOCK:
         existing = _REGISTRY.get(name)
         if existing is not None:
             if existing.key == key:
                 return existing.op
-            raise TorchOpError(name=name, message=(
-                f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
-                f"another name for kernel {compiled.metadata.kernel!r}"))
+            raise TorchOpError(
+                name=name,
+                message=(
+                    f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
+                    f"another name for kernel {compiled.metadata.kernel!r}"
+                ),
+            )
         reg = _register(compiled, ns, op_name, name, key)
         _REGISTRY[name] = reg
         return reg.op
@@ -104,13 +106,19 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
         raise TorchOpError(name=name, message=f"kernel {meta.kernel!r} has no outputs to return")
     if plan.unbound:
         out, d, sym = plan.unbound[0]
-        raise TorchOpError(name=name, message=(
-            f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
-            "compile time, so the functional op cannot allocate it; bind it in subs"))
+        raise TorchOpError(
+            name=name,
+            message=(
+                f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
+                "compile time, so the functional op cannot allocate it; bind it in subs"
+            ),
+        )
     for qual in (name, f"{name}_out"):
         if _torch_knows(ns, qual.split("::")[1]):
-            raise TorchOpError(name=qual, message="torch already has an operator of this name "
-                                                  "(registered outside wavec.register_torch_op)")
+            raise TorchOpError(
+                name=qual,
+                message="torch already has an operator of this name (registered outside wavec.register_torch_op)",
+            )
     schema, out_schema, mutated = _schemas(meta)
     dispatch = _Dispatch(compiled)
 
@@ -135,8 +143,13 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
     except (RuntimeError, ValueError) as exc:
         raise TorchOpError(name=name, message=f"torch.library refused it: {exc}") from exc
     namespace = getattr(torch.ops, ns)
-    return _Registration(key=key, kernel=meta.kernel, op=getattr(namespace, op_name),
-                         op_out=getattr(namespace, f"{op_name}_out"), defs=(fdef, odef))
+    return _Registration(
+        key=key,
+        kernel=meta.kernel,
+        op=getattr(namespace, op_name),
+        op_out=getattr(namespace, f"{op_name}_out"),
+        defs=(fdef, odef),
+    )
 
 
 def _torch_knows(ns: str, op_name: str) -> bool:

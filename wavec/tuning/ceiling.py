@@ -44,8 +44,17 @@ def device_rates(gpu_name: str = "H100", measured: dict | None = None) -> Device
     return replace(base, **(measured or {}))
 
 
-def gemm_ceiling(m: int, n: int, k: int, block_m: int, block_n: int, waves=(2, 2), in_bytes: int = 2,
-                 out_bytes: int = 4, rates: DeviceRates | None = None) -> dict:
+def gemm_ceiling(
+    m: int,
+    n: int,
+    k: int,
+    block_m: int,
+    block_n: int,
+    waves=(2, 2),
+    in_bytes: int = 2,
+    out_bytes: int = 4,
+    rates: DeviceRates | None = None,
+) -> dict:
     """Seconds per bound and the overall ``bound`` for one launch of ``C[m, n] = A[m, k] @ B[n, k].T``."""
     r = rates or DEVICES["H100"]
     ctas = -(-m // block_m) * -(-n // block_n)
@@ -56,8 +65,14 @@ def gemm_ceiling(m: int, n: int, k: int, block_m: int, block_n: int, waves=(2, 2
     shared = per_sm * (block_m * k * waves[1] + block_n * k * waves[0]) * in_bytes / r.shared_bytes_per_sm
     parts = {"mma": mma, "hbm": hbm, "l2": l2, "shared": shared}
     bound = max(parts.values()) + r.launch_s
-    return {**parts, "launch": r.launch_s, "bound": bound, "limiter": max(parts, key=parts.get),
-            "ctas": ctas, "waves": -(-ctas // r.sms)}
+    return {
+        **parts,
+        "launch": r.launch_s,
+        "bound": bound,
+        "limiter": max(parts, key=parts.get),
+        "ctas": ctas,
+        "waves": -(-ctas // r.sms),
+    }
 
 
 def percent_of_ceiling(measured_s: float, ceiling: dict) -> float:

@@ -55,14 +55,22 @@ def rounds(ctas: int, slots: int, knee: float = 1.0) -> float:
     return full * max(knee, 1.0) + (max(knee, rem / slots) if rem else 0.0)
 
 
-def features(ctas: int, slots: int, work: float = 1.0, sms: int | None = None,
-             perimeter: float = 0.0, knee: float = 1.0) -> tuple[float, ...]:
+def features(
+    ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, knee: float = 1.0
+) -> tuple[float, ...]:
     """The model's regressors for one launch (``sms`` defaults to ``slots``: one CTA per SM)."""
     sms = sms or slots
     waves = -(-ctas // slots)
     r = waves if knee == 1.0 else rounds(ctas, slots, knee)
-    return (1.0, float(waves), work * r, work * ctas, work * (ctas % slots) / slots,
-            work * -(-ctas // sms), work * perimeter)
+    return (
+        1.0,
+        float(waves),
+        work * r,
+        work * ctas,
+        work * (ctas % slots) / slots,
+        work * -(-ctas // sms),
+        work * perimeter,
+    )
 
 
 def grid(shape: Sequence[int], tiles: Sequence[int]) -> tuple[int, float]:
@@ -142,8 +150,10 @@ def _fit_knees(launches, knees) -> tuple[float, tuple[float, ...], float]:
     shows a bandwidth ramp below the full wave)."""
     sols = []
     for knee in knees:
-        rows = [([features(ctas, slots, work, sms, per, knee)[j] for j in FITTED], t)
-                for (ctas, slots, work, sms, per), t in launches]
+        rows = [
+            ([features(ctas, slots, work, sms, per, knee)[j] for j in FITTED], t)
+            for (ctas, slots, work, sms, per), t in launches
+        ]
         part, res = _solve(rows)
         coef = [0.0] * N_COEF
         for j, c in zip(FITTED, part):
@@ -161,15 +171,16 @@ def fit_config(launches, max_points: int = MAX_POINTS, knees=KNEES) -> tuple[flo
     pts = _spread(launches, max_points)
     knee, coef, _res = _fit_knees(pts, knees)
     miss = [abs(predict(coef, *x, knee=knee) - t) / t for x, t in pts]
-    worst = sorted(range(len(pts)), key=lambda i: -miss[i])[:max(1, int(MAX_DROP * len(pts)))]
+    worst = sorted(range(len(pts)), key=lambda i: -miss[i])[: max(1, int(MAX_DROP * len(pts)))]
     drop = {i for i in worst if miss[i] > OUTLIER}
     if drop and len(pts) - len(drop) >= 2:
         knee, coef, _res = _fit_knees([p for i, p in enumerate(pts) if i not in drop], knees)
     return knee, coef
 
 
-def predict(coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0,
-            knee: float = 1.0) -> float:
+def predict(
+    coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, knee: float = 1.0
+) -> float:
     return sum(c * f for c, f in zip(coef, features(ctas, slots, work, sms, perimeter, knee)))
 
 
@@ -256,8 +267,10 @@ class CostModel:
             for c in self.configs:
                 key = (c.tiles, c.loop_tile, c.slots, c.sms or c.slots, c.limits)
                 groups.setdefault(key, []).append((c, c.knee, *c.coef))
-            self._table = [(tiles, lt, slots, sms, lim[0], lim[1], tuple(members))
-                           for (tiles, lt, slots, sms, lim), members in groups.items()]
+            self._table = [
+                (tiles, lt, slots, sms, lim[0], lim[1], tuple(members))
+                for (tiles, lt, slots, sms, lim), members in groups.items()
+            ]
             self._table_of = sig
         return self._table
 
@@ -296,14 +309,37 @@ class CostModel:
         return best
 
     def to_json(self) -> list:
-        return [{"name": c.name, "tiles": list(c.tiles), "loop_tile": c.loop_tile, "slots": c.slots,
-                 "sms": c.sms, "coef": list(c.coef), "limits": list(c.limits), "knee": c.knee} for c in self.configs]
+        return [
+            {
+                "name": c.name,
+                "tiles": list(c.tiles),
+                "loop_tile": c.loop_tile,
+                "slots": c.slots,
+                "sms": c.sms,
+                "coef": list(c.coef),
+                "limits": list(c.limits),
+                "knee": c.knee,
+            }
+            for c in self.configs
+        ]
 
     @classmethod
     def from_json(cls, data) -> CostModel:
-        return cls([ConfigModel(d["name"], tuple(d["tiles"]), d["loop_tile"], d["slots"], _widen(d["coef"]),
-                                tuple(d.get("limits", (0, 1 << 62))), d.get("sms", 0), d.get("knee", 1.0))
-                    for d in data])
+        return cls(
+            [
+                ConfigModel(
+                    d["name"],
+                    tuple(d["tiles"]),
+                    d["loop_tile"],
+                    d["slots"],
+                    _widen(d["coef"]),
+                    tuple(d.get("limits", (0, 1 << 62))),
+                    d.get("sms", 0),
+                    d.get("knee", 1.0),
+                )
+                for d in data
+            ]
+        )
 
 
 def _term(coef: float, expr: str) -> str:
@@ -328,22 +364,32 @@ def _compile_gemm(groups: list) -> tuple:
     tree: dict = {}
     for (bm, bn), lt, slots, sms, lo, hi, members in groups:
         tree.setdefault((lo, hi), {}).setdefault((bm, bn), {}).setdefault((slots, sms), {}).setdefault(lt, []).extend(
-            members)
+            members
+        )
     lines = ["def argmin(m, n, k, unlimited=False):", "    best, bt = -1, float('inf')"]
     cfgs: list = []
     for (lo, hi), tiles in tree.items():
         lines.append(f"    if unlimited or {lo} <= m <= {hi}:")
         for (bm, bn), by_slots in tiles.items():
-            lines += [f"        gm = -(-m // {bm}); gn = -(-n // {bn}); ctas = gm * gn",
-                      f"        per = (gm * {bm} + gn * {bn}) / 1024.0"]
+            lines += [
+                f"        gm = -(-m // {bm}); gn = -(-n // {bn}); ctas = gm * gn",
+                f"        per = (gm * {bm} + gn * {bn}) / 1024.0",
+            ]
             for (slots, sms), by_lt in by_slots.items():
-                lines.append(f"        waves = -(-ctas // {slots}); sub = (ctas % {slots}) / {slots}; "
-                             f"smw = -(-ctas // {sms}); full = ctas // {slots}")
+                lines.append(
+                    f"        waves = -(-ctas // {slots}); sub = (ctas % {slots}) / {slots}; "
+                    f"smw = -(-ctas // {sms}); full = ctas // {slots}"
+                )
                 for lt, members in by_lt.items():
                     lines.append(f"        w = {f'-(-k // {lt})' if lt else '1'}")
                     for cfg, knee, c0, c1, c2, c3, c4, c5, c6 in members:
-                        k_terms = (_term(c2, _rounds_expr(knee)) + _term(c3, "ctas") + _term(c4, "sub")
-                                   + _term(c5, "smw") + _term(c6, "per"))
+                        k_terms = (
+                            _term(c2, _rounds_expr(knee))
+                            + _term(c3, "ctas")
+                            + _term(c4, "sub")
+                            + _term(c5, "smw")
+                            + _term(c6, "per")
+                        )
                         expr = f"{c0!r}{_term(c1, 'waves')}" + (f" + w * (0.0{k_terms})" if k_terms else "")
                         lines += [f"        t = {expr}", f"        if t < bt: best, bt = {len(cfgs)}, t"]
                         cfgs.append(cfg)

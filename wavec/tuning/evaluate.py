@@ -28,10 +28,16 @@ def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
     return list(seen)
 
 
-def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_fraction: float = 2 / 3,
-                 seed: int = 0, sms: int = 132, ref_tile: int = 128,
-                 classes: Callable[[tuple[int, ...]], Iterable] | None = None,
-                 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+def split_shapes(
+    shapes: Sequence[Sequence[int]],
+    *,
+    max_fit: int = 25,
+    fit_fraction: float = 2 / 3,
+    seed: int = 0,
+    sms: int = 132,
+    ref_tile: int = 128,
+    classes: Callable[[tuple[int, ...]], Iterable] | None = None,
+) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(fit shapes, held-out shapes) of the distinct ``shapes``: at most ``floor(fit_fraction * n)`` fit
     shapes, the rest held out (in a seeded random order).  Deterministic given the shapes.
 
@@ -60,8 +66,9 @@ def split_shapes(shapes: Sequence[Sequence[int]], *, max_fit: int = 25, fit_frac
     used: dict = {}
     fit: list = []
     while len(fit) < limit:
-        open_keys = [k for k in sorted(groups) if quota[k] < len(groups[k])
-                     and all(used.get(c, 0) < max_fit for c in member[k])]
+        open_keys = [
+            k for k in sorted(groups) if quota[k] < len(groups[k]) and all(used.get(c, 0) < max_fit for c in member[k])
+        ]
         if not open_keys:
             break
         key = min(open_keys, key=lambda k: (quota[k], k))
@@ -141,8 +148,14 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def plan_holdout(held: Sequence, exhaustive_s: Callable[[object], float], pruned_s: Callable[[object], float],
-                 *, min_exhaustive: int, budget_s: float) -> Plan:
+def plan_holdout(
+    held: Sequence,
+    exhaustive_s: Callable[[object], float],
+    pruned_s: Callable[[object], float],
+    *,
+    min_exhaustive: int,
+    budget_s: float,
+) -> Plan:
     """Split ``held`` (in its order) into shapes searched exhaustively and shapes whose search the model
     prunes, within ``budget_s`` seconds.
 
@@ -167,9 +180,13 @@ def plan_holdout(held: Sequence, exhaustive_s: Callable[[object], float], pruned
     plan.estimate_s = spent + rest_pruned
     plan.fits = plan.estimate_s <= budget_s
     if plan.pruned:
-        plan.notes.append(f"{len(plan.pruned)} of {len(held)} held-out shapes get only the model's top-k "
-                          f"(exhaustive on all would take ~{sum(ex):.0f} s of a {budget_s:.0f} s share)")
+        plan.notes.append(
+            f"{len(plan.pruned)} of {len(held)} held-out shapes get only the model's top-k "
+            f"(exhaustive on all would take ~{sum(ex):.0f} s of a {budget_s:.0f} s share)"
+        )
     if not plan.fits:
-        plan.notes.append(f"the {must} shapes that must be searched exhaustively need ~{plan.estimate_s:.0f} s, "
-                          f"over the {budget_s:.0f} s share")
+        plan.notes.append(
+            f"the {must} shapes that must be searched exhaustively need ~{plan.estimate_s:.0f} s, "
+            f"over the {budget_s:.0f} s share"
+        )
     return plan

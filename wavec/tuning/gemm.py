@@ -82,6 +82,7 @@ def fit_classes(block_ms=(16, 64, 128)):
 
     def classes(shape) -> set[int]:
         return {h for h in heights if m_limits(h)[0] <= shape[0] <= m_limits(h)[1]}
+
     return classes
 
 
@@ -117,6 +118,7 @@ def gemm_inputs(dtype=wc.f16):
         a = torch.randn(m, k, device="cuda", dtype=dtype.torch())
         b = torch.randn(n, k, device="cuda", dtype=dtype.torch())
         return a, b, torch.empty(m, n, device="cuda", dtype=torch.float32)
+
     return make
 
 
@@ -128,8 +130,9 @@ def _dtypes(dtype) -> list[str]:
 def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **kw):
     """``autotune`` of the GEMM factory over ``space`` (default ``DEFAULT_SPACE``) for ``shapes`` (M, N, K)."""
     kw.setdefault("make_inputs", gemm_inputs(dtype))
-    return autotune(FACTORY, space or DEFAULT_SPACE, shapes, fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS,
-                    **kw)
+    return autotune(
+        FACTORY, space or DEFAULT_SPACE, shapes, fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS, **kw
+    )
 
 
 def kernel_id(dtype=wc.f16, mma: str = "mma_sync") -> str:
@@ -145,15 +148,17 @@ def _cache(dtype, target: str | None, mma: str = "mma_sync", directory=None) -> 
 _DISPATCH: dict = {}
 
 
-def tuned_config(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync",
-                 directory=None) -> tuple[dict, tuple]:
+def tuned_config(
+    m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync", directory=None
+) -> tuple[dict, tuple]:
     """(subs, waves) from the tuning cache for this shape's bucket, else from the cost model stored by
     ``store_tuned`` (shapes never measured), else the heuristic (``gemm_config`` / ``wgmma_config``)."""
     return dispatch(m, n, k, dtype, target, mma=mma, directory=directory)[:2]
 
 
-def dispatch(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync",
-             directory=None) -> tuple[dict, tuple, str]:
+def dispatch(
+    m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync", directory=None
+) -> tuple[dict, tuple, str]:
     """``tuned_config`` and where it came from: "cache", "model" or "heuristic".  ``directory``: the tuning
     cache's folder (default ``$WAVEC_CACHE_DIR/tuning``; ``tune_gemm.py`` copies its cache to OUT/tuning)."""
     key = (m, n, k, dtype.name, target, mma, str(directory))
@@ -178,8 +183,17 @@ def dispatch(m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *,
     return out
 
 
-def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, target: str | None = None,
-                gpu: str | None = None, model: CostModel | None = None, candidates=(), mma: str = "mma_sync") -> int:
+def store_tuned(
+    dtype,
+    times_by_shape: dict,
+    metadata: dict | None = None,
+    *,
+    target: str | None = None,
+    gpu: str | None = None,
+    model: CostModel | None = None,
+    candidates=(),
+    mma: str = "mma_sync",
+) -> int:
     """Write measured times (``{shape: {Candidate: seconds}}``) to the tuning cache, one entry per shape
     bucket; with ``model``, also the cost model that dispatches buckets never measured.  Returns the
     number of entries.
@@ -200,14 +214,24 @@ def store_tuned(dtype, times_by_shape: dict, metadata: dict | None = None, *, ta
         best = min(common, key=lambda c: (sum(t[c] / min(t.values()) for _s, t in group), c.label))
         shape, times = max(group, key=lambda g: g[0])
         entries[entry_key(shape, _dtypes(dtype), gpu, vers, DIMS)] = {
-            "shape": list(shape), "shapes": [list(s) for s, _t in group], "best": best.to_json(),
-            "best_label": best.label, "seconds": times[best], "times": {c.label: t for c, t in times.items()},
-            "metadata": (metadata or {}).get(best, {}), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+            "shape": list(shape),
+            "shapes": [list(s) for s, _t in group],
+            "best": best.to_json(),
+            "best_label": best.label,
+            "seconds": times[best],
+            "times": {c.label: t for c, t in times.items()},
+            "metadata": (metadata or {}).get(best, {}),
+            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+        }
     models = None
     if model is not None:
         by_label = {c.label: c for c in candidates}
-        models = {model_key(_dtypes(dtype), gpu, vers): {
-            "configs": model.to_json(), "candidates": {c.name: by_label[c.name].to_json() for c in model.configs}}}
+        models = {
+            model_key(_dtypes(dtype), gpu, vers): {
+                "configs": model.to_json(),
+                "candidates": {c.name: by_label[c.name].to_json() for c in model.configs},
+            }
+        }
     _cache(dtype, target, mma).put_many(entries, models)
     _DISPATCH.clear()
     return len(entries)
@@ -262,8 +286,16 @@ def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
 UNLIMITED_REGIME = ((0, UNLIMITED),)
 
 
-def fit_gemm_model(times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90",
-                   only=None, regimes=UNLIMITED_REGIME, min_points: int = 2) -> CostModel:
+def fit_gemm_model(
+    times_by_shape: dict,
+    metadata: dict,
+    *,
+    sms: int = 132,
+    target: str = "sm_90",
+    only=None,
+    regimes=UNLIMITED_REGIME,
+    min_points: int = 2,
+) -> CostModel:
     """Per configuration (``only``: these labels) and per regime of M, non-negative least squares over the
     shapes it was timed on (``{shape: {Candidate: seconds}}``); each fit serves the M range of ``m_limits``
     within its regime (a configuration may thus appear twice, under one name).  A fit needs
@@ -303,8 +335,9 @@ def winners(model: CostModel, shapes) -> list[str]:
     return list(dict.fromkeys(model.choose(s).name for s in shapes))
 
 
-def dispatch_model(times_by_shape: dict, metadata: dict, *, sms: int = 132,
-                   target: str = "sm_90") -> tuple[CostModel, list[str], dict]:
+def dispatch_model(
+    times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90"
+) -> tuple[CostModel, list[str], dict]:
     """The cost model that dispatches: every profiled configuration fitted (``fit_gemm_model``), then only
     those the model chooses somewhere on ``reference_shapes`` and on the fitted shapes kept, so ``choose``
     scans a few dozen.  Returns (model, kept labels, info)."""
@@ -321,8 +354,17 @@ def ceiling_report(result, gpu: str = "H100", measured: dict | None = None) -> l
     for shape, best in result.best.items():
         t = result.times.get(shape, {}).get(best)
         s = best.subs_dict
-        ceil = gemm_ceiling(*shape, s["BLOCK_M"], s["BLOCK_N"], tuple(best.kwargs_dict.get("waves", (2, 2))),
-                            rates=rates)
-        rows.append({"shape": shape, "config": best.label, "seconds": t, "ceiling_s": ceil["bound"],
-                     "limiter": ceil["limiter"], "percent": 100.0 * ceil["bound"] / t if t else None})
+        ceil = gemm_ceiling(
+            *shape, s["BLOCK_M"], s["BLOCK_N"], tuple(best.kwargs_dict.get("waves", (2, 2))), rates=rates
+        )
+        rows.append(
+            {
+                "shape": shape,
+                "config": best.label,
+                "seconds": t,
+                "ceiling_s": ceil["bound"],
+                "limiter": ceil["limiter"],
+                "percent": 100.0 * ceil["bound"] / t if t else None,
+            }
+        )
     return rows

@@ -125,19 +125,25 @@ def _xor_swizzled(cs: ConstraintSet, tgt, extents: list[int], nbytes: int, by_mm
     reads it (an NVIDIA mma.sync operand), its copy moves 16-byte runs, and ``xor_swizzle`` has a width
     for it."""
     mma = cs.mma_type
-    if not by_mma or cs.group_waves > 1 or mma is None or mma.spec.vendor != "nvidia" \
-            or not tgt.name.startswith("sm_"):
+    if not by_mma or cs.group_waves > 1 or mma is None or mma.spec.vendor != "nvidia" or not tgt.name.startswith("sm_"):
         return False
     split = copy_split(extents, cs.threads, nbytes)
-    return not isinstance(split, str) and split[0] * nbytes == ACCESS_BYTES \
+    return (
+        not isinstance(split, str)
+        and split[0] * nbytes == ACCESS_BYTES
         and xor_swizzle(tuple(extents), nbytes, cs.scheduling.operand_swizzle) is not None
+    )
 
 
 def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
     _mmas, staged = _structure(kernel)
     total = 0
-    tma = cs.group_waves > 1 and tgt.name == "sm_90a" and _stages(cs, tgt) >= 2 and (
-        cs.scheduling.async_copy != "cp.async" and cs.scheduling.operand_swizzle in ("auto", "128B"))
+    tma = (
+        cs.group_waves > 1
+        and tgt.name == "sm_90a"
+        and _stages(cs, tgt) >= 2
+        and (cs.scheduling.async_copy != "cp.async" and cs.scheduling.operand_swizzle in ("auto", "128B"))
+    )
     for _dims, nbytes, extents, by_mma in _staged_tiles(staged, cs):
         rows = 1
         for e in extents[:-1]:
@@ -187,21 +193,28 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
                 if ext is not None and what == "N" and spec.group_waves > 1:  # wgmma: N from the wave tile
                     inst = spec.instruction_n(ext) or ext + 1
                 if ext is not None and ext % inst:
-                    return False, (f"wave tile {ext} of {dim} is not a multiple of the {cs.mma_type.name} "
-                                   f"instruction's {what} = {inst}")
+                    return False, (
+                        f"wave tile {ext} of {dim} is not a multiple of the {cs.mma_type.name} "
+                        f"instruction's {what} = {inst}"
+                    )
             ext = cs.workgroup_extent(k)
             if ext is not None and ext % spec.k:
-                return False, (f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} "
-                               f"instruction's K = {spec.k}")
+                return False, (
+                    f"loop tile {ext} of {k} is not a multiple of the {cs.mma_type.name} instruction's K = {spec.k}"
+                )
     for dims, nbytes, extents, _by_mma in _staged_tiles(staged, cs):
-        split = (copy_split(extents, cs.threads, nbytes) if cs.group_waves == 1 or len(extents) != 2
-                 else _core_split(dims, extents, cs.threads, nbytes))
+        split = (
+            copy_split(extents, cs.threads, nbytes)
+            if cs.group_waves == 1 or len(extents) != 2
+            else _core_split(dims, extents, cs.threads, nbytes)
+        )
         if isinstance(split, str):
             return False, f"copy of {'x'.join(map(str, dims))} to shared memory: {split}"
     smem = _shared(kernel, cs, tgt)
     if smem > tgt.max_shared_bytes:
-        return False, (f"{smem} bytes of shared memory (with {_stages(cs, tgt)} stages) exceed {tgt.name}'s "
-                       f"{tgt.max_shared_bytes}")
+        return False, (
+            f"{smem} bytes of shared memory (with {_stages(cs, tgt)} stages) exceed {tgt.name}'s {tgt.max_shared_bytes}"
+        )
     return True, ""
 
 

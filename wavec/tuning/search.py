@@ -103,8 +103,10 @@ class Candidate:
 
     @classmethod
     def from_json(cls, d: dict) -> Candidate:
-        return cls(tuple(sorted(((k, _decode(v)) for k, v in d["kwargs"].items()), key=lambda x: x[0])),
-                   tuple(sorted((k, int(v)) for k, v in d["subs"].items())))
+        return cls(
+            tuple(sorted(((k, _decode(v)) for k, v in d["kwargs"].items()), key=lambda x: x[0])),
+            tuple(sorted((k, int(v)) for k, v in d["subs"].items())),
+        )
 
 
 @dataclass
@@ -156,11 +158,14 @@ def _source(kernel, fixed: dict) -> _KernelSource:
     if callable(kernel):
         path = f"{kernel.__module__}:{kernel.__qualname__}"
         if "<locals>" in path or kernel.__module__ == "__main__":
-            raise TuningError(message=f"kernel factory {path} must be a module-level function of an importable "
-                              "module (worker processes import it)")
+            raise TuningError(
+                message=f"kernel factory {path} must be a module-level function of an importable "
+                "module (worker processes import it)"
+            )
         return _KernelSource(path, dict(fixed))
-    raise TuningError(message=f"autotune expects a @wc.wave kernel, a kernel factory or 'module:factory', "
-                      f"got {type(kernel).__name__}")
+    raise TuningError(
+        message=f"autotune expects a @wc.wave kernel, a kernel factory or 'module:factory', got {type(kernel).__name__}"
+    )
 
 
 def enumerate_space(space: dict, factory_params: set) -> list[Candidate]:
@@ -194,12 +199,18 @@ def _compile_one(factory_path, fixed, kwargs, subs, backend, target, kernel=None
     except Exception as e:  # noqa: BLE001 - a failing configuration is a rejected one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300], "seconds": time.perf_counter() - t0}
     m = ck.artifact.metadata
-    return {"registers": m.registers, "spills": m.spills, "shared_bytes": m.shared_bytes, "block": list(m.block),
-            "seconds": time.perf_counter() - t0}
+    return {
+        "registers": m.registers,
+        "spills": m.spills,
+        "shared_bytes": m.shared_bytes,
+        "block": list(m.block),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
-def compile_candidates(src: _KernelSource, cands: list[Candidate], *, backend: str, target: str,
-                       workers: int | None, progress: bool = True) -> dict[Candidate, dict]:
+def compile_candidates(
+    src: _KernelSource, cands: list[Candidate], *, backend: str, target: str, workers: int | None, progress: bool = True
+) -> dict[Candidate, dict]:
     """Metadata (or ``{"error": ...}``) per candidate, compiled in ``workers`` processes (0: in-process)."""
     bar = _Progress(len(cands), "compile", progress)
     out = {}
@@ -207,8 +218,9 @@ def compile_candidates(src: _KernelSource, cands: list[Candidate], *, backend: s
         return out
     if src.factory_path is None or workers == 0:
         for c in cands:
-            out[c] = _compile_one(src.factory_path, src.fixed, c.kwargs, c.subs, backend, target,
-                                  kernel=src.build(c.kwargs))
+            out[c] = _compile_one(
+                src.factory_path, src.fixed, c.kwargs, c.subs, backend, target, kernel=src.build(c.kwargs)
+            )
             bar.step()
     else:
         ctx = multiprocessing.get_context("spawn")  # CUDA in the parent forbids fork
@@ -216,8 +228,10 @@ def compile_candidates(src: _KernelSource, cands: list[Candidate], *, backend: s
 
         n = workers or knobs.tune_workers or min(len(cands), max(1, (multiprocessing.cpu_count() or 2) - 1))
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            futs = {pool.submit(_compile_one, src.factory_path, src.fixed, c.kwargs, c.subs, backend, target): c
-                    for c in cands}
+            futs = {
+                pool.submit(_compile_one, src.factory_path, src.fixed, c.kwargs, c.subs, backend, target): c
+                for c in cands
+            }
             for f, c in futs.items():
                 out[c] = f.result()
                 bar.step()
@@ -251,8 +265,10 @@ class _Progress:
         if not self.enabled or not self.total:
             return
         fill = self.width * self.done // self.total
-        sys.stderr.write(f"\r{self.label:>8} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} "
-                         f"{time.perf_counter() - self.t0:5.1f}s")
+        sys.stderr.write(
+            f"\r{self.label:>8} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} "
+            f"{time.perf_counter() - self.t0:5.1f}s"
+        )
         sys.stderr.flush()
 
     def step(self, n: int = 1) -> None:
@@ -278,13 +294,15 @@ class _Runner:
         if self.kernel is None:
             import wavec as wc
 
-            self.kernel = wc.compile(self.src.build(self.cand.kwargs), self.cand.symbol_subs(),
-                                     backend=self.backend, target=self.target)
+            self.kernel = wc.compile(
+                self.src.build(self.cand.kwargs), self.cand.symbol_subs(), backend=self.backend, target=self.target
+            )
         return self.kernel(*self.inputs)
 
 
-def time_candidates(runners: dict, timer, *, warmup: int, rounds: int, seed: int = 0,
-                    progress: bool = True, label: str = "time") -> dict:
+def time_candidates(
+    runners: dict, timer, *, warmup: int, rounds: int, seed: int = 0, progress: bool = True, label: str = "time"
+) -> dict:
     """Median seconds per candidate; each round times every candidate once in a shuffled order."""
     cands = list(runners)
     bar = _Progress(len(cands) * (warmup + rounds), label, progress)
@@ -316,9 +334,19 @@ class Race:
         return {c: statistics.median(s) for c, s in self.samples.items() if s}
 
 
-def race_candidates(runners: dict, timer, *, rounds: int = 3, keep_within: float = 0.10, always=(),
-                    warmup: int = 0, seed: int = 0, clock: Callable[[], float] = time.perf_counter,
-                    progress: bool = False, label: str = "race") -> Race:
+def race_candidates(
+    runners: dict,
+    timer,
+    *,
+    rounds: int = 3,
+    keep_within: float = 0.10,
+    always=(),
+    warmup: int = 0,
+    seed: int = 0,
+    clock: Callable[[], float] = time.perf_counter,
+    progress: bool = False,
+    label: str = "race",
+) -> Race:
     """Interleaved timing that spends its repeats on the contenders.
 
     Every round times its candidates once each, in a freshly shuffled order.  Round 1 times all of them;
@@ -383,11 +411,29 @@ def _dtypes_of(inputs) -> list[str]:
     return out
 
 
-def autotune(kernel, space: dict, shapes, *, make_inputs: Callable | None = None, timer: Callable | None = None,
-             fixed: dict | None = None, target: str | None = None, backend: str = "cuda", dtypes=None,
-             workers: int | None = None, warmup: int = 3, rounds: int = 7, max_registers: int = 255,
-             model=None, prune_to: int | None = None, use_cache: bool = True, gpu: str | None = None,
-             dims: tuple[str, ...] | None = None, progress: bool = True, seed: int = 0) -> TuningResult:
+def autotune(
+    kernel,
+    space: dict,
+    shapes,
+    *,
+    make_inputs: Callable | None = None,
+    timer: Callable | None = None,
+    fixed: dict | None = None,
+    target: str | None = None,
+    backend: str = "cuda",
+    dtypes=None,
+    workers: int | None = None,
+    warmup: int = 3,
+    rounds: int = 7,
+    max_registers: int = 255,
+    model=None,
+    prune_to: int | None = None,
+    use_cache: bool = True,
+    gpu: str | None = None,
+    dims: tuple[str, ...] | None = None,
+    progress: bool = True,
+    seed: int = 0,
+) -> TuningResult:
     """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
     ``space`` for each shape of ``shapes``.
 
@@ -459,8 +505,10 @@ def autotune(kernel, space: dict, shapes, *, make_inputs: Callable | None = None
         from ..compiler import gpu_visible
 
         if not gpu_visible():
-            raise TuningError(message="timing needs a CUDA GPU (torch.cuda.is_available() is False); "
-                              "pass timer= to time some other way")
+            raise TuningError(
+                message="timing needs a CUDA GPU (torch.cuda.is_available() is False); "
+                "pass timer= to time some other way"
+            )
         timer = cuda_event_timer
     for shape, key in todo:
         pool = compiled
@@ -471,19 +519,39 @@ def autotune(kernel, space: dict, shapes, *, make_inputs: Callable | None = None
         if inputs is None and make_inputs is not None:
             inputs = make_inputs(shape)
         runners = {c: _Runner(src, c, inputs or (), backend, target) for c in pool}
-        times = time_candidates(runners, timer, warmup=warmup, rounds=rounds, seed=seed,
-                                progress=progress, label="x".join(map(str, shape)))
+        times = time_candidates(
+            runners, timer, warmup=warmup, rounds=rounds, seed=seed, progress=progress, label="x".join(map(str, shape))
+        )
         best = min(times, key=times.get)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
-        cache.put(key, {"shape": list(shape), "best": best.to_json(), "best_label": best.label,
-                        "seconds": times[best], "times": {c.label: t for c, t in times.items()},
-                        "metadata": result.metadata.get(best, {}), "candidates": len(cands),
-                        "rejected": len(result.rejected), "when": time.strftime("%Y-%m-%d %H:%M:%S")})
+        cache.put(
+            key,
+            {
+                "shape": list(shape),
+                "best": best.to_json(),
+                "best_label": best.label,
+                "seconds": times[best],
+                "times": {c.label: t for c, t in times.items()},
+                "metadata": result.metadata.get(best, {}),
+                "candidates": len(cands),
+                "rejected": len(result.rejected),
+                "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            },
+        )
     return result
 
 
-def lookup(kernel, shape, *, fixed: dict | None = None, target: str | None = None, backend: str = "cuda",
-           dtypes=(), gpu: str | None = None, dims=None) -> tuple[dict, dict] | None:
+def lookup(
+    kernel,
+    shape,
+    *,
+    fixed: dict | None = None,
+    target: str | None = None,
+    backend: str = "cuda",
+    dtypes=(),
+    gpu: str | None = None,
+    dims=None,
+) -> tuple[dict, dict] | None:
     """The cached best ``(factory kwargs, subs keyed by symbol)`` for ``shape``, or None (never tunes)."""
     from ..compiler import default_target
 
