@@ -228,7 +228,7 @@ def test_fence_check_refuses_a_sunk_accumulator_write(monkeypatch) -> None:
     is refused with a CodegenError, instead of a kernel that reads undefined registers.  LLVM peels the
     first iteration (where it sank them) only with the descriptors built as before ``split_descriptor``,
     so the old descriptor rule is restored too (the fence check runs first)."""
-    import wavec.codegen.lowering_wgmma as lw
+    import wavec.codegen.hopper.wgmma as lw
     from wavec.codegen import lowering
     from wavec.frontend.ops_hopper import MatrixDescriptor
 
@@ -247,7 +247,7 @@ def _old_descriptor_rule(fb, node) -> None:
     from iree.compiler import ir
     from iree.compiler.dialects import arith
 
-    import wavec.codegen.lowering_wgmma as lw
+    import wavec.codegen.hopper.wgmma as lw
     from wavec.frontend.tracing import capture_root
 
     alloc = capture_root(node.args[0])
@@ -286,7 +286,7 @@ def test_descriptor_check_finds_the_64bit_add_descriptors(monkeypatch) -> None:
     each descriptor with ``add.s64 ..., 4611686293305360384``; ptxas 12.9 dropped the high word of the
     peeled first iteration's A descriptors (SASS ``R2UR UR17, R11`` with R11 the M offset's high half):
     the check lists them all and the compile is refused with a CodegenError."""
-    import wavec.codegen.lowering_wgmma  # noqa: F401  (registers its rules first, so the patch below stays)
+    import wavec.codegen.hopper.wgmma  # noqa: F401  (registers its rules first, so the patch below stays)
     import wavec.compiler as compiler
     from wavec.codegen import lowering
     from wavec.frontend.ops_hopper import MatrixDescriptor

@@ -15,8 +15,8 @@ import wavec as wc
 from wavec.emulator.interp import EmulatorError
 from wavec.errors import ArgumentError, ConstraintError
 from wavec.kernels import gemm as gm
-from wavec.passes import insert_wgmma_fences as fences_pass
-from wavec.passes import pipeline_tma
+from wavec.passes.hopper import insert_wgmma_fences as fences_pass
+from wavec.passes.hopper import pipeline_tma
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 
@@ -163,7 +163,7 @@ def test_unpredicated_fills_are_caught(monkeypatch) -> None:
 
 
 def test_missing_tensormap_fence_is_caught(monkeypatch) -> None:
-    from wavec.codegen import lowering_tma
+    from wavec.codegen.hopper import tma as lowering_tma
 
     monkeypatch.setattr(lowering_tma.nvvm, "fence_proxy_acquire", lambda *a, **kw: None)
     kernel = _kernel(wc.f16, *CATCH)

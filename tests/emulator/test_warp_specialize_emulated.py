@@ -15,7 +15,7 @@ from wavec.emulator import coop
 from wavec.emulator.interp import EmulatorError
 from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
-from wavec.passes import pipeline_tma, warp_specialize
+from wavec.passes.hopper import pipeline_tma, warp_specialize
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 

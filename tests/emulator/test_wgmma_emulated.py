@@ -13,7 +13,7 @@ from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poiso
 import wavec as wc
 from wavec.emulator.interp import EmulatorError
 from wavec.kernels import gemm as gm
-from wavec.passes import insert_wgmma_fences as fences_pass
+from wavec.passes.hopper import insert_wgmma_fences as fences_pass
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 

@@ -12,7 +12,7 @@ from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poiso
 import wavec as wc
 from wavec.emulator.interp import EmulatorError
 from wavec.indexing.shared_layout import SharedLayout, SharedLayoutKind
-from wavec.passes import insert_wgmma_fences as fences_pass
+from wavec.passes.hopper import insert_wgmma_fences as fences_pass
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 BM, BN, BK, STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES

@@ -1,4 +1,4 @@
-"""IR of the persistent grid (``SchedulingConstraint(persistent=True)``, ``passes/persistent_grid.py``): the
+"""IR of the persistent grid (``SchedulingConstraint(persistent=True)``, ``passes/hopper/persistent_grid.py``): the
 tile loop after the mbarrier initialisation, stages and parities counted over the whole persistent loop
 (``$TILE_COUNT`` x K iterations), the release of each tile's last stage, and the launch grid."""
 

@@ -188,7 +188,7 @@ def test_rank4_and_rank5_emulated_and_cuda_encodings(monkeypatch) -> None:
 
 def test_tma_box_of_attention_tiles() -> None:
     import wavec as wc
-    from wavec.passes.pipeline_tma import tma_box
+    from wavec.passes.hopper.pipeline_tma import tma_box
 
     B, KVH, N, D = wc.sym.B, wc.sym.KVH, wc.sym.N, wc.sym.D
     assert tma_box((B, KVH, N, D), {N: 128, D: 128}, 2) == (64, 128, 1, 1)

@@ -150,11 +150,11 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
 
     cs = ctx.constraints
     if cs.group_waves > 1:  # Hopper warpgroup MMA (imports the nvvm/llvm dialect bindings, ~0.1 s)
-        from . import lowering_wgmma  # noqa: F401 - registers the wgmma lowerings
+        from .hopper import wgmma  # noqa: F401 - registers the wgmma lowerings
     if ctx.tensor_maps:
-        from . import lowering_tma  # noqa: F401 - registers the TMA and mbarrier lowerings
+        from .hopper import tma  # noqa: F401 - registers the TMA and mbarrier lowerings
     if ctx.persistent:
-        from . import lowering_persistent  # noqa: F401 - registers the tile loop
+        from .hopper import persistent  # noqa: F401 - registers the tile loop
     if cs.threads_per_wave != target.threads_per_wave:
         raise CodegenError(
             message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "

@@ -217,7 +217,7 @@ class FunctionBuilder:
             self.symbols[PID] = gpu.block_id(gpu.Dimension.x)
         for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
             wg = WORKGROUP[i]
-            if self.ctx.persistent:  # bound per tile by the tile loop (lowering_persistent)
+            if self.ctx.persistent:  # bound per tile by the tile loop (codegen.hopper.persistent)
                 continue
             self.symbols[wg] = self.index(remap[wg]) if wg in remap else gpu.block_id(dim)
 

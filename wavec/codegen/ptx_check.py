@@ -3,7 +3,7 @@
 ``wgmma_fence_violations``: PTX asks that every register write an asynchronous ``wgmma.mma_async``
 depends on come before the ``wgmma.fence`` that orders it; LLVM does not know that rule and may move
 plain register copies (e.g. an accumulator's zero-initialisation in a peeled first loop iteration) to
-after the fence.  ``lowering_wgmma.fence_operands`` prevents the case we have seen; this check refuses
+after the fence.  ``codegen.hopper.wgmma.fence_operands`` prevents the case we have seen; this check refuses
 any other before a wrong kernel can run.  It costs one regex pass over the PTX.
 
 ``wgmma_descriptor_violations``: every ``wgmma`` shared-memory matrix descriptor must reach the
@@ -14,7 +14,7 @@ ptxas a carry chain into the high word, and ptxas 12.9 dropped it: in the peeled
 the warp-specialized 128x256 and 128x192 tiles (two consumer warpgroups, A descriptors offset per
 warpgroup) it took the A descriptors' high word from an unrelated register (``R2UR UR17, R11`` with
 R11 the high half of the M-tile offset: no swizzle, SBO 0), so the first K tile's wgmmas read A in the
-wrong layout (relative error sqrt(128 / K) on an H100).  ``lowering_wgmma.split_descriptor`` builds
+wrong layout (relative error sqrt(128 / K) on an H100).  ``codegen.hopper.wgmma.split_descriptor`` builds
 descriptors the checked way.
 """
 

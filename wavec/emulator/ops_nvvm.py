@@ -28,7 +28,7 @@ import re
 import numpy as np
 from iree.compiler import ir
 
-from wavec.codegen.lowering_wgmma import FENCE_OPERANDS
+from wavec.codegen.hopper.wgmma import FENCE_OPERANDS
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import SharedBuf
 from wavec.emulator.types import bf16_bits_to_f32
@@ -326,7 +326,7 @@ def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
 
 @register("llvm.inline_asm")
 def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
-    """Only the register-A ``wgmma.mma_async`` that ``lowering_wgmma`` emits: operands are the N/2
+    """Only the register-A ``wgmma.mma_async`` that ``codegen.hopper.wgmma`` emits: operands are the N/2
     accumulator registers (none with scale-d = 0: D = A B), the four A registers and the B descriptor."""
     text = ir.StringAttr(op.attributes["asm_string"]).value
     if text == FENCE_OPERANDS:  # an accumulator's registers fenced for the compiler: the identity

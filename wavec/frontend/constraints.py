@@ -88,15 +88,15 @@ class SchedulingConstraint:
     "auto" (TMA where ``pipeline_loops`` can use it: sm_90a wgmma operand tiles in the 128-byte swizzle,
     else ``cp.async``), "tma" (TMA, or a ``ConstraintError`` saying why it cannot be used), "tma-mbarrier"
     / "tma-barrier" (TMA with stage reuse ordered by per-stage "empty" mbarriers / by the workgroup barrier
-    after each stage wait; "auto" and "tma" choose, see ``passes/pipeline_tma.py``) or "cp.async" (never
+    after each stage wait; "auto" and "tma" choose, see ``passes/hopper/pipeline_tma.py``) or "cp.async" (never
     TMA: the comparison baseline); ``reverse_axis0``: launch the tiles of workgroup axis 0 last
     first (causal attention: the query tiles with the most keys start first and the light ones fill the
     tail; not combined with ``group_size``); ``warp_specialize``: Hopper TMA GEMM loops get one extra
     producer warpgroup that issues every TMA fill while the consumer warpgroups of the wave grid only
-    wait, multiply and release stages (``passes/warp_specialize.py``; sm_90a, TMA, num_stages >= 2, else a
+    wait, multiply and release stages (``passes/hopper/warp_specialize.py``; sm_90a, TMA, num_stages >= 2, else a
     ``ConstraintError`` saying why); ``persistent``: launch min(output tiles, SMs x workgroups per SM)
     workgroups that each loop over output tiles (in the grouped order of ``group_size``), mbarrier phases
-    continuing across tiles (``passes/persistent_grid.py``; the TMA wgmma GEMM only, else a
+    continuing across tiles (``passes/hopper/persistent_grid.py``; the TMA wgmma GEMM only, else a
     ``ConstraintError`` saying why); ``split_epilogue``: a masked store of several runs per thread (the
     GEMM's accumulator write) tests once whether all of this thread's runs are in bounds and then stores
     them unguarded, the per-run guards only on the other branch (``codegen/memory_access.lower_write``);

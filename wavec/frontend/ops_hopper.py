@@ -1,5 +1,5 @@
 """Ops that the Hopper passes create (no user stub): warpgroup MMAs on matrix descriptors and the
-fences and commit/wait groups that order them.  Lowered by ``wavec/codegen/lowering_wgmma.py``."""
+fences and commit/wait groups that order them.  Lowered by ``wavec/codegen/hopper/wgmma.py``."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class MBarrierArrive(Op):
 
 
 class WarpSpecialize(Op):
-    """The producer/consumer split of a warp-specialized TMA loop (``passes/warp_specialize.py``): the
+    """The producer/consumer split of a warp-specialized TMA loop (``passes/hopper/warp_specialize.py``): the
     root-graph nodes after it run in the consumer warpgroups (threads ``< kwargs["consumers"]``); the
     extra producer warpgroup runs ``kwargs["subgraph"]`` (one ``TmaFill`` of iteration ``$ARG_<dim>``) over
     the loop's iterations ``kwargs["start"] .. kwargs["stop"] - 1``, its thread ``kwargs["consumers"]``
@@ -100,7 +100,7 @@ class WarpSpecialize(Op):
 
 
 class PersistentTiles(Op):
-    """The tile loop of a persistent grid (``passes/persistent_grid.py``): every root-graph node after it
+    """The tile loop of a persistent grid (``passes/hopper/persistent_grid.py``): every root-graph node after it
     runs once per output tile ``$TILE`` in ``range(block id, kwargs["tiles"], grid size)``, with
     ``$TILE_COUNT`` = tiles this workgroup finished before and ``$WG0``/``$WG1`` from
     ``kwargs["remap"]``; ``kwargs["barrier"]``: a workgroup barrier at the start of every tile."""

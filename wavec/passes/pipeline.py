@@ -11,13 +11,14 @@ from .coarsen_loads import coarsen_loads
 from .context import PassContext
 from .convert_layouts import convert_layouts
 from .expand import expand
+from .hopper.insert_wgmma_fences import insert_wgmma_fences
+from .hopper.layout_wgmma_operands import layout_wgmma_operands
+from .hopper.persistent_grid import persistent_grid
+from .hopper.warp_specialize import warp_specialize
 from .infer_indices import infer_indices
 from .infer_types import infer_types
 from .insert_barriers import insert_barriers
-from .insert_wgmma_fences import insert_wgmma_fences
-from .layout_wgmma_operands import layout_wgmma_operands
 from .mask_bounds import mask_bounds
-from .persistent_grid import persistent_grid
 from .pipeline_loops import pipeline_loops
 from .prefetch_fragments import prefetch_fragments
 from .printer import format_trace
@@ -27,7 +28,6 @@ from .schedule_loops import schedule_loops
 from .share_shared_buffers import share_shared_buffers
 from .swizzle_shared import swizzle_shared
 from .verify import verify_trace
-from .warp_specialize import warp_specialize
 from .widen_stores import widen_stores
 
 Pass = Callable[[Trace, PassContext], None]

@@ -38,8 +38,8 @@ from ..frontend.types import AddressSpace
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
+from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
-from .pipeline_tma import choose_war, pipeline_tma, tma_plan
 
 
 def op_node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:

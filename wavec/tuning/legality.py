@@ -152,7 +152,7 @@ def _shared(kernel: WaveKernel, cs: ConstraintSet, tgt) -> int:
         unpadded = cs.group_waves > 1 or _xor_swizzled(cs, tgt, extents, nbytes, by_mma)
         pad = 0 if unpadded else row_pad(extents[-1], nbytes)
         total += _stages(cs, tgt) * rows * (extents[-1] + pad) * nbytes
-        tma &= len(extents) == 2 and rows <= 256 and extents[-1] * nbytes % 128 == 0  # as passes/pipeline_tma.py
+        tma &= len(extents) == 2 and rows <= 256 and extents[-1] * nbytes % 128 == 0  # as passes/hopper/pipeline_tma.py
     # TMA's mbarriers take one 1024-byte slot (the swizzled tiles after them stay 1024-byte aligned)
     return total + (1024 if tma and total else 0)
 

@@ -1,4 +1,4 @@
-"""Lowering of the persistent grid's tile loop (``PersistentTiles``, ``passes/persistent_grid.py``),
+"""Lowering of the persistent grid's tile loop (``PersistentTiles``, ``passes/hopper/persistent_grid.py``),
 registered in ``lowering.LOWERINGS``; imported by the emitter only for persistent kernels.
 
 ``PersistentTiles`` -> ``scf.for %t = block_id.x to tiles step grid_dim.x`` whose body binds ``$TILE`` =
@@ -7,7 +7,7 @@ running K-iteration base of the TMA pipeline), ``$WG0``/``$WG1`` from the pass's
 ``$WG2`` = 0, then (stages released by the barrier) a ``gpu.barrier``, then lowers every root node
 after the marker (the prologue fills, the K loop, the epilogue).  Index math that uses none of these
 symbols is hoisted before the tile loop (one scope level).  :func:`tile_loop` is the same loop for the
-warp-specialized producer (``lowering_tma``), which walks the consumers' tile sequence.
+warp-specialized producer (``codegen.hopper.tma``), which walks the consumers' tile sequence.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, scf
 
-from ..frontend.ops_hopper import PersistentTiles
-from ..indexing.symbols import TILE, TILE_COUNT, WORKGROUP
-from .lowering import FunctionBuilder, rule
+from ...frontend.ops_hopper import PersistentTiles
+from ...indexing.symbols import TILE, TILE_COUNT, WORKGROUP
+from ..lowering import FunctionBuilder, rule
 
 
 @contextmanager

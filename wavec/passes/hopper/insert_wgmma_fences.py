@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Read, Write
-from ..frontend.ops_hopper import (
+from ...frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Read, Write
+from ...frontend.ops_hopper import (
     MatrixDescriptor,
     MBarrierArrive,
     ProxyFence,
@@ -50,10 +50,10 @@ from ..frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ..frontend.tracing import Trace
-from ..frontend.types import AddressSpace
-from .context import PassContext
-from .loop_shape import chains_only
+from ...frontend.tracing import Trace
+from ...frontend.types import AddressSpace
+from ..context import PassContext
+from ..loop_shape import chains_only
 
 
 def _node(g: fx.Graph, op: type, where: fx.Node, before: bool, **kwargs) -> fx.Node:

@@ -33,11 +33,11 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, nvvm, scf
 
-from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill, WarpSpecialize
-from ..frontend.tracing import capture_root
-from ..indexing import THREAD, induction_symbol
-from .lowering import FunctionBuilder, rule
-from .lowering_wgmma import _tile_address_symbol
+from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill, WarpSpecialize
+from ...frontend.tracing import capture_root
+from ...indexing import THREAD, induction_symbol
+from ..lowering import FunctionBuilder, rule
+from .wgmma import _tile_address_symbol
 
 SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
 MAP_BYTES = 128
@@ -233,8 +233,8 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     with ir.InsertionPoint(elected.then_block):
         _fence_maps(fb)
         persistent = fb.ctx.persistent
-        if persistent:  # the consumers' tile sequence (lowering_persistent), the K loop per tile
-            from .lowering_persistent import tile_loop
+        if persistent:  # the consumers' tile sequence (codegen.hopper.persistent), the K loop per tile
+            from .persistent import tile_loop
 
             with tile_loop(fb, persistent["tiles"], persistent["remap"]):
                 _producer_k_loop(fb, node, sub, lo, hi)

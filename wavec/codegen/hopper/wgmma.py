@@ -24,9 +24,9 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
-from ..errors import CodegenError
-from ..frontend.ops import Permute, RegisterInit
-from ..frontend.ops_hopper import (
+from ...errors import CodegenError
+from ...frontend.ops import Permute, RegisterInit
+from ...frontend.ops_hopper import (
     MatrixDescriptor,
     ProxyFence,
     WarpgroupMMA,
@@ -35,8 +35,8 @@ from ..frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ..frontend.tracing import capture_root
-from .lowering import FunctionBuilder, rule, vec_type
+from ...frontend.tracing import capture_root
+from ..lowering import FunctionBuilder, rule, vec_type
 
 
 def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:

@@ -6,7 +6,7 @@ K iteration ``$TILE_COUNT * iterations + i - start``), ``reorder_workgroups`` se
 none, ``group_size = 1``), ``insert_wgmma_fences`` placed the loop's ``WgmmaWait(pending=0)`` after it;
 workgroup axes 0 and 1 and no other; no ``start``/``end`` on the loop.  Anything else is a
 ``ConstraintError`` that says why.  With ``warp_specialize`` the marker goes after the split (the
-consumers loop over the tiles; the producer's lowering walks the same tiles, ``lowering_tma``).
+consumers loop over the tiles; the producer's lowering walks the same tiles, ``codegen.hopper.tma``).
 
 Guarantees:
 - ``ctx.grid_override`` = ``(min(tiles, WAVEC_SMS * per_sm), 1, 1)``: ``WAVEC_SMS`` is the device's SM
@@ -31,12 +31,12 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..errors import ConstraintError
-from ..frontend.ops import Allocate, Iterate
-from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WarpSpecialize, WgmmaWait
-from ..frontend.tracing import Trace
-from ..indexing.symbols import PID, TILE, WORKGROUP
-from .context import PassContext
+from ...errors import ConstraintError
+from ...frontend.ops import Allocate, Iterate
+from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WarpSpecialize, WgmmaWait
+from ...frontend.tracing import Trace
+from ...indexing.symbols import PID, TILE, WORKGROUP
+from ..context import PassContext
 from .pipeline_tma import k_base
 
 SMS_SYMBOL = sympy.Symbol("WAVEC_SMS", integer=True, positive=True)  # the launcher's SM count

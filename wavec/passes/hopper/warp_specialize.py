@@ -32,12 +32,12 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..errors import ConstraintError
-from ..frontend.ops import Allocate, Barrier, Iterate
-from ..frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
-from ..frontend.tracing import Trace, capture_root
-from ..indexing import induction_symbol
-from .context import PassContext
+from ...errors import ConstraintError
+from ...frontend.ops import Allocate, Barrier, Iterate
+from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
+from ...frontend.tracing import Trace, capture_root
+from ...indexing import induction_symbol
+from ..context import PassContext
 from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..errors import ConstraintError
-from ..frontend.ops import MMA, Iterate, Permute, Read, Write
-from ..frontend.tracing import Trace, capture_root
-from ..frontend.types import AddressSpace
-from ..indexing.shared_layout import SharedLayout, SharedLayoutKind
-from .context import PassContext
+from ...errors import ConstraintError
+from ...frontend.ops import MMA, Iterate, Permute, Read, Write
+from ...frontend.tracing import Trace, capture_root
+from ...frontend.types import AddressSpace
+from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
+from ..context import PassContext
 
 WGMMA_TARGET = "sm_90a"
 

@@ -38,14 +38,14 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..frontend.ops import Read
-from ..frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
-from ..frontend.tracing import Trace, capture_root
-from ..frontend.types import AddressSpace
-from ..indexing import induction_symbol
-from ..indexing.shared_layout import SharedLayoutKind
-from ..indexing.symbols import TILE_COUNT, stage_symbol
-from .context import PassContext, TensorMapRequest
+from ...frontend.ops import Read
+from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
+from ...frontend.tracing import Trace, capture_root
+from ...frontend.types import AddressSpace
+from ...indexing import induction_symbol
+from ...indexing.shared_layout import SharedLayoutKind
+from ...indexing.symbols import TILE_COUNT, stage_symbol
+from ..context import PassContext, TensorMapRequest
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
