@@ -176,21 +176,21 @@ def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
     mma = ctx.constraints.mma_type
     async_ok = mma is None or mma.spec.vendor == "nvidia"
     if ctx.constraints.scheduling.warp_specialize and (
-        stages < 2 or ctx.target != "sm_90a" or ctx.constraints.group_waves == 1
+        stages < 2 or not ctx.target.has_tma or ctx.constraints.group_waves == 1
     ):
         raise ConstraintError(
             trace.loc,
             message="SchedulingConstraint(warp_specialize=True): a producer warpgroup "
             f"feeds wgmma loops of num_stages >= 2 through TMA on sm_90a (num_stages={stages}, "
-            f"target {ctx.target!r}, mma {mma.name if mma else None})",
+            f"target {ctx.target.name!r}, mma {mma.name if mma else None})",
         )
-    if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
+    if stages < 2 or not async_ok or not ctx.target.has_cp_async:
         want = ctx.constraints.scheduling.async_copy
         if want.startswith("tma"):  # asked for explicitly: say why there is none
             raise ConstraintError(
                 trace.loc,
                 message=f"SchedulingConstraint(async_copy={want!r}): TMA pipelines "
-                f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target!r})",
+                f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target.name!r})",
             )
         return
     for node in list(trace.graph.nodes):

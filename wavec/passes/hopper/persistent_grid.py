@@ -36,7 +36,7 @@ from ...frontend.ops import Allocate, Iterate
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WarpSpecialize, WgmmaWait
 from ...frontend.tracing import Trace
 from ...indexing.symbols import PID, TILE, WORKGROUP
-from ..context import PassContext
+from ..context import PassContext, PersistentGrid
 from .pipeline_tma import k_base
 
 SMS_SYMBOL = sympy.Symbol("WAVEC_SMS", integer=True, positive=True)  # the launcher's SM count
@@ -68,7 +68,7 @@ def _the_loop(trace: Trace, ctx: PassContext) -> tuple[fx.Node, fx.Node]:
             trace,
             f"needs exactly one K loop pipelined with TMA (a Hopper wgmma GEMM on sm_90a with "
             f"128-byte-swizzled operand tiles, num_stages >= 2, async_copy not 'cp.async'); found "
-            f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target!r}, "
+            f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target.name!r}, "
             f"num_stages {cs.num_stages}, async_copy {cs.scheduling.async_copy!r})",
         )
     if loops[0].kwargs.get("start") is not None or loops[0].kwargs.get("end") is not None:
@@ -153,4 +153,4 @@ def persistent_grid(trace: Trace, ctx: PassContext) -> None:
     marker.meta.update(op=PersistentTiles, type=None, loc=iterate.meta.get("loc"))
     per_sm = workgroups_per_sm(_shared_bytes(trace), cs.threads + ctx.producer_threads)
     ctx.grid_override = (sympy.Min(tiles, SMS_SYMBOL * per_sm), sympy.Integer(1), sympy.Integer(1))
-    ctx.persistent = {"tiles": tiles, "remap": remap, "per_sm": per_sm}
+    ctx.persistent = PersistentGrid(tiles, remap, per_sm)

@@ -108,8 +108,8 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
     """(the tensor map of each distinct (argument, tile) copied, "") when TMA can replace the copies,
     else (None, why)."""
     cs = ctx.constraints
-    if ctx.target != "sm_90a" or cs.group_waves == 1:
-        return None, f"TMA is used with Hopper wgmma kernels on sm_90a (target {ctx.target!r})"
+    if not ctx.target.has_tma or cs.group_waves == 1:
+        return None, f"TMA is used with Hopper wgmma kernels on sm_90a (target {ctx.target.name!r})"
     maps, seen = [], set()
     for read, write in pairs:
         why = _why_not_pair(trace, read, write)
