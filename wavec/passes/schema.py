@@ -74,7 +74,7 @@ class Access:
 
     distribute: Literal["workgroup"] = by("promote_to_shared")  # a tile copy spread over the workgroup
     staging: bool = by("promote_to_shared")  # the global read / shared write of a staged tile
-    copy_layout: Layout = by("layout_wgmma_operands")  # the copy's layout a shared layout dictates
+    copy_layout: SharedLayout = by("layout_wgmma_operands")  # the shared layout the tile copy follows
     access: Literal["ldmatrix", "descriptor"] = by("coarsen_loads")  # else vector loads/stores
     accesses: list[tuple[int, int, dict[sympy.Symbol, Expr]]] = by("coarsen_loads")  # (first, len, offset)
     alignments: list[int] = by("coarsen_loads")  # proven byte alignment of each run
