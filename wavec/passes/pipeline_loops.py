@@ -40,17 +40,7 @@ from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
-
-
-def op_node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
-    """A new ``op`` node (appended, or inserted before ``before``) with its meta set."""
-    if before is not None:
-        with g.inserting_before(before):
-            n = g.create_node("call_function", op, args, kwargs, name=name)
-    else:
-        n = g.create_node("call_function", op, args, kwargs, name=name)
-    n.meta.update(op=op, type=None, loc=loc, **meta)
-    return n
+from .schema import op_node
 
 
 def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:

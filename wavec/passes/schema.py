@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
@@ -157,6 +158,16 @@ class HopperArgs:
     tiles: Expr = by("persistent_grid")
     remap: dict[sympy.Symbol, Expr] = by("persistent_grid")
     barrier: bool = by("persistent_grid")
+
+
+def op_node(g: fx.Graph, op: Any, args: tuple, kwargs: dict, name: str, loc: SourceLoc | None, **meta: Any) -> fx.Node:
+    """A new ``op`` node at ``g``'s insertion point (or ``before=`` / ``after=`` a node) carrying the meta every
+    op node has (``type`` None unless given: most ops passes insert produce no value) plus ``meta``."""
+    before, after = meta.pop("before", None), meta.pop("after", None)
+    with g.inserting_before(before) if before is not None else g.inserting_after(after) if after else nullcontext():
+        n = g.create_node("call_function", op, args, kwargs, name=name)
+    n.meta.update({"op": op, "type": None, "loc": loc, **meta})
+    return n
 
 
 @dataclass(frozen=True, slots=True)
