@@ -14,9 +14,10 @@ key name to its :class:`Key`; a key declared twice in one namespace fails at imp
 from __future__ import annotations
 
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import sympy
@@ -176,6 +177,7 @@ class Key:
     type: Any
     producers: tuple[str, ...]
     record: str
+    check: Callable[[object], bool]  # conforms(value, type), compiled once
 
 
 def _declare(*records: type) -> dict[str, Key]:
@@ -185,32 +187,41 @@ def _declare(*records: type) -> dict[str, Key]:
         for f in fields(rec):
             if f.name in keys:
                 raise TypeError(f"IR schema: {f.name} declared in {keys[f.name].record} and {rec.__name__}")
-            keys[f.name] = Key(f.name, hints[f.name], f.metadata["producers"], rec.__name__)
+            keys[f.name] = Key(f.name, hints[f.name], f.metadata["producers"], rec.__name__, _checker(hints[f.name]))
     return keys
-
-
-META = _declare(Traced, Indexed, Access, Staging)
-KWARGS = _declare(OpArgs, SharedArgs, HopperArgs)
 
 
 def conforms(value: object, tp: Any) -> bool:
     """Whether ``value`` has type ``tp``: a class, ``Any``, ``None``, a union, a ``Literal``, or a
     tuple / list / dict / Mapping of those."""
+    return _checker(tp)(value)
+
+
+@cache
+def _checker(tp: Any) -> Callable[[object], bool]:
+    # built once per declared type: the verifier runs after every pass over every key of every node
     origin, args = get_origin(tp), get_args(tp)
     if tp is Any:
-        return True
+        return lambda v: True
     if tp is None or tp is type(None):
-        return value is None
+        return lambda v: v is None
     if origin in (Union, types.UnionType):
-        return any(conforms(value, a) for a in args)
+        first, *rest = [_checker(a) for a in args]
+        return lambda v: first(v) or any(c(v) for c in rest)
     if origin is Literal:
-        return value in args
+        return lambda v: v in args
     if origin is tuple and args and args[-1] is not Ellipsis:
-        return isinstance(value, tuple) and len(value) == len(args) and all(map(conforms, value, args))
+        items = [_checker(a) for a in args]
+        return lambda v: isinstance(v, tuple) and len(v) == len(items) and all(c(x) for c, x in zip(items, v))
     if origin in (tuple, list):
-        return isinstance(value, origin) and all(conforms(v, args[0]) for v in value)
+        item = _checker(args[0]) if args else _checker(Any)
+        return lambda v: isinstance(v, origin) and all(map(item, v))
     if origin in (dict, Mapping):
-        return isinstance(value, Mapping) and all(
-            conforms(k, args[0]) and conforms(v, args[1]) for k, v in value.items()
-        )
-    return isinstance(value, origin or tp)
+        key, val = _checker(args[0]), _checker(args[1])
+        return lambda v: isinstance(v, Mapping) and all(key(k) and val(x) for k, x in v.items())
+    cls = origin or tp
+    return lambda v: isinstance(v, cls)
+
+
+META = _declare(Traced, Indexed, Access, Staging)
+KWARGS = _declare(OpArgs, SharedArgs, HopperArgs)

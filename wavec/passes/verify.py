@@ -14,7 +14,7 @@ import torch.fx as fx
 from ..errors import WavecError
 from ..frontend.ops import Iterate
 from ..frontend.tracing import Trace
-from .schema import KWARGS, META, TRACE, Key, conforms
+from .schema import KWARGS, META, TRACE, Key
 
 
 class TraceVerificationError(WavecError):
@@ -33,7 +33,7 @@ def _check_keys(stage: str, node: fx.Node, ran: set[str]) -> None:
                 _fail(stage, node, f"{where}[{name!r}] is not declared in passes/schema.py")
             elif not ran.intersection(key.producers):
                 _fail(stage, node, f"{where}[{name!r}] present before its producer {' or '.join(key.producers)} ran")
-            elif not conforms(value, key.type):
+            elif not key.check(value):
                 _fail(stage, node, f"{where}[{name!r}] = {value!r} is not a {key.type} ({key.record})")
 
 
