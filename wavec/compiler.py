@@ -90,9 +90,9 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
     from .codegen.emitter import emit_kernel
     from .codegen.iree_compile import compile_hal_executable
     from .codegen.ptxas import assemble, find_ptxas
-    from .codegen.targets import get_target
     from .passes.context import PassContext
     from .passes.pipeline import run_pipeline
+    from .target import get_target
 
     target = get_target(target_name)
     ctx = PassContext.build(trace, cs, target_name)

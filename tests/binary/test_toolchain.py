@@ -14,8 +14,8 @@ pytest.importorskip("iree.compiler")
 from wavec.codegen.binary import HEADER_BYTES, GpuBinary, parse_executable  # noqa: E402
 from wavec.codegen.iree_compile import compile_hal_executable, compile_hal_executable_subprocess, last_compile_seconds  # noqa: E402
 from wavec.codegen.ptxas import assemble, find_ptxas, parse_ptxas_verbose  # noqa: E402
-from wavec.codegen.targets import Target, get_target  # noqa: E402
 from wavec.errors import CompileError, ToolchainError  # noqa: E402
+from wavec.target import Target, get_target  # noqa: E402
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 NV_TARGETS = ["sm_80", "sm_90", "sm_90a"]

@@ -215,10 +215,10 @@ CASES = _cases()
 def emit(case: Case) -> str:
     """The emitted MLIR text of ``case`` (pass pipeline and emitter, no IREE)."""
     from wavec.codegen.emitter import emit_kernel
-    from wavec.codegen.targets import get_target
     from wavec.frontend.constraints import ConstraintSet
     from wavec.passes.context import PassContext
     from wavec.passes.pipeline import run_pipeline
+    from wavec.target import get_target
 
     kernel, subs = case.build()
     trace = kernel.trace()

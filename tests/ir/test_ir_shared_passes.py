@@ -112,7 +112,7 @@ class Compiled:
         if emit:
             pytest.importorskip("iree.compiler")
             from wavec.codegen.emitter import emit_kernel
-            from wavec.codegen.targets import get_target
+            from wavec.target import get_target
 
             self.mlir, self.iface = emit_kernel(self.trace, self.ctx, get_target(target))
 

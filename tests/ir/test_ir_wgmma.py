@@ -37,7 +37,7 @@ class Compiled:
             self.after[head.removeprefix("// ----- after ").removesuffix(" -----")] = body
         pytest.importorskip("iree.compiler")
         from wavec.codegen.emitter import emit_kernel
-        from wavec.codegen.targets import get_target
+        from wavec.target import get_target
 
         self.mlir, self.iface = emit_kernel(self.trace, self.ctx, get_target("sm_90a"))
 
@@ -372,7 +372,7 @@ CHECK: %tma_fill = tma_fill(%capture_a, %capture_shared_a, %capture_b, %capture_
     )
     pytest.importorskip("iree.compiler")
     from wavec.codegen.emitter import emit_kernel
-    from wavec.codegen.targets import get_target
+    from wavec.target import get_target
 
     mlir, iface = emit_kernel(trace, ctx, get_target("sm_90a"))
     assert iface.block == (384, 1, 1) and "workgroup_size = [384, 1, 1]" in mlir

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from wavec.codegen.targets import TARGET_NAMES, Target, get_target
 from wavec.errors import UnsupportedTargetError
+from wavec.target import TARGET_NAMES, Target, get_target
 
 _TINY = """func.func @add(%a: tensor<64xf32>, %b: tensor<64xf32>) -> tensor<64xf32> {
   %c = arith.addf %a, %b : tensor<64xf32>

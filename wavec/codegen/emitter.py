@@ -19,7 +19,7 @@ from ..frontend.ops import WideStore, Write
 from ..frontend.tracing import Trace, capture_root
 from ..indexing.symbols import LANE, WAVE, WORKGROUP
 from ..passes.context import PassContext
-from .targets import Target
+from ..target import Target
 
 SUBSPAN_ALIGNMENT = 16  # bytes; the launcher checks every base pointer against it
 TENSOR_MAP_ALIGNMENT = 64  # bytes; the launcher allocates the tensor-map buffer (a CUtensorMap is 64-aligned)

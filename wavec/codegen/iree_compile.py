@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wavec.codegen.targets import Target
 from wavec.errors import CompileError, ToolchainError
 from wavec.knobs import knobs
+from wavec.target import Target
 
 __all__ = ["compile_hal_executable", "compile_hal_executable_subprocess", "iree_compile_path", "last_compile_seconds"]
 

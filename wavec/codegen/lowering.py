@@ -350,7 +350,7 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     if kind == "neg":
         fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
         return
-    if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.startswith("sm_"):
+    if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.has_nvvm_math:
         from .lowering_ops import nv_exp2
 
         fb.values[node] = nv_exp2(x)
@@ -367,7 +367,7 @@ def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
     rt = vec_type(node.meta["layout"].size, dst)
     if src == dst:
         fb.values[node] = x
-    elif src == dt.f32 and dst == dt.bf16 and fb.ctx.target.startswith("sm_"):
+    elif src == dt.f32 and dst == dt.bf16 and fb.ctx.target.has_nvvm_math:
         from .lowering_ops import nv_truncf_bf16
 
         fb.values[node] = nv_truncf_bf16(x)

@@ -1,14 +1,17 @@
-"""State shared by the passes of one compilation: resolved constraints, target, loop nesting."""
+"""State shared by the passes of one compilation: resolved constraints, target, loop nesting, and what
+passes decide for codegen and the launcher (grid, requirements, tensor maps)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import sympy
 import torch.fx as fx
 
 from ..frontend.constraints import ConstraintSet
 from ..frontend.ops import Iterate
 from ..frontend.tracing import Trace
+from ..target import Target, get_target
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,25 +25,36 @@ class TensorMapRequest:
     swizzle: int
 
 
+@dataclass(frozen=True, slots=True)
+class PersistentGrid:
+    """``persistent_grid``'s tile loop: ``tiles`` output tiles, ``remap`` = WORKGROUP[i] as expressions of
+    ``$TILE``, ``per_sm`` workgroups resident per SM."""
+
+    tiles: sympy.Expr
+    remap: dict[sympy.Symbol, sympy.Expr]
+    per_sm: int
+
+
 @dataclass
 class PassContext:
     constraints: ConstraintSet
-    target: str
-    loop_dims: dict = field(default_factory=dict)  # fx.Graph -> tuple of dims of enclosing loops
-    parent: dict = field(default_factory=dict)  # subgraph -> (iterate node, parent graph)
-    workgroup_remap: dict = field(default_factory=dict)  # WORKGROUP[i] -> expression of $PID
-    grid_override: tuple | None = None
-    requirements: dict = field(default_factory=dict)  # dim -> divisor the launcher must check
-    masked_loops: set = field(default_factory=set)  # loop dims that run ceil(size / tile) iterations
-    loop_stages: dict = field(default_factory=dict)  # loop dim -> num_stages of a pipelined loop
-    tensor_maps: list = field(default_factory=list)  # TensorMapRequest, in binding order of the map buffer
-    stage_start: dict = field(default_factory=dict)  # loop dim -> initial carried stage (persistent: base % S)
-    persistent: dict | None = None  # persistent_grid: tiles, workgroup remap of $TILE, tile-start barrier
+    target: Target
+    loop_dims: dict[fx.Graph, tuple[sympy.Symbol, ...]] = field(default_factory=dict)  # dims of enclosing loops
+    parent: dict[fx.Graph, tuple[fx.Node, fx.Graph]] = field(default_factory=dict)  # body -> (iterate, graph)
+    workgroup_remap: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # WORKGROUP[i] -> expr of $PID
+    grid_override: tuple[sympy.Expr, sympy.Expr, sympy.Expr] | None = None
+    requirements: dict[sympy.Symbol, int] = field(default_factory=dict)  # dim -> divisor the launcher checks
+    masked_loops: set[sympy.Symbol] = field(default_factory=set)  # loop dims of ceil(size / tile) iterations
+    loop_stages: dict[sympy.Symbol, int] = field(default_factory=dict)  # loop dim -> num_stages when pipelined
+    tensor_maps: list[TensorMapRequest] = field(default_factory=list)  # binding order of the map buffer
+    stage_start: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # loop dim -> initial stage
+    persistent: PersistentGrid | None = None
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
 
     @classmethod
-    def build(cls, trace: Trace, constraints: ConstraintSet, target: str) -> PassContext:
-        ctx = cls(constraints, target)
+    def build(cls, trace: Trace, constraints: ConstraintSet, target: Target | str) -> PassContext:
+        """The context of one compilation; a target name is looked up once, here."""
+        ctx = cls(constraints, get_target(target) if isinstance(target, str) else target)
         ctx.index_loops(trace)
         return ctx
 

@@ -31,6 +31,7 @@ from ..frontend.ops import MMA, Binary, Cast, ConvertLayout, Permute, Select, Un
 from ..frontend.tracing import Trace
 from ..indexing import LANE, Layout, mma_layout
 from .context import PassContext
+from .schema import op_node
 
 _PASS_THROUGH = (Binary, Unary, Cast, Select, Permute)
 
@@ -153,15 +154,9 @@ def convert_layouts(trace: Trace, ctx: PassContext) -> None:
                 if not _from_accumulator(x, memo) or ctx.constraints.mma_type is None:
                     continue
                 dims = x.meta["type"].dims
-                with g.inserting_before(mma):
-                    conv = g.create_node(
-                        "call_function",
-                        ConvertLayout,
-                        (x,),
-                        {"via": _choose(ctx, mma, dims, role)},
-                        name="convert_layout",
-                    )
-                conv.meta.update(op=ConvertLayout, type=x.meta["type"], loc=mma.meta.get("loc"), convert_id=count)
+                via = {"via": _choose(ctx, mma, dims, role)}
+                loc, t = mma.meta.get("loc"), x.meta["type"]
+                conv = op_node(g, ConvertLayout, (x,), via, "convert_layout", loc, before=mma, type=t, convert_id=count)
                 count += 1
                 args = list(mma.args)
                 args[pos] = conv

@@ -19,6 +19,7 @@ from ..frontend.ops_hopper import MBarrierWait, TmaFill
 from ..frontend.tracing import Trace
 from ..frontend.types import AddressSpace
 from .context import PassContext
+from .schema import op_node
 
 
 def _is_shared(node: fx.Node) -> bool:
@@ -27,10 +28,7 @@ def _is_shared(node: fx.Node) -> bool:
 
 
 def _barrier(g: fx.Graph, before: fx.Node) -> fx.Node:
-    with g.inserting_before(before):
-        b = g.create_node("call_function", Barrier, (), {}, name="barrier")
-    b.meta.update(op=Barrier, type=None, loc=before.meta.get("loc"))
-    return b
+    return op_node(g, Barrier, (), {}, "barrier", before.meta.get("loc"), before=before)
 
 
 def _body_barriers(g: fx.Graph) -> None:

@@ -40,17 +40,7 @@ from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
-
-
-def op_node(g: fx.Graph, op, args, kwargs, name, loc, before=None, **meta) -> fx.Node:
-    """A new ``op`` node (appended, or inserted before ``before``) with its meta set."""
-    if before is not None:
-        with g.inserting_before(before):
-            n = g.create_node("call_function", op, args, kwargs, name=name)
-    else:
-        n = g.create_node("call_function", op, args, kwargs, name=name)
-    n.meta.update(op=op, type=None, loc=loc, **meta)
-    return n
+from .schema import op_node
 
 
 def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
@@ -176,21 +166,21 @@ def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
     mma = ctx.constraints.mma_type
     async_ok = mma is None or mma.spec.vendor == "nvidia"
     if ctx.constraints.scheduling.warp_specialize and (
-        stages < 2 or ctx.target != "sm_90a" or ctx.constraints.group_waves == 1
+        stages < 2 or not ctx.target.has_tma or ctx.constraints.group_waves == 1
     ):
         raise ConstraintError(
             trace.loc,
             message="SchedulingConstraint(warp_specialize=True): a producer warpgroup "
             f"feeds wgmma loops of num_stages >= 2 through TMA on sm_90a (num_stages={stages}, "
-            f"target {ctx.target!r}, mma {mma.name if mma else None})",
+            f"target {ctx.target.name!r}, mma {mma.name if mma else None})",
         )
-    if stages < 2 or not async_ok or not ctx.target.startswith("sm_"):
+    if stages < 2 or not async_ok or not ctx.target.has_cp_async:
         want = ctx.constraints.scheduling.async_copy
         if want.startswith("tma"):  # asked for explicitly: say why there is none
             raise ConstraintError(
                 trace.loc,
                 message=f"SchedulingConstraint(async_copy={want!r}): TMA pipelines "
-                f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target!r})",
+                f"loops of num_stages >= 2 on sm_90a (num_stages={stages}, target {ctx.target.name!r})",
             )
         return
     for node in list(trace.graph.nodes):

@@ -34,8 +34,8 @@ from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .loop_shape import chains_only
-from .pipeline_loops import op_node
 from .schedule_loops import k_steps
+from .schema import op_node
 
 
 def _step0_reads(steps: list[list[fx.Node]], body: fx.Graph) -> list[fx.Node]:

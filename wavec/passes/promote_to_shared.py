@@ -17,6 +17,7 @@ from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
+from .schema import op_node
 
 
 def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
@@ -52,16 +53,10 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
             return  # not tiled: nothing bounded to stage
         tile[d] = extent
     base = {d: cs.base_offset(d, ctx.in_loop(sub, d), per_wave=False) for d in ttype.dims}
-    with trace.graph.inserting_before(iterate):
-        alloc = trace.graph.create_node(
-            "call_function",
-            Allocate,
-            (),
-            {"tile": tile, "base": base, "stages": 1, "pad": 0},
-            name=f"shared_{capture_root(mem).name}",
-        )
-    alloc.meta.update(
-        op=Allocate, type=TensorType(ttype.shape, ttype.dtype, AddressSpace.SHARED), loc=read.meta.get("loc")
+    kwargs, shared = {"tile": tile, "base": base, "stages": 1, "pad": 0}, AddressSpace.SHARED
+    name, loc = f"shared_{capture_root(mem).name}", read.meta.get("loc")
+    alloc = op_node(
+        trace.graph, Allocate, (), kwargs, name, loc, before=iterate, type=TensorType(ttype.shape, ttype.dtype, shared)
     )
     tile_ph = _capture(sub, iterate, alloc)
     # Copies go to the top of the body, after earlier copies: all global loads are in flight before the
@@ -70,8 +65,7 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     with sub.inserting_before(anchor):
         g = sub.create_node("call_function", Read, (mem,), dict(read.kwargs), name=f"{read.name}_global")
         g.meta.update(read.meta, distribute="workgroup", staging=True)
-        w = sub.create_node("call_function", Write, (g, tile_ph), {}, name=f"{read.name}_to_shared")
-        w.meta.update(op=Write, type=None, loc=read.meta.get("loc"), staging=True)
+        op_node(sub, Write, (g, tile_ph), {}, f"{read.name}_to_shared", read.meta.get("loc"), staging=True)
     read.args = (tile_ph,)
 
 

@@ -17,6 +17,7 @@ import torch.fx as fx
 from ..frontend.ops import Allocate, AsyncWait, Barrier, Iterate
 from ..frontend.tracing import Trace
 from .context import PassContext
+from .schema import op_node
 
 
 def _key(alloc: fx.Node) -> tuple:
@@ -32,11 +33,9 @@ def _key(alloc: fx.Node) -> tuple:
 
 
 def _drain(g: fx.Graph, before: fx.Node) -> None:
-    with g.inserting_before(before):
-        wait = g.create_node("call_function", AsyncWait, (), {"pending": 0, "drain": True}, name="async_wait_drain")
-        bar = g.create_node("call_function", Barrier, (), {}, name="barrier")
-    for n in (wait, bar):
-        n.meta.update(op=n.target, type=None, loc=before.meta.get("loc"))
+    loc = before.meta.get("loc")
+    op_node(g, AsyncWait, (), {"pending": 0, "drain": True}, "async_wait_drain", loc, before=before)
+    op_node(g, Barrier, (), {}, "barrier", loc, before=before)
 
 
 def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:

@@ -1,8 +1,9 @@
 """The trace verifier, run between passes when ``WAVEC_VERIFY_IR`` is on (the default).
 
 Checks the invariants every pass relies on, so a pass that breaks one fails at the pass, not as a
-wrong kernel: each op node carries its op class; each register value has a type, and once
-``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` nodes agree with their bodies
+wrong kernel: every ``meta``/``kwargs`` key is declared in ``schema``, has its declared type and was
+produced by a pass that already ran; each op node carries its op; each register value has a type, and
+once ``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` nodes agree with their bodies
 (one iter_arg per init, one result per init, one capture per captured value, each from the parent graph).
 """
 
@@ -13,6 +14,7 @@ import torch.fx as fx
 from ..errors import WavecError
 from ..frontend.ops import Iterate
 from ..frontend.tracing import Trace
+from .schema import KWARGS, META, TRACE, Key
 
 
 class TraceVerificationError(WavecError):
@@ -21,6 +23,18 @@ class TraceVerificationError(WavecError):
 
 def _fail(stage: str, node: fx.Node, message: str) -> None:
     raise TraceVerificationError(node.meta.get("loc"), stage=stage, message=f"%{node.name}: {message}")
+
+
+def _check_keys(stage: str, node: fx.Node, ran: set[str]) -> None:
+    for where, values, declared in (("meta", node.meta, META), ("kwargs", node.kwargs, KWARGS)):
+        for name, value in values.items():
+            key: Key | None = declared.get(name)
+            if key is None:
+                _fail(stage, node, f"{where}[{name!r}] is not declared in passes/schema.py")
+            elif not ran.intersection(key.producers):
+                _fail(stage, node, f"{where}[{name!r}] present before its producer {' or '.join(key.producers)} ran")
+            elif not key.check(value):
+                _fail(stage, node, f"{where}[{name!r}] = {value!r} is not a {key.type} ({key.record})")
 
 
 def _check_node(stage: str, node: fx.Node, layouts: bool) -> None:
@@ -55,9 +69,13 @@ def _check_iterate(stage: str, trace: Trace, node: fx.Node, graph: fx.Graph) -> 
             _fail(stage, node, f"captured %{c.name} is not in the enclosing graph")
 
 
-def verify_trace(trace: Trace, stage: str, layouts: bool) -> None:
+def verify_trace(trace: Trace, stage: str, ran: set[str]) -> None:
+    """Check ``trace`` after pass ``stage``; ``ran``: the passes run so far (``stage`` included)."""
+    ran = ran | {TRACE}
+    layouts = "infer_indices" in ran
     for g in trace.graphs():
         for node in g.nodes:
+            _check_keys(stage, node, ran)
             _check_node(stage, node, layouts)
             if node.meta.get("op") is Iterate:
                 _check_iterate(stage, trace, node, g)

@@ -80,12 +80,7 @@ def _fragment_write(node: fx.Node) -> tuple | None:
 def widen_stores(trace: Trace, ctx: PassContext) -> None:
     cs = ctx.constraints
     # (the split epilogue asked for explicitly keeps its form: one bounds test, then the narrow stores)
-    if (
-        cs.threads_per_wave != 32
-        or not ctx.target.startswith("sm_")
-        or cs.group_waves > 1
-        or cs.scheduling.split_epilogue
-    ):
+    if cs.threads_per_wave != 32 or not ctx.target.has_mma_sync or cs.group_waves > 1 or cs.scheduling.split_epilogue:
         return
     groups: dict = {}
     order = {n: i for i, n in enumerate(trace.graph.nodes)}

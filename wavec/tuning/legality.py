@@ -35,7 +35,7 @@ _TRACES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _target(target):
-    from ..codegen.targets import get_target
+    from ..target import get_target
 
     return get_target(target) if isinstance(target, str) else target
 

@@ -236,7 +236,7 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
         if persistent:  # the consumers' tile sequence (codegen.hopper.persistent), the K loop per tile
             from .persistent import tile_loop
 
-            with tile_loop(fb, persistent["tiles"], persistent["remap"]):
+            with tile_loop(fb, persistent.tiles, persistent.remap):
                 _producer_k_loop(fb, node, sub, lo, hi)
         else:
             _producer_k_loop(fb, node, sub, lo, hi)

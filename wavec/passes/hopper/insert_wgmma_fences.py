@@ -54,13 +54,11 @@ from ...frontend.tracing import Trace
 from ...frontend.types import AddressSpace
 from ..context import PassContext
 from ..loop_shape import chains_only
+from ..schema import op_node
 
 
 def _node(g: fx.Graph, op: type, where: fx.Node, before: bool, **kwargs) -> fx.Node:
-    with g.inserting_before(where) if before else g.inserting_after(where):
-        n = g.create_node("call_function", op, (), kwargs, name=op.name)
-    n.meta.update(op=op, type=None, loc=where.meta.get("loc"))
-    return n
+    return op_node(g, op, (), kwargs, op.name, where.meta.get("loc"), **{"before" if before else "after": where})
 
 
 def _retarget(node: fx.Node, op: type) -> None:
@@ -185,8 +183,7 @@ def _carry_in_flight(root: fx.Graph, iterate: fx.Node, body: fx.Graph, accs: lis
     inits = list(iterate.args[0])
     slots = [iter_args.index(p) for p in accs]
     for j in slots:
-        with root.inserting_before(iterate):
-            acc = root.create_node("call_function", WgmmaAccumulator, (inits[j],), {}, name=WgmmaAccumulator.name)
+        acc = op_node(root, WgmmaAccumulator, (inits[j],), {}, WgmmaAccumulator.name, None, before=iterate)
         acc.meta.update(inits[j].meta, op=WgmmaAccumulator)
         inits[j] = acc
     iterate.args = (tuple(inits),) + tuple(iterate.args[1:])

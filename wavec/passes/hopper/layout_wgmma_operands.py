@@ -34,8 +34,6 @@ from ...frontend.types import AddressSpace
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ..context import PassContext
 
-WGMMA_TARGET = "sm_90a"
-
 
 def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
     cs, name, loc = ctx.constraints, ctx.constraints.mma_type.name, mma.meta.get("loc")
@@ -148,11 +146,11 @@ def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
     mma_type = ctx.constraints.mma_type
     if mma_type is None or mma_type.spec.group_waves == 1:
         return
-    if ctx.target != WGMMA_TARGET:
+    if not ctx.target.has_wgmma:
         raise ConstraintError(
             trace.loc,
             message=f"{mma_type.name} is a Hopper wgmma instruction: compile with "
-            f"target='{WGMMA_TARGET}' (got {ctx.target!r}; sm_90 without the 'a' has no wgmma)",
+            f"target='sm_90a' (got {ctx.target.name!r}; sm_90 without the 'a' has no wgmma)",
         )
     for it in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
         sub = trace.subgraphs[it.kwargs["subgraph"]]

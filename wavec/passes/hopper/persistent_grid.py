@@ -36,7 +36,8 @@ from ...frontend.ops import Allocate, Iterate
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, PersistentTiles, TmaFill, WarpSpecialize, WgmmaWait
 from ...frontend.tracing import Trace
 from ...indexing.symbols import PID, TILE, WORKGROUP
-from ..context import PassContext
+from ..context import PassContext, PersistentGrid
+from ..schema import op_node
 from .pipeline_tma import k_base
 
 SMS_SYMBOL = sympy.Symbol("WAVEC_SMS", integer=True, positive=True)  # the launcher's SM count
@@ -68,7 +69,7 @@ def _the_loop(trace: Trace, ctx: PassContext) -> tuple[fx.Node, fx.Node]:
             trace,
             f"needs exactly one K loop pipelined with TMA (a Hopper wgmma GEMM on sm_90a with "
             f"128-byte-swizzled operand tiles, num_stages >= 2, async_copy not 'cp.async'); found "
-            f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target!r}, "
+            f"{len(loops)} loop(s), {len(inits)} TMA pipeline(s) (target {ctx.target.name!r}, "
             f"num_stages {cs.num_stages}, async_copy {cs.scheduling.async_copy!r})",
         )
     if loops[0].kwargs.get("start") is not None or loops[0].kwargs.get("end") is not None:
@@ -117,15 +118,9 @@ def _release_last(trace: Trace, ctx: PassContext, iterate: fx.Node, init: fx.Nod
     if wait is None:
         raise _refuse(trace, "no wgmma wait retires the K loop's last group")
     last = k_base(ctx, lo, stop) + stop - lo - 1
-    with trace.graph.inserting_after(wait):
-        n = trace.graph.create_node(
-            "call_function",
-            MBarrierArrive,
-            (),
-            {"stage": sympy.Mod(last, stages), "iteration": sympy.Integer(0), "first": sympy.Integer(0)},
-            name="mbarrier_arrive_tile_end",
-        )
-    n.meta.update(op=MBarrierArrive, type=None, loc=wait.meta.get("loc"), mbarriers=init)
+    kwargs = {"stage": sympy.Mod(last, stages), "iteration": sympy.Integer(0), "first": sympy.Integer(0)}
+    loc = wait.meta.get("loc")
+    op_node(trace.graph, MBarrierArrive, (), kwargs, "mbarrier_arrive_tile_end", loc, after=wait, mbarriers=init)
 
 
 def persistent_grid(trace: Trace, ctx: PassContext) -> None:
@@ -142,15 +137,8 @@ def persistent_grid(trace: Trace, ctx: PassContext) -> None:
     first_fill = min(nodes.index(n) for n in nodes if n.meta.get("op") in (TmaFill, Iterate))
     if after > first_fill:
         raise _refuse(trace, "a shared allocation follows the first TMA fill")
-    with trace.graph.inserting_after(nodes[after]):
-        marker = trace.graph.create_node(
-            "call_function",
-            PersistentTiles,
-            (),
-            {"tiles": tiles, "remap": remap, "barrier": not empty},
-            name="persistent_tiles",
-        )
-    marker.meta.update(op=PersistentTiles, type=None, loc=iterate.meta.get("loc"))
+    kwargs = {"tiles": tiles, "remap": remap, "barrier": not empty}
+    op_node(trace.graph, PersistentTiles, (), kwargs, "persistent_tiles", iterate.meta.get("loc"), after=nodes[after])
     per_sm = workgroups_per_sm(_shared_bytes(trace), cs.threads + ctx.producer_threads)
     ctx.grid_override = (sympy.Min(tiles, SMS_SYMBOL * per_sm), sympy.Integer(1), sympy.Integer(1))
-    ctx.persistent = {"tiles": tiles, "remap": remap, "per_sm": per_sm}
+    ctx.persistent = PersistentGrid(tiles, remap, per_sm)

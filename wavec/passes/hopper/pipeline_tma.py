@@ -46,6 +46,7 @@ from ...indexing import induction_symbol
 from ...indexing.shared_layout import SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
 from ..context import PassContext, TensorMapRequest
+from ..schema import op_node
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
@@ -62,10 +63,7 @@ def choose_war(stages: int, lag: int) -> str:
 
 
 def _node(g: fx.Graph, op: type, args: tuple, kwargs: dict, name: str, before: fx.Node, **meta) -> fx.Node:
-    with g.inserting_before(before):
-        n = g.create_node("call_function", op, args, kwargs, name=name)
-    n.meta.update(op=op, type=None, loc=before.meta.get("loc"), **meta)
-    return n
+    return op_node(g, op, args, kwargs, name, before.meta.get("loc"), before=before, **meta)
 
 
 def _tile_dims(alloc: fx.Node) -> tuple:
@@ -108,8 +106,8 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
     """(the tensor map of each distinct (argument, tile) copied, "") when TMA can replace the copies,
     else (None, why)."""
     cs = ctx.constraints
-    if ctx.target != "sm_90a" or cs.group_waves == 1:
-        return None, f"TMA is used with Hopper wgmma kernels on sm_90a (target {ctx.target!r})"
+    if not ctx.target.has_tma or cs.group_waves == 1:
+        return None, f"TMA is used with Hopper wgmma kernels on sm_90a (target {ctx.target.name!r})"
     maps, seen = [], set()
     for read, write in pairs:
         why = _why_not_pair(trace, read, write)

@@ -1,8 +1,9 @@
-"""GPU targets wavec can compile for, and the IREE target attribute of each.
+"""GPU targets wavec can compile for: capabilities, and the IREE target attribute of each.
 
-Requires: nothing (pure data; no MLIR or IREE import).
+Requires: nothing (pure data; no MLIR or IREE import: passes, codegen and tuning all read it).
 Guarantees: ``get_target(name)`` returns a frozen :class:`Target` for ``sm_80``, ``sm_90``, ``sm_90a`` and
-``gfx942`` and raises :class:`~wavec.errors.UnsupportedTargetError` otherwise. ``Target.attr_text()`` is
+``gfx942`` and raises :class:`~wavec.errors.UnsupportedTargetError` otherwise.  Passes and lowerings ask a
+target what it has (``has_cp_async``, ``has_wgmma``, ...), never what it is called.  ``Target.attr_text()`` is
 the complete ``#hal.executable.target<...>`` attribute to put on a ``hal.executable.variant``:
 
 - NVIDIA: written by hand, because IREE 3.13 has no Hopper entry in its known-target table. The sm_80
@@ -86,6 +87,12 @@ class Target:
     threads_per_wave: int
     mma_intrinsics: tuple[str, ...]
     max_shared_bytes: int
+    sms: int  # SMs / CUs of the arch's reference device (A100 108, H100 132, MI300X 304)
+    has_cp_async: bool = False  # cp.async global->shared copies with commit/wait groups (NVIDIA sm_80+)
+    has_mma_sync: bool = False  # mma.sync, its m16n8 fragments and ldmatrix (NVIDIA sm_80+)
+    has_nvvm_math: bool = False  # NVVM's ex2.approx.ftz.f32 and cvt.rn.bf16 intrinsics
+    has_tma: bool = False  # cp.async.bulk.tensor with PTX 8.3's tensormap proxy fence (sm_90a's +ptx83)
+    has_wgmma: bool = False  # warpgroup MMA (sm_90a only: sm_90 without the 'a' has none)
 
     @property
     def variant_name(self) -> str:
@@ -131,14 +138,16 @@ class Target:
         )
 
 
+_NV = {"has_cp_async": True, "has_mma_sync": True, "has_nvvm_math": True}
+_HOPPER = {"has_tma": True, "has_wgmma": True}
 _TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("sm_80", "cuda", "sm_80", "+ptx76", 32, _NV_MMA_SM80, 166912),
-        Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448),
+        Target("sm_80", "cuda", "sm_80", "+ptx76", 32, _NV_MMA_SM80, 166912, 108, **_NV),
+        Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448, 132, **_NV),
         # PTX 8.3: fence.proxy.tensormap::generic (TMA maps written by the host, read through global memory)
-        Target("sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448),
-        Target("gfx942", "rocm", "gfx942", "", 64, _AMD_MMA_GFX942, 65536),
+        Target("sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448, 132, **_NV, **_HOPPER),
+        Target("gfx942", "rocm", "gfx942", "", 64, _AMD_MMA_GFX942, 65536, 304),
     )
 }
 
