@@ -11,24 +11,32 @@ class MatrixDescriptor(Op):
     ``meta``: ``layout`` = the tile's origin, ``stage``, ``mma_role``)."""
 
     name = "matrix_descriptor"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("memref.extract_aligned_pointer_as_index", "arith.shrui", "arith.ori")
 
 
 class WarpgroupMMA(Op):
     """``wgmma.mma_async`` of a warpgroup: ``args = (A descriptor, B descriptor, accumulator)``."""
 
     name = "wgmma"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("nvvm.wgmma.mma_async", "llvm.insertvalue", "llvm.extractvalue")
 
 
 class WgmmaFence(Op):
     """``wgmma.fence``: orders register accesses (the accumulator) before the wgmmas that follow."""
 
     name = "wgmma_fence"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("nvvm.wgmma.fence.aligned",)
 
 
 class WgmmaCommit(Op):
     """``wgmma.commit_group``: the wgmmas issued since the last commit form one group."""
 
     name = "wgmma_commit"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("nvvm.wgmma.commit.group.sync.aligned",)
 
 
 class WgmmaWait(Op):
@@ -36,6 +44,8 @@ class WgmmaWait(Op):
     accumulators in ``kwargs["retire"]`` (whose groups are now complete) become ordinary values."""
 
     name = "wgmma_wait"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("nvvm.wgmma.wait.group.sync.aligned",)
 
 
 class ProxyFence(Op):
@@ -43,6 +53,8 @@ class ProxyFence(Op):
     visible to the async proxy (wgmma reads, TMA) that a later barrier lets run."""
 
     name = "proxy_fence"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("nvvm.fence.proxy",)
 
 
 class WgmmaAccumulator(Op):
@@ -50,6 +62,8 @@ class WgmmaAccumulator(Op):
     loop carries when a wgmma group stays in flight across iterations."""
 
     name = "wgmma_accumulator"
+    lowering = "wavec.codegen.hopper.wgmma"
+    emulated_ops = ("llvm.insertvalue",)
 
 
 class MBarrierInit(Op):
@@ -60,6 +74,8 @@ class MBarrierInit(Op):
     through ``meta["mbarriers"]``."""
 
     name = "mbarrier_init"
+    lowering = "wavec.codegen.hopper.tma"
+    emulated_ops = ("nvvm.mbarrier.init", "nvvm.fence.mbarrier.init", "gpu.barrier")
 
 
 class MBarrierWait(Op):
@@ -67,6 +83,8 @@ class MBarrierWait(Op):
     ``kwargs["parity"]`` (``mbarrier.try_wait.parity`` in a loop): the TMA boxes of that stage landed."""
 
     name = "mbarrier_wait"
+    lowering = "wavec.codegen.hopper.tma"
+    emulated_ops = ("nvvm.mbarrier.try_wait.parity", "scf.while")
 
 
 class TmaFill(Op):
@@ -79,6 +97,8 @@ class TmaFill(Op):
     ``mbarriers``."""
 
     name = "tma_fill"
+    lowering = "wavec.codegen.hopper.tma"
+    emulated_ops = ("nvvm.mbarrier.arrive.expect_tx", "nvvm.cp.async.bulk.tensor.shared.cluster.global")
 
 
 class MBarrierArrive(Op):
@@ -86,6 +106,8 @@ class MBarrierArrive(Op):
     group that read it has retired) when ``kwargs["iteration"] >= kwargs["first"]``."""
 
     name = "mbarrier_arrive"
+    lowering = "wavec.codegen.hopper.tma"
+    emulated_ops = ("nvvm.mbarrier.arrive",)
 
 
 class WarpSpecialize(Op):
@@ -97,6 +119,8 @@ class WarpSpecialize(Op):
     ``setmaxnreg`` counts; ``meta["mbarriers"]`` = the loop's ``MBarrierInit``."""
 
     name = "warp_specialize"
+    lowering = "wavec.codegen.hopper.tma"
+    emulated_ops = ("nvvm.setmaxregister", "scf.if", "scf.for")
 
 
 class PersistentTiles(Op):
@@ -106,3 +130,5 @@ class PersistentTiles(Op):
     ``kwargs["remap"]``; ``kwargs["barrier"]``: a workgroup barrier at the start of every tile."""
 
     name = "persistent_tiles"
+    lowering = "wavec.codegen.hopper.persistent"
+    emulated_ops = ("scf.for",)
