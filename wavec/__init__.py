@@ -16,13 +16,17 @@ from .frontend.constraints import (
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
+    abs,  # noqa: A004 - wc.abs, elementwise
     arange,
     binary,
     broadcast,
     cast,
+    cos,
+    erf,
     exp,
     exp2,
     iterate,
+    log,
     log2,
     max,  # noqa: A004 - wc.max, the DSL reduction
     maximum,
@@ -32,8 +36,10 @@ from .frontend.ops import (
     read,
     reciprocal,
     rsqrt,
+    sin,
     sqrt,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
+    tanh,
     tile_start,
     unary,
     where,
@@ -65,10 +71,16 @@ __all__ = [
     "exp",
     "exp2",
     "iterate",
+    "log",
     "log2",
     "reciprocal",
     "rsqrt",
     "sqrt",
+    "abs",
+    "tanh",
+    "sin",
+    "cos",
+    "erf",
     "max",
     "maximum",
     "minimum",
