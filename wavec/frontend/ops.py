@@ -43,7 +43,7 @@ class Op:
     index_flow: ClassVar[str | None] = None
     expansion: ClassVar[str] = "per_tile"
     lowering: ClassVar[str] = "wavec.codegen.lowering"
-    emulated_ops: ClassVar[tuple[str, ...]] = ()
+    emulated_ops: ClassVar[tuple[str, ...] | None] = None  # every record declares them (() = emits nothing)
 
     @staticmethod
     def value_operands(node) -> list:
@@ -86,7 +86,7 @@ class Read(Op):
     name = "read"
     anchor, anchor_priority = "copy_distribution", PRIO_STRATEGY  # staging copies: the whole workgroup
     lowering = "wavec.codegen.memory_access"
-    emulated_ops = ("vector.load", "vector.maskedload", "memref.load", "nvgpu.ldmatrix")
+    emulated_ops = ("vector.load", "nvgpu.ldmatrix", "scf.if")
 
 
 def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
@@ -123,7 +123,7 @@ class Write(Op):
     name = "write"
     anchor, anchor_priority = "written_value", PRIO_WRITE
     lowering = "wavec.codegen.memory_access"
-    emulated_ops = ("vector.store", "vector.maskedstore", "memref.store")
+    emulated_ops = ("vector.store", "scf.if")
 
 
 def write(value: Value, memory: Value) -> None:
@@ -152,7 +152,7 @@ class Arange(Op):
 
     name = "arange"
     lowering = "wavec.codegen.lowering_ops"
-    emulated_ops = ("vector.step", "arith.addi")
+    emulated_ops = ("vector.broadcast", "arith.index_cast", "arith.addi")
 
 
 def arange(dim: sympy.Symbol) -> Value:
@@ -383,6 +383,7 @@ class Permute(Op):
     name = "permute"
     index_flow = "permute"
     lowering = "wavec.codegen.lowering_ops"
+    emulated_ops = ()  # free: layouts order registers by dimension name
 
 
 def permute(x: Value, dims) -> Value:
@@ -409,6 +410,7 @@ class Iterate(Op):
 class GetResult(Op):
     name = "get_result"
     expansion = "loop_result"  # cloned by its loop's expansion
+    emulated_ops = ()  # one of the scf.for results
 
 
 def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None, end: sympy.Expr | None = None):
@@ -459,7 +461,7 @@ class Allocate(Op):
 
     name = "allocate"
     lowering = "wavec.codegen.memory_access"
-    emulated_ops = ("memref.alloc", "memref.subview")
+    emulated_ops = ("memref.alloc",)
 
 
 class Barrier(Op):
