@@ -26,7 +26,7 @@ def _records() -> list[type]:
         cls = todo.pop()
         for sub in cls.__subclasses__():
             todo.append(sub)
-            if sub is not ops.Elementwise:
+            if sub is not ops.Elementwise and not sub.__name__.startswith("_"):  # shared defaults
                 out.append(sub)
     return sorted(out, key=lambda c: c.__name__)
 

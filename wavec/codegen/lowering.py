@@ -304,22 +304,12 @@ def lower_register(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = splat(vec_type(node.meta["layout"].size, dtype), dtype, node.kwargs["value"])
 
 
-_FLOAT = {
-    "add": arith.addf,
-    "sub": arith.subf,
-    "mul": arith.mulf,
-    "div": arith.divf,
-    "maximum": arith.maximumf,
-    "minimum": arith.minimumf,
-}
-_INT = {
-    "add": arith.addi,
-    "sub": arith.subi,
-    "mul": arith.muli,
-    "div": arith.divsi,
-    "maximum": arith.maxsi,
-    "minimum": arith.minsi,
-}
+# kind -> (float op, integer op)
+_ARITH = {
+    "add": (arith.addf, arith.addi), "sub": (arith.subf, arith.subi), "mul": (arith.mulf, arith.muli),
+    "div": (arith.divf, arith.divsi), "maximum": (arith.maximumf, arith.maxsi),
+    "minimum": (arith.minimumf, arith.minsi),
+}  # fmt: skip
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
@@ -338,10 +328,9 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
         return
     if in_dtype.is_float and kind in ("add", "sub", "mul"):
         # contractible: LLVM may fuse a multiply into its add (s * c - m -> one fma per element)
-        fb.values[node] = _FLOAT[kind](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
+        fb.values[node] = _ARITH[kind][0](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
         return
-    table = _FLOAT if in_dtype.is_float else _INT
-    fb.values[node] = table[kind](x, y)
+    fb.values[node] = _ARITH[kind][0 if in_dtype.is_float else 1](x, y)
 
 
 @rule(Unary)
