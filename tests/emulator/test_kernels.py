@@ -151,7 +151,7 @@ def test_missing_barrier_is_a_race() -> None:
 
 def test_unknown_op_is_named() -> None:
     src = text("elementwise").replace("math.exp2 %tb", "math.atan %tb")
-    with pytest.raises(EmulatorError, match=r"math\.erf \(line \d+\)"):
+    with pytest.raises(EmulatorError, match=r"math\.atan \(line \d+\)"):
         EmulatedKernel(src, "elementwise")
 
 
