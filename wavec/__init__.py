@@ -16,13 +16,17 @@ from .frontend.constraints import (
 from .frontend.dtypes import bf16, f16, f32, i1, i32
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
+    abs,  # noqa: A004 - wc.abs, elementwise
     arange,
     binary,
     broadcast,
     cast,
+    cos,
+    erf,
     exp,
     exp2,
     iterate,
+    log,
     log2,
     max,  # noqa: A004 - wc.max, the DSL reduction
     maximum,
@@ -32,8 +36,10 @@ from .frontend.ops import (
     read,
     reciprocal,
     rsqrt,
+    sin,
     sqrt,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
+    tanh,
     tile_start,
     unary,
     where,
@@ -46,51 +52,13 @@ from .indexing.mma import MMAType
 __version__ = "0.1.0"
 
 __all__ = [
-    "WavecError",
-    "HardwareConstraint",
-    "SchedulingConstraint",
-    "TilingConstraint",
-    "WaveConstraint",
-    "WorkgroupConstraint",
-    "bf16",
-    "f16",
-    "f32",
-    "i1",
-    "i32",
-    "WaveKernel",
-    "wave",
-    "binary",
-    "broadcast",
-    "cast",
-    "exp",
-    "exp2",
-    "iterate",
-    "log2",
-    "reciprocal",
-    "rsqrt",
-    "sqrt",
-    "max",
-    "maximum",
-    "minimum",
-    "mma",
-    "permute",
-    "sum",
-    "read",
-    "unary",
-    "where",
-    "write",
-    "sym",
-    "Memory",
-    "Register",
-    "Scalar",
-    "arange",
-    "tile_start",
-    "MMAType",
-    "compile",
-    "register_torch_op",
-    "autotune",
+    "WavecError", "HardwareConstraint", "SchedulingConstraint", "TilingConstraint", "WaveConstraint",
+    "WorkgroupConstraint", "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast",
+    "exp", "exp2", "iterate", "log", "log2", "reciprocal", "rsqrt", "sqrt", "abs", "tanh", "sin", "cos", "erf",
+    "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
+    "Register", "Scalar", "arange", "tile_start", "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
-]
+]  # fmt: skip
 
 
 def __getattr__(name: str):

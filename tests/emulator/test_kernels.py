@@ -150,8 +150,8 @@ def test_missing_barrier_is_a_race() -> None:
 
 
 def test_unknown_op_is_named() -> None:
-    src = text("elementwise").replace("math.exp2 %tb", "math.erf %tb")
-    with pytest.raises(EmulatorError, match=r"math\.erf \(line \d+\)"):
+    src = text("elementwise").replace("math.exp2 %tb", "math.atan %tb")
+    with pytest.raises(EmulatorError, match=r"math\.atan \(line \d+\)"):
         EmulatedKernel(src, "elementwise")
 
 

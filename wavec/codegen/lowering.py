@@ -12,7 +12,7 @@ from collections.abc import Callable
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
-from iree.compiler.dialects import amdgpu, arith, gpu, math, scf, vector
+from iree.compiler.dialects import amdgpu, arith, gpu, scf, vector
 
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
@@ -31,6 +31,7 @@ from ..frontend.ops import (
     Unary,
 )
 from ..frontend.tracing import Trace
+from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
@@ -303,22 +304,12 @@ def lower_register(fb: FunctionBuilder, node: fx.Node) -> None:
     fb.values[node] = splat(vec_type(node.meta["layout"].size, dtype), dtype, node.kwargs["value"])
 
 
-_FLOAT = {
-    "add": arith.addf,
-    "sub": arith.subf,
-    "mul": arith.mulf,
-    "div": arith.divf,
-    "maximum": arith.maximumf,
-    "minimum": arith.minimumf,
-}
-_INT = {
-    "add": arith.addi,
-    "sub": arith.subi,
-    "mul": arith.muli,
-    "div": arith.divsi,
-    "maximum": arith.maxsi,
-    "minimum": arith.minsi,
-}
+# kind -> (float op, integer op)
+_ARITH = {
+    "add": (arith.addf, arith.addi), "sub": (arith.subf, arith.subi), "mul": (arith.mulf, arith.muli),
+    "div": (arith.divf, arith.divsi), "maximum": (arith.maximumf, arith.maxsi),
+    "minimum": (arith.minimumf, arith.minsi),
+}  # fmt: skip
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
@@ -337,26 +328,26 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
         return
     if in_dtype.is_float and kind in ("add", "sub", "mul"):
         # contractible: LLVM may fuse a multiply into its add (s * c - m -> one fma per element)
-        fb.values[node] = _FLOAT[kind](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
+        fb.values[node] = _ARITH[kind][0](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
         return
-    table = _FLOAT if in_dtype.is_float else _INT
-    fb.values[node] = table[kind](x, y)
+    fb.values[node] = _ARITH[kind][0 if in_dtype.is_float else 1](x, y)
 
 
 @rule(Unary)
 def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
-    kind, x = node.kwargs["kind"], fb.values[node.args[0]]
+    """The MLIR op of the kind's ``UNARY_KINDS`` entry; integer negation as ``0 - x``; f32 exp2 on NVIDIA
+    as ``ex2.approx``."""
+    kind, x = UNARY_KINDS[node.kwargs["kind"]], fb.values[node.args[0]]
     dtype = node.meta["type"].dtype
-    if kind == "neg":
-        fb.values[node] = arith.negf(x) if dtype.is_float else arith.subi(splat(x.type, dtype, 0), x)
-        return
-    if kind == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.has_nvvm_math:
+    if kind.name == "neg" and not dtype.is_float:
+        fb.values[node] = arith.subi(splat(x.type, dtype, 0), x)
+    elif kind.name == "exp2" and dtype == dt.f32 and fb.cs.threads_per_wave == 32 and fb.ctx.target.has_nvvm_math:
         from .lowering_ops import nv_exp2
 
         fb.values[node] = nv_exp2(x)
-        return
-    fn = {"exp2": math.exp2, "exp": math.exp, "log2": math.log2, "sqrt": math.sqrt, "rsqrt": math.rsqrt}
-    fb.values[node] = fn[kind](x)
+    else:
+        name = kind.float_op if dtype.is_float else kind.int_op
+        fb.values[node] = ir.Operation.create(name, results=[x.type], operands=[x]).result
 
 
 @rule(Cast)

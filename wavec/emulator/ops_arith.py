@@ -7,6 +7,7 @@ the GPU does) and bf16 results are rounded to bf16 (round to nearest even) after
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -121,6 +122,13 @@ def _int_binary(c: Compiler, op: ir.Operation) -> Instr:
     return _elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
 
 
+@register("math.absi")
+def _absi(c: Compiler, op: ir.Operation) -> Instr:
+    et = _res(op)
+    wrap = _wrap(et)
+    return _elementwise(c, op, lambda a: wrap(np.abs(as_signed(a, et))))
+
+
 _CMPI: list[tuple[Fn, bool]] = [
     (np.equal, True), (np.not_equal, True), (np.less, True), (np.less_equal, True),
     (np.greater, True), (np.greater_equal, True), (np.less, False), (np.less_equal, False),
@@ -213,7 +221,9 @@ _FLOAT: dict[str, Fn] = {
     "math.copysign": np.copysign,
     "math.sin": np.sin,
     "math.cos": np.cos,
+    "math.erf": lambda x: _ERF(x.astype(np.float64)).astype(x.dtype),
 }
+_ERF = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf (and scipy is not a dependency)
 
 
 @register(*_FLOAT)

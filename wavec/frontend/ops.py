@@ -1,11 +1,14 @@
-"""The DSL ops.  Each op is one class: its user stub (error outside a kernel), its shape rule, and
-its role in index inference and expansion; its MLIR lowering is registered under the same class in
-``wavec/codegen/lowering.py`` and its CPU semantics are those of the MLIR it lowers to.
+"""The DSL ops.  Each op is one record (a class): its user stub (error outside a kernel) with its
+docstring and shape/dtype rule, its role in index inference and expansion, the module that registers
+its MLIR lowering and the emulated MLIR ops that give its semantics.  Passes dispatch on the record's
+roles (``infer_indices``: ``anchor``/``index_flow``; ``expand``: ``expansion``), never on the class;
+``tests/unit/test_op_records.py`` checks every record (see "The op record" in ``docs/design.md``).
 """
 
 from __future__ import annotations
 
 import builtins
+from typing import ClassVar
 
 import sympy
 
@@ -13,14 +16,45 @@ from ..errors import DTypeError, ShapeError
 from . import dtypes as dt
 from .tracing import Value, active_tracer, current_loc
 from .types import TensorType
+from .unary_kinds import UNARY_KINDS
+
+# Anchor priorities (DESIGN §3): hardware layouts, then the copy distribution / reduction strategy, then
+# the layout a write asks for; whatever is left gets the default layout from ``vector_shapes`` (0).
+PRIO_HARDWARE, PRIO_STRATEGY, PRIO_WRITE, PRIO_DEFAULT = 3, 2, 1, 0
 
 
 class Op:
-    name = "op"
+    """The record of one op; subclasses override only what differs.
+
+    - ``anchor`` / ``anchor_priority``: the ``infer_indices`` strategy (by name) that seeds a layout from
+      this op, and the priority it seeds at (None: the op anchors nothing).
+    - ``index_flow``: how layouts flow forward and backward through it (an ``infer_indices`` rule by name:
+      ``"elementwise"`` one layout for result and operands, ``"broadcast"``/``"reduce"`` the smaller value
+      takes the larger one's layout restricted to its dims, ``"permute"``, ``"loop"``; None: no flow).
+    - ``expansion``: how ``expand`` clones it (an ``expand`` rule by name; ``"per_tile"``: once per
+      instruction tile of its result, or of its value operand when it has no result).
+    - ``lowering``: the module that registers its rule in ``codegen.lowering.LOWERINGS``.
+    - ``emulated_ops``: the MLIR ops it lowers to, whose emulator semantics define it.
+    """
+
+    name: ClassVar[str] = "op"
+    anchor: ClassVar[str | None] = None
+    anchor_priority: ClassVar[int | None] = None
+    index_flow: ClassVar[str | None] = None
+    expansion: ClassVar[str] = "per_tile"
+    lowering: ClassVar[str] = "wavec.codegen.lowering"
+    emulated_ops: ClassVar[tuple[str, ...] | None] = None  # every record declares them (() = emits nothing)
 
     @staticmethod
     def value_operands(node) -> list:
         return [a for a in node.args if hasattr(a, "meta")]
+
+
+class Elementwise(Op):
+    """Default record of an elementwise op: one layout for result and operands (operands with fewer
+    dims take it restricted), cloned once per tile, lowered in ``codegen/lowering.py``."""
+
+    index_flow: ClassVar[str | None] = "elementwise"
 
 
 def memory_operand(node):
@@ -50,6 +84,9 @@ def _need_register(op: str, name: str, x) -> Value:
 
 class Read(Op):
     name = "read"
+    anchor, anchor_priority = "copy_distribution", PRIO_STRATEGY  # staging copies: the whole workgroup
+    lowering = "wavec.codegen.memory_access"
+    emulated_ops = ("vector.load", "nvgpu.ldmatrix", "scf.if")
 
 
 def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
@@ -84,6 +121,9 @@ def read(memory: Value, elements_per_thread: int | None = None, mapping: dict | 
 
 class Write(Op):
     name = "write"
+    anchor, anchor_priority = "written_value", PRIO_WRITE
+    lowering = "wavec.codegen.memory_access"
+    emulated_ops = ("vector.store", "scf.if")
 
 
 def write(value: Value, memory: Value) -> None:
@@ -111,6 +151,8 @@ class Arange(Op):
     """Each element's coordinate along ``kwargs["dim"]`` (i32)."""
 
     name = "arange"
+    lowering = "wavec.codegen.lowering_ops"
+    emulated_ops = ("vector.broadcast", "arith.index_cast", "arith.addi")
 
 
 def arange(dim: sympy.Symbol) -> Value:
@@ -133,9 +175,11 @@ def tile_start(dim: sympy.Symbol) -> sympy.Expr:
 
 class RegisterInit(Op):
     name = "register"
+    emulated_ops = ("arith.constant",)
 
 
 def register(shape: tuple, dtype: dt.DType, init) -> Value:
+    """``Register[shape, dtype](init)``: a register tile filled with ``init``."""
     tr = active_tracer("Register")
     return tr.create(
         RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float else int(init)
@@ -144,6 +188,9 @@ def register(shape: tuple, dtype: dt.DType, init) -> Value:
 
 class MMA(Op):
     name = "mma"
+    anchor, anchor_priority = "mma_operands", PRIO_HARDWARE
+    expansion = "mma_chain"  # clones chained along K, K steps outermost
+    emulated_ops = ("nvgpu.mma.sync", "amdgpu.mfma")
 
     @staticmethod
     def dims(node) -> tuple:
@@ -177,8 +224,9 @@ _FLOAT_OPS = {"add", "sub", "mul", "div", "maximum", "minimum"}
 _CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
 
 
-class Binary(Op):
+class Binary(Elementwise):
     name = "binary"
+    emulated_ops = ("arith.addf", "arith.addi", "arith.mulf", "arith.divf", "arith.cmpf", "arith.cmpi")
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
@@ -199,6 +247,7 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
 
 
 def binary(kind: str, x, y) -> Value:
+    """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
     tr = active_tracer(kind)
     if not isinstance(x, Value) and not isinstance(y, Value):
         raise ShapeError(current_loc(), op=kind, message="at least one operand must be a traced tensor")
@@ -220,34 +269,47 @@ def binary(kind: str, x, y) -> Value:
 
 
 def maximum(x, y) -> Value:
+    """Elementwise maximum (NaN-propagating on floats)."""
     return binary("maximum", x, y)
 
 
 def minimum(x, y) -> Value:
+    """Elementwise minimum (NaN-propagating on floats)."""
     return binary("minimum", x, y)
 
 
-class Unary(Op):
+class Unary(Elementwise):
+    """A math function of ``UNARY_KINDS`` (``kwargs["kind"]``), elementwise."""
+
     name = "unary"
+    emulated_ops = tuple(sorted({op for k in UNARY_KINDS.values() for op in (k.float_op, k.int_op) if op}))
 
 
 def unary(kind: str, x: Value) -> Value:
+    """``kind(x)`` elementwise, ``kind`` one of ``UNARY_KINDS`` (wavec/frontend/unary_kinds.py)."""
+    if kind not in UNARY_KINDS:
+        raise ShapeError(
+            current_loc(), op="unary", message=f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}"
+        )
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
-    if kind in ("exp2", "exp", "log2", "sqrt", "rsqrt") and not x.dtype.is_float:
+    if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
         raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
 
 
 def exp2(x: Value) -> Value:
+    """``2 ** x`` elementwise (floats)."""
     return unary("exp2", x)
 
 
-class Cast(Op):
+class Cast(Elementwise):
     name = "cast"
+    emulated_ops = ("arith.extf", "arith.truncf", "arith.fptosi", "arith.sitofp", "arith.uitofp", "arith.extui")
 
 
 def cast(x: Value, dtype: dt.DType) -> Value:
+    """``x`` converted to ``dtype`` (floats round to nearest even; float to int truncates)."""
     tr = active_tracer("cast")
     x = _need_register("cast", "x", x)
     if not isinstance(dtype, dt.DType):
@@ -255,8 +317,9 @@ def cast(x: Value, dtype: dt.DType) -> Value:
     return tr.create(Cast, (x,), TensorType(x.shape, dtype), dtype=dtype)
 
 
-class Select(Op):
+class Select(Elementwise):
     name = "select"
+    emulated_ops = ("arith.select",)
 
 
 def where(cond: Value, x, y) -> Value:
@@ -283,6 +346,8 @@ def where(cond: Value, x, y) -> Value:
 
 class Broadcast(Op):
     name = "broadcast"
+    index_flow = "broadcast"
+    emulated_ops = ("vector.shuffle",)
 
 
 def broadcast(x: Value, shape) -> Value:
@@ -316,6 +381,9 @@ class Permute(Op):
     """Reorder the dimensions of a register value (free: the register vector is unchanged)."""
 
     name = "permute"
+    index_flow = "permute"
+    lowering = "wavec.codegen.lowering_ops"
+    emulated_ops = ()  # free: layouts order registers by dimension name
 
 
 def permute(x: Value, dims) -> Value:
@@ -334,14 +402,15 @@ def permute(x: Value, dims) -> Value:
 
 class Iterate(Op):
     name = "iterate"
-
-
-class IterArg(Op):
-    name = "iter_arg"
+    index_flow = "loop"  # init, iter_arg, yielded value and result share one layout; captures too
+    expansion = "loop"  # the body expands inside the loop, carried values per tile
+    emulated_ops = ("scf.for",)
 
 
 class GetResult(Op):
     name = "get_result"
+    expansion = "loop_result"  # cloned by its loop's expansion
+    emulated_ops = ()  # one of the scf.for results
 
 
 def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None, end: sympy.Expr | None = None):
@@ -391,10 +460,13 @@ class Allocate(Op):
     tensor's coordinates, ``stages`` buffers for pipelining, ``pad`` elements per row)."""
 
     name = "allocate"
+    lowering = "wavec.codegen.memory_access"
+    emulated_ops = ("memref.alloc",)
 
 
 class Barrier(Op):
     name = "barrier"
+    emulated_ops = ("gpu.barrier",)
 
 
 class WideStore(Op):
@@ -403,22 +475,28 @@ class WideStore(Op):
     quad of lanes (``passes/widen_stores.py``); ``meta["narrow"]`` keeps the four writes it replaced."""
 
     name = "wide_store"
+    lowering = "wavec.codegen.memory_access"
+    emulated_ops = ("gpu.shuffle", "vector.store")
 
 
 class AsyncCopy(Op):
     """Global -> shared copy issued asynchronously (cp.async); ``args = (global memory, shared tile)``."""
 
     name = "async_copy"
+    lowering = "wavec.codegen.memory_access"
+    emulated_ops = ("nvgpu.device_async_copy",)
 
 
 class AsyncCommit(Op):
     name = "async_commit"
+    emulated_ops = ("nvgpu.device_async_create_group",)
 
 
 class AsyncWait(Op):
     """Wait until at most ``kwargs["pending"]`` committed copy groups are still in flight."""
 
     name = "async_wait"
+    emulated_ops = ("nvgpu.device_async_wait",)
 
 
 class ConvertLayout(Op):
@@ -426,12 +504,20 @@ class ConvertLayout(Op):
     "registers" or "shared")."""
 
     name = "convert_layout"
+    expansion = "regroup"  # each output tile takes every input tile it overlaps
+    lowering = "wavec.codegen.convert"
+    emulated_ops = ("vector.shuffle", "gpu.shuffle", "memref.store", "memref.load")
 
 
 class Reduce(Op):
     """Reduction of ``x`` over one dimension (``kwargs``: ``dim``, ``kind`` = "max" | "sum")."""
 
     name = "reduce"
+    anchor, anchor_priority = "reduction_input", PRIO_STRATEGY
+    index_flow = "reduce"
+    expansion = "reduce_chain"  # partial reductions chained along the reduced dim; the last finalizes
+    lowering = "wavec.codegen.reductions"
+    emulated_ops = ("vector.reduction", "gpu.shuffle", "arith.maximumf", "arith.addf")
 
     @staticmethod
     def combine_kind(node) -> str:
@@ -460,20 +546,55 @@ def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
 
 
 def exp(x: Value) -> Value:
+    """``e ** x`` elementwise (floats)."""
     return unary("exp", x)
 
 
+def log(x: Value) -> Value:
+    """Natural logarithm elementwise (floats)."""
+    return unary("log", x)
+
+
 def log2(x: Value) -> Value:
+    """Base-2 logarithm elementwise (floats)."""
     return unary("log2", x)
 
 
 def sqrt(x: Value) -> Value:
+    """Square root elementwise (floats)."""
     return unary("sqrt", x)
 
 
 def rsqrt(x: Value) -> Value:
+    """``1 / sqrt(x)`` elementwise (floats)."""
     return unary("rsqrt", x)
 
 
+def tanh(x: Value) -> Value:
+    """Hyperbolic tangent elementwise (floats)."""
+    return unary("tanh", x)
+
+
+def abs(x: Value) -> Value:  # noqa: A001 - the DSL's name, like torch.abs
+    """Absolute value elementwise (floats and integers)."""
+    return unary("abs", x)
+
+
+def sin(x: Value) -> Value:
+    """Sine elementwise (floats, radians)."""
+    return unary("sin", x)
+
+
+def cos(x: Value) -> Value:
+    """Cosine elementwise (floats, radians)."""
+    return unary("cos", x)
+
+
+def erf(x: Value) -> Value:
+    """The error function elementwise (floats): ``2 / sqrt(pi) * integral of exp(-t**2) from 0 to x``."""
+    return unary("erf", x)
+
+
 def reciprocal(x: Value) -> Value:
+    """``1 / x`` elementwise."""
     return binary("div", 1.0, x)

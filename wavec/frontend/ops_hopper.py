@@ -6,53 +6,68 @@ from __future__ import annotations
 from .ops import Op
 
 
-class MatrixDescriptor(Op):
+class _WgmmaOp(Op):
+    lowering = "wavec.codegen.hopper.wgmma"
+
+
+class _TmaOp(Op):
+    lowering = "wavec.codegen.hopper.tma"
+
+
+class MatrixDescriptor(_WgmmaOp):
     """A 64-bit ``wgmma`` matrix descriptor of one instruction tile of a shared tile (``args = (tile,)``;
     ``meta``: ``layout`` = the tile's origin, ``stage``, ``mma_role``)."""
 
     name = "matrix_descriptor"
+    emulated_ops = ("memref.extract_aligned_pointer_as_index", "arith.shrui", "arith.ori")
 
 
-class WarpgroupMMA(Op):
+class WarpgroupMMA(_WgmmaOp):
     """``wgmma.mma_async`` of a warpgroup: ``args = (A descriptor, B descriptor, accumulator)``."""
 
     name = "wgmma"
+    emulated_ops = ("nvvm.wgmma.mma_async", "llvm.insertvalue", "llvm.extractvalue")
 
 
-class WgmmaFence(Op):
+class WgmmaFence(_WgmmaOp):
     """``wgmma.fence``: orders register accesses (the accumulator) before the wgmmas that follow."""
 
     name = "wgmma_fence"
+    emulated_ops = ("nvvm.wgmma.fence.aligned",)
 
 
-class WgmmaCommit(Op):
+class WgmmaCommit(_WgmmaOp):
     """``wgmma.commit_group``: the wgmmas issued since the last commit form one group."""
 
     name = "wgmma_commit"
+    emulated_ops = ("nvvm.wgmma.commit.group.sync.aligned",)
 
 
-class WgmmaWait(Op):
+class WgmmaWait(_WgmmaOp):
     """``wgmma.wait_group``: wait until at most ``kwargs["pending"]`` wgmma groups are in flight; the
     accumulators in ``kwargs["retire"]`` (whose groups are now complete) become ordinary values."""
 
     name = "wgmma_wait"
+    emulated_ops = ("nvvm.wgmma.wait.group.sync.aligned",)
 
 
-class ProxyFence(Op):
+class ProxyFence(_WgmmaOp):
     """``fence.proxy.async.shared::cta``: this thread's generic-proxy shared-memory writes become
     visible to the async proxy (wgmma reads, TMA) that a later barrier lets run."""
 
     name = "proxy_fence"
+    emulated_ops = ("nvvm.fence.proxy",)
 
 
-class WgmmaAccumulator(Op):
+class WgmmaAccumulator(_WgmmaOp):
     """The accumulator of a wgmma chain in the instruction's register form (``args = (value,)``): what a
     loop carries when a wgmma group stays in flight across iterations."""
 
     name = "wgmma_accumulator"
+    emulated_ops = ("llvm.insertvalue",)
 
 
-class MBarrierInit(Op):
+class MBarrierInit(_TmaOp):
     """Before a TMA-pipelined loop: ``kwargs["count"]`` "full" mbarriers (one per stage, one arrival: the
     thread that issues the stage's TMA) and, when ``kwargs["empty_arrivals"]`` > 0, as many "empty" ones
     (that many arrivals: one per warp), initialised by one thread, then ``fence.mbarrier_init`` and a
@@ -60,16 +75,18 @@ class MBarrierInit(Op):
     through ``meta["mbarriers"]``."""
 
     name = "mbarrier_init"
+    emulated_ops = ("nvvm.mbarrier.init", "nvvm.fence.mbarrier.init", "gpu.barrier")
 
 
-class MBarrierWait(Op):
+class MBarrierWait(_TmaOp):
     """Wait until the mbarrier of stage ``kwargs["stage"]`` completes the phase of parity
     ``kwargs["parity"]`` (``mbarrier.try_wait.parity`` in a loop): the TMA boxes of that stage landed."""
 
     name = "mbarrier_wait"
+    emulated_ops = ("nvvm.mbarrier.try_wait.parity", "scf.while")
 
 
-class TmaFill(Op):
+class TmaFill(_TmaOp):
     """Fill one pipeline stage with TMA: ``args`` = (global memory, shared tile) pairs, flattened.  Thread
     0, only while ``kwargs["iteration"] < kwargs["stop"]``: with empty mbarriers and ``iteration >=
     kwargs["refill_from"]``, waits for parity ``kwargs["empty_parity"]`` of the stage's empty mbarrier;
@@ -79,16 +96,18 @@ class TmaFill(Op):
     ``mbarriers``."""
 
     name = "tma_fill"
+    emulated_ops = ("nvvm.mbarrier.arrive.expect_tx", "nvvm.cp.async.bulk.tensor.shared.cluster.global")
 
 
-class MBarrierArrive(Op):
+class MBarrierArrive(_TmaOp):
     """Lane 0 of every warp arrives on the "empty" mbarrier of stage ``kwargs["stage"]`` (the warp's wgmma
     group that read it has retired) when ``kwargs["iteration"] >= kwargs["first"]``."""
 
     name = "mbarrier_arrive"
+    emulated_ops = ("nvvm.mbarrier.arrive",)
 
 
-class WarpSpecialize(Op):
+class WarpSpecialize(_TmaOp):
     """The producer/consumer split of a warp-specialized TMA loop (``passes/hopper/warp_specialize.py``): the
     root-graph nodes after it run in the consumer warpgroups (threads ``< kwargs["consumers"]``); the
     extra producer warpgroup runs ``kwargs["subgraph"]`` (one ``TmaFill`` of iteration ``$ARG_<dim>``) over
@@ -97,6 +116,7 @@ class WarpSpecialize(Op):
     ``setmaxnreg`` counts; ``meta["mbarriers"]`` = the loop's ``MBarrierInit``."""
 
     name = "warp_specialize"
+    emulated_ops = ("nvvm.setmaxregister", "scf.if", "scf.for")
 
 
 class PersistentTiles(Op):
@@ -106,3 +126,5 @@ class PersistentTiles(Op):
     ``kwargs["remap"]``; ``kwargs["barrier"]``: a workgroup barrier at the start of every tile."""
 
     name = "persistent_tiles"
+    lowering = "wavec.codegen.hopper.persistent"
+    emulated_ops = ("scf.for",)

@@ -27,13 +27,14 @@ import numpy as np
 import sympy
 import torch.fx as fx
 
-from ..frontend.ops import MMA, Binary, Cast, ConvertLayout, Permute, Select, Unary
+from ..frontend.ops import MMA, ConvertLayout
 from ..frontend.tracing import Trace
 from ..indexing import LANE, Layout, mma_layout
 from .context import PassContext
 from .schema import op_node
 
-_PASS_THROUGH = (Binary, Unary, Cast, Select, Permute)
+# ops whose result holds its operand's elements in one layout (their record's index flow)
+_PASS_THROUGH = ("elementwise", "permute")
 
 
 def _from_accumulator(node, memo: dict) -> bool:
@@ -45,7 +46,7 @@ def _from_accumulator(node, memo: dict) -> bool:
         op = node.meta.get("op")
         if op is MMA:
             memo[node] = True
-        elif op in _PASS_THROUGH:
+        elif getattr(op, "index_flow", None) in _PASS_THROUGH:
             dims = set(node.meta["type"].dims)
             memo[node] = any(
                 isinstance(a, fx.Node)

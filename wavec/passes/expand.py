@@ -15,7 +15,7 @@ import itertools
 import torch.fx as fx
 
 from ..errors import ExpansionError
-from ..frontend.ops import MMA, ConvertLayout, GetResult, Iterate, Reduce
+from ..frontend.ops import MMA, GetResult
 from ..frontend.tracing import Trace
 from .context import PassContext
 
@@ -93,43 +93,42 @@ class _Expander:
             raise ExpansionError(node.meta.get("loc"), message=f"no clone of %{node.name} for tile {want}") from None
 
     def expand_graph(self, g: fx.Graph, ng: fx.Graph, env: dict) -> None:
+        """Each node by its op's ``expansion`` rule (``RULES``); nodes without an op per tile."""
         for node in g.nodes:
             if node in env:
                 continue
-            op = node.meta.get("op")
             if node.op == "output":
                 ng.output(self._outputs(node, env))
-            elif op is MMA:
-                self._mma(ng, node, env)
-            elif op is Reduce:
-                self._reduce(ng, node, env)
-            elif op is Iterate:
-                self._iterate(ng, node, env)
-            elif op is ConvertLayout:
-                self._convert(ng, node, env)
-            elif op is GetResult:
-                continue  # filled in by _iterate
-            elif "layout" in node.meta:
-                env[node] = {
-                    k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
-                    for k in _keys(_counts(self.ctx, node))
-                }
-            else:  # write and other ops without a register result: one per tile of their value operand
-                src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
-                keys = list(env[src]) if src is not None else [()]
-                env[node] = {
-                    k: self.clone(
-                        ng,
-                        node,
-                        k,
-                        tuple(self.lookup(env, a, k) for a in node.args),
-                        layout=src.meta["layout"] if src is not None else None,
-                    )
-                    for k in keys
-                }
-                if src is not None:
-                    for k, new in env[node].items():
-                        new.meta["layout"] = env[src][k].meta["layout"]
+            else:
+                RULES[getattr(node.meta.get("op"), "expansion", "per_tile")](self, ng, node, env)
+
+    def _per_tile(self, ng, node, env) -> None:
+        """Once per instruction tile of the result; ops without a register result (write, ...) once per
+        tile of their value operand."""
+        if "layout" in node.meta:
+            env[node] = {
+                k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
+                for k in _keys(_counts(self.ctx, node))
+            }
+        else:
+            src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
+            keys = list(env[src]) if src is not None else [()]
+            env[node] = {
+                k: self.clone(
+                    ng,
+                    node,
+                    k,
+                    tuple(self.lookup(env, a, k) for a in node.args),
+                    layout=src.meta["layout"] if src is not None else None,
+                )
+                for k in keys
+            }
+            if src is not None:
+                for k, new in env[node].items():
+                    new.meta["layout"] = env[src][k].meta["layout"]
+
+    def _loop_result(self, ng, node, env) -> None:
+        """A loop's results are cloned by the loop's rule (``_iterate``)."""
 
     def _outputs(self, node, env):
         if node.args[0] is None:
@@ -228,6 +227,16 @@ class _Expander:
                 table[key] = r
                 pos += 1
             env[u] = table
+
+
+RULES = {
+    "per_tile": _Expander._per_tile,
+    "mma_chain": _Expander._mma,
+    "reduce_chain": _Expander._reduce,
+    "regroup": _Expander._convert,
+    "loop": _Expander._iterate,
+    "loop_result": _Expander._loop_result,
+}
 
 
 def expand(trace: Trace, ctx: PassContext) -> None:

@@ -15,31 +15,13 @@ import sympy
 import torch.fx as fx
 
 from ..errors import ConstraintError, IndexConflictError
-from ..frontend.ops import (
-    MMA,
-    Arange,
-    Binary,
-    Broadcast,
-    Cast,
-    ConvertLayout,
-    GetResult,
-    Iterate,
-    Permute,
-    Read,
-    Reduce,
-    RegisterInit,
-    Select,
-    Unary,
-    Write,
-)
+from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
 from ..frontend.tracing import Trace
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
 
-PRIO_MMA, PRIO_COPY, PRIO_WRITE, PRIO_DEFAULT = 3, 2, 1, 0
 ACCESS_BYTES = 16
-_ELEMENTWISE = (Binary, Unary, Cast, Select)
 
 
 def _dims(node: fx.Node) -> tuple:
@@ -153,31 +135,9 @@ class _Solver:
         for g in self.trace.graphs():
             for n in g.nodes:
                 self.graph_of[n] = g
-                self._edges(g, n)
-
-    def _edges(self, g, n) -> None:
-        op = n.meta.get("op")
-        if op in _ELEMENTWISE:
-            for a in n.args:
-                if _is_register(a):
-                    (self.eq if set(_dims(a)) == set(_dims(n)) else self.restrict).append((n, a))
-        elif op is Broadcast:
-            self.restrict.append((n, n.args[0]))
-        elif op is Permute:
-            self.perm.append((n, n.args[0]))
-        elif op is Reduce:
-            self.restrict.append((n.args[0], n))
-        elif op is Iterate:
-            sub = self.trace.subgraphs[n.kwargs["subgraph"]]
-            phs = [p for p in sub.nodes if p.op == "placeholder"]
-            iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
-            out = next(x for x in sub.nodes if x.op == "output").args[0]
-            results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: u.kwargs["index"])
-            for init, ph, o, r in zip(n.args[0], iter_args, out, results):
-                self.eq += [(init, ph), (ph, o), (o, r)]
-            for p in phs:
-                if p.meta.get("role") == "capture" and _is_register(p):
-                    self.eq.append((p.meta["capture_of"], p))
+                flow = getattr(n.meta.get("op"), "index_flow", None)
+                if flow is not None:
+                    FLOWS[flow](self, n)
 
     def offer(self, node, layout: Layout, prio: int, origin) -> bool:
         cur = self.state.get(node)
@@ -218,69 +178,110 @@ class _Solver:
                     changed |= self.offer(small, lay.restrict(_dims(small)), prio, origin)
 
     def seed_anchors(self) -> None:
-        mma_type = self.ctx.constraints.mma_type
+        """Unconditional anchors (hardware layouts, copy distributions) first, propagated together; then
+        the anchors that only claim a value nothing has claimed yet, by descending priority, in program
+        order, propagating after each."""
         for n in self.graph_of:  # rank-0 values (scalar arguments) hold one element in every lane
             if _is_register(n) and not n.meta["type"].shape:
-                self.offer(n, Layout.make((), (), ()), PRIO_MMA, n)
-        for n in self.graph_of:
-            op = n.meta.get("op")
-            if op is MMA:
-                if mma_type is None:
-                    raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
-                a, b, acc = n.args
-                m, nn, k = MMA.dims(n)
-                inst_n = _instruction_n(self.ctx, nn)
-                regs_a = bool(n.meta.get("a_in_registers"))  # wgmma register-A form (layout_wgmma_operands)
-                for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
-                    lay = mma_layout(mma_type, role, *dims, n=inst_n, a_in_registers=regs_a)
-                    lay = lay.offset(_base(self.ctx, self.graph_of[node], dims))
-                    self.offer(node, lay, PRIO_MMA, n)
-                    node.meta.setdefault("mma_role", role)
-            elif op is Read and n.meta.get("distribute") == "workgroup":
-                g = self.graph_of[n]
-                layout = (
-                    _shared_layout_copy(self.ctx, g, n)
-                    if n.meta.get("copy_layout") is not None
-                    else copy_layout(self.ctx, g, _dims(n), n.meta["type"].dtype.bytes)
-                )
-                self.offer(n, layout, PRIO_COPY, n)
+                self.offer(n, Layout.make((), (), ()), PRIO_HARDWARE, n)
+        anchored = [(n, op) for n in self.graph_of if getattr(op := n.meta.get("op"), "anchor", None)]
+        for n, op in anchored:
+            if not ANCHORS[op.anchor][1]:
+                ANCHORS[op.anchor][0](self, n, op.anchor_priority)
         self.propagate()
-        for n in self.graph_of:  # reduction strategy: lanes along the reduced dim (priority 2)
-            if n.meta.get("op") is Reduce and n.args[0] not in self.state:
-                x = n.args[0]
-                self.offer(x, default_layout(self.ctx, self.graph_of[x], _dims(x)), PRIO_COPY, n)
-                self.propagate()
-        for n, g in self.graph_of.items():
-            if n.meta.get("op") is Write and n.args[0] not in self.state:
-                val = n.args[0]
-                self.offer(val, default_layout(self.ctx, g, _dims(val)), PRIO_WRITE, n)
-                self.propagate()
+        when_free = [(n, op) for n, op in anchored if ANCHORS[op.anchor][1]]
+        for prio in sorted({op.anchor_priority for _, op in when_free}, reverse=True):
+            for n, op in when_free:
+                if op.anchor_priority == prio and ANCHORS[op.anchor][0](self, n, prio):
+                    self.propagate()
 
     def seed_defaults(self) -> None:
         for n, g in self.graph_of.items():
-            if (
-                _is_register(n)
-                and n not in self.state
-                and n.meta.get("op")
-                in (
-                    Read,
-                    RegisterInit,
-                    Binary,
-                    Unary,
-                    Cast,
-                    Select,
-                    Broadcast,
-                    Permute,
-                    MMA,
-                    GetResult,
-                    Reduce,
-                    ConvertLayout,
-                    Arange,
-                    None,
-                )
-            ):
+            if _is_register(n) and n not in self.state:
                 self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
                 self.propagate()
+
+
+# ----- index flow through an op (``Op.index_flow``): edges of the propagation -----
+
+
+def _flow_elementwise(s: _Solver, n: fx.Node) -> None:
+    for a in n.args:
+        if _is_register(a):
+            (s.eq if set(_dims(a)) == set(_dims(n)) else s.restrict).append((n, a))
+
+
+def _flow_loop(s: _Solver, n: fx.Node) -> None:
+    """Init, iter_arg placeholder, yielded value and result of each carried value share a layout; a
+    captured register value and its placeholder too."""
+    sub = s.trace.subgraphs[n.kwargs["subgraph"]]
+    phs = [p for p in sub.nodes if p.op == "placeholder"]
+    iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
+    out = next(x for x in sub.nodes if x.op == "output").args[0]
+    results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: u.kwargs["index"])
+    for init, ph, o, r in zip(n.args[0], iter_args, out, results):
+        s.eq += [(init, ph), (ph, o), (o, r)]
+    for p in phs:
+        if p.meta.get("role") == "capture" and _is_register(p):
+            s.eq.append((p.meta["capture_of"], p))
+
+
+FLOWS = {
+    "elementwise": _flow_elementwise,
+    "broadcast": lambda s, n: s.restrict.append((n, n.args[0])),
+    "permute": lambda s, n: s.perm.append((n, n.args[0])),
+    "reduce": lambda s, n: s.restrict.append((n.args[0], n)),
+    "loop": _flow_loop,
+}
+
+
+# ----- anchors (``Op.anchor``): each seeds layouts at the op's priority; True when it seeded -----
+
+
+def _anchor_mma_operands(s: _Solver, n: fx.Node, prio: int) -> bool:
+    mma_type = s.ctx.constraints.mma_type
+    if mma_type is None:
+        raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
+    a, b, acc = n.args
+    m, nn, k = MMA.dims(n)
+    inst_n = _instruction_n(s.ctx, nn)
+    regs_a = bool(n.meta.get("a_in_registers"))  # wgmma register-A form (layout_wgmma_operands)
+    for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
+        lay = mma_layout(mma_type, role, *dims, n=inst_n, a_in_registers=regs_a)
+        s.offer(node, lay.offset(_base(s.ctx, s.graph_of[node], dims)), prio, n)
+        node.meta.setdefault("mma_role", role)
+    return True
+
+
+def _anchor_copy_distribution(s: _Solver, n: fx.Node, prio: int) -> bool:
+    """A read that stages a tile for the whole workgroup (``meta["distribute"]``) takes the copy layout."""
+    if n.meta.get("distribute") != "workgroup":
+        return False
+    g = s.graph_of[n]
+    layout = (
+        _shared_layout_copy(s.ctx, g, n)
+        if n.meta.get("copy_layout") is not None
+        else copy_layout(s.ctx, g, _dims(n), n.meta["type"].dtype.bytes)
+    )
+    return s.offer(n, layout, prio, n)
+
+
+def _anchor_operand_default(s: _Solver, n: fx.Node, prio: int) -> bool:
+    """The value operand of a reduction (its strategy: lanes along the reduced dim) or of a write."""
+    x = n.args[0]
+    if x in s.state:
+        return False
+    s.offer(x, default_layout(s.ctx, s.graph_of[x], _dims(x)), prio, n)
+    return True
+
+
+# name -> (strategy, whether it only claims values nothing anchored yet)
+ANCHORS = {
+    "mma_operands": (_anchor_mma_operands, False),
+    "copy_distribution": (_anchor_copy_distribution, False),
+    "reduction_input": (_anchor_operand_default, True),
+    "written_value": (_anchor_operand_default, True),
+}
 
 
 def infer_indices(trace: Trace, ctx: PassContext) -> None:
