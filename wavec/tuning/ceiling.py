@@ -84,7 +84,7 @@ def measure_rates(size: int = 8192) -> dict:
     """Matrix FLOP/s (torch f16 matmul) and HBM bytes/s (a large copy) measured on the visible GPU."""
     import torch
 
-    from .search import cuda_event_timer
+    from .timing import cuda_event_timer
 
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
     b = torch.randn(size, size, device="cuda", dtype=torch.float16)
