@@ -13,7 +13,17 @@ from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
 from .devices import device
 from .legality import ctas_per_sm
-from .plan import DEFAULT_SPACE, MMA_KINDS, WGMMA_SPACE, check_mma, heuristic_plan, mma_type_for, space_for  # noqa: F401 - the spaces, re-exported for callers
+from .plan import (  # noqa: F401 - re-exported for callers
+    DEFAULT_SPACE,
+    MMA_KINDS,
+    WGMMA_SPACE,
+    check_mma,
+    heuristic_plan,
+    mma_type_for,
+    schedule,
+    space_for,
+    tile_plan,
+)
 from .search import Candidate, _source, autotune
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
@@ -222,7 +232,7 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     """``matmul``'s decision for a's and b's dtypes and shapes: ``run(a, b) -> c``."""
     import torch
 
-    from ..kernels.gemm import make_gemm, output_dtype, output_runner
+    from ..kernels.gemm import build_gemm, output_dtype, output_runner
     from ..kernels.gemm import matmul as heuristic_matmul
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
@@ -232,12 +242,12 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     if source == "heuristic":  # nothing tuned for this shape: the heuristic's tile and schedule (wgmma_plan)
         return lambda a, b: heuristic_matmul(a, b, backend=backend, mma=mma, out_dtype=out_dtype)
     out_dtype, out = output_dtype(a, out_dtype)
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
+    plan = tile_plan(subs, waves, mma, schedule(prefetch_fragments=True))  # make_gemm's default flags, as tuned
+    key = (dtype.name, out.name, backend, plan)
     kernel = _COMPILED.get(key)
     if kernel is None:
         target = "sm_90a" if mma == "wgmma" else None
-        gemm = make_gemm(**_fixed(dtype, mma), waves=waves, out_dtype=out)
-        kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
+        kernel = _COMPILED[key] = wc.compile(build_gemm(plan, dtype, out, target), subs, backend=backend, target=target)
     return output_runner(kernel, out_dtype)
 
 
