@@ -105,24 +105,12 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, n, 64, dtype=torch.bfloat16)
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
-    subs, waves = (gm.wgmma_config if tile else gm.gemm_config)(m, n, 64)
-    plan = gm.wgmma_plan(m, n, 64)
-    ws, persistent, split = (plan.warp_specialize, plan.persistent, plan.split_epilogue) if tile else (False,) * 3
-    assert ws or not tile  # 64x64 tiles: with a producer warpgroup
-    assert split or not tile  # wgmma tiles store C after one bounds test per thread
-    key = (
-        "bf16",
-        tuple(sorted((str(k), v) for k, v in subs.items())),
-        waves,
-        "emulator",
-        "wgmma" if tile else "mma_sync",
-        "auto",
-        ws,
-        "f32",
-        persistent,
-        split,
-        not tile,
-    )  # copies, WS, C, grid, epilogue, fragment prefetch (mma.sync tiles only)
+    plan = gm.plan_matmul(m, n, 64, gm.GemmRequest(mma="wgmma"))
+    assert plan.mma == ("wgmma" if tile else "mma_sync")
+    assert plan.warp_specialize or not tile  # 64x64 tiles: with a producer warpgroup
+    assert plan.split_epilogue or not tile  # wgmma tiles store C after one bounds test per thread
+    assert plan.schedule.prefetch_fragments == (not tile)  # fragment prefetch: mma.sync tiles only
+    key = ("bf16", "f32", "emulator", plan)
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
         subs, waves = gm.wgmma_config(m, n, 64)
@@ -191,14 +179,15 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder)
     check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
     assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
-    assert any(key[-2:] == ("wgmma", "f32") and ("BLOCK_M", 128) in key[1] for key in tg._COMPILED)
+    assert any(key[1] == "f32" and key[-1].mma == "wgmma" and key[-1].block_m == 128 for key in tg._COMPILED)
     # a shape of another bucket, nothing tuned nor modelled: kernels.gemm.matmul, its producer warpgroup too
     a2, b2 = randn(g, 40, k, dtype=torch.bfloat16), randn(g, 300, k, dtype=torch.bfloat16)
     c2 = tg.matmul(a2, b2, backend="emulator", mma="wgmma", directory=folder)
     check(c2, a2.double() @ b2.double().T, GEMM_TOL, f"untuned wgmma matmul (seed {seed})")
     assert tg.dispatch(40, 300, k, wc.bf16, mma="wgmma", directory=folder)[2] == "heuristic"
     plan = gm.wgmma_plan(40, 300, k)
-    assert plan.warp_specialize and any(key[4] == "wgmma" and key[6] for key in gm._COMPILED)  # WS compiled
+    plans = [key[-1] for key in gm._COMPILED if isinstance(key[-1], gm.GemmPlan)]  # not split-K's reduce
+    assert plan.warp_specialize and any(p.mma == "wgmma" and p.warp_specialize for p in plans)  # WS compiled
     tg._DISPATCH.clear()
 
 

@@ -50,38 +50,24 @@ def _example(file: str, attr: str, subs_of: Callable[[object], dict]) -> Callabl
 
 def _gemm(dtype, m: int, n: int, k: int, target: str, prefetch: bool = True, out=wc.f32) -> Callable[[], tuple]:
     def build():
-        subs, waves = gm.gemm_config(m, n, k)
-        tpw, mma = (
-            gm.MMA_FOR_TARGET[target]
-            if target == "gfx942"
-            else (32, (wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16))
-        )
-        return gm.make_gemm(dtype, tpw, mma, waves, out_dtype=out, prefetch_fragments=prefetch), subs
+        plan = gm.mma_sync_plan(m, n, k, device="H100").with_flags(prefetch_fragments=prefetch)
+        return gm.build_gemm(plan, dtype, out, target), plan.subs
 
     return build
 
 
 def _wgmma(dtype, m: int, n: int, k: int, async_copy: str = "auto", out=None) -> Callable[[], tuple]:
     def build():
-        plan = gm.wgmma_plan(m, n, k)
-        return gm.make_gemm(
-            dtype,
-            mma_type=gm.WGMMA_FOR_DTYPE[dtype.name],
-            waves=plan.waves,
-            async_copy=async_copy,
-            warp_specialize=plan.warp_specialize and async_copy == "auto",
-            out_dtype=out or dtype,
-            persistent=plan.persistent and async_copy == "auto",
-            split_epilogue=plan.split_epilogue,
-        ), plan.subs
+        plan = gm.plan_matmul(m, n, k, gm.GemmRequest("wgmma", async_copy), device="H100")
+        return gm.build_gemm(plan, dtype, out or dtype, "sm_90a"), plan.subs
 
     return build
 
 
 def _splitk(dtype, m: int, n: int, k: int) -> Callable[[], tuple]:
     def build():
-        subs, waves, _ = gm.splitk_config(m, n, k)
-        return gm.make_gemm_splitk(dtype, mma_type=wc.MMAType.NV_F32_16x8x16_F16, waves=waves), subs
+        plan = gm.plan_matmul(m, n, k, gm.GemmRequest(split="auto"), device="H100")
+        return gm.build_gemm(plan, dtype), plan.subs
 
     return build
 

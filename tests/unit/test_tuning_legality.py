@@ -6,7 +6,7 @@ import pytest
 import wavec as wc
 from wavec.kernels.gemm import make_gemm
 from wavec.tuning import legal, reject_after_compile, shared_bytes
-from wavec.tuning.legality import copy_split, ctas_per_sm
+from wavec.tuning.legality import ctas_per_sm, front_half
 
 
 def S(bm, bn, bk, stages=2, group=4):
@@ -28,7 +28,7 @@ ILLEGAL = [
     ((2, 2), S(16, 64, 32), "wave tile 8 of M"),
     ((2, 2), S(256, 256, 128, 4), "bytes of shared memory (with 4 stages) exceed"),  # 557056 > 232448
     ((32, 2), S(512, 64, 32), "2048 threads per workgroup exceed the limit of 1024"),
-    ((1, 16), S(16, 128, 16), "fewer elements (256) than the 512 threads"),  # A tile 16x16 among 512 threads
+    ((1, 16), S(16, 128, 16), "fewer elements than the 512 threads"),  # A tile 16x16 among 512 threads
     # 96 threads; 16-byte runs: a 512-wide row is 64 runs, which do not split among 96 threads
     ((1, 3), S(16, 24, 512), "96 threads cannot split rows of 64 runs of 8"),
 ]
@@ -71,11 +71,16 @@ def test_symbol_keys_accepted():
     assert legal(make_gemm(), {wc.sym(k): v for k, v in S(64, 64, 32).items()}, "sm_90")[0]
 
 
-def test_copy_split_rule():
-    assert copy_split([64, 32], 128, 2) == (8, 4)  # 16-byte runs, 4 per row
-    assert copy_split([16, 16], 128, 2) == (2, 8)  # runs shrink so no thread duplicates a copy
-    assert "fewer elements" in copy_split([8, 8], 128, 2)
-    assert "cannot split" in copy_split([16, 512], 96, 2)
+def test_front_half_reads_the_passes():
+    """The numbers come from the pass pipeline's result: 16-byte runs of the 64x32 A and B tiles, two per
+    thread of 128 (coarsen_loads), two stages of XOR-swizzled (unpadded) tiles."""
+    from wavec.frontend.constraints import ConstraintSet
+
+    k = make_gemm(waves=(2, 2))
+    front = front_half(k, ConstraintSet(k.constraints, {wc.sym(n): v for n, v in S(64, 64, 32).items()}), "sm_90")
+    assert front.threads == 128 and front.stages == 2
+    assert front.shared_bytes == 2 * (64 + 64) * 32 * 2
+    assert front.copies and all(run == 8 for run, _n in front.copies)
 
 
 @pytest.mark.parametrize(

@@ -197,3 +197,20 @@ def test_cli_without_gpu(capsys):
         pytest.skip("a GPU is visible")
     assert main(["tune", "gemm", "--shapes", "4096,4096,4096"]) == 2
     assert "CUDA GPU" in capsys.readouterr().err
+
+
+def test_tune_options_object():
+    """``autotune(..., options=TuneOptions(...))`` is the keyword form's equal; options are checked once,
+    and both forms at once, unknown names or bad values are errors."""
+    from wavec.tuning.search import TuneOptions
+
+    bad = {"BLOCK_M": [48], "BLOCK_N": [64], "BLOCK_K": [32], "NUM_STAGES": [2], "GROUP_M": [1]}
+    opts = TuneOptions(timer=FakeTimer(), **KW)
+    with pytest.raises(TuningError, match="no configuration"):
+        autotune(make_gemm, bad, [(64, 64, 64)], opts)
+    with pytest.raises(TuningError, match="not both"):
+        autotune(make_gemm, bad, [(64, 64, 64)], opts, rounds=3)
+    with pytest.raises(TuningError, match="unknown options"):
+        autotune(make_gemm, bad, [(64, 64, 64)], round=3)
+    with pytest.raises(TuningError, match="rounds=0"):
+        TuneOptions(rounds=0)

@@ -32,8 +32,7 @@ BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
-# Causal query tiles launched last first (SchedulingConstraint.reverse_axis0), per matrix instruction: measured
-# on an H200 with wgmma (d128 causal +0-7%, benchmarks/attention_variants.py); not measured with mma.sync.
+# Causal query tiles launched last first (SchedulingConstraint.reverse_axis0): wgmma measured faster.
 HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
 
 
@@ -146,40 +145,21 @@ def make_attention(
     return attention
 
 
-# Candidate tiles (BLOCK_M, BLOCK_N, waves), all spill-free on sm_90 (ptxas, f16 and bf16, causal or not).
-# Shared-memory traffic per flop halves when a wave owns 32 query rows instead of 16 (every wave reads the
-# whole K and V tile): d64 affords it ((128, 64, 4): 244 registers); at d128 the Q fragments (64
-# registers), the accumulator (128) and S do not fit in 255 registers with 32 rows (ptxas spills), so
-# d128 keeps 16 rows per wave: (128, 64, 8) with 182-202 registers, one workgroup per SM, or (64, 64, 4),
-# two per SM (68 KB of shared memory each).  Short query sequences (decode) take a 32- or 64-row tile so
-# fewer rows are wasted (a single-wave workgroup spills: every thread then issues all the tile copies).
-# An optional fourth entry is the number of cp.async stages (default 2; 3 is spill-free too, 102 KB of
-# shared memory at d128).  benchmarks/attention.py --wavec-configs sweep times every candidate.
+# Candidate tiles (BLOCK_M, BLOCK_N, waves[, cp.async stages]); why: docs/performance.md, "Why the schedule
+# tables are what they are" (registers, shared memory, measured TFLOP/s).
 CONFIGS = {
     128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)],
     64: [(128, 64, 4), (128, 128, 8), (64, 64, 2), (128, 64, 4, 3)],
 }
 _SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
-# Hopper wgmma (mma="wgmma", sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]); each warpgroup owns 64 query
-# rows (one m64 instruction), so S and P never leave registers.  K and V come by TMA (``pipeline_loops``
-# picks it on sm_90a): without
-# per-thread copy addresses a one-warpgroup 64x64 tile needs 164-168 registers (220 with cp.async), so
-# three workgroups share an SM (64 KB of shared memory each) and each one's prologue (Q, the first K/V
-# tile) and O store hide behind the others' loops.  H100, f16, d128 (benchmarks/results/attention_h100/
-# short_tiles_tma.log, long_tiles_tma.log; TFLOP/s 64x64x1 TMA / 128x128x2 cp.async / Triton): 512 full
-# 327 / 289 / 323, causal 210 / 172 / 206; 1024 412 / 372 / 380, causal 316 / 257 / 275; 4096 467 / 430 /
-# 425, causal 404 / 405 / 367; 16384 496 / 461 / 438, but causal 434 / 456 / 398: long causal rows keep the
-# two-warpgroup 128x128 tile (``_WGMMA_LONG_CAUSAL``).  d64: 128x64 over two warpgroups (512 301 / 233 /
-# 320; 4096 410 / 345 / 378).  The other entries are the sweep's candidates; queries <= 64: one warpgroup.
+# Hopper wgmma (sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]), each warpgroup 64 query rows; K/V by TMA.
 WGMMA_CONFIGS = {
     128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
     64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)],
 }
 _WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
 _WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
-# O's store after one bounds test per thread (``SchedulingConstraint.split_epilogue``): wgmma d128 on an
-# H100, 10 shapes 512-4096 causal and not, 0.944 -> 0.965 of Triton (geomean; benchmarks/results/
-# attention_h100/short_tiles.log); mma.sync not timed, kept off.
+# O's store after one bounds test per thread (SchedulingConstraint.split_epilogue): wgmma measured faster.
 SPLIT_EPILOGUE = {"mma_sync": False, "wgmma": True}
 DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .devices import DEVICES as TABLE
+
 
 @dataclass(frozen=True)
 class DeviceRates:
@@ -29,11 +31,10 @@ class DeviceRates:
     launch_s: float = 2e-6
 
 
-_CLOCK = 1.98e9
-DEVICES = {  # published figures (dense, boost clock); L2 is a commonly measured figure
-    "H100": DeviceRates("H100 SXM", 132, 989e12, 3.35e12, 10e12, 128 * _CLOCK),
-    "H200": DeviceRates("H200", 132, 989e12, 4.8e12, 10e12, 128 * _CLOCK),
-    "A100": DeviceRates("A100 SXM", 108, 312e12, 2.04e12, 5e12, 128 * 1.41e9),
+SHARED_BYTES_PER_CLOCK = 128  # per SM (CU): 32 banks of 4 bytes
+DEVICES = {  # from the device table (tuning/devices.py)
+    key: DeviceRates(d.name, d.sms, d.matrix_flops, d.hbm_bytes_s, d.l2_bytes_s, SHARED_BYTES_PER_CLOCK * d.clock_hz)
+    for key, d in TABLE.items()
 }
 
 
@@ -83,7 +84,7 @@ def measure_rates(size: int = 8192) -> dict:
     """Matrix FLOP/s (torch f16 matmul) and HBM bytes/s (a large copy) measured on the visible GPU."""
     import torch
 
-    from .search import cuda_event_timer
+    from .timing import cuda_event_timer
 
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
     b = torch.randn(size, size, device="cuda", dtype=torch.float16)

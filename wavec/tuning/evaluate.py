@@ -19,6 +19,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .devices import DEVICES
+
 
 def dedupe(shapes: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
     """Distinct shapes in first-seen order."""
@@ -34,7 +36,7 @@ def split_shapes(
     max_fit: int = 25,
     fit_fraction: float = 2 / 3,
     seed: int = 0,
-    sms: int = 132,
+    sms: int = DEVICES["H100"].sms,  # pinned: the split must not depend on the machine
     ref_tile: int = 128,
     classes: Callable[[tuple[int, ...]], Iterable] | None = None,
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
@@ -86,7 +88,7 @@ def split_shapes(
     return sorted(fit), held
 
 
-def cover_coords(shape: Sequence[int], sms: int = 132, ref_tile: int = 128) -> tuple[float, ...]:
+def cover_coords(shape: Sequence[int], sms: int = DEVICES["H100"].sms, ref_tile: int = 128) -> tuple[float, ...]:
     """Where a shape lies for the fit-shape cover: (½·log2 M, log2 grid fill, ½·log2 reduction), grid fill =
     CTAs of ``ref_tile``-square tiles over the leading dims per SM.  M counts half as it is also the
     stratum; for small M the fill depends on N alone, the regime where waves quantise."""

@@ -1,5 +1,6 @@
-"""Tuning the GEMM of ``wavec.kernels.gemm``: the default space, inputs, dispatch from the tuning cache
-(falling back to ``gemm_config``'s heuristic), the cost-model fit and the % of ceiling per shape."""
+"""Tuning the GEMM of ``wavec.kernels.gemm``: inputs, dispatch from the tuning cache (falling back to
+the rules of ``tuning/plan.py``, where the search spaces live too), the cost-model fit and the % of ceiling
+per shape."""
 
 from __future__ import annotations
 
@@ -10,54 +11,33 @@ import wavec as wc
 from .cache import TuningCache, bucket, entry_key, gpu_name, model_key, versions
 from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
+from .devices import device
 from .legality import ctas_per_sm
+from .plan import (  # noqa: F401 - re-exported for callers
+    DEFAULT_SPACE,
+    MMA_KINDS,
+    WGMMA_SPACE,
+    check_mma,
+    heuristic_plan,
+    mma_type_for,
+    schedule,
+    space_for,
+    tile_plan,
+)
 from .search import Candidate, _source, autotune
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
 DIMS = ("M", "N", "K")
 
-DEFAULT_SPACE = {  # 324 tuples; 248 pass the legality filter on sm_90, ptxas rejects the spilling ones
-    "BLOCK_M": [16, 64, 128],
-    "BLOCK_N": [64, 128, 256],
-    "BLOCK_K": [32, 64, 128],
-    "NUM_STAGES": [2, 3, 4],
-    "GROUP_M": [8],
-    "waves": [(1, 2), (1, 4), (2, 2), (2, 4)],
-}
-# Hopper warpgroup MMA (``--mma wgmma``, target sm_90a): ``waves`` count warpgroups along M (each owns
-# BLOCK_M / waves[0] rows, a multiple of the instruction's 64) and the wave spans BLOCK_N (one m64nNk16 per
-# 64 rows and K step, N <= 256).  108 tuples; ``legal`` keeps those whose M wave tile is a multiple of 64,
-# whose operand tiles split into core matrices among the threads and whose stages fit the 227 KiB of shared
-# memory (e.g. 256x256x64 x 4 stages = 256 KiB is out); ptxas drops the spilling ones.
-WGMMA_SPACE = {
-    "BLOCK_M": [64, 128, 256],
-    "BLOCK_N": [64, 128, 192, 256],
-    "BLOCK_K": [64],
-    "NUM_STAGES": [3, 4, 5],
-    "GROUP_M": [8],
-    "waves": [(1, 1), (2, 1), (4, 1)],
-}
-MMA_KINDS = ("mma_sync", "wgmma")
 UNLIMITED = 1 << 62
-
-
-def space_for(mma: str = "mma_sync") -> dict:
-    """The default search space of an MMA kind."""
-    _check_mma(mma)
-    return dict(WGMMA_SPACE if mma == "wgmma" else DEFAULT_SPACE)
 
 
 def target_for(mma: str = "mma_sync", target: str | None = None) -> str:
     """The compile target of an MMA kind: wgmma exists only on sm_90a."""
     from ..compiler import default_target
 
-    _check_mma(mma)
+    check_mma(mma)
     return "sm_90a" if mma == "wgmma" else (target or default_target("cuda"))
-
-
-def _check_mma(mma: str) -> None:
-    if mma not in MMA_KINDS:
-        raise wc.WavecError(message=f"mma must be one of {MMA_KINDS}, got {mma!r}")
 
 
 def m_limits(block_m: int) -> tuple[int, int]:
@@ -92,22 +72,15 @@ def serves(candidate: Candidate, m: int) -> bool:
 
 
 def heuristic_candidate(m: int, n: int, k: int, mma: str = "mma_sync") -> Candidate:
-    """``gemm_config``'s (``wgmma_config``'s) choice for a shape, as a Candidate (its label matches the
-    space's labels)."""
-    from ..kernels.gemm import gemm_config, wgmma_config
-
-    subs, waves = (wgmma_config if mma == "wgmma" else gemm_config)(m, n, k)
-    return Candidate((("waves", tuple(waves)),), tuple(sorted((str(s), int(v)) for s, v in subs.items())))
+    """The rule's plan for a shape (``heuristic_plan``), as a Candidate (its label matches the space's
+    labels)."""
+    plan = heuristic_plan(m, n, k, mma)
+    return Candidate((("waves", tuple(plan.waves)),), tuple(sorted((str(s), int(v)) for s, v in plan.subs.items())))
 
 
 def _fixed(dtype, mma: str = "mma_sync") -> dict:
-    from ..kernels.gemm import WGMMA_FOR_DTYPE
-
-    _check_mma(mma)
-    if mma == "wgmma":
-        return {"dtype": dtype, "mma_type": WGMMA_FOR_DTYPE[dtype.name]}
-    kind = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
-    return {"dtype": dtype, "mma_type": kind}
+    check_mma(mma)
+    return {"dtype": dtype, "mma_type": mma_type_for(mma, dtype)[1]}
 
 
 def gemm_inputs(dtype=wc.f16):
@@ -259,7 +232,7 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     """``matmul``'s decision for a's and b's dtypes and shapes: ``run(a, b) -> c``."""
     import torch
 
-    from ..kernels.gemm import make_gemm, output_dtype, output_runner
+    from ..kernels.gemm import build_gemm, output_dtype, output_runner
     from ..kernels.gemm import matmul as heuristic_matmul
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
@@ -269,16 +242,16 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     if source == "heuristic":  # nothing tuned for this shape: the heuristic's tile and schedule (wgmma_plan)
         return lambda a, b: heuristic_matmul(a, b, backend=backend, mma=mma, out_dtype=out_dtype)
     out_dtype, out = output_dtype(a, out_dtype)
-    key = (dtype.name, tuple(sorted((str(k), v) for k, v in subs.items())), waves, backend, mma, out.name)
+    plan = tile_plan(subs, waves, mma, schedule(prefetch_fragments=True))  # make_gemm's default flags, as tuned
+    key = (dtype.name, out.name, backend, plan)
     kernel = _COMPILED.get(key)
     if kernel is None:
         target = "sm_90a" if mma == "wgmma" else None
-        gemm = make_gemm(**_fixed(dtype, mma), waves=waves, out_dtype=out)
-        kernel = _COMPILED[key] = wc.compile(gemm, subs, backend=backend, target=target)
+        kernel = _COMPILED[key] = wc.compile(build_gemm(plan, dtype, out, target), subs, backend=backend, target=target)
     return output_runner(kernel, out_dtype)
 
 
-def fit_cost_model(result, sms: int = 132, target: str = "sm_90") -> CostModel:
+def fit_cost_model(result, sms: int | None = None, target: str = "sm_90") -> CostModel:
     """A ``CostModel`` fitted per configuration from a ``TuningResult``'s times over its shapes."""
     return fit_gemm_model(result.times, result.metadata, sms=sms, target=target)
 
@@ -290,7 +263,7 @@ def fit_gemm_model(
     times_by_shape: dict,
     metadata: dict,
     *,
-    sms: int = 132,
+    sms: int | None = None,
     target: str = "sm_90",
     only=None,
     regimes=UNLIMITED_REGIME,
@@ -301,6 +274,7 @@ def fit_gemm_model(
     within its regime (a configuration may thus appear twice, under one name).  A fit needs
     ``min_points`` shapes.  One regime by default: the perimeter (compulsory traffic) term covers the
     HBM-bound small-M GEMMs that used to need a fit of their own."""
+    sms = sms or device(target=target).sms
     model = CostModel()
     per_cand: dict = {}
     for shape, times in times_by_shape.items():
@@ -336,7 +310,7 @@ def winners(model: CostModel, shapes) -> list[str]:
 
 
 def dispatch_model(
-    times_by_shape: dict, metadata: dict, *, sms: int = 132, target: str = "sm_90"
+    times_by_shape: dict, metadata: dict, *, sms: int | None = None, target: str = "sm_90"
 ) -> tuple[CostModel, list[str], dict]:
     """The cost model that dispatches: every profiled configuration fitted (``fit_gemm_model``), then only
     those the model chooses somewhere on ``reference_shapes`` and on the fitted shapes kept, so ``choose``

@@ -24,9 +24,6 @@ import importlib
 import inspect
 import itertools
 import multiprocessing
-import random
-import statistics
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -38,6 +35,7 @@ from ..errors import TuningError
 from ..frontend.kernel import WaveKernel
 from .cache import TuningCache, entry_key, gpu_name, versions
 from .legality import legal, reject_after_compile
+from .timing import Race, _Progress, cuda_event_timer, race_candidates, time_candidates  # noqa: F401 - re-exported
 
 # ----------------------------------------------------------------------------- values <-> JSON
 
@@ -242,47 +240,6 @@ def compile_candidates(
 # ----------------------------------------------------------------------------- timing
 
 
-def cuda_event_timer(candidate, fn: Callable[[], object], reps: int = 10) -> float:
-    """Seconds per call of ``fn``: CUDA events around ``reps`` back-to-back calls."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / reps
-
-
-class _Progress:
-    def __init__(self, total: int, label: str, enabled: bool, width: int = 30) -> None:
-        self.total, self.label, self.enabled, self.width, self.done = total, label, enabled, width, 0
-        self.t0 = time.perf_counter()
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled or not self.total:
-            return
-        fill = self.width * self.done // self.total
-        sys.stderr.write(
-            f"\r{self.label:>8} [{'#' * fill}{'.' * (self.width - fill)}] {self.done}/{self.total} "
-            f"{time.perf_counter() - self.t0:5.1f}s"
-        )
-        sys.stderr.flush()
-
-    def step(self, n: int = 1) -> None:
-        # redraw only when the bar grows (or at the end): a captured log stays ~30 lines per bar, not thousands
-        before = self.width * self.done // max(1, self.total)
-        self.done += n
-        if self.width * self.done // max(1, self.total) != before or self.done >= self.total:
-            self._draw()
-
-    def close(self) -> None:
-        if self.enabled and self.total:
-            sys.stderr.write("\n")
-
-
 class _Runner:
     """Launches one candidate on fixed inputs; compiles (a disk-cache hit after the pool) on first use."""
 
@@ -298,91 +255,6 @@ class _Runner:
                 self.src.build(self.cand.kwargs), self.cand.symbol_subs(), backend=self.backend, target=self.target
             )
         return self.kernel(*self.inputs)
-
-
-def time_candidates(
-    runners: dict, timer, *, warmup: int, rounds: int, seed: int = 0, progress: bool = True, label: str = "time"
-) -> dict:
-    """Median seconds per candidate; each round times every candidate once in a shuffled order."""
-    cands = list(runners)
-    bar = _Progress(len(cands) * (warmup + rounds), label, progress)
-    for c in cands:
-        for _ in range(warmup):
-            timer(c, runners[c])
-            bar.step()
-    samples = {c: [] for c in cands}
-    rng = random.Random(seed)
-    for _ in range(rounds):
-        order = cands[:]
-        rng.shuffle(order)
-        for c in order:
-            samples[c].append(float(timer(c, runners[c])))
-            bar.step()
-    bar.close()
-    return {c: statistics.median(s) for c, s in samples.items()}
-
-
-@dataclass
-class Race:
-    """Samples (seconds per launch) and the clock time spent measuring, per candidate."""
-
-    samples: dict
-    cost_s: dict
-    dropped: dict  # candidate -> round after which it stopped being timed
-
-    def medians(self) -> dict:
-        return {c: statistics.median(s) for c, s in self.samples.items() if s}
-
-
-def race_candidates(
-    runners: dict,
-    timer,
-    *,
-    rounds: int = 3,
-    keep_within: float = 0.10,
-    always=(),
-    warmup: int = 0,
-    seed: int = 0,
-    clock: Callable[[], float] = time.perf_counter,
-    progress: bool = False,
-    label: str = "race",
-) -> Race:
-    """Interleaved timing that spends its repeats on the contenders.
-
-    Every round times its candidates once each, in a freshly shuffled order.  Round 1 times all of them;
-    after each round, a candidate whose fastest sample is more than ``keep_within`` slower than the best
-    median so far drops out (one sample of a configuration 10 % slower is enough to know it is not the
-    best, and still a usable point for a cost-model fit).  Candidates in ``always`` (references such as
-    a baseline) are timed in every round.  ``warmup`` untimed calls per candidate come first."""
-    cands = list(runners)
-    keep = set(always) & set(cands)
-    rng = random.Random(seed)
-    samples = {c: [] for c in cands}
-    cost = dict.fromkeys(cands, 0.0)
-    dropped: dict = {}
-    bar = _Progress(len(cands) * (warmup + rounds), label, progress)
-    for c in cands:
-        for _ in range(warmup):
-            runners[c]()
-            bar.step()
-    active = cands[:]
-    for r in range(rounds):
-        order = active[:]
-        rng.shuffle(order)
-        for c in order:
-            t0 = clock()
-            samples[c].append(float(timer(c, runners[c])))
-            cost[c] += clock() - t0
-            bar.step()
-        bar.step(len(cands) - len(active))
-        contenders = [c for c in active if c not in keep]  # references never set the pace
-        if contenders:
-            lead = min(statistics.median(samples[c]) for c in contenders)
-            still = [c for c in active if c in keep or min(samples[c]) <= lead * (1.0 + keep_within)]
-            dropped.update((c, r + 1) for c in active if c not in still)
-            active = still
-    bar.close()
-    return Race(samples, cost, dropped)
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -411,75 +283,134 @@ def _dtypes_of(inputs) -> list[str]:
     return out
 
 
-def autotune(
-    kernel,
-    space: dict,
-    shapes,
-    *,
-    make_inputs: Callable | None = None,
-    timer: Callable | None = None,
-    fixed: dict | None = None,
-    target: str | None = None,
-    backend: str = "cuda",
-    dtypes=None,
-    workers: int | None = None,
-    warmup: int = 3,
-    rounds: int = 7,
-    max_registers: int = 255,
-    model=None,
-    prune_to: int | None = None,
-    use_cache: bool = True,
-    gpu: str | None = None,
-    dims: tuple[str, ...] | None = None,
-    progress: bool = True,
-    seed: int = 0,
-) -> TuningResult:
-    """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
-    ``space`` for each shape of ``shapes``.
+@dataclass(frozen=True)
+class TuneOptions:
+    """``autotune``'s knobs, validated once.
 
     ``make_inputs(shape)`` returns the launch arguments for a shape; ``timer(candidate, fn)`` returns the
-    seconds of one measurement of ``fn()`` (default: CUDA events, needs a GPU).  ``fixed``: factory
-    keyword arguments common to every configuration (part of the kernel id).  ``model``/``prune_to``:
-    a ``CostModel`` whose configuration names are candidate labels; only the ``prune_to`` configurations it
-    ranks best for a shape are timed.  Results are cached per (kernel, shape bucket, dtypes, GPU, versions);
-    a cached shape is answered without compiling or timing (``use_cache=False`` re-tunes)."""
+    seconds of one measurement of ``fn()`` (default: CUDA events, needs a GPU).  ``fixed``: factory keyword
+    arguments common to every configuration (part of the kernel id).  ``target`` (default: the backend's)
+    and ``backend`` compile; ``dtypes`` name the inputs in cache keys (default: from ``make_inputs``);
+    ``workers``: compile processes (0: in-process).  ``warmup`` untimed then ``rounds`` interleaved
+    measurements per candidate; ``max_registers`` rejects after compiling.  ``model``/``prune_to``: a
+    ``CostModel`` whose configuration names are candidate labels; only the ``prune_to`` configurations it
+    ranks best for a shape are timed.  ``use_cache=False`` re-tunes cached shapes; ``gpu`` and ``dims`` key
+    the cache; ``progress`` draws bars on stderr; ``seed`` shuffles the rounds."""
+
+    make_inputs: Callable | None = None
+    timer: Callable | None = None
+    fixed: dict | None = None
+    target: str | None = None
+    backend: str = "cuda"
+    dtypes: tuple | list | None = None
+    workers: int | None = None
+    warmup: int = 3
+    rounds: int = 7
+    max_registers: int = 255
+    model: object = None
+    prune_to: int | None = None
+    use_cache: bool = True
+    gpu: str | None = None
+    dims: tuple[str, ...] | None = None
+    progress: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = {
+            "warmup": self.warmup >= 0,
+            "rounds": self.rounds >= 1,
+            "max_registers": 0 < self.max_registers <= 255,
+            "workers": self.workers is None or self.workers >= 0,
+            "prune_to": self.prune_to is None or self.prune_to >= 1,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise TuningError(message=f"TuneOptions: invalid {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}")
+
+
+def _options(options: TuneOptions | None, kw: dict) -> TuneOptions:
+    if options is not None and kw:
+        raise TuningError(message=f"autotune: pass options= or keyword options, not both ({sorted(kw)})")
+    if options is not None:
+        return options
+    unknown = set(kw) - set(TuneOptions.__dataclass_fields__)
+    if unknown:
+        raise TuningError(message=f"autotune: unknown options {sorted(unknown)}")
+    return TuneOptions(**kw)
+
+
+def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None, **kw) -> TuningResult:
+    """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
+    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``; or its fields as keyword
+    arguments).  Results are cached per (kernel, shape bucket, dtypes, GPU, versions); a cached shape is
+    answered without compiling or timing (``use_cache=False`` re-tunes)."""
     from ..compiler import default_target
 
-    src = _source(kernel, fixed or {})
-    target = target or default_target(backend)
-    shapes = [tuple(int(x) for x in s) for s in shapes]
-    gpu = gpu or gpu_name()
-    vers = versions()
+    opt = _options(options, kw)
+    src = _source(kernel, opt.fixed or {})
+    target = opt.target or default_target(opt.backend)
     cache = TuningCache(f"{src.kernel_id}@{target}")
     cands = enumerate_space(space, src.params())
-    by_label = {c.label: c for c in cands}
     result = TuningResult(src.kernel_id)
     inputs_of: dict = {}
+    todo = _answer_cached(
+        [tuple(int(x) for x in s) for s in shapes], opt, cache, {c.label: c for c in cands}, result, inputs_of
+    )
+    if not todo:
+        return result
+    compiled = _legal_and_compiled(src, cands, opt, target, result)
+    timer = opt.timer or _default_timer()
+    for shape, key in todo:
+        pool = compiled
+        if opt.model is not None and opt.prune_to:
+            rank = {m.name: i for i, m in enumerate(opt.model.rank(shape))}
+            pool = sorted(compiled, key=lambda c: rank.get(c.label, -1))[: opt.prune_to]
+        inputs = inputs_of.get(shape)
+        if inputs is None and opt.make_inputs is not None:
+            inputs = opt.make_inputs(shape)
+        runners = {c: _Runner(src, c, inputs or (), opt.backend, target) for c in pool}
+        times = time_candidates(
+            runners,
+            timer,
+            warmup=opt.warmup,
+            rounds=opt.rounds,
+            seed=opt.seed,
+            progress=opt.progress,
+            label="x".join(map(str, shape)),
+        )
+        best = min(times, key=times.get)
+        result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
+        cache.put(key, _entry(shape, best, times, result, len(cands)))
+    return result
 
-    def key_for(shape):
-        if dtypes is not None:
-            dts = list(dtypes)
-        elif make_inputs is not None:
-            inputs_of[shape] = make_inputs(shape)
+
+def _answer_cached(shapes, opt: TuneOptions, cache, by_label: dict, result: TuningResult, inputs_of: dict) -> list:
+    """Fill ``result`` for the shapes the cache answers; return ``(shape, key)`` of the others."""
+    gpu, vers = opt.gpu or gpu_name(), versions()
+    todo = []
+    for shape in shapes:
+        if opt.dtypes is not None:
+            dts = list(opt.dtypes)
+        elif opt.make_inputs is not None:
+            inputs_of[shape] = opt.make_inputs(shape)
             dts = _dtypes_of(inputs_of[shape])
         else:
             dts = []
-        return entry_key(shape, dts, gpu, vers, dims)
-
-    todo = []
-    for shape in shapes:
-        key = key_for(shape)
-        hit = cache.get(key) if use_cache else None
-        if hit is not None:
-            best = Candidate.from_json(hit["best"])
-            result.best[shape] = by_label.get(best.label, best)
-            result.times[shape] = {by_label[lbl]: t for lbl, t in hit.get("times", {}).items() if lbl in by_label}
-            result.from_cache[shape] = True
-        else:
+        key = entry_key(shape, dts, gpu, vers, opt.dims)
+        hit = cache.get(key) if opt.use_cache else None
+        if hit is None:
             todo.append((shape, key))
-    if not todo:
-        return result
+            continue
+        best = Candidate.from_json(hit["best"])
+        result.best[shape] = by_label.get(best.label, best)
+        result.times[shape] = {by_label[lbl]: t for lbl, t in hit.get("times", {}).items() if lbl in by_label}
+        result.from_cache[shape] = True
+    return todo
 
+
+def _legal_and_compiled(src: _KernelSource, cands: list, opt: TuneOptions, target: str, result: TuningResult) -> list:
+    """The candidates that pass ``legal``, compile, and ``reject_after_compile``; the others' reasons go
+    to ``result.rejected``, every compile's metadata to ``result.metadata``."""
     survivors = []
     for c in cands:
         ok, why = legal(src.build(c.kwargs), c.subs_dict, target)
@@ -487,12 +418,13 @@ def autotune(
             survivors.append(c)
         else:
             result.rejected[c] = why
-    metas = compile_candidates(src, survivors, backend=backend, target=target, workers=workers, progress=progress)
+    metas = compile_candidates(
+        src, survivors, backend=opt.backend, target=target, workers=opt.workers, progress=opt.progress
+    )
     compiled = []
     for c in survivors:
-        meta = metas[c]
-        result.metadata[c] = meta
-        why = meta.get("error") or reject_after_compile(meta, max_registers)
+        result.metadata[c] = meta = metas[c]
+        why = meta.get("error") or reject_after_compile(meta, opt.max_registers)
         if why:
             result.rejected[c] = why
         else:
@@ -500,45 +432,32 @@ def autotune(
     if not compiled:
         reasons = "; ".join(f"{c.label}: {r}" for c, r in list(result.rejected.items())[:5])
         raise TuningError(message=f"no configuration of {src.kernel_id} is legal on {target} ({reasons})")
+    return compiled
 
-    if timer is None:
-        from ..compiler import gpu_visible
 
-        if not gpu_visible():
-            raise TuningError(
-                message="timing needs a CUDA GPU (torch.cuda.is_available() is False); "
-                "pass timer= to time some other way"
-            )
-        timer = cuda_event_timer
-    for shape, key in todo:
-        pool = compiled
-        if model is not None and prune_to:
-            rank = {m.name: i for i, m in enumerate(model.rank(shape))}
-            pool = sorted(compiled, key=lambda c: rank.get(c.label, -1))[:prune_to]
-        inputs = inputs_of.get(shape)
-        if inputs is None and make_inputs is not None:
-            inputs = make_inputs(shape)
-        runners = {c: _Runner(src, c, inputs or (), backend, target) for c in pool}
-        times = time_candidates(
-            runners, timer, warmup=warmup, rounds=rounds, seed=seed, progress=progress, label="x".join(map(str, shape))
+def _default_timer():
+    from ..compiler import gpu_visible
+
+    if not gpu_visible():
+        raise TuningError(
+            message="timing needs a CUDA GPU (torch.cuda.is_available() is False); pass timer= to time some other way"
         )
-        best = min(times, key=times.get)
-        result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
-        cache.put(
-            key,
-            {
-                "shape": list(shape),
-                "best": best.to_json(),
-                "best_label": best.label,
-                "seconds": times[best],
-                "times": {c.label: t for c, t in times.items()},
-                "metadata": result.metadata.get(best, {}),
-                "candidates": len(cands),
-                "rejected": len(result.rejected),
-                "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-            },
-        )
-    return result
+    return cuda_event_timer
+
+
+def _entry(shape, best: Candidate, times: dict, result: TuningResult, candidates: int) -> dict:
+    """The tuning cache's entry for one measured shape."""
+    return {
+        "shape": list(shape),
+        "best": best.to_json(),
+        "best_label": best.label,
+        "seconds": times[best],
+        "times": {c.label: t for c, t in times.items()},
+        "metadata": result.metadata.get(best, {}),
+        "candidates": candidates,
+        "rejected": len(result.rejected),
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
 
 
 def lookup(
