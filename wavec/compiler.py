@@ -23,10 +23,9 @@ from .frontend.kernel import WaveKernel
 from .knobs import knobs
 from .passes.printer import format_trace
 from .runtime.artifact import ArgSpec, Artifact, KernelMetadata
+from .runtime.backends import BACKENDS
 from .runtime.cache import cache_key, default_cache
 from .runtime.tensor_map import TensorMapSpec
-
-BACKENDS = ("cuda", "rocm", "emulator")
 
 
 def _iree_version() -> str:

@@ -28,7 +28,7 @@ import re
 import numpy as np
 from iree.compiler import ir
 
-from wavec.codegen.hopper.wgmma import FENCE_OPERANDS
+from wavec.abi import FENCE_OPERANDS
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import SharedBuf
 from wavec.emulator.types import bf16_bits_to_f32

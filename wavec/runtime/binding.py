@@ -27,12 +27,12 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
 from wavec.errors import ArgumentError, LaunchError
 from wavec.runtime.artifact import DTYPES, KernelMetadata
 
 __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
 
-SMS_NAME = "WAVEC_SMS"  # a persistent grid's SM count: the launcher adds it to the symbol values
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)

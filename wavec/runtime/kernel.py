@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import ArgumentError, LaunchError
 from .artifact import Artifact, KernelMetadata
+from .backends import launcher_factory
 
 __all__ = ["CompiledKernel", "OutputPlan"]
 
@@ -181,8 +182,8 @@ class OutputPlan:
 class CompiledKernel:
     """Call with torch tensors: all arguments (outputs written in place) or the inputs only.
 
-    See the module docstring for the two conventions.  ``backend`` is "cuda", "rocm" or "emulator"; the
-    launcher is loaded on the first call.
+    See the module docstring for the two conventions.  ``backend`` names a backend of
+    :mod:`wavec.runtime.backends`, whose launcher is loaded on the first call.
     """
 
     def __init__(self, artifact: Artifact, backend: str, stats: Any = None) -> None:
@@ -197,22 +198,17 @@ class CompiledKernel:
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
 
-    def _load(self):
-        if self.backend == "cuda":
-            from .launcher import CudaKernel
-
-            return CudaKernel(self.artifact)
-        if self.backend == "emulator":
-            from ..emulator.launch import EmulatorKernel
-
-            return EmulatorKernel(self.artifact)
-        raise LaunchError(
-            kernel=self.metadata.kernel,
-            message=(
-                f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
-                "compile with backend='emulator' to run it on the CPU"
-            ),
-        )
+    def _load(self) -> Any:
+        factory = launcher_factory(self.backend)
+        if factory is None:
+            raise LaunchError(
+                kernel=self.metadata.kernel,
+                message=(
+                    f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
+                    "compile with backend='emulator' to run it on the CPU"
+                ),
+            )
+        return factory(self.artifact)
 
     @property
     def output_plan(self) -> OutputPlan:
