@@ -25,7 +25,7 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import ArgumentError, LaunchError
 from .artifact import Artifact, KernelMetadata
@@ -143,7 +143,7 @@ class OutputPlan:
         """Raise :class:`ArgumentError` if an input is not a tensor of the right rank; else return."""
         self._input_error(inputs)
 
-    def raise_unbound(self) -> None:
+    def raise_unbound(self) -> NoReturn:
         """Raise the :class:`ArgumentError` for an output whose size no input determines."""
         name, d, sym = self.unbound[0]
         every = ", ".join(a.name for a in self.meta.args)
