@@ -54,10 +54,8 @@ def _parse(cls_name: str, params: Any) -> tuple[tuple, DType, str | None]:
     return tuple(dims), dtype, space
 
 
-# The subscriptions are metaclass ``__getitem__`` methods rather than ``__class_getitem__``: type checkers
-# read their signatures, so the expression ``Register[M, N, f32](0.0)`` type-checks as a traced Value.
-# In annotations the subscription holds values (symbols, dtypes), not types: ``wavec.mypy_plugin``
-# reads ``a: Memory[M, K, f16]`` as the traced Value the argument is inside a kernel.
+# Metaclass ``__getitem__``s, not ``__class_getitem__``: type checkers read their signatures, so the
+# expression ``Register[M, N, f32](0.0)`` is a Value to them; annotations need ``wavec.mypy_plugin``.
 
 
 class _MemoryMeta(type):

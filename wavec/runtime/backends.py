@@ -1,10 +1,8 @@
-"""The backend registry: which launcher runs an artifact for each backend name.
+"""The backend registry: ``register_backend(name, factory)``, ``factory(artifact) -> launcher``.
 
-A backend registers ``factory(artifact) -> launcher`` with :func:`register_backend` when its module is
-imported; ``launcher(*tensors)`` runs the kernel on all its arguments (outputs written in place).  The
-runtime knows only the *name* of the module that provides each backend and imports it the first time
-the backend is asked for, so ``runtime`` never imports ``emulator`` (which imports ``runtime``: no
-cycle) and a CUDA run never loads the emulator or the MLIR bindings it needs.
+The runtime knows each backend's providing module by name only and imports it when the backend is first
+asked for; the module registers its launcher on import.  So ``runtime`` never imports ``emulator`` (which
+imports ``runtime``) and a CUDA run never loads the emulator or its MLIR bindings.
 """
 
 from __future__ import annotations
@@ -15,12 +13,8 @@ from typing import Any
 
 from .artifact import Artifact
 
-__all__ = ["BACKENDS", "LauncherFactory", "launcher_factory", "register_backend"]
-
 LauncherFactory = Callable[[Artifact], Callable[..., Any]]
-
-# Backend name -> the module whose import registers its launcher (None: wavec compiles for it, but no
-# launcher for it exists in this package).
+# backend -> the module whose import registers it (None: wavec compiles for it but has no launcher)
 _PROVIDERS: dict[str, str | None] = {"cuda": "wavec.runtime.launcher", "rocm": None, "emulator": "wavec.emulator"}
 BACKENDS = tuple(_PROVIDERS)
 _FACTORIES: dict[str, LauncherFactory] = {}
@@ -32,10 +26,8 @@ def register_backend(name: str, factory: LauncherFactory) -> None:
 
 
 def launcher_factory(name: str) -> LauncherFactory | None:
-    """The factory registered for ``name``, importing its provider module first if needed; else None."""
-    factory = _FACTORIES.get(name)
+    """The factory registered for ``name``, importing its provider first if needed; None if there is none."""
     provider = _PROVIDERS.get(name)
-    if factory is None and provider is not None:
+    if name not in _FACTORIES and provider is not None:
         importlib.import_module(provider)
-        factory = _FACTORIES.get(name)
-    return factory
+    return _FACTORIES.get(name)

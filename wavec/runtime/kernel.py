@@ -30,10 +30,9 @@ from typing import Any, NoReturn
 from ..errors import ArgumentError, LaunchError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
+from .binding import _TORCH_DTYPE_NAMES
 
 __all__ = ["CompiledKernel", "OutputPlan"]
-
-_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 
 
 class OutputPlan:
