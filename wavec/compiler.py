@@ -23,10 +23,9 @@ from .frontend.kernel import WaveKernel
 from .knobs import knobs
 from .passes.printer import format_trace
 from .runtime.artifact import ArgSpec, Artifact, KernelMetadata
+from .runtime.backends import BACKENDS
 from .runtime.cache import cache_key, default_cache
 from .runtime.tensor_map import TensorMapSpec
-
-BACKENDS = ("cuda", "rocm", "emulator")
 
 
 def _iree_version() -> str:
@@ -112,11 +111,12 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
             image, info = assemble(ptx, target.arch)
             fmt, registers, spills = "cubin", info.registers, info.spill_stores + info.spill_loads
     else:
+        assert isinstance(gpu.image, bytes), "parse_executable returns an HSACO image as bytes"
         image, fmt = gpu.image, "hsaco"
     meta = KernelMetadata(
         kernel=kernel.name,
         entry=iface.entry,
-        block=tuple(export.block),
+        block=export.block,
         shared_bytes=export.shared_bytes,
         args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings),
         constants=iface.constants,

@@ -21,9 +21,9 @@ import re
 import pytest
 import sympy
 import torch
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
-from wavec import Memory, Register, f32
 from wavec.errors import EmulatorError, SharedMemoryRaceError
 from wavec.indexing import mma as mma_mod
 from wavec.indexing.symbols import LANE
@@ -41,19 +41,7 @@ def make_gemm(threads: int, mma, promote: bool = True) -> wc.WaveKernel:
     cons = gm.gemm_constraints(threads, mma)
     cons = [c for c in cons if not isinstance(c, wc.SchedulingConstraint)]
     cons.append(wc.SchedulingConstraint(num_stages=gm.NUM_STAGES, group_size=gm.GROUP_M, promote_operands=promote))
-    M, N, K = gm.M, gm.N, gm.K
-
-    @wc.wave(cons)
-    def gemm(a: Memory[M, K, wc.f16], b: Memory[N, K, wc.f16], c: Memory[M, N, f32]):
-        acc = Register[M, N, f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
-    return gemm
+    return gemm_kernel(cons)
 
 
 def compile_gemm(target: str, threads: int, mma, promote: bool = True, subs=SUBS):

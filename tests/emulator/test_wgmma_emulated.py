@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from kernel_fixtures import gemm_kernel
 from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poisoned, randn, run_gemm
 
 import wavec as wc
@@ -276,21 +277,10 @@ def test_bad_configurations(waves, subs, target, match) -> None:
 
 
 def test_wgmma_needs_promoted_operands() -> None:
-    M, N, K = gm.M, gm.N, gm.K
     constraints = [
         c for c in gm.gemm_constraints(32, WGMMA[wc.f16], (1, 1)) if not isinstance(c, wc.SchedulingConstraint)
     ] + [wc.SchedulingConstraint(num_stages=1, promote_operands=False)]
-
-    @wc.wave(constraints)
-    def gemm(a: wc.Memory[M, K, wc.f16], b: wc.Memory[N, K, wc.f16], c: wc.Memory[M, N, wc.f32]):
-        acc = wc.Register[M, N, wc.f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: wc.Register[M, N, wc.f32]) -> wc.Register[M, N, wc.f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
+    gemm = gemm_kernel(constraints)
     with pytest.raises(wc.WavecError, match="promote_operands=True"):
         wc.compile(gemm, _subs(64, 64, 32, 1), backend="emulator", target="sm_90a", cache=False)
 

@@ -7,9 +7,10 @@ binaries are the binary tier's business.
 
 import pytest
 from filecheck import filecheck
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
-from wavec import Memory, Register, f16, f32
+from wavec import Memory, f16, f32
 from wavec.kernels import elementwise as ew_lib
 from wavec.kernels import gemm as gemm_lib
 
@@ -26,18 +27,7 @@ def mlir(kernel: wc.WaveKernel, subs: dict | None = None, target: str = "sm_90")
 
 def _gemm(constraints: list) -> wc.WaveKernel:
     """The GEMM body of DESIGN §1 under ``constraints`` (its entry point is called ``gemm``)."""
-
-    @wc.wave(constraints)
-    def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
-        acc = Register[M, N, f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
-    return gemm
+    return gemm_kernel(constraints)
 
 
 # ----- GEMM on NVIDIA: one wave, 4x2 grid of m16n8k16 per K step --------------------------------------

@@ -7,9 +7,10 @@ the documented meaning of inference and expansion (DESIGN §3, §4), not a libra
 
 import pytest
 from filecheck import filecheck
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
-from wavec import Memory, Register, f16, f32
+from wavec import Memory, f16
 from wavec.frontend.constraints import ConstraintSet
 from wavec.passes.context import PassContext
 from wavec.passes.pipeline import PASS_NAMES, run_pipeline
@@ -44,15 +45,7 @@ GEMM_4x2 = [
 ]
 
 
-@wc.wave(GEMM_4x2)
-def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
-    acc = Register[M, N, f32](0.0)
-
-    @wc.iterate(K, init_args=[acc])
-    def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-        return wc.mma(wc.read(a), wc.read(b), acc)
-
-    wc.write(body, c)
+gemm = gemm_kernel(GEMM_4x2)
 
 
 GEMM_TRACE = r"""

@@ -13,6 +13,7 @@ import pytest
 import sympy
 import torch
 from filecheck import filecheck
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
 from wavec import Memory, Register, f16, f32
@@ -46,17 +47,7 @@ def gemm_constraints(hw: wc.HardwareConstraint, promote: bool = True, swizzle: s
 
 
 def _gemm(constraints: list) -> wc.WaveKernel:
-    @wc.wave(constraints)
-    def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
-        acc = Register[M, N, f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
-    return gemm
+    return gemm_kernel(constraints)
 
 
 gemm = _gemm(gemm_constraints(NV))  # operands promoted (the default)

@@ -11,6 +11,7 @@ import itertools
 import pytest
 import sympy
 import torch.fx as fx
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
 from wavec import Memory, Register, f16, f32
@@ -105,18 +106,7 @@ def make_gemm(
         wc.SchedulingConstraint(promote_operands=False),
         wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma),
     ]
-
-    @wc.wave(cons)
-    def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, f32]):
-        acc = Register[M, N, f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
-    return gemm
+    return gemm_kernel(cons, dtype)
 
 
 def _gemm(mma: MMAType, threads: int, waves: tuple) -> wc.WaveKernel:

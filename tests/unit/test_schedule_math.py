@@ -14,9 +14,9 @@ import functools
 
 import pytest
 import sympy
+from kernel_fixtures import gemm_kernel
 
 import wavec as wc
-from wavec import Memory, Register, f16, f32
 from wavec.frontend.constraints import ConstraintSet
 from wavec.frontend.ops import Allocate, AsyncCopy, Iterate, Read, Write
 from wavec.frontend.types import AddressSpace
@@ -30,7 +30,7 @@ STAGES, GROUP = wc.sym.NUM_STAGES, wc.sym.GROUP_M
 
 
 def _gemm(swizzle: str) -> wc.WaveKernel:
-    @wc.wave(
+    return gemm_kernel(
         [
             wc.WorkgroupConstraint(M, BM, 0),
             wc.WorkgroupConstraint(N, BN, 1),
@@ -41,16 +41,6 @@ def _gemm(swizzle: str) -> wc.WaveKernel:
             wc.SchedulingConstraint(num_stages=STAGES, group_size=GROUP, operand_swizzle=swizzle),
         ]
     )
-    def gemm(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
-        acc = Register[M, N, f32](0.0)
-
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(a), wc.read(b), acc)
-
-        wc.write(body, c)
-
-    return gemm
 
 
 GEMMS = {"auto": _gemm("auto"), "none": _gemm("none")}  # XOR-swizzled operand tiles / padded rows

@@ -173,11 +173,11 @@ def _parse_export(fb: _FlatBuffer, table: int, ordinal: int) -> ExportInfo:
     if raw_name is None:
         raise _bad(f"export {ordinal} has no kernel name")
     block_pos = fb.field(table, _EXP_BLOCK)
-    block = (1, 1, 1) if block_pos is None else tuple(fb.u32(block_pos + 4 * i) for i in range(3))
+    block = (1, 1, 1) if block_pos is None else (fb.u32(block_pos), fb.u32(block_pos + 4), fb.u32(block_pos + 8))
     _, binding_count = fb.vector(table, _EXP_BINDINGS, 8)
     return ExportInfo(
         name=raw_name.decode("utf-8", "replace"),
-        block=block,  # type: ignore[arg-type]
+        block=block,
         shared_bytes=fb.scalar_u32(table, _EXP_SHARED),
         constant_count=fb.scalar_u32(table, _EXP_CONSTANTS),
         binding_count=binding_count,

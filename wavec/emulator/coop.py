@@ -29,7 +29,7 @@ class Baton:
     """The threads of one split: ``turn`` says which one runs (-1: the thread that started them)."""
 
     def __init__(self, st: State, masks: list[np.ndarray]) -> None:
-        self.st, self.masks = st, list(masks)
+        self.st, self.masks = st, list[np.ndarray | None](masks)
         self.cv = threading.Condition()
         self.turn, self.alive = -1, [True] * len(masks)
         self.blocked: list[str | None] = [None] * len(masks)
@@ -82,7 +82,7 @@ class Baton:
 def run_split(st: State, branches: list[tuple[np.ndarray, list[Instr]]]) -> None:
     """Run each (mask, instructions) branch as a cooperating thread; the first starts; returns when all
     finished (re-raising the first error)."""
-    if "baton" in st.__dict__:
+    if st.baton is not None:
         raise EmulatorError(message="nested warp-specialized splits are not emulated")
     saved = st.mask
     baton = st.baton = Baton(st, [m for m, _ in branches])
@@ -96,7 +96,7 @@ def run_split(st: State, branches: list[tuple[np.ndarray, list[Instr]]]) -> None
         baton.cv.wait_for(lambda: baton.turn == -1 and (baton.error is not None or not any(baton.alive)))
     for t in threads:
         t.join()
-    del st.baton
+    st.baton = None
     st.mask = saved
     if baton.error is not None:
         raise baton.error
@@ -104,7 +104,7 @@ def run_split(st: State, branches: list[tuple[np.ndarray, list[Instr]]]) -> None
 
 def note_progress(st: State) -> None:
     """An mbarrier changed (arrival, expected bytes, copy): a blocked wait may now complete."""
-    baton = st.__dict__.get("baton")
+    baton = st.baton
     if baton is not None:
         baton.progress += 1
 
@@ -113,7 +113,7 @@ def block_until(st: State, ready: Callable[[], bool], what: str) -> bool:
     """Inside a split: hand the baton on until ``ready()``; True once it is.  Outside one: False at once
     (the caller reports the wait that can never complete).  Raises a deadlock error when a whole round
     of the other threads made no progress, or none is left."""
-    baton = st.__dict__.get("baton")
+    baton = st.baton
     if baton is None:
         return ready()
     me = baton.current

@@ -58,6 +58,10 @@ class State:
         self.async_open: list[Callable[[State], None]] = []
         self.async_groups: list[list[Callable[[State], None]]] = []
         self.locs: list[str] = []
+        # State of the op modules that need one, created on first use (None until then).
+        self.wgmma_fenced = False  # ops_nvvm: a wgmma.fence since the last wgmma.wait_group
+        self.mbarriers: dict[int, Any] | None = None  # ops_tma: shared address -> MBarrier
+        self.baton: Any = None  # coop: the scheduler of the running warp-specialized split
 
     def active(self) -> np.ndarray:
         """Bool (lanes,) array of the active lanes."""

@@ -13,8 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..abi import SMS_NAME
 from ..runtime.artifact import Artifact
-from ..runtime.binding import SMS_NAME, BindingPlan
+from ..runtime.backends import register_backend
+from ..runtime.binding import BindingPlan
 from ..runtime.tensor_map import describe, encode_emulated
 
 EMULATED_SMS = 1  # the SM count a persistent grid sees in the emulator (several tiles per workgroup)
@@ -78,3 +80,6 @@ class EmulatorKernel:
             for s in self.meta.tensor_maps
         )
         return np.frombuffer(raw, np.uint8).copy()
+
+
+register_backend("emulator", EmulatorKernel)

@@ -143,7 +143,7 @@ def address(st: State, m: MemRef, eidx: list[np.ndarray], valid: np.ndarray | No
     return addr
 
 
-def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None):
+def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     full = (st.lanes,) + addr.shape[1:]
     a = np.broadcast_to(addr, full)
     w = np.broadcast_to(st.wave.reshape((-1,) + (1,) * (a.ndim - 1)), full)

@@ -145,7 +145,7 @@ def _cmpi(c: Compiler, op: ir.Operation) -> Instr:
 
 
 def _cmpf_fn(pred: int) -> Fn:
-    base = [None, np.equal, np.greater, np.greater_equal, np.less, np.less_equal, np.not_equal]
+    base = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less, 5: np.less_equal, 6: np.not_equal}
     if pred == 0:
         return lambda a, b: np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b)), bool)
     if pred == 15:

@@ -28,7 +28,7 @@ import re
 import numpy as np
 from iree.compiler import ir
 
-from wavec.codegen.hopper.wgmma import FENCE_OPERANDS
+from wavec.abi import FENCE_OPERANDS
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import SharedBuf
 from wavec.emulator.types import bf16_bits_to_f32
@@ -218,6 +218,8 @@ def _acc_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
 def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
     """(N, operand type, A MN-major, B MN-major) of an ``nvvm.wgmma.mma_async``."""
     shape = re.search(r"m\s*=\s*(\d+),\s*n\s*=\s*(\d+),\s*k\s*=\s*(\d+)", str(op.attributes["shape"]))
+    if shape is None:
+        raise EmulatorError(message=f"{op.name}: unreadable shape {op.attributes['shape']}")
     m, n, k = (int(x) for x in shape.groups())
     type_a = str(op.attributes["typeA"]).split("<")[-1].rstrip(">")
     same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
@@ -259,7 +261,7 @@ def _issue(st: State, where: str, acc_in, operands, n: int) -> InFlight:
     """Queue one wgmma: ``operands(st, grp) -> (A, B)`` is evaluated, with ``acc_in``, at its retirement."""
     if st.lanes % GROUP:
         raise EmulatorError(message=f"{where}: {st.lanes} threads are not whole warpgroups")
-    if not getattr(st, "wgmma_fenced", False):
+    if not st.wgmma_fenced:
         raise EmulatorError(message=f"{where}: wgmma.mma_async without a wgmma.fence since the last wait")
     rows, cols = _acc_positions(n)
     result = InFlight()

@@ -8,7 +8,7 @@ producer/consumer split) runs its branches as cooperating threads of control (``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from iree.compiler import ir
@@ -80,7 +80,9 @@ def _for(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-def _divergent_loop(st: State, instrs: list, iv: int, iargs: list, ys: list, bounds: list, vals: list) -> list:
+def _divergent_loop(
+    st: State, instrs: list, iv: int, iargs: list, ys: list, bounds: Sequence[np.ndarray], vals: list
+) -> list:
     lo, hi, s = (np.broadcast_to(b, (st.lanes,)).astype(np.int64) for b in bounds)
     trip = np.maximum(0, -((lo - hi) // s))
     saved, base = st.mask, st.active()
@@ -229,7 +231,7 @@ def compile_map(m: ir.AffineMap) -> list[AffineFn]:
 def _affine(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
     fns = compile_map(op.attributes["map"].value)
-    red = {"affine.min": np.minimum, "affine.max": np.maximum}.get(op.name)
+    red = np.maximum if op.name == "affine.max" else np.minimum  # affine.apply: one result, never reduced
 
     def run(st: State) -> None:
         xs = [np.asarray(st.env[i], np.int64) for i in ins]

@@ -32,6 +32,8 @@ addresses so tensor maps can name them.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from iree.compiler import ir
 
@@ -72,14 +74,14 @@ class MBarrier:
 
 
 def _mbarriers(st: State) -> dict[int, MBarrier]:
-    if "mbarriers" not in st.__dict__:
+    if st.mbarriers is None:
         st.mbarriers = {}
         st.__dict__.setdefault("on_exit", []).append(_check_idle)
     return st.mbarriers
 
 
 def _check_idle(st: State) -> None:
-    for addr, bar in st.mbarriers.items():
+    for addr, bar in _mbarriers(st).items():
         if bar.busy():
             raise EmulatorError(
                 message=f"mbarrier at shared address {addr}: the workgroup ends with "
@@ -133,7 +135,7 @@ def _init(c: Compiler, op: ir.Operation) -> Instr:
 
 
 @register("nvvm.fence.mbarrier.init")
-def _fence_init(c: Compiler, op: ir.Operation) -> Instr:
+def _fence_init(c: Compiler, op: ir.Operation) -> Instr | None:
     return None  # initialisation is visible at once here; the workgroup barrier after it is what matters
 
 
@@ -224,6 +226,11 @@ def _completable(bar: MBarrier) -> bool:
     return bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies)
 
 
+def _phase_over(bar: MBarrier, parity: int) -> bool:
+    """A wait on ``parity`` can return: that phase is over, or can complete now."""
+    return bar.phase % 2 != parity or _completable(bar)
+
+
 def _acquire(st: State, bar: MBarrier) -> None:
     """A wait that saw a phase complete: what the waves that arrived in it did to shared memory is
     ordered before what the waiting threads do next (modelled by forgetting those waves' accesses in the
@@ -250,7 +257,7 @@ def _try_wait_parity(c: Compiler, op: ir.Operation) -> Instr:
             if bar.phase % 2 == p:  # the phase of parity p is the current one: wait for it
                 block_until(
                     st,
-                    lambda bar=bar, p=p: bar.phase % 2 != p or _completable(bar),
+                    functools.partial(_phase_over, bar, p),
                     f"{where} on the mbarrier at {a}, parity {p} ({bar.pending} of {bar.count} arrivals "
                     f"missing, {bar.tx - sum(n for n, _ in bar.copies)} announced bytes not in flight)",
                 )

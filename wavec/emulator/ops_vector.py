@@ -9,6 +9,8 @@ ordered ``vector.reduce.*`` does without reassociation flags.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from iree.compiler import ir
 
@@ -165,9 +167,9 @@ def _broadcast(c: Compiler, op: ir.Operation) -> Instr:
     return _elementwise(c, op, fn)
 
 
-def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple:
+def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple[Any, ...]:
     it = iter(dyn)
-    pos: list = [slice(None)]
+    pos: list[Any] = [slice(None)]
     for p in op_static(op):
         if p != KDYN:
             pos.append(p)
@@ -191,7 +193,7 @@ def _extract(c: Compiler, op: ir.Operation) -> Instr:
 
     def run(st: State) -> None:
         x = np.asarray(st.env[src])
-        pos = _positions(op_, dyn, st) if dyn else (slice(None), *static)
+        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
         if isinstance(pos[0], np.ndarray):
             x = np.broadcast_to(x, (st.lanes,) + x.shape[1:])
         st.env[o] = x[pos]
@@ -207,7 +209,7 @@ def _insert(c: Compiler, op: ir.Operation) -> Instr:
 
     def run(st: State) -> None:
         s, d = np.asarray(st.env[src]), np.asarray(st.env[dest])
-        pos = _positions(op_, dyn, st) if dyn else (slice(None), *static)
+        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
         n = max(s.shape[0], d.shape[0]) if not isinstance(pos[0], np.ndarray) else st.lanes
         out = np.array(np.broadcast_to(d, (n,) + d.shape[1:]))
         out[pos] = s
@@ -294,7 +296,7 @@ def _multi_reduction(c: Compiler, op: ir.Operation) -> Instr:
     def red(x: np.ndarray, acc: np.ndarray) -> np.ndarray:
         keep = [d for d in range(1, x.ndim) if d not in dims]
         x = np.transpose(x, [0] + keep + dims)
-        x = x.reshape(x.shape[: 1 + len(keep)] + (-1,))
+        x = x.reshape(*x.shape[: 1 + len(keep)], -1)
         r = acc
         for i in range(x.shape[-1]):
             r = fix(fn(r, x[..., i]))
@@ -337,12 +339,11 @@ def _create_mask(c: Compiler, op: ir.Operation) -> Instr:
     shape = _vshape(op.results[0].type)
 
     def fn(*bounds: np.ndarray) -> np.ndarray:
-        m = None
+        m = np.ones((1,) * (len(shape) + 1), bool)
         for d, b in enumerate(bounds):
             sh = [1] * (len(shape) + 1)
             sh[d + 1] = shape[d]
-            ok = np.arange(shape[d]).reshape(sh) < np.asarray(b).reshape((-1,) + (1,) * len(shape))
-            m = ok if m is None else m & ok
+            m = m & (np.arange(shape[d]).reshape(sh) < np.asarray(b).reshape((-1,) + (1,) * len(shape)))
         return np.broadcast_to(m, m.shape[:1] + shape)
 
     return _elementwise(c, op, fn)

@@ -13,11 +13,16 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import torch.fx as fx
 
 from ..errors import OutsideKernelError, ShapeError, SourceLoc
 from .types import AddressSpace, ScalarType, TensorType
+
+if TYPE_CHECKING:
+    from .ops import Op
 
 _WAVEC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNELS_DIR = os.path.join(_WAVEC_DIR, "kernels")  # the kernel library is user code
@@ -26,13 +31,21 @@ _ACTIVE: list[Tracer] = []
 
 def current_loc() -> SourceLoc | None:
     """The innermost stack frame outside the compiler (user code or ``wavec/kernels``): the kernel line."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
         if not fname.startswith(_WAVEC_DIR + os.sep) or fname.startswith(_KERNELS_DIR + os.sep):
             return SourceLoc(fname, frame.f_lineno, linecache.getline(fname, frame.f_lineno))
         frame = frame.f_back
     return None
+
+
+def arg_node(node: fx.Node, i: int) -> fx.Node:
+    """``node.args[i]`` as the ``fx.Node`` that it is for wavec's ops (torch types it as any ``Argument``)."""
+    arg = node.args[i]
+    if not isinstance(arg, fx.Node):
+        raise TypeError(f"%{node.name}: argument {i} is {type(arg).__name__}, not a node")
+    return arg
 
 
 def capture_root(node: fx.Node) -> fx.Node:
@@ -174,7 +187,7 @@ class Tracer:
     def graph(self) -> fx.Graph:
         return self.stack[-1]
 
-    def create(self, op: type, args: tuple, ttype: TensorType | None, loc=None, **kwargs) -> Value:
+    def create(self, op: type[Op], args: tuple, ttype: TensorType | None, loc=None, **kwargs) -> Value:
         args = tuple(self.lift(a) for a in args)
         node = self.graph.create_node("call_function", op, args, kwargs, name=op.name)
         node.meta.update(op=op, type=ttype, loc=loc or current_loc())
@@ -243,7 +256,8 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     hints = _annotations(fn, scope_locals)
     loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
     tracer = Tracer(batch_dims)
-    args, values = [], []
+    args: list[KernelArg] = []
+    values: list[Value] = []
     scalars: list[KernelArg] = []
     for name in sig.parameters:
         t = hints.get(name)

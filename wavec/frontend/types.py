@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import sympy
 
 from .dtypes import DType
+
+if TYPE_CHECKING:
+    from .tracing import Value
 
 
 class AddressSpace:
@@ -32,7 +36,7 @@ class TensorType:
         return f"[{dims}] {self.dtype}{where}"
 
 
-def _parse(cls_name: str, params) -> tuple[tuple, DType, str | None]:
+def _parse(cls_name: str, params: Any) -> tuple[tuple, DType, str | None]:
     params = params if isinstance(params, tuple) else (params,)
     space = None
     if params and isinstance(params[-1], str):
@@ -50,19 +54,25 @@ def _parse(cls_name: str, params) -> tuple[tuple, DType, str | None]:
     return tuple(dims), dtype, space
 
 
-class Memory:
-    """Annotation of a kernel argument in device memory: ``Memory[M, K, f16]`` or ``[..., "shared"]``."""
+# Metaclass ``__getitem__``s, not ``__class_getitem__``: type checkers read their signatures, so the
+# expression ``Register[M, N, f32](0.0)`` is a Value to them; annotations need ``wavec.mypy_plugin``.
 
-    def __class_getitem__(cls, params) -> TensorType:
+
+class _MemoryMeta(type):
+    def __getitem__(cls, params: Any) -> TensorType:
         dims, dtype, space = _parse("Memory", params)
         return TensorType(dims, dtype, space or AddressSpace.GLOBAL)
+
+
+class Memory(metaclass=_MemoryMeta):
+    """Annotation of a kernel argument in device memory: ``Memory[M, K, f16]`` or ``[..., "shared"]``."""
 
 
 class _RegisterType:
     def __init__(self, ttype: TensorType) -> None:
         self.type = ttype
 
-    def __call__(self, init: float | int):
+    def __call__(self, init: float | int) -> Value:
         from .ops import register
 
         return register(self.type.shape, self.type.dtype, init)
@@ -71,14 +81,16 @@ class _RegisterType:
         return f"Register{self.type}"
 
 
-class Register:
-    """A per-wave register tile: ``Register[M, N, f32](0.0)`` creates one filled with a constant."""
-
-    def __class_getitem__(cls, params) -> _RegisterType:
+class _RegisterMeta(type):
+    def __getitem__(cls, params: Any) -> _RegisterType:
         dims, dtype, space = _parse("Register", params)
         if space is not None:
             raise TypeError("Register[...] takes no address space")
         return _RegisterType(TensorType(dims, dtype))
+
+
+class Register(metaclass=_RegisterMeta):
+    """A per-wave register tile: ``Register[M, N, f32](0.0)`` creates one filled with a constant."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +103,15 @@ class ScalarType:
         return f"scalar {self.dtype}"
 
 
-class Scalar:
+class _ScalarMeta(type):
+    def __getitem__(cls, dtype: Any) -> ScalarType:
+        if not isinstance(dtype, DType) or dtype.name not in ("f32", "i32"):
+            raise TypeError(f"Scalar[dtype]: dtype must be wc.f32 or wc.i32, got {dtype!r}")
+        return ScalarType(dtype)
+
+
+class Scalar(metaclass=_ScalarMeta):
     """Annotation of a by-value kernel argument: ``scale: wc.Scalar[f32]`` (f32 or i32).
 
     Scalars follow every ``Memory`` argument.  Inside the kernel a scalar is a rank-0 register value usable
     in arithmetic; its value is not part of the compiled binary (one binary serves every value)."""
-
-    def __class_getitem__(cls, dtype) -> ScalarType:
-        if not isinstance(dtype, DType) or dtype.name not in ("f32", "i32"):
-            raise TypeError(f"Scalar[dtype]: dtype must be wc.f32 or wc.i32, got {dtype!r}")
-        return ScalarType(dtype)

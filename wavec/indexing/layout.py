@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import sympy
 
 from .indexseq import IndexSeq
 
-Dim = sympy.Symbol
+Dim: TypeAlias = sympy.Symbol
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,8 @@ def split_quotient(expr: sympy.Expr, q: int) -> tuple[sympy.Expr, sympy.Expr]:
     (correct, just slower; no ``Mod`` of a product: sympy 1.x rewrites ``Mod(8*Mod(x, 16), 64)``
     wrongly as ``8*Mod(Mod(x, 16)**2, 8)``)."""
     expr = sympy.expand(expr)
-    quot, low, bound = sympy.Integer(0), sympy.Integer(0), 0
+    quot, low = sympy.Integer(0), sympy.Integer(0)
+    bound: int | None = 0  # an upper bound of the low terms, None once unknown
     for term in sympy.Add.make_args(expr):
         coeff, rest = term.as_coeff_Mul()
         c = int(coeff) if coeff.is_Integer else None

@@ -38,10 +38,6 @@ def stage_symbol(dim: sympy.Symbol) -> sympy.Symbol:
     return sympy.Symbol(f"$STAGE_{dim.name}", integer=True, nonnegative=True)
 
 
-def is_hardware_symbol(s: sympy.Symbol) -> bool:
-    return s.name.startswith("$")
-
-
 @functools.cache
 def tile_start_symbol(dim: sympy.Symbol) -> sympy.Symbol:
     """The first coordinate of ``dim`` in the current workgroup's tile (for a batch dimension: its

@@ -132,12 +132,12 @@ class KernelMetadata:
         return KernelMetadata(
             kernel=_typed(d["kernel"], str, "kernel"),
             entry=_typed(d["entry"], str, "entry"),
-            block=block,  # type: ignore[arg-type]
+            block=block,
             shared_bytes=_typed(d["shared_bytes"], int, "shared_bytes"),
             args=tuple(ArgSpec.from_json(a) for a in d["args"]),
             constants=tuple(_typed(x, str, "constants") for x in d["constants"]),
             static_symbols=_pairs(d["static_symbols"], "static_symbols"),
-            grid=grid,  # type: ignore[arg-type]
+            grid=grid,
             divisibility=_pairs(d["divisibility"], "divisibility"),
             alignment_bytes=_typed(d["alignment_bytes"], int, "alignment_bytes"),
             source=_typed(d["source"], str, "source"),

@@ -25,14 +25,14 @@ import keyword
 import struct
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
 from wavec.errors import ArgumentError, LaunchError
 from wavec.runtime.artifact import DTYPES, KernelMetadata
 
 __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
 
-SMS_NAME = "WAVEC_SMS"  # a persistent grid's SM count: the launcher adds it to the symbol values
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
@@ -201,7 +201,7 @@ class BindingPlan:
                     arg=name,
                     message=f"expected a {dtype} scalar ({want}), got {type(x).__name__} {x!r}",
                 )
-            if dtype == "i32":
+            if dtype == "i32" and isinstance(x, int):  # (an int: checked above)
                 if not -(2**31) <= x < 2**31:
                     raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x} does not fit in int32")
                 values[name] = x
@@ -217,7 +217,7 @@ class BindingPlan:
 
     # ----------------------------------------------------------------------------------------- errors
 
-    def _fail(self, a: _Arg, message: str) -> None:
+    def _fail(self, a: _Arg, message: str) -> NoReturn:
         raise ArgumentError(kernel=self.kernel, arg=a.name, message=message)
 
     def _spec_shape(self, a: _Arg) -> str:

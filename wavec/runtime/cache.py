@@ -116,10 +116,6 @@ class _LRU:
             while len(self._items) > self.capacity:
                 self._items.popitem(last=False)
 
-    def discard(self, key: str) -> None:
-        with self._lock:
-            self._items.pop(key, None)
-
     def clear(self) -> None:
         with self._lock:
             self._items.clear()

@@ -25,14 +25,14 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import ArgumentError, LaunchError
 from .artifact import Artifact, KernelMetadata
+from .backends import launcher_factory
+from .binding import _TORCH_DTYPE_NAMES
 
 __all__ = ["CompiledKernel", "OutputPlan"]
-
-_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 
 
 class OutputPlan:
@@ -142,7 +142,7 @@ class OutputPlan:
         """Raise :class:`ArgumentError` if an input is not a tensor of the right rank; else return."""
         self._input_error(inputs)
 
-    def raise_unbound(self) -> None:
+    def raise_unbound(self) -> NoReturn:
         """Raise the :class:`ArgumentError` for an output whose size no input determines."""
         name, d, sym = self.unbound[0]
         every = ", ".join(a.name for a in self.meta.args)
@@ -181,8 +181,8 @@ class OutputPlan:
 class CompiledKernel:
     """Call with torch tensors: all arguments (outputs written in place) or the inputs only.
 
-    See the module docstring for the two conventions.  ``backend`` is "cuda", "rocm" or "emulator"; the
-    launcher is loaded on the first call.
+    See the module docstring for the two conventions.  ``backend`` names a backend of
+    :mod:`wavec.runtime.backends`, whose launcher is loaded on the first call.
     """
 
     def __init__(self, artifact: Artifact, backend: str, stats: Any = None) -> None:
@@ -197,22 +197,17 @@ class CompiledKernel:
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
 
-    def _load(self):
-        if self.backend == "cuda":
-            from .launcher import CudaKernel
-
-            return CudaKernel(self.artifact)
-        if self.backend == "emulator":
-            from ..emulator.launch import EmulatorKernel
-
-            return EmulatorKernel(self.artifact)
-        raise LaunchError(
-            kernel=self.metadata.kernel,
-            message=(
-                f"backend {self.backend!r} cannot run here (no AMD GPU runtime is wired up); "
-                "compile with backend='emulator' to run it on the CPU"
-            ),
-        )
+    def _load(self) -> Any:
+        factory = launcher_factory(self.backend)
+        if factory is None:
+            raise LaunchError(
+                kernel=self.metadata.kernel,
+                message=(
+                    f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
+                    "compile with backend='emulator' to run it on the CPU"
+                ),
+            )
+        return factory(self.artifact)
 
     @property
     def output_plan(self) -> OutputPlan:

@@ -34,9 +34,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from wavec.abi import SMS_NAME
 from wavec.errors import LaunchError
 from wavec.runtime.artifact import Artifact
-from wavec.runtime.binding import SMS_NAME, BindingPlan
+from wavec.runtime.backends import register_backend
+from wavec.runtime.binding import BindingPlan
 from wavec.runtime.tensor_map import TensorMapCache, encode_cuda
 
 __all__ = ["CudaKernel", "DEFAULT_SHARED_LIMIT"]
@@ -293,3 +295,6 @@ class CudaKernel:
     def _check_get(self, result: tuple, what: str) -> Any:
         self._check(result[0], what)
         return result[1]
+
+
+register_backend("cuda", CudaKernel)

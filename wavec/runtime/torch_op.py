@@ -175,7 +175,8 @@ def _schemas(meta: Any) -> tuple[str, str, tuple[str, ...]]:
     ins = [f"Tensor {n}" for n, a in zip(names, meta.args) if not a.is_output]
     nout = sum(1 for a in meta.args if a.is_output)
     ret = "Tensor" if nout == 1 else "(" + ", ".join(["Tensor"] * nout) + ")"
-    parts, mutated = [], []
+    parts: list[str] = []
+    mutated: list[str] = []
     for n, a in zip(names, meta.args):
         if a.is_output:
             parts.append(f"Tensor({_alias(len(mutated))}!) {n}")

@@ -24,6 +24,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
+from ...abi import FENCE_OPERANDS
 from ...errors import CodegenError
 from ...frontend.ops import Permute, RegisterInit
 from ...frontend.ops_hopper import (
@@ -200,9 +201,6 @@ def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
             message=f"%{node.name} is read by %{u.name} with no "
             "wgmma_wait retiring it first (insert_wgmma_fences places one)",
         )
-
-
-FENCE_OPERANDS = "// wavec: accumulator operands fenced"
 
 
 def fence_operands(s: ir.Value, count: int) -> ir.Value:
