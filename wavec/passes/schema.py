@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 import sympy
 import torch.fx as fx
@@ -30,7 +30,7 @@ from ..indexing import Layout
 from ..indexing.shared_layout import SharedLayout
 
 TRACE = "trace"  # the producer name of what the tracer writes (it always ran)
-Expr = int | sympy.Expr  # an index expression or a plain integer
+Expr: TypeAlias = int | sympy.Expr  # an index expression or a plain integer
 Dims = tuple[sympy.Symbol, ...]
 
 
