@@ -37,12 +37,12 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     if mem.meta["type"].address_space != AddressSpace.SHARED:
         return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
-    alloc = Kwargs(capture_root(mem))
-    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in alloc.base.items()}
+    kw = Kwargs(capture_root(mem))
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}
     stage = access.meta.get("stage", 0)
     rel = [sympy.expand(coords[d] - base[d]) for d in dims]
-    if getattr(alloc, "smem_layout", None) is not None:  # a layout of its own (wgmma operand tiles)
-        rel = alloc.smem_layout.indices(*rel)
+    if getattr(kw, "smem_layout", None) is not None:  # a layout of its own (wgmma operand tiles)
+        rel = kw.smem_layout.indices(*rel)
     return [fb.index(stage)] + [fb.index(e) for e in rel]
 
 

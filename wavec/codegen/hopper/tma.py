@@ -38,7 +38,7 @@ from ...frontend.tracing import arg_nodes, capture_root
 from ...indexing import THREAD, induction_symbol
 from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule
-from .wgmma import _tile_address_symbol
+from .wgmma import _tile_address_symbol, hoisted_symbol
 
 SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
 MAP_BYTES = 128
@@ -59,24 +59,12 @@ def _const_i32(x: int) -> ir.Value:
     return arith.constant(i32, ir.IntegerAttr.get(i32, x))
 
 
-def _symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
-    """A symbol for an address computed once at the top of the function (before any loop)."""
-    sym = sympy.Symbol(name, integer=True, nonnegative=True)
-    if sym not in fb.symbols:
-        if fb.hoist_points:
-            with fb.hoist_points[0]:
-                fb.symbols[sym] = make()
-        else:
-            fb.symbols[sym] = make()
-    return sym
-
-
 def _maps_symbol(fb: FunctionBuilder) -> sympy.Symbol:
-    return _symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
+    return hoisted_symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
 
 
 def _mbarriers_symbol(fb: FunctionBuilder, init: fx.Node) -> sympy.Symbol:
-    return _symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
+    return hoisted_symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
 
 
 def _thread0(fb: FunctionBuilder, thread: int = 0) -> ir.Value:

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -41,16 +43,18 @@ from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule, vec_type
 
 
-def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
-    """A symbol whose value is the shared address of ``alloc``, defined once before the outermost loop."""
-    sym = sympy.Symbol(f"$SMEM_{alloc.name}", integer=True, nonnegative=True)
+def hoisted_symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
+    """A symbol for an address computed once (by ``make``) at the top of the function, before any loop."""
+    sym = sympy.Symbol(name, integer=True, nonnegative=True)
     if sym not in fb.symbols:
-        if fb.hoist_points:
-            with fb.hoist_points[0]:
-                fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
-        else:
-            fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
+        with fb.hoist_points[0] if fb.hoist_points else nullcontext():
+            fb.symbols[sym] = make()
     return sym
+
+
+def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
+    """A symbol whose value is the shared address of ``alloc``."""
+    return hoisted_symbol(fb, f"$SMEM_{alloc.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[alloc]))
 
 
 @rule(MatrixDescriptor)
