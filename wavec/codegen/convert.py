@@ -17,6 +17,7 @@ from iree.compiler.dialects import gpu, memref, vector
 
 from ..errors import CodegenError
 from ..frontend.ops import ConvertLayout
+from ..frontend.tracing import arg_nodes
 from ..indexing import WAVE, Layout
 from ..passes.convert_layouts import register_mapping, wave_origin
 from .lowering import FunctionBuilder, rule, vec_type
@@ -30,7 +31,7 @@ def _concat(values: list[ir.Value]) -> ir.Value:
     return acc
 
 
-def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
+def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: list[fx.Node]) -> ir.Value:
     dst: Layout = node.meta["layout"]
     mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.lanes)
     if mapping is None:  # the pass proved one exists; every tile shares the pattern
@@ -65,7 +66,7 @@ def _buffer(fb: FunctionBuilder, node: fx.Node) -> ir.Value:
     return buf
 
 
-def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
+def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: list[fx.Node]) -> ir.Value:
     buf = _buffer(fb, node)
     dst: Layout = node.meta["layout"]
     origin = wave_origin(fb.ctx, node.graph, dst.dims)
@@ -87,7 +88,7 @@ def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: tuple) -> ir.Value:
 
 @rule(ConvertLayout)
 def lower_convert_layout(fb: FunctionBuilder, node: fx.Node) -> None:
-    srcs = node.args[0]
+    srcs = arg_nodes(node, 0)
     if node.kwargs["via"] == "registers":
         fb.values[node] = _via_registers(fb, node, srcs)
     else:

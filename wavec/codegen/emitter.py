@@ -181,7 +181,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
             raise CodegenError(trace.loc, message="emitted module does not verify")
         out = str(module)
     sizes = {d: cs.resolve(d) for d in dyn}
-    grid = tuple(_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
+    gx, gy, gz = (_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
         entry=trace.name,
         block=(cs.threads + ctx.producer_threads, 1, 1),
@@ -190,7 +190,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
             for a in trace.args
         ),
         constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars),
-        grid=grid,
+        grid=(gx, gy, gz),
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
         alignment_bytes=SUBSPAN_ALIGNMENT,
         scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),

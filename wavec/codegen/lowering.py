@@ -30,12 +30,13 @@ from ..frontend.ops import (
     Select,
     Unary,
 )
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node, arg_nodes
 from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
+from ..passes.schema import Kwargs
 
 LOWERINGS: dict[type, Callable[[FunctionBuilder, fx.Node], None]] = {}
 
@@ -89,7 +90,7 @@ class FunctionBuilder:
             self.scalars[a.name] = ops[pos - 1].result
         # the TMA tensor-map binding (emitter.skeleton puts it last before the return)
         self.tensor_maps = ops[-2].result if ctx.tensor_maps else None
-        self.values: dict[fx.Node, object] = {}
+        self.values: dict[fx.Node, ir.Value] = {}  # an Iterate's: the list of its results
         # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
         # just before the loop that opens the next level).  An index expression is emitted at the
         # outermost level that defines all its symbols: loop-invariant address math is hoisted.
@@ -316,7 +317,7 @@ _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "
 
 @rule(Binary)
 def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
-    kind = node.kwargs["kind"]
+    kind = Kwargs(node).kind
     layout = node.meta["layout"]
     in_dtype = next(a.meta["type"].dtype for a in node.args if isinstance(a, fx.Node))
     x, y = (fb.operand(node, a, layout, in_dtype) for a in node.args)
@@ -337,7 +338,7 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
 def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     """The MLIR op of the kind's ``UNARY_KINDS`` entry; integer negation as ``0 - x``; f32 exp2 on NVIDIA
     as ``ex2.approx``."""
-    kind, x = UNARY_KINDS[node.kwargs["kind"]], fb.values[node.args[0]]
+    kind, x = UNARY_KINDS[Kwargs(node).kind], fb.values[arg_node(node, 0)]
     dtype = node.meta["type"].dtype
     if kind.name == "neg" and not dtype.is_float:
         fb.values[node] = arith.subi(splat(x.type, dtype, 0), x)
@@ -356,9 +357,9 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(Cast)
 def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
-    src = node.args[0].meta["type"].dtype
-    dst = node.kwargs["dtype"]
-    x = fb.values[node.args[0]]
+    src = arg_node(node, 0).meta["type"].dtype
+    dst = Kwargs(node).dtype
+    x = fb.values[arg_node(node, 0)]
     rt = vec_type(node.meta["layout"].size, dst)
     if src == dst:
         fb.values[node] = x
@@ -391,10 +392,11 @@ def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(MMA)
 def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
+    assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
-    a, b, c = (fb.values[x] for x in node.args)
-    in_dt = node.args[0].meta["type"].dtype
-    acc_dt = node.args[2].meta["type"].dtype
+    a, b, c = (fb.values[x] for x in arg_nodes(node))
+    in_dt = arg_node(node, 0).meta["type"].dtype
+    acc_dt = arg_node(node, 2).meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
         raise CodegenError(
             node.meta.get("loc"),
@@ -423,12 +425,12 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(Iterate)
 def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
-    dim = node.kwargs["dim"]
-    sub = fb.trace.subgraphs[node.kwargs["subgraph"]]
+    kw = Kwargs(node)
+    dim, sub = kw.dim, fb.trace.subgraphs[kw.subgraph]
     tile = fb.cs.loop_tile.get(dim)
     if tile is None:
         raise CodegenError(node.meta.get("loc"), message=f"wc.iterate over {dim} needs a TilingConstraint on {dim}")
-    inits = [fb.values[n] for n in node.args[0]]
+    inits = [fb.values[n] for n in arg_nodes(node, 0)]
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
         inits.append(fb.index(fb.ctx.stage_start.get(dim, 0)))
@@ -460,7 +462,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(GetResult)
 def lower_get_result(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = fb.values[node.args[0]][node.kwargs["index"]]
+    fb.values[node] = fb.values[arg_node(node, 0)][Kwargs(node).index]
 
 
 from . import memory_access  # noqa: E402, F401 - registers Read, Write, Allocate and AsyncCopy

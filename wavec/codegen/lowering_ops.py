@@ -13,6 +13,7 @@ from iree.compiler.dialects import arith, llvm, nvvm, vector
 
 from ..frontend import dtypes as dt
 from ..frontend.ops import Arange, Permute
+from ..frontend.tracing import arg_node
 from ..indexing import Layout
 from .lowering import FunctionBuilder, rule, vec_type
 
@@ -69,4 +70,4 @@ def lower_arange(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(Permute)
 def lower_permute(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = fb.values[node.args[0]]  # layouts order registers by dimension name: nothing moves
+    fb.values[node] = fb.values[arg_node(node, 0)]  # layouts order registers by dimension name: nothing moves

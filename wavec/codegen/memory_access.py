@@ -16,16 +16,17 @@ from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
 from ..frontend import dtypes as dt
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
-from ..frontend.tracing import capture_root
+from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, Layout
+from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
 
 
 def held_coord(fb: FunctionBuilder, access: fx.Node, dim) -> sympy.Expr:
     """The coordinate of a memory dimension the registers do not hold: a mapped dim's expression
     (``wc.read(..., mapping=)``) or a batch dim's workgroup coordinate."""
-    mapping = access.kwargs.get("mapping") or access.meta.get("mapping") or {}
+    mapping = (Kwargs(access).mapping if "mapping" in access.kwargs else None) or access.meta.get("mapping") or {}
     return fb.cs.resolve_tile_starts(mapping.get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
 
 
@@ -36,13 +37,12 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     if mem.meta["type"].address_space != AddressSpace.SHARED:
         return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
-    alloc = capture_root(mem)
-    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in alloc.kwargs["base"].items()}
+    kw = Kwargs(capture_root(mem))
+    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}
     stage = access.meta.get("stage", 0)
     rel = [sympy.expand(coords[d] - base[d]) for d in dims]
-    smem_layout = alloc.kwargs.get("smem_layout")  # a layout of its own (wgmma operand tiles)
-    if smem_layout is not None:
-        rel = smem_layout.indices(*rel)
+    if getattr(kw, "smem_layout", None) is not None:  # a layout of its own (wgmma operand tiles)
+        rel = kw.smem_layout.indices(*rel)
     return [fb.index(stage)] + [fb.index(e) for e in rel]
 
 
@@ -117,6 +117,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     layout: Layout = node.meta["layout"]
     row_dim, k_dim = node.meta.get("mma_dims", layout.dims)
     base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
+    assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
     pair = node.meta.get("pair_with")
     trans = bool(node.meta.get("transpose"))
@@ -154,7 +155,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
 
 @rule(Read)
 def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
-    mem_node = node.args[0]
+    mem_node = arg_node(node, 0)
     if node.meta.get("access") == "ldmatrix":
         if node in fb.values:  # produced with its pair by one ldmatrix.x4
             return
@@ -215,7 +216,7 @@ def _branch_stores(memref_value: ir.Value, cond: ir.Value, then: list, other: li
 
 @rule(Write)
 def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
-    val_node, mem_node = node.args
+    val_node, mem_node = arg_nodes(node)
     pieces = _run_pieces(node, fb.values[val_node])
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
@@ -271,7 +272,7 @@ def _quad_transpose(fb: FunctionBuilder, words: list[ir.Value]) -> list[ir.Value
 
 @rule(WideStore)
 def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
-    *vals, mem_node = node.args
+    *vals, mem_node = arg_nodes(node)
     layout: Layout = node.meta["layout"]
     row_dim, col_dim = mem_node.meta["type"].shape[-2:]
     dtype = vals[0].meta["type"].dtype
@@ -316,14 +317,15 @@ def _furthest_runs(node: fx.Node, coords: list[dict]) -> dict | None:
 
 @rule(Allocate)
 def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
-    tile = list(node.kwargs["tile"].values())
-    tile[-1] += node.kwargs["pad"]
+    kw = Kwargs(node)
+    tile = list(kw.tile.values())
+    tile[-1] += kw.pad
     align = 128
-    if node.kwargs.get("smem_layout") is not None:
-        tile = node.kwargs["smem_layout"].memref_shape(tuple(node.kwargs["tile"].values()))
-        align = node.kwargs["smem_layout"].alignment
+    if node.kwargs.get("smem_layout") is not None:  # a wgmma operand tile (2-D)
+        rows, k = kw.tile.values()
+        tile, align = kw.smem_layout.memref_shape((rows, k)), kw.smem_layout.alignment
     dtype = node.meta["type"].dtype
-    shape = "x".join(str(x) for x in [node.kwargs["stages"], *tile])
+    shape = "x".join(str(x) for x in [kw.stages, *tile])
     mtype = ir.MemRefType.parse(f"memref<{shape}x{dtype.mlir}, #gpu.address_space<workgroup>>")
     fb.values[node] = memref.alloc(mtype, [], [], alignment=align)
 
@@ -351,7 +353,7 @@ def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coord
 
 @rule(AsyncCopy)
 def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
-    src_node, dst_node = node.args
+    src_node, dst_node = arg_nodes(node)
     layout: Layout = node.meta["layout"]
     token = ir.Type.parse("!nvgpu.device.async.token")
     for _first, n, off in node.meta["accesses"]:

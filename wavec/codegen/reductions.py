@@ -19,7 +19,9 @@ from iree.compiler.dialects import arith, gpu, memref, vector
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
 from ..frontend.ops import Reduce
+from ..frontend.tracing import arg_node
 from ..indexing import LANE, WAVE, Layout
+from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, rule, vec_type
 
 _KIND = {"max": vector.CombiningKind.MAXIMUMF, "sum": vector.CombiningKind.ADD}
@@ -96,8 +98,8 @@ def _across_waves(fb: FunctionBuilder, value: ir.Value, n: int, axis: int, kind:
 
 @rule(Reduce)
 def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
-    x_node = node.args[0]
-    kind, dim = node.kwargs["kind"], node.kwargs["dim"]
+    x_node = arg_node(node, 0)
+    kind, dim = Kwargs(node).kind, Kwargs(node).dim
     if node.meta["type"].dtype != dt.f32:
         raise CodegenError(node.meta.get("loc"), message=f"wc.{kind} needs f32 values: wc.cast(x, wc.f32) first")
     lin, lout = x_node.meta["layout"], node.meta["layout"]
@@ -108,7 +110,7 @@ def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
         parts.append(vector.reduction(ir.F32Type.get(), _KIND[kind], piece))
     res = vector.from_elements(vec_type(lout.size, dt.f32), parts)
     if len(node.args) > 1:
-        res = _COMBINE[kind](res, fb.values[node.args[1]])
+        res = _COMBINE[kind](res, fb.values[arg_node(node, 1)])
     if node.meta.get("finalize"):
         bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)
         if bits:

@@ -298,3 +298,11 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     return Trace(
         fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars
     )
+
+
+def arg_nodes(node: fx.Node, i: int | None = None) -> list[fx.Node]:
+    """``node.args``, or the tuple ``node.args[i]`` (a loop's inits, an output's values), as the nodes they are."""
+    args = node.args if i is None else node.args[i]
+    if not isinstance(args, (tuple, list)) or not all(isinstance(a, fx.Node) for a in args):
+        raise TypeError(f"%{node.name}: not all nodes: {args}")
+    return [a for a in args if isinstance(a, fx.Node)]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
 
 import sympy
 import torch.fx as fx
@@ -30,7 +30,7 @@ from ..indexing import Layout
 from ..indexing.shared_layout import SharedLayout
 
 TRACE = "trace"  # the producer name of what the tracer writes (it always ran)
-Expr = int | sympy.Expr  # an index expression or a plain integer
+Expr: TypeAlias = int | sympy.Expr  # an index expression or a plain integer
 Dims = tuple[sympy.Symbol, ...]
 
 
@@ -105,7 +105,7 @@ class Staging:
 # ----- node.kwargs -----
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: Kwargs combines them
 class OpArgs:
     """The DSL call's parameters (the tracer), and the same on nodes passes create."""
 
@@ -123,7 +123,7 @@ class OpArgs:
     elements_per_thread: int | None = by(TRACE)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: Kwargs combines them
 class SharedArgs:
     """Shared tiles (``allocate``), layout conversions and copy-group waits."""
 
@@ -137,7 +137,7 @@ class SharedArgs:
     drain: bool = by("share_shared_buffers")  # wait for all copies between two loops
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: Kwargs combines them
 class HopperArgs:
     """mbarriers and TMA fills (``pipeline_loops``), and the Hopper wing's ops."""
 
@@ -225,3 +225,11 @@ def _checker(tp: Any) -> Callable[[object], bool]:
 
 META = _declare(Traced, Indexed, Access, Staging)
 KWARGS = _declare(OpArgs, SharedArgs, HopperArgs)
+
+
+class Kwargs(OpArgs, SharedArgs, HopperArgs):
+    """``node.kwargs`` as attributes typed as declared above (``Kwargs(n).kind`` is a ``str``): the
+    verifier checks each kwarg against its declaration between passes."""
+
+    def __init__(self, node: fx.Node) -> None:
+        self.__dict__.update(node.kwargs)

@@ -20,6 +20,7 @@ from iree.compiler.dialects import arith, gpu, scf
 
 from ...frontend.ops_hopper import PersistentTiles
 from ...indexing.symbols import TILE, TILE_COUNT, WORKGROUP
+from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule
 
 
@@ -43,7 +44,7 @@ def tile_loop(fb: FunctionBuilder, tiles, remap: dict):
 
 @rule(PersistentTiles)
 def lower_persistent_tiles(fb: FunctionBuilder, node: fx.Node) -> None:
-    with tile_loop(fb, node.kwargs["tiles"], node.kwargs["remap"]):
+    with tile_loop(fb, Kwargs(node).tiles, Kwargs(node).remap):
         if node.kwargs["barrier"]:  # every warpgroup retired the last tile's wgmmas before a stage is refilled
             gpu.barrier()
         nodes = list(node.graph.nodes)

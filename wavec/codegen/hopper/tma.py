@@ -34,10 +34,11 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, nvvm, scf
 
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill, WarpSpecialize
-from ...frontend.tracing import capture_root
+from ...frontend.tracing import arg_nodes, capture_root
 from ...indexing import THREAD, induction_symbol
+from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule
-from .wgmma import _tile_address_symbol
+from .wgmma import _tile_address_symbol, hoisted_symbol
 
 SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
 MAP_BYTES = 128
@@ -58,24 +59,12 @@ def _const_i32(x: int) -> ir.Value:
     return arith.constant(i32, ir.IntegerAttr.get(i32, x))
 
 
-def _symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
-    """A symbol for an address computed once at the top of the function (before any loop)."""
-    sym = sympy.Symbol(name, integer=True, nonnegative=True)
-    if sym not in fb.symbols:
-        if fb.hoist_points:
-            with fb.hoist_points[0]:
-                fb.symbols[sym] = make()
-        else:
-            fb.symbols[sym] = make()
-    return sym
-
-
 def _maps_symbol(fb: FunctionBuilder) -> sympy.Symbol:
-    return _symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
+    return hoisted_symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
 
 
 def _mbarriers_symbol(fb: FunctionBuilder, init: fx.Node) -> sympy.Symbol:
-    return _symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
+    return hoisted_symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
 
 
 def _thread0(fb: FunctionBuilder, thread: int = 0) -> ir.Value:
@@ -96,7 +85,7 @@ def _empty(fb: FunctionBuilder, init: fx.Node, stage) -> sympy.Expr:
 
 @rule(MBarrierInit)
 def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
-    count, empty = node.kwargs["count"], node.kwargs.get("empty_arrivals", 0)
+    count, empty = Kwargs(node).count, Kwargs(node).empty_arrivals  # pipeline_tma sets both
     mtype = ir.MemRefType.parse(f"memref<{count * (2 if empty else 1)}xi64, #gpu.address_space<workgroup>>")
     fb.values[node] = memref.alloc(mtype, [], [], alignment=8)
     base = _mbarriers_symbol(fb, node)
@@ -129,15 +118,14 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
     and the bytes they carry.  Coordinates: the tile's origin along its two dims (plus 64 elements per
     further swizzle column), :func:`memory_access.held_coord` (the read's ``mapping``, else the workgroup's offset)
     along the argument's other (batch) dims."""
-    args, maps, subs = node.args, node.meta["maps"], node.meta["iv_subs"]
+    args, maps, subs = arg_nodes(node), node.meta["maps"], node.meta["iv_subs"]
     mappings = node.meta.get("mappings") or (None,) * len(maps)
     stage = sympy.sympify(node.kwargs["stage"])
     boxes, total = [], 0
     for (mem, tile), m, mapping in zip(zip(args[0::2], args[1::2]), maps, mappings):
-        alloc = capture_root(tile)
-        smem = alloc.kwargs["smem_layout"]
-        (row_dim, rows), (k_dim, cols) = alloc.kwargs["tile"].items()
-        base = {d: sympy.sympify(b).subs(subs) for d, b in alloc.kwargs["base"].items()}
+        kw = Kwargs(alloc := capture_root(tile))
+        smem, ((row_dim, rows), (k_dim, cols)) = kw.smem_layout, kw.tile.items()
+        base = {d: sympy.sympify(b).subs(subs) for d, b in kw.base.items()}
         held = {
             d: fb.cs.resolve_tile_starts((mapping or {}).get(d, fb.cs.base_offset(d, False, per_wave=False)))
             for d in capture_root(mem).meta["type"].shape
@@ -159,7 +147,7 @@ def lower_mbarrier_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
     bar = fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"]))
     lane0 = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(THREAD, fb.cs.threads_per_wave)), fb.index(0))
     started = arith.cmpi(
-        arith.CmpIPredicate.sge, fb.index(node.kwargs["iteration"] - node.kwargs["first"] + 1), fb.index(1)
+        arith.CmpIPredicate.sge, fb.index(Kwargs(node).iteration - Kwargs(node).first + 1), fb.index(1)
     )  # iteration >= first, without a negative index
     branch = scf.IfOp(arith.andi(lane0, started))
     with ir.InsertionPoint(branch.then_block):
@@ -224,8 +212,7 @@ def _set_max_registers(count: int, action: str) -> None:
 
 def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     """The producer warpgroup: its first thread fences the tensor maps and loops over the fills."""
-    sub = fb.trace.subgraphs[node.kwargs["subgraph"]]
-    consumers = node.kwargs["consumers"]
+    sub, consumers = fb.trace.subgraphs[Kwargs(node).subgraph], Kwargs(node).consumers
     for i in range(len(fb.ctx.tensor_maps)):
         fb.index(_maps_symbol(fb) + MAP_BYTES * i)
     lo, hi = fb.index(node.kwargs["start"]), fb.index(node.kwargs["stop"])
@@ -246,7 +233,7 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
 def _producer_k_loop(fb: FunctionBuilder, node: fx.Node, sub: fx.Graph, lo: ir.Value, hi: ir.Value) -> None:
     loop = scf.ForOp(lo, hi, fb.index(1), [])
     with ir.InsertionPoint(loop.body):
-        fb.enter_loop(loop.operation, {induction_symbol(node.kwargs["dim"]): loop.induction_variable})
+        fb.enter_loop(loop.operation, {induction_symbol(Kwargs(node).dim): loop.induction_variable})
         fb.lower_graph(sub)
         fb.exit_loop()
         scf.yield_([])
@@ -254,7 +241,7 @@ def _producer_k_loop(fb: FunctionBuilder, node: fx.Node, sub: fx.Graph, lo: ir.V
 
 @rule(WarpSpecialize)
 def lower_warp_specialize(fb: FunctionBuilder, node: fx.Node) -> None:
-    producer_regs, consumer_regs = node.kwargs["regs"]
+    producer_regs, consumer_regs = Kwargs(node).regs
     is_producer = arith.cmpi(arith.CmpIPredicate.uge, fb.index(THREAD), fb.index(node.kwargs["consumers"]))
     split = scf.IfOp(is_producer, [], has_else=True)
     fb.enter_loop(split.operation, {})  # a scope per branch: shared index math goes before the split

@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -36,30 +38,32 @@ from ...frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ...frontend.tracing import capture_root
+from ...frontend.tracing import arg_node, arg_nodes, capture_root
+from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule, vec_type
 
 
-def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
-    """A symbol whose value is the shared address of ``alloc``, defined once before the outermost loop."""
-    sym = sympy.Symbol(f"$SMEM_{alloc.name}", integer=True, nonnegative=True)
+def hoisted_symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
+    """A symbol for an address computed once (by ``make``) at the top of the function, before any loop."""
+    sym = sympy.Symbol(name, integer=True, nonnegative=True)
     if sym not in fb.symbols:
-        if fb.hoist_points:
-            with fb.hoist_points[0]:
-                fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
-        else:
-            fb.symbols[sym] = memref.extract_aligned_pointer_as_index(fb.values[alloc])
+        with fb.hoist_points[0] if fb.hoist_points else nullcontext():
+            fb.symbols[sym] = make()
     return sym
+
+
+def _tile_address_symbol(fb: FunctionBuilder, alloc: fx.Node) -> sympy.Symbol:
+    """A symbol whose value is the shared address of ``alloc``."""
+    return hoisted_symbol(fb, f"$SMEM_{alloc.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[alloc]))
 
 
 @rule(MatrixDescriptor)
 def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
-    alloc = capture_root(node.args[0])
-    smem = alloc.kwargs["smem_layout"]
-    dims = tuple(alloc.kwargs["tile"])
-    tile = tuple(alloc.kwargs["tile"].values())
-    layout = node.meta["layout"]
-    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(alloc.kwargs["base"][d])) for d in dims)
+    alloc = capture_root(arg_node(node, 0))
+    kw = Kwargs(alloc)
+    (row_dim, rows), (k_dim, cols) = kw.tile.items()
+    smem, tile, layout = kw.smem_layout, (rows, cols), node.meta["layout"]
+    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(kw.base[d])) for d in (row_dim, k_dim))
     try:
         offset = smem.byte_offset(row, k, tile)
     except ValueError as e:
@@ -109,8 +113,8 @@ def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
 def _mn_major(node: fx.Node) -> bool:
     """Whether a descriptor operand (possibly through a ``permute``) reads an MN-major tile."""
     while node.meta.get("op") is Permute:
-        node = node.args[0]
-    return capture_root(node.args[0]).kwargs["smem_layout"].mn_major
+        node = arg_node(node, 0)
+    return Kwargs(capture_root(arg_node(node, 0))).smem_layout.mn_major
 
 
 def _attr(text: str) -> ir.Attribute:
@@ -119,8 +123,9 @@ def _attr(text: str) -> ir.Attribute:
 
 @rule(WarpgroupMMA)
 def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
+    assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
-    a, b, acc_node = node.args
+    a, b, acc_node = arg_nodes(node)
     layout = node.meta["layout"]
     n, count = layout.tile[1], layout.size  # n / 2 f32 per thread
     st = llvm.StructType.get_literal([ir.F32Type.get()] * count)
@@ -152,7 +157,7 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
 
 def _zero(node: fx.Node) -> bool:
     """Whether an accumulator operand is a fresh all-zero register tile (``Register[...](0.0)``)."""
-    return node.meta.get("op") is RegisterInit and node.kwargs.get("value") == 0.0
+    return node.meta.get("op") is RegisterInit and Kwargs(node).value == 0.0
 
 
 def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, st: ir.Type) -> ir.Value:
@@ -161,8 +166,9 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     accumulator inputs, then the A registers (``r``) and the B descriptor (``l``).  A zero accumulator
     (S = Q Kᵀ in attention) is not passed at all: scale-d = 0 makes the instruction compute D = A B,
     which saves zeroing N/2 registers per tile and iteration."""
+    assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
-    a, b, acc_node = node.args
+    a, b, acc_node = arg_nodes(node)
     acc, f32, i32 = fb.values[acc_node], ir.F32Type.get(), ir.IntegerType.get_signless(32)
     if _zero(acc_node):
         elems = []
@@ -188,13 +194,13 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
 def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
     """Nothing may read the registers an in-flight wgmma writes: its users are the next wgmma of the chain,
     a wait that retires it, or the loop's yield when the loop carries it in struct form."""
-    retired = any(u.meta.get("op") is WgmmaWait and node in u.kwargs["retire"] for u in node.users)
+    retired = any(u.meta.get("op") is WgmmaWait and node in Kwargs(u).retire for u in node.users)
     for u in node.users:
         if u.meta.get("op") in (WarpgroupMMA, WgmmaWait) or retired:
             continue
         if u.op == "output":
             carried = [p for p in node.graph.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
-            if not isinstance(fb.values[carried[list(u.args[0]).index(node)]].type, ir.VectorType):
+            if not isinstance(fb.values[carried[arg_nodes(u, 0).index(node)]].type, ir.VectorType):
                 continue
         raise CodegenError(
             node.meta.get("loc"),
@@ -219,7 +225,7 @@ def fence_operands(s: ir.Value, count: int) -> ir.Value:
 @rule(WgmmaAccumulator)
 def lower_wgmma_accumulator(fb: FunctionBuilder, node: fx.Node) -> None:
     count = node.meta["layout"].size
-    fb.values[node] = fence_operands(_to_struct(fb, fb.values[node.args[0]], count), count)
+    fb.values[node] = fence_operands(_to_struct(fb, fb.values[arg_node(node, 0)], count), count)
 
 
 @rule(WgmmaFence)
@@ -235,8 +241,8 @@ def lower_wgmma_commit(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(WgmmaWait)
 def lower_wgmma_wait(fb: FunctionBuilder, node: fx.Node) -> None:
     """The wait, then the retired accumulators as vectors: only now may other instructions read them."""
-    nvvm.wgmma_wait_group_sync_aligned(node.kwargs["pending"])
-    for n in node.kwargs["retire"]:
+    nvvm.wgmma_wait_group_sync_aligned(Kwargs(node).pending)
+    for n in Kwargs(node).retire:
         _to_vector(fb, n)
 
 
