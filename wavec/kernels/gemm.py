@@ -185,8 +185,8 @@ def matmul(
     split; ``"auto"``: ``splitk_config``'s rule for M <= 16 — opt-in, slower than no split on every
     benchmark decode shape of the H100, ``docs/performance.md``); ``config = (subs, waves)`` overrides the
     tile (benchmarks); ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
-    # The host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us).  A config's
-    # substitutions key by their symbols, whose hashes sympy caches (printing them is what costs).
+    # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
+    # by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
     req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
     key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, out_dtype, req)
@@ -196,8 +196,7 @@ def matmul(
     return run(a, b)
 
 
-# (dtypes, shapes, backend, C's dtype, request) -> run(a, b): what matmul decided for them.  Deciding costs
-# tens of microseconds, as much as a whole small GEMM on an H100.
+# (dtypes, shapes, backend, C's dtype, request) -> run(a, b): what matmul decided for them.
 _DISPATCH: dict = {}
 
 
