@@ -12,7 +12,8 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 import wavec as wc
-from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm, gemm_config
+from wavec.kernels.gemm import make_gemm
+from wavec.tuning.plan import DEFAULT_SUBS, gemm_config, schedule
 from wavec.kernels.elementwise import DEFAULT_SUBS as EW, make_scale_shift
 t_import = time.perf_counter() - t0
 name = sys.argv[1]
@@ -22,14 +23,16 @@ elif name == "gemm_heuristic_4096":
     subs, waves = gemm_config(4096, 4096, 4096)
     kern = make_gemm(waves=waves)
 elif name == "gemm_wgmma_4096":
-    from wavec.kernels.gemm import WGMMA_FOR_DTYPE, wgmma_config
+    from wavec.tuning.plan import WGMMA_FOR_DTYPE, wgmma_config
     subs, waves = wgmma_config(4096, 4096, 4096)
     kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves)
 elif name == "gemm_wgmma_ws_256x128":
-    from wavec.kernels.gemm import BLOCK_M, BLOCK_N, WGMMA_FOR_DTYPE, wgmma_config
+    from wavec.kernels.gemm import BLOCK_M, BLOCK_N
+    from wavec.tuning.plan import WGMMA_FOR_DTYPE, wgmma_config
     subs, waves = wgmma_config(4096, 4096, 4096)
     subs = {**subs, BLOCK_M: 256, BLOCK_N: 128}
-    kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves, warp_specialize=True)
+    sched = schedule(prefetch_fragments=True, warp_specialize=True)
+    kern = make_gemm(mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves, sched=sched)
 elif name.startswith("attention_d128"):
     from wavec.kernels.attention import SPLIT_EPILOGUE, attention_config, make_attention
     mma = "wgmma" if name.endswith("wgmma") else "mma_sync"

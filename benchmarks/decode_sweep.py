@@ -19,6 +19,7 @@ import torch
 from triton.testing import do_bench
 
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import splitk_config
 
 SHAPES = [(1, 4096, 4096), (16, 4096, 11008), (1, 8192, 8192), (16, 5120, 13824), (1, 14336, 4096), (16, 128256, 4096)]
 L2_BYTES = 50 * 2**20
@@ -62,7 +63,7 @@ def main() -> None:
         a, b = sets[0]
         ref = a.double() @ b.double().T
         nbytes = per_set + m * n * tdt.itemsize
-        subs, waves, rule = gm.splitk_config(m, n, k)
+        subs, waves, rule = splitk_config(m, n, k)
         variants = [
             ("old tiles (split 1)", dict(split=1)),
             ("old tiles, no prefetch", dict(split=1, prefetch_fragments=False)),

@@ -40,9 +40,9 @@ from triton.testing import do_bench
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
-from wavec.kernels.gemm import MMA_CHOICES, gemm_config, splitk_config, wgmma_config, wgmma_plan  # noqa: E402
 from wavec.kernels.gemm import matmul as wavec_matmul  # noqa: E402
 from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
+from wavec.tuning.plan import MMA_KINDS, gemm_config, splitk_config, wgmma_config, wgmma_plan  # noqa: E402
 
 SHAPES_CSV = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data" / "gemm_shapes.csv"
 L2_BYTES = 50 * 2**20
@@ -263,7 +263,7 @@ def main() -> None:
     ap.add_argument("--max-shapes", type=int, default=None)
     ap.add_argument("--models", default=None)
     ap.add_argument("--time-budget", type=float, default=None, help="seconds; later shapes are skipped")
-    ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
+    ap.add_argument("--mma", choices=MMA_KINDS, default="mma_sync", help="wgmma: Hopper warpgroup MMA (sm_90a)")
     ap.add_argument("--squares", action="store_true", help="only the square shapes 1024^3 ... 8192^3")
     ap.add_argument("--copy", default="auto", help="SchedulingConstraint.async_copy: auto (TMA on wgmma), cp.async")
     ap.add_argument(

@@ -13,7 +13,8 @@ import time
 import torch
 
 import wavec as wc
-from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+from wavec.kernels.gemm import make_gemm
+from wavec.tuning.plan import DEFAULT_SUBS
 
 
 def bench(fn, reps: int = 50) -> float:

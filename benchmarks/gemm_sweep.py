@@ -22,7 +22,8 @@ import torch
 from triton.testing import do_bench
 
 import wavec as wc
-from wavec.kernels.gemm import MMA_CHOICES, WGMMA_FOR_DTYPE, make_gemm
+from wavec.kernels.gemm import make_gemm
+from wavec.tuning.plan import MMA_KINDS, WGMMA_FOR_DTYPE, schedule
 
 SYMS = (wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES, wc.sym.GROUP_M)
 
@@ -32,7 +33,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--dtype", default="f16")
     ap.add_argument("--configs", default="", help="e.g. 128x256x64x3x2x8,256x128x64x3x4x2 (default: a grid)")
-    ap.add_argument("--mma", choices=MMA_CHOICES, default="mma_sync")
+    ap.add_argument("--mma", choices=MMA_KINDS, default="mma_sync")
     ap.add_argument("--swizzle", default="auto,none", help="wgmma operand layouts to sweep")
     ap.add_argument(
         "--copy",
@@ -109,11 +110,13 @@ def main() -> None:
                     dt[0],
                     mma_type=dt[1],
                     waves=w,
-                    operand_swizzle="auto" if sw == "pf" else sw,
-                    async_copy="tma" if base == "ws" else base,
-                    warp_specialize=base == "ws",
-                    persistent=cp.endswith("+p"),
-                    prefetch_fragments=sw == "pf",
+                    sched=schedule(
+                        operand_swizzle="auto" if sw == "pf" else sw,
+                        async_copy="tma" if base == "ws" else base,
+                        warp_specialize=base == "ws",
+                        persistent=cp.endswith("+p"),
+                        prefetch_fragments=sw == "pf",
+                    ),
                 ),
                 subs,
                 backend="cuda",

@@ -16,6 +16,7 @@ import torch
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule, wgmma_plan
 
 
 def per_call_us(fn, calls: int) -> float:
@@ -39,16 +40,19 @@ def main() -> None:
     a = torch.randn(128, 64, device="cuda", dtype=torch.float16)
     b = torch.randn(128, 64, device="cuda", dtype=torch.float16)
     c = torch.empty(128, 128, device="cuda", dtype=torch.float16)
-    plan = gm.wgmma_plan(128, 128, 64)
+    plan = wgmma_plan(128, 128, 64)
     direct = wc.compile(
         gm.make_gemm(
             wc.f16,
-            mma_type=gm.WGMMA_FOR_DTYPE["f16"],
+            mma_type=WGMMA_FOR_DTYPE["f16"],
             waves=plan.waves,
             out_dtype=wc.f16,
-            warp_specialize=plan.warp_specialize,
-            persistent=plan.persistent,
-            split_epilogue=plan.split_epilogue,
+            sched=schedule(
+                prefetch_fragments=True,
+                warp_specialize=plan.warp_specialize,
+                persistent=plan.persistent,
+                split_epilogue=plan.split_epilogue,
+            ),
         ),
         plan.subs,
         backend="cuda",

@@ -167,11 +167,12 @@ def _peak_rows(dtype: str, seconds: float) -> list:
 def _gemm_rows(dtype: str, n: int, seconds: float) -> list:
     import wavec as wc
     from wavec.kernels import gemm as gm
+    from wavec.tuning.plan import gemm_config
 
     tdt = torch.float16 if dtype == "f16" else torch.bfloat16
     a, b = torch.randn(n, n, device="cuda", dtype=tdt), torch.randn(n, n, device="cuda", dtype=tdt)
     c = torch.empty(n, n, device="cuda", dtype=tdt)
-    subs, waves = gm.gemm_config(n, n, n)
+    subs, waves = gemm_config(n, n, n)
     wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16), "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[
         dtype
     ]

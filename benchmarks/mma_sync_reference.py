@@ -103,7 +103,8 @@ def _key(shape: tuple, dtype: str) -> str:
 
 def _wavec_rows(shape: tuple, dtype: str, configs: list, prefetch: list, epilogues: list) -> list:
     import wavec as wc
-    from wavec.kernels.gemm import gemm_config, make_gemm
+    from wavec.kernels.gemm import make_gemm
+    from wavec.tuning.plan import gemm_config, schedule
 
     wdt, mma = {"f16": (wc.f16, wc.MMAType.NV_F32_16x8x16_F16), "bf16": (wc.bf16, wc.MMAType.NV_F32_16x8x16_BF16)}[
         dtype
@@ -118,7 +119,13 @@ def _wavec_rows(shape: tuple, dtype: str, configs: list, prefetch: list, epilogu
         subs = {wc.sym(s): v for s, v in zip(SYMS_ORDER, (bm, bn, bk, st, 8))}
         t0 = time.perf_counter()
         k = wc.compile(
-            make_gemm(wdt, mma_type=mma, waves=waves, out_dtype=wdt, prefetch_fragments=pf, split_epilogue=split),
+            make_gemm(
+                wdt,
+                mma_type=mma,
+                waves=waves,
+                out_dtype=wdt,
+                sched=schedule(prefetch_fragments=pf, split_epilogue=split),
+            ),
             subs,
             backend="cuda",
             cache=False,

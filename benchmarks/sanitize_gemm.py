@@ -21,6 +21,7 @@ import torch
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule, wgmma_plan
 
 WC_DT = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}
 
@@ -55,8 +56,8 @@ def prefetch_main() -> int:
                         WC_DT[dt],
                         mma_type=mma,
                         waves=waves,
-                        prefetch_fragments=True,
                         out_dtype=wc.f32 if out == torch.float32 else WC_DT[dt],
+                        sched=schedule(prefetch_fragments=True),
                     ),
                     subs,
                     backend="cuda",
@@ -73,16 +74,19 @@ def main() -> int:
     torch.manual_seed(0)
     for dt in (torch.float16, torch.bfloat16):
         for m, n, k in SHAPES:
-            plan = gm.wgmma_plan(m, n, k)
+            plan = wgmma_plan(m, n, k)
             a = torch.randn(m, k, device="cuda", dtype=dt)
             b = torch.randn(n, k, device="cuda", dtype=dt)
             gemm = gm.make_gemm(
                 WC_DT[dt],
-                mma_type=gm.WGMMA_FOR_DTYPE[WC_DT[dt].name],
+                mma_type=WGMMA_FOR_DTYPE[WC_DT[dt].name],
                 waves=plan.waves,
-                warp_specialize=plan.warp_specialize,
-                persistent=plan.persistent,
-                split_epilogue=plan.split_epilogue,
+                sched=schedule(
+                    prefetch_fragments=True,
+                    warp_specialize=plan.warp_specialize,
+                    persistent=plan.persistent,
+                    split_epilogue=plan.split_epilogue,
+                ),
             )
             kernel = wc.compile(gemm, plan.subs, backend="cuda", target="sm_90a")
             c = torch.full((m, n), float("nan"), device="cuda")

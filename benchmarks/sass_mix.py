@@ -78,12 +78,13 @@ def _sass(cubin: pathlib.Path) -> str:
 def _wavec(spec: str, out: pathlib.Path, run: bool) -> tuple[str, pathlib.Path, int]:
     import wavec as wc
     from wavec.kernels import gemm as gm
+    from wavec.tuning.plan import schedule
 
     cfg, _, flag = spec.partition(":")
     bm, bn, bk, st, w0, w1 = (int(x) for x in cfg.split("x"))
     subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
     k = wc.compile(
-        gm.make_gemm(wc.f16, waves=(w0, w1), out_dtype=wc.f16, prefetch_fragments=flag == "pf"),
+        gm.make_gemm(wc.f16, waves=(w0, w1), out_dtype=wc.f16, sched=schedule(prefetch_fragments=flag == "pf")),
         subs,
         backend="cuda",
         cache=False,

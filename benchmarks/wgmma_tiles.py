@@ -25,7 +25,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from gemm import TORCH_DT, inputs, time_rounds, warm_gpu  # noqa: E402
 
 import wavec as wc  # noqa: E402
-from wavec.kernels.gemm import WGMMA_FOR_DTYPE, make_gemm  # noqa: E402
+from wavec.kernels.gemm import make_gemm  # noqa: E402
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule  # noqa: E402
 
 SYMS = (wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K, wc.sym.NUM_STAGES, wc.sym.GROUP_M)
 # The shape file's weak rows (M 64-8192, benchmarks/results/wgmma_h100/shapefile_f16) and the squares.
@@ -58,10 +59,13 @@ def compile_variant(dt: str, text: str):
         mma_type=WGMMA_FOR_DTYPE[dt],
         waves=waves,
         out_dtype=getattr(wc, dt),
-        async_copy="tma",
-        warp_specialize="ws" in flags,
-        persistent="p" in flags,
-        split_epilogue="e" in flags,
+        sched=schedule(
+            prefetch_fragments=True,
+            async_copy="tma",
+            warp_specialize="ws" in flags,
+            persistent="p" in flags,
+            split_epilogue="e" in flags,
+        ),
     )
     return wc.compile(kernel, subs, backend="cuda", target="sm_90a", cache=False)
 

@@ -36,6 +36,7 @@ from wavec.errors import WavecError
 from wavec.kernels import attention as attn
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import DEFAULT_SUBS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "bad_inputs.md"
@@ -168,8 +169,8 @@ class _Lazy:
 
 
 def launch_cases() -> list[Case]:
-    g = _Lazy("gemm", lambda: _compile(gm.make_gemm(), gm.DEFAULT_SUBS))
-    g_k64 = _Lazy("gemm K=64", lambda: _compile(gm.make_gemm(), {**gm.DEFAULT_SUBS, K: 64}))
+    g = _Lazy("gemm", lambda: _compile(gm.make_gemm(), DEFAULT_SUBS))
+    g_k64 = _Lazy("gemm K=64", lambda: _compile(gm.make_gemm(), {**DEFAULT_SUBS, K: 64}))
     ss = _Lazy("scale_shift", lambda: _compile(ew.make_scale_shift(wc.f32), ew.DEFAULT_SUBS))
     a, b, c = _half(64, 64), _half(32, 64), torch.empty(64, 32)
     x, y, bias, out = torch.randn(8, 64), torch.randn(8, 64), torch.randn(64), torch.empty(8, 64)
@@ -305,7 +306,7 @@ WGMMA = wc.MMAType.NV_WGMMA_F32_64xNx16_F16
 
 def definition_cases() -> list[Case]:
     D, OPT = "kernel definition", "wc.compile options"
-    subs = gm.DEFAULT_SUBS
+    subs = DEFAULT_SUBS
     BM = wc.sym.BLOCK_M
     return [
         Case(D, "`wc.read` called outside a kernel", lambda: wc.read(torch.zeros(4))),

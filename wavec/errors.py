@@ -70,8 +70,6 @@ class OptionError(WavecError, ValueError):
 class KernelDefinitionError(WavecError, TypeError):
     """Something that is not a compiled wavec kernel was used as one."""
 
-    template = "{message}"
-
 
 class UnsupportedBackendError(WavecError):
     template = "unsupported backend {backend!r}; expected one of {expected}"
@@ -86,7 +84,7 @@ class CompileError(WavecError):
 
 
 class ToolchainError(WavecError):
-    template = "{message}"
+    """The toolchain (IREE, ptxas) is missing, failed, or produced something unusable."""
 
 
 class UnsupportedTargetError(WavecError):

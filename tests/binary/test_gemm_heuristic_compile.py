@@ -12,6 +12,7 @@ import pytest
 import wavec as wc
 from wavec.codegen.ptxas import find_ptxas
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import splitk_config
 
 pytest.importorskip("iree.compiler")
 
@@ -27,7 +28,7 @@ def chosen_configs() -> list[tuple]:
     shapes += [(n, n, n) for n in (1024, 2048, 4096, 8192)]
     seen = set()
     for m, n, k in shapes:
-        subs, waves, split = gm.splitk_config(m, n, k)
+        subs, waves, split = splitk_config(m, n, k)
         seen.add((tuple(sorted(((str(s), v) for s, v in subs.items()))), waves, split > 1))
     return sorted(seen)
 

@@ -18,6 +18,7 @@ from wavec.frontend.constraints import HardwareConstraint
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
 from wavec.passes.printer import format_trace
+from wavec.tuning.plan import DEFAULT_SUBS, MMA_FOR_TARGET
 
 pytest.importorskip("iree.compiler")
 
@@ -41,13 +42,13 @@ KERNELS = {
     "scale_shift": (lambda t, _m: ew.make_scale_shift(wc.f16, t), _elementwise_subs, 4, None),
     "gemm_f16": (
         lambda t, m: gm.make_gemm(wc.f16, t, m or wc.MMAType.NV_F32_16x8x16_F16),
-        lambda _t: gm.DEFAULT_SUBS,
+        lambda _t: DEFAULT_SUBS,
         4,
         MMA_F16,
     ),
     "gemm_bf16": (
         lambda t, m: gm.make_gemm(wc.bf16, t, m or wc.MMAType.NV_F32_16x8x16_BF16),
-        lambda _t: gm.DEFAULT_SUBS,
+        lambda _t: DEFAULT_SUBS,
         4,
         MMA_BF16,
     ),
@@ -176,7 +177,7 @@ def test_gemm_retargets_by_hardware_constraint_only() -> None:
     kernels = {t: gm.make_gemm(wc.f16, threads, mma) for t, threads, mma in RETARGET}
     # the library's own table agrees with what is used here
     for t, threads, mma in RETARGET:
-        assert gm.MMA_FOR_TARGET[t] == (threads, mma)
+        assert MMA_FOR_TARGET[t] == (threads, mma)
     codes = {t: k.fn.__code__ for t, k in kernels.items()}
     assert len({c.co_code for c in codes.values()}) == 1
     assert len({c.co_consts for c in codes.values()}) == 1
@@ -193,7 +194,7 @@ def test_gemm_retargets_by_hardware_constraint_only() -> None:
         backend = "rocm" if t == "gfx942" else "cuda"
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
-            outs[t] = wc.compile(kernels[t], gm.DEFAULT_SUBS, target=t, backend=backend, cache=False).artifact
+            outs[t] = wc.compile(kernels[t], DEFAULT_SUBS, target=t, backend=backend, cache=False).artifact
     for t in ("sm_80", "sm_90"):
         assert outs[t].format == "ptx"
         ptx = outs[t].binary.decode()

@@ -15,6 +15,7 @@ import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, WGMMA_WAVES, schedule
 
 pytest.importorskip("iree.compiler")
 NEEDS_PTXAS = pytest.mark.skipif(find_ptxas() is None, reason="no ptxas available")
@@ -32,11 +33,9 @@ def _ptx(dtype: str, copy: str) -> str:
     kernel = gm.make_gemm(
         getattr(wc, dtype),
         32,
-        gm.WGMMA_FOR_DTYPE[dtype],
-        gm.WGMMA_WAVES,
-        async_copy="tma" if ws else copy,
-        warp_specialize=ws,
-        persistent=True,
+        WGMMA_FOR_DTYPE[dtype],
+        WGMMA_WAVES,
+        sched=schedule(prefetch_fragments=True, async_copy="tma" if ws else copy, warp_specialize=ws, persistent=True),
     )
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)

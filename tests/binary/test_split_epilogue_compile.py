@@ -10,13 +10,19 @@ import pytest
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, WGMMA_WAVES, schedule
 
 pytest.importorskip("iree.compiler")
 
 
 def _ptx(split: bool) -> str:
     kernel = gm.make_gemm(
-        wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, out_dtype=wc.f16, persistent=True, split_epilogue=split
+        wc.f16,
+        32,
+        WGMMA_FOR_DTYPE["f16"],
+        WGMMA_WAVES,
+        out_dtype=wc.f16,
+        sched=schedule(prefetch_fragments=True, persistent=True, split_epilogue=split),
     )
     subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: 64, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
     with pytest.MonkeyPatch.context() as mp:

@@ -18,6 +18,7 @@ from wavec.codegen.ptx_check import wgmma_descriptor_violations, wgmma_fence_vio
 from wavec.codegen.ptxas import find_ptxas
 from wavec.errors import CodegenError
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, WGMMA_WAVES, schedule
 
 pytest.importorskip("iree.compiler")
 HAS_PTXAS = find_ptxas() is not None
@@ -32,7 +33,11 @@ def _subs(bm: int, bn: int, stages: int) -> dict:
 
 def _compile(dtype: str, bm: int, bn: int, stages: int, ptx: bool, swizzle: str = "auto", copy: str = "cp.async"):
     kernel = gm.make_gemm(
-        getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, operand_swizzle=swizzle, async_copy=copy
+        getattr(wc, dtype),
+        32,
+        WGMMA_FOR_DTYPE[dtype],
+        WGMMA_WAVES,
+        sched=schedule(prefetch_fragments=True, operand_swizzle=swizzle, async_copy=copy),
     )
     if not ptx:
         return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
@@ -147,7 +152,7 @@ def test_ptxas_does_not_serialize_wgmma(bn: int, copy: str) -> None:
 def test_narrow_swizzles_assemble(bk: int, mode: int) -> None:
     """BLOCK_K = 32 / 16 ("auto": the 64- / 32-byte swizzle): descriptor mode 2 / 3 sets bit 63, part of
     the constant high word ORed in as a 64-bit constant (``split_descriptor``); no spills."""
-    kernel = gm.make_gemm(wc.bf16, 32, gm.WGMMA_FOR_DTYPE["bf16"], gm.WGMMA_WAVES)
+    kernel = gm.make_gemm(wc.bf16, 32, WGMMA_FOR_DTYPE["bf16"], WGMMA_WAVES)
     subs = {gm.BLOCK_M: 128, gm.BLOCK_N: 256, gm.BLOCK_K: bk, gm.NUM_STAGES: 4, gm.GROUP_M: 8}
     k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
     assert k.artifact.format == "cubin" and k.artifact.metadata.spills == 0
@@ -160,7 +165,13 @@ def test_narrow_swizzles_assemble(bk: int, mode: int) -> None:
 
 @functools.cache
 def ws_kernel(dtype: str, bm: int, bn: int, stages: int, ptx: bool):
-    kernel = gm.make_gemm(getattr(wc, dtype), 32, gm.WGMMA_FOR_DTYPE[dtype], gm.WGMMA_WAVES, warp_specialize=True)
+    kernel = gm.make_gemm(
+        getattr(wc, dtype),
+        32,
+        WGMMA_FOR_DTYPE[dtype],
+        WGMMA_WAVES,
+        sched=schedule(prefetch_fragments=True, warp_specialize=True),
+    )
     if not ptx:
         return wc.compile(kernel, _subs(bm, bn, stages), target="sm_90a", backend="cuda", cache=False)
     with pytest.MonkeyPatch.context() as mp:
@@ -216,7 +227,9 @@ def test_accumulator_init_is_not_sunk_past_the_fence(bm: int, bn: int, ws: bool,
     for the warp-specialized 128x256 tile).  Checked on the PTX of the tile that showed it."""
 
     monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=ws)
+    kernel = gm.make_gemm(
+        wc.f16, 32, WGMMA_FOR_DTYPE["f16"], WGMMA_WAVES, sched=schedule(prefetch_fragments=True, warp_specialize=ws)
+    )
     ptx = wc.compile(kernel, _subs(bm, bn, 4), target="sm_90a", backend="cuda", cache=False).artifact.binary.decode()
     assert ptx.count("wavec: accumulator operands fenced") == 1
     assert "wgmma.fence.sync.aligned" in ptx and not wgmma_fence_violations(ptx)
@@ -235,7 +248,9 @@ def test_fence_check_refuses_a_sunk_accumulator_write(monkeypatch) -> None:
     monkeypatch.setitem(lowering.LOWERINGS, MatrixDescriptor, _old_descriptor_rule)
     monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
     monkeypatch.setattr(lw, "fence_operands", lambda s, count: s)
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=True)
+    kernel = gm.make_gemm(
+        wc.f16, 32, WGMMA_FOR_DTYPE["f16"], WGMMA_WAVES, sched=schedule(prefetch_fragments=True, warp_specialize=True)
+    )
     with pytest.raises(CodegenError, match="between wgmma.fence and the wgmma"):
         wc.compile(kernel, _subs(128, 256, 4), target="sm_90a", backend="cuda", cache=False)
 
@@ -267,7 +282,9 @@ def _old_descriptor_rule(fb, node) -> None:
 def _ws_wide_ptx(monkeypatch, bn: int = 256) -> str:
 
     monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], gm.WGMMA_WAVES, warp_specialize=True)
+    kernel = gm.make_gemm(
+        wc.f16, 32, WGMMA_FOR_DTYPE["f16"], WGMMA_WAVES, sched=schedule(prefetch_fragments=True, warp_specialize=True)
+    )
     return wc.compile(kernel, _subs(128, bn, 4), target="sm_90a", backend="cuda", cache=False).artifact.binary.decode()
 
 

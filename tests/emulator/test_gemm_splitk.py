@@ -17,6 +17,7 @@ from test_kernels_emulated import GEMM_TOL, check, generator, poisoned, randn
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import splitk_config
 
 NV_MMA = {wc.f16: wc.MMAType.NV_F32_16x8x16_F16, wc.bf16: wc.MMAType.NV_F32_16x8x16_BF16}
 TORCH_DTYPE = {wc.f16: torch.float16, wc.bf16: torch.bfloat16, wc.f32: torch.float32}
@@ -69,7 +70,7 @@ def test_matmul_splitk(dtype) -> None:
     """``matmul`` on decode shapes: the split rule's choice (1 x 136 x 1024: S = 2 with BLOCK_K 128) and a
     forced S = 3 with a ragged last slice, in f32 and in the input dtype."""
     g, seed = generator()
-    assert gm.splitk_config(1, 136, 1024)[2] == 2
+    assert splitk_config(1, 136, 1024)[2] == 2
     for m, n, k, split, out_dtype in [(1, 136, 1024, "auto", None), (3, 72, 1096, 3, dtype)]:
         a, b = randn(g, m, k, dtype=dtype), randn(g, n, k, dtype=dtype)
         c = gm.matmul(a, b, backend="emulator", split=split, out_dtype=out_dtype)

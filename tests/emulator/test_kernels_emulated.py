@@ -22,6 +22,7 @@ import torch
 import wavec as wc
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import gemm_config
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
@@ -178,7 +179,7 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
         assert len(decided) == expect
     gm.matmul(a, b, backend="emulator", out_dtype=torch.float16)
     assert len(decided) == 3
-    config = gm.gemm_config(130, 136, 96)  # an explicit tile decides once too
+    config = gemm_config(130, 136, 96)  # an explicit tile decides once too
     for _ in range(2):
         gm.matmul(a, b, backend="emulator", config=config)
     assert len(decided) == 4
@@ -252,7 +253,7 @@ def test_gemm_tile_smaller_than_workgroup(target: str, threads: int, mma, stages
 
 def test_matmul_decode_shape_with_wide_n() -> None:
     """gemm_config picks the 16x128 tile with 1x4 waves and BLOCK_K 32 for M <= 16, N >= 33792, K = 96."""
-    subs, waves = gm.gemm_config(8, 34000, 96)
+    subs, waves = gemm_config(8, 34000, 96)
     assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], subs[gm.BLOCK_K], waves) == (16, 128, 32, (1, 4))
     a, b = torch.randn(8, 96, dtype=torch.float16), torch.randn(34000, 96, dtype=torch.float16)
     c = gm.matmul(a, b, backend="emulator")

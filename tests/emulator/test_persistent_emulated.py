@@ -18,6 +18,7 @@ from wavec.emulator.interp import EmulatorError
 from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
 from wavec.passes.hopper import pipeline_tma
+from wavec.tuning.plan import schedule
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 
@@ -30,7 +31,13 @@ def _kernel(dtype, subs, waves, async_copy: str, **kw):
     if async_copy == "ws":
         async_copy, kw = "tma", {**kw, "warp_specialize": True}
     return wc.compile(
-        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, async_copy=async_copy, persistent=True, **kw),
+        gm.make_gemm(
+            dtype,
+            32,
+            WGMMA[dtype],
+            waves,
+            sched=schedule(prefetch_fragments=True, async_copy=async_copy, persistent=True, **kw),
+        ),
         subs,
         backend="emulator",
         target="sm_90a",
@@ -93,7 +100,13 @@ def test_refusals() -> None:
         _kernel(wc.f16, subs, (1, 1), "auto", operand_swizzle="none")
     with pytest.raises(ConstraintError, match="persistent=True.*TMA"):  # mma.sync: no TMA pipeline
         wc.compile(
-            gm.make_gemm(wc.f16, 32, wc.MMAType.NV_F32_16x8x16_F16, (2, 2), persistent=True),
+            gm.make_gemm(
+                wc.f16,
+                32,
+                wc.MMAType.NV_F32_16x8x16_F16,
+                (2, 2),
+                sched=schedule(prefetch_fragments=True, persistent=True),
+            ),
             {**subs, gm.BLOCK_K: 32},
             backend="emulator",
             target="sm_80",

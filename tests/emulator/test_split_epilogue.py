@@ -14,6 +14,7 @@ from test_kernels_emulated import TORCH_DTYPE, check, generator, randn
 import wavec as wc
 from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import schedule
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 SYNC = {wc.f16: wc.MMAType.NV_F32_16x8x16_F16, wc.bf16: wc.MMAType.NV_F32_16x8x16_BF16}
@@ -42,7 +43,14 @@ CONFIGS = [
 def _kernel(dtype, wgmma: bool, subs, waves, split: bool, **flags):
     mma, target = (WGMMA[dtype], "sm_90a") if wgmma else (SYNC[dtype], "sm_90")
     return wc.compile(
-        gm.make_gemm(dtype, 32, mma, waves, out_dtype=dtype, split_epilogue=split, **flags),
+        gm.make_gemm(
+            dtype,
+            32,
+            mma,
+            waves,
+            out_dtype=dtype,
+            sched=schedule(prefetch_fragments=True, split_epilogue=split, **flags),
+        ),
         subs,
         backend="emulator",
         target=target,

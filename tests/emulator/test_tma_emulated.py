@@ -17,6 +17,7 @@ from wavec.errors import ArgumentError, ConstraintError
 from wavec.kernels import gemm as gm
 from wavec.passes.hopper import insert_wgmma_fences as fences_pass
 from wavec.passes.hopper import pipeline_tma
+from wavec.tuning.plan import schedule
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 
@@ -39,7 +40,13 @@ CONFIGS = [
 
 def _kernel(dtype, subs, waves, async_copy: str = "tma-mbarrier", swizzle: str = "auto"):
     return wc.compile(
-        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
+        gm.make_gemm(
+            dtype,
+            32,
+            WGMMA[dtype],
+            waves,
+            sched=schedule(prefetch_fragments=True, operand_swizzle=swizzle, async_copy=async_copy),
+        ),
         subs,
         backend="emulator",
         target="sm_90a",

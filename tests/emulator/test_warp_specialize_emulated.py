@@ -16,6 +16,7 @@ from wavec.emulator.interp import EmulatorError
 from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
 from wavec.passes.hopper import pipeline_tma, warp_specialize
+from wavec.tuning.plan import schedule
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 
@@ -27,7 +28,11 @@ def _subs(bm: int, bn: int, bk: int, stages: int) -> dict:
 def _kernel(dtype, subs, waves, **kw):
     kw.setdefault("warp_specialize", True)
     return wc.compile(
-        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, **kw), subs, backend="emulator", target="sm_90a", cache=False
+        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, sched=schedule(prefetch_fragments=True, **kw)),
+        subs,
+        backend="emulator",
+        target="sm_90a",
+        cache=False,
     )
 
 
@@ -122,7 +127,7 @@ def test_ws_refused_with_reason(kw: dict, why: str) -> None:
     stages, mma = kw.pop("stages", 3), kw.pop("mma", WGMMA[wc.f16])
     with pytest.raises(ConstraintError, match=why):
         wc.compile(
-            gm.make_gemm(wc.f16, 32, mma, (1, 1), warp_specialize=True, **kw),
+            gm.make_gemm(wc.f16, 32, mma, (1, 1), sched=schedule(prefetch_fragments=True, warp_specialize=True, **kw)),
             _subs(64, 64, 64, stages),
             backend="emulator",
             target="sm_90a",

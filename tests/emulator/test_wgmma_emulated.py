@@ -15,6 +15,17 @@ import wavec as wc
 from wavec.emulator.interp import EmulatorError
 from wavec.kernels import gemm as gm
 from wavec.passes.hopper import insert_wgmma_fences as fences_pass
+from wavec.tuning.plan import (
+    MMA_FOR_TARGET,
+    WGMMA_SUBS,
+    WGMMA_WAVES,
+    GemmPlan,
+    GemmRequest,
+    plan_matmul,
+    schedule,
+    wgmma_config,
+    wgmma_plan,
+)
 
 WGMMA = {wc.f16: wc.MMAType.NV_WGMMA_F32_64xNx16_F16, wc.bf16: wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
 
@@ -46,7 +57,13 @@ CONFIGS = [
 def _kernel(dtype, cfg, async_copy: str = "auto", **kw):
     _name, subs, waves, _shapes, swizzle = cfg
     return wc.compile(
-        gm.make_gemm(dtype, 32, WGMMA[dtype], waves, operand_swizzle=swizzle, async_copy=async_copy),
+        gm.make_gemm(
+            dtype,
+            32,
+            WGMMA[dtype],
+            waves,
+            sched=schedule(prefetch_fragments=True, operand_swizzle=swizzle, async_copy=async_copy),
+        ),
         subs,
         backend="emulator",
         target="sm_90a",
@@ -106,7 +123,7 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, n, 64, dtype=torch.bfloat16)
     c = gm.matmul(a, b, backend="emulator", mma="wgmma")
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
-    plan = gm.plan_matmul(m, n, 64, gm.GemmRequest(mma="wgmma"))
+    plan = plan_matmul(m, n, 64, GemmRequest(mma="wgmma"))
     assert plan.mma == ("wgmma" if tile else "mma_sync")
     assert plan.warp_specialize or not tile  # 64x64 tiles: with a producer warpgroup
     assert plan.split_epilogue or not tile  # wgmma tiles store C after one bounds test per thread
@@ -114,7 +131,7 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     key = ("bf16", "f32", "emulator", plan)
     assert key in gm._COMPILED  # the path matmul took
     if tile is not None:
-        subs, waves = gm.wgmma_config(m, n, 64)
+        subs, waves = wgmma_config(m, n, 64)
         assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], waves) == tile
 
 
@@ -186,18 +203,18 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     c2 = tg.matmul(a2, b2, backend="emulator", mma="wgmma", directory=folder)
     check(c2, a2.double() @ b2.double().T, GEMM_TOL, f"untuned wgmma matmul (seed {seed})")
     assert tg.dispatch(40, 300, k, wc.bf16, mma="wgmma", directory=folder)[2] == "heuristic"
-    plan = gm.wgmma_plan(40, 300, k)
-    plans = [key[-1] for key in gm._COMPILED if isinstance(key[-1], gm.GemmPlan)]  # not split-K's reduce
+    plan = wgmma_plan(40, 300, k)
+    plans = [key[-1] for key in gm._COMPILED if isinstance(key[-1], GemmPlan)]  # not split-K's reduce
     assert plan.warp_specialize and any(p.mma == "wgmma" and p.warp_specialize for p in plans)  # WS compiled
     tg._DISPATCH.clear()
 
 
 def test_retarget_to_sm90a_changes_only_constraints() -> None:
-    threads, mma = gm.MMA_FOR_TARGET["sm_90a"]
+    threads, mma = MMA_FOR_TARGET["sm_90a"]
     assert mma.spec.group_waves == 4 and threads == 32
-    k90a, k90 = gm.make_gemm(wc.f16, threads, mma, gm.WGMMA_WAVES), gm.make_gemm(wc.f16)
+    k90a, k90 = gm.make_gemm(wc.f16, threads, mma, WGMMA_WAVES), gm.make_gemm(wc.f16)
     assert k90a.fn.__code__.co_code == k90.fn.__code__.co_code
-    kernel = wc.compile(k90a, gm.WGMMA_SUBS, backend="emulator", target="sm_90a", cache=False)
+    kernel = wc.compile(k90a, WGMMA_SUBS, backend="emulator", target="sm_90a", cache=False)
     _run(kernel, [(128, 128, 128)], wc.f16, "MMA_FOR_TARGET['sm_90a'] with WGMMA_SUBS")
 
 
@@ -299,7 +316,9 @@ def test_wgmma_type_with_wrong_dtype_is_rejected() -> None:
 def test_forced_swizzle_needs_128_byte_rows() -> None:
     with pytest.raises(wc.WavecError, match="128-byte swizzle rows"):
         wc.compile(
-            gm.make_gemm(wc.f16, 32, WGMMA[wc.f16], (1, 1), operand_swizzle="128B"),
+            gm.make_gemm(
+                wc.f16, 32, WGMMA[wc.f16], (1, 1), sched=schedule(prefetch_fragments=True, operand_swizzle="128B")
+            ),
             _subs(64, 64, 32, 1),
             backend="emulator",
             target="sm_90a",

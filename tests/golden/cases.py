@@ -22,6 +22,7 @@ from wavec.kernels import attention as att
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
 from wavec.kernels import norms, softmax
+from wavec.tuning.plan import GemmRequest, mma_sync_plan, plan_matmul
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "mlir"
 EXAMPLES = pathlib.Path(__file__).parents[2] / "examples"
@@ -50,7 +51,7 @@ def _example(file: str, attr: str, subs_of: Callable[[object], dict]) -> Callabl
 
 def _gemm(dtype, m: int, n: int, k: int, target: str, prefetch: bool = True, out=wc.f32) -> Callable[[], tuple]:
     def build():
-        plan = gm.mma_sync_plan(m, n, k, device="H100").with_flags(prefetch_fragments=prefetch)
+        plan = mma_sync_plan(m, n, k, device="H100").with_flags(prefetch_fragments=prefetch)
         return gm.build_gemm(plan, dtype, out, target), plan.subs
 
     return build
@@ -58,7 +59,7 @@ def _gemm(dtype, m: int, n: int, k: int, target: str, prefetch: bool = True, out
 
 def _wgmma(dtype, m: int, n: int, k: int, async_copy: str = "auto", out=None) -> Callable[[], tuple]:
     def build():
-        plan = gm.plan_matmul(m, n, k, gm.GemmRequest("wgmma", async_copy), device="H100")
+        plan = plan_matmul(m, n, k, GemmRequest("wgmma", async_copy), device="H100")
         return gm.build_gemm(plan, dtype, out or dtype, "sm_90a"), plan.subs
 
     return build
@@ -66,7 +67,7 @@ def _wgmma(dtype, m: int, n: int, k: int, async_copy: str = "auto", out=None) ->
 
 def _splitk(dtype, m: int, n: int, k: int) -> Callable[[], tuple]:
     def build():
-        plan = gm.plan_matmul(m, n, k, gm.GemmRequest(split="auto"), device="H100")
+        plan = plan_matmul(m, n, k, GemmRequest(split="auto"), device="H100")
         return gm.build_gemm(plan, dtype), plan.subs
 
     return build

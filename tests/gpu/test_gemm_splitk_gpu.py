@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import splitk_config
 
 pytestmark = pytest.mark.gpu
 
@@ -24,7 +25,7 @@ def test_matmul_decode_splitk(shape, dtype) -> None:
     ref = a.double() @ b.double().T
     c = gm.matmul(a, b, split="auto")
     torch.cuda.synchronize()
-    assert not c.isnan().any() and _rel_err(c, ref) < 1e-5, (shape, gm.splitk_config(m, n, k)[2])
+    assert not c.isnan().any() and _rel_err(c, ref) < 1e-5, (shape, splitk_config(m, n, k)[2])
     c = gm.matmul(a, b, split="auto", out_dtype=dtype)
     assert _rel_err(c, ref) < (2e-3 if dtype == torch.float16 else 1e-2)
 

@@ -6,7 +6,8 @@ import torch
 import wavec as wc
 from wavec.kernels.elementwise import DEFAULT_SUBS as EW_SUBS
 from wavec.kernels.elementwise import make_copy, make_scale_shift
-from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+from wavec.kernels.gemm import make_gemm
+from wavec.tuning.plan import DEFAULT_SUBS, schedule
 
 pytestmark = pytest.mark.gpu
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
@@ -141,7 +142,9 @@ def test_gemm_prefetch_fragments(dtype, tile):
     (bm, bn, bk, st), waves = tile
     mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
     subs = {gm.BLOCK_M: bm, gm.BLOCK_N: bn, gm.BLOCK_K: bk, gm.NUM_STAGES: st, gm.GROUP_M: 8}
-    k = wc.compile(make_gemm(dtype, mma_type=mma, waves=waves, prefetch_fragments=True), subs, backend="cuda")
+    k = wc.compile(
+        make_gemm(dtype, mma_type=mma, waves=waves, sched=schedule(prefetch_fragments=True)), subs, backend="cuda"
+    )
     assert k.metadata.spills == 0
     tdt = TORCH_DT[dtype.name]
     for m, n, kk in [(300, 200, 8), (130, 520, 40), (1000, 700, 328), (2048, 2048, 2048)]:

@@ -13,6 +13,7 @@ from hopper_gemm import needs_sm90 as needs_sm90_for
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -44,11 +45,14 @@ def _compile(dt: str, cfg, persistent: bool):
         gm.make_gemm(
             getattr(wc, dt),
             32,
-            gm.WGMMA_FOR_DTYPE[dt],
+            WGMMA_FOR_DTYPE[dt],
             waves,
-            async_copy="tma-mbarrier" if ws else copy,
-            warp_specialize=ws,
-            persistent=persistent,
+            sched=schedule(
+                prefetch_fragments=True,
+                async_copy="tma-mbarrier" if ws else copy,
+                warp_specialize=ws,
+                persistent=persistent,
+            ),
         ),
         tile,
         backend="cuda",

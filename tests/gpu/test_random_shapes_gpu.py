@@ -18,6 +18,7 @@ import wavec as wc
 from wavec.kernels import gemm as gm
 from wavec.kernels.elementwise import make_scale_shift
 from wavec.kernels.gemm import matmul
+from wavec.tuning.plan import gemm_config
 
 pytestmark = pytest.mark.gpu
 
@@ -82,7 +83,7 @@ def test_matmul_kernel_writes_only_its_output(m, n, k, seed) -> None:
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(m, k, device="cuda", generator=g).half()
     b = torch.randn(n, k, device="cuda", generator=g).half()
-    subs, waves = gm.gemm_config(m, n, k)
+    subs, waves = gemm_config(m, n, k)
     key = (tuple(sorted((str(s), v) for s, v in subs.items())), waves)
     if key not in _GEMM:
         _GEMM[key] = wc.compile(gm.make_gemm(wc.f16, waves=waves), subs, backend="cuda")

@@ -10,6 +10,7 @@ import torch
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule
 
 pytestmark = pytest.mark.gpu
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -42,7 +43,13 @@ MASKED = [(1, 4096, 4096), (3, 256, 520), (100, 200, 72), (4097, 1000, 264), (10
 def _compile(dt: str, cfg, async_copy: str = "tma-mbarrier"):
     _name, subs, waves = cfg
     return wc.compile(
-        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy=async_copy),
+        gm.make_gemm(
+            getattr(wc, dt),
+            32,
+            WGMMA_FOR_DTYPE[dt],
+            waves,
+            sched=schedule(prefetch_fragments=True, async_copy=async_copy),
+        ),
         subs,
         backend="cuda",
         target="sm_90a",

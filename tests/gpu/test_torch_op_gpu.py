@@ -11,8 +11,9 @@ import torch
 import wavec as wc
 from wavec.kernels.elementwise import DEFAULT_SUBS as EW_SUBS
 from wavec.kernels.elementwise import make_scale_shift
-from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+from wavec.kernels.gemm import make_gemm
 from wavec.runtime.torch_op import register_torch_op
+from wavec.tuning.plan import DEFAULT_SUBS
 
 pytestmark = pytest.mark.gpu
 

@@ -7,6 +7,7 @@ import torch
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule
 
 pytestmark = pytest.mark.gpu
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -63,7 +64,13 @@ def _run(kernel, m: int, n: int, k: int, dt: str) -> None:
 def _compile(dt: str, cfg):
     _name, subs, waves, swizzle = cfg
     return wc.compile(
-        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, operand_swizzle=swizzle),
+        gm.make_gemm(
+            getattr(wc, dt),
+            32,
+            WGMMA_FOR_DTYPE[dt],
+            waves,
+            sched=schedule(prefetch_fragments=True, operand_swizzle=swizzle),
+        ),
         subs,
         backend="cuda",
         target="sm_90a",

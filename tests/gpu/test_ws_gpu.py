@@ -12,6 +12,7 @@ from hopper_gemm import needs_sm90 as needs_sm90_for
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_FOR_DTYPE, schedule
 
 pytestmark = pytest.mark.gpu
 
@@ -33,7 +34,13 @@ CONFIGS = [
 def _compile(dt: str, cfg, ws: bool):
     _name, tile, waves = cfg
     return wc.compile(
-        gm.make_gemm(getattr(wc, dt), 32, gm.WGMMA_FOR_DTYPE[dt], waves, async_copy="tma-mbarrier", warp_specialize=ws),
+        gm.make_gemm(
+            getattr(wc, dt),
+            32,
+            WGMMA_FOR_DTYPE[dt],
+            waves,
+            sched=schedule(prefetch_fragments=True, async_copy="tma-mbarrier", warp_specialize=ws),
+        ),
         tile,
         backend="cuda",
         target="sm_90a",

@@ -83,7 +83,8 @@ def test_register_path_mlir_has_no_shared_round_trip() -> None:
 
 
 def test_no_conversion_when_operands_come_from_memory(capsys) -> None:
-    from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+    from wavec.kernels.gemm import make_gemm
+    from wavec.tuning.plan import DEFAULT_SUBS
 
     wc.compile(make_gemm(), DEFAULT_SUBS, backend="emulator", cache=False, print_ir_after=["convert_layouts"])
     assert "convert_layout(" not in capsys.readouterr().out

@@ -4,7 +4,8 @@ import pytest
 from iree.compiler import ir
 
 import wavec as wc
-from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+from wavec.kernels.gemm import make_gemm
+from wavec.tuning.plan import DEFAULT_SUBS
 
 
 def _invariant_ops_in_loops(mlir: str) -> list[str]:

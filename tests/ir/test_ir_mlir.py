@@ -13,6 +13,7 @@ import wavec as wc
 from wavec import Memory, f16, f32
 from wavec.kernels import elementwise as ew_lib
 from wavec.kernels import gemm as gemm_lib
+from wavec.tuning.plan import DEFAULT_SUBS
 
 pytest.importorskip("iree.compiler")
 
@@ -159,7 +160,7 @@ def test_gemm_amd_mlir() -> None:
 
 def test_gemm_amd_32x32x8_mlir() -> None:
     k = gemm_lib.make_gemm(wc.f16, 64, wc.MMAType.F32_32x32x8_F16)
-    text = mlir(k, {**gemm_lib.DEFAULT_SUBS, wc.sym.BLOCK_M: 64, wc.sym.BLOCK_N: 64, BK: 16}, target="gfx942")
+    text = mlir(k, {**DEFAULT_SUBS, wc.sym.BLOCK_M: 64, wc.sym.BLOCK_N: 64, BK: 16}, target="gfx942")
     # per wave: a 32x32 tile is one instruction tile; BLOCK_K / 8 = 2 of them chained along K
     filecheck(
         text,
@@ -174,7 +175,7 @@ def test_gemm_amd_32x32x8_mlir() -> None:
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90"])
 def test_library_gemm_mlir(target: str) -> None:
-    text = mlir(gemm_lib.make_gemm(), gemm_lib.DEFAULT_SUBS, target=target)
+    text = mlir(gemm_lib.make_gemm(), DEFAULT_SUBS, target=target)
     filecheck(
         text,
         rf"""

@@ -9,12 +9,19 @@ from filecheck import filecheck
 
 import wavec as wc
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import schedule
 
 
 def _compile(copy: str, capsys) -> tuple[str, str, object]:
     subs = {gm.BLOCK_M: 64, gm.BLOCK_N: 64, gm.BLOCK_K: 64, gm.NUM_STAGES: 3, gm.GROUP_M: 2}
     k = wc.compile(
-        gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (1, 1), async_copy=copy, persistent=True),
+        gm.make_gemm(
+            wc.f16,
+            32,
+            wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+            (1, 1),
+            sched=schedule(prefetch_fragments=True, async_copy=copy, persistent=True),
+        ),
         subs,
         backend="emulator",
         target="sm_90a",

@@ -15,9 +15,16 @@ from wavec.indexing.shared_layout import SharedLayoutKind
 from wavec.kernels import gemm as gm
 from wavec.passes.context import PassContext
 from wavec.passes.pipeline import PASS_NAMES, run_pipeline
+from wavec.tuning.plan import WGMMA_SUBS, schedule
 
 KERNELS = {
-    (s, cp): gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=s, async_copy=cp)
+    (s, cp): gm.make_gemm(
+        wc.f16,
+        32,
+        wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+        (2, 1),
+        sched=schedule(prefetch_fragments=True, operand_swizzle=s, async_copy=cp),
+    )
     for s in ("none", "auto")
     for cp in ("auto", "cp.async", "tma-mbarrier")
 }
@@ -26,7 +33,7 @@ KERNELS = {
 class Compiled:
     def __init__(self, stages: int, swizzle: str, copy: str) -> None:
         printed: list[str] = []
-        subs = {**gm.WGMMA_SUBS, gm.NUM_STAGES: stages}
+        subs = {**WGMMA_SUBS, gm.NUM_STAGES: stages}
         kernel = KERNELS[swizzle, copy]
         self.trace = kernel.trace()
         self.ctx = PassContext.build(self.trace, ConstraintSet(kernel.constraints, subs), "sm_90a")
@@ -336,9 +343,15 @@ def test_warp_specialize_splits_producer_and_consumers() -> None:
     the wait, the wgmma group, the wait retiring group i - 1 and the release.  MLIR: ``scf.if`` on the thread
     id, setmaxnreg down in the producer and up in the consumers, the fills in the producer's own loop, the
     block 256 + 128 threads."""
-    kernel = gm.make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), warp_specialize=True)
+    kernel = gm.make_gemm(
+        wc.f16,
+        32,
+        wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+        (2, 1),
+        sched=schedule(prefetch_fragments=True, warp_specialize=True),
+    )
     trace = kernel.trace()
-    ctx = PassContext.build(trace, ConstraintSet(kernel.constraints, {**gm.WGMMA_SUBS, gm.NUM_STAGES: 4}), "sm_90a")
+    ctx = PassContext.build(trace, ConstraintSet(kernel.constraints, {**WGMMA_SUBS, gm.NUM_STAGES: 4}), "sm_90a")
     printed: list[str] = []
     run_pipeline(trace, ctx, ["warp_specialize"], printer=printed.append)
     root, rest = printed[0].split("region iterate_0 {")

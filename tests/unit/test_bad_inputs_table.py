@@ -83,7 +83,8 @@ def test_doc_is_up_to_date(rows) -> None:
 
 @pytest.fixture(scope="module")
 def gemm(tmp_path_factory):
-    from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+    from wavec.kernels.gemm import make_gemm
+    from wavec.tuning.plan import DEFAULT_SUBS
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("WAVEC_CACHE_DIR", str(tmp_path_factory.mktemp("wavec-cache")))

@@ -34,8 +34,9 @@ import wavec as wc
 import wavec.compiler as compiler
 from wavec import Memory
 from wavec.kernels.elementwise import rowwise_constraints
-from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, DEFAULT_SUBS, GROUP_M, NUM_STAGES, make_gemm
+from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, make_gemm
 from wavec.runtime.cache import ENTRY_SUFFIX, default_cache
+from wavec.tuning.plan import DEFAULT_SUBS
 
 M, N = wc.sym.M, wc.sym.N
 BM, BN = wc.sym.BLOCK_M, wc.sym.BLOCK_N
@@ -335,7 +336,8 @@ _WORKER = textwrap.dedent("""
     sys.path.insert(0, {here!r})
     warnings.simplefilter("error")               # a corrupt or partial entry read would warn: fail
     from test_cache_key_property import make_affine, compile_, check_affine
-    from wavec.kernels.gemm import DEFAULT_SUBS, make_gemm
+    from wavec.kernels.gemm import make_gemm
+    from wavec.tuning.plan import DEFAULT_SUBS
     import torch
     while not os.path.exists({go!r}):
         time.sleep(0.005)

@@ -33,6 +33,7 @@ from wavec.kernels import gemm as gemm_lib
 from wavec.kernels.elementwise import make_copy, make_scale_shift
 from wavec.passes.context import PassContext
 from wavec.passes.pipeline import PIPELINE
+from wavec.tuning.plan import DEFAULT_SUBS
 
 M, N, K, P = wc.sym.M, wc.sym.N, wc.sym.K, wc.sym.P
 BM, BN, BK = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K
@@ -153,7 +154,7 @@ def test_gemm_4x2_grid_reads_six_times_for_eight_mmas() -> None:
 def test_library_gemm_operand_reuse(waves, bm, bn, bk) -> None:
     """``wavec.kernels.gemm``: each mma's A and B operands are register tiles shared structurally."""
     kernel = gemm_lib.make_gemm(waves=waves)
-    trace = run_passes(kernel, {**gemm_lib.DEFAULT_SUBS, BM: bm, BN: bn, BK: bk})
+    trace = run_passes(kernel, {**DEFAULT_SUBS, BM: bm, BN: bn, BK: bk})
     tm, tn, tk = bm // waves[0] // 16, bn // waves[1] // 8, bk // 16
     mmas = nodes(loop_body(trace), MMA)
     assert len(mmas) == tm * tn * tk
@@ -554,7 +555,7 @@ def test_instruction_tile_must_divide_wave_tile() -> None:
 
 def test_library_kernel_errors_point_at_the_kernel_line() -> None:
     with pytest.raises(WavecError) as info:
-        wc.compile(gemm_lib.make_gemm(wc.bf16), gemm_lib.DEFAULT_SUBS, target="sm_90", backend="cuda", cache=False)
+        wc.compile(gemm_lib.make_gemm(wc.bf16), DEFAULT_SUBS, target="sm_90", backend="cuda", cache=False)
     assert info.value.loc is not None
     assert info.value.loc.filename == gemm_lib.__file__
 

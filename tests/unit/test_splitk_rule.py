@@ -6,6 +6,7 @@ import pytest
 import wavec as wc
 from wavec.kernels import gemm as gm
 from wavec.tuning import legal
+from wavec.tuning.plan import choose_split, gemm_config, splitk_config
 
 # (M, N, K) -> (BLOCK_N, S): 16x64 tiles below 264 tiles, doubling S until S * tiles >= 264 with >= 4 K steps
 # (BLOCK_K 128) per slice; 16x128 tiles from N = 33792 on (>= 264 tiles: never split).
@@ -24,8 +25,8 @@ DECODE = {
 
 @pytest.mark.parametrize("shape", list(DECODE), ids=lambda s: "x".join(map(str, s)))
 def test_split_rule_on_decode_shapes(shape) -> None:
-    subs, waves, split = gm.splitk_config(*shape)
-    assert (subs, waves) == gm.gemm_config(*shape)  # the tile is gemm_config's, unchanged
+    subs, waves, split = splitk_config(*shape)
+    assert (subs, waves) == gemm_config(*shape)  # the tile is gemm_config's, unchanged
     bn, want = DECODE[shape]
     assert (subs[gm.BLOCK_N], split) == (bn, want)
     m, n, k = shape
@@ -36,10 +37,10 @@ def test_split_rule_on_decode_shapes(shape) -> None:
 
 
 def test_no_split_outside_decode() -> None:
-    assert gm.splitk_config(17, 4096, 4096)[2] == 1
-    assert gm.splitk_config(128, 256, 8192)[2] == 1
-    assert gm.choose_split(tiles=1, k_steps=7) == 1  # too shallow for two slices of 4 steps
-    assert gm.choose_split(tiles=1, k_steps=10**6) == 16  # capped
+    assert splitk_config(17, 4096, 4096)[2] == 1
+    assert splitk_config(128, 256, 8192)[2] == 1
+    assert choose_split(tiles=1, k_steps=7) == 1  # too shallow for two slices of 4 steps
+    assert choose_split(tiles=1, k_steps=10**6) == 16  # capped
     assert gm.split_slice(200, 3, 32) == 96 and gm.split_slice(40, 4, 32) == 32
 
 
@@ -48,7 +49,7 @@ def test_no_split_outside_decode() -> None:
 def test_split_configs_are_legal(dtype, target: str) -> None:
     mma = wc.MMAType.NV_F32_16x8x16_F16 if dtype == wc.f16 else wc.MMAType.NV_F32_16x8x16_BF16
     for shape in DECODE:
-        subs, waves, split = gm.splitk_config(*shape)
+        subs, waves, split = splitk_config(*shape)
         ok, why = legal(gm.make_gemm_splitk(dtype, mma_type=mma, waves=waves), subs, target)
         assert ok, (shape, why)
     for split in (2, 4, 8, 16):

@@ -15,11 +15,11 @@ from torch._dynamo.testing import CompileCounterWithBackend
 import wavec as wc
 from wavec.errors import ArgumentError, WavecError
 from wavec.kernels.elementwise import make_scale_shift
-from wavec.kernels.gemm import DEFAULT_SUBS as GEMM_DEFAULTS
 from wavec.kernels.gemm import make_gemm
 from wavec.runtime.artifact import ArgSpec, Artifact, KernelMetadata
 from wavec.runtime.kernel import CompiledKernel, OutputPlan
 from wavec.runtime.torch_op import TorchOpError, register_torch_op, registered_torch_ops
+from wavec.tuning.plan import DEFAULT_SUBS as GEMM_DEFAULTS
 
 # The library defaults (pipelining depth, workgroup grouping, ...) with 64x64x32 tiles.
 GEMM_SUBS = {**GEMM_DEFAULTS, wc.sym.BLOCK_M: 64, wc.sym.BLOCK_N: 64, wc.sym.BLOCK_K: 32}

@@ -7,6 +7,7 @@ import wavec as wc
 from wavec.kernels.gemm import make_gemm
 from wavec.tuning import legal, reject_after_compile, shared_bytes
 from wavec.tuning.legality import ctas_per_sm, front_half
+from wavec.tuning.plan import schedule
 
 
 def S(bm, bn, bk, stages=2, group=4):
@@ -103,7 +104,13 @@ def test_shared_bytes_match_compiled(waves, subs):
 def test_shared_bytes_match_compiled_wgmma(bk, stages, swizzle, copy):
     """wgmma tiles, with TMA (its mbarriers take a 1024-byte slot) and without (64-byte swizzle, core
     matrices, cp.async)."""
-    k = make_gemm(wc.f16, 32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16, (2, 1), operand_swizzle=swizzle, async_copy=copy)
+    k = make_gemm(
+        wc.f16,
+        32,
+        wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+        (2, 1),
+        sched=schedule(prefetch_fragments=True, operand_swizzle=swizzle, async_copy=copy),
+    )
     subs = S(128, 128, bk, stages)
     ck = wc.compile(k, {wc.sym(n): v for n, v in subs.items()}, backend="emulator", target="sm_90a", cache=False)
     assert shared_bytes(k, subs, "sm_90a") == ck.artifact.metadata.shared_bytes

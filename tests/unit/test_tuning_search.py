@@ -184,7 +184,7 @@ def test_errors():
 
 
 def test_tuned_config_falls_back_to_heuristic():
-    from wavec.kernels.gemm import gemm_config
+    from wavec.tuning.plan import gemm_config
 
     assert tuned_config(4096, 4096, 4096) == gemm_config(4096, 4096, 4096)
 

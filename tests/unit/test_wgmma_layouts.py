@@ -196,8 +196,9 @@ def test_legality_knows_wgmma(bm: int, bn: int, stages: int, target: str, ok: bo
     them), sm_90a only, and what the passes reject (an N tile of 136: expand)."""
     from wavec.kernels import gemm as gm
     from wavec.tuning.legality import legal, shared_bytes
+    from wavec.tuning.plan import WGMMA_FOR_DTYPE
 
-    kernel = gm.make_gemm(wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], (2, 1))
+    kernel = gm.make_gemm(wc.f16, 32, WGMMA_FOR_DTYPE["f16"], (2, 1))
     subs = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "NUM_STAGES": stages, "GROUP_M": 8}
     got, reason = legal(kernel, subs, target)
     assert got == ok and why in reason, reason

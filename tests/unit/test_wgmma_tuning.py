@@ -6,11 +6,12 @@ import wavec as wc
 from wavec.kernels import gemm as gm
 from wavec.tuning.gemm import FACTORY, WGMMA_SPACE, _fixed, heuristic_candidate, space_for, target_for
 from wavec.tuning.legality import legal, shared_bytes
+from wavec.tuning.plan import _WGMMA_TILES, WGMMA_FOR_DTYPE, schedule, wgmma_config, wgmma_plan
 from wavec.tuning.search import _source, enumerate_space
 
 
 def _tile(m, n, k):
-    subs, waves = gm.wgmma_config(m, n, k)
+    subs, waves = wgmma_config(m, n, k)
     return subs[gm.BLOCK_M], subs[gm.BLOCK_N], subs[gm.NUM_STAGES], waves
 
 
@@ -56,7 +57,7 @@ def test_128x256_takes_a_producer_on_short_k(m, n, k, ws) -> None:
     """128x256 on the persistent grid: a TMA producer warpgroup (its next-tile loads overlap the consumers'
     epilogue) for K <= 1024, and for K <= 4096 on at most 8 rounds of workgroups (measured faster there,
     slower at K = 8192 and on larger grids); the split epilogue always."""
-    plan = gm.wgmma_plan(m, n, k)
+    plan = wgmma_plan(m, n, k)
     assert (plan.subs[gm.BLOCK_M], plan.subs[gm.BLOCK_N]) == (128, 256)
     assert plan.warp_specialize is ws and plan.persistent and plan.split_epilogue
 
@@ -74,7 +75,7 @@ def test_128x256_takes_a_producer_on_short_k(m, n, k, ws) -> None:
     ],
 )
 def test_wgmma_space_legality(subs, waves, ok, why) -> None:
-    kernel = gm.make_gemm(wc.f16, mma_type=gm.WGMMA_FOR_DTYPE["f16"], waves=waves)
+    kernel = gm.make_gemm(wc.f16, mma_type=WGMMA_FOR_DTYPE["f16"], waves=waves)
     got, reason = legal(kernel, {**subs, "GROUP_M": 8}, "sm_90a")
     assert got == ok and why in reason
     if ok:  # the stages, and one 1024-byte slot for the TMA copies' mbarriers (async_copy "auto" on sm_90a)
@@ -122,12 +123,12 @@ def test_wgmma_tuning_cache_dispatch_from_a_folder(tmp_path, monkeypatch) -> Non
     assert source == "cache" and waves == (1, 1) and {str(k): v for k, v in subs.items()}["BLOCK_N"] == 192
     other = (8192, 8192, 8192)
     subs, waves, source = tg.dispatch(*other, wc.f16, mma="wgmma", directory=folder)
-    assert source == "heuristic" and (subs, waves) == gm.wgmma_config(*other)
+    assert source == "heuristic" and (subs, waves) == wgmma_config(*other)
     assert tg.dispatch(*shape, wc.f16, mma="mma_sync", directory=folder)[2] == "heuristic"
     tg._DISPATCH.clear()
 
 
-@pytest.mark.parametrize("tile", gm._WGMMA_TILES, ids=lambda t: f"{t.bm}x{t.bn}-s{t.stages}")
+@pytest.mark.parametrize("tile", _WGMMA_TILES, ids=lambda t: f"{t.bm}x{t.bn}-s{t.stages}")
 def test_every_plan_entry_passes_the_legality_filter(tile) -> None:
     """``wgmma_plan``'s table only holds schedules the tuner's legality filter accepts on sm_90a (shared
     memory of the stages under the cap, 64-row warpgroup tiles, copies that split among the threads),
@@ -135,7 +136,11 @@ def test_every_plan_entry_passes_the_legality_filter(tile) -> None:
     subs = {"BLOCK_M": tile.bm, "BLOCK_N": tile.bn, "BLOCK_K": 64, "NUM_STAGES": tile.stages, "GROUP_M": 8}
     for ws in {tile.warp_specialize, tile.ws_max_k > 0}:  # both schedules of an entry with a K threshold
         kernel = gm.make_gemm(
-            wc.f16, 32, gm.WGMMA_FOR_DTYPE["f16"], tile.waves, warp_specialize=ws, persistent=tile.persistent
+            wc.f16,
+            32,
+            WGMMA_FOR_DTYPE["f16"],
+            tile.waves,
+            sched=schedule(prefetch_fragments=True, warp_specialize=ws, persistent=tile.persistent),
         )
         ok, why = legal(kernel, subs, "sm_90a")
         assert ok, (ws, why)

@@ -46,6 +46,16 @@ def _bases(st: State) -> list[tuple[int, SharedBuf]]:
     return out
 
 
+def shared_at(st: State, addr: np.ndarray, what: str) -> tuple[SharedBuf, np.ndarray]:
+    """The shared allocation holding every byte address of ``addr`` and the offsets into it; else an
+    ``EmulatorError`` naming ``what``."""
+    for base, buf in _bases(st):
+        rel = addr - base
+        if rel.min() >= 0 and rel.max() < buf.raw.size:
+            return buf, rel
+    raise EmulatorError(message=f"{what} {addr.min()}..{addr.max()} are not in one shared allocation")
+
+
 @register("memref.extract_aligned_pointer_as_index")
 def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
     (src,), (o,) = c.ins(op), c.outs(op)
@@ -187,14 +197,7 @@ def _operand_bytes(desc: int, rows: int, elem_bytes: int, mn_major: bool = False
 
 def _gather(st: State, addr: np.ndarray, waves: np.ndarray, dtype: str, op_id: int, where: str) -> np.ndarray:
     """Values (rows, 16) at byte addresses ``addr`` read by ``waves``, through the race/proxy checks."""
-    for base, buf in _bases(st):
-        rel = addr - base
-        if rel.min() >= 0 and rel.max() < buf.raw.size:
-            break
-    else:
-        raise EmulatorError(
-            message=f"{where}: descriptor addresses {addr.min()}..{addr.max()} are not in one shared allocation"
-        )
+    buf, rel = shared_at(st, addr, f"{where}: descriptor addresses")
     flat = rel.reshape(-1)
     if st.check_races:
         if (buf.unfenced_wave[flat] >= 0).any():

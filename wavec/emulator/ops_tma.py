@@ -39,7 +39,7 @@ from iree.compiler import ir
 
 from wavec.emulator.coop import block_until, note_progress
 from wavec.emulator.interp import Compiler, Instr, State, register
-from wavec.emulator.ops_nvvm import _bases
+from wavec.emulator.ops_nvvm import _bases, shared_at
 from wavec.errors import EmulatorError
 from wavec.runtime.tensor_map import MAP_BYTES, decode_emulated
 
@@ -150,36 +150,14 @@ def _fence_acquire(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-@register("nvvm.mbarrier.arrive.expect_tx")
-def _arrive_expect_tx(c: Compiler, op: ir.Operation) -> Instr:
-    addr, tx = c.ins(op)[:2]
-    outs, where = c.outs(op), c.loc(op)
-
-    def run(st: State) -> None:
-        for lane in _lanes(st):
-            a = _at(st.env[addr], lane)
-            bar = _barrier(st, a, where)
-            if bar.pending == 0:
-                raise EmulatorError(
-                    message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one "
-                    "phase (a stage refilled before its previous fill was waited for?)"
-                )
-            bar.pending -= 1
-            bar.tx += _at(st.env[tx], lane)
-            bar.arrived.add(int(st.wave[lane]))
-            note_progress(st)
-        for o in outs:
-            st.env[o] = np.zeros(1, np.int64)
-
-    return run
-
-
-@register("nvvm.mbarrier.arrive")
+@register("nvvm.mbarrier.arrive", "nvvm.mbarrier.arrive.expect_tx")
 def _arrive(c: Compiler, op: ir.Operation) -> Instr:
-    addr = c.ins(op)[0]
+    expect_tx = op.name.endswith("expect_tx")
+    addr, tx = c.ins(op)[0], c.ins(op)[1] if expect_tx else None
     outs, where = c.outs(op), c.loc(op)
-    if len(op.operands) != 1:
+    if not expect_tx and len(op.operands) != 1:
         raise EmulatorError(message=f"{where}: only mbarrier.arrive with the default count of 1 is emulated")
+    hint = " (a stage refilled before its previous fill was waited for?)" if expect_tx else ""
 
     def run(st: State) -> None:
         for lane in _lanes(st):
@@ -187,12 +165,14 @@ def _arrive(c: Compiler, op: ir.Operation) -> Instr:
             bar = _barrier(st, a, where)
             if bar.pending == 0:
                 raise EmulatorError(
-                    message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one phase"
+                    message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one phase{hint}"
                 )
             bar.pending -= 1
+            if expect_tx:
+                bar.tx += _at(st.env[tx], lane)
             bar.arrived.add(int(st.wave[lane]))
             note_progress(st)
-            if bar.pending == 0 and bar.tx == 0 and not bar.copies:  # no transactions: the phase completes now
+            if not expect_tx and bar.pending == 0 and bar.tx == 0 and not bar.copies:  # the phase completes now
                 _complete(bar, a, where)
         for o in outs:
             st.env[o] = np.zeros(1, np.int64)
@@ -330,14 +310,7 @@ def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: in
     if dst % 128:
         raise EmulatorError(message=f"{where}: TMA destination {dst} is not 128-byte aligned")
     daddr = _swizzle(dst + linear * elem, swizzle)[..., None] + byte
-    for base, buf in _bases(st):
-        rel = daddr - base
-        if rel.min() >= 0 and rel.max() < buf.raw.size:
-            break
-    else:
-        raise EmulatorError(
-            message=f"{where}: TMA destination {dst}..{int(daddr.max())} is not in one shared allocation"
-        )
+    buf, rel = shared_at(st, daddr, f"{where}: TMA destination bytes")
     flat = rel.reshape(-1)
     if st.check_races:
         buf.write(st, flat, np.full(flat.size, st.wave[lane]), op_id)

@@ -112,13 +112,18 @@ def _transfer_mask(st: State, m, eidx: list, vmap: list, inb: list, mask_slot: i
     return em
 
 
-@register("vector.transfer_read")
-def _transfer_read(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
+@register("vector.transfer_read", "vector.transfer_write")
+def _transfer(c: Compiler, op: ir.Operation) -> Instr:
+    # operands: read (memref, indices..., padding, mask?), write (value, memref, indices..., mask?)
+    ins, outs = c.ins(op), c.outs(op)
+    write = not outs
     seg = list(op.attributes["operandSegmentSizes"])
-    m, idx, pad = ins[0], ins[1 : 1 + seg[1]], ins[1 + seg[1]]
-    mask_slot = ins[2 + seg[1]] if seg[3] else None
-    vshape, vmap, inb = _transfer_setup(c, op, op.results[0].type)
+    v, m = (ins[0], ins[1]) if write else (None, ins[0])
+    first = 1 + write
+    idx = ins[first : first + seg[first]]
+    pad = None if write else ins[first + seg[first]]
+    mask_slot = ins[first + seg[first] + (not write)] if seg[3] else None
+    vshape, vmap, inb = _transfer_setup(c, op, (op.operands[0] if write else op.results[0]).type)
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
@@ -126,30 +131,14 @@ def _transfer_read(c: Compiler, op: ir.Operation) -> Instr:
         mem = env[m]
         eidx = element_indices([env[i] for i in idx], vshape, vmap)
         em = _transfer_mask(st, mem, eidx, vmap, inb, mask_slot)
+        if write:
+            store(st, mem, eidx, env[v], loc, oid, emask=em)
+            return
         vals = load(st, mem, eidx, loc, oid, emask=em)
         if em is not None:
             p = np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape))
             vals = np.where(em, vals, p)
-        env[o] = vals
-
-    return run
-
-
-@register("vector.transfer_write")
-def _transfer_write(c: Compiler, op: ir.Operation) -> Instr:
-    ins = c.ins(op)
-    seg = list(op.attributes["operandSegmentSizes"])
-    v, m, idx = ins[0], ins[1], ins[2 : 2 + seg[2]]
-    mask_slot = ins[2 + seg[2]] if seg[3] else None
-    vshape, vmap, inb = _transfer_setup(c, op, op.operands[0].type)
-    loc, oid = c.loc(op), c.op_id(op)
-
-    def run(st: State) -> None:
-        env = st.env
-        mem = env[m]
-        eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        em = _transfer_mask(st, mem, eidx, vmap, inb, mask_slot)
-        store(st, mem, eidx, env[v], loc, oid, emask=em)
+        env[outs[0]] = vals
 
     return run
 

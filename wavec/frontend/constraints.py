@@ -132,9 +132,6 @@ class SchedulingConstraint:
             )
 
 
-Constraint = WorkgroupConstraint | WaveConstraint | TilingConstraint | HardwareConstraint | SchedulingConstraint
-
-
 def _int(expr, what: str) -> int:
     expr = sympy.sympify(expr)
     if not expr.is_Integer or int(expr) <= 0:

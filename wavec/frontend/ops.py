@@ -45,10 +45,6 @@ class Op:
     lowering: ClassVar[str] = "wavec.codegen.lowering"
     emulated_ops: ClassVar[tuple[str, ...] | None] = None  # every record declares them (() = emits nothing)
 
-    @staticmethod
-    def value_operands(node) -> list:
-        return [a for a in node.args if hasattr(a, "meta")]
-
 
 class Elementwise(Op):
     """Default record of an elementwise op: one layout for result and operands (operands with fewer
@@ -220,7 +216,6 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
     return tr.create(MMA, (a, b, acc), TensorType(acc.shape, acc.dtype))
 
 
-_FLOAT_OPS = {"add", "sub", "mul", "div", "maximum", "minimum"}
 _CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
 
 
@@ -518,10 +513,6 @@ class Reduce(Op):
     expansion = "reduce_chain"  # partial reductions chained along the reduced dim; the last finalizes
     lowering = "wavec.codegen.reductions"
     emulated_ops = ("vector.reduction", "gpu.shuffle", "arith.maximumf", "arith.addf")
-
-    @staticmethod
-    def combine_kind(node) -> str:
-        return node.kwargs["kind"]
 
 
 def _reduce(kind: str, x: Value, dim) -> Value:

@@ -1,5 +1,5 @@
 """GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
-the matrix units; split-K for decode shapes (``make_gemm_splitk``, ``splitk_config``)."""
+the matrix units; split-K for decode shapes (``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
 
 from dataclasses import replace
 
@@ -7,36 +7,12 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.tuning.plan import (  # noqa: F401 - the plan module's names, re-exported for callers
-    _WGMMA_TILES,
-    DEFAULT_PLAN,
-    DEFAULT_SUBS,
-    MMA_FOR_TARGET,
-    MMA_KINDS,
-    WGMMA_FOR_DTYPE,
-    WGMMA_SUBS,
-    WGMMA_WAVES,
-    GemmPlan,
-    GemmRequest,
-    WgmmaTile,
-    choose_split,
-    gemm_config,
-    mma_sync_plan,
-    mma_type_for,
-    plan_matmul,
-    schedule,
-    splitk_config,
-    wgmma_config,
-    wgmma_plan,
-)
+from wavec.tuning.plan import DEFAULT_PLAN, GemmPlan, GemmRequest, mma_type_for, plan_matmul, schedule
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 S, P, BLOCK_P = wc.sym.S, wc.sym.P, wc.sym.BLOCK_P  # split-K: slices of K, flat M*N, reduce tile
 BLOCK_M, BLOCK_N, BLOCK_K = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.BLOCK_K
 NUM_STAGES, GROUP_M = wc.sym.NUM_STAGES, wc.sym.GROUP_M
-
-
-MMA_CHOICES = MMA_KINDS
 
 
 def gemm_constraints(
@@ -66,16 +42,13 @@ def make_gemm(
     waves=(2, 2),
     sched: wc.SchedulingConstraint | None = None,
     out_dtype=f32,
-    **flags,
 ) -> wc.WaveKernel:
     """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
     wgmma, the wave tiles) changes per GPU.  ``sched``: the schedule flags (default
     ``DEFAULT_PLAN.schedule``: fragment prefetch on, which mma.sync tiles use and wgmma tiles ignore);
     ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32 accumulator rounded once, as cuBLAS does for
-    ``torch.matmul``; half the epilogue's bytes).  ``flags``: fields of the ``SchedulingConstraint`` set
-    on ``sched`` (``warp_specialize=True``; tests and benchmarks).  ``build_gemm`` makes one from a
-    ``GemmPlan``."""
-    sched = replace(sched or DEFAULT_PLAN.schedule, **flags)
+    ``torch.matmul``; half the epilogue's bytes).  ``build_gemm`` makes one from a ``GemmPlan``."""
+    sched = sched or DEFAULT_PLAN.schedule
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
@@ -121,12 +94,11 @@ def make_gemm_splitk(
     mma_type=wc.MMAType.NV_F32_16x8x16_F16,
     waves=(1, 2),
     sched: wc.SchedulingConstraint | None = None,
-    **flags,
 ) -> wc.WaveKernel:
     """``gemm_splitk(a [M, K], b [N, K], c_part [S, M, N] f32)``: c_part[s] = A[:, slice s] @ B[:, slice s].T,
     the K slices of ``split_slice``; the same tiles, pipeline and subs as ``make_gemm`` (``sched``
-    default ``schedule()``, every flag off; ``flags`` set on it)."""
-    sched = replace(sched or schedule(), **flags)
+    default ``schedule()``, every flag off)."""
+    sched = sched or schedule()
     constraints = [wc.WorkgroupConstraint(S, 1, 2), *gemm_constraints(threads_per_wave, mma_type, waves, sched)]
     ks = sympy.ceiling(K / (S * BLOCK_K)) * BLOCK_K
 
@@ -213,8 +185,8 @@ def matmul(
     split; ``"auto"``: ``splitk_config``'s rule for M <= 16 — opt-in, slower than no split on every
     benchmark decode shape of the H100, ``docs/performance.md``); ``config = (subs, waves)`` overrides the
     tile (benchmarks); ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
-    # The host path of a repeated call: one dict lookup (a kernel of 1024^3 runs ~10 us).  A config's
-    # substitutions key by their symbols, whose hashes sympy caches (printing them is what costs).
+    # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
+    # by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
     req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
     key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, out_dtype, req)
@@ -224,8 +196,7 @@ def matmul(
     return run(a, b)
 
 
-# (dtypes, shapes, backend, C's dtype, request) -> run(a, b): what matmul decided for them.  Deciding costs
-# tens of microseconds, as much as a whole small GEMM on an H100.
+# (dtypes, shapes, backend, C's dtype, request) -> run(a, b): what matmul decided for them.
 _DISPATCH: dict = {}
 
 
