@@ -298,3 +298,11 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     return Trace(
         fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars
     )
+
+
+def arg_nodes(node: fx.Node, i: int) -> tuple[fx.Node, ...]:
+    """``node.args[i]`` as the tuple of nodes it is for wavec's ops (an iterate's inits or captures, an output)."""
+    arg = node.args[i]
+    if not isinstance(arg, (tuple, list)) or not all(isinstance(a, fx.Node) for a in arg):
+        raise TypeError(f"%{node.name}: argument {i} is not a sequence of nodes")
+    return tuple(a for a in arg if isinstance(a, fx.Node))

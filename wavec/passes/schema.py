@@ -18,19 +18,20 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeAlias, Union, cast, get_args, get_origin, get_type_hints
 
 import sympy
 import torch.fx as fx
 
 from ..errors import SourceLoc
 from ..frontend.dtypes import DType
+from ..frontend.tracing import Trace
 from ..frontend.types import TensorType
 from ..indexing import Layout
 from ..indexing.shared_layout import SharedLayout
 
 TRACE = "trace"  # the producer name of what the tracer writes (it always ran)
-Expr = int | sympy.Expr  # an index expression or a plain integer
+Expr: TypeAlias = int | sympy.Expr  # an index expression or a plain integer
 Dims = tuple[sympy.Symbol, ...]
 
 
@@ -225,3 +226,16 @@ def _checker(tp: Any) -> Callable[[object], bool]:
 
 META = _declare(Traced, Indexed, Access, Staging)
 KWARGS = _declare(OpArgs, SharedArgs, HopperArgs)
+
+
+# ----- typed reads of kwargs whose declared type verify_trace checks at run time -----
+
+
+def body(trace: Trace, loop: fx.Node) -> fx.Graph:
+    """The body graph of a loop node (``kwargs["subgraph"]``)."""
+    return trace.subgraphs[cast(str, loop.kwargs["subgraph"])]
+
+
+def tile(alloc: fx.Node) -> dict[sympy.Symbol, int]:
+    """A shared tile's extent per dim (``kwargs["tile"]`` of an ``allocate``)."""
+    return cast("dict[sympy.Symbol, int]", alloc.kwargs["tile"])
