@@ -236,6 +236,11 @@ def body(trace: Trace, loop: fx.Node) -> fx.Graph:
     return trace.subgraphs[cast(str, loop.kwargs["subgraph"])]
 
 
-def tile(alloc: fx.Node) -> dict[sympy.Symbol, int]:
+def loop_dim(loop: fx.Node) -> sympy.Symbol:
+    """The dimension a loop node (or an ``mbarrier_init``) tiles (``kwargs["dim"]``)."""
+    return loop.kwargs["dim"]
+
+
+def tile_extents(alloc: fx.Node) -> dict[sympy.Symbol, int]:
     """A shared tile's extent per dim (``kwargs["tile"]`` of an ``allocate``)."""
     return cast("dict[sympy.Symbol, int]", alloc.kwargs["tile"])
