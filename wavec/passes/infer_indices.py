@@ -22,7 +22,7 @@ from ..frontend.tracing import Trace, arg_node, arg_nodes
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
-from .schema import body
+from .schema import loop_body
 
 ACCESS_BYTES = 16
 
@@ -208,7 +208,7 @@ def _flow_elementwise(s: _Solver, n: fx.Node) -> None:
 def _flow_loop(s: _Solver, n: fx.Node) -> None:
     """Init, iter_arg placeholder, yielded value and result of each carried value share a layout; a
     captured register value and its placeholder too."""
-    sub = body(s.trace, n)
+    sub = loop_body(s.trace, n)
     phs = [p for p in sub.nodes if p.op == "placeholder"]
     iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
     out = arg_nodes(next(x for x in sub.nodes if x.op == "output"), 0)

@@ -40,7 +40,7 @@ from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
-from .schema import body, loop_dim, op_node
+from .schema import loop_body, loop_dim, op_node
 
 
 def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
@@ -70,7 +70,7 @@ def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
 
 def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
     cs = ctx.constraints
-    dim, sub = loop_dim(iterate), body(trace, iterate)
+    dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     pairs = _copy_pairs(sub)
     # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):

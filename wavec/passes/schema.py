@@ -231,7 +231,7 @@ KWARGS = _declare(OpArgs, SharedArgs, HopperArgs)
 # ----- typed reads of kwargs whose declared type verify_trace checks at run time -----
 
 
-def body(trace: Trace, loop: fx.Node) -> fx.Graph:
+def loop_body(trace: Trace, loop: fx.Node) -> fx.Graph:
     """The body graph of a loop node (``kwargs["subgraph"]``)."""
     return trace.subgraphs[cast(str, loop.kwargs["subgraph"])]
 

@@ -35,7 +35,7 @@ from ...frontend.tracing import Trace, arg_node, capture_root
 from ...frontend.types import AddressSpace
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ..context import PassContext
-from ..schema import body, tile_extents
+from ..schema import loop_body, tile_extents
 
 
 def _check_tiles(ctx: PassContext, mma: fx.Node) -> int:
@@ -155,7 +155,7 @@ def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
             f"target='sm_90a' (got {ctx.target.name!r}; sm_90 without the 'a' has no wgmma)",
         )
     for it in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
-        sub = body(trace, it)
+        sub = loop_body(trace, it)
         for mma in [n for n in sub.nodes if n.meta.get("op") is MMA]:
             _assign(sub, mma, ctx, _check_tiles(ctx, mma))
     outside = [n for n in trace.graph.nodes if n.meta.get("op") is MMA]

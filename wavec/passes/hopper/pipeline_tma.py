@@ -46,7 +46,7 @@ from ...indexing import induction_symbol
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
 from ..context import PassContext, TensorMapRequest
-from ..schema import body, loop_dim, op_node, tile_extents
+from ..schema import loop_body, loop_dim, op_node, tile_extents
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
@@ -181,7 +181,7 @@ def pipeline_tma(
     """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`; ``lag`` = wgmma
     groups left in flight at the end of an iteration; ``war`` = "barrier" or "mbarrier"."""
     cs = ctx.constraints
-    dim, sub = loop_dim(iterate), body(trace, iterate)
+    dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     iv, stage = induction_symbol(dim), stage_symbol(dim)
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
     distance = stages - 1 if war == "mbarrier" else stages - 1 - lag
