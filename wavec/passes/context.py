@@ -91,7 +91,6 @@ class PassContext:
         return ext
 
     def instruction_n(self, n_dim) -> int | None:
-        """The N of one instruction of a warpgroup MMA type (None for fixed-shape types, whose layouts
-        carry their own N); ``layout_wgmma_operands`` has checked that it exists."""
+        """A warpgroup MMA instruction's N (checked by ``layout_wgmma_operands``); None for fixed shapes."""
         spec = self.mma.spec
         return None if spec.group_waves == 1 else spec.instruction_n(self.extent(n_dim, wave=True))

@@ -11,6 +11,7 @@ order and propagated to a fixpoint.  Equal priorities with different layouts rai
 
 from __future__ import annotations
 
+import math
 from typing import TypeGuard, cast
 
 import sympy
@@ -75,9 +76,7 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     thread may duplicate another's copy (two waves storing one shared address is a race)."""
     cs = ctx.constraints
     extents = [ctx.extent(d) for d in dims]
-    last, total = extents[-1], 1
-    for e in extents:
-        total *= e
+    last, total = extents[-1], math.prod(extents)
     if total < cs.threads:
         raise ConstraintError(
             message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "

@@ -42,8 +42,10 @@ from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
 from .schema import loop_body, loop_dim, op_node
 
+Pair = tuple[fx.Node, fx.Node]  # a tile copy: (global read, shared write)
 
-def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
+
+def _copy_pairs(sub: fx.Graph) -> list[Pair]:
     pairs = []
     for w in sub.nodes:
         if w.meta.get("op") is Write and w.args[1].meta["type"].address_space == AddressSpace.SHARED:
@@ -80,25 +82,40 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
     lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
     iterate.meta["wgmma_groups_in_flight"] = lag
-    if _tma(trace, ctx, iterate, sub, pairs, stages, lag):
+    if _tma(trace, ctx, iterate, pairs, stages, lag):
         return
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
-    copies = _async_copies(sub, pairs, dim, stages, stages - 1 - lag, stop - 1, iterate.meta.get("loc"))
-    _prologue(trace, iterate, sub, copies, stages, stages - 1 - lag, lo, stop - 1)
+    iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
+    copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
+    # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
+    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
+        alloc.kwargs = {**alloc.kwargs, "stages": stages}
+    for s in range(distance):
+        it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
+        for c, layout in copies:
+            op_node(
+                trace.graph,
+                AsyncCopy,
+                (outer[arg_node(c, 0)], outer[arg_node(c, 1)]),
+                {},
+                f"{c.name}_prologue{s}",
+                c.meta.get("loc"),
+                before=iterate,
+                layout=layout.subs({iv: it}),
+                accesses=c.meta["accesses"],
+                stage=sympy.Integer(s),
+                key=c.meta.get("key"),
+                iv_subs={iv: it},
+                mapping=c.meta.get("mapping"),
+            )
+        op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
-def _tma(
-    trace: Trace,
-    ctx: PassContext,
-    iterate: fx.Node,
-    sub: fx.Graph,
-    pairs: list[tuple[fx.Node, fx.Node]],
-    stages: int,
-    lag: int,
-) -> bool:
-    """Pipeline the loop through TMA (True) where the target, the body and ``async_copy`` allow it; a
-    ``ConstraintError`` saying why not where TMA was asked for."""
+def _tma(trace: Trace, ctx: PassContext, iterate: fx.Node, pairs: list[Pair], stages: int, lag: int) -> bool:
+    """Pipeline the loop through TMA where allowed (True); where TMA was asked for and cannot, say why."""
     want, ws = ctx.constraints.scheduling.async_copy, ctx.constraints.scheduling.warp_specialize
+    sub = loop_body(trace, iterate)
     if ws and want in ("cp.async", "tma-barrier"):
         raise ConstraintError(
             iterate.meta.get("loc"),
@@ -124,11 +141,9 @@ def _tma(
 
 
 def _async_copies(
-    sub: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], dim: sympy.Symbol, stages: int, distance: int, last, loc
+    sub: fx.Graph, pairs: list[Pair], dim: sympy.Symbol, stages: int, distance: int, last, loc
 ) -> list[tuple[fx.Node, Layout]]:
-    """Replace each copy pair of the body by an ``async_copy`` ``distance`` iterations ahead, committed
-    after the last and waited for at the top; shared reads take the current stage.  Returns each copy
-    with the layout of the iteration it serves."""
+    """The body's copy pairs as ``async_copy``s ``distance`` iterations ahead, each with its read's layout."""
     iv, stage = induction_symbol(dim), stage_symbol(dim)  # stage == iv % stages, carried by the loop
     ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
@@ -158,43 +173,6 @@ def _async_copies(
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
     return copies
-
-
-def _prologue(
-    trace: Trace,
-    iterate: fx.Node,
-    sub: fx.Graph,
-    copies: list[tuple[fx.Node, Layout]],
-    stages: int,
-    distance: int,
-    lo,
-    last,
-) -> None:
-    """Give the shared tiles ``stages`` buffers and issue iterations ``lo ..`` of the copies into stages
-    ``0 .. distance - 1`` before the loop, one commit each."""
-    iv, loc = induction_symbol(loop_dim(iterate)), iterate.meta.get("loc")
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
-        alloc.kwargs = {**alloc.kwargs, "stages": stages}
-    for s in range(distance):
-        it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
-        for c, layout in copies:
-            op_node(
-                trace.graph,
-                AsyncCopy,
-                (outer[arg_node(c, 0)], outer[arg_node(c, 1)]),
-                {},
-                f"{c.name}_prologue{s}",
-                c.meta.get("loc"),
-                before=iterate,
-                layout=layout.subs({iv: it}),
-                accesses=c.meta["accesses"],
-                stage=sympy.Integer(s),
-                key=c.meta.get("key"),
-                iv_subs={iv: it},
-                mapping=c.meta.get("mapping"),
-            )
-        op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
 
 
 def pipeline_loops(trace: Trace, ctx: PassContext) -> None:
