@@ -10,6 +10,8 @@ with a barrier before the stores (earlier readers, e.g. the previous loop iterat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -31,7 +33,7 @@ def _concat(values: list[ir.Value]) -> ir.Value:
     return acc
 
 
-def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: list[fx.Node]) -> ir.Value:
+def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) -> ir.Value:
     dst: Layout = node.meta["layout"]
     mapping = register_mapping(srcs[0].meta["layout"], dst, fb.cs.lanes)
     if mapping is None:  # the pass proved one exists; every tile shares the pattern
@@ -66,7 +68,7 @@ def _buffer(fb: FunctionBuilder, node: fx.Node) -> ir.Value:
     return buf
 
 
-def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: list[fx.Node]) -> ir.Value:
+def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) -> ir.Value:
     buf = _buffer(fb, node)
     dst: Layout = node.meta["layout"]
     origin = wave_origin(fb.ctx, node.graph, dst.dims)

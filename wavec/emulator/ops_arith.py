@@ -194,6 +194,7 @@ def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     return (a.astype(np.float64) * b + c).astype(a.dtype)
 
 
+_ERF = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf (and scipy is not a dependency)
 _FLOAT: dict[str, Fn] = {
     "arith.addf": np.add,
     "arith.subf": np.subtract,
@@ -223,7 +224,6 @@ _FLOAT: dict[str, Fn] = {
     "math.cos": np.cos,
     "math.erf": lambda x: _ERF(x.astype(np.float64)).astype(x.dtype),
 }
-_ERF = np.vectorize(math.erf, otypes=[np.float64])  # numpy has no erf (and scipy is not a dependency)
 
 
 @register(*_FLOAT)

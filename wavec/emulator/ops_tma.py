@@ -168,7 +168,7 @@ def _arrive(c: Compiler, op: ir.Operation) -> Instr:
                     message=f"{where}: more than {bar.count} arrivals on the mbarrier at {a} in one phase{hint}"
                 )
             bar.pending -= 1
-            if expect_tx:
+            if tx is not None:  # arrive.expect_tx
                 bar.tx += _at(st.env[tx], lane)
             bar.arrived.add(int(st.wave[lane]))
             note_progress(st)

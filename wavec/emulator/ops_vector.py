@@ -131,11 +131,11 @@ def _transfer(c: Compiler, op: ir.Operation) -> Instr:
         mem = env[m]
         eidx = element_indices([env[i] for i in idx], vshape, vmap)
         em = _transfer_mask(st, mem, eidx, vmap, inb, mask_slot)
-        if write:
+        if v is not None:  # a write
             store(st, mem, eidx, env[v], loc, oid, emask=em)
             return
         vals = load(st, mem, eidx, loc, oid, emask=em)
-        if em is not None:
+        if em is not None and pad is not None:
             p = np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape))
             vals = np.where(em, vals, p)
         env[outs[0]] = vals

@@ -300,9 +300,10 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     )
 
 
-def arg_nodes(node: fx.Node, i: int | None = None) -> list[fx.Node]:
-    """``node.args``, or the tuple ``node.args[i]`` (a loop's inits, an output's values), as the nodes they are."""
+def arg_nodes(node: fx.Node, i: int | None = None) -> tuple[fx.Node, ...]:
+    """``node.args``, or the tuple ``node.args[i]`` (an iterate's inits or captures, an output's values), as the
+    nodes they are for wavec's ops."""
     args = node.args if i is None else node.args[i]
     if not isinstance(args, (tuple, list)) or not all(isinstance(a, fx.Node) for a in args):
         raise TypeError(f"%{node.name}: not all nodes: {args}")
-    return [a for a in args if isinstance(a, fx.Node)]
+    return tuple(a for a in args if isinstance(a, fx.Node))

@@ -101,8 +101,9 @@ def make_attention(
     heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    q_type = Memory[B, H, M, D, dtype] if layout == "bhsd" else Memory[B, M, H, D, dtype]
-    kv_type = Memory[B, KVH, N, D, dtype] if layout == "bhsd" else Memory[B, N, KVH, D, dtype]
+    (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
+    q_type = Memory[B, q1, q2, D, dtype]
+    kv_type = Memory[B, k1, k2, D, dtype]
     kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
     whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
     if causal:  # full tiles left of the diagonal block, then the masked tiles up to the diagonal

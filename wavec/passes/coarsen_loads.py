@@ -65,7 +65,7 @@ def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
 def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
     mem = capture_root(mem)
     base = mem.kwargs.get("base") if mem.op == "call_function" else None
-    return coord - sympy.sympify(base[dim]) if base else coord
+    return coord - sympy.sympify(base[dim]) if isinstance(base, dict) and base else coord
 
 
 def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 import sympy
 import torch.fx as fx
 
+from ..errors import ConstraintError
 from ..frontend.constraints import ConstraintSet
 from ..frontend.ops import Iterate
 from ..frontend.tracing import Trace
+from ..indexing.mma import MMAType
 from ..target import Target, get_target
 
 
@@ -73,3 +75,22 @@ class PassContext:
 
     def in_loop(self, graph: fx.Graph, dim) -> bool:
         return dim in self.loop_dims.get(graph, ())
+
+    @property
+    def mma(self) -> MMAType:
+        """The MMA type of a kernel with ``wc.mma``."""
+        if self.constraints.mma_type is None:
+            raise ConstraintError(message="wc.mma needs HardwareConstraint(mma_type=...)")
+        return self.constraints.mma_type
+
+    def extent(self, dim, wave: bool = False) -> int:
+        """The extent of a distributed ``dim`` per workgroup (or per wave) and loop iteration."""
+        ext = self.constraints.wave_extent(dim) if wave else self.constraints.workgroup_extent(dim)
+        if ext is None:
+            raise ConstraintError(message=f"dimension {dim} has no tile: no constraint distributes it")
+        return ext
+
+    def instruction_n(self, n_dim) -> int | None:
+        """A warpgroup MMA instruction's N (checked by ``layout_wgmma_operands``); None for fixed shapes."""
+        spec = self.mma.spec
+        return None if spec.group_waves == 1 else spec.instruction_n(self.extent(n_dim, wave=True))

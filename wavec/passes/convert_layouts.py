@@ -120,22 +120,13 @@ def register_mapping(src: Layout, dst: Layout, threads: int) -> tuple[tuple[int,
     return mapping
 
 
-def _instruction_n(ctx: PassContext, dim) -> int | None:
-    spec = ctx.constraints.mma_type.spec
-    return None if spec.group_waves == 1 else spec.instruction_n(ctx.constraints.wave_extent(dim))
-
-
-def _choose(ctx: PassContext, mma: fx.Node, dims: tuple, role: str) -> str:
+def _choose(ctx: PassContext, mma: fx.Node, dims: tuple[sympy.Symbol, sympy.Symbol], role: str) -> str:
     """``registers`` when every destination tile (each sub-tile of a larger source tile: the wgmma
     accumulator is 64 x N, its register-A tiles 64 x 16) has a lane-independent register mapping."""
     cs = ctx.constraints
-    src = mma_layout(cs.mma_type, "c", *dims, n=_instruction_n(ctx, dims[1]))
+    src = mma_layout(ctx.mma, "c", *dims, n=ctx.instruction_n(dims[1]))
     dst = mma_layout(
-        cs.mma_type,
-        role,
-        *dims,
-        n=_instruction_n(ctx, MMA.dims(mma)[1]),
-        a_in_registers=bool(mma.meta.get("a_in_registers")),
+        ctx.mma, role, *dims, n=ctx.instruction_n(MMA.dims(mma)[1]), a_in_registers=bool(mma.meta.get("a_in_registers"))
     )
     subs = [range(0, max(1, src.tile_of(d) // dst.tile_of(d))) for d in dims]
     for idx in itertools.product(*subs):

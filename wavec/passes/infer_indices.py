@@ -11,15 +11,19 @@ order and propagated to a fixpoint.  Equal priorities with different layouts rai
 
 from __future__ import annotations
 
+import math
+from typing import TypeGuard, cast
+
 import sympy
 import torch.fx as fx
 
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node, arg_nodes
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
+from .schema import loop_body
 
 ACCESS_BYTES = 16
 
@@ -28,7 +32,7 @@ def _dims(node: fx.Node) -> tuple:
     return node.meta["type"].dims
 
 
-def _is_register(node) -> bool:
+def _is_register(node: object) -> TypeGuard[fx.Node]:
     t = node.meta.get("type") if isinstance(node, fx.Node) else None
     return t is not None and t.address_space is None
 
@@ -71,10 +75,8 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     are 16 bytes, or shorter when the tile has fewer 16-byte runs than the workgroup has threads — no
     thread may duplicate another's copy (two waves storing one shared address is a race)."""
     cs = ctx.constraints
-    extents = [cs.workgroup_extent(d) for d in dims]
-    last, total = extents[-1], 1
-    for e in extents:
-        total *= e
+    extents = [ctx.extent(d) for d in dims]
+    last, total = extents[-1], math.prod(extents)
     if total < cs.threads:
         raise ConstraintError(
             message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "
@@ -100,20 +102,11 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     return Layout.make(dims, seqs, tiles).offset(base)
 
 
-def _instruction_n(ctx: PassContext, n_dim) -> int | None:
-    """The N of one instruction of a warpgroup MMA type (None for fixed-shape types, whose layouts
-    carry their own N); ``layout_wgmma_operands`` has checked that it exists."""
-    spec = ctx.constraints.mma_type.spec
-    if spec.group_waves == 1:
-        return None
-    return spec.instruction_n(ctx.constraints.wave_extent(n_dim))
-
-
 def _shared_layout_copy(ctx: PassContext, graph, read: fx.Node) -> Layout:
     """The copy distribution a shared tile's layout asks for (``meta["copy_layout"]``, set by
     ``layout_wgmma_operands``): for core-matrix tiles, conflict-free 16-byte stores (``core_copy_layout``)."""
     cs, dims = ctx.constraints, _dims(read)
-    tile = tuple(cs.workgroup_extent(d) for d in dims)
+    tile = (ctx.extent(dims[0]), ctx.extent(dims[1]))  # a wgmma operand tile: rank 2
     layout = core_copy_layout(dims, tile, cs.threads, read.meta["type"].dtype.bytes)
     if isinstance(layout, str):
         raise ConstraintError(
@@ -184,7 +177,7 @@ class _Solver:
         for n in self.graph_of:  # rank-0 values (scalar arguments) hold one element in every lane
             if _is_register(n) and not n.meta["type"].shape:
                 self.offer(n, Layout.make((), (), ()), PRIO_HARDWARE, n)
-        anchored = [(n, op) for n in self.graph_of if getattr(op := n.meta.get("op"), "anchor", None)]
+        anchored = [(n, op) for n in self.graph_of if (op := n.meta.get("op")) is not None and op.anchor]
         for n, op in anchored:
             if not ANCHORS[op.anchor][1]:
                 ANCHORS[op.anchor][0](self, n, op.anchor_priority)
@@ -214,12 +207,12 @@ def _flow_elementwise(s: _Solver, n: fx.Node) -> None:
 def _flow_loop(s: _Solver, n: fx.Node) -> None:
     """Init, iter_arg placeholder, yielded value and result of each carried value share a layout; a
     captured register value and its placeholder too."""
-    sub = s.trace.subgraphs[n.kwargs["subgraph"]]
+    sub = loop_body(s.trace, n)
     phs = [p for p in sub.nodes if p.op == "placeholder"]
     iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
-    out = next(x for x in sub.nodes if x.op == "output").args[0]
-    results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: u.kwargs["index"])
-    for init, ph, o, r in zip(n.args[0], iter_args, out, results):
+    out = arg_nodes(next(x for x in sub.nodes if x.op == "output"), 0)
+    results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: cast(int, u.kwargs["index"]))
+    for init, ph, o, r in zip(arg_nodes(n, 0), iter_args, out, results):
         s.eq += [(init, ph), (ph, o), (o, r)]
     for p in phs:
         if p.meta.get("role") == "capture" and _is_register(p):
@@ -242,9 +235,9 @@ def _anchor_mma_operands(s: _Solver, n: fx.Node, prio: int) -> bool:
     mma_type = s.ctx.constraints.mma_type
     if mma_type is None:
         raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
-    a, b, acc = n.args
+    a, b, acc = (arg_node(n, i) for i in range(3))
     m, nn, k = MMA.dims(n)
-    inst_n = _instruction_n(s.ctx, nn)
+    inst_n = s.ctx.instruction_n(nn)
     regs_a = bool(n.meta.get("a_in_registers"))  # wgmma register-A form (layout_wgmma_operands)
     for node, role, dims in ((a, "a", (m, k)), (b, "b", (nn, k)), (acc, "c", (m, nn)), (n, "c", (m, nn))):
         lay = mma_layout(mma_type, role, *dims, n=inst_n, a_in_registers=regs_a)
@@ -268,7 +261,7 @@ def _anchor_copy_distribution(s: _Solver, n: fx.Node, prio: int) -> bool:
 
 def _anchor_operand_default(s: _Solver, n: fx.Node, prio: int) -> bool:
     """The value operand of a reduction (its strategy: lanes along the reduced dim) or of a write."""
-    x = n.args[0]
+    x = arg_node(n, 0)
     if x in s.state:
         return False
     s.offer(x, default_layout(s.ctx, s.graph_of[x], _dims(x)), prio, n)

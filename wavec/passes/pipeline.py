@@ -67,8 +67,8 @@ HOPPER: list[tuple[str, str, Pass, str]] = [
 def assemble(core: list[Step], extensions: list[tuple[str, str, Pass, str]]) -> list[Step]:
     """``core`` with each extension inserted right after the step it names (in list order)."""
     steps = list(core)
-    for after, *step in extensions:
-        steps.insert(next(i for i, s in enumerate(steps) if s[0] == after) + 1, tuple(step))
+    for after, name, fn, why in extensions:
+        steps.insert(next(i for i, s in enumerate(steps) if s[0] == after) + 1, (name, fn, why))
     return steps
 
 

@@ -33,17 +33,19 @@ import torch.fx as fx
 
 from ..errors import ConstraintError
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node
 from ..frontend.types import AddressSpace
-from ..indexing import induction_symbol
+from ..indexing import Layout, induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .hopper.pipeline_tma import choose_war, pipeline_tma, tma_plan
 from .loop_shape import chains_only
-from .schema import op_node
+from .schema import loop_body, loop_dim, op_node
+
+Pair = tuple[fx.Node, fx.Node]  # a tile copy: (global read, shared write)
 
 
-def _copy_pairs(sub: fx.Graph) -> list[tuple[fx.Node, fx.Node]]:
+def _copy_pairs(sub: fx.Graph) -> list[Pair]:
     pairs = []
     for w in sub.nodes:
         if w.meta.get("op") is Write and w.args[1].meta["type"].address_space == AddressSpace.SHARED:
@@ -70,24 +72,50 @@ def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
 
 def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
     cs = ctx.constraints
-    dim = iterate.kwargs["dim"]
-    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+    dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     pairs = _copy_pairs(sub)
     # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
-    iv = induction_symbol(dim)
-    stage = stage_symbol(dim)  # == iv % stages, carried by the loop (see lower_iterate)
     ctx.loop_stages[dim] = stages
-    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
-    last = stop - 1
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
     lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
     iterate.meta["wgmma_groups_in_flight"] = lag
-    distance = stages - 1 - lag
-    want = cs.scheduling.async_copy
-    ws = cs.scheduling.warp_specialize
+    if _tma(trace, ctx, iterate, pairs, stages, lag):
+        return
+    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+    iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
+    copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
+    # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
+    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
+        alloc.kwargs = {**alloc.kwargs, "stages": stages}
+    for s in range(distance):
+        it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
+        for c, layout in copies:
+            op_node(
+                trace.graph,
+                AsyncCopy,
+                (outer[arg_node(c, 0)], outer[arg_node(c, 1)]),
+                {},
+                f"{c.name}_prologue{s}",
+                c.meta.get("loc"),
+                before=iterate,
+                layout=layout.subs({iv: it}),
+                accesses=c.meta["accesses"],
+                stage=sympy.Integer(s),
+                key=c.meta.get("key"),
+                iv_subs={iv: it},
+                mapping=c.meta.get("mapping"),
+            )
+        op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
+
+
+def _tma(trace: Trace, ctx: PassContext, iterate: fx.Node, pairs: list[Pair], stages: int, lag: int) -> bool:
+    """Pipeline the loop through TMA where allowed (True); where TMA was asked for and cannot, say why."""
+    want, ws = ctx.constraints.scheduling.async_copy, ctx.constraints.scheduling.warp_specialize
+    sub = loop_body(trace, iterate)
     if ws and want in ("cp.async", "tma-barrier"):
         raise ConstraintError(
             iterate.meta.get("loc"),
@@ -95,27 +123,35 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
             f"producer warpgroup issues TMA fills released through empty mbarriers, not "
             f"async_copy={want!r}",
         )
-    if want != "cp.async":
-        specs, why = tma_plan(trace, ctx, pairs) if _tma_body_ok(sub, want, ws) else (None, _GENERAL_WHY)
-        if specs is not None:
-            war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
-            war = war if chains_only(sub) else "barrier"  # a general body: the barrier after the full wait
-            pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
-            return
-        if ws:
-            raise ConstraintError(
-                iterate.meta.get("loc"), message=f"SchedulingConstraint(warp_specialize=True) needs a TMA loop: {why}"
-            )
-        if want != "auto":
-            raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
+    if want == "cp.async":
+        return False
+    specs, why = tma_plan(trace, ctx, pairs) if _tma_body_ok(sub, want, ws) else (None, _GENERAL_WHY)
+    if specs is not None:
+        war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
+        war = war if chains_only(sub) else "barrier"  # a general body: the barrier after the full wait
+        pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
+        return True
+    if ws:
+        raise ConstraintError(
+            iterate.meta.get("loc"), message=f"SchedulingConstraint(warp_specialize=True) needs a TMA loop: {why}"
+        )
+    if want != "auto":
+        raise ConstraintError(iterate.meta.get("loc"), message=f"SchedulingConstraint(async_copy='tma'): {why}")
+    return False
+
+
+def _async_copies(
+    sub: fx.Graph, pairs: list[Pair], dim: sympy.Symbol, stages: int, distance: int, last, loc
+) -> list[tuple[fx.Node, Layout]]:
+    """The body's copy pairs as ``async_copy``s ``distance`` iterations ahead, each with its read's layout."""
+    iv, stage = induction_symbol(dim), stage_symbol(dim)  # stage == iv % stages, carried by the loop
     ahead = sympy.Min(iv + distance, last)
     copies = []  # (async copy node, layout of iteration $ARG_K)
     for read, write in pairs:
-        tile = write.args[1]
         c = op_node(
             sub,
             AsyncCopy,
-            (read.args[0], tile),
+            (arg_node(read, 0), arg_node(write, 1)),
             {},
             f"{read.name}_async",
             read.meta.get("loc"),
@@ -130,35 +166,13 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
         copies.append((c, read.meta["layout"]))
         sub.erase_node(write)
         sub.erase_node(read)
-    loc = iterate.meta.get("loc")
     op_node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
     first = next(n for n in sub.nodes if n.op != "placeholder")
     op_node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
     for n in sub.nodes:
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    for alloc in {outer[c.args[1]] for c, _ in copies}:
-        alloc.kwargs = {**alloc.kwargs, "stages": stages}
-    for s in range(distance):
-        it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
-        for c, layout in copies:
-            op_node(
-                trace.graph,
-                AsyncCopy,
-                (outer[c.args[0]], outer[c.args[1]]),
-                {},
-                f"{c.name}_prologue{s}",
-                c.meta.get("loc"),
-                before=iterate,
-                layout=layout.subs({iv: it}),
-                accesses=c.meta["accesses"],
-                stage=sympy.Integer(s),
-                key=c.meta.get("key"),
-                iv_subs={iv: it},
-                mapping=c.meta.get("mapping"),
-            )
-        op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
+    return copies
 
 
 def pipeline_loops(trace: Trace, ctx: PassContext) -> None:

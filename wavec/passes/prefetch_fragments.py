@@ -29,19 +29,20 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import AsyncCommit, AsyncWait, Barrier, Iterate, Read
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node, arg_nodes
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
 from .loop_shape import chains_only
 from .schedule_loops import k_steps
-from .schema import op_node
+from .schema import loop_body, loop_dim, op_node
 
 
 def _step0_reads(steps: list[list[fx.Node]], body: fx.Graph) -> list[fx.Node]:
     """The shared reads feeding K step 0's mmas and nothing else, in program order."""
     step0 = set(steps[0])
-    wanted = {a for m in steps[0] for a in m.args[:2] if a.meta.get("op") is Read and a.graph is body}
+    operands = [arg_node(m, i) for m in steps[0] for i in (0, 1)]
+    wanted = {a for a in operands if a.meta.get("op") is Read and a.graph is body}
     for r in list(wanted):  # an ldmatrix.x4 pair travels together
         wanted |= {p for p in (r.meta.get("pair_with"), r.meta.get("paired_by")) if p is not None}
     if any(u not in step0 for r in wanted for u in r.users):
@@ -67,8 +68,7 @@ def _clone_reads(g: fx.Graph, reads: list[fx.Node], before: fx.Node, mem_of, sub
 
 
 def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
-    body = trace.subgraphs[iterate.kwargs["subgraph"]]
-    dim = iterate.kwargs["dim"]
+    body, dim = loop_body(trace, iterate), loop_dim(iterate)
     stages = ctx.loop_stages.get(dim)
     wait = next((n for n in body.nodes if n.meta.get("op") is AsyncWait), None)
     commit = next((n for n in body.nodes if n.meta.get("op") is AsyncCommit), None)
@@ -115,8 +115,7 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
         )
     out = next(n for n in body.nodes if n.op == "output")
     out.args = (tuple(out.args[0]) + tuple(reads),)
-    inits, captures = iterate.args
-    iterate.args = (tuple(inits) + tuple(firsts), captures)
+    iterate.args = (arg_nodes(iterate, 0) + tuple(firsts), iterate.args[1])
 
 
 def prefetch_fragments(trace: Trace, ctx: PassContext) -> None:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
-from ..frontend.tracing import Trace, capture_root
+from ..frontend.tracing import Trace, arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
 from .schema import op_node
 
 
 def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
-    mem = capture_root(read.args[0])
+    mem = capture_root(arg_node(read, 0))
     if mem.meta.get("promote"):
         return True
     if not ctx.constraints.scheduling.promote_operands:
@@ -37,14 +37,13 @@ def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
     with sub.inserting_after(last):
         ph = sub.placeholder(f"capture_{outer.name}")
     ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
-    inits, caps = iterate.args
-    iterate.args = (inits, tuple(caps) + (outer,))
+    iterate.args = (iterate.args[0], arg_nodes(iterate, 1) + (outer,))
     return ph
 
 
 def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, read: fx.Node) -> None:
     cs = ctx.constraints
-    mem = read.args[0]
+    mem = arg_node(read, 0)
     ttype: TensorType = read.meta["type"]  # the held dims (batch and mapped dims are not staged)
     tile = {}
     for d in ttype.dims:

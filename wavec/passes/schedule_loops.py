@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..frontend.ops import MMA, AsyncCommit, AsyncCopy, Iterate, Read
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node
 from .context import PassContext
 from .loop_shape import chains_only
 
@@ -47,7 +47,7 @@ def _schedule(body: fx.Graph) -> None:
     placed: set = set()
     for step in steps:
         for mma in step:
-            for operand in mma.args[:2]:
+            for operand in (arg_node(mma, 0), arg_node(mma, 1)):
                 if operand.meta.get("op") is Read and operand not in placed and operand.graph is body:
                     step[0].prepend(operand)
                     placed.add(operand)

@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field, fields
 from functools import cache
-from typing import Any, Literal, TypeAlias, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeAlias, Union, cast, get_args, get_origin, get_type_hints
 
 import sympy
 import torch.fx as fx
 
 from ..errors import SourceLoc
 from ..frontend.dtypes import DType
+from ..frontend.tracing import Trace
 from ..frontend.types import TensorType
 from ..indexing import Layout
 from ..indexing.shared_layout import SharedLayout
@@ -233,3 +234,21 @@ class Kwargs(OpArgs, SharedArgs, HopperArgs):
 
     def __init__(self, node: fx.Node) -> None:
         self.__dict__.update(node.kwargs)
+
+
+# ----- typed reads of kwargs whose declared type verify_trace checks at run time -----
+
+
+def loop_body(trace: Trace, loop: fx.Node) -> fx.Graph:
+    """The body graph of a loop node (``kwargs["subgraph"]``)."""
+    return trace.subgraphs[cast(str, loop.kwargs["subgraph"])]
+
+
+def loop_dim(loop: fx.Node) -> sympy.Symbol:
+    """The dimension a loop node (or an ``mbarrier_init``) tiles (``kwargs["dim"]``)."""
+    return loop.kwargs["dim"]
+
+
+def tile_extents(alloc: fx.Node) -> dict[sympy.Symbol, int]:
+    """A shared tile's extent per dim (``kwargs["tile"]`` of an ``allocate``)."""
+    return cast("dict[sympy.Symbol, int]", alloc.kwargs["tile"])

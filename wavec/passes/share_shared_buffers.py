@@ -12,20 +12,22 @@ shared memory of one.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch.fx as fx
 
 from ..frontend.ops import Allocate, AsyncWait, Barrier, Iterate
 from ..frontend.tracing import Trace
 from .context import PassContext
-from .schema import op_node
+from .schema import op_node, tile_extents
 
 
 def _key(alloc: fx.Node) -> tuple:
-    kw = alloc.kwargs
+    kw, base = alloc.kwargs, cast(dict, alloc.kwargs["base"])  # verify_trace: SharedArgs.base, a dict
     return (
         str(alloc.meta["type"]),
-        tuple(kw["tile"].items()),
-        tuple((str(d), str(b)) for d, b in kw["base"].items()),
+        tuple(tile_extents(alloc).items()),
+        tuple((str(d), str(b)) for d, b in base.items()),
         kw["stages"],
         kw["pad"],
         kw.get("smem_layout"),

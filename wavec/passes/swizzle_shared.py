@@ -87,7 +87,7 @@ def _xor_layout(ctx: PassContext, tile: tuple, elem_bytes: int, accesses: list[f
     if not reads or not writes or any(r.meta.get("access") != "ldmatrix" for r in reads):
         return None
     for w in writes:
-        runs, aligns = w.meta.get("accesses"), w.meta.get("alignments")
+        runs, aligns = w.meta.get("accesses"), w.meta.get("alignments") or ()
         if (
             not runs
             or any(n * elem_bytes != CORE_BYTES for _first, n, _off in runs)

@@ -9,11 +9,13 @@ once ``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` no
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import torch.fx as fx
 
 from ..errors import WavecError
 from ..frontend.ops import Iterate
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_nodes
 from .schema import KWARGS, META, TRACE, Key
 
 
@@ -21,7 +23,7 @@ class TraceVerificationError(WavecError):
     template = "trace verification failed after pass {stage}: {message}"
 
 
-def _fail(stage: str, node: fx.Node, message: str) -> None:
+def _fail(stage: str, node: fx.Node, message: str) -> NoReturn:
     raise TraceVerificationError(node.meta.get("loc"), stage=stage, message=f"%{node.name}: {message}")
 
 
@@ -52,14 +54,14 @@ def _check_node(stage: str, node: fx.Node, layouts: bool) -> None:
 
 
 def _check_iterate(stage: str, trace: Trace, node: fx.Node, graph: fx.Graph) -> None:
-    sub = trace.subgraphs.get(node.kwargs["subgraph"])
+    sub = trace.subgraphs.get(str(node.kwargs["subgraph"]))
     if sub is None:
         _fail(stage, node, f"body {node.kwargs['subgraph']} is missing")
-    inits, captures = node.args
+    inits, captures = arg_nodes(node, 0), arg_nodes(node, 1)
     phs = [p for p in sub.nodes if p.op == "placeholder"]
     iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
     caps = [p for p in phs if p.meta.get("role") == "capture"]
-    out = next(n for n in sub.nodes if n.op == "output").args[0]
+    out = arg_nodes(next(n for n in sub.nodes if n.op == "output"), 0)
     if not (len(inits) == len(iter_args) == len(out)):
         _fail(stage, node, f"{len(inits)} inits, {len(iter_args)} iter_args, {len(out)} yielded values")
     if [p.meta["capture_of"] for p in caps] != list(captures):

@@ -23,7 +23,7 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import WideStore, Write
-from ..frontend.tracing import Trace
+from ..frontend.tracing import Trace, arg_node
 from ..frontend.types import AddressSpace
 from ..indexing import LANE
 from .context import PassContext
@@ -55,9 +55,9 @@ def _accumulator_lanes(rows: sympy.Expr, cols: sympy.Expr) -> bool:
 
 def _fragment_write(node: fx.Node) -> tuple | None:
     """(mem, rows expr, column rest, column constant) of an accumulator-fragment write, else None."""
-    if node.meta.get("op") is not Write or node.args[0].meta["type"].dtype.bytes != 2:
+    if node.meta.get("op") is not Write or arg_node(node, 0).meta["type"].dtype.bytes != 2:
         return None
-    mem = node.args[1]
+    mem = arg_node(node, 1)
     mtype = mem.meta["type"]
     # 2-D memories only (a GEMM's C): attention's [B, H, M, D] output keeps its narrow stores until the
     # wide ones are timed and tested on a GPU there

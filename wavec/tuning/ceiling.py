@@ -70,7 +70,7 @@ def gemm_ceiling(
         **parts,
         "launch": r.launch_s,
         "bound": bound,
-        "limiter": max(parts, key=parts.get),
+        "limiter": max(parts, key=parts.__getitem__),
         "ctas": ctas,
         "waves": -(-ctas // r.sms),
     }

@@ -56,7 +56,7 @@ def rounds(ctas: int, slots: int, knee: float = 1.0) -> float:
 
 
 def features(
-    ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, knee: float = 1.0
+    ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, *, knee: float = 1.0
 ) -> tuple[float, ...]:
     """The model's regressors for one launch (``sms`` defaults to ``slots``: one CTA per SM)."""
     sms = sms or slots
@@ -151,7 +151,7 @@ def _fit_knees(launches, knees) -> tuple[float, tuple[float, ...], float]:
     sols = []
     for knee in knees:
         rows = [
-            ([features(ctas, slots, work, sms, per, knee)[j] for j in FITTED], t)
+            ([features(ctas, slots, work, sms, per, knee=knee)[j] for j in FITTED], t)
             for (ctas, slots, work, sms, per), t in launches
         ]
         part, res = _solve(rows)
@@ -179,9 +179,9 @@ def fit_config(launches, max_points: int = MAX_POINTS, knees=KNEES) -> tuple[flo
 
 
 def predict(
-    coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, knee: float = 1.0
+    coef, ctas: int, slots: int, work: float = 1.0, sms: int | None = None, perimeter: float = 0.0, *, knee: float = 1.0
 ) -> float:
-    return sum(c * f for c, f in zip(coef, features(ctas, slots, work, sms, perimeter, knee)))
+    return sum(c * f for c, f in zip(coef, features(ctas, slots, work, sms, perimeter, knee=knee)))
 
 
 def _widen(coef) -> tuple[float, ...]:
@@ -287,8 +287,10 @@ class CostModel:
             if fn is not None:
                 i = fn(*shape)
                 return cfgs[i if i >= 0 else fn(*shape, True)]
-        best = self._argmin(shape, True)
-        return best if best is not None else self._argmin(shape, False)
+        best = self._argmin(shape, True) or self._argmin(shape, False)
+        if best is None:
+            raise ValueError("the cost model has no configurations")
+        return best
 
     def _gemm_argmin(self):
         sig = (id(self.configs), len(self.configs))

@@ -327,9 +327,9 @@ def ceiling_report(result, gpu: str = "H100", measured: dict | None = None) -> l
     rows = []
     for shape, best in result.best.items():
         t = result.times.get(shape, {}).get(best)
-        s = best.subs_dict
+        (m, n, k), s = shape, best.subs_dict  # a GEMM shape
         ceil = gemm_ceiling(
-            *shape, s["BLOCK_M"], s["BLOCK_N"], tuple(best.kwargs_dict.get("waves", (2, 2))), rates=rates
+            m, n, k, s["BLOCK_M"], s["BLOCK_N"], tuple(best.kwargs_dict.get("waves", (2, 2))), rates=rates
         )
         rows.append(
             {

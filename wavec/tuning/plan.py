@@ -272,7 +272,7 @@ def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str |
         plan = replace(base, schedule=flags)
     else:
         subs, waves, rule = splitk_config(m, n, k, device)
-        split = rule if req.split == "auto" else req.split or 1
+        split = rule if req.split == "auto" else int(req.split or 1)  # __post_init__: "auto" or an int
         if req.mma == "wgmma":  # decode: no producer, no persistent grid
             ws = pers = False
         else:
@@ -288,7 +288,7 @@ def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str |
             )
         )
         plan = replace(tile_plan(subs, waves, "mma_sync", flags), split=split)
-    return plan.with_tile(dict(req.config[0]), req.config[1]) if explicit else plan
+    return plan.with_tile(dict(req.config[0]), req.config[1]) if req.config is not None else plan
 
 
 # ----- the tuner's search spaces -----

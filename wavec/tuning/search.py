@@ -34,6 +34,7 @@ import sympy
 from ..errors import TuningError
 from ..frontend.kernel import WaveKernel
 from .cache import TuningCache, entry_key, gpu_name, versions
+from .cost_model import CostModel
 from .legality import legal, reject_after_compile
 from .timing import Race, _Progress, cuda_event_timer, race_candidates, time_candidates  # noqa: F401 - re-exported
 
@@ -114,11 +115,11 @@ class _KernelSource:
     factory_path: str | None
     fixed: dict
     kernel: WaveKernel | None = None
-    _built: dict = field(default_factory=dict)
+    _built: dict[tuple, WaveKernel] = field(default_factory=dict)
 
     @property
     def kernel_id(self) -> str:
-        if self.factory_path is None:
+        if self.kernel is not None:
             return f"{self.kernel.__module__}.{self.kernel.name}"
         args = ",".join(f"{k}={_encode(v)}" for k, v in sorted(self.fixed.items()))
         return f"{self.factory_path}({args})"
@@ -129,12 +130,11 @@ class _KernelSource:
         return set(inspect.signature(_import(self.factory_path)).parameters)
 
     def build(self, kwargs: tuple) -> WaveKernel:
-        if self.factory_path is None:
+        if self.kernel is not None:
             return self.kernel
-        k = self._built.get(kwargs)
-        if k is None:
-            k = self._built[kwargs] = _import(self.factory_path)(**self.fixed, **dict(kwargs))
-        return k
+        if self.factory_path is not None and kwargs not in self._built:
+            self._built[kwargs] = _import(self.factory_path)(**self.fixed, **dict(kwargs))
+        return self._built[kwargs]
 
 
 def _import(path: str):
@@ -211,7 +211,7 @@ def compile_candidates(
 ) -> dict[Candidate, dict]:
     """Metadata (or ``{"error": ...}``) per candidate, compiled in ``workers`` processes (0: in-process)."""
     bar = _Progress(len(cands), "compile", progress)
-    out = {}
+    out: dict[Candidate, dict] = {}
     if not cands:
         return out
     if src.factory_path is None or workers == 0:
@@ -307,7 +307,7 @@ class TuneOptions:
     warmup: int = 3
     rounds: int = 7
     max_registers: int = 255
-    model: object = None
+    model: CostModel | None = None
     prune_to: int | None = None
     use_cache: bool = True
     gpu: str | None = None
@@ -378,7 +378,7 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None, **
             progress=opt.progress,
             label="x".join(map(str, shape)),
         )
-        best = min(times, key=times.get)
+        best = min(times, key=times.__getitem__)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
         cache.put(key, _entry(shape, best, times, result, len(cands)))
     return result
@@ -424,9 +424,9 @@ def _legal_and_compiled(src: _KernelSource, cands: list, opt: TuneOptions, targe
     compiled = []
     for c in survivors:
         result.metadata[c] = meta = metas[c]
-        why = meta.get("error") or reject_after_compile(meta, opt.max_registers)
-        if why:
-            result.rejected[c] = why
+        err = meta.get("error") or reject_after_compile(meta, opt.max_registers)
+        if err:
+            result.rejected[c] = err
         else:
             compiled.append(c)
     if not compiled:

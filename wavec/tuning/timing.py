@@ -62,7 +62,7 @@ def time_candidates(
         for _ in range(warmup):
             timer(c, runners[c])
             bar.step()
-    samples = {c: [] for c in cands}
+    samples = {c: list[float]() for c in cands}
     rng = random.Random(seed)
     for _ in range(rounds):
         order = cands[:]
@@ -109,7 +109,7 @@ def race_candidates(
     cands = list(runners)
     keep = set(always) & set(cands)
     rng = random.Random(seed)
-    samples = {c: [] for c in cands}
+    samples = {c: list[float]() for c in cands}
     cost = dict.fromkeys(cands, 0.0)
     dropped: dict = {}
     bar = _Progress(len(cands) * (warmup + rounds), label, progress)

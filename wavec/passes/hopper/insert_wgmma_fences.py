@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ...frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Read, Write
+from ...frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Op, Read, Write
 from ...frontend.ops_hopper import (
     MatrixDescriptor,
     MBarrierArrive,
@@ -50,14 +50,14 @@ from ...frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ...frontend.tracing import Trace
+from ...frontend.tracing import Trace, arg_node, arg_nodes
 from ...frontend.types import AddressSpace
 from ..context import PassContext
 from ..loop_shape import chains_only
 from ..schema import op_node
 
 
-def _node(g: fx.Graph, op: type, where: fx.Node, before: bool, **kwargs) -> fx.Node:
+def _node(g: fx.Graph, op: type[Op], where: fx.Node, before: bool, **kwargs) -> fx.Node:
     return op_node(g, op, (), kwargs, op.name, where.meta.get("loc"), **{"before" if before else "after": where})
 
 
@@ -70,7 +70,7 @@ def _publishes_shared(n: fx.Node) -> bool:
     """A generic-proxy shared write becomes visible here (a plain store, or copies retired by a wait)."""
     if n.meta.get("op") is AsyncWait:
         return True
-    return n.meta.get("op") is Write and n.args[1].meta["type"].address_space == AddressSpace.SHARED
+    return n.meta.get("op") is Write and arg_node(n, 1).meta["type"].address_space == AddressSpace.SHARED
 
 
 def _fence_barriers(g: fx.Graph) -> None:
@@ -103,7 +103,7 @@ def _general_body(g: fx.Graph) -> None:
     ``wgmma_commit`` + ``wgmma_wait(0)`` before the first non-wgmma reader of an in-flight result (retiring
     the results that anything but a wgmma reads) and at the end of the body."""
     pos = {n: i for i, n in enumerate(g.nodes)}
-    fence_at, issued, uncommitted, first_commit = None, [], False, None
+    fence_at, issued, uncommitted, first_commit = None, list[fx.Node](), False, None
 
     def settle(before: fx.Node) -> None:
         nonlocal issued, uncommitted, fence_at, first_commit
@@ -180,7 +180,7 @@ def _release_after(g: fx.Graph, wait: fx.Node) -> None:
 def _carry_in_flight(root: fx.Graph, iterate: fx.Node, body: fx.Graph, accs: list[fx.Node]) -> None:
     """The loop carries the accumulators in wgmma register form; a wait(0) after the loop retires them."""
     iter_args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
-    inits = list(iterate.args[0])
+    inits = list(arg_nodes(iterate, 0))
     slots = [iter_args.index(p) for p in accs]
     for j in slots:
         acc = op_node(root, WgmmaAccumulator, (inits[j],), {}, WgmmaAccumulator.name, None, before=iterate)

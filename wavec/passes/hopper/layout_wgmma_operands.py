@@ -25,19 +25,23 @@ expected:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.fx as fx
 
 from ...errors import ConstraintError
 from ...frontend.ops import MMA, Iterate, Permute, Read, Write
-from ...frontend.tracing import Trace, capture_root
+from ...frontend.tracing import Trace, arg_node, capture_root
 from ...frontend.types import AddressSpace
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ..context import PassContext
+from ..schema import loop_body, tile_extents
 
 
-def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
-    cs, name, loc = ctx.constraints, ctx.constraints.mma_type.name, mma.meta.get("loc")
-    spec = cs.mma_type.spec
+def _check_tiles(ctx: PassContext, mma: fx.Node) -> int:
+    """Check that the tiles fit the warpgroup instruction; return its N."""
+    cs, name, loc = ctx.constraints, ctx.mma.name, mma.meta.get("loc")
+    spec = ctx.mma.spec
     m, n, k = MMA.dims(mma)
     wm, wn, wk = cs.wave_extent(m), cs.wave_extent(n), cs.workgroup_extent(k)
     if wm is None or wm % spec.m:
@@ -46,13 +50,14 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
             message=f"{name}: the wave tile of {m} must be a multiple of {spec.m} (one "
             f"warpgroup instruction covers {spec.m} rows), got {wm}",
         )
-    if wn is None or spec.instruction_n(wn) is None:
+    inst_n = None if wn is None else spec.instruction_n(wn)
+    if inst_n is None:
         raise ConstraintError(
             loc,
             message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
             f"instruction N: 8, 16, ..., {spec.n}), got {wn}",
         )
-    in_dt, acc_dt = mma.args[0].meta["type"].dtype, mma.args[2].meta["type"].dtype
+    in_dt, acc_dt = arg_node(mma, 0).meta["type"].dtype, arg_node(mma, 2).meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
         raise ConstraintError(
             loc,
@@ -61,29 +66,30 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> None:
         )
     if wk is None or wk % spec.k:
         raise ConstraintError(loc, message=f"{name}: the loop tile of {k} must be a multiple of {spec.k}, got {wk}")
+    return inst_n
 
 
 def _shared_tile(operand: fx.Node) -> fx.Node | None:
     """The ``allocate`` node an mma operand is read from (directly, or through a ``permute`` of the read
     when the tile is stored in the other dimension order), or None when it is not a shared read."""
     if operand.meta.get("op") is Permute:
-        operand = operand.args[0]
+        operand = arg_node(operand, 0)
     if operand.meta.get("op") is not Read:
         return None
-    mem = operand.args[0]
+    mem = arg_node(operand, 0)
     if mem.meta["type"].address_space != AddressSpace.SHARED:
         return None
     return capture_root(mem)
 
 
 def _shared_read(operand: fx.Node) -> fx.Node:
-    return operand.args[0] if operand.meta.get("op") is Permute else operand
+    return arg_node(operand, 0) if operand.meta.get("op") is Permute else operand
 
 
-def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
+def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext, inst_n: int) -> None:
     m, n, k = MMA.dims(mma)
-    name = ctx.constraints.mma_type.name
-    for operand, role, mn in ((mma.args[0], "A", m), (mma.args[1], "B", n)):
+    name = ctx.mma.name
+    for operand, role, mn in ((arg_node(mma, 0), "A", m), (arg_node(mma, 1), "B", n)):
         alloc = _shared_tile(operand)
         if alloc is None and role == "A":  # a register value (e.g. P in attention): wgmma's register-A form
             mma.meta["a_in_registers"] = True
@@ -94,14 +100,9 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
                 message=f"{name} reads its B operand from shared memory: "
                 "keep SchedulingConstraint(promote_operands=True)",
             )
-        dims = tuple(alloc.kwargs["tile"])
-        tile = tuple(alloc.kwargs["tile"].values())
+        dims, tile = tuple(tile_extents(alloc)), tuple(tile_extents(alloc).values())
         mn_major = len(dims) == 2 and dims[-1] == mn and dims[0] == k  # stored [K, M/N]: contiguous along M/N
-        inst = (
-            ctx.constraints.mma_type.spec.m
-            if role == "A"
-            else ctx.constraints.mma_type.spec.instruction_n(ctx.constraints.wave_extent(n))
-        )
+        inst = ctx.mma.spec.m if role == "A" else inst_n
         layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile, mn_major, inst)
         why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
         if why is None and mn_major and layout.swizzled and (inst * layout.elem_bytes) % layout.width:
@@ -111,7 +112,8 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext) -> None:
                 mma.meta.get("loc"),
                 message=f"{role} operand of {name} ({layout.kind.value}{', MN-major' if mn_major else ''}): {why}",
             )
-        alloc.kwargs = {**alloc.kwargs, "smem_layout": layout, "pad": 0}
+        kwargs: dict[str, Any] = {**alloc.kwargs, "smem_layout": layout, "pad": 0}  # fx's Argument lacks records
+        alloc.kwargs = kwargs
         if layout.swizzled:
             continue  # the default row-wise copy (8 threads per 128-byte row) is conflict free on it
         read = _shared_read(operand)
@@ -153,10 +155,9 @@ def layout_wgmma_operands(trace: Trace, ctx: PassContext) -> None:
             f"target='sm_90a' (got {ctx.target.name!r}; sm_90 without the 'a' has no wgmma)",
         )
     for it in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
-        sub = trace.subgraphs[it.kwargs["subgraph"]]
+        sub = loop_body(trace, it)
         for mma in [n for n in sub.nodes if n.meta.get("op") is MMA]:
-            _check_tiles(ctx, mma)
-            _assign(sub, mma, ctx)
+            _assign(sub, mma, ctx, _check_tiles(ctx, mma))
     outside = [n for n in trace.graph.nodes if n.meta.get("op") is MMA]
     if outside:
         raise ConstraintError(

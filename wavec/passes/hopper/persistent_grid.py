@@ -128,7 +128,7 @@ def persistent_grid(trace: Trace, ctx: PassContext) -> None:
     if not cs.scheduling.persistent:
         return
     iterate, init = _the_loop(trace, ctx)
-    empty = init.kwargs.get("empty_arrivals", 0) > 0
+    empty = bool(init.kwargs.get("empty_arrivals"))  # a count: 0 when the loop has no empty mbarriers
     if empty and iterate.meta.get("wgmma_groups_in_flight", 0):
         _release_last(trace, ctx, iterate, init)
     tiles, remap = _tiles(ctx)

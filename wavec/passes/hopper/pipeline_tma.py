@@ -40,13 +40,13 @@ import torch.fx as fx
 
 from ...frontend.ops import Read
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
-from ...frontend.tracing import Trace, capture_root
+from ...frontend.tracing import Trace, arg_node, capture_root
 from ...frontend.types import AddressSpace
 from ...indexing import induction_symbol
-from ...indexing.shared_layout import SharedLayoutKind
+from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
 from ..context import PassContext, TensorMapRequest
-from ..schema import op_node
+from ..schema import loop_body, loop_dim, op_node, tile_extents
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
@@ -68,14 +68,13 @@ def _node(g: fx.Graph, op: type, args: tuple, kwargs: dict, name: str, before: f
 
 def _tile_dims(alloc: fx.Node) -> tuple:
     """(row dim, contiguous dim) of a staged tile."""
-    return tuple(alloc.kwargs["tile"])
+    return tuple(tile_extents(alloc))
 
 
 def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
-    alloc = capture_root(write.args[1])
-    mem = capture_root(read.args[0])
+    alloc, mem = capture_root(arg_node(write, 1)), capture_root(arg_node(read, 0))
     smem = alloc.kwargs.get("smem_layout")
-    if smem is None or smem.kind != SharedLayoutKind.SWIZZLE_128B:
+    if not isinstance(smem, SharedLayout) or smem.kind != SharedLayoutKind.SWIZZLE_128B:
         return f"the shared tile %{alloc.name} is not a 128-byte-swizzled wgmma operand tile"
     if mem.name not in [a.name for a in trace.args]:
         return f"%{mem.name} is not a kernel argument"
@@ -85,10 +84,10 @@ def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
             f"%{mem.name} {list(shape)} is not tiled as [rows, contiguous] (tile {list(tile)}) with at most "
             f"{MAX_RANK - 2} batch dimensions"
         )
-    mapping = read.kwargs.get("mapping") or {}
+    mapping = m if isinstance(m := read.kwargs.get("mapping"), dict) else {}
     if any(d in tile for d in mapping):
         return f"the read of %{mem.name} maps a tiled dimension ({sorted(map(str, mapping))})"
-    rows, cols = alloc.kwargs["tile"].values()
+    rows, cols = tile_extents(alloc).values()
     if rows > MAX_BOX or (cols * smem.elem_bytes) % SWIZZLE_BYTES:
         return f"tile {rows}x{cols} is not at most {MAX_BOX} rows of whole {SWIZZLE_BYTES}-byte rows"
     return None
@@ -113,12 +112,12 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
         why = _why_not_pair(trace, read, write)
         if why:
             return None, why
-        mem, alloc = capture_root(read.args[0]), capture_root(write.args[1])
+        mem, alloc = capture_root(arg_node(read, 0)), capture_root(arg_node(write, 1))
         if (mem, alloc) in seen:  # the per-thread copies of one tile: one box (or two) per stage
             continue
         seen.add((mem, alloc))
         dtype = mem.meta["type"].dtype
-        box = tma_box(tuple(mem.meta["type"].shape), alloc.kwargs["tile"], dtype.bytes)
+        box = tma_box(tuple(mem.meta["type"].shape), tile_extents(alloc), dtype.bytes)
         spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name, box, SWIZZLE_BYTES)
         maps.append(spec)
     return maps, ""
@@ -182,8 +181,7 @@ def pipeline_tma(
     """Rewrite one loop (see the module docstring); ``specs`` from :func:`tma_plan`; ``lag`` = wgmma
     groups left in flight at the end of an iteration; ``war`` = "barrier" or "mbarrier"."""
     cs = ctx.constraints
-    dim = iterate.kwargs["dim"]
-    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
+    dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     iv, stage = induction_symbol(dim), stage_symbol(dim)
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
     distance = stages - 1 if war == "mbarrier" else stages - 1 - lag
@@ -199,8 +197,8 @@ def pipeline_tma(
     init = _node(
         trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim}, "mbarrier_init", iterate
     )
-    body_pairs = list(dict.fromkeys((r.args[0], w.args[1]) for r, w in pairs))  # one per tile, in order
-    mapping_of = {(r.args[0], w.args[1]): r.kwargs.get("mapping") for r, w in pairs}
+    body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
+    mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
     mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
     base = k_base(ctx, lo, stop)
     if base != 0:

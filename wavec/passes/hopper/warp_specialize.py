@@ -35,9 +35,10 @@ import torch.fx as fx
 from ...errors import ConstraintError
 from ...frontend.ops import Allocate, Barrier, Iterate
 from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
-from ...frontend.tracing import Trace, capture_root
+from ...frontend.tracing import Trace, arg_node, capture_root
 from ...indexing import induction_symbol
 from ..context import PassContext
+from ..schema import loop_dim
 from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128
@@ -64,18 +65,17 @@ def _producer_region(
 ) -> tuple[str, list]:
     """A new subgraph with one TmaFill of iteration ``$ARG_<dim>``; returns (its name, captured root nodes)."""
     g = fx.Graph()
-    roots = list(dict.fromkeys(capture_root(a) for a in body_fill.args))
+    args = [capture_root(arg_node(body_fill, i)) for i in range(len(body_fill.args))]
+    roots = list(dict.fromkeys(args))
     caps = {}
     for r in roots:
         p = g.placeholder(f"capture_{r.name}")
         p.meta.update(role="capture", capture_of=r, type=r.meta.get("type"))
         caps[r] = p
-    iv = induction_symbol(init.kwargs["dim"])
+    iv = induction_symbol(loop_dim(init))
     kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
-    n = g.create_node(
-        "call_function", TmaFill, tuple(caps[capture_root(a)] for a in body_fill.args), kw, name="tma_fill"
-    )
+    n = g.create_node("call_function", TmaFill, tuple(caps[a] for a in args), kw, name="tma_fill")
     n.meta.update(
         op=TmaFill,
         type=None,
