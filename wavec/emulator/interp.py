@@ -68,6 +68,15 @@ class State:
         return np.ones(self.lanes, bool) if self.mask is None else self.mask
 
 
+def constant(o: int, val: Any) -> Instr:
+    """An instruction that binds slot ``o`` to a value known when the kernel is compiled."""
+
+    def run(st: State) -> None:
+        st.env[o] = val
+
+    return run
+
+
 def run_block(st: State, instrs: list[Instr]) -> None:
     for ins in instrs:
         ins(st)

@@ -40,21 +40,21 @@ class SharedBuf:
     def _race(self, st: State, byte: int, first: int, second: int) -> SharedMemoryRaceError:
         return SharedMemoryRaceError(address=byte, buffer=self.name, first=st.locs[first], second=st.locs[second])
 
-    def read(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+    def _check_writers(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+        """Raise if another wave wrote any of bytes ``b`` since the last barrier."""
         ww = self.wr_wave[b]
         bad = (ww >= 0) & (ww != w)
         if bad.any():
             i = int(np.argmax(bad))
             raise self._race(st, int(b[i]), int(self.wr_op[b[i]]), op)
+
+    def read(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+        self._check_writers(st, b, w, op)
         np.bitwise_or.at(self.rd_mask, b, np.left_shift(np.uint64(1), w.astype(np.uint64)))
         self.rd_op[b] = op
 
     def write(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
-        ww = self.wr_wave[b]
-        bad = (ww >= 0) & (ww != w)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise self._race(st, int(b[i]), int(self.wr_op[b[i]]), op)
+        self._check_writers(st, b, w, op)
         others = self.rd_mask[b] & ~np.left_shift(np.uint64(1), w.astype(np.uint64))
         if others.any():
             i = int(np.argmax(others != 0))

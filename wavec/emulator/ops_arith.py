@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, register
+from wavec.emulator.interp import Compiler, Instr, State, constant, register
 from wavec.emulator.types import ElemType, as_signed, as_unsigned, round_bf16, value_type
 from wavec.errors import EmulatorError
 
@@ -332,20 +332,11 @@ def _constant(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
     val = constant_array(op.attributes["value"], op.results[0].type)
     val.setflags(write=False)
-
-    def run(st: State) -> None:
-        st.env[o] = val
-
-    return run
+    return constant(o, val)
 
 
 @register("ub.poison")
 def _poison(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
     shape, et = value_type(op.results[0].type)
-    val = np.full((1,) + shape, np.nan if et.is_float else 0).astype(et.reg)
-
-    def run(st: State) -> None:
-        st.env[o] = val
-
-    return run
+    return constant(o, np.full((1,) + shape, np.nan if et.is_float else 0).astype(et.reg))

@@ -29,7 +29,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.abi import FENCE_OPERANDS
-from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
+from wavec.emulator.interp import Compiler, Instr, State, constant, full_lanes, register
 from wavec.emulator.memory import SharedBuf
 from wavec.emulator.types import bf16_bits_to_f32
 from wavec.errors import EmulatorError
@@ -86,12 +86,7 @@ def _struct_len(t: ir.Type) -> int:
 @register("llvm.mlir.undef", "llvm.mlir.poison")
 def _undef(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
-    val = np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32)
-
-    def run(st: State) -> None:
-        st.env[o] = val
-
-    return run
+    return constant(o, np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32))
 
 
 def _position(op: ir.Operation) -> int:
@@ -102,9 +97,7 @@ def _position(op: ir.Operation) -> int:
 @register("llvm.insertvalue")
 def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
     (container, value), (o,) = c.ins(op), c.outs(op)
-    pos = _position(op)
-
-    where = c.loc(op)
+    pos, where = _position(op), c.loc(op)
 
     def run(st: State) -> None:
         s, v = _settled(st.env[container], where), np.asarray(st.env[value], np.float32).reshape(-1)
@@ -125,12 +118,14 @@ class InFlight:
         self.value: np.ndarray | None = None
 
 
+def _early_read(where: str) -> EmulatorError:
+    return EmulatorError(message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group that retires it")
+
+
 def _settled(x, where: str) -> np.ndarray:
     if isinstance(x, InFlight):
         if x.value is None:
-            raise EmulatorError(
-                message=f"{where}: reads a wgmma accumulator before the wgmma.wait_group that retires it"
-            )
+            raise _early_read(where)
         return x.value
     return np.asarray(x)
 
@@ -149,9 +144,7 @@ class InFlightPart:
         return _settled(self.flight, self.where)[:, self.pos]
 
     def __array__(self, dtype=None, copy=None):
-        raise EmulatorError(
-            message=f"{self.where}: reads a wgmma accumulator before the wgmma.wait_group that retires it"
-        )
+        raise _early_read(self.where)
 
 
 @register("llvm.extractvalue")

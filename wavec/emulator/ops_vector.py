@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, register
+from wavec.emulator.interp import Compiler, Instr, State, constant, register
 from wavec.emulator.memory import element_indices, load, store
 from wavec.emulator.ops_arith import _elementwise
 from wavec.emulator.types import value_type
@@ -305,22 +305,13 @@ def _vbitcast(c: Compiler, op: ir.Operation) -> Instr:
     return _elementwise(c, op, fn)
 
 
-def _constant(o: int, val: np.ndarray) -> Instr:
-    """An instruction that binds a value known when the kernel is compiled."""
-
-    def run(st: State) -> None:
-        st.env[o] = val
-
-    return run
-
-
 @register("vector.constant_mask")
 def _constant_mask(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
     shape = _vshape(op.results[0].type)
     val = np.zeros((1,) + shape, bool)
     val[(slice(None),) + tuple(slice(0, s) for s in op.attributes["mask_dim_sizes"])] = True
-    return _constant(o, val)
+    return constant(o, val)
 
 
 @register("vector.create_mask")
@@ -342,7 +333,7 @@ def _create_mask(c: Compiler, op: ir.Operation) -> Instr:
 def _step(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
     shape, et = value_type(op.results[0].type)
-    return _constant(o, np.arange(shape[0], dtype=et.reg).reshape(1, -1))
+    return constant(o, np.arange(shape[0], dtype=et.reg).reshape(1, -1))
 
 
 @register("vector.from_elements")

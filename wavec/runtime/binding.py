@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import keyword
+import math
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -166,10 +167,12 @@ class BindingPlan:
                 self._consistency_error(sym, ai, d, shapes)
         for sym, div in self.divisibility:
             if values[sym] % div:
-                self._divisibility_error(sym, div, values[sym])
+                why = f"must be a multiple of {div}: the kernel accesses rows along {sym} {div} elements at a time"
+                self._symbol_error(sym, values[sym], f"{why} (16-byte vectors); pad {sym} to a multiple of {div}")
         for sym in self.dynamic:
             if values[sym] > INT32_MAX:
-                self._range_error(sym, values[sym])
+                why = f"does not fit in int32 (max {INT32_MAX}); sizes are passed to the kernel as 32-bit constants"
+                self._symbol_error(sym, values[sym], why)
         if self.outputs:
             self._check_overlap(ptrs, shapes)
         if self.scalars:
@@ -181,35 +184,23 @@ class BindingPlan:
         for (name, dtype), x in zip(self.scalars, args[len(self.args) :]):
             if isinstance(x, self._tensor_type):
                 if x.dim() != 0:
-                    raise ArgumentError(
-                        kernel=self.kernel,
-                        arg=name,
-                        message=f"expected a {dtype} scalar (a Python "
-                        f"number or a 0-d tensor), got a tensor of shape {tuple(x.shape)}",
-                    )
+                    got = f"got a tensor of shape {tuple(x.shape)}"
+                    self._fail(name, f"expected a {dtype} scalar (a Python number or a 0-d tensor), {got}")
                 if dtype == "i32" and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == self._bool):
-                    raise ArgumentError(
-                        kernel=self.kernel,
-                        arg=name,
-                        message=f"expected an integer (i32) scalar, got a 0-d tensor of dtype {x.dtype}",
-                    )
+                    self._fail(name, f"expected an integer (i32) scalar, got a 0-d tensor of dtype {x.dtype}")
                 x = x.item()
             if isinstance(x, bool) or not isinstance(x, int if dtype == "i32" else (int, float)):
                 want = "a Python int or a 0-d integer tensor" if dtype == "i32" else "a Python number or a 0-d tensor"
-                raise ArgumentError(
-                    kernel=self.kernel,
-                    arg=name,
-                    message=f"expected a {dtype} scalar ({want}), got {type(x).__name__} {x!r}",
-                )
+                self._fail(name, f"expected a {dtype} scalar ({want}), got {type(x).__name__} {x!r}")
             if dtype == "i32" and isinstance(x, int):  # (an int: checked above)
                 if not -(2**31) <= x < 2**31:
-                    raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x} does not fit in int32")
+                    self._fail(name, f"{x} does not fit in int32")
                 values[name] = x
                 continue
             try:
                 values[name] = _F32_TO_I32.unpack(_F32.pack(float(x)))[0]
             except OverflowError:
-                raise ArgumentError(kernel=self.kernel, arg=name, message=f"{x!r} does not fit in float32") from None
+                self._fail(name, f"{x!r} does not fit in float32")
 
     def grid(self, values: dict[str, int]) -> tuple[int, int, int]:
         """The launch grid for ``values``; raises :class:`LaunchError` if negative or over the limits."""
@@ -217,8 +208,8 @@ class BindingPlan:
 
     # ----------------------------------------------------------------------------------------- errors
 
-    def _fail(self, a: _Arg, message: str) -> NoReturn:
-        raise ArgumentError(kernel=self.kernel, arg=a.name, message=message)
+    def _fail(self, a: _Arg | str, message: str) -> NoReturn:
+        raise ArgumentError(kernel=self.kernel, arg=a if isinstance(a, str) else a.name, message=message) from None
 
     def _spec_shape(self, a: _Arg) -> str:
         spec = next(s for s in self.meta.args if s.name == a.name)
@@ -261,22 +252,9 @@ class BindingPlan:
             f"{first.name!r} has shape {tuple(shapes[bi])})",
         )
 
-    def _divisibility_error(self, sym: str, div: int, value: int) -> None:
+    def _symbol_error(self, sym: str, value: int, why: str) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
-        self._fail(
-            self.args[ai],
-            f"{sym}={value} (dimension {d}) must be a multiple of {div}: the kernel "
-            f"accesses rows along {sym} {div} elements at a time (16-byte vectors); "
-            f"pad {sym} to a multiple of {div}",
-        )
-
-    def _range_error(self, sym: str, value: int) -> None:
-        _, ai, d = next(b for b in self.binders if b[0] == sym)
-        self._fail(
-            self.args[ai],
-            f"{sym}={value} (dimension {d}) does not fit in int32 (max {INT32_MAX}); "
-            "sizes are passed to the kernel as 32-bit constants",
-        )
+        self._fail(self.args[ai], f"{sym}={value} (dimension {d}) {why}")
 
     def _check_static_divisibility(self) -> None:
         for sym, div in self.meta.divisibility:
@@ -289,12 +267,7 @@ class BindingPlan:
                 )
 
     def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
-        spans = []
-        for ptr, shape, a in zip(ptrs, shapes, self.args, strict=True):
-            n = a.itemsize
-            for s in shape:
-                n *= s
-            spans.append((ptr, ptr + n))
+        spans = [(p, p + a.itemsize * math.prod(s)) for p, s, a in zip(ptrs, shapes, self.args, strict=True)]
         for oi in self.outputs:
             lo, hi = spans[oi]
             if lo == hi:
@@ -375,10 +348,8 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
         except SyntaxError as exc:
             raise LaunchError(kernel=kernel, message=f"invalid grid expression {expr!r}: {exc.msg}") from None
         _check_grid_node(tree, names, expr, kernel)
-    params = "".join(f"{s}, " for s in sorted(names))
-    source = f"def _grid(*, {params}**_unused):\n    return (({grid[0]}), ({grid[1]}), ({grid[2]}))\n"
-    if not names:
-        source = f"def _grid(**_unused):\n    return (({grid[0]}), ({grid[1]}), ({grid[2]}))\n"
+    params = "".join(f"{s}, " for s in ["*", *sorted(names)]) if names else ""
+    source = f"def _grid({params}**_unused):\n    return (({grid[0]}), ({grid[1]}), ({grid[2]}))\n"
     namespace: dict[str, Any] = {"__builtins__": {}, **_FUNCS}
     exec(compile(source, f"<wavec grid of {kernel}>", "exec"), namespace)
     return namespace["_grid"]

@@ -14,9 +14,7 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
   that the kernel writes in full.  If some output dimension is a symbol that neither an input nor
   ``static_symbols`` binds, the call raises :class:`~wavec.errors.ArgumentError` telling the user to pass
   the outputs.  Which input dimension gives each output dimension is worked out once per kernel
-  (:class:`OutputPlan`), which generates one straight-line ``launch`` function: a call reads ``t.shape[d]``,
-  calls ``torch.empty`` and the launcher — no sympy, no dict lookups by name (about 1 µs over the
-  ``torch.empty`` calls themselves on the CPU).
+  (:class:`OutputPlan`), which generates one straight-line ``launch`` function.
 * Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.  The
   inputs are validated by the launcher exactly as in the all-arguments form (dtype, rank, device,
   contiguity, alignment, symbol consistency, divisibility), after the outputs are allocated.
@@ -38,12 +36,10 @@ __all__ = ["CompiledKernel", "OutputPlan"]
 class OutputPlan:
     """How to allocate a kernel's outputs from its inputs; built once per :class:`KernelMetadata`.
 
-    ``dims[j]`` describes output ``j``'s shape: one ``(src, value)`` pair per dimension, where ``src`` is
-    the position of the input whose dimension ``value`` gives the size, or ``-1`` when ``value`` is the
-    size itself (a static dim or a symbol bound at compile time).  ``unbound`` lists
-    ``(output name, dim, symbol)`` for the dimensions no input determines; when it is non-empty
-    :meth:`allocate` raises.  :meth:`allocate` also works on fake tensors with symbolic shapes (it never
-    converts a size to ``int``), which is what the ``register_fake`` of :mod:`wavec.runtime.torch_op` uses.
+    ``dims[j]``: output ``j``'s shape as ``(src, value)`` per dimension — input ``src``'s dimension ``value``,
+    or the size ``value`` itself when ``src`` is -1.  ``unbound``: ``(output name, dim, symbol)`` no input
+    determines (then :meth:`allocate` raises).  :meth:`allocate` never converts a size to ``int``, so it
+    works on fake tensors with symbolic shapes (the ``register_fake`` of :mod:`wavec.runtime.torch_op`).
     """
 
     def __init__(self, meta: KernelMetadata) -> None:
@@ -92,22 +88,19 @@ class OutputPlan:
 
     def allocate(self, inputs: Sequence[Any], device: Any) -> list[Any]:
         """Fresh ``torch.empty`` outputs on ``device`` for ``inputs`` (not validated here)."""
-        empty = self._empty
         try:
             shapes = self.shapes(inputs)
         except (AttributeError, IndexError, TypeError):
-            self._input_error(inputs)
+            self.diagnose(inputs)
             raise
-        return [empty(shape, dtype=dt, device=device) for shape, dt in zip(shapes, self.output_dtypes)]
+        return [self._empty(shape, dtype=dt, device=device) for shape, dt in zip(shapes, self.output_dtypes)]
 
     def merge(self, inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[Any, ...]:
         """Inputs and outputs interleaved back into binding order."""
         if self.outputs_last:
             return (*inputs, *outputs)
         full: list[Any] = [None] * (len(inputs) + len(outputs))
-        for pos, t in zip(self.input_positions, inputs):
-            full[pos] = t
-        for pos, t in zip(self.output_positions, outputs):
+        for pos, t in zip(self.input_positions + self.output_positions, (*inputs, *outputs)):
             full[pos] = t
         return tuple(full)
 
@@ -138,10 +131,6 @@ class OutputPlan:
         exec(compile("\n".join(lines) + "\n", f"<wavec launch of {self.kernel}>", "exec"), namespace)
         return namespace["_launch"]
 
-    def diagnose(self, inputs: Sequence[Any]) -> None:
-        """Raise :class:`ArgumentError` if an input is not a tensor of the right rank; else return."""
-        self._input_error(inputs)
-
     def raise_unbound(self) -> NoReturn:
         """Raise the :class:`ArgumentError` for an output whose size no input determines."""
         name, d, sym = self.unbound[0]
@@ -156,26 +145,20 @@ class OutputPlan:
             ),
         )
 
-    def _input_error(self, inputs: Sequence[Any]) -> None:
+    def diagnose(self, inputs: Sequence[Any]) -> None:
+        """Raise :class:`ArgumentError` if an input is not a tensor of the right rank; else return."""
         import torch
 
         for pos, t in zip(self.input_positions, inputs):
             spec = self.meta.args[pos]
             if not isinstance(t, torch.Tensor):
-                raise ArgumentError(
-                    kernel=self.kernel,
-                    arg=spec.name,
-                    message=(f"expected a torch.Tensor of dtype {spec.dtype}, got {type(t).__name__}"),
-                )
-            if t.dim() != len(spec.shape):
-                raise ArgumentError(
-                    kernel=self.kernel,
-                    arg=spec.name,
-                    message=(
-                        f"expected rank {len(spec.shape)} (shape {tuple(spec.shape)}), got rank {t.dim()} "
-                        f"(shape {tuple(t.shape)})"
-                    ),
-                )
+                message = f"expected a torch.Tensor of dtype {spec.dtype}, got {type(t).__name__}"
+            elif t.dim() != len(spec.shape):
+                message = f"expected rank {len(spec.shape)} (shape {tuple(spec.shape)}), got rank {t.dim()} "
+                message += f"(shape {tuple(t.shape)})"
+            else:
+                continue
+            raise ArgumentError(kernel=self.kernel, arg=spec.name, message=message)
 
 
 class CompiledKernel:
@@ -212,10 +195,9 @@ class CompiledKernel:
     @property
     def output_plan(self) -> OutputPlan:
         """The per-kernel :class:`OutputPlan` (built on first use)."""
-        plan = self._plan
-        if plan is None:
-            plan = self._plan = OutputPlan(self.metadata)
-        return plan
+        if self._plan is None:
+            self._plan = OutputPlan(self.metadata)
+        return self._plan
 
     def __call__(self, *tensors: Any) -> Any:
         n = len(tensors)
@@ -236,10 +218,9 @@ class CompiledKernel:
             raise
 
     def _launcher(self) -> Any:
-        impl = self._impl
-        if impl is None:
-            impl = self._impl = self._load()
-        return impl
+        if self._impl is None:
+            self._impl = self._load()
+        return self._impl
 
     def _count_error(self, n: int) -> None:
         meta = self.metadata

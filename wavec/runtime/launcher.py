@@ -12,19 +12,12 @@ Guarantees:
   grid, and launches on **torch's current stream of the tensors' device** with the ABI of
   ``docs/toolchain.md``: one u64 device pointer per binding, then one i32 per launch constant.  A grid with
   a zero dimension launches nothing.  Every CUresult is checked.
-* The stream is read on every launch with ``torch._C._cuda_getCurrentRawStream`` (the cheap getter
-  Triton and Inductor use), so ``with torch.cuda.stream(s):`` and ``torch.cuda.graph`` capture work.
-  Caching one handle per device would save ~0.2 µs but launch on the wrong stream inside those contexts;
-  where that getter is missing we fall back to ``torch.cuda.current_stream(d).cuda_stream`` (+~8.5 µs).
-* A kernel with TMA tensor maps (``meta.tensor_maps``) gets one more pointer after the tensors: a device
-  buffer of the maps encoded with ``cuTensorMapEncodeTiled`` for this call's tensors, cached per distinct
-  (pointers, shapes, strides) (:class:`~wavec.runtime.tensor_map.TensorMapCache`), so a repeated call
-  costs one dict lookup; a new one encodes and uploads 128 bytes per map first (not capturable in a CUDA
-  graph: warm the kernel up on the same tensors before capturing).  A tensor that TMA cannot describe
-  (16-byte alignment, strides multiple of 16 bytes) is an :class:`~wavec.errors.ArgumentError`.
-* Argument memory is preallocated once per kernel and thread: a ``void*[]`` whose entries point into a
-  ``u64[]`` of pointers and an ``i32[]`` of constants; a launch only stores into them and passes the
-  array's address as ``kernelParams`` (the driver copies the parameters at launch, so reuse is safe).
+* The stream is read on every launch (``torch._C._cuda_getCurrentRawStream``, else
+  ``torch.cuda.current_stream(d).cuda_stream``), so ``torch.cuda.stream(s)`` and graph capture work.
+* A kernel with TMA tensor maps gets one more pointer after the tensors: a device buffer of the maps of
+  this call's tensors (:class:`~wavec.runtime.tensor_map.TensorMapCache`; a new set of tensors encodes and
+  uploads first, so warm up on the same tensors before capturing a CUDA graph).
+* ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch).
 """
 
 from __future__ import annotations
@@ -170,10 +163,7 @@ class CudaKernel:
         if device != self._current_device():
             self._launch_on_other_device(fn, device, (gx, gy, gz), buf.address)
             return
-        bx, by, bz = self._block
-        err = self._drv.cuLaunchKernel(
-            fn, gx, gy, gz, bx, by, bz, self._shared, self._raw_stream(device), buf.address, 0
-        )[0]
+        err = self._launch(fn, device, (gx, gy, gz), buf.address)
         if err != self._success:
             self._retry_launch(err, fn, device, (gx, gy, gz), buf.address)
 

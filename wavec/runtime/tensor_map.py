@@ -28,6 +28,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -84,10 +85,7 @@ class TensorMapSpec:
 
     @property
     def box_bytes(self) -> int:
-        n = self.elem_bytes
-        for b in self.box:
-            n *= b
-        return n
+        return self.elem_bytes * math.prod(self.box)
 
     def to_json(self) -> dict[str, Any]:
         return {"arg": self.arg, "dtype": self.dtype, "box": list(self.box), "swizzle": self.swizzle}
@@ -113,43 +111,32 @@ def describe(
 ) -> TensorMap:
     """The map of a tensor at ``address`` with ``shape``/``strides`` (in elements, outermost first, as
     torch gives them); raises :class:`ArgumentError` when TMA cannot describe it."""
-    n = spec.elem_bytes
-    rank = len(spec.box)
+    n, rank = spec.elem_bytes, len(spec.box)
+
+    def bad(message: str) -> ArgumentError:
+        return ArgumentError(kernel=kernel, arg=arg, message=message)
+
     if len(shape) != rank:
-        raise ArgumentError(
-            kernel=kernel,
-            arg=arg,
-            message=f"a TMA tensor map of rank {rank} cannot describe a rank-{len(shape)} tensor",
-        )
+        raise bad(f"a TMA tensor map of rank {rank} cannot describe a rank-{len(shape)} tensor")
     dims = tuple(int(s) for s in reversed(shape))
     byte_strides = tuple(int(s) * n for s in reversed(strides))
     if byte_strides[0] != n:
-        raise ArgumentError(
-            kernel=kernel,
-            arg=arg,
-            message=f"TMA needs the last dimension contiguous, got strides "
-            f"{tuple(strides)} (elements); call .contiguous()",
+        raise bad(
+            f"TMA needs the last dimension contiguous, got strides {tuple(strides)} (elements); call .contiguous()"
         )
     if address % 16:
-        raise ArgumentError(
-            kernel=kernel,
-            arg=arg,
-            message=f"TMA needs a 16-byte aligned global address, got "
-            f"0x{address:x}; pass a tensor that starts at an aligned address, e.g. .clone()",
+        raise bad(
+            f"TMA needs a 16-byte aligned global address, got 0x{address:x}; pass a tensor that starts at an "
+            "aligned address, e.g. .clone()"
         )
     for d, s in enumerate(byte_strides[1:], 1):
         if s % 16 or s >= 2**40:
-            raise ArgumentError(
-                kernel=kernel,
-                arg=arg,
-                message=f"TMA needs every stride a multiple of 16 bytes "
-                f"(and below 2^40), got {s} bytes for dimension {rank - 1 - d} (shape "
-                f"{tuple(shape)}); pad the last dimension to a multiple of {16 // n} elements",
+            raise bad(
+                f"TMA needs every stride a multiple of 16 bytes (and below 2^40), got {s} bytes for dimension "
+                f"{rank - 1 - d} (shape {tuple(shape)}); pad the last dimension to a multiple of {16 // n} elements"
             )
     if any(not 0 < d < 2**32 for d in dims):
-        raise ArgumentError(
-            kernel=kernel, arg=arg, message=f"TMA needs every dimension in 1..2^32-1, got shape {tuple(shape)}"
-        )
+        raise bad(f"TMA needs every dimension in 1..2^32-1, got shape {tuple(shape)}")
     return TensorMap(spec, address, dims, byte_strides)
 
 
@@ -168,20 +155,8 @@ def _cu_encode_tiled() -> Any:
 
         fn = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
         u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
-        fn.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_uint32,
-            ctypes.c_void_p,
-            u64p,
-            u64p,
-            u32p,
-            u32p,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-        ]
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p, u32p]
+        fn.argtypes += [ctypes.c_int] * 4  # interleave, swizzle, L2 promotion, out-of-bounds fill
         fn.restype = ctypes.c_int
         _encoder = fn
     return _encoder

@@ -209,14 +209,10 @@ class _Dispatch:
         self._lock = threading.Lock()
 
     def kernel_for(self, t: Any) -> CompiledKernel:
-        if t.is_cuda:
-            k = self._cuda
-            if k is None:
-                with self._lock:
-                    k = self._cuda = self._cuda or CompiledKernel(self.compiled.artifact, "cuda")
-            return k
-        k = self._cpu
+        attr, backend = ("_cuda", "cuda") if t.is_cuda else ("_cpu", "emulator")
+        k = getattr(self, attr)
         if k is None:
             with self._lock:
-                k = self._cpu = self._cpu or CompiledKernel(self.compiled.artifact, "emulator")
+                k = getattr(self, attr) or CompiledKernel(self.compiled.artifact, backend)
+                setattr(self, attr, k)
         return k
