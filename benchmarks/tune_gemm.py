@@ -131,7 +131,7 @@ class Compiles:
         }
 
     def wait(self, dtype_name: str) -> dict:
-        from wavec.tuning.search import _Progress
+        from wavec.tuning.timing import _Progress
 
         mine = {c: f for (d, c), f in self.futures.items() if d == dtype_name}
         bar = _Progress(len(mine), "compile", True)
@@ -197,7 +197,7 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
     heuristic's configuration is a candidate like the others (so "tuned" can never be worse than it), and
     like cuBLAS it is timed in every round."""
     from wavec.tuning.gemm import heuristic_candidate
-    from wavec.tuning.search import race_candidates
+    from wavec.tuning.timing import race_candidates
 
     t0 = clock()
     dev.begin_shape(shape, run.name)
@@ -237,7 +237,7 @@ def confirm_shape(dev, run: DtypeRun, r: ShapeResult, models, clock, seed: int) 
     (``CONFIRM_ROUNDS`` interleaved rounds, all of them every round) into ``r.confirmed``.  The race's
     best is the fastest of ~130 medians of ~3 noisy samples, so its time is biased low and the race's
     regret biased high; these few candidates re-timed together give the regret without that bias."""
-    from wavec.tuning.search import race_candidates
+    from wavec.tuning.timing import race_candidates
 
     by_label = {c.label: c for c in run.candidates}
     best = min(r.times, key=r.times.get)

@@ -24,7 +24,7 @@ from .plan import (  # noqa: F401 - re-exported for callers
     space_for,
     tile_plan,
 )
-from .search import Candidate, _source, autotune
+from .search import Candidate, TuneOptions, _source, autotune
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
 DIMS = ("M", "N", "K")
@@ -100,12 +100,12 @@ def _dtypes(dtype) -> list[str]:
     return [t, t, "float32"]
 
 
-def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **kw):
-    """``autotune`` of the GEMM factory over ``space`` (default ``DEFAULT_SPACE``) for ``shapes`` (M, N, K)."""
-    kw.setdefault("make_inputs", gemm_inputs(dtype))
-    return autotune(
-        FACTORY, space or DEFAULT_SPACE, shapes, fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS, **kw
-    )
+def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **options):
+    """``autotune`` of the GEMM factory over ``space`` (default ``DEFAULT_SPACE``) for ``shapes`` (M, N, K);
+    ``options`` are further ``TuneOptions`` fields."""
+    options.setdefault("make_inputs", gemm_inputs(dtype))
+    opt = TuneOptions(fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS, **options)
+    return autotune(FACTORY, space or DEFAULT_SPACE, shapes, opt)
 
 
 def kernel_id(dtype=wc.f16, mma: str = "mma_sync") -> str:

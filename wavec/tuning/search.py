@@ -7,7 +7,8 @@ parameters of the factory, are symbols; the others are factory arguments::
 
     wc.autotune(make_gemm, {BLOCK_M: [64, 128], BLOCK_N: [64, 128], BLOCK_K: [32, 64], NUM_STAGES: [2, 3],
                             GROUP_M: [8], "waves": [(2, 2), (2, 4)]},
-                shapes=[(4096, 4096, 4096)], make_inputs=gemm_inputs, fixed={"dtype": wc.f16})
+                shapes=[(4096, 4096, 4096)],
+                options=TuneOptions(make_inputs=gemm_inputs, fixed={"dtype": wc.f16}))
 
 Steps: legality filter (``legality.legal``) -> compile the survivors in a process pool (workers get
 ``(factory import path, kwargs, subs)`` and return the artifact's metadata; the artifact itself lands in
@@ -36,7 +37,7 @@ from ..frontend.kernel import WaveKernel
 from .cache import TuningCache, entry_key, gpu_name, versions
 from .cost_model import CostModel
 from .legality import legal, reject_after_compile
-from .timing import Race, _Progress, cuda_event_timer, race_candidates, time_candidates  # noqa: F401 - re-exported
+from .timing import _Progress, cuda_event_timer, time_candidates
 
 # ----------------------------------------------------------------------------- values <-> JSON
 
@@ -328,25 +329,14 @@ class TuneOptions:
             raise TuningError(message=f"TuneOptions: invalid {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}")
 
 
-def _options(options: TuneOptions | None, kw: dict) -> TuneOptions:
-    if options is not None and kw:
-        raise TuningError(message=f"autotune: pass options= or keyword options, not both ({sorted(kw)})")
-    if options is not None:
-        return options
-    unknown = set(kw) - set(TuneOptions.__dataclass_fields__)
-    if unknown:
-        raise TuningError(message=f"autotune: unknown options {sorted(unknown)}")
-    return TuneOptions(**kw)
-
-
-def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None, **kw) -> TuningResult:
+def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) -> TuningResult:
     """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
-    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``; or its fields as keyword
-    arguments).  Results are cached per (kernel, shape bucket, dtypes, GPU, versions); a cached shape is
-    answered without compiling or timing (``use_cache=False`` re-tunes)."""
+    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``).  Results are cached per
+    (kernel, shape bucket, dtypes, GPU, versions); a cached shape is answered without compiling or timing
+    (``use_cache=False`` re-tunes)."""
     from ..compiler import default_target
 
-    opt = _options(options, kw)
+    opt = options or TuneOptions()
     src = _source(kernel, opt.fixed or {})
     target = opt.target or default_target(opt.backend)
     cache = TuningCache(f"{src.kernel_id}@{target}")
