@@ -1,20 +1,8 @@
-"""Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``.
-
-- ``MatrixDescriptor`` -> the 64-bit ``wgmma`` matrix descriptor (PTX ISA, "Matrix Descriptor Format")
-  of the tile's ``SharedLayout`` (core matrices or 128-byte swizzle):
-  bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 swizzle mode.  The start address
-  is the shared tile's address (``memref.extract_aligned_pointer_as_index``, emitted once before the
-  loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
-  expression, so its loop-invariant part is hoisted like any other address.
-- ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"; an MN-major
-  tile flips its operand's layout: imm-trans = 1), or, with A in registers (``a_in_registers``), the same
-  instruction as inline PTX (``{a0..a3}``: no MLIR op has that form); the
-  accumulator is the layout's ``vector<N/2 x f32>`` outside a chain of wgmmas and the instruction's
-  ``!llvm.struct<(f32 x N/2)>`` inside it (LLVM folds the element moves): into it before the first
-  wgmma (``WgmmaAccumulator`` before a loop that carries it), out of it only at the
-  ``wgmma.wait_group`` that retires it, so no instruction touches asynchronously written registers.
-- ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` -> ``nvvm.wgmma.{fence,commit.group,wait.group}``;
-  ``ProxyFence`` -> ``nvvm.fence.proxy <async.shared>, space = <cta>``.
+"""Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``:
+``MatrixDescriptor`` (the 64-bit wgmma matrix descriptor, one index expression), ``WarpgroupMMA``
+(``nvvm.wgmma.mma_async``, or inline PTX with A in registers; the accumulator stays in the
+instruction's struct form inside a chain of wgmmas), ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` and
+``ProxyFence``.  Details: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
