@@ -1,21 +1,8 @@
 """Flash attention forward, ``O = softmax(Q Kᵀ · scale) V``, with an online softmax (FlashAttention-2).
 
-One kernel definition serves both memory layouts, causal and not, f16 and bf16, head dims 64 and 128 and
-grouped-query heads:
-
-- Batch and head are *batch dimensions* (``WorkgroupConstraint(d, 1, axis)``): each workgroup owns one
-  (batch, head) pair and a BLOCK_M tile of queries; reads and writes index B and H by the workgroup, so
-  the body only sees [M, D] and [N, D] tiles.  BHSD vs BSHD is just the order of the dimensions in the
-  ``Memory`` annotations — indexing is by dimension, so the body is the same.
-- Grouped-query heads: K and V are read with ``mapping={KVH: tile_start(H) // (H // KVH)}``.
-- The Q tile is read once into registers (the A layout of ``mma.sync``); K and V tiles are staged in
-  shared memory by ``promote_to_shared`` and double-buffered with ``cp.async`` by ``pipeline_loops``; V is
-  the B operand with its reduction dim (the KV sequence) not contiguous, read with ``ldmatrix.trans``.
-- S = Q Kᵀ (f32) is scaled by ``scale·log2(e)``; masked keys get ``-inf`` (out-of-range keys of a dynamic
-  KV length, and keys after the query for causal), so they contribute ``exp2(-inf) = 0``; the running max
-  ``m``, sum ``l`` and output ``acc`` are carried by ``iterate``; P = exp2(S - m) is cast to the input
-  dtype and converted to the A-operand layout in registers (``convert_layouts``); causal loops stop at the
-  diagonal (``end=``).  The output is ``acc / l`` in the input dtype.
+One kernel definition serves both memory layouts (BHSD, BSHD: batch and head are batch dimensions of
+the workgroup), causal and not, f16 and bf16, head dims 64 and 128 and grouped-query heads (K and V read
+through ``mapping``).  How the body maps onto the passes: docs/attention.md, "Module contracts".
 """
 
 from __future__ import annotations

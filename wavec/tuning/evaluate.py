@@ -1,15 +1,7 @@
-"""Evaluating a tuner: shape splits, regret, portfolios and time-budget planning.
-
-These are the pieces of ``benchmarks/tune_gemm.py`` that decide something and so deserve unit tests:
-
-* ``split_shapes``: a deterministic split of deduplicated shapes into the shapes a cost model is fitted on
-  (at most two thirds, at most 25 per configuration) and held-out shapes (the rest, at least a third),
-  stratified by the first dimension and covering grid fill and K within it;
-* ``regret``: how much slower a chosen configuration is than the best one measured;
-* ``portfolio``: the few configurations that cover every fitted shape within a tolerance (the model
-  chooses among those only: with fewer candidates, fewer badly extrapolated fits can win);
-* ``plan_holdout``: which held-out shapes get an exhaustive search and which only the model's top-k,
-  so that a run stays within its time budget.
+"""Evaluating a tuner (the parts of ``benchmarks/tune_gemm.py`` that decide something): ``split_shapes``
+(fit / held-out shapes), ``regret``, ``portfolio`` (the few configurations that cover every fitted shape
+within a tolerance) and ``plan_holdout`` (exhaustive search or the model's top-k per held-out shape,
+within a time budget).
 """
 
 from __future__ import annotations

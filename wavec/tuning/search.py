@@ -1,22 +1,11 @@
 """``wc.autotune``: enumerate a space of configurations, filter, compile in parallel, time, cache.
 
-A configuration binds the kernel's free symbols (``subs``) and, for a kernel *factory* (a module-level
-function returning a ``@wc.wave`` kernel, e.g. ``wavec.kernels.gemm.make_gemm``), some of the factory's
-keyword arguments (``waves``, ``mma_type`` ...).  Space keys that are symbols, or strings that are not
-parameters of the factory, are symbols; the others are factory arguments::
-
-    wc.autotune(make_gemm, {BLOCK_M: [64, 128], BLOCK_N: [64, 128], BLOCK_K: [32, 64], NUM_STAGES: [2, 3],
-                            GROUP_M: [8], "waves": [(2, 2), (2, 4)]},
-                shapes=[(4096, 4096, 4096)],
-                options=TuneOptions(make_inputs=gemm_inputs, fixed={"dtype": wc.f16}))
-
-Steps: legality filter (``legality.legal``) -> compile the survivors in a process pool (workers get
-``(factory import path, kwargs, subs)`` and return the artifact's metadata; the artifact itself lands in
-the shared on-disk compile cache, so the parent's ``wc.compile`` of the winner is a cache hit) ->
-``reject_after_compile`` (registers, spills) -> per shape, optional pruning by a cost model, warm-up, then
-``rounds`` rounds that each time every candidate once in a freshly shuffled order; a candidate's time is
-the median over rounds -> the best is written to the tuning cache, which later calls (and ``lookup``)
-dispatch from without compiling or timing.
+A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, some of its
+keyword arguments (space keys that are factory parameters).  Steps: ``legality.legal`` -> compile the
+survivors in a process pool (into the shared disk cache) -> ``reject_after_compile`` -> per shape,
+optional cost-model pruning, warm-up and ``rounds`` shuffled rounds (a candidate's time: the median) ->
+the best goes to the tuning cache, which later calls and ``lookup`` dispatch from.  Example and
+details: docs/tuning.md.
 """
 
 from __future__ import annotations
