@@ -359,7 +359,8 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) ->
         )
         best = min(times, key=times.__getitem__)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
-        cache.put(key, _entry(shape, best, times, result, len(cands)))
+        meta = result.metadata.get(best, {})
+        cache.put(key, cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected)))
     return result
 
 
@@ -424,7 +425,7 @@ def _default_timer():
     return cuda_event_timer
 
 
-def _entry(shape, best: Candidate, times: dict, result: TuningResult, candidates: int) -> dict:
+def cache_entry(shape, best: Candidate, times: dict, metadata: dict, **extra) -> dict:
     """The tuning cache's entry for one measured shape."""
     return {
         "shape": list(shape),
@@ -432,9 +433,8 @@ def _entry(shape, best: Candidate, times: dict, result: TuningResult, candidates
         "best_label": best.label,
         "seconds": times[best],
         "times": {c.label: t for c, t in times.items()},
-        "metadata": result.metadata.get(best, {}),
-        "candidates": candidates,
-        "rejected": len(result.rejected),
+        "metadata": metadata,
+        **extra,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
