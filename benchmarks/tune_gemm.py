@@ -10,7 +10,7 @@ its tuning cache (OUT/tuning/) is what ``benchmarks/gemm.py --mma wgmma --tuned 
 
 1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
    by M, covering grid fill and K) into fit shapes (<= 25 per configuration) and held-out shapes (the rest).
-2. Candidates: ``wavec.tuning.gemm.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
+2. Candidates: ``wavec.tuning.plan.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
    once each in a process pool (M, N, K are dynamic: one binary serves every shape), plus the configurations
    the ``gemm_config`` heuristic picks; ptxas spills reject; a launch on a shape with partial tiles must
    match torch.  All dtypes are submitted at once, so bf16 compiles while f16 is timed.
@@ -79,7 +79,7 @@ def load_shapes(limit: int | None, mma: str = "mma_sync") -> list[tuple]:
 
 
 def parse_space(items, mma: str = "mma_sync") -> dict:
-    from wavec.tuning.gemm import space_for
+    from wavec.tuning.plan import space_for
 
     space = space_for(mma)
     for item in items or ():

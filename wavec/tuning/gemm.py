@@ -11,17 +11,7 @@ from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
 from .devices import device
 from .legality import ctas_per_sm
-from .plan import (  # noqa: F401 - re-exported for callers
-    DEFAULT_SPACE,
-    MMA_KINDS,
-    WGMMA_SPACE,
-    check_mma,
-    heuristic_plan,
-    mma_type_for,
-    schedule,
-    space_for,
-    tile_plan,
-)
+from .plan import DEFAULT_SPACE, check_mma, heuristic_plan, mma_type_for, schedule, tile_plan
 from .search import Candidate, TuneOptions, _source, autotune, cache_entry
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
