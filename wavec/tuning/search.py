@@ -277,15 +277,11 @@ def _dtypes_of(inputs) -> list[str]:
 class TuneOptions:
     """``autotune``'s knobs, validated once.
 
-    ``make_inputs(shape)`` returns the launch arguments for a shape; ``timer(candidate, fn)`` returns the
-    seconds of one measurement of ``fn()`` (default: CUDA events, needs a GPU).  ``fixed``: factory keyword
-    arguments common to every configuration (part of the kernel id).  ``target`` (default: the backend's)
-    and ``backend`` compile; ``dtypes`` name the inputs in cache keys (default: from ``make_inputs``);
-    ``workers``: compile processes (0: in-process).  ``warmup`` untimed then ``rounds`` interleaved
-    measurements per candidate; ``max_registers`` rejects after compiling.  ``model``/``prune_to``: a
-    ``CostModel`` whose configuration names are candidate labels; only the ``prune_to`` configurations it
-    ranks best for a shape are timed.  ``use_cache=False`` re-tunes cached shapes; ``gpu`` and ``dims`` key
-    the cache; ``progress`` draws bars on stderr; ``seed`` shuffles the rounds."""
+    ``make_inputs(shape)``: the launch arguments; ``timer(candidate, fn)``: seconds of one run of ``fn()``
+    (default: CUDA events); ``fixed``: factory arguments common to every configuration; ``dtypes``,
+    ``gpu``, ``dims``: cache key parts (defaults from the inputs and the device); ``workers``: compile
+    processes (0: in-process); ``model``/``prune_to``: time only the ``prune_to`` candidates a
+    ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed`` shuffles the rounds."""
 
     make_inputs: Callable | None = None
     timer: Callable | None = None
