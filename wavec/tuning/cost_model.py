@@ -219,13 +219,6 @@ class CostModel:
     _table_of: tuple = field(default=(), init=False, repr=False, compare=False)
     _compiled: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
-    def add(self, cfg: ConfigModel, rows) -> None:
-        """Append ``cfg`` with coefficients fitted to ``rows = [(cfg.features(shape), seconds)]`` (every
-        term, at ``cfg.knee``).  ``fit_shapes`` is the fit that chooses the knee and drops glitches."""
-        cfg.coef = fit(rows)
-        self.configs.append(cfg)
-        self.invalidate()
-
     def fit_shapes(self, cfg: ConfigModel, times) -> None:
         """Append ``cfg`` fitted (``fit_config``) to ``times = [(shape, seconds), ...]`` (≤ 25 used)."""
         cfg.knee, cfg.coef = fit_config([(cfg.launch(shape), t) for shape, t in times])
