@@ -50,8 +50,7 @@ def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
     """Whether the body may take TMA: GEMM-like chains of wgmmas always (``insert_wgmma_fences`` places
     fills and releases), a general body (attention) with the barrier release (its ``wgmma_wait(0)`` before
     the yield retires every group before the next iteration's barrier): not with empty mbarriers or a
-    producer warpgroup.  H100 attention d128: TMA 164-168 registers against 220 for a one-warpgroup tile
-    (docs/attention.md)."""
+    producer warpgroup (registers: docs/attention.md)."""
     return chains_only(sub) or (want in ("auto", "tma", "tma-barrier") and not ws)
 
 

@@ -34,9 +34,8 @@ MAX_RANK = 5  # cp.async.bulk.tensor.{1..5}d
 def choose_war(stages: int, lag: int) -> str:
     """How "auto"/"tma" release stages.  Empty mbarriers prefetch one tile further (S - 1 instead of
     S - 1 - lag) but issue each fill later in the iteration (after the wgmma wait, behind a wait for
-    every warp's release).  Measured on an H200 (128x256x64, 2 warpgroups, f16/bf16, 4096^3 and 8192^3):
-    3 stages 563 vs 519 TFLOP/s for empty mbarriers; 4 stages 0.1-2% for the barrier in all four cases.
-    So: empty mbarriers while the barrier's prefetch distance would be below 2 tiles, else the barrier."""
+    every warp's release).  So: empty mbarriers while the barrier's prefetch distance would be below 2
+    tiles, else the barrier (measurements: docs/hopper.md, "TMA")."""
     return "mbarrier" if stages - 1 - lag < 2 else "barrier"
 
 
