@@ -13,6 +13,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.tuning.plan import MMA_KINDS, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
 BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
@@ -21,13 +22,6 @@ NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
 # Causal query tiles launched last first (SchedulingConstraint.reverse_axis0): wgmma measured faster.
 HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
-
-
-MMA_CHOICES = ("mma_sync", "wgmma")
-_MMA_TYPES = {
-    "mma_sync": {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16},
-    "wgmma": {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16},
-}
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
@@ -48,8 +42,8 @@ def attention_constraints(
     on mbarriers for wgmma on sm_90a, ``docs/attention.md``, "TMA for K and V"; else ``cp.async``), "tma"
     insists on TMA, "cp.async" keeps the per-thread copies.  ``split_epilogue``:
     O's store tests each thread's furthest row once instead of every run (``SchedulingConstraint``)."""
-    if mma not in MMA_CHOICES:
-        raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
+    if mma not in MMA_KINDS:
+        raise ValueError(f"mma must be one of {MMA_KINDS}, got {mma!r}")
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(H, 1, 1),
@@ -57,7 +51,7 @@ def attention_constraints(
         wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma_type_for(mma, dtype)[1]),
         # mma.sync operand rows padded, not XOR-swizzled: the swizzled ldmatrix addresses cost the d64
         # kernels 28-44 spilled registers (ptxas 13.0, sm_90), the GEMM none (swizzle_shared)
         wc.SchedulingConstraint(
@@ -252,8 +246,8 @@ def attention(
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if layout not in LAYOUTS:
         raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
-    if mma not in MMA_CHOICES:
-        raise wc.WavecError(message=f"attention: mma must be one of {MMA_CHOICES}, got {mma!r}")
+    if mma not in MMA_KINDS:
+        raise wc.WavecError(message=f"attention: mma must be one of {MMA_KINDS}, got {mma!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
     head_dim = q.shape[-1]
