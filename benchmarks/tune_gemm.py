@@ -10,7 +10,7 @@ its tuning cache (OUT/tuning/) is what ``benchmarks/gemm.py --mma wgmma --tuned 
 
 1. Shapes: benchmarks/data/gemm_shapes.csv, deduplicated (M, N, K).  Split (``split_shapes``: stratified
    by M, covering grid fill and K) into fit shapes (<= 25 per configuration) and held-out shapes (the rest).
-2. Candidates: ``wavec.tuning.gemm.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
+2. Candidates: ``wavec.tuning.plan.DEFAULT_SPACE`` (or ``--space``) through the legality filter, compiled
    once each in a process pool (M, N, K are dynamic: one binary serves every shape), plus the configurations
    the ``gemm_config`` heuristic picks; ptxas spills reject; a launch on a shape with partial tiles must
    match torch.  All dtypes are submitted at once, so bf16 compiles while f16 is timed.
@@ -79,7 +79,7 @@ def load_shapes(limit: int | None, mma: str = "mma_sync") -> list[tuple]:
 
 
 def parse_space(items, mma: str = "mma_sync") -> dict:
-    from wavec.tuning.gemm import space_for
+    from wavec.tuning.plan import space_for
 
     space = space_for(mma)
     for item in items or ():
@@ -131,7 +131,7 @@ class Compiles:
         }
 
     def wait(self, dtype_name: str) -> dict:
-        from wavec.tuning.search import _Progress
+        from wavec.tuning.timing import _Progress
 
         mine = {c: f for (d, c), f in self.futures.items() if d == dtype_name}
         bar = _Progress(len(mine), "compile", True)
@@ -197,7 +197,7 @@ def time_shape(dev, run: DtypeRun, shape, cands, kind: str, rounds: int, clock, 
     heuristic's configuration is a candidate like the others (so "tuned" can never be worse than it), and
     like cuBLAS it is timed in every round."""
     from wavec.tuning.gemm import heuristic_candidate
-    from wavec.tuning.search import race_candidates
+    from wavec.tuning.timing import race_candidates
 
     t0 = clock()
     dev.begin_shape(shape, run.name)
@@ -237,7 +237,7 @@ def confirm_shape(dev, run: DtypeRun, r: ShapeResult, models, clock, seed: int) 
     (``CONFIRM_ROUNDS`` interleaved rounds, all of them every round) into ``r.confirmed``.  The race's
     best is the fastest of ~130 medians of ~3 noisy samples, so its time is biased low and the race's
     regret biased high; these few candidates re-timed together give the regret without that bias."""
-    from wavec.tuning.search import race_candidates
+    from wavec.tuning.timing import race_candidates
 
     by_label = {c.label: c for c in run.candidates}
     best = min(r.times, key=r.times.get)

@@ -7,7 +7,7 @@ import sys
 
 
 def _space_arg(items) -> dict:
-    from .tuning.gemm import DEFAULT_SPACE
+    from .tuning.plan import DEFAULT_SPACE
 
     space = dict(DEFAULT_SPACE)
     for item in items or ():

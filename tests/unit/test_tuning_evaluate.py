@@ -7,7 +7,7 @@ import pytest
 
 from wavec.tuning.cost_model import ConfigModel, CostModel, features, fit, predict
 from wavec.tuning.evaluate import dedupe, geomean, plan_holdout, portfolio, regret, split_shapes, summary
-from wavec.tuning.search import race_candidates
+from wavec.tuning.timing import race_candidates
 
 SHAPES = [
     (m, n, k)

@@ -11,7 +11,7 @@ from wavec.kernels.gemm import make_gemm
 from wavec.tuning import autotune, lookup
 from wavec.tuning.cache import TuningCache, bucket, entry_key
 from wavec.tuning.gemm import fit_cost_model, tuned_config
-from wavec.tuning.search import Candidate, enumerate_space
+from wavec.tuning.search import Candidate, TuneOptions, enumerate_space
 
 SPACE = {
     "BLOCK_M": [32, 64],
@@ -70,7 +70,8 @@ def test_enumerate_space_splits_symbols_and_factory_args():
 def test_autotune_fake_timer_pool_cache_dispatch():
     timer = FakeTimer()
     shapes = [(1000, 1000, 512), (4096, 256, 256)]
-    res = autotune("wavec.kernels.gemm:make_gemm", SPACE, shapes, timer=timer, workers=2, warmup=2, rounds=5, **KW)
+    opts = TuneOptions(timer=timer, workers=2, warmup=2, rounds=5, **KW)
+    res = autotune("wavec.kernels.gemm:make_gemm", SPACE, shapes, opts)
     # legality: the 4 configurations with BLOCK_K = 24 are rejected before compiling
     assert len(res.rejected) == 4 and all("loop tile 24" in r for r in res.rejected.values())
     assert len(res.metadata) == 4 and all("error" not in m for m in res.metadata.values())
@@ -101,7 +102,7 @@ def test_autotune_fake_timer_pool_cache_dispatch():
         raise AssertionError("timed a cached shape")
 
     again = autotune(
-        "wavec.kernels.gemm:make_gemm", SPACE, [(1000, 1000, 512), (1024, 1000, 300)], timer=no_timer, **KW
+        "wavec.kernels.gemm:make_gemm", SPACE, [(1000, 1000, 512), (1024, 1000, 300)], TuneOptions(timer=no_timer, **KW)
     )
     assert all(again.from_cache.values()) and not again.metadata
     assert again.best[(1000, 1000, 512)] == res.best[(1000, 1000, 512)]
@@ -152,19 +153,8 @@ def test_autotune_factory_callable_in_process_and_pruning():
             for c in cands
         ]
     )
-    res = autotune(
-        make_gemm,
-        space,
-        [(512, 512, 512)],
-        timer=timer,
-        workers=0,
-        warmup=0,
-        rounds=3,
-        model=model,
-        prune_to=2,
-        use_cache=False,
-        **KW,
-    )
+    opts = TuneOptions(timer=timer, workers=0, warmup=0, rounds=3, model=model, prune_to=2, use_cache=False, **KW)
+    res = autotune(make_gemm, space, [(512, 512, 512)], opts)
     assert {c.subs_dict["BLOCK_M"] for c in timer.calls} == {32}
     assert res.best[(512, 512, 512)].subs_dict == {
         "BLOCK_M": 32,
@@ -177,10 +167,10 @@ def test_autotune_factory_callable_in_process_and_pruning():
 
 def test_errors():
     with pytest.raises(TuningError, match="module-level"):
-        autotune(lambda: None, SPACE, [(1, 1, 1)], timer=FakeTimer(), **KW)
+        autotune(lambda: None, SPACE, [(1, 1, 1)], TuneOptions(timer=FakeTimer(), **KW))
     bad = {"BLOCK_M": [48], "BLOCK_N": [64], "BLOCK_K": [32], "NUM_STAGES": [2], "GROUP_M": [1]}
     with pytest.raises(TuningError, match="no configuration"):
-        autotune(make_gemm, bad, [(64, 64, 64)], timer=FakeTimer(), **KW)
+        autotune(make_gemm, bad, [(64, 64, 64)], TuneOptions(timer=FakeTimer(), **KW))
 
 
 def test_tuned_config_falls_back_to_heuristic():
@@ -199,18 +189,6 @@ def test_cli_without_gpu(capsys):
     assert "CUDA GPU" in capsys.readouterr().err
 
 
-def test_tune_options_object():
-    """``autotune(..., options=TuneOptions(...))`` is the keyword form's equal; options are checked once,
-    and both forms at once, unknown names or bad values are errors."""
-    from wavec.tuning.search import TuneOptions
-
-    bad = {"BLOCK_M": [48], "BLOCK_N": [64], "BLOCK_K": [32], "NUM_STAGES": [2], "GROUP_M": [1]}
-    opts = TuneOptions(timer=FakeTimer(), **KW)
-    with pytest.raises(TuningError, match="no configuration"):
-        autotune(make_gemm, bad, [(64, 64, 64)], opts)
-    with pytest.raises(TuningError, match="not both"):
-        autotune(make_gemm, bad, [(64, 64, 64)], opts, rounds=3)
-    with pytest.raises(TuningError, match="unknown options"):
-        autotune(make_gemm, bad, [(64, 64, 64)], round=3)
+def test_tune_options_checked():
     with pytest.raises(TuningError, match="rounds=0"):
         TuneOptions(rounds=0)

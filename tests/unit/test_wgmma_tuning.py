@@ -4,9 +4,9 @@ import pytest
 
 import wavec as wc
 from wavec.kernels import gemm as gm
-from wavec.tuning.gemm import FACTORY, WGMMA_SPACE, _fixed, heuristic_candidate, space_for, target_for
+from wavec.tuning.gemm import FACTORY, _fixed, heuristic_candidate, target_for
 from wavec.tuning.legality import legal, shared_bytes
-from wavec.tuning.plan import _WGMMA_TILES, WGMMA_FOR_DTYPE, schedule, wgmma_config, wgmma_plan
+from wavec.tuning.plan import _WGMMA_TILES, WGMMA_FOR_DTYPE, WGMMA_SPACE, schedule, space_for, wgmma_config, wgmma_plan
 from wavec.tuning.search import _source, enumerate_space
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import sympy
-import torch.fx as fx
 
 from ..errors import CodegenError
 from ..frontend.ops import WideStore, Write
@@ -204,7 +203,3 @@ def _dim_name(v: sympy.Expr) -> str | int:
 
 
 HARDWARE_SYMBOLS = (LANE, *WAVE, *WORKGROUP)
-
-
-def graph_nodes(g: fx.Graph):
-    return [n for n in g.nodes if n.op != "output"]

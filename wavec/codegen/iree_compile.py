@@ -1,15 +1,12 @@
 """Compile one ``hal.executable`` module to IREE's serialized GPU executable (in-process or subprocess).
 
-Requires: ``iree-base-compiler==3.13.0`` (imported lazily, so importing this module is cheap); a module
-text that is exactly one ``hal.executable`` whose variant carries ``Target.attr_text()``.
-Guarantees: :func:`compile_hal_executable` returns the bytes IREE writes for ``--compile-mode=hal-executable``
-(CUDA: ``CDA1`` container with PTX; ROCm: ``HIP1`` container with HSACO; parse them with
-:mod:`wavec.codegen.binary`). It runs inside this process through ``iree.compiler.api`` plus the C entry
-point ``ireeCompilerInvocationOutputHALExecutable`` (called through ctypes; the Python API has no wrapper),
-reusing one compiler ``Session`` per thread. Every compiler diagnostic is captured and becomes the message
-of the :class:`~wavec.errors.CompileError` raised on failure. When ``WAVEC_DUMP_DIR`` is set the module
-text and the GPU image (PTX or HSACO) are written there. :func:`compile_hal_executable_subprocess` does
-the same through the wheel's ``iree-compile`` executable (debug route / fallback).
+Requires: ``iree-base-compiler==3.13.0`` (imported lazily); a module text that is exactly one
+``hal.executable`` whose variant carries ``Target.attr_text()``.  Guarantees:
+:func:`compile_hal_executable` returns the bytes IREE writes for ``--compile-mode=hal-executable``
+(parse them with :mod:`wavec.codegen.binary`), in-process through ``iree.compiler.api`` and the C entry
+point ``ireeCompilerInvocationOutputHALExecutable`` (ctypes), one ``Session`` per thread; diagnostics
+become the :class:`~wavec.errors.CompileError`; ``WAVEC_DUMP_DIR`` dumps the module and the GPU image.
+:func:`compile_hal_executable_subprocess` does the same through ``iree-compile``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Checks on the PTX that LLVM produced, for rules no MLIR verifier sees.
+"""Checks on the PTX that LLVM produced, for rules no MLIR verifier sees (one regex pass each).
 
-``wgmma_fence_violations``: PTX asks that every register write an asynchronous ``wgmma.mma_async``
-depends on come before the ``wgmma.fence`` that orders it; LLVM does not know that rule and may move
-plain register copies (e.g. an accumulator's zero-initialisation in a peeled first loop iteration) to
-after the fence.  ``codegen.hopper.wgmma.fence_operands`` prevents the case we have seen; this check refuses
-any other before a wrong kernel can run.  It costs one regex pass over the PTX.
-
-``wgmma_descriptor_violations``: every ``wgmma`` shared-memory matrix descriptor must reach the
-instruction as ``or.b64 %d, %lo, C`` (``C`` the constant high word: SBO and swizzle mode, shifted), or a
-64-bit constant, possibly through ``mov``s: its high word is then a constant ptxas materialises itself.  A
-descriptor computed as a 64-bit ``add`` (the start address plus the whole descriptor constant) leaves
-ptxas a carry chain into the high word, and ptxas 12.9 dropped it: in the peeled first K iteration of
-the warp-specialized 128x256 and 128x192 tiles (two consumer warpgroups, A descriptors offset per
-warpgroup) it took the A descriptors' high word from an unrelated register (``R2UR UR17, R11`` with
-R11 the high half of the M-tile offset: no swizzle, SBO 0), so the first K tile's wgmmas read A in the
-wrong layout (relative error sqrt(128 / K) on an H100).  ``codegen.hopper.wgmma.split_descriptor`` builds
-descriptors the checked way.
+``wgmma_fence_violations``: every register write a ``wgmma.mma_async`` depends on must come before the
+``wgmma.fence`` that orders it; LLVM may move plain copies after the fence.
+``wgmma_descriptor_violations``: every wgmma matrix descriptor must reach the instruction as ``or.b64
+%d, %lo, C`` (or a constant), never as a 64-bit ``add``, whose carry into the high word ptxas 12.9
+dropped (``codegen.hopper.wgmma.split_descriptor`` builds them the checked way).  The incidents behind
+both: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Flash attention forward, ``O = softmax(Q Kᵀ · scale) V``, with an online softmax (FlashAttention-2).
 
-One kernel definition serves both memory layouts, causal and not, f16 and bf16, head dims 64 and 128 and
-grouped-query heads:
-
-- Batch and head are *batch dimensions* (``WorkgroupConstraint(d, 1, axis)``): each workgroup owns one
-  (batch, head) pair and a BLOCK_M tile of queries; reads and writes index B and H by the workgroup, so
-  the body only sees [M, D] and [N, D] tiles.  BHSD vs BSHD is just the order of the dimensions in the
-  ``Memory`` annotations — indexing is by dimension, so the body is the same.
-- Grouped-query heads: K and V are read with ``mapping={KVH: tile_start(H) // (H // KVH)}``.
-- The Q tile is read once into registers (the A layout of ``mma.sync``); K and V tiles are staged in
-  shared memory by ``promote_to_shared`` and double-buffered with ``cp.async`` by ``pipeline_loops``; V is
-  the B operand with its reduction dim (the KV sequence) not contiguous, read with ``ldmatrix.trans``.
-- S = Q Kᵀ (f32) is scaled by ``scale·log2(e)``; masked keys get ``-inf`` (out-of-range keys of a dynamic
-  KV length, and keys after the query for causal), so they contribute ``exp2(-inf) = 0``; the running max
-  ``m``, sum ``l`` and output ``acc`` are carried by ``iterate``; P = exp2(S - m) is cast to the input
-  dtype and converted to the A-operand layout in registers (``convert_layouts``); causal loops stop at the
-  diagonal (``end=``).  The output is ``acc / l`` in the input dtype.
+One kernel definition serves both memory layouts (BHSD, BSHD: batch and head are batch dimensions of
+the workgroup), causal and not, f16 and bf16, head dims 64 and 128 and grouped-query heads (K and V read
+through ``mapping``).  How the body maps onto the passes: docs/attention.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -26,6 +13,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.tuning.plan import MMA_KINDS, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
 BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
@@ -34,13 +22,6 @@ NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
 # Causal query tiles launched last first (SchedulingConstraint.reverse_axis0): wgmma measured faster.
 HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
-
-
-MMA_CHOICES = ("mma_sync", "wgmma")
-_MMA_TYPES = {
-    "mma_sync": {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16},
-    "wgmma": {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16},
-}
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
 
 
@@ -61,8 +42,8 @@ def attention_constraints(
     on mbarriers for wgmma on sm_90a, ``docs/attention.md``, "TMA for K and V"; else ``cp.async``), "tma"
     insists on TMA, "cp.async" keeps the per-thread copies.  ``split_epilogue``:
     O's store tests each thread's furthest row once instead of every run (``SchedulingConstraint``)."""
-    if mma not in MMA_CHOICES:
-        raise ValueError(f"mma must be one of {MMA_CHOICES}, got {mma!r}")
+    if mma not in MMA_KINDS:
+        raise ValueError(f"mma must be one of {MMA_KINDS}, got {mma!r}")
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(H, 1, 1),
@@ -70,7 +51,7 @@ def attention_constraints(
         wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=_MMA_TYPES[mma][dtype.name]),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma_type_for(mma, dtype)[1]),
         # mma.sync operand rows padded, not XOR-swizzled: the swizzled ldmatrix addresses cost the d64
         # kernels 28-44 spilled registers (ptxas 13.0, sm_90), the GEMM none (swizzle_shared)
         wc.SchedulingConstraint(
@@ -265,8 +246,8 @@ def attention(
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if layout not in LAYOUTS:
         raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
-    if mma not in MMA_CHOICES:
-        raise wc.WavecError(message=f"attention: mma must be one of {MMA_CHOICES}, got {mma!r}")
+    if mma not in MMA_KINDS:
+        raise wc.WavecError(message=f"attention: mma must be one of {MMA_KINDS}, got {mma!r}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
     head_dim = q.shape[-1]

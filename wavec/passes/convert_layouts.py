@@ -1,21 +1,10 @@
 """convert_layouts: explicit layout conversions where an MMA result feeds another MMA as an operand.
 
-Requires: a typed trace (before ``infer_indices``).  Guarantees: every A or B operand of an ``mma`` that is
-computed from an ``mma`` result (through elementwise ops, casts and permutes of the same dimensions, in the
-same graph) reads it through a ``convert_layout`` node.  Index inference anchors the two sides
-independently: the input keeps the accumulator layout, the output takes the operand layout; without the
-node the two anchors would conflict at equal priority.  ``kwargs["via"]`` records how codegen moves the
-values, decided here from the two hardware layouts:
-
-- ``"registers"`` when every lane already holds the elements it needs, at a fixed position mapping that is
-  the same for every lane (``register_mapping``).  NVIDIA ``m16n8k16``: the two accumulator tiles
-  (16x8) of neighbouring N columns are exactly one A tile (16x16) after the cast to f16 — the conversion
-  is a concatenation of register pairs; Hopper ``wgmma``: the 64 x N accumulator of a warpgroup holds,
-  per 16 columns, exactly the register-A fragment (64 x 16) of the next wgmma (per warp, the same
-  m16n8k16 pairing): each A tile is 8 of the accumulator's registers;
-- ``"shared"`` otherwise (AMD MFMA: the accumulator is the transpose of the A layout): each wave stores
-  its tile to a private shared buffer and reads it back in the operand layout, with barriers around.
-The choice is visible in ``print_ir_after`` (``convert_layout(..., via=registers)``).
+Requires: a typed trace (before ``infer_indices``).  Guarantees: every A or B operand of an ``mma``
+computed from an ``mma`` result reads it through a ``convert_layout`` node, so index inference anchors
+both sides independently; ``kwargs["via"]`` is ``"registers"`` when every lane already holds what it
+needs (NVIDIA ``m16n8k16`` and ``wgmma``), else ``"shared"`` (AMD MFMA).  Details: docs/design.md,
+"Module contracts".
 """
 
 from __future__ import annotations

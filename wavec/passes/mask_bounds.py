@@ -1,21 +1,12 @@
 """mask_bounds: bounds masks for the dimensions a tile may overrun, only where not provably divisible.
 
-Requires: ``coarsen_loads`` (each global access is a list of runs) and ``pipeline_loops``.
-Guarantees: every access of global memory has ``meta["mask_dims"]``: the memory dimensions whose size is
-not provably a multiple of the extent the kernel tiles it by (a dynamic size, or a static one the tile
-does not divide).  Codegen guards each run of such an access with ``coord < size`` for each masked dim:
-masked loads read zeros, masked stores are skipped, masked ``cp.async`` copies zero-fill.  A run never
-straddles the bound because ``ctx.requirements`` makes every contiguous (last) dimension a multiple of the
-run length: rows stay 16-byte aligned, which the vector accesses need anyway.  Loops over a masked
-dimension run ``ceil(size / tile)`` iterations (``ctx.masked_loops``).
-
-Clamped instead of masked: a copy into a shared tile that only feeds MMA operands of a GEMM loop (the
-body's mma results feed only the next mma and the yield; the loop's results are only cast and written to
-global memory) reads its rows past the bound from the last row (``meta["clamp_dims"]``: the tile's dims
-other than the loop's and the MMAs' reduction dim).  Those rows only ever reach accumulator rows past
-the bound, which the masked store drops, and a clamped row is real data (no NaN); the copy then needs
-no per-row predicate, only the K test shared by all of a thread's copies (Triton's tutorial matmul wraps
-its rows with ``% M`` for the same reason).
+Requires: ``coarsen_loads`` and ``pipeline_loops``.  Guarantees: every global access has
+``meta["mask_dims"]``, the dims whose size is not provably a multiple of its tiling extent; codegen guards
+each run with ``coord < size`` (loads read zeros, stores are skipped, ``cp.async`` zero-fills);
+``ctx.requirements`` keeps runs from straddling the bound; loops over a masked dim run ``ceil(size /
+tile)`` iterations (``ctx.masked_loops``).  Copies into tiles that only feed a GEMM loop's MMA operands
+are clamped instead (``meta["clamp_dims"]``): rows past the bound reach only dropped accumulator rows.
+Full contract: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """pipeline_loops: software pipelining of ``iterate`` with ``num_stages = S`` (DESIGN §5.7).
 
 Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >= 2, the target has
-``cp.async`` (NVIDIA) and the loop body copies global tiles into shared memory in runs of at least 4
-bytes (what ``cp.async`` can move).  Guarantees:
-- each ``read`` (global, workgroup-distributed) + ``write`` (to shared) pair becomes one ``async_copy``
-  that fetches iteration ``min(i + D, n - 1)`` into stage ``(i + D) % S``, with the prefetch distance
-  ``D = S - 1`` (``D = S - 2`` for a warpgroup MMA with S >= 3, which keeps one wgmma group reading the
-  previous stage in flight: ``iterate.meta["wgmma_groups_in_flight"] = 1``); shared reads take
-  stage ``i % S``; every shared tile gets ``stages = S`` buffers; the stage ``i % S`` is the symbol
-  ``$STAGE_<dim>``, a value the loop carries (``ctx.loop_stages``) rather than a remainder of ``i``;
-- the body begins with ``async_wait(pending=D - 1)`` and ends its copies with ``async_commit``;
-- a prologue before the loop issues iterations ``0 .. D - 1`` into stages ``0 .. D - 1``, one commit each
-  (counted from the loop's first iteration when ``iterate(start=)`` moves it; ``end=`` moves the last).
-Iterations past the end re-fetch the last tile into a stage nobody reads again, so the steady state
-needs no branch and there is no minimum trip count.
-
-On sm_90a, for wgmma operand tiles in the 128-byte swizzle, the copies become TMA boxes completing on
-mbarriers instead (``pipeline_tma.py``, same stages and prefetch distance), unless
-``SchedulingConstraint.async_copy = "cp.async"``: the pass chooses by target.  That holds for a general
-body too (attention: the mma results read by other ops), whose stages the workgroup barrier after the full
-wait releases; where ``tma_plan`` refuses a tile, "auto" keeps ``cp.async``.  ``async_copy = "tma"`` (or
-``"tma-mbarrier"`` /
-``"tma-barrier"``, which also fix how stages are released) makes a loop TMA cannot serve a
-``ConstraintError`` that says why; so does ``warp_specialize=True`` (which always takes TMA with empty
-mbarriers; ``warp_specialize.py`` then splits the loop between a producer and the consumers).
+``cp.async`` and the body copies global tiles into shared memory in runs of at least 4 bytes.
+Guarantees: each global ``read`` + shared ``write`` pair becomes an ``async_copy`` of iteration
+``min(i + D, n - 1)`` into stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in
+flight: ``iterate.meta["wgmma_groups_in_flight"] = 1``); shared reads take stage ``$STAGE_<dim>``, a
+carried value; the body begins with ``async_wait(pending=D - 1)``; a prologue issues iterations
+``0 .. D - 1``.  On sm_90a, wgmma operand tiles in the 128-byte swizzle take TMA instead
+(``pipeline_tma.py``) unless ``SchedulingConstraint.async_copy`` says otherwise.  Full contract:
+docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -65,8 +50,7 @@ def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
     """Whether the body may take TMA: GEMM-like chains of wgmmas always (``insert_wgmma_fences`` places
     fills and releases), a general body (attention) with the barrier release (its ``wgmma_wait(0)`` before
     the yield retires every group before the next iteration's barrier): not with empty mbarriers or a
-    producer warpgroup.  H100 attention d128: TMA 164-168 registers against 220 for a one-warpgroup tile
-    (docs/attention.md)."""
+    producer warpgroup (registers: docs/attention.md)."""
     return chains_only(sub) or (want in ("auto", "tma", "tma-barrier") and not ws)
 
 

@@ -1,26 +1,12 @@
 """prefetch_fragments: the first K step's mma.sync fragments of iteration i + 1 are read during iteration i.
 
-Requires: ``pipeline_loops`` (a ``cp.async`` pipelined body: ``async_wait`` at its top, copies and their
-``async_commit``) and ``schedule_loops`` (each K step's fragment reads right before its mmas).  Applies
-where ``SchedulingConstraint.prefetch_fragments`` is on, the MMA is ``mma.sync`` (one wave per MMA, not
-a warpgroup) and the body is a GEMM chain (its mma results feed only the next mma and the yield).
-Guarantees, per such ``iterate``:
-- the fragment reads of K step 0 become loop-carried values: the body takes them as extra iter_args
-  (after the accumulators) and yields the same reads taken from stage ``($STAGE + 1) % S`` at
-  iteration ``i + 1``; the root graph reads iteration ``start``'s from the first stage before the loop,
-  after an ``async_wait(pending=D - 1)`` and a ``barrier`` (stage 0 landed and is visible);
-- the body's ``async_wait`` moves from its top to just before the first mma of the last K step (after
-  that step's fragment reads and after the ``async_commit``), and the yielded reads follow it, so
-  ``insert_barriers`` puts the barrier between the two.  With D = S - 1 copies in flight the same
-  ``pending = D - 1`` then means "stage i + 1 landed" (one more group was committed above it).
-Why (CUTLASS's multistage mainloop does the same): with the wait and barrier at the top, every warp
-reaches the barrier with no mma to issue and then waits for ``ldmatrix`` latency before its first mma;
-here the last K step's mmas, whose fragments are already in registers, cover both.
-Hazards: a stage is read only before the barrier of the iteration that reads it (the last K step's
-fragments are read before the wait; the prefetched step-0 fragments come from the next stage), and the
-copies that overwrite it are issued after that barrier (they sit in the next iteration's body) — the
-same write-after-read order as before.  The last iteration prefetches from a stage holding a re-fetched
-(clamped) tile: in bounds, never used.
+Requires: ``pipeline_loops`` (a ``cp.async`` body) and ``schedule_loops``.  Applies where
+``SchedulingConstraint.prefetch_fragments`` is on, the MMA is ``mma.sync`` and the body is a GEMM chain.
+Guarantees: K step 0's fragment reads become loop-carried values (read for iteration ``start`` before the
+loop, for ``i + 1`` from stage ``($STAGE + 1) % S`` at the end of the body); the body's ``async_wait``
+moves to just before the last K step's first mma, so the barrier sits between the two and the last K
+step's mmas cover the ``ldmatrix`` latency (as CUTLASS's multistage mainloop).  Hazards and why:
+docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """schedule_loops: order each loop body so the matrix units start early and the copies hide behind them.
 
-Requires: ``expand``, ``coarsen_loads`` (per-thread ops, K steps of mma clones in order) and
-``pipeline_loops`` (the body's ``async_copy`` nodes and their ``async_commit``, if pipelined).
-Guarantees, inside every ``iterate`` body:
-- the register reads feeding the mmas of K step ``s`` sit right before that step's first mma (first-use
-  order), so a thread holds the fragments of about one K step at a time;
-- the asynchronous global->shared copies of a later stage, then their ``async_commit``, sit after the
-  fragment reads of the second K step (the first, if there is only one), right before its first mma:
-  a warp's first mma no longer waits behind the issue of every copy after the barrier, and the copies
-  still leave early enough to land.  (Measured on an H200 at 4096^3 f16, 128x128x64 tiles: 307 -> 332
-  TFLOP/s; spreading the copies over all K steps raised the register count to 255 and spilled.)  In a
-  GEMM body (mma results feed only mmas and the yield) of three or more K steps, the second half of the
-  copies and the commit move on to the third K step: two bursts of copy issue between mmas instead of
-  one.  (H100, 4096^3 / 8192^3 f16 with fragment prefetch, ``benchmarks/mma_sync_schedules.py``:
-  128x256 376 -> 389 and 389 -> 408 TFLOP/s, 256x128 366 -> 387; same registers.)
-Data dependences are preserved: a fragment read only moves later, never before its memory operand's
-last write (writes to its tile precede the first mma); an ``async_copy`` writes a stage no read of this
-iteration touches, and stays after the body's ``async_wait`` (and the barrier placed after it).
+Requires: ``expand``, ``coarsen_loads``, ``pipeline_loops``.  Guarantees, inside every ``iterate`` body:
+the register reads feeding K step ``s`` sit right before its first mma; the copies of a later stage and
+their ``async_commit`` sit right before the second K step's first mma (in a GEMM body of three or more
+K steps, half of them move on to the third).  Data dependences are preserved.  Measurements:
+docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

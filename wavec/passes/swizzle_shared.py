@@ -1,22 +1,10 @@
 """swizzle_shared: lay out shared-memory tiles so the consumers' accesses are bank-conflict free.
 
-Requires: ``coarsen_loads`` (every shared access has its ``access`` kind or its ``accesses`` runs) and
-``promote_to_shared`` (``allocate`` nodes).  Guarantees: every ``allocate`` has ``kwargs["pad"]``, extra
-elements per row; tiles that ``layout_wgmma_operands`` gave a ``smem_layout`` keep theirs (pad 0).
-
-- **XOR swizzle** (``SchedulingConstraint.operand_swizzle`` "auto", the default, or a named width): a
-  tile that only ``ldmatrix`` reads and only 16-byte staging writes fill (the mma.sync operand tiles),
-  whose rows are whole 32-, 64- or 128-byte swizzle rows and whose row count is a multiple of 8, gets
-  the named ``SharedLayout`` swizzle where its rows are whole multiples of it, else the widest that fits
-  (pad 0): the 16-byte chunk ``c`` of row ``r`` sits at ``c ^ phase(r)``, so the 8 rows of an
-  ``ldmatrix`` phase and the 8 chunks of a copy phase both land in 8 different groups of 4 banks, and no
-  row starts inside a 32-byte sector.  Padded rows (below) start every other row 16 bytes into one: on
-  an H100 the copies of a 128x256 mma.sync GEMM then moved 1.55x the bytes from L2 that Triton's
-  swizzled tiles move (``docs/performance.md``).
-- **Padded rows** otherwise (and with ``operand_swizzle="none"``): rows of at least 16 bytes (and a
-  multiple of 16) are padded by 16 bytes: 8 consecutive rows then start in 8 different groups of 4 banks,
-  so every ``ldmatrix`` phase (8 rows x 16 bytes) is conflict free, and so are the copies' row-wise
-  16-byte stores when a row is at least 128 bytes.  Shorter rows leave those stores 2-way conflicting.
+Requires: ``coarsen_loads`` and ``promote_to_shared``.  Guarantees: every ``allocate`` has
+``kwargs["pad"]``; tiles with a ``smem_layout`` from ``layout_wgmma_operands`` keep it (pad 0).  An
+``ldmatrix``-read tile filled by 16-byte stores gets an XOR swizzle ``SharedLayout`` (per
+``SchedulingConstraint.operand_swizzle``) where its rows allow; other tiles (or ``"none"``) get rows
+padded by 16 bytes.  Bank arithmetic and measurements: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """widen_stores: 16-byte stores of mma.sync accumulators of 2-byte types (C of a GEMM in f16 / bf16).
 
-Requires: ``coarsen_loads`` (each write's runs) and ``mask_bounds`` (its masked dims).  Applies to the
-root graph's writes to 2-D global memories of a 32-lane target whose per-thread layout is the m16n8 accumulator's (rows
-``r`` and ``r + 8`` with ``r = LANE // 4``, columns ``2 * (LANE % 4) + {0, 1}`` of an 8-column N tile) and
-whose contiguous dimension is not provably indivisible by 8.  Guarantees: each group of four such writes
-to one memory, same rows, N tiles ``c, c + 8, c + 16, c + 24`` with ``c`` a multiple of 32 (the same
-expression otherwise), becomes one ``WideStore``: codegen transposes the four 4-byte words of each row
-within every quad of lanes (``gpu.shuffle xor``) so lane ``q`` holds the 8 columns of N tile ``c + 8q``
-and stores them as one 16-byte run, under the same bounds masks; when N is dynamic it tests
-``N % 8 == 0`` once (uniform) and keeps the four narrow writes for other N.  Not with
-``SchedulingConstraint.split_epilogue`` (its one-test form of the narrow stores is kept).
-Why: a warp's narrow store writes 8 rows x 16 bytes, one L2 request per row for 16 bytes; the widened one
-8 rows x 64 bytes in as many requests.  The H100 GEMM epilogue was bound by those requests (f32 C, twice
-the bytes, was faster than f16 C; docs/performance.md).
+Requires: ``coarsen_loads`` and ``mask_bounds``.  Guarantees: each group of four m16n8 accumulator writes
+to one 2-D global memory (N tiles ``c .. c + 24``, ``c`` a multiple of 32) becomes one ``WideStore``,
+which codegen transposes within lane quads (``gpu.shuffle xor``) into one 16-byte run per lane, under
+the same masks (a dynamic N tests ``N % 8 == 0`` once).  Not with ``split_epilogue``.  Why (L2 requests
+per warp store): docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

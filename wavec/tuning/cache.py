@@ -45,14 +45,9 @@ def versions() -> str:
 
 
 def gpu_name() -> str:
-    try:
-        import torch
+    from .devices import visible_name
 
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name()
-    except ImportError:
-        pass
-    return "no-gpu"
+    return visible_name() or "no-gpu"
 
 
 def entry_key(shape, dtypes, gpu: str, vers: str, dims: tuple[str, ...] | None = None) -> str:

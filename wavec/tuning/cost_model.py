@@ -9,29 +9,12 @@ workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / B
     sm_waves  = ceil(ctas / sms)                perimeter = sum_i grid_i * tile_i / 1024
     rounds    = sum over the waves of max(knee, fill of the wave)   (knee = 1: rounds = waves)
 
-``c0`` is launch/startup; ``c1`` the fixed part of a wave (prologue, epilogue); ``c2`` one K step of a
-full wave.  A wave filled below ``knee`` costs as much per K step as one filled to the knee: below it
-each CTA runs at its own latency-bound pace (a lone CTA is never faster than that), above it the step
-grows with the CTAs that share L2/HBM bandwidth.  ``c5`` is one K step per CTA queued on the busiest SM
-(co-resident CTAs share its tensor cores, so a grid of 1.5 SMs' worth runs at 2 per SM on most SMs);
-``c6`` one K step of the grid's compulsory traffic: each grid row reads its A panel and each column its B
-panel once (``grid_m * BLOCK_M + grid_n * BLOCK_N`` rows of BLOCK_K), which decides small-M GEMMs whose
-operands stream from HBM.  ``c3`` (per CTA) and ``c4`` (sub-wave) belong to the earlier form and are 0
-in what ``fit_config`` fits: in many-wave grids ``ctas`` is ``waves * slots``, so a fit could move the
-per-wave latency onto a per-CTA bandwidth term at no cost and then predicted an under-filled grid from
-that ramp (20 CTAs of 128x64 at half the time they take on an H100); they stay for stored models.
-
-``fit_config`` fits one configuration from at most 25 profiled shapes: for each knee of ``KNEES``
-non-negative least squares (Lawson-Hanson NNLS, relative error) on the five terms; the largest knee
-whose residual is within ``KNEE_TOL`` of the least (the latency-bound reading unless the data clearly
-says otherwise); then once more without the shapes it misses by more than ``OUTLIER`` (at most
-``MAX_DROP`` of them: a power or clock glitch in one timing otherwise decides a coefficient).  Every
-coefficient is a cost, so all are non-negative: a free fit on a couple of dozen shapes trades a negative
-term for a large positive one and predicts nonsense for the grids it never saw.
-
-``CostModel.choose`` is plain Python arithmetic over precomputed tuples, fast enough to pick a
-configuration on the host at dispatch time, and to prune an autotuning search to the configurations the
-model ranks best.
+``c0`` is launch/startup, ``c1`` the fixed part of a wave, ``c2`` one K step of a full wave, ``c5`` one
+K step per CTA queued on the busiest SM, ``c6`` one K step of the grid's compulsory panel traffic; ``c3``
+and ``c4`` belong to the earlier form, are 0 in what ``fit_config`` fits, and stay for stored models.
+``fit_config`` fits one configuration by non-negative least squares per knee of ``KNEES`` (why, and how
+knees and outliers are chosen: docs/tuning.md, "Cost model terms").  ``CostModel.choose`` is plain
+Python arithmetic, fast enough for host dispatch and for pruning a search.
 """
 
 from __future__ import annotations
@@ -235,13 +218,6 @@ class CostModel:
     _table: list | None = field(default=None, init=False, repr=False, compare=False)
     _table_of: tuple = field(default=(), init=False, repr=False, compare=False)
     _compiled: tuple | None = field(default=None, init=False, repr=False, compare=False)
-
-    def add(self, cfg: ConfigModel, rows) -> None:
-        """Append ``cfg`` with coefficients fitted to ``rows = [(cfg.features(shape), seconds)]`` (every
-        term, at ``cfg.knee``).  ``fit_shapes`` is the fit that chooses the knee and drops glitches."""
-        cfg.coef = fit(rows)
-        self.configs.append(cfg)
-        self.invalidate()
 
     def fit_shapes(self, cfg: ConfigModel, times) -> None:
         """Append ``cfg`` fitted (``fit_config``) to ``times = [(shape, seconds), ...]`` (≤ 25 used)."""

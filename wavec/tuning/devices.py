@@ -39,7 +39,7 @@ DEVICES: dict[str, Device] = {
 BY_ARCH = {"sm_90": "H100", "sm_90a": "H100", "sm_80": "A100", "gfx942": "MI300X"}  # a target's default
 
 
-def _visible_name() -> str | None:
+def visible_name() -> str | None:
     try:
         import torch
 
@@ -60,7 +60,7 @@ def lookup(name: str) -> Device | None:
 def device(name: str | None = None, target: str | None = None) -> Device:
     """``name``'s entry if given, else the visible GPU's, else ``target``'s default (sm_90 -> H100,
     sm_80 -> A100, gfx942 -> MI300X), else the H100.  Cached: the visible GPU is asked once."""
-    for candidate in (name, None if name else _visible_name()):
+    for candidate in (name, None if name else visible_name()):
         found = lookup(candidate) if candidate else None
         if found is not None:
             return found

@@ -1,15 +1,7 @@
-"""Evaluating a tuner: shape splits, regret, portfolios and time-budget planning.
-
-These are the pieces of ``benchmarks/tune_gemm.py`` that decide something and so deserve unit tests:
-
-* ``split_shapes``: a deterministic split of deduplicated shapes into the shapes a cost model is fitted on
-  (at most two thirds, at most 25 per configuration) and held-out shapes (the rest, at least a third),
-  stratified by the first dimension and covering grid fill and K within it;
-* ``regret``: how much slower a chosen configuration is than the best one measured;
-* ``portfolio``: the few configurations that cover every fitted shape within a tolerance (the model
-  chooses among those only: with fewer candidates, fewer badly extrapolated fits can win);
-* ``plan_holdout``: which held-out shapes get an exhaustive search and which only the model's top-k,
-  so that a run stays within its time budget.
+"""Evaluating a tuner (the parts of ``benchmarks/tune_gemm.py`` that decide something): ``split_shapes``
+(fit / held-out shapes), ``regret``, ``portfolio`` (the few configurations that cover every fitted shape
+within a tolerance) and ``plan_holdout`` (exhaustive search or the model's top-k per held-out shape,
+within a time budget).
 """
 
 from __future__ import annotations
@@ -41,20 +33,12 @@ def split_shapes(
     classes: Callable[[tuple[int, ...]], Iterable] | None = None,
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(fit shapes, held-out shapes) of the distinct ``shapes``: at most ``floor(fit_fraction * n)`` fit
-    shapes, the rest held out (in a seeded random order).  Deterministic given the shapes.
+    shapes, the rest held out (in a seeded random order); deterministic given the shapes.
 
-    ``max_fit`` caps the fit shapes seen by any one configuration.  Without ``classes`` every configuration
-    sees every shape, so it caps the total.  With ``classes`` (shape -> the classes of configurations that
-    serve it, e.g. the GEMM tile heights whose M range contains the shape's M: ``gemm.fit_classes``) it caps
-    each class, so a configuration that serves only part of the shapes (16-row tiles: M <= 64) is still
-    fitted on up to ``max_fit`` of its own shapes; a stratum is skipped once a class it belongs to is full.
-
-    Stratified by the first dimension (M): the fit shapes are dealt out round-robin over the groups of
-    equal M (ascending), so every size class (decode M = 1, 16, prefill M = 8192 ...) is fitted and held
-    out.  Within a group each pick is the shape farthest (``cover_coords``) from every shape picked so far,
-    in all groups: the fit set spans grid fill (CTAs of ``ref_tile`` tiles per SM: under-filled, one wave,
-    many) and K, the two things the per-configuration model must interpolate, rather than clustering on
-    large grids (a fit on three full grids says little about one that fills a third of the GPU)."""
+    ``max_fit`` caps the fit shapes any one configuration sees: the total, or with ``classes`` (shape ->
+    the classes of configurations serving it, e.g. ``gemm.fit_classes``) each class.  Stratified by M:
+    fit shapes are dealt round-robin over the groups of equal M, each pick the shape farthest
+    (``cover_coords``) from those picked so far, so the fit set spans grid fill and K."""
     uniq = sorted(dedupe(shapes))
     limit = int(fit_fraction * len(uniq))
     if classes is None:

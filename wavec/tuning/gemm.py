@@ -4,8 +4,6 @@ per shape."""
 
 from __future__ import annotations
 
-import time
-
 import wavec as wc
 
 from .cache import TuningCache, bucket, entry_key, gpu_name, model_key, versions
@@ -13,18 +11,8 @@ from .ceiling import device_rates, gemm_ceiling
 from .cost_model import ConfigModel, CostModel
 from .devices import device
 from .legality import ctas_per_sm
-from .plan import (  # noqa: F401 - re-exported for callers
-    DEFAULT_SPACE,
-    MMA_KINDS,
-    WGMMA_SPACE,
-    check_mma,
-    heuristic_plan,
-    mma_type_for,
-    schedule,
-    space_for,
-    tile_plan,
-)
-from .search import Candidate, _source, autotune
+from .plan import DEFAULT_SPACE, check_mma, heuristic_plan, mma_type_for, schedule, tile_plan
+from .search import Candidate, TuneOptions, _source, autotune, cache_entry
 
 FACTORY = "wavec.kernels.gemm:make_gemm"
 DIMS = ("M", "N", "K")
@@ -100,12 +88,12 @@ def _dtypes(dtype) -> list[str]:
     return [t, t, "float32"]
 
 
-def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **kw):
-    """``autotune`` of the GEMM factory over ``space`` (default ``DEFAULT_SPACE``) for ``shapes`` (M, N, K)."""
-    kw.setdefault("make_inputs", gemm_inputs(dtype))
-    return autotune(
-        FACTORY, space or DEFAULT_SPACE, shapes, fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS, **kw
-    )
+def tune_gemm(shapes, dtype=wc.f16, space: dict | None = None, **options):
+    """``autotune`` of the GEMM factory over ``space`` (default ``DEFAULT_SPACE``) for ``shapes`` (M, N, K);
+    ``options`` are further ``TuneOptions`` fields."""
+    options.setdefault("make_inputs", gemm_inputs(dtype))
+    opt = TuneOptions(fixed=_fixed(dtype), dtypes=_dtypes(dtype), dims=DIMS, **options)
+    return autotune(FACTORY, space or DEFAULT_SPACE, shapes, opt)
 
 
 def kernel_id(dtype=wc.f16, mma: str = "mma_sync") -> str:
@@ -140,18 +128,15 @@ def dispatch(
         return hit
     cache = _cache(dtype, target, mma, directory)
     entry = cache.get(entry_key((m, n, k), _dtypes(dtype), gpu_name(), versions(), DIMS))
+    stored = None if entry is not None else cache.get_model(model_key(_dtypes(dtype), gpu_name(), versions()))
     if entry is not None:
-        cand = Candidate.from_json(entry["best"])
-        out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), "cache")
+        cand, source = Candidate.from_json(entry["best"]), "cache"
+    elif stored is not None:
+        name = CostModel.from_json(stored["configs"]).choose((m, n, k)).name
+        cand, source = Candidate.from_json(stored["candidates"][name]), "model"
     else:
-        stored = cache.get_model(model_key(_dtypes(dtype), gpu_name(), versions()))
-        if stored is not None:
-            name = CostModel.from_json(stored["configs"]).choose((m, n, k)).name
-            cand = Candidate.from_json(stored["candidates"][name])
-            out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), "model")
-        else:
-            subs = heuristic_candidate(m, n, k, mma)
-            out = (subs.symbol_subs(), tuple(subs.kwargs_dict["waves"]), "heuristic")
+        cand, source = heuristic_candidate(m, n, k, mma), "heuristic"
+    out = (cand.symbol_subs(), tuple(cand.kwargs_dict.get("waves", (2, 2))), source)
     _DISPATCH[key] = out
     return out
 
@@ -186,16 +171,8 @@ def store_tuned(
             group = [g for g in group if common <= set(g[1])]
         best = min(common, key=lambda c: (sum(t[c] / min(t.values()) for _s, t in group), c.label))
         shape, times = max(group, key=lambda g: g[0])
-        entries[entry_key(shape, _dtypes(dtype), gpu, vers, DIMS)] = {
-            "shape": list(shape),
-            "shapes": [list(s) for s, _t in group],
-            "best": best.to_json(),
-            "best_label": best.label,
-            "seconds": times[best],
-            "times": {c.label: t for c, t in times.items()},
-            "metadata": (metadata or {}).get(best, {}),
-            "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-        }
+        entry = cache_entry(shape, best, times, (metadata or {}).get(best, {}))
+        entries[entry_key(shape, _dtypes(dtype), gpu, vers, DIMS)] = {**entry, "shapes": [list(s) for s, _t in group]}
     models = None
     if model is not None:
         by_label = {c.label: c for c in candidates}

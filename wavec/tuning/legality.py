@@ -1,21 +1,10 @@
 """The legality filter of the autotuner: which symbol bindings can compile and run on a target.
 
 Derived from the kernel's constraints, the target and the compiler itself, never written per kernel
-(DESIGN §9):
-
-* the constraints resolve under ``subs`` (``ConstraintSet``: positive tiles, wave tiles divide workgroup
-  tiles, threads per block <= 1024 and a multiple of the wave size) and the wave size is the target's;
-* the matrix instruction runs on this target's vendor, every wave tile of an ``mma``'s M and N is a
-  multiple of the instruction tile (m16n8k16: M % 16, N % 8; MFMA 16x16x16 / 32x32x8) and the K loop
-  tile a multiple of its K (the instruction's shape, checked before anything runs);
-* the pass pipeline itself runs on the traced kernel (``front_half``: every pass, no MLIR; ~10-30 ms):
-  a configuration a pass rejects (a copy that does not split among the threads, a schedule flag that does
-  not apply, ...) is illegal with the pass's message, and the shared memory (the ``allocate`` nodes'
-  stages x tile x bytes, plus the TMA mbarriers' slot) and the threads (a producer warpgroup included)
-  are read off its result, so they are the compiler's numbers, not a restatement of its rules.
-
-After compiling, :func:`reject_after_compile` rejects what ``ptxas`` reports as spilling or as using
-more registers than allowed.
+(DESIGN §9): the constraints resolve under ``subs`` and the wave size is the target's; the matrix
+instruction runs on the target's vendor and divides the wave and K tiles; the pass pipeline itself
+(``front_half``, no MLIR) accepts the configuration, and its result gives the shared memory and threads.
+After compiling, :func:`reject_after_compile` rejects spills and too many registers.
 """
 
 from __future__ import annotations

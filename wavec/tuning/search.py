@@ -1,21 +1,11 @@
 """``wc.autotune``: enumerate a space of configurations, filter, compile in parallel, time, cache.
 
-A configuration binds the kernel's free symbols (``subs``) and, for a kernel *factory* (a module-level
-function returning a ``@wc.wave`` kernel, e.g. ``wavec.kernels.gemm.make_gemm``), some of the factory's
-keyword arguments (``waves``, ``mma_type`` ...).  Space keys that are symbols, or strings that are not
-parameters of the factory, are symbols; the others are factory arguments::
-
-    wc.autotune(make_gemm, {BLOCK_M: [64, 128], BLOCK_N: [64, 128], BLOCK_K: [32, 64], NUM_STAGES: [2, 3],
-                            GROUP_M: [8], "waves": [(2, 2), (2, 4)]},
-                shapes=[(4096, 4096, 4096)], make_inputs=gemm_inputs, fixed={"dtype": wc.f16})
-
-Steps: legality filter (``legality.legal``) -> compile the survivors in a process pool (workers get
-``(factory import path, kwargs, subs)`` and return the artifact's metadata; the artifact itself lands in
-the shared on-disk compile cache, so the parent's ``wc.compile`` of the winner is a cache hit) ->
-``reject_after_compile`` (registers, spills) -> per shape, optional pruning by a cost model, warm-up, then
-``rounds`` rounds that each time every candidate once in a freshly shuffled order; a candidate's time is
-the median over rounds -> the best is written to the tuning cache, which later calls (and ``lookup``)
-dispatch from without compiling or timing.
+A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, some of its
+keyword arguments (space keys that are factory parameters).  Steps: ``legality.legal`` -> compile the
+survivors in a process pool (into the shared disk cache) -> ``reject_after_compile`` -> per shape,
+optional cost-model pruning, warm-up and ``rounds`` shuffled rounds (a candidate's time: the median) ->
+the best goes to the tuning cache, which later calls and ``lookup`` dispatch from.  Example and
+details: docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -36,7 +26,7 @@ from ..frontend.kernel import WaveKernel
 from .cache import TuningCache, entry_key, gpu_name, versions
 from .cost_model import CostModel
 from .legality import legal, reject_after_compile
-from .timing import Race, _Progress, cuda_event_timer, race_candidates, time_candidates  # noqa: F401 - re-exported
+from .timing import _Progress, cuda_event_timer, time_candidates
 
 # ----------------------------------------------------------------------------- values <-> JSON
 
@@ -287,15 +277,11 @@ def _dtypes_of(inputs) -> list[str]:
 class TuneOptions:
     """``autotune``'s knobs, validated once.
 
-    ``make_inputs(shape)`` returns the launch arguments for a shape; ``timer(candidate, fn)`` returns the
-    seconds of one measurement of ``fn()`` (default: CUDA events, needs a GPU).  ``fixed``: factory keyword
-    arguments common to every configuration (part of the kernel id).  ``target`` (default: the backend's)
-    and ``backend`` compile; ``dtypes`` name the inputs in cache keys (default: from ``make_inputs``);
-    ``workers``: compile processes (0: in-process).  ``warmup`` untimed then ``rounds`` interleaved
-    measurements per candidate; ``max_registers`` rejects after compiling.  ``model``/``prune_to``: a
-    ``CostModel`` whose configuration names are candidate labels; only the ``prune_to`` configurations it
-    ranks best for a shape are timed.  ``use_cache=False`` re-tunes cached shapes; ``gpu`` and ``dims`` key
-    the cache; ``progress`` draws bars on stderr; ``seed`` shuffles the rounds."""
+    ``make_inputs(shape)``: the launch arguments; ``timer(candidate, fn)``: seconds of one run of ``fn()``
+    (default: CUDA events); ``fixed``: factory arguments common to every configuration; ``dtypes``,
+    ``gpu``, ``dims``: cache key parts (defaults from the inputs and the device); ``workers``: compile
+    processes (0: in-process); ``model``/``prune_to``: time only the ``prune_to`` candidates a
+    ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed`` shuffles the rounds."""
 
     make_inputs: Callable | None = None
     timer: Callable | None = None
@@ -328,25 +314,14 @@ class TuneOptions:
             raise TuningError(message=f"TuneOptions: invalid {', '.join(f'{b}={getattr(self, b)!r}' for b in bad)}")
 
 
-def _options(options: TuneOptions | None, kw: dict) -> TuneOptions:
-    if options is not None and kw:
-        raise TuningError(message=f"autotune: pass options= or keyword options, not both ({sorted(kw)})")
-    if options is not None:
-        return options
-    unknown = set(kw) - set(TuneOptions.__dataclass_fields__)
-    if unknown:
-        raise TuningError(message=f"autotune: unknown options {sorted(unknown)}")
-    return TuneOptions(**kw)
-
-
-def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None, **kw) -> TuningResult:
+def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) -> TuningResult:
     """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
-    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``; or its fields as keyword
-    arguments).  Results are cached per (kernel, shape bucket, dtypes, GPU, versions); a cached shape is
-    answered without compiling or timing (``use_cache=False`` re-tunes)."""
+    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``).  Results are cached per
+    (kernel, shape bucket, dtypes, GPU, versions); a cached shape is answered without compiling or timing
+    (``use_cache=False`` re-tunes)."""
     from ..compiler import default_target
 
-    opt = _options(options, kw)
+    opt = options or TuneOptions()
     src = _source(kernel, opt.fixed or {})
     target = opt.target or default_target(opt.backend)
     cache = TuningCache(f"{src.kernel_id}@{target}")
@@ -380,7 +355,8 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None, **
         )
         best = min(times, key=times.__getitem__)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
-        cache.put(key, _entry(shape, best, times, result, len(cands)))
+        meta = result.metadata.get(best, {})
+        cache.put(key, cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected)))
     return result
 
 
@@ -445,7 +421,7 @@ def _default_timer():
     return cuda_event_timer
 
 
-def _entry(shape, best: Candidate, times: dict, result: TuningResult, candidates: int) -> dict:
+def cache_entry(shape, best: Candidate, times: dict, metadata: dict, **extra) -> dict:
     """The tuning cache's entry for one measured shape."""
     return {
         "shape": list(shape),
@@ -453,9 +429,8 @@ def _entry(shape, best: Candidate, times: dict, result: TuningResult, candidates
         "best_label": best.label,
         "seconds": times[best],
         "times": {c.label: t for c, t in times.items()},
-        "metadata": result.metadata.get(best, {}),
-        "candidates": candidates,
-        "rejected": len(result.rejected),
+        "metadata": metadata,
+        **extra,
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 

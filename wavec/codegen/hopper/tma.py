@@ -1,29 +1,8 @@
-"""Lowering rules of the TMA pipeline ops (``MBarrierInit``, ``MBarrierWait``, ``TmaFill`` of
-``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``; imported by the emitter only for
-kernels with tensor maps.
-
-- ``MBarrierInit`` -> ``memref.alloc`` of ``count`` i64 mbarriers in shared memory; thread 0 runs
-  ``mbarrier.init`` (one arrival each), ``fence.proxy.tensormap::generic.acquire.sys`` on each tensor map
-  (the host wrote them through the generic proxy; the TMA unit reads them through the tensormap proxy)
-  and ``fence.mbarrier_init``; then ``gpu.barrier`` so no thread waits on an uninitialised mbarrier.
-- ``MBarrierWait`` -> ``nvvm.mbarrier.try_wait.parity`` (NVVM lowers it to a try_wait loop).
-- ``MBarrierArrive`` -> lane 0 of each warp: ``mbarrier.arrive`` on the stage's empty mbarrier (the
-  empty mbarriers follow the ``count`` full ones).
-- ``TmaFill`` -> in thread 0, while ``iteration < stop``: for a refill with empty mbarriers,
-  ``try_wait.parity`` on the stage's empty mbarrier; ``mbarrier.arrive.expect_tx`` with the stage's bytes, then one
-  ``cp.async.bulk.tensor.{2..5}d.shared::cluster.global.mbarrier::complete_tx::bytes`` per box (the
-  argument's rank): coordinates (innermost first) = the tile's origin at that iteration along its two
-  dims, plus 64 elements per further 128-byte column of the tile, and along every other dim of the
-  argument (batch dims: box 1) the read's ``mapping`` (GQA heads) or the workgroup's offset;
-  destination = the stage's column ``[rows, 64]`` of the ``SWIZZLE_128B`` layout (the box the
-  hardware swizzles is exactly it: the tile is 1024-byte aligned).
-- ``WarpSpecialize`` -> ``scf.if`` on ``thread id >= consumers`` (uniform per warpgroup): the producer
-  branch runs ``nvvm.setmaxregister decrease`` (``setmaxnreg.dec.sync.aligned.u32``), then in its first
-  thread the tensor-map fences and an ``scf.for`` over the loop's iterations lowering the producer region
-  (the fills); the consumer branch runs ``setmaxregister increase`` and then every root node after the
-  split.  Index math of both branches is hoisted before the ``scf.if`` (a scope per branch).
-All index math is emitted before the ``scf.if`` (the index cache must not hand a value defined inside a
-region to code outside it); only casts sit inside.
+"""Lowering rules of the TMA pipeline ops (``MBarrierInit``, ``MBarrierWait``, ``MBarrierArrive``,
+``TmaFill``, ``WarpSpecialize`` of ``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``;
+imported by the emitter only for kernels with tensor maps.  What each op lowers to: docs/hopper.md,
+"Module contracts".  All index math is emitted before an ``scf.if`` (the index cache must not hand a
+value defined inside a region to code outside it); only casts sit inside.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``.
-
-- ``MatrixDescriptor`` -> the 64-bit ``wgmma`` matrix descriptor (PTX ISA, "Matrix Descriptor Format")
-  of the tile's ``SharedLayout`` (core matrices or 128-byte swizzle):
-  bits 0-13 start address >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 swizzle mode.  The start address
-  is the shared tile's address (``memref.extract_aligned_pointer_as_index``, emitted once before the
-  loops) plus the stage and the instruction tile's byte offset; the whole descriptor is one index
-  expression, so its loop-invariant part is hoisted like any other address.
-- ``WarpgroupMMA`` -> ``nvvm.wgmma.mma_async`` m64nNk16 (A K-major "row", B K-major "col"; an MN-major
-  tile flips its operand's layout: imm-trans = 1), or, with A in registers (``a_in_registers``), the same
-  instruction as inline PTX (``{a0..a3}``: no MLIR op has that form); the
-  accumulator is the layout's ``vector<N/2 x f32>`` outside a chain of wgmmas and the instruction's
-  ``!llvm.struct<(f32 x N/2)>`` inside it (LLVM folds the element moves): into it before the first
-  wgmma (``WgmmaAccumulator`` before a loop that carries it), out of it only at the
-  ``wgmma.wait_group`` that retires it, so no instruction touches asynchronously written registers.
-- ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` -> ``nvvm.wgmma.{fence,commit.group,wait.group}``;
-  ``ProxyFence`` -> ``nvvm.fence.proxy <async.shared>, space = <cta>``.
+"""Lowering rules of the Hopper ops (``frontend/ops_hopper.py``), registered in ``lowering.LOWERINGS``:
+``MatrixDescriptor`` (the 64-bit wgmma matrix descriptor, one index expression), ``WarpgroupMMA``
+(``nvvm.wgmma.mma_async``, or inline PTX with A in registers; the accumulator stays in the
+instruction's struct form inside a chain of wgmmas), ``WgmmaFence``/``WgmmaCommit``/``WgmmaWait`` and
+``ProxyFence``.  Details: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -76,15 +64,10 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
 
 def split_descriptor(low: ir.Value, high: int) -> ir.Value:
     """The 64-bit descriptor from its low word (an ``index``: start address >> 4 plus the LBO field) and its
-    constant high word (SBO, swizzle mode): ``zext(trunc_32(low)) | high << 32``.  The low word never
-    carries into the high one (a shared address >> 4 is below 2**28, the LBO field below 2**30), so this is
-    the same value as the 64-bit sum ``address / 16 + bits``; but it keeps every descriptor's high word
-    a constant in the PTX (``or.b64`` with ``high << 32``) instead of the high half of a 64-bit add chain.
-    With the add chain, ptxas 12.9 took the high word of the per-warpgroup A descriptors of a peeled first
-    loop iteration from an unrelated register (warp-specialized 128x256 and 128x192 tiles, two consumer
-    warpgroups: no swizzle and SBO 0 in the first K tile's wgmmas, wrong results on an H100; ptxas 13.5
-    computes it); built so, as CUTLASS's ``GmmaDescriptor`` is (32-bit start-address field, constant
-    rest), the high word is a constant ptxas materialises itself (``ptx_check.wgmma_descriptor_violations``)."""
+    constant high word (SBO, swizzle mode): ``zext(trunc_32(low)) | high << 32``, the same value as the
+    64-bit sum (the low word never carries), but with a constant high word in the PTX, as CUTLASS's
+    ``GmmaDescriptor``: ptxas 12.9 miscompiled the add chain (docs/hopper.md, "Module contracts",
+    ``codegen/ptx_check.py``; checked by ``ptx_check.wgmma_descriptor_violations``)."""
     i32, i64 = ir.IntegerType.get_signless(32), ir.IntegerType.get_signless(64)
     word = arith.extui(i64, arith.index_cast(i32, low))
     hi = high << 32

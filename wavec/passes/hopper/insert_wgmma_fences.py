@@ -1,37 +1,14 @@
 """insert_wgmma_fences: turn warpgroup MMAs into ``wgmma`` ops and place the fences and groups that
 order them (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
 
-Requires: ``coarsen_loads`` (operand reads marked ``access = "descriptor"``), ``pipeline_loops``
-(stages, ``iterate.meta["wgmma_groups_in_flight"]``) and ``insert_barriers`` (the barriers that publish
-shared writes).  Applies to loop bodies with mmas of a warpgroup MMA type.  Guarantees, per body:
-- every descriptor read becomes a ``MatrixDescriptor`` (keeping its layout and stage) and every mma a
-  ``WarpgroupMMA`` on the two descriptors and the accumulator;
-- a ``ProxyFence`` (``fence.proxy.async.shared::cta``) right before each barrier that follows, since
-  the previous barrier, a generic-proxy shared write (a ``write`` to shared memory, or the completion of
-  ``cp.async`` copies at an ``async_wait``): every writing thread fences its own writes, then the
-  barrier lets the warpgroups' wgmmas (async proxy) read them;
-- a GEMM-like body (``chains_only``: the mma results feed only the next mma's accumulator and the
-  yield) with one group in flight (``wgmma_groups_in_flight = 1``, S >= 3): one ``WgmmaFence`` before the
-  first ``WarpgroupMMA``, one ``WgmmaCommit`` after the last, the body's ``async_copy`` nodes and their
-  ``async_commit`` right after it (issued while the tensor cores run this group; they write stage
-  ``(i + D) % S``, D = S - 2, which no group in flight reads), then ``WgmmaWait(pending=1)``: group
-  ``i - 1`` is complete, so after the next barrier nobody reads the stage the next copies overwrite.  The
-  loop carries the accumulators in wgmma form (``WgmmaAccumulator`` of each init before the loop) and a
-  ``WgmmaWait(pending=0, retire=results)`` right after the loop's last ``get_result`` retires them; with
-  TMA the ``tma_fill`` moves after the commit too, and with stages released through empty mbarriers the
-  ``mbarrier_arrive`` and then the ``tma_fill`` follow the wait (the fill may wait for the release of the
-  group this wait retired);
-- a GEMM-like body with no group in flight (S <= 2): the same, with ``WgmmaWait(pending=0, retire=...)``
-  (the accumulator is complete before anything else reads it and no stage is read any more when the next
-  barrier lets the copies overwrite it);
-- any other body (attention: S = QKᵀ read by the softmax, P and ``acc * alpha`` written by ordinary ops
-  before P·V): a ``WgmmaFence`` before each wgmma with no fence since the last wait, or whose
-  accumulator or A registers were written by another instruction since the last fence; a
-  ``WgmmaCommit`` + ``WgmmaWait(pending=0, retire=...)`` before the first non-wgmma reader of an
-  in-flight result and before the yield (``retire``: the results that anything but a wgmma reads,
-  which only then leave the wgmma register form); the copies (or the ``tma_fill``, whose stage the
-  barrier after the full mbarrier wait released: every warp passed the previous iteration's final
-  ``wgmma_wait(0)``) move right after the first commit.
+Requires: ``coarsen_loads``, ``pipeline_loops`` (stages, ``iterate.meta["wgmma_groups_in_flight"]``),
+``insert_barriers``.  Guarantees, per loop body with warpgroup mmas: descriptor reads become
+``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier that publishes
+generic-proxy shared writes; for a GEMM-like body one fence / commit / wait per iteration (the copies
+issued after the commit, ``WgmmaWait(pending=1)`` with a group in flight, else 0) and accumulators
+carried in wgmma form; for any other body (attention) a fence before each wgmma whose registers were
+written since the last one and a commit + wait before each non-wgmma reader.  The full contract:
+docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

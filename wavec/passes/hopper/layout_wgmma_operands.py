@@ -1,26 +1,13 @@
 """layout_wgmma_operands: check a warpgroup-MMA (Hopper ``wgmma``) kernel and choose the shared-memory
 layout of its operands.
 
-Requires: ``promote_to_shared`` (MMA operands staged through ``allocate`` tiles).  Applies only when the
-HardwareConstraint's MMA type is a warpgroup type.  Guarantees, or a ``ConstraintError`` naming what was
-expected:
-- the target is ``sm_90a`` (``wgmma`` exists only there; ``sm_90`` without the ``a`` cannot run it);
-- per ``mma``: operand and accumulator dtypes are the type's; the wave (warpgroup) tile of M is a
-  multiple of 64, the wave tile of N has a legal instruction N (a multiple of 8, at most 256, dividing
-  it), the K loop tile is a multiple of 16, and
-  B is read from a shared-memory tile (through a matrix descriptor, so ``promote_operands`` must stay
-  on); A too, or it is a register value (``mma.meta["a_in_registers"] = True``: wgmma's register-A form,
-  per warp the m16n8k16 A fragment of its 16 rows; e.g. P in attention, or Q read before the loop);
-- each such tile gets ``kwargs["smem_layout"]``, a ``SharedLayout`` chosen by
-  ``SchedulingConstraint.operand_swizzle``: a 128-, 64- or 32-byte swizzle ("auto": the widest whose
-  rows the tile's K rows are whole multiples of; or named) or the no-swizzle core-matrix layout
-  ("none", or "auto" when none fits), K-major when the tile is stored contiguous along K, MN-major
-  (``mn_major``, read with imm-trans = 1) when stored [K, M/N] (``wc.permute`` of the read; e.g. V in
-  attention, B given as [K, N]), and ``kwargs["pad"] = 0`` (``swizzle_shared`` leaves it alone);
-  for core-matrix tiles the read that stages it gets ``meta["copy_layout"]`` = that layout, so
-  ``infer_indices`` distributes the copy bank-conflict free for it (``core_copy_layout``); swizzled
-  tiles keep the row-wise copy, which is conflict free on them (each 8-thread store phase covers 128
-  contiguous logical bytes, whose chunks the XOR spreads over the 8 bank groups).
+Requires: ``promote_to_shared``.  Applies only for a warpgroup MMA type.  Guarantees, or a
+``ConstraintError`` naming what was expected: the target is ``sm_90a``; each ``mma`` has the type's
+dtypes, legal wave tiles (M a multiple of 64, a legal instruction N, K a multiple of 16), B (and A,
+unless ``meta["a_in_registers"]``) in shared memory; each such tile gets ``kwargs["smem_layout"]`` (by
+``SchedulingConstraint.operand_swizzle``, K- or MN-major) and ``kwargs["pad"] = 0``; core-matrix tiles
+also get the staging read's ``meta["copy_layout"]``.  The full contract: docs/hopper.md, "Module
+contracts".
 """
 
 from __future__ import annotations

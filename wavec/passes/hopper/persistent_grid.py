@@ -1,29 +1,13 @@
 """persistent_grid: a persistent launch grid whose workgroups loop over the output tiles.
 
-Applies when ``SchedulingConstraint(persistent=True)``.  Requires: ``pipeline_loops`` pipelined the one
-root-graph ``iterate`` with TMA (``pipeline_tma``, which then counts stages and parities from the running
-K iteration ``$TILE_COUNT * iterations + i - start``), ``reorder_workgroups`` set the grouped remap (or
-none, ``group_size = 1``), ``insert_wgmma_fences`` placed the loop's ``WgmmaWait(pending=0)`` after it;
-workgroup axes 0 and 1 and no other; no ``start``/``end`` on the loop.  Anything else is a
-``ConstraintError`` that says why.  With ``warp_specialize`` the marker goes after the split (the
-consumers loop over the tiles; the producer's lowering walks the same tiles, ``codegen.hopper.tma``).
-
-Guarantees:
-- ``ctx.grid_override`` = ``(min(tiles, WAVEC_SMS * per_sm), 1, 1)``: ``WAVEC_SMS`` is the device's SM
-  count, supplied by the launcher at launch (the emulator's launcher: ``EMULATED_SMS``); ``per_sm`` is
-  the workgroups one SM holds by shared memory and threads (:func:`workgroups_per_sm`);
-- a ``PersistentTiles`` node right after the ``MBarrierInit`` (and the ``WarpSpecialize`` split;
-  allocations and mbarrier initialisation run once): every root node after it (the prologue fills, the K
-  loop, the epilogue) runs per tile ``$TILE`` in ``range(block id, tiles, grid size)``; ``$WG0``/``$WG1``
-  come from ``$TILE`` in the order ``reorder_workgroups`` gives ``$PID`` (grouped by GROUP_M, else
-  row-major); ``ctx.persistent`` holds the tiles and the remap (``lowering`` then binds no workgroup id
-  before the tile loop);
-- stages released through empty mbarriers with a wgmma group in flight: an ``MBarrierArrive`` after the
-  loop's final ``WgmmaWait(pending=0)`` releases the stage of the tile's last iteration (inside the loop
-  iteration i releases i - 1), so every fill of the running count has its release and the next tile's
-  prologue refills wait for the right phases; stages released by the workgroup barrier: a barrier at the
-  start of every tile (all warpgroups retired the previous tile's wgmmas before a prologue fill
-  overwrites a stage).
+Applies when ``SchedulingConstraint(persistent=True)``.  Requires: the one root-graph ``iterate``
+pipelined with TMA, ``reorder_workgroups`` and ``insert_wgmma_fences`` run, workgroup axes 0 and 1 only,
+no ``start``/``end`` on the loop; anything else is a ``ConstraintError``.  Guarantees:
+``ctx.grid_override = (min(tiles, WAVEC_SMS * per_sm), 1, 1)``; a ``PersistentTiles`` node after the
+``MBarrierInit`` (and the ``WarpSpecialize`` split) makes every later root node run per tile, with
+``$WG0``/``$WG1`` from the tile in ``reorder_workgroups``' order; the last stage of each tile is released
+(``MBarrierArrive``, or a barrier at each tile's start).  The full contract: docs/hopper.md, "Module
+contracts".
 """
 
 from __future__ import annotations

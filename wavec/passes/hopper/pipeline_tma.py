@@ -1,36 +1,14 @@
 """The TMA variant of ``pipeline_loops`` (Hopper ``cp.async.bulk.tensor`` completing on mbarriers).
 
 Not a pass of its own: ``pipeline_loops`` calls :func:`tma_plan` for each loop it pipelines and, when
-that returns a plan, :func:`pipeline_tma` instead of its ``cp.async`` rewrite.
-
-Requires (checked by :func:`tma_plan`, which otherwise returns the reason TMA does not apply): target
-``sm_90a`` with a warpgroup MMA type; every global->shared copy of the body stages a kernel argument of
-rank 2 into a tile with the 128-byte swizzle (``layout_wgmma_operands``), tile dimensions in the
-argument's order (the last contiguous), no ``mapping``, at most 256 rows, whole 128-byte rows along the
-last dimension.  Guarantees, for S stages, L wgmma groups left in flight per iteration (1 when S >= 3)
-and a stage-release scheme ``war`` (:func:`choose_war` unless ``async_copy`` names one):
-- prefetch distance D = S - 1 - L with ``war = "barrier"``, D = S - 1 with ``war = "mbarrier"``; the
-  copies of the body become one ``TmaFill`` of stage ``(i + D) % S`` for iteration ``i + D``, issued
-  only while ``i + D < stop`` (so no copy is in flight when the loop ends and every mbarrier phase that
-  completes is waited for); a prologue of ``TmaFill`` for iterations ``0 .. D - 1`` into stages
-  ``0 .. D - 1``; an ``MBarrierInit`` of S "full" mbarriers (and S "empty" ones) before it;
-- the body begins with ``MBarrierWait`` on the full mbarrier of stage ``i % S`` for parity
-  ``(i // S) % 2`` (the k-th use of a stage waits for its k-th phase) in place of ``async_wait``; RAW
-  needs no barrier and no proxy fence (TMA writes through the async proxy; the phase publishes them);
-- WAR, ``war = "barrier"``: ``insert_barriers`` keeps one workgroup barrier after the wait, which orders
-  every warpgroup's retirement of the stage the next fill overwrites (as for ``cp.async``);
-  ``war = "mbarrier"``: no barrier in the loop; an ``MBarrierArrive`` (lane 0 of every warp, on the
-  empty mbarrier of stage ``(i - L) % S``, from iteration L on) that ``insert_wgmma_fences`` puts after
-  the wgmma wait retiring group ``i - L``, then the fill, whose thread first waits for the release of
-  the stage's previous fill (the k-th refill waits for phase k - 1 of the stage's empty mbarrier);
-- one ``TensorMapRequest`` per (argument, box) in ``ctx.tensor_maps`` (box = 64 elements x tile rows:
-  the swizzle span; a tile of BLOCK_K = 128 is two boxes per stage), and the argument's last dimension
-  must be a multiple of 16 bytes (``ctx.requirements``: TMA strides are multiples of 16 bytes).
-Out-of-bounds box elements are zero-filled by the hardware: masked M, N and K edges need nothing else.
-Persistent grid (``SchedulingConstraint(persistent=True)``): every stage, parity and refill count above
-uses the running iteration ``i - start + $TILE_COUNT * iterations`` (:func:`k_base`) instead of
-``i - start``, and the carried stage starts at ``base % S`` (``ctx.stage_start``); the fill's ``stop``
-test stays per tile.  ``persistent_grid`` adds the tile loop and the release of each tile's last stage.
+that returns a plan, :func:`pipeline_tma` instead of its ``cp.async`` rewrite.  Requires (checked by
+:func:`tma_plan`, which otherwise returns the reason): ``sm_90a``, a warpgroup MMA type, rank-2 kernel
+arguments staged into 128-byte-swizzled tiles of whole rows.  Guarantees: the copies become one
+``TmaFill`` per iteration ``i + D`` (``D = S - 1 - L``, or ``S - 1`` with stages released through empty
+mbarriers) behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for
+parity ``(i // S) % 2``; stages are released by a barrier or by ``MBarrierArrive``; one
+``TensorMapRequest`` per (argument, box).  Persistent grids count from :func:`k_base`.  The full
+contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -56,9 +34,8 @@ MAX_RANK = 5  # cp.async.bulk.tensor.{1..5}d
 def choose_war(stages: int, lag: int) -> str:
     """How "auto"/"tma" release stages.  Empty mbarriers prefetch one tile further (S - 1 instead of
     S - 1 - lag) but issue each fill later in the iteration (after the wgmma wait, behind a wait for
-    every warp's release).  Measured on an H200 (128x256x64, 2 warpgroups, f16/bf16, 4096^3 and 8192^3):
-    3 stages 563 vs 519 TFLOP/s for empty mbarriers; 4 stages 0.1-2% for the barrier in all four cases.
-    So: empty mbarriers while the barrier's prefetch distance would be below 2 tiles, else the barrier."""
+    every warp's release).  So: empty mbarriers while the barrier's prefetch distance would be below 2
+    tiles, else the barrier (measurements: docs/hopper.md, "TMA")."""
     return "mbarrier" if stages - 1 - lag < 2 else "barrier"
 
 

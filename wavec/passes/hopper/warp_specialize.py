@@ -1,30 +1,12 @@
 """warp_specialize: split a TMA-pipelined wgmma loop between a producer warpgroup and the consumers.
 
 Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: ``pipeline_loops`` took TMA with
-stages released through empty mbarriers (it forces both, or raised a ``ConstraintError`` saying why), and
-``insert_wgmma_fences`` placed the consumers' ``mbarrier_arrive`` after the wgmma wait that retires the
-group reading the released stage.  Exactly one such loop, in the root graph.
-
-Guarantees:
-- every ``TmaFill`` of the loop (the prologue's and the body's) is gone; the new region ``producer_<n>``
-  holds one ``TmaFill`` of iteration ``$ARG_<dim>`` into stage ``(i - start) % S``: its k-th refill of a
-  stage (``i >= start + S``) first waits for phase ``k - 1`` of the stage's empty mbarrier (every consumer
-  warp retired the wgmma group that read the previous fill), then announces the bytes and issues the
-  boxes.  The prefetch depth is the full S stages;
-- a ``WarpSpecialize`` node right after the ``MBarrierInit`` (and every node the producer captures):
-  the extra warpgroup (threads ``consumers .. consumers + 127``) runs the producer region over the loop's
-  iterations, one elected thread issuing; every root node after it runs in the consumers only (their
-  loop: full wait, fence, wgmmas, commit, ``wgmma.wait_group 1``, release, no workgroup barrier; then
-  the epilogue).  ``$WAVE``/``$LANE`` and every layout keep referring to the consumers;
-  ``ctx.producer_threads = 128`` makes the block ``consumers + 128`` threads;
-- ``kwargs["regs"]`` = (producer, consumer) ``setmaxnreg`` counts from :func:`register_split`;
-- the ``MBarrierInit`` no longer fences the tensor maps (``fence_maps=False``): the producer's issuing
-  thread does, before its first fill;
-- no workgroup barrier follows the split (the producer never reaches one): a ``Barrier`` node after it
-  is a ``ConstraintError``;
-- persistent grid: the producer's fills count stages, parities and refills from the running iteration
-  (``pipeline_tma.k_base``); its lowering loops over the same tiles as the consumers' ``PersistentTiles``
-  (which ``persistent_grid`` puts after the split).
+stages released through empty mbarriers, ``insert_wgmma_fences`` placed the consumers'
+``mbarrier_arrive``; exactly one such loop, in the root graph.  Guarantees: the loop's ``TmaFill`` nodes
+move into a ``producer_<n>`` region (full S-stage prefetch, each refill waiting on the stage's empty
+mbarrier) run by an extra warpgroup after a ``WarpSpecialize`` node; every later root node runs in the
+consumers only; ``ctx.producer_threads = 128``; ``kwargs["regs"]`` from :func:`register_split`; no
+workgroup barrier after the split.  The full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
