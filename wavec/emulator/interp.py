@@ -24,6 +24,7 @@ Handler = Callable[["Compiler", ir.Operation], "Instr | None"]
 
 #: op name -> handler that compiles one op into an Instr (or None for ops with no runtime effect).
 OPS: dict[str, Handler] = {}
+KDYN = -(2**63)  # a dynamic size, offset or position in a static list of an op's attribute
 
 
 def register(*names: str) -> Callable[[Handler], Handler]:
@@ -75,6 +76,42 @@ def constant(o: int, val: Any) -> Instr:
         st.env[o] = val
 
     return run
+
+
+def elementwise(c: Compiler, op: ir.Operation, fn: Callable[..., Any]) -> Instr:
+    """An instruction binding the op's one result to ``fn`` of its operands' values."""
+    ins, (o,) = c.ins(op), c.outs(op)
+    if len(ins) == 1:
+        (a,) = ins
+
+        def run1(st: State) -> None:
+            st.env[o] = fn(st.env[a])
+
+        return run1
+    if len(ins) == 2:
+        a, b = ins
+
+        def run2(st: State) -> None:
+            env = st.env
+            env[o] = fn(env[a], env[b])
+
+        return run2
+
+    def run(st: State) -> None:
+        env = st.env
+        env[o] = fn(*[env[i] for i in ins])
+
+    return run
+
+
+def no_effect(c: Compiler, op: ir.Operation) -> None:
+    """The handler of an op with no runtime effect in the emulator."""
+    return None
+
+
+def enum_name(attr: ir.Attribute) -> str:
+    """The case of an enum attribute: ``add`` for ``#gpu<all_reduce_op add>`` or ``#vector.kind<add>``."""
+    return str(attr).split("<")[-1].rstrip(">")
 
 
 def run_block(st: State, instrs: list[Instr]) -> None:
@@ -136,8 +173,7 @@ class Compiler:
     def outs(self, op: ir.Operation) -> list[int]:
         return [self.slot(v) for v in op.results]
 
-    def loc(self, op: ir.Operation) -> str:
-        return location(op)
+    loc = staticmethod(location)
 
     def op_id(self, op: ir.Operation) -> int:
         """A small integer naming the op (index into ``State.locs``), for the race checker."""

@@ -1,4 +1,5 @@
-"""``memref`` ops and ``hal.interface.binding.subspan``: building strided views, scalar loads/stores.
+"""``memref`` ops and ``hal.interface.binding.subspan``: building strided views (scalar loads/stores are
+handled with vector ones, in ``ops_vector``).
 
 Workgroup allocations (``#gpu.address_space<workgroup>``) are one buffer per workgroup, filled with
 0xFF bytes (NaN for floats, -1 for ints) so that a read of a never-written element shows.  Private
@@ -10,12 +11,10 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, register, uniform
-from wavec.emulator.memory import MemRef, SharedBuf, element_indices, load, row_major, store
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, no_effect, register, uniform
+from wavec.emulator.memory import MemRef, SharedBuf, row_major
 from wavec.emulator.types import elem_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _mtype(t: ir.Type) -> ir.MemRefType:
@@ -24,9 +23,10 @@ def _mtype(t: ir.Type) -> ir.MemRefType:
     return t
 
 
-def _fill_shape(shape: list[int], dyn: list[int]) -> tuple[int, ...]:
+def _uniforms(static: list[int], dyn: list[int], st: State, what: str) -> list[int]:
+    """Static values with the dynamic ones (which must be uniform) filled in."""
     it = iter(dyn)
-    return tuple(int(next(it)) if s == KDYN else s for s in shape)
+    return [uniform(st.env[next(it)], what) if s == KDYN else s for s in static]
 
 
 def _layout_strides(mt: ir.MemRefType, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -57,7 +57,7 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
         if binding >= len(st.bindings):
             raise EmulatorError(message=f"{loc}: binding {binding} not given")
         off = uniform(st.env[off_slot], "subspan offset") if off_slot is not None else 0
-        shape = _fill_shape(static_shape, [uniform(st.env[d], "subspan size") for d in dyn])
+        shape = tuple(_uniforms(static_shape, dyn, st, "subspan size"))
         arr_in = np.asarray(st.bindings[binding])
         if not arr_in.flags.c_contiguous:
             raise EmulatorError(message=f"{loc}: binding {binding} is not contiguous (writes would be lost)")
@@ -65,30 +65,21 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
         n = et.mem.itemsize
         if off % n or off > raw.size:
             raise EmulatorError(message=f"{loc}: byte offset {off} invalid for binding {binding}")
-        arr = raw[off : off + (raw.size - off) // n * n].view(et.mem)
-        st.env[o] = MemRef(
-            arr,
-            0,
-            shape,
-            _layout_strides(mt, shape),
-            et,
-            f"binding {binding}",
-            extra={"binding": binding, "byte_offset": off},
-        )
+        arr, strides = raw[off : off + (raw.size - off) // n * n].view(et.mem), _layout_strides(mt, shape)
+        extra = {"binding": binding, "byte_offset": off}
+        st.env[o] = MemRef(arr, 0, shape, strides, et, f"binding {binding}", extra=extra)
 
     return run
 
 
 @register("memref.alloc", "memref.alloca")
 def _alloc(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    dyn = c.ins(op)
+    dyn, (o,) = c.ins(op), c.outs(op)
     mt = _mtype(op.results[0].type)
-    et, shared, static_shape = elem_type(mt.element_type), is_workgroup(mt), list(mt.shape)
-    name = f"{c.loc(op)}"
+    et, shared, static_shape, name = elem_type(mt.element_type), is_workgroup(mt), list(mt.shape), c.loc(op)
 
     def run(st: State) -> None:
-        shape = _fill_shape(static_shape, [uniform(st.env[d], "alloc size") for d in dyn])
+        shape = tuple(_uniforms(static_shape, dyn, st, "alloc size"))
         n = int(np.prod(shape)) if shape else 1
         strides = _layout_strides(mt, shape)
         if shared:
@@ -100,11 +91,6 @@ def _alloc(c: Compiler, op: ir.Operation) -> Instr:
             st.env[o] = MemRef(arr, np.arange(st.lanes, dtype=np.int64) * n, shape, strides, et, name)
 
     return run
-
-
-def _mixed(static: list[int], dyn: list[int], st: State) -> list:
-    it = iter(dyn)
-    return [np.asarray(st.env[next(it)], np.int64) if s == KDYN else s for s in static]
 
 
 def _drop_dims(sizes: list[int], rank: int) -> list[int]:
@@ -136,11 +122,9 @@ def _subview(c: Compiler, op: ir.Operation) -> Instr:
 
     def run(st: State) -> None:
         m: MemRef = st.env[src]
-        offs = _mixed(s_off, d_off, st)
-        sizes = [
-            int(uniform(s, "subview size")) if isinstance(s, np.ndarray) else s for s in _mixed(s_size, d_size, st)
-        ]
-        strs = [int(uniform(s, "subview stride")) if isinstance(s, np.ndarray) else s for s in _mixed(s_str, d_str, st)]
+        it = iter(d_off)
+        offs = [np.asarray(st.env[next(it)], np.int64) if s == KDYN else s for s in s_off]  # may differ per lane
+        sizes, strs = _uniforms(s_size, d_size, st, "subview size"), _uniforms(s_str, d_str, st, "subview stride")
         offset = m.offset
         for d, (of, sz, sd) in enumerate(zip(offs, sizes, strs, strict=False)):
             last = np.asarray(of) + (sz - 1) * sd
@@ -158,55 +142,17 @@ def _subview(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-@register("memref.load")
-def _load(c: Compiler, op: ir.Operation) -> Instr:
-    (m, *idx), (o,) = c.ins(op), c.outs(op)
-    loc, oid = c.loc(op), c.op_id(op)
-
-    def run(st: State) -> None:
-        mem = st.env[m]
-        st.env[o] = load(st, mem, element_indices([st.env[i] for i in idx], (), []), loc, oid)
-
-    return run
-
-
-@register("memref.store")
-def _store(c: Compiler, op: ir.Operation) -> Instr:
-    v, m, *idx = c.ins(op)
-    loc, oid = c.loc(op), c.op_id(op)
-
-    def run(st: State) -> None:
-        mem = st.env[m]
-        store(st, mem, element_indices([st.env[i] for i in idx], (), []), st.env[v], loc, oid)
-
-    return run
-
-
 @register("memref.assume_alignment", "memref.cast", "memref.memory_space_cast")
 def _identity(c: Compiler, op: ir.Operation) -> Instr | None:
-    if not op.results:
-        return None
-    (src,), (o,) = c.ins(op)[:1], c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = st.env[src]
-
-    return run
+    return elementwise(c, op, lambda src, *_: src) if op.results else None
 
 
-@register("memref.dealloc")
-def _dealloc(c: Compiler, op: ir.Operation) -> None:
-    return None
+register("memref.dealloc")(no_effect)
 
 
 @register("memref.dim")
 def _dim(c: Compiler, op: ir.Operation) -> Instr:
-    (m, d), (o,) = c.ins(op), c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = np.array([st.env[m].shape[uniform(st.env[d], "memref.dim index")]], np.int64)
-
-    return run
+    return elementwise(c, op, lambda m, d: np.array([m.shape[uniform(d, "memref.dim index")]], np.int64))
 
 
 @register("memref.reinterpret_cast")
@@ -216,9 +162,8 @@ def _reinterpret(c: Compiler, op: ir.Operation) -> Instr:
 
     def run(st: State) -> None:
         m: MemRef = st.env[src]
-        (off,) = [uniform(x, "offset") if isinstance(x, np.ndarray) else x for x in _mixed(s_off, d_off, st)]
-        sizes = tuple(uniform(x, "size") if isinstance(x, np.ndarray) else x for x in _mixed(s_size, d_size, st))
-        strs = tuple(uniform(x, "stride") if isinstance(x, np.ndarray) else x for x in _mixed(s_str, d_str, st))
+        (off,) = _uniforms(s_off, d_off, st, "offset")
+        sizes, strs = tuple(_uniforms(s_size, d_size, st, "size")), tuple(_uniforms(s_str, d_str, st, "stride"))
         st.env[o] = MemRef(m.arr, off, sizes, strs, m.et, m.name, m.shared, m.byte_base)
 
     return run
@@ -242,7 +187,7 @@ def _reshape(c: Compiler, op: ir.Operation) -> Instr:
                 shape.append(int(np.prod([m.shape[i] for i in g])))
                 strides.append(m.strides[g[-1]] if g else 1)
         else:
-            shape = list(_fill_shape(out_static, [uniform(st.env[d], "expand size") for d in ins[1:]]))
+            shape = _uniforms(out_static, ins[1:], st, "expand size")
             strides = [0] * len(shape)
             for src_dim, g in enumerate(groups):
                 acc = m.strides[src_dim]

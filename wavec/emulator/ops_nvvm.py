@@ -29,8 +29,9 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.abi import FENCE_OPERANDS
-from wavec.emulator.interp import Compiler, Instr, State, constant, full_lanes, register
+from wavec.emulator.interp import Compiler, Instr, State, constant, elementwise, enum_name, full_lanes, register
 from wavec.emulator.memory import SharedBuf
+from wavec.emulator.ops_vector import insert_at
 from wavec.emulator.types import bf16_bits_to_f32
 from wavec.errors import EmulatorError
 
@@ -96,16 +97,8 @@ def _position(op: ir.Operation) -> int:
 
 @register("llvm.insertvalue")
 def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
-    (container, value), (o,) = c.ins(op), c.outs(op)
-    pos, where = _position(op), c.loc(op)
-
-    def run(st: State) -> None:
-        s, v = _settled(st.env[container], where), np.asarray(st.env[value], np.float32).reshape(-1)
-        out = np.array(np.broadcast_to(s, (max(s.shape[0], v.shape[0]), s.shape[1])))
-        out[:, pos] = v
-        st.env[o] = out
-
-    return run
+    pos, where = (slice(None), _position(op)), c.loc(op)
+    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, np.float32).reshape(-1), pos))
 
 
 class InFlight:
@@ -149,17 +142,14 @@ class InFlightPart:
 
 @register("llvm.extractvalue")
 def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
-    (container,), (o,) = c.ins(op), c.outs(op)
     pos, where = _position(op), c.loc(op)
 
-    def run(st: State) -> None:
-        x = st.env[container]
+    def fn(x: np.ndarray | InFlight) -> np.ndarray | InFlightPart:
         if isinstance(x, InFlight) and x.value is None:
-            st.env[o] = InFlightPart(x, pos, where)
-            return
-        st.env[o] = _settled(x, where)[:, pos]
+            return InFlightPart(x, pos, where)
+        return _settled(x, where)[:, pos]
 
-    return run
+    return elementwise(c, op, fn)
 
 
 def _decode(desc: int) -> tuple[int, int, int, int]:
@@ -217,17 +207,13 @@ def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
     if shape is None:
         raise EmulatorError(message=f"{op.name}: unreadable shape {op.attributes['shape']}")
     m, n, k = (int(x) for x in shape.groups())
-    type_a = str(op.attributes["typeA"]).split("<")[-1].rstrip(">")
+    type_a = enum_name(op.attributes["typeA"])
     same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
     if (m, k) != (64, 16) or type_a not in ("f16", "bf16") or not same:
         raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
-    if str(op.attributes["scaleD"]).split("<")[-1].rstrip(">") != "one":
+    if enum_name(op.attributes["scaleD"]) != "one":
         raise EmulatorError(message=f"{op.name}: only scaleD = one is emulated")
-
-    def attr(name: str) -> str:
-        return str(op.attributes[name]).split("<")[-1].rstrip(">")
-
-    return n, type_a, attr("layoutA") == "col", attr("layoutB") == "row"
+    return n, type_a, enum_name(op.attributes["layoutA"]) == "col", enum_name(op.attributes["layoutB"]) == "row"
 
 
 def _group_operand(
@@ -402,7 +388,7 @@ def _wgmma_wait(c: Compiler, op: ir.Operation) -> Instr:
 @register("nvvm.fence.proxy")
 def _fence_proxy(c: Compiler, op: ir.Operation) -> Instr:
     kind = str(op.attributes["kind"])
-    if "async.shared" not in kind and kind.rstrip(">").split("<")[-1] != "async":
+    if "async.shared" not in kind and enum_name(op.attributes["kind"]) != "async":
         raise EmulatorError(message=f"{c.loc(op)}: only fence.proxy.async(.shared::cta) is emulated, not {kind}")
 
     def run(st: State) -> None:

@@ -14,13 +14,11 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, constant, register
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, constant, elementwise, enum_name, full_lanes, register
 from wavec.emulator.memory import element_indices, load, store
-from wavec.emulator.ops_arith import _elementwise
+from wavec.emulator.ops_arith import REDUCTIONS
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _vshape(t: ir.Type) -> tuple[int, ...]:
@@ -35,7 +33,7 @@ def _minor(mrank: int, vshape: tuple[int, ...]) -> list[int | None]:
     return [mrank - len(vshape) + i for i in range(len(vshape))]
 
 
-@register("vector.load", "vector.maskedload")
+@register("vector.load", "vector.maskedload", "memref.load")
 def _vload(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
     vshape = _vshape(op.results[0].type)
@@ -57,7 +55,7 @@ def _vload(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-@register("vector.store", "vector.maskedstore")
+@register("vector.store", "vector.maskedstore", "memref.store")
 def _vstore(c: Compiler, op: ir.Operation) -> Instr:
     ins = c.ins(op)
     masked = op.name == "vector.maskedstore"
@@ -153,13 +151,13 @@ def _broadcast(c: Compiler, op: ir.Operation) -> Instr:
         x = np.asarray(x)
         return np.broadcast_to(x.reshape(x.shape[:1] + pad + x.shape[1:]), x.shape[:1] + shape)
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)
 
 
-def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple[Any, ...]:
+def _positions(static: list[int], dyn: list[int], st: State) -> tuple[Any, ...]:
     it = iter(dyn)
     pos: list[Any] = [slice(None)]
-    for p in op_static(op):
+    for p in static:
         if p != KDYN:
             pos.append(p)
             continue
@@ -170,22 +168,23 @@ def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple[Any, ...]:
     return tuple(pos)
 
 
-def op_static(op: ir.Operation) -> list[int]:
-    return list(op.attributes["static_position"])
+def insert_at(dest: np.ndarray, value: np.ndarray, pos: tuple, lanes: int | None = None) -> np.ndarray:
+    """A copy of ``dest`` (over ``lanes``, else the lanes of ``dest`` and ``value``) with ``value`` at ``pos``."""
+    n = lanes or max(value.shape[0], dest.shape[0])
+    out = np.array(np.broadcast_to(dest, (n,) + dest.shape[1:]))
+    out[pos] = value
+    return out
 
 
 @register("vector.extract")
 def _extract(c: Compiler, op: ir.Operation) -> Instr:
     (src, *dyn), (o,) = c.ins(op), c.outs(op)
-    static = op_static(op)
-    op_ = op
+    static = list(op.attributes["static_position"])
 
     def run(st: State) -> None:
         x = np.asarray(st.env[src])
-        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
-        if isinstance(pos[0], np.ndarray):
-            x = np.broadcast_to(x, (st.lanes,) + x.shape[1:])
-        st.env[o] = x[pos]
+        pos: tuple[Any, ...] = _positions(static, dyn, st) if dyn else (slice(None), *static)
+        st.env[o] = (full_lanes(x, st.lanes) if isinstance(pos[0], np.ndarray) else x)[pos]
 
     return run
 
@@ -193,16 +192,12 @@ def _extract(c: Compiler, op: ir.Operation) -> Instr:
 @register("vector.insert")
 def _insert(c: Compiler, op: ir.Operation) -> Instr:
     (src, dest, *dyn), (o,) = c.ins(op), c.outs(op)
-    static = op_static(op)
-    op_ = op
+    static = list(op.attributes["static_position"])
 
     def run(st: State) -> None:
         s, d = np.asarray(st.env[src]), np.asarray(st.env[dest])
-        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
-        n = max(s.shape[0], d.shape[0]) if not isinstance(pos[0], np.ndarray) else st.lanes
-        out = np.array(np.broadcast_to(d, (n,) + d.shape[1:]))
-        out[pos] = s
-        st.env[o] = out
+        pos: tuple[Any, ...] = _positions(static, dyn, st) if dyn else (slice(None), *static)
+        st.env[o] = insert_at(d, s, pos, st.lanes if isinstance(pos[0], np.ndarray) else None)
 
     return run
 
@@ -211,7 +206,7 @@ def _insert(c: Compiler, op: ir.Operation) -> Instr:
 def _extract_slice(c: Compiler, op: ir.Operation) -> Instr:
     offs, sizes, strides = (_ints(op.attributes[k]) for k in ("offsets", "sizes", "strides"))
     sl = (slice(None),) + tuple(slice(o, o + n * s, s) for o, n, s in zip(offs, sizes, strides, strict=False))
-    return _elementwise(c, op, lambda x: x[sl])
+    return elementwise(c, op, lambda x: x[sl])
 
 
 @register("vector.insert_strided_slice")
@@ -222,19 +217,13 @@ def _insert_slice(c: Compiler, op: ir.Operation) -> Instr:
     sl = (slice(None),) + tuple(offs[:lead])
     sl += tuple(slice(o, o + n * s, s) for o, n, s in zip(offs[lead:], sshape, strides, strict=False))
 
-    def fn(s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        n = max(s.shape[0], d.shape[0])
-        out = np.array(np.broadcast_to(d, (n,) + d.shape[1:]))
-        out[sl] = s
-        return out
-
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, lambda s, d: insert_at(d, s, sl))
 
 
 @register("vector.shape_cast")
 def _shape_cast(c: Compiler, op: ir.Operation) -> Instr:
     shape = _vshape(op.results[0].type)
-    return _elementwise(c, op, lambda x: np.reshape(x, x.shape[:1] + shape))
+    return elementwise(c, op, lambda x: np.reshape(x, x.shape[:1] + shape))
 
 
 @register("vector.shuffle")
@@ -247,21 +236,14 @@ def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
         a, b = (np.broadcast_to(x, (n,) + x.shape[1:]) for x in (a, b))
         return np.concatenate([a, b], axis=1)[:, mask]
 
-    return _elementwise(c, op, fn)
-
-
-_KINDS = {
-    "add": np.add, "mul": np.multiply, "minnumf": np.fmin, "maxnumf": np.fmax, "minimumf": np.minimum,
-    "maximumf": np.maximum, "minsi": np.minimum, "maxsi": np.maximum, "and": np.bitwise_and,
-    "or": np.bitwise_or, "xor": np.bitwise_xor,
-}  # fmt: skip
+    return elementwise(c, op, fn)
 
 
 def _kind(c: Compiler, op: ir.Operation):
-    k = str(op.attributes["kind"]).split("<")[-1].rstrip(">")
-    if k not in _KINDS:
+    k = enum_name(op.attributes["kind"])
+    if k not in REDUCTIONS:
         raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction kind {k}")
-    return _KINDS[k], value_type(op.results[0].type)[1].fix
+    return REDUCTIONS[k], value_type(op.results[0].type)[1].fix
 
 
 @register("vector.reduction")
@@ -274,7 +256,7 @@ def _reduction(c: Compiler, op: ir.Operation) -> Instr:
             r = fix(fn(r, x[:, i]))
         return r
 
-    return _elementwise(c, op, red)
+    return elementwise(c, op, red)
 
 
 @register("vector.multi_reduction")
@@ -291,18 +273,7 @@ def _multi_reduction(c: Compiler, op: ir.Operation) -> Instr:
             r = fix(fn(r, x[..., i]))
         return r
 
-    return _elementwise(c, op, red)
-
-
-@register("vector.bitcast")
-def _vbitcast(c: Compiler, op: ir.Operation) -> Instr:
-    src, (shape, dst) = value_type(op.operands[0].type)[1], value_type(op.results[0].type)
-
-    def fn(x: np.ndarray) -> np.ndarray:
-        bits = np.ascontiguousarray(src.to_mem(x)).view(dst.mem)
-        return dst.from_mem(bits.reshape(x.shape[:1] + shape))
-
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, red)
 
 
 @register("vector.constant_mask")
@@ -326,7 +297,7 @@ def _create_mask(c: Compiler, op: ir.Operation) -> Instr:
             m = m & (np.arange(shape[d]).reshape(sh) < np.asarray(b).reshape((-1,) + (1,) * len(shape)))
         return np.broadcast_to(m, m.shape[:1] + shape)
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)
 
 
 @register("vector.step")
@@ -344,4 +315,4 @@ def _from_elements(c: Compiler, op: ir.Operation) -> Instr:
         arrs = np.broadcast_arrays(*[np.asarray(x) for x in xs])
         return np.stack(arrs, axis=1).reshape(arrs[0].shape[:1] + shape)
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)
