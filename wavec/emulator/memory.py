@@ -152,7 +152,7 @@ def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None
         a, w = a[sel], w[sel]
     else:
         a, w = a.reshape(-1), w.reshape(-1)
-    n = m.et.nbytes
+    n = m.et.mem.itemsize
     b = (m.byte_base + a * n)[:, None] + np.arange(n)
     return b.reshape(-1), np.repeat(w, n)
 

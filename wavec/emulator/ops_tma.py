@@ -38,7 +38,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.coop import block_until, note_progress
-from wavec.emulator.interp import Compiler, Instr, State, register
+from wavec.emulator.interp import Compiler, Instr, State, elementwise, no_effect, register
 from wavec.emulator.ops_nvvm import _bases, shared_at
 from wavec.errors import EmulatorError
 from wavec.runtime.tensor_map import MAP_BYTES, decode_emulated
@@ -108,12 +108,7 @@ def _barrier(st: State, addr: int, where: str) -> MBarrier:
 
 @register("llvm.inttoptr")
 def _inttoptr(c: Compiler, op: ir.Operation) -> Instr:
-    (x,), (o,) = c.ins(op), c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = np.asarray(st.env[x], np.int64)
-
-    return run
+    return elementwise(c, op, lambda x: np.asarray(x, np.int64))
 
 
 @register("nvvm.mbarrier.init")
@@ -134,9 +129,8 @@ def _init(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-@register("nvvm.fence.mbarrier.init")
-def _fence_init(c: Compiler, op: ir.Operation) -> Instr | None:
-    return None  # initialisation is visible at once here; the workgroup barrier after it is what matters
+# initialisation is visible at once here; the workgroup barrier after it is what matters
+register("nvvm.fence.mbarrier.init")(no_effect)
 
 
 @register("nvvm.fence.proxy.acquire")
