@@ -1,4 +1,4 @@
-"""``arith``, ``math`` and ``ub`` ops, elementwise over (lanes, *vector_shape) arrays.
+"""``arith`` and ``math`` ops, elementwise over (lanes, *vector_shape) arrays.
 
 Integers wrap like two's-complement machine integers of their width; unsigned ops reinterpret the bits.
 Float ops compute in numpy in the element type (f16 ufuncs compute in f32 and round once per op, as
@@ -316,10 +316,3 @@ def _constant(c: Compiler, op: ir.Operation) -> Instr:
     val = constant_array(op.attributes["value"], op.results[0].type)
     val.setflags(write=False)
     return constant(o, val)
-
-
-@register("ub.poison")
-def _poison(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape, et = value_type(op.results[0].type)
-    return constant(o, np.full((1,) + shape, np.nan if et.is_float else 0).astype(et.reg))

@@ -1,4 +1,4 @@
-"""Structured control flow (``scf.for``/``if``/``while``) and ``affine`` index ops.
+"""Structured control flow (``scf.for``/``if``/``while``) and ``affine.apply``/``min``/``max``.
 
 Uniform conditions and bounds run one path.  Lane-divergent ones run masked: ``State.mask`` holds the
 active lanes, memory is written only by active lanes, and loop-carried / region results are selected
@@ -17,8 +17,6 @@ from wavec.emulator.coop import run_split
 from wavec.emulator.interp import Compiler, Instr, State, register, run_block
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -239,62 +237,6 @@ def _affine(c: Compiler, op: ir.Operation) -> Instr:
         r = vals[0]
         for v in vals[1:]:
             r = red(r, v)
-        st.env[o] = r
-
-    return run
-
-
-def _basis(c: Compiler, op: ir.Operation, dyn: list[int]) -> Callable[[State], list[int]]:
-    static = list(op.attributes["static_basis"])
-    loc = c.loc(op)
-
-    def get(st: State) -> list[int]:
-        it = iter(dyn)
-        out = []
-        for b in static:
-            v = b if b != KDYN else int(np.asarray(st.env[next(it)]).reshape(-1)[0])
-            if v <= 0:
-                raise EmulatorError(message=f"{loc}: basis element {v} is not positive")
-            out.append(v)
-        return out
-
-    return get
-
-
-@register("affine.delinearize_index")
-def _delinearize(c: Compiler, op: ir.Operation) -> Instr:
-    idx, *dyn = c.ins(op)
-    outs = c.outs(op)
-    basis = _basis(c, op, dyn)
-
-    def run(st: State) -> None:
-        b = basis(st)
-        if len(outs) == len(b) + 1:
-            b = [0] + b
-        rem = np.asarray(st.env[idx], np.int64)
-        res = []
-        for k in range(len(b) - 1, 0, -1):
-            res.append(np.mod(rem, b[k]))
-            rem = np.floor_divide(rem, b[k])
-        res.append(rem)
-        for o, v in zip(outs, reversed(res), strict=False):
-            st.env[o] = v
-
-    return run
-
-
-@register("affine.linearize_index")
-def _linearize(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
-    n = int(list(op.attributes["operandSegmentSizes"])[0])
-    idxs, dyn = ins[:n], ins[n:]
-    basis = _basis(c, op, dyn)
-
-    def run(st: State) -> None:
-        b = basis(st)[-(n - 1) :] if n > 1 else []
-        r = np.asarray(st.env[idxs[0]], np.int64)
-        for k in range(1, n):
-            r = r * b[k - 1] + np.asarray(st.env[idxs[k]], np.int64)
         st.env[o] = r
 
     return run

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import KDYN, Compiler, Instr, State, constant, elementwise, enum_name, full_lanes, register
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, enum_name, full_lanes, register
 from wavec.emulator.memory import element_indices, load, store
 from wavec.emulator.ops_arith import REDUCTIONS
 from wavec.emulator.types import value_type
@@ -33,47 +33,30 @@ def _minor(mrank: int, vshape: tuple[int, ...]) -> list[int | None]:
     return [mrank - len(vshape) + i for i in range(len(vshape))]
 
 
-@register("vector.load", "vector.maskedload", "memref.load")
+@register("vector.load", "memref.load")
 def _vload(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
+    (m, *idx), (o,) = c.ins(op), c.outs(op)
     vshape = _vshape(op.results[0].type)
     vmap = _minor(op.operands[0].type.rank, vshape)
-    masked = op.name == "vector.maskedload"
-    m, idx = ins[0], ins[1 : len(ins) - 2] if masked else ins[1:]
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
-        eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        if not masked:
-            env[o] = load(st, env[m], eidx, loc, oid)
-            return
-        mask = np.asarray(env[ins[-2]])
-        vals = load(st, env[m], eidx, loc, oid, emask=mask)
-        env[o] = np.where(mask, vals, env[ins[-1]])
+        env[o] = load(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), loc, oid)
 
     return run
 
 
-@register("vector.store", "vector.maskedstore", "memref.store")
+@register("vector.store", "memref.store")
 def _vstore(c: Compiler, op: ir.Operation) -> Instr:
-    ins = c.ins(op)
-    masked = op.name == "vector.maskedstore"
-    if masked:
-        m, idx, mask, v = ins[0], ins[1:-2], ins[-2], ins[-1]
-        vtype = op.operands[len(ins) - 1].type
-    else:
-        v, m, idx, mask = ins[0], ins[1], ins[2:], None
-        vtype = op.operands[0].type
-    vshape = _vshape(vtype)
-    vmap = _minor(op.operands[0 if masked else 1].type.rank, vshape)
+    v, m, *idx = c.ins(op)
+    vshape = _vshape(op.operands[0].type)
+    vmap = _minor(op.operands[1].type.rank, vshape)
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
-        eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        em = None if mask is None else np.asarray(env[mask])
-        store(st, env[m], eidx, env[v], loc, oid, emask=em)
+        store(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), env[v], loc, oid)
 
     return run
 
@@ -257,54 +240,6 @@ def _reduction(c: Compiler, op: ir.Operation) -> Instr:
         return r
 
     return elementwise(c, op, red)
-
-
-@register("vector.multi_reduction")
-def _multi_reduction(c: Compiler, op: ir.Operation) -> Instr:
-    fn, fix = _kind(c, op)
-    dims = [d + 1 for d in _ints(op.attributes["reduction_dims"])]
-
-    def red(x: np.ndarray, acc: np.ndarray) -> np.ndarray:
-        keep = [d for d in range(1, x.ndim) if d not in dims]
-        x = np.transpose(x, [0] + keep + dims)
-        x = x.reshape(*x.shape[: 1 + len(keep)], -1)
-        r = acc
-        for i in range(x.shape[-1]):
-            r = fix(fn(r, x[..., i]))
-        return r
-
-    return elementwise(c, op, red)
-
-
-@register("vector.constant_mask")
-def _constant_mask(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape = _vshape(op.results[0].type)
-    val = np.zeros((1,) + shape, bool)
-    val[(slice(None),) + tuple(slice(0, s) for s in op.attributes["mask_dim_sizes"])] = True
-    return constant(o, val)
-
-
-@register("vector.create_mask")
-def _create_mask(c: Compiler, op: ir.Operation) -> Instr:
-    shape = _vshape(op.results[0].type)
-
-    def fn(*bounds: np.ndarray) -> np.ndarray:
-        m = np.ones((1,) * (len(shape) + 1), bool)
-        for d, b in enumerate(bounds):
-            sh = [1] * (len(shape) + 1)
-            sh[d + 1] = shape[d]
-            m = m & (np.arange(shape[d]).reshape(sh) < np.asarray(b).reshape((-1,) + (1,) * len(shape)))
-        return np.broadcast_to(m, m.shape[:1] + shape)
-
-    return elementwise(c, op, fn)
-
-
-@register("vector.step")
-def _step(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape, et = value_type(op.results[0].type)
-    return constant(o, np.arange(shape[0], dtype=et.reg).reshape(1, -1))
 
 
 @register("vector.from_elements")
