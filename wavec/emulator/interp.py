@@ -104,11 +104,6 @@ def elementwise(c: Compiler, op: ir.Operation, fn: Callable[..., Any]) -> Instr:
     return run
 
 
-def no_effect(c: Compiler, op: ir.Operation) -> None:
-    """The handler of an op with no runtime effect in the emulator."""
-    return None
-
-
 def enum_name(attr: ir.Attribute) -> str:
     """The case of an enum attribute: ``add`` for ``#gpu<all_reduce_op add>`` or ``#vector.kind<add>``."""
     return str(attr).split("<")[-1].rstrip(">")
@@ -119,6 +114,12 @@ def run_block(st: State, instrs: list[Instr]) -> None:
         ins(st)
 
 
+def retire_groups(st: State, groups: list[list[Instr]], keep: int) -> None:
+    """Complete the asynchronous operations of all groups but the newest ``keep``, oldest first."""
+    while len(groups) > keep:
+        run_block(st, groups.pop(0))
+
+
 def lane_mask(st: State, ndim: int) -> np.ndarray | None:
     """The active-lane mask reshaped to broadcast against a (lanes, ...) array of rank ``ndim``."""
     if st.mask is None:
@@ -126,17 +127,12 @@ def lane_mask(st: State, ndim: int) -> np.ndarray | None:
     return st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
 
 
-def uniform(x: np.ndarray, what: str, st: State | None = None) -> int:
-    """A value that must be the same in every (active) lane, as a Python int."""
+def uniform(x: np.ndarray, what: str) -> int:
+    """A value that must be the same in every lane, as a Python int."""
     a = np.asarray(x)
-    if a.shape[0] == 1:
-        return int(a[0])
-    vals = a if st is None or st.mask is None else a[st.mask]
-    if vals.size == 0:
-        return int(a[0])
-    if np.any(vals != vals[0]):
+    if np.any(a != a[0]):
         raise EmulatorError(message=f"{what} is not uniform across the workgroup")
-    return int(vals[0])
+    return int(a[0])
 
 
 def full_lanes(x: np.ndarray, lanes: int) -> np.ndarray:
@@ -199,7 +195,8 @@ class Compiler:
         return [self.slot(a) for a in block.arguments]
 
 
-def _find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+def find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+    """The ops named ``name`` nested in ``op`` (at any depth)."""
     found = []
     for region in op.regions:
         for block in region.blocks:
@@ -207,16 +204,12 @@ def _find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
                 o = o.operation
                 if o.name == name:
                     found.append(o)
-                found.extend(_find_ops(o, name))
+                found.extend(find_ops(o, name))
     return found
 
 
-def _sym(op: ir.Operation) -> str:
-    return str(op.attributes["sym_name"]).strip('"')
-
-
 def _wave_size_of(module: ir.Module) -> int:
-    variants = _find_ops(module.operation, "hal.executable.variant")
+    variants = find_ops(module.operation, "hal.executable.variant")
     if variants:
         target = str(variants[0].attributes["target"])
         if '"rocm"' in target or "gfx" in target:
@@ -245,7 +238,7 @@ class EmulatedKernel:
             self.module = ir.Module.parse(module_text, self.context)
         except ir.MLIRError as e:
             raise EmulatorError(message=f"cannot parse the module: {e}") from e
-        funcs = [f for f in _find_ops(self.module.operation, "func.func") if _sym(f) == entry]
+        funcs = [f for f in find_ops(self.module.operation, "func.func") if f.attributes["sym_name"].value == entry]
         if not funcs:
             raise EmulatorError(message=f"no func.func @{entry} in the module")
         self.func = funcs[0]
@@ -285,9 +278,7 @@ class EmulatedKernel:
 def flush_async(st: State) -> None:
     """Retire every outstanding async copy (the hardware completes them before the kernel ends), then run
     the end-of-workgroup checks ops registered in ``st.on_exit`` (e.g. no TMA copy left in flight)."""
-    for group in st.async_groups + [st.async_open]:
-        for copy in group:
-            copy(st)
+    retire_groups(st, st.async_groups + [st.async_open], 0)
     st.async_groups, st.async_open = [], []
     for check in st.__dict__.pop("on_exit", []):
         check(st)

@@ -71,8 +71,7 @@ def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
 
             st.env[o] = np.array([global_address(m.extra["binding"], m.extra["byte_offset"])], np.int64)
             return
-        base = next(a for a, buf in _bases(st) if buf is m.shared)
-        st.env[o] = np.array([base + m.byte_base], np.int64)
+        st.env[o] = np.array([next(a for a, buf in _bases(st) if buf is m.shared)], np.int64)
 
     return run
 
@@ -355,32 +354,24 @@ def _uniform(x: np.ndarray, where: str) -> int:
     return int(x[0])
 
 
-@register("nvvm.wgmma.fence.aligned")
-def _wgmma_fence(c: Compiler, op: ir.Operation) -> Instr:
-    def run(st: State) -> None:
-        st.wgmma_fenced = True
-
-    return run
-
-
-@register("nvvm.wgmma.commit.group.sync.aligned")
-def _wgmma_commit(c: Compiler, op: ir.Operation) -> Instr:
-    def run(st: State) -> None:
-        st.__dict__.setdefault("wgmma_groups", []).append(st.__dict__.pop("wgmma_open", []))
-
-    return run
-
-
-@register("nvvm.wgmma.wait.group.sync.aligned")
-def _wgmma_wait(c: Compiler, op: ir.Operation) -> Instr:
-    keep = int(op.attributes["group"].value)
+@register("nvvm.wgmma.fence.aligned", "nvvm.wgmma.commit.group.sync.aligned", "nvvm.wgmma.wait.group.sync.aligned")
+def _wgmma_sync(c: Compiler, op: ir.Operation) -> Instr:
+    """fence: wgmmas may issue; commit: those issued since the last commit form a group; wait: retire all
+    groups but the newest ``group``."""
+    kind = op.name.split(".")[2]
+    keep = int(op.attributes["group"].value) if kind == "wait" else 0
 
     def run(st: State) -> None:
         groups = st.__dict__.setdefault("wgmma_groups", [])
-        while len(groups) > keep:
-            for retire in groups.pop(0):
-                retire(st)
-        st.wgmma_fenced = False
+        if kind == "fence":
+            st.wgmma_fenced = True
+        elif kind == "commit":
+            groups.append(st.__dict__.pop("wgmma_open", []))
+        else:
+            while len(groups) > keep:
+                for retire in groups.pop(0):
+                    retire(st)
+            st.wgmma_fenced = False
 
     return run
 

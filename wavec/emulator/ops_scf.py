@@ -14,7 +14,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.coop import run_split
-from wavec.emulator.interp import Compiler, Instr, State, register, run_block
+from wavec.emulator.interp import Compiler, Instr, State, find_ops, register, run_block
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
 
@@ -104,12 +104,8 @@ WARPGROUP = 128
 
 def _waits(region: ir.Region) -> bool:
     """Whether the region contains an mbarrier wait (at any depth)."""
-    for block in region.blocks:
-        for o in block.operations:
-            o = o.operation
-            if o.name == WAIT_OP or any(_waits(r) for r in o.regions):
-                return True
-    return False
+    ops = [o.operation for block in region.blocks for o in block.operations]
+    return any(o.name == WAIT_OP or find_ops(o, WAIT_OP) for o in ops)
 
 
 def _warpgroup_uniform(st: State, cnd: np.ndarray, act: np.ndarray) -> bool:
@@ -122,10 +118,10 @@ def _warpgroup_uniform(st: State, cnd: np.ndarray, act: np.ndarray) -> bool:
 @register("scf.if")
 def _if(c: Compiler, op: ir.Operation) -> Instr:
     (cond,), outs = c.ins(op), c.outs(op)
-    split = not outs and len(op.regions[1].blocks) > 0 and all(_waits(r) for r in op.regions)
+    has_else = len(op.regions[1].blocks) > 0
+    split = not outs and has_else and all(_waits(r) for r in op.regions)
     then_i, then_t = c.block(op.regions[0].blocks[0])
     then_y = c.ins(then_t) if then_t is not None else []
-    has_else = len(op.regions[1].blocks) > 0
     else_i, else_t = c.block(op.regions[1].blocks[0]) if has_else else ([], None)
     else_y = c.ins(else_t) if else_t is not None else []
 

@@ -38,7 +38,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.coop import block_until, note_progress
-from wavec.emulator.interp import Compiler, Instr, State, elementwise, no_effect, register
+from wavec.emulator.interp import Compiler, Instr, State, elementwise, register
 from wavec.emulator.ops_nvvm import _bases, shared_at
 from wavec.errors import EmulatorError
 from wavec.runtime.tensor_map import MAP_BYTES, decode_emulated
@@ -129,8 +129,9 @@ def _init(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-# initialisation is visible at once here; the workgroup barrier after it is what matters
-register("nvvm.fence.mbarrier.init")(no_effect)
+@register("nvvm.fence.mbarrier.init")
+def _fence_init(c: Compiler, op: ir.Operation) -> None:
+    return None  # initialisation is visible at once here; the workgroup barrier after it is what matters
 
 
 @register("nvvm.fence.proxy.acquire")
