@@ -24,8 +24,8 @@ def _res(op: ir.Operation) -> ElemType:
     return value_type(op.results[0].type)[1]
 
 
-def _arg(op: ir.Operation, i: int = 0) -> ElemType:
-    return value_type(op.operands[i].type)[1]
+def _arg(op: ir.Operation) -> ElemType:
+    return value_type(op.operands[0].type)[1]
 
 
 # ---------------------------------------------------------------- integers
@@ -161,10 +161,9 @@ def _select(c: Compiler, op: ir.Operation) -> Instr:
 
 
 def _fp(fn: Fn, et: ElemType) -> Fn:
-    fix = et.fix
     if et.name != "bf16":
         return fn
-    return lambda *xs: fix(fn(*xs))
+    return lambda *xs: et.fix(fn(*xs))
 
 
 def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

@@ -217,14 +217,11 @@ def compile_expr(e: ir.AffineExpr, n_dims: int) -> AffineFn:
     raise EmulatorError(message=f"unsupported affine expression {e}")
 
 
-def compile_map(m: ir.AffineMap) -> list[AffineFn]:
-    return [compile_expr(e, m.n_dims) for e in m.results]
-
-
 @register("affine.apply", "affine.min", "affine.max")
 def _affine(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
-    fns = compile_map(op.attributes["map"].value)
+    amap = op.attributes["map"].value
+    fns = [compile_expr(e, amap.n_dims) for e in amap.results]
     red = np.maximum if op.name == "affine.max" else np.minimum  # affine.apply: one result, never reduced
 
     def run(st: State) -> None:

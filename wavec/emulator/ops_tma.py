@@ -197,13 +197,9 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
     bar.released, bar.arrived = bar.arrived, set()
 
 
-def _completable(bar: MBarrier) -> bool:
-    return bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies)
-
-
 def _phase_over(bar: MBarrier, parity: int) -> bool:
     """A wait on ``parity`` can return: that phase is over, or can complete now."""
-    return bar.phase % 2 != parity or _completable(bar)
+    return bar.phase % 2 != parity or (bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies))
 
 
 def _acquire(st: State, bar: MBarrier) -> None:

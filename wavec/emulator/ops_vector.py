@@ -1,10 +1,9 @@
 """``vector`` dialect ops on (lanes, *vector_shape) arrays, and vector memory accesses.
 
-``vector.load``/``store`` access consecutive elements along the trailing memref dims;
-``transfer_read``/``transfer_write`` follow their permutation map (identity, minor identity,
-transposes, broadcast dims) and ``in_bounds``: out-of-bounds elements of a not-in-bounds dim read the
-padding value and are not written.  Reductions fold sequentially from the accumulator, as LLVM's
-ordered ``vector.reduce.*`` does without reassociation flags.
+``vector.load``/``store`` access consecutive elements along the trailing memref dims; ``transfer_read``
+follows its permutation map (identity, minor identity, transposes, broadcast dims) and ``in_bounds``:
+out-of-bounds elements of a not-in-bounds dim read the padding value.  Reductions fold sequentially from
+the accumulator, as LLVM's ordered ``vector.reduce.*`` does without reassociation flags.
 """
 
 from __future__ import annotations
@@ -80,46 +79,29 @@ def _transfer_setup(c: Compiler, op: ir.Operation, vtype: ir.Type) -> tuple:
     return vshape, vmap, inb
 
 
-def _transfer_mask(st: State, m, eidx: list, vmap: list, inb: list, mask_slot: int | None) -> np.ndarray | None:
-    em = None
-    for i, d in enumerate(vmap):
-        if d is None or inb[i]:
-            continue
-        ok = (eidx[d] >= 0) & (eidx[d] < m.shape[d])
-        em = ok if em is None else em & ok
-    if mask_slot is not None:
-        mk = np.asarray(st.env[mask_slot])
-        em = mk if em is None else em & mk
-    return em
-
-
-@register("vector.transfer_read", "vector.transfer_write")
-def _transfer(c: Compiler, op: ir.Operation) -> Instr:
-    # operands: read (memref, indices..., padding, mask?), write (value, memref, indices..., mask?)
-    ins, outs = c.ins(op), c.outs(op)
-    write = not outs
+@register("vector.transfer_read")
+def _transfer_read(c: Compiler, op: ir.Operation) -> Instr:
+    # operands: memref, indices..., padding, mask?
+    ins, (o,) = c.ins(op), c.outs(op)
     seg = list(op.attributes["operandSegmentSizes"])
-    v, m = (ins[0], ins[1]) if write else (None, ins[0])
-    first = 1 + write
-    idx = ins[first : first + seg[first]]
-    pad = None if write else ins[first + seg[first]]
-    mask_slot = ins[first + seg[first] + (not write)] if seg[3] else None
-    vshape, vmap, inb = _transfer_setup(c, op, (op.operands[0] if write else op.results[0]).type)
+    m, idx, pad = ins[0], ins[1 : 1 + seg[1]], ins[1 + seg[1]]
+    mask = ins[2 + seg[1]] if seg[3] else None
+    vshape, vmap, inb = _transfer_setup(c, op, op.results[0].type)
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
         mem = env[m]
         eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        em = _transfer_mask(st, mem, eidx, vmap, inb, mask_slot)
-        if v is not None:  # a write
-            store(st, mem, eidx, env[v], loc, oid, emask=em)
-            return
+        em = None if mask is None else np.asarray(env[mask])
+        for i, d in enumerate(vmap):  # elements out of bounds along a dim not in_bounds read the padding
+            if d is not None and not inb[i]:
+                ok = (eidx[d] >= 0) & (eidx[d] < mem.shape[d])
+                em = ok if em is None else em & ok
         vals = load(st, mem, eidx, loc, oid, emask=em)
-        if em is not None and pad is not None:
-            p = np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape))
-            vals = np.where(em, vals, p)
-        env[outs[0]] = vals
+        if em is not None:
+            vals = np.where(em, vals, np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape)))
+        env[o] = vals
 
     return run
 
