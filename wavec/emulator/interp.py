@@ -120,13 +120,6 @@ def retire_groups(st: State, groups: list[list[Instr]], keep: int) -> None:
         run_block(st, groups.pop(0))
 
 
-def lane_mask(st: State, ndim: int) -> np.ndarray | None:
-    """The active-lane mask reshaped to broadcast against a (lanes, ...) array of rank ``ndim``."""
-    if st.mask is None:
-        return None
-    return st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
-
-
 def uniform(x: np.ndarray, what: str) -> int:
     """A value that must be the same in every lane, as a Python int."""
     a = np.asarray(x)
@@ -264,15 +257,13 @@ class EmulatedKernel:
         lanes = block[0] * block[1] * block[2]
         lin = np.arange(lanes, dtype=np.int64)
         tid = (lin % block[0], (lin // block[0]) % block[1], lin // (block[0] * block[1]))
-        for z in range(grid[2]):
-            for y in range(grid[1]):
-                for x in range(grid[0]):
-                    st = State(self.nslots, lanes, self.wave_size)
-                    st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
-                    st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
-                    st.locs = self.compiler.locs
-                    run_block(st, self.body)
-                    flush_async(st)
+        for z, y, x in np.ndindex(grid[2], grid[1], grid[0]):
+            st = State(self.nslots, lanes, self.wave_size)
+            st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
+            st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
+            st.locs = self.compiler.locs
+            run_block(st, self.body)
+            flush_async(st)
 
 
 def flush_async(st: State) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wavec.emulator.interp import State, lane_mask
+from wavec.emulator.interp import State
 from wavec.emulator.types import ElemType
 from wavec.errors import EmulatorError, SharedMemoryRaceError
 
@@ -105,7 +105,8 @@ def element_indices(idxs: list[np.ndarray], vshape: tuple[int, ...], vmap: list[
 
 
 def _valid(st: State, ndim: int, emask: np.ndarray | None) -> np.ndarray | None:
-    lm = lane_mask(st, ndim)
+    """The active lanes (shaped to broadcast against a (lanes, ...) array of rank ``ndim``) and ``emask``."""
+    lm = None if st.mask is None else st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
     if emask is None:
         return lm
     return emask if lm is None else (lm & emask)

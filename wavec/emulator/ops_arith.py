@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, constant, elementwise, register
+from wavec.emulator.interp import Compiler, Instr, constant, elementwise, enum_name, register
 from wavec.emulator.types import ElemType, as_signed, as_unsigned, round_bf16, value_type
 from wavec.errors import EmulatorError
 
@@ -78,12 +78,19 @@ _UNSIGNED_INT: dict[str, Fn] = {
 }
 
 
-#: combining kind of ``vector.reduction`` / ``gpu.subgroup_reduce`` -> binary op
-REDUCTIONS: dict[str, Fn] = {
+_REDUCTIONS: dict[str, Fn] = {
     "add": np.add, "mul": np.multiply, "minnumf": np.fmin, "maxnumf": np.fmax, "minimumf": np.minimum,
     "maximumf": np.maximum, "minsi": np.minimum, "maxsi": np.maximum, "and": np.bitwise_and,
     "or": np.bitwise_or, "xor": np.bitwise_xor,
 }  # fmt: skip
+
+
+def reduction(c: Compiler, op: ir.Operation, attr: str) -> tuple[Fn, Callable[[np.ndarray], np.ndarray]]:
+    """(combining op, rounding of its result) of a reduction whose kind is the enum attribute ``attr``."""
+    k = enum_name(op.attributes[attr])
+    if k not in _REDUCTIONS:
+        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction kind {k}")
+    return _REDUCTIONS[k], _res(op).fix
 
 
 @register(*_SIGNED_INT, *_UNSIGNED_INT, "arith.shli", "arith.shrui", "arith.shrsi")

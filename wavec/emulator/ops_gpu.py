@@ -14,7 +14,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.interp import Compiler, Instr, State, enum_name, full_lanes, register
-from wavec.emulator.ops_arith import REDUCTIONS
+from wavec.emulator.ops_arith import reduction
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
 
@@ -53,10 +53,8 @@ def _ids(c: Compiler, op: ir.Operation) -> Instr:
 
 @register("hal.interface.constant.load")
 def _constant_load(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    ordinal = op.attributes["ordinal"].value
+    (o,), ordinal, loc = c.outs(op), op.attributes["ordinal"].value, c.loc(op)
     dtype = value_type(op.results[0].type)[1].reg
-    loc = c.loc(op)
 
     def run(st: State) -> None:
         if ordinal >= len(st.constants):
@@ -118,10 +116,7 @@ def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
 @register("gpu.subgroup_reduce")
 def _subgroup_reduce(c: Compiler, op: ir.Operation) -> Instr:
     (v,), (o,) = c.ins(op), c.outs(op)
-    kind = enum_name(op.attributes["op"])
-    if kind not in REDUCTIONS:
-        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction {kind}")
-    fn, fix = REDUCTIONS[kind], value_type(op.results[0].type)[1].fix
+    fn, fix = reduction(c, op, "op")
     size = op.attributes["cluster_size"].value if "cluster_size" in op.attributes else None
     stride = op.attributes["cluster_stride"].value if "cluster_stride" in op.attributes else 1
 

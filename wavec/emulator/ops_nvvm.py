@@ -24,6 +24,7 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
@@ -89,25 +90,19 @@ def _undef(c: Compiler, op: ir.Operation) -> Instr:
     return constant(o, np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32))
 
 
-def _position(op: ir.Operation) -> int:
-    (pos,) = list(op.attributes["position"])
-    return int(pos)
-
-
 @register("llvm.insertvalue")
 def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
-    pos, where = (slice(None), _position(op)), c.loc(op)
-    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, np.float32).reshape(-1), pos))
+    (pos,), where = list(op.attributes["position"]), c.loc(op)
+    at = (slice(None), pos)
+    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, np.float32).reshape(-1), at))
 
 
+@dataclass(eq=False)
 class InFlight:
     """The result of a wgmma whose group has not been waited for: nothing may read it (``value`` is
     set when a ``wgmma.wait_group`` retires the group)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value: np.ndarray | None = None
+    value: np.ndarray | None = None
 
 
 def _early_read(where: str) -> EmulatorError:
@@ -122,15 +117,15 @@ def _settled(x, where: str) -> np.ndarray:
     return np.asarray(x)
 
 
+@dataclass(eq=False)
 class InFlightPart:
     """One register of an in-flight wgmma result (``llvm.extractvalue`` before the wait): only a
     register-A wgmma (inline PTX, whose accumulator operands are scalars) may take it; anything else
     that reads it (numpy conversion) is the error of reading before the ``wgmma.wait_group``."""
 
-    __slots__ = ("flight", "pos", "where")
-
-    def __init__(self, flight: InFlight, pos: int, where: str) -> None:
-        self.flight, self.pos, self.where = flight, pos, where
+    flight: InFlight
+    pos: int
+    where: str
 
     def settled(self) -> np.ndarray:
         return _settled(self.flight, self.where)[:, self.pos]
@@ -141,7 +136,7 @@ class InFlightPart:
 
 @register("llvm.extractvalue")
 def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
-    pos, where = _position(op), c.loc(op)
+    (pos,), where = list(op.attributes["position"]), c.loc(op)
 
     def fn(x: np.ndarray | InFlight) -> np.ndarray | InFlightPart:
         if isinstance(x, InFlight) and x.value is None:
@@ -219,9 +214,10 @@ def _group_operand(
     st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int, where: str
 ) -> np.ndarray:
     """The (rows, 16) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
-    lanes = slice(grp * GROUP, (grp + 1) * GROUP)
-    waves = np.arange(grp * 4, grp * 4 + 4)
-    return _gather(st, _operand_bytes(_uniform(desc[lanes], where), rows, 2, mn_major), waves, dtype, op_id, where)
+    d, waves = desc[grp * GROUP : (grp + 1) * GROUP], np.arange(grp * 4, grp * 4 + 4)
+    if np.any(d != d[0]):
+        raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
+    return _gather(st, _operand_bytes(int(d[0]), rows, 2, mn_major), waves, dtype, op_id, where)
 
 
 def _a_from_registers(regs: list[np.ndarray], dtype: str) -> np.ndarray:
@@ -346,12 +342,6 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
         st.env[o] = _issue(st, where, acc_in, operands, n)
 
     return run
-
-
-def _uniform(x: np.ndarray, where: str) -> int:
-    if np.any(x != x[0]):
-        raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
-    return int(x[0])
 
 
 @register("nvvm.wgmma.fence.aligned", "nvvm.wgmma.commit.group.sync.aligned", "nvvm.wgmma.wait.group.sync.aligned")

@@ -27,13 +27,9 @@ def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _split(st: State, cond: np.ndarray) -> tuple[bool | None, np.ndarray]:
     """(uniform truth value or None if divergent, active lanes)."""
     act = st.active()
-    if cond.shape[0] == 1:
-        return bool(cond[0]), act
-    ca = cond[act]
-    if ca.all():
-        return True, act
-    if not ca.any():
-        return False, act
+    ca = cond if cond.shape[0] == 1 else cond[act]
+    if ca.all() or not ca.any():
+        return bool(ca.all()), act
     return None, act
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, enum_name, full_lanes, register
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, full_lanes, register
 from wavec.emulator.memory import element_indices, load, store
-from wavec.emulator.ops_arith import REDUCTIONS
+from wavec.emulator.ops_arith import reduction
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
 
@@ -108,8 +108,7 @@ def _transfer_read(c: Compiler, op: ir.Operation) -> Instr:
 
 @register("vector.broadcast", "vector.splat")
 def _broadcast(c: Compiler, op: ir.Operation) -> Instr:
-    shape = _vshape(op.results[0].type)
-    sshape = _vshape(op.operands[0].type)
+    shape, sshape = _vshape(op.results[0].type), _vshape(op.operands[0].type)
     pad = (1,) * (len(shape) - len(sshape))
 
     def fn(x: np.ndarray) -> np.ndarray:
@@ -204,16 +203,9 @@ def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
     return elementwise(c, op, fn)
 
 
-def _kind(c: Compiler, op: ir.Operation):
-    k = enum_name(op.attributes["kind"])
-    if k not in REDUCTIONS:
-        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction kind {k}")
-    return REDUCTIONS[k], value_type(op.results[0].type)[1].fix
-
-
 @register("vector.reduction")
 def _reduction(c: Compiler, op: ir.Operation) -> Instr:
-    fn, fix = _kind(c, op)
+    fn, fix = reduction(c, op, "kind")
 
     def red(x: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
         r = x[:, 0] if acc is None else fix(fn(acc, x[:, 0]))
