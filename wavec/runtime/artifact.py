@@ -25,6 +25,7 @@ Container layout (all integers little-endian)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -58,14 +59,14 @@ class ArgSpec:
     is_output: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "is_output": self.is_output}
+        return _to_json(self)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ArgSpec:
         return ArgSpec(
             name=_typed(d["name"], str, "arg name"),
             dtype=_typed(d["dtype"], str, "arg dtype"),
-            shape=tuple(_dim(x) for x in d["shape"]),
+            shape=tuple(x if isinstance(x, str) else _typed(x, int, "shape entry") for x in d["shape"]),
             is_output=_typed(d["is_output"], bool, "arg is_output"),
         )
 
@@ -105,23 +106,7 @@ class KernelMetadata:
         return f"{self.kernel} (defined at {self.source})" if self.source else self.kernel
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kernel": self.kernel,
-            "entry": self.entry,
-            "block": list(self.block),
-            "shared_bytes": self.shared_bytes,
-            "args": [a.to_json() for a in self.args],
-            "constants": list(self.constants),
-            "static_symbols": [[k, v] for k, v in self.static_symbols],
-            "grid": list(self.grid),
-            "divisibility": [[k, v] for k, v in self.divisibility],
-            "alignment_bytes": self.alignment_bytes,
-            "source": self.source,
-            "registers": self.registers,
-            "spills": self.spills,
-            "scalars": [[n, d] for n, d in self.scalars],
-            "tensor_maps": [m.to_json() for m in self.tensor_maps],
-        }
+        return _to_json(self)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> KernelMetadata:
@@ -223,10 +208,15 @@ def _typed(value: Any, kind: type, what: str) -> Any:
     return value
 
 
-def _dim(value: Any) -> str | int:
-    if isinstance(value, str):
-        return value
-    return _typed(value, int, "shape entry")
+def _to_json(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as JSON values: tuples as lists, nested specs by their ``to_json``."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [value(x) for x in v]
+        return v.to_json() if hasattr(v, "to_json") else v
+
+    return {f.name: value(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
 
 
 def _opt_int(value: Any, what: str) -> int | None:

@@ -358,22 +358,27 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
 # --------------------------------------------------------------------------------------------- API
 
 _PLANS: dict[tuple[int, str], tuple[KernelMetadata, BindingPlan]] = {}
+_GRIDS: dict[tuple[int, str], tuple[KernelMetadata, Callable[..., tuple]]] = {}
 _PLANS_LOCK = threading.Lock()
 _MAX_PLANS = 4096
 
 
-def plan_for(meta: KernelMetadata, device_type: str = "cuda") -> BindingPlan:
-    """The cached :class:`BindingPlan` of ``meta`` (keyed by identity: building one per call is wasteful)."""
-    key = (id(meta), device_type)
-    hit = _PLANS.get(key)
+def _memo(table: dict, meta: KernelMetadata, key: str, build: Callable[[], Any]) -> Any:
+    """``build()`` cached in ``table`` by ``(id(meta), key)`` (building one per call is wasteful)."""
+    hit = table.get((id(meta), key))
     if hit is not None and hit[0] is meta:
         return hit[1]
-    plan = BindingPlan(meta, device_type)
+    value = build()
     with _PLANS_LOCK:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = (meta, plan)  # holding meta keeps id(meta) from being reused while cached
-    return plan
+        if len(table) >= _MAX_PLANS:
+            table.clear()
+        table[(id(meta), key)] = (meta, value)  # holding meta keeps id(meta) from being reused while cached
+    return value
+
+
+def plan_for(meta: KernelMetadata, device_type: str = "cuda") -> BindingPlan:
+    """The cached :class:`BindingPlan` of ``meta`` (keyed by identity)."""
+    return _memo(_PLANS, meta, device_type, lambda: BindingPlan(meta, device_type))
 
 
 def bind_arguments(meta: KernelMetadata, tensors: Sequence[Any], device_type: str = "cuda") -> dict[str, int]:
@@ -389,23 +394,15 @@ def grid_for(meta: KernelMetadata, symbols: dict[str, int]) -> tuple[int, int, i
     return _checked_grid(meta, _grid_fn_for(meta), symbols)
 
 
-_GRIDS: dict[int, tuple[KernelMetadata, Callable[..., tuple]]] = {}
-
-
 def _grid_fn_for(meta: KernelMetadata) -> Callable[..., tuple]:
-    hit = _GRIDS.get(id(meta))
-    if hit is not None and hit[0] is meta:
-        return hit[1]
-    symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
-    symbols.update(s for s, _ in meta.static_symbols)
-    if any(SMS_NAME in g for g in meta.grid):
-        symbols.add(SMS_NAME)
-    fn = compile_grid(meta.grid, sorted(symbols), meta.kernel)
-    with _PLANS_LOCK:
-        if len(_GRIDS) >= _MAX_PLANS:
-            _GRIDS.clear()
-        _GRIDS[id(meta)] = (meta, fn)
-    return fn
+    def build() -> Callable[..., tuple]:
+        symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
+        symbols.update(s for s, _ in meta.static_symbols)
+        if any(SMS_NAME in g for g in meta.grid):
+            symbols.add(SMS_NAME)
+        return compile_grid(meta.grid, sorted(symbols), meta.kernel)
+
+    return _memo(_GRIDS, meta, "grid", build)
 
 
 def _checked_grid(meta: KernelMetadata, fn: Callable[..., tuple], values: dict[str, int]) -> tuple[int, int, int]:

@@ -20,7 +20,8 @@ Python arithmetic, fast enough for host dispatch and for pruning a search.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 MAX_POINTS = 25
 N_COEF = 7
@@ -287,37 +288,13 @@ class CostModel:
         return best
 
     def to_json(self) -> list:
-        return [
-            {
-                "name": c.name,
-                "tiles": list(c.tiles),
-                "loop_tile": c.loop_tile,
-                "slots": c.slots,
-                "sms": c.sms,
-                "coef": list(c.coef),
-                "limits": list(c.limits),
-                "knee": c.knee,
-            }
-            for c in self.configs
-        ]
+        return [asdict(c) for c in self.configs]
 
     @classmethod
     def from_json(cls, data) -> CostModel:
-        return cls(
-            [
-                ConfigModel(
-                    d["name"],
-                    tuple(d["tiles"]),
-                    d["loop_tile"],
-                    d["slots"],
-                    _widen(d["coef"]),
-                    tuple(d.get("limits", (0, 1 << 62))),
-                    d.get("sms", 0),
-                    d.get("knee", 1.0),
-                )
-                for d in data
-            ]
-        )
+        """Inverse of ``to_json``; entries of the earlier form lack ``limits``, ``sms`` and ``knee``."""
+        rows: list[dict[str, Any]] = [{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()} for d in data]
+        return cls([ConfigModel(**row) for row in rows])
 
 
 def _term(coef: float, expr: str) -> str:
