@@ -1,21 +1,18 @@
 """Argument validation and symbol binding for a launch, plus grid evaluation.
 
-Requires: torch, imported lazily when the first :class:`BindingPlan` is built (importing this module
-imports only the standard library and :mod:`wavec.errors`).
+Requires: torch, imported lazily when the first :class:`BindingPlan` is built.
 
 Guarantees:
 
-* :func:`bind_arguments` either returns the value of every symbol (dynamic and compile-time bound) or
-  raises :class:`~wavec.errors.ArgumentError` naming the argument and saying what was expected and what
-  was got.  Checks: argument count, tensor type, dtype, rank, device (one device of ``device_type``),
-  row-major contiguity, base-pointer alignment, static dims, symbol consistency across arguments,
-  compile-time symbols, divisibility, int32 range of dynamic symbols, and outputs overlapping another
-  argument's memory.
-* :func:`grid_for` evaluates the metadata's grid expressions, compiled once per metadata into one
-  function built from a whitelisted AST (integer literals, symbol names, ``+ - * // %``, unary minus,
-  ``min``/``max``) and run with no builtins.
-* The per-metadata work (dtype lookup, which dim binds which symbol, the grid function) is done once in
-  a :class:`BindingPlan`; a call does plain comparisons over precomputed tuples.
+* :func:`bind_arguments` returns the value of every symbol (dynamic and compile-time bound) or raises
+  :class:`~wavec.errors.ArgumentError` naming the argument, what was expected and what was got.  Checks:
+  argument count, tensor type, dtype, rank, device (one device of ``device_type``), row-major
+  contiguity, base-pointer alignment, static dims, symbol consistency across arguments, divisibility,
+  int32 range of dynamic symbols, and outputs overlapping another argument's memory.
+* :func:`grid_for` evaluates the grid expressions, compiled once per metadata into a function built from
+  a whitelisted AST (int literals, symbol names, ``+ - * // %``, unary minus, ``min``/``max``) and run
+  with no builtins.
+* The per-metadata work is done once in a :class:`BindingPlan`; a call compares precomputed tuples.
 """
 
 from __future__ import annotations

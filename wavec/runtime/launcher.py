@@ -1,22 +1,20 @@
 """Launching a compiled CUDA artifact on PyTorch tensors through ``cuda.bindings.driver``.
 
-Requires: torch with CUDA and ``cuda-bindings`` (``cuda.bindings.driver``), both imported lazily when a
-:class:`CudaKernel` is built; importing this module imports only the standard library and wavec.
+Requires: torch with CUDA and ``cuda-bindings``, both imported lazily when a :class:`CudaKernel` is built.
 
 Guarantees:
 
-* Construction loads the cubin/PTX into the primary context of torch's current device (the context torch
-  itself uses), finds the entry function and raises the dynamic shared memory limit when the kernel needs
-  more than 48 KiB.  Any failure is a :class:`~wavec.errors.LaunchError` naming the CUresult.
+* Construction loads the cubin/PTX into the primary context of torch's current device (the one torch
+  uses), finds the entry function and raises the dynamic shared memory limit above 48 KiB when needed.
+  Any failure is a :class:`~wavec.errors.LaunchError` naming the CUresult.
 * ``kernel(*tensors)`` validates the tensors (:class:`~wavec.runtime.binding.BindingPlan`), evaluates the
-  grid, and launches on **torch's current stream of the tensors' device** with the ABI of
-  ``docs/toolchain.md``: one u64 device pointer per binding, then one i32 per launch constant.  A grid with
-  a zero dimension launches nothing.  Every CUresult is checked.
-* The stream is read on every launch (``torch._C._cuda_getCurrentRawStream``, else
-  ``torch.cuda.current_stream(d).cuda_stream``), so ``torch.cuda.stream(s)`` and graph capture work.
-* A kernel with TMA tensor maps gets one more pointer after the tensors: a device buffer of the maps of
-  this call's tensors (:class:`~wavec.runtime.tensor_map.TensorMapCache`; a new set of tensors encodes and
-  uploads first, so warm up on the same tensors before capturing a CUDA graph).
+  grid (one with a zero dimension launches nothing) and launches with the ABI of ``docs/toolchain.md``
+  (one u64 pointer per binding, then one i32 per launch constant), checking every CUresult.
+* It launches on torch's current stream of the tensors' device, read on every launch, so
+  ``torch.cuda.stream(s)`` and graph capture work.
+* TMA tensor maps are one more pointer after the tensors: a device buffer of this call's maps
+  (:class:`~wavec.runtime.tensor_map.TensorMapCache`; new tensors encode and upload first, so warm up on
+  the same tensors before capturing a CUDA graph).
 * ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch).
 """
 

@@ -1,10 +1,9 @@
 """Persistent tuning results: one readable JSON file per kernel under ``knobs.cache_dir / "tuning"``.
 
-An entry's key is the shape bucket, the dtypes, the GPU name and the versions of wavec, IREE and ptxas
-(``"M=4096,N=4096,K=4096 | f16,f16,f32 | NVIDIA H200 | wavec 0.1.0, iree 3.x, ptxas 12.x"``); the
-kernel names the file.  Shapes bucket to the next power of two per dimension, except the first
-dimension below 16, which stays exact (decode shapes differ a lot from one another).  Writes are
-atomic (temporary file + ``os.replace``) and merge with what is on disk.
+Entries are keyed by shape bucket, dtypes, GPU name and versions of wavec, IREE and ptxas (``"M=4096,
+N=4096,K=4096 | f16,f16,f32 | NVIDIA H200 | wavec 0.1.0, iree 3.x, ptxas 12.x"``).  Shapes bucket to the
+next power of two per dimension, except a first dimension below 16 (decode shapes differ a lot).  Writes
+are atomic (temporary file + ``os.replace``) and merge with what is on disk.
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def _solve(pts) -> tuple[tuple[float, ...], float]:
 
 
 def fit(rows, max_points: int = MAX_POINTS) -> tuple[float, ...]:
-    """Coefficients from ``rows = [(features(...), seconds), ...]``, all non-negative (every column of the
-    features is fitted; at most ``max_points`` rows, evenly spread over the list when there are more)."""
+    """Non-negative coefficients of every feature from ``rows = [(features(...), seconds), ...]`` (at most
+    ``max_points`` rows, evenly spread)."""
     return _solve(_spread(rows, max_points))[0]
 
 
@@ -139,10 +139,8 @@ def _fit_knees(launches, knees) -> tuple[float, tuple[float, ...], float]:
             for (ctas, slots, work, sms, per), t in launches
         ]
         part, res = _solve(rows)
-        coef = [0.0] * N_COEF
-        for j, c in zip(FITTED, part):
-            coef[j] = c
-        sols.append((knee, tuple(coef), res))
+        fitted = dict(zip(FITTED, part))
+        sols.append((knee, tuple(fitted.get(j, 0.0) for j in range(N_COEF)), res))
     least = min(r for _k, _c, r in sols)
     return max((s for s in sols if s[2] <= KNEE_TOL * least), key=lambda s: s[0])
 
@@ -179,12 +177,10 @@ def _widen(coef) -> tuple[float, ...]:
 
 @dataclass
 class ConfigModel:
-    """A configuration's tiles and fitted coefficients.  ``tiles`` are the workgroup tiles along the
-    launch grid's dimensions, ``loop_tile`` the reduction step (0: no reduction loop), ``sms`` the
-    device's SMs (0: ``slots``), ``knee`` the wave fill below which a K step no longer gets cheaper
-    (``fit_config`` chooses it; 1: the ``waves`` term of the earlier form).  ``limits`` is the range of
-    the first grid dimension the configuration serves (e.g. 16-row GEMM tiles only for M <= 64): ``choose``
-    does not extrapolate beyond it."""
+    """A configuration's workgroup ``tiles`` along the grid's dimensions, reduction step ``loop_tile`` (0:
+    none), the device's ``sms`` (0: ``slots``), the ``knee`` (``fit_config``'s; 1: the earlier form's
+    ``waves``) and the range ``limits`` of the first grid dimension it serves (``choose`` does not
+    extrapolate beyond it: 16-row GEMM tiles only for M <= 64)."""
 
     name: str
     tiles: tuple[int, ...]
@@ -235,9 +231,8 @@ class CostModel:
         return sorted(pool, key=lambda c: self.predict(c, shape))[:k]
 
     def _groups(self) -> list:
-        """Configurations grouped by (tiles, loop tile, slots, SMs, limits): the grid arithmetic is done
-        once per group.  Rebuilt when configurations are added or removed (a cheap check, as ``choose`` runs
-        per launch); after changing a configuration in place, call ``invalidate``."""
+        """Configurations grouped by (tiles, loop tile, slots, SMs, limits), the grid arithmetic done once per
+        group; rebuilt when configurations are added or removed (after changing one in place: ``invalidate``)."""
         sig = (id(self.configs), len(self.configs))
         if self._table is None or self._table_of != sig:
             groups: dict = {}
@@ -255,10 +250,9 @@ class CostModel:
         self._table = self._compiled = None
 
     def choose(self, shape) -> ConfigModel:
-        """The serving configuration of least predicted time; when none serves ``shape``, the least over all.
-        GEMM-like shapes (two grid dims and a reduction) go through ``_gemm_argmin``, the model compiled to
-        straight-line Python (constants inlined, zero coefficients dropped): a few dozen configurations in
-        a few µs on the host."""
+        """The serving configuration of least predicted time (when none serves ``shape``, the least over all).
+        GEMM-like shapes go through the model compiled to straight-line Python (``_compile_gemm``): a few
+        dozen configurations in a few µs on the host."""
         if len(shape) == 3:
             fn, cfgs = self._gemm_argmin()
             if fn is not None:

@@ -1,11 +1,9 @@
 """``wc.autotune``: enumerate a space of configurations, filter, compile in parallel, time, cache.
 
-A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, some of its
-keyword arguments (space keys that are factory parameters).  Steps: ``legality.legal`` -> compile the
-survivors in a process pool (into the shared disk cache) -> ``reject_after_compile`` -> per shape,
-optional cost-model pruning, warm-up and ``rounds`` shuffled rounds (a candidate's time: the median) ->
-the best goes to the tuning cache, which later calls and ``lookup`` dispatch from.  Example and
-details: docs/tuning.md.
+A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, the space keys
+that are factory parameters.  ``legality.legal`` -> compile in a process pool (into the shared disk
+cache) -> ``reject_after_compile`` -> per shape, optional cost-model pruning, then the median of
+``rounds`` shuffled rounds -> the best to the tuning cache, which ``lookup`` reads.  See docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -266,11 +264,8 @@ class TuningResult:
 
 
 def _dtypes_of(inputs) -> list[str]:
-    out = []
-    for t in inputs:
-        dt = getattr(t, "dtype", None)
-        out.append(str(dt).replace("torch.", "") if dt is not None else type(t).__name__)
-    return out
+    dtypes = [getattr(t, "dtype", None) for t in inputs]
+    return [type(t).__name__ if d is None else str(d).replace("torch.", "") for t, d in zip(inputs, dtypes)]
 
 
 @dataclass(frozen=True)
@@ -316,9 +311,8 @@ class TuneOptions:
 
 def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) -> TuningResult:
     """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
-    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``).  Results are cached per
-    (kernel, shape bucket, dtypes, GPU, versions); a cached shape is answered without compiling or timing
-    (``use_cache=False`` re-tunes)."""
+    ``space`` for each of ``shapes``.  Results are cached per (kernel, shape bucket, dtypes, GPU,
+    versions); a cached shape is answered without compiling or timing."""
     from ..compiler import default_target
 
     opt = options or TuneOptions()
@@ -385,8 +379,8 @@ def _answer_cached(shapes, opt: TuneOptions, cache, by_label: dict, result: Tuni
 
 
 def _legal_and_compiled(src: _KernelSource, cands: list, opt: TuneOptions, target: str, result: TuningResult) -> list:
-    """The candidates that pass ``legal``, compile, and ``reject_after_compile``; the others' reasons go
-    to ``result.rejected``, every compile's metadata to ``result.metadata``."""
+    """The candidates that pass ``legal``, compile and ``reject_after_compile`` (the others' reasons to
+    ``result.rejected``, every compile's metadata to ``result.metadata``)."""
     survivors = []
     for c in cands:
         ok, why = legal(src.build(c.kwargs), c.subs_dict, target)
