@@ -62,14 +62,12 @@ class BindingPlan:
         self.device_type = device_type
         self._tensor_type = torch.Tensor
         self._bool = torch.bool
-        self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a.name, a.dtype, a) for a in meta.args)
+        self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a) for a in meta.args)
         self.scalars: tuple[tuple[str, str], ...] = tuple(meta.scalars)
         self.nargs = len(self.args) + len(self.scalars)
         clash = [n for n, _ in self.scalars if n in {e for a in meta.args for e in a.shape if isinstance(e, str)}]
         if clash:
-            raise LaunchError(
-                kernel=meta.kernel, message=f"invalid metadata: scalar arguments {clash} are named like shape symbols"
-            )
+            raise _bad_metadata(meta.kernel, f"scalar arguments {clash} are named like shape symbols")
         self.statics: dict[str, int] = dict(meta.static_symbols)
         # (arg index, dim, expected int, symbol name or "") for dims fixed at compile time.
         static_checks: list[tuple[int, int, int, str]] = []
@@ -92,10 +90,7 @@ class BindingPlan:
         self.dynamic = tuple(binders)
         missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars)]
         if missing:
-            raise LaunchError(
-                kernel=meta.kernel,
-                message=(f"invalid metadata: launch constants {missing} are not bound by any argument's shape"),
-            )
+            raise _bad_metadata(meta.kernel, f"launch constants {missing} are not bound by any argument's shape")
         self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
         self._check_static_divisibility()
         self.outputs = tuple(i for i, a in enumerate(self.args) if a.is_output)
@@ -256,12 +251,9 @@ class BindingPlan:
     def _check_static_divisibility(self) -> None:
         for sym, div in self.meta.divisibility:
             if div <= 0:
-                raise LaunchError(kernel=self.kernel, message=f"invalid metadata: divisor {div} for {sym}")
+                raise _bad_metadata(self.kernel, f"divisor {div} for {sym}")
             if sym in self.statics and self.statics[sym] % div:
-                raise LaunchError(
-                    kernel=self.kernel,
-                    message=(f"invalid metadata: compile-time {sym}={self.statics[sym]} is not divisible by {div}"),
-                )
+                raise _bad_metadata(self.kernel, f"compile-time {sym}={self.statics[sym]} is not divisible by {div}")
 
     def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
         spans = [(p, p + a.itemsize * math.prod(s)) for p, s, a in zip(ptrs, shapes, self.args, strict=True)]
@@ -283,13 +275,17 @@ class BindingPlan:
                     )
 
 
-def _make_arg(meta: KernelMetadata, name: str, dtype: str, spec: Any) -> _Arg:
+def _bad_metadata(kernel: str, what: str) -> LaunchError:
+    return LaunchError(kernel=kernel, message=f"invalid metadata: {what}")
+
+
+def _make_arg(meta: KernelMetadata, spec: Any) -> _Arg:
     import torch
 
-    if dtype not in DTYPES:
-        raise LaunchError(kernel=meta.kernel, message=f"invalid metadata: argument {name!r} has dtype {dtype!r}")
-    tdtype = getattr(torch, _TORCH_DTYPE_NAMES[dtype])
-    return _Arg(name, tdtype, dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
+    if spec.dtype not in DTYPES:
+        raise _bad_metadata(meta.kernel, f"argument {spec.name!r} has dtype {spec.dtype!r}")
+    tdtype = getattr(torch, _TORCH_DTYPE_NAMES[spec.dtype])
+    return _Arg(spec.name, tdtype, spec.dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
 
 
 # --------------------------------------------------------------------------------------------- grid
@@ -334,11 +330,11 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
     Symbols are keyword parameters (extra keywords are ignored); the function runs with no builtins.
     """
     if len(grid) != 3:
-        raise LaunchError(kernel=kernel, message=f"invalid metadata: grid {tuple(grid)} must have 3 entries")
+        raise _bad_metadata(kernel, f"grid {tuple(grid)} must have 3 entries")
     names = frozenset(symbols)
     bad = [s for s in names if not s.isidentifier() or keyword.iskeyword(s) or s in _FUNCS or s.startswith("_")]
     if bad:
-        raise LaunchError(kernel=kernel, message=f"invalid metadata: symbol names {sorted(bad)} are not usable")
+        raise _bad_metadata(kernel, f"symbol names {sorted(bad)} are not usable")
     for expr in grid:
         try:
             tree = ast.parse(expr, mode="eval")

@@ -122,17 +122,10 @@ class CudaKernel:
         self._shared = meta.shared_bytes
         self._constants = meta.constants
         self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
-        self._maps = (
-            TensorMapCache(
-                meta.tensor_maps,
-                lambda m: encode_cuda(m, meta.label),
-                self._upload,
-                meta.label,
-                [a.name for a in meta.args],
-            )
-            if meta.tensor_maps
-            else None
-        )
+        self._maps: TensorMapCache | None = None
+        if meta.tensor_maps:
+            encode = lambda m: encode_cuda(m, meta.label)
+            self._maps = TensorMapCache(meta.tensor_maps, encode, self._upload, meta.label, [a.name for a in meta.args])
         self._check(self._drv.cuInit(0)[0], "cuInit")
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())

@@ -331,14 +331,9 @@ def _compile_gemm(groups: list) -> tuple:
                 )
                 for lt, members in by_lt.items():
                     lines.append(f"        w = {f'-(-k // {lt})' if lt else '1'}")
-                    for cfg, knee, c0, c1, c2, c3, c4, c5, c6 in members:
-                        k_terms = (
-                            _term(c2, _rounds_expr(knee))
-                            + _term(c3, "ctas")
-                            + _term(c4, "sub")
-                            + _term(c5, "smw")
-                            + _term(c6, "per")
-                        )
+                    for cfg, knee, c0, c1, *k_coef in members:  # the terms of one K step: c2..c6
+                        k_names = (_rounds_expr(knee), "ctas", "sub", "smw", "per")
+                        k_terms = "".join(_term(c, e) for c, e in zip(k_coef, k_names))
                         expr = f"{c0!r}{_term(c1, 'waves')}" + (f" + w * (0.0{k_terms})" if k_terms else "")
                         lines += [f"        t = {expr}", f"        if t < bt: best, bt = {len(cfgs)}, t"]
                         cfgs.append(cfg)

@@ -185,13 +185,8 @@ def _compile_one(factory_path, fixed, kwargs, subs, backend, target, kernel=None
     except Exception as e:  # noqa: BLE001 - a failing configuration is a rejected one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300], "seconds": time.perf_counter() - t0}
     m = ck.artifact.metadata
-    return {
-        "registers": m.registers,
-        "spills": m.spills,
-        "shared_bytes": m.shared_bytes,
-        "block": list(m.block),
-        "seconds": time.perf_counter() - t0,
-    }
+    facts = {"registers": m.registers, "spills": m.spills, "shared_bytes": m.shared_bytes, "block": list(m.block)}
+    return {**facts, "seconds": time.perf_counter() - t0}
 
 
 def compile_candidates(
