@@ -74,16 +74,12 @@ class OutputPlan:
         self._empty = torch.empty
         self.launch = None if unbound else self._compile_launch()
 
-    def shapes(self, inputs: Sequence[Any]) -> list[list[Any]]:
-        """Each output's shape (ints, or SymInts for fake tensors) read from ``inputs``' shapes."""
-        if self.unbound:
-            self.raise_unbound()
-        return [[v if s < 0 else inputs[s].shape[v] for s, v in dims] for dims in self.dims]
-
     def allocate(self, inputs: Sequence[Any], device: Any) -> list[Any]:
         """Fresh ``torch.empty`` outputs on ``device`` for ``inputs`` (not validated here)."""
+        if self.unbound:
+            self.raise_unbound()
         try:
-            shapes = self.shapes(inputs)
+            shapes = [[v if s < 0 else inputs[s].shape[v] for s, v in dims] for dims in self.dims]
         except (AttributeError, IndexError, TypeError):
             self.diagnose(inputs)
             raise

@@ -45,7 +45,6 @@ class _Registration:
     key: Artifact
     kernel: str
     op: Any
-    op_out: Any
     defs: tuple[Any, ...]  # the CustomOpDefs (torch keeps them only weakly)
 
 
@@ -134,14 +133,8 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
         odef.register_fake(in_place_fake)
     except (RuntimeError, ValueError) as exc:
         raise TorchOpError(name=name, message=f"torch.library refused it: {exc}") from exc
-    namespace = getattr(torch.ops, ns)
-    return _Registration(
-        key=key,
-        kernel=meta.kernel,
-        op=getattr(namespace, op_name),
-        op_out=getattr(namespace, f"{op_name}_out"),
-        defs=(fdef, odef),
-    )
+    op = getattr(getattr(torch.ops, ns), op_name)
+    return _Registration(key=key, kernel=meta.kernel, op=op, defs=(fdef, odef))
 
 
 def _torch_knows(ns: str, op_name: str) -> bool:

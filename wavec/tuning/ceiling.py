@@ -60,14 +60,8 @@ def gemm_ceiling(
     shared = per_sm * (block_m * k * waves[1] + block_n * k * waves[0]) * in_bytes / r.shared_bytes_per_sm
     parts = {"mma": mma, "hbm": hbm, "l2": l2, "shared": shared}
     bound = max(parts.values()) + r.launch_s
-    return {
-        **parts,
-        "launch": r.launch_s,
-        "bound": bound,
-        "limiter": max(parts, key=parts.__getitem__),
-        "ctas": ctas,
-        "waves": -(-ctas // r.sms),
-    }
+    limiter = max(parts, key=parts.__getitem__)
+    return {**parts, "launch": r.launch_s, "bound": bound, "limiter": limiter, "ctas": ctas, "waves": -(-ctas // r.sms)}
 
 
 def percent_of_ceiling(measured_s: float, ceiling: dict) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -85,10 +86,7 @@ def summary(values: Iterable[float]) -> dict:
     vals = list(values)
     if not vals:
         return {"n": 0, "mean": math.nan, "max": math.nan, "median": math.nan}
-    ordered = sorted(vals)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-    return {"n": len(vals), "mean": sum(vals) / len(vals), "max": max(vals), "median": median}
+    return {"n": len(vals), "mean": sum(vals) / len(vals), "max": max(vals), "median": statistics.median(vals)}
 
 
 def geomean(values: Iterable[float]) -> float:
