@@ -162,20 +162,18 @@ def matmul(
     prefetch_fragments: bool = True,
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
-    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
-    accumulator).
+    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul``; rounded from the f32
+    accumulator).  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a plan.
 
-    The keyword arguments become one ``GemmRequest`` and ``plan_matmul`` maps it onto a ``GemmPlan``.
-    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
-    decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
-    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
-    ``warp_specialize``: a TMA producer warpgroup (wgmma tiles only).  ``persistent``: a persistent grid
-    over the output tiles (the TMA wgmma tiles only; with ``mma="mma_sync"`` a ``ConstraintError``).
-    None (the default) for either: the choice of ``wgmma_plan`` for wgmma (with ``async_copy="auto"`` and
-    no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
-    split; ``"auto"``: ``splitk_config``'s rule for M <= 16 — opt-in, slower than no split on every
-    benchmark decode shape of the H100, ``docs/performance.md``); ``config = (subs, waves)`` overrides the
-    tile (benchmarks); ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
+    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, sm_90a; decode shapes,
+    M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies ("auto": TMA for the
+    wgmma tiles; "cp.async" to compare).  ``warp_specialize``: a TMA producer warpgroup (wgmma tiles only).
+    ``persistent``: a persistent grid over the output tiles (TMA wgmma tiles only; with mma.sync a
+    ``ConstraintError``).  None for either: ``wgmma_plan``'s choice for wgmma (with ``async_copy="auto"``
+    and no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
+    split; ``"auto"``: ``splitk_config``'s rule for M <= 16, opt-in: slower than no split on every
+    benchmark decode shape of the H100).  ``config = (subs, waves)`` overrides the tile (benchmarks);
+    ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))

@@ -45,7 +45,6 @@ class OutputPlan:
         self.input_positions = tuple(i for i, a in enumerate(args) if not a.is_output)
         self.output_positions = tuple(i for i, a in enumerate(args) if a.is_output)
         self.input_names = tuple(args[i].name for i in self.input_positions)
-        self.output_names = tuple(args[i].name for i in self.output_positions)
         self.output_dtypes = tuple(getattr(torch, _TORCH_DTYPE_NAMES[args[i].dtype]) for i in self.output_positions)
         self.outputs_last = self.output_positions == tuple(range(len(self.input_positions), len(args)))
         statics = dict(meta.static_symbols)

@@ -80,14 +80,8 @@ class TuningCache:
             return {}
         return data
 
-    def load(self) -> dict:
-        return self._read().get("entries", {})
-
     def get(self, key: str) -> dict | None:
-        return self.load().get(key)
-
-    def put(self, key: str, entry: dict) -> None:
-        self.put_many({key: entry})
+        return self._read().get("entries", {}).get(key)
 
     def put_many(self, entries: dict, models: dict | None = None) -> None:
         """Merge ``entries`` (key -> entry) and ``models`` (``model_key`` -> fitted cost model) into the file."""

@@ -1,7 +1,7 @@
 """Wave-quantisation cost model: per configuration, time as a function of the CTA grid.
 
-For a configuration with ``slots = sms * ctas_per_sm`` resident workgroups and a launch of ``ctas``
-workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / BLOCK_K)``)::
+For ``slots = sms * ctas_per_sm`` resident workgroups and a launch of ``ctas`` workgroups of ``work`` units
+(GEMM: K-loop iterations, ``ceil(K / BLOCK_K)``)::
 
     t = c0 + c1 * waves + work * (c2 * rounds + c3 * ctas + c4 * sub + c5 * sm_waves + c6 * perimeter)
 
@@ -10,11 +10,9 @@ workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / B
     rounds    = sum over the waves of max(knee, fill of the wave)   (knee = 1: rounds = waves)
 
 ``c0`` is launch/startup, ``c1`` the fixed part of a wave, ``c2`` one K step of a full wave, ``c5`` one
-K step per CTA queued on the busiest SM, ``c6`` one K step of the grid's compulsory panel traffic; ``c3``
-and ``c4`` belong to the earlier form, are 0 in what ``fit_config`` fits, and stay for stored models.
-``fit_config`` fits one configuration by non-negative least squares per knee of ``KNEES`` (why, and how
-knees and outliers are chosen: docs/tuning.md, "Cost model terms").  ``CostModel.choose`` is plain
-Python arithmetic, fast enough for host dispatch and for pruning a search.
+K step per CTA queued on the busiest SM, ``c6`` one K step of the compulsory panel traffic; ``c3`` and
+``c4`` (the earlier form, kept for stored models) are 0 in ``fit_config``'s non-negative least squares
+per knee of ``KNEES`` (docs/tuning.md, "Cost model terms").  ``CostModel.choose`` is plain Python.
 """
 
 from __future__ import annotations

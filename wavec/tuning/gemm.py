@@ -165,12 +165,8 @@ def store_tuned(
     models = None
     if model is not None:
         by_label = {c.label: c for c in candidates}
-        models = {
-            model_key(_dtypes(dtype), gpu, vers): {
-                "configs": model.to_json(),
-                "candidates": {c.name: by_label[c.name].to_json() for c in model.configs},
-            }
-        }
+        cands = {c.name: by_label[c.name].to_json() for c in model.configs}
+        models = {model_key(_dtypes(dtype), gpu, vers): {"configs": model.to_json(), "candidates": cands}}
     _cache(dtype, target, mma).put_many(entries, models)
     _DISPATCH.clear()
     return len(entries)

@@ -345,7 +345,8 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) ->
         best = min(times, key=times.__getitem__)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
         meta = result.metadata.get(best, {})
-        cache.put(key, cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected)))
+        entry = cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected))
+        cache.put_many({key: entry})
     return result
 
 
