@@ -255,8 +255,7 @@ def register_attention_op(
     defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
     mma = mma or DEFAULT_MMA or "mma_sync"
     subs, waves = attention_config(head_dim, mma=mma)
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + (
-        "_wgmma" if mma == "wgmma" else ""
-    )
+    suffix = "_wgmma" if mma == "wgmma" else ""
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}{suffix}"
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     return wc.register_torch_op(kernel, name), kernel

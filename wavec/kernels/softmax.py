@@ -32,9 +32,8 @@ def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int
 
 def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> wc.WaveKernel:
     """Row softmax kernel; ``waves_per_row`` as in ``row_constraints``."""
-    constraints = row_constraints(dtype, threads_per_wave, waves_per_row)
 
-    @wc.wave(constraints)
+    @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))
     def softmax(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         e = wc.exp2((v - wc.max(v, N)[:, None]) * LOG2E)

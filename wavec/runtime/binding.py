@@ -406,6 +406,6 @@ def _checked_grid(meta: KernelMetadata, fn: Callable[..., tuple], values: dict[s
     if not (0 <= g[0] <= GRID_LIMITS[0] and 0 <= g[1] <= GRID_LIMITS[1] and 0 <= g[2] <= GRID_LIMITS[2]):
         raise LaunchError(
             kernel=meta.kernel,
-            message=(f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}"),
+            message=f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}",
         )
     return g

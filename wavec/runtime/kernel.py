@@ -124,11 +124,9 @@ class OutputPlan:
         raise ArgumentError(
             kernel=self.kernel,
             arg=name,
-            message=(
-                f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
-                f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
-                f"pass the outputs yourself: kernel({every})"
-            ),
+            message=f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
+            f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
+            f"pass the outputs yourself: kernel({every})",
         )
 
     def diagnose(self, inputs: Sequence[Any]) -> None:
@@ -194,10 +192,8 @@ class CompiledKernel:
             if factory is None:
                 raise LaunchError(
                     kernel=self.metadata.kernel,
-                    message=(
-                        f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
-                        "compile with backend='emulator' to run it on the CPU"
-                    ),
+                    message=f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
+                    "compile with backend='emulator' to run it on the CPU",
                 )
             self._impl = factory(self.artifact)
         return self._impl
@@ -212,11 +208,9 @@ class CompiledKernel:
         raise ArgumentError(
             kernel=meta.label,
             arg=arg,
-            message=(
-                f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
-                f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
-                "with the outputs written in place"
-            ),
+            message=f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+            f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
+            "with the outputs written in place",
         )
 
     @property

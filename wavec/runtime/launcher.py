@@ -51,10 +51,8 @@ def _load_driver(kernel: str) -> Any:
     except ImportError as exc:
         raise LaunchError(
             kernel=kernel,
-            message=(
-                f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
-                "or use the emulator backend (WAVEC_BACKEND=emulator)"
-            ),
+            message=f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
+            "or use the emulator backend (WAVEC_BACKEND=emulator)",
         ) from None
     return driver
 
@@ -100,10 +98,8 @@ class CudaKernel:
         if artifact.format not in ("cubin", "ptx"):
             raise LaunchError(
                 kernel=self.kernel,
-                message=(
-                    f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
-                    "expected 'cubin' or 'ptx'"
-                ),
+                message=f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
+                "expected 'cubin' or 'ptx'",
             )
         self._drv = _load_driver(self.kernel)
         self._success = self._drv.CUresult.CUDA_SUCCESS
@@ -242,10 +238,8 @@ class CudaKernel:
         if not torch.cuda.is_available():
             raise LaunchError(
                 kernel=self.kernel,
-                message=(
-                    "torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
-                    "(WAVEC_BACKEND=emulator) on machines without a GPU"
-                ),
+                message="torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
+                "(WAVEC_BACKEND=emulator) on machines without a GPU",
             )
         torch.cuda.init()
         # torch._C._cuda_getDevice skips current_device()'s lazy-init check; same value.
@@ -270,7 +264,7 @@ class CudaKernel:
             hint = _HINTS.get(name)
             hint = f" ({hint})" if hint else ""
             raise LaunchError(
-                kernel=self.kernel, message=(f"{what} returned {name}{hint}; kernel defined at {self.meta.source}")
+                kernel=self.kernel, message=f"{what} returned {name}{hint}; kernel defined at {self.meta.source}"
             )
 
     def _check_get(self, result: tuple, what: str) -> Any:

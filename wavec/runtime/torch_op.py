@@ -75,10 +75,8 @@ def register_torch_op(compiled: CompiledKernel, name: str) -> Callable[..., Any]
                 return existing.op
             raise TorchOpError(
                 name=name,
-                message=(
-                    f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
-                    f"another name for kernel {compiled.metadata.kernel!r}"
-                ),
+                message=f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
+                f"another name for kernel {compiled.metadata.kernel!r}",
             )
         reg = _register(compiled, ns, op_name, name, key)
         _REGISTRY[name] = reg
@@ -99,10 +97,8 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
         out, d, sym = plan.unbound[0]
         raise TorchOpError(
             name=name,
-            message=(
-                f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
-                "compile time, so the functional op cannot allocate it; bind it in subs"
-            ),
+            message=f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
+            "compile time, so the functional op cannot allocate it; bind it in subs",
         )
     for qual in (name, f"{name}_out"):
         if _torch_knows(ns, qual.split("::")[1]):

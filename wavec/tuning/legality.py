@@ -84,8 +84,7 @@ def front_half(kernel: WaveKernel, cs: ConstraintSet, target_name: str) -> Front
 
 def shared_bytes(kernel: WaveKernel, subs: dict, target) -> int:
     """Shared memory the compiled kernel will allocate, as the pass pipeline leaves it."""
-    tgt = _target(target)
-    return front_half(kernel, ConstraintSet(kernel.constraints, _symbols(subs)), tgt.name).shared_bytes
+    return front_half(kernel, ConstraintSet(kernel.constraints, _symbols(subs)), _target(target).name).shared_bytes
 
 
 def _symbols(subs: dict) -> dict:

@@ -265,13 +265,12 @@ def _dtypes_of(inputs) -> list[str]:
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """``autotune``'s knobs, validated once.
-
-    ``make_inputs(shape)``: the launch arguments; ``timer(candidate, fn)``: seconds of one run of ``fn()``
-    (default: CUDA events); ``fixed``: factory arguments common to every configuration; ``dtypes``,
-    ``gpu``, ``dims``: cache key parts (defaults from the inputs and the device); ``workers``: compile
-    processes (0: in-process); ``model``/``prune_to``: time only the ``prune_to`` candidates a
-    ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed`` shuffles the rounds."""
+    """``autotune``'s knobs, validated once.  ``make_inputs(shape)``: the launch arguments;
+    ``timer(candidate, fn)``: seconds of one run of ``fn()`` (default: CUDA events); ``fixed``: factory
+    arguments common to every configuration; ``dtypes``, ``gpu``, ``dims``: cache key parts (defaults from
+    the inputs and the device); ``workers``: compile processes (0: in-process); ``model``/``prune_to``: time
+    only the ``prune_to`` candidates a ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed``
+    shuffles the rounds."""
 
     make_inputs: Callable | None = None
     timer: Callable | None = None
