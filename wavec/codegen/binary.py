@@ -90,9 +90,6 @@ class _FlatBuffer:
     def i32(self, pos: int) -> int:
         return self._unpack("<i", pos)
 
-    def u64(self, pos: int) -> int:
-        return self._unpack("<Q", pos)
-
     def root(self) -> int:
         return self.u32(0)
 

@@ -51,21 +51,11 @@ def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) 
 
 
 def _buffer(fb: FunctionBuilder, node: fx.Node) -> ir.Value:
-    key = ("convert_buffer", node.meta["convert_id"])
-    if key in fb.scopes[0]:
-        return fb.scopes[0][key]
-    dims = node.meta["layout"].dims
-    ext = [fb.cs.wave_extent(d) for d in dims]
+    """The conversion's shared scratch (one per ``convert_id``), allocated before every loop."""
+    ext = [fb.cs.wave_extent(d) for d in node.meta["layout"].dims]
     shape = "x".join(str(x) for x in [fb.cs.waves, *ext])
     mtype = ir.MemRefType.parse(f"memref<{shape}x{node.meta['type'].dtype.mlir}, #gpu.address_space<workgroup>>")
-    point = fb.hoist_points[0] if fb.hoist_points else None
-    if point is None:
-        buf = memref.alloc(mtype, [], [], alignment=16)
-    else:
-        with point:
-            buf = memref.alloc(mtype, [], [], alignment=16)
-    fb.scopes[0][key] = buf
-    return buf
+    return fb.cached(("convert_buffer", node.meta["convert_id"]), 0, lambda: memref.alloc(mtype, [], [], alignment=16))
 
 
 def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) -> ir.Value:

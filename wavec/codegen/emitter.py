@@ -16,7 +16,6 @@ import sympy
 from ..errors import CodegenError
 from ..frontend.ops import WideStore, Write
 from ..frontend.tracing import Trace, capture_root
-from ..indexing.symbols import LANE, WAVE, WORKGROUP
 from ..passes.context import PassContext
 from ..target import Target
 
@@ -200,6 +199,3 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
 
 def _dim_name(v: sympy.Expr) -> str | int:
     return int(v) if v.is_Integer else str(v)
-
-
-HARDWARE_SYMBOLS = (LANE, *WAVE, *WORKGROUP)

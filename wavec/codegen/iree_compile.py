@@ -47,16 +47,12 @@ def _load_api() -> Any:
             from iree.compiler.api import ctypes_dl
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ToolchainError(message=f"iree-base-compiler is not importable: {e}") from e
-        lib = ctypes_dl._dylib
-        lib.ireeCompilerInvocationOutputHALExecutable.restype = ctypes.c_void_p
-        lib.ireeCompilerInvocationOutputHALExecutable.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        lib.ireeCompilerInvocationEnableCallbackDiagnostics.restype = None
-        lib.ireeCompilerInvocationEnableCallbackDiagnostics.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int,
-            _DIAG_CALLBACK,
-            ctypes.c_void_p,
-        ]
+        output = ctypes_dl._dylib.ireeCompilerInvocationOutputHALExecutable
+        output.restype = ctypes.c_void_p
+        output.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        diagnostics = ctypes_dl._dylib.ireeCompilerInvocationEnableCallbackDiagnostics
+        diagnostics.restype = None
+        diagnostics.argtypes = [ctypes.c_void_p, ctypes.c_int, _DIAG_CALLBACK, ctypes.c_void_p]
         _api = ctypes_dl
         return _api
 

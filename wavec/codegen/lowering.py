@@ -8,6 +8,7 @@ Every per-thread value is a 1-D vector whose element order is its layout's ``ord
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import sympy
 import torch.fx as fx
@@ -30,7 +31,7 @@ from ..frontend.ops import (
     Select,
     Unary,
 )
-from ..frontend.tracing import Trace, arg_node, arg_nodes
+from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.shared_layout import Xor
@@ -104,32 +105,26 @@ class FunctionBuilder:
     # ----- index expressions -----
     def index(self, expr) -> ir.Value:
         expr = sympy.sympify(expr)
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        level = self._level(expr)
-        if level == len(self.scopes) - 1:
-            v = self._emit(expr)
-        else:
-            with self.hoist_points[level]:
-                v = self._emit(expr)
-        self.scopes[level][expr] = v
-        return v
+        return self.derived(expr, (expr,), lambda: self._emit(expr))
 
-    def derived(self, key: tuple, exprs: tuple, build: Callable[[], ir.Value]) -> ir.Value:
-        """A value computed from index expressions (a bounds test, a clamped index), cached and hoisted
-        like the expressions themselves."""
+    def derived(self, key, exprs: tuple, build: Callable[[], ir.Value]) -> ir.Value:
+        """A value computed from index expressions (the index itself, a bounds test, a clamped index),
+        cached and hoisted to the outermost level that defines all their symbols."""
+        return self.cached(key, max(self._level(sympy.sympify(e)) for e in exprs), build)
+
+    def cached(self, key, level: int, build: Callable[[], ir.Value]) -> ir.Value:
+        """``build()`` emitted once at loop level ``level`` (see ``at_level``) and reused from then on."""
         for scope in reversed(self.scopes):
             if key in scope:
                 return scope[key]
-        level = max(self._level(sympy.sympify(e)) for e in exprs)
-        if level == len(self.scopes) - 1:
+        with self.at_level(level):
             v = build()
-        else:
-            with self.hoist_points[level]:
-                v = build()
         self.scopes[level][key] = v
         return v
+
+    def at_level(self, level: int):
+        """Insertion just before the loop that opens level ``level + 1`` (here when ``level`` is innermost)."""
+        return self.hoist_points[level] if level < len(self.hoist_points) else nullcontext()
 
     def _level(self, expr: sympy.Expr) -> int:
         """The outermost loop level at which every symbol of ``expr`` has a value."""
@@ -163,36 +158,33 @@ class FunctionBuilder:
             const, rest = e.as_coeff_Add()
             if const != 0:
                 return arith.addi(self.index(rest), self.index(const))
-            terms = list(e.args)
-            acc = self.index(terms[0])
-            for t in terms[1:]:
-                acc = arith.addi(acc, self.index(t))
-            return acc
+            return self._fold(arith.addi, e.args)
         if e.is_Mul:
             coeff, rest = e.as_coeff_Mul()
             if not coeff.is_Integer:
                 raise CodegenError(message=f"index {e} is not integral")
             if coeff != 1:
                 return arith.muli(self.index(rest), self.index(coeff))
-            acc = self.index(e.args[0])
-            for t in e.args[1:]:
-                acc = arith.muli(acc, self.index(t))
-            return acc
+            return self._fold(arith.muli, e.args)
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(sympy.together(e.args[0]))
             if isinstance(e, sympy.ceiling):
                 num = num + den - 1
             return arith.divui(self.index(num), self.index(den))
         if isinstance(e, sympy.Min):
-            acc = self.index(e.args[0])
-            for t in e.args[1:]:
-                acc = arith.minui(acc, self.index(t))
-            return acc
+            return self._fold(arith.minui, e.args)
         if isinstance(e, sympy.Mod):
             return self._emit_mod(*e.args)
         if isinstance(e, Xor):  # swizzled shared layouts
             return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
+
+    def _fold(self, op: Callable, terms: tuple) -> ir.Value:
+        """``op`` applied left to right over the index values of ``terms``."""
+        acc = self.index(terms[0])
+        for t in terms[1:]:
+            acc = op(acc, self.index(t))
+        return acc
 
     def _emit_mod(self, x: sympy.Expr, m: sympy.Expr) -> ir.Value:
         """``x % m``; ``(s + c) % n`` of a symbol s in [0, n) and 0 <= c < n is one compare and select
@@ -444,7 +436,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
             loop_symbols[stage_symbol(dim)] = carried.pop()
             fb.ranges[stage_symbol(dim)] = stages
         fb.enter_loop(loop.operation, loop_symbols)
-        iter_phs = [p for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+        iter_phs = placeholders(sub, "iter_arg")
         for p, v in zip(iter_phs, carried):
             fb.values[p] = v
         fb.lower_graph(sub)

@@ -334,21 +334,13 @@ def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coord
     """A copy's source index along ``d``: 0 where a masked dim is out of bounds (the copy zero-fills), the
     last row where a clamped dim is (``mask_bounds``: GEMM operand rows past the bound re-read it), else
     ``i``; cached and hoisted like the index itself."""
+    if d not in bounds and d not in node.meta.get("clamp_dims", ()):
+        return i
+    size = fb.cs.resolve(d)
+    key = (sympy.sympify(coords[d]), size)
     if d in bounds:
-        size = fb.cs.resolve(d)
-        return fb.derived(
-            ("clamp", sympy.sympify(coords[d]), size),
-            (coords[d], size),
-            lambda: arith.select(bounds[d], i, fb.index(0)),
-        )
-    if d in node.meta.get("clamp_dims", ()):
-        size = fb.cs.resolve(d)
-        return fb.derived(
-            ("clamp_last", sympy.sympify(coords[d]), size),
-            (coords[d], size),
-            lambda: arith.minui(i, fb.index(size - 1)),
-        )
-    return i
+        return fb.derived(("clamp", *key), key, lambda: arith.select(bounds[d], i, fb.index(0)))
+    return fb.derived(("clamp_last", *key), key, lambda: arith.minui(i, fb.index(size - 1)))
 
 
 @rule(AsyncCopy)

@@ -51,11 +51,13 @@ class SharedLayoutKind(enum.Enum):
     SWIZZLE_32B = "swizzle_32b"
 
 
-_SWIZZLE_WIDTH = {
-    SharedLayoutKind.SWIZZLE_128B: 128,
-    SharedLayoutKind.SWIZZLE_64B: 64,
-    SharedLayoutKind.SWIZZLE_32B: 32,
+# ``SchedulingConstraint.operand_swizzle`` names of the swizzled kinds, widest first
+SWIZZLE_NAMES = {
+    "128B": SharedLayoutKind.SWIZZLE_128B,
+    "64B": SharedLayoutKind.SWIZZLE_64B,
+    "32B": SharedLayoutKind.SWIZZLE_32B,
 }
+_SWIZZLE_WIDTH = {kind: int(name[:-1]) for name, kind in SWIZZLE_NAMES.items()}
 
 
 class Xor(sympy.Function):
@@ -228,11 +230,7 @@ class SharedLayout:
 
     @property
     def swizzle(self) -> SwizzleMode:
-        return (
-            {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width]
-            if self.swizzled
-            else SwizzleMode.NONE
-        )
+        return SwizzleMode[f"B{self.width}"] if self.swizzled else SwizzleMode.NONE
 
     def descriptor_bits(self, tile: tuple[int, int]) -> int:
         """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""

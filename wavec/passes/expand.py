@@ -69,11 +69,11 @@ class _Expander:
         self.trace, self.ctx = trace, ctx
         self.subgraphs: dict[str, fx.Graph] = {}
 
-    def clone(self, ng: fx.Graph, node: fx.Node, key: Key, args: tuple, layout=None) -> fx.Node:
+    def clone(self, ng: fx.Graph, node: fx.Node, key: Key, args: tuple) -> fx.Node:
         new = ng.create_node("call_function", node.target, args, dict(node.kwargs), name=node.name + _suffix(key))
         new.meta.update(node.meta)
         if "layout" in node.meta:
-            lay = layout or node.meta["layout"]
+            lay = node.meta["layout"]
             deltas = {d: i * lay.tile_of(d) for d, i in key if d in lay.dims}
             new.meta["layout"] = lay.offset(deltas)
         new.meta["key"] = key
@@ -106,26 +106,15 @@ class _Expander:
         """Once per instruction tile of the result; ops without a register result (write, ...) once per
         tile of their value operand."""
         if "layout" in node.meta:
-            env[node] = {
-                k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
-                for k in _keys(_counts(self.ctx, node))
-            }
+            keys = _keys(_counts(self.ctx, node))
+            src = None
         else:
             src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
             keys = list(env[src]) if src is not None else [()]
-            env[node] = {
-                k: self.clone(
-                    ng,
-                    node,
-                    k,
-                    tuple(self.lookup(env, a, k) for a in node.args),
-                    layout=src.meta["layout"] if src is not None else None,
-                )
-                for k in keys
-            }
-            if src is not None:
-                for k, new in env[node].items():
-                    new.meta["layout"] = env[src][k].meta["layout"]
+        env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args)) for k in keys}
+        if src is not None:
+            for k, new in env[node].items():
+                new.meta["layout"] = env[src][k].meta["layout"]
 
     def _loop_result(self, ng, node, env) -> None:
         """A loop's results are cloned by the loop's rule (``_iterate``)."""
@@ -191,26 +180,16 @@ class _Expander:
         for p in sub.nodes:
             if p.op != "placeholder":
                 continue
-            if p.meta.get("role") == "iter_arg":
-                outer = inits[p.meta["index"]]
-                table = {}
-                for key, val in sorted(env[outer].items()):
-                    ph = nsub.placeholder(p.name + _suffix(key))
-                    ph.meta.update(p.meta, key=key, layout=val.meta["layout"])
-                    table[key] = ph
-                    flat_inits.append(val)
-                senv[p] = table
-            else:  # capture: one placeholder per clone of the captured value
-                outer = p.meta["capture_of"]
-                table = {}
-                for key, val in sorted(env[outer].items()):
-                    ph = nsub.placeholder(p.name + _suffix(key))
-                    ph.meta.update(p.meta, key=key, capture_of=val)
-                    if "layout" in val.meta:
-                        ph.meta["layout"] = val.meta["layout"]
-                    table[key] = ph
-                    flat_caps.append(val)
-                senv[p] = table
+            carried = p.meta.get("role") == "iter_arg"  # else a capture: one placeholder per clone as well
+            outer = inits[p.meta["index"]] if carried else p.meta["capture_of"]
+            senv[p] = {}
+            for key, val in sorted(env[outer].items()):
+                ph = nsub.placeholder(p.name + _suffix(key))
+                ph.meta.update(p.meta, key=key, **({} if carried else {"capture_of": val}))
+                if "layout" in val.meta:
+                    ph.meta["layout"] = val.meta["layout"]
+                senv[p][key] = ph
+                (flat_inits if carried else flat_caps).append(val)
         self.expand_graph(sub, nsub, senv)
         new = ng.create_node(
             "call_function", node.target, (tuple(flat_inits), tuple(flat_caps)), dict(node.kwargs), name=node.name

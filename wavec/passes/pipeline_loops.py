@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from ..errors import ConstraintError
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
-from ..frontend.tracing import Trace, arg_node
+from ..frontend.tracing import Trace, arg_node, placeholders
 from ..frontend.types import AddressSpace
 from ..indexing import Layout, induction_symbol
 from ..indexing.symbols import stage_symbol
@@ -72,7 +72,7 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
     copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
     # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
     for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
         alloc.kwargs = {**alloc.kwargs, "stages": stages}
     for s in range(distance):

@@ -15,7 +15,7 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import AsyncCommit, AsyncWait, Barrier, Iterate, Read
-from ..frontend.tracing import Trace, arg_node, arg_nodes
+from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
@@ -71,7 +71,7 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
     g = trace.graph
     op_node(g, AsyncWait, (), {"pending": wait.kwargs["pending"]}, "async_wait_first", loc, before=iterate)
     op_node(g, Barrier, (), {}, "barrier_first", loc, before=iterate)
-    outer = {p: p.meta["capture_of"] for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    outer = {p: p.meta["capture_of"] for p in placeholders(body, "capture")}
     firsts = _clone_reads(
         g,
         reads,
@@ -82,7 +82,7 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
         iv_subs={iv: lo},
     )
     # the loop's values: step-0 fragments enter as iter_args and leave as next-iteration reads
-    args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+    args = placeholders(body, "iter_arg")
     anchor = args[-1]
     for index, r in enumerate(reads, start=len(args)):
         with body.inserting_after(anchor):

@@ -15,7 +15,7 @@ import torch.fx as fx
 
 from ..errors import WavecError
 from ..frontend.ops import Iterate
-from ..frontend.tracing import Trace, arg_nodes
+from ..frontend.tracing import Trace, arg_nodes, placeholders
 from .schema import KWARGS, META, TRACE, Key
 
 
@@ -58,9 +58,7 @@ def _check_iterate(stage: str, trace: Trace, node: fx.Node, graph: fx.Graph) -> 
     if sub is None:
         _fail(stage, node, f"body {node.kwargs['subgraph']} is missing")
     inits, captures = arg_nodes(node, 0), arg_nodes(node, 1)
-    phs = [p for p in sub.nodes if p.op == "placeholder"]
-    iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
-    caps = [p for p in phs if p.meta.get("role") == "capture"]
+    iter_args, caps = placeholders(sub, "iter_arg"), placeholders(sub, "capture")
     out = arg_nodes(next(n for n in sub.nodes if n.op == "output"), 0)
     if not (len(inits) == len(iter_args) == len(out)):
         _fail(stage, node, f"{len(inits)} inits, {len(iter_args)} iter_args, {len(out)} yielded values")

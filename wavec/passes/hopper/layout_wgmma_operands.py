@@ -20,7 +20,7 @@ from ...errors import ConstraintError
 from ...frontend.ops import MMA, Iterate, Permute, Read, Write
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...frontend.types import AddressSpace
-from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
+from ...indexing.shared_layout import SWIZZLE_NAMES, SharedLayout, SharedLayoutKind
 from ..context import PassContext
 from ..schema import loop_body, tile_extents
 
@@ -109,12 +109,7 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext, inst_n: int) -> None:
                 w.args[0].meta["copy_layout"] = layout
 
 
-_KINDS = {
-    "128B": SharedLayoutKind.SWIZZLE_128B,
-    "64B": SharedLayoutKind.SWIZZLE_64B,
-    "32B": SharedLayoutKind.SWIZZLE_32B,
-    "none": SharedLayoutKind.CORE_K_MAJOR,
-}
+_KINDS = {**SWIZZLE_NAMES, "none": SharedLayoutKind.CORE_K_MAJOR}
 
 
 def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst: int) -> SharedLayout:
@@ -124,8 +119,8 @@ def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst
     want = ctx.constraints.scheduling.operand_swizzle
     if want != "auto":
         return SharedLayout(_KINDS[want], elem_bytes, mn_major)
-    for name in ("128B", "64B", "32B"):
-        layout = SharedLayout(_KINDS[name], elem_bytes, mn_major)
+    for kind in SWIZZLE_NAMES.values():
+        layout = SharedLayout(kind, elem_bytes, mn_major)
         if len(tile) == 2 and layout.check(tile) is None and (not mn_major or inst * elem_bytes % layout.width == 0):
             return layout
     return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes, mn_major)

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from ...frontend.ops import Read
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
-from ...frontend.tracing import Trace, arg_node, capture_root
+from ...frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ...frontend.types import AddressSpace
 from ...indexing import induction_symbol
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
@@ -202,7 +202,7 @@ def pipeline_tma(
     for n in sub.nodes:  # the wgmma operand reads take stage i % S
         if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
             n.meta["stage"] = stage
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
     for _g, alloc in body_pairs:
         outer[alloc].kwargs = {**outer[alloc].kwargs, "stages": stages}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
