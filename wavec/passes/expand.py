@@ -175,8 +175,9 @@ class _Expander:
         nsub = fx.Graph()
         self.subgraphs[name] = nsub
         senv: dict = {}
-        inits, captures = node.args
-        flat_inits, flat_caps = [], []
+        inits = node.args[0]
+        flat_inits: list[fx.Node] = []
+        flat_caps: list[fx.Node] = []
         for p in sub.nodes:
             if p.op != "placeholder":
                 continue
