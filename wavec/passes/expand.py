@@ -1,11 +1,9 @@
 """expand: clone each op once per instruction tile of its wave tile (DESIGN §4).
 
-Requires: ``infer_indices`` (every register node has a layout).  Guarantees: a new trace whose register
-nodes each cover one instruction tile (``meta["layout"]`` with starts offset by the tile position,
-``meta["key"]`` the tile position per dim).  Users are rewired to the clone owning the same sub-tile, so
-operand reuse is structural (A is read once per (M, K) tile, not once per mma).  ``mma`` clones are
-chained along K, emitted K step by K step so neighbouring mmas are independent; ``iterate`` bodies
-expand inside their loop with carried values expanded consistently.
+Requires: ``infer_indices``.  Guarantees: a new trace whose register nodes each cover one instruction tile
+(``meta["layout"]`` offset to it, ``meta["key"]`` its position per dim); users are rewired to the clone
+of the same sub-tile (A is read once per (M, K) tile, not per mma); ``mma`` clones are chained along K,
+K steps outermost; ``iterate`` bodies expand inside their loop, carried values consistently.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """infer_indices: give every register value a thread ``Layout`` (DESIGN §3).
 
-Requires: a typed trace and a ``PassContext``.  Guarantees: every node that produces a register value
-has ``meta["layout"]`` (the layout of its first instruction tile, starts including the workgroup, wave
-and loop offsets) and ``meta["layout_prio"]``.  Lattice per node: unknown < (layout, priority) <
-conflict.  Anchors: mma operands (3), staging copies and reduction inputs (2: the copy distribution, the
-reduction strategy), written values (1), then defaults (0) for whatever is left, each seeded in program
-order and propagated to a fixpoint.  Equal priorities with different layouts raise
+Requires: a typed trace.  Guarantees: every register value has ``meta["layout"]`` (its first instruction
+tile's, starts including workgroup, wave and loop offsets) and ``meta["layout_prio"]``.  Anchors by
+priority: mma operands (3), staging copies and reduction inputs (2), written values (1), defaults (0),
+each seeded in program order and propagated to a fixpoint; equal priorities with different layouts raise
 ``IndexConflictError`` naming both source lines.
 """
 

@@ -1,14 +1,12 @@
 """pipeline_loops: software pipelining of ``iterate`` with ``num_stages = S`` (DESIGN §5.7).
 
 Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >= 2, the target has
-``cp.async`` and the body copies global tiles into shared memory in runs of at least 4 bytes.
-Guarantees: each global ``read`` + shared ``write`` pair becomes an ``async_copy`` of iteration
-``min(i + D, n - 1)`` into stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in
-flight: ``iterate.meta["wgmma_groups_in_flight"] = 1``); shared reads take stage ``$STAGE_<dim>``, a
-carried value; the body begins with ``async_wait(pending=D - 1)``; a prologue issues iterations
-``0 .. D - 1``.  On sm_90a, wgmma operand tiles in the 128-byte swizzle take TMA instead
-(``pipeline_tma.py``) unless ``SchedulingConstraint.async_copy`` says otherwise.  Full contract:
-docs/design.md, "Module contracts".
+``cp.async`` and the body copies global tiles to shared memory in runs of at least 4 bytes.  Guarantees:
+each global ``read`` + shared ``write`` becomes an ``async_copy`` of iteration ``min(i + D, n - 1)`` into
+stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in flight); shared reads take the
+carried stage ``$STAGE_<dim>``; the body begins with ``async_wait(pending=D - 1)``; a prologue issues
+iterations ``0 .. D - 1``.  On sm_90a, 128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
+unless ``async_copy`` says otherwise.  Full contract: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """prefetch_fragments: the first K step's mma.sync fragments of iteration i + 1 are read during iteration i.
 
-Requires: ``pipeline_loops`` (a ``cp.async`` body) and ``schedule_loops``.  Applies where
-``SchedulingConstraint.prefetch_fragments`` is on, the MMA is ``mma.sync`` and the body is a GEMM chain.
-Guarantees: K step 0's fragment reads become loop-carried values (read for iteration ``start`` before the
-loop, for ``i + 1`` from stage ``($STAGE + 1) % S`` at the end of the body); the body's ``async_wait``
-moves to just before the last K step's first mma, so the barrier sits between the two and the last K
-step's mmas cover the ``ldmatrix`` latency (as CUTLASS's multistage mainloop).  Hazards and why:
+Requires: ``pipeline_loops`` (a ``cp.async`` body) and ``schedule_loops``.  Applies with
+``SchedulingConstraint.prefetch_fragments`` to ``mma.sync`` GEMM chains.  Guarantees: K step 0's fragment
+reads become loop-carried (read for iteration ``start`` before the loop, for ``i + 1`` from stage
+``($STAGE + 1) % S`` at the end of the body); the body's ``async_wait`` moves before the last K step's
+first mma, whose mmas cover the ``ldmatrix`` latency (CUTLASS's multistage mainloop).  Hazards and why:
 docs/design.md, "Module contracts".
 """
 

@@ -1,10 +1,9 @@
 """swizzle_shared: lay out shared-memory tiles so the consumers' accesses are bank-conflict free.
 
 Requires: ``coarsen_loads`` and ``promote_to_shared``.  Guarantees: every ``allocate`` has
-``kwargs["pad"]``; tiles with a ``smem_layout`` from ``layout_wgmma_operands`` keep it (pad 0).  An
-``ldmatrix``-read tile filled by 16-byte stores gets an XOR swizzle ``SharedLayout`` (per
-``SchedulingConstraint.operand_swizzle``) where its rows allow; other tiles (or ``"none"``) get rows
-padded by 16 bytes.  Bank arithmetic and measurements: docs/design.md, "Module contracts".
+``kwargs["pad"]``; tiles with a ``smem_layout`` keep it (pad 0); an ``ldmatrix``-read tile filled by
+16-byte stores gets an XOR swizzle (``operand_swizzle``) where its rows allow, other tiles rows padded by
+16 bytes.  Bank arithmetic and measurements: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

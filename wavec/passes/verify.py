@@ -1,10 +1,9 @@
 """The trace verifier, run between passes when ``WAVEC_VERIFY_IR`` is on (the default).
 
-Checks the invariants every pass relies on, so a pass that breaks one fails at the pass, not as a
-wrong kernel: every ``meta``/``kwargs`` key is declared in ``schema``, has its declared type and was
-produced by a pass that already ran; each op node carries its op; each register value has a type, and
-once ``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` nodes agree with their bodies
-(one iter_arg per init, one result per init, one capture per captured value, each from the parent graph).
+Checks that every ``meta``/``kwargs`` key is declared in ``schema``, has its declared type and that a
+producer of it already ran; that op nodes carry their op and register values a type (and, after
+``infer_indices``, a layout over exactly their dims); that ``iterate`` nodes agree with their bodies.  A
+pass that breaks an invariant fails at the pass, not as a wrong kernel.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """insert_wgmma_fences: turn warpgroup MMAs into ``wgmma`` ops and place the fences and groups that
 order them (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
 
-Requires: ``coarsen_loads``, ``pipeline_loops`` (stages, ``iterate.meta["wgmma_groups_in_flight"]``),
-``insert_barriers``.  Guarantees, per loop body with warpgroup mmas: descriptor reads become
-``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier that publishes
-generic-proxy shared writes; for a GEMM-like body one fence / commit / wait per iteration (the copies
-issued after the commit, ``WgmmaWait(pending=1)`` with a group in flight, else 0) and accumulators
-carried in wgmma form; for any other body (attention) a fence before each wgmma whose registers were
-written since the last one and a commit + wait before each non-wgmma reader.  The full contract:
-docs/hopper.md, "Module contracts".
+Requires: ``coarsen_loads``, ``pipeline_loops``, ``insert_barriers``.  Guarantees: descriptor reads become
+``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier publishing generic
+shared writes; a GEMM-like body gets one fence / commit / wait per iteration (copies after the commit,
+``pending=1`` with a group in flight, accumulators carried in wgmma form), any other body a fence before
+each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader.
+Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

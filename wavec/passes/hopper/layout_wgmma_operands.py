@@ -1,13 +1,10 @@
-"""layout_wgmma_operands: check a warpgroup-MMA (Hopper ``wgmma``) kernel and choose the shared-memory
-layout of its operands.
+"""layout_wgmma_operands: check a warpgroup-MMA (``wgmma``) kernel and choose its operands' shared layouts.
 
-Requires: ``promote_to_shared``.  Applies only for a warpgroup MMA type.  Guarantees, or a
-``ConstraintError`` naming what was expected: the target is ``sm_90a``; each ``mma`` has the type's
-dtypes, legal wave tiles (M a multiple of 64, a legal instruction N, K a multiple of 16), B (and A,
-unless ``meta["a_in_registers"]``) in shared memory; each such tile gets ``kwargs["smem_layout"]`` (by
-``SchedulingConstraint.operand_swizzle``, K- or MN-major) and ``kwargs["pad"] = 0``; core-matrix tiles
-also get the staging read's ``meta["copy_layout"]``.  The full contract: docs/hopper.md, "Module
-contracts".
+Requires: ``promote_to_shared``; applies only for a warpgroup MMA type.  Guarantees, or a
+``ConstraintError`` naming what was expected: target ``sm_90a``; each ``mma`` has the type's dtypes,
+legal wave tiles, B (and A unless ``meta["a_in_registers"]``) in shared memory; each such tile gets
+``kwargs["smem_layout"]`` (by ``operand_swizzle``, K- or MN-major) and ``pad = 0``; core-matrix tiles
+also the staging read's ``meta["copy_layout"]``.  Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

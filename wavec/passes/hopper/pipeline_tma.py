@@ -1,14 +1,11 @@
 """The TMA variant of ``pipeline_loops`` (Hopper ``cp.async.bulk.tensor`` completing on mbarriers).
 
-Not a pass of its own: ``pipeline_loops`` calls :func:`tma_plan` for each loop it pipelines and, when
-that returns a plan, :func:`pipeline_tma` instead of its ``cp.async`` rewrite.  Requires (checked by
-:func:`tma_plan`, which otherwise returns the reason): ``sm_90a``, a warpgroup MMA type, rank-2 kernel
-arguments staged into 128-byte-swizzled tiles of whole rows.  Guarantees: the copies become one
-``TmaFill`` per iteration ``i + D`` (``D = S - 1 - L``, or ``S - 1`` with stages released through empty
-mbarriers) behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for
-parity ``(i // S) % 2``; stages are released by a barrier or by ``MBarrierArrive``; one
-``TensorMapRequest`` per (argument, box).  Persistent grids count from :func:`k_base`.  The full
-contract: docs/hopper.md, "Module contracts".
+Not a pass: ``pipeline_loops`` calls :func:`tma_plan` per loop and, given a plan, :func:`pipeline_tma`.
+Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel arguments staged into
+128-byte-swizzled tiles of whole rows.  Guarantees: one ``TmaFill`` per iteration ``i + D`` behind a
+prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for parity ``(i // S) % 2``;
+stages released by a barrier or by ``MBarrierArrive``; one ``TensorMapRequest`` per (argument, box);
+persistent grids count from :func:`k_base`.  Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """warp_specialize: split a TMA-pipelined wgmma loop between a producer warpgroup and the consumers.
 
-Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: ``pipeline_loops`` took TMA with
-stages released through empty mbarriers, ``insert_wgmma_fences`` placed the consumers'
-``mbarrier_arrive``; exactly one such loop, in the root graph.  Guarantees: the loop's ``TmaFill`` nodes
-move into a ``producer_<n>`` region (full S-stage prefetch, each refill waiting on the stage's empty
-mbarrier) run by an extra warpgroup after a ``WarpSpecialize`` node; every later root node runs in the
-consumers only; ``ctx.producer_threads = 128``; ``kwargs["regs"]`` from :func:`register_split`; no
-workgroup barrier after the split.  The full contract: docs/hopper.md, "Module contracts".
+Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: exactly one root-graph loop that
+``pipeline_loops`` gave TMA with empty mbarriers, its ``mbarrier_arrive`` placed.  Guarantees: the loop's
+``TmaFill`` nodes move into a ``producer_<n>`` region run by an extra warpgroup after a
+``WarpSpecialize`` node; later root nodes run in the consumers only; ``ctx.producer_threads = 128``;
+``kwargs["regs"]`` from :func:`register_split`; no barrier after the split.  Full contract: docs/hopper.md.
 """
 
 from __future__ import annotations
