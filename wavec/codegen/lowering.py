@@ -268,19 +268,21 @@ def lower_barrier(fb: FunctionBuilder, node: fx.Node) -> None:
     gpu.barrier()
 
 
+def _copy_group(copies: list[ir.Value]) -> ir.Value:
+    token = ir.Type.parse("!nvgpu.device.async.token")
+    return ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=copies).result
+
+
 @rule(AsyncCommit)
 def lower_async_commit(fb: FunctionBuilder, node: fx.Node) -> None:
-    token = ir.Type.parse("!nvgpu.device.async.token")
-    group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=fb.pending_copies)
+    fb.last_group = _copy_group(fb.pending_copies)
     fb.pending_copies = []
-    fb.last_group = group.result
 
 
 @rule(AsyncWait)
 def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
     if node.kwargs.get("drain"):  # after a loop: its groups' tokens are out of scope; an empty group orders
-        token = ir.Type.parse("!nvgpu.device.async.token")
-        fb.last_group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=[]).result
+        fb.last_group = _copy_group([])
     if fb.last_group is None:
         raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
     ir.Operation.create(

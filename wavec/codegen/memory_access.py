@@ -9,6 +9,8 @@ and stores the runs unguarded on that branch (``lower_write``).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -234,14 +236,6 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     )
 
 
-class _Access:
-    """What the store helpers read of a write node (``args``, ``kwargs``, ``meta``), for the narrow
-    writes a ``WideStore`` replaced."""
-
-    def __init__(self, args: tuple, kwargs: dict, meta: dict) -> None:
-        self.args, self.kwargs, self.meta = args, kwargs, meta
-
-
 def _word(v: ir.Value, flat: list[int]) -> ir.Value:
     """Two 2-byte elements of ``v`` (flat positions) as one i32."""
     pair = vector.shuffle(v, v, flat)
@@ -293,7 +287,7 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
     narrow = [
         s
         for meta, v in zip(node.meta["narrow"], vals)
-        for a in [_Access((v, mem_node), node.kwargs, meta)]
+        for a in [SimpleNamespace(args=(v, mem_node), kwargs=node.kwargs, meta=meta)]  # a replaced write
         for s in _run_stores(fb, a, _run_pieces(a, fb.values[v]))
     ]
     aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))

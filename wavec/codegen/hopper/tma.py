@@ -139,16 +139,10 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
     if "empty_parity" not in node.kwargs:
         return None
-    refill = arith.cmpi(
-        arith.CmpIPredicate.uge,
-        fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
-        fb.index(node.kwargs["refill_from"]),
-    )
-    return (
-        refill,
-        fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
-        fb.index(node.kwargs["empty_parity"]),
-    )
+    kw = node.kwargs
+    fills, first = fb.index(kw.get("refill_index", kw["iteration"])), fb.index(kw["refill_from"])
+    refill = arith.cmpi(arith.CmpIPredicate.uge, fills, first)
+    return refill, fb.index(_empty(fb, node.meta["mbarriers"], kw["stage"])), fb.index(kw["empty_parity"])
 
 
 @rule(TmaFill)

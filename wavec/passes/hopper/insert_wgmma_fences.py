@@ -98,12 +98,7 @@ def _general_body(g: fx.Graph) -> None:
     for n in list(g.nodes):
         if n.meta.get("op") is WarpgroupMMA:
             regs = [n.args[2]] + ([n.args[0]] if n.meta.get("a_in_registers") else [])
-            written = (
-                any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs)
-                if fence_at is not None
-                else True
-            )
-            if written:
+            if fence_at is None or any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs):
                 _node(g, WgmmaFence, n, before=True)
                 fence_at = pos[n]
             issued.append(n)
