@@ -1,11 +1,8 @@
-"""Lowering of ``convert_layout`` (inserted by ``passes/convert_layouts.py``).
-
-Each expanded clone produces one destination instruction tile from the source tiles it overlaps.
-``via="registers"``: one lane-independent position mapping (proved by the pass) — a shuffle of the
-concatenated source vectors, which for NVIDIA accumulator -> A operand is a plain concatenation of the
-f16 register pairs.  ``via="shared"``: the wave stores its source elements into its own slice of a
-shared buffer (coordinates relative to the wave's tile origin) and loads the destination elements back,
-with a barrier before the stores (earlier readers, e.g. the previous loop iteration) and after them.
+"""Lowering of ``convert_layout`` (inserted by ``passes/convert_layouts.py``): each clone builds one
+destination instruction tile from the source tiles it overlaps.  ``via="registers"``: a shuffle of the
+concatenated sources by the pass's lane-independent mapping (NVIDIA accumulator -> A: a concatenation of
+f16 register pairs).  ``via="shared"``: the wave stores its elements into its slice of a shared buffer
+(relative to its tile origin) and loads the destination's back, between two barriers.
 """
 
 from __future__ import annotations

@@ -245,7 +245,7 @@ class FunctionBuilder:
             self.values[node] = self.values[node.meta["capture_of"]]
         # iter_arg placeholders are bound by the iterate rule
 
-    def operand(self, node: fx.Node, arg, result: Layout, dtype: dt.DType) -> ir.Value:
+    def operand(self, arg, result: Layout, dtype: dt.DType) -> ir.Value:
         """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
         vt = vec_type(result.size, dtype)
         if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
@@ -314,7 +314,7 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
     kind = Kwargs(node).kind
     layout = node.meta["layout"]
     in_dtype = next(a.meta["type"].dtype for a in node.args if isinstance(a, fx.Node))
-    x, y = (fb.operand(node, a, layout, in_dtype) for a in node.args)
+    x, y = (fb.operand(a, layout, in_dtype) for a in node.args)
     if kind in _CMPF:
         if in_dtype.is_float:
             fb.values[node] = arith.cmpf(getattr(arith.CmpFPredicate, _CMPF[kind]), x, y)
@@ -374,14 +374,14 @@ def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Select)
 def lower_select(fb: FunctionBuilder, node: fx.Node) -> None:
     layout, dtype = node.meta["layout"], node.meta["type"].dtype
-    c = fb.operand(node, node.args[0], layout, dt.i1)
-    x, y = (fb.operand(node, a, layout, dtype) for a in node.args[1:])
+    c = fb.operand(node.args[0], layout, dt.i1)
+    x, y = (fb.operand(a, layout, dtype) for a in node.args[1:])
     fb.values[node] = arith.select(c, x, y)
 
 
 @rule(Broadcast)
 def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
+    fb.values[node] = fb.operand(node.args[0], node.meta["layout"], node.meta["type"].dtype)
 
 
 @rule(MMA)

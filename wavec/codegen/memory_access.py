@@ -71,7 +71,7 @@ def _all(conds) -> ir.Value | None:
     return cond
 
 
-def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
+def in_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> ir.Value | None:
     """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
     return _all(dim_bounds(fb, access, coords).values())
 
@@ -80,7 +80,7 @@ def guarded_load(
     fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType, dtype: dt.DType, align: int
 ) -> ir.Value:
     idx = mem_indices(fb, access, mem, coords)
-    cond = in_bounds(fb, access, mem, coords)
+    cond = in_bounds(fb, access, coords)
     if cond is None:
         return vector.load(vt, fb.values[mem], idx, alignment=align)
     branch = scf.IfOp(cond, [vt], has_else=True)
@@ -89,12 +89,6 @@ def guarded_load(
     with ir.InsertionPoint(branch.else_block):
         scf.yield_([splat(vt, dtype, 0)])
     return branch.result
-
-
-def guarded_store(
-    fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value, align: int
-) -> None:
-    _store_if(fb.values[mem], mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), value, align)
 
 
 def _store_if(memref_value: ir.Value, idx: list, cond: ir.Value | None, value: ir.Value, align: int) -> None:
@@ -201,7 +195,7 @@ def _run_stores(fb: FunctionBuilder, access, pieces: list) -> list:
     branch, so that neither branch defines a value the other uses."""
     mem = access.args[1]
     return [
-        (piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), align)
+        (piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, coords), align)
         for piece, coords, align in pieces
     ]
 
@@ -223,16 +217,14 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
         for piece, coords, align in pieces:
-            guarded_store(fb, node, mem_node, coords, piece, align)
+            idx = mem_indices(fb, node, mem_node, coords)
+            _store_if(fb.values[mem_node], idx, in_bounds(fb, node, coords), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
     # its first coordinate decides), then every run unguarded: no branch per store in full tiles.
     stores = _run_stores(fb, node, pieces)
     _branch_stores(
-        fb.values[mem_node],
-        in_bounds(fb, node, mem_node, furthest),
-        [(v, idx, None, a) for v, idx, _c, a in stores],
-        stores,
+        fb.values[mem_node], in_bounds(fb, node, furthest), [(v, idx, None, a) for v, idx, _c, a in stores], stores
     )
 
 
@@ -278,7 +270,7 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
         out = vector.from_elements(ir.VectorType.get([4], ir.IntegerType.get_signless(32)), _quad_transpose(fb, words))
         value = vector.bitcast(vec_type(8, dtype), out)
         coords = {row_dim: layout.seq(row_dim).start + h, col_dim: col0}
-        wide.append((value, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), 16))
+        wide.append((value, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, coords), 16))
     size = fb.cs.resolve(col_dim)
     if size.is_Integer:  # widen_stores applies only where 8 divides it
         for value, idx, cond, align in wide:
