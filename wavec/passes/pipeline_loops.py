@@ -60,6 +60,13 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
     ctx.loop_stages[dim] = stages
+    # (both rewrites) every staged tile gets S buffers; shared reads take the carried stage (= i % S)
+    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
+    for alloc in {outer[arg_node(w, 1)] for _r, w in pairs}:
+        alloc.kwargs = {**alloc.kwargs, "stages": stages}
+    for n in sub.nodes:
+        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+            n.meta["stage"] = stage_symbol(dim)
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
     lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
@@ -70,9 +77,6 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
     copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
     # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
-    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
-    for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
-        alloc.kwargs = {**alloc.kwargs, "stages": stages}
     for s in range(distance):
         it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
         for c, layout in copies:
@@ -151,9 +155,6 @@ def _async_copies(
     op_node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
     first = next(n for n in sub.nodes if n.op != "placeholder")
     op_node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
-    for n in sub.nodes:
-        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
-            n.meta["stage"] = stage
     return copies
 
 

@@ -18,7 +18,7 @@ from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...indexing import induction_symbol
 from ..context import PassContext
-from ..schema import loop_dim
+from ..schema import loop_dim, op_node
 from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128
@@ -56,15 +56,7 @@ def _producer_region(
     kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
     n = g.create_node("call_function", TmaFill, tuple(caps[a] for a in args), kw, name="tma_fill")
-    n.meta.update(
-        op=TmaFill,
-        type=None,
-        loc=body_fill.meta.get("loc"),
-        maps=body_fill.meta["maps"],
-        mbarriers=init,
-        iv_subs={},
-        mappings=body_fill.meta.get("mappings"),
-    )
+    n.meta.update(body_fill.meta, iv_subs={})  # the body fill's maps and mbarriers, of the producer's iteration
     g.output(())
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g
@@ -116,22 +108,9 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     for n in [n for n in root.nodes if n.meta.get("op") is TmaFill and n.meta.get("mbarriers") is init]:
         root.erase_node(n)
     init.kwargs = {**init.kwargs, "fence_maps": False}
-    split = _split_point(root, init, captured)
-    with root.inserting_after(split):
-        ws = root.create_node(
-            "call_function",
-            WarpSpecialize,
-            tuple(captured),
-            {
-                "dim": dim,
-                "subgraph": name,
-                "start": sympy.sympify(lo),
-                "stop": stop,
-                "consumers": cs.threads,
-                "regs": register_split(cs.threads),
-            },
-            name="warp_specialize",
-        )
-    ws.meta.update(op=WarpSpecialize, type=None, loc=iterate.meta.get("loc"), mbarriers=init)
+    kw = {"dim": dim, "subgraph": name, "start": sympy.sympify(lo), "stop": stop, "consumers": cs.threads}
+    split, loc = _split_point(root, init, captured), iterate.meta.get("loc")
+    kw["regs"] = register_split(cs.threads)
+    ws = op_node(root, WarpSpecialize, tuple(captured), kw, "warp_specialize", loc, after=split, mbarriers=init)
     _check_no_barrier_after(trace, ws, sub)
     ctx.producer_threads = WARPGROUP
