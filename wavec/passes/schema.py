@@ -175,7 +175,7 @@ class Key:
     type: Any
     producers: tuple[str, ...]
     record: str
-    check: Callable[[object], bool]  # whether a value has the key's type (``_checker``)
+    check: Callable[[object], bool]  # conforms(value, type), compiled once
 
 
 def _declare(*records: type) -> dict[str, Key]:
@@ -189,11 +189,15 @@ def _declare(*records: type) -> dict[str, Key]:
     return keys
 
 
+def conforms(value: object, tp: Any) -> bool:
+    """Whether ``value`` has type ``tp``: a class, ``Any``, ``None``, a union, a ``Literal``, or a
+    tuple / list / dict / Mapping of those."""
+    return _checker(tp)(value)
+
+
 @cache
 def _checker(tp: Any) -> Callable[[object], bool]:
-    """Whether a value has type ``tp``: a class, ``Any``, ``None``, a union, a ``Literal``, or a tuple /
-    list / dict / Mapping of those.  Built once per declared type: the verifier runs after every pass
-    over every key of every node."""
+    # built once per declared type: the verifier runs after every pass over every key of every node
     origin, args = get_origin(tp), get_args(tp)
     if tp is Any:
         return lambda v: True
