@@ -58,23 +58,31 @@ def memory_operand(node):
     return node.args[1] if node.meta.get("op") is Write else node.args[0]
 
 
+def _shape_error(op: str, message: str) -> ShapeError:
+    return ShapeError(current_loc(), op=op, message=message)
+
+
+def _dtype_error(op: str, message: str) -> DTypeError:
+    return DTypeError(current_loc(), op=op, message=message)
+
+
 def _need_value(op: str, name: str, x) -> Value:
     if not isinstance(x, Value):
-        raise ShapeError(current_loc(), op=op, message=f"{name} must be a traced tensor, got {type(x).__name__}")
+        raise _shape_error(op, f"{name} must be a traced tensor, got {type(x).__name__}")
     return x
 
 
 def _need_memory(op: str, name: str, x) -> Value:
     x = _need_value(op, name, x)
     if x.type.address_space is None:
-        raise ShapeError(current_loc(), op=op, message=f"{name} must be a Memory argument, got a register value")
+        raise _shape_error(op, f"{name} must be a Memory argument, got a register value")
     return x
 
 
 def _need_register(op: str, name: str, x) -> Value:
     x = _need_value(op, name, x)
     if x.type.address_space is not None:
-        raise ShapeError(current_loc(), op=op, message=f"{name} is a Memory argument; wc.read it first")
+        raise _shape_error(op, f"{name} is a Memory argument; wc.read it first")
     return x
 
 
@@ -89,13 +97,11 @@ def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
     """The register shape of an access to ``mem``: batch dims and mapped dims are indexed, not held."""
     for d, e in mapping.items():
         if d not in mem.type.dims:
-            raise ShapeError(current_loc(), op=op, message=f"mapping key {d} is not a dimension of {list(mem.shape)}")
+            raise _shape_error(op, f"mapping key {d} is not a dimension of {list(mem.shape)}")
         if not any(s.name.startswith("$TILE_START_") for s in sympy.sympify(e).free_symbols):
-            raise ShapeError(
-                current_loc(),
-                op=op,
-                message=f"mapping[{d}] = {e} must be an expression of "
-                "wc.tile_start(batch dim) coordinates (and shape symbols)",
+            raise _shape_error(
+                op,
+                f"mapping[{d}] = {e} must be an expression of wc.tile_start(batch dim) coordinates (and shape symbols)",
             )
     return tuple(d for d in mem.shape if d not in tr.batch_dims and d not in mapping)
 
@@ -129,17 +135,14 @@ def write(value: Value, memory: Value) -> None:
     mem = _need_memory("write", "memory", memory)
     held = _register_shape(tr, "write", mem, {})
     if set(val.type.dims) != set(held) or len(val.type.dims) != len(held):
-        raise ShapeError(
-            current_loc(),
-            op="write",
-            message=f"value of shape {list(val.shape)} cannot be written "
+        raise _shape_error(
+            "write",
+            f"value of shape {list(val.shape)} cannot be written "
             f"to memory of shape {list(mem.shape)}"
             + (f" (batch dims {list(tr.batch_dims)} are indexed by the workgroup)" if tr.batch_dims else ""),
         )
     if val.dtype != mem.dtype:
-        raise DTypeError(
-            current_loc(), op="write", message=f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast"
-        )
+        raise _dtype_error("write", f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast")
     tr.create(Write, (val, mem), None)
 
 
@@ -155,7 +158,7 @@ def arange(dim: sympy.Symbol) -> Value:
     """``Register[dim, i32]``: each element holds its own coordinate along ``dim`` (for masks)."""
     tr = active_tracer("arange")
     if not isinstance(dim, sympy.Symbol):
-        raise ShapeError(current_loc(), op="arange", message=f"dim must be a wc.sym symbol, got {dim!r}")
+        raise _shape_error("arange", f"dim must be a wc.sym symbol, got {dim!r}")
     return tr.create(Arange, (), TensorType((dim,), dt.i32), dim=dim)
 
 
@@ -165,7 +168,7 @@ def tile_start(dim: sympy.Symbol) -> sympy.Expr:
     from ..indexing.symbols import tile_start_symbol
 
     if not isinstance(dim, sympy.Symbol):
-        raise ShapeError(current_loc(), op="tile_start", message=f"dim must be a wc.sym symbol, got {dim!r}")
+        raise _shape_error("tile_start", f"dim must be a wc.sym symbol, got {dim!r}")
     return tile_start_symbol(dim)
 
 
@@ -202,17 +205,16 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
     tr = active_tracer("mma")
     a, b, acc = (_need_register("mma", n, x) for n, x in (("a", a), ("b", b), ("acc", acc)))
     if len(a.shape) != 2 or len(b.shape) != 2 or len(acc.shape) != 2:
-        raise ShapeError(current_loc(), op="mma", message="a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
+        raise _shape_error("mma", "a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
     (m, k), (n, k2), (m2, n2) = a.shape, b.shape, acc.shape
     if k != k2 or m != m2 or n != n2:
-        raise ShapeError(
-            current_loc(),
-            op="mma",
-            message=f"shapes do not contract: a {list(a.shape)}, "
+        raise _shape_error(
+            "mma",
+            f"shapes do not contract: a {list(a.shape)}, "
             f"b {list(b.shape)}, acc {list(acc.shape)} (expected a [M, K], b [N, K], acc [M, N])",
         )
     if a.dtype != b.dtype:
-        raise DTypeError(current_loc(), op="mma", message=f"a is {a.dtype} but b is {b.dtype}")
+        raise _dtype_error("mma", f"a is {a.dtype} but b is {b.dtype}")
     return tr.create(MMA, (a, b, acc), TensorType(acc.shape, acc.dtype))
 
 
@@ -228,15 +230,13 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
     if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
         return sa or sb
     if len(sa) != len(sb):
-        raise ShapeError(
-            current_loc(),
-            op=op,
-            message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] or wc.broadcast to add dimensions",
+        raise _shape_error(
+            op, f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] or wc.broadcast to add dimensions"
         )
     out = []
     for x, y in zip(sa, sb):
         if x != y and x != 1 and y != 1:
-            raise ShapeError(current_loc(), op=op, message=f"shapes {list(sa)} and {list(sb)} do not broadcast")
+            raise _shape_error(op, f"shapes {list(sa)} and {list(sb)} do not broadcast")
         out.append(y if x == 1 else x)
     return tuple(out)
 
@@ -245,19 +245,17 @@ def binary(kind: str, x, y) -> Value:
     """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
     tr = active_tracer(kind)
     if not isinstance(x, Value) and not isinstance(y, Value):
-        raise ShapeError(current_loc(), op=kind, message="at least one operand must be a traced tensor")
+        raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
     for v in (x, y):
         if isinstance(v, Value):
             _need_register(kind, "operand", v)
             if v.dtype != ref.dtype:
-                raise DTypeError(
-                    current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; use wc.cast"
-                )
+                raise _dtype_error(kind, f"operand dtypes differ: {x.dtype} vs {y.dtype}; use wc.cast")
         elif isinstance(v, sympy.Expr) and not ref.dtype.is_float:
             pass  # a shape expression (``cols < N``): evaluated at run time as i32
         elif not isinstance(v, (int, float)):
-            raise ShapeError(current_loc(), op=kind, message=f"operand {v!r} is neither a tensor nor a number")
+            raise _shape_error(kind, f"operand {v!r} is neither a tensor nor a number")
     shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) else ref.shape
     out_dtype = dt.i1 if kind in _CMP_OPS else ref.dtype
     return tr.create(Binary, (x, y), TensorType(shape, out_dtype), kind=kind)
@@ -283,13 +281,11 @@ class Unary(Elementwise):
 def unary(kind: str, x: Value) -> Value:
     """``kind(x)`` elementwise, ``kind`` one of ``UNARY_KINDS`` (wavec/frontend/unary_kinds.py)."""
     if kind not in UNARY_KINDS:
-        raise ShapeError(
-            current_loc(), op="unary", message=f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}"
-        )
+        raise _shape_error("unary", f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}")
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
     if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
-        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
 
 
@@ -308,7 +304,7 @@ def cast(x: Value, dtype: dt.DType) -> Value:
     tr = active_tracer("cast")
     x = _need_register("cast", "x", x)
     if not isinstance(dtype, dt.DType):
-        raise DTypeError(current_loc(), op="cast", message=f"dtype must be a wavec dtype, got {dtype!r}")
+        raise _dtype_error("cast", f"dtype must be a wavec dtype, got {dtype!r}")
     return tr.create(Cast, (x,), TensorType(x.shape, dtype), dtype=dtype)
 
 
@@ -322,17 +318,17 @@ def where(cond: Value, x, y) -> Value:
     tr = active_tracer("where")
     cond = _need_register("where", "cond", cond)
     if cond.dtype != dt.i1:
-        raise DTypeError(current_loc(), op="where", message=f"cond must be a comparison result, got {cond.dtype}")
+        raise _dtype_error("where", f"cond must be a comparison result, got {cond.dtype}")
     vals = [v for v in (x, y) if isinstance(v, Value)]
     if not vals:
-        raise ShapeError(current_loc(), op="where", message="x or y must be a traced tensor")
+        raise _shape_error("where", "x or y must be a traced tensor")
     for name, v in (("x", x), ("y", y)):
         if isinstance(v, Value):
             _need_register("where", name, v)
         elif not isinstance(v, (int, float)):
-            raise ShapeError(current_loc(), op="where", message=f"{name} = {v!r} is neither a tensor nor a number")
+            raise _shape_error("where", f"{name} = {v!r} is neither a tensor nor a number")
     if len(vals) == 2 and x.dtype != y.dtype:
-        raise DTypeError(current_loc(), op="where", message=f"x is {x.dtype} but y is {y.dtype}")
+        raise _dtype_error("where", f"x is {x.dtype} but y is {y.dtype}")
     shape = cond.shape
     for v in vals:
         shape = _broadcast_shapes("where", shape, v.shape)
@@ -352,7 +348,7 @@ def broadcast(x: Value, shape) -> Value:
     shape = tuple(shape)
     pos = [shape.index(d) if d in shape else -1 for d in x.type.dims]
     if -1 in pos or pos != sorted(pos):
-        raise ShapeError(current_loc(), op="broadcast", message=f"cannot broadcast {list(x.shape)} to {list(shape)}")
+        raise _shape_error("broadcast", f"cannot broadcast {list(x.shape)} to {list(shape)}")
     return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
 
 
@@ -361,10 +357,8 @@ def expand_dims(x: Value, key) -> Value:
     key = key if isinstance(key, tuple) else (key,)
     dims = list(x.shape)
     if builtins.sum(k is not None for k in key) != len(dims) or any(k is not None and k != slice(None) for k in key):
-        raise ShapeError(
-            current_loc(),
-            op="getitem",
-            message=f"only x[None, :]-style indexing is supported; got {key} on a tensor of shape {list(x.shape)}",
+        raise _shape_error(
+            "getitem", f"only x[None, :]-style indexing is supported; got {key} on a tensor of shape {list(x.shape)}"
         )
     it = iter(dims)
     shape = tuple(1 if k is None else next(it) for k in key)
@@ -387,11 +381,7 @@ def permute(x: Value, dims) -> Value:
     x = _need_register("permute", "x", x)
     dims = tuple(dims)
     if sorted(map(str, dims)) != sorted(map(str, x.shape)) or len(set(dims)) != len(dims):
-        raise ShapeError(
-            current_loc(),
-            op="permute",
-            message=f"dims {list(dims)} are not a permutation of the dimensions {list(x.shape)} of x",
-        )
+        raise _shape_error("permute", f"dims {list(dims)} are not a permutation of the dimensions {list(x.shape)} of x")
     return tr.create(Permute, (x,), TensorType(dims, x.dtype), dims=dims)
 
 
@@ -519,9 +509,9 @@ def _reduce(kind: str, x: Value, dim) -> Value:
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
     if dim not in x.type.dims:
-        raise ShapeError(current_loc(), op=kind, message=f"dim {dim} is not a dimension of {list(x.shape)}")
+        raise _shape_error(kind, f"dim {dim} is not a dimension of {list(x.shape)}")
     if not x.dtype.is_float:
-        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     shape = tuple(d for d in x.shape if d != dim)
     return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
 
