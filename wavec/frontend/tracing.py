@@ -120,6 +120,18 @@ class Value:
     def __rtruediv__(self, o):
         return self._bin("div", o, True)
 
+    def __floordiv__(self, o):
+        return self._bin("floordiv", o)
+
+    def __rfloordiv__(self, o):
+        return self._bin("floordiv", o, True)
+
+    def __mod__(self, o):
+        return self._bin("mod", o)
+
+    def __rmod__(self, o):
+        return self._bin("mod", o, True)
+
     def __lt__(self, o):
         return self._bin("lt", o)
 

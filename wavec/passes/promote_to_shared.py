@@ -62,10 +62,11 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     # first shared read, and one barrier separates every shared write from every shared read.
     anchor = next(n for n in sub.nodes if n.op != "placeholder" and not n.meta.get("staging"))
     with sub.inserting_before(anchor):
-        g = sub.create_node("call_function", Read, (mem,), dict(read.kwargs), name=f"{read.name}_global")
+        g = sub.create_node("call_function", Read, tuple(read.args), dict(read.kwargs), name=f"{read.name}_global")
         g.meta.update(read.meta, distribute="workgroup", staging=True)
         op_node(sub, Write, (g, tile_ph), {}, f"{read.name}_to_shared", read.meta.get("loc"), staging=True)
-    read.args = (tile_ph,)
+    read.args = (tile_ph,)  # the shared tile holds the gathered rows: no index values from here on
+    read.kwargs = {k: v for k, v in read.kwargs.items() if k != "dynamic"}
 
 
 def promote_to_shared(trace: Trace, ctx: PassContext) -> None:
