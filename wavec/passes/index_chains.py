@@ -70,6 +70,49 @@ class _Cloner:
         new.meta.update(n.meta)
         return new
 
+    def hoist(self, n: fx.Node, memo: dict) -> fx.Node:
+        """``n`` (loop-invariant, in a loop body) recomputed before the loop, in the enclosing graph."""
+        if n.meta.get("role") == "capture":
+            return n.meta["capture_of"]
+        if n not in memo:
+            args = tuple(self.hoist(a, memo) if isinstance(a, fx.Node) else a for a in n.args)
+            with self.loop_of[n.graph].graph.inserting_before(self.loop_of[n.graph]):
+                memo[n] = self.loop_of[n.graph].graph.create_node(
+                    "call_function", n.target, args, dict(n.kwargs), name=f"{n.name}_hoisted"
+                )
+            memo[n].meta.update(n.meta)
+        return memo[n]
+
+    def invariant(self, n: fx.Node) -> bool:
+        """Whether ``n`` (in a loop body) has one value for the whole loop: built from captures only, by
+        per-tile ops whose values do not span the loop's dim."""
+        if n.meta.get("role") == "capture":
+            return True
+        dim = self.loop_of[n.graph].kwargs["dim"]
+        return (
+            _clonable(n)
+            and dim not in n.meta["type"].dims
+            and all(self.invariant(a) or not _is_register(a) and a.op == "placeholder" for a in n.all_input_nodes)
+        )
+
+    def drop_if_dead(self, n: fx.Node) -> None:
+        """Erase ``n`` and, transitively, what it was computed from, where nothing else uses them."""
+        if n.users or not _clonable(n):
+            return
+        if n.op == "placeholder":  # a capture: also drop it from its loop's captured values
+            loop = self.loop_of[n.graph]
+            outer = n.meta["capture_of"]
+            caps = list(loop.args[1])
+            del caps[[p for p in n.graph.nodes if p.meta.get("role") == "capture"].index(n)]
+            loop.args = (loop.args[0], tuple(caps))
+            n.graph.erase_node(n)
+            self.drop_if_dead(outer)
+            return
+        inputs = n.all_input_nodes
+        n.graph.erase_node(n)
+        for a in inputs:
+            self.drop_if_dead(a)
+
     def _capture(self, sub: fx.Graph, outer: fx.Node) -> fx.Node:
         loop = self.loop_of[sub]
         last = [p for p in sub.nodes if p.op == "placeholder"][-1]
@@ -80,8 +123,20 @@ class _Cloner:
         return ph
 
 
+def _hoist_invariant(cloner: _Cloner, access: fx.Node) -> None:
+    """Index values a loop body computes from loop-invariant inputs move before the loop (captured), so
+    that copies issued iterations ahead (``pipeline_loops``) and their prologue can use them."""
+    for idx in index_operands(access).values():
+        if access.graph in cloner.loop_of and idx.op == "call_function" and cloner.invariant(idx):
+            access.replace_input_with(idx, cloner._capture(access.graph, cloner.hoist(idx, {})))
+            cloner.drop_if_dead(idx)
+
+
 def index_chains(trace: Trace, ctx: PassContext) -> None:
     cloner = _Cloner(trace)
+    for g in trace.graphs():
+        for access in list(g.nodes):
+            _hoist_invariant(cloner, access)
     owner: dict[fx.Node, fx.Node] = {}  # chain node -> the access it was first claimed by
     for g in trace.graphs():
         for access in list(g.nodes):
@@ -90,6 +145,7 @@ def index_chains(trace: Trace, ctx: PassContext) -> None:
                 if any(owner.get(x, access) is not access for x in chain):
                     new = cloner.clone(idx)
                     access.replace_input_with(idx, new)
+                    cloner.drop_if_dead(idx)
                     chain = _chain(new)
                 for x in chain:
                     owner[x] = access
