@@ -232,20 +232,20 @@ class Binary(Elementwise):
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
+    """Positional broadcasting (equal ranks, 1 against any dim), else by dimension name: ``[M]`` and
+    ``[N]`` give ``[M, N]`` (each operand's dims in the result's order, like Wave's named dims)."""
     if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
         return sa or sb
-    if len(sa) != len(sb):
+    if len(sa) == len(sb) and all(x == y or 1 in (x, y) for x, y in zip(sa, sb)):
+        return tuple(y if x == 1 else x for x, y in zip(sa, sb))
+    out = tuple(sa) + tuple(d for d in sb if d not in sa)
+    if 1 in out or any([d for d in out if d in s] != list(s) for s in (sa, sb)):
         raise ShapeError(
             current_loc(),
             op=op,
-            message=f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] or wc.broadcast to add dimensions",
+            message=f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute",
         )
-    out = []
-    for x, y in zip(sa, sb):
-        if x != y and x != 1 and y != 1:
-            raise ShapeError(current_loc(), op=op, message=f"shapes {list(sa)} and {list(sb)} do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)
+    return out
 
 
 def binary(kind: str, x, y) -> Value:
