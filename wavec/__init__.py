@@ -5,6 +5,8 @@ derives every thread's indices, lowers through MLIR to PTX/cubin or HSACO and re
 kernel that runs on PyTorch tensors (or on the CPU emulator).
 """
 
+from importlib import import_module as _import_module
+
 from .errors import WavecError
 from .frontend.constraints import (
     HardwareConstraint,
@@ -65,17 +67,10 @@ __all__ = [
 ]  # fmt: skip
 
 
+_LAZY = {"compile": "wavec.compiler", "register_torch_op": "wavec.runtime.torch_op", "autotune": "wavec.tuning"}
+
+
 def __getattr__(name: str):
-    if name == "compile":
-        from .compiler import compile
-
-        return compile
-    if name == "register_torch_op":
-        from .runtime.torch_op import register_torch_op
-
-        return register_torch_op
-    if name == "autotune":
-        from .tuning import autotune
-
-        return autotune
+    if name in _LAZY:  # imported on first use: ``import wavec`` stays light
+        return getattr(_import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'wavec' has no attribute {name!r}")

@@ -24,6 +24,7 @@ def _tune(args) -> int:
 
     from .compiler import gpu_visible
     from .errors import WavecError
+    from .tuning.cache import gpu_name
     from .tuning.gemm import ceiling_report, tune_gemm
 
     if args.kernel != "gemm":
@@ -50,7 +51,7 @@ def _tune(args) -> int:
     except WavecError as e:
         print(f"wavec tune: {e}", file=sys.stderr)
         return 1
-    for row in ceiling_report(res, gpu=_gpu_name()):
+    for row in ceiling_report(res, gpu=gpu_name()):
         t = row["seconds"]
         flops = 2.0 * row["shape"][0] * row["shape"][1] * row["shape"][2]
         extra = (
@@ -60,12 +61,6 @@ def _tune(args) -> int:
         )
         print(f"{'x'.join(map(str, row['shape'])):>18}  {row['config']:<60} {extra}")
     return 0
-
-
-def _gpu_name() -> str:
-    from .tuning.cache import gpu_name
-
-    return gpu_name()
 
 
 def main(argv=None) -> int:

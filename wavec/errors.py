@@ -1,8 +1,6 @@
-"""The catalog of wavec errors.
-
-Every error a user can see is a subclass of :class:`WavecError` with a message template.  Errors that
-concern a kernel carry the kernel's source location (``file:line``) and print it first, so a shape
-mistake points at the line of the kernel body that caused it, the way Helion's ``exc.py`` does.
+"""The catalog of wavec errors: every error a user can see is a :class:`WavecError` with a message
+template; one about a kernel prints its source location (``file:line``) first, so a shape mistake points
+at the line of the kernel body that caused it (as Helion's ``exc.py`` does).
 """
 
 from __future__ import annotations

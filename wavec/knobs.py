@@ -35,20 +35,16 @@ def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
 
-def _opt_str(raw: str) -> str | None:
-    return raw
-
-
 KNOBS: dict[str, Knob] = {
     "cache_dir": Knob(
         "WAVEC_CACHE_DIR", Path.home() / ".cache" / "wavec", _path, "directory of the on-disk compile cache"
     ),
     "cache_disable": Knob("WAVEC_CACHE_DISABLE", False, _bool, "never read or write the disk cache"),
     "backend": Knob(
-        "WAVEC_BACKEND", None, _opt_str, "force a backend: cuda, rocm or emulator (default: cuda when a GPU is visible)"
+        "WAVEC_BACKEND", None, str, "force a backend: cuda, rocm or emulator (default: cuda when a GPU is visible)"
     ),
-    "ptxas": Knob("WAVEC_PTXAS", None, _opt_str, "path of the ptxas executable to use"),
-    "dump_dir": Knob("WAVEC_DUMP_DIR", None, _opt_str, "write every emitted MLIR module and PTX here"),
+    "ptxas": Knob("WAVEC_PTXAS", None, str, "path of the ptxas executable to use"),
+    "dump_dir": Knob("WAVEC_DUMP_DIR", None, str, "write every emitted MLIR module and PTX here"),
     "tune_workers": Knob(
         "WAVEC_TUNE_WORKERS", 0, int, "processes that compile autotuning candidates (0: one per CPU core less one)"
     ),

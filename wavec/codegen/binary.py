@@ -1,21 +1,18 @@
 """Parse the executable container IREE 3.13 writes for ``--compile-mode=hal-executable``.
 
-Requires: nothing outside the standard library (no ``flatbuffers`` package, no IREE import), so a machine
-that only runs cached kernels can still read an artifact.
-Guarantees: :func:`parse_executable` returns a :class:`GpuBinary` with the GPU image (PTX text for CUDA,
-the HSACO ELF bytes for ROCm) and one :class:`ExportInfo` per exported kernel, in ordinal order. Every
-offset is bounds-checked; a truncated, corrupt or unexpected blob raises
-:class:`~wavec.errors.ToolchainError`, never an ``IndexError`` or a silently wrong result.
+Requires: the standard library only (a machine that only runs cached kernels can read an artifact).
+Guarantees: :func:`parse_executable` returns a :class:`GpuBinary` (PTX text for CUDA, HSACO ELF bytes for
+ROCm) with one :class:`ExportInfo` per export, in ordinal order; every offset is bounds-checked, so a
+truncated, corrupt or unexpected blob raises :class:`~wavec.errors.ToolchainError`, never an
+``IndexError`` or a wrong result.
 
-Layout (IREE 3.13, checked against real blobs; the schemas are ``cuda_executable_def.fbs`` and
-``hip_executable_def.fbs`` in iree-org/iree). A 64-byte header -- 4-byte magic (``CDA1`` / ``HIP1``),
-u32 version (0), u64 payload size, zero padding -- followed by a FlatBuffer with the same file
-identifier::
+Layout (checked against real blobs; ``cuda_executable_def.fbs`` / ``hip_executable_def.fbs`` in
+iree-org/iree): a 64-byte header (magic ``CDA1`` / ``HIP1``, u32 version 0, u64 payload size, zeros), then
+a FlatBuffer with the same identifier::
 
     table ExecutableDef { exports:[ExportDef]; modules:[ModuleDef]; source_files:[SourceFileDef]; }
     table ExportDef { module_ordinal:uint32; kernel_name:string; block_dims:BlockDims (struct u32 x,y,z);
-                      block_shared_memory_size:uint32; constant_count:uint32; binding_flags:[uint64];
-                      debug_info:DebugExportDef; }
+                      block_shared_memory_size:uint32; constant_count:uint32; binding_flags:[uint64]; ... }
     table ModuleDef { ptx_image:string }   // CUDA;  ROCm: { hsaco_image:string }
 """
 
@@ -89,9 +86,6 @@ class _FlatBuffer:
 
     def i32(self, pos: int) -> int:
         return self._unpack("<i", pos)
-
-    def u64(self, pos: int) -> int:
-        return self._unpack("<Q", pos)
 
     def root(self) -> int:
         return self.u32(0)

@@ -1,11 +1,8 @@
-"""Lowering of ``convert_layout`` (inserted by ``passes/convert_layouts.py``).
-
-Each expanded clone produces one destination instruction tile from the source tiles it overlaps.
-``via="registers"``: one lane-independent position mapping (proved by the pass) — a shuffle of the
-concatenated source vectors, which for NVIDIA accumulator -> A operand is a plain concatenation of the
-f16 register pairs.  ``via="shared"``: the wave stores its source elements into its own slice of a
-shared buffer (coordinates relative to the wave's tile origin) and loads the destination elements back,
-with a barrier before the stores (earlier readers, e.g. the previous loop iteration) and after them.
+"""Lowering of ``convert_layout`` (inserted by ``passes/convert_layouts.py``): each clone builds one
+destination instruction tile from the source tiles it overlaps.  ``via="registers"``: a shuffle of the
+concatenated sources by the pass's lane-independent mapping (NVIDIA accumulator -> A: a concatenation of
+f16 register pairs).  ``via="shared"``: the wave stores its elements into its slice of a shared buffer
+(relative to its tile origin) and loads the destination's back, between two barriers.
 """
 
 from __future__ import annotations
@@ -51,21 +48,11 @@ def _via_registers(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) 
 
 
 def _buffer(fb: FunctionBuilder, node: fx.Node) -> ir.Value:
-    key = ("convert_buffer", node.meta["convert_id"])
-    if key in fb.scopes[0]:
-        return fb.scopes[0][key]
-    dims = node.meta["layout"].dims
-    ext = [fb.cs.wave_extent(d) for d in dims]
+    """The conversion's shared scratch (one per ``convert_id``), allocated before every loop."""
+    ext = [fb.cs.wave_extent(d) for d in node.meta["layout"].dims]
     shape = "x".join(str(x) for x in [fb.cs.waves, *ext])
     mtype = ir.MemRefType.parse(f"memref<{shape}x{node.meta['type'].dtype.mlir}, #gpu.address_space<workgroup>>")
-    point = fb.hoist_points[0] if fb.hoist_points else None
-    if point is None:
-        buf = memref.alloc(mtype, [], [], alignment=16)
-    else:
-        with point:
-            buf = memref.alloc(mtype, [], [], alignment=16)
-    fb.scopes[0][key] = buf
-    return buf
+    return fb.cached(("convert_buffer", node.meta["convert_id"]), 0, lambda: memref.alloc(mtype, [], [], alignment=16))
 
 
 def _via_shared(fb: FunctionBuilder, node: fx.Node, srcs: Sequence[fx.Node]) -> ir.Value:

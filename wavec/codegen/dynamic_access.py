@@ -33,7 +33,7 @@ def lower_atomic(fb: FunctionBuilder, node: fx.Node) -> None:
         coords = run_coords(layout, first, off, vecs)
         elem = vector.extract(value, [], [first])
         idx = mem_indices(fb, node, mem_node, coords)
-        cond = in_bounds(fb, node, mem_node, coords)
+        cond = in_bounds(fb, node, coords)
         if cond is None:
             memref.atomic_rmw(kind, elem, fb.values[mem_node], idx)
             continue

@@ -1,10 +1,8 @@
 """Emission of one ``hal.executable`` per kernel with the ``iree.compiler.ir`` bindings (DESIGN §6).
 
-Requires: an expanded trace (every register node has a per-instruction-tile ``layout``) and its
-``PassContext``.  Guarantees: ``emit_kernel`` returns the verified module text and the launch interface
-(bindings, dynamic-symbol constants, block, grid, divisibility requirements).  The skeleton (target,
-export, bindings and constants) is parsed from text; the body is built op by op through the bindings
-by the rules of ``lowering.py`` and verified with ``module.operation.verify()``.
+Requires: an expanded trace and its ``PassContext``.  Guarantees: ``emit_kernel`` returns the verified
+module text and the launch interface (bindings, constants, block, grid, divisibility).  The skeleton
+(target, export, bindings, constants) is parsed from text; ``lowering.py``'s rules build the body.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from ..errors import CodegenError
 from ..frontend.ops import WideStore, Write
 from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
-from ..indexing.symbols import LANE, WAVE, WORKGROUP
 from ..passes.context import PassContext
 from ..target import Target
 
@@ -201,6 +198,3 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
 
 def _dim_name(v: sympy.Expr) -> str | int:
     return int(v) if v.is_Integer else str(v)
-
-
-HARDWARE_SYMBOLS = (LANE, *WAVE, *WORKGROUP)

@@ -1,12 +1,11 @@
 """Compile one ``hal.executable`` module to IREE's serialized GPU executable (in-process or subprocess).
 
-Requires: ``iree-base-compiler==3.13.0`` (imported lazily); a module text that is exactly one
-``hal.executable`` whose variant carries ``Target.attr_text()``.  Guarantees:
-:func:`compile_hal_executable` returns the bytes IREE writes for ``--compile-mode=hal-executable``
-(parse them with :mod:`wavec.codegen.binary`), in-process through ``iree.compiler.api`` and the C entry
-point ``ireeCompilerInvocationOutputHALExecutable`` (ctypes), one ``Session`` per thread; diagnostics
-become the :class:`~wavec.errors.CompileError`; ``WAVEC_DUMP_DIR`` dumps the module and the GPU image.
-:func:`compile_hal_executable_subprocess` does the same through ``iree-compile``.
+Requires: ``iree-base-compiler==3.13.0`` (imported lazily); a module that is exactly one ``hal.executable``
+whose variant carries ``Target.attr_text()``.  Guarantees: :func:`compile_hal_executable` returns the
+bytes of ``--compile-mode=hal-executable`` (read them with :mod:`wavec.codegen.binary`), in-process
+through ``iree.compiler.api`` and ``ireeCompilerInvocationOutputHALExecutable`` (ctypes), one
+``Session`` per thread; diagnostics become the :class:`~wavec.errors.CompileError`; ``WAVEC_DUMP_DIR``
+dumps the module and the image.  :func:`compile_hal_executable_subprocess` does the same via ``iree-compile``.
 """
 
 from __future__ import annotations
@@ -47,16 +46,12 @@ def _load_api() -> Any:
             from iree.compiler.api import ctypes_dl
         except ImportError as e:  # pragma: no cover - depends on the environment
             raise ToolchainError(message=f"iree-base-compiler is not importable: {e}") from e
-        lib = ctypes_dl._dylib
-        lib.ireeCompilerInvocationOutputHALExecutable.restype = ctypes.c_void_p
-        lib.ireeCompilerInvocationOutputHALExecutable.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        lib.ireeCompilerInvocationEnableCallbackDiagnostics.restype = None
-        lib.ireeCompilerInvocationEnableCallbackDiagnostics.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_int,
-            _DIAG_CALLBACK,
-            ctypes.c_void_p,
-        ]
+        output = ctypes_dl._dylib.ireeCompilerInvocationOutputHALExecutable
+        output.restype = ctypes.c_void_p
+        output.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        diagnostics = ctypes_dl._dylib.ireeCompilerInvocationEnableCallbackDiagnostics
+        diagnostics.restype = None
+        diagnostics.argtypes = [ctypes.c_void_p, ctypes.c_int, _DIAG_CALLBACK, ctypes.c_void_p]
         _api = ctypes_dl
         return _api
 

@@ -8,6 +8,7 @@ Every per-thread value is a 1-D vector whose element order is its layout's ``ord
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import sympy
 import torch.fx as fx
@@ -30,7 +31,7 @@ from ..frontend.ops import (
     Select,
     Unary,
 )
-from ..frontend.tracing import Trace, arg_node, arg_nodes
+from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
 from ..indexing.shared_layout import Xor
@@ -105,32 +106,26 @@ class FunctionBuilder:
     # ----- index expressions -----
     def index(self, expr) -> ir.Value:
         expr = sympy.sympify(expr)
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        level = self._level(expr)
-        if level == len(self.scopes) - 1:
-            v = self._emit(expr)
-        else:
-            with self.hoist_points[level]:
-                v = self._emit(expr)
-        self.scopes[level][expr] = v
-        return v
+        return self.derived(expr, (expr,), lambda: self._emit(expr))
 
-    def derived(self, key: tuple, exprs: tuple, build: Callable[[], ir.Value]) -> ir.Value:
-        """A value computed from index expressions (a bounds test, a clamped index), cached and hoisted
-        like the expressions themselves."""
+    def derived(self, key, exprs: tuple, build: Callable[[], ir.Value]) -> ir.Value:
+        """A value computed from index expressions (the index itself, a bounds test, a clamped index),
+        cached and hoisted to the outermost level that defines all their symbols."""
+        return self.cached(key, max(self._level(sympy.sympify(e)) for e in exprs), build)
+
+    def cached(self, key, level: int, build: Callable[[], ir.Value]) -> ir.Value:
+        """``build()`` emitted once at loop level ``level`` (see ``at_level``) and reused from then on."""
         for scope in reversed(self.scopes):
             if key in scope:
                 return scope[key]
-        level = max(self._level(sympy.sympify(e)) for e in exprs)
-        if level == len(self.scopes) - 1:
+        with self.at_level(level):
             v = build()
-        else:
-            with self.hoist_points[level]:
-                v = build()
         self.scopes[level][key] = v
         return v
+
+    def at_level(self, level: int):
+        """Insertion just before the loop that opens level ``level + 1`` (here when ``level`` is innermost)."""
+        return self.hoist_points[level] if level < len(self.hoist_points) else nullcontext()
 
     def _level(self, expr: sympy.Expr) -> int:
         """The outermost loop level at which every symbol of ``expr`` has a value."""
@@ -164,36 +159,33 @@ class FunctionBuilder:
             const, rest = e.as_coeff_Add()
             if const != 0:
                 return arith.addi(self.index(rest), self.index(const))
-            terms = list(e.args)
-            acc = self.index(terms[0])
-            for t in terms[1:]:
-                acc = arith.addi(acc, self.index(t))
-            return acc
+            return self._fold(arith.addi, e.args)
         if e.is_Mul:
             coeff, rest = e.as_coeff_Mul()
             if not coeff.is_Integer:
                 raise CodegenError(message=f"index {e} is not integral")
             if coeff != 1:
                 return arith.muli(self.index(rest), self.index(coeff))
-            acc = self.index(e.args[0])
-            for t in e.args[1:]:
-                acc = arith.muli(acc, self.index(t))
-            return acc
+            return self._fold(arith.muli, e.args)
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(sympy.together(e.args[0]))
             if isinstance(e, sympy.ceiling):
                 num = num + den - 1
             return arith.divui(self.index(num), self.index(den))
         if isinstance(e, sympy.Min):
-            acc = self.index(e.args[0])
-            for t in e.args[1:]:
-                acc = arith.minui(acc, self.index(t))
-            return acc
+            return self._fold(arith.minui, e.args)
         if isinstance(e, sympy.Mod):
             return self._emit_mod(*e.args)
         if isinstance(e, Xor):  # swizzled shared layouts
             return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
+
+    def _fold(self, op: Callable, terms: tuple) -> ir.Value:
+        """``op`` applied left to right over the index values of ``terms``."""
+        acc = self.index(terms[0])
+        for t in terms[1:]:
+            acc = op(acc, self.index(t))
+        return acc
 
     def _emit_mod(self, x: sympy.Expr, m: sympy.Expr) -> ir.Value:
         """``x % m``; ``(s + c) % n`` of a symbol s in [0, n) and 0 <= c < n is one compare and select
@@ -254,7 +246,7 @@ class FunctionBuilder:
             self.values[node] = self.values[node.meta["capture_of"]]
         # iter_arg placeholders are bound by the iterate rule
 
-    def operand(self, node: fx.Node, arg, result: Layout, dtype: dt.DType) -> ir.Value:
+    def operand(self, arg, result: Layout, dtype: dt.DType) -> ir.Value:
         """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
         vt = vec_type(result.size, dtype)
         if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
@@ -277,19 +269,21 @@ def lower_barrier(fb: FunctionBuilder, node: fx.Node) -> None:
     gpu.barrier()
 
 
+def _copy_group(copies: list[ir.Value]) -> ir.Value:
+    token = ir.Type.parse("!nvgpu.device.async.token")
+    return ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=copies).result
+
+
 @rule(AsyncCommit)
 def lower_async_commit(fb: FunctionBuilder, node: fx.Node) -> None:
-    token = ir.Type.parse("!nvgpu.device.async.token")
-    group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=fb.pending_copies)
+    fb.last_group = _copy_group(fb.pending_copies)
     fb.pending_copies = []
-    fb.last_group = group.result
 
 
 @rule(AsyncWait)
 def lower_async_wait(fb: FunctionBuilder, node: fx.Node) -> None:
     if node.kwargs.get("drain"):  # after a loop: its groups' tokens are out of scope; an empty group orders
-        token = ir.Type.parse("!nvgpu.device.async.token")
-        fb.last_group = ir.Operation.create("nvgpu.device_async_create_group", results=[token], operands=[]).result
+        fb.last_group = _copy_group([])
     if fb.last_group is None:
         raise CodegenError(node.meta.get("loc"), message="async_wait before any committed copy group")
     ir.Operation.create(
@@ -322,7 +316,7 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
     kind = Kwargs(node).kind
     layout = node.meta["layout"]
     in_dtype = next(a.meta["type"].dtype for a in node.args if isinstance(a, fx.Node))
-    x, y = (fb.operand(node, a, layout, in_dtype) for a in node.args)
+    x, y = (fb.operand(a, layout, in_dtype) for a in node.args)
     if kind in _CMPF:
         if in_dtype.is_float:
             fb.values[node] = arith.cmpf(getattr(arith.CmpFPredicate, _CMPF[kind]), x, y)
@@ -382,14 +376,14 @@ def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(Select)
 def lower_select(fb: FunctionBuilder, node: fx.Node) -> None:
     layout, dtype = node.meta["layout"], node.meta["type"].dtype
-    c = fb.operand(node, node.args[0], layout, dt.i1)
-    x, y = (fb.operand(node, a, layout, dtype) for a in node.args[1:])
+    c = fb.operand(node.args[0], layout, dt.i1)
+    x, y = (fb.operand(a, layout, dtype) for a in node.args[1:])
     fb.values[node] = arith.select(c, x, y)
 
 
 @rule(Broadcast)
 def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
-    fb.values[node] = fb.operand(node, node.args[0], node.meta["layout"], node.meta["type"].dtype)
+    fb.values[node] = fb.operand(node.args[0], node.meta["layout"], node.meta["type"].dtype)
 
 
 @rule(MMA)
@@ -446,7 +440,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
             loop_symbols[stage_symbol(dim)] = carried.pop()
             fb.ranges[stage_symbol(dim)] = stages
         fb.enter_loop(loop.operation, loop_symbols)
-        iter_phs = [p for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+        iter_phs = placeholders(sub, "iter_arg")
         for p, v in zip(iter_phs, carried):
             fb.values[p] = v
         fb.lower_graph(sub)

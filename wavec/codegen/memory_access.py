@@ -9,6 +9,8 @@ and stores the runs unguarded on that branch (``lower_write``).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -73,7 +75,7 @@ def _all(conds) -> ir.Value | None:
     return cond
 
 
-def in_bounds(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> ir.Value | None:
+def in_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> ir.Value | None:
     """``coord < size`` for every masked dim of ``access`` (None when nothing is masked)."""
     return _all(dim_bounds(fb, access, coords).values())
 
@@ -82,7 +84,7 @@ def guarded_load(
     fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType, dtype: dt.DType, align: int
 ) -> ir.Value:
     idx = mem_indices(fb, access, mem, coords)
-    cond = in_bounds(fb, access, mem, coords)
+    cond = in_bounds(fb, access, coords)
     if cond is None:
         return vector.load(vt, fb.values[mem], idx, alignment=align)
     branch = scf.IfOp(cond, [vt], has_else=True)
@@ -91,12 +93,6 @@ def guarded_load(
     with ir.InsertionPoint(branch.else_block):
         scf.yield_([splat(vt, dtype, 0)])
     return branch.result
-
-
-def guarded_store(
-    fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, value: ir.Value, align: int
-) -> None:
-    _store_if(fb.values[mem], mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), value, align)
 
 
 def _store_if(memref_value: ir.Value, idx: list, cond: ir.Value | None, value: ir.Value, align: int) -> None:
@@ -116,7 +112,7 @@ def _coords(layout: Layout, off: dict) -> dict:
 
 def index_vectors(fb: FunctionBuilder, node: fx.Node, layout: Layout) -> dict:
     """Per dynamically mapped memory dim, its index values as a vector in ``layout``'s element order."""
-    return {d: fb.operand(node, i, layout, i.meta["type"].dtype) for d, i in index_operands(node).items()}
+    return {d: fb.operand(i, layout, i.meta["type"].dtype) for d, i in index_operands(node).items()}
 
 
 def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
@@ -218,7 +214,7 @@ def _run_stores(fb: FunctionBuilder, access, pieces: list) -> list:
     branch, so that neither branch defines a value the other uses."""
     mem = access.args[1]
     return [
-        (piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, mem, coords), align)
+        (piece, mem_indices(fb, access, mem, coords), in_bounds(fb, access, coords), align)
         for piece, coords, align in pieces
     ]
 
@@ -240,25 +236,15 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
         for piece, coords, align in pieces:
-            guarded_store(fb, node, mem_node, coords, piece, align)
+            idx = mem_indices(fb, node, mem_node, coords)
+            _store_if(fb.values[mem_node], idx, in_bounds(fb, node, coords), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
     # its first coordinate decides), then every run unguarded: no branch per store in full tiles.
     stores = _run_stores(fb, node, pieces)
     _branch_stores(
-        fb.values[mem_node],
-        in_bounds(fb, node, mem_node, furthest),
-        [(v, idx, None, a) for v, idx, _c, a in stores],
-        stores,
+        fb.values[mem_node], in_bounds(fb, node, furthest), [(v, idx, None, a) for v, idx, _c, a in stores], stores
     )
-
-
-class _Access:
-    """What the store helpers read of a write node (``args``, ``kwargs``, ``meta``), for the narrow
-    writes a ``WideStore`` replaced."""
-
-    def __init__(self, args: tuple, kwargs: dict, meta: dict) -> None:
-        self.args, self.kwargs, self.meta = args, kwargs, meta
 
 
 def _word(v: ir.Value, flat: list[int]) -> ir.Value:
@@ -303,7 +289,7 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
         out = vector.from_elements(ir.VectorType.get([4], ir.IntegerType.get_signless(32)), _quad_transpose(fb, words))
         value = vector.bitcast(vec_type(8, dtype), out)
         coords = {row_dim: layout.seq(row_dim).start + h, col_dim: col0}
-        wide.append((value, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, mem_node, coords), 16))
+        wide.append((value, mem_indices(fb, node, mem_node, coords), in_bounds(fb, node, coords), 16))
     size = fb.cs.resolve(col_dim)
     if size.is_Integer:  # widen_stores applies only where 8 divides it
         for value, idx, cond, align in wide:
@@ -312,7 +298,7 @@ def lower_wide_store(fb: FunctionBuilder, node: fx.Node) -> None:
     narrow = [
         s
         for meta, v in zip(node.meta["narrow"], vals)
-        for a in [_Access((v, mem_node), node.kwargs, meta)]
+        for a in [SimpleNamespace(args=(v, mem_node), kwargs=node.kwargs, meta=meta)]  # a replaced write
         for s in _run_stores(fb, a, _run_pieces(a, fb.values[v]))
     ]
     aligned = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(size, 8)), fb.index(0))
@@ -356,21 +342,13 @@ def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coord
     the index itself."""
     if isinstance(coords.get(d), ir.Value):
         return arith.select(_all(bounds.values()), i, fb.index(0)) if bounds else i
+    if d not in bounds and d not in node.meta.get("clamp_dims", ()):
+        return i
+    size = fb.cs.resolve(d)
+    key = (sympy.sympify(coords[d]), size)
     if d in bounds:
-        size = fb.cs.resolve(d)
-        return fb.derived(
-            ("clamp", sympy.sympify(coords[d]), size),
-            (coords[d], size),
-            lambda: arith.select(bounds[d], i, fb.index(0)),
-        )
-    if d in node.meta.get("clamp_dims", ()):
-        size = fb.cs.resolve(d)
-        return fb.derived(
-            ("clamp_last", sympy.sympify(coords[d]), size),
-            (coords[d], size),
-            lambda: arith.minui(i, fb.index(size - 1)),
-        )
-    return i
+        return fb.derived(("clamp", *key), key, lambda: arith.select(bounds[d], i, fb.index(0)))
+    return fb.derived(("clamp_last", *key), key, lambda: arith.minui(i, fb.index(size - 1)))
 
 
 @rule(AsyncCopy)

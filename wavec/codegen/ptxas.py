@@ -1,12 +1,10 @@
 """Find ``ptxas`` and assemble PTX to a cubin, reporting registers, spills and shared memory.
 
-Requires: a ``ptxas`` executable somewhere: ``WAVEC_PTXAS``, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin``,
-``$PATH``, or the ``nvidia-cuda-nvcc-cu12`` wheel (``nvidia/cuda_nvcc/bin/ptxas``).
-Guarantees: :func:`assemble` returns the cubin bytes and a :class:`PtxasInfo` parsed from ``ptxas -v``
-(aggregated over all entries: max registers/shared/stack, summed spills), or raises
-:class:`~wavec.errors.ToolchainError` with ptxas's own message. ``sm_90a`` is accepted. The wheel's
-ptxas (CUDA 12.9) knows PTX ISA up to 8.8; IREE 3.13 emits ``.version`` from the target's ``+ptxNN``
-feature (7.6 for sm_80, 8.0 for sm_90/sm_90a), which it accepts.
+Requires: a ``ptxas``: ``WAVEC_PTXAS``, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin``, ``$PATH`` or the
+``nvidia-cuda-nvcc-cu12`` wheel.  Guarantees: :func:`assemble` returns the cubin and a :class:`PtxasInfo`
+from ``ptxas -v`` (max registers/shared/stack over entries, summed spills), or raises
+:class:`~wavec.errors.ToolchainError` with ptxas's message.  The wheel's ptxas (CUDA 12.9, PTX ISA <= 8.8)
+accepts what IREE 3.13 emits (``.version`` 7.6 for sm_80, 8.0 for sm_90/sm_90a).
 """
 
 from __future__ import annotations

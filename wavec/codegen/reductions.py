@@ -1,12 +1,9 @@
 """Lowering of ``wc.max`` / ``wc.sum``: in-thread over the register tile, then across the lanes of a wave.
 
-Expansion chains the partial reductions of one output tile (each clone combines its input tile with the
-previous clone's result); the clone marked ``finalize`` also combines across lanes with a butterfly of
-``gpu.shuffle xor`` over exactly the lane bits along which the reduced dimension varies (found by
-evaluating the input layout for every lane), then, when a WaveConstraint splits the reduced dimension
-across waves, through shared memory: every wave stores its partials at its wave index, a barrier, and
-each wave combines the partials of the waves that share its other coordinates (barriers before the store
-too, so a reduction inside a loop never overwrites partials still being read).
+Expansion chains the partial reductions of one output tile; the clone marked ``finalize`` also combines
+across lanes (a ``gpu.shuffle xor`` butterfly over exactly the lane bits along which the reduced dim
+varies) and, when a WaveConstraint splits the reduced dim, across waves through shared memory (partials
+stored at the wave index between barriers, so a reduction in a loop never overwrites partials being read).
 """
 
 from __future__ import annotations

@@ -109,13 +109,13 @@ def note_progress(st: State) -> None:
         baton.progress += 1
 
 
-def block_until(st: State, ready: Callable[[], bool], what: str) -> bool:
-    """Inside a split: hand the baton on until ``ready()``; True once it is.  Outside one: False at once
-    (the caller reports the wait that can never complete).  Raises a deadlock error when a whole round
-    of the other threads made no progress, or none is left."""
+def block_until(st: State, ready: Callable[[], bool], what: str) -> None:
+    """Inside a split: hand the baton on until ``ready()``; outside one, return at once (the caller reports a
+    wait that can never complete).  Raises a deadlock error when a whole round of the other threads made no
+    progress, or none is left."""
     baton = st.baton
     if baton is None:
-        return ready()
+        return
     me = baton.current
     while not ready():
         baton.blocked[me] = what
@@ -126,7 +126,6 @@ def block_until(st: State, ready: Callable[[], bool], what: str) -> bool:
         if baton.progress == before and not ready():
             _deadlock(baton, me)
     baton.blocked[me] = None
-    return True
 
 
 def _deadlock(baton: Baton, me: int) -> None:

@@ -24,6 +24,7 @@ Handler = Callable[["Compiler", ir.Operation], "Instr | None"]
 
 #: op name -> handler that compiles one op into an Instr (or None for ops with no runtime effect).
 OPS: dict[str, Handler] = {}
+KDYN = -(2**63)  # a dynamic size, offset or position in a static list of an op's attribute
 
 
 def register(*names: str) -> Callable[[Handler], Handler]:
@@ -77,29 +78,54 @@ def constant(o: int, val: Any) -> Instr:
     return run
 
 
+def elementwise(c: Compiler, op: ir.Operation, fn: Callable[..., Any]) -> Instr:
+    """An instruction binding the op's one result to ``fn`` of its operands' values."""
+    ins, (o,) = c.ins(op), c.outs(op)
+    if len(ins) == 1:
+        (a,) = ins
+
+        def run1(st: State) -> None:
+            st.env[o] = fn(st.env[a])
+
+        return run1
+    if len(ins) == 2:
+        a, b = ins
+
+        def run2(st: State) -> None:
+            env = st.env
+            env[o] = fn(env[a], env[b])
+
+        return run2
+
+    def run(st: State) -> None:
+        env = st.env
+        env[o] = fn(*[env[i] for i in ins])
+
+    return run
+
+
+def enum_name(attr: ir.Attribute) -> str:
+    """The case of an enum attribute: ``add`` for ``#gpu<all_reduce_op add>`` or ``#vector.kind<add>``."""
+    return str(attr).split("<")[-1].rstrip(">")
+
+
 def run_block(st: State, instrs: list[Instr]) -> None:
     for ins in instrs:
         ins(st)
 
 
-def lane_mask(st: State, ndim: int) -> np.ndarray | None:
-    """The active-lane mask reshaped to broadcast against a (lanes, ...) array of rank ``ndim``."""
-    if st.mask is None:
-        return None
-    return st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
+def retire_groups(st: State, groups: list[list[Instr]], keep: int) -> None:
+    """Complete the asynchronous operations of all groups but the newest ``keep``, oldest first."""
+    while len(groups) > keep:
+        run_block(st, groups.pop(0))
 
 
-def uniform(x: np.ndarray, what: str, st: State | None = None) -> int:
-    """A value that must be the same in every (active) lane, as a Python int."""
+def uniform(x: np.ndarray, what: str) -> int:
+    """A value that must be the same in every lane, as a Python int."""
     a = np.asarray(x)
-    if a.shape[0] == 1:
-        return int(a[0])
-    vals = a if st is None or st.mask is None else a[st.mask]
-    if vals.size == 0:
-        return int(a[0])
-    if np.any(vals != vals[0]):
+    if np.any(a != a[0]):
         raise EmulatorError(message=f"{what} is not uniform across the workgroup")
-    return int(vals[0])
+    return int(a[0])
 
 
 def full_lanes(x: np.ndarray, lanes: int) -> np.ndarray:
@@ -136,8 +162,7 @@ class Compiler:
     def outs(self, op: ir.Operation) -> list[int]:
         return [self.slot(v) for v in op.results]
 
-    def loc(self, op: ir.Operation) -> str:
-        return location(op)
+    loc = staticmethod(location)
 
     def op_id(self, op: ir.Operation) -> int:
         """A small integer naming the op (index into ``State.locs``), for the race checker."""
@@ -163,7 +188,8 @@ class Compiler:
         return [self.slot(a) for a in block.arguments]
 
 
-def _find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+def find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
+    """The ops named ``name`` nested in ``op`` (at any depth)."""
     found = []
     for region in op.regions:
         for block in region.blocks:
@@ -171,16 +197,12 @@ def _find_ops(op: ir.Operation, name: str) -> list[ir.Operation]:
                 o = o.operation
                 if o.name == name:
                     found.append(o)
-                found.extend(_find_ops(o, name))
+                found.extend(find_ops(o, name))
     return found
 
 
-def _sym(op: ir.Operation) -> str:
-    return str(op.attributes["sym_name"]).strip('"')
-
-
 def _wave_size_of(module: ir.Module) -> int:
-    variants = _find_ops(module.operation, "hal.executable.variant")
+    variants = find_ops(module.operation, "hal.executable.variant")
     if variants:
         target = str(variants[0].attributes["target"])
         if '"rocm"' in target or "gfx" in target:
@@ -209,7 +231,7 @@ class EmulatedKernel:
             self.module = ir.Module.parse(module_text, self.context)
         except ir.MLIRError as e:
             raise EmulatorError(message=f"cannot parse the module: {e}") from e
-        funcs = [f for f in _find_ops(self.module.operation, "func.func") if _sym(f) == entry]
+        funcs = [f for f in find_ops(self.module.operation, "func.func") if f.attributes["sym_name"].value == entry]
         if not funcs:
             raise EmulatorError(message=f"no func.func @{entry} in the module")
         self.func = funcs[0]
@@ -235,23 +257,19 @@ class EmulatedKernel:
         lanes = block[0] * block[1] * block[2]
         lin = np.arange(lanes, dtype=np.int64)
         tid = (lin % block[0], (lin // block[0]) % block[1], lin // (block[0] * block[1]))
-        for z in range(grid[2]):
-            for y in range(grid[1]):
-                for x in range(grid[0]):
-                    st = State(self.nslots, lanes, self.wave_size)
-                    st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
-                    st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
-                    st.locs = self.compiler.locs
-                    run_block(st, self.body)
-                    flush_async(st)
+        for z, y, x in np.ndindex(grid[2], grid[1], grid[0]):
+            st = State(self.nslots, lanes, self.wave_size)
+            st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
+            st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
+            st.locs = self.compiler.locs
+            run_block(st, self.body)
+            flush_async(st)
 
 
 def flush_async(st: State) -> None:
     """Retire every outstanding async copy (the hardware completes them before the kernel ends), then run
     the end-of-workgroup checks ops registered in ``st.on_exit`` (e.g. no TMA copy left in flight)."""
-    for group in st.async_groups + [st.async_open]:
-        for copy in group:
-            copy(st)
+    retire_groups(st, st.async_groups + [st.async_open], 0)
     st.async_groups, st.async_open = [], []
     for check in st.__dict__.pop("on_exit", []):
         check(st)

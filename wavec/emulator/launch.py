@@ -54,32 +54,18 @@ class EmulatorKernel:
         bindings = [_flat_view(t) for t in tensors]
         if self.meta.tensor_maps:
             bindings.append(self._tensor_maps(tensors))
-        self._kernel(
-            bindings=bindings,
-            constants=[values[c] for c in self.meta.constants],
-            grid=grid,
-            block=self.meta.block,
-            check_races=self.check_races,
-        )
+        constants, block = [values[c] for c in self.meta.constants], self.meta.block
+        self._kernel(bindings=bindings, constants=constants, grid=grid, block=block, check_races=self.check_races)
 
     def _tensor_maps(self, tensors: tuple) -> np.ndarray:
         from .ops_tma import global_address
 
-        names = [a.name for a in self.meta.args]
-        raw = b"".join(
-            encode_emulated(
-                describe(
-                    s,
-                    global_address(s.arg),
-                    tuple(tensors[s.arg].shape),
-                    tuple(tensors[s.arg].stride()),
-                    self.meta.label,
-                    names[s.arg],
-                )
-            )
-            for s in self.meta.tensor_maps
-        )
-        return np.frombuffer(raw, np.uint8).copy()
+        meta, maps = self.meta, []
+        for s in meta.tensor_maps:
+            t, name = tensors[s.arg], meta.args[s.arg].name
+            desc = describe(s, global_address(s.arg), tuple(t.shape), tuple(t.stride()), meta.label, name)
+            maps.append(encode_emulated(desc))
+        return np.frombuffer(b"".join(maps), np.uint8).copy()
 
 
 register_backend("emulator", EmulatorKernel)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from wavec.emulator.interp import State, lane_mask
+from wavec.emulator.interp import State
 from wavec.emulator.types import ElemType
 from wavec.errors import EmulatorError, SharedMemoryRaceError
 
@@ -78,13 +78,8 @@ class MemRef:
     strides: tuple[int, ...]
     et: ElemType
     name: str
-    shared: SharedBuf | None = None
-    byte_base: int = 0  # byte offset of arr[0] inside shared.raw
+    shared: SharedBuf | None = None  # then ``arr`` is a view of all of ``shared.raw``
     extra: dict = field(default_factory=dict)
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
 
 
 def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -96,10 +91,8 @@ def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def element_indices(idxs: list[np.ndarray], vshape: tuple[int, ...], vmap: list[int | None]) -> list:
-    """Per-memref-dim index arrays of shape (L|1, *vshape) for a vector access at ``idxs``.
-
-    ``vmap[i]`` is the memref dim that vector dim ``i`` walks along (None: broadcast dim).
-    """
+    """Per-memref-dim index arrays of shape (L|1, *vshape) for a vector access at ``idxs``; vector dim ``i``
+    walks along memref dim ``vmap[i]`` (None: a broadcast dim)."""
     r = len(vshape)
     out = [np.asarray(i, dtype=np.int64).reshape((-1,) + (1,) * r) for i in idxs]
     for i, d in enumerate(vmap):
@@ -112,7 +105,8 @@ def element_indices(idxs: list[np.ndarray], vshape: tuple[int, ...], vmap: list[
 
 
 def _valid(st: State, ndim: int, emask: np.ndarray | None) -> np.ndarray | None:
-    lm = lane_mask(st, ndim)
+    """The active lanes (shaped to broadcast against a (lanes, ...) array of rank ``ndim``) and ``emask``."""
+    lm = None if st.mask is None else st.mask.reshape((st.lanes,) + (1,) * (ndim - 1))
     if emask is None:
         return lm
     return emask if lm is None else (lm & emask)
@@ -152,8 +146,8 @@ def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None
         a, w = a[sel], w[sel]
     else:
         a, w = a.reshape(-1), w.reshape(-1)
-    n = m.et.nbytes
-    b = (m.byte_base + a * n)[:, None] + np.arange(n)
+    n = m.et.mem.itemsize
+    b = (a * n)[:, None] + np.arange(n)
     return b.reshape(-1), np.repeat(w, n)
 
 

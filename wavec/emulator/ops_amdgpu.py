@@ -22,7 +22,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
-from wavec.emulator.ops_nvgpu import gather, scatter
+from wavec.emulator.ops_nvgpu import mma
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
 
@@ -51,10 +51,7 @@ def _mfma(c: Compiler, op: ir.Operation) -> Instr:
     kl = int(np.prod(shape_a)) if shape_a else 1
     if m != n or m not in (16, 32) or blocks != 1 or any(mods) or "none" not in blgp or kl != k * m // WAVE:
         raise EmulatorError(message=f"{c.loc(op)}: unsupported mfma {m}x{n}x{k} (blocks={blocks})")
-    (ar, ac), (bk, bn), (cr, cc) = mfma_layouts(m, k)
-    integer = not at.is_float
-    calc = np.int64 if integer else np.float32
-    a_shape, c_shape = tuple(shape_a) or (1,), tuple(shape_c)
+    layouts, a_shape, c_shape = mfma_layouts(m, k), tuple(shape_a) or (1,), tuple(shape_c)
 
     def run(st: State) -> None:
         if st.lanes % WAVE:
@@ -62,10 +59,7 @@ def _mfma(c: Compiler, op: ir.Operation) -> Instr:
         env, lanes = st.env, st.lanes
         fa = full_lanes(np.asarray(env[a]).reshape((-1,) + a_shape), lanes).reshape(lanes, -1)
         fb = full_lanes(np.asarray(env[b]).reshape((-1,) + a_shape), lanes).reshape(lanes, -1)
-        A = gather(fa, ar, ac, (m, k), calc)
-        B = gather(fb, bk, bn, (k, n), calc)
-        C = gather(full_lanes(env[acc], lanes).reshape(lanes, -1), cr, cc, (m, n), calc)
-        D = scatter(np.matmul(A, B) + C, cr, cc).reshape((lanes,) + c_shape)
-        env[o] = D.astype(ct.reg) if integer else ct.cast(D)
+        fc = full_lanes(env[acc], lanes).reshape(lanes, -1)
+        env[o] = mma((fa, fb, fc), layouts, (m, n, k), at, ct).reshape((lanes,) + c_shape)
 
     return run

@@ -1,4 +1,4 @@
-"""``arith``, ``math`` and ``ub`` ops, elementwise over (lanes, *vector_shape) arrays.
+"""``arith`` and ``math`` ops, elementwise over (lanes, *vector_shape) arrays.
 
 Integers wrap like two's-complement machine integers of their width; unsigned ops reinterpret the bits.
 Float ops compute in numpy in the element type (f16 ufuncs compute in f32 and round once per op, as
@@ -13,44 +13,19 @@ from collections.abc import Callable
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, constant, register
+from wavec.emulator.interp import Compiler, Instr, constant, elementwise, enum_name, register
 from wavec.emulator.types import ElemType, as_signed, as_unsigned, round_bf16, value_type
 from wavec.errors import EmulatorError
 
 Fn = Callable[..., np.ndarray]
 
 
-def _elementwise(c: Compiler, op: ir.Operation, fn: Fn) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
-    if len(ins) == 1:
-        (a,) = ins
-
-        def run1(st: State) -> None:
-            st.env[o] = fn(st.env[a])
-
-        return run1
-    if len(ins) == 2:
-        a, b = ins
-
-        def run2(st: State) -> None:
-            env = st.env
-            env[o] = fn(env[a], env[b])
-
-        return run2
-
-    def run(st: State) -> None:
-        env = st.env
-        env[o] = fn(*[env[i] for i in ins])
-
-    return run
-
-
 def _res(op: ir.Operation) -> ElemType:
     return value_type(op.results[0].type)[1]
 
 
-def _arg(op: ir.Operation, i: int = 0) -> ElemType:
-    return value_type(op.operands[i].type)[1]
+def _arg(op: ir.Operation) -> ElemType:
+    return value_type(op.operands[0].type)[1]
 
 
 # ---------------------------------------------------------------- integers
@@ -103,30 +78,45 @@ _UNSIGNED_INT: dict[str, Fn] = {
 }
 
 
+_REDUCTIONS: dict[str, Fn] = {
+    "add": np.add, "mul": np.multiply, "minnumf": np.fmin, "maxnumf": np.fmax, "minimumf": np.minimum,
+    "maximumf": np.maximum, "minsi": np.minimum, "maxsi": np.maximum, "and": np.bitwise_and,
+    "or": np.bitwise_or, "xor": np.bitwise_xor,
+}  # fmt: skip
+
+
+def reduction(c: Compiler, op: ir.Operation, attr: str) -> tuple[Fn, Callable[[np.ndarray], np.ndarray]]:
+    """(combining op, rounding of its result) of a reduction whose kind is the enum attribute ``attr``."""
+    k = enum_name(op.attributes[attr])
+    if k not in _REDUCTIONS:
+        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction kind {k}")
+    return _REDUCTIONS[k], _res(op).fix
+
+
 @register(*_SIGNED_INT, *_UNSIGNED_INT, "arith.shli", "arith.shrui", "arith.shrsi")
 def _int_binary(c: Compiler, op: ir.Operation) -> Instr:
     et, name = _res(op), op.name
     wrap = _wrap(et)
     if et.kind == "bool" and name in ("arith.andi", "arith.ori", "arith.xori"):
-        return _elementwise(c, op, _SIGNED_INT[name])
+        return elementwise(c, op, _SIGNED_INT[name])
     if name in _SIGNED_INT:
         f = _SIGNED_INT[name]
-        return _elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_signed(b, et))))
+        return elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_signed(b, et))))
     if name == "arith.shli":
         f = _shift(np.left_shift, et.bits)
-        return _elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
+        return elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
     if name == "arith.shrsi":
         f = _shift(np.right_shift, et.bits)
-        return _elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_unsigned(b, et))))
+        return elementwise(c, op, lambda a, b: wrap(f(as_signed(a, et), as_unsigned(b, et))))
     f = _shift(np.right_shift, et.bits) if name == "arith.shrui" else _UNSIGNED_INT[name]
-    return _elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
+    return elementwise(c, op, lambda a, b: wrap(f(as_unsigned(a, et), as_unsigned(b, et))))
 
 
 @register("math.absi")
 def _absi(c: Compiler, op: ir.Operation) -> Instr:
     et = _res(op)
     wrap = _wrap(et)
-    return _elementwise(c, op, lambda a: wrap(np.abs(as_signed(a, et))))
+    return elementwise(c, op, lambda a: wrap(np.abs(as_signed(a, et))))
 
 
 _CMPI: list[tuple[Fn, bool]] = [
@@ -141,29 +131,24 @@ def _cmpi(c: Compiler, op: ir.Operation) -> Instr:
     et = _arg(op)
     fn, signed = _CMPI[op.attributes["predicate"].value]
     conv = (lambda x: as_signed(x, et)) if signed else (lambda x: as_unsigned(x, et))
-    return _elementwise(c, op, lambda a, b: fn(conv(a), conv(b)))
-
-
-def _cmpf_fn(pred: int) -> Fn:
-    base = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less, 5: np.less_equal, 6: np.not_equal}
-    if pred == 0:
-        return lambda a, b: np.zeros(np.broadcast_shapes(np.shape(a), np.shape(b)), bool)
-    if pred == 15:
-        return lambda a, b: np.ones(np.broadcast_shapes(np.shape(a), np.shape(b)), bool)
-    if pred == 7:
-        return lambda a, b: ~(np.isnan(a) | np.isnan(b))
-    if pred == 14:
-        return lambda a, b: np.isnan(a) | np.isnan(b)
-    if pred < 7:
-        f = base[pred]
-        return lambda a, b: f(a, b) & ~(np.isnan(a) | np.isnan(b))
-    f = base[pred - 7]
-    return lambda a, b: f(a, b) | np.isnan(a) | np.isnan(b)
+    return elementwise(c, op, lambda a, b: fn(conv(a), conv(b)))
 
 
 @register("arith.cmpf")
 def _cmpf(c: Compiler, op: ir.Operation) -> Instr:
-    return _elementwise(c, op, _cmpf_fn(op.attributes["predicate"].value))
+    pred = op.attributes["predicate"].value
+    base = {1: np.equal, 2: np.greater, 3: np.greater_equal, 4: np.less, 5: np.less_equal, 6: np.not_equal}
+    if pred in (0, 15):
+        return elementwise(c, op, lambda a, b: np.full(np.broadcast_shapes(np.shape(a), np.shape(b)), pred == 15))
+    if pred == 7:
+        return elementwise(c, op, lambda a, b: ~(np.isnan(a) | np.isnan(b)))
+    if pred == 14:
+        return elementwise(c, op, lambda a, b: np.isnan(a) | np.isnan(b))
+    if pred < 7:
+        f = base[pred]
+        return elementwise(c, op, lambda a, b: f(a, b) & ~(np.isnan(a) | np.isnan(b)))
+    f = base[pred - 7]
+    return elementwise(c, op, lambda a, b: f(a, b) | np.isnan(a) | np.isnan(b))
 
 
 @register("arith.select")
@@ -176,17 +161,16 @@ def _select(c: Compiler, op: ir.Operation) -> Instr:
             cond = cond.reshape(cond.shape + (1,) * (rank - cond_rank))
         return np.where(cond, a, b)
 
-    return _elementwise(c, op, sel)
+    return elementwise(c, op, sel)
 
 
 # ---------------------------------------------------------------- floats
 
 
 def _fp(fn: Fn, et: ElemType) -> Fn:
-    fix = et.fix
     if et.name != "bf16":
         return fn
-    return lambda *xs: fix(fn(*xs))
+    return lambda *xs: et.fix(fn(*xs))
 
 
 def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
@@ -228,7 +212,7 @@ _FLOAT: dict[str, Fn] = {
 
 @register(*_FLOAT)
 def _float_op(c: Compiler, op: ir.Operation) -> Instr:
-    return _elementwise(c, op, _fp(_FLOAT[op.name], _res(op)))
+    return elementwise(c, op, _fp(_FLOAT[op.name], _res(op)))
 
 
 _INTRINSICS: dict[str, Fn] = {
@@ -246,7 +230,7 @@ def _call_intrinsic(c: Compiler, op: ir.Operation) -> Instr:
     name = ir.StringAttr(op.attributes["intrin"]).value
     if name not in _INTRINSICS:
         raise EmulatorError(message=f"{c.loc(op)}: intrinsic {name} is not emulated")
-    return _elementwise(c, op, _INTRINSICS[name])
+    return elementwise(c, op, _INTRINSICS[name])
 
 
 # ---------------------------------------------------------------- casts
@@ -259,18 +243,18 @@ def _cast(c: Compiler, op: ir.Operation) -> Instr:
     wrap = _wrap(dst)
     if name in ("arith.extf", "arith.truncf", "arith.sitofp"):
         pre = (lambda x: as_signed(x, src)) if name == "arith.sitofp" else (lambda x: x)
-        return _elementwise(c, op, lambda x: dst.cast(pre(x)))
+        return elementwise(c, op, lambda x: dst.cast(pre(x)))
     if name == "arith.uitofp":
-        return _elementwise(c, op, lambda x: dst.cast(as_unsigned(x, src)))
+        return elementwise(c, op, lambda x: dst.cast(as_unsigned(x, src)))
     if name == "arith.fptosi":
-        return _elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.int64)))
+        return elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.int64)))
     if name == "arith.fptoui":
-        return _elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.uint64)))
+        return elementwise(c, op, lambda x: wrap(np.trunc(x).astype(np.uint64)))
     if name in ("arith.index_castui", "arith.extui"):
-        return _elementwise(c, op, lambda x: wrap(as_unsigned(x, src)))
+        return elementwise(c, op, lambda x: wrap(as_unsigned(x, src)))
     if name == "arith.trunci":
-        return _elementwise(c, op, wrap)
-    return _elementwise(c, op, lambda x: wrap(as_signed(x, src)))
+        return elementwise(c, op, wrap)
+    return elementwise(c, op, lambda x: wrap(as_signed(x, src)))
 
 
 @register("nvvm.convert.f32x2.to.bf16x2")
@@ -293,13 +277,18 @@ def _f32x2_to_bf16x2(c: Compiler, op: ir.Operation) -> Instr:
         hi, lo = np.broadcast_arrays(np.asarray(hi, np.float32), np.asarray(lo, np.float32))
         return round_bf16(np.stack([lo, hi], axis=-1))
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)
 
 
-@register("arith.bitcast")
+@register("arith.bitcast", "vector.bitcast")
 def _bitcast(c: Compiler, op: ir.Operation) -> Instr:
-    src, dst = _arg(op), _res(op)
-    return _elementwise(c, op, lambda x: dst.from_mem(np.ascontiguousarray(src.to_mem(x)).view(dst.mem)))
+    src, (shape, dst) = _arg(op), value_type(op.results[0].type)
+
+    def fn(x: np.ndarray) -> np.ndarray:
+        bits = np.ascontiguousarray(src.to_mem(x)).view(dst.mem)
+        return dst.from_mem(bits.reshape(bits.shape[:1] + shape))
+
+    return elementwise(c, op, fn)
 
 
 # ---------------------------------------------------------------- constants
@@ -333,10 +322,3 @@ def _constant(c: Compiler, op: ir.Operation) -> Instr:
     val = constant_array(op.attributes["value"], op.results[0].type)
     val.setflags(write=False)
     return constant(o, val)
-
-
-@register("ub.poison")
-def _poison(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape, et = value_type(op.results[0].type)
-    return constant(o, np.full((1,) + shape, np.nan if et.is_float else 0).astype(et.reg))

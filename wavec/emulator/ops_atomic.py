@@ -14,7 +14,7 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith
 
-from wavec.emulator.interp import Compiler, Instr, State, lane_mask, register
+from wavec.emulator.interp import Compiler, Instr, State, register
 from wavec.emulator.memory import address, element_indices
 from wavec.errors import EmulatorError
 
@@ -40,7 +40,7 @@ def _atomic_rmw(c: Compiler, op: ir.Operation) -> Instr:
     def run(st: State) -> None:
         mem = st.env[m]
         eidx = element_indices([st.env[i] for i in idx], (), [])
-        valid = lane_mask(st, 1)
+        valid = st.mask
         addr = np.broadcast_to(address(st, mem, eidx, valid, loc).reshape(-1), (st.lanes,))
         vals = np.broadcast_to(mem.et.to_mem(np.asarray(st.env[v])).reshape(-1), (st.lanes,))
         old = np.zeros(st.lanes, dtype=mem.arr.dtype)

@@ -7,68 +7,54 @@ value back and ``valid = false``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
+from wavec.emulator.interp import Compiler, Instr, State, enum_name, full_lanes, register
+from wavec.emulator.ops_arith import reduction
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
 
-_DIMS = {"x": 0, "y": 1, "z": 2}
+_IDS: dict[str, Callable[[State, int], Any]] = {
+    "gpu.thread_id": lambda st, d: st.tid[d],
+    "gpu.global_id": lambda st, d: st.tid[d] + st.block_id[d] * st.block[d],
+    "gpu.block_id": lambda st, d: st.block_id[d],
+    "hal.interface.workgroup.id": lambda st, d: st.block_id[d],
+    "gpu.block_dim": lambda st, d: st.block[d],
+    "hal.interface.workgroup.size": lambda st, d: st.block[d],
+    "gpu.grid_dim": lambda st, d: st.grid[d],
+    "hal.interface.workgroup.count": lambda st, d: st.grid[d],
+    "gpu.lane_id": lambda st, d: st.linear % st.wave_size,
+    "gpu.subgroup_id": lambda st, d: st.wave,
+    "gpu.num_subgroups": lambda st, d: -(-st.lanes // st.wave_size),
+    "gpu.subgroup_size": lambda st, d: st.wave_size,
+}
 
 
-def _dim(op: ir.Operation) -> int:
-    attr = op.attributes["dimension"]
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    return _DIMS[str(attr).split("<")[-1].rstrip(">")]
-
-
-@register("gpu.thread_id", "gpu.block_id", "gpu.block_dim", "gpu.grid_dim", "gpu.global_id")
-@register("hal.interface.workgroup.id", "hal.interface.workgroup.count", "hal.interface.workgroup.size")
+@register(*_IDS)
 def _ids(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    d, name = _dim(op), op.name.split(".")[-1]
+    """Per-lane ids are arrays; uniform ones (Python ints) become (1,) arrays of the result type."""
+    (o,), fn = c.outs(op), _IDS[op.name]
+    d = 0  # the wave ops have no dimension
+    if "dimension" in op.attributes:
+        attr = op.attributes["dimension"]
+        d = attr.value if isinstance(attr, ir.IntegerAttr) else "xyz".index(enum_name(attr))
     dtype = value_type(op.results[0].type)[1].reg
 
     def run(st: State) -> None:
-        if name == "thread_id":
-            st.env[o] = st.tid[d]
-        elif name == "global_id":
-            st.env[o] = st.tid[d] + st.block_id[d] * st.block[d]
-        else:
-            v = {"block_id": st.block_id, "id": st.block_id, "block_dim": st.block, "size": st.block}.get(
-                name, st.grid
-            )[d]
-            st.env[o] = np.array([v], dtype)
-
-    return run
-
-
-@register("gpu.lane_id", "gpu.subgroup_id", "gpu.num_subgroups", "gpu.subgroup_size")
-def _wave_ids(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    name = op.name
-
-    def run(st: State) -> None:
-        if name == "gpu.lane_id":
-            st.env[o] = st.linear % st.wave_size
-        elif name == "gpu.subgroup_id":
-            st.env[o] = st.wave
-        elif name == "gpu.num_subgroups":
-            st.env[o] = np.array([-(-st.lanes // st.wave_size)], np.int64)
-        else:
-            st.env[o] = np.array([st.wave_size], np.int64)
+        v = fn(st, d)
+        st.env[o] = v if isinstance(v, np.ndarray) else np.array([v], dtype)
 
     return run
 
 
 @register("hal.interface.constant.load")
 def _constant_load(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    ordinal = op.attributes["ordinal"].value
+    (o,), ordinal, loc = c.outs(op), op.attributes["ordinal"].value, c.loc(op)
     dtype = value_type(op.results[0].type)[1].reg
-    loc = c.loc(op)
 
     def run(st: State) -> None:
         if ordinal >= len(st.constants):
@@ -115,7 +101,7 @@ def _shuffle_src(st: State, mode: str, off: np.ndarray, width: np.ndarray) -> tu
 def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
     v, off, width = c.ins(op)
     o, ov = c.outs(op)
-    mode = str(op.attributes["mode"]).split("<")[-1].rstrip(">")
+    mode = enum_name(op.attributes["mode"])
 
     def run(st: State) -> None:
         env = st.env
@@ -127,20 +113,10 @@ def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-_REDUCE = {
-    "add": np.add, "mul": np.multiply, "minnumf": np.fmin, "maxnumf": np.fmax, "minimumf": np.minimum,
-    "maximumf": np.maximum, "minsi": np.minimum, "maxsi": np.maximum, "and": np.bitwise_and,
-    "or": np.bitwise_or, "xor": np.bitwise_xor,
-}  # fmt: skip
-
-
 @register("gpu.subgroup_reduce")
 def _subgroup_reduce(c: Compiler, op: ir.Operation) -> Instr:
     (v,), (o,) = c.ins(op), c.outs(op)
-    kind = str(op.attributes["op"]).split("<")[-1].rstrip(">")
-    if kind not in _REDUCE:
-        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction {kind}")
-    fn, fix = _REDUCE[kind], value_type(op.results[0].type)[1].fix
+    fn, fix = reduction(c, op, "op")
     size = op.attributes["cluster_size"].value if "cluster_size" in op.attributes else None
     stride = op.attributes["cluster_stride"].value if "cluster_stride" in op.attributes else 1
 

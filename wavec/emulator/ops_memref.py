@@ -1,4 +1,5 @@
-"""``memref`` ops and ``hal.interface.binding.subspan``: building strided views, scalar loads/stores.
+"""``memref.alloc``/``alloca`` and ``hal.interface.binding.subspan``: the memrefs a kernel accesses (scalar
+loads/stores are handled with vector ones, in ``ops_vector``).
 
 Workgroup allocations (``#gpu.address_space<workgroup>``) are one buffer per workgroup, filled with
 0xFF bytes (NaN for floats, -1 for ints) so that a read of a never-written element shows.  Private
@@ -10,12 +11,10 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, register, uniform
-from wavec.emulator.memory import MemRef, SharedBuf, element_indices, load, row_major, store
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, register, uniform
+from wavec.emulator.memory import MemRef, SharedBuf, row_major
 from wavec.emulator.types import elem_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _mtype(t: ir.Type) -> ir.MemRefType:
@@ -24,9 +23,10 @@ def _mtype(t: ir.Type) -> ir.MemRefType:
     return t
 
 
-def _fill_shape(shape: list[int], dyn: list[int]) -> tuple[int, ...]:
+def _uniforms(static: list[int], dyn: list[int], st: State, what: str) -> list[int]:
+    """Static values with the dynamic ones (which must be uniform) filled in."""
     it = iter(dyn)
-    return tuple(int(next(it)) if s == KDYN else s for s in shape)
+    return [uniform(st.env[next(it)], what) if s == KDYN else s for s in static]
 
 
 def _layout_strides(mt: ir.MemRefType, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -57,7 +57,7 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
         if binding >= len(st.bindings):
             raise EmulatorError(message=f"{loc}: binding {binding} not given")
         off = uniform(st.env[off_slot], "subspan offset") if off_slot is not None else 0
-        shape = _fill_shape(static_shape, [uniform(st.env[d], "subspan size") for d in dyn])
+        shape = tuple(_uniforms(static_shape, dyn, st, "subspan size"))
         arr_in = np.asarray(st.bindings[binding])
         if not arr_in.flags.c_contiguous:
             raise EmulatorError(message=f"{loc}: binding {binding} is not contiguous (writes would be lost)")
@@ -65,30 +65,21 @@ def _subspan(c: Compiler, op: ir.Operation) -> Instr:
         n = et.mem.itemsize
         if off % n or off > raw.size:
             raise EmulatorError(message=f"{loc}: byte offset {off} invalid for binding {binding}")
-        arr = raw[off : off + (raw.size - off) // n * n].view(et.mem)
-        st.env[o] = MemRef(
-            arr,
-            0,
-            shape,
-            _layout_strides(mt, shape),
-            et,
-            f"binding {binding}",
-            extra={"binding": binding, "byte_offset": off},
-        )
+        arr, strides = raw[off : off + (raw.size - off) // n * n].view(et.mem), _layout_strides(mt, shape)
+        extra = {"binding": binding, "byte_offset": off}
+        st.env[o] = MemRef(arr, 0, shape, strides, et, f"binding {binding}", extra=extra)
 
     return run
 
 
 @register("memref.alloc", "memref.alloca")
 def _alloc(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    dyn = c.ins(op)
+    dyn, (o,) = c.ins(op), c.outs(op)
     mt = _mtype(op.results[0].type)
-    et, shared, static_shape = elem_type(mt.element_type), is_workgroup(mt), list(mt.shape)
-    name = f"{c.loc(op)}"
+    et, shared, static_shape, name = elem_type(mt.element_type), is_workgroup(mt), list(mt.shape), c.loc(op)
 
     def run(st: State) -> None:
-        shape = _fill_shape(static_shape, [uniform(st.env[d], "alloc size") for d in dyn])
+        shape = tuple(_uniforms(static_shape, dyn, st, "alloc size"))
         n = int(np.prod(shape)) if shape else 1
         strides = _layout_strides(mt, shape)
         if shared:
@@ -98,157 +89,5 @@ def _alloc(c: Compiler, op: ir.Operation) -> Instr:
         else:
             arr = np.full(n * st.lanes * et.mem.itemsize, 0xFF, np.uint8).view(et.mem)
             st.env[o] = MemRef(arr, np.arange(st.lanes, dtype=np.int64) * n, shape, strides, et, name)
-
-    return run
-
-
-def _mixed(static: list[int], dyn: list[int], st: State) -> list:
-    it = iter(dyn)
-    return [np.asarray(st.env[next(it)], np.int64) if s == KDYN else s for s in static]
-
-
-def _drop_dims(sizes: list[int], rank: int) -> list[int]:
-    """Indices of the kept dims of a rank-reducing subview (unit dims dropped from the left)."""
-    keep, surplus = [], len(sizes) - rank
-    for i, s in enumerate(sizes):
-        if surplus > 0 and s == 1:
-            surplus -= 1
-            continue
-        keep.append(i)
-    return keep
-
-
-def _offsets_sizes_strides(c: Compiler, op: ir.Operation) -> tuple:
-    """(source slot, dynamic offsets, sizes, strides, static offsets, sizes, strides) of a view op."""
-    ins = c.ins(op)
-    seg = list(op.attributes["operandSegmentSizes"])
-    d_off, d_size = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
-    d_str = ins[1 + seg[1] + seg[2] :]
-    s_off, s_size, s_str = (list(op.attributes[k]) for k in ("static_offsets", "static_sizes", "static_strides"))
-    return ins[0], d_off, d_size, d_str, s_off, s_size, s_str
-
-
-@register("memref.subview")
-def _subview(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    src, d_off, d_size, d_str, s_off, s_size, s_str = _offsets_sizes_strides(c, op)
-    rank, loc = _mtype(op.results[0].type).rank, c.loc(op)
-
-    def run(st: State) -> None:
-        m: MemRef = st.env[src]
-        offs = _mixed(s_off, d_off, st)
-        sizes = [
-            int(uniform(s, "subview size")) if isinstance(s, np.ndarray) else s for s in _mixed(s_size, d_size, st)
-        ]
-        strs = [int(uniform(s, "subview stride")) if isinstance(s, np.ndarray) else s for s in _mixed(s_str, d_str, st)]
-        offset = m.offset
-        for d, (of, sz, sd) in enumerate(zip(offs, sizes, strs, strict=False)):
-            last = np.asarray(of) + (sz - 1) * sd
-            bad = ((np.asarray(of) < 0) | (last >= m.shape[d])) & (sz > 0)
-            if st.mask is not None and np.ndim(bad) and bad.shape[0] == st.lanes:
-                bad = bad & st.mask
-            if np.any(bad):
-                raise EmulatorError(message=f"{loc}: subview out of bounds of {m.name} in dim {d}")
-            offset = offset + np.asarray(of) * m.strides[d]
-        keep = _drop_dims(sizes, rank)
-        shape = tuple(sizes[i] for i in keep)
-        strides = tuple(m.strides[i] * strs[i] for i in keep)
-        st.env[o] = MemRef(m.arr, offset, shape, strides, m.et, m.name, m.shared, m.byte_base)
-
-    return run
-
-
-@register("memref.load")
-def _load(c: Compiler, op: ir.Operation) -> Instr:
-    (m, *idx), (o,) = c.ins(op), c.outs(op)
-    loc, oid = c.loc(op), c.op_id(op)
-
-    def run(st: State) -> None:
-        mem = st.env[m]
-        st.env[o] = load(st, mem, element_indices([st.env[i] for i in idx], (), []), loc, oid)
-
-    return run
-
-
-@register("memref.store")
-def _store(c: Compiler, op: ir.Operation) -> Instr:
-    v, m, *idx = c.ins(op)
-    loc, oid = c.loc(op), c.op_id(op)
-
-    def run(st: State) -> None:
-        mem = st.env[m]
-        store(st, mem, element_indices([st.env[i] for i in idx], (), []), st.env[v], loc, oid)
-
-    return run
-
-
-@register("memref.assume_alignment", "memref.cast", "memref.memory_space_cast")
-def _identity(c: Compiler, op: ir.Operation) -> Instr | None:
-    if not op.results:
-        return None
-    (src,), (o,) = c.ins(op)[:1], c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = st.env[src]
-
-    return run
-
-
-@register("memref.dealloc")
-def _dealloc(c: Compiler, op: ir.Operation) -> None:
-    return None
-
-
-@register("memref.dim")
-def _dim(c: Compiler, op: ir.Operation) -> Instr:
-    (m, d), (o,) = c.ins(op), c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = np.array([st.env[m].shape[uniform(st.env[d], "memref.dim index")]], np.int64)
-
-    return run
-
-
-@register("memref.reinterpret_cast")
-def _reinterpret(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    src, d_off, d_size, d_str, s_off, s_size, s_str = _offsets_sizes_strides(c, op)
-
-    def run(st: State) -> None:
-        m: MemRef = st.env[src]
-        (off,) = [uniform(x, "offset") if isinstance(x, np.ndarray) else x for x in _mixed(s_off, d_off, st)]
-        sizes = tuple(uniform(x, "size") if isinstance(x, np.ndarray) else x for x in _mixed(s_size, d_size, st))
-        strs = tuple(uniform(x, "stride") if isinstance(x, np.ndarray) else x for x in _mixed(s_str, d_str, st))
-        st.env[o] = MemRef(m.arr, off, sizes, strs, m.et, m.name, m.shared, m.byte_base)
-
-    return run
-
-
-@register("memref.collapse_shape", "memref.expand_shape")
-def _reshape(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
-    groups = [[int(i.value) for i in g] for g in op.attributes["reassociation"]]
-    collapse = op.name == "memref.collapse_shape"
-    out_static = list(_mtype(op.results[0].type).shape)
-    if not collapse and "static_output_shape" in op.attributes:
-        out_static = list(op.attributes["static_output_shape"])
-
-    def run(st: State) -> None:
-        m: MemRef = st.env[ins[0]]
-        shape: list[int] = []
-        strides: list[int] = []
-        if collapse:
-            for g in groups:
-                shape.append(int(np.prod([m.shape[i] for i in g])))
-                strides.append(m.strides[g[-1]] if g else 1)
-        else:
-            shape = list(_fill_shape(out_static, [uniform(st.env[d], "expand size") for d in ins[1:]]))
-            strides = [0] * len(shape)
-            for src_dim, g in enumerate(groups):
-                acc = m.strides[src_dim]
-                for i in reversed(g):
-                    strides[i] = acc
-                    acc *= shape[i]
-        st.env[o] = MemRef(m.arr, m.offset, tuple(shape), tuple(strides), m.et, m.name, m.shared, m.byte_base)
 
     return run

@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register
+from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register, retire_groups
 from wavec.emulator.memory import element_indices, load, store
-from wavec.emulator.types import value_type
+from wavec.emulator.types import ElemType, value_type
 from wavec.errors import EmulatorError
 
 WARP = 32
@@ -68,6 +68,16 @@ def scatter(mat: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return mat[:, rows.reshape(-1), cols.reshape(-1)].reshape((mat.shape[0] * lanes,) + rows.shape[1:])
 
 
+def mma(frags: tuple, layouts: tuple, mnk: tuple[int, int, int], at: ElemType, ct: ElemType) -> np.ndarray:
+    """D = A B + C of per-lane fragments laid out by ``layouts`` ((row, col) of A, B, C), computed in int64
+    for integer operands, else in f32, then converted to the result type."""
+    (m, n, k), calc = mnk, np.float32 if at.is_float else np.int64
+    (fa, fb, fc), ((ar, ac), (bk, bn), (cr, cc)) = frags, layouts
+    a, b = gather(fa, ar, ac, (m, k), calc), gather(fb, bk, bn, (k, n), calc)
+    d = scatter(np.matmul(a, b) + gather(fc, cr, cc, (m, n), calc), cr, cc)
+    return ct.cast(d) if at.is_float else d.astype(ct.reg)
+
+
 def _tf32(x: np.ndarray) -> np.ndarray:
     return (np.ascontiguousarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
@@ -81,22 +91,15 @@ def _mma_sync(c: Compiler, op: ir.Operation) -> Instr:
     _, ct = value_type(op.operands[2].type)
     if (m, n) != (16, 8) or ra * pa * WARP != m * k or rb * pb * WARP != n * k:
         raise EmulatorError(message=f"{c.loc(op)}: unsupported mma shape {m}x{n}x{k}")
-    ar, ac = frag_a(ra, pa)
-    bk, bn = frag_b(rb, pb)
-    cr, cc = frag_c()
-    integer = not at.is_float
-    calc = np.int64 if integer else np.float32
+    layouts = (frag_a(ra, pa), frag_b(rb, pb), frag_c())
     pre = _tf32 if at.name == "f32" else (lambda x: x)
 
     def run(st: State) -> None:
         if st.lanes % WARP:
             raise EmulatorError(message=f"{c.loc(op)}: workgroup of {st.lanes} threads is not whole warps")
         env, lanes = st.env, st.lanes
-        A = gather(pre(full_lanes(env[a], lanes)), ar, ac, (m, k), calc)
-        B = gather(pre(full_lanes(env[b], lanes)), bk, bn, (k, n), calc)
-        C = gather(full_lanes(env[acc], lanes), cr, cc, (m, n), calc)
-        D = np.matmul(A, B) + C
-        env[o] = ct.cast(scatter(D, cr, cc)) if not integer else scatter(D, cr, cc).astype(ct.reg)
+        frags = (pre(full_lanes(env[a], lanes)), pre(full_lanes(env[b], lanes)), full_lanes(env[acc], lanes))
+        env[o] = mma(frags, layouts, (m, n, k), at, ct)
 
     return run
 
@@ -167,25 +170,19 @@ def _async_copy(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-@register("nvgpu.device_async_create_group")
-def _create_group(c: Compiler, op: ir.Operation) -> Instr:
-    (tok,) = c.outs(op)
-
-    def run(st: State) -> None:
-        st.async_groups.append(st.async_open)
-        st.async_open = []
-        st.env[tok] = None
-
-    return run
-
-
-@register("nvgpu.device_async_wait")
-def _wait(c: Compiler, op: ir.Operation) -> Instr:
+@register("nvgpu.device_async_create_group", "nvgpu.device_async_wait")
+def _async_group(c: Compiler, op: ir.Operation) -> Instr:
+    """create_group: the copies issued since the last group form one; wait: retire all groups but the newest
+    ``numGroups`` (default 0)."""
+    outs, create = c.outs(op), op.name.endswith("create_group")
     keep = op.attributes["numGroups"].value if "numGroups" in op.attributes else 0
 
     def run(st: State) -> None:
-        while len(st.async_groups) > keep:
-            for copy in st.async_groups.pop(0):
-                copy(st)
+        if create:
+            st.async_groups.append(st.async_open)
+            st.async_open = []
+            st.env[outs[0]] = None
+        else:
+            retire_groups(st, st.async_groups, keep)
 
     return run

@@ -24,13 +24,15 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 from iree.compiler import ir
 
 from wavec.abi import FENCE_OPERANDS
-from wavec.emulator.interp import Compiler, Instr, State, constant, full_lanes, register
+from wavec.emulator.interp import Compiler, Instr, State, constant, elementwise, enum_name, full_lanes, register
 from wavec.emulator.memory import SharedBuf
+from wavec.emulator.ops_vector import insert_at
 from wavec.emulator.types import bf16_bits_to_f32
 from wavec.errors import EmulatorError
 
@@ -70,8 +72,7 @@ def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
 
             st.env[o] = np.array([global_address(m.extra["binding"], m.extra["byte_offset"])], np.int64)
             return
-        base = next(a for a, buf in _bases(st) if buf is m.shared)
-        st.env[o] = np.array([base + m.byte_base], np.int64)
+        st.env[o] = np.array([next(a for a, buf in _bases(st) if buf is m.shared)], np.int64)
 
     return run
 
@@ -89,33 +90,19 @@ def _undef(c: Compiler, op: ir.Operation) -> Instr:
     return constant(o, np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32))
 
 
-def _position(op: ir.Operation) -> int:
-    (pos,) = list(op.attributes["position"])
-    return int(pos)
-
-
 @register("llvm.insertvalue")
 def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
-    (container, value), (o,) = c.ins(op), c.outs(op)
-    pos, where = _position(op), c.loc(op)
-
-    def run(st: State) -> None:
-        s, v = _settled(st.env[container], where), np.asarray(st.env[value], np.float32).reshape(-1)
-        out = np.array(np.broadcast_to(s, (max(s.shape[0], v.shape[0]), s.shape[1])))
-        out[:, pos] = v
-        st.env[o] = out
-
-    return run
+    (pos,), where = list(op.attributes["position"]), c.loc(op)
+    at = (slice(None), pos)
+    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, np.float32).reshape(-1), at))
 
 
+@dataclass(eq=False)
 class InFlight:
     """The result of a wgmma whose group has not been waited for: nothing may read it (``value`` is
     set when a ``wgmma.wait_group`` retires the group)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value: np.ndarray | None = None
+    value: np.ndarray | None = None
 
 
 def _early_read(where: str) -> EmulatorError:
@@ -130,15 +117,15 @@ def _settled(x, where: str) -> np.ndarray:
     return np.asarray(x)
 
 
+@dataclass(eq=False)
 class InFlightPart:
     """One register of an in-flight wgmma result (``llvm.extractvalue`` before the wait): only a
     register-A wgmma (inline PTX, whose accumulator operands are scalars) may take it; anything else
     that reads it (numpy conversion) is the error of reading before the ``wgmma.wait_group``."""
 
-    __slots__ = ("flight", "pos", "where")
-
-    def __init__(self, flight: InFlight, pos: int, where: str) -> None:
-        self.flight, self.pos, self.where = flight, pos, where
+    flight: InFlight
+    pos: int
+    where: str
 
     def settled(self) -> np.ndarray:
         return _settled(self.flight, self.where)[:, self.pos]
@@ -149,17 +136,14 @@ class InFlightPart:
 
 @register("llvm.extractvalue")
 def _extractvalue(c: Compiler, op: ir.Operation) -> Instr:
-    (container,), (o,) = c.ins(op), c.outs(op)
-    pos, where = _position(op), c.loc(op)
+    (pos,), where = list(op.attributes["position"]), c.loc(op)
 
-    def run(st: State) -> None:
-        x = st.env[container]
+    def fn(x: np.ndarray | InFlight) -> np.ndarray | InFlightPart:
         if isinstance(x, InFlight) and x.value is None:
-            st.env[o] = InFlightPart(x, pos, where)
-            return
-        st.env[o] = _settled(x, where)[:, pos]
+            return InFlightPart(x, pos, where)
+        return _settled(x, where)[:, pos]
 
-    return run
+    return elementwise(c, op, fn)
 
 
 def _decode(desc: int) -> tuple[int, int, int, int]:
@@ -217,26 +201,23 @@ def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
     if shape is None:
         raise EmulatorError(message=f"{op.name}: unreadable shape {op.attributes['shape']}")
     m, n, k = (int(x) for x in shape.groups())
-    type_a = str(op.attributes["typeA"]).split("<")[-1].rstrip(">")
+    type_a = enum_name(op.attributes["typeA"])
     same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
     if (m, k) != (64, 16) or type_a not in ("f16", "bf16") or not same:
         raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
-    if str(op.attributes["scaleD"]).split("<")[-1].rstrip(">") != "one":
+    if enum_name(op.attributes["scaleD"]) != "one":
         raise EmulatorError(message=f"{op.name}: only scaleD = one is emulated")
-
-    def attr(name: str) -> str:
-        return str(op.attributes[name]).split("<")[-1].rstrip(">")
-
-    return n, type_a, attr("layoutA") == "col", attr("layoutB") == "row"
+    return n, type_a, enum_name(op.attributes["layoutA"]) == "col", enum_name(op.attributes["layoutB"]) == "row"
 
 
 def _group_operand(
     st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int, where: str
 ) -> np.ndarray:
     """The (rows, 16) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
-    lanes = slice(grp * GROUP, (grp + 1) * GROUP)
-    waves = np.arange(grp * 4, grp * 4 + 4)
-    return _gather(st, _operand_bytes(_uniform(desc[lanes], where), rows, 2, mn_major), waves, dtype, op_id, where)
+    d, waves = desc[grp * GROUP : (grp + 1) * GROUP], np.arange(grp * 4, grp * 4 + 4)
+    if np.any(d != d[0]):
+        raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
+    return _gather(st, _operand_bytes(int(d[0]), rows, 2, mn_major), waves, dtype, op_id, where)
 
 
 def _a_from_registers(regs: list[np.ndarray], dtype: str) -> np.ndarray:
@@ -363,38 +344,24 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-def _uniform(x: np.ndarray, where: str) -> int:
-    if np.any(x != x[0]):
-        raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
-    return int(x[0])
-
-
-@register("nvvm.wgmma.fence.aligned")
-def _wgmma_fence(c: Compiler, op: ir.Operation) -> Instr:
-    def run(st: State) -> None:
-        st.wgmma_fenced = True
-
-    return run
-
-
-@register("nvvm.wgmma.commit.group.sync.aligned")
-def _wgmma_commit(c: Compiler, op: ir.Operation) -> Instr:
-    def run(st: State) -> None:
-        st.__dict__.setdefault("wgmma_groups", []).append(st.__dict__.pop("wgmma_open", []))
-
-    return run
-
-
-@register("nvvm.wgmma.wait.group.sync.aligned")
-def _wgmma_wait(c: Compiler, op: ir.Operation) -> Instr:
-    keep = int(op.attributes["group"].value)
+@register("nvvm.wgmma.fence.aligned", "nvvm.wgmma.commit.group.sync.aligned", "nvvm.wgmma.wait.group.sync.aligned")
+def _wgmma_sync(c: Compiler, op: ir.Operation) -> Instr:
+    """fence: wgmmas may issue; commit: those issued since the last commit form a group; wait: retire all
+    groups but the newest ``group``."""
+    kind = op.name.split(".")[2]
+    keep = int(op.attributes["group"].value) if kind == "wait" else 0
 
     def run(st: State) -> None:
         groups = st.__dict__.setdefault("wgmma_groups", [])
-        while len(groups) > keep:
-            for retire in groups.pop(0):
-                retire(st)
-        st.wgmma_fenced = False
+        if kind == "fence":
+            st.wgmma_fenced = True
+        elif kind == "commit":
+            groups.append(st.__dict__.pop("wgmma_open", []))
+        else:
+            while len(groups) > keep:
+                for retire in groups.pop(0):
+                    retire(st)
+            st.wgmma_fenced = False
 
     return run
 
@@ -402,7 +369,7 @@ def _wgmma_wait(c: Compiler, op: ir.Operation) -> Instr:
 @register("nvvm.fence.proxy")
 def _fence_proxy(c: Compiler, op: ir.Operation) -> Instr:
     kind = str(op.attributes["kind"])
-    if "async.shared" not in kind and kind.rstrip(">").split("<")[-1] != "async":
+    if "async.shared" not in kind and enum_name(op.attributes["kind"]) != "async":
         raise EmulatorError(message=f"{c.loc(op)}: only fence.proxy.async(.shared::cta) is emulated, not {kind}")
 
     def run(st: State) -> None:

@@ -1,4 +1,4 @@
-"""Structured control flow (``scf.for``/``if``/``while``) and ``affine`` index ops.
+"""Structured control flow (``scf.for``/``if``/``while``) and ``affine.apply``/``min``/``max``.
 
 Uniform conditions and bounds run one path.  Lane-divergent ones run masked: ``State.mask`` holds the
 active lanes, memory is written only by active lanes, and loop-carried / region results are selected
@@ -14,11 +14,9 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.coop import run_split
-from wavec.emulator.interp import Compiler, Instr, State, register, run_block
+from wavec.emulator.interp import Compiler, Instr, State, find_ops, register, run_block
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -29,13 +27,9 @@ def _where(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _split(st: State, cond: np.ndarray) -> tuple[bool | None, np.ndarray]:
     """(uniform truth value or None if divergent, active lanes)."""
     act = st.active()
-    if cond.shape[0] == 1:
-        return bool(cond[0]), act
-    ca = cond[act]
-    if ca.all():
-        return True, act
-    if not ca.any():
-        return False, act
+    ca = cond if cond.shape[0] == 1 else cond[act]
+    if ca.all() or not ca.any():
+        return bool(ca.all()), act
     return None, act
 
 
@@ -106,12 +100,8 @@ WARPGROUP = 128
 
 def _waits(region: ir.Region) -> bool:
     """Whether the region contains an mbarrier wait (at any depth)."""
-    for block in region.blocks:
-        for o in block.operations:
-            o = o.operation
-            if o.name == WAIT_OP or any(_waits(r) for r in o.regions):
-                return True
-    return False
+    ops = [o.operation for block in region.blocks for o in block.operations]
+    return any(o.name == WAIT_OP or find_ops(o, WAIT_OP) for o in ops)
 
 
 def _warpgroup_uniform(st: State, cnd: np.ndarray, act: np.ndarray) -> bool:
@@ -124,10 +114,10 @@ def _warpgroup_uniform(st: State, cnd: np.ndarray, act: np.ndarray) -> bool:
 @register("scf.if")
 def _if(c: Compiler, op: ir.Operation) -> Instr:
     (cond,), outs = c.ins(op), c.outs(op)
-    split = not outs and len(op.regions[1].blocks) > 0 and all(_waits(r) for r in op.regions)
+    has_else = len(op.regions[1].blocks) > 0
+    split = not outs and has_else and all(_waits(r) for r in op.regions)
     then_i, then_t = c.block(op.regions[0].blocks[0])
     then_y = c.ins(then_t) if then_t is not None else []
-    has_else = len(op.regions[1].blocks) > 0
     else_i, else_t = c.block(op.regions[1].blocks[0]) if has_else else ([], None)
     else_y = c.ins(else_t) if else_t is not None else []
 
@@ -223,14 +213,11 @@ def compile_expr(e: ir.AffineExpr, n_dims: int) -> AffineFn:
     raise EmulatorError(message=f"unsupported affine expression {e}")
 
 
-def compile_map(m: ir.AffineMap) -> list[AffineFn]:
-    return [compile_expr(e, m.n_dims) for e in m.results]
-
-
 @register("affine.apply", "affine.min", "affine.max")
 def _affine(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
-    fns = compile_map(op.attributes["map"].value)
+    amap = op.attributes["map"].value
+    fns = [compile_expr(e, amap.n_dims) for e in amap.results]
     red = np.maximum if op.name == "affine.max" else np.minimum  # affine.apply: one result, never reduced
 
     def run(st: State) -> None:
@@ -239,62 +226,6 @@ def _affine(c: Compiler, op: ir.Operation) -> Instr:
         r = vals[0]
         for v in vals[1:]:
             r = red(r, v)
-        st.env[o] = r
-
-    return run
-
-
-def _basis(c: Compiler, op: ir.Operation, dyn: list[int]) -> Callable[[State], list[int]]:
-    static = list(op.attributes["static_basis"])
-    loc = c.loc(op)
-
-    def get(st: State) -> list[int]:
-        it = iter(dyn)
-        out = []
-        for b in static:
-            v = b if b != KDYN else int(np.asarray(st.env[next(it)]).reshape(-1)[0])
-            if v <= 0:
-                raise EmulatorError(message=f"{loc}: basis element {v} is not positive")
-            out.append(v)
-        return out
-
-    return get
-
-
-@register("affine.delinearize_index")
-def _delinearize(c: Compiler, op: ir.Operation) -> Instr:
-    idx, *dyn = c.ins(op)
-    outs = c.outs(op)
-    basis = _basis(c, op, dyn)
-
-    def run(st: State) -> None:
-        b = basis(st)
-        if len(outs) == len(b) + 1:
-            b = [0] + b
-        rem = np.asarray(st.env[idx], np.int64)
-        res = []
-        for k in range(len(b) - 1, 0, -1):
-            res.append(np.mod(rem, b[k]))
-            rem = np.floor_divide(rem, b[k])
-        res.append(rem)
-        for o, v in zip(outs, reversed(res), strict=False):
-            st.env[o] = v
-
-    return run
-
-
-@register("affine.linearize_index")
-def _linearize(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
-    n = int(list(op.attributes["operandSegmentSizes"])[0])
-    idxs, dyn = ins[:n], ins[n:]
-    basis = _basis(c, op, dyn)
-
-    def run(st: State) -> None:
-        b = basis(st)[-(n - 1) :] if n > 1 else []
-        r = np.asarray(st.env[idxs[0]], np.int64)
-        for k in range(1, n):
-            r = r * b[k - 1] + np.asarray(st.env[idxs[k]], np.int64)
         st.env[o] = r
 
     return run

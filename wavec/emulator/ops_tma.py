@@ -38,7 +38,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.coop import block_until, note_progress
-from wavec.emulator.interp import Compiler, Instr, State, register
+from wavec.emulator.interp import Compiler, Instr, State, elementwise, register
 from wavec.emulator.ops_nvvm import _bases, shared_at
 from wavec.errors import EmulatorError
 from wavec.runtime.tensor_map import MAP_BYTES, decode_emulated
@@ -108,12 +108,7 @@ def _barrier(st: State, addr: int, where: str) -> MBarrier:
 
 @register("llvm.inttoptr")
 def _inttoptr(c: Compiler, op: ir.Operation) -> Instr:
-    (x,), (o,) = c.ins(op), c.outs(op)
-
-    def run(st: State) -> None:
-        st.env[o] = np.asarray(st.env[x], np.int64)
-
-    return run
+    return elementwise(c, op, lambda x: np.asarray(x, np.int64))
 
 
 @register("nvvm.mbarrier.init")
@@ -135,7 +130,7 @@ def _init(c: Compiler, op: ir.Operation) -> Instr:
 
 
 @register("nvvm.fence.mbarrier.init")
-def _fence_init(c: Compiler, op: ir.Operation) -> Instr | None:
+def _fence_init(c: Compiler, op: ir.Operation) -> None:
     return None  # initialisation is visible at once here; the workgroup barrier after it is what matters
 
 
@@ -202,13 +197,9 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
     bar.released, bar.arrived = bar.arrived, set()
 
 
-def _completable(bar: MBarrier) -> bool:
-    return bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies)
-
-
 def _phase_over(bar: MBarrier, parity: int) -> bool:
     """A wait on ``parity`` can return: that phase is over, or can complete now."""
-    return bar.phase % 2 != parity or _completable(bar)
+    return bar.phase % 2 != parity or (bar.pending == 0 and bar.tx <= sum(n for n, _land in bar.copies))
 
 
 def _acquire(st: State, bar: MBarrier) -> None:

@@ -1,10 +1,9 @@
 """``vector`` dialect ops on (lanes, *vector_shape) arrays, and vector memory accesses.
 
-``vector.load``/``store`` access consecutive elements along the trailing memref dims;
-``transfer_read``/``transfer_write`` follow their permutation map (identity, minor identity,
-transposes, broadcast dims) and ``in_bounds``: out-of-bounds elements of a not-in-bounds dim read the
-padding value and are not written.  Reductions fold sequentially from the accumulator, as LLVM's
-ordered ``vector.reduce.*`` does without reassociation flags.
+``vector.load``/``store`` access consecutive elements along the trailing memref dims; ``transfer_read``
+follows its permutation map (identity, minor identity, transposes, broadcast dims) and ``in_bounds``:
+out-of-bounds elements of a not-in-bounds dim read the padding value.  Reductions fold sequentially from
+the accumulator, as LLVM's ordered ``vector.reduce.*`` does without reassociation flags.
 """
 
 from __future__ import annotations
@@ -14,13 +13,11 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.emulator.interp import Compiler, Instr, State, constant, register
+from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, full_lanes, register
 from wavec.emulator.memory import element_indices, load, store
-from wavec.emulator.ops_arith import _elementwise
+from wavec.emulator.ops_arith import reduction
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
-
-KDYN = -(2**63)
 
 
 def _vshape(t: ir.Type) -> tuple[int, ...]:
@@ -35,47 +32,30 @@ def _minor(mrank: int, vshape: tuple[int, ...]) -> list[int | None]:
     return [mrank - len(vshape) + i for i in range(len(vshape))]
 
 
-@register("vector.load", "vector.maskedload")
+@register("vector.load", "memref.load")
 def _vload(c: Compiler, op: ir.Operation) -> Instr:
-    ins, (o,) = c.ins(op), c.outs(op)
+    (m, *idx), (o,) = c.ins(op), c.outs(op)
     vshape = _vshape(op.results[0].type)
     vmap = _minor(op.operands[0].type.rank, vshape)
-    masked = op.name == "vector.maskedload"
-    m, idx = ins[0], ins[1 : len(ins) - 2] if masked else ins[1:]
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
-        eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        if not masked:
-            env[o] = load(st, env[m], eidx, loc, oid)
-            return
-        mask = np.asarray(env[ins[-2]])
-        vals = load(st, env[m], eidx, loc, oid, emask=mask)
-        env[o] = np.where(mask, vals, env[ins[-1]])
+        env[o] = load(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), loc, oid)
 
     return run
 
 
-@register("vector.store", "vector.maskedstore")
+@register("vector.store", "memref.store")
 def _vstore(c: Compiler, op: ir.Operation) -> Instr:
-    ins = c.ins(op)
-    masked = op.name == "vector.maskedstore"
-    if masked:
-        m, idx, mask, v = ins[0], ins[1:-2], ins[-2], ins[-1]
-        vtype = op.operands[len(ins) - 1].type
-    else:
-        v, m, idx, mask = ins[0], ins[1], ins[2:], None
-        vtype = op.operands[0].type
-    vshape = _vshape(vtype)
-    vmap = _minor(op.operands[0 if masked else 1].type.rank, vshape)
+    v, m, *idx = c.ins(op)
+    vshape = _vshape(op.operands[0].type)
+    vmap = _minor(op.operands[1].type.rank, vshape)
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
-        eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        em = None if mask is None else np.asarray(env[mask])
-        store(st, env[m], eidx, env[v], loc, oid, emask=em)
+        store(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), env[v], loc, oid)
 
     return run
 
@@ -99,67 +79,49 @@ def _transfer_setup(c: Compiler, op: ir.Operation, vtype: ir.Type) -> tuple:
     return vshape, vmap, inb
 
 
-def _transfer_mask(st: State, m, eidx: list, vmap: list, inb: list, mask_slot: int | None) -> np.ndarray | None:
-    em = None
-    for i, d in enumerate(vmap):
-        if d is None or inb[i]:
-            continue
-        ok = (eidx[d] >= 0) & (eidx[d] < m.shape[d])
-        em = ok if em is None else em & ok
-    if mask_slot is not None:
-        mk = np.asarray(st.env[mask_slot])
-        em = mk if em is None else em & mk
-    return em
-
-
-@register("vector.transfer_read", "vector.transfer_write")
-def _transfer(c: Compiler, op: ir.Operation) -> Instr:
-    # operands: read (memref, indices..., padding, mask?), write (value, memref, indices..., mask?)
-    ins, outs = c.ins(op), c.outs(op)
-    write = not outs
+@register("vector.transfer_read")
+def _transfer_read(c: Compiler, op: ir.Operation) -> Instr:
+    # operands: memref, indices..., padding, mask?
+    ins, (o,) = c.ins(op), c.outs(op)
     seg = list(op.attributes["operandSegmentSizes"])
-    v, m = (ins[0], ins[1]) if write else (None, ins[0])
-    first = 1 + write
-    idx = ins[first : first + seg[first]]
-    pad = None if write else ins[first + seg[first]]
-    mask_slot = ins[first + seg[first] + (not write)] if seg[3] else None
-    vshape, vmap, inb = _transfer_setup(c, op, (op.operands[0] if write else op.results[0]).type)
+    m, idx, pad = ins[0], ins[1 : 1 + seg[1]], ins[1 + seg[1]]
+    mask = ins[2 + seg[1]] if seg[3] else None
+    vshape, vmap, inb = _transfer_setup(c, op, op.results[0].type)
     loc, oid = c.loc(op), c.op_id(op)
 
     def run(st: State) -> None:
         env = st.env
         mem = env[m]
         eidx = element_indices([env[i] for i in idx], vshape, vmap)
-        em = _transfer_mask(st, mem, eidx, vmap, inb, mask_slot)
-        if v is not None:  # a write
-            store(st, mem, eidx, env[v], loc, oid, emask=em)
-            return
+        em = None if mask is None else np.asarray(env[mask])
+        for i, d in enumerate(vmap):  # elements out of bounds along a dim not in_bounds read the padding
+            if d is not None and not inb[i]:
+                ok = (eidx[d] >= 0) & (eidx[d] < mem.shape[d])
+                em = ok if em is None else em & ok
         vals = load(st, mem, eidx, loc, oid, emask=em)
-        if em is not None and pad is not None:
-            p = np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape))
-            vals = np.where(em, vals, p)
-        env[outs[0]] = vals
+        if em is not None:
+            vals = np.where(em, vals, np.asarray(env[pad]).reshape((-1,) + (1,) * len(vshape)))
+        env[o] = vals
 
     return run
 
 
 @register("vector.broadcast", "vector.splat")
 def _broadcast(c: Compiler, op: ir.Operation) -> Instr:
-    shape = _vshape(op.results[0].type)
-    sshape = _vshape(op.operands[0].type)
+    shape, sshape = _vshape(op.results[0].type), _vshape(op.operands[0].type)
     pad = (1,) * (len(shape) - len(sshape))
 
     def fn(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         return np.broadcast_to(x.reshape(x.shape[:1] + pad + x.shape[1:]), x.shape[:1] + shape)
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)
 
 
-def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple[Any, ...]:
+def _positions(static: list[int], dyn: list[int], st: State) -> tuple[Any, ...]:
     it = iter(dyn)
     pos: list[Any] = [slice(None)]
-    for p in op_static(op):
+    for p in static:
         if p != KDYN:
             pos.append(p)
             continue
@@ -170,22 +132,23 @@ def _positions(op: ir.Operation, dyn: list[int], st: State) -> tuple[Any, ...]:
     return tuple(pos)
 
 
-def op_static(op: ir.Operation) -> list[int]:
-    return list(op.attributes["static_position"])
+def insert_at(dest: np.ndarray, value: np.ndarray, pos: tuple, lanes: int | None = None) -> np.ndarray:
+    """A copy of ``dest`` (over ``lanes``, else the lanes of ``dest`` and ``value``) with ``value`` at ``pos``."""
+    n = lanes or max(value.shape[0], dest.shape[0])
+    out = np.array(np.broadcast_to(dest, (n,) + dest.shape[1:]))
+    out[pos] = value
+    return out
 
 
 @register("vector.extract")
 def _extract(c: Compiler, op: ir.Operation) -> Instr:
     (src, *dyn), (o,) = c.ins(op), c.outs(op)
-    static = op_static(op)
-    op_ = op
+    static = list(op.attributes["static_position"])
 
     def run(st: State) -> None:
         x = np.asarray(st.env[src])
-        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
-        if isinstance(pos[0], np.ndarray):
-            x = np.broadcast_to(x, (st.lanes,) + x.shape[1:])
-        st.env[o] = x[pos]
+        pos: tuple[Any, ...] = _positions(static, dyn, st) if dyn else (slice(None), *static)
+        st.env[o] = (full_lanes(x, st.lanes) if isinstance(pos[0], np.ndarray) else x)[pos]
 
     return run
 
@@ -193,16 +156,12 @@ def _extract(c: Compiler, op: ir.Operation) -> Instr:
 @register("vector.insert")
 def _insert(c: Compiler, op: ir.Operation) -> Instr:
     (src, dest, *dyn), (o,) = c.ins(op), c.outs(op)
-    static = op_static(op)
-    op_ = op
+    static = list(op.attributes["static_position"])
 
     def run(st: State) -> None:
         s, d = np.asarray(st.env[src]), np.asarray(st.env[dest])
-        pos: tuple[Any, ...] = _positions(op_, dyn, st) if dyn else (slice(None), *static)
-        n = max(s.shape[0], d.shape[0]) if not isinstance(pos[0], np.ndarray) else st.lanes
-        out = np.array(np.broadcast_to(d, (n,) + d.shape[1:]))
-        out[pos] = s
-        st.env[o] = out
+        pos: tuple[Any, ...] = _positions(static, dyn, st) if dyn else (slice(None), *static)
+        st.env[o] = insert_at(d, s, pos, st.lanes if isinstance(pos[0], np.ndarray) else None)
 
     return run
 
@@ -211,7 +170,7 @@ def _insert(c: Compiler, op: ir.Operation) -> Instr:
 def _extract_slice(c: Compiler, op: ir.Operation) -> Instr:
     offs, sizes, strides = (_ints(op.attributes[k]) for k in ("offsets", "sizes", "strides"))
     sl = (slice(None),) + tuple(slice(o, o + n * s, s) for o, n, s in zip(offs, sizes, strides, strict=False))
-    return _elementwise(c, op, lambda x: x[sl])
+    return elementwise(c, op, lambda x: x[sl])
 
 
 @register("vector.insert_strided_slice")
@@ -222,19 +181,13 @@ def _insert_slice(c: Compiler, op: ir.Operation) -> Instr:
     sl = (slice(None),) + tuple(offs[:lead])
     sl += tuple(slice(o, o + n * s, s) for o, n, s in zip(offs[lead:], sshape, strides, strict=False))
 
-    def fn(s: np.ndarray, d: np.ndarray) -> np.ndarray:
-        n = max(s.shape[0], d.shape[0])
-        out = np.array(np.broadcast_to(d, (n,) + d.shape[1:]))
-        out[sl] = s
-        return out
-
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, lambda s, d: insert_at(d, s, sl))
 
 
 @register("vector.shape_cast")
 def _shape_cast(c: Compiler, op: ir.Operation) -> Instr:
     shape = _vshape(op.results[0].type)
-    return _elementwise(c, op, lambda x: np.reshape(x, x.shape[:1] + shape))
+    return elementwise(c, op, lambda x: np.reshape(x, x.shape[:1] + shape))
 
 
 @register("vector.shuffle")
@@ -247,26 +200,12 @@ def _shuffle(c: Compiler, op: ir.Operation) -> Instr:
         a, b = (np.broadcast_to(x, (n,) + x.shape[1:]) for x in (a, b))
         return np.concatenate([a, b], axis=1)[:, mask]
 
-    return _elementwise(c, op, fn)
-
-
-_KINDS = {
-    "add": np.add, "mul": np.multiply, "minnumf": np.fmin, "maxnumf": np.fmax, "minimumf": np.minimum,
-    "maximumf": np.maximum, "minsi": np.minimum, "maxsi": np.maximum, "and": np.bitwise_and,
-    "or": np.bitwise_or, "xor": np.bitwise_xor,
-}  # fmt: skip
-
-
-def _kind(c: Compiler, op: ir.Operation):
-    k = str(op.attributes["kind"]).split("<")[-1].rstrip(">")
-    if k not in _KINDS:
-        raise EmulatorError(message=f"{c.loc(op)}: unsupported reduction kind {k}")
-    return _KINDS[k], value_type(op.results[0].type)[1].fix
+    return elementwise(c, op, fn)
 
 
 @register("vector.reduction")
 def _reduction(c: Compiler, op: ir.Operation) -> Instr:
-    fn, fix = _kind(c, op)
+    fn, fix = reduction(c, op, "kind")
 
     def red(x: np.ndarray, acc: np.ndarray | None = None) -> np.ndarray:
         r = x[:, 0] if acc is None else fix(fn(acc, x[:, 0]))
@@ -274,66 +213,7 @@ def _reduction(c: Compiler, op: ir.Operation) -> Instr:
             r = fix(fn(r, x[:, i]))
         return r
 
-    return _elementwise(c, op, red)
-
-
-@register("vector.multi_reduction")
-def _multi_reduction(c: Compiler, op: ir.Operation) -> Instr:
-    fn, fix = _kind(c, op)
-    dims = [d + 1 for d in _ints(op.attributes["reduction_dims"])]
-
-    def red(x: np.ndarray, acc: np.ndarray) -> np.ndarray:
-        keep = [d for d in range(1, x.ndim) if d not in dims]
-        x = np.transpose(x, [0] + keep + dims)
-        x = x.reshape(*x.shape[: 1 + len(keep)], -1)
-        r = acc
-        for i in range(x.shape[-1]):
-            r = fix(fn(r, x[..., i]))
-        return r
-
-    return _elementwise(c, op, red)
-
-
-@register("vector.bitcast")
-def _vbitcast(c: Compiler, op: ir.Operation) -> Instr:
-    src, (shape, dst) = value_type(op.operands[0].type)[1], value_type(op.results[0].type)
-
-    def fn(x: np.ndarray) -> np.ndarray:
-        bits = np.ascontiguousarray(src.to_mem(x)).view(dst.mem)
-        return dst.from_mem(bits.reshape(x.shape[:1] + shape))
-
-    return _elementwise(c, op, fn)
-
-
-@register("vector.constant_mask")
-def _constant_mask(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape = _vshape(op.results[0].type)
-    val = np.zeros((1,) + shape, bool)
-    val[(slice(None),) + tuple(slice(0, s) for s in op.attributes["mask_dim_sizes"])] = True
-    return constant(o, val)
-
-
-@register("vector.create_mask")
-def _create_mask(c: Compiler, op: ir.Operation) -> Instr:
-    shape = _vshape(op.results[0].type)
-
-    def fn(*bounds: np.ndarray) -> np.ndarray:
-        m = np.ones((1,) * (len(shape) + 1), bool)
-        for d, b in enumerate(bounds):
-            sh = [1] * (len(shape) + 1)
-            sh[d + 1] = shape[d]
-            m = m & (np.arange(shape[d]).reshape(sh) < np.asarray(b).reshape((-1,) + (1,) * len(shape)))
-        return np.broadcast_to(m, m.shape[:1] + shape)
-
-    return _elementwise(c, op, fn)
-
-
-@register("vector.step")
-def _step(c: Compiler, op: ir.Operation) -> Instr:
-    (o,) = c.outs(op)
-    shape, et = value_type(op.results[0].type)
-    return constant(o, np.arange(shape[0], dtype=et.reg).reshape(1, -1))
+    return elementwise(c, op, red)
 
 
 @register("vector.from_elements")
@@ -344,4 +224,4 @@ def _from_elements(c: Compiler, op: ir.Operation) -> Instr:
         arrs = np.broadcast_arrays(*[np.asarray(x) for x in xs])
         return np.stack(arrs, axis=1).reshape(arrs[0].shape[:1] + shape)
 
-    return _elementwise(c, op, fn)
+    return elementwise(c, op, fn)

@@ -56,15 +56,6 @@ class ElemType:
     def is_float(self) -> bool:
         return self.kind == "float"
 
-    @property
-    def nbytes(self) -> int:
-        return max(1, self.bits // 8)
-
-    @property
-    def unsigned(self) -> np.dtype:
-        """The unsigned integer dtype of the same width (for unsigned ops and bitcasts)."""
-        return np.dtype({1: np.uint8, 8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}[self.bits])
-
     def to_mem(self, x: np.ndarray) -> np.ndarray:
         """Register values -> memory representation."""
         if self.name == "bf16":
@@ -125,6 +116,4 @@ def as_signed(x: np.ndarray, et: ElemType) -> np.ndarray:
 
 def as_unsigned(x: np.ndarray, et: ElemType) -> np.ndarray:
     """Values of an integer type reinterpreted as unsigned numbers."""
-    if et.kind == "bool":
-        return np.asarray(x).astype(np.uint8)
-    return np.asarray(x).astype(et.unsigned)
+    return np.asarray(x).astype(np.uint8 if et.kind == "bool" else f"uint{et.bits}")

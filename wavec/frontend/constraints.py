@@ -262,17 +262,11 @@ class ConstraintSet:
 
     def workgroup_extent(self, dim) -> int | None:
         """Extent of ``dim`` one workgroup covers per loop iteration (None: not distributed)."""
-        if dim in self.wg_tile:
-            return self.wg_tile[dim]
-        return self.loop_tile.get(dim)
+        return self.wg_tile.get(dim, self.loop_tile.get(dim))
 
     def wave_extent(self, dim) -> int | None:
         """Extent of ``dim`` one wave covers per loop iteration (None: not distributed)."""
-        if dim in self.wave_tile:
-            return self.wave_tile[dim]
-        if dim in self.wg_tile:
-            return self.wg_tile[dim]
-        return self.loop_tile.get(dim)
+        return self.wave_tile.get(dim, self.workgroup_extent(dim))
 
     def base_offset(self, dim, in_loop: bool, per_wave: bool = True) -> sympy.Expr:
         """First coordinate of ``dim`` owned by the current wave (workgroup + wave + loop offsets), or by

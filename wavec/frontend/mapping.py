@@ -15,6 +15,8 @@ Requires: the active tracer.  Guarantees: :func:`split_mapping` returns the stat
 
 from __future__ import annotations
 
+from typing import cast
+
 import sympy
 import torch.fx as fx
 
@@ -73,7 +75,7 @@ def memory_operand(node: fx.Node) -> fx.Node:
 def index_operands(node: fx.Node) -> dict:
     """The dynamic index values of an access node: memory dim -> index node (``kwargs["dynamic"]`` names
     the dims; their values are the node's trailing args)."""
-    dims = node.kwargs.get("dynamic") or ()
+    dims = cast(tuple, node.kwargs.get("dynamic") or ())
     return dict(zip(dims, node.args[len(node.args) - len(dims) :]))
 
 

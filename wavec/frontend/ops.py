@@ -56,23 +56,31 @@ class Elementwise(Op):
     index_flow: ClassVar[str | None] = "elementwise"
 
 
+def _shape_error(op: str, message: str) -> ShapeError:
+    return ShapeError(current_loc(), op=op, message=message)
+
+
+def _dtype_error(op: str, message: str) -> DTypeError:
+    return DTypeError(current_loc(), op=op, message=message)
+
+
 def _need_value(op: str, name: str, x) -> Value:
     if not isinstance(x, Value):
-        raise ShapeError(current_loc(), op=op, message=f"{name} must be a traced tensor, got {type(x).__name__}")
+        raise _shape_error(op, f"{name} must be a traced tensor, got {type(x).__name__}")
     return x
 
 
 def _need_memory(op: str, name: str, x) -> Value:
     x = _need_value(op, name, x)
     if x.type.address_space is None:
-        raise ShapeError(current_loc(), op=op, message=f"{name} must be a Memory argument, got a register value")
+        raise _shape_error(op, f"{name} must be a Memory argument, got a register value")
     return x
 
 
 def _need_register(op: str, name: str, x) -> Value:
     x = _need_value(op, name, x)
     if x.type.address_space is not None:
-        raise ShapeError(current_loc(), op=op, message=f"{name} is a Memory argument; wc.read it first")
+        raise _shape_error(op, f"{name} is a Memory argument; wc.read it first")
     return x
 
 
@@ -123,14 +131,13 @@ def _checked_store(op: str, value: Value, memory: Value, mapping: dict | None) -
     mem = _need_memory(op, "memory", memory)
     static, dynamic, held = split_mapping(tr, op, mem, mapping)
     if set(val.type.dims) != set(held) or len(val.type.dims) != len(held):
-        raise ShapeError(
-            current_loc(),
-            op=op,
-            message=f"value of shape {list(val.shape)} cannot be written to memory of shape {list(mem.shape)}"
+        raise _shape_error(
+            op,
+            f"value of shape {list(val.shape)} cannot be written to memory of shape {list(mem.shape)}"
             + (f" (its registers hold {list(held)})" if list(held) != list(mem.shape) else ""),
         )
     if val.dtype != mem.dtype:
-        raise DTypeError(current_loc(), op=op, message=f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast")
+        raise _dtype_error(op, f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast")
     return val, mem, access_kwargs(static, dynamic), tuple(dynamic.values())
 
 
@@ -154,7 +161,7 @@ def arange(dim: sympy.Symbol) -> Value:
     """``Register[dim, i32]``: each element holds its own coordinate along ``dim`` (for masks)."""
     tr = active_tracer("arange")
     if not isinstance(dim, sympy.Symbol):
-        raise ShapeError(current_loc(), op="arange", message=f"dim must be a wc.sym symbol, got {dim!r}")
+        raise _shape_error("arange", f"dim must be a wc.sym symbol, got {dim!r}")
     return tr.create(Arange, (), TensorType((dim,), dt.i32), dim=dim)
 
 
@@ -170,7 +177,7 @@ def tile_start(dim: sympy.Symbol) -> sympy.Expr:
     from ..indexing.symbols import tile_start_symbol
 
     if not isinstance(dim, sympy.Symbol):
-        raise ShapeError(current_loc(), op="tile_start", message=f"dim must be a wc.sym symbol, got {dim!r}")
+        raise _shape_error("tile_start", f"dim must be a wc.sym symbol, got {dim!r}")
     return tile_start_symbol(dim)
 
 
@@ -207,17 +214,16 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
     tr = active_tracer("mma")
     a, b, acc = (_need_register("mma", n, x) for n, x in (("a", a), ("b", b), ("acc", acc)))
     if len(a.shape) != 2 or len(b.shape) != 2 or len(acc.shape) != 2:
-        raise ShapeError(current_loc(), op="mma", message="a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
+        raise _shape_error("mma", "a, b and acc must be 2-D: a [M, K], b [N, K], acc [M, N]")
     (m, k), (n, k2), (m2, n2) = a.shape, b.shape, acc.shape
     if k != k2 or m != m2 or n != n2:
-        raise ShapeError(
-            current_loc(),
-            op="mma",
-            message=f"shapes do not contract: a {list(a.shape)}, "
+        raise _shape_error(
+            "mma",
+            f"shapes do not contract: a {list(a.shape)}, "
             f"b {list(b.shape)}, acc {list(acc.shape)} (expected a [M, K], b [N, K], acc [M, N])",
         )
     if a.dtype != b.dtype:
-        raise DTypeError(current_loc(), op="mma", message=f"a is {a.dtype} but b is {b.dtype}")
+        raise _dtype_error("mma", f"a is {a.dtype} but b is {b.dtype}")
     return tr.create(MMA, (a, b, acc), TensorType(acc.shape, acc.dtype))
 
 
@@ -240,10 +246,8 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
         return tuple(y if x == 1 else x for x, y in zip(sa, sb))
     out = tuple(sa) + tuple(d for d in sb if d not in sa)
     if 1 in out or any([d for d in out if d in s] != list(s) for s in (sa, sb)):
-        raise ShapeError(
-            current_loc(),
-            op=op,
-            message=f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute",
+        raise _shape_error(
+            op, f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute"
         )
     return out
 
@@ -252,23 +256,21 @@ def binary(kind: str, x, y) -> Value:
     """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
     tr = active_tracer(kind)
     if kind not in BINARY_KINDS:
-        raise ShapeError(current_loc(), op="binary", message=f"unknown kind {kind!r}; accepted: {sorted(BINARY_KINDS)}")
+        raise _shape_error("binary", f"unknown kind {kind!r}; accepted: {sorted(BINARY_KINDS)}")
     if not isinstance(x, Value) and not isinstance(y, Value):
-        raise ShapeError(current_loc(), op=kind, message="at least one operand must be a traced tensor")
+        raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
     if kind in _INT_ONLY and ref.dtype.is_float:
-        raise DTypeError(current_loc(), op=kind, message=f"needs integer operands, got {ref.dtype}")
+        raise _dtype_error(kind, f"needs integer operands, got {ref.dtype}")
     for v in (x, y):
         if isinstance(v, Value):
             _need_register(kind, "operand", v)
             if v.dtype != ref.dtype:
-                raise DTypeError(
-                    current_loc(), op=kind, message=f"operand dtypes differ: {x.dtype} vs {y.dtype}; use wc.cast"
-                )
+                raise _dtype_error(kind, f"operand dtypes differ: {x.dtype} vs {y.dtype}; use wc.cast")
         elif isinstance(v, sympy.Expr) and not ref.dtype.is_float:
             pass  # a shape expression (``cols < N``): evaluated at run time as i32
         elif not isinstance(v, (int, float)):
-            raise ShapeError(current_loc(), op=kind, message=f"operand {v!r} is neither a tensor nor a number")
+            raise _shape_error(kind, f"operand {v!r} is neither a tensor nor a number")
     shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) else ref.shape
     out_dtype = dt.i1 if kind in _CMP_OPS else ref.dtype
     return tr.create(Binary, (x, y), TensorType(shape, out_dtype), kind=kind)
@@ -299,13 +301,11 @@ class Unary(Elementwise):
 def unary(kind: str, x: Value) -> Value:
     """``kind(x)`` elementwise, ``kind`` one of ``UNARY_KINDS`` (wavec/frontend/unary_kinds.py)."""
     if kind not in UNARY_KINDS:
-        raise ShapeError(
-            current_loc(), op="unary", message=f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}"
-        )
+        raise _shape_error("unary", f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}")
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
     if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
-        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
 
 
@@ -324,7 +324,7 @@ def cast(x: Value, dtype: dt.DType) -> Value:
     tr = active_tracer("cast")
     x = _need_register("cast", "x", x)
     if not isinstance(dtype, dt.DType):
-        raise DTypeError(current_loc(), op="cast", message=f"dtype must be a wavec dtype, got {dtype!r}")
+        raise _dtype_error("cast", f"dtype must be a wavec dtype, got {dtype!r}")
     return tr.create(Cast, (x,), TensorType(x.shape, dtype), dtype=dtype)
 
 
@@ -338,17 +338,17 @@ def where(cond: Value, x, y) -> Value:
     tr = active_tracer("where")
     cond = _need_register("where", "cond", cond)
     if cond.dtype != dt.i1:
-        raise DTypeError(current_loc(), op="where", message=f"cond must be a comparison result, got {cond.dtype}")
+        raise _dtype_error("where", f"cond must be a comparison result, got {cond.dtype}")
     vals = [v for v in (x, y) if isinstance(v, Value)]
     if not vals:
-        raise ShapeError(current_loc(), op="where", message="x or y must be a traced tensor")
+        raise _shape_error("where", "x or y must be a traced tensor")
     for name, v in (("x", x), ("y", y)):
         if isinstance(v, Value):
             _need_register("where", name, v)
         elif not isinstance(v, (int, float)):
-            raise ShapeError(current_loc(), op="where", message=f"{name} = {v!r} is neither a tensor nor a number")
+            raise _shape_error("where", f"{name} = {v!r} is neither a tensor nor a number")
     if len(vals) == 2 and x.dtype != y.dtype:
-        raise DTypeError(current_loc(), op="where", message=f"x is {x.dtype} but y is {y.dtype}")
+        raise _dtype_error("where", f"x is {x.dtype} but y is {y.dtype}")
     shape = cond.shape
     for v in vals:
         shape = _broadcast_shapes("where", shape, v.shape)
@@ -368,7 +368,7 @@ def broadcast(x: Value, shape) -> Value:
     shape = tuple(shape)
     pos = [shape.index(d) if d in shape else -1 for d in x.type.dims]
     if -1 in pos or pos != sorted(pos):
-        raise ShapeError(current_loc(), op="broadcast", message=f"cannot broadcast {list(x.shape)} to {list(shape)}")
+        raise _shape_error("broadcast", f"cannot broadcast {list(x.shape)} to {list(shape)}")
     return tr.create(Broadcast, (x,), TensorType(shape, x.dtype), shape=shape)
 
 
@@ -377,10 +377,8 @@ def expand_dims(x: Value, key) -> Value:
     key = key if isinstance(key, tuple) else (key,)
     dims = list(x.shape)
     if builtins.sum(k is not None for k in key) != len(dims) or any(k is not None and k != slice(None) for k in key):
-        raise ShapeError(
-            current_loc(),
-            op="getitem",
-            message=f"only x[None, :]-style indexing is supported; got {key} on a tensor of shape {list(x.shape)}",
+        raise _shape_error(
+            "getitem", f"only x[None, :]-style indexing is supported; got {key} on a tensor of shape {list(x.shape)}"
         )
     it = iter(dims)
     shape = tuple(1 if k is None else next(it) for k in key)
@@ -403,11 +401,7 @@ def permute(x: Value, dims) -> Value:
     x = _need_register("permute", "x", x)
     dims = tuple(dims)
     if sorted(map(str, dims)) != sorted(map(str, x.shape)) or len(set(dims)) != len(dims):
-        raise ShapeError(
-            current_loc(),
-            op="permute",
-            message=f"dims {list(dims)} are not a permutation of the dimensions {list(x.shape)} of x",
-        )
+        raise _shape_error("permute", f"dims {list(dims)} are not a permutation of the dimensions {list(x.shape)} of x")
     return tr.create(Permute, (x,), TensorType(dims, x.dtype), dims=dims)
 
 
@@ -537,9 +531,9 @@ def _reduce(kind: str, x: Value, dim) -> Value:
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
     if dim not in x.type.dims:
-        raise ShapeError(current_loc(), op=kind, message=f"dim {dim} is not a dimension of {list(x.shape)}")
+        raise _shape_error(kind, f"dim {dim} is not a dimension of {list(x.shape)}")
     if not x.dtype.is_float:
-        raise DTypeError(current_loc(), op=kind, message=f"needs a float operand, got {x.dtype}")
+        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     shape = tuple(d for d in x.shape if d != dim)
     return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
 

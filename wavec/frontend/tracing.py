@@ -55,10 +55,26 @@ def capture_root(node: fx.Node) -> fx.Node:
     return node
 
 
+def placeholders(g: fx.Graph, role: str) -> list[fx.Node]:
+    """The placeholders of ``g`` whose ``meta["role"]`` is ``role`` (``"iter_arg"``, ``"capture"``), in order."""
+    return [p for p in g.nodes if p.op == "placeholder" and p.meta.get("role") == role]
+
+
 def active_tracer(op: str) -> Tracer:
     if not _ACTIVE:
         raise OutsideKernelError(current_loc(), op=op)
     return _ACTIVE[-1]
+
+
+def _binary_op(kind: str, swap: bool = False):
+    """A ``Value`` operator: ``wc.binary(kind, ...)``, operands swapped for the reflected form (``1 - x``)."""
+
+    def method(self, other):
+        from .ops import binary
+
+        return binary(kind, other, self) if swap else binary(kind, self, other)
+
+    return method
 
 
 class Value:
@@ -91,64 +107,24 @@ class Value:
             message="a traced value has no truth value; use wc.where(cond, a, b) instead of if/and/or",
         )
 
-    def _bin(self, kind, other, swap=False):
-        from .ops import binary
-
-        return binary(kind, other, self) if swap else binary(kind, self, other)
-
-    def __add__(self, o):
-        return self._bin("add", o)
-
-    def __radd__(self, o):
-        return self._bin("add", o, True)
-
-    def __sub__(self, o):
-        return self._bin("sub", o)
-
-    def __rsub__(self, o):
-        return self._bin("sub", o, True)
-
-    def __mul__(self, o):
-        return self._bin("mul", o)
-
-    def __rmul__(self, o):
-        return self._bin("mul", o, True)
-
-    def __truediv__(self, o):
-        return self._bin("div", o)
-
-    def __rtruediv__(self, o):
-        return self._bin("div", o, True)
-
-    def __floordiv__(self, o):
-        return self._bin("floordiv", o)
-
-    def __rfloordiv__(self, o):
-        return self._bin("floordiv", o, True)
-
-    def __mod__(self, o):
-        return self._bin("mod", o)
-
-    def __rmod__(self, o):
-        return self._bin("mod", o, True)
-
-    def __lt__(self, o):
-        return self._bin("lt", o)
-
-    def __le__(self, o):
-        return self._bin("le", o)
-
-    def __gt__(self, o):
-        return self._bin("gt", o)
-
-    def __ge__(self, o):
-        return self._bin("ge", o)
-
-    def __eq__(self, o):
-        return self._bin("eq", o)  # noqa: PLE0307
-
-    def __ne__(self, o):
-        return self._bin("ne", o)
+    __add__ = _binary_op("add")
+    __radd__ = _binary_op("add", swap=True)
+    __sub__ = _binary_op("sub")
+    __rsub__ = _binary_op("sub", swap=True)
+    __mul__ = _binary_op("mul")
+    __rmul__ = _binary_op("mul", swap=True)
+    __truediv__ = _binary_op("div")
+    __rtruediv__ = _binary_op("div", swap=True)
+    __floordiv__ = _binary_op("floordiv")
+    __rfloordiv__ = _binary_op("floordiv", swap=True)
+    __mod__ = _binary_op("mod")
+    __rmod__ = _binary_op("mod", swap=True)
+    __lt__ = _binary_op("lt")
+    __le__ = _binary_op("le")
+    __gt__ = _binary_op("gt")
+    __ge__ = _binary_op("ge")
+    __eq__ = _binary_op("eq")
+    __ne__ = _binary_op("ne")
 
     def __hash__(self) -> int:
         return id(self)

@@ -9,6 +9,7 @@ Equality of starts is a proof by the expression algebra (difference simplifies t
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import sympy
@@ -64,10 +65,7 @@ class IndexSeq:
 
     @property
     def count(self) -> int:
-        n = 1
-        for c, _ in self.levels:
-            n *= c
-        return n
+        return math.prod(c for c, _ in self.levels)
 
     @property
     def span(self) -> int:

@@ -9,6 +9,7 @@ hardware fragment order; default layouts use dimension order, outer levels first
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -50,10 +51,7 @@ class Layout:
 
     @property
     def size(self) -> int:
-        n = 1
-        for s in self.seqs:
-            n *= s.count
-        return n
+        return math.prod(s.count for s in self.seqs)
 
     def restrict(self, dims) -> Layout:
         """The layout of an operand over a subset of the dimensions (broadcast operands, reductions)."""

@@ -1,31 +1,20 @@
 """Shared-memory tile layouts other than padded rows, and the copy distributions that fill them.
 
-A ``SharedLayout`` maps a tile's relative coordinates ``(row, k)`` (k contiguous in global memory) to the
-indices of the tile's memref and to byte offsets, and gives the strides a Hopper matrix descriptor needs.
+A ``SharedLayout`` maps a tile's relative coordinates ``(row, k)`` (k contiguous in global memory) to
+memref indices and byte offsets, and gives the strides of a Hopper matrix descriptor (PTX ISA, "Shared
+Memory Matrix Layout"; table and bank analysis: docs/hopper.md, "Shared-memory operand layouts").
 
-``CORE_K_MAJOR`` is the no-swizzle K-major layout of ``wgmma`` operands (PTX ISA, "Shared Memory Matrix
-Layout", swizzle mode none): the tile is cut into *core matrices* of 8 rows x 16 bytes, each stored as
-128 contiguous bytes (row-major inside), core matrices adjacent along K next to each other and groups of
-8 rows after each other.  As a memref: ``[rows/8, k/e, 8, e]`` with ``e`` elements per 16 bytes.
-Descriptor strides: LBO (leading dimension = K, the next core matrix along K) = 128 bytes, SBO (stride
-dimension = M/N, the next 8-row group) = ``k/e * 128`` bytes.
-
-``SWIZZLE_128B`` / ``SWIZZLE_64B`` / ``SWIZZLE_32B`` are the swizzled K-major layouts of width W bytes:
-K is cut into W-byte columns (64, 32, 16 f16), each stored as rows of W bytes, and inside each 8-row
-atom of 8W bytes the 16-byte chunk ``c`` of row ``r`` sits at chunk ``c ^ ((r * W / 128) % (W / 16))``
-(PTX ISA: address bits [4, 4 + log2(W/16)) XOR bits [7, 7 + log2(W/16))).  As a memref:
-``[k*bytes/W, rows, W/bytes]``.  The tile must start on an 8W-byte boundary (1024 for 128B; the
-allocation is 1024-byte aligned for all).  Descriptor: swizzle mode 1 / 2 / 3, SBO = 8W bytes (the next
-8-row atom), LBO unused for K-major (encoded 1, i.e. 16 bytes); one K step of 16 elements starts 32 bytes
-further along the row (W >= 32) and the hardware applies the XOR to the full address.
-
-``mn_major = True``: the same storage, but the tile's contiguous dim is the MMA's M or N dim and its rows
-are K (B stored [K, N], e.g. V in attention): ``wgmma`` reads it with ``imm-trans-b = 1`` (f16/bf16 only).
-PTX ISA canonical MN-major layouts, in 16-byte units ``T``: no swizzle ``((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))``
-(the next 8 MN elements = the next core matrix: SBO = 128 bytes; the next 8 K rows: LBO = MN/e x 128 bytes);
-W-byte swizzle ``((T,W/16,m),(8,k)):((1,T,LBO),(W/16 T,SBO))`` (the next W-byte block of MN elements: LBO =
-rows x W bytes, the next 8 K rows: SBO = 8W bytes).  A K step of 16 is two 8-row groups: ``2 x SBO``
-(swizzled) or ``2 x LBO`` (core matrices) further.
+- ``CORE_K_MAJOR`` (swizzle mode none): core matrices of 8 rows x 16 bytes stored as 128 contiguous
+  bytes, adjacent along K; memref ``[rows/8, k/e, 8, e]`` (``e`` elements per 16 bytes); LBO = 128 bytes,
+  SBO = ``k/e * 128`` bytes.
+- ``SWIZZLE_{128,64,32}B`` (width W): K cut into W-byte columns of W-byte rows; in each 8-row atom the
+  16-byte chunk ``c`` of row ``r`` sits at ``c ^ ((r * W / 128) % (W / 16))``; memref ``[k*bytes/W, rows,
+  W/bytes]``; atoms 8W-byte aligned (allocations 1024); SBO = 8W bytes, LBO unused (16); a K step of 16
+  elements is 32 bytes further along the row, the hardware applying the XOR to the full address.
+- ``mn_major``: the same storage with the MMA's M/N dim contiguous and K as rows (B stored [K, N]: V in
+  attention), read with ``imm-trans-b = 1``; the canonical MN-major strides: no swizzle SBO = 128 bytes,
+  LBO = MN/e x 128 bytes; W-byte swizzle LBO = rows x W bytes, SBO = 8W bytes.  A K step of 16 is two
+  8-row groups: ``2 x SBO`` (swizzled) or ``2 x LBO`` (core matrices) further.
 """
 
 from __future__ import annotations
@@ -51,11 +40,13 @@ class SharedLayoutKind(enum.Enum):
     SWIZZLE_32B = "swizzle_32b"
 
 
-_SWIZZLE_WIDTH = {
-    SharedLayoutKind.SWIZZLE_128B: 128,
-    SharedLayoutKind.SWIZZLE_64B: 64,
-    SharedLayoutKind.SWIZZLE_32B: 32,
+# ``SchedulingConstraint.operand_swizzle`` names of the swizzled kinds, widest first
+SWIZZLE_NAMES = {
+    "128B": SharedLayoutKind.SWIZZLE_128B,
+    "64B": SharedLayoutKind.SWIZZLE_64B,
+    "32B": SharedLayoutKind.SWIZZLE_32B,
 }
+_SWIZZLE_WIDTH = {kind: int(name[:-1]) for name, kind in SWIZZLE_NAMES.items()}
 
 
 class Xor(sympy.Function):
@@ -228,11 +219,7 @@ class SharedLayout:
 
     @property
     def swizzle(self) -> SwizzleMode:
-        return (
-            {128: SwizzleMode.B128, 64: SwizzleMode.B64, 32: SwizzleMode.B32}[self.width]
-            if self.swizzled
-            else SwizzleMode.NONE
-        )
+        return SwizzleMode[f"B{self.width}"] if self.swizzled else SwizzleMode.NONE
 
     def descriptor_bits(self, tile: tuple[int, int]) -> int:
         """The descriptor without its start address: LBO, SBO (both >> 4) and the swizzle mode."""

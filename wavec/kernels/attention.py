@@ -13,7 +13,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.tuning.plan import MMA_KINDS, mma_type_for
+from wavec.tuning.plan import MMA_KINDS, check_mma, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
 BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
@@ -33,15 +33,12 @@ def attention_constraints(
     async_copy: str = "auto",
     split_epilogue: bool = False,
 ) -> list:
-    """``mma="mma_sync"``: ``waves`` warps of BLOCK_M / waves query rows each (sm_80+); ``"wgmma"``:
-    ``waves`` warpgroups (Hopper ``wgmma``, sm_90a) of BLOCK_M / waves rows each (a multiple of 64).  For
-    wgmma Q (read before the loop) and P (computed) are register-A operands, K a K-major and V an MN-major
-    shared tile (``layout_wgmma_operands``); the body is the same.  ``heavy_first``: query tiles launch
-    last first (causal: the tiles with the most keys start first, the light ones fill the tail).
-    ``async_copy`` (``SchedulingConstraint``): "auto" lets ``pipeline_loops`` choose by target (TMA boxes
-    on mbarriers for wgmma on sm_90a, ``docs/attention.md``, "TMA for K and V"; else ``cp.async``), "tma"
-    insists on TMA, "cp.async" keeps the per-thread copies.  ``split_epilogue``:
-    O's store tests each thread's furthest row once instead of every run (``SchedulingConstraint``)."""
+    """``waves`` warps (``mma="mma_sync"``, sm_80+) or warpgroups (``"wgmma"``, sm_90a; rows a multiple of
+    64) of BLOCK_M / waves query rows each; for wgmma Q and P are register-A operands, K a K-major and V an
+    MN-major shared tile (``layout_wgmma_operands``).  ``heavy_first``: query tiles launch last first
+    (causal: the tiles with the most keys start first).  ``async_copy``: "auto" (``pipeline_loops`` picks
+    TMA for wgmma on sm_90a, docs/attention.md, else ``cp.async``), "tma" or "cp.async".
+    ``split_epilogue``: O's store tests each thread's furthest row once instead of every run."""
     if mma not in MMA_KINDS:
         raise ValueError(f"mma must be one of {MMA_KINDS}, got {mma!r}")
     return [
@@ -182,36 +179,16 @@ def attention_config(
 _COMPILED: dict = {}
 
 
-def _kernel(
-    dtype,
-    layout: str,
-    causal: bool,
-    subs: dict,
-    waves: int,
-    backend: str | None,
-    mma: str = "mma_sync",
-    async_copy: str = "auto",
-):
-    key = (
-        dtype.name,
-        layout,
-        causal,
-        tuple(sorted((str(k), v) for k, v in subs.items())),
-        waves,
-        backend,
-        mma,
-        async_copy,
-    )
+def _kernel(dtype, layout, causal, subs: dict, waves: int, backend, mma: str = "mma_sync", async_copy: str = "auto"):
+    subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
+    key = (dtype.name, layout, causal, subs_key, waves, backend, mma, async_copy)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        kernel = _COMPILED[key] = wc.compile(
-            make_attention(
-                dtype, layout, causal, waves, mma, async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma]
-            ),
-            subs,
-            backend=backend,
-            target=TARGET[mma],
+        split_epilogue = SPLIT_EPILOGUE[mma]
+        definition = make_attention(
+            dtype, layout, causal, waves, mma, async_copy=async_copy, split_epilogue=split_epilogue
         )
+        kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
 
 
@@ -246,8 +223,7 @@ def attention(
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if layout not in LAYOUTS:
         raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
-    if mma not in MMA_KINDS:
-        raise wc.WavecError(message=f"attention: mma must be one of {MMA_KINDS}, got {mma!r}")
+    check_mma(mma, "attention: ")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
     head_dim = q.shape[-1]
@@ -279,8 +255,7 @@ def register_attention_op(
     defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
     mma = mma or DEFAULT_MMA or "mma_sync"
     subs, waves = attention_config(head_dim, mma=mma)
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}" + (
-        "_wgmma" if mma == "wgmma" else ""
-    )
+    suffix = "_wgmma" if mma == "wgmma" else ""
+    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}{suffix}"
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
     return wc.register_torch_op(kernel, name), kernel

@@ -21,9 +21,8 @@ def gemm_constraints(
     waves=(2, 2),
     sched: wc.SchedulingConstraint | None = None,
 ) -> list:
-    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (of warpgroups for wgmma),
-    K in steps of BLOCK_K, and the schedule ``sched`` (default ``schedule()``: stages NUM_STAGES, GROUP_M,
-    every flag off; see ``wc.SchedulingConstraint`` for the flags)."""
+    """Workgroup tile BLOCK_M x BLOCK_N, a waves[0] x waves[1] grid of waves (warpgroups for wgmma), K in
+    steps of BLOCK_K, and ``sched`` (default ``schedule()``: NUM_STAGES, GROUP_M, every flag off)."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
@@ -43,11 +42,10 @@ def make_gemm(
     sched: wc.SchedulingConstraint | None = None,
     out_dtype=f32,
 ) -> wc.WaveKernel:
-    """The GEMM kernel definition for ``dtype`` inputs; only the HardwareConstraint (and, for Hopper's
-    wgmma, the wave tiles) changes per GPU.  ``sched``: the schedule flags (default
-    ``DEFAULT_PLAN.schedule``: fragment prefetch on, which mma.sync tiles use and wgmma tiles ignore);
-    ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32 accumulator rounded once, as cuBLAS does for
-    ``torch.matmul``; half the epilogue's bytes).  ``build_gemm`` makes one from a ``GemmPlan``."""
+    """The GEMM kernel for ``dtype`` inputs; only the HardwareConstraint (and wgmma's wave tiles) changes per
+    GPU.  ``sched``: the schedule flags (default ``DEFAULT_PLAN.schedule``: fragment prefetch on, which
+    wgmma tiles ignore); ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32 accumulator rounded once, as
+    cuBLAS does for ``torch.matmul``).  ``build_gemm`` makes one from a ``GemmPlan``."""
     sched = sched or DEFAULT_PLAN.schedule
     if out_dtype not in (f32, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
@@ -66,8 +64,7 @@ def make_gemm(
 
 
 def build_gemm(plan: GemmPlan, dtype=wc.f16, out_dtype=f32, target: str | None = None) -> wc.WaveKernel:
-    """``make_gemm`` (``make_gemm_splitk`` when ``plan.split`` > 1) for ``plan``; compile it with
-    ``plan.subs``."""
+    """``make_gemm`` (``make_gemm_splitk`` when ``plan.split`` > 1) for ``plan``; compile with ``plan.subs``."""
     tpw, mma_type = mma_type_for(plan.mma, dtype, target)
     if plan.split > 1:
         return make_gemm_splitk(dtype, tpw, mma_type, plan.waves, plan.schedule)
@@ -75,14 +72,11 @@ def build_gemm(plan: GemmPlan, dtype=wc.f16, out_dtype=f32, target: str | None =
 
 
 # ----- split-K (decode shapes) -----
-# Workgroup (m, n, s) reduces the K slice [s*KS, min(K, (s+1)*KS)) of its M x N tile into the f32 partial
-# c_part[s]; KS = ceil(K / (S*BLOCK_K)) * BLOCK_K, a whole number of K steps, computed at run time from
-# the sizes of a and c_part (K and S are both dynamic).  S is a batch dimension on grid axis 2
-# (``WorkgroupConstraint(S, 1, 2)``): reads and writes index it by the workgroup, and ``iterate``'s
-# ``start=``/``end=`` bound the K loop by the workgroup's slice.  Slices past K (K < S*KS, e.g. K smaller
-# than S*BLOCK_K) run no iteration and write zeros; the ragged last slice is clamped to K and its last
-# tile masked like any K tail.  ``make_splitk_reduce`` then sums the S partials into C (a second, small
-# bandwidth-bound pass: S*M*N*4 bytes read; wavec has no global atomics for an in-kernel reduction).
+# Workgroup (m, n, s) reduces the K slice [s*KS, min(K, (s+1)*KS)) of its tile into the f32 partial
+# c_part[s]; KS (``split_slice``) is computed at run time (K and S are dynamic).  S is a batch dimension on
+# grid axis 2; ``iterate``'s ``start=``/``end=`` bound the K loop by the slice.  Slices past K write zeros,
+# the ragged last one is masked like any K tail.  ``make_splitk_reduce`` then sums the partials into C (a
+# second, bandwidth-bound pass: wavec has no global atomics for an in-kernel reduction).
 def split_slice(k: int, s: int, block_k: int) -> int:
     """KS, the K extent of one slice (what the kernel computes at run time): ceil(k / (s*block_k)) * block_k."""
     return -(-k // (s * block_k)) * block_k
@@ -95,9 +89,8 @@ def make_gemm_splitk(
     waves=(1, 2),
     sched: wc.SchedulingConstraint | None = None,
 ) -> wc.WaveKernel:
-    """``gemm_splitk(a [M, K], b [N, K], c_part [S, M, N] f32)``: c_part[s] = A[:, slice s] @ B[:, slice s].T,
-    the K slices of ``split_slice``; the same tiles, pipeline and subs as ``make_gemm`` (``sched``
-    default ``schedule()``, every flag off)."""
+    """``gemm_splitk(a [M, K], b [N, K], c_part [S, M, N] f32)``: c_part[s] = A[:, slice s] @ B[:, slice s].T;
+    the tiles, pipeline and subs of ``make_gemm`` (``sched`` default ``schedule()``, every flag off)."""
     sched = sched or schedule()
     constraints = [wc.WorkgroupConstraint(S, 1, 2), *gemm_constraints(threads_per_wave, mma_type, waves, sched)]
     ks = sympy.ceiling(K / (S * BLOCK_K)) * BLOCK_K
@@ -116,10 +109,9 @@ def make_gemm_splitk(
 
 
 def make_splitk_reduce(out_dtype=f32, threads_per_wave: int = 32, waves: int = 4, vec: int = 4) -> wc.WaveKernel:
-    """``splitk_reduce(c_part [S, P] f32, c [P])``: C = sum over S of the partials (P = M*N, the flat
-    views), in f32 or rounded once to ``out_dtype``.  S is bound in subs (every workgroup holds all S
-    slices of its BLOCK_P run: one ``vec``-wide load per slice per thread, summed in-thread);
-    BLOCK_P = waves * threads_per_wave * vec."""
+    """``splitk_reduce(c_part [S, P] f32, c [P])``: C = the sum over S of the partials (P = M*N, flat), in
+    f32 or rounded once to ``out_dtype``.  S is bound in subs (each thread sums one ``vec``-wide load per
+    slice); BLOCK_P = waves * threads_per_wave * vec."""
     constraints = [
         wc.WorkgroupConstraint(P, BLOCK_P, 0),
         wc.WorkgroupConstraint(S, S, None),
@@ -146,8 +138,7 @@ def _cached(key, build):
 
 
 def output_dtype(a, out_dtype) -> tuple:
-    """(torch dtype, wavec dtype) of C for ``matmul(a, b, out_dtype=)``: None or torch.float32 gives f32,
-    a's dtype gives the input dtype; anything else is a ``WavecError``."""
+    """(torch dtype, wavec dtype) of C for ``matmul(out_dtype=)``: None or torch.float32, or a's dtype."""
     import torch
 
     out_dtype = torch.float32 if out_dtype is None else out_dtype
@@ -171,20 +162,18 @@ def matmul(
     prefetch_fragments: bool = True,
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
-    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul`` returns; rounded from the f32
-    accumulator).
+    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul``; rounded from the f32
+    accumulator).  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a plan.
 
-    The keyword arguments become one ``GemmRequest`` and ``plan_matmul`` maps it onto a ``GemmPlan``.
-    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, compiled for sm_90a;
-    decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies
-    (``SchedulingConstraint.async_copy``; "auto": TMA for the wgmma tiles, "cp.async" to compare).
-    ``warp_specialize``: a TMA producer warpgroup (wgmma tiles only).  ``persistent``: a persistent grid
-    over the output tiles (the TMA wgmma tiles only; with ``mma="mma_sync"`` a ``ConstraintError``).
-    None (the default) for either: the choice of ``wgmma_plan`` for wgmma (with ``async_copy="auto"`` and
-    no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
-    split; ``"auto"``: ``splitk_config``'s rule for M <= 16 — opt-in, slower than no split on every
-    benchmark decode shape of the H100, ``docs/performance.md``); ``config = (subs, waves)`` overrides the
-    tile (benchmarks); ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
+    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, sm_90a; decode shapes,
+    M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies ("auto": TMA for the
+    wgmma tiles; "cp.async" to compare).  ``warp_specialize``: a TMA producer warpgroup (wgmma tiles only).
+    ``persistent``: a persistent grid over the output tiles (TMA wgmma tiles only; with mma.sync a
+    ``ConstraintError``).  None for either: ``wgmma_plan``'s choice for wgmma (with ``async_copy="auto"``
+    and no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
+    split; ``"auto"``: ``splitk_config``'s rule for M <= 16, opt-in: slower than no split on every
+    benchmark decode shape of the H100).  ``config = (subs, waves)`` overrides the tile (benchmarks);
+    ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
@@ -202,7 +191,7 @@ _DISPATCH: dict = {}
 
 def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
     """``matmul``'s decision for a's and b's dtypes and shapes: validate, plan, compile (cached by the
-    plan), and return ``run(a, b) -> c``."""
+    plan); ``run(a, b) -> c``."""
     import torch
 
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)

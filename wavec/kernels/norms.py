@@ -1,10 +1,8 @@
 """RMSNorm and LayerNorm over the last dimension, for rows that fit one workgroup tile (N bound in subs).
 
-``waves_per_row`` waves share a row (one by default), statistics in f32 reduced in-thread, across the
-wave's lanes and, with several waves per row, across waves through shared memory; ``w`` (and ``b``) are
-read once per row tile and broadcast over the rows.  Long rows (N = 4096) want several waves per row:
-one wave holding a whole row needs ~250 registers per thread, which leaves too few waves per SM to keep
-enough bytes in flight.
+Statistics in f32, reduced as in softmax (``row_constraints``); ``w`` (and ``b``) are read once per row
+tile and broadcast over the rows.  Long rows (N = 4096) want several waves per row: one wave holding a
+whole row needs ~250 registers per thread, too many for enough waves per SM to keep bytes in flight.
 """
 
 import wavec as wc

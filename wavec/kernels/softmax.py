@@ -17,8 +17,7 @@ LOG2E = 1.0 / math.log(2.0)
 
 def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> list:
     """Rows of length N (bound in subs) in BLOCK_M-row workgroups, one wave per row or ``waves_per_row``
-    waves sharing it (their partial reductions meet in shared memory): long rows then need fewer
-    registers per thread and more waves fit per SM.  Shared by softmax and the norms."""
+    sharing it (partial reductions meet in shared memory).  Shared by softmax and the norms."""
     split = [wc.WaveConstraint(N, N / waves_per_row)] if waves_per_row > 1 else []
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
@@ -33,9 +32,8 @@ def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int
 
 def make_softmax(dtype=wc.f16, threads_per_wave: int = 32, waves_per_row: int = 1) -> wc.WaveKernel:
     """Row softmax kernel; ``waves_per_row`` as in ``row_constraints``."""
-    constraints = row_constraints(dtype, threads_per_wave, waves_per_row)
 
-    @wc.wave(constraints)
+    @wc.wave(row_constraints(dtype, threads_per_wave, waves_per_row))
     def softmax(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
         v = wc.cast(wc.read(x), wc.f32)
         e = wc.exp2((v - wc.max(v, N)[:, None]) * LOG2E)

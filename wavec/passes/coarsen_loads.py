@@ -1,18 +1,12 @@
-"""coarsen_loads: decide every memory access instruction of each per-thread read and write.
+"""coarsen_loads: decide the memory access instructions of each per-thread read and write.
 
-Requires: ``expand`` (per-instruction-tile layouts).  Guarantees: every ``read``/``write`` node has
-``meta["accesses"]``: a list of ``(first, length, offsets)`` runs — ``length`` consecutive register
-elements starting at flat position ``first`` that are contiguous along the memory's last dimension —
-merged up to the widest legal access (16 bytes), and ``meta["alignments"]``: for each run the byte
-alignment of its address, proven from the index algebra (the run's first coordinate along the last dim is
-a multiple of that many elements; base pointers are 16-byte aligned and rows are a multiple of the
-longest run, which ``mask_bounds`` makes the launcher check).  LLVM only emits a 16-byte ``ld.v4`` when it
-is told the alignment.  Reads of shared memory that feed an NVIDIA ``mma.sync``
-operand in its fragment layout use ``ldmatrix`` instead (``meta["access"] = "ldmatrix"``,
-``meta["mma_dims"]`` = the operand's (row, k) dims); a B operand whose shared tile is contiguous along N
-rather than K (read, then ``wc.permute``d into [N, K]) uses ``ldmatrix.trans`` (``meta["transpose"]``);
-those of a warpgroup MMA (``wgmma``) become matrix descriptors (``meta["access"] = "descriptor"``).
-B fragments of neighbouring N tiles are paired into one ``ldmatrix.x4`` (``meta["pair_with"]``).
+Requires: ``expand``.  Guarantees: every ``read``/``write`` has ``meta["accesses"]``, runs ``(first,
+length, offsets)`` of register elements contiguous along the memory's last dim merged up to 16 bytes, and
+``meta["alignments"]``, each run's byte alignment proven from the index algebra (LLVM emits a 16-byte
+``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Shared reads
+feeding an ``mma.sync`` operand use ``ldmatrix`` (``meta["access"]``, ``mma_dims``; ``transpose`` for a B
+tile contiguous along N; neighbouring N tiles' B fragments share one ``.x4``: ``pair_with``); those of a
+``wgmma`` become matrix descriptors (``access = "descriptor"``).
 """
 
 from __future__ import annotations

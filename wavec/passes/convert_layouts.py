@@ -1,10 +1,9 @@
 """convert_layouts: explicit layout conversions where an MMA result feeds another MMA as an operand.
 
-Requires: a typed trace (before ``infer_indices``).  Guarantees: every A or B operand of an ``mma``
-computed from an ``mma`` result reads it through a ``convert_layout`` node, so index inference anchors
-both sides independently; ``kwargs["via"]`` is ``"registers"`` when every lane already holds what it
-needs (NVIDIA ``m16n8k16`` and ``wgmma``), else ``"shared"`` (AMD MFMA).  Details: docs/design.md,
-"Module contracts".
+Requires: a typed trace (before ``infer_indices``).  Guarantees: an A or B operand computed from an
+``mma`` result reads it through a ``convert_layout``, so inference anchors both sides independently;
+``kwargs["via"]`` is ``"registers"`` when every lane already holds what it needs (``m16n8k16``,
+``wgmma``), else ``"shared"`` (AMD MFMA).  Details: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

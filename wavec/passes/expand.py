@@ -1,11 +1,9 @@
 """expand: clone each op once per instruction tile of its wave tile (DESIGN §4).
 
-Requires: ``infer_indices`` (every register node has a layout).  Guarantees: a new trace whose register
-nodes each cover one instruction tile (``meta["layout"]`` with starts offset by the tile position,
-``meta["key"]`` the tile position per dim).  Users are rewired to the clone owning the same sub-tile, so
-operand reuse is structural (A is read once per (M, K) tile, not once per mma).  ``mma`` clones are
-chained along K, emitted K step by K step so neighbouring mmas are independent; ``iterate`` bodies
-expand inside their loop with carried values expanded consistently.
+Requires: ``infer_indices``.  Guarantees: a new trace whose register nodes each cover one instruction tile
+(``meta["layout"]`` offset to it, ``meta["key"]`` its position per dim); users are rewired to the clone
+of the same sub-tile (A is read once per (M, K) tile, not per mma); ``mma`` clones are chained along K,
+K steps outermost; ``iterate`` bodies expand inside their loop, carried values consistently.
 """
 
 from __future__ import annotations
@@ -70,11 +68,11 @@ class _Expander:
         self.trace, self.ctx = trace, ctx
         self.subgraphs: dict[str, fx.Graph] = {}
 
-    def clone(self, ng: fx.Graph, node: fx.Node, key: Key, args: tuple, layout=None) -> fx.Node:
+    def clone(self, ng: fx.Graph, node: fx.Node, key: Key, args: tuple) -> fx.Node:
         new = ng.create_node("call_function", node.target, args, dict(node.kwargs), name=node.name + _suffix(key))
         new.meta.update(node.meta)
         if "layout" in node.meta:
-            lay = layout or node.meta["layout"]
+            lay = node.meta["layout"]
             deltas = {d: i * lay.tile_of(d) for d, i in key if d in lay.dims}
             new.meta["layout"] = lay.offset(deltas)
         new.meta["key"] = key
@@ -107,26 +105,15 @@ class _Expander:
         """Once per instruction tile of the result; ops without a register result (write, ...) once per
         tile of their value operand."""
         if "layout" in node.meta:
-            env[node] = {
-                k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args))
-                for k in _keys(_counts(self.ctx, node))
-            }
+            keys = _keys(_counts(self.ctx, node))
+            src = None
         else:
             src = next((a for a in node.args if isinstance(a, fx.Node) and "layout" in a.meta), None)
             keys = list(env[src]) if src is not None else [()]
-            env[node] = {
-                k: self.clone(
-                    ng,
-                    node,
-                    k,
-                    tuple(self.lookup(env, a, k) for a in node.args),
-                    layout=src.meta["layout"] if src is not None else None,
-                )
-                for k in keys
-            }
-            if src is not None:
-                for k, new in env[node].items():
-                    new.meta["layout"] = env[src][k].meta["layout"]
+        env[node] = {k: self.clone(ng, node, k, tuple(self.lookup(env, a, k) for a in node.args)) for k in keys}
+        if src is not None:
+            for k, new in env[node].items():
+                new.meta["layout"] = env[src][k].meta["layout"]
 
     def _loop_result(self, ng, node, env) -> None:
         """A loop's results are cloned by the loop's rule (``_iterate``)."""
@@ -187,31 +174,22 @@ class _Expander:
         nsub = fx.Graph()
         self.subgraphs[name] = nsub
         senv: dict = {}
-        inits, captures = node.args
-        flat_inits, flat_caps = [], []
+        inits = node.args[0]
+        flat_inits: list[fx.Node] = []
+        flat_caps: list[fx.Node] = []
         for p in sub.nodes:
             if p.op != "placeholder":
                 continue
-            if p.meta.get("role") == "iter_arg":
-                outer = inits[p.meta["index"]]
-                table = {}
-                for key, val in sorted(env[outer].items()):
-                    ph = nsub.placeholder(p.name + _suffix(key))
-                    ph.meta.update(p.meta, key=key, layout=val.meta["layout"])
-                    table[key] = ph
-                    flat_inits.append(val)
-                senv[p] = table
-            else:  # capture: one placeholder per clone of the captured value
-                outer = p.meta["capture_of"]
-                table = {}
-                for key, val in sorted(env[outer].items()):
-                    ph = nsub.placeholder(p.name + _suffix(key))
-                    ph.meta.update(p.meta, key=key, capture_of=val)
-                    if "layout" in val.meta:
-                        ph.meta["layout"] = val.meta["layout"]
-                    table[key] = ph
-                    flat_caps.append(val)
-                senv[p] = table
+            carried = p.meta.get("role") == "iter_arg"  # else a capture: one placeholder per clone as well
+            outer = inits[p.meta["index"]] if carried else p.meta["capture_of"]
+            senv[p] = {}
+            for key, val in sorted(env[outer].items()):
+                ph = nsub.placeholder(p.name + _suffix(key))
+                ph.meta.update(p.meta, key=key, **({} if carried else {"capture_of": val}))
+                if "layout" in val.meta:
+                    ph.meta["layout"] = val.meta["layout"]
+                senv[p][key] = ph
+                (flat_inits if carried else flat_caps).append(val)
         self.expand_graph(sub, nsub, senv)
         new = ng.create_node(
             "call_function", node.target, (tuple(flat_inits), tuple(flat_caps)), dict(node.kwargs), name=node.name

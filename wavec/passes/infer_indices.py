@@ -1,11 +1,9 @@
 """infer_indices: give every register value a thread ``Layout`` (DESIGN §3).
 
-Requires: a typed trace and a ``PassContext``.  Guarantees: every node that produces a register value
-has ``meta["layout"]`` (the layout of its first instruction tile, starts including the workgroup, wave
-and loop offsets) and ``meta["layout_prio"]``.  Lattice per node: unknown < (layout, priority) <
-conflict.  Anchors: mma operands (3), staging copies and reduction inputs (2: the copy distribution, the
-reduction strategy), written values (1), then defaults (0) for whatever is left, each seeded in program
-order and propagated to a fixpoint.  Equal priorities with different layouts raise
+Requires: a typed trace.  Guarantees: every register value has ``meta["layout"]`` (its first instruction
+tile's, starts including workgroup, wave and loop offsets) and ``meta["layout_prio"]``.  Anchors by
+priority: mma operands (3), staging copies and reduction inputs (2), written values (1), defaults (0),
+each seeded in program order and propagated to a fixpoint; equal priorities with different layouts raise
 ``IndexConflictError`` naming both source lines.
 """
 
@@ -20,7 +18,7 @@ import torch.fx as fx
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.mapping import index_operands
 from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
-from ..frontend.tracing import Trace, arg_node, arg_nodes
+from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
@@ -209,15 +207,11 @@ def _flow_loop(s: _Solver, n: fx.Node) -> None:
     """Init, iter_arg placeholder, yielded value and result of each carried value share a layout; a
     captured register value and its placeholder too."""
     sub = loop_body(s.trace, n)
-    phs = [p for p in sub.nodes if p.op == "placeholder"]
-    iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
     out = arg_nodes(next(x for x in sub.nodes if x.op == "output"), 0)
     results = sorted((u for u in n.users if u.meta.get("op") is GetResult), key=lambda u: cast(int, u.kwargs["index"]))
-    for init, ph, o, r in zip(arg_nodes(n, 0), iter_args, out, results):
+    for init, ph, o, r in zip(arg_nodes(n, 0), placeholders(sub, "iter_arg"), out, results):
         s.eq += [(init, ph), (ph, o), (o, r)]
-    for p in phs:
-        if p.meta.get("role") == "capture" and _is_register(p):
-            s.eq.append((p.meta["capture_of"], p))
+    s.eq += [(p.meta["capture_of"], p) for p in placeholders(sub, "capture") if _is_register(p)]
 
 
 def _flow_indexed_access(s: _Solver, n: fx.Node) -> None:

@@ -1,9 +1,8 @@
 """infer_types: check that every value node of the trace carries a symbolic type.
 
-Requires: a trace from ``trace_kernel`` (shape rules already ran at trace time, so shape errors point at
-the kernel line that caused them).  Guarantees: every placeholder and op producing a value has
-``meta["type"]``; every shape symbol of a register value is a dimension of some kernel argument or
-bound in ``subs``.
+Requires: a trace from ``trace_kernel`` (shape rules ran at trace time, pointing at the kernel line).
+Guarantees: every value node has ``meta["type"]`` whose shape symbols are kernel-argument dims or bound in
+``subs``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """insert_barriers: workgroup barriers from shared-memory hazards, no more than needed.
 
-Requires: ``promote_to_shared`` and ``pipeline_loops``.  Guarantees, per ``iterate`` body that both
-writes and reads shared memory:
-- pipelined loop (has an ``async_wait``, or an ``mbarrier_wait`` when TMA fills the stages): one barrier
-  right after the wait at the top of the body — it publishes the stage this iteration reads (RAW; with
-  TMA the mbarrier phase already did) and ends the reads of the stage the copies below will overwrite
-  (WAR with the previous iteration); none when the TMA stages are released through "empty" mbarriers;
-- otherwise: a barrier at the top of the body (WAR with the previous iteration's reads) and one before
-  each shared read of a tile written since the last barrier (RAW).
+Requires: ``promote_to_shared`` and ``pipeline_loops``.  Guarantees, per ``iterate`` body that both writes
+and reads shared memory: pipelined (an ``async_wait``, or an ``mbarrier_wait`` with TMA): one barrier right
+after the wait (RAW on the stage read, WAR with the previous iteration), none when TMA stages are released
+through "empty" mbarriers; otherwise a barrier at the top of the body (WAR) and one before each shared
+read of a tile written since the last barrier (RAW).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import torch.fx as fx
 
 from ..frontend.ops import MMA
 from ..frontend.ops_hopper import WarpgroupMMA
+from ..frontend.tracing import placeholders
 
 
 def chains_only(g: fx.Graph) -> bool:
@@ -15,15 +16,13 @@ def chains_only(g: fx.Graph) -> bool:
     (a GEMM): a wgmma group may stay in flight across iterations, fragments may be prefetched across the
     back edge, and rows past the bound only reach accumulator rows that the masked store drops."""
     mmas = [n for n in g.nodes if n.meta.get("op") in (MMA, WarpgroupMMA)]
-    accs = [
-        p
-        for p in g.nodes
-        if p.op == "placeholder"
-        and p.meta.get("role") == "iter_arg"
-        and any(u in mmas and u.args[2] is p for u in p.users)
-    ]
     return all(
         u.op == "output" or (u in mmas and u.args[2] is x and u.args[0] is not x and u.args[1] is not x)
-        for x in accs + mmas
+        for x in accumulators(g, mmas) + mmas
         for u in x.users
     )
+
+
+def accumulators(g: fx.Graph, mmas: list[fx.Node]) -> list[fx.Node]:
+    """The body's iter_args that one of ``mmas`` takes as its accumulator."""
+    return [p for p in placeholders(g, "iter_arg") if any(u in mmas and u.args[2] is p for u in p.users)]

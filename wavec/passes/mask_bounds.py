@@ -1,12 +1,10 @@
 """mask_bounds: bounds masks for the dimensions a tile may overrun, only where not provably divisible.
 
 Requires: ``coarsen_loads`` and ``pipeline_loops``.  Guarantees: every global access has
-``meta["mask_dims"]``, the dims whose size is not provably a multiple of its tiling extent; codegen guards
-each run with ``coord < size`` (loads read zeros, stores are skipped, ``cp.async`` zero-fills);
-``ctx.requirements`` keeps runs from straddling the bound; loops over a masked dim run ``ceil(size /
-tile)`` iterations (``ctx.masked_loops``).  Copies into tiles that only feed a GEMM loop's MMA operands
-are clamped instead (``meta["clamp_dims"]``): rows past the bound reach only dropped accumulator rows.
-Full contract: docs/design.md, "Module contracts".
+``meta["mask_dims"]`` (dims not provably a multiple of their tiling extent: codegen guards each run with
+``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound; loops over a masked dim run
+``ceil(size / tile)`` iterations (``ctx.masked_loops``).  Copies into tiles that only feed a GEMM loop's
+MMA operands clamp instead (``meta["clamp_dims"]``).  Full contract: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """pipeline_loops: software pipelining of ``iterate`` with ``num_stages = S`` (DESIGN §5.7).
 
 Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >= 2, the target has
-``cp.async`` and the body copies global tiles into shared memory in runs of at least 4 bytes.
-Guarantees: each global ``read`` + shared ``write`` pair becomes an ``async_copy`` of iteration
-``min(i + D, n - 1)`` into stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in
-flight: ``iterate.meta["wgmma_groups_in_flight"] = 1``); shared reads take stage ``$STAGE_<dim>``, a
-carried value; the body begins with ``async_wait(pending=D - 1)``; a prologue issues iterations
-``0 .. D - 1``.  On sm_90a, wgmma operand tiles in the 128-byte swizzle take TMA instead
-(``pipeline_tma.py``) unless ``SchedulingConstraint.async_copy`` says otherwise.  Full contract:
-docs/design.md, "Module contracts".
+``cp.async`` and the body copies global tiles to shared memory in runs of at least 4 bytes.  Guarantees:
+each global ``read`` + shared ``write`` becomes an ``async_copy`` of iteration ``min(i + D, n - 1)`` into
+stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in flight); shared reads take the
+carried stage ``$STAGE_<dim>``; the body begins with ``async_wait(pending=D - 1)``; a prologue issues
+iterations ``0 .. D - 1``.  On sm_90a, 128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
+unless ``async_copy`` says otherwise.  Full contract: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import torch.fx as fx
 from ..errors import ConstraintError
 from ..frontend.mapping import index_operands
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
-from ..frontend.tracing import Trace, arg_node
+from ..frontend.tracing import Trace, arg_node, placeholders
 from ..frontend.types import AddressSpace
 from ..indexing import Layout, induction_symbol
 from ..indexing.symbols import stage_symbol
@@ -67,6 +65,13 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
     ctx.loop_stages[dim] = stages
+    # (both rewrites) every staged tile gets S buffers; shared reads take the carried stage (= i % S)
+    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
+    for alloc in {outer[arg_node(w, 1)] for _r, w in pairs}:
+        alloc.kwargs = {**alloc.kwargs, "stages": stages}
+    for n in sub.nodes:
+        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+            n.meta["stage"] = stage_symbol(dim)
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).
     lag = 1 if cs.group_waves > 1 and stages >= 3 and chains_only(sub) else 0
@@ -77,9 +82,6 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
     copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
     # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    for alloc in {outer[arg_node(c, 1)] for c, _ in copies}:
-        alloc.kwargs = {**alloc.kwargs, "stages": stages}
     for s in range(distance):
         it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
         for c, layout in copies:
@@ -158,9 +160,6 @@ def _async_copies(
     op_node(sub, AsyncCommit, (), {}, "async_commit", loc, before=copies[-1][0].next)
     first = next(n for n in sub.nodes if n.op != "placeholder")
     op_node(sub, AsyncWait, (), {"pending": distance - 1}, "async_wait", loc, before=first)
-    for n in sub.nodes:
-        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
-            n.meta["stage"] = stage
     return copies
 
 

@@ -1,11 +1,10 @@
 """prefetch_fragments: the first K step's mma.sync fragments of iteration i + 1 are read during iteration i.
 
-Requires: ``pipeline_loops`` (a ``cp.async`` body) and ``schedule_loops``.  Applies where
-``SchedulingConstraint.prefetch_fragments`` is on, the MMA is ``mma.sync`` and the body is a GEMM chain.
-Guarantees: K step 0's fragment reads become loop-carried values (read for iteration ``start`` before the
-loop, for ``i + 1`` from stage ``($STAGE + 1) % S`` at the end of the body); the body's ``async_wait``
-moves to just before the last K step's first mma, so the barrier sits between the two and the last K
-step's mmas cover the ``ldmatrix`` latency (as CUTLASS's multistage mainloop).  Hazards and why:
+Requires: ``pipeline_loops`` (a ``cp.async`` body) and ``schedule_loops``.  Applies with
+``SchedulingConstraint.prefetch_fragments`` to ``mma.sync`` GEMM chains.  Guarantees: K step 0's fragment
+reads become loop-carried (read for iteration ``start`` before the loop, for ``i + 1`` from stage
+``($STAGE + 1) % S`` at the end of the body); the body's ``async_wait`` moves before the last K step's
+first mma, whose mmas cover the ``ldmatrix`` latency (CUTLASS's multistage mainloop).  Hazards and why:
 docs/design.md, "Module contracts".
 """
 
@@ -15,7 +14,7 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import AsyncCommit, AsyncWait, Barrier, Iterate, Read
-from ..frontend.tracing import Trace, arg_node, arg_nodes
+from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..indexing import induction_symbol
 from ..indexing.symbols import stage_symbol
 from .context import PassContext
@@ -71,7 +70,7 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
     g = trace.graph
     op_node(g, AsyncWait, (), {"pending": wait.kwargs["pending"]}, "async_wait_first", loc, before=iterate)
     op_node(g, Barrier, (), {}, "barrier_first", loc, before=iterate)
-    outer = {p: p.meta["capture_of"] for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
+    outer = {p: p.meta["capture_of"] for p in placeholders(body, "capture")}
     firsts = _clone_reads(
         g,
         reads,
@@ -82,7 +81,7 @@ def _prefetch(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
         iv_subs={iv: lo},
     )
     # the loop's values: step-0 fragments enter as iter_args and leave as next-iteration reads
-    args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+    args = placeholders(body, "iter_arg")
     anchor = args[-1]
     for index, r in enumerate(reads, start=len(args)):
         with body.inserting_after(anchor):

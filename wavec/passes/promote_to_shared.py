@@ -1,12 +1,11 @@
 """promote_to_shared: stage MMA operands (or reads of ``Memory[..., "shared"]`` arguments) through
 shared memory.
 
-Requires: a typed trace.  Guarantees: each promoted ``read(x)`` inside an ``iterate`` body becomes
-``g = read(x)`` (marked ``distribute="workgroup"``: the copy is spread over every thread of the
-workgroup) and ``write(g, tile)`` at the top of the body, and ``read(tile)`` in place of the read,
-where ``tile`` is an ``allocate`` node in the root graph (captured into the loop) covering the
-workgroup's tile of every dimension.  Barriers are placed
-later by ``insert_barriers``; padding by ``swizzle_shared``; multi-buffering by ``pipeline_loops``.
+Requires: a typed trace.  Guarantees: each promoted ``read(x)`` in an ``iterate`` body becomes ``g =
+read(x)`` (``distribute="workgroup"``: spread over the whole workgroup) and ``write(g, tile)`` at the top
+of the body, then ``read(tile)``; ``tile`` is a root-graph ``allocate`` (captured into the loop) covering
+the workgroup's tile of every dim.  Barriers, padding and stages come later (``insert_barriers``,
+``swizzle_shared``, ``pipeline_loops``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """reorder_workgroups: launch workgroups in groups along axis 0 for L2 reuse ("grouped" order).
 
-Requires: a kernel with workgroup axes 0 and 1.  Applies when ``group_size = G > 1``.  Guarantees:
-``ctx.grid_override`` is a 1-D grid of ``n0 * n1`` workgroups and ``ctx.workgroup_remap`` maps the
-linear id ``$PID`` to (axis-0, axis-1) ids so that consecutive workgroups walk G rows of tiles
-column by column: the G x n1 block of output tiles they touch shares A rows and B columns in L2.
-Every (i, j) tile is visited exactly once (the last group may hold fewer than G rows).
-``reverse_axis0``: ``WORKGROUP[0] = n0 - 1 - block id x`` on the unchanged grid (heaviest causal tiles first).
+Requires: workgroup axes 0 and 1.  Applies when ``group_size = G > 1``.  Guarantees: a 1-D grid of ``n0 *
+n1`` workgroups (``ctx.grid_override``) whose linear id ``$PID`` ``ctx.workgroup_remap`` maps to the
+axis ids so that consecutive workgroups walk G rows of tiles column by column, every tile once.
+``reverse_axis0``: ``WORKGROUP[0] = n0 - 1 - block id x`` (heaviest causal tiles first).
 """
 
 from __future__ import annotations

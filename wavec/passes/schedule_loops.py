@@ -1,10 +1,9 @@
 """schedule_loops: order each loop body so the matrix units start early and the copies hide behind them.
 
-Requires: ``expand``, ``coarsen_loads``, ``pipeline_loops``.  Guarantees, inside every ``iterate`` body:
-the register reads feeding K step ``s`` sit right before its first mma; the copies of a later stage and
-their ``async_commit`` sit right before the second K step's first mma (in a GEMM body of three or more
-K steps, half of them move on to the third).  Data dependences are preserved.  Measurements:
-docs/design.md, "Module contracts".
+Requires: ``expand``, ``coarsen_loads``, ``pipeline_loops``.  Guarantees, per ``iterate`` body: the reads
+feeding K step ``s`` sit right before its first mma; a later stage's copies and their ``async_commit``
+right before the second K step's first mma (in a GEMM of three or more K steps half move on to the
+third); data dependences preserved.  Measurements: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

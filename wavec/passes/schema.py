@@ -1,14 +1,11 @@
 """The IR schema: every ``node.meta`` and ``node.kwargs`` key the tracer or a pass writes, declared once.
 
-Each key is a field of one frozen record below, grouped by what it describes; the field's annotation is
-the value's type and ``by(...)`` names the passes that create it (``TRACE`` = the tracer).  Passes that
-only copy a node's meta onto its clones (``expand``, ``prefetch_fragments``, ...) are not producers.
-``verify.verify_trace`` checks, between passes, that every present key is declared here, has its
-declared type, and that one of its producers already ran.  To add a key: add a field to the record of
-its kind (or a new record listed in ``META``/``KWARGS``) with its type and producer.
-
-Requires: nothing beyond the frontend and indexing types.  Guarantees: ``META`` and ``KWARGS`` map each
-key name to its :class:`Key`; a key declared twice in one namespace fails at import.
+Each key is a field of one frozen record below: its annotation is the value's type, ``by(...)`` names the
+passes that create it (``TRACE`` = the tracer; passes that only copy meta onto clones are not producers).
+``verify.verify_trace`` checks between passes that every key is declared, typed as declared and produced
+by a pass that already ran.  A new key: a field of its record (or a new record listed in ``META`` /
+``KWARGS``).  Requires: the frontend and indexing types.  Guarantees: ``META`` and ``KWARGS`` map each key
+to its :class:`Key`; a key declared twice in one namespace fails at import.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """share_shared_buffers: loops that run one after the other stage their tiles in the same shared memory.
 
-Requires: ``pipeline_loops`` (every ``allocate`` has its final ``stages``; prologue copies sit in the root
-graph before their loop).  Guarantees: an ``allocate`` of the root graph used by exactly one ``iterate``
-is replaced by an equal one (same type, tile, origin, stages, padding and layout) of an earlier loop of the root
-graph, when that buffer is not already reused by this loop; before the first use of a reused buffer (the
-loop's prologue copies, or the loop itself) the root graph gets ``async_wait(pending=0, drain=True)`` — the
-earlier loop's last copies have landed — and a ``barrier`` — every wave has finished reading them.  A kernel
-that splits one reduction into two loops (attention: full tiles, then the masked edge) then needs the
-shared memory of one.
+Requires: ``pipeline_loops`` (final ``stages``; prologue copies in the root graph before their loop).
+Guarantees: a root-graph ``allocate`` used by exactly one ``iterate`` is replaced by an equal one (type,
+tile, origin, stages, padding, layout) of an earlier loop, at most once per buffer and loop; before the
+first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` and a ``barrier``
+(the earlier loop's copies landed and were read).  Attention's two loops (full tiles, masked edge) then
+need the shared memory of one.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """swizzle_shared: lay out shared-memory tiles so the consumers' accesses are bank-conflict free.
 
 Requires: ``coarsen_loads`` and ``promote_to_shared``.  Guarantees: every ``allocate`` has
-``kwargs["pad"]``; tiles with a ``smem_layout`` from ``layout_wgmma_operands`` keep it (pad 0).  An
-``ldmatrix``-read tile filled by 16-byte stores gets an XOR swizzle ``SharedLayout`` (per
-``SchedulingConstraint.operand_swizzle``) where its rows allow; other tiles (or ``"none"``) get rows
-padded by 16 bytes.  Bank arithmetic and measurements: docs/design.md, "Module contracts".
+``kwargs["pad"]``; tiles with a ``smem_layout`` keep it (pad 0); an ``ldmatrix``-read tile filled by
+16-byte stores gets an XOR swizzle (``operand_swizzle``) where its rows allow, other tiles rows padded by
+16 bytes.  Bank arithmetic and measurements: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -14,12 +13,10 @@ import torch.fx as fx
 from ..frontend.mapping import memory_operand
 from ..frontend.ops import Allocate, Read, Write
 from ..frontend.tracing import Trace, capture_root
-from ..indexing.shared_layout import CORE_BYTES, CORE_ROWS, SharedLayout, SharedLayoutKind
+from ..indexing.shared_layout import CORE_BYTES, CORE_ROWS, SWIZZLE_NAMES, SharedLayout
 from .context import PassContext
 
 BANK_GROUP_BYTES = 16
-_WIDEST_FIRST = (SharedLayoutKind.SWIZZLE_128B, SharedLayoutKind.SWIZZLE_64B, SharedLayoutKind.SWIZZLE_32B)
-_NAMED = dict(zip(("128B", "64B", "32B"), _WIDEST_FIRST))
 
 
 def swizzle_shared(trace: Trace, ctx: PassContext) -> None:
@@ -49,8 +46,8 @@ def xor_swizzle(tile: tuple, elem_bytes: int, operand_swizzle: str) -> SharedLay
     that is not 2-D or whose rows are not in groups of 8, or rows no swizzle width divides."""
     if operand_swizzle == "none" or len(tile) != 2 or tile[0] % CORE_ROWS:
         return None
-    named = _NAMED.get(operand_swizzle)
-    for kind in ((named,) if named else ()) + _WIDEST_FIRST:
+    named = SWIZZLE_NAMES.get(operand_swizzle)
+    for kind in ((named,) if named else ()) + tuple(SWIZZLE_NAMES.values()):
         layout = SharedLayout(kind, elem_bytes)
         if layout.check(tile) is None:
             return layout

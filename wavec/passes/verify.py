@@ -1,10 +1,9 @@
 """The trace verifier, run between passes when ``WAVEC_VERIFY_IR`` is on (the default).
 
-Checks the invariants every pass relies on, so a pass that breaks one fails at the pass, not as a
-wrong kernel: every ``meta``/``kwargs`` key is declared in ``schema``, has its declared type and was
-produced by a pass that already ran; each op node carries its op; each register value has a type, and
-once ``infer_indices`` ran, a layout over exactly its dimensions; ``iterate`` nodes agree with their bodies
-(one iter_arg per init, one result per init, one capture per captured value, each from the parent graph).
+Checks that every ``meta``/``kwargs`` key is declared in ``schema``, has its declared type and that a
+producer of it already ran; that op nodes carry their op and register values a type (and, after
+``infer_indices``, a layout over exactly their dims); that ``iterate`` nodes agree with their bodies.  A
+pass that breaks an invariant fails at the pass, not as a wrong kernel.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import torch.fx as fx
 
 from ..errors import WavecError
 from ..frontend.ops import Iterate
-from ..frontend.tracing import Trace, arg_nodes
+from ..frontend.tracing import Trace, arg_nodes, placeholders
 from .schema import KWARGS, META, TRACE, Key
 
 
@@ -58,9 +57,7 @@ def _check_iterate(stage: str, trace: Trace, node: fx.Node, graph: fx.Graph) -> 
     if sub is None:
         _fail(stage, node, f"body {node.kwargs['subgraph']} is missing")
     inits, captures = arg_nodes(node, 0), arg_nodes(node, 1)
-    phs = [p for p in sub.nodes if p.op == "placeholder"]
-    iter_args = [p for p in phs if p.meta.get("role") == "iter_arg"]
-    caps = [p for p in phs if p.meta.get("role") == "capture"]
+    iter_args, caps = placeholders(sub, "iter_arg"), placeholders(sub, "capture")
     out = arg_nodes(next(n for n in sub.nodes if n.op == "output"), 0)
     if not (len(inits) == len(iter_args) == len(out)):
         _fail(stage, node, f"{len(inits)} inits, {len(iter_args)} iter_args, {len(out)} yielded values")

@@ -1,10 +1,9 @@
 """widen_stores: 16-byte stores of mma.sync accumulators of 2-byte types (C of a GEMM in f16 / bf16).
 
-Requires: ``coarsen_loads`` and ``mask_bounds``.  Guarantees: each group of four m16n8 accumulator writes
-to one 2-D global memory (N tiles ``c .. c + 24``, ``c`` a multiple of 32) becomes one ``WideStore``,
-which codegen transposes within lane quads (``gpu.shuffle xor``) into one 16-byte run per lane, under
-the same masks (a dynamic N tests ``N % 8 == 0`` once).  Not with ``split_epilogue``.  Why (L2 requests
-per warp store): docs/design.md, "Module contracts".
+Requires: ``coarsen_loads`` and ``mask_bounds``.  Guarantees: each four m16n8 accumulator writes to one
+2-D global memory (N tiles ``c .. c + 24``, ``c`` a multiple of 32) become one ``WideStore``, transposed
+within lane quads into one 16-byte run per lane under the same masks (a dynamic N tests ``N % 8 == 0``).
+Not with ``split_epilogue``.  Why: docs/design.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ Container layout (all integers little-endian)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import struct
@@ -42,15 +43,13 @@ DTYPES = ("f16", "bf16", "f32", "i32", "i64")
 FORMATS = ("cubin", "ptx", "hsaco")
 
 _PREFIX = struct.Struct("<8sIIQQ")
+_PLAIN_FIELDS = (("kernel", str), ("entry", str), ("shared_bytes", int), ("alignment_bytes", int), ("source", str))
 _DIGEST_LEN = 32
 
 
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
-    """One kernel binding (a tensor argument), in binding order.
-
-    ``shape`` entries are symbol names (dynamic or compile-time bound) or static ints.
-    """
+    """One kernel binding (a tensor argument); ``shape`` entries are symbol names or static ints."""
 
     name: str
     dtype: str
@@ -58,14 +57,14 @@ class ArgSpec:
     is_output: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "is_output": self.is_output}
+        return _to_json(self)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> ArgSpec:
         return ArgSpec(
             name=_typed(d["name"], str, "arg name"),
             dtype=_typed(d["dtype"], str, "arg dtype"),
-            shape=tuple(_dim(x) for x in d["shape"]),
+            shape=tuple(x if isinstance(x, str) else _typed(x, int, "shape entry") for x in d["shape"]),
             is_output=_typed(d["is_output"], bool, "arg is_output"),
         )
 
@@ -74,13 +73,11 @@ class ArgSpec:
 class KernelMetadata:
     """Everything the launcher needs besides the binary.
 
-    ``constants`` are the dynamic symbols then the scalar arguments, in launch-constant order (one i32
-    each, after the pointers); ``scalars`` are the by-value arguments ``(name, dtype)``, passed after the
-    tensors (an f32 travels as its bits);
-    ``grid`` holds three Python integer expressions over symbol names; ``divisibility`` lists
-    ``(symbol, divisor)`` pairs that must hold at launch; every binding's base pointer must be a multiple
-    of ``alignment_bytes``; ``source`` is ``file:line`` of the kernel definition; ``tensor_maps`` are the
-    TMA tensor maps the kernel reads from one extra binding after the tensors (``runtime/tensor_map.py``).
+    ``constants``: the dynamic symbols then the scalar arguments, one i32 each after the pointers;
+    ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
+    three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
+    must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
+    the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``).
     """
 
     kernel: str
@@ -105,23 +102,7 @@ class KernelMetadata:
         return f"{self.kernel} (defined at {self.source})" if self.source else self.kernel
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "kernel": self.kernel,
-            "entry": self.entry,
-            "block": list(self.block),
-            "shared_bytes": self.shared_bytes,
-            "args": [a.to_json() for a in self.args],
-            "constants": list(self.constants),
-            "static_symbols": [[k, v] for k, v in self.static_symbols],
-            "grid": list(self.grid),
-            "divisibility": [[k, v] for k, v in self.divisibility],
-            "alignment_bytes": self.alignment_bytes,
-            "source": self.source,
-            "registers": self.registers,
-            "spills": self.spills,
-            "scalars": [[n, d] for n, d in self.scalars],
-            "tensor_maps": [m.to_json() for m in self.tensor_maps],
-        }
+        return _to_json(self)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> KernelMetadata:
@@ -130,17 +111,13 @@ class KernelMetadata:
         if len(block) != 3 or len(grid) != 3:
             raise CacheError(message="metadata: block and grid must have 3 entries")
         return KernelMetadata(
-            kernel=_typed(d["kernel"], str, "kernel"),
-            entry=_typed(d["entry"], str, "entry"),
+            **{name: _typed(d[name], kind, name) for name, kind in _PLAIN_FIELDS},
             block=block,
-            shared_bytes=_typed(d["shared_bytes"], int, "shared_bytes"),
             args=tuple(ArgSpec.from_json(a) for a in d["args"]),
             constants=tuple(_typed(x, str, "constants") for x in d["constants"]),
             static_symbols=_pairs(d["static_symbols"], "static_symbols"),
             grid=grid,
             divisibility=_pairs(d["divisibility"], "divisibility"),
-            alignment_bytes=_typed(d["alignment_bytes"], int, "alignment_bytes"),
-            source=_typed(d["source"], str, "source"),
             registers=_opt_int(d.get("registers"), "registers"),
             spills=_opt_int(d.get("spills"), "spills"),
             scalars=tuple(
@@ -223,10 +200,15 @@ def _typed(value: Any, kind: type, what: str) -> Any:
     return value
 
 
-def _dim(value: Any) -> str | int:
-    if isinstance(value, str):
-        return value
-    return _typed(value, int, "shape entry")
+def _to_json(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as JSON values: tuples as lists, nested specs by their ``to_json``."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [value(x) for x in v]
+        return v.to_json() if hasattr(v, "to_json") else v
+
+    return {f.name: value(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
 
 
 def _opt_int(value: Any, what: str) -> int | None:

@@ -1,21 +1,18 @@
 """Argument validation and symbol binding for a launch, plus grid evaluation.
 
-Requires: torch, imported lazily when the first :class:`BindingPlan` is built (importing this module
-imports only the standard library and :mod:`wavec.errors`).
+Requires: torch, imported lazily when the first :class:`BindingPlan` is built.
 
 Guarantees:
 
-* :func:`bind_arguments` either returns the value of every symbol (dynamic and compile-time bound) or
-  raises :class:`~wavec.errors.ArgumentError` naming the argument and saying what was expected and what
-  was got.  Checks: argument count, tensor type, dtype, rank, device (one device of ``device_type``),
-  row-major contiguity, base-pointer alignment, static dims, symbol consistency across arguments,
-  compile-time symbols, divisibility, int32 range of dynamic symbols, and outputs overlapping another
-  argument's memory.
-* :func:`grid_for` evaluates the metadata's grid expressions, compiled once per metadata into one
-  function built from a whitelisted AST (integer literals, symbol names, ``+ - * // %``, unary minus,
-  ``min``/``max``) and run with no builtins.
-* The per-metadata work (dtype lookup, which dim binds which symbol, the grid function) is done once in
-  a :class:`BindingPlan`; a call does plain comparisons over precomputed tuples.
+* :func:`bind_arguments` returns the value of every symbol (dynamic and compile-time bound) or raises
+  :class:`~wavec.errors.ArgumentError` naming the argument, what was expected and what was got.  Checks:
+  argument count, tensor type, dtype, rank, device (one device of ``device_type``), row-major
+  contiguity, base-pointer alignment, static dims, symbol consistency across arguments, divisibility,
+  int32 range of dynamic symbols, and outputs overlapping another argument's memory.
+* :func:`grid_for` evaluates the grid expressions, compiled once per metadata into a function built from
+  a whitelisted AST (int literals, symbol names, ``+ - * // %``, unary minus, ``min``/``max``) and run
+  with no builtins.
+* The per-metadata work is done once in a :class:`BindingPlan`; a call compares precomputed tuples.
 """
 
 from __future__ import annotations
@@ -65,14 +62,12 @@ class BindingPlan:
         self.device_type = device_type
         self._tensor_type = torch.Tensor
         self._bool = torch.bool
-        self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a.name, a.dtype, a) for a in meta.args)
+        self.args: tuple[_Arg, ...] = tuple(_make_arg(meta, a) for a in meta.args)
         self.scalars: tuple[tuple[str, str], ...] = tuple(meta.scalars)
         self.nargs = len(self.args) + len(self.scalars)
         clash = [n for n, _ in self.scalars if n in {e for a in meta.args for e in a.shape if isinstance(e, str)}]
         if clash:
-            raise LaunchError(
-                kernel=meta.kernel, message=f"invalid metadata: scalar arguments {clash} are named like shape symbols"
-            )
+            raise _bad_metadata(meta.kernel, f"scalar arguments {clash} are named like shape symbols")
         self.statics: dict[str, int] = dict(meta.static_symbols)
         # (arg index, dim, expected int, symbol name or "") for dims fixed at compile time.
         static_checks: list[tuple[int, int, int, str]] = []
@@ -95,10 +90,7 @@ class BindingPlan:
         self.dynamic = tuple(binders)
         missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars)]
         if missing:
-            raise LaunchError(
-                kernel=meta.kernel,
-                message=(f"invalid metadata: launch constants {missing} are not bound by any argument's shape"),
-            )
+            raise _bad_metadata(meta.kernel, f"launch constants {missing} are not bound by any argument's shape")
         self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
         self._check_static_divisibility()
         self.outputs = tuple(i for i, a in enumerate(self.args) if a.is_output)
@@ -259,12 +251,9 @@ class BindingPlan:
     def _check_static_divisibility(self) -> None:
         for sym, div in self.meta.divisibility:
             if div <= 0:
-                raise LaunchError(kernel=self.kernel, message=f"invalid metadata: divisor {div} for {sym}")
+                raise _bad_metadata(self.kernel, f"divisor {div} for {sym}")
             if sym in self.statics and self.statics[sym] % div:
-                raise LaunchError(
-                    kernel=self.kernel,
-                    message=(f"invalid metadata: compile-time {sym}={self.statics[sym]} is not divisible by {div}"),
-                )
+                raise _bad_metadata(self.kernel, f"compile-time {sym}={self.statics[sym]} is not divisible by {div}")
 
     def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
         spans = [(p, p + a.itemsize * math.prod(s)) for p, s, a in zip(ptrs, shapes, self.args, strict=True)]
@@ -286,13 +275,17 @@ class BindingPlan:
                     )
 
 
-def _make_arg(meta: KernelMetadata, name: str, dtype: str, spec: Any) -> _Arg:
+def _bad_metadata(kernel: str, what: str) -> LaunchError:
+    return LaunchError(kernel=kernel, message=f"invalid metadata: {what}")
+
+
+def _make_arg(meta: KernelMetadata, spec: Any) -> _Arg:
     import torch
 
-    if dtype not in DTYPES:
-        raise LaunchError(kernel=meta.kernel, message=f"invalid metadata: argument {name!r} has dtype {dtype!r}")
-    tdtype = getattr(torch, _TORCH_DTYPE_NAMES[dtype])
-    return _Arg(name, tdtype, dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
+    if spec.dtype not in DTYPES:
+        raise _bad_metadata(meta.kernel, f"argument {spec.name!r} has dtype {spec.dtype!r}")
+    tdtype = getattr(torch, _TORCH_DTYPE_NAMES[spec.dtype])
+    return _Arg(spec.name, tdtype, spec.dtype, len(spec.shape), tdtype.itemsize, spec.is_output)
 
 
 # --------------------------------------------------------------------------------------------- grid
@@ -337,11 +330,11 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
     Symbols are keyword parameters (extra keywords are ignored); the function runs with no builtins.
     """
     if len(grid) != 3:
-        raise LaunchError(kernel=kernel, message=f"invalid metadata: grid {tuple(grid)} must have 3 entries")
+        raise _bad_metadata(kernel, f"grid {tuple(grid)} must have 3 entries")
     names = frozenset(symbols)
     bad = [s for s in names if not s.isidentifier() or keyword.iskeyword(s) or s in _FUNCS or s.startswith("_")]
     if bad:
-        raise LaunchError(kernel=kernel, message=f"invalid metadata: symbol names {sorted(bad)} are not usable")
+        raise _bad_metadata(kernel, f"symbol names {sorted(bad)} are not usable")
     for expr in grid:
         try:
             tree = ast.parse(expr, mode="eval")
@@ -358,22 +351,27 @@ def compile_grid(grid: Sequence[str], symbols: Sequence[str], kernel: str = "?")
 # --------------------------------------------------------------------------------------------- API
 
 _PLANS: dict[tuple[int, str], tuple[KernelMetadata, BindingPlan]] = {}
+_GRIDS: dict[tuple[int, str], tuple[KernelMetadata, Callable[..., tuple]]] = {}
 _PLANS_LOCK = threading.Lock()
 _MAX_PLANS = 4096
 
 
-def plan_for(meta: KernelMetadata, device_type: str = "cuda") -> BindingPlan:
-    """The cached :class:`BindingPlan` of ``meta`` (keyed by identity: building one per call is wasteful)."""
-    key = (id(meta), device_type)
-    hit = _PLANS.get(key)
+def _memo(table: dict, meta: KernelMetadata, key: str, build: Callable[[], Any]) -> Any:
+    """``build()`` cached in ``table`` by ``(id(meta), key)`` (building one per call is wasteful)."""
+    hit = table.get((id(meta), key))
     if hit is not None and hit[0] is meta:
         return hit[1]
-    plan = BindingPlan(meta, device_type)
+    value = build()
     with _PLANS_LOCK:
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.clear()
-        _PLANS[key] = (meta, plan)  # holding meta keeps id(meta) from being reused while cached
-    return plan
+        if len(table) >= _MAX_PLANS:
+            table.clear()
+        table[(id(meta), key)] = (meta, value)  # holding meta keeps id(meta) from being reused while cached
+    return value
+
+
+def plan_for(meta: KernelMetadata, device_type: str = "cuda") -> BindingPlan:
+    """The cached :class:`BindingPlan` of ``meta`` (keyed by identity)."""
+    return _memo(_PLANS, meta, device_type, lambda: BindingPlan(meta, device_type))
 
 
 def bind_arguments(meta: KernelMetadata, tensors: Sequence[Any], device_type: str = "cuda") -> dict[str, int]:
@@ -389,23 +387,15 @@ def grid_for(meta: KernelMetadata, symbols: dict[str, int]) -> tuple[int, int, i
     return _checked_grid(meta, _grid_fn_for(meta), symbols)
 
 
-_GRIDS: dict[int, tuple[KernelMetadata, Callable[..., tuple]]] = {}
-
-
 def _grid_fn_for(meta: KernelMetadata) -> Callable[..., tuple]:
-    hit = _GRIDS.get(id(meta))
-    if hit is not None and hit[0] is meta:
-        return hit[1]
-    symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
-    symbols.update(s for s, _ in meta.static_symbols)
-    if any(SMS_NAME in g for g in meta.grid):
-        symbols.add(SMS_NAME)
-    fn = compile_grid(meta.grid, sorted(symbols), meta.kernel)
-    with _PLANS_LOCK:
-        if len(_GRIDS) >= _MAX_PLANS:
-            _GRIDS.clear()
-        _GRIDS[id(meta)] = (meta, fn)
-    return fn
+    def build() -> Callable[..., tuple]:
+        symbols = {s for a in meta.args for s in a.shape if isinstance(s, str)}
+        symbols.update(s for s, _ in meta.static_symbols)
+        if any(SMS_NAME in g for g in meta.grid):
+            symbols.add(SMS_NAME)
+        return compile_grid(meta.grid, sorted(symbols), meta.kernel)
+
+    return _memo(_GRIDS, meta, "grid", build)
 
 
 def _checked_grid(meta: KernelMetadata, fn: Callable[..., tuple], values: dict[str, int]) -> tuple[int, int, int]:
@@ -416,6 +406,6 @@ def _checked_grid(meta: KernelMetadata, fn: Callable[..., tuple], values: dict[s
     if not (0 <= g[0] <= GRID_LIMITS[0] and 0 <= g[1] <= GRID_LIMITS[1] and 0 <= g[2] <= GRID_LIMITS[2]):
         raise LaunchError(
             kernel=meta.kernel,
-            message=(f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}"),
+            message=f"grid {g} (from {meta.grid} with {values}) is negative or exceeds {GRID_LIMITS}",
         )
     return g

@@ -5,19 +5,19 @@ Requires: only the standard library and :mod:`wavec.knobs` / :mod:`wavec.errors`
 
 Guarantees:
 
-* :func:`cache_key` is a SHA-256 over a canonical, type-tagged serialisation of the kernel source, every
-  option, the target and the versions.  Dict keys are sorted, containers are walked recursively, and a
-  value of an unknown type raises :class:`~wavec.errors.CacheError` instead of being skipped.
-* :meth:`DiskCache.put` writes a temporary file in the entry's directory and ``os.replace``-s it into
-  place, so concurrent writers (threads or processes) never expose a partial entry.
-* :meth:`DiskCache.get` verifies every disk entry (:meth:`Artifact.from_bytes`); a corrupt entry is
-  deleted, a warning is issued and ``None`` is returned so that the caller recompiles.
-* ``WAVEC_CACHE_DISABLE`` (``knobs.cache_disable``) turns the disk layer off (read and write); the
-  in-memory LRU stays on.
+* :func:`cache_key` is a SHA-256 over a canonical, type-tagged serialisation (dict keys sorted, containers
+  walked recursively) of the kernel source, every option, the target and the versions; a value of an
+  unknown type raises :class:`~wavec.errors.CacheError` instead of being skipped.
+* :meth:`DiskCache.put` writes a temporary file next to the entry and ``os.replace``-s it into place, so
+  concurrent writers never expose a partial entry.
+* :meth:`DiskCache.get` verifies every disk entry; a corrupt one is deleted with a warning and ``None``
+  returned, so the caller recompiles.
+* ``WAVEC_CACHE_DISABLE`` turns the disk layer off (read and write); the in-memory LRU stays on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -152,16 +152,15 @@ class DiskCache:
         try:
             art = Artifact.from_bytes(blob)
         except CacheError as exc:
-            self._remove_corrupt(path, str(exc))
+            with contextlib.suppress(OSError):
+                path.unlink()
+            warnings.warn(f"wavec cache: removed corrupt entry {path} ({exc}); recompiling", stacklevel=2)
             return None
         self.memory.put(key, art)
         return art
 
     def put(self, key: str, artifact: Artifact) -> None:
-        """Store ``artifact`` under ``key`` (memory always, disk unless disabled).
-
-        A failure to write the disk entry is a warning, not an error: the artifact is still usable.
-        """
+        """Store ``artifact`` under ``key`` (memory always, disk unless disabled; a failed write warns)."""
         self.memory.put(key, artifact)
         if knobs.cache_disable:
             return
@@ -174,13 +173,6 @@ class DiskCache:
     def clear_memory(self) -> None:
         self.memory.clear()
 
-    def _remove_corrupt(self, path: Path, why: str) -> None:
-        try:
-            path.unlink()
-        except OSError:
-            pass
-        warnings.warn(f"wavec cache: removed corrupt entry {path} ({why}); recompiling", stacklevel=3)
-
 
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -192,10 +184,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

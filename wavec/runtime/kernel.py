@@ -1,23 +1,18 @@
 """``CompiledKernel``: what ``wc.compile`` returns — an artifact bound to a backend, callable on tensors.
 
-Requires: torch, imported lazily (by the backend's launcher, and by :class:`OutputPlan` the first time a
-call leaves the outputs to wavec); importing this module imports only the standard library and wavec.
+Requires: torch, imported lazily (by the backend's launcher and by :class:`OutputPlan`); importing this
+module imports only the standard library and wavec.
 
 Guarantees — the two calling conventions of ``kernel(*tensors)``:
 
-* **All arguments** (inputs and outputs, in binding order): the outputs are written in place and the call
-  returns ``None``.  This path adds one ``len`` comparison to the launcher's own validation.
-* **Inputs only** (the arguments whose ``ArgSpec.is_output`` is False, in binding order): wavec allocates
-  every output with ``torch.empty`` — dtype from its ``ArgSpec``, shape from the symbols bound by the
-  inputs' shapes or at compile time, on the device of the first input — launches, and returns the output
-  (a tuple of them, in binding order, if there are several).  The outputs are fresh, uninitialised memory
-  that the kernel writes in full.  If some output dimension is a symbol that neither an input nor
-  ``static_symbols`` binds, the call raises :class:`~wavec.errors.ArgumentError` telling the user to pass
-  the outputs.  Which input dimension gives each output dimension is worked out once per kernel
-  (:class:`OutputPlan`), which generates one straight-line ``launch`` function.
-* Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.  The
-  inputs are validated by the launcher exactly as in the all-arguments form (dtype, rank, device,
-  contiguity, alignment, symbol consistency, divisibility), after the outputs are allocated.
+* **All arguments** (inputs and outputs, in binding order): outputs written in place; returns ``None``.
+* **Inputs only** (the arguments whose ``ArgSpec.is_output`` is False, in binding order): every output is
+  a fresh ``torch.empty`` (dtype from its ``ArgSpec``, shape from the symbols bound by the inputs or at
+  compile time, on the first input's device) that the kernel writes in full; returns it (a tuple in
+  binding order if several).  An output dimension that neither an input nor ``static_symbols`` binds
+  raises :class:`~wavec.errors.ArgumentError` asking for the outputs.  The launcher then validates the
+  inputs exactly as in the all-arguments form.
+* Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.
 """
 
 from __future__ import annotations
@@ -36,10 +31,9 @@ __all__ = ["CompiledKernel", "OutputPlan"]
 class OutputPlan:
     """How to allocate a kernel's outputs from its inputs; built once per :class:`KernelMetadata`.
 
-    ``dims[j]``: output ``j``'s shape as ``(src, value)`` per dimension — input ``src``'s dimension ``value``,
-    or the size ``value`` itself when ``src`` is -1.  ``unbound``: ``(output name, dim, symbol)`` no input
-    determines (then :meth:`allocate` raises).  :meth:`allocate` never converts a size to ``int``, so it
-    works on fake tensors with symbolic shapes (the ``register_fake`` of :mod:`wavec.runtime.torch_op`).
+    ``dims[j]``: output ``j``'s shape, per dimension ``(src, value)``: input ``src``'s dimension ``value``,
+    or the size ``value`` when ``src`` is -1.  ``unbound``: ``(output name, dim, symbol)`` no input binds.
+    Sizes are never converted to ``int``, so fake tensors with symbolic shapes work (``torch_op``'s fakes).
     """
 
     def __init__(self, meta: KernelMetadata) -> None:
@@ -51,7 +45,6 @@ class OutputPlan:
         self.input_positions = tuple(i for i, a in enumerate(args) if not a.is_output)
         self.output_positions = tuple(i for i, a in enumerate(args) if a.is_output)
         self.input_names = tuple(args[i].name for i in self.input_positions)
-        self.output_names = tuple(args[i].name for i in self.output_positions)
         self.output_dtypes = tuple(getattr(torch, _TORCH_DTYPE_NAMES[args[i].dtype]) for i in self.output_positions)
         self.outputs_last = self.output_positions == tuple(range(len(self.input_positions), len(args)))
         statics = dict(meta.static_symbols)
@@ -80,16 +73,12 @@ class OutputPlan:
         self._empty = torch.empty
         self.launch = None if unbound else self._compile_launch()
 
-    def shapes(self, inputs: Sequence[Any]) -> list[list[Any]]:
-        """Each output's shape (ints, or SymInts for fake tensors) read from ``inputs``' shapes."""
-        if self.unbound:
-            self.raise_unbound()
-        return [[v if s < 0 else inputs[s].shape[v] for s, v in dims] for dims in self.dims]
-
     def allocate(self, inputs: Sequence[Any], device: Any) -> list[Any]:
         """Fresh ``torch.empty`` outputs on ``device`` for ``inputs`` (not validated here)."""
+        if self.unbound:
+            self.raise_unbound()
         try:
-            shapes = self.shapes(inputs)
+            shapes = [[v if s < 0 else inputs[s].shape[v] for s, v in dims] for dims in self.dims]
         except (AttributeError, IndexError, TypeError):
             self.diagnose(inputs)
             raise
@@ -105,11 +94,8 @@ class OutputPlan:
         return tuple(full)
 
     def _compile_launch(self) -> Any:
-        """``launch(impl, default_device, *inputs)``: allocate, run ``impl`` on every argument, return.
-
-        Generated once per kernel from positions and ints only (no names from the metadata reach the
-        source), so a call is one Python frame with straight-line ``torch.empty`` calls.
-        """
+        """``launch(impl, default_device, *inputs)``: allocate, run ``impl`` on every argument, return; one
+        straight-line frame generated from positions and ints only (no metadata names reach the source)."""
         xs = [f"x{i}" for i in range(len(self.input_positions))]
         xs_all = xs + [f"s{j}" for j in range(len(self.meta.scalars))]
         full = [""] * len(self.meta.args)
@@ -138,11 +124,9 @@ class OutputPlan:
         raise ArgumentError(
             kernel=self.kernel,
             arg=name,
-            message=(
-                f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
-                f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
-                f"pass the outputs yourself: kernel({every})"
-            ),
+            message=f"cannot allocate this output: its dimension {d} is symbol {sym}, which no input "
+            f"({', '.join(self.input_names) or 'none'}) binds and which is not bound at compile time; "
+            f"pass the outputs yourself: kernel({every})",
         )
 
     def diagnose(self, inputs: Sequence[Any]) -> None:
@@ -162,35 +146,20 @@ class OutputPlan:
 
 
 class CompiledKernel:
-    """Call with torch tensors: all arguments (outputs written in place) or the inputs only.
-
-    See the module docstring for the two conventions.  ``backend`` names a backend of
-    :mod:`wavec.runtime.backends`, whose launcher is loaded on the first call.
-    """
+    """Call with all arguments (outputs written in place) or the inputs only (module docstring);
+    ``backend``'s launcher (:mod:`wavec.runtime.backends`) is loaded on the first call."""
 
     def __init__(self, artifact: Artifact, backend: str, stats: Any = None) -> None:
         self.artifact = artifact
         self.backend = backend
         self.stats = stats
         self.metadata = artifact.metadata
-        self._impl = None
+        self._impl: Any = None
         nscalars = len(self.metadata.scalars)  # by-value arguments follow the tensors in both conventions
         self._nargs = len(self.metadata.args) + nscalars
         self._ninputs = sum(1 for a in self.metadata.args if not a.is_output) + nscalars
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
-
-    def _load(self) -> Any:
-        factory = launcher_factory(self.backend)
-        if factory is None:
-            raise LaunchError(
-                kernel=self.metadata.kernel,
-                message=(
-                    f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
-                    "compile with backend='emulator' to run it on the CPU"
-                ),
-            )
-        return factory(self.artifact)
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -219,7 +188,14 @@ class CompiledKernel:
 
     def _launcher(self) -> Any:
         if self._impl is None:
-            self._impl = self._load()
+            factory = launcher_factory(self.backend)
+            if factory is None:
+                raise LaunchError(
+                    kernel=self.metadata.kernel,
+                    message=f"backend {self.backend!r} cannot run here (no launcher is registered for it); "
+                    "compile with backend='emulator' to run it on the CPU",
+                )
+            self._impl = factory(self.artifact)
         return self._impl
 
     def _count_error(self, n: int) -> None:
@@ -232,11 +208,9 @@ class CompiledKernel:
         raise ArgumentError(
             kernel=meta.label,
             arg=arg,
-            message=(
-                f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
-                f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
-                "with the outputs written in place"
-            ),
+            message=f"got {n} {what}; pass either the {len(inputs)} inputs ({', '.join(inputs)}) — the "
+            f"outputs are then allocated and returned — or all {len(every)} arguments ({', '.join(every)}) "
+            "with the outputs written in place",
         )
 
     @property

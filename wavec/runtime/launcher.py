@@ -1,22 +1,20 @@
 """Launching a compiled CUDA artifact on PyTorch tensors through ``cuda.bindings.driver``.
 
-Requires: torch with CUDA and ``cuda-bindings`` (``cuda.bindings.driver``), both imported lazily when a
-:class:`CudaKernel` is built; importing this module imports only the standard library and wavec.
+Requires: torch with CUDA and ``cuda-bindings``, both imported lazily when a :class:`CudaKernel` is built.
 
 Guarantees:
 
-* Construction loads the cubin/PTX into the primary context of torch's current device (the context torch
-  itself uses), finds the entry function and raises the dynamic shared memory limit when the kernel needs
-  more than 48 KiB.  Any failure is a :class:`~wavec.errors.LaunchError` naming the CUresult.
+* Construction loads the cubin/PTX into the primary context of torch's current device (the one torch
+  uses), finds the entry function and raises the dynamic shared memory limit above 48 KiB when needed.
+  Any failure is a :class:`~wavec.errors.LaunchError` naming the CUresult.
 * ``kernel(*tensors)`` validates the tensors (:class:`~wavec.runtime.binding.BindingPlan`), evaluates the
-  grid, and launches on **torch's current stream of the tensors' device** with the ABI of
-  ``docs/toolchain.md``: one u64 device pointer per binding, then one i32 per launch constant.  A grid with
-  a zero dimension launches nothing.  Every CUresult is checked.
-* The stream is read on every launch (``torch._C._cuda_getCurrentRawStream``, else
-  ``torch.cuda.current_stream(d).cuda_stream``), so ``torch.cuda.stream(s)`` and graph capture work.
-* A kernel with TMA tensor maps gets one more pointer after the tensors: a device buffer of the maps of
-  this call's tensors (:class:`~wavec.runtime.tensor_map.TensorMapCache`; a new set of tensors encodes and
-  uploads first, so warm up on the same tensors before capturing a CUDA graph).
+  grid (one with a zero dimension launches nothing) and launches with the ABI of ``docs/toolchain.md``
+  (one u64 pointer per binding, then one i32 per launch constant), checking every CUresult.
+* It launches on torch's current stream of the tensors' device, read on every launch, so
+  ``torch.cuda.stream(s)`` and graph capture work.
+* TMA tensor maps are one more pointer after the tensors: a device buffer of this call's maps
+  (:class:`~wavec.runtime.tensor_map.TensorMapCache`; new tensors encode and upload first, so warm up on
+  the same tensors before capturing a CUDA graph).
 * ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch).
 """
 
@@ -53,10 +51,8 @@ def _load_driver(kernel: str) -> Any:
     except ImportError as exc:
         raise LaunchError(
             kernel=kernel,
-            message=(
-                f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
-                "or use the emulator backend (WAVEC_BACKEND=emulator)"
-            ),
+            message=f"cannot import cuda.bindings.driver ({exc}); install it with pip install 'cuda-bindings>=12.4' "
+            "or use the emulator backend (WAVEC_BACKEND=emulator)",
         ) from None
     return driver
 
@@ -102,10 +98,8 @@ class CudaKernel:
         if artifact.format not in ("cubin", "ptx"):
             raise LaunchError(
                 kernel=self.kernel,
-                message=(
-                    f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
-                    "expected 'cubin' or 'ptx'"
-                ),
+                message=f"artifact format {artifact.format!r} (target {artifact.target}) cannot run on CUDA; "
+                "expected 'cubin' or 'ptx'",
             )
         self._drv = _load_driver(self.kernel)
         self._success = self._drv.CUresult.CUDA_SUCCESS
@@ -124,17 +118,10 @@ class CudaKernel:
         self._shared = meta.shared_bytes
         self._constants = meta.constants
         self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
-        self._maps = (
-            TensorMapCache(
-                meta.tensor_maps,
-                lambda m: encode_cuda(m, meta.label),
-                self._upload,
-                meta.label,
-                [a.name for a in meta.args],
-            )
-            if meta.tensor_maps
-            else None
-        )
+        self._maps: TensorMapCache | None = None
+        if meta.tensor_maps:
+            encode = lambda m: encode_cuda(m, meta.label)
+            self._maps = TensorMapCache(meta.tensor_maps, encode, self._upload, meta.label, [a.name for a in meta.args])
         self._check(self._drv.cuInit(0)[0], "cuInit")
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())
@@ -251,10 +238,8 @@ class CudaKernel:
         if not torch.cuda.is_available():
             raise LaunchError(
                 kernel=self.kernel,
-                message=(
-                    "torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
-                    "(WAVEC_BACKEND=emulator) on machines without a GPU"
-                ),
+                message="torch sees no CUDA device (torch.cuda.is_available() is False); use the emulator backend "
+                "(WAVEC_BACKEND=emulator) on machines without a GPU",
             )
         torch.cuda.init()
         # torch._C._cuda_getDevice skips current_device()'s lazy-init check; same value.
@@ -279,7 +264,7 @@ class CudaKernel:
             hint = _HINTS.get(name)
             hint = f" ({hint})" if hint else ""
             raise LaunchError(
-                kernel=self.kernel, message=(f"{what} returned {name}{hint}; kernel defined at {self.meta.source}")
+                kernel=self.kernel, message=f"{what} returned {name}{hint}; kernel defined at {self.meta.source}"
             )
 
     def _check_get(self, result: tuple, what: str) -> Any:

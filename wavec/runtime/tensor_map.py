@@ -1,29 +1,25 @@
 """TMA tensor maps: what a kernel asks for (:class:`TensorMapSpec`), what one call gives it
 (:class:`TensorMap`), and the 128-byte encodings the kernel reads from its tensor-map binding.
 
-Requires: only the standard library (the CUDA encoder receives the driver module from the launcher), so
-the emulator and the unit tests need no CUDA driver and a cache hit stays cheap.
+Requires: only the standard library (the CUDA encoder loads libcuda itself), so the emulator and the unit
+tests need no CUDA driver and a cache hit stays cheap.
 
 Guarantees:
 
-* A kernel that loads tiles with TMA (``pipeline_loops``) lists one :class:`TensorMapSpec` per (tensor,
-  box) in its metadata and gets one extra ReadOnly binding, after the tensors: ``128 x len(specs)`` bytes,
-  map ``i`` at byte ``128 i`` (64-byte alignment is what the hardware needs).  IREE's kernel ABI passes
-  only pointers and i32 constants, so a ``CUtensorMap`` cannot be a ``__grid_constant__`` parameter; the
-  kernel reads the map through its global address instead (and fences the tensormap proxy before use).
-* :func:`describe` turns a spec and a call's tensor into a :class:`TensorMap` (dimensions innermost first,
-  byte strides of the outer dimensions, the global address) or raises :class:`~wavec.errors.ArgumentError`
-  when TMA cannot describe it: the global address must be 16-byte aligned and every stride a multiple of
-  16 bytes below 2^40 (PTX ISA, "Tensor-map"; ``cuTensorMapEncodeTiled``).
-* :func:`encode_cuda` encodes a map with the driver's ``cuTensorMapEncodeTiled`` (through ctypes: tiled,
-  interleave none, the spec's swizzle, 256-byte L2 promotion, out-of-bounds elements filled with zeros);
-  :func:`encode_emulated` / :func:`decode_emulated` are wavec's own 128-byte layout of the same fields,
-  for the CPU emulator.
-* :class:`TensorMapCache` keeps the encoded buffer of each distinct (pointers, shapes, strides) of the
-  mapped tensors, so repeated calls on the same tensors cost one dict lookup.  Cached buffers are never
-  rewritten; past ``limit`` entries a call's buffer is not cached and is freed (stream-ordered) after a
-  later call.  The kernel executes ``fence.proxy.tensormap::generic.acquire.sys`` on each map before its
-  first TMA, so what the host wrote is what the TMA unit reads, even where an address is reused.
+* A kernel that loads tiles with TMA lists one :class:`TensorMapSpec` per (tensor, box) and gets one extra
+  ReadOnly binding after the tensors: ``128 x len(specs)`` bytes, map ``i`` at byte ``128 i``.  IREE's
+  kernel ABI passes only pointers and i32 constants, so a ``CUtensorMap`` cannot be a
+  ``__grid_constant__`` parameter; the kernel reads each map through its global address, after a
+  ``fence.proxy.tensormap::generic.acquire.sys`` (so what the host wrote is what the TMA unit reads).
+* :func:`describe` makes a call's :class:`TensorMap` or raises :class:`~wavec.errors.ArgumentError` when
+  TMA cannot describe the tensor: 16-byte aligned address, every stride a multiple of 16 bytes below
+  2^40 (PTX ISA, "Tensor-map"; ``cuTensorMapEncodeTiled``).
+* :func:`encode_cuda` encodes with the driver's ``cuTensorMapEncodeTiled`` (tiled, no interleave, the
+  spec's swizzle, 256-byte L2 promotion, zero fill out of bounds); :func:`encode_emulated` /
+  :func:`decode_emulated` are wavec's own 128-byte layout of the same fields, for the CPU emulator.
+* :class:`TensorMapCache` keeps the encoded buffer of each distinct (pointers, shapes, strides), so
+  repeated calls cost one dict lookup; cached buffers are never rewritten, and past ``limit`` entries a
+  call's buffer is not cached (freed, stream-ordered, after a later call).
 """
 
 from __future__ import annotations
@@ -210,10 +206,8 @@ def decode_emulated(raw: bytes) -> tuple[int, int, int, int, tuple, tuple, tuple
 
 
 class TensorMapCache:
-    """Encoded map buffers per distinct (address, shape, strides) of the mapped tensors.
-
-    ``upload(raw: bytes, device) -> (handle, device address)`` stores one buffer (the handle keeps it
-    alive); ``encode(TensorMap) -> bytes`` encodes one map.  At most ``limit`` buffers are cached."""
+    """Encoded map buffers per distinct (address, shape, strides) of the mapped tensors, at most ``limit``.
+    ``encode(TensorMap) -> bytes``; ``upload(raw, device) -> (handle keeping it alive, device address)``."""
 
     def __init__(
         self,

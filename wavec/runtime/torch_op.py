@@ -4,23 +4,18 @@ Requires: torch >= 2.4 (``torch.library.custom_op``), imported when this module 
 
 Guarantees of :func:`register_torch_op` ``(compiled, "ns::op")``:
 
-* ``torch.ops.ns.op(*inputs)`` — functional (``mutates_args=()``): takes the kernel's inputs (the
-  arguments whose ``ArgSpec.is_output`` is False, in binding order) and returns freshly allocated outputs
-  (one tensor, or a tuple in binding order).  This is what :func:`register_torch_op` returns.
-* ``torch.ops.ns.op_out(*all_args)`` — in place: takes every argument in binding order, writes the
-  outputs (declared mutated in the schema, ``Tensor(a!)``) and returns nothing.
-* Both have a fake (meta) implementation: the functional op allocates ``torch.empty`` outputs whose sizes
-  are read straight from the inputs' ``shape`` entries (SymInts stay symbolic, so ``torch.compile`` with
-  dynamic shapes and ``fullgraph=True`` trace through with no graph break); the in-place op returns
-  nothing.  Fake implementations do not validate dtypes or divisibility; the real call does.
-* Dispatch by the device of the first tensor: CUDA tensors run the compiled kernel when its backend is
-  "cuda"/"rocm" (else a CUDA kernel built lazily from the same artifact); every other device runs an
-  emulator kernel (the compiled kernel itself when its backend is "emulator", else
-  ``CompiledKernel(artifact, "emulator")`` built lazily), which accepts CPU tensors only.  The CUDA
-  launcher launches on torch's current stream, so the op can be captured in a CUDA graph.
-* Registering the same name again with an equal artifact (ignoring ``metadata.source``) returns the
-  existing op; with a different kernel, or a name torch already knows from elsewhere, it raises
-  :class:`TorchOpError`.  There is no autograd formula: backward through the op raises.
+* ``torch.ops.ns.op(*inputs)`` (returned) is functional: takes the kernel's inputs (non-output arguments,
+  in binding order) and returns fresh outputs (one tensor, or a tuple in binding order).
+* ``torch.ops.ns.op_out(*all_args)`` writes the outputs in place (``Tensor(a!)`` in the schema).
+* Both have fake implementations: the functional op's outputs take their sizes straight from the inputs'
+  shapes (SymInts stay symbolic, so ``torch.compile`` with dynamic shapes and ``fullgraph=True`` traces
+  through); they validate nothing (the real call does).
+* By the first tensor's device: CUDA runs the compiled kernel when its backend is "cuda"/"rocm" (else a
+  CUDA kernel built lazily from the same artifact), other devices an emulator kernel (CPU tensors only).
+  Launches go to torch's current stream, so the op can be captured in a CUDA graph.
+* Registering a name again with an equal artifact (ignoring ``metadata.source``) returns the existing op;
+  with another kernel, or a name torch already knows, it raises :class:`TorchOpError`.  There is no
+  autograd formula: backward through the op raises.
 """
 
 from __future__ import annotations
@@ -50,7 +45,6 @@ class _Registration:
     key: Artifact
     kernel: str
     op: Any
-    op_out: Any
     defs: tuple[Any, ...]  # the CustomOpDefs (torch keeps them only weakly)
 
 
@@ -64,12 +58,9 @@ def registered_torch_ops() -> dict[str, str]:
 
 
 def register_torch_op(compiled: CompiledKernel, name: str) -> Callable[..., Any]:
-    """Register ``compiled`` as ``torch.ops.<ns>.<op>`` (functional) and ``<ns>::<op>_out`` (in place).
-
-    ``name`` is ``"ns::op"``.  Returns the functional op (``torch.ops.ns.op``).  Raises
-    :class:`TorchOpError` for a malformed name, a kernel with no inputs or no outputs, an output whose
-    size no input determines, or a name already registered with a different kernel.
-    """
+    """Register ``compiled`` as ``torch.ops.<ns>.<op>`` (functional, returned) and ``<ns>::<op>_out`` (in
+    place).  Raises :class:`TorchOpError` for a malformed name, a kernel with no inputs or no outputs, an
+    output whose size no input determines, or a name already registered with a different kernel."""
     if not isinstance(compiled, CompiledKernel):
         raise TypeError(f"register_torch_op expects a CompiledKernel, got {type(compiled).__name__}")
     match = _NAME.match(name) if isinstance(name, str) else None
@@ -84,10 +75,8 @@ def register_torch_op(compiled: CompiledKernel, name: str) -> Callable[..., Any]
                 return existing.op
             raise TorchOpError(
                 name=name,
-                message=(
-                    f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
-                    f"another name for kernel {compiled.metadata.kernel!r}"
-                ),
+                message=f"already registered for kernel {existing.kernel!r} with a different artifact; pick "
+                f"another name for kernel {compiled.metadata.kernel!r}",
             )
         reg = _register(compiled, ns, op_name, name, key)
         _REGISTRY[name] = reg
@@ -108,10 +97,8 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
         out, d, sym = plan.unbound[0]
         raise TorchOpError(
             name=name,
-            message=(
-                f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
-                "compile time, so the functional op cannot allocate it; bind it in subs"
-            ),
+            message=f"output {out!r} dimension {d} is symbol {sym}, which no input binds and which is not bound at "
+            "compile time, so the functional op cannot allocate it; bind it in subs",
         )
     for qual in (name, f"{name}_out"):
         if _torch_knows(ns, qual.split("::")[1]):
@@ -142,14 +129,8 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
         odef.register_fake(in_place_fake)
     except (RuntimeError, ValueError) as exc:
         raise TorchOpError(name=name, message=f"torch.library refused it: {exc}") from exc
-    namespace = getattr(torch.ops, ns)
-    return _Registration(
-        key=key,
-        kernel=meta.kernel,
-        op=getattr(namespace, op_name),
-        op_out=getattr(namespace, f"{op_name}_out"),
-        defs=(fdef, odef),
-    )
+    op = getattr(getattr(torch.ops, ns), op_name)
+    return _Registration(key=key, kernel=meta.kernel, op=op, defs=(fdef, odef))
 
 
 def _torch_knows(ns: str, op_name: str) -> bool:
@@ -161,10 +142,14 @@ def _torch_knows(ns: str, op_name: str) -> bool:
     return True
 
 
+def _usable(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED_ARG_NAMES
+
+
 def _arg_names(meta: Any) -> list[str]:
-    names = []
+    names: list[str] = []
     for i, a in enumerate(meta.args):
-        ok = a.name.isidentifier() and not keyword.iskeyword(a.name) and a.name not in _RESERVED_ARG_NAMES
+        ok = _usable(a.name)
         names.append(a.name if ok and a.name not in names else f"arg{i}_{a.name}" if ok else f"arg{i}")
     return names
 
@@ -189,8 +174,7 @@ def _schemas(meta: Any) -> tuple[str, str, tuple[str, ...]]:
 
 
 def _scalar_name(name: str, taken: list[str]) -> str:
-    ok = name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED_ARG_NAMES
-    return name if ok and name not in taken else f"scalar_{name}" if ok else "scalar"
+    return name if _usable(name) and name not in taken else f"scalar_{name}" if _usable(name) else "scalar"
 
 
 def _alias(i: int) -> str:

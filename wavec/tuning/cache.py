@@ -1,10 +1,9 @@
 """Persistent tuning results: one readable JSON file per kernel under ``knobs.cache_dir / "tuning"``.
 
-An entry's key is the shape bucket, the dtypes, the GPU name and the versions of wavec, IREE and ptxas
-(``"M=4096,N=4096,K=4096 | f16,f16,f32 | NVIDIA H200 | wavec 0.1.0, iree 3.x, ptxas 12.x"``); the
-kernel names the file.  Shapes bucket to the next power of two per dimension, except the first
-dimension below 16, which stays exact (decode shapes differ a lot from one another).  Writes are
-atomic (temporary file + ``os.replace``) and merge with what is on disk.
+Entries are keyed by shape bucket, dtypes, GPU name and versions of wavec, IREE and ptxas (``"M=4096,
+N=4096,K=4096 | f16,f16,f32 | NVIDIA H200 | wavec 0.1.0, iree 3.x, ptxas 12.x"``).  Shapes bucket to the
+next power of two per dimension, except a first dimension below 16 (decode shapes differ a lot).  Writes
+are atomic (temporary file + ``os.replace``) and merge with what is on disk.
 """
 
 from __future__ import annotations
@@ -81,14 +80,8 @@ class TuningCache:
             return {}
         return data
 
-    def load(self) -> dict:
-        return self._read().get("entries", {})
-
     def get(self, key: str) -> dict | None:
-        return self.load().get(key)
-
-    def put(self, key: str, entry: dict) -> None:
-        self.put_many({key: entry})
+        return self._read().get("entries", {}).get(key)
 
     def put_many(self, entries: dict, models: dict | None = None) -> None:
         """Merge ``entries`` (key -> entry) and ``models`` (``model_key`` -> fitted cost model) into the file."""

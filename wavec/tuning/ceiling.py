@@ -1,16 +1,10 @@
 """Analytical lower bound on a GEMM launch's time, and the % of it a measured time reaches.
 
-The bound is the largest of:
-
-* matrix pipe: the busiest SM's FLOPs (workgroups go to SMs round-robin, so it runs
-  ``ceil(ctas / sms)`` of them, each ``2 * BLOCK_M * BLOCK_N * K`` padded FLOPs) at ``rate / sms``;
-* HBM: compulsory bytes (A, B read once, C written once) at the HBM bandwidth;
-* L2: every workgroup's reads of its A and B panels at the L2 bandwidth;
-* shared memory: the busiest SM's shared-memory reads (each wave reads its A and B slices) at the
-  per-SM shared bandwidth;
-
-plus the launch overhead.  Rates come from a small table of published figures per GPU, overridable by
-rates measured once per device (``measure_rates``, GPU only) or passed in.
+The bound is the launch overhead plus the largest of: the matrix pipe (the busiest SM's
+``ceil(ctas / sms)`` workgroups of ``2 * BLOCK_M * BLOCK_N * K`` padded FLOPs at ``rate / sms``), HBM
+(A and B read once, C written once), L2 (every workgroup's A and B panels) and shared memory (the
+busiest SM's waves reading their A and B slices).  Rates: published figures per GPU, overridable by
+``measure_rates`` (GPU only) or passed in.
 """
 
 from __future__ import annotations
@@ -66,14 +60,8 @@ def gemm_ceiling(
     shared = per_sm * (block_m * k * waves[1] + block_n * k * waves[0]) * in_bytes / r.shared_bytes_per_sm
     parts = {"mma": mma, "hbm": hbm, "l2": l2, "shared": shared}
     bound = max(parts.values()) + r.launch_s
-    return {
-        **parts,
-        "launch": r.launch_s,
-        "bound": bound,
-        "limiter": max(parts, key=parts.__getitem__),
-        "ctas": ctas,
-        "waves": -(-ctas // r.sms),
-    }
+    limiter = max(parts, key=parts.__getitem__)
+    return {**parts, "launch": r.launch_s, "bound": bound, "limiter": limiter, "ctas": ctas, "waves": -(-ctas // r.sms)}
 
 
 def percent_of_ceiling(measured_s: float, ceiling: dict) -> float:

@@ -1,7 +1,7 @@
 """Wave-quantisation cost model: per configuration, time as a function of the CTA grid.
 
-For a configuration with ``slots = sms * ctas_per_sm`` resident workgroups and a launch of ``ctas``
-workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / BLOCK_K)``)::
+For ``slots = sms * ctas_per_sm`` resident workgroups and a launch of ``ctas`` workgroups of ``work`` units
+(GEMM: K-loop iterations, ``ceil(K / BLOCK_K)``)::
 
     t = c0 + c1 * waves + work * (c2 * rounds + c3 * ctas + c4 * sub + c5 * sm_waves + c6 * perimeter)
 
@@ -10,17 +10,16 @@ workgroups, each doing ``work`` units (for GEMM: K-loop iterations, ``ceil(K / B
     rounds    = sum over the waves of max(knee, fill of the wave)   (knee = 1: rounds = waves)
 
 ``c0`` is launch/startup, ``c1`` the fixed part of a wave, ``c2`` one K step of a full wave, ``c5`` one
-K step per CTA queued on the busiest SM, ``c6`` one K step of the grid's compulsory panel traffic; ``c3``
-and ``c4`` belong to the earlier form, are 0 in what ``fit_config`` fits, and stay for stored models.
-``fit_config`` fits one configuration by non-negative least squares per knee of ``KNEES`` (why, and how
-knees and outliers are chosen: docs/tuning.md, "Cost model terms").  ``CostModel.choose`` is plain
-Python arithmetic, fast enough for host dispatch and for pruning a search.
+K step per CTA queued on the busiest SM, ``c6`` one K step of the compulsory panel traffic; ``c3`` and
+``c4`` (the earlier form, kept for stored models) are 0 in ``fit_config``'s non-negative least squares
+per knee of ``KNEES`` (docs/tuning.md, "Cost model terms").  ``CostModel.choose`` is plain Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 MAX_POINTS = 25
 N_COEF = 7
@@ -122,8 +121,8 @@ def _solve(pts) -> tuple[tuple[float, ...], float]:
 
 
 def fit(rows, max_points: int = MAX_POINTS) -> tuple[float, ...]:
-    """Coefficients from ``rows = [(features(...), seconds), ...]``, all non-negative (every column of the
-    features is fitted; at most ``max_points`` rows, evenly spread over the list when there are more)."""
+    """Non-negative coefficients of every feature from ``rows = [(features(...), seconds), ...]`` (at most
+    ``max_points`` rows, evenly spread)."""
     return _solve(_spread(rows, max_points))[0]
 
 
@@ -138,10 +137,8 @@ def _fit_knees(launches, knees) -> tuple[float, tuple[float, ...], float]:
             for (ctas, slots, work, sms, per), t in launches
         ]
         part, res = _solve(rows)
-        coef = [0.0] * N_COEF
-        for j, c in zip(FITTED, part):
-            coef[j] = c
-        sols.append((knee, tuple(coef), res))
+        fitted = dict(zip(FITTED, part))
+        sols.append((knee, tuple(fitted.get(j, 0.0) for j in range(N_COEF)), res))
     least = min(r for _k, _c, r in sols)
     return max((s for s in sols if s[2] <= KNEE_TOL * least), key=lambda s: s[0])
 
@@ -178,12 +175,10 @@ def _widen(coef) -> tuple[float, ...]:
 
 @dataclass
 class ConfigModel:
-    """A configuration's tiles and fitted coefficients.  ``tiles`` are the workgroup tiles along the
-    launch grid's dimensions, ``loop_tile`` the reduction step (0: no reduction loop), ``sms`` the
-    device's SMs (0: ``slots``), ``knee`` the wave fill below which a K step no longer gets cheaper
-    (``fit_config`` chooses it; 1: the ``waves`` term of the earlier form).  ``limits`` is the range of
-    the first grid dimension the configuration serves (e.g. 16-row GEMM tiles only for M <= 64): ``choose``
-    does not extrapolate beyond it."""
+    """A configuration's workgroup ``tiles`` along the grid's dimensions, reduction step ``loop_tile`` (0:
+    none), the device's ``sms`` (0: ``slots``), the ``knee`` (``fit_config``'s; 1: the earlier form's
+    ``waves``) and the range ``limits`` of the first grid dimension it serves (``choose`` does not
+    extrapolate beyond it: 16-row GEMM tiles only for M <= 64)."""
 
     name: str
     tiles: tuple[int, ...]
@@ -234,9 +229,8 @@ class CostModel:
         return sorted(pool, key=lambda c: self.predict(c, shape))[:k]
 
     def _groups(self) -> list:
-        """Configurations grouped by (tiles, loop tile, slots, SMs, limits): the grid arithmetic is done
-        once per group.  Rebuilt when configurations are added or removed (a cheap check, as ``choose`` runs
-        per launch); after changing a configuration in place, call ``invalidate``."""
+        """Configurations grouped by (tiles, loop tile, slots, SMs, limits), the grid arithmetic done once per
+        group; rebuilt when configurations are added or removed (after changing one in place: ``invalidate``)."""
         sig = (id(self.configs), len(self.configs))
         if self._table is None or self._table_of != sig:
             groups: dict = {}
@@ -254,10 +248,9 @@ class CostModel:
         self._table = self._compiled = None
 
     def choose(self, shape) -> ConfigModel:
-        """The serving configuration of least predicted time; when none serves ``shape``, the least over all.
-        GEMM-like shapes (two grid dims and a reduction) go through ``_gemm_argmin``, the model compiled to
-        straight-line Python (constants inlined, zero coefficients dropped): a few dozen configurations in
-        a few µs on the host."""
+        """The serving configuration of least predicted time (when none serves ``shape``, the least over all).
+        GEMM-like shapes go through the model compiled to straight-line Python (``_compile_gemm``): a few
+        dozen configurations in a few µs on the host."""
         if len(shape) == 3:
             fn, cfgs = self._gemm_argmin()
             if fn is not None:
@@ -287,37 +280,13 @@ class CostModel:
         return best
 
     def to_json(self) -> list:
-        return [
-            {
-                "name": c.name,
-                "tiles": list(c.tiles),
-                "loop_tile": c.loop_tile,
-                "slots": c.slots,
-                "sms": c.sms,
-                "coef": list(c.coef),
-                "limits": list(c.limits),
-                "knee": c.knee,
-            }
-            for c in self.configs
-        ]
+        return [asdict(c) for c in self.configs]
 
     @classmethod
     def from_json(cls, data) -> CostModel:
-        return cls(
-            [
-                ConfigModel(
-                    d["name"],
-                    tuple(d["tiles"]),
-                    d["loop_tile"],
-                    d["slots"],
-                    _widen(d["coef"]),
-                    tuple(d.get("limits", (0, 1 << 62))),
-                    d.get("sms", 0),
-                    d.get("knee", 1.0),
-                )
-                for d in data
-            ]
-        )
+        """Inverse of ``to_json``; entries of the earlier form lack ``limits``, ``sms`` and ``knee``."""
+        rows: list[dict[str, Any]] = [{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()} for d in data]
+        return cls([ConfigModel(**row) for row in rows])
 
 
 def _term(coef: float, expr: str) -> str:
@@ -360,14 +329,9 @@ def _compile_gemm(groups: list) -> tuple:
                 )
                 for lt, members in by_lt.items():
                     lines.append(f"        w = {f'-(-k // {lt})' if lt else '1'}")
-                    for cfg, knee, c0, c1, c2, c3, c4, c5, c6 in members:
-                        k_terms = (
-                            _term(c2, _rounds_expr(knee))
-                            + _term(c3, "ctas")
-                            + _term(c4, "sub")
-                            + _term(c5, "smw")
-                            + _term(c6, "per")
-                        )
+                    for cfg, knee, c0, c1, *k_coef in members:  # the terms of one K step: c2..c6
+                        k_names = (_rounds_expr(knee), "ctas", "sub", "smw", "per")
+                        k_terms = "".join(_term(c, e) for c, e in zip(k_coef, k_names))
                         expr = f"{c0!r}{_term(c1, 'waves')}" + (f" + w * (0.0{k_terms})" if k_terms else "")
                         lines += [f"        t = {expr}", f"        if t < bt: best, bt = {len(cfgs)}, t"]
                         cfgs.append(cfg)

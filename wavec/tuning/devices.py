@@ -1,10 +1,8 @@
-"""Per-device data: the figures that schedule rules, cost models and ceilings need, in one table.
+"""Per-device data that schedule rules (SM counts), cost models and ceilings (rates) need, in one table.
 
-The GEMM plan (``tuning/plan.py``) counts rounds of workgroups over ``sms``; the ceiling
-(``tuning/ceiling.py``) takes its rates from here.  A device is found by the visible GPU's name, else by a
-target or a name given explicitly (``device("H200")``, ``device(target="sm_80")``); nothing visible and
-nothing named is the H100 SXM, the GPU the schedule tables were measured on.  Figures are published ones
-(dense f16/bf16 on the matrix units, boost clocks); L2 bandwidth is a commonly measured figure.
+A device is found by name, else the visible GPU's, else by target (``device("H200")``,
+``device(target="sm_80")``), else it is the H100 SXM the schedule tables were measured on.  Figures are
+published ones (dense f16/bf16, boost clocks); L2 bandwidth is a commonly measured figure.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One GPU model: its name, compile target, SMs (CUs), boost clock, L2 and shared memory sizes,
-    and the rates of its matrix units, HBM and L2."""
+    """One GPU model: name, compile target, SMs (CUs), boost clock, sizes and rates."""
 
     name: str
     arch: str

@@ -1,13 +1,12 @@
-"""Evaluating a tuner (the parts of ``benchmarks/tune_gemm.py`` that decide something): ``split_shapes``
-(fit / held-out shapes), ``regret``, ``portfolio`` (the few configurations that cover every fitted shape
-within a tolerance) and ``plan_holdout`` (exhaustive search or the model's top-k per held-out shape,
-within a time budget).
+"""Evaluating a tuner (what ``benchmarks/tune_gemm.py`` decides with): fit / held-out shapes, regret, a
+covering portfolio of configurations and the held-out search plan within a time budget.
 """
 
 from __future__ import annotations
 
 import math
 import random
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -32,13 +31,11 @@ def split_shapes(
     ref_tile: int = 128,
     classes: Callable[[tuple[int, ...]], Iterable] | None = None,
 ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """(fit shapes, held-out shapes) of the distinct ``shapes``: at most ``floor(fit_fraction * n)`` fit
-    shapes, the rest held out (in a seeded random order); deterministic given the shapes.
-
-    ``max_fit`` caps the fit shapes any one configuration sees: the total, or with ``classes`` (shape ->
-    the classes of configurations serving it, e.g. ``gemm.fit_classes``) each class.  Stratified by M:
-    fit shapes are dealt round-robin over the groups of equal M, each pick the shape farthest
-    (``cover_coords``) from those picked so far, so the fit set spans grid fill and K."""
+    """(fit shapes, held-out shapes in a seeded random order) of the distinct ``shapes``: at most
+    ``floor(fit_fraction * n)`` fit shapes, and at most ``max_fit`` in total or, with ``classes`` (shape ->
+    the classes of configurations serving it, e.g. ``gemm.fit_classes``), per class.  Fit shapes are dealt
+    round-robin over the groups of equal M, each the shape farthest (``cover_coords``) from those picked
+    so far, so the fit set spans grid fill and K."""
     uniq = sorted(dedupe(shapes))
     limit = int(fit_fraction * len(uniq))
     if classes is None:
@@ -73,9 +70,8 @@ def split_shapes(
 
 
 def cover_coords(shape: Sequence[int], sms: int = DEVICES["H100"].sms, ref_tile: int = 128) -> tuple[float, ...]:
-    """Where a shape lies for the fit-shape cover: (½·log2 M, log2 grid fill, ½·log2 reduction), grid fill =
-    CTAs of ``ref_tile``-square tiles over the leading dims per SM.  M counts half as it is also the
-    stratum; for small M the fill depends on N alone, the regime where waves quantise."""
+    """Where a shape lies for the fit-shape cover: (½·log2 M, log2 grid fill, ½·log2 reduction), the fill
+    being CTAs of ``ref_tile``-square tiles per SM (M counts half: it is also the stratum)."""
     ctas = math.prod(-(-d // ref_tile) for d in shape[:-1])
     return 0.5 * math.log2(shape[0]), math.log2(ctas / sms), 0.5 * math.log2(shape[-1])
 
@@ -90,10 +86,7 @@ def summary(values: Iterable[float]) -> dict:
     vals = list(values)
     if not vals:
         return {"n": 0, "mean": math.nan, "max": math.nan, "median": math.nan}
-    ordered = sorted(vals)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-    return {"n": len(vals), "mean": sum(vals) / len(vals), "max": max(vals), "median": median}
+    return {"n": len(vals), "mean": sum(vals) / len(vals), "max": max(vals), "median": statistics.median(vals)}
 
 
 def geomean(values: Iterable[float]) -> float:
@@ -102,10 +95,8 @@ def geomean(values: Iterable[float]) -> float:
 
 
 def portfolio(times_by_shape: Mapping[object, Mapping[str, float]], tol: float = 0.02) -> list[str]:
-    """A small set of configurations such that every shape has one within ``tol`` of its best time.
-
-    Greedy set cover: repeatedly take the configuration that is within ``tol`` on the most shapes not yet
-    covered (ties: the lower geometric mean of time / best over all shapes it was timed on)."""
+    """A small set of configurations giving every shape one within ``tol`` of its best time: greedy set
+    cover (ties: the lower geometric mean of time / best over the shapes it was timed on)."""
     near: dict[str, set] = {}
     ratio_logs: dict[str, list[float]] = {}
     for shape, times in times_by_shape.items():
@@ -142,12 +133,10 @@ def plan_holdout(
     min_exhaustive: int,
     budget_s: float,
 ) -> Plan:
-    """Split ``held`` (in its order) into shapes searched exhaustively and shapes whose search the model
-    prunes, within ``budget_s`` seconds.
-
-    The first ``min_exhaustive`` shapes are always exhaustive (the regret evaluation needs them); each later
-    shape is exhaustive while the estimate, the exhaustive shapes so far plus the pruned cost of all the
-    remaining ones, stays within budget.  ``fits`` is False when even the minimum does not fit."""
+    """Split ``held`` (in order) into shapes searched exhaustively and shapes the model prunes, within
+    ``budget_s``: the first ``min_exhaustive`` always exhaustive (the regret evaluation needs them), each
+    later one while the exhaustive shapes so far plus the pruned cost of the rest stay within budget.
+    ``fits`` is False when even the minimum does not fit."""
     plan = Plan()
     ex = [exhaustive_s(s) for s in held]
     pr = [pruned_s(s) for s in held]

@@ -29,23 +29,16 @@ def target_for(mma: str = "mma_sync", target: str | None = None) -> str:
 
 
 def m_limits(block_m: int) -> tuple[int, int]:
-    """The M a tile height serves: 16-row tiles only up to M = 64 (above, the matrix units idle on
-    16-row tiles), 64-row tiles above M = 16 and taller ones above M = 64 (below, most rows are padding)."""
+    """The M a tile height serves: 16-row tiles up to M = 64 (above, the matrix units idle on them), 64-row
+    tiles above M = 16, taller ones above M = 64 (below, most rows are padding)."""
     if block_m <= 16:
         return 0, 64
     return (17, UNLIMITED) if block_m <= 64 else (65, UNLIMITED)
 
 
-# Fits are per regime of M: up to ~256 rows a GEMM streams B at the HBM rate (2·M·N·K FLOPs over ~2·N·K
-# bytes is M FLOP/byte, under the ~200-300 FLOP/byte ridge of an H100/H200), above it the matrix pipe
-# bounds it.  One linear model across the ridge fits neither side well.
-REGIMES = ((0, 256), (257, UNLIMITED))
-
-
 def fit_classes(block_ms=(16, 64, 128)):
-    """For ``evaluate.split_shapes(classes=...)``: a shape's classes are the tile heights (of ``block_ms``,
-    the space's BLOCK_M values) that serve its M (``m_limits``), so each configuration is fitted on at most
-    ``max_fit`` shapes of its own M range: 16-row tiles on decode shapes, taller tiles on the rest."""
+    """For ``evaluate.split_shapes(classes=...)``: a shape's classes are the tile heights of ``block_ms``
+    serving its M (``m_limits``), so each configuration is fitted on ``max_fit`` shapes of its M range."""
     heights = sorted(set(block_ms))
 
     def classes(shape) -> set[int]:
@@ -60,8 +53,7 @@ def serves(candidate: Candidate, m: int) -> bool:
 
 
 def heuristic_candidate(m: int, n: int, k: int, mma: str = "mma_sync") -> Candidate:
-    """The rule's plan for a shape (``heuristic_plan``), as a Candidate (its label matches the space's
-    labels)."""
+    """``heuristic_plan`` for a shape as a Candidate (labelled like the space's)."""
     plan = heuristic_plan(m, n, k, mma)
     return Candidate((("waves", tuple(plan.waves)),), tuple(sorted((str(s), int(v)) for s, v in plan.subs.items())))
 
@@ -113,15 +105,15 @@ def tuned_config(
     m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync", directory=None
 ) -> tuple[dict, tuple]:
     """(subs, waves) from the tuning cache for this shape's bucket, else from the cost model stored by
-    ``store_tuned`` (shapes never measured), else the heuristic (``gemm_config`` / ``wgmma_config``)."""
+    ``store_tuned``, else the heuristic (``heuristic_plan``)."""
     return dispatch(m, n, k, dtype, target, mma=mma, directory=directory)[:2]
 
 
 def dispatch(
     m: int, n: int, k: int, dtype=wc.f16, target: str | None = None, *, mma: str = "mma_sync", directory=None
 ) -> tuple[dict, tuple, str]:
-    """``tuned_config`` and where it came from: "cache", "model" or "heuristic".  ``directory``: the tuning
-    cache's folder (default ``$WAVEC_CACHE_DIR/tuning``; ``tune_gemm.py`` copies its cache to OUT/tuning)."""
+    """``tuned_config`` and its source: "cache", "model" or "heuristic".  ``directory``: the tuning cache's
+    folder (default ``$WAVEC_CACHE_DIR/tuning``)."""
     key = (m, n, k, dtype.name, target, mma, str(directory))
     hit = _DISPATCH.get(key)
     if hit is not None:
@@ -153,11 +145,8 @@ def store_tuned(
     mma: str = "mma_sync",
 ) -> int:
     """Write measured times (``{shape: {Candidate: seconds}}``) to the tuning cache, one entry per shape
-    bucket; with ``model``, also the cost model that dispatches buckets never measured.  Returns the
-    number of entries.
-
-    Several shapes can share a bucket (e.g. N = 3584 and N = 4096): its entry is the configuration with
-    the least summed time / best time over those shapes, among those timed on all of them."""
+    bucket (for several shapes, the configuration of least summed time / best time among those timed on
+    all of them), and ``model``, which dispatches buckets never measured.  Returns the number of entries."""
     gpu = gpu or gpu_name()
     vers = versions()
     by_bucket: dict = {}
@@ -176,12 +165,8 @@ def store_tuned(
     models = None
     if model is not None:
         by_label = {c.label: c for c in candidates}
-        models = {
-            model_key(_dtypes(dtype), gpu, vers): {
-                "configs": model.to_json(),
-                "candidates": {c.name: by_label[c.name].to_json() for c in model.configs},
-            }
-        }
+        cands = {c.name: by_label[c.name].to_json() for c in model.configs}
+        models = {model_key(_dtypes(dtype), gpu, vers): {"configs": model.to_json(), "candidates": cands}}
     _cache(dtype, target, mma).put_many(entries, models)
     _DISPATCH.clear()
     return len(entries)
@@ -191,13 +176,12 @@ _COMPILED: dict = {}
 
 
 def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory=None, out_dtype=None):
-    """``a @ b.T`` like ``wavec.kernels.gemm.matmul`` (``out_dtype``: None/torch.float32 or a's dtype), with
-    the configuration dispatched from the tuning cache of ``mma`` (in ``directory``, default the user
-    cache); a shape with neither a cached entry nor a stored model runs ``kernels.gemm.matmul`` itself
-    (its schedule flags included).  As there, wgmma leaves decode shapes (M <= 16) to the mma.sync decode
-    tiles."""
-    # A repeated call is one lookup in the dispatch cache (cleared with it when tuning results change):
-    # deciding again costs tens of microseconds, as much as a small GEMM.
+    """``a @ b.T`` like ``wavec.kernels.gemm.matmul`` (``out_dtype``: None/torch.float32 or a's dtype), the
+    configuration dispatched from the tuning cache of ``mma`` in ``directory``; a shape with neither a
+    cached entry nor a stored model runs ``kernels.gemm.matmul`` itself.  wgmma leaves decode shapes
+    (M <= 16) to the mma.sync decode tiles."""
+    # A repeated call is one lookup in the dispatch cache (cleared when tuning results change): deciding
+    # again costs tens of microseconds, as much as a small GEMM.
     call = ("run", a.dtype, tuple(a.shape), tuple(b.shape), backend, mma, str(directory), out_dtype)
     run = _DISPATCH.get(call)
     if run is None:
@@ -247,10 +231,9 @@ def fit_gemm_model(
     min_points: int = 2,
 ) -> CostModel:
     """Per configuration (``only``: these labels) and per regime of M, non-negative least squares over the
-    shapes it was timed on (``{shape: {Candidate: seconds}}``); each fit serves the M range of ``m_limits``
-    within its regime (a configuration may thus appear twice, under one name).  A fit needs
-    ``min_points`` shapes.  One regime by default: the perimeter (compulsory traffic) term covers the
-    HBM-bound small-M GEMMs that used to need a fit of their own."""
+    shapes it was timed on (``{shape: {Candidate: seconds}}``), serving the M range of ``m_limits`` within
+    the regime; a fit needs ``min_points`` shapes.  One regime by default: the perimeter (compulsory
+    traffic) term covers the HBM-bound small-M GEMMs."""
     sms = sms or device(target=target).sms
     model = CostModel()
     per_cand: dict = {}
@@ -273,25 +256,22 @@ def fit_gemm_model(
 
 
 def reference_shapes(ms=(1, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)) -> list[tuple[int, int, int]]:
-    """A log grid of GEMM shapes (N, K from 512 to 128K by factors of ~sqrt 2) on which a model's winners
-    are collected (``winners``)."""
+    """A log grid of GEMM shapes (N, K from 512 to 128K by factors of ~sqrt 2) for ``winners``."""
     steps = [round(512 * 2 ** (i / 2)) for i in range(17)]
     return [(m, n, k) for m in ms for n in steps for k in steps if k <= 32768]
 
 
 def winners(model: CostModel, shapes) -> list[str]:
-    """Labels of the configurations ``model`` chooses on some of ``shapes``: the others are never its
-    argmin there, so dropping them keeps ``choose`` (the same answers on that grid, and ~3x fewer
-    configurations to scan per launch on the host)."""
+    """Labels of the configurations ``model`` chooses on some of ``shapes``: dropping the others keeps
+    ``choose``'s answers there with ~3x fewer configurations to scan per launch."""
     return list(dict.fromkeys(model.choose(s).name for s in shapes))
 
 
 def dispatch_model(
     times_by_shape: dict, metadata: dict, *, sms: int | None = None, target: str = "sm_90"
 ) -> tuple[CostModel, list[str], dict]:
-    """The cost model that dispatches: every profiled configuration fitted (``fit_gemm_model``), then only
-    those the model chooses somewhere on ``reference_shapes`` and on the fitted shapes kept, so ``choose``
-    scans a few dozen.  Returns (model, kept labels, info)."""
+    """(model, kept labels, info): every profiled configuration fitted (``fit_gemm_model``), then only the
+    ``winners`` on ``reference_shapes`` and the fitted shapes kept."""
     full = fit_gemm_model(times_by_shape, metadata, sms=sms, target=target)
     keep = set(winners(full, [*reference_shapes(), *times_by_shape]))
     model = CostModel([c for c in full.configs if c.name in keep])

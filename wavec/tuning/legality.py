@@ -42,12 +42,11 @@ def _mma_dims(kernel: WaveKernel) -> list[tuple]:
 
 @dataclass(frozen=True, slots=True)
 class FrontHalf:
-    """What the pass pipeline made of one configuration: shared bytes, threads per block (with a
-    producer warpgroup), the deepest pipeline's stages and the global->shared copies' run layouts."""
+    """What the pass pipeline made of one configuration (``front_half``)."""
 
     shared_bytes: int
-    threads: int
-    stages: int
+    threads: int  # per block, with a producer warpgroup
+    stages: int  # the deepest pipeline's
     copies: tuple  # (elements per run, runs per thread) of each cp.async copy into shared memory
 
 
@@ -59,8 +58,8 @@ def _allocation_bytes(node) -> int:
 
 
 def front_half(kernel: WaveKernel, cs: ConstraintSet, target_name: str) -> FrontHalf:
-    """Run every pass of the pipeline (no MLIR) on a fresh trace of ``kernel`` under ``cs`` and read the
-    numbers the legality filter needs off the result; a pass's ``WavecError`` propagates."""
+    """Every pass of the pipeline (no MLIR) on a fresh trace of ``kernel`` under ``cs``, and the numbers the
+    legality filter needs read off the result; a pass's ``WavecError`` propagates."""
     from ..frontend.ops import Allocate, AsyncCopy
     from ..frontend.ops_hopper import MBarrierInit
     from ..passes.context import PassContext
@@ -85,8 +84,7 @@ def front_half(kernel: WaveKernel, cs: ConstraintSet, target_name: str) -> Front
 
 def shared_bytes(kernel: WaveKernel, subs: dict, target) -> int:
     """Shared memory the compiled kernel will allocate, as the pass pipeline leaves it."""
-    tgt = _target(target)
-    return front_half(kernel, ConstraintSet(kernel.constraints, _symbols(subs)), tgt.name).shared_bytes
+    return front_half(kernel, ConstraintSet(kernel.constraints, _symbols(subs)), _target(target).name).shared_bytes
 
 
 def _symbols(subs: dict) -> dict:
@@ -152,8 +150,8 @@ def legal(kernel: WaveKernel, subs: dict, target="sm_90") -> tuple[bool, str]:
 
 
 def reject_after_compile(metadata, max_registers: int = 255) -> str | None:
-    """The reason to drop a compiled configuration (spills, too many registers), or None to keep it.
-    ``metadata`` is a ``KernelMetadata`` or a dict with ``registers``, ``spills`` and ``block``."""
+    """Why to drop a compiled configuration (spills, too many registers), or None; ``metadata`` is a
+    ``KernelMetadata`` or a dict with ``registers``, ``spills`` and ``block``."""
     get = metadata.get if isinstance(metadata, dict) else functools.partial(getattr, metadata)
     spills, regs, block = get("spills"), get("registers"), get("block")
     if spills:
@@ -161,9 +159,7 @@ def reject_after_compile(metadata, max_registers: int = 255) -> str | None:
     if regs is not None and regs > max_registers:
         return f"{regs} registers per thread exceed {max_registers}"
     if regs is not None and block:
-        threads = 1
-        for b in block:
-            threads *= b
+        threads = math.prod(block)
         if regs * threads > REGISTER_FILE:
             return f"{regs} registers x {threads} threads exceed the register file ({REGISTER_FILE})"
     return None
@@ -173,9 +169,7 @@ def ctas_per_sm(metadata, target, max_threads_per_sm: int = 2048, max_ctas: int 
     """Workgroups resident per SM, from registers, shared memory and threads (at least 1)."""
     tgt = _target(target)
     get = metadata.get if isinstance(metadata, dict) else functools.partial(getattr, metadata)
-    threads = 1
-    for b in get("block") or (128,):
-        threads *= b
+    threads = math.prod(get("block") or (128,))
     limits = [max_ctas, max_threads_per_sm // threads]
     regs = get("registers")
     if regs:

@@ -1,14 +1,7 @@
-"""The GEMM's schedule in one object, and every rule that chooses it.
-
-A ``GemmPlan`` is a tile (BLOCK_M/N/K, stages, GROUP_M, waves, the matrix instruction kind), split-K's S
-and one ``wc.SchedulingConstraint`` holding the schedule flags (copies, operand swizzle, producer
-warpgroup, persistent grid, split epilogue, fragment prefetch).  ``wavec.kernels.gemm`` builds its
-kernel from a plan, and ``matmul`` keys its compile cache by the plan itself (frozen, hashable).
-
-The rules that pick a plan for a shape (``mma_sync_plan`` / ``gemm_config``, ``splitk_config`` /
-``choose_split``, ``wgmma_plan``) and the tuner's search spaces live here too, driven by the device
-table of ``tuning/devices.py`` (its SM count); the measurements behind the tables are in
-``docs/performance.md``, "Why the schedule tables are what they are".
+"""The GEMM's schedule in one object (``GemmPlan``: tile, waves, instruction kind, split-K's S and the
+``wc.SchedulingConstraint`` of the flags; ``matmul`` keys its compile cache by it), every rule that
+chooses one for a shape (driven by the SM count of ``tuning/devices.py``) and the tuner's search spaces.
+The measurements behind the tables: ``docs/performance.md``, "Why the schedule tables are what they are".
 """
 
 from __future__ import annotations
@@ -64,13 +57,8 @@ class GemmPlan:
     @property
     def subs(self) -> dict:
         """The symbol bindings ``wc.compile`` takes."""
-        return {
-            BLOCK_M: self.block_m,
-            BLOCK_N: self.block_n,
-            BLOCK_K: self.block_k,
-            NUM_STAGES: self.stages,
-            GROUP_M: self.group_m,
-        }
+        values = (self.block_m, self.block_n, self.block_k, self.stages, self.group_m)
+        return dict(zip((BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES, GROUP_M), values))
 
     @property
     def config(self) -> tuple[dict, tuple[int, int]]:
@@ -132,9 +120,9 @@ def _ceil(a: int, b: int) -> int:
 
 
 def mma_sync_plan(m: int, n: int, k: int, device: Device | str | None = None) -> GemmPlan:
-    """The mma.sync tile for m x n x k: decode (M <= 16) takes a 16-row tile as narrow along N as needed for
-    two workgroups per SM (long K steps keep B's bytes in flight); otherwise the ``_TILES`` entry with the
-    least (rounds of workgroups over the SMs) x (work per workgroup) / throughput."""
+    """The mma.sync tile for m x n x k: decode (M <= 16) a 16-row tile narrow enough along N for two
+    workgroups per SM (long K steps keep B's bytes in flight), else the ``_TILES`` entry of least
+    (rounds of workgroups over the SMs) x (work per workgroup) / throughput."""
     sms = as_device(device).sms
     bk = 64 if k % 64 == 0 or k > 256 else 32
     if m <= 16:
@@ -160,8 +148,8 @@ _MAX_SPLIT = 16  # partials cost S*M*N*4 bytes written and read again
 
 
 def choose_split(tiles: int, k_steps: int, device: Device | str | None = None) -> int:
-    """S for ``tiles`` workgroup tiles and ``k_steps`` K steps: the smallest power of two with S * tiles
-    >= 2 workgroups per SM, each slice >= ``_MIN_SLICE_STEPS`` steps, S <= ``_MAX_SPLIT`` (1 = no split)."""
+    """S for ``tiles`` workgroup tiles and ``k_steps`` K steps: the least power of two with S * tiles >= 2
+    workgroups per SM, each slice >= ``_MIN_SLICE_STEPS`` steps, S <= ``_MAX_SPLIT`` (1 = no split)."""
     target = 2 * as_device(device).sms
     split, most = 1, min(_MAX_SPLIT, k_steps // _MIN_SLICE_STEPS)
     while tiles * split < target and 2 * split <= most:
@@ -170,8 +158,7 @@ def choose_split(tiles: int, k_steps: int, device: Device | str | None = None) -
 
 
 def splitk_config(m: int, n: int, k: int, device: Device | str | None = None) -> tuple[dict, tuple[int, int], int]:
-    """(subs, waves, S): ``gemm_config``'s tile and S from ``choose_split`` for decode shapes (M <= 16),
-    S = 1 (no split) otherwise."""
+    """(subs, waves, S): ``gemm_config``'s tile; S from ``choose_split`` when M <= 16, else 1."""
     plan = mma_sync_plan(m, n, k, device)
     if m > 16:
         return plan.subs, plan.waves, 1
@@ -182,9 +169,8 @@ def splitk_config(m: int, n: int, k: int, device: Device | str | None = None) ->
 @dataclass(frozen=True, slots=True)
 class WgmmaTile:
     """One schedule of the wgmma GEMM: tile, warpgroups (consumers when warp-specialized), stages, the TMA
-    producer warpgroup (always; or for K up to ``ws_short_k``, or up to ``ws_max_k`` on grids of at most
-    ``ws_max_rounds`` rounds of workgroups over the SMs), the persistent grid, and the tile's throughput on
-    a full grid relative to the best."""
+    producer warpgroup and persistent grid flags, the throughput on a full grid relative to the best, and
+    the K thresholds of the producer (``wgmma_plan``)."""
 
     bm: int
     bn: int
@@ -211,12 +197,10 @@ _WGMMA_TILES = [  # measured on the H100, docs/performance.md ("schedule tables"
 
 def wgmma_plan(m: int, n: int, k: int, device: Device | str | None = None) -> GemmPlan:
     """The wgmma GEMM's schedule for m x n x k: the ``_WGMMA_TILES`` entry of least (rounds of workgroups
-    over the SMs) x (tile area) / rate, so small and skinny problems take 64-row or 128-wide tiles that
-    give every SM work.  64-row tiles only when M <= 64.  Stages: the entry's, at most the K steps (at
-    least 2, the warp-specialized loop's minimum).  A producer warpgroup: the entry's flag, or K up to its
-    ``ws_short_k``, or up to ``ws_max_k`` on at most ``ws_max_rounds`` rounds.  The split epilogue always
-    (never slower).  Decode shapes (M <= 16) do not come here: ``matmul`` keeps the mma.sync decode tiles
-    (a 64-row instruction would waste 3/4 of its rows)."""
+    over the SMs) x (tile area) / rate (64-row tiles only when M <= 64); its stages, at most the K steps
+    and at least 2 (the warp-specialized loop's minimum); a producer warpgroup when the entry says so, K
+    <= ``ws_short_k``, or K <= ``ws_max_k`` on at most ``ws_max_rounds`` rounds; the split epilogue always
+    (never slower).  Not for decode (M <= 16): a 64-row instruction would waste 3/4 of its rows."""
     sms = as_device(device, "sm_90a").sms
     tiles = [t for t in _WGMMA_TILES if t.bm == 64] if m <= 64 else _WGMMA_TILES
 
@@ -237,8 +221,8 @@ def wgmma_config(m: int, n: int, k: int, device: Device | str | None = None) -> 
 # ----- matmul's keyword arguments -> a plan, in one place -----
 @dataclass(frozen=True, slots=True)
 class GemmRequest:
-    """What a ``matmul`` call asks for beyond dtypes and shapes (its keyword arguments; ``config`` as
-    ``(subs items, waves)``).  Hashable: with the dtypes and shapes it keys ``matmul``'s dispatch."""
+    """``matmul``'s keyword arguments (``config`` as ``(subs items, waves)``); hashable: with the dtypes and
+    shapes it keys ``matmul``'s dispatch."""
 
     mma: str = "mma_sync"
     async_copy: str = "auto"
@@ -251,15 +235,14 @@ class GemmRequest:
     def __post_init__(self) -> None:
         if self.split not in (None, "auto") and (not isinstance(self.split, int) or self.split < 1):
             raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {self.split!r}")
-        if self.mma not in MMA_KINDS:
-            raise wc.WavecError(message=f"matmul: mma must be one of {MMA_KINDS}, got {self.mma!r}")
+        check_mma(self.mma, "matmul: ")
 
 
 def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str | None = None) -> GemmPlan:
     """``matmul``'s plan for m x n x k: the rule's tile (or ``req.config``'s) and flags.  wgmma takes
-    ``wgmma_plan``'s producer and persistent grid when neither is given, only with its own tile on
-    "auto" copies (they were measured so); decode shapes (M <= 16) keep the mma.sync decode tiles.
-    Split-K (mma.sync only): ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
+    ``wgmma_plan``'s producer and persistent grid when neither is given, only with its own tile on "auto"
+    copies (as measured); decode (M <= 16) keeps the mma.sync decode tiles.  Split-K (mma.sync only):
+    ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
     explicit = req.config is not None
     if req.mma == "wgmma" and m > 16:
         if req.split not in (None, 1):
@@ -273,19 +256,12 @@ def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str |
     else:
         subs, waves, rule = splitk_config(m, n, k, device)
         split = rule if req.split == "auto" else int(req.split or 1)  # __post_init__: "auto" or an int
-        if req.mma == "wgmma":  # decode: no producer, no persistent grid
-            ws = pers = False
-        else:
-            ws, pers = bool(req.warp_specialize), bool(req.persistent)
-        flags = (
-            schedule(async_copy=req.async_copy)
-            if split > 1
-            else schedule(
-                async_copy=req.async_copy,
-                warp_specialize=ws,
-                persistent=pers,
-                prefetch_fragments=bool(req.prefetch_fragments),
-            )
+        plain = split > 1 or req.mma == "wgmma"  # split-K, wgmma's decode: no producer, no persistent grid
+        flags = schedule(
+            async_copy=req.async_copy,
+            warp_specialize=bool(req.warp_specialize) and not plain,
+            persistent=bool(req.persistent) and not plain,
+            prefetch_fragments=bool(req.prefetch_fragments) and split == 1,
         )
         plan = replace(tile_plan(subs, waves, "mma_sync", flags), split=split)
     return plan.with_tile(dict(req.config[0]), req.config[1]) if req.config is not None else plan
@@ -300,11 +276,10 @@ DEFAULT_SPACE = {  # 324 tuples; 248 pass the legality filter on sm_90, ptxas re
     "GROUP_M": [8],
     "waves": [(1, 2), (1, 4), (2, 2), (2, 4)],
 }
-# Hopper warpgroup MMA (``--mma wgmma``, target sm_90a): ``waves`` count warpgroups along M (each owns
-# BLOCK_M / waves[0] rows, a multiple of the instruction's 64) and the wave spans BLOCK_N (one m64nNk16 per
-# 64 rows and K step, N <= 256).  108 tuples; ``legal`` keeps those whose M wave tile is a multiple of 64,
-# whose operand tiles split into core matrices among the threads and whose stages fit the 227 KiB of shared
-# memory (e.g. 256x256x64 x 4 stages = 256 KiB is out); ptxas drops the spilling ones.
+# Hopper wgmma (sm_90a): ``waves`` count warpgroups along M (BLOCK_M / waves[0] rows each, a multiple of
+# 64), each spanning BLOCK_N.  108 tuples; ``legal`` drops M wave tiles not a multiple of 64, operand tiles
+# that do not split into core matrices among the threads and stages over the 227 KiB of shared memory
+# (256x256x64 x 4 stages = 256 KiB), ptxas the spilling ones.
 WGMMA_SPACE = {
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [64, 128, 192, 256],
@@ -315,9 +290,9 @@ WGMMA_SPACE = {
 }
 
 
-def check_mma(mma: str) -> None:
+def check_mma(mma: str, who: str = "") -> None:
     if mma not in MMA_KINDS:
-        raise wc.WavecError(message=f"mma must be one of {MMA_KINDS}, got {mma!r}")
+        raise wc.WavecError(message=f"{who}mma must be one of {MMA_KINDS}, got {mma!r}")
 
 
 def space_for(mma: str = "mma_sync") -> dict:

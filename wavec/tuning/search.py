@@ -1,11 +1,9 @@
 """``wc.autotune``: enumerate a space of configurations, filter, compile in parallel, time, cache.
 
-A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, some of its
-keyword arguments (space keys that are factory parameters).  Steps: ``legality.legal`` -> compile the
-survivors in a process pool (into the shared disk cache) -> ``reject_after_compile`` -> per shape,
-optional cost-model pruning, warm-up and ``rounds`` shuffled rounds (a candidate's time: the median) ->
-the best goes to the tuning cache, which later calls and ``lookup`` dispatch from.  Example and
-details: docs/tuning.md.
+A configuration binds the kernel's free symbols (``subs``) and, for a kernel factory, the space keys
+that are factory parameters.  ``legality.legal`` -> compile in a process pool (into the shared disk
+cache) -> ``reject_after_compile`` -> per shape, optional cost-model pruning, then the median of
+``rounds`` shuffled rounds -> the best to the tuning cache, which ``lookup`` reads.  See docs/tuning.md.
 """
 
 from __future__ import annotations
@@ -187,13 +185,8 @@ def _compile_one(factory_path, fixed, kwargs, subs, backend, target, kernel=None
     except Exception as e:  # noqa: BLE001 - a failing configuration is a rejected one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300], "seconds": time.perf_counter() - t0}
     m = ck.artifact.metadata
-    return {
-        "registers": m.registers,
-        "spills": m.spills,
-        "shared_bytes": m.shared_bytes,
-        "block": list(m.block),
-        "seconds": time.perf_counter() - t0,
-    }
+    facts = {"registers": m.registers, "spills": m.spills, "shared_bytes": m.shared_bytes, "block": list(m.block)}
+    return {**facts, "seconds": time.perf_counter() - t0}
 
 
 def compile_candidates(
@@ -266,22 +259,18 @@ class TuningResult:
 
 
 def _dtypes_of(inputs) -> list[str]:
-    out = []
-    for t in inputs:
-        dt = getattr(t, "dtype", None)
-        out.append(str(dt).replace("torch.", "") if dt is not None else type(t).__name__)
-    return out
+    dtypes = [getattr(t, "dtype", None) for t in inputs]
+    return [type(t).__name__ if d is None else str(d).replace("torch.", "") for t, d in zip(inputs, dtypes)]
 
 
 @dataclass(frozen=True)
 class TuneOptions:
-    """``autotune``'s knobs, validated once.
-
-    ``make_inputs(shape)``: the launch arguments; ``timer(candidate, fn)``: seconds of one run of ``fn()``
-    (default: CUDA events); ``fixed``: factory arguments common to every configuration; ``dtypes``,
-    ``gpu``, ``dims``: cache key parts (defaults from the inputs and the device); ``workers``: compile
-    processes (0: in-process); ``model``/``prune_to``: time only the ``prune_to`` candidates a
-    ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed`` shuffles the rounds."""
+    """``autotune``'s knobs, validated once.  ``make_inputs(shape)``: the launch arguments;
+    ``timer(candidate, fn)``: seconds of one run of ``fn()`` (default: CUDA events); ``fixed``: factory
+    arguments common to every configuration; ``dtypes``, ``gpu``, ``dims``: cache key parts (defaults from
+    the inputs and the device); ``workers``: compile processes (0: in-process); ``model``/``prune_to``: time
+    only the ``prune_to`` candidates a ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed``
+    shuffles the rounds."""
 
     make_inputs: Callable | None = None
     timer: Callable | None = None
@@ -316,9 +305,8 @@ class TuneOptions:
 
 def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) -> TuningResult:
     """Tune ``kernel`` (a ``@wc.wave`` kernel, a module-level kernel factory or ``"module:factory"``) over
-    ``space`` for each shape of ``shapes``, with ``options`` (a ``TuneOptions``).  Results are cached per
-    (kernel, shape bucket, dtypes, GPU, versions); a cached shape is answered without compiling or timing
-    (``use_cache=False`` re-tunes)."""
+    ``space`` for each of ``shapes``.  Results are cached per (kernel, shape bucket, dtypes, GPU,
+    versions); a cached shape is answered without compiling or timing."""
     from ..compiler import default_target
 
     opt = options or TuneOptions()
@@ -356,7 +344,8 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) ->
         best = min(times, key=times.__getitem__)
         result.best[shape], result.times[shape], result.from_cache[shape] = best, times, False
         meta = result.metadata.get(best, {})
-        cache.put(key, cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected)))
+        entry = cache_entry(shape, best, times, meta, candidates=len(cands), rejected=len(result.rejected))
+        cache.put_many({key: entry})
     return result
 
 
@@ -385,8 +374,8 @@ def _answer_cached(shapes, opt: TuneOptions, cache, by_label: dict, result: Tuni
 
 
 def _legal_and_compiled(src: _KernelSource, cands: list, opt: TuneOptions, target: str, result: TuningResult) -> list:
-    """The candidates that pass ``legal``, compile, and ``reject_after_compile``; the others' reasons go
-    to ``result.rejected``, every compile's metadata to ``result.metadata``."""
+    """The candidates that pass ``legal``, compile and ``reject_after_compile`` (the others' reasons to
+    ``result.rejected``, every compile's metadata to ``result.metadata``)."""
     survivors = []
     for c in cands:
         ok, why = legal(src.build(c.kwargs), c.subs_dict, target)

@@ -99,13 +99,10 @@ def race_candidates(
     progress: bool = False,
     label: str = "race",
 ) -> Race:
-    """Interleaved timing that spends its repeats on the contenders.
-
-    Every round times its candidates once each, in a freshly shuffled order.  Round 1 times all of them;
-    after each round, a candidate whose fastest sample is more than ``keep_within`` slower than the best
-    median so far drops out (one sample of a configuration 10 % slower is enough to know it is not the
-    best, and still a usable point for a cost-model fit).  Candidates in ``always`` (references such as
-    a baseline) are timed in every round.  ``warmup`` untimed calls per candidate come first."""
+    """Interleaved timing that spends its repeats on the contenders: each round times the active candidates
+    once, in a fresh shuffled order; after it, one whose fastest sample is over ``keep_within`` slower than
+    the best median drops out (one sample of a 10 % slower configuration still serves a cost-model fit).
+    ``always`` (references such as a baseline) are timed every round; ``warmup`` untimed calls come first."""
     cands = list(runners)
     keep = set(always) & set(cands)
     rng = random.Random(seed)

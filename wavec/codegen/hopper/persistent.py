@@ -1,13 +1,11 @@
-"""Lowering of the persistent grid's tile loop (``PersistentTiles``, ``passes/hopper/persistent_grid.py``),
-registered in ``lowering.LOWERINGS``; imported by the emitter only for persistent kernels.
+"""Lowering of the persistent grid's tile loop (``PersistentTiles``, ``passes/hopper/persistent_grid.py``);
+imported by the emitter only for persistent kernels.
 
-``PersistentTiles`` -> ``scf.for %t = block_id.x to tiles step grid_dim.x`` whose body binds ``$TILE`` =
-``%t``, ``$TILE_COUNT`` = ``(%t - block_id.x) / grid_dim.x`` (tiles this workgroup finished before: the
-running K-iteration base of the TMA pipeline), ``$WG0``/``$WG1`` from the pass's remap of ``$TILE`` and
-``$WG2`` = 0, then (stages released by the barrier) a ``gpu.barrier``, then lowers every root node
-after the marker (the prologue fills, the K loop, the epilogue).  Index math that uses none of these
-symbols is hoisted before the tile loop (one scope level).  :func:`tile_loop` is the same loop for the
-warp-specialized producer (``codegen.hopper.tma``), which walks the consumers' tile sequence.
+``scf.for %t = block_id.x to tiles step grid_dim.x`` binding ``$TILE`` = ``%t``, ``$TILE_COUNT`` = tiles
+this workgroup finished before (the TMA pipeline's running K-iteration base), ``$WG0``/``$WG1`` from the
+pass's remap and ``$WG2`` = 0; inside, an optional ``gpu.barrier`` and every root node after the marker.
+Index math free of these symbols is hoisted before the loop.  :func:`tile_loop` is the same loop for the
+warp-specialized producer (``codegen.hopper.tma``).
 """
 
 from __future__ import annotations

@@ -50,10 +50,14 @@ def _thread0(fb: FunctionBuilder, thread: int = 0) -> ir.Value:
     return arith.cmpi(arith.CmpIPredicate.eq, fb.index(THREAD), fb.index(thread))
 
 
-def _fence_maps(fb: FunctionBuilder) -> None:
+def _map_addresses(fb: FunctionBuilder) -> list[ir.Value]:
+    """The tensor maps' addresses (emitted here: before the branch that fences them)."""
+    return [fb.index(_maps_symbol(fb) + MAP_BYTES * i) for i in range(len(fb.ctx.tensor_maps))]
+
+
+def _fence_maps(maps: list[ir.Value]) -> None:
     """``fence.proxy.tensormap::generic.acquire.sys`` on every tensor map, in the thread that issues TMA."""
-    for i in range(len(fb.ctx.tensor_maps)):
-        m = fb.index(_maps_symbol(fb) + MAP_BYTES * i)
+    for m in maps:
         nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC), _const_i32(MAP_BYTES))
 
 
@@ -70,15 +74,12 @@ def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
     base = _mbarriers_symbol(fb, node)
     bars = [(fb.index(base + 8 * s), 1) for s in range(count)]
     bars += [(fb.index(_empty(fb, node, s)), empty) for s in range(count)] if empty else []
-    if node.kwargs.get("fence_maps", True):
-        for i in range(len(fb.ctx.tensor_maps)):  # index math before the branch
-            fb.index(_maps_symbol(fb) + MAP_BYTES * i)
+    maps = _map_addresses(fb) if node.kwargs.get("fence_maps", True) else []
     branch = scf.IfOp(_thread0(fb))
     with ir.InsertionPoint(branch.then_block):
         for b, arrivals in bars:
             nvvm.mbarrier_init(_ptr(b, SHARED), _const_i32(arrivals))
-        if node.kwargs.get("fence_maps", True):
-            _fence_maps(fb)
+        _fence_maps(maps)
         nvvm.fence_mbarrier_init()
         scf.yield_([])
     gpu.barrier()
@@ -138,16 +139,10 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     """(refill?, empty mbarrier, parity) index values of a fill that may have to wait for a release."""
     if "empty_parity" not in node.kwargs:
         return None
-    refill = arith.cmpi(
-        arith.CmpIPredicate.uge,
-        fb.index(node.kwargs.get("refill_index", node.kwargs["iteration"])),
-        fb.index(node.kwargs["refill_from"]),
-    )
-    return (
-        refill,
-        fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"])),
-        fb.index(node.kwargs["empty_parity"]),
-    )
+    kw = node.kwargs
+    fills, first = fb.index(kw.get("refill_index", kw["iteration"])), fb.index(kw["refill_from"])
+    refill = arith.cmpi(arith.CmpIPredicate.uge, fills, first)
+    return refill, fb.index(_empty(fb, node.meta["mbarriers"], kw["stage"])), fb.index(kw["empty_parity"])
 
 
 @rule(TmaFill)
@@ -192,12 +187,11 @@ def _set_max_registers(count: int, action: str) -> None:
 def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     """The producer warpgroup: its first thread fences the tensor maps and loops over the fills."""
     sub, consumers = fb.trace.subgraphs[Kwargs(node).subgraph], Kwargs(node).consumers
-    for i in range(len(fb.ctx.tensor_maps)):
-        fb.index(_maps_symbol(fb) + MAP_BYTES * i)
+    maps = _map_addresses(fb)
     lo, hi = fb.index(node.kwargs["start"]), fb.index(node.kwargs["stop"])
     elected = scf.IfOp(_thread0(fb, consumers))
     with ir.InsertionPoint(elected.then_block):
-        _fence_maps(fb)
+        _fence_maps(maps)
         persistent = fb.ctx.persistent
         if persistent:  # the consumers' tile sequence (codegen.hopper.persistent), the K loop per tile
             from .persistent import tile_loop

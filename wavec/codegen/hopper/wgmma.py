@@ -7,8 +7,6 @@ instruction's struct form inside a chain of wgmmas), ``WgmmaFence``/``WgmmaCommi
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
@@ -26,7 +24,7 @@ from ...frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ...frontend.tracing import arg_node, arg_nodes, capture_root
+from ...frontend.tracing import arg_node, arg_nodes, capture_root, placeholders
 from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule, vec_type
 
@@ -35,7 +33,7 @@ def hoisted_symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
     """A symbol for an address computed once (by ``make``) at the top of the function, before any loop."""
     sym = sympy.Symbol(name, integer=True, nonnegative=True)
     if sym not in fb.symbols:
-        with fb.hoist_points[0] if fb.hoist_points else nullcontext():
+        with fb.at_level(0):
             fb.symbols[sym] = make()
     return sym
 
@@ -74,7 +72,7 @@ def split_descriptor(low: ir.Value, high: int) -> ir.Value:
     return arith.ori(word, arith.constant(i64, hi - 2**64 if hi >= 2**63 else hi))
 
 
-def _to_struct(fb: FunctionBuilder, acc: ir.Value, count: int) -> ir.Value:
+def _to_struct(acc: ir.Value, count: int) -> ir.Value:
     """The accumulator in the instruction's struct form (a wgmma result or a carried one already is)."""
     if not isinstance(acc.type, ir.VectorType):
         return acc
@@ -84,13 +82,17 @@ def _to_struct(fb: FunctionBuilder, acc: ir.Value, count: int) -> ir.Value:
     return s
 
 
+def _elements(v: ir.Value, count: int) -> list[ir.Value]:
+    """The f32 elements of an accumulator in vector or in struct form."""
+    if isinstance(v.type, ir.VectorType):
+        return [vector.extract(v, [], [i]) for i in range(count)]
+    return [llvm.extractvalue(ir.F32Type.get(), v, [i]) for i in range(count)]
+
+
 def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
-    value = fb.values[node]
-    if isinstance(value.type, ir.VectorType):
-        return
-    count, f32 = node.meta["layout"].size, ir.F32Type.get()
-    elems = [llvm.extractvalue(f32, value, [i]) for i in range(count)]
-    fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), elems)
+    value, count = fb.values[node], node.meta["layout"].size
+    if not isinstance(value.type, ir.VectorType):
+        fb.values[node] = vector.from_elements(vec_type(count, node.meta["type"].dtype), _elements(value, count))
 
 
 def _mn_major(node: fx.Node) -> bool:
@@ -116,26 +118,16 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     if node.meta.get("a_in_registers"):
         fb.values[node] = _wgmma_registers_a(fb, node, n, count, st)
         return
-    in_t = _attr(f"#nvvm.wgmma_type<{spec.in_dtype}>")
-    one = _attr("#nvvm.wgmma_scale_in<one>")
+    in_t, one = _attr(f"#nvvm.wgmma_type<{spec.in_dtype}>"), _attr("#nvvm.wgmma_scale_in<one>")
     # imm-trans-a/b = 1 (layout col for A, row for B) reads an MN-major tile
     lay_a = "col" if _mn_major(a) else "row"
     lay_b = "row" if _mn_major(b) else "col"
-    fb.values[node] = nvvm.wgmma_mma_async(
-        st,
-        _to_struct(fb, fb.values[acc_node], count),
-        fb.values[a],
-        fb.values[b],
-        _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>"),
-        in_t,
-        in_t,
-        _attr("#nvvm.wgmma_type<f32>"),
-        _attr("#nvvm.wgmma_scale_out<one>"),
-        one,
-        one,
-        _attr(f"#nvvm.mma_layout<{lay_a}>"),
-        _attr(f"#nvvm.mma_layout<{lay_b}>"),
-    )
+    shape = _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>")
+    types = (in_t, in_t, _attr("#nvvm.wgmma_type<f32>"))  # A, B, D
+    scales = (_attr("#nvvm.wgmma_scale_out<one>"), one, one)  # D, A, B
+    layouts = (_attr(f"#nvvm.mma_layout<{lay_a}>"), _attr(f"#nvvm.mma_layout<{lay_b}>"))
+    acc = _to_struct(fb.values[acc_node], count)
+    fb.values[node] = nvvm.wgmma_mma_async(st, acc, fb.values[a], fb.values[b], shape, *types, *scales, *layouts)
 
 
 def _zero(node: fx.Node) -> bool:
@@ -152,13 +144,8 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
     a, b, acc_node = arg_nodes(node)
-    acc, f32, i32 = fb.values[acc_node], ir.F32Type.get(), ir.IntegerType.get_signless(32)
-    if _zero(acc_node):
-        elems = []
-    elif isinstance(acc.type, ir.VectorType):
-        elems = [vector.extract(acc, [], [i]) for i in range(count)]
-    else:
-        elems = [llvm.extractvalue(f32, acc, [i]) for i in range(count)]
+    i32 = ir.IntegerType.get_signless(32)
+    elems = [] if _zero(acc_node) else _elements(fb.values[acc_node], count)
     packed = vector.bitcast(ir.VectorType.get([4], i32), fb.values[a])
     regs = [vector.extract(packed, [], [i]) for i in range(4)]
     first = count + len(elems)  # tied inputs are numbered too: $count..$2count-1
@@ -182,7 +169,7 @@ def _check_readers(fb: FunctionBuilder, node: fx.Node) -> None:
         if u.meta.get("op") in (WarpgroupMMA, WgmmaWait) or retired:
             continue
         if u.op == "output":
-            carried = [p for p in node.graph.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+            carried = placeholders(node.graph, "iter_arg")
             if not isinstance(fb.values[carried[arg_nodes(u, 0).index(node)]].type, ir.VectorType):
                 continue
         raise CodegenError(
@@ -199,16 +186,14 @@ def fence_operands(s: ir.Value, count: int) -> ir.Value:
     it, LLVM moved the zero-initialisation of a 64x256 accumulator (128 ``mov``) of a peeled first loop
     iteration between ``wgmma.fence`` and the first ``wgmma`` - a register write the fence does not order,
     so the wgmma read undefined registers (wrong results on an H100, warp-specialized 128x256 tile)."""
-    f32 = ir.F32Type.get()
-    elems = [llvm.extractvalue(f32, s, [i]) for i in range(count)]
     constraints = ",".join(["=f"] * count + [str(i) for i in range(count)])
-    return llvm.inline_asm(s.type, elems, FENCE_OPERANDS, constraints, has_side_effects=True)
+    return llvm.inline_asm(s.type, _elements(s, count), FENCE_OPERANDS, constraints, has_side_effects=True)
 
 
 @rule(WgmmaAccumulator)
 def lower_wgmma_accumulator(fb: FunctionBuilder, node: fx.Node) -> None:
     count = node.meta["layout"].size
-    fb.values[node] = fence_operands(_to_struct(fb, fb.values[arg_node(node, 0)], count), count)
+    fb.values[node] = fence_operands(_to_struct(fb.values[arg_node(node, 0)], count), count)
 
 
 @rule(WgmmaFence)

@@ -1,14 +1,12 @@
 """insert_wgmma_fences: turn warpgroup MMAs into ``wgmma`` ops and place the fences and groups that
 order them (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate").
 
-Requires: ``coarsen_loads``, ``pipeline_loops`` (stages, ``iterate.meta["wgmma_groups_in_flight"]``),
-``insert_barriers``.  Guarantees, per loop body with warpgroup mmas: descriptor reads become
-``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier that publishes
-generic-proxy shared writes; for a GEMM-like body one fence / commit / wait per iteration (the copies
-issued after the commit, ``WgmmaWait(pending=1)`` with a group in flight, else 0) and accumulators
-carried in wgmma form; for any other body (attention) a fence before each wgmma whose registers were
-written since the last one and a commit + wait before each non-wgmma reader.  The full contract:
-docs/hopper.md, "Module contracts".
+Requires: ``coarsen_loads``, ``pipeline_loops``, ``insert_barriers``.  Guarantees: descriptor reads become
+``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier publishing generic
+shared writes; a GEMM-like body gets one fence / commit / wait per iteration (copies after the commit,
+``pending=1`` with a group in flight, accumulators carried in wgmma form), any other body a fence before
+each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader.
+Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -27,10 +25,10 @@ from ...frontend.ops_hopper import (
     WgmmaFence,
     WgmmaWait,
 )
-from ...frontend.tracing import Trace, arg_node, arg_nodes
+from ...frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ...frontend.types import AddressSpace
 from ..context import PassContext
-from ..loop_shape import chains_only
+from ..loop_shape import accumulators, chains_only
 from ..schema import op_node
 
 
@@ -67,11 +65,17 @@ def _operands(n: fx.Node) -> list[fx.Node]:
     return out
 
 
-def _move_copies_after(g: fx.Graph, commit: fx.Node) -> None:
-    last = commit
-    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]:
-        last.append(n)  # issue the next tiles' copies (or TMA fill) while the tensor cores work
-        last = n
+def _chain_after(node: fx.Node, nodes: list[fx.Node]) -> fx.Node:
+    """Move ``nodes`` right after ``node``, in order; returns the last of them (``node`` when none)."""
+    for n in nodes:
+        node.append(n)
+        node = n
+    return node
+
+
+def _copies(g: fx.Graph) -> list[fx.Node]:
+    """The next tiles' copies (or TMA fill): issued while the tensor cores work."""
+    return [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]
 
 
 def _general_body(g: fx.Graph) -> None:
@@ -94,12 +98,7 @@ def _general_body(g: fx.Graph) -> None:
     for n in list(g.nodes):
         if n.meta.get("op") is WarpgroupMMA:
             regs = [n.args[2]] + ([n.args[0]] if n.meta.get("a_in_registers") else [])
-            written = (
-                any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs)
-                if fence_at is not None
-                else True
-            )
-            if written:
+            if fence_at is None or any(x.meta.get("op") is not WarpgroupMMA and pos[x] > fence_at for x in regs):
                 _node(g, WgmmaFence, n, before=True)
                 fence_at = pos[n]
             issued.append(n)
@@ -108,7 +107,7 @@ def _general_body(g: fx.Graph) -> None:
             if issued:
                 settle(n)
     if first_commit is not None:
-        _move_copies_after(g, first_commit)
+        _chain_after(first_commit, _copies(g))
 
 
 def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
@@ -124,19 +123,10 @@ def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:
         _general_body(g)
         return []
     _node(g, WgmmaFence, mmas[0], before=True)
-    last = _node(g, WgmmaCommit, mmas[-1], before=False)
-    for n in [n for n in g.nodes if n.meta.get("op") in (AsyncCopy, AsyncCommit, TmaFill)]:
-        last.append(n)  # issue the next tiles' copies while the tensor cores work
-        last = n
+    last = _chain_after(_node(g, WgmmaCommit, mmas[-1], before=False), _copies(g))
     if in_flight:
         _release_after(g, _node(g, WgmmaWait, last, before=False, pending=1, retire=()))
-        return [
-            p
-            for p in g.nodes
-            if p.op == "placeholder"
-            and p.meta.get("role") == "iter_arg"
-            and any(u.meta.get("op") is WarpgroupMMA and u.args[2] is p for u in p.users)
-        ]
+        return accumulators(g, mmas)  # (retargeted: the body's WarpgroupMMAs)
     ends = tuple(n for n in mmas if any(u.meta.get("op") is not WarpgroupMMA for u in n.users))
     _release_after(g, _node(g, WgmmaWait, last, before=False, pending=0, retire=ends))
     return []
@@ -146,17 +136,13 @@ def _release_after(g: fx.Graph, wait: fx.Node) -> None:
     """TMA with empty mbarriers: the warps release the stage of the group this wait retired, then the
     next fill (which waits for that release) is issued."""
     arrive = next((n for n in g.nodes if n.meta.get("op") is MBarrierArrive), None)
-    if arrive is None:
-        return
-    wait.append(arrive)
-    for n in [n for n in g.nodes if n.meta.get("op") is TmaFill]:
-        arrive.append(n)
-        arrive = n
+    if arrive is not None:
+        _chain_after(wait, [arrive, *(n for n in g.nodes if n.meta.get("op") is TmaFill)])
 
 
 def _carry_in_flight(root: fx.Graph, iterate: fx.Node, body: fx.Graph, accs: list[fx.Node]) -> None:
     """The loop carries the accumulators in wgmma register form; a wait(0) after the loop retires them."""
-    iter_args = [p for p in body.nodes if p.op == "placeholder" and p.meta.get("role") == "iter_arg"]
+    iter_args = placeholders(body, "iter_arg")
     inits = list(arg_nodes(iterate, 0))
     slots = [iter_args.index(p) for p in accs]
     for j in slots:

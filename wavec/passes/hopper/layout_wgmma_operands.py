@@ -1,13 +1,10 @@
-"""layout_wgmma_operands: check a warpgroup-MMA (Hopper ``wgmma``) kernel and choose the shared-memory
-layout of its operands.
+"""layout_wgmma_operands: check a warpgroup-MMA (``wgmma``) kernel and choose its operands' shared layouts.
 
-Requires: ``promote_to_shared``.  Applies only for a warpgroup MMA type.  Guarantees, or a
-``ConstraintError`` naming what was expected: the target is ``sm_90a``; each ``mma`` has the type's
-dtypes, legal wave tiles (M a multiple of 64, a legal instruction N, K a multiple of 16), B (and A,
-unless ``meta["a_in_registers"]``) in shared memory; each such tile gets ``kwargs["smem_layout"]`` (by
-``SchedulingConstraint.operand_swizzle``, K- or MN-major) and ``kwargs["pad"] = 0``; core-matrix tiles
-also get the staging read's ``meta["copy_layout"]``.  The full contract: docs/hopper.md, "Module
-contracts".
+Requires: ``promote_to_shared``; applies only for a warpgroup MMA type.  Guarantees, or a
+``ConstraintError`` naming what was expected: target ``sm_90a``; each ``mma`` has the type's dtypes,
+legal wave tiles, B (and A unless ``meta["a_in_registers"]``) in shared memory; each such tile gets
+``kwargs["smem_layout"]`` (by ``operand_swizzle``, K- or MN-major) and ``pad = 0``; core-matrix tiles
+also the staging read's ``meta["copy_layout"]``.  Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from ...errors import ConstraintError
 from ...frontend.ops import MMA, Iterate, Permute, Read, Write
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...frontend.types import AddressSpace
-from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
+from ...indexing.shared_layout import SWIZZLE_NAMES, SharedLayout, SharedLayoutKind
 from ..context import PassContext
 from ..schema import loop_body, tile_extents
 
@@ -109,12 +106,7 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext, inst_n: int) -> None:
                 w.args[0].meta["copy_layout"] = layout
 
 
-_KINDS = {
-    "128B": SharedLayoutKind.SWIZZLE_128B,
-    "64B": SharedLayoutKind.SWIZZLE_64B,
-    "32B": SharedLayoutKind.SWIZZLE_32B,
-    "none": SharedLayoutKind.CORE_K_MAJOR,
-}
+_KINDS = {**SWIZZLE_NAMES, "none": SharedLayoutKind.CORE_K_MAJOR}
 
 
 def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst: int) -> SharedLayout:
@@ -124,8 +116,8 @@ def _choose(ctx: PassContext, elem_bytes: int, tile: tuple, mn_major: bool, inst
     want = ctx.constraints.scheduling.operand_swizzle
     if want != "auto":
         return SharedLayout(_KINDS[want], elem_bytes, mn_major)
-    for name in ("128B", "64B", "32B"):
-        layout = SharedLayout(_KINDS[name], elem_bytes, mn_major)
+    for kind in SWIZZLE_NAMES.values():
+        layout = SharedLayout(kind, elem_bytes, mn_major)
         if len(tile) == 2 and layout.check(tile) is None and (not mn_major or inst * elem_bytes % layout.width == 0):
             return layout
     return SharedLayout(SharedLayoutKind.CORE_K_MAJOR, elem_bytes, mn_major)

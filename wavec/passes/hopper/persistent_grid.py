@@ -1,13 +1,11 @@
 """persistent_grid: a persistent launch grid whose workgroups loop over the output tiles.
 
-Applies when ``SchedulingConstraint(persistent=True)``.  Requires: the one root-graph ``iterate``
-pipelined with TMA, ``reorder_workgroups`` and ``insert_wgmma_fences`` run, workgroup axes 0 and 1 only,
-no ``start``/``end`` on the loop; anything else is a ``ConstraintError``.  Guarantees:
-``ctx.grid_override = (min(tiles, WAVEC_SMS * per_sm), 1, 1)``; a ``PersistentTiles`` node after the
-``MBarrierInit`` (and the ``WarpSpecialize`` split) makes every later root node run per tile, with
-``$WG0``/``$WG1`` from the tile in ``reorder_workgroups``' order; the last stage of each tile is released
-(``MBarrierArrive``, or a barrier at each tile's start).  The full contract: docs/hopper.md, "Module
-contracts".
+Applies when ``SchedulingConstraint(persistent=True)``.  Requires (else a ``ConstraintError``): one
+root-graph ``iterate`` pipelined with TMA and no ``start``/``end``, workgroup axes 0 and 1 only,
+``reorder_workgroups`` and ``insert_wgmma_fences`` run.  Guarantees: ``ctx.grid_override = (min(tiles,
+WAVEC_SMS * per_sm), 1, 1)``; a ``PersistentTiles`` node after the ``MBarrierInit`` (and the split) runs
+every later root node per tile in ``reorder_workgroups``' order; each tile's last stage is released.
+Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The TMA variant of ``pipeline_loops`` (Hopper ``cp.async.bulk.tensor`` completing on mbarriers).
 
-Not a pass of its own: ``pipeline_loops`` calls :func:`tma_plan` for each loop it pipelines and, when
-that returns a plan, :func:`pipeline_tma` instead of its ``cp.async`` rewrite.  Requires (checked by
-:func:`tma_plan`, which otherwise returns the reason): ``sm_90a``, a warpgroup MMA type, rank-2 kernel
-arguments staged into 128-byte-swizzled tiles of whole rows.  Guarantees: the copies become one
-``TmaFill`` per iteration ``i + D`` (``D = S - 1 - L``, or ``S - 1`` with stages released through empty
-mbarriers) behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for
-parity ``(i // S) % 2``; stages are released by a barrier or by ``MBarrierArrive``; one
-``TensorMapRequest`` per (argument, box).  Persistent grids count from :func:`k_base`.  The full
-contract: docs/hopper.md, "Module contracts".
+Not a pass: ``pipeline_loops`` calls :func:`tma_plan` per loop and, given a plan, :func:`pipeline_tma`.
+Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel arguments staged into
+128-byte-swizzled tiles of whole rows.  Guarantees: one ``TmaFill`` per iteration ``i + D`` behind a
+prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for parity ``(i // S) % 2``;
+stages released by a barrier or by ``MBarrierArrive``; one ``TensorMapRequest`` per (argument, box);
+persistent grids count from :func:`k_base`.  Full contract: docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -16,10 +13,8 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ...frontend.ops import Read
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
-from ...frontend.tracing import Trace, arg_node, capture_root
-from ...frontend.types import AddressSpace
+from ...frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ...indexing import induction_symbol
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
@@ -102,21 +97,9 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
     return maps, ""
 
 
-def _fill(
-    g: fx.Graph,
-    pairs: list[tuple[fx.Node, fx.Node]],
-    maps: list[int],
-    kwargs: dict,
-    name: str,
-    before: fx.Node,
-    init: fx.Node,
-    iv_subs: dict,
-    mappings: tuple,
-) -> fx.Node:
-    args = tuple(x for pair in pairs for x in pair)
-    return _node(
-        g, TmaFill, args, kwargs, name, before, maps=tuple(maps), mbarriers=init, iv_subs=iv_subs, mappings=mappings
-    )
+def _fill(g: fx.Graph, pairs: list[tuple[fx.Node, fx.Node]], kwargs: dict, name: str, before: fx.Node, **meta):
+    """A ``TmaFill`` of the (global memory, shared tile) ``pairs``."""
+    return _node(g, TmaFill, tuple(x for pair in pairs for x in pair), kwargs, name, before, **meta)
 
 
 def _fill_kwargs(j, stages: int, lo, stop, war: str, base=0) -> dict:
@@ -173,9 +156,8 @@ def pipeline_tma(
         elem = trace.args[spec.arg].type.dtype.bytes
         ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
-    init = _node(
-        trace.graph, MBarrierInit, (), {"count": stages, "empty_arrivals": warps, "dim": dim}, "mbarrier_init", iterate
-    )
+    counts = {"count": stages, "empty_arrivals": warps, "dim": dim}
+    init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
     mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
     mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
@@ -184,7 +166,8 @@ def pipeline_tma(
         ctx.stage_start[dim] = sympy.Mod(base, stages)
     kw = _fill_kwargs(iv + distance, stages, lo, stop, war, base)
     kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
-    _fill(sub, body_pairs, maps, kw, "tma_fill", pairs[0][1], init, {iv: iv + distance}, mappings)
+    meta = {"maps": tuple(maps), "mbarriers": init, "mappings": mappings}
+    _fill(sub, body_pairs, kw, "tma_fill", pairs[0][1], iv_subs={iv: iv + distance}, **meta)
     for read, write in pairs:
         sub.erase_node(write)
         sub.erase_node(read)
@@ -192,23 +175,11 @@ def pipeline_tma(
     parity = wait_parity(iv, lo, base, stages)
     _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first, mbarriers=init)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
-        _node(
-            sub,
-            MBarrierArrive,
-            (),
-            {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo},
-            "mbarrier_arrive",
-            first,
-            mbarriers=init,
-        )
-    for n in sub.nodes:  # the wgmma operand reads take stage i % S
-        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
-            n.meta["stage"] = stage
-    outer = {p: p.meta["capture_of"] for p in sub.nodes if p.op == "placeholder" and p.meta.get("role") == "capture"}
-    for _g, alloc in body_pairs:
-        outer[alloc].kwargs = {**outer[alloc].kwargs, "stages": stages}
+        arrive = {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo}
+        _node(sub, MBarrierArrive, (), arrive, "mbarrier_arrive", first, mbarriers=init)
+    outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
     for s in range(distance):
         kw = _fill_kwargs(lo + s, stages, lo, stop, war, base)
         kw["stage"] = sympy.Mod(base + s, stages) if base != 0 else sympy.Integer(s)
-        _fill(trace.graph, root_pairs, maps, kw, f"tma_fill_prologue{s}", iterate, init, {iv: lo + s}, mappings)
+        _fill(trace.graph, root_pairs, kw, f"tma_fill_prologue{s}", iterate, iv_subs={iv: lo + s}, **meta)

@@ -1,12 +1,10 @@
 """warp_specialize: split a TMA-pipelined wgmma loop between a producer warpgroup and the consumers.
 
-Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: ``pipeline_loops`` took TMA with
-stages released through empty mbarriers, ``insert_wgmma_fences`` placed the consumers'
-``mbarrier_arrive``; exactly one such loop, in the root graph.  Guarantees: the loop's ``TmaFill`` nodes
-move into a ``producer_<n>`` region (full S-stage prefetch, each refill waiting on the stage's empty
-mbarrier) run by an extra warpgroup after a ``WarpSpecialize`` node; every later root node runs in the
-consumers only; ``ctx.producer_threads = 128``; ``kwargs["regs"]`` from :func:`register_split`; no
-workgroup barrier after the split.  The full contract: docs/hopper.md, "Module contracts".
+Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: exactly one root-graph loop that
+``pipeline_loops`` gave TMA with empty mbarriers, its ``mbarrier_arrive`` placed.  Guarantees: the loop's
+``TmaFill`` nodes move into a ``producer_<n>`` region run by an extra warpgroup after a
+``WarpSpecialize`` node; later root nodes run in the consumers only; ``ctx.producer_threads = 128``;
+``kwargs["regs"]`` from :func:`register_split`; no barrier after the split.  Full contract: docs/hopper.md.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...indexing import induction_symbol
 from ..context import PassContext
-from ..schema import loop_dim
+from ..schema import loop_dim, op_node
 from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128
@@ -58,15 +56,7 @@ def _producer_region(
     kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
     n = g.create_node("call_function", TmaFill, tuple(caps[a] for a in args), kw, name="tma_fill")
-    n.meta.update(
-        op=TmaFill,
-        type=None,
-        loc=body_fill.meta.get("loc"),
-        maps=body_fill.meta["maps"],
-        mbarriers=init,
-        iv_subs={},
-        mappings=body_fill.meta.get("mappings"),
-    )
+    n.meta.update(body_fill.meta, iv_subs={})  # the body fill's maps and mbarriers, of the producer's iteration
     g.output(())
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g
@@ -118,22 +108,9 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     for n in [n for n in root.nodes if n.meta.get("op") is TmaFill and n.meta.get("mbarriers") is init]:
         root.erase_node(n)
     init.kwargs = {**init.kwargs, "fence_maps": False}
-    split = _split_point(root, init, captured)
-    with root.inserting_after(split):
-        ws = root.create_node(
-            "call_function",
-            WarpSpecialize,
-            tuple(captured),
-            {
-                "dim": dim,
-                "subgraph": name,
-                "start": sympy.sympify(lo),
-                "stop": stop,
-                "consumers": cs.threads,
-                "regs": register_split(cs.threads),
-            },
-            name="warp_specialize",
-        )
-    ws.meta.update(op=WarpSpecialize, type=None, loc=iterate.meta.get("loc"), mbarriers=init)
+    kw = {"dim": dim, "subgraph": name, "start": sympy.sympify(lo), "stop": stop, "consumers": cs.threads}
+    split, loc = _split_point(root, init, captured), iterate.meta.get("loc")
+    kw["regs"] = register_split(cs.threads)
+    ws = op_node(root, WarpSpecialize, tuple(captured), kw, "warp_specialize", loc, after=split, mbarriers=init)
     _check_no_barrier_after(trace, ws, sub)
     ctx.producer_threads = WARPGROUP
