@@ -15,7 +15,7 @@ from .frontend.constraints import (
     WaveConstraint,
     WorkgroupConstraint,
 )
-from .frontend.dtypes import bf16, f16, f32, i1, i32
+from .frontend.dtypes import bf16, f16, f32, i1, i32, i64
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
     abs,  # noqa: A004 - wc.abs, elementwise
@@ -23,10 +23,12 @@ from .frontend.ops import (
     binary,
     broadcast,
     cast,
+    clip,
     cos,
     erf,
     exp,
     exp2,
+    index,
     iterate,
     log,
     log2,
@@ -47,6 +49,7 @@ from .frontend.ops import (
     where,
     write,
 )
+from .frontend.ops_atomic import atomic_add, atomic_max, atomic_min, scatter_add
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
@@ -58,7 +61,8 @@ __all__ = [
     "WorkgroupConstraint", "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast",
     "exp", "exp2", "iterate", "log", "log2", "reciprocal", "rsqrt", "sqrt", "abs", "tanh", "sin", "cos", "erf",
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
-    "Register", "Scalar", "arange", "tile_start", "MMAType", "compile", "register_torch_op", "autotune",
+    "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
+    "atomic_min", "scatter_add", "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip
 

@@ -13,6 +13,7 @@ import sympy
 
 from ..errors import CodegenError
 from ..frontend.ops import WideStore, Write
+from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..passes.context import PassContext
 from ..target import Target
@@ -49,7 +50,7 @@ def _written_args(trace: Trace) -> set[str]:
     out = set()
     for g in trace.graphs():
         for n in g.nodes:
-            if n.meta.get("op") is Write:
+            if n.meta.get("op") in (Write, Atomic):
                 out.add(capture_root(n.args[1]).name)
             elif n.meta.get("op") is WideStore:  # (its memory is the last argument)
                 out.add(capture_root(n.args[-1]).name)
@@ -141,7 +142,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
-    from . import convert, lowering_ops, reductions  # noqa: F401 - register their lowering rules
+    from . import convert, dynamic_access, lowering_ops, reductions  # noqa: F401 - register their lowering rules
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints

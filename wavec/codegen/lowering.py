@@ -56,6 +56,7 @@ def elem_type(dtype: dt.DType) -> ir.Type:
         "bf16": ir.BF16Type.get,
         "f32": ir.F32Type.get,
         "i32": lambda: ir.IntegerType.get_signless(32),
+        "i64": lambda: ir.IntegerType.get_signless(64),
         "i1": lambda: ir.IntegerType.get_signless(1),
     }[dtype.name]()
 
@@ -303,7 +304,8 @@ def lower_register(fb: FunctionBuilder, node: fx.Node) -> None:
 _ARITH = {
     "add": (arith.addf, arith.addi), "sub": (arith.subf, arith.subi), "mul": (arith.mulf, arith.muli),
     "div": (arith.divf, arith.divsi), "maximum": (arith.maximumf, arith.maxsi),
-    "minimum": (arith.minimumf, arith.minsi),
+    "minimum": (arith.minimumf, arith.minsi), "floordiv": (None, arith.floordivsi),
+    "mod": (None, lambda x, y: arith.subi(x, arith.muli(arith.floordivsi(x, y), y))),  # Python's sign rule
 }  # fmt: skip
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}

@@ -17,6 +17,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
 from ..frontend import dtypes as dt
+from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
@@ -37,7 +38,10 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     [stage, coordinates relative to the tile's origin]."""
     dims = mem.meta["type"].shape
     if mem.meta["type"].address_space != AddressSpace.SHARED:
-        return [fb.index(coords[d] if d in coords else held_coord(fb, access, d)) for d in dims]
+        return [
+            c if isinstance(c := coords.get(d), ir.Value) else fb.index(c if d in coords else held_coord(fb, access, d))
+            for d in dims
+        ]
     iv_subs = access.meta.get("iv_subs", {})
     kw = Kwargs(capture_root(mem))
     base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}
@@ -106,6 +110,20 @@ def _coords(layout: Layout, off: dict) -> dict:
     return {d: layout.seq(d).start + off[d] for d in layout.dims}
 
 
+def index_vectors(fb: FunctionBuilder, node: fx.Node, layout: Layout) -> dict:
+    """Per dynamically mapped memory dim, its index values as a vector in ``layout``'s element order."""
+    return {d: fb.operand(i, layout, i.meta["type"].dtype) for d, i in index_operands(node).items()}
+
+
+def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
+    """The coordinates of a run: register dims as index expressions, gathered memory dims as the index
+    value at the run's first position (a run never crosses rows of a gathered dim)."""
+    coords: dict = _coords(layout, off)
+    for d, vec in vectors.items():
+        coords[d] = arith.index_cast(ir.IndexType.get(), vector.extract(vec, [], [first]))
+    return coords
+
+
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8.
     A transposed B (tile contiguous along N) loads k-rows with ``.trans``: tiles (k0, n0), (k0+8, n0)
@@ -164,26 +182,27 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     layout: Layout = node.meta["layout"]
     dtype = node.meta["type"].dtype
     runs, aligns = node.meta["accesses"], node.meta["alignments"]
+    vecs = index_vectors(fb, node, layout)
     if len(runs) == 1:
-        fb.values[node] = guarded_load(
-            fb, node, mem_node, _coords(layout, runs[0][2]), vec_type(layout.size, dtype), dtype, aligns[0]
-        )
+        coords = run_coords(layout, 0, runs[0][2], vecs)
+        fb.values[node] = guarded_load(fb, node, mem_node, coords, vec_type(layout.size, dtype), dtype, aligns[0])
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for (first, n, off), align in zip(runs, aligns):
-        piece = guarded_load(fb, node, mem_node, _coords(layout, off), vec_type(n, dtype), dtype, align)
+        coords = run_coords(layout, first, off, vecs)
+        piece = guarded_load(fb, node, mem_node, coords, vec_type(n, dtype), dtype, align)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc
 
 
-def _run_pieces(access, val: ir.Value) -> list:
-    """(value, coordinates, alignment) of each run of a write of ``val``."""
+def _run_pieces(access, val: ir.Value, vectors: dict | None = None) -> list:
+    """(value, coordinates, alignment) of each run of a write of ``val`` (``vectors``: its index values)."""
     dtype = access.args[0].meta["type"].dtype
     runs, layout = access.meta["accesses"], access.meta["layout"]
     return [
         (
             val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
-            _coords(layout, off),
+            run_coords(layout, first, off, vectors or {}),
             align,
         )
         for (first, n, off), align in zip(runs, access.meta["alignments"])
@@ -212,8 +231,8 @@ def _branch_stores(memref_value: ir.Value, cond: ir.Value, then: list, other: li
 
 @rule(Write)
 def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
-    val_node, mem_node = arg_nodes(node)
-    pieces = _run_pieces(node, fb.values[val_node])
+    val_node, mem_node = arg_node(node, 0), arg_node(node, 1)
+    pieces = _run_pieces(node, fb.values[val_node], index_vectors(fb, node, node.meta["layout"]))
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
         for piece, coords, align in pieces:
@@ -318,8 +337,11 @@ def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
 
 def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coords: dict, bounds: dict) -> ir.Value:
     """A copy's source index along ``d``: 0 where a masked dim is out of bounds (the copy zero-fills), the
-    last row where a clamped dim is (``mask_bounds``: GEMM operand rows past the bound re-read it), else
-    ``i``; cached and hoisted like the index itself."""
+    last row where a clamped dim is (``mask_bounds``: GEMM operand rows past the bound re-read it), row 0
+    of a gathered dim where any dim is (its index there is not a row), else ``i``; cached and hoisted like
+    the index itself."""
+    if isinstance(coords.get(d), ir.Value):
+        return arith.select(_all(bounds.values()), i, fb.index(0)) if bounds else i
     if d not in bounds and d not in node.meta.get("clamp_dims", ()):
         return i
     size = fb.cs.resolve(d)
@@ -331,11 +353,12 @@ def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coord
 
 @rule(AsyncCopy)
 def lower_async_copy(fb: FunctionBuilder, node: fx.Node) -> None:
-    src_node, dst_node = arg_nodes(node)
+    src_node, dst_node = arg_node(node, 0), arg_node(node, 1)
     layout: Layout = node.meta["layout"]
     token = ir.Type.parse("!nvgpu.device.async.token")
-    for _first, n, off in node.meta["accesses"]:
-        coords = _coords(layout, off)
+    vecs = index_vectors(fb, node, layout)
+    for first, n, off in node.meta["accesses"]:
+        coords = run_coords(layout, first, off, vecs)
         dst_idx = mem_indices(fb, node, dst_node, coords)
         # Out of bounds: copy 0 source elements, i.e. zero-fill, from an in-bounds address (each
         # out-of-range index clamped to 0 under its own dim's condition, keeping row math loop-invariant).

@@ -18,6 +18,7 @@ def load_ops() -> None:
     from wavec.emulator import (  # noqa: F401
         ops_amdgpu,
         ops_arith,
+        ops_atomic,
         ops_gpu,
         ops_memref,
         ops_nvgpu,

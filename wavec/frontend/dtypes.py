@@ -24,6 +24,7 @@ class DType:
             "bf16": torch.bfloat16,
             "f32": torch.float32,
             "i32": torch.int32,
+            "i64": torch.int64,
             "i1": torch.bool,
         }[self.name]
 
@@ -35,6 +36,7 @@ f16 = DType("f16", 16, True, "f16")
 bf16 = DType("bf16", 16, True, "bf16")
 f32 = DType("f32", 32, True, "f32")
 i32 = DType("i32", 32, False, "i32")
+i64 = DType("i64", 64, False, "i64")
 i1 = DType("i1", 1, False, "i1")
 
-DTYPES = {d.name: d for d in (f16, bf16, f32, i32, i1)}
+DTYPES = {d.name: d for d in (f16, bf16, f32, i32, i64, i1)}

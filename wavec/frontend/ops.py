@@ -14,6 +14,7 @@ import sympy
 
 from ..errors import DTypeError, ShapeError
 from . import dtypes as dt
+from .mapping import access_kwargs, split_mapping
 from .tracing import Value, active_tracer, current_loc
 from .types import TensorType
 from .unary_kinds import UNARY_KINDS
@@ -44,6 +45,8 @@ class Op:
     expansion: ClassVar[str] = "per_tile"
     lowering: ClassVar[str] = "wavec.codegen.lowering"
     emulated_ops: ClassVar[tuple[str, ...] | None] = None  # every record declares them (() = emits nothing)
+    memory_arg: ClassVar[int | None] = None  # accesses: the position of the memory they read or write
+    has_result: ClassVar[bool] = True  # whether the tracer gives it a typed value (``meta["type"]``)
 
 
 class Elementwise(Op):
@@ -51,11 +54,6 @@ class Elementwise(Op):
     dims take it restricted), cloned once per tile, lowered in ``codegen/lowering.py``."""
 
     index_flow: ClassVar[str | None] = "elementwise"
-
-
-def memory_operand(node):
-    """The memory an access node reads or writes (``read``/``async_copy``: first arg; ``write``: second)."""
-    return node.args[1] if node.meta.get("op") is Write else node.args[0]
 
 
 def _shape_error(op: str, message: str) -> ShapeError:
@@ -89,61 +87,66 @@ def _need_register(op: str, name: str, x) -> Value:
 class Read(Op):
     name = "read"
     anchor, anchor_priority = "copy_distribution", PRIO_STRATEGY  # staging copies: the whole workgroup
+    index_flow = "indexed_access"  # index values take the read's layout (``wavec/frontend/mapping.py``)
+    memory_arg = 0
     lowering = "wavec.codegen.memory_access"
     emulated_ops = ("vector.load", "nvgpu.ldmatrix", "scf.if")
-
-
-def _register_shape(tr, op: str, mem: Value, mapping: dict) -> tuple:
-    """The register shape of an access to ``mem``: batch dims and mapped dims are indexed, not held."""
-    for d, e in mapping.items():
-        if d not in mem.type.dims:
-            raise _shape_error(op, f"mapping key {d} is not a dimension of {list(mem.shape)}")
-        if not any(s.name.startswith("$TILE_START_") for s in sympy.sympify(e).free_symbols):
-            raise _shape_error(
-                op,
-                f"mapping[{d}] = {e} must be an expression of wc.tile_start(batch dim) coordinates (and shape symbols)",
-            )
-    return tuple(d for d in mem.shape if d not in tr.batch_dims and d not in mapping)
 
 
 def read(memory: Value, elements_per_thread: int | None = None, mapping: dict | None = None) -> Value:
     """Load a Memory tile into registers (each thread gets the elements its layout assigns it).
 
     Batch dimensions (``WorkgroupConstraint(d, 1, axis)``) are indexed by the workgroup and dropped from
-    the result.  ``mapping={d: expr}`` indexes memory dimension ``d`` by ``expr``, an expression of batch
-    coordinates (``wc.tile_start(H)``) and shape symbols, and drops ``d`` too — e.g. grouped-query
-    attention reads kv head ``wc.tile_start(H) // (H // KVH)``."""
+    the result.  ``mapping={d: e}`` indexes memory dimension ``d`` by ``e`` (``wavec/frontend/mapping.py``):
+    an expression of batch coordinates and shape symbols drops ``d`` (grouped-query attention reads kv
+    head ``wc.tile_start(H) // (H // KVH)``); an index tensor replaces ``d`` by the index's dimensions
+    (a gather: ``wc.read(x, mapping={T: wc.read(ids)})`` with ``x: Memory[T, K]``, ``ids: Memory[M, i32]``
+    is ``Register[M, K]``, row m being row ``ids[m]`` of x)."""
     tr = active_tracer("read")
     mem = _need_memory("read", "memory", memory)
-    mapping = dict(mapping or {})
-    shape = _register_shape(tr, "read", mem, mapping)
-    extra = {"mapping": mapping} if mapping else {}
-    return tr.create(Read, (mem,), TensorType(shape, mem.type.dtype), elements_per_thread=elements_per_thread, **extra)
+    static, dynamic, shape = split_mapping(tr, "read", mem, mapping)
+    return tr.create(
+        Read,
+        (mem, *dynamic.values()),
+        TensorType(shape, mem.type.dtype),
+        elements_per_thread=elements_per_thread,
+        **access_kwargs(static, dynamic),
+    )
 
 
 class Write(Op):
     name = "write"
     anchor, anchor_priority = "written_value", PRIO_WRITE
+    index_flow = "indexed_access"
+    memory_arg = 1
+    has_result = False
     lowering = "wavec.codegen.memory_access"
     emulated_ops = ("vector.store", "scf.if")
 
 
-def write(value: Value, memory: Value) -> None:
-    """Store a register tile into a Memory argument (batch dimensions indexed by the workgroup)."""
-    tr = active_tracer("write")
-    val = _need_register("write", "value", value)
-    mem = _need_memory("write", "memory", memory)
-    held = _register_shape(tr, "write", mem, {})
+def _checked_store(op: str, value: Value, memory: Value, mapping: dict | None) -> tuple:
+    """(value, memory, kwargs, index values) of a store-like op, its shapes and dtypes checked."""
+    tr = active_tracer(op)
+    val = _need_register(op, "value", value)
+    mem = _need_memory(op, "memory", memory)
+    static, dynamic, held = split_mapping(tr, op, mem, mapping)
     if set(val.type.dims) != set(held) or len(val.type.dims) != len(held):
         raise _shape_error(
-            "write",
-            f"value of shape {list(val.shape)} cannot be written "
-            f"to memory of shape {list(mem.shape)}"
-            + (f" (batch dims {list(tr.batch_dims)} are indexed by the workgroup)" if tr.batch_dims else ""),
+            op,
+            f"value of shape {list(val.shape)} cannot be written to memory of shape {list(mem.shape)}"
+            + (f" (its registers hold {list(held)})" if list(held) != list(mem.shape) else ""),
         )
     if val.dtype != mem.dtype:
-        raise _dtype_error("write", f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast")
-    tr.create(Write, (val, mem), None)
+        raise _dtype_error(op, f"value is {val.dtype} but memory is {mem.dtype}; use wc.cast")
+    return val, mem, access_kwargs(static, dynamic), tuple(dynamic.values())
+
+
+def write(value: Value, memory: Value, mapping: dict | None = None) -> None:
+    """Store a register tile into a Memory argument (batch dimensions indexed by the workgroup).
+    ``mapping`` as for ``read``; with an index tensor this is a scatter (two lanes storing to one address
+    is a race: combine with ``wc.atomic_add`` instead)."""
+    val, mem, kwargs, idx = _checked_store("write", value, memory, mapping)
+    active_tracer("write").create(Write, (val, mem, *idx), None, **kwargs)
 
 
 class Arange(Op):
@@ -160,6 +163,12 @@ def arange(dim: sympy.Symbol) -> Value:
     if not isinstance(dim, sympy.Symbol):
         raise _shape_error("arange", f"dim must be a wc.sym symbol, got {dim!r}")
     return tr.create(Arange, (), TensorType((dim,), dt.i32), dim=dim)
+
+
+def index(dim: sympy.Symbol) -> Value:
+    """``Register[dim, i32]`` of each element's own coordinate along ``dim`` (Wave's ``self_index``): the
+    building block of computed index mappings, e.g. ``mapping={SLOT: blk * PAGE + wc.index(S) % PAGE}``."""
+    return arange(dim)
 
 
 def tile_start(dim: sympy.Symbol) -> sympy.Expr:
@@ -219,6 +228,8 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
 
 
 _CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
+_INT_ONLY = {"floordiv", "mod"}  # Python semantics: floor division, remainder with the divisor's sign
+BINARY_KINDS = {"add", "sub", "mul", "div", "maximum", "minimum"} | _INT_ONLY | _CMP_OPS
 
 
 class Binary(Elementwise):
@@ -227,26 +238,30 @@ class Binary(Elementwise):
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
+    """Positional broadcasting (equal ranks, 1 against any dim), else by dimension name: ``[M]`` and
+    ``[N]`` give ``[M, N]`` (each operand's dims in the result's order, like Wave's named dims)."""
     if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
         return sa or sb
-    if len(sa) != len(sb):
+    if len(sa) == len(sb) and all(x == y or 1 in (x, y) for x, y in zip(sa, sb)):
+        return tuple(y if x == 1 else x for x, y in zip(sa, sb))
+    out = tuple(sa) + tuple(d for d in sb if d not in sa)
+    if 1 in out or any([d for d in out if d in s] != list(s) for s in (sa, sb)):
         raise _shape_error(
-            op, f"ranks differ: {list(sa)} vs {list(sb)}; use x[None, :] or wc.broadcast to add dimensions"
+            op, f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute"
         )
-    out = []
-    for x, y in zip(sa, sb):
-        if x != y and x != 1 and y != 1:
-            raise _shape_error(op, f"shapes {list(sa)} and {list(sb)} do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)
+    return out
 
 
 def binary(kind: str, x, y) -> Value:
     """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
     tr = active_tracer(kind)
+    if kind not in BINARY_KINDS:
+        raise _shape_error("binary", f"unknown kind {kind!r}; accepted: {sorted(BINARY_KINDS)}")
     if not isinstance(x, Value) and not isinstance(y, Value):
         raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
+    if kind in _INT_ONLY and ref.dtype.is_float:
+        raise _dtype_error(kind, f"needs integer operands, got {ref.dtype}")
     for v in (x, y):
         if isinstance(v, Value):
             _need_register(kind, "operand", v)
@@ -259,6 +274,11 @@ def binary(kind: str, x, y) -> Value:
     shape = _broadcast_shapes(kind, x.shape, y.shape) if isinstance(x, Value) and isinstance(y, Value) else ref.shape
     out_dtype = dt.i1 if kind in _CMP_OPS else ref.dtype
     return tr.create(Binary, (x, y), TensorType(shape, out_dtype), kind=kind)
+
+
+def clip(x, lo, hi) -> Value:
+    """``min(max(x, lo), hi)`` elementwise (a clamped index: ``wc.clip(wc.index(M) - wc.index(N), -R, R)``)."""
+    return binary("minimum", binary("maximum", x, lo), hi)
 
 
 def maximum(x, y) -> Value:
@@ -390,6 +410,7 @@ class Iterate(Op):
     index_flow = "loop"  # init, iter_arg, yielded value and result share one layout; captures too
     expansion = "loop"  # the body expands inside the loop, carried values per tile
     emulated_ops = ("scf.for",)
+    has_result = False  # its values are the GetResult nodes
 
 
 class GetResult(Op):
@@ -468,6 +489,7 @@ class AsyncCopy(Op):
     """Global -> shared copy issued asynchronously (cp.async); ``args = (global memory, shared tile)``."""
 
     name = "async_copy"
+    memory_arg = 0
     lowering = "wavec.codegen.memory_access"
     emulated_ops = ("nvgpu.device_async_copy",)
 

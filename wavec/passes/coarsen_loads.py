@@ -14,19 +14,26 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
-from ..frontend.ops import AsyncCopy, Permute, Read, Write, memory_operand
+from ..frontend.mapping import access_dims, index_operands, memory_operand
+from ..frontend.ops import AsyncCopy, Permute, Read, Write
+from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import Layout
 from .context import PassContext
 
 MAX_ACCESS_BYTES = 16
+Run = tuple[int, int, dict]  # (first register position, length, coordinate offsets)
 
 
-def access_runs(layout: Layout, mem_dims: tuple, elem_bytes: int) -> list[tuple[int, int, dict]]:
+def access_runs(
+    layout: Layout, mem_dims: tuple, elem_bytes: int, contiguous: bool = True
+) -> list[tuple[int, int, dict]]:
+    """Runs of an access over ``mem_dims`` (the register dims that address memory, memory order);
+    ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access."""
     last = mem_dims[-1]
-    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes)
-    runs: list[tuple[int, int, dict]] = []
+    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes) if contiguous else 1
+    runs: list[Run] = []
     for p, off in enumerate(layout.positions()):
         if runs:
             first, n, start = runs[-1]
@@ -106,7 +113,7 @@ def _pair_b_fragments(g: fx.Graph) -> None:
 def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
     for g in trace.graphs():
         for node in g.nodes:
-            if node.meta.get("op") not in (Read, Write, AsyncCopy):
+            if node.meta.get("op") not in (Read, Write, AsyncCopy, Atomic):
                 continue
             if _uses_ldmatrix(node, ctx):
                 # warpgroup MMAs read shared operands themselves, through one matrix descriptor per tile
@@ -115,12 +122,16 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             mem = memory_operand(node)
             mtype = mem.meta["type"]
             layout = node.meta["layout"]
-            # batch and mapped dims are one coordinate per workgroup: runs live in the held dims
-            runs = access_runs(layout, tuple(d for d in mtype.shape if d in layout.dims), mtype.dtype.bytes)
             last = mtype.shape[-1]
+            # batch and statically mapped dims are one coordinate per workgroup: runs live in the held dims;
+            # a gathered dim is addressed by its index value's dims, contiguous only along the affine last dim
+            affine = last in layout.dims and last not in index_operands(node) and node.meta["op"] is not Atomic
+            runs = access_runs(layout, access_dims(node), mtype.dtype.bytes, contiguous=affine)
             node.meta["accesses"] = runs
             node.meta["alignments"] = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)
+                if affine
+                else mtype.dtype.bytes
                 for _first, n, off in runs
             ]
         _pair_b_fragments(g)

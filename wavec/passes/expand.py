@@ -23,7 +23,8 @@ Key = tuple  # ((dim, index), ...) in the node's dim order
 def _counts(ctx: PassContext, node: fx.Node) -> dict:
     layout = node.meta["layout"]
     counts = {}
-    per_workgroup = node.meta.get("distribute") == "workgroup"
+    # a staging copy, and the index values that address it, spread over the whole workgroup
+    per_workgroup = "workgroup" in (node.meta.get("distribute"), node.meta.get("index_scope"))
     cs = ctx.constraints
     for d, tile in zip(layout.dims, layout.tile):
         if d in cs.loop_tile and d not in cs.wg_tile and not ctx.in_loop(node.graph, d):

@@ -16,6 +16,7 @@ import sympy
 import torch.fx as fx
 
 from ..errors import ConstraintError, IndexConflictError
+from ..frontend.mapping import index_operands
 from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
 from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
@@ -166,7 +167,7 @@ class _Solver:
             for big, small in self.restrict:
                 if big in self.state:
                     lay, prio, origin = self.state[big]
-                    changed |= self.offer(small, lay.restrict(_dims(small)), prio, origin)
+                    changed |= self.offer(small, lay.restrict(_dims(small)).permute(_dims(small)), prio, origin)
 
     def seed_anchors(self) -> None:
         """Unconditional anchors (hardware layouts, copy distributions) first, propagated together; then
@@ -213,12 +214,21 @@ def _flow_loop(s: _Solver, n: fx.Node) -> None:
     s.eq += [(p.meta["capture_of"], p) for p in placeholders(sub, "capture") if _is_register(p)]
 
 
+def _flow_indexed_access(s: _Solver, n: fx.Node) -> None:
+    """Each index value of a dynamically mapped access takes the access's layout restricted to its dims
+    (a row index per row it addresses): from the read's result, or the written value."""
+    ref = n if _is_register(n) else arg_node(n, 0)
+    for idx in index_operands(n).values():
+        s.restrict.append((ref, idx))
+
+
 FLOWS = {
     "elementwise": _flow_elementwise,
     "broadcast": lambda s, n: s.restrict.append((n, n.args[0])),
     "permute": lambda s, n: s.perm.append((n, n.args[0])),
     "reduce": lambda s, n: s.restrict.append((n.args[0], n)),
     "loop": _flow_loop,
+    "indexed_access": _flow_indexed_access,
 }
 
 

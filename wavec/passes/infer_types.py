@@ -8,7 +8,6 @@ Guarantees: every value node has ``meta["type"]`` whose shape symbols are kernel
 from __future__ import annotations
 
 from ..errors import ShapeError
-from ..frontend.ops import Iterate, Write
 from ..frontend.tracing import Trace
 from .context import PassContext
 
@@ -18,7 +17,7 @@ def infer_types(trace: Trace, ctx: PassContext) -> None:
     for g in trace.graphs():
         for n in g.nodes:
             op = n.meta.get("op")
-            if n.op == "output" or op in (Write, Iterate):
+            if n.op == "output" or not getattr(op, "has_result", True):
                 continue
             t = n.meta.get("type")
             if t is None:

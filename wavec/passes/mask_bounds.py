@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import sympy
 
-from ..frontend.ops import MMA, AsyncCopy, Cast, GetResult, Iterate, Read, Write, memory_operand
+from ..frontend.mapping import access_dims, index_operands, memory_operand
+from ..frontend.ops import MMA, AsyncCopy, Cast, GetResult, Iterate, Read, Write
+from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from .context import PassContext
@@ -69,16 +71,19 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
     clampable = _clampable(trace)
     for g in trace.graphs():
         for node in g.nodes:
-            if node.meta.get("op") not in (Read, Write, AsyncCopy):
+            if node.meta.get("op") not in (Read, Write, AsyncCopy, Atomic):
                 continue
             mem = memory_operand(node)
             mtype = mem.meta["type"]
             if mtype.address_space == AddressSpace.SHARED:
                 continue
-            held = node.meta["layout"].dims  # batch and mapped dims: in range by the grid's construction
-            masked = tuple(d for d in mtype.shape if d in held and not _divisible(ctx, d))
+            # batch and statically mapped dims: in range by the grid's construction; a gathered dim: by the
+            # index values (their own reads are masked), its register dims masked like held ones
+            dims = access_dims(node)
+            masked = tuple(d for d in dims if not _divisible(ctx, d))
             if node.meta.get("op") is AsyncCopy:
-                clamp = clampable.get(capture_root(node.args[1]), set())
+                gathered = {x for i in index_operands(node).values() for x in i.meta["type"].dims}
+                clamp = clampable.get(capture_root(node.args[1]), set()) - gathered
                 node.meta["clamp_dims"] = tuple(d for d in masked if d in clamp)
                 masked = tuple(d for d in masked if d not in clamp)
             node.meta["mask_dims"] = masked

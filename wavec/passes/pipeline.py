@@ -18,6 +18,7 @@ from .hopper.insert_wgmma_fences import insert_wgmma_fences
 from .hopper.layout_wgmma_operands import layout_wgmma_operands
 from .hopper.persistent_grid import persistent_grid
 from .hopper.warp_specialize import warp_specialize
+from .index_chains import index_chains
 from .infer_indices import infer_indices
 from .infer_types import infer_types
 from .insert_barriers import insert_barriers
@@ -40,6 +41,7 @@ Step = tuple[str, Pass, str]  # (name, pass, why it stands where it does)
 CORE: list[Step] = [
     ("infer_types", infer_types, "first: every later pass reads meta['type']; shape errors point at the kernel"),
     ("promote_to_shared", promote_to_shared, "before inference, so the staging copies get layouts like any op"),
+    ("index_chains", index_chains, "after staging moved mappings to the copies: one index chain per access"),
     ("convert_layouts", convert_layouts, "before inference: mma->mma operands get an explicit conversion to anchor"),
     ("infer_indices", infer_indices, "a layout on every value (DESIGN §3) once the op graph is complete"),
     ("expand", expand, "layouts fix the instruction tiles that expansion clones per wave tile (§4)"),

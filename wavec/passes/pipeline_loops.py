@@ -15,6 +15,7 @@ import sympy
 import torch.fx as fx
 
 from ..errors import ConstraintError
+from ..frontend.mapping import index_operands
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
 from ..frontend.tracing import Trace, arg_node, placeholders
 from ..frontend.types import AddressSpace
@@ -56,6 +57,10 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     cs = ctx.constraints
     dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     pairs = _copy_pairs(sub)
+    # A copy issued iterations ahead needs that iteration's addresses: an index computed in the body (a
+    # paged read's block of this step) is this iteration's, so such loops keep synchronous copies.
+    if any(i.meta.get("role") != "capture" for r, _w in pairs for i in index_operands(r).values()):
+        return
     # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
@@ -83,8 +88,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
             op_node(
                 trace.graph,
                 AsyncCopy,
-                (outer[arg_node(c, 0)], outer[arg_node(c, 1)]),
-                {},
+                (outer[arg_node(c, 0)], outer[arg_node(c, 1)], *(outer[i] for i in index_operands(c).values())),
+                dict(c.kwargs),
                 f"{c.name}_prologue{s}",
                 c.meta.get("loc"),
                 before=iterate,
@@ -137,8 +142,8 @@ def _async_copies(
         c = op_node(
             sub,
             AsyncCopy,
-            (arg_node(read, 0), arg_node(write, 1)),
-            {},
+            (arg_node(read, 0), arg_node(write, 1), *index_operands(read).values()),
+            {"dynamic": read.kwargs["dynamic"]} if "dynamic" in read.kwargs else {},
             f"{read.name}_async",
             read.meta.get("loc"),
             before=write,

@@ -40,6 +40,18 @@ def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
     return ph
 
 
+def _body_inputs(read: fx.Node) -> list[fx.Node]:
+    """The body nodes a read's index values are computed from, in program order."""
+    seen: set[fx.Node] = set()
+    stack = [a for a in read.args[1:] if isinstance(a, fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n.op == "call_function" and n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return [n for n in read.graph.nodes if n in seen]
+
+
 def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, read: fx.Node) -> None:
     cs = ctx.constraints
     mem = arg_node(read, 0)
@@ -59,12 +71,16 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     tile_ph = _capture(sub, iterate, alloc)
     # Copies go to the top of the body, after earlier copies: all global loads are in flight before the
     # first shared read, and one barrier separates every shared write from every shared read.
-    anchor = next(n for n in sub.nodes if n.op != "placeholder" and not n.meta.get("staging"))
+    inputs = _body_inputs(read)  # a gather's index values, computed in the body: ahead of its copy
+    anchor = next(n for n in sub.nodes if n.op != "placeholder" and not n.meta.get("staging") and n not in inputs)
+    for n in inputs:
+        anchor.prepend(n)
     with sub.inserting_before(anchor):
-        g = sub.create_node("call_function", Read, (mem,), dict(read.kwargs), name=f"{read.name}_global")
+        g = sub.create_node("call_function", Read, tuple(read.args), dict(read.kwargs), name=f"{read.name}_global")
         g.meta.update(read.meta, distribute="workgroup", staging=True)
         op_node(sub, Write, (g, tile_ph), {}, f"{read.name}_to_shared", read.meta.get("loc"), staging=True)
-    read.args = (tile_ph,)
+    read.args = (tile_ph,)  # the shared tile holds the gathered rows: no index values from here on
+    read.kwargs = {k: v for k, v in read.kwargs.items() if k != "dynamic"}
 
 
 def promote_to_shared(trace: Trace, ctx: PassContext) -> None:

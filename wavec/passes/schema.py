@@ -74,6 +74,7 @@ class Access:
 
     distribute: Literal["workgroup"] = by("promote_to_shared")  # a tile copy spread over the workgroup
     staging: bool = by("promote_to_shared")  # the global read / shared write of a staged tile
+    index_scope: Literal["workgroup"] = by("index_chains")  # index values of a workgroup-distributed copy
     copy_layout: SharedLayout = by("layout_wgmma_operands")  # the shared layout the tile copy follows
     access: Literal["ldmatrix", "descriptor"] = by("coarsen_loads")  # else vector loads/stores
     accesses: list[tuple[int, int, dict[sympy.Symbol, Expr]]] = by("coarsen_loads")  # (first, len, offset)
@@ -118,6 +119,7 @@ class OpArgs:
     start: Expr = by(TRACE, "warp_specialize")  # loop bounds in coordinates
     end: Expr = by(TRACE)
     mapping: dict[sympy.Symbol, Expr] = by(TRACE)  # read: memory dim -> index expression
+    dynamic: Dims = by(TRACE, "pipeline_loops")  # accesses: memory dims indexed by the trailing args
     elements_per_thread: int | None = by(TRACE)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ..frontend.ops import Allocate, Read, Write, memory_operand
+from ..frontend.mapping import memory_operand
+from ..frontend.ops import Allocate, Read, Write
 from ..frontend.tracing import Trace, capture_root
 from ..indexing.shared_layout import CORE_BYTES, CORE_ROWS, SWIZZLE_NAMES, SharedLayout
 from .context import PassContext

@@ -39,7 +39,7 @@ __all__ = ["ArgSpec", "KernelMetadata", "Artifact", "DTYPES", "FORMATS", "FORMAT
 
 MAGIC = b"WAVECART"
 FORMAT_VERSION = 1
-DTYPES = ("f16", "bf16", "f32", "i32")
+DTYPES = ("f16", "bf16", "f32", "i32", "i64")
 FORMATS = ("cubin", "ptx", "hsaco")
 
 _PREFIX = struct.Struct("<8sIIQQ")

@@ -34,7 +34,7 @@ __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_gri
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
+_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 _DEVICE_TYPES = ("cuda", "cpu")
 _F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
 

@@ -50,6 +50,8 @@ def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
         return f"the shared tile %{alloc.name} is not a 128-byte-swizzled wgmma operand tile"
     if mem.name not in [a.name for a in trace.args]:
         return f"%{mem.name} is not a kernel argument"
+    if read.kwargs.get("dynamic"):
+        return f"the read of %{mem.name} is a gather (index tensor mapping): TMA boxes need affine addresses"
     shape, tile = tuple(mem.meta["type"].shape), _tile_dims(alloc)
     if not 2 <= len(shape) <= MAX_RANK or len(tile) != 2 or tile[1] != shape[-1] or tile[0] not in shape:
         return (

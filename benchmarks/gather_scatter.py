@@ -1,0 +1,90 @@
+"""Gathers and scatters (DESIGN §12) against their anchors, one run, medians of CUDA-event timings:
+
+- ``index_select`` and ``index_add_`` of rows vs torch and vs a device copy of the same bytes;
+- the gathered-rows GEMM (rows in random order, weighted atomic scatter of C) vs the dense wavec GEMM
+  of the same M, N, K with the same constraints (A read in order, C written).
+
+Prints one table; ``--quick`` for a short run."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton.testing
+
+import wavec as wc
+from tests import dyn_kernels as dk
+from tests.kernel_fixtures import gemm_kernel
+from wavec.kernels.indexing import index_add_, index_select
+
+
+def _ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def rows(quick: bool) -> list[str]:
+    out = []
+    for n_rows, width, dtype in [
+        (65536, 1024, torch.float16),
+        (65536, 4096, torch.float16),
+        (32768, 1024, torch.float32),
+    ]:
+        x = torch.randn(n_rows, width, dtype=dtype, device="cuda")
+        i = torch.randint(0, n_rows, (n_rows,), device="cuda")
+        dst = torch.empty_like(x)
+        nbytes = 2 * x.numel() * x.element_size()
+        t_copy, t_torch, t_wc = (
+            _ms(lambda: dst.copy_(x)),
+            _ms(lambda: torch.index_select(x, 0, i)),
+            _ms(lambda: index_select(x, i)),
+        )
+        out.append(
+            f"index_select {n_rows}x{width} {str(dtype)[6:]} | {nbytes / t_wc / 1e6:.0f} GB/s | "
+            f"{t_copy / t_wc:.2f} of copy | {t_torch / t_wc:.2f}x torch"
+        )
+        if dtype == torch.float32:
+            acc = torch.zeros_like(x)
+            t_torch = _ms(lambda: acc.index_add_(0, i, x))
+            t_wc = _ms(lambda: index_add_(acc, i, x))
+            out.append(
+                f"index_add_ {n_rows}x{width} f32 | {nbytes / t_wc / 1e6:.0f} GB/s | "
+                f"{t_copy / t_wc:.2f} of copy | {t_torch / t_wc:.2f}x torch"
+            )
+        if quick:
+            break
+    return out
+
+
+def gemm(quick: bool) -> list[str]:
+    cons = dk.gemm_constraints()
+    subs = {dk.BM: 128, dk.BN: 128, dk.BK: 32}
+    cons = [c for c in cons if not isinstance(c, wc.WaveConstraint)] + [
+        wc.WaveConstraint(dk.M, 64),
+        wc.WaveConstraint(dk.N, 64),
+    ]
+    gathered = wc.compile(dk.make_gather_gemm(cons), subs, backend="cuda")
+    dense = wc.compile(gemm_kernel(cons), subs, backend="cuda")
+    out = []
+    for m, n, k in [(4096, 4096, 4096), (8192, 2048, 4096)][: 1 if quick else 2]:
+        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
+        ids = torch.randperm(dk.TOP_K * m, device="cuda")[:m].int()
+        b = torch.randn(n, k, dtype=torch.float16, device="cuda")
+        w, c = torch.rand(m, device="cuda"), torch.zeros(m, n, device="cuda")
+        t_g = _ms(lambda: gathered(x, ids, b, w, c))
+        t_d = _ms(lambda: dense(x, b, c))
+        out.append(
+            f"gather GEMM {m}x{n}x{k} | {2 * m * n * k / t_g / 1e9:.0f} TFLOP/s | {t_d / t_g:.2f} of dense wavec"
+        )
+    return out
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    table = rows(quick) + gemm(quick)
+    print(f"device: {torch.cuda.get_device_name()}")
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Gathers, scatters, atomics and computed indices (DESIGN §12) on the emulator against torch, with fresh
+random indices (repeats included) and every output element checked; out-of-bounds indices and races."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+import wavec as wc
+from tests import dyn_kernels as dk
+from wavec.kernels.indexing import embedding, index_add_, index_select
+
+pytestmark = pytest.mark.filterwarnings("ignore:index_reduce")  # torch marks the reference beta
+
+
+@functools.cache
+def _compiled(name: str, *args):
+    make = getattr(dk, f"make_{name}")
+    subs = dk.GEMM_SUBS if name == "gather_gemm" else {}
+    kernel = make(dk.gemm_constraints()) if name == "gather_gemm" else make(*args)
+    return wc.compile(kernel, subs, backend="emulator", cache=False)
+
+
+@pytest.mark.parametrize("t, m", [(23, 40), (64, 64)])
+def test_gather_gemm_scatters_weighted_rows(t: int, m: int) -> None:
+    x = torch.randn(t, 64, dtype=torch.float16)
+    ids = torch.randint(0, dk.TOP_K * t, (m,), dtype=torch.int32)
+    b = torch.randn(48, 64, dtype=torch.float16)
+    w = torch.rand(m)
+    c = torch.randn(t, 48)
+    want = dk.reference_gather_gemm(x, ids, b, w, c)
+    _compiled("gather_gemm")(x, ids, b, w, c)
+    torch.testing.assert_close(c, want, rtol=1e-4, atol=1e-3)
+
+
+def test_paged_two_level_read() -> None:
+    pages, s_len = 20, 70
+    bt = torch.stack([torch.randperm(pages)[: (s_len + dk.PAGE - 1) // dk.PAGE] for _ in range(3)]).int()
+    kc = torch.randn(pages * dk.PAGE, 64, dtype=torch.float16)
+    out = torch.full((3, s_len, 64), float("nan"), dtype=torch.float16)
+    _compiled("paged_read")(bt, kc, out)
+    assert torch.equal(out, dk.reference_paged(bt, kc, s_len))
+
+
+def test_computed_index_relative_bias() -> None:
+    bias, x = torch.randn(2 * dk.R + 1), torch.randn(20, 70)
+    out = torch.full_like(x, float("nan"))
+    _compiled("relative_bias")(bias, x, out)
+    assert torch.equal(out, dk.reference_relative_bias(bias, x))
+
+
+@pytest.mark.parametrize("index_dtype", [wc.i32, wc.i64])
+def test_scatter_rows(index_dtype) -> None:
+    src = torch.randn(10, 132)
+    idx = torch.randperm(20)[:10].to(index_dtype.torch())
+    out = torch.full((20, 132), float("nan"))
+    want = out.clone()
+    want[idx.long()] = src
+    _compiled("scatter", index_dtype)(src, idx, out)
+    assert torch.equal(out.nan_to_num(7.0), want.nan_to_num(7.0))
+
+
+@pytest.mark.parametrize("kind, dtype", [("add", wc.f32), ("add", wc.i32), ("min", wc.f32), ("max", wc.i32)])
+def test_atomics_combine_repeated_indices(kind: str, dtype) -> None:
+    td = dtype.torch()
+    src = torch.randn(30, 132).to(td) if dtype.is_float else torch.randint(-99, 99, (30, 132), dtype=td)
+    idx = torch.randint(0, 10, (30,), dtype=torch.int32)  # 30 rows into 5: every target repeats
+    out = torch.randn(5, 132).to(td) if dtype.is_float else torch.randint(-99, 99, (5, 132), dtype=td)
+    t = (idx // 2).long()
+    if kind == "add":
+        want = out.clone().index_add_(0, t, src)
+    else:
+        want = out.clone().index_reduce_(0, t, src, "amin" if kind == "min" else "amax")
+    _compiled("atomic", kind, dtype)(src, idx, out)
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_library_index_select_embedding_index_add() -> None:
+    x = torch.randn(50, 300, dtype=torch.bfloat16)  # 300: 4-element accesses
+    i = torch.randint(0, 50, (33,))
+    assert torch.equal(index_select(x, i, backend="emulator"), x[i])
+    ids = torch.randint(0, 50, (3, 5), dtype=torch.int32)
+    assert torch.equal(embedding(ids, x, backend="emulator"), torch.nn.functional.embedding(ids.long(), x))
+    out, src, j = torch.randn(7, 256), torch.randn(20, 256), torch.randint(0, 7, (20,))
+    want = out.clone().index_add_(0, j, src)
+    torch.testing.assert_close(index_add_(out, j, src, backend="emulator"), want)
+
+
+def test_out_of_bounds_index_is_named() -> None:
+    x = torch.randn(50, 256, dtype=torch.float16)
+    with pytest.raises(wc.WavecError, match=r"index 55 in dim 0 .*lane"):
+        index_select(x, torch.tensor([0, 55, 3]), backend="emulator")
+    with pytest.raises(wc.WavecError, match=r"index -1 in dim 0"):
+        index_select(x, torch.tensor([-1]), backend="emulator")
+
+
+def test_bad_index_arguments() -> None:
+    x = torch.randn(50, 256, dtype=torch.float16)
+    with pytest.raises(wc.WavecError, match="index must be a 1-D int32 or int64"):
+        index_select(x, torch.zeros(3))
+    with pytest.raises(wc.WavecError, match="out must be a 2-D tensor"):
+        index_add_(torch.zeros(4, 8, dtype=torch.float16), torch.zeros(2, dtype=torch.int32), torch.zeros(2, 8))
