@@ -96,12 +96,10 @@ class Read(Op):
 def read(memory: Value, elements_per_thread: int | None = None, mapping: dict | None = None) -> Value:
     """Load a Memory tile into registers (each thread gets the elements its layout assigns it).
 
-    Batch dimensions (``WorkgroupConstraint(d, 1, axis)``) are indexed by the workgroup and dropped from
-    the result.  ``mapping={d: e}`` indexes memory dimension ``d`` by ``e`` (``wavec/frontend/mapping.py``):
-    an expression of batch coordinates and shape symbols drops ``d`` (grouped-query attention reads kv
-    head ``wc.tile_start(H) // (H // KVH)``); an index tensor replaces ``d`` by the index's dimensions
-    (a gather: ``wc.read(x, mapping={T: wc.read(ids)})`` with ``x: Memory[T, K]``, ``ids: Memory[M, i32]``
-    is ``Register[M, K]``, row m being row ``ids[m]`` of x)."""
+    Batch dimensions (``WorkgroupConstraint(d, 1, axis)``) are indexed by the workgroup and dropped.
+    ``mapping={d: e}`` (``frontend/mapping.py``): a batch-coordinate expression drops ``d`` (GQA reads kv
+    head ``wc.tile_start(H) // (H // KVH)``); an index tensor replaces ``d`` by its dims (a gather:
+    ``wc.read(x, mapping={T: wc.read(ids)})``, x [T, K], ids [M] i32, is ``Register[M, K]``)."""
     tr = active_tracer("read")
     mem = _need_memory("read", "memory", memory)
     static, dynamic, shape = split_mapping(tr, "read", mem, mapping)
@@ -142,9 +140,8 @@ def _checked_store(op: str, value: Value, memory: Value, mapping: dict | None) -
 
 
 def write(value: Value, memory: Value, mapping: dict | None = None) -> None:
-    """Store a register tile into a Memory argument (batch dimensions indexed by the workgroup).
-    ``mapping`` as for ``read``; with an index tensor this is a scatter (two lanes storing to one address
-    is a race: combine with ``wc.atomic_add`` instead)."""
+    """Store a register tile into a Memory argument (batch dims indexed by the workgroup); ``mapping`` as
+    for ``read`` (an index tensor: a scatter; lanes storing to one address race: use ``wc.atomic_add``)."""
     val, mem, kwargs, idx = _checked_store("write", value, memory, mapping)
     active_tracer("write").create(Write, (val, mem, *idx), None, **kwargs)
 
@@ -166,8 +163,8 @@ def arange(dim: sympy.Symbol) -> Value:
 
 
 def index(dim: sympy.Symbol) -> Value:
-    """``Register[dim, i32]`` of each element's own coordinate along ``dim`` (Wave's ``self_index``): the
-    building block of computed index mappings, e.g. ``mapping={SLOT: blk * PAGE + wc.index(S) % PAGE}``."""
+    """``Register[dim, i32]`` of each element's coordinate along ``dim`` (Wave's ``self_index``): builds
+    computed index mappings, e.g. ``mapping={SLOT: blk * PAGE + wc.index(S) % PAGE}``."""
     return arange(dim)
 
 
