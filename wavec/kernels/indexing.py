@@ -13,29 +13,17 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory
+from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
 
-T, M, N = wc.sym.T, wc.sym.M, wc.sym.N
-BLOCK_M, BLOCK_N = wc.sym.BLOCK_M, wc.sym.BLOCK_N
+T = wc.sym.T
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32, "int32": wc.i32}
 INDEX_DTYPES = {"int32": wc.i32, "int64": wc.i64}
-
-
-def row_constraints(dtype=wc.f16, threads_per_wave: int = 32, vec: int | None = None) -> list:
-    """Rows of the workgroup tile one wave each; a lane moves ``vec`` contiguous elements per access
-    (default 16 bytes)."""
-    vec = vec or 16 // dtype.bytes
-    return [
-        wc.WorkgroupConstraint(M, BLOCK_M, 0),
-        wc.WorkgroupConstraint(N, BLOCK_N, 1),
-        wc.WaveConstraint(M, 1),
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave, vector_shapes={M: 1, N: threads_per_wave * vec}),
-    ]
 
 
 def make_index_select(dtype=wc.f16, index_dtype=wc.i32, vec: int | None = None) -> wc.WaveKernel:
     """``out[m, :] = x[index[m], :]``."""
 
-    @wc.wave(row_constraints(dtype, 32, vec))
+    @wc.wave(rowwise_constraints(32, vec or 16 // dtype.bytes))
     def index_select(x: Memory[T, N, dtype], index: Memory[M, index_dtype], out: Memory[M, N, dtype]):
         wc.write(wc.read(x, mapping={T: wc.read(index)}), out)
 
@@ -45,7 +33,7 @@ def make_index_select(dtype=wc.f16, index_dtype=wc.i32, vec: int | None = None) 
 def make_index_add(dtype=wc.f32, index_dtype=wc.i32, vec: int | None = None) -> wc.WaveKernel:
     """``out[index[m], :] += src[m, :]`` atomically (repeated indices accumulate)."""
 
-    @wc.wave(row_constraints(dtype, 32, vec))
+    @wc.wave(rowwise_constraints(32, vec or 16 // dtype.bytes))
     def index_add(src: Memory[M, N, dtype], index: Memory[M, index_dtype], out: Memory[T, N, dtype]):
         wc.scatter_add(wc.read(src), out, mapping={T: wc.read(index)})
 

@@ -20,6 +20,7 @@ import torch.fx as fx
 from ..frontend.mapping import index_operands
 from ..frontend.tracing import Trace
 from .context import PassContext
+from .schema import capture_into
 
 
 def _is_register(n: object) -> bool:
@@ -61,7 +62,7 @@ class _Cloner:
     def clone(self, n: fx.Node) -> fx.Node:
         """A copy of ``n``'s chain, each node right after its original."""
         if n.meta.get("role") == "capture":
-            return self._capture(n.graph, self.clone(n.meta["capture_of"]))
+            return capture_into(n.graph, self.loop_of[n.graph], self.clone(n.meta["capture_of"]))
         if not _clonable(n):
             return n
         args = tuple(self.clone(a) if isinstance(a, fx.Node) else a for a in n.args)
@@ -113,22 +114,14 @@ class _Cloner:
         for a in inputs:
             self.drop_if_dead(a)
 
-    def _capture(self, sub: fx.Graph, outer: fx.Node) -> fx.Node:
-        loop = self.loop_of[sub]
-        last = [p for p in sub.nodes if p.op == "placeholder"][-1]
-        with sub.inserting_after(last):
-            ph = sub.placeholder(f"capture_{outer.name}")
-        ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
-        loop.args = (loop.args[0], tuple(loop.args[1]) + (outer,))
-        return ph
-
 
 def _hoist_invariant(cloner: _Cloner, access: fx.Node) -> None:
     """Index values a loop body computes from loop-invariant inputs move before the loop (captured), so
     that copies issued iterations ahead (``pipeline_loops``) and their prologue can use them."""
     for idx in index_operands(access).values():
         if access.graph in cloner.loop_of and idx.op == "call_function" and cloner.invariant(idx):
-            access.replace_input_with(idx, cloner._capture(access.graph, cloner.hoist(idx, {})))
+            body = access.graph
+            access.replace_input_with(idx, capture_into(body, cloner.loop_of[body], cloner.hoist(idx, {})))
             cloner.drop_if_dead(idx)
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch.fx as fx
 
 from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
-from ..frontend.tracing import Trace, arg_node, arg_nodes, capture_root
+from ..frontend.tracing import Trace, arg_node, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
-from .schema import op_node
+from .schema import capture_into, op_node
 
 
 def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
@@ -29,15 +29,6 @@ def _wants_promotion(read: fx.Node, ctx: PassContext) -> bool:
     users = [w for u in read.users for w in (u.users if u.meta.get("op") is Permute else (u,))]
     operands = [read] + [u for u in read.users if u.meta.get("op") is Permute]
     return any(u.meta.get("op") is MMA and any(x in u.args[:2] for x in operands) for u in users)
-
-
-def _capture(sub: fx.Graph, iterate: fx.Node, outer: fx.Node) -> fx.Node:
-    last = [n for n in sub.nodes if n.op == "placeholder"][-1]
-    with sub.inserting_after(last):
-        ph = sub.placeholder(f"capture_{outer.name}")
-    ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
-    iterate.args = (iterate.args[0], arg_nodes(iterate, 1) + (outer,))
-    return ph
 
 
 def _body_inputs(read: fx.Node) -> list[fx.Node]:
@@ -68,7 +59,7 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     alloc = op_node(
         trace.graph, Allocate, (), kwargs, name, loc, before=iterate, type=TensorType(ttype.shape, ttype.dtype, shared)
     )
-    tile_ph = _capture(sub, iterate, alloc)
+    tile_ph = capture_into(sub, iterate, alloc)
     # Copies go to the top of the body, after earlier copies: all global loads are in flight before the
     # first shared read, and one barrier separates every shared write from every shared read.
     inputs = _body_inputs(read)  # a gather's index values, computed in the body: ahead of its copy

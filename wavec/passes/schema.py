@@ -171,6 +171,17 @@ def op_node(g: fx.Graph, op: Any, args: tuple, kwargs: dict, name: str, loc: Sou
     return n
 
 
+def capture_into(body: fx.Graph, loop: fx.Node, outer: fx.Node) -> fx.Node:
+    """A new capture placeholder of ``outer`` in ``body`` (after its placeholders), appended to the loop's
+    captured values."""
+    last = [n for n in body.nodes if n.op == "placeholder"][-1]
+    with body.inserting_after(last):
+        ph = body.placeholder(f"capture_{outer.name}")
+    ph.meta.update(outer.meta, role="capture", capture_of=outer, op=None)
+    loop.args = (loop.args[0], tuple(cast(tuple, loop.args[1])) + (outer,))
+    return ph
+
+
 @dataclass(frozen=True, slots=True)
 class Key:
     name: str
