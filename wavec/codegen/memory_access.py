@@ -180,14 +180,11 @@ def _run_pieces(access, val: ir.Value) -> list:
     """(value, coordinates, alignment) of each run of a write of ``val``."""
     dtype = access.args[0].meta["type"].dtype
     runs, layout = access.meta["accesses"], access.meta["layout"]
-    return [
-        (
-            val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1]),
-            _coords(layout, off),
-            align,
-        )
-        for (first, n, off), align in zip(runs, access.meta["alignments"])
-    ]
+
+    def piece(first: int, n: int) -> ir.Value:
+        return val if len(runs) == 1 else vector.extract_strided_slice(vec_type(n, dtype), val, [first], [n], [1])
+
+    return [(piece(first, n), _coords(layout, off), a) for (first, n, off), a in zip(runs, access.meta["alignments"])]
 
 
 def _run_stores(fb: FunctionBuilder, access, pieces: list) -> list:

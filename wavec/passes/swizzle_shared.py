@@ -73,10 +73,6 @@ def _xor_layout(ctx: PassContext, tile: tuple, elem_bytes: int, accesses: list[f
         return None
     for w in writes:
         runs, aligns = w.meta.get("accesses"), w.meta.get("alignments") or ()
-        if (
-            not runs
-            or any(n * elem_bytes != CORE_BYTES for _first, n, _off in runs)
-            or any(a % CORE_BYTES for a in aligns)
-        ):
+        if not runs or any(n * elem_bytes != CORE_BYTES for _f, n, _o in runs) or any(a % CORE_BYTES for a in aligns):
             return None
     return xor_swizzle(tile, elem_bytes, ctx.constraints.scheduling.operand_swizzle)
