@@ -209,10 +209,9 @@ class FunctionBuilder:
         remap = self.ctx.workgroup_remap
         if remap:
             self.symbols[PID] = gpu.block_id(gpu.Dimension.x)
-        for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
-            wg = WORKGROUP[i]
-            if self.ctx.persistent:  # bound per tile by the tile loop (codegen.hopper.persistent)
-                continue
+        if self.ctx.persistent:  # the workgroup ids are bound per tile by the tile loop (codegen.hopper.persistent)
+            return
+        for wg, dim in zip(WORKGROUP, (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
             self.symbols[wg] = self.index(remap[wg]) if wg in remap else gpu.block_id(dim)
 
     # ----- graphs -----

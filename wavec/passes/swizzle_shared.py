@@ -58,8 +58,7 @@ def _accesses_by_tile(trace: Trace) -> dict[fx.Node, list[fx.Node]]:
     found: dict[fx.Node, list[fx.Node]] = {}
     for g in trace.graphs():
         for node in g.nodes:
-            op = node.meta.get("op")
-            if op in (Read, Write):
+            if node.meta.get("op") in (Read, Write):
                 found.setdefault(capture_root(memory_operand(node)), []).append(node)
     return found
 
