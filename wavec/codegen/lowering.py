@@ -210,10 +210,9 @@ class FunctionBuilder:
         remap = self.ctx.workgroup_remap
         if remap:
             self.symbols[PID] = gpu.block_id(gpu.Dimension.x)
-        for i, dim in enumerate((gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
-            wg = WORKGROUP[i]
-            if self.ctx.persistent:  # bound per tile by the tile loop (codegen.hopper.persistent)
-                continue
+        if self.ctx.persistent:  # the workgroup ids are bound per tile by the tile loop (codegen.hopper.persistent)
+            return
+        for wg, dim in zip(WORKGROUP, (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)):
             self.symbols[wg] = self.index(remap[wg]) if wg in remap else gpu.block_id(dim)
 
     # ----- graphs -----
@@ -399,24 +398,16 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
             message=f"{fb.cs.mma_type.name} takes {spec.in_dtype} operands and a "
             f"{spec.acc_dtype} accumulator, got {in_dt} and {acc_dt}",
         )
-    if spec.vendor == "nvidia":
-
-        def shaped(v, shape, d):
-            return vector.shape_cast(ir.VectorType.get(list(shape), elem_type(d)), v)
-
-        r = ir.Operation.create(
-            "nvgpu.mma.sync",
-            results=[ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))],
-            operands=[shaped(a, spec.a_shape, in_dt), shaped(b, spec.b_shape, in_dt), shaped(c, spec.c_shape, acc_dt)],
-            attributes={
-                "mmaShape": ir.ArrayAttr.get(
-                    [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x) for x in (spec.m, spec.n, spec.k)]
-                )
-            },
-        ).result
-        fb.values[node] = vector.shape_cast(c.type, r)
-    else:
+    if spec.vendor != "nvidia":
         fb.values[node] = amdgpu.mfma(spec.m, spec.n, spec.k, a, b, c, blocks=1)
+        return
+    a_t, b_t = (ir.VectorType.get(list(s), elem_type(in_dt)) for s in (spec.a_shape, spec.b_shape))
+    c_t = ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))
+    frags = [vector.shape_cast(t, v) for t, v in zip((a_t, b_t, c_t), (a, b, c))]  # the fragments' 2-D shapes
+    i64 = ir.IntegerType.get_signless(64)
+    shape = ir.ArrayAttr.get([ir.IntegerAttr.get(i64, x) for x in (spec.m, spec.n, spec.k)])
+    mma = ir.Operation.create("nvgpu.mma.sync", results=[c_t], operands=frags, attributes={"mmaShape": shape})
+    fb.values[node] = vector.shape_cast(c.type, mma.result)
 
 
 @rule(Iterate)

@@ -26,11 +26,10 @@ from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
 
 
-def held_coord(fb: FunctionBuilder, access: fx.Node, dim) -> sympy.Expr:
+def held_coord(fb: FunctionBuilder, mapping: dict | None, dim) -> sympy.Expr:
     """The coordinate of a memory dimension the registers do not hold: a mapped dim's expression
     (``wc.read(..., mapping=)``) or a batch dim's workgroup coordinate."""
-    mapping = (Kwargs(access).mapping if "mapping" in access.kwargs else None) or access.meta.get("mapping") or {}
-    return fb.cs.resolve_tile_starts(mapping.get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
+    return fb.cs.resolve_tile_starts((mapping or {}).get(dim, fb.cs.base_offset(dim, False, per_wave=False)))
 
 
 def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict) -> list[ir.Value]:
@@ -38,10 +37,9 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     [stage, coordinates relative to the tile's origin]."""
     dims = mem.meta["type"].shape
     if mem.meta["type"].address_space != AddressSpace.SHARED:
-        return [
-            c if isinstance(c := coords.get(d), ir.Value) else fb.index(c if d in coords else held_coord(fb, access, d))
-            for d in dims
-        ]
+        mapping = (Kwargs(access).mapping if "mapping" in access.kwargs else None) or access.meta.get("mapping")
+        at = {d: coords[d] if d in coords else held_coord(fb, mapping, d) for d in dims}
+        return [c if isinstance(c := at[d], ir.Value) else fb.index(c) for d in dims]
     iv_subs = access.meta.get("iv_subs", {})
     kw = Kwargs(capture_root(mem))
     base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}

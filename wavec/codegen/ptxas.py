@@ -68,12 +68,12 @@ def find_ptxas() -> str | None:
             raise ToolchainError(message=f"WAVEC_PTXAS={override!r} is not an executable file")
         return found
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    candidates = [Path(cuda_home) / "bin" / "ptxas" if cuda_home else None, Path("/usr/local/cuda/bin/ptxas")]
-    for c in candidates:
-        found = _executable(c)
-        if found:
-            return found
-    return shutil.which("ptxas") or _wheel_ptxas()
+    return (
+        _executable(Path(cuda_home) / "bin" / "ptxas" if cuda_home else None)
+        or _executable("/usr/local/cuda/bin/ptxas")
+        or shutil.which("ptxas")
+        or _wheel_ptxas()
+    )
 
 
 def ptxas_version(ptxas: str | None = None) -> str:

@@ -68,11 +68,10 @@ class WgmmaAccumulator(_WgmmaOp):
 
 
 class MBarrierInit(_TmaOp):
-    """Before a TMA-pipelined loop: ``kwargs["count"]`` "full" mbarriers (one per stage, one arrival: the
-    thread that issues the stage's TMA) and, when ``kwargs["empty_arrivals"]`` > 0, as many "empty" ones
-    (that many arrivals: one per warp), initialised by one thread, then ``fence.mbarrier_init`` and a
-    workgroup barrier.  ``kwargs["dim"]`` names the loop; the loop's mbarrier ops refer to this node
-    through ``meta["mbarriers"]``."""
+    """Before a TMA-pipelined loop over ``kwargs["dim"]``: ``count`` "full" mbarriers (one per stage, one
+    arrival) and, when ``empty_arrivals`` > 0, as many "empty" ones (one arrival per warp), initialised by
+    one thread, then ``fence.mbarrier_init`` and a barrier.  The loop's mbarrier ops name it in
+    ``meta["mbarriers"]``."""
 
     name = "mbarrier_init"
     emulated_ops = ("nvvm.mbarrier.init", "nvvm.fence.mbarrier.init", "gpu.barrier")
@@ -87,13 +86,11 @@ class MBarrierWait(_TmaOp):
 
 
 class TmaFill(_TmaOp):
-    """Fill one pipeline stage with TMA: ``args`` = (global memory, shared tile) pairs, flattened.  Thread
-    0, only while ``kwargs["iteration"] < kwargs["stop"]``: with empty mbarriers and ``iteration >=
-    kwargs["refill_from"]``, waits for parity ``kwargs["empty_parity"]`` of the stage's empty mbarrier;
-    then arrives on the stage's full mbarrier announcing the stage's bytes (``arrive.expect_tx``) and
-    issues one ``cp.async.bulk.tensor.2d`` per 128-byte-wide box of each tile.  ``kwargs["stage"]``;
-    ``meta``: ``iv_subs`` (the loop iteration the tiles belong to), ``maps`` (the tensor map of each pair),
-    ``mbarriers``."""
+    """Fill pipeline stage ``kwargs["stage"]`` with TMA (``args``: (global memory, shared tile) pairs,
+    flattened).  Thread 0, while ``iteration < stop``: with empty mbarriers and ``iteration >= refill_from``
+    it waits for parity ``empty_parity`` of the stage's empty mbarrier, then ``arrive.expect_tx`` on the
+    full one and one ``cp.async.bulk.tensor`` per 128-byte-wide box.  ``meta``: ``iv_subs`` (the tiles'
+    iteration), ``maps`` (each pair's tensor map), ``mbarriers``."""
 
     name = "tma_fill"
     emulated_ops = ("nvvm.mbarrier.arrive.expect_tx", "nvvm.cp.async.bulk.tensor.shared.cluster.global")
@@ -108,12 +105,10 @@ class MBarrierArrive(_TmaOp):
 
 
 class WarpSpecialize(_TmaOp):
-    """The producer/consumer split of a warp-specialized TMA loop (``passes/hopper/warp_specialize.py``): the
-    root-graph nodes after it run in the consumer warpgroups (threads ``< kwargs["consumers"]``); the
-    extra producer warpgroup runs ``kwargs["subgraph"]`` (one ``TmaFill`` of iteration ``$ARG_<dim>``) over
-    the loop's iterations ``kwargs["start"] .. kwargs["stop"] - 1``, its thread ``kwargs["consumers"]``
-    issuing.  ``args`` = the root nodes the producer captures; ``kwargs["regs"]`` = (producer, consumer)
-    ``setmaxnreg`` counts; ``meta["mbarriers"]`` = the loop's ``MBarrierInit``."""
+    """The producer/consumer split of a warp-specialized TMA loop (``passes/hopper/warp_specialize.py``):
+    later root nodes run in the consumers (threads ``< consumers``); the extra producer warpgroup runs
+    ``subgraph`` (one ``TmaFill`` of iteration ``$ARG_<dim>``) over iterations ``start .. stop - 1``.
+    ``args``: the root nodes it captures; ``regs``: (producer, consumer) ``setmaxnreg`` counts."""
 
     name = "warp_specialize"
     emulated_ops = ("nvvm.setmaxregister", "scf.if", "scf.for")

@@ -243,6 +243,10 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     sig = inspect.signature(fn)
     hints = _annotations(fn, scope_locals)
     loc = SourceLoc(inspect.getsourcefile(fn) or "<unknown>", fn.__code__.co_firstlineno, f"def {fn.__name__}")
+
+    def error(message: str) -> ShapeError:
+        return ShapeError(loc, op=fn.__name__, message=message)
+
     tracer = Tracer(batch_dims)
     args: list[KernelArg] = []
     values: list[Value] = []
@@ -257,17 +261,11 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
             values.append(Value(node))
             continue
         if not isinstance(t, TensorType) or t.address_space is None:
-            raise ShapeError(
-                loc,
-                op=fn.__name__,
-                message=f"argument {name!r} must be annotated Memory[dims..., dtype] or wc.Scalar[dtype]",
-            )
+            raise error(f"argument {name!r} must be annotated Memory[dims..., dtype] or wc.Scalar[dtype]")
         if scalars:
-            raise ShapeError(
-                loc,
-                op=fn.__name__,
-                message=f"Memory argument {name!r} follows scalar argument "
-                f"{scalars[0].name!r}: scalar arguments come after every Memory argument",
+            raise error(
+                f"Memory argument {name!r} follows scalar argument {scalars[0].name!r}: "
+                "scalar arguments come after every Memory argument"
             )
         node = tracer.root.placeholder(name)
         # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
@@ -281,7 +279,7 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
     with tracer:
         result = fn(*values)
     if result is not None:
-        raise ShapeError(loc, op=fn.__name__, message="a kernel returns nothing; write results with wc.write")
+        raise error("a kernel returns nothing; write results with wc.write")
     tracer.root.output(None)
     return Trace(
         fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars

@@ -1,16 +1,12 @@
 """Matrix-instruction descriptions and their operand layouts (the anchors of index inference).
 
 Layouts follow the PTX ISA (``mma.sync.m16n8k16``, ``wgmma.mma_async.m64nNk16``) and the CDNA3 ISA
-(``v_mfma_f32_16x16x16_f16``, ``v_mfma_f32_32x32x8_f16``).  Operands are named by role: A is [M, K], B is
-[N, K] (wavec computes ``A @ B.T``), C/D is [M, N].  ``order`` maps the register tile onto the fragment
-vector.
-
-Warpgroup types (``group_waves = 4``, Hopper ``wgmma``): four consecutive waves issue one instruction
-together, so the layout unit is the warpgroup: ``$LANE`` ranges over its 128 threads and the wave symbols
-count warpgroups.  Their A and B operands are not registers but shared-memory tiles addressed by matrix
-descriptors: the "layout" of an A/B read is one descriptor per instruction tile (no per-lane levels),
-except A in registers (``a_in_registers``): per warp the m16n8k16 A fragment of its 16 rows.
-The instruction's N is not fixed by the type: it is the wave tile's N (``instruction_n``).
+(``v_mfma_f32_16x16x16_f16``, ``v_mfma_f32_32x32x8_f16``).  Roles: A is [M, K], B is [N, K] (wavec
+computes ``A @ B.T``), C/D is [M, N]; ``order`` maps the register tile onto the fragment vector.
+Warpgroup types (``group_waves = 4``, Hopper ``wgmma``): the layout unit is the warpgroup (``$LANE`` over
+its 128 threads, wave symbols counting warpgroups); an A/B read is one matrix descriptor per instruction
+tile (no per-lane levels) except A in registers (``a_in_registers``: per warp the m16n8k16 A fragment
+of its 16 rows); the instruction's N is the wave tile's (``instruction_n``).
 """
 
 from __future__ import annotations

@@ -154,16 +154,12 @@ class _Solver:
         changed = True
         while changed:
             changed = False
-            for a, b in self.eq:
-                for x, y in ((a, b), (b, a)):
-                    if x in self.state:
-                        lay, prio, origin = self.state[x]
-                        changed |= self.offer(y, lay, prio, origin)
-            for a, b in self.perm:
-                for x, y in ((a, b), (b, a)):
-                    if x in self.state:
-                        lay, prio, origin = self.state[x]
-                        changed |= self.offer(y, lay.permute(_dims(y)), prio, origin)
+            for edges, permuted in ((self.eq, False), (self.perm, True)):
+                for a, b in edges:
+                    for x, y in ((a, b), (b, a)):
+                        if x in self.state:
+                            lay, prio, origin = self.state[x]
+                            changed |= self.offer(y, lay.permute(_dims(y)) if permuted else lay, prio, origin)
             for big, small in self.restrict:
                 if big in self.state:
                     lay, prio, origin = self.state[big]

@@ -35,6 +35,14 @@ def _only_written(iterate) -> bool:
     return all(r.meta.get("op") is GetResult and all(ok(u) for u in r.users) for r in iterate.users)
 
 
+def _feeds_mma(read) -> bool:
+    """Whether a shared read is an mma fragment that only mmas read (prefetch_fragments' first reads feed
+    the loop as inits, its next ones the yield)."""
+    return read.meta.get("mma_dims") is not None and all(
+        u.op == "output" or u.meta.get("op") in (MMA, Iterate) for u in read.users
+    )
+
+
 def _clampable(trace: Trace) -> dict:
     """Shared tile (its ``allocate``) -> the dims its copies may clamp (see the module docstring)."""
     readers: dict = {}
@@ -51,17 +59,8 @@ def _clampable(trace: Trace) -> dict:
             continue
         for alloc in it.args[1]:
             rs = readers.get(alloc, [])
-            if (
-                alloc.meta["type"].address_space != AddressSpace.SHARED
-                or not rs
-                or any(
-                    r.meta.get("mma_dims") is None
-                    or any(u.op != "output" and u.meta.get("op") not in (MMA, Iterate) for u in r.users)
-                    for r in rs
-                )
-            ):
+            if alloc.meta["type"].address_space != AddressSpace.SHARED or not rs or not all(map(_feeds_mma, rs)):
                 continue
-            # (prefetch_fragments' first reads feed the loop as inits, its next ones the yield)
             reduced = {r.meta["mma_dims"][1] for r in rs} | {it.kwargs["dim"]}
             out[alloc] = set(alloc.meta["type"].shape) - reduced
     return out

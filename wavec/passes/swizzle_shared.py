@@ -59,8 +59,7 @@ def _accesses_by_tile(trace: Trace) -> dict[fx.Node, list[fx.Node]]:
     found: dict[fx.Node, list[fx.Node]] = {}
     for g in trace.graphs():
         for node in g.nodes:
-            op = node.meta.get("op")
-            if op in (Read, Write):
+            if node.meta.get("op") in (Read, Write):
                 found.setdefault(capture_root(memory_operand(node)), []).append(node)
     return found
 
@@ -74,10 +73,6 @@ def _xor_layout(ctx: PassContext, tile: tuple, elem_bytes: int, accesses: list[f
         return None
     for w in writes:
         runs, aligns = w.meta.get("accesses"), w.meta.get("alignments") or ()
-        if (
-            not runs
-            or any(n * elem_bytes != CORE_BYTES for _first, n, _off in runs)
-            or any(a % CORE_BYTES for a in aligns)
-        ):
+        if not runs or any(n * elem_bytes != CORE_BYTES for _f, n, _o in runs) or any(a % CORE_BYTES for a in aligns):
             return None
     return xor_swizzle(tile, elem_bytes, ctx.constraints.scheduling.operand_swizzle)

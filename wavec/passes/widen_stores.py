@@ -86,13 +86,10 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
             continue
         writes = [by_offset[o] for o in (0, 8, 16, 24)]
         last = max(writes, key=order.__getitem__)
+        args = (*[w.args[0] for w in writes], mem)
         with trace.graph.inserting_after(last):
             wide = trace.graph.create_node(
-                "call_function",
-                WideStore,
-                (*[w.args[0] for w in writes], mem),
-                dict(writes[0].kwargs),
-                name=f"{writes[0].name}_wide",
+                "call_function", WideStore, args, dict(writes[0].kwargs), name=f"{writes[0].name}_wide"
             )
         wide.meta.update(writes[0].meta)
         # the four narrow writes, for N % 8 != 0: their meta (the values are the WideStore's args)

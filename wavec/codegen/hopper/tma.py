@@ -17,6 +17,7 @@ from ...frontend.tracing import arg_nodes, capture_root
 from ...indexing import THREAD, induction_symbol
 from ...passes.schema import Kwargs
 from ..lowering import FunctionBuilder, rule
+from ..memory_access import held_coord
 from .wgmma import _tile_address_symbol, hoisted_symbol
 
 SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
@@ -96,8 +97,7 @@ def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
 def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
     """(destination, tensor map, [coordinates innermost first]) index values of every box of the fill,
     and the bytes they carry.  Coordinates: the tile's origin along its two dims (plus 64 elements per
-    further swizzle column), :func:`memory_access.held_coord` (the read's ``mapping``, else the workgroup's offset)
-    along the argument's other (batch) dims."""
+    further swizzle column), :func:`~wavec.codegen.memory_access.held_coord` along the others."""
     args, maps, subs = arg_nodes(node), node.meta["maps"], node.meta["iv_subs"]
     mappings = node.meta.get("mappings") or (None,) * len(maps)
     stage = sympy.sympify(node.kwargs["stage"])
@@ -106,17 +106,14 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
         kw = Kwargs(alloc := capture_root(tile))
         smem, ((row_dim, rows), (k_dim, cols)) = kw.smem_layout, kw.tile.items()
         base = {d: sympy.sympify(b).subs(subs) for d, b in kw.base.items()}
-        held = {
-            d: fb.cs.resolve_tile_starts((mapping or {}).get(d, fb.cs.base_offset(d, False, per_wave=False)))
-            for d in capture_root(mem).meta["type"].shape
-            if d not in (row_dim, k_dim)
-        }
+        shape = capture_root(mem).meta["type"].shape
+        held = {d: held_coord(fb, mapping, d) for d in shape if d not in (row_dim, k_dim)}
         stage_bytes = rows * cols * smem.elem_bytes
         start = _tile_address_symbol(fb, alloc) + stage * stage_bytes
         per_box = smem.row_elems  # 64 elements of 2 bytes: the 128-byte swizzle span
         for kb in range(cols // per_box):
             origin = {**held, row_dim: base[row_dim], k_dim: base[k_dim] + kb * per_box}
-            coords = [fb.index(origin[d]) for d in reversed(capture_root(mem).meta["type"].shape)]
+            coords = [fb.index(origin[d]) for d in reversed(shape)]
             boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m), coords))
         total += stage_bytes
     return boxes, total

@@ -56,8 +56,7 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> int:
 def _shared_tile(operand: fx.Node) -> fx.Node | None:
     """The ``allocate`` node an mma operand is read from (directly, or through a ``permute`` of the read
     when the tile is stored in the other dimension order), or None when it is not a shared read."""
-    if operand.meta.get("op") is Permute:
-        operand = arg_node(operand, 0)
+    operand = _shared_read(operand)
     if operand.meta.get("op") is not Read:
         return None
     mem = arg_node(operand, 0)
@@ -67,6 +66,7 @@ def _shared_tile(operand: fx.Node) -> fx.Node | None:
 
 
 def _shared_read(operand: fx.Node) -> fx.Node:
+    """The read behind an mma operand (itself, or the read a ``permute`` reorders)."""
     return arg_node(operand, 0) if operand.meta.get("op") is Permute else operand
 
 

@@ -88,15 +88,8 @@ def _release_last(trace: Trace, ctx: PassContext, iterate: fx.Node, init: fx.Nod
     cs = ctx.constraints
     stages = init.kwargs["count"]
     lo, stop = cs.loop_bounds(iterate.kwargs["dim"])
-    wait = next(
-        (
-            n
-            for n in trace.graph.nodes
-            if n.meta.get("op") is WgmmaWait
-            and list(trace.graph.nodes).index(n) > list(trace.graph.nodes).index(iterate)
-        ),
-        None,
-    )
+    nodes = list(trace.graph.nodes)
+    wait = next((n for n in nodes[nodes.index(iterate) + 1 :] if n.meta.get("op") is WgmmaWait), None)
     if wait is None:
         raise _refuse(trace, "no wgmma wait retires the K loop's last group")
     last = k_base(ctx, lo, stop) + stop - lo - 1
