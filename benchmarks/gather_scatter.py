@@ -1,8 +1,9 @@
 """Gathers and scatters (DESIGN §12) against their anchors, one run, medians of CUDA-event timings:
 
 - ``index_select`` and ``index_add_`` of rows vs torch and vs a device copy of the same bytes;
-- the gathered-rows GEMM (rows in random order, weighted atomic scatter of C) vs the dense wavec GEMM
-  of the same M, N, K with the same constraints (A read in order, C written).
+- the gathered-rows GEMM (rows in random order, C written in order) and the MoE building block (the
+  same gather, a weighted atomic scatter of C) vs the dense wavec GEMM of the same M, N, K with the same
+  constraints (A read in order, C written).
 
 Prints one table; ``--quick`` for a short run."""
 
@@ -63,7 +64,8 @@ def gemm(quick: bool) -> list[str]:
         wc.WaveConstraint(dk.M, 64),
         wc.WaveConstraint(dk.N, 64),
     ]
-    gathered = wc.compile(dk.make_gather_gemm(cons), subs, backend="cuda")
+    gathered = wc.compile(dk.make_gathered_rows_gemm(cons), subs, backend="cuda")
+    scattered = wc.compile(dk.make_gather_gemm(cons), subs, backend="cuda")
     dense = wc.compile(gemm_kernel(cons), subs, backend="cuda")
     out = []
     for m, n, k in [(4096, 4096, 4096), (8192, 2048, 4096)][: 1 if quick else 2]:
@@ -71,11 +73,12 @@ def gemm(quick: bool) -> list[str]:
         ids = torch.randperm(dk.TOP_K * m, device="cuda")[:m].int()
         b = torch.randn(n, k, dtype=torch.float16, device="cuda")
         w, c = torch.rand(m, device="cuda"), torch.zeros(m, n, device="cuda")
-        t_g = _ms(lambda: gathered(x, ids, b, w, c))
         t_d = _ms(lambda: dense(x, b, c))
-        out.append(
-            f"gather GEMM {m}x{n}x{k} | {2 * m * n * k / t_g / 1e9:.0f} TFLOP/s | {t_d / t_g:.2f} of dense wavec"
-        )
+        for name, t in [
+            ("gathered-rows GEMM", _ms(lambda: gathered(x, ids, b, c))),
+            ("gather GEMM + weighted atomic scatter", _ms(lambda: scattered(x, ids, b, w, c))),
+        ]:
+            out.append(f"{name} {m}x{n}x{k} | {2 * m * n * k / t / 1e9:.0f} TFLOP/s | {t_d / t:.2f} of dense wavec")
     return out
 
 

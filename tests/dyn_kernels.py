@@ -47,6 +47,24 @@ def make_gather_gemm(constraints: list) -> wc.WaveKernel:
     return gather_gemm
 
 
+def make_gathered_rows_gemm(constraints: list) -> wc.WaveKernel:
+    """``c = x[ids // TOP_K] @ b.T``: gathered A rows (staged, pipelined), C written in order: the gather's
+    cost alone, for the benchmark against the dense GEMM."""
+
+    @wc.wave(constraints)
+    def gathered_rows_gemm(x: Memory[T, K, f16], ids: Memory[M, wc.i32], b: Memory[N, K, f16], c: Memory[M, N, f32]):
+        rows = wc.read(ids)
+        acc = Register[M, N, f32](0.0)
+
+        @wc.iterate(K, init_args=[acc])
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(x, mapping={T: rows // TOP_K}), wc.read(b), acc)
+
+        wc.write(body, c)
+
+    return gathered_rows_gemm
+
+
 def reference_gather_gemm(x, ids, b, w, c):
     t = (ids // TOP_K).long()
     return c.clone().index_add_(0, t, w[:, None] * (x[t].float() @ b.float().T))

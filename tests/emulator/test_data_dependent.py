@@ -102,3 +102,13 @@ def test_bad_index_arguments() -> None:
         index_select(x, torch.zeros(3))
     with pytest.raises(wc.WavecError, match="out must be a 2-D tensor"):
         index_add_(torch.zeros(4, 8, dtype=torch.float16), torch.zeros(2, dtype=torch.int32), torch.zeros(2, 8))
+
+
+def test_gathered_rows_gemm_writes_every_row() -> None:
+    kernel = wc.compile(dk.make_gathered_rows_gemm(dk.gemm_constraints()), dk.GEMM_SUBS, backend="emulator")
+    x, b = torch.randn(40, 64, dtype=torch.float16), torch.randn(32, 64, dtype=torch.float16)
+    ids = torch.randperm(dk.TOP_K * 40)[:64].int()
+    c = torch.full((64, 32), float("nan"))
+    kernel(x, ids, b, c)
+    want = x[(ids // dk.TOP_K).long()].double() @ b.double().T
+    torch.testing.assert_close(c.double(), want, rtol=1e-3, atol=1e-3)

@@ -1,0 +1,55 @@
+"""The library kernels as PyTorch operators: ``torch.ops.wavec.<name>``.
+
+Requires: torch >= 2.4 (``torch.library.custom_op``); importing this module registers the operators once.
+
+Guarantees: each operator calls the library function of the same name (``wavec.kernels.*``), so it
+validates its arguments the same way and picks the compiled kernel for the tensors' shapes and device
+(CUDA tensors run the GPU kernel, CPU tensors the emulator).  Each has a fake implementation, so
+``torch.compile(fullgraph=True)`` traces through it; in-place operators declare what they mutate.  There
+is no autograd formula: backward through an operator raises.
+
+Unlike :func:`wavec.register_torch_op`, which registers one compiled kernel with fixed tile sizes, these
+operators dispatch per call, because the library picks its configuration from the shapes (the vector
+width of a gather follows the row length).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import indexing
+
+__all__ = ["index_select", "embedding", "index_add_"]
+
+
+@torch.library.custom_op("wavec::index_select", mutates_args=())
+def index_select(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``torch.index_select(x, 0, index)`` for a 2-D ``x`` (see :func:`wavec.kernels.indexing.index_select`)."""
+    return indexing.index_select(x, index)
+
+
+@index_select.register_fake
+def _index_select_fake(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(index.shape[0], x.shape[1])
+
+
+@torch.library.custom_op("wavec::embedding", mutates_args=())
+def embedding(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``torch.nn.functional.embedding(ids, weight)`` (see :func:`wavec.kernels.indexing.embedding`)."""
+    return indexing.embedding(ids, weight)
+
+
+@embedding.register_fake
+def _embedding_fake(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return weight.new_empty(*ids.shape, weight.shape[1])
+
+
+@torch.library.custom_op("wavec::index_add_", mutates_args=("out",))
+def index_add_(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    """``out.index_add_(0, index, src)`` in place (see :func:`wavec.kernels.indexing.index_add_`)."""
+    indexing.index_add_(out, index, src)
+
+
+@index_add_.register_fake
+def _index_add_fake(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
+    return None
