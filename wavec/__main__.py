@@ -1,4 +1,5 @@
-"""``python -m wavec tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...]``: tune the GEMM on this GPU."""
+"""``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...]`` tunes the GEMM
+on this GPU; ``compile``, ``cache`` and ``doctor`` live in :mod:`wavec.cli`."""
 
 from __future__ import annotations
 
@@ -64,8 +65,12 @@ def _tune(args) -> int:
 
 
 def main(argv=None) -> int:
+    from . import __version__, cli
+
     p = argparse.ArgumentParser(prog="python -m wavec")
+    p.add_argument("--version", action="version", version=f"wavec {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
+    cli.add_parsers(sub)
     t = sub.add_parser("tune", help="autotune a library kernel on the visible GPU")
     t.add_argument("kernel", help="gemm")
     t.add_argument("--shapes", nargs="+", required=True, help="M,N,K ...")
@@ -76,7 +81,7 @@ def main(argv=None) -> int:
     t.add_argument("--workers", type=int, default=0)
     t.add_argument("--force", action="store_true", help="re-tune shapes already in the tuning cache")
     args = p.parse_args(argv)
-    return _tune(args)
+    return _tune(args) if args.cmd == "tune" else cli.run(args)
 
 
 if __name__ == "__main__":

@@ -202,7 +202,8 @@ def compile(
         },
     )
     store = default_cache() if cache and not knobs.cache_disable else None
-    artifact = store.get(key) if store is not None and not print_ir_after else None
+    # printing or dumping IR needs a real compilation, so those never read the cache
+    artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
         artifact = _build(kernel, trace, cs, target, print_ir_after)

@@ -65,6 +65,12 @@ class OptionError(WavecError, ValueError):
     template = "{option}: {message}"
 
 
+class KnobError(WavecError, ValueError):
+    """An environment knob (``wavec/knobs.py``) holds a value it does not accept."""
+
+    template = "{env}={value!r} is not accepted; expected {accepted}"
+
+
 class KernelDefinitionError(WavecError, TypeError):
     """Something that is not a compiled wavec kernel was used as one."""
 

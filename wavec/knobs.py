@@ -1,7 +1,8 @@
 """Every environment knob wavec reads, declared once and typed (after Triton's ``knobs.py``).
 
 Read a knob as ``knobs.cache_dir`` etc.; the value is looked up at each access, so tests may
-``monkeypatch.setenv`` freely.
+``monkeypatch.setenv`` freely.  A value a knob does not accept raises :class:`KnobError` naming the
+variable and the accepted values (``WAVEC_VERIFY_IR=banana`` is an error, not "off").
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
+
+from .errors import KnobError
 
 T = TypeVar("T")
 
@@ -22,13 +25,34 @@ class Knob(Generic[T]):
     parse: Callable[[str], T]
     doc: str
 
+    accepted: str = ""  # the accepted values, for the error and the listing
+
     def get(self) -> T:
         raw = os.environ.get(self.env)
-        return self.default if raw is None or raw == "" else self.parse(raw)
+        if raw is None or raw == "":
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError:
+            raise KnobError(env=self.env, value=raw, accepted=self.accepted) from None
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+BOOL = "1/true/yes/on or 0/false/no/off"
 
 
 def _bool(raw: str) -> bool:
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+    word = raw.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise ValueError(raw)
+    return word in _TRUE
+
+
+def _count(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError(raw)
+    return value
 
 
 def _path(raw: str) -> Path:
@@ -37,18 +61,28 @@ def _path(raw: str) -> Path:
 
 KNOBS: dict[str, Knob] = {
     "cache_dir": Knob(
-        "WAVEC_CACHE_DIR", Path.home() / ".cache" / "wavec", _path, "directory of the on-disk compile cache"
+        "WAVEC_CACHE_DIR", Path.home() / ".cache" / "wavec", _path, "directory of the on-disk compile cache", "a path"
     ),
-    "cache_disable": Knob("WAVEC_CACHE_DISABLE", False, _bool, "never read or write the disk cache"),
+    "cache_disable": Knob("WAVEC_CACHE_DISABLE", False, _bool, "never read or write the disk cache", BOOL),
     "backend": Knob(
-        "WAVEC_BACKEND", None, str, "force a backend: cuda, rocm or emulator (default: cuda when a GPU is visible)"
+        "WAVEC_BACKEND",
+        None,
+        str,  # checked against the registered backends by ``compiler.default_backend``
+        "force a backend (default: cuda when a GPU is visible, else the emulator)",
+        "cuda, rocm or emulator",
     ),
-    "ptxas": Knob("WAVEC_PTXAS", None, str, "path of the ptxas executable to use"),
-    "dump_dir": Knob("WAVEC_DUMP_DIR", None, str, "write every emitted MLIR module and PTX here"),
+    "ptxas": Knob("WAVEC_PTXAS", None, str, "path of the ptxas executable to use", "a path"),
+    "dump_dir": Knob(
+        "WAVEC_DUMP_DIR", None, str, "write every compiled kernel's MLIR and PTX here (cache hits too)", "a path"
+    ),
     "tune_workers": Knob(
-        "WAVEC_TUNE_WORKERS", 0, int, "processes that compile autotuning candidates (0: one per CPU core less one)"
+        "WAVEC_TUNE_WORKERS",
+        0,
+        _count,
+        "processes that compile autotuning candidates (0: one per CPU core less one)",
+        "an integer >= 0",
     ),
-    "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes"),
+    "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes", BOOL),
 }
 
 

@@ -1,0 +1,116 @@
+"""``python -m wavec`` (``wavec/__main__.py``, ``wavec/cli.py``) and the knobs' validation: every command
+runs in-process through ``main(argv)``, against a temporary cache directory."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from wavec.__main__ import main
+from wavec.errors import KnobError
+from wavec.knobs import knobs
+
+KERNEL_FILE = textwrap.dedent(
+    """
+    from wavec.kernels.elementwise import make_copy
+
+    copy = make_copy()
+    not_a_kernel = 3
+    """
+)
+
+
+@pytest.fixture
+def kernel_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("WAVEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("WAVEC_DUMP_DIR", raising=False)
+    path = tmp_path / "kernels.py"
+    path.write_text(KERNEL_FILE)
+    return path
+
+
+def test_version(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("wavec 0.")
+
+
+def test_compile_dumps_trace_mlir_and_ptx_then_cache_lists_and_clears(kernel_file, tmp_path, capsys) -> None:
+    spec = f"{kernel_file}:copy"
+    args = ["compile", spec, "--subs", "BLOCK_M=4", "BLOCK_N=256", "--target", "sm_90", "--backend", "cuda"]
+    assert main([*args, "--dump", "trace,mlir,ptx", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "copy: target sm_90" in out and "block (128, 1, 1)" in out
+    assert "read(%src)" in (tmp_path / "out" / "copy.trace").read_text()
+    assert "hal.executable" in (tmp_path / "out" / "copy.mlir").read_text()
+    assert ".target sm_90" in (tmp_path / "out" / "copy.ptx").read_text()
+    assert main(["cache", "list"]) == 0
+    listing = capsys.readouterr().out
+    assert "copy" in listing and "1 kernels" in listing
+    assert main(["cache", "info"]) == 0
+    assert "kernels: 1" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 compiled kernels" in capsys.readouterr().out
+    assert main(["cache", "info"]) == 0
+    assert "kernels: 0" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("{file}:missing", "defines no 'missing'"),
+        ("{file}:not_a_kernel", "is a int, not a @wc.wave kernel"),
+        ("{file}", "expected FILE.py:NAME"),
+        ("nowhere.py:copy", "no such file"),
+    ],
+)
+def test_compile_bad_spec_is_explained(kernel_file, capsys, spec: str, message: str) -> None:
+    assert main(["compile", spec.format(file=kernel_file)]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_compile_bad_dump_and_subs(kernel_file, capsys) -> None:
+    assert main(["compile", f"{kernel_file}:copy", "--dump", "asm"]) == 2
+    assert "unknown --dump ['asm']" in capsys.readouterr().err
+    assert main(["compile", f"{kernel_file}:copy", "--subs", "BLOCK_M=four"]) == 1
+    assert "--subs expects SYMBOL=INT" in capsys.readouterr().err
+
+
+def test_doctor_names_every_knob_and_flags_a_bad_value(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("WAVEC_VERIFY_IR", "banana")
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    for env in ("WAVEC_CACHE_DIR", "WAVEC_BACKEND", "WAVEC_DUMP_DIR", "WAVEC_TUNE_WORKERS", "WAVEC_VERIFY_IR"):
+        assert env in out
+    assert "iree-base-compiler" in out and "torch" in out
+    assert "missing: a valid WAVEC_VERIFY_IR" in out
+
+
+@pytest.mark.parametrize(
+    "env, value, attr",
+    [("WAVEC_VERIFY_IR", "banana", "verify_ir"), ("WAVEC_CACHE_DISABLE", "2", "cache_disable"),
+     ("WAVEC_TUNE_WORKERS", "-1", "tune_workers"), ("WAVEC_TUNE_WORKERS", "many", "tune_workers")],
+)  # fmt: skip
+def test_bad_knob_value_names_the_knob_and_the_accepted_values(monkeypatch, env, value, attr) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(KnobError, match=rf"{env}='{value}' is not accepted; expected"):
+        getattr(knobs, attr)
+
+
+@pytest.mark.parametrize("value, expected", [("0", False), ("off", False), ("No", False), ("1", True), ("ON", True)])
+def test_bool_knob_words(monkeypatch, value: str, expected: bool) -> None:
+    monkeypatch.setenv("WAVEC_VERIFY_IR", value)
+    assert knobs.verify_ir is expected
+
+
+def test_dump_dir_is_written_on_a_cache_hit_too(kernel_file, tmp_path, monkeypatch) -> None:
+    import wavec as wc
+    from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, make_copy
+
+    kernel, subs = make_copy(), {BLOCK_M: 4, BLOCK_N: 256}
+    wc.compile(kernel, subs, target="sm_90", backend="cuda")  # now in the cache
+    monkeypatch.setenv("WAVEC_DUMP_DIR", str(tmp_path / "dump"))
+    wc.compile(kernel, subs, target="sm_90", backend="cuda")
+    assert {p.suffix for p in (tmp_path / "dump").iterdir()} >= {".mlir", ".ptx"}

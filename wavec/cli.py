@@ -1,0 +1,271 @@
+"""``python -m wavec`` subcommands other than ``tune``: ``compile``, ``cache``, ``doctor``.
+
+Requires: nothing beyond ``import wavec`` until a command needs it (torch, the IREE compiler and ptxas are
+imported or looked up by the command that uses them, and their absence is reported, not raised).
+
+Guarantees: each command returns a process exit status (0 ok, 1 a failure it explains, 2 bad usage) and
+prints errors as ``wavec <command>: <message>`` on stderr; ``doctor`` never fails on a missing piece, it
+names it and the ``pip install`` or setting that provides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import WavecError
+from .knobs import KNOBS
+
+DUMPS = ("trace", "mlir", "ptx", "sass")
+
+
+def add_parsers(sub) -> None:
+    c = sub.add_parser("compile", help="compile a kernel from a Python file and dump its IR/PTX/SASS")
+    c.add_argument("spec", help="FILE.py:NAME, NAME a @wc.wave kernel or a function returning one")
+    c.add_argument("--subs", nargs="*", default=[], help="SYMBOL=INT ... (wc.sym names: BLOCK_M=64 K=4096)")
+    c.add_argument("--target", default=None, help="sm_80, sm_90, sm_90a or gfx942 (default: the visible GPU)")
+    c.add_argument("--backend", default=None, help="cuda, rocm or emulator (default: as wc.compile)")
+    c.add_argument("--dump", default="", help=f"comma-separated subset of {','.join(DUMPS)}")
+    c.add_argument("--out", default=None, help="write dumps into this directory instead of stdout")
+    k = sub.add_parser("cache", help="inspect or clear the compile cache")
+    k.add_argument("action", choices=["list", "info", "clear"])
+    sub.add_parser("doctor", help="check the installation: what is there, what is missing and how to fix it")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return {"compile": _compile, "cache": _cache, "doctor": _doctor}[args.cmd](args)
+    except WavecError as e:
+        print(f"wavec {args.cmd}: {e}", file=sys.stderr)
+        return 1
+
+
+# ------------------------------------------------------------------------------------------------ compile
+
+
+def _load_kernel(spec: str):
+    import wavec as wc
+
+    file, sep, name = spec.rpartition(":")
+    if not sep or not file.endswith(".py") or not name:
+        raise WavecError(message=f"expected FILE.py:NAME, got {spec!r}")
+    path = Path(file)
+    if not path.is_file():
+        raise WavecError(message=f"no such file: {file}")
+    module_spec = importlib.util.spec_from_file_location(f"_wavec_cli_{path.stem}", path)
+    assert module_spec is not None and module_spec.loader is not None
+    module = importlib.util.module_from_spec(module_spec)
+    sys.path.insert(0, str(path.parent.resolve()))
+    module_spec.loader.exec_module(module)
+    obj = getattr(module, name, None)
+    if obj is None:
+        raise WavecError(message=f"{file} defines no {name!r}")
+    if callable(obj) and not isinstance(obj, wc.WaveKernel):
+        obj = obj()
+    if not isinstance(obj, wc.WaveKernel):
+        raise WavecError(message=f"{spec} is a {type(obj).__name__}, not a @wc.wave kernel (or a factory of one)")
+    return obj
+
+
+def _parse_subs(items: list[str]) -> dict:
+    import wavec as wc
+
+    subs = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not value.lstrip("-").isdigit():
+            raise WavecError(message=f"--subs expects SYMBOL=INT, got {item!r}")
+        subs[getattr(wc.sym, name)] = int(value)
+    return subs
+
+
+def _compile(args: argparse.Namespace) -> int:
+    import wavec as wc
+
+    dumps = [d for d in args.dump.split(",") if d]
+    unknown = sorted(set(dumps) - set(DUMPS))
+    if unknown:
+        print(f"wavec compile: unknown --dump {unknown}; accepted: {', '.join(DUMPS)}", file=sys.stderr)
+        return 2
+    kernel, subs = _load_kernel(args.spec), _parse_subs(args.subs)
+    with tempfile.TemporaryDirectory(prefix="wavec-dump-") as tmp:
+        previous = os.environ.get("WAVEC_DUMP_DIR")
+        os.environ["WAVEC_DUMP_DIR"] = tmp  # a dump recompiles (no cache read), writing MLIR and PTX here
+        try:
+            start = time.perf_counter()
+            compiled = wc.compile(kernel, subs, target=args.target, backend=args.backend)
+            seconds = time.perf_counter() - start
+        finally:
+            if previous is None:
+                del os.environ["WAVEC_DUMP_DIR"]
+            else:
+                os.environ["WAVEC_DUMP_DIR"] = previous
+        texts = {d: _dump_text(d, kernel, compiled, Path(tmp)) for d in dumps}
+    meta = compiled.metadata
+    print(
+        f"{meta.kernel}: target {compiled.artifact.target} ({compiled.artifact.format}), block {meta.block}, "
+        f"grid {meta.grid}, shared {meta.shared_bytes} B, registers {meta.registers}, spills {meta.spills}, "
+        f"{seconds:.2f} s"
+    )
+    for d, text in texts.items():
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f"{meta.kernel}.{d}").write_text(text)
+            print(f"wrote {out / f'{meta.kernel}.{d}'}")
+        else:
+            print(f"// ----- {d} -----\n{text}")
+    return 0
+
+
+def _dump_text(what: str, kernel, compiled, folder: Path) -> str:
+    if what == "trace":
+        from .passes.printer import format_trace
+
+        return format_trace(kernel.trace())
+    if what == "mlir":
+        return compiled.artifact.mlir
+    if what == "ptx":
+        found = sorted(folder.glob("*.ptx"))
+        if not found:
+            raise WavecError(message=f"no PTX for target {compiled.artifact.target} (PTX is NVIDIA's)")
+        return found[-1].read_text()
+    if compiled.artifact.format != "cubin":
+        raise WavecError(message="SASS needs a cubin: an NVIDIA target and ptxas (see python -m wavec doctor)")
+    from .codegen.ptxas import find_ptxas
+
+    ptxas = find_ptxas()
+    beside = Path(ptxas).parent / "cuobjdump" if ptxas else None
+    tool = shutil.which("cuobjdump") or (str(beside) if beside and beside.is_file() else None)
+    if tool is None:
+        raise WavecError(message="SASS needs cuobjdump from the CUDA toolkit (on PATH or beside ptxas)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.artifact.binary)
+        f.flush()
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+
+
+# -------------------------------------------------------------------------------------------------- cache
+
+
+def _entries(root: Path) -> list[Path]:
+    from .runtime.cache import ENTRY_SUFFIX
+
+    return sorted(root.glob(f"??/*{ENTRY_SUFFIX}")) if root.is_dir() else []
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from .knobs import knobs
+    from .runtime.artifact import Artifact
+
+    root = Path(knobs.cache_dir)
+    entries = _entries(root)
+    if args.action == "clear":
+        for path in entries:
+            path.unlink(missing_ok=True)
+        print(f"removed {len(entries)} compiled kernels from {root}")
+        return 0
+    size = sum(p.stat().st_size for p in entries)
+    if args.action == "info":
+        tuning = list((root / "tuning").glob("*.json")) if (root / "tuning").is_dir() else []
+        print(f"cache directory: {root}\nkernels: {len(entries)} ({size / 1e6:.1f} MB)\ntuning files: {len(tuning)}")
+        print(f"disabled: {knobs.cache_disable} (WAVEC_CACHE_DISABLE)")
+        return 0
+    for path in entries:
+        try:
+            art = Artifact.from_bytes(path.read_bytes())
+            what = f"{art.metadata.kernel:<28} {art.target:<7} {art.format:<6}"
+        except WavecError as e:
+            what = f"(unreadable: {e})"
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(path.stat().st_mtime))
+        print(f"{path.stem[:16]}  {what} {path.stat().st_size / 1e3:8.1f} kB  {stamp}")
+    print(f"{len(entries)} kernels, {size / 1e6:.1f} MB in {root}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- doctor
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from . import __version__
+
+    rows: list[tuple[str, str]] = [("python", platform.python_version()), ("wavec", __version__)]
+    missing: list[str] = []
+    rows += _doctor_torch(missing)
+    iree = _version("iree-base-compiler")
+    rows.append(("iree-base-compiler", iree or "missing"))
+    if iree is None:
+        missing.append("the MLIR compiler: pip install iree-base-compiler (needed by wc.compile)")
+    rows += _doctor_ptxas(missing)
+    rows += _doctor_knobs(missing)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    print("\n" + ("\n".join(f"missing: {m}" for m in missing) if missing else "everything wavec uses is there"))
+    return 0
+
+
+def _doctor_torch(missing: list[str]) -> list[tuple[str, str]]:
+    try:
+        import torch
+    except ImportError:
+        missing.append("torch: pip install torch (CPU: --index-url https://download.pytorch.org/whl/cpu)")
+        return [("torch", "missing")]
+    rows = [("torch", f"{torch.__version__} (CUDA {torch.version.cuda or 'none'})")]
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        rows.append(("gpu", f"{torch.cuda.get_device_name()} (sm_{major}{minor})"))
+        try:
+            from cuda.bindings import driver
+
+            _, version = driver.cuDriverGetVersion()
+            rows.append(("cuda driver", f"{version // 1000}.{version % 1000 // 10}"))
+        except ImportError:
+            missing.append("cuda-bindings: pip install cuda-bindings (the CUDA launcher uses it)")
+    else:
+        rows.append(("gpu", "none visible: kernels run on the emulator (WAVEC_BACKEND=emulator)"))
+    return rows
+
+
+def _doctor_ptxas(missing: list[str]) -> list[tuple[str, str]]:
+    from .codegen.ptxas import find_ptxas, ptxas_version
+
+    path = find_ptxas()
+    if path is None:
+        missing.append("ptxas (cubins, register counts): install the CUDA toolkit or set WAVEC_PTXAS")
+        return [("ptxas", "missing: NVIDIA kernels load as PTX")]
+    return [("ptxas", f"{path} ({ptxas_version(path)})")]
+
+
+def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
+    rows = []
+    for name, knob in KNOBS.items():
+        try:
+            value = str(knob.get())
+        except WavecError as e:
+            value = f"INVALID: {e}"
+            missing.append(f"a valid {knob.env}: {e}")
+        rows.append((knob.env, f"{value}  ({knob.doc})"))
+        if name == "cache_dir":
+            root = Path(knob.get())
+            writable = os.access(root if root.exists() else root.parent, os.W_OK)
+            rows.append(("cache writable", str(writable)))
+            if not writable:
+                missing.append(f"a writable cache directory: set WAVEC_CACHE_DIR (now {root})")
+    return rows
