@@ -46,16 +46,16 @@ M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 @dataclass
 class Case:
     group: str
-    input: str                      # what is wrong, in words
-    run: Callable[[], object]       # raises (or not)
-    arg: str | None = None          # the argument the message must name (launch errors)
-    bug: str | None = None          # why this case does not raise a WavecError naming ``arg`` today
+    input: str  # what is wrong, in words
+    run: Callable[[], object]  # raises (or not)
+    arg: str | None = None  # the argument the message must name (launch errors)
+    bug: str | None = None  # why this case does not raise a WavecError naming ``arg`` today
 
 
 @dataclass
 class Row:
     case: Case
-    error: BaseException | None     # None: nothing was raised
+    error: BaseException | None  # None: nothing was raised
 
     @property
     def error_class(self) -> str:
@@ -110,6 +110,7 @@ def normalize(text: str) -> str:
 
 # ------------------------------------------------------------------------------------- the kernels
 
+
 def _compile(kernel, subs, **kw):
     return wc.compile(kernel, subs, backend=kw.pop("backend", "emulator"), cache=False, **kw)
 
@@ -136,7 +137,7 @@ def _misaligned(shape, dtype) -> torch.Tensor:
     n = 1
     for s in shape:
         n *= s
-    return torch.zeros(n + 8, dtype=dtype)[1:n + 1].view(shape)
+    return torch.zeros(n + 8, dtype=dtype)[1 : n + 1].view(shape)
 
 
 def _huge_k_call(kernel) -> None:
@@ -175,12 +176,19 @@ def launch_cases() -> list[Case]:
     a, b, c = _half(64, 64), _half(32, 64), torch.empty(64, 32)
     x, y, bias, out = torch.randn(8, 64), torch.randn(8, 64), torch.randn(64), torch.empty(8, 64)
     shared = torch.zeros(8 * 64 + 8 * 64 - 64)  # b and out overlapping by their last/first row
-    at = _Lazy("attention", lambda: _compile(attn.make_attention(wc.f16, "bhsd", False, 2),
-                                             {attn.BLOCK_M: 32, attn.BLOCK_N: 32, attn.NUM_STAGES: 2, attn.D: 64}))
+    at = _Lazy(
+        "attention",
+        lambda: _compile(
+            attn.make_attention(wc.f16, "bhsd", False, 2),
+            {attn.BLOCK_M: 32, attn.BLOCK_N: 32, attn.NUM_STAGES: 2, attn.D: 64},
+        ),
+    )
     q = _half(1, 2, 16, 64)
     A = "attention (q, k, v, o [B, H, S, 64] f16, then `scale: wc.Scalar[f32]`)"
-    G, S = "GEMM `c = a @ b.T` (a [M, K] f16, b [N, K] f16, c [M, N] f32)", \
-        "scale_shift f32 `out = a * b + bias` (a, b, out [M, N], bias [N])"
+    G, S = (
+        "GEMM `c = a @ b.T` (a [M, K] f16, b [N, K] f16, c [M, N] f32)",
+        "scale_shift f32 `out = a * b + bias` (a, b, out [M, N], bias [N])",
+    )
     return [
         Case(G, "a is float32", lambda: g(a.float(), b, c), "a"),
         Case(G, "b is bfloat16", lambda: g(a, b.bfloat16(), c), "b"),
@@ -190,15 +198,20 @@ def launch_cases() -> list[Case]:
         Case(G, "b on the `meta` device (not CPU)", lambda: g(a, b.to("meta"), c), "b"),
         Case(G, "a is transposed (non-contiguous)", lambda: g(_half(64, 64).t(), b, c), "a"),
         Case(G, "a is a column slice `[:, :64]` of a [64, 72] tensor", lambda: g(_half(64, 72)[:, :64], b, c), "a"),
-        Case(G, "a starts one element past a 16-byte boundary", lambda: g(_misaligned((64, 64), torch.float16), b,
-                                                                           c), "a"),
+        Case(
+            G,
+            "a starts one element past a 16-byte boundary",
+            lambda: g(_misaligned((64, 64), torch.float16), b, c),
+            "a",
+        ),
         Case(G, "b's K (72) contradicts a's K (64)", lambda: g(a, _half(32, 72), c), "b"),
         Case(G, "c's M (65) contradicts a's M (64)", lambda: g(a, b, torch.empty(65, 32)), "c"),
         Case(G, "c's N (30) contradicts b's N (32)", lambda: g(a, b, torch.empty(64, 30)), "c"),
         Case(G, "K = 60, not a multiple of 8", lambda: g(_half(64, 60), _half(32, 60), c), "a"),
         Case(G, "N = 33, not a multiple of 2 (f32 output)", lambda: g(a, _half(33, 64), torch.empty(64, 33)), "b"),
-        Case(G, "K = 128 where K = 64 was bound at compile time", lambda: g_k64(_half(64, 128), _half(32, 128), c),
-             "a"),
+        Case(
+            G, "K = 128 where K = 64 was bound at compile time", lambda: g_k64(_half(64, 128), _half(32, 128), c), "a"
+        ),
         Case(G, "K = 2**31 + 8 does not fit in int32", lambda: _huge_k_call(g), "a"),
         Case(G, "one argument (neither the 2 inputs nor all 3)", lambda: g(a), "b"),
         Case(G, "four arguments", lambda: g(a, b, c, c), "#4"),
@@ -213,13 +226,22 @@ def launch_cases() -> list[Case]:
         Case(S, "bias is a strided slice `[::2]`", lambda: ss(x, y, torch.randn(128)[::2], out), "bias"),
         Case(S, "a is int32", lambda: ss(x.int(), y, bias, out), "a"),
         Case(S, "b is float16", lambda: ss(x, y.half(), bias, out), "b"),
-        Case(S, "N = 30, not a multiple of 4 (f32)", lambda: ss(x[:, :30].contiguous(), y[:, :30].contiguous(),
-                                                                bias[:30].contiguous(), out[:, :30].contiguous()),
-             "a"),
+        Case(
+            S,
+            "N = 30, not a multiple of 4 (f32)",
+            lambda: ss(
+                x[:, :30].contiguous(), y[:, :30].contiguous(), bias[:30].contiguous(), out[:, :30].contiguous()
+            ),
+            "a",
+        ),
         Case(S, "out on the `meta` device", lambda: ss(x, y, bias, out.to("meta")), "out"),
         Case(S, "out is a (in place)", lambda: ss(x, y, bias, x), "out"),
-        Case(S, "out overlaps b by one row", lambda: ss(x, shared[:512].view(8, 64), bias,
-                                                        shared[448:].view(8, 64)), "out"),
+        Case(
+            S,
+            "out overlaps b by one row",
+            lambda: ss(x, shared[:512].view(8, 64), bias, shared[448:].view(8, 64)),
+            "out",
+        ),
         Case(S, "two arguments (neither the 3 inputs nor all 4)", lambda: ss(x, y), "bias"),
         Case(A, "scale (f32 scalar) is a string", lambda: at(q, q, q, torch.empty_like(q), "0.1"), "scale"),
         Case(A, "scale is a 1-D tensor", lambda: at(q, q, q, torch.empty_like(q), torch.ones(2)), "scale"),
@@ -228,6 +250,7 @@ def launch_cases() -> list[Case]:
 
 
 # ------------------------------------------------------------------------- definition / compile errors
+
 
 def _gemm_body(a_spec, b_spec):
     """A GEMM-like kernel whose operands are declared by ``a_spec`` / ``b_spec`` ((dims, dtype))."""
@@ -310,47 +333,83 @@ def definition_cases() -> list[Case]:
     BM = wc.sym.BLOCK_M
     return [
         Case(D, "`wc.read` called outside a kernel", lambda: wc.read(torch.zeros(4))),
-        Case(D, "mma operands do not contract (b declared [K, N])",
-             lambda: _compile(_gemm_body(((M, K), f16), ((K, N), f16)), subs)),
-        Case(D, "mma operands of different dtypes (f16 and bf16)",
-             lambda: _compile(_gemm_body(((M, K), f16), ((N, K), wc.bf16)), subs)),
+        Case(
+            D,
+            "mma operands do not contract (b declared [K, N])",
+            lambda: _compile(_gemm_body(((M, K), f16), ((K, N), f16)), subs),
+        ),
+        Case(
+            D,
+            "mma operands of different dtypes (f16 and bf16)",
+            lambda: _compile(_gemm_body(((M, K), f16), ((N, K), wc.bf16)), subs),
+        ),
         Case(D, "bf16 operands with the f16 MMA instruction", lambda: _compile(gm.make_gemm(wc.bf16), subs)),
         Case(D, "an f32 value written to f16 memory", lambda: _compile(_write_wrong_dtype(), ew.DEFAULT_SUBS)),
         Case(D, "an argument without a Memory annotation", lambda: _compile(_unannotated(), ew.DEFAULT_SUBS)),
         Case(D, "the kernel returns a value", lambda: _compile(_returns_value(), ew.DEFAULT_SUBS)),
         Case(D, "an iterate body returns 2 values for 1 init_arg", lambda: _compile(_iterate_wrong_count(), subs)),
-        Case(D, "no TilingConstraint for the reduction dim K",
-             lambda: _compile(_gemm_without(wc.TilingConstraint), subs)),
+        Case(
+            D,
+            "no TilingConstraint for the reduction dim K",
+            lambda: _compile(_gemm_without(wc.TilingConstraint), {k: v for k, v in subs.items() if k != gm.BLOCK_K}),
+        ),
         Case(D, "no HardwareConstraint", lambda: _compile(_gemm_without(wc.HardwareConstraint), subs)),
         Case(D, "a constraint list entry that is not a constraint", lambda: wc.wave(["tile M by 64"])(lambda a: None)),
         Case(D, "waves=(3, 2): wave tile 64/3 is not an integer", lambda: _compile(gm.make_gemm(waves=(3, 2)), subs)),
-        Case(D, "64 waves = 2048 threads per workgroup",
-             lambda: _compile(gm.make_gemm(waves=(8, 8)), {**subs, BM: 128, wc.sym.BLOCK_N: 512})),
-        Case(D, "threads_per_wave=64 with an NVIDIA (32-lane) MMA",
-             lambda: _compile(gm.make_gemm(threads_per_wave=64), subs)),
-        Case(D, "wgmma MMA type compiled for target sm_90 (no `a`)",
-             lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)), subs, target="sm_90")),
-        Case(D, "wgmma with a 32-row wave tile (64x64 tile, 2x1 warpgroups)",
-             lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(2, 1)), subs, target="sm_90a")),
-        Case(D, "wgmma with BLOCK_K = 8", lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)),
-                                                         {**subs, wc.sym.BLOCK_K: 8}, target="sm_90a")),
+        Case(
+            D,
+            "64 waves = 2048 threads per workgroup",
+            lambda: _compile(gm.make_gemm(waves=(8, 8)), {**subs, BM: 128, wc.sym.BLOCK_N: 512}),
+        ),
+        Case(
+            D,
+            "threads_per_wave=64 with an NVIDIA (32-lane) MMA",
+            lambda: _compile(gm.make_gemm(threads_per_wave=64), subs),
+        ),
+        Case(
+            D,
+            "wgmma MMA type compiled for target sm_90 (no `a`)",
+            lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)), subs, target="sm_90"),
+        ),
+        Case(
+            D,
+            "wgmma with a 32-row wave tile (64x64 tile, 2x1 warpgroups)",
+            lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(2, 1)), subs, target="sm_90a"),
+        ),
+        Case(
+            D,
+            "wgmma with BLOCK_K = 8",
+            lambda: _compile(gm.make_gemm(mma_type=WGMMA, waves=(1, 1)), {**subs, wc.sym.BLOCK_K: 8}, target="sm_90a"),
+        ),
         Case(D, "calling the uncompiled kernel", lambda: gm.make_gemm()(torch.zeros(1))),
-        Case(OPT, "BLOCK_M missing from subs", lambda: _compile(gm.make_gemm(), {k: v for k, v in subs.items()
-                                                                             if k != BM})),
+        Case(
+            OPT,
+            "BLOCK_M missing from subs",
+            lambda: _compile(gm.make_gemm(), {k: v for k, v in subs.items() if k != BM}),
+        ),
         Case(OPT, "BLOCK_M = -64", lambda: _compile(gm.make_gemm(), {**subs, BM: -64})),
         Case(OPT, "BLOCK_M = 64.0 (a float)", lambda: _compile(gm.make_gemm(), {**subs, BM: 64.0})),
         Case(OPT, "BLOCK_M = object() (not a number)", lambda: _compile(gm.make_gemm(), {**subs, BM: object()})),
-        Case(OPT, "print_ir_after=['no_such_pass']",
-             lambda: _compile(gm.make_gemm(), subs, print_ir_after=["no_such_pass"])),
-        Case(OPT, "print_ir_after='no_such_pass' (a string, not a list)",
-             lambda: _compile(gm.make_gemm(), subs, print_ir_after="no_such_pass")),
+        Case(
+            OPT,
+            "print_ir_after=['no_such_pass']",
+            lambda: _compile(gm.make_gemm(), subs, print_ir_after=["no_such_pass"]),
+        ),
+        Case(
+            OPT,
+            "print_ir_after='no_such_pass' (a string, not a list)",
+            lambda: _compile(gm.make_gemm(), subs, print_ir_after="no_such_pass"),
+        ),
         Case(OPT, "target='sm_70'", lambda: _compile(gm.make_gemm(), subs, target="sm_70")),
         Case(OPT, "target='gfx942' for a 32-lane kernel", lambda: _compile(gm.make_gemm(), subs, target="gfx942")),
         Case(OPT, "backend='opencl'", lambda: _compile(gm.make_gemm(), subs, backend="opencl")),
         Case(OPT, "WAVEC_BACKEND=opencl in the environment", lambda: _with_env_backend(gm.make_gemm(), subs)),
         Case(OPT, "a plain function instead of a @wc.wave kernel", lambda: _compile(lambda a: None, subs)),
-        Case(OPT, "torch_op='no_namespace'", lambda: _compile(ew.make_scale_shift(wc.f32), ew.DEFAULT_SUBS,
-                                                           torch_op="no_namespace")),
+        Case(
+            OPT,
+            "torch_op='no_namespace'",
+            lambda: _compile(ew.make_scale_shift(wc.f32), ew.DEFAULT_SUBS, torch_op="no_namespace"),
+        ),
     ]
 
 
@@ -360,6 +419,7 @@ def _with_env_backend(kernel, subs):
 
 
 # ------------------------------------------------------------------------------------------ table
+
 
 def cases() -> list[Case]:
     """Every case, in table order (cheap: kernels compile on first use)."""
@@ -400,12 +460,19 @@ def render(rows: list[Row]) -> str:
     for i, row in enumerate(rows, 1):
         if row.case.group != group:
             group = row.case.group
-            out += ["", f"## {group}", "", "| # | input | error class | argument | message (first line) | where |",
-                    "|---|---|---|---|---|---|"]
+            out += [
+                "",
+                f"## {group}",
+                "",
+                "| # | input | error class | argument | message (first line) | where |",
+                "|---|---|---|---|---|---|",
+            ]
         arg = row.error.fields.get("arg", "") if isinstance(row.error, WavecError) else ""
         flag = " **bug**" if row.case.bug else ""
-        out.append(f"| {i} | {_cell(row.case.input)}{flag} | `{row.error_class}` | "
-                   f"{'`' + arg + '`' if arg else ''} | {_cell(row.message)} | {row.where} |")
+        out.append(
+            f"| {i} | {_cell(row.case.input)}{flag} | `{row.error_class}` | "
+            f"{'`' + arg + '`' if arg else ''} | {_cell(row.message)} | {row.where} |"
+        )
     bugs = [(i, r) for i, r in enumerate(rows, 1) if r.case.bug]
     if bugs:
         out += ["", "## Known bugs", ""]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import CodegenError, KernelDefinitionError, SourceLoc, UnsupportedBackendError
+from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .knobs import knobs
@@ -156,6 +157,19 @@ def _check_ptx(ptx: str, trace) -> None:
         )
 
 
+def _check_subs(name: str, subs: dict, source: str, constraints: list) -> None:
+    """Every ``subs`` key must be a symbol the kernel's signature, body or constraints use: a misspelt or
+    foreign key would otherwise be ignored and the symbol it meant left dynamic."""
+    words = set(re.findall(r"[A-Za-z_]\w*", source + " ".join(map(repr, constraints))))
+    unknown = sorted(str(k) for k in subs if str(k) not in words)
+    if unknown:
+        raise OptionError(
+            option="subs",
+            message=f"{', '.join(unknown)} {'is not a symbol' if len(unknown) == 1 else 'are not symbols'} of "
+            f"kernel {name!r} (its shapes, body and constraints); remove {'it' if len(unknown) == 1 else 'them'}",
+        )
+
+
 def compile(
     kernel: WaveKernel,
     subs: dict | None = None,
@@ -191,6 +205,7 @@ def compile(
     cs = ConstraintSet(kernel.constraints, subs)
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
+    _check_subs(kernel.name, subs, source, kernel.constraints)
     key = cache_key(
         kernel_source=source,
         options={"constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},

@@ -299,7 +299,8 @@ def test_wgmma_needs_promoted_operands() -> None:
     ] + [wc.SchedulingConstraint(num_stages=1, promote_operands=False)]
     gemm = gemm_kernel(constraints)
     with pytest.raises(wc.WavecError, match="promote_operands=True"):
-        wc.compile(gemm, _subs(64, 64, 32, 1), backend="emulator", target="sm_90a", cache=False)
+        subs = {gm.BLOCK_M: 64, gm.BLOCK_N: 64, gm.BLOCK_K: 32}  # stages fixed at 1, no launch order
+        wc.compile(gemm, subs, backend="emulator", target="sm_90a", cache=False)
 
 
 def test_wgmma_type_with_wrong_dtype_is_rejected() -> None:

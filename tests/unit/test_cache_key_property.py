@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 import wavec as wc
 import wavec.compiler as compiler
 from wavec import Memory
+from wavec.errors import OptionError
 from wavec.kernels.elementwise import rowwise_constraints
 from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, make_gemm
 from wavec.runtime.cache import ENTRY_SUFFIX, default_cache
@@ -162,7 +163,6 @@ CHANGES = {
         lambda: (make_affine(), {BM: 4, BN: 512}, {}),
         lambda k: dict(k.artifact.metadata.static_symbols)["BLOCK_N"] == 512,
     ),
-    "subs extra symbol": (lambda: (make_affine(), {BM: 4, BN: 256, wc.sym.EXTRA: 1}, {}), None),
     "target sm_80": (lambda: (make_affine(), SUBS, {"target": "sm_80"}), lambda k: k.artifact.target == "sm_80"),
     "target sm_90a": (lambda: (make_affine(), SUBS, {"target": "sm_90a"}), lambda k: k.artifact.target == "sm_90a"),
     "body op": (lambda: (make_affine(op="sub"), SUBS, {}), lambda k: check_affine(k, op="sub") is None),
@@ -377,3 +377,8 @@ def test_concurrent_processes_compile_the_same_kernel(tmp_path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert compile_(make_affine()).stats.cached
+
+
+def test_a_subs_key_the_kernel_does_not_use_is_an_error() -> None:
+    with pytest.raises(OptionError, match="EXTRA is not a symbol"):
+        compile_(make_affine(), {BM: 4, BN: 256, wc.sym.EXTRA: 1})
