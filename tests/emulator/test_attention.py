@@ -125,7 +125,7 @@ def test_torch_op_on_cpu() -> None:
     """The registered operator runs the emulator for CPU tensors; the scale is a float argument."""
     from wavec.kernels.attention import register_attention_op
 
-    op, _kernel = register_attention_op(
+    op = register_attention_op(
         wc.f16, "bhsd", causal=True, head_dim=64, name="wavec_emu::attn_causal", backend="emulator"
     )
     q, k, v = _inputs(1, 2, 2, 30, 30, 64, wc.f16)

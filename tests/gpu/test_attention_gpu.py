@@ -57,7 +57,7 @@ def test_attention_odd_lengths(sq, skv) -> None:
 
 
 def test_attention_torch_op_and_cuda_graph() -> None:
-    op, _kernel = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=128, name="wavec_gpu::attn_causal")
+    op = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=128, name="wavec_gpu::attn_causal")
     q, k, v = _inputs(2, 8, 8, 512, 512, 128, "f16", "bhsd")
     scale = 1.0 / math.sqrt(128)
     out = op(q, k, v, scale)

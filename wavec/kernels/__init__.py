@@ -1,1 +1,27 @@
-"""The wavec kernel library (written against the public API only)."""
+"""The wavec kernel library (written against the public API only).
+
+``from wavec.kernels import matmul, attention, index_select, ...``: each name is imported from its module
+on first use, so ``import wavec.kernels`` stays light.  Each also exists as ``torch.ops.wavec.<name>`` once
+``wavec.kernels.torch_ops`` is imported.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+_EXPORTS = {
+    "matmul": "gemm",
+    "attention": "attention",
+    "register_attention_op": "attention",
+    "index_select": "indexing",
+    "embedding": "indexing",
+    "index_add_": "indexing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

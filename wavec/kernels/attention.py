@@ -251,11 +251,11 @@ def register_attention_op(
     backend: str | None = None,
     mma: str | None = None,
 ):
-    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)``; ``mma``
-    defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
+    """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)`` and return that
+    operator; ``mma`` defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
     mma = mma or DEFAULT_MMA or "mma_sync"
     subs, waves = attention_config(head_dim, mma=mma)
     suffix = "_wgmma" if mma == "wgmma" else ""
     name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}{suffix}"
     kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
-    return wc.register_torch_op(kernel, name), kernel
+    return wc.register_torch_op(kernel, name)
