@@ -35,9 +35,10 @@ NEG_INF = float("-inf")
 HEAD_DIMS = (64, 128)
 MAX_Q_LEN = 16
 # (rows of the query tile = q_len * G, head dim) -> (BLOCK_N, waves); every wave holds 16 rows.  One wave
-# while the rows fit (waves without rows would only add mma work); 4 waves beyond (sm_90a ptxas: 176-187
-# registers, no spills; 2 waves spilled 20 bytes at d128 x 32 keys and d64 x 64 keys).
-CONFIGS = {(16, 64): (64, 1), (16, 128): (32, 1), (64, 64): (64, 4), (64, 128): (64, 4)}
+# while the rows fit (waves without rows would only add mma work), 4 beyond.  bf16, ptxas 13 for sm_80 /
+# sm_90a: 186-188, 252-254, 180-190 and 178-180 registers, no spills; (64, 4) at d64 spilled 108 bytes on
+# sm_80 (ptxas stopped at 128 registers), (64, 2) at d128 sat at 254.
+CONFIGS = {(16, 64): (64, 1), (16, 128): (32, 1), (64, 64): (128, 4), (64, 128): (64, 4)}
 TORCH_DTYPES = ("float16", "bfloat16")
 
 
