@@ -19,7 +19,8 @@ CASES = [  # dtype, seq_lens, q_len, heads, kv_heads, head_dim, page, config
     (wc.bf16, [3, 64, 40], 3, 8, 2, 64, 32, None),  # GQA 4, causal within 3 new tokens; 64 = 2 pages
     (wc.f16, [16, 33], 16, 2, 1, 128, 16, None),  # MQA, q_len 16: 32 rows, 4 waves
     (wc.f16, [5, 70], 5, 8, 1, 64, 16, (32, 1)),  # 40 rows over a one-wave tile: 3 row tiles
-    (wc.bf16, [96, 2], 2, 4, 2, 128, 32, None),  # d128, lengths a multiple of the page and q_len itself
+    (wc.f16, [3, 50, 97], 2, 4, 2, 64, 48, None),  # a page size that is not a power of two
+    (wc.bf16, [96, 2], 2, 6, 2, 128, 32, None),  # d128, GQA 3; lengths a multiple of the page and q_len itself
 ]
 
 
