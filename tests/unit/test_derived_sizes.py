@@ -33,3 +33,5 @@ def test_derived_sizes_may_use_other_subs_but_not_each_other() -> None:
         ConstraintSet(kernel.constraints, {**paged_subs(64, 2, 32, 64, 1), M: QL * N})
     with pytest.raises(ConstraintError, match="symbol values must be positive 32-bit integers"):
         ConstraintSet(kernel.constraints, {BLOCK_M: 16, BLOCK_N: 0, KVH: 2})
+    with pytest.raises(ConstraintError, match=r"subs\[M\] = G/2 = 1/2: sizes must be positive 32-bit integers"):
+        ConstraintSet(kernel.constraints, {**paged_subs(64, 2, 32, 64, 1), g: 1, M: g / 2})

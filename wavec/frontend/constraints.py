@@ -161,6 +161,8 @@ def _bind_subs(subs: dict) -> dict:
         if v.free_symbols & set(derived):
             raise ConstraintError(message=f"subs[{k}] = {v}: a derived size may not refer to another derived size")
         out[k] = v.subs(out)
+        if out[k].is_Number and not (out[k].is_Integer and 0 < int(out[k]) < 2**31):
+            raise ConstraintError(message=f"subs[{k}] = {v} = {out[k]}: sizes must be positive 32-bit integers")
     return out
 
 
