@@ -140,3 +140,49 @@ def make_atomic(kind: str, dtype=f32, tpw: int = 32) -> wc.WaveKernel:
         fn(wc.read(src), out, mapping={T: wc.read(idx) // 2})
 
     return atomic
+
+
+def paged_kv_inputs(
+    seq_lens: list[int], q_len: int, heads: int, kv_heads: int, head_dim: int, page: int, dtype, device="cpu"
+):
+    """Fresh inputs of a paged decode step: q, k_cache, v_cache, block_tables, seq_lens.  Each sequence's
+    blocks are a random permutation of the cache's; entries past a sequence's end are garbage (-1 or
+    huge), and cache rows no sequence uses (the tail of a last page, spare blocks) hold NaN: a kernel that
+    reads them, or lets them reach the result, fails."""
+    torch_dtype = dtype.torch()
+    used = [(s + page - 1) // page for s in seq_lens]
+    max_blocks, num_blocks = max(used) + 2, sum(used) + 3
+    q = torch.randn(len(seq_lens), q_len, heads, head_dim, device=device).to(torch_dtype)
+    k_cache = torch.randn(num_blocks, page, kv_heads, head_dim, device=device).to(torch_dtype)
+    v_cache = torch.randn(num_blocks, page, kv_heads, head_dim, device=device).to(torch_dtype)
+    garbage = torch.tensor([-1, 2**30, -(2**31), num_blocks], dtype=torch.int32)
+    block_tables = garbage[torch.randint(0, 4, (len(seq_lens), max_blocks))]
+    perm, start = torch.randperm(num_blocks), 0
+    for b, (s, n) in enumerate(zip(seq_lens, used)):
+        block_tables[b, :n] = perm[start : start + n]
+        start += n
+        k_cache[block_tables[b, n - 1], s - (n - 1) * page :] = float("nan")
+        v_cache[block_tables[b, n - 1], s - (n - 1) * page :] = float("nan")
+    k_cache[perm[start:]] = float("nan")
+    v_cache[perm[start:]] = float("nan")
+    lens = torch.tensor(seq_lens, dtype=torch.int32)
+    return q, k_cache, v_cache, block_tables.to(device), lens.to(device)
+
+
+def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None):
+    """f32 attention of each sequence over its gathered, contiguous K/V (torch SDPA with the causal mask
+    aligned bottom-right: query i of q_len sees positions <= seq_len - q_len + i)."""
+    batch, q_len, heads, head_dim = q.shape
+    page, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    for b in range(batch):
+        s_len = int(seq_lens[b])
+        pos = torch.arange(s_len, device=q.device)
+        blocks = block_tables[b, pos // page].long()
+        k = k_cache[blocks, pos % page].float().repeat_interleave(heads // kv_heads, 1)  # [S, Hq, D]
+        v = v_cache[blocks, pos % page].float().repeat_interleave(heads // kv_heads, 1)
+        seen = pos[None, :] <= (s_len - q_len + torch.arange(q_len, device=q.device))[:, None]
+        out[b] = torch.nn.functional.scaled_dot_product_attention(
+            q[b].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=seen, scale=scale
+        ).transpose(0, 1)
+    return out

@@ -201,6 +201,26 @@ CHECK: = read(%capture_shared_b) : [N, K] f16  #layout {N: ({{.*}}$LANE{{.*}}
     )
 
 
+def test_promote_keeps_a_shared_index_chain_above_the_first_copy() -> None:
+    """K and V of paged attention are gathered through one index chain (block table, then row): staging V
+    must not move the chain below K's copy, which already uses it."""
+    from wavec.kernels.paged_attention import make_paged_attention, paged_subs
+
+    c = Compiled(make_paged_attention(wc.f16, 2, 16), paged_subs(64, 2, 16, 64, 1), "sm_80", emit=False)
+    filecheck(
+        c.after["promote_to_shared"],
+        r"""
+CHECK-LABEL: region iterate_0 {
+CHECK: %[[POS:\w+]] = binary(%arange, %capture_{{\w+}}, kind=minimum) : [N] i32
+CHECK: %[[BLK:\w+]] = read(%capture_block_tables, %{{\w+}}, dynamic=(P,)) : [N] i32
+CHECK: %[[ROW:\w+]] = binary(%[[POS]], 16, kind=mod) : [N] i32
+CHECK: = read(%capture_k_cache, %[[BLK]], %[[ROW]], dynamic=(NB, PG)) : [N, D] f16
+CHECK: = read(%capture_v_cache, %[[BLK]], %[[ROW]], dynamic=(NB, PG)) : [N, D] f16
+CHECK: = read(%capture_shared_k_cache) : [N, D] f16
+""",
+    )
+
+
 def test_promote_operands_false_keeps_reads_in_registers() -> None:
     c = compiled(gemm_regs)
     text = c.after["promote_to_shared"]

@@ -142,17 +142,36 @@ def _int(expr, what: str) -> int:
     return int(expr)
 
 
+def _bind_subs(subs: dict) -> dict:
+    """``subs`` with sympy keys: positive 32-bit integers, and *derived sizes*, sympy expressions of other
+    symbols (``{N: P * 16}``: the keys a paged kernel walks are the block table's pages times the page
+    size; ``N`` then appears in no argument and is never a launch constant).  Derived sizes are resolved
+    against the integer ones and may not refer to each other."""
+    out: dict = {}
+    derived: dict = {}
+    for k, v in subs.items():
+        if isinstance(v, sympy.Expr) and v.free_symbols:
+            derived[sympy.sympify(k)] = v
+            continue
+        ok = isinstance(v, (numbers.Integral, sympy.Integer)) and not isinstance(v, bool) and 0 < int(v) < 2**31
+        if not ok:
+            raise ConstraintError(message=f"subs[{k}] = {v!r}: symbol values must be positive 32-bit integers")
+        out[sympy.sympify(k)] = int(v)
+    for k, v in derived.items():
+        if v.free_symbols & set(derived):
+            raise ConstraintError(message=f"subs[{k}] = {v}: a derived size may not refer to another derived size")
+        out[k] = v.subs(out)
+        if out[k].is_Number and not (out[k].is_Integer and 0 < int(out[k]) < 2**31):
+            raise ConstraintError(message=f"subs[{k}] = {v} = {out[k]}: sizes must be positive 32-bit integers")
+    return out
+
+
 class ConstraintSet:
     """The constraint list with every tile resolved to an integer under ``subs``."""
 
     def __init__(self, constraints, subs: dict) -> None:
-        self.subs = {}
+        self.subs = _bind_subs(subs)
         self._resolved: dict = {}  # resolve() memo: the passes resolve the same few expressions hundreds of times
-        for k, v in subs.items():
-            ok = isinstance(v, (numbers.Integral, sympy.Integer)) and not isinstance(v, bool) and 0 < int(v) < 2**31
-            if not ok:
-                raise ConstraintError(message=f"subs[{k}] = {v!r}: symbol values must be positive 32-bit integers")
-            self.subs[sympy.sympify(k)] = int(v)
         hw = [c for c in constraints if isinstance(c, HardwareConstraint)]
         if len(hw) != 1:
             raise ConstraintError(message=f"exactly one HardwareConstraint is needed, got {len(hw)}")

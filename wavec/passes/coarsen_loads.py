@@ -30,7 +30,10 @@ def access_runs(
     layout: Layout, mem_dims: tuple, elem_bytes: int, contiguous: bool = True
 ) -> list[tuple[int, int, dict]]:
     """Runs of an access over ``mem_dims`` (the register dims that address memory, memory order);
-    ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access."""
+    ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access; no dims
+    (a batch-indexed scalar such as ``seq_lens[b]``): one element."""
+    if not mem_dims:
+        return [(p, 1, off) for p, off in enumerate(layout.positions())]
     last = mem_dims[-1]
     max_len = max(1, MAX_ACCESS_BYTES // elem_bytes) if contiguous else 1
     runs: list[Run] = []

@@ -64,8 +64,11 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     # first shared read, and one barrier separates every shared write from every shared read.
     inputs = _body_inputs(read)  # a gather's index values, computed in the body: ahead of its copy
     anchor = next(n for n in sub.nodes if n.op != "placeholder" and not n.meta.get("staging") and n not in inputs)
+    # Inputs already above the anchor stay: an earlier copy (K of a paged read) may share them.
+    order = {n: i for i, n in enumerate(sub.nodes)}
     for n in inputs:
-        anchor.prepend(n)
+        if order[n] > order[anchor]:
+            anchor.prepend(n)
     with sub.inserting_before(anchor):
         g = sub.create_node("call_function", Read, tuple(read.args), dict(read.kwargs), name=f"{read.name}_global")
         g.meta.update(read.meta, distribute="workgroup", staging=True)

@@ -1,0 +1,100 @@
+"""Paged decode attention on the emulator (bounds and race checks on) against torch in f32 over the
+gathered cache: random block tables (a permutation of the cache's blocks), ragged lengths including 1 and
+exact multiples of the page size, q_len 1 and > 1, GQA, MQA and MHA, garbage block-table entries and NaN
+cache rows past each sequence's end.  Outputs start as NaN: every element must be written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import wavec as wc
+from tests import dyn_kernels as dk
+from wavec.kernels.paged_attention import paged_attention
+
+TOL = {"f16": 2e-3, "bf16": 1.6e-2}
+
+CASES = [  # dtype, seq_lens, q_len, heads, kv_heads, head_dim, page, config
+    (wc.f16, [1, 16, 37], 1, 2, 2, 64, 16, None),  # MHA, one row per tile; lengths 1 and = page
+    (wc.bf16, [3, 64, 40], 3, 8, 2, 64, 32, None),  # GQA 4, causal within 3 new tokens; 64 = 2 pages
+    (wc.f16, [16, 33], 16, 2, 1, 128, 16, None),  # MQA, q_len 16: 32 rows, 4 waves
+    (wc.f16, [5, 70], 5, 8, 1, 64, 16, (32, 1)),  # 40 rows over a one-wave tile: 3 row tiles
+    (wc.f16, [3, 50, 97], 2, 4, 2, 64, 48, None),  # a page size that is not a power of two
+    (wc.bf16, [96, 2], 2, 6, 2, 128, 32, None),  # d128, GQA 3; lengths a multiple of the page and q_len itself
+]
+
+
+@pytest.mark.parametrize(
+    "dtype, seq_lens, q_len, heads, kv_heads, head_dim, page, config",
+    CASES,
+    ids=[f"{c[0].name}-q{c[2]}-h{c[3]}x{c[4]}-d{c[5]}-p{c[6]}" for c in CASES],
+)
+def test_paged_attention_matches_gathered_reference(dtype, seq_lens, q_len, heads, kv_heads, head_dim, page, config):
+    q, kc, vc, bt, lens = dk.paged_kv_inputs(seq_lens, q_len, heads, kv_heads, head_dim, page, dtype)
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens)
+    out = paged_attention(q, kc, vc, bt, lens, backend="emulator", config=config)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert not out.isnan().any(), "some output elements were not written (or a NaN cache row leaked in)"
+    torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+
+
+def test_kernel_writes_exactly_the_output() -> None:
+    """The raw kernel into a NaN-filled buffer with a guard band: all of out written, nothing after it."""
+    from wavec.kernels.paged_attention import _kernel
+
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([7, 20], 2, 4, 2, 64, 16, wc.f16)
+    buf = torch.full((q.numel() + 512,), float("nan"), dtype=q.dtype)
+    out = buf[: q.numel()].view(q.shape)
+    _kernel(wc.f16, 64, 2, 16, (64, 1), "emulator")(q, kc, vc, bt, lens, out, 0.3)
+    assert buf[q.numel() :].isnan().all(), "wrote past the end of the output"
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.3)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+
+
+def test_a_bad_block_id_is_named_by_the_emulator() -> None:
+    """A block id outside the cache, within a sequence's length: the emulator names the access (the host
+    check is bypassed by calling the kernel directly)."""
+    from wavec.kernels.paged_attention import _kernel
+
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([20], 1, 2, 2, 64, 16, wc.f16)
+    bt[0, 1] = kc.shape[0] + 5
+    with pytest.raises(wc.WavecError, match="out-of-bounds access to binding 1 .*index 10 in dim 0"):
+        _kernel(wc.f16, 64, 1, 16, (64, 1), "emulator")(q, kc, vc, bt, lens, torch.empty_like(q), 0.125)
+
+
+BAD = [  # what to change, the error's text
+    (lambda a: a.update(q=a["q"].float()), "q must be float16 or bfloat16"),
+    (lambda a: a.update(q=a["q"][0]), "q must be 4-D"),
+    (lambda a: a.update(k_cache=a["k_cache"].float()), "k_cache must be a 4-D"),
+    (lambda a: a.update(v_cache=a["v_cache"][:, :8]), "v_cache has shape"),
+    (lambda a: a.update(q=a["q"][..., :32]), "head_dim must be one of"),
+    (lambda a: a.update(q=a["q"].expand(2, 17, 4, 64)), "q_len"),
+    (lambda a: a.update(q=a["q"][:, :, :3]), "not a multiple of 2 kv heads"),
+    (lambda a: a.update(block_tables=a["block_tables"].long()), "block_tables must be int32"),
+    (lambda a: a.update(seq_lens=a["seq_lens"][:1]), "seq_lens must be \\[batch\\]"),
+    (lambda a: a.update(seq_lens=a["seq_lens"] * 0), "seq_lens\\[0\\] = 0 must be in"),
+    (lambda a: a["block_tables"].__setitem__((1, 0), -1), "block_tables\\[1, 0\\] = -1 is not a block"),
+]
+
+
+@pytest.mark.parametrize("change, message", BAD, ids=[m.split(" ")[0] for _c, m in BAD])
+def test_bad_arguments_are_named(change, message: str) -> None:
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([5, 20], 1, 4, 2, 64, 16, wc.f16)
+    args = {"q": q, "k_cache": kc, "v_cache": vc, "block_tables": bt, "seq_lens": lens}
+    change(args)
+    with pytest.raises(wc.WavecError, match=f"paged_attention: .*{message}"):
+        paged_attention(**args, backend="emulator")
+
+
+def test_torch_op_runs_cpu_tensors_on_the_emulator() -> None:
+    from wavec.kernels.paged_attention import register_paged_attention_op
+
+    op, _kernel = register_paged_attention_op(
+        wc.bf16, 64, 32, 2, 2, name="wavec_emu_test::paged_bf16", backend="emulator"
+    )
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([2, 65], 2, 4, 2, 64, 32, wc.bf16)
+    out = torch.full_like(q, float("nan"))
+    torch.ops.wavec_emu_test.paged_bf16_out(q, kc, vc, bt, lens, out, 0.2)
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.2)
+    torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+    torch.testing.assert_close(op(q, kc, vc, bt, lens, 0.2), out, rtol=0, atol=0)
