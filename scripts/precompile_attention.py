@@ -22,11 +22,14 @@ def _one(job: tuple) -> str:
     dtype, layout, causal, d, config, seq_q, mma = job
     subs, waves = attention_config(d, seq_q, config, mma)
     t = time.time()
-    k = wc.compile(make_attention(getattr(wc, dtype), layout, causal, waves, mma), subs, target=TARGET[mma],
-                   backend="cuda")
+    k = wc.compile(
+        make_attention(getattr(wc, dtype), layout, causal, waves, mma), subs, target=TARGET[mma], backend="cuda"
+    )
     m = k.metadata
-    return f"{dtype} {layout} {'causal' if causal else 'full'} d{d} {config or 'default'} q<={seq_q}: " \
-           f"{m.registers} registers, {m.spills} spills, {time.time() - t:.1f} s"
+    return (
+        f"{dtype} {layout} {'causal' if causal else 'full'} d{d} {config or 'default'} q<={seq_q}: "
+        f"{m.registers} registers, {m.spills} spills, {time.time() - t:.1f} s"
+    )
 
 
 def main() -> int:
@@ -44,8 +47,11 @@ def main() -> int:
     jobs = [(dt, lay, c, d, None, None, args.mma) for (dt, lay), c, d in itertools.product(pairs, (False, True), dims)]
     jobs += [("f16", "bhsd", False, d, None, 1, args.mma) for d in dims]  # decode: the short-query tile
     if args.all_configs:
-        jobs += [("f16", "bhsd", False, d, cfg, None, args.mma) for d in dims
-                 for cfg in (WGMMA_CONFIGS if args.mma == "wgmma" else CONFIGS)[d][1:]]
+        jobs += [
+            ("f16", "bhsd", False, d, cfg, None, args.mma)
+            for d in dims
+            for cfg in (WGMMA_CONFIGS if args.mma == "wgmma" else CONFIGS)[d][1:]
+        ]
     t = time.time()
     with cf.ProcessPoolExecutor(args.jobs) as ex:
         for line in ex.map(_one, jobs):

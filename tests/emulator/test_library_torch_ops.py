@@ -9,6 +9,7 @@ import torch
 
 import wavec as wc
 import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
+from tests import dyn_kernels as dk
 
 
 def _inputs():
@@ -54,3 +55,11 @@ def test_bad_argument_is_a_wavec_error_naming_it() -> None:
     x, _ = _inputs()
     with pytest.raises(wc.WavecError, match="index must be a 1-D int32 or int64 tensor"):
         torch.ops.wavec.index_select(x, torch.zeros(3))
+
+
+def test_paged_attention_op_and_opcheck() -> None:
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([2, 40], 2, 4, 2, 64, 16, wc.f16)
+    out = torch.ops.wavec.paged_attention(q, kc, vc, bt, lens, 0.25)
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.25)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.library.opcheck(torch.ops.wavec.paged_attention.default, (q, kc, vc, bt, lens, None))

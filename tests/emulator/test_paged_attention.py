@@ -89,9 +89,7 @@ def test_bad_arguments_are_named(change, message: str) -> None:
 def test_torch_op_runs_cpu_tensors_on_the_emulator() -> None:
     from wavec.kernels.paged_attention import register_paged_attention_op
 
-    op, _kernel = register_paged_attention_op(
-        wc.bf16, 64, 32, 2, 2, name="wavec_emu_test::paged_bf16", backend="emulator"
-    )
+    op = register_paged_attention_op(wc.bf16, 64, 32, 2, 2, name="wavec_emu_test::paged_bf16", backend="emulator")
     q, kc, vc, bt, lens = dk.paged_kv_inputs([2, 65], 2, 4, 2, 64, 32, wc.bf16)
     out = torch.full_like(q, float("nan"))
     torch.ops.wavec_emu_test.paged_bf16_out(q, kc, vc, bt, lens, out, 0.2)

@@ -44,7 +44,7 @@ def test_paged_attention_matches_gathered_reference(dtype, seq_lens, q_len, head
 def test_torch_op_writes_every_element(dtype) -> None:
     """The registered operator, functional and in place (into a NaN-filled output), and in a CUDA graph."""
     name = f"paged_{dtype.name}_d128_p16_g4"
-    op, _kernel = register_paged_attention_op(dtype, 128, 16, 4, 1, name=f"wavec_gpu_test::{name}")
+    op = register_paged_attention_op(dtype, 128, 16, 4, 1, name=f"wavec_gpu_test::{name}")
     q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 1, 48], 1, 16, 4, 128, 16, dtype, "cuda")
     want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.07)
     torch.testing.assert_close(op(q, kc, vc, bt, lens, 0.07).float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])

@@ -16,6 +16,7 @@ _EXPORTS = {
     "index_select": "indexing",
     "embedding": "indexing",
     "index_add_": "indexing",
+    "paged_attention": "paged_attention",
 }
 
 __all__ = sorted(_EXPORTS)

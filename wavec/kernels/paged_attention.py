@@ -231,8 +231,8 @@ def register_paged_attention_op(
 ):
     """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k_cache, v_cache,
     block_tables, seq_lens, scale)`` (returns out; ``<op>_out`` takes it); its tile is chosen for
-    ``q_len`` queries of ``group`` heads, but it serves any q_len up to 16.  Returns (op, kernel)."""
+    ``q_len`` queries of ``group`` heads, but it serves any q_len up to 16.  Returns the operator."""
     config = paged_config(head_dim, q_len * group)
     name = name or f"wavec::paged_attention_{dtype.name}_d{head_dim}_p{page_size}_g{group}_n{config[0]}w{config[1]}"
     kernel = _kernel(dtype, head_dim, group, page_size, config, backend)
-    return wc.register_torch_op(kernel, name), kernel
+    return wc.register_torch_op(kernel, name)

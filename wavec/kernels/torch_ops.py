@@ -18,8 +18,9 @@ from __future__ import annotations
 import torch
 
 from . import indexing
+from . import paged_attention as paged
 
-__all__ = ["index_select", "embedding", "index_add_"]
+__all__ = ["index_select", "embedding", "index_add_", "paged_attention"]
 
 
 @torch.library.custom_op("wavec::index_select", mutates_args=())
@@ -53,3 +54,21 @@ def index_add_(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> Non
 @index_add_.register_fake
 def _index_add_fake(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> None:
     return None
+
+
+@torch.library.custom_op("wavec::paged_attention", mutates_args=())
+def paged_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Decode attention over a paged KV cache (see :func:`wavec.kernels.paged_attention.paged_attention`)."""
+    return paged.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=scale)
+
+
+@paged_attention.register_fake
+def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None) -> torch.Tensor:
+    return torch.empty_like(q)
