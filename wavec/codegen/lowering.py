@@ -250,7 +250,7 @@ class FunctionBuilder:
         vt = vec_type(result.size, dtype)
         if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
             i32 = ir.IntegerType.get_signless(32)
-            return vector.broadcast(vt, arith.index_cast(i32, self.index(self.cs.resolve(arg))))
+            return vector.broadcast(vt, arith.index_cast(i32, self.index(self.cs.resolve_tile_starts(arg))))
         if not isinstance(arg, fx.Node):
             return splat(vt, dtype, arg)
         v = self.values[arg]

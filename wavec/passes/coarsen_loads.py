@@ -31,6 +31,8 @@ def access_runs(
 ) -> list[tuple[int, int, dict]]:
     """Runs of an access over ``mem_dims`` (the register dims that address memory, memory order);
     ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access."""
+    if not mem_dims:  # a rank-0 value at one element (``mapping={ONE: 0}``)
+        return [(0, 1, {})]
     last = mem_dims[-1]
     max_len = max(1, MAX_ACCESS_BYTES // elem_bytes) if contiguous else 1
     runs: list[Run] = []
