@@ -40,7 +40,7 @@ def _constraints(tokens: int | None, experts: int, blocks: int) -> list:
     """Ids along axis 0 (split over the waves), blocks along axis 1, experts along axis 2; an [E] or [J]
     value is one instruction tile per wave (``wc.cumsum``) and held by every wave."""
     ids = [wc.WorkgroupConstraint(N, tokens, 0), wc.WaveConstraint(N, tokens // WAVES)] if tokens else []
-    shapes = {E: experts, J: blocks, P: 1} | ({N: tokens // WAVES} if tokens else {})
+    shapes = {E: experts, J: blocks, P: 1} | ({N: 32} if tokens else {})  # ids: runs of 1, any count
     return ids + [
         wc.WorkgroupConstraint(J, blocks, 1),
         wc.WorkgroupConstraint(E, experts, 2),
@@ -204,40 +204,50 @@ def _check(topk_ids: Any, num_experts: int, block_size: int):
     return topk_ids.reshape(-1).to(torch.int32).contiguous()
 
 
+def _round4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend: str | None = None):
     """``(sorted_token_ids, expert_ids, num_tokens_post_pad, counts)`` for ``topk_ids`` [T, k] (module
-    docstring).  Ids outside ``[0, num_experts)`` are a user error (the emulator names the lane and id)."""
+    docstring).  Ids outside ``[0, num_experts)`` are a user error (the emulator names the lane and id).
+
+    The kernels see the experts rounded up to a multiple of 4 (16-byte runs of [E] values; the extra
+    experts count nothing and their filler slots lie past the returned slots) and ``expert_ids`` rounded
+    up likewise; the outputs are views of the first elements."""
     import torch
 
     flat = _check(topk_ids, num_experts, block_size)
     numel, dev = flat.numel(), flat.device
+    e_mem = _round4(num_experts)
     slots = numel + num_experts * (block_size - 1)
-    sorted_ids = torch.empty(slots, dtype=torch.int32, device=dev)
-    expert_ids = torch.empty(slots // block_size, dtype=torch.int32, device=dev)
+    blocks = _round4((numel + e_mem * (block_size - 1)) // block_size)
+    sorted_ids = torch.empty(numel + e_mem * (block_size - 1), dtype=torch.int32, device=dev)
+    expert_ids = torch.empty(blocks, dtype=torch.int32, device=dev)
     ntp = torch.empty(1, dtype=torch.int32, device=dev)
-    experts = padded_experts(num_experts)
-    subs = {E: num_experts, P: block_size - 1, ONE: 1}
+    experts = padded_experts(e_mem)
+    subs = {E: e_mem, P: block_size - 1, ONE: 1}
     if 0 < numel <= SMALL_TOKENS:
-        counts = torch.empty(num_experts, dtype=torch.int32, device=dev)
-        tokens, blocks = small_config(numel, num_experts, block_size)
-        key = ("small", tokens, experts, block_size, blocks, num_experts, backend)
-        kernel = _compiled(key, lambda: make_align_small(tokens, experts, block_size, blocks), subs, backend)
+        counts = torch.empty(e_mem, dtype=torch.int32, device=dev)
+        tokens, tile = small_config(numel, e_mem, block_size)
+        key = ("small", tokens, experts, block_size, tile, e_mem, backend)
+        kernel = _compiled(key, lambda: make_align_small(tokens, experts, block_size, tile), subs, backend)
         kernel(flat, sorted_ids, expert_ids, ntp, counts)
-        return sorted_ids, expert_ids, ntp, counts
-    counts = torch.zeros(num_experts, dtype=torch.int32, device=dev)
-    ranks = torch.empty(numel, dtype=torch.int32, device=dev)
-    offsets = torch.empty(num_experts, dtype=torch.int32, device=dev)
-    hist = _compiled(("hist", experts, num_experts, backend), lambda: make_align_histogram(experts), subs, backend)
-    scan = _compiled(
-        ("scan", experts, block_size, num_experts, backend), lambda: make_align_scan(experts, block_size), subs, backend
-    )
-    scatter = _compiled(("scatter", experts, num_experts, backend), lambda: make_align_scatter(experts), subs, backend)
-    if numel:
-        hist(flat, counts, ranks)
-    scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
-    if numel:
-        scatter(flat, offsets, ranks, sorted_ids)
-    return sorted_ids, expert_ids, ntp, counts
+    else:
+        counts = torch.zeros(e_mem, dtype=torch.int32, device=dev)
+        ranks = torch.empty(numel, dtype=torch.int32, device=dev)
+        offsets = torch.empty(e_mem, dtype=torch.int32, device=dev)
+        hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), subs, backend)
+        scan = _compiled(
+            ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
+        )
+        scatter = _compiled(("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), subs, backend)
+        if numel:
+            hist(flat, counts, ranks)
+        scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
+        if numel:
+            scatter(flat, offsets, ranks, sorted_ids)
+    return sorted_ids[:slots], expert_ids[: slots // block_size], ntp, counts[:num_experts]
 
 
 def register_moe_align_op(name: str = "wavec::moe_align_block_size"):
@@ -286,3 +296,24 @@ def reference(topk_ids, num_experts: int, block_size: int):
         expert_ids[start // block_size : (start + int(padded[e])) // block_size] = e
         start += int(padded[e])
     return sorted_ids, expert_ids, torch.tensor([start], dtype=torch.int32), counts.int()
+
+
+def check_alignment(got, want, block_size: int) -> None:
+    """Raise ``AssertionError`` unless ``got`` matches ``want`` (``reference``): equal counts, total and
+    block experts, and every expert's padded segment holding the same ids (any order) and sentinels."""
+    import torch
+
+    s, e, n, c = (t.cpu() for t in got)
+    ws, we, wn, wcount = want
+    for name, a, b in (("counts", c, wcount), ("num_tokens_post_pad", n, wn), ("expert_ids", e, we)):
+        if a.shape != b.shape or not torch.equal(a, b):
+            raise AssertionError(f"{name}: got {a.tolist()}, want {b.tolist()}")
+    if s.shape != ws.shape:
+        raise AssertionError(f"sorted_token_ids: shape {list(s.shape)}, want {list(ws.shape)}")
+    padded = (wcount + block_size - 1) // block_size * block_size
+    starts = torch.cumsum(padded, 0) - padded
+    for x, (start, size) in enumerate(zip(starts.tolist(), padded.tolist())):
+        if sorted(s[start : start + size].tolist()) != sorted(ws[start : start + size].tolist()):
+            raise AssertionError(f"sorted_token_ids: expert {x}'s segment [{start}, {start + size}) differs")
+    if not torch.equal(s[int(wn) :], ws[int(wn) :]):
+        raise AssertionError("sorted_token_ids: the slots past the last segment are not all the sentinel")
