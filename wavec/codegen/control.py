@@ -18,7 +18,7 @@ from iree.compiler.dialects import arith, gpu, memref, scf, vector
 from ..errors import CodegenError
 from ..frontend import dtypes as dt
 from ..frontend.ops_control import Conditional, Cumsum
-from ..frontend.tracing import arg_node
+from ..frontend.tracing import arg_node, arg_nodes
 from ..indexing import LANE, WAVE, Layout
 from ..passes.schema import Kwargs, loop_body
 from .lowering import FunctionBuilder, elem_type, rule, vec_type
@@ -41,7 +41,7 @@ def lower_conditional(fb: FunctionBuilder, node: fx.Node) -> None:
     if "when" in node.kwargs:
         cond = _uniform_condition(fb, Kwargs(node).when)
     else:
-        cond = vector.extract(fb.values[arg_node(node, 0)], [], [0])
+        cond = vector.extract(fb.values[arg_nodes(node, 0)[0]], [], [0])
     branch = scf.IfOp(cond)
     with ir.InsertionPoint(branch.then_block):
         fb.enter_loop(branch.operation, {})  # a scope: index values are emitted before the branch

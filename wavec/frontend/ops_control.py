@@ -62,7 +62,8 @@ def barrier() -> None:
 
 
 class Conditional(Op):
-    """A region run only where ``cond`` holds (``args = (cond, captures)``, ``kwargs["subgraph"]``): a real
+    """A region run only where ``cond`` holds (``args = ((cond,) or (), captures)`` like a loop's ``(inits,
+    captures)``, ``kwargs["subgraph"]``, or ``kwargs["when"]``): a real
     branch (``scf.if``), so a store inside writes nothing where the condition is false."""
 
     name = "conditional"
@@ -107,7 +108,7 @@ def conditional(cond):
         g.output(None)
         tr.pop()
         captures = tuple(tr.captures.get(g, {}).keys())
-        tr.create(Conditional, (*args, captures), None, loc=loc, subgraph=name, **kwargs)
+        tr.create(Conditional, (args, captures), None, loc=loc, subgraph=name, **kwargs)
 
     return deco
 

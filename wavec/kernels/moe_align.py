@@ -36,13 +36,12 @@ LARGE_TILE = 2048  # ids per workgroup of the multi-launch histogram and scatter
 BLOCK_TILE = 256  # blocks of expert_ids per workgroup of the multi-launch scan
 
 
-def _constraints(tokens: int | None, experts: int, blocks: int) -> list:
+def _constraints(tokens: int | None, experts: int, blocks: int | None) -> list:
     """Ids along axis 0 (split over the waves), blocks along axis 1, experts along axis 2; an [E] or [J]
     value is one instruction tile per wave (``wc.cumsum``) and held by every wave."""
     ids = [wc.WorkgroupConstraint(N, tokens, 0), wc.WaveConstraint(N, tokens // WAVES)] if tokens else []
-    shapes = {E: experts, J: blocks, P: 1} | ({N: 32} if tokens else {})  # ids: runs of 1, any count
-    return ids + [
-        wc.WorkgroupConstraint(J, blocks, 1),
+    shapes = {E: experts, P: 1} | ({N: 32} if tokens else {}) | ({J: blocks} if blocks else {})  # ids: runs of 1
+    return ids + ([wc.WorkgroupConstraint(J, blocks, 1)] if blocks else []) + [
         wc.WorkgroupConstraint(E, experts, 2),
         wc.WorkgroupConstraint(P, P, None),
         wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes),
@@ -79,8 +78,8 @@ def _block_experts(incl, total, block: int, blocks: int, expert_ids) -> None:
     block (ends before the tile count at its first block; the extra slot takes ends past it)."""
     ends = wc.allocate((J,), wc.i32, distributed_shape=(blocks + 1,))
     wc.write(Register[J, wc.i32](0), ends)
-    first = wc.tile_start(J)
-    at = wc.clip(incl // block - first, 0, blocks)
+    first = wc.tile_start(J)  # the buffer is indexed by block coordinates, from the tile's first block
+    at = wc.clip(incl // block, first, first + blocks)
     wc.atomic_add(wc.index(E) * 0 + 1, ends, mapping={J: at})
     eid = wc.cumsum(wc.read(ends), J)
     wc.write(wc.where(wc.index(J) * block < total, eid, -1), expert_ids)
@@ -116,7 +115,7 @@ def make_align_histogram(experts: int) -> wc.WaveKernel:
     """Per workgroup of ``LARGE_TILE`` ids: a shared histogram, added to the global ``counts`` (whose old
     values are the workgroup's base in each expert), and each id's global rank in its expert."""
 
-    @wc.wave(_constraints(LARGE_TILE, experts, 32))
+    @wc.wave(_constraints(LARGE_TILE, experts, None))
     def moe_align_histogram(topk_ids: Memory[N, wc.i32], counts: Memory[E, wc.i32], ranks: Memory[N, wc.i32]):
         hist = wc.allocate((E,), wc.i32)
         wc.write(Register[E, wc.i32](0), hist)
@@ -152,7 +151,7 @@ def make_align_scan(experts: int, block: int) -> wc.WaveKernel:
 def make_align_scatter(experts: int) -> wc.WaveKernel:
     """``sorted_ids[offsets[e] + rank] = i`` for every id ``i`` of expert ``e``."""
 
-    @wc.wave(_constraints(LARGE_TILE, experts, 32))
+    @wc.wave(_constraints(LARGE_TILE, experts, None))
     def moe_align_scatter(
         topk_ids: Memory[N, wc.i32], offsets: Memory[E, wc.i32], ranks: Memory[N, wc.i32], sorted_ids: Memory[S, wc.i32]
     ):

@@ -211,7 +211,7 @@ class _Expander:
     def _region(self, ng, node, env) -> None:
         """A conditional: its body expands inside one branch, each captured value once per clone (like a
         loop's captures); the condition must be one element per thread (its first tile's element)."""
-        cond = node.args[0] if isinstance(node.args[0], fx.Node) else None
+        cond = node.args[0][0] if node.args[0] else None
         if cond is not None and (len(env[cond]) != 1 or cond.meta["layout"].size != 1):
             n = len(env[cond]) * cond.meta["layout"].size
             raise ExpansionError(
@@ -234,7 +234,7 @@ class _Expander:
                 senv[p][key] = ph
                 flat_caps.append(val)
         self.expand_graph(sub, nsub, senv)
-        args = ((next(iter(env[cond].values())),) if cond is not None else ()) + (tuple(flat_caps),)
+        args = ((next(iter(env[cond].values())),) if cond is not None else (), tuple(flat_caps))
         new = ng.create_node("call_function", node.target, args, dict(node.kwargs), name=node.name)
         new.meta.update(node.meta)
         env[node] = {(): new}
