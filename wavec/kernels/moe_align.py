@@ -200,7 +200,14 @@ def _check(topk_ids: Any, num_experts: int, block_size: int):
         raise wc.WavecError(message=f"moe_align_block_size: block_size must be an int >= 2, got {block_size}")
     if topk_ids.numel() >= 2**31 - num_experts * block_size:
         raise wc.WavecError(message=f"moe_align_block_size: {topk_ids.numel()} ids do not fit int32 slots")
-    return topk_ids.reshape(-1).to(torch.int32).contiguous()
+    flat = topk_ids.reshape(-1).to(torch.int32).contiguous()
+    if flat.device.type == "cpu" and flat.numel():  # the emulator's buffers are padded: check here (a GPU does not)
+        lo, hi = int(flat.min()), int(flat.max())
+        if lo < 0 or hi >= num_experts:
+            raise wc.WavecError(
+                message=f"moe_align_block_size: topk_ids holds {lo if lo < 0 else hi}, outside [0, {num_experts})"
+            )
+    return flat
 
 
 def _round4(n: int) -> int:
@@ -209,7 +216,8 @@ def _round4(n: int) -> int:
 
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend: str | None = None):
     """``(sorted_token_ids, expert_ids, num_tokens_post_pad, counts)`` for ``topk_ids`` [T, k] (module
-    docstring).  Ids outside ``[0, num_experts)`` are a user error (the emulator names the lane and id).
+    docstring).  Ids outside ``[0, num_experts)`` are a user error: checked for CPU tensors (the emulator),
+    not on the GPU.
 
     The kernels see the experts rounded up to a multiple of 4 (16-byte runs of [E] values; the extra
     experts count nothing and their filler slots lie past the returned slots) and ``expert_ids`` rounded
