@@ -33,8 +33,9 @@ from .schema import op_node
 
 
 def _is_shared(node: fx.Node) -> bool:
+    """A staged tile (``wc.allocate`` buffers have hazards of their own: ``_Hazards``)."""
     t = node.meta.get("type")
-    return t is not None and t.address_space == AddressSpace.SHARED
+    return t is not None and t.address_space == AddressSpace.SHARED and not capture_root(node).kwargs.get("user")
 
 
 def _barrier(g: fx.Graph, before: fx.Node) -> fx.Node:
@@ -154,14 +155,17 @@ class _Hazards:
         return {}
 
     def _region(self, g: fx.Graph, n: fx.Node, state: State, mutate: bool, region: bool) -> State:
+        """A loop: a body whose accesses conflict with its own previous iteration gets its barrier inside
+        (which also orders the first iteration after what precedes the loop), else a conflict with what
+        precedes puts one barrier before the loop.  A branch: before it (never inside)."""
         body, is_loop = self.body(n), n.meta.get("op") is Iterate
-        hit = self.probe(body, state)
+        inner = region or not is_loop
+        tail = self.walk(body, {}, mutate=False, region=inner) if is_loop else {}
+        carried = is_loop and self.probe(body, tail) is not None
+        hit = None if carried else self.probe(body, state)
         if hit is not None:
             state = self._fence(g, hit if region else n, capture_root(n), mutate, region)
-        inner = region or not is_loop
-        if is_loop:  # an iteration starts after the previous one's accesses
-            state = _union(state, self.walk(body, dict(state), mutate=False, region=inner))
-        return _union(state, self.walk(body, dict(state), mutate, region=inner))
+        return _union(state, self.walk(body, _union(state, tail), mutate, region=inner))
 
 
 def insert_barriers(trace: Trace, ctx: PassContext) -> None:
