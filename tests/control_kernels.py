@@ -11,23 +11,23 @@ from wavec import Memory, Register
 N, E, X = wc.sym.N, wc.sym.E, wc.sym.X
 
 
-def histogram_constraints(experts: int = 64, tile: int = 256, waves: int = 4) -> list:
+def histogram_constraints(experts: int = 64, tile: int = 256, waves: int = 4, tpw: int = 32) -> list:
     return [
         wc.WorkgroupConstraint(N, tile, 0),
         wc.WaveConstraint(N, tile // waves),
         wc.WorkgroupConstraint(E, experts, None),
-        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={N: 32, E: experts}),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={N: tpw, E: experts}),
     ]
 
 
-def make_histogram(dtype=wc.i32, kind: str = "add") -> wc.WaveKernel:
+def make_histogram(dtype=wc.i32, kind: str = "add", tpw: int = 32) -> wc.WaveKernel:
     """Per workgroup: a shared histogram of ``ids`` (shared atomics whose old values are ranks), written
     to ``counts`` [workgroups, E] and ``ranks`` [N]."""
     fn = {"add": wc.atomic_add, "min": wc.atomic_min, "max": wc.atomic_max}[kind]
     init = {"add": 0, "min": 1 << 20, "max": -(1 << 20)}[kind]
     G = wc.sym.G
 
-    @wc.wave(histogram_constraints())
+    @wc.wave(histogram_constraints(tpw=tpw))
     def histogram(ids: Memory[N, wc.i32], vals: Memory[N, dtype], counts: Memory[G, E, dtype], old: Memory[N, dtype]):
         hist = wc.allocate((E,), dtype)
         wc.write(Register[E, dtype](init), hist)
