@@ -168,3 +168,11 @@ def test_moe_align_expert_out_of_range_is_named() -> None:
     ids = torch.full((4, 2), 9, dtype=torch.int32)
     with pytest.raises(wc.WavecError, match=r"topk_ids holds 9, outside \[0, 8\)"):
         ma.moe_align_block_size(ids, 8, 4, backend="emulator")
+
+
+def test_moe_align_torch_op_on_cpu() -> None:
+    op = ma.register_moe_align_op()
+    ids = torch.randint(0, 16, (20, 2), dtype=torch.int32)
+    ma.check_alignment(op(ids, 16, 8), ma.reference(ids, 16, 8), 8)
+    fake = torch.library.opcheck(op, (ids, 16, 8), test_utils=("test_schema", "test_faketensor"))
+    assert all(v == "SUCCESS" for v in fake.values())

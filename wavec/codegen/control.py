@@ -146,6 +146,7 @@ def lower_cumsum(fb: FunctionBuilder, node: fx.Node) -> None:
     stride, n = _lane_steps(layout, dim, cs.lanes)
     axis = cs.wg_axis.get(dim)
     across = axis is not None and dim in cs.wave_tile and cs.waves_per_axis[axis] > 1
+    axis = axis if axis is not None else 0
     if across and len(layout.dims) != 1:
         raise CodegenError(node.meta.get("loc"), message=f"cumsum across waves needs a 1-D value, got {layout.dims}")
     for last, members in groups:

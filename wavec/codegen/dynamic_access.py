@@ -15,9 +15,9 @@ from iree.compiler.dialects import arith, memref, scf, vector
 from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import arg_node
 from ..passes.schema import Kwargs
-from .replicas import guarded, replica_guard
 from .lowering import FunctionBuilder, rule
 from .memory_access import in_bounds, index_vectors, mem_indices, run_coords
+from .replicas import guarded, replica_guard
 
 # (float kind, integer kind) of ``arith.AtomicRMWKind`` per atomic op kind
 _KINDS = {"add": ("addf", "addi"), "min": ("minimumf", "mins"), "max": ("maximumf", "maxs")}

@@ -23,8 +23,8 @@ from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, Layout
 from ..passes.schema import Kwargs
-from .replicas import guarded, replica_guard
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
+from .replicas import guarded, replica_guard
 
 
 def held_coord(fb: FunctionBuilder, mapping: dict | None, dim) -> sympy.Expr:

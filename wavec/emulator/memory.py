@@ -17,7 +17,6 @@ from wavec.emulator.interp import State
 from wavec.emulator.types import ElemType
 from wavec.errors import EmulatorError, SharedMemoryRaceError
 
-
 ATOMIC_WRITER = -2  # ``SharedBuf.wr_wave`` of bytes updated atomically since the last barrier
 
 

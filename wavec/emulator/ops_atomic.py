@@ -44,7 +44,9 @@ def _atomic_rmw(c: Compiler, op: ir.Operation) -> Instr:
         addr = np.broadcast_to(address(st, mem, eidx, valid, loc).reshape(-1), (st.lanes,))
         vals = np.broadcast_to(mem.et.to_mem(np.asarray(st.env[v])).reshape(-1), (st.lanes,))
         if mem.shared is not None and st.check_races:  # ordered against plain accesses only
-            lanes = None if valid is None else np.asarray(valid).reshape(st.lanes, -1).all(axis=1, keepdims=True)
+            lanes: np.ndarray | None = None
+            if valid is not None:  # a lane updates when its (one) element is active
+                lanes = np.asarray(np.asarray(valid, dtype=bool).reshape(st.lanes, -1).all(axis=1)).reshape(-1, 1)
             mem.shared.atomic(st, *_race_bytes(st, mem, addr.reshape(-1, 1), lanes), op_id)
         old = np.zeros(st.lanes, dtype=mem.arr.dtype)
         for lane in range(st.lanes):

@@ -44,7 +44,8 @@ def _atomic(kind: str, value: Value, memory: Value, mapping: dict | None) -> Val
 
 
 def atomic_add(value: Value, memory: Value, mapping: dict | None = None) -> Value:
-    """``memory += value`` elementwise, atomically (``mapping`` as for ``wc.read``); returns the values memory held before."""
+    """``memory += value`` elementwise, atomically (``mapping`` as for ``wc.read``); returns the values
+    memory held before."""
     return _atomic("add", value, memory, mapping)
 
 

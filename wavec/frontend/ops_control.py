@@ -42,7 +42,9 @@ def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
     if not isinstance(dtype, dt.DType) or dtype == dt.i1:
         raise DTypeError(current_loc(), op="allocate", message=f"dtype must be a wavec value dtype, got {dtype!r}")
     if tr.graph is not tr.root:
-        raise ShapeError(current_loc(), op="allocate", message="allocate at the top of the kernel body, not in a region")
+        raise ShapeError(
+            current_loc(), op="allocate", message="allocate at the top of the kernel body, not in a region"
+        )
     kwargs: dict = {"user": True}
     if distributed_shape is not None:
         ds = tuple(distributed_shape) if isinstance(distributed_shape, (tuple, list)) else (distributed_shape,)
@@ -95,7 +97,9 @@ def conditional(cond):
     elif isinstance(cond, sympy.Rel):
         args, kwargs["when"] = (), cond
     else:
-        raise ShapeError(loc, op="conditional", message=f"cond must be an i1 Register or a sympy relation, got {cond!r}")
+        raise ShapeError(
+            loc, op="conditional", message=f"cond must be an i1 Register or a sympy relation, got {cond!r}"
+        )
 
     def deco(body) -> None:
         name = f"conditional_{len(tr.subgraphs)}"

@@ -41,11 +41,15 @@ def _constraints(tokens: int | None, experts: int, blocks: int | None) -> list:
     value is one instruction tile per wave (``wc.cumsum``) and held by every wave."""
     ids = [wc.WorkgroupConstraint(N, tokens, 0), wc.WaveConstraint(N, tokens // WAVES)] if tokens else []
     shapes = {E: experts, P: 1} | ({N: 32} if tokens else {}) | ({J: blocks} if blocks else {})  # ids: runs of 1
-    return ids + ([wc.WorkgroupConstraint(J, blocks, 1)] if blocks else []) + [
-        wc.WorkgroupConstraint(E, experts, 2),
-        wc.WorkgroupConstraint(P, P, None),
-        wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes),
-    ]
+    return (
+        ids
+        + ([wc.WorkgroupConstraint(J, blocks, 1)] if blocks else [])
+        + [
+            wc.WorkgroupConstraint(E, experts, 2),
+            wc.WorkgroupConstraint(P, P, None),
+            wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes),
+        ]
+    )
 
 
 def _segments(c, block: int, sentinel, sorted_ids, ntp, offsets=None, counts=None):
@@ -268,12 +272,14 @@ def register_moe_align_op(name: str = "wavec::moe_align_block_size"):
     if existing is not None:
         return existing
 
-    @torch.library.custom_op(name, mutates_args=())
-    def _op(topk_ids: torch.Tensor, num_experts: int, block_size: int) -> tuple[torch.Tensor, ...]:
+    schema = "(Tensor topk_ids, int num_experts, int block_size) -> (Tensor, Tensor, Tensor, Tensor)"
+
+    @torch.library.custom_op(name, mutates_args=(), schema=schema)
+    def _op(topk_ids, num_experts, block_size):
         return moe_align_block_size(topk_ids, num_experts, block_size)
 
     @_op.register_fake
-    def _fake(topk_ids: torch.Tensor, num_experts: int, block_size: int) -> tuple[torch.Tensor, ...]:
+    def _fake(topk_ids, num_experts, block_size):
         slots = topk_ids.numel() + num_experts * (block_size - 1)
         new = topk_ids.new_empty
         return (

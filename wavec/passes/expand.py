@@ -207,7 +207,6 @@ class _Expander:
                 pos += 1
             env[u] = table
 
-
     def _region(self, ng, node, env) -> None:
         """A conditional: its body expands inside one branch, each captured value once per clone (like a
         loop's captures); the condition must be one element per thread (its first tile's element)."""

@@ -29,7 +29,7 @@ from ..frontend.ops_hopper import MBarrierWait, TmaFill
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from .context import PassContext
-from .schema import op_node
+from .schema import loop_body, op_node
 
 
 def _is_shared(node: fx.Node) -> bool:
@@ -81,7 +81,7 @@ def _conflicts(before: frozenset[str], kind: str) -> bool:
 
 
 def _user_access(node: fx.Node) -> tuple[fx.Node, str] | None:
-    kind = _ACCESS.get(node.meta.get("op"))  # type: ignore[call-overload]
+    kind = _ACCESS.get(node.meta["op"]) if node.op == "call_function" else None
     if kind is None:
         return None
     buf = capture_root(memory_operand(node))
@@ -100,7 +100,7 @@ class _Hazards:
         self.trace = trace
 
     def body(self, n: fx.Node) -> fx.Graph:
-        return self.trace.subgraphs[n.kwargs["subgraph"]]
+        return loop_body(self.trace, n)
 
     def kinds(self, g: fx.Graph) -> State:
         """Every user-buffer access in ``g`` and its regions."""

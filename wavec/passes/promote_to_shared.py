@@ -12,10 +12,12 @@ tile's start of a loop-tiled one, else 0), ``stages = 1`` and ``pad = 0``.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch.fx as fx
 
-from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
 from ..errors import ConstraintError
+from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
 from ..frontend.tracing import Trace, arg_node, capture_root
 from ..frontend.types import AddressSpace, TensorType
 from .context import PassContext
@@ -79,7 +81,7 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
 
 def _size_user_buffer(ctx: PassContext, alloc: fx.Node) -> None:
     cs, dims = ctx.constraints, alloc.meta["type"].shape
-    given = alloc.kwargs.get("distributed_shape")
+    given = cast("tuple | None", alloc.kwargs.get("distributed_shape"))  # verify_trace: a tuple of Expr
     tile, base = {}, {}
     for i, d in enumerate(dims):
         extent = cs.resolve_int(given[i], f"allocate extent of {d}") if given else cs.workgroup_extent(d)

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from typing import cast
 
-import torch.fx as fx
-
 import sympy
+import torch.fx as fx
 
 from ..errors import ConstraintError
 from ..frontend.ops import Allocate, AsyncWait, Barrier, Iterate
