@@ -50,6 +50,7 @@ from .frontend.ops import (
     write,
 )
 from .frontend.ops_atomic import atomic_add, atomic_max, atomic_min, scatter_add
+from .frontend.ops_control import allocate, barrier, conditional, cumsum
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
@@ -62,7 +63,8 @@ __all__ = [
     "exp", "exp2", "iterate", "log", "log2", "reciprocal", "rsqrt", "sqrt", "abs", "tanh", "sin", "cos", "erf",
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
-    "atomic_min", "scatter_add", "MMAType", "compile", "register_torch_op", "autotune",
+    "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum",
+    "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip
 

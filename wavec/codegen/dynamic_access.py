@@ -1,8 +1,9 @@
 """Lowering rule of the atomic ops (``frontend/ops_atomic.py``), registered in ``lowering.LOWERINGS``.
 
 Each element is one ``memref.atomic_rmw`` at its address (``coarsen_loads`` gives atomics runs of one
-element), under the access's bounds guard; the old value is unused, so NVIDIA's backend may issue it as a
-``red``.  Floating-point min/max are ``maximumf``/``minimumf`` (NaN-propagating, like ``wc.maximum``).
+element), under the access's bounds guard and, for a value several threads hold, only in one of them
+(``control.replica_guard``); its result is the old values (0 where not updated); unused, NVIDIA's backend
+may issue it as a ``red``.  Floating-point min/max are ``maximumf``/``minimumf`` (NaN-propagating, like ``wc.maximum``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..frontend.tracing import arg_node
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, rule
 from .memory_access import in_bounds, index_vectors, mem_indices, run_coords
+from .replicas import guarded, replica_guard
 
 # (float kind, integer kind) of ``arith.AtomicRMWKind`` per atomic op kind
 _KINDS = {"add": ("addf", "addi"), "min": ("minimumf", "mins"), "max": ("maximumf", "maxs")}
@@ -29,15 +31,20 @@ def lower_atomic(fb: FunctionBuilder, node: fx.Node) -> None:
     kind = getattr(arith.AtomicRMWKind, _KINDS[Kwargs(node).kind][0 if dtype.is_float else 1])
     vecs = index_vectors(fb, node, layout)
     value = fb.values[val_node]
+    guard = replica_guard(fb, layout)  # a replicated value updates memory once
+    old = []
     for first, _n, off in node.meta["accesses"]:
         coords = run_coords(layout, first, off, vecs)
         elem = vector.extract(value, [], [first])
         idx = mem_indices(fb, node, mem_node, coords)
-        cond = in_bounds(fb, node, coords)
+        cond = guarded(in_bounds(fb, node, coords), guard)
         if cond is None:
-            memref.atomic_rmw(kind, elem, fb.values[mem_node], idx)
+            old.append(memref.atomic_rmw(kind, elem, fb.values[mem_node], idx))
             continue
-        branch = scf.IfOp(cond)
+        branch = scf.IfOp(cond, [elem.type], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            memref.atomic_rmw(kind, elem, fb.values[mem_node], idx)
-            scf.yield_([])
+            scf.yield_([memref.atomic_rmw(kind, elem, fb.values[mem_node], idx)])
+        with ir.InsertionPoint(branch.else_block):  # not updated here: the old value reads as 0
+            scf.yield_([arith.constant(elem.type, 0.0 if dtype.is_float else 0)])
+        old.append(branch.result)
+    fb.values[node] = vector.from_elements(value.type, old)

@@ -142,7 +142,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
-    from . import convert, dynamic_access, lowering_ops, reductions  # noqa: F401 - register their lowering rules
+    from . import control, convert, dynamic_access, lowering_ops, reductions  # noqa: F401 - register their rules
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints

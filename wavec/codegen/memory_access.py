@@ -24,6 +24,7 @@ from ..frontend.types import AddressSpace
 from ..indexing import LANE, Layout
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
+from .replicas import guarded, replica_guard
 
 
 def held_coord(fb: FunctionBuilder, mapping: dict | None, dim) -> sympy.Expr:
@@ -44,10 +45,19 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     kw = Kwargs(capture_root(mem))
     base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}
     stage = access.meta.get("stage", 0)
+    if any(isinstance(coords[d], ir.Value) for d in dims):  # a wc.allocate buffer indexed by values
+        return [fb.index(stage)] + [_relative_index(fb, coords[d], base[d]) for d in dims]
     rel = [sympy.expand(coords[d] - base[d]) for d in dims]
     if getattr(kw, "smem_layout", None) is not None:  # a layout of its own (wgmma operand tiles)
         rel = kw.smem_layout.indices(*rel)
     return [fb.index(stage)] + [fb.index(e) for e in rel]
+
+
+def _relative_index(fb: FunctionBuilder, coord, base: sympy.Expr) -> ir.Value:
+    """``coord - base`` of a shared tile's dim, ``coord`` an index expression or an index value."""
+    if not isinstance(coord, ir.Value):
+        return fb.index(sympy.expand(coord - base))
+    return coord if base == 0 else arith.subi(coord, fb.index(base))
 
 
 def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
@@ -233,9 +243,10 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     pieces = _run_pieces(node, fb.values[val_node], index_vectors(fb, node, node.meta["layout"]))
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
+        guard = _write_guard(fb, node, mem_node)
         for piece, coords, align in pieces:
             idx = mem_indices(fb, node, mem_node, coords)
-            _store_if(fb.values[mem_node], idx, in_bounds(fb, node, coords), piece, align)
+            _store_if(fb.values[mem_node], idx, guarded(in_bounds(fb, node, coords), guard), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
     # its first coordinate decides), then every run unguarded: no branch per store in full tiles.
@@ -243,6 +254,24 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     _branch_stores(
         fb.values[mem_node], in_bounds(fb, node, furthest), [(v, idx, None, a) for v, idx, _c, a in stores], stores
     )
+
+
+def _write_guard(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value | None:
+    """``replica_guard`` of a store to a ``wc.allocate`` buffer or of a value replicated over lanes (a
+    rank-0 value); global stores of values replicated over waves keep storing from every wave."""
+    layout: Layout = node.meta["layout"]
+    user = bool(capture_root(mem).kwargs.get("user"))
+    if not user and layout.size * fb.cs.lanes <= _elements(layout):
+        return None
+    return replica_guard(fb, layout) if user else replica_guard(fb, layout, lanes_only=True)
+
+
+def _elements(layout: Layout) -> int:
+    """Elements of one instruction tile of ``layout`` (more than lanes x size: lanes hold replicas)."""
+    n = 1
+    for t in layout.tile:
+        n *= t
+    return n
 
 
 def _word(v: ir.Value, flat: list[int]) -> ir.Value:

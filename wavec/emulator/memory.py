@@ -17,6 +17,8 @@ from wavec.emulator.interp import State
 from wavec.emulator.types import ElemType
 from wavec.errors import EmulatorError, SharedMemoryRaceError
 
+ATOMIC_WRITER = -2  # ``SharedBuf.wr_wave`` of bytes updated atomically since the last barrier
+
 
 class SharedBuf:
     """One workgroup-memory allocation with per-byte race-tracking state."""
@@ -41,9 +43,9 @@ class SharedBuf:
         return SharedMemoryRaceError(address=byte, buffer=self.name, first=st.locs[first], second=st.locs[second])
 
     def _check_writers(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
-        """Raise if another wave wrote any of bytes ``b`` since the last barrier."""
+        """Raise if another wave wrote any of bytes ``b`` since the last barrier (any wave atomically)."""
         ww = self.wr_wave[b]
-        bad = (ww >= 0) & (ww != w)
+        bad = ((ww >= 0) & (ww != w)) | (ww == ATOMIC_WRITER)
         if bad.any():
             i = int(np.argmax(bad))
             raise self._race(st, int(b[i]), int(self.wr_op[b[i]]), op)
@@ -52,6 +54,19 @@ class SharedBuf:
         self._check_writers(st, b, w, op)
         np.bitwise_or.at(self.rd_mask, b, np.left_shift(np.uint64(1), w.astype(np.uint64)))
         self.rd_op[b] = op
+
+    def atomic(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
+        """An atomic update: races with plain writes and other waves' reads since the last barrier, not
+        with other atomics; a plain access of the bytes before the next barrier races with it."""
+        ww = self.wr_wave[b]
+        others = self.rd_mask[b] & ~np.left_shift(np.uint64(1), w.astype(np.uint64))
+        bad = ((ww >= 0) & (ww != w)) | (others != 0)
+        if bad.any():
+            i = int(np.argmax(bad))
+            first = self.wr_op[b[i]] if ww[i] >= 0 else self.rd_op[b[i]]
+            raise self._race(st, int(b[i]), int(first), op)
+        self.wr_wave[b] = ATOMIC_WRITER
+        self.wr_op[b] = op
 
     def write(self, st: State, b: np.ndarray, w: np.ndarray, op: int) -> None:
         self._check_writers(st, b, w, op)

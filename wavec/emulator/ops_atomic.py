@@ -3,7 +3,7 @@
 The lanes of a wave apply their updates one after another in lane order, each returning the value it
 replaced, so lanes hitting one address all land (a GPU orders them arbitrarily; sums then differ only by
 float rounding order).  Addresses are bounds-checked like loads and stores; an atomic never counts as a
-race.
+race with other atomics (shared memory: with plain accesses of the same bytes between two barriers).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith
 
 from wavec.emulator.interp import Compiler, Instr, State, register
-from wavec.emulator.memory import address, element_indices
+from wavec.emulator.memory import _race_bytes, address, element_indices
 from wavec.errors import EmulatorError
 
 _COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -32,7 +32,7 @@ def _kind(op: ir.Operation) -> str:
 @register("memref.atomic_rmw")
 def _atomic_rmw(c: Compiler, op: ir.Operation) -> Instr:
     (v, m, *idx), (o,) = c.ins(op), c.outs(op)
-    kind, loc = _kind(op), c.loc(op)
+    kind, loc, op_id = _kind(op), c.loc(op), c.op_id(op)
     if kind not in _COMBINE:
         raise EmulatorError(message=f"{loc}: memref.atomic_rmw kind {kind} is not emulated")
     combine = _COMBINE[kind]
@@ -43,6 +43,11 @@ def _atomic_rmw(c: Compiler, op: ir.Operation) -> Instr:
         valid = st.mask
         addr = np.broadcast_to(address(st, mem, eidx, valid, loc).reshape(-1), (st.lanes,))
         vals = np.broadcast_to(mem.et.to_mem(np.asarray(st.env[v])).reshape(-1), (st.lanes,))
+        if mem.shared is not None and st.check_races:  # ordered against plain accesses only
+            lanes: np.ndarray | None = None
+            if valid is not None:  # a lane updates when its (one) element is active
+                lanes = np.asarray(np.asarray(valid, dtype=bool).reshape(st.lanes, -1).all(axis=1)).reshape(-1, 1)
+            mem.shared.atomic(st, *_race_bytes(st, mem, addr.reshape(-1, 1), lanes), op_id)
         old = np.zeros(st.lanes, dtype=mem.arr.dtype)
         for lane in range(st.lanes):
             if valid is None or valid[lane].all():

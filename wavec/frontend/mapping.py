@@ -1,7 +1,7 @@
 """Index mappings of memory accesses (DESIGN §12): ``read``/``write``/atomics take ``mapping={dim: e}``.
 
 ``e`` is either a *static* expression of batch coordinates (``wc.tile_start(H) // G``) and shape
-symbols, which indexes ``dim`` with one coordinate per workgroup and drops it from the registers, or a
+symbols (or a constant), which indexes ``dim`` with one coordinate per workgroup and drops it from the registers, or a
 *dynamic* index: a ``Register`` of i32/i64 values (read from an index tensor, ``wc.index(d)``, integer
 arithmetic of those).  A dynamic index replaces ``dim`` by the index value's own dimensions: reading
 ``x: Memory[T, K]`` at ``{T: ids}`` with ``ids: Register[M, i32]`` gives ``Register[M, K]`` whose row
@@ -28,7 +28,9 @@ INDEX_DTYPES = (dt.i32, dt.i64)
 
 
 def _static_ok(e) -> bool:
-    return any(s.name.startswith("$TILE_START_") for s in sympy.sympify(e).free_symbols)
+    """A tile-start expression, or a constant (``{ONE: 0}``: a rank-0 value stored at one element)."""
+    e = sympy.sympify(e)
+    return e.is_Integer or any(s.name.startswith("$TILE_START_") for s in e.free_symbols)
 
 
 def split_mapping(tr: Tracer, op: str, mem: Value, mapping: dict | None) -> tuple[dict, dict, tuple]:

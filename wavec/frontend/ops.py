@@ -470,6 +470,7 @@ class Allocate(Op):
 class Barrier(Op):
     name = "barrier"
     emulated_ops = ("gpu.barrier",)
+    has_result = False
 
 
 class WideStore(Op):

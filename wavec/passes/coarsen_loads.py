@@ -31,7 +31,7 @@ def access_runs(
 ) -> list[tuple[int, int, dict]]:
     """Runs of an access over ``mem_dims`` (the register dims that address memory, memory order);
     ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access; no dims
-    (a batch-indexed scalar such as ``seq_lens[b]``): one element."""
+    (a batch-indexed scalar such as ``seq_lens[b]``, a rank-0 ``mapping={ONE: 0}``): one element."""
     if not mem_dims:
         return [(p, 1, off) for p, off in enumerate(layout.positions())]
     last = mem_dims[-1]

@@ -11,6 +11,7 @@ import torch.fx as fx
 from ..errors import ConstraintError
 from ..frontend.constraints import ConstraintSet
 from ..frontend.ops import Iterate
+from ..frontend.ops_control import Conditional
 from ..frontend.tracing import Trace
 from ..indexing.mma import MMAType
 from ..target import Target, get_target
@@ -42,7 +43,7 @@ class PassContext:
     constraints: ConstraintSet
     target: Target
     loop_dims: dict[fx.Graph, tuple[sympy.Symbol, ...]] = field(default_factory=dict)  # dims of enclosing loops
-    parent: dict[fx.Graph, tuple[fx.Node, fx.Graph]] = field(default_factory=dict)  # body -> (iterate, graph)
+    parent: dict[fx.Graph, tuple[fx.Node, fx.Graph]] = field(default_factory=dict)  # body -> (iterate/branch, graph)
     workgroup_remap: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # WORKGROUP[i] -> expr of $PID
     grid_override: tuple[sympy.Expr, sympy.Expr, sympy.Expr] | None = None
     requirements: dict[sympy.Symbol, int] = field(default_factory=dict)  # dim -> divisor the launcher checks
@@ -67,9 +68,10 @@ class PassContext:
         while todo:
             g = todo.pop()
             for node in g.nodes:
-                if node.meta.get("op") is Iterate:
+                region = node.meta.get("op") is Conditional  # a branch body: in the loops of its graph
+                if node.meta.get("op") is Iterate or region:
                     sub = trace.subgraphs[node.kwargs["subgraph"]]
-                    self.loop_dims[sub] = self.loop_dims[g] + (node.kwargs["dim"],)
+                    self.loop_dims[sub] = self.loop_dims[g] + (() if region else (node.kwargs["dim"],))
                     self.parent[sub] = (node, g)
                     todo.append(sub)
 

@@ -207,6 +207,37 @@ class _Expander:
                 pos += 1
             env[u] = table
 
+    def _region(self, ng, node, env) -> None:
+        """A conditional: its body expands inside one branch, each captured value once per clone (like a
+        loop's captures); the condition must be one element per thread (its first tile's element)."""
+        cond = node.args[0][0] if node.args[0] else None
+        if cond is not None and (len(env[cond]) != 1 or cond.meta["layout"].size != 1):
+            n = len(env[cond]) * cond.meta["layout"].size
+            raise ExpansionError(
+                node.meta.get("loc"),
+                message=f"wc.conditional: the condition holds {n} elements per thread; it needs one (give its dims "
+                "vector_shapes covering the wave's tile, one element per lane), or use wc.where per element",
+            )
+        name = node.kwargs["subgraph"]
+        sub, nsub = self.trace.subgraphs[name], fx.Graph()
+        self.subgraphs[name] = nsub
+        senv: dict = {}
+        flat_caps: list[fx.Node] = []
+        for p in (p for p in sub.nodes if p.op == "placeholder"):
+            senv[p] = {}
+            for key, val in sorted(env[p.meta["capture_of"]].items()):
+                ph = nsub.placeholder(p.name + _suffix(key))
+                ph.meta.update(p.meta, key=key, capture_of=val)
+                if "layout" in val.meta:
+                    ph.meta["layout"] = val.meta["layout"]
+                senv[p][key] = ph
+                flat_caps.append(val)
+        self.expand_graph(sub, nsub, senv)
+        args = ((next(iter(env[cond].values())),) if cond is not None else (), tuple(flat_caps))
+        new = ng.create_node("call_function", node.target, args, dict(node.kwargs), name=node.name)
+        new.meta.update(node.meta)
+        env[node] = {(): new}
+
 
 RULES = {
     "per_tile": _Expander._per_tile,
@@ -215,6 +246,7 @@ RULES = {
     "regroup": _Expander._convert,
     "loop": _Expander._iterate,
     "loop_result": _Expander._loop_result,
+    "region": _Expander._region,
 }
 
 

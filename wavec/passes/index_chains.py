@@ -119,7 +119,8 @@ def _hoist_invariant(cloner: _Cloner, access: fx.Node) -> None:
     """Index values a loop body computes from loop-invariant inputs move before the loop (captured), so
     that copies issued iterations ahead (``pipeline_loops``) and their prologue can use them."""
     for idx in index_operands(access).values():
-        if access.graph in cloner.loop_of and idx.op == "call_function" and cloner.invariant(idx):
+        loop = cloner.loop_of.get(access.graph)
+        if loop is not None and "dim" in loop.kwargs and idx.op == "call_function" and cloner.invariant(idx):
             body = access.graph
             access.replace_input_with(idx, capture_into(body, cloner.loop_of[body], cloner.hoist(idx, {})))
             cloner.drop_if_dead(idx)

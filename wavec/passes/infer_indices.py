@@ -218,6 +218,19 @@ def _flow_indexed_access(s: _Solver, n: fx.Node) -> None:
         s.restrict.append((ref, idx))
 
 
+def _flow_region(s: _Solver, n: fx.Node) -> None:
+    """A branch's captured register values and their placeholders share a layout (the condition keeps
+    its own: codegen takes the thread's one element)."""
+    sub = loop_body(s.trace, n)
+    s.eq += [(p.meta["capture_of"], p) for p in placeholders(sub, "capture") if _is_register(p)]
+
+
+def _flow_atomic(s: _Solver, n: fx.Node) -> None:
+    """An atomic's old values take the layout of the values it combines (and its index values theirs)."""
+    _flow_indexed_access(s, n)
+    s.eq.append((n, arg_node(n, 0)))
+
+
 FLOWS = {
     "elementwise": _flow_elementwise,
     "broadcast": lambda s, n: s.restrict.append((n, n.args[0])),
@@ -225,6 +238,8 @@ FLOWS = {
     "reduce": lambda s, n: s.restrict.append((n.args[0], n)),
     "loop": _flow_loop,
     "indexed_access": _flow_indexed_access,
+    "region": _flow_region,
+    "atomic": _flow_atomic,
 }
 
 

@@ -3,7 +3,8 @@
 Requires: ``coarsen_loads`` and ``pipeline_loops``.  Guarantees: every global access has
 ``meta["mask_dims"]`` (dims not provably a multiple of their tiling extent: codegen guards each run with
 ``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound; loops over a masked dim run
-``ceil(size / tile)`` iterations (``ctx.masked_loops``).  Copies into tiles that only feed a GEMM loop's
+``ceil(size / tile)`` iterations (``ctx.masked_loops``); accesses of ``wc.allocate`` buffers through
+index values are masked along the values' dims.  Copies into tiles that only feed a GEMM loop's
 MMA operands clamp instead (``meta["clamp_dims"]``).  Full contract: docs/design.md, "Module contracts".
 """
 
@@ -74,11 +75,13 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
                 continue
             mem = memory_operand(node)
             mtype = mem.meta["type"]
-            if mtype.address_space == AddressSpace.SHARED:
+            user = mtype.address_space == AddressSpace.SHARED and capture_root(mem).kwargs.get("user")
+            if mtype.address_space == AddressSpace.SHARED and not user:
                 continue
             # batch and statically mapped dims: in range by the grid's construction; a gathered dim: by the
-            # index values (their own reads are masked), its register dims masked like held ones
-            dims = access_dims(node)
+            # index values (their own reads are masked), its register dims masked like held ones; a
+            # wc.allocate buffer's own dims span its tile, the dims of values indexing it are masked
+            dims = tuple(d for d in access_dims(node) if not user or d not in mtype.shape)
             masked = tuple(d for d in dims if not _divisible(ctx, d))
             if node.meta.get("op") is AsyncCopy:
                 gathered = {x for i in index_operands(node).values() for x in i.meta["type"].dims}
@@ -89,7 +92,7 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
             runs = node.meta.get("accesses") or []
             longest = max((n for _f, n, _o in runs), default=1)
             last = mtype.shape[-1]
-            if longest > 1:
+            if longest > 1 and not user:
                 ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), longest))
     for node in trace.graph.nodes:
         if node.meta.get("op") is Iterate and not _divisible(ctx, node.kwargs["dim"]):

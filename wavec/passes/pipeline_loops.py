@@ -17,7 +17,7 @@ import torch.fx as fx
 from ..errors import ConstraintError
 from ..frontend.mapping import index_operands
 from ..frontend.ops import AsyncCommit, AsyncCopy, AsyncWait, Iterate, Read, Write
-from ..frontend.tracing import Trace, arg_node, placeholders
+from ..frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ..frontend.types import AddressSpace
 from ..indexing import Layout, induction_symbol
 from ..indexing.symbols import stage_symbol
@@ -32,7 +32,8 @@ Pair = tuple[fx.Node, fx.Node]  # a tile copy: (global read, shared write)
 def _copy_pairs(sub: fx.Graph) -> list[Pair]:
     pairs = []
     for w in sub.nodes:
-        if w.meta.get("op") is Write and w.args[1].meta["type"].address_space == AddressSpace.SHARED:
+        shared = w.meta.get("op") is Write and w.args[1].meta["type"].address_space == AddressSpace.SHARED
+        if shared and not capture_root(w.args[1]).kwargs.get("user"):  # a wc.allocate buffer: the user's stores
             src = w.args[0]
             if src.meta.get("op") is Read and len(src.users) == 1:
                 pairs.append((src, w))
@@ -70,7 +71,8 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     for alloc in {outer[arg_node(w, 1)] for _r, w in pairs}:
         alloc.kwargs = {**alloc.kwargs, "stages": stages}
     for n in sub.nodes:
-        if n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED:
+        staged = n.meta.get("op") is Read and n.args[0].meta["type"].address_space == AddressSpace.SHARED
+        if staged and not capture_root(n.args[0]).kwargs.get("user"):
             n.meta["stage"] = stage_symbol(dim)
     # A warpgroup MMA (wgmma) that keeps one group in flight across iterations still reads the stage of
     # iteration i - 1 during iteration i: copies then run one iteration less ahead (insert_wgmma_fences).

@@ -5,13 +5,18 @@ Requires: a typed trace.  Guarantees: each promoted ``read(x)`` in an ``iterate`
 read(x)`` (``distribute="workgroup"``: spread over the whole workgroup) and ``write(g, tile)`` at the top
 of the body, then ``read(tile)``; ``tile`` is a root-graph ``allocate`` (captured into the loop) covering
 the workgroup's tile of every dim.  Barriers, padding and stages come later (``insert_barriers``,
-``swizzle_shared``, ``pipeline_loops``).
+``swizzle_shared``, ``pipeline_loops``).  Every ``wc.allocate`` buffer gets its ``tile`` (``distributed_shape``
+or the dims' workgroup extents), ``base`` (the workgroup's tile start of a workgroup-tiled dim, the loop
+tile's start of a loop-tiled one, else 0), ``stages = 1`` and ``pad = 0``.
 """
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch.fx as fx
 
+from ..errors import ConstraintError
 from ..frontend.ops import MMA, Allocate, Iterate, Permute, Read, Write
 from ..frontend.tracing import Trace, arg_node, capture_root
 from ..frontend.types import AddressSpace, TensorType
@@ -77,7 +82,25 @@ def _promote(trace: Trace, ctx: PassContext, iterate: fx.Node, sub: fx.Graph, re
     read.kwargs = {k: v for k, v in read.kwargs.items() if k != "dynamic"}
 
 
+def _size_user_buffer(ctx: PassContext, alloc: fx.Node) -> None:
+    cs, dims = ctx.constraints, alloc.meta["type"].shape
+    given = cast("tuple | None", alloc.kwargs.get("distributed_shape"))  # verify_trace: a tuple of Expr
+    tile, base = {}, {}
+    for i, d in enumerate(dims):
+        extent = cs.resolve_int(given[i], f"allocate extent of {d}") if given else cs.workgroup_extent(d)
+        if extent is None:
+            raise ConstraintError(
+                alloc.meta.get("loc"),
+                message=f"allocate: dimension {d} has no tile: give distributed_shape or a constraint that tiles {d}",
+            )
+        tile[d] = extent
+        base[d] = cs.base_offset(d, d in cs.loop_tile and d not in cs.wg_tile, per_wave=False)
+    alloc.kwargs = {**alloc.kwargs, "tile": tile, "base": base, "stages": 1, "pad": 0}
+
+
 def promote_to_shared(trace: Trace, ctx: PassContext) -> None:
+    for alloc in [n for n in trace.graph.nodes if n.meta.get("op") is Allocate and n.kwargs.get("user")]:
+        _size_user_buffer(ctx, alloc)
     for iterate in [n for n in trace.graph.nodes if n.meta.get("op") is Iterate]:
         sub = trace.subgraphs[iterate.kwargs["subgraph"]]
         for read in [n for n in sub.nodes if n.meta.get("op") is Read]:

@@ -5,15 +5,20 @@ Guarantees: a root-graph ``allocate`` used by exactly one ``iterate`` is replace
 tile, origin, stages, padding, layout) of an earlier loop, at most once per buffer and loop; before the
 first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` and a ``barrier``
 (the earlier loop's copies landed and were read).  Attention's two loops (full tiles, masked edge) then
-need the shared memory of one.
+need the shared memory of one.  ``wc.allocate`` buffers are never shared (they live for the whole
+kernel).  Finally, in a kernel with ``wc.allocate`` buffers, its shared tiles (staged ones included) must
+fit ``target.max_shared_bytes``, else a ``ConstraintError`` lists them (``tuning.legality`` checks kernels
+of staged tiles only).
 """
 
 from __future__ import annotations
 
 from typing import cast
 
+import sympy
 import torch.fx as fx
 
+from ..errors import ConstraintError
 from ..frontend.ops import Allocate, AsyncWait, Barrier, Iterate
 from ..frontend.tracing import Trace
 from .context import PassContext
@@ -43,7 +48,7 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
     loops = [n for n in g.nodes if n.meta.get("op") is Iterate]
     order = {n: i for i, n in enumerate(g.nodes)}
     owners = {}
-    for a in (n for n in g.nodes if n.meta.get("op") is Allocate):
+    for a in (n for n in g.nodes if n.meta.get("op") is Allocate and not n.kwargs.get("user")):
         users = [it for it in loops if a in it.args[1]]
         if len(users) == 1:
             owners[a] = users[0]
@@ -70,3 +75,29 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
             if order[n] > after and (n is loop or any(x in bufs for x in n.args if isinstance(x, fx.Node)))
         )
         _drain(g, first)
+    _check_budget(trace, ctx)
+
+
+def tile_bytes(alloc: fx.Node) -> int:
+    """Bytes of a shared tile: its stages of (padded) tiles, or its own layout's footprint."""
+    kw, dtype = alloc.kwargs, alloc.meta["type"].dtype
+    tile = list(tile_extents(alloc).values())
+    if kw.get("smem_layout") is not None:
+        return int(sympy.prod(tile)) * dtype.bytes * cast(int, kw["stages"])
+    tile[-1] += cast(int, kw["pad"])
+    return int(sympy.prod(tile)) * dtype.bytes * cast(int, kw["stages"])
+
+
+def _check_budget(trace: Trace, ctx: PassContext) -> None:
+    allocs = [n for n in trace.graph.nodes if n.meta.get("op") is Allocate]
+    if not any(a.kwargs.get("user") for a in allocs):
+        return  # staged tiles only: tuning.legality checks them (with the mbarriers, stage by stage)
+    total = sum(tile_bytes(a) for a in allocs)
+    if total > ctx.target.max_shared_bytes:
+        parts = ", ".join(f"%{a.name} {a.meta['type']} {tile_bytes(a)} B" for a in allocs)
+        loc = next((a.meta.get("loc") for a in allocs if a.kwargs.get("user")), None)
+        raise ConstraintError(
+            loc,
+            message=f"shared memory: {total} bytes exceed the {ctx.target.max_shared_bytes} bytes of "
+            f"{ctx.target.name} ({parts}); use smaller tiles or distributed_shape",
+        )

@@ -25,6 +25,8 @@ def swizzle_shared(trace: Trace, ctx: PassContext) -> None:
         for node in g.nodes:
             if node.meta.get("op") is not Allocate or node.kwargs.get("smem_layout") is not None:
                 continue  # tiles with a layout of their own (wgmma operands) are laid out already
+            if node.kwargs.get("user"):
+                continue  # a wc.allocate buffer keeps the dense layout its accesses index
             dtype = node.meta["type"].dtype
             tile = tuple(node.kwargs["tile"].values())
             layout = _xor_layout(ctx, tile, dtype.bytes, accesses.get(node, []))

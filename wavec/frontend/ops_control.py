@@ -1,0 +1,143 @@
+"""Kernel-owned shared memory and control (DESIGN §12): ``allocate``, ``barrier``, ``conditional`` and the
+scan ``cumsum``.  Names follow Wave's.
+
+- ``wc.allocate(shape, dtype)`` is the ``Allocate`` record of ``ops.py`` (the one the compiler uses to
+  stage tiles) marked ``user=True``: ``promote_to_shared`` sizes it from the constraints, the staging
+  passes (padding, multibuffering, buffer sharing, ``cp.async``) leave it alone, ``insert_barriers``
+  orders its conflicting accesses.
+- ``wc.barrier()`` is the ``Barrier`` record (``gpu.barrier``).
+- ``@wc.conditional(cond)`` traces its body as a subgraph, like ``iterate``; it lowers to ``scf.if``.
+- ``wc.cumsum(x, dim)``: the inclusive prefix sum along ``dim`` (``codegen/control.py``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import sympy
+
+from ..errors import DTypeError, ShapeError
+from . import dtypes as dt
+from .ops import Allocate, Barrier, Op, _need_register
+from .tracing import Value, active_tracer, current_loc
+from .types import AddressSpace, TensorType
+
+SCAN_DTYPES = (dt.i32, dt.f32)
+
+
+def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
+    """A shared-memory buffer owned by the kernel: ``Memory[*shape, dtype, "shared"]`` for ``wc.read``,
+    ``wc.write`` (with ``mapping=``) and the atomics.
+
+    Each dim holds ``distributed_shape[i]`` elements (an int or an expression of ``subs`` symbols), by
+    default the dim's workgroup tile (its ``WorkgroupConstraint``, else its ``TilingConstraint``); it is
+    indexed by the dim's coordinates relative to the workgroup's tile start (a whole dimension from 0), so
+    a workgroup reads back what it wrote at the same coordinates.  Called at the top of the kernel body;
+    its contents start undefined; ``insert_barriers`` puts a workgroup barrier between accesses that
+    conflict (write then read, read then write, plain and atomic accesses mixed)."""
+    tr = active_tracer("allocate")
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not shape or not all(isinstance(d, sympy.Symbol) for d in shape) or len(set(shape)) != len(shape):
+        raise ShapeError(current_loc(), op="allocate", message=f"shape must be distinct wc.sym symbols, got {shape!r}")
+    if not isinstance(dtype, dt.DType) or dtype == dt.i1:
+        raise DTypeError(current_loc(), op="allocate", message=f"dtype must be a wavec value dtype, got {dtype!r}")
+    if tr.graph is not tr.root:
+        raise ShapeError(
+            current_loc(), op="allocate", message="allocate at the top of the kernel body, not in a region"
+        )
+    kwargs: dict = {"user": True}
+    if distributed_shape is not None:
+        ds = tuple(distributed_shape) if isinstance(distributed_shape, (tuple, list)) else (distributed_shape,)
+        if len(ds) != len(shape):
+            raise ShapeError(
+                current_loc(), op="allocate", message=f"distributed_shape {ds!r} needs one extent per dim of {shape}"
+            )
+        kwargs["distributed_shape"] = tuple(sympy.sympify(x) for x in ds)
+    return tr.create(Allocate, (), TensorType(shape, dtype, AddressSpace.SHARED), **kwargs)
+
+
+def barrier() -> None:
+    """A workgroup barrier (``gpu.barrier``): every thread's earlier shared-memory accesses complete before
+    any thread's later ones.  ``insert_barriers`` adds the ones the hazards of ``wc.allocate`` buffers
+    need; an explicit one stays where it is written."""
+    active_tracer("barrier").create(Barrier, (), None)
+
+
+class Conditional(Op):
+    """A region run only where ``cond`` holds (``args = ((cond,) or (), captures)`` like a loop's ``(inits,
+    captures)``, ``kwargs["subgraph"]``, or ``kwargs["when"]``): a real
+    branch (``scf.if``), so a store inside writes nothing where the condition is false."""
+
+    name = "conditional"
+    index_flow: ClassVar[str | None] = "region"  # captured register values share layouts with their placeholders
+    expansion = "region"  # the body expands inside the branch; the condition is one element per thread
+    lowering = "wavec.codegen.control"
+    emulated_ops = ("scf.if", "vector.extract", "arith.cmpi")
+    has_result = False
+
+
+def conditional(cond):
+    """Decorator: run the decorated body (no arguments, no result) only where ``cond`` holds.
+
+    ``cond`` is a boolean Register holding one element per thread (Wave's per-thread scalar: e.g. a
+    comparison of a ``Register[X, i32]`` whose ``vector_shapes`` give each lane one element of a wave's
+    whole tile), a rank-0 boolean (a comparison of ``wc.Scalar`` arguments), or a sympy relation of shape
+    symbols and ``wc.tile_start(d)`` (uniform over the workgroup: ``wc.tile_start(J) == 0``).  A condition
+    holding several elements per thread is rejected (``ExpansionError``): use ``wc.where`` for
+    per-element selection.  The body may read, write, use atomics and nest regions; ``wc.barrier`` inside
+    it would be divergent and is rejected."""
+    tr = active_tracer("conditional")
+    loc = current_loc()
+    kwargs: dict = {}
+    if isinstance(cond, Value):
+        cond = _need_register("conditional", "cond", cond)
+        if cond.dtype != dt.i1:
+            raise DTypeError(loc, op="conditional", message=f"cond must be a comparison result, got {cond.dtype}")
+        args: tuple = (cond,)
+    elif isinstance(cond, sympy.Rel):
+        args, kwargs["when"] = (), cond
+    else:
+        raise ShapeError(
+            loc, op="conditional", message=f"cond must be an i1 Register or a sympy relation, got {cond!r}"
+        )
+
+    def deco(body) -> None:
+        name = f"conditional_{len(tr.subgraphs)}"
+        g = tr.push(name)
+        if body() is not None:
+            raise ShapeError(loc, op="conditional", message="the body of a conditional returns nothing")
+        for n in g.nodes:
+            if n.meta.get("op") is Barrier:
+                raise ShapeError(n.meta.get("loc"), op="barrier", message="a barrier inside wc.conditional diverges")
+        g.output(None)
+        tr.pop()
+        captures = tuple(tr.captures.get(g, {}).keys())
+        tr.create(Conditional, (args, captures), None, loc=loc, subgraph=name, **kwargs)
+
+    return deco
+
+
+class Cumsum(Op):
+    """Inclusive prefix sum of ``x`` along ``kwargs["dim"]`` (same shape and dtype)."""
+
+    name = "cumsum"
+    index_flow = "elementwise"  # the result has the input's layout
+    lowering = "wavec.codegen.control"
+    emulated_ops = (
+        "vector.extract", "vector.from_elements", "gpu.shuffle", "arith.select", "gpu.barrier", "memref.store",
+        "memref.load", "memref.alloc",
+    )  # fmt: skip
+
+
+def cumsum(x: Value, dim) -> Value:
+    """The inclusive prefix sum of ``x`` along ``dim`` (i32 or f32), Wave's ``cumsum``: element ``i`` is
+    ``x[0] + ... + x[i]``; the exclusive sum is ``wc.cumsum(x, d) - x``.  Each thread scans its elements,
+    the lanes of a wave combine with shuffles, and waves that split ``dim`` through shared memory; the
+    wave's tile of ``dim`` must be one instruction tile (``vector_shapes[dim]`` = the wave's extent)."""
+    tr = active_tracer("cumsum")
+    x = _need_register("cumsum", "x", x)
+    if dim not in x.type.dims:
+        raise ShapeError(current_loc(), op="cumsum", message=f"dim {dim} is not a dimension of {list(x.shape)}")
+    if x.dtype not in SCAN_DTYPES:
+        raise DTypeError(current_loc(), op="cumsum", message=f"needs i32 or f32 values, got {x.dtype}")
+    return tr.create(Cumsum, (x,), x.type, dim=dim)
