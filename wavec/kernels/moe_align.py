@@ -248,11 +248,12 @@ def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend
         counts = torch.zeros(e_mem, dtype=torch.int32, device=dev)
         ranks = torch.empty(numel, dtype=torch.int32, device=dev)
         offsets = torch.empty(e_mem, dtype=torch.int32, device=dev)
-        hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), subs, backend)
+        no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
+        hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
         scan = _compiled(
             ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
         )
-        scatter = _compiled(("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), subs, backend)
+        scatter = _compiled(("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend)
         if numel:
             hist(flat, counts, ranks)
         scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
