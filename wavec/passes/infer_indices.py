@@ -218,6 +218,13 @@ def _flow_indexed_access(s: _Solver, n: fx.Node) -> None:
         s.restrict.append((ref, idx))
 
 
+def _flow_atomic_access(s: _Solver, n: fx.Node) -> None:
+    """An atomic's old values sit where its value operand's elements do; its index values as for any
+    dynamically mapped access."""
+    s.eq.append((n, arg_node(n, 0)))
+    _flow_indexed_access(s, n)
+
+
 FLOWS = {
     "elementwise": _flow_elementwise,
     "broadcast": lambda s, n: s.restrict.append((n, n.args[0])),
@@ -225,6 +232,7 @@ FLOWS = {
     "reduce": lambda s, n: s.restrict.append((n.args[0], n)),
     "loop": _flow_loop,
     "indexed_access": _flow_indexed_access,
+    "atomic_access": _flow_atomic_access,
 }
 
 
