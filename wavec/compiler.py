@@ -130,7 +130,7 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
         scalars=iface.scalars,
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
     )
-    return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
+    return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=iface.located_mlir)
 
 
 def _check_ptx(ptx: str, trace) -> None:

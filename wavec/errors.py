@@ -119,5 +119,16 @@ class SharedMemoryRaceError(EmulatorError):
     )
 
 
+class GlobalMemoryRaceError(EmulatorError):
+    template = "emulator: global-memory race at element {index} of {buffer}: {first} and {second} store to it without an atomic"
+
+
+class OutOfBoundsError(WavecError):
+    """An index outside its dimension: the emulator's, and the GPU's with ``WAVEC_CHECK_BOUNDS=1``; the
+    location is the kernel line of the access."""
+
+    template = "{access}: index {index} in dim {dim} of {memory} (size {bound}) is out of bounds ({who})"
+
+
 class TuningError(WavecError):
     template = "autotune: {message}"

@@ -1,7 +1,9 @@
 """Emission of one ``hal.executable`` per kernel with the ``iree.compiler.ir`` bindings (DESIGN §6).
 
 Requires: an expanded trace and its ``PassContext``.  Guarantees: ``emit_kernel`` returns the verified
-module text and the launch interface (bindings, constants, block, grid, divisibility).  The skeleton
+module text and the launch interface (bindings, constants, block, grid, divisibility, and the same module
+printed with each op's kernel source location, which the artifact keeps for the emulator's messages;
+IREE gets the text without them, so the binary carries no debug lines).  The skeleton
 (target, export, bindings, constants) is parsed from text; ``lowering.py``'s rules build the body.
 """
 
@@ -35,6 +37,7 @@ class KernelInterface:
     alignment_bytes: int
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype) of by-value arguments, after the symbols
     tensor_maps: tuple = ()  # TensorMapRequest of the TMA tensor maps, read from one binding after the tensors
+    located_mlir: str = ""  # the module with ``loc(...)`` of every op (the kernel line of the DSL call)
 
 
 def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
@@ -177,6 +180,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         if not module.operation.verify():
             raise CodegenError(trace.loc, message="emitted module does not verify")
         out = str(module)
+        located = module.operation.get_asm(enable_debug_info=True)
     sizes = {d: cs.resolve(d) for d in dyn}
     gx, gy, gz = (_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
@@ -192,6 +196,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         alignment_bytes=SUBSPAN_ALIGNMENT,
         scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),
         tensor_maps=tuple(ctx.tensor_maps),
+        located_mlir=located,
     )
     return out, iface
 
