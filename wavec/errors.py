@@ -127,7 +127,7 @@ class OutOfBoundsError(WavecError):
     """An index outside its dimension: the emulator's, and the GPU's with ``WAVEC_CHECK_BOUNDS=1``; the
     location is the kernel line of the access."""
 
-    template = "{access}: index {index} in dim {dim} of {memory} (size {bound}) is out of bounds ({who})"
+    template = "{access}: out-of-bounds access to {memory}: index {index} in dim {dim} (size {bound}) by {who}"
 
 
 class TuningError(WavecError):

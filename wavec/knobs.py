@@ -48,6 +48,13 @@ KNOBS: dict[str, Knob] = {
     "tune_workers": Knob(
         "WAVEC_TUNE_WORKERS", 0, int, "processes that compile autotuning candidates (0: one per CPU core less one)"
     ),
+    "check_bounds": Knob(
+        "WAVEC_CHECK_BOUNDS",
+        False,
+        _bool,
+        "compile a check of every data-dependent index (0 <= index < size); the launcher synchronises after the "
+        "kernel and raises OutOfBoundsError (part of the compile cache key)",
+    ),
     "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes"),
 }
 
