@@ -5,8 +5,10 @@ memref's memory dtype.  The offset may be an array over lanes (private per-threa
 access is bounds-checked per dimension for the active lanes only.  Accesses to workgroup (shared)
 memory also go through the race checker of their :class:`SharedBuf`, which tracks for every byte the
 last writing wave and the set of reading waves since the last ``gpu.barrier``.  Plain stores to global
-memory (bindings) go through the launch's :class:`GlobalWrites`: two lanes storing to one byte is a race
-unless both are of one workgroup with a barrier between them (atomics are never recorded).
+memory (bindings) go through the launch's :class:`GlobalWrites`: two lanes storing different values to one
+byte is a race unless both are of one workgroup with a barrier between them (atomics are never recorded).
+Equal values are not reported: lanes holding a replicated value (a row's reduction result) all store it,
+and whichever store lands last leaves the same bytes.
 """
 
 from __future__ import annotations
@@ -83,8 +85,9 @@ class GlobalWrites:
         gx, gy = self.grid[0], self.grid[1]
         return f"{st.locs[op]} in lane {lane} of workgroup {(wg % gx, wg // gx % gy, wg // (gx * gy))}"
 
-    def store(self, st: State, m: MemRef, addr: np.ndarray, lanes: np.ndarray, op: int) -> None:
-        """Record the stores of elements ``addr`` of ``m`` by ``lanes`` (flat, one per element)."""
+    def store(self, st: State, m: MemRef, addr: np.ndarray, lanes: np.ndarray, data: np.ndarray, op: int) -> None:
+        """Record the stores of ``data`` (memory dtype) to elements ``addr`` of ``m`` by ``lanes`` (flat,
+        one per element), before they land."""
         n, key = m.et.mem.itemsize, m.extra["binding"]
         if key not in self.bufs:
             size = np.asarray(st.bindings[key]).nbytes
@@ -94,11 +97,15 @@ class GlobalWrites:
         gx, gy, _ = self.grid
         wg = st.block_id[0] + gx * (st.block_id[1] + gy * st.block_id[2])
         me = np.repeat(wg * self.lanes + lanes + 1, n)
+        new = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        held = np.asarray(st.bindings[key]).reshape(-1).view(np.uint8)[b]
         prev = who[b]
-        bad = (prev != 0) & (prev != me) & (((prev - 1) // self.lanes != wg) | (epoch[b] == st.epoch))
+        unordered = ((prev - 1) // self.lanes != wg) | (epoch[b] == st.epoch)
+        bad = (prev != 0) & (prev != me) & unordered & (held != new)
         order = np.argsort(b, kind="stable")  # two lanes of this one store on one byte
         dup = np.zeros(b.size, bool)
-        dup[order[1:]] = (b[order[1:]] == b[order[:-1]]) & (me[order[1:]] != me[order[:-1]])
+        same, after = order[:-1], order[1:]
+        dup[after] = (b[after] == b[same]) & (me[after] != me[same]) & (new[after] != new[same])
         if bad.any() or dup.any():
             i = int(np.argmax(bad | dup))
             first = (int(prev[i]), int(ops[b[i]])) if bad[i] else (int(me[order[np.searchsorted(b[order], b[i])]]), op)
@@ -234,7 +241,8 @@ def store(
         full = (st.lanes,) + tuple(shape[1:])  # a uniform address is stored by every active lane
         lanes = np.broadcast_to(np.arange(st.lanes).reshape((-1,) + (1,) * (len(shape) - 1)), full)
         sel = np.ones(full, bool) if valid is None else np.broadcast_to(valid, full)
-        st.global_writes.store(st, m, np.broadcast_to(addr_b, full)[sel], lanes[sel], op)
+        data = np.broadcast_to(mem_b, full)[sel]
+        st.global_writes.store(st, m, np.broadcast_to(addr_b, full)[sel], lanes[sel], data, op)
     if valid is None:
         m.arr[addr_b.reshape(-1)] = mem_b.reshape(-1)
     else:
