@@ -129,7 +129,9 @@ def make_atomic_old(kind: str, dtype=wc.i32, tpw: int = 32) -> wc.WaveKernel:
     fn = {"add": wc.atomic_add, "min": wc.atomic_min, "max": wc.atomic_max}[kind]
 
     @wc.wave(row_constraints(tpw=tpw))
-    def atomic_old(src: Memory[M, N, dtype], idx: Memory[M, wc.i32], out: Memory[T, N, dtype], old: Memory[M, N, dtype]):
+    def atomic_old(
+        src: Memory[M, N, dtype], idx: Memory[M, wc.i32], out: Memory[T, N, dtype], old: Memory[M, N, dtype]
+    ):
         wc.write(fn(wc.read(src), out, mapping={T: wc.read(idx) // 2}), old)
 
     return atomic_old

@@ -84,7 +84,9 @@ class CompileStats:
     seconds: dict = field(default_factory=dict)
 
 
-def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after, check_bounds: bool) -> Artifact:
+def _build(
+    kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after, check_bounds: bool
+) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
     from .codegen.iree_compile import compile_hal_executable

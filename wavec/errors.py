@@ -120,7 +120,10 @@ class SharedMemoryRaceError(EmulatorError):
 
 
 class GlobalMemoryRaceError(EmulatorError):
-    template = "emulator: global-memory race at element {index} of {buffer}: {first} and {second} store to it without an atomic"
+    template = (
+        "emulator: global-memory race at element {index} of {buffer}: {first} and {second} store different "
+        "values to it without an atomic"
+    )
 
 
 class OutOfBoundsError(WavecError):

@@ -132,7 +132,9 @@ _TARGETS: dict[str, Target] = {
         Target("sm_80", "cuda", "sm_80", "+ptx76", 32, _NV_MMA_SM80, 166912, 108, **_NV),
         Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448, 132, **_NV, has_red_bf16x2=True),
         # PTX 8.3: fence.proxy.tensormap::generic (TMA maps written by the host, read through global memory)
-        Target("sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448, 132, **_NV, **_HOPPER, has_red_bf16x2=True),
+        Target(
+            "sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448, 132, **_NV, **_HOPPER, has_red_bf16x2=True
+        ),
         Target("gfx942", "rocm", "gfx942", "", 64, _AMD_MMA_GFX942, 65536, 304),
     )
 }

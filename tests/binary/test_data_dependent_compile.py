@@ -85,7 +85,9 @@ def test_used_atomic_result_is_a_relaxed_atom(target: str, monkeypatch) -> None:
     assert "atom.relaxed.gpu.global.add.u32" in ptx and "red." not in ptx
 
 
-@pytest.mark.parametrize("kind, dtype", [("add", wc.f32), ("max", wc.i32), ("min", wc.f32), ("add", wc.f16), ("add", wc.bf16)])
+@pytest.mark.parametrize(
+    "kind, dtype", [("add", wc.f32), ("max", wc.i32), ("min", wc.f32), ("add", wc.f16), ("add", wc.bf16)]
+)
 def test_atomics_compile_for_gfx942(kind: str, dtype) -> None:
     k = _compile(dk.make_atomic(kind, dtype, 64), {}, "gfx942")
     assert k.artifact.binary and k.artifact.format == "hsaco"

@@ -177,7 +177,9 @@ def test_out_of_bounds_names_kernel_line_index_and_bound(monkeypatch) -> None:
                          backend="emulator", cache=False)  # fmt: skip
     assert checked.artifact.metadata.bounds_checks
     y = torch.full((3, 256), float("nan"), dtype=torch.float16)
-    with pytest.raises(OutOfBoundsError, match=rf"(?s){line}.*wc\.read: .* to x: index -4 in dim T \(size 50\) by lane 64"):
+    with pytest.raises(
+        OutOfBoundsError, match=rf"(?s){line}.*wc\.read: .* to x: index -4 in dim T \(size 50\) by lane 64"
+    ):
         checked(x, torch.tensor([0, 2, -4]), y)
     assert torch.equal(y[:2], x[[0, 2]]) and torch.equal(y[2], torch.zeros(256, dtype=torch.float16))
     checked(x, torch.tensor([49, 0, 7]), y)  # three rows of a four-row tile: the masked fourth never reports

@@ -24,7 +24,7 @@ import torch
 from kernel_fixtures import gemm_kernel
 
 import wavec as wc
-from wavec.errors import EmulatorError, OutOfBoundsError, SharedMemoryRaceError
+from wavec.errors import OutOfBoundsError, SharedMemoryRaceError
 from wavec.indexing import mma as mma_mod
 from wavec.indexing.symbols import LANE
 from wavec.kernels import gemm as gm
@@ -107,7 +107,9 @@ def test_swapped_A_lanes_with_ldmatrix_read_out_of_bounds(monkeypatch) -> None:
     target, threads, mma = NV
     swap_lanes(monkeypatch, mma, ("a",), 0, 4)
     bad = compile_gemm(target, threads, mma, promote=True)
-    with pytest.raises(OutOfBoundsError, match=r"nvgpu\.ldmatrix \([^()]+:\d+\): out-of-bounds access to memref\.alloc"):
+    with pytest.raises(
+        OutOfBoundsError, match=r"nvgpu\.ldmatrix \([^()]+:\d+\): out-of-bounds access to memref\.alloc"
+    ):
         gemm_error(bad)
 
 

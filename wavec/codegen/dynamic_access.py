@@ -76,14 +76,18 @@ def _inline(node: fx.Node, form: tuple[str, int], addr: ir.Value, piece: ir.Valu
     f32 = op.endswith(".f32")
     reg, et = ("f", ir.F32Type.get()) if f32 else ("r", ir.IntegerType.get_signless(32))
     as_words = piece if f32 or piece.type == et else vector.bitcast(ir.VectorType.get([words], et), piece)
-    vals = [as_words] if not isinstance(as_words.type, ir.VectorType) else [
-        vector.extract(as_words, [], [i]) for i in range(words)
-    ]
+    vals = (
+        [as_words]
+        if not isinstance(as_words.type, ir.VectorType)
+        else [vector.extract(as_words, [], [i]) for i in range(words)]
+    )
     if node.users:
         asm = f"atom.relaxed.gpu.global.{op} $0, [$1], $2;"
         return llvm.inline_asm(et, [addr, *vals], asm, f"={reg},l,{reg}", has_side_effects=True)
     operands = ", ".join(f"${i + 1}" for i in range(words))
-    asm = f"red.relaxed.gpu.global.{op} [$0], {{{operands}}};" if words > 1 else f"red.relaxed.gpu.global.{op} [$0], $1;"
+    asm = (
+        f"red.relaxed.gpu.global.{op} [$0], {{{operands}}};" if words > 1 else f"red.relaxed.gpu.global.{op} [$0], $1;"
+    )
     llvm.inline_asm(None, [addr, *vals], asm, ",".join(["l"] + [reg] * words), has_side_effects=True)
     return None
 

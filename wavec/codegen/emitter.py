@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import sympy
 
+from ..abi import BOUNDS_RECORD_WORDS
 from ..errors import CodegenError
 from ..frontend.mapping import index_operands
 from ..frontend.ops import WideStore, Write
 from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..passes.context import PassContext
-from ..abi import BOUNDS_RECORD_WORDS
 from ..target import Target
 
 SUBSPAN_ALIGNMENT = 16  # bytes; the launcher checks every base pointer against it

@@ -18,6 +18,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
+from .. import abi
 from ..frontend import dtypes as dt
 from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
@@ -25,7 +26,6 @@ from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
 from ..passes.schema import Kwargs
-from .. import abi
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
 
 
@@ -103,7 +103,9 @@ def _record(fb: FunctionBuilder, check: int, index_and_bound: list[ir.Value]) ->
     i64 = ir.IntegerType.get_signless(64)
     rec, idx = fb.bounds_record, ir.IndexType.get()
     assert rec is not None  # dim_bounds checks only with a record
-    old = memref.atomic_rmw(arith.AtomicRMWKind.assign, arith.constant(i64, 1), rec, [arith.constant(idx, abi.BOUNDS_FLAG)])
+    old = memref.atomic_rmw(
+        arith.AtomicRMWKind.assign, arith.constant(i64, 1), rec, [arith.constant(idx, abi.BOUNDS_FLAG)]
+    )
     won = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, old, arith.constant(i64, 0)))
     with ir.InsertionPoint(won.then_block):
         who = [fb.symbols[THREAD], *(fb.symbols.get(w) or arith.constant(idx, 0) for w in WORKGROUP)]

@@ -108,6 +108,9 @@ _ASM = re.compile(
     r"(?P<inst>red|atom)\.relaxed\.gpu\.global\.(?P<kind>add|min|max)(?P<noftz>\.noftz)?(?:\.v(?P<words>[24]))?"
     r"\.(?P<type>f32|u32|s32|f16x2|bf16x2)"
 )
+_COMBINE_F: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "min": np.minimum, "max": np.maximum
+}  # fmt: skip
 # per PTX type: how the old and the new words combine
 _WORDS: dict[str, Callable[[str, np.ndarray, np.ndarray], np.ndarray]] = {
     "f32": lambda k, old, v: _COMBINE_F[k](old.view(np.float32), v.view(np.float32)).view(np.uint32),
@@ -118,7 +121,6 @@ _WORDS: dict[str, Callable[[str, np.ndarray, np.ndarray], np.ndarray]] = {
         bf16_bits_to_f32(old.view(np.uint16)) + bf16_bits_to_f32(v.view(np.uint16))
     ).view(np.uint32),
 }
-_COMBINE_F = {"add": np.add, "min": np.minimum, "max": np.maximum}
 _LEGAL = {("add", "f32"), ("add", "u32"), ("min", "s32"), ("max", "s32"), ("add", "f16x2"), ("add", "bf16x2")}
 
 

@@ -42,7 +42,9 @@ def _atomic(kind: str, value: Value, memory: Value, mapping: dict | None) -> Val
     if val.dtype not in ATOMIC_DTYPES[kind]:
         allowed = ", ".join(d.name for d in ATOMIC_DTYPES[kind])
         raise DTypeError(current_loc(), op=op, message=f"{op} takes {allowed} values, got {val.dtype}; use wc.cast")
-    return active_tracer(op).create(Atomic, (val, mem, *idx), TensorType(val.type.shape, val.dtype), kind=kind, **kwargs)
+    return active_tracer(op).create(
+        Atomic, (val, mem, *idx), TensorType(val.type.shape, val.dtype), kind=kind, **kwargs
+    )
 
 
 def atomic_add(value: Value, memory: Value, mapping: dict | None = None) -> Value:
