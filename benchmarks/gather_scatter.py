@@ -1,9 +1,11 @@
 """Gathers and scatters (DESIGN §12) against their anchors, one run, medians of CUDA-event timings:
 
-- ``index_select`` and ``index_add_`` of rows vs torch and vs a device copy of the same bytes;
+- ``index_select`` and ``index_add_`` (f32 and bf16; sm_90a's vector ``red`` on a Hopper GPU) of rows vs
+  torch and vs a device copy of the same bytes;
 - the gathered-rows GEMM (rows in random order, C written in order) and the MoE building block (the
   same gather, a weighted atomic scatter of C) vs the dense wavec GEMM of the same M, N, K with the same
-  constraints (A read in order, C written).
+  constraints (A read in order, C written), both for sm_90a on Hopper (the scatter's
+  ``red.global.add.v2.f32``) and for the default target.
 
 Prints one table; ``--quick`` for a short run."""
 
@@ -45,16 +47,23 @@ def rows(quick: bool) -> list[str]:
             f"{t_copy / t_wc:.2f} of copy | {t_torch / t_wc:.2f}x torch"
         )
         if dtype == torch.float32:
-            acc = torch.zeros_like(x)
-            t_torch = _ms(lambda: acc.index_add_(0, i, x))
-            t_wc = _ms(lambda: index_add_(acc, i, x))
-            out.append(
-                f"index_add_ {n_rows}x{width} f32 | {nbytes / t_wc / 1e6:.0f} GB/s | "
-                f"{t_copy / t_wc:.2f} of copy | {t_torch / t_wc:.2f}x torch"
-            )
+            out += index_add_rows(x, i, t_copy, "f32")
+            out += index_add_rows(x.bfloat16(), i, t_copy, "bf16")
         if quick:
             break
     return out
+
+
+def index_add_rows(x, i, t_copy_f32: float, name: str) -> list[str]:
+    """``index_add_`` of ``x``'s rows at ``i``; copy bandwidth anchor: the f32 copy scaled to ``x``'s bytes."""
+    acc = torch.zeros_like(x)
+    nbytes = 2 * x.numel() * x.element_size()
+    t_copy = t_copy_f32 * x.element_size() / 4
+    t_torch, t_wc = _ms(lambda: acc.index_add_(0, i, x)), _ms(lambda: index_add_(acc, i, x))
+    return [
+        f"index_add_ {x.shape[0]}x{x.shape[1]} {name} | {nbytes / t_wc / 1e6:.0f} GB/s | "
+        f"{t_copy / t_wc:.2f} of copy | {t_torch / t_wc:.2f}x torch"
+    ]
 
 
 def gemm(quick: bool) -> list[str]:
@@ -64,9 +73,18 @@ def gemm(quick: bool) -> list[str]:
         wc.WaveConstraint(dk.M, 64),
         wc.WaveConstraint(dk.N, 64),
     ]
-    gathered = wc.compile(dk.make_gathered_rows_gemm(cons), subs, backend="cuda")
-    scattered = wc.compile(dk.make_gather_gemm(cons), subs, backend="cuda")
-    dense = wc.compile(gemm_kernel(cons), subs, backend="cuda")
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    out = []
+    for target in (["sm_90a"] if hopper else []) + [None]:
+        kernels = [
+            wc.compile(make(cons), subs, backend="cuda", target=target)
+            for make in (dk.make_gathered_rows_gemm, dk.make_gather_gemm, gemm_kernel)
+        ]
+        out += gemm_rows(*kernels, target or "default target", quick)
+    return out
+
+
+def gemm_rows(gathered, scattered, dense, target: str, quick: bool) -> list[str]:
     out = []
     for m, n, k in [(4096, 4096, 4096), (8192, 2048, 4096)][: 1 if quick else 2]:
         x = torch.randn(m, k, dtype=torch.float16, device="cuda")
@@ -78,7 +96,9 @@ def gemm(quick: bool) -> list[str]:
             ("gathered-rows GEMM", _ms(lambda: gathered(x, ids, b, c))),
             ("gather GEMM + weighted atomic scatter", _ms(lambda: scattered(x, ids, b, w, c))),
         ]:
-            out.append(f"{name} {m}x{n}x{k} | {2 * m * n * k / t / 1e9:.0f} TFLOP/s | {t_d / t:.2f} of dense wavec")
+            out.append(
+                f"{name} {m}x{n}x{k} {target} | {2 * m * n * k / t / 1e9:.0f} TFLOP/s | {t_d / t:.2f} of dense wavec"
+            )
     return out
 
 

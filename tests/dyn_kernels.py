@@ -186,3 +186,27 @@ def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale
             q[b].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=seen, scale=scale
         ).transpose(0, 1)
     return out
+
+
+def make_atomic_old(kind: str, dtype=wc.i32, tpw: int = 32) -> wc.WaveKernel:
+    """The atomic's result used: ``old`` gets the values ``out`` held before each update."""
+    fn = {"add": wc.atomic_add, "min": wc.atomic_min, "max": wc.atomic_max}[kind]
+
+    @wc.wave(row_constraints(tpw=tpw))
+    def atomic_old(
+        src: Memory[M, N, dtype], idx: Memory[M, wc.i32], out: Memory[T, N, dtype], old: Memory[M, N, dtype]
+    ):
+        wc.write(fn(wc.read(src), out, mapping={T: wc.read(idx) // 2}), old)
+
+    return atomic_old
+
+
+def sequential_atomic(kind: str, out, rows, src):
+    """``out`` after applying ``src[m]`` to row ``rows[m]`` for m in order (in ``out``'s precision, one
+    rounding per update, like the emulator's lane order for ``row_constraints`` kernels), and the old rows."""
+    out, old = out.clone(), torch.empty_like(src)
+    op = {"add": torch.add, "min": torch.minimum, "max": torch.maximum}[kind]
+    for m, r in enumerate(rows.tolist()):
+        old[m] = out[r]
+        out[r] = op(out[r], src[m])
+    return out, old

@@ -11,3 +11,9 @@ FENCE_OPERANDS = "// wavec: accumulator operands fenced"
 
 # The symbol of a persistent grid that the launcher binds to the device's SM count.
 SMS_NAME = "WAVEC_SMS"
+
+# The bounds record of a kernel compiled with WAVEC_CHECK_BOUNDS (``runtime/bounds.py``): i64 words, one
+# binding after the tensors and the tensor maps; the first lane to fail a check swaps FLAG from 0 to 1 and
+# writes the others.
+BOUNDS_FLAG, BOUNDS_CHECK, BOUNDS_LANE, BOUNDS_WG_X, BOUNDS_WG_Y, BOUNDS_WG_Z, BOUNDS_INDEX, BOUNDS_BOUND = range(8)
+BOUNDS_RECORD_WORDS = 8

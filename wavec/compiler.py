@@ -85,7 +85,9 @@ class CompileStats:
     seconds: dict = field(default_factory=dict)
 
 
-def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after) -> Artifact:
+def _build(
+    kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after, check_bounds: bool
+) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
     from .codegen.iree_compile import compile_hal_executable
@@ -96,6 +98,7 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
 
     target = get_target(target_name)
     ctx = PassContext.build(trace, cs, target_name)
+    ctx.check_bounds = check_bounds
     run_pipeline(trace, ctx, print_ir_after)
     text, iface = emit_kernel(trace, ctx, target)
     if print_ir_after and ("all" in print_ir_after or "mlir" in print_ir_after):
@@ -130,8 +133,9 @@ def _build(kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print
         spills=spills,
         scalars=iface.scalars,
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
+        bounds_checks=iface.bounds_checks,
     )
-    return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=text)
+    return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=iface.located_mlir)
 
 
 def _check_ptx(ptx: str, trace) -> None:
@@ -206,9 +210,14 @@ def compile(
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
     _check_subs(kernel.name, subs, source, kernel.constraints)
+    check_bounds = knobs.check_bounds
     key = cache_key(
         kernel_source=source,
-        options={"constraints": [repr(c) for c in kernel.constraints], "subs": {str(k): v for k, v in subs.items()}},
+        options={
+            "constraints": [repr(c) for c in kernel.constraints],
+            "subs": {str(k): v for k, v in subs.items()},
+            "check_bounds": check_bounds,
+        },
         target=target,
         versions={
             "wavec": __version__,
@@ -221,7 +230,7 @@ def compile(
     artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
-        artifact = _build(kernel, trace, cs, target, print_ir_after)
+        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds)
         if store is not None:
             store.put(key, artifact)
     else:

@@ -125,5 +125,19 @@ class SharedMemoryRaceError(EmulatorError):
     )
 
 
+class GlobalMemoryRaceError(EmulatorError):
+    template = (
+        "emulator: global-memory race at element {index} of {buffer}: {first} and {second} store different "
+        "values to it without an atomic"
+    )
+
+
+class OutOfBoundsError(WavecError):
+    """An index outside its dimension: the emulator's, and the GPU's with ``WAVEC_CHECK_BOUNDS=1``; the
+    location is the kernel line of the access."""
+
+    template = "{access}: out-of-bounds access to {memory}: index {index} in dim {dim} (size {bound}) by {who}"
+
+
 class TuningError(WavecError):
     template = "autotune: {message}"

@@ -82,6 +82,14 @@ KNOBS: dict[str, Knob] = {
         "processes that compile autotuning candidates (0: one per CPU core less one)",
         "an integer >= 0",
     ),
+    "check_bounds": Knob(
+        "WAVEC_CHECK_BOUNDS",
+        False,
+        _bool,
+        "compile a check of every data-dependent index (0 <= index < size); the launcher synchronises after the "
+        "kernel and raises OutOfBoundsError (part of the compile cache key)",
+        BOOL,
+    ),
     "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes", BOOL),
 }
 

@@ -74,6 +74,10 @@ class Target:
     has_nvvm_math: bool = False  # NVVM's ex2.approx.ftz.f32 and cvt.rn.bf16 intrinsics
     has_tma: bool = False  # cp.async.bulk.tensor with PTX 8.3's tensormap proxy fence (sm_90a's +ptx83)
     has_wgmma: bool = False  # warpgroup MMA (sm_90a only: sm_90 without the 'a' has none)
+    # relaxed GPU-scope red/atom as inline PTX (red.relaxed.gpu.global.add.f32, .s32 min/max, f16x2: sm_70+)
+    has_red: bool = False
+    has_red_bf16x2: bool = False  # red/atom .add.noftz.bf16x2 (sm_90+)
+    has_red_vector: bool = False  # red.global.add .v2/.v4 of f32 and of f16x2/bf16x2 words (sm_90, PTX 8.1)
 
     @property
     def variant_name(self) -> str:
@@ -119,15 +123,18 @@ class Target:
         )
 
 
-_NV = {"has_cp_async": True, "has_mma_sync": True, "has_nvvm_math": True}
-_HOPPER = {"has_tma": True, "has_wgmma": True}
+_NV = {"has_cp_async": True, "has_mma_sync": True, "has_nvvm_math": True, "has_red": True}
+# sm_90's +ptx80 (kept: the golden modules name it) is below the vector red's PTX 8.1; sm_90a's +ptx83 is not
+_HOPPER = {"has_tma": True, "has_wgmma": True, "has_red_vector": True}
 _TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         Target("sm_80", "cuda", "sm_80", "+ptx76", 32, _NV_MMA_SM80, 166912, 108, **_NV),
-        Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448, 132, **_NV),
+        Target("sm_90", "cuda", "sm_90", "+ptx80", 32, _NV_MMA_SM90, 232448, 132, **_NV, has_red_bf16x2=True),
         # PTX 8.3: fence.proxy.tensormap::generic (TMA maps written by the host, read through global memory)
-        Target("sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448, 132, **_NV, **_HOPPER),
+        Target(
+            "sm_90a", "cuda", "sm_90a", "+ptx83", 32, _NV_MMA_SM90, 232448, 132, **_NV, **_HOPPER, has_red_bf16x2=True
+        ),
         Target("gfx942", "rocm", "gfx942", "", 64, _AMD_MMA_GFX942, 65536, 304),
     )
 }

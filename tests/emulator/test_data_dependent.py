@@ -10,6 +10,8 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
+from wavec.errors import ArgumentError, EmulatorError, GlobalMemoryRaceError, OutOfBoundsError
+from wavec.kernels import indexing
 from wavec.kernels.indexing import embedding, index_add_, index_select
 
 pytestmark = pytest.mark.filterwarnings("ignore:index_reduce")  # torch marks the reference beta
@@ -101,7 +103,106 @@ def test_bad_index_arguments() -> None:
     with pytest.raises(wc.WavecError, match="index must be a 1-D int32 or int64"):
         index_select(x, torch.zeros(3))
     with pytest.raises(wc.WavecError, match="out must be a 2-D tensor"):
-        index_add_(torch.zeros(4, 8, dtype=torch.float16), torch.zeros(2, dtype=torch.int32), torch.zeros(2, 8))
+        index_add_(torch.zeros(4, 8, dtype=torch.int32), torch.zeros(2, dtype=torch.int32), torch.zeros(2, 8))
+
+
+ATOMIC_TARGETS = [("sm_80", 32), ("sm_90a", 32), ("gfx942", 64)]  # scalar red, vector red, memref.atomic_rmw
+
+
+def _atomic_inputs(dtype, rows: int = 30, n: int = 132):
+    td = dtype.torch()
+    if dtype.is_float:
+        return torch.randn(rows, n).to(td), torch.randn(5, n).to(td)
+    return torch.randint(-99, 99, (rows, n), dtype=td), torch.randint(-99, 99, (5, n), dtype=td)
+
+
+@pytest.mark.parametrize("target, tpw", ATOMIC_TARGETS)
+@pytest.mark.parametrize(
+    "kind, dtype", [("add", wc.f32), ("add", wc.f16), ("add", wc.bf16), ("add", wc.i32), ("max", wc.f32)]
+)
+def test_atomics_exact_in_lane_order(kind: str, dtype, target: str, tpw: int) -> None:
+    """Every target's lowering (inline red of f32 / f16x2 / bf16x2 words, vector red, memref.atomic_rmw)
+    lands bit-exactly the sequential updates in lane order, one rounding per element update."""
+    k = wc.compile(dk.make_atomic(kind, dtype, tpw), {}, target=target, backend="emulator", cache=False)
+    src, out = _atomic_inputs(dtype)
+    idx = torch.randint(0, 10, (30,), dtype=torch.int32)
+    want, _old = dk.sequential_atomic(kind, out, (idx // 2).long(), src)
+    k(src, idx, out)
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("kind, dtype", [("add", wc.i32), ("add", wc.f32), ("max", wc.i32), ("min", wc.f32)])
+def test_atomic_results_are_the_old_values(kind: str, dtype, target: str) -> None:
+    k = wc.compile(dk.make_atomic_old(kind, dtype), {}, target=target, backend="emulator", cache=False)
+    if target == "sm_90a" and (kind, dtype) in (("add", wc.i32), ("add", wc.f32)):
+        assert "atom.relaxed.gpu.global.add" in k.mlir and "red." not in k.mlir  # a used result: atom
+    src, out = _atomic_inputs(dtype)
+    idx = torch.randint(0, 10, (30,), dtype=torch.int32)
+    want, want_old = dk.sequential_atomic(kind, out, (idx // 2).long(), src)
+    old = torch.full_like(src, -7)
+    k(src, idx, out, old)
+    assert torch.equal(out, want) and torch.equal(old, want_old)
+
+
+def test_scatter_race_names_lanes_and_line() -> None:
+    """Two rows scattered to one row without an atomic: a race (same workgroup: lanes of two waves;
+    different workgroups); distinct rows and atomics are not."""
+    src, out = torch.randn(10, 132), torch.zeros(20, 132)
+    k = _compiled("scatter", wc.i32)
+    for dup, other in ((3, "lane 96 of workgroup (0, 0, 0)"), (9, "lane 32 of workgroup (2, 0, 0)")):
+        idx = torch.arange(10, dtype=torch.int32)
+        idx[dup] = 1
+        with pytest.raises(GlobalMemoryRaceError, match=r"dyn_kernels\.py:\d+\) in lane") as info:
+            k(src, idx, out)
+        text = str(info.value)
+        assert "at element [1, 0] of binding 2" in text and "lane 32 of workgroup (0, 0, 0)" in text, text
+        assert other in text, text
+    k(src, torch.randperm(20)[:10].int(), out)  # distinct rows: no report
+    _compiled("atomic", "add", wc.f32)(src, torch.zeros(10, dtype=torch.int32), torch.zeros(5, 132))
+
+
+def test_out_of_bounds_names_kernel_line_index_and_bound(monkeypatch) -> None:
+    """The emulator's own check, and the compiled WAVEC_CHECK_BOUNDS record: one error class, the kernel
+    line of the access, the index, the bound and the lane; masked-out lanes are never reported."""
+    x = torch.randn(50, 256, dtype=torch.float16)
+    line = r"indexing\.py:\d+: wc\.write\(wc\.read\(x, mapping=\{T: wc\.read\(index\)\}\), out\)"
+    with pytest.raises(OutOfBoundsError, match=rf"(?s){line}.*index 55 in dim 0 \(size 50\) by lane 32"):
+        index_select(x, torch.tensor([0, 55, 3]), backend="emulator")
+    out, src = torch.zeros(7, 256), torch.randn(3, 256)
+    with pytest.raises(OutOfBoundsError, match=r"(?s)wc\.scatter_add.*memref\.subview.*index 9 in dim 0 \(size 7\)"):
+        index_add_(out, torch.tensor([1, 9, 2]), src, backend="emulator")
+    monkeypatch.setenv("WAVEC_CHECK_BOUNDS", "1")
+    checked = wc.compile(indexing.make_index_select(wc.f16, wc.i64, 8), {indexing.BLOCK_M: 4, indexing.BLOCK_N: 256},
+                         backend="emulator", cache=False)  # fmt: skip
+    assert checked.artifact.metadata.bounds_checks
+    y = torch.full((3, 256), float("nan"), dtype=torch.float16)
+    with pytest.raises(
+        OutOfBoundsError, match=rf"(?s){line}.*wc\.read: .* to x: index -4 in dim T \(size 50\) by lane 64"
+    ):
+        checked(x, torch.tensor([0, 2, -4]), y)
+    assert torch.equal(y[:2], x[[0, 2]]) and torch.equal(y[2], torch.zeros(256, dtype=torch.float16))
+    checked(x, torch.tensor([49, 0, 7]), y)  # three rows of a four-row tile: the masked fourth never reports
+    assert torch.equal(y, x[[49, 0, 7]])
+
+
+def test_index_tensor_dtype_and_device_are_argument_errors() -> None:
+    k = _compiled("scatter", wc.i32)
+    src, out = torch.randn(10, 132), torch.zeros(20, 132)
+    with pytest.raises(ArgumentError, match=r"argument 'idx': expected dtype i32 .* got torch\.int64"):
+        k(src, torch.arange(10), out)
+    with pytest.raises(ArgumentError, match=r"argument 'idx': expected a CPU tensor, got one on meta"):
+        k(src, torch.empty(10, dtype=torch.int32, device="meta"), out)
+
+
+def test_inline_ptx_is_parsed_strictly() -> None:
+    from wavec.emulator import EmulatedKernel
+
+    k = wc.compile(dk.make_atomic("add", wc.f32), {}, target="sm_90a", backend="emulator", cache=False)
+    assert "red.relaxed.gpu.global.add.v4.f32" in k.mlir
+    for bad in ("red.release.gpu.global.add.v4.f32", "red.relaxed.gpu.global.add.v4.s32"):
+        with pytest.raises(EmulatorError, match="unsupported inline PTX"):
+            EmulatedKernel(k.mlir.replace("red.relaxed.gpu.global.add.v4.f32", bad), k.artifact.metadata.entry)
 
 
 def test_gathered_rows_gemm_writes_every_row() -> None:

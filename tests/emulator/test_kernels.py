@@ -11,7 +11,7 @@ from iree.compiler import ir
 
 from wavec.emulator import EmulatedKernel, run_kernel
 from wavec.emulator.types import bf16_bits_to_f32, f32_to_bf16_bits
-from wavec.errors import EmulatorError, SharedMemoryRaceError
+from wavec.errors import EmulatorError, OutOfBoundsError, SharedMemoryRaceError
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -43,7 +43,7 @@ def test_copy_several_workgroups() -> None:
 def test_copy_out_of_bounds_raises() -> None:
     n = 64 * 8
     a, b = np.zeros(n, np.float16), np.zeros(n, np.float16)
-    with pytest.raises(EmulatorError, match=r"vector\.load \(line \d+\): out-of-bounds access to binding 0"):
+    with pytest.raises(OutOfBoundsError, match=r"vector\.load \(line \d+\): out-of-bounds access to binding 0"):
         run_kernel(text("copy"), "copy", bindings=[a, b], constants=[n], grid=(2, 1, 1), block=(64, 1, 1))
 
 

@@ -1,7 +1,9 @@
 """Emission of one ``hal.executable`` per kernel with the ``iree.compiler.ir`` bindings (DESIGN §6).
 
 Requires: an expanded trace and its ``PassContext``.  Guarantees: ``emit_kernel`` returns the verified
-module text and the launch interface (bindings, constants, block, grid, divisibility).  The skeleton
+module text and the launch interface (bindings, constants, block, grid, divisibility, and the same module
+printed with each op's kernel source location, which the artifact keeps for the emulator's messages;
+IREE gets the text without them, so the binary carries no debug lines).  The skeleton
 (target, export, bindings, constants) is parsed from text; ``lowering.py``'s rules build the body.
 """
 
@@ -11,7 +13,9 @@ from dataclasses import dataclass
 
 import sympy
 
+from ..abi import BOUNDS_RECORD_WORDS
 from ..errors import CodegenError
+from ..frontend.mapping import index_operands
 from ..frontend.ops import WideStore, Write
 from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
@@ -35,6 +39,8 @@ class KernelInterface:
     alignment_bytes: int
     scalars: tuple[tuple[str, str], ...] = ()  # (name, dtype) of by-value arguments, after the symbols
     tensor_maps: tuple = ()  # TensorMapRequest of the TMA tensor maps, read from one binding after the tensors
+    bounds_checks: tuple = ()  # WAVEC_CHECK_BOUNDS: (file:line, code, op, memory, dim) per check id (last binding)
+    located_mlir: str = ""  # the module with ``loc(...)`` of every op (the kernel line of the DSL call)
 
 
 def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
@@ -94,6 +100,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
     name = trace.name
     flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
     flags += ["<storage_buffer, ReadOnly>"] if ctx.tensor_maps else []  # the TMA tensor maps, 128 bytes each
+    flags += ["<storage_buffer>"] if ctx.check_bounds else []  # the bounds record (runtime/bounds.py)
     nconst = len(dyn) + len(trace.scalars)
     consts = f"constants = {nconst}, " if nconst else ""
     binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
@@ -135,6 +142,11 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
             f"alignment({TENSOR_MAP_ALIGNMENT}) offset(%c0) flags(ReadOnly) : "
             f"memref<{16 * len(ctx.tensor_maps)}xi64>"
         )
+    if ctx.check_bounds:  # last before the return (after the tensor maps): FunctionBuilder finds it there
+        lines.append(
+            f"        %bounds_record = hal.interface.binding.subspan layout(#layout) binding({len(flags) - 1}) "
+            f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0) : memref<{BOUNDS_RECORD_WORDS}xi64>"
+        )
     lines += ["        return", "      }", "    }", "  }", "}"]
     return "\n".join(lines)
 
@@ -159,6 +171,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         )
     dyn = _dynamic_symbols(trace, ctx)
     written = _written_args(trace)
+    # a kernel with no data-dependent index has nothing to check: no record binding
+    ctx.check_bounds = ctx.check_bounds and any(index_operands(n) for g in trace.graphs() for n in g.nodes)
     reqs = list(ctx.requirements.items())
     for d, t in reqs:
         v = cs.resolve(d)
@@ -177,6 +191,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         if not module.operation.verify():
             raise CodegenError(trace.loc, message="emitted module does not verify")
         out = str(module)
+        located = module.operation.get_asm(enable_debug_info=True)
     sizes = {d: cs.resolve(d) for d in dyn}
     gx, gy, gz = (_py_expr(g) for g in (ctx.grid_override or cs.grid(sizes)))
     iface = KernelInterface(
@@ -192,6 +207,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         alignment_bytes=SUBSPAN_ALIGNMENT,
         scalars=tuple((a.name, a.type.dtype.name) for a in trace.scalars),
         tensor_maps=tuple(ctx.tensor_maps),
+        bounds_checks=tuple(fb.bounds_checks),
+        located_mlir=located,
     )
     return out, iface
 

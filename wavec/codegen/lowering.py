@@ -90,8 +90,11 @@ class FunctionBuilder:
         for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
             pos += 2 if a.type.dtype.is_float else 1
             self.scalars[a.name] = ops[pos - 1].result
-        # the TMA tensor-map binding (emitter.skeleton puts it last before the return)
-        self.tensor_maps = ops[-2].result if ctx.tensor_maps else None
+        # the bounds record, then before it the TMA tensor-map binding (emitter.skeleton puts them last)
+        self.bounds_record = ops[-2].result if ctx.check_bounds else None
+        self.tensor_maps = ops[-3 if ctx.check_bounds else -2].result if ctx.tensor_maps else None
+        # per check id: (file:line, source code, op, memory argument, dim)
+        self.bounds_checks: list[tuple[str, str, str, str, str]] = []
         self.values: dict[fx.Node, ir.Value] = {}  # an Iterate's: the list of its results
         # One scope per loop nest level: (cache of index values, symbols the level defines, insertion point
         # just before the loop that opens the next level).  An index expression is emitted at the

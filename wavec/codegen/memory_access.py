@@ -3,6 +3,8 @@ writes (vector loads and stores, ``ldmatrix`` fragments, bounds guards from ``ma
 allocations and ``cp.async`` copies; and the index helpers they share with the TMA and wgmma rules.
 
 A masked access guards each run with ``coord < size`` per masked dim (``in_bounds``); with
+``WAVEC_CHECK_BOUNDS`` (``ctx.check_bounds``) also with ``index < size`` per data-dependent index, and an
+active lane failing one records the failure (``check_indices``, ``runtime/bounds.py``); with
 ``SchedulingConstraint(split_epilogue=True)`` a store of several runs tests the thread's furthest run once
 and stores the runs unguarded on that branch (``lower_write``).
 """
@@ -16,12 +18,13 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
+from .. import abi
 from ..frontend import dtypes as dt
 from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
-from ..indexing import LANE, Layout
+from ..indexing import LANE, THREAD, WORKGROUP, Layout
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
 from .replicas import guarded, replica_guard
@@ -62,7 +65,8 @@ def _relative_index(fb: FunctionBuilder, coord, base: sympy.Expr) -> ir.Value:
 
 def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
     """``coord < size`` per masked dim of ``access``; each depends only on its own coordinate, so the
-    conditions of dims a loop does not tile stay loop-invariant (and get hoisted)."""
+    conditions of dims a loop does not tile stay loop-invariant (and get hoisted).  With bounds checks on,
+    also ``index < size`` per dynamically indexed dim (``check_indices``)."""
 
     def test(d):
         coord, size = sympy.sympify(coords[d]), fb.cs.resolve(d)
@@ -72,7 +76,53 @@ def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
             lambda: arith.cmpi(arith.CmpIPredicate.ult, fb.index(coord), fb.index(size)),
         )
 
-    return {d: test(d) for d in access.meta.get("mask_dims", ())}
+    masked = {d: test(d) for d in access.meta.get("mask_dims", ())}
+    if fb.bounds_record is None or not any(isinstance(c, ir.Value) for c in coords.values()):
+        return masked
+    return {**masked, **check_indices(fb, access, coords, _all(masked.values()))}
+
+
+def check_indices(fb: FunctionBuilder, access: fx.Node, coords: dict, active: ir.Value | None) -> dict:
+    """``0 <= index < size`` (one unsigned compare: a negative index is a huge one) per data-dependent
+    coordinate of ``access``; where a lane that the masks leave ``active`` fails one, the first such lane
+    of the launch (an exchange on the record's flag) writes the check id, itself and the index into the
+    bounds record.  Masked-out lanes are never reported (their index may be anything)."""
+    mem = access.args[access.meta["op"].memory_arg]
+    loc = access.meta.get("loc")
+    i64 = ir.IntegerType.get_signless(64)
+    out = {}
+    for d, idx in coords.items():
+        if not isinstance(idx, ir.Value):
+            continue
+        size = fb.index(fb.cs.resolve(d))
+        out[d] = ok = arith.cmpi(arith.CmpIPredicate.ult, idx, size)
+        bad = arith.xori(ok, arith.constant(ir.IntegerType.get_signless(1), 1))
+        branch = scf.IfOp(bad if active is None else arith.andi(bad, active))
+        with ir.InsertionPoint(branch.then_block):
+            where, code = (f"{loc.filename}:{loc.line}", loc.code) if loc else ("?:0", "")
+            op = "read" if access.meta["op"] is AsyncCopy else access.meta["op"].name  # a staged read's copy
+            fb.bounds_checks.append((where, code, op, capture_root(mem).name, str(d)))
+            _record(fb, len(fb.bounds_checks) - 1, [arith.index_cast(i64, v) for v in (idx, size)])
+            scf.yield_([])
+    return out
+
+
+def _record(fb: FunctionBuilder, check: int, index_and_bound: list[ir.Value]) -> None:
+    """The first failing lane (``flag`` exchanged from 0) writes the record (constants made here: nothing
+    cached may be defined inside the branch)."""
+    i64 = ir.IntegerType.get_signless(64)
+    rec, idx = fb.bounds_record, ir.IndexType.get()
+    assert rec is not None  # dim_bounds checks only with a record
+    old = memref.atomic_rmw(
+        arith.AtomicRMWKind.assign, arith.constant(i64, 1), rec, [arith.constant(idx, abi.BOUNDS_FLAG)]
+    )
+    won = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, old, arith.constant(i64, 0)))
+    with ir.InsertionPoint(won.then_block):
+        who = [fb.symbols[THREAD], *(fb.symbols.get(w) or arith.constant(idx, 0) for w in WORKGROUP)]
+        words = [arith.constant(i64, check), *(arith.index_cast(i64, v) for v in who), *index_and_bound]
+        for pos, w in zip(range(abi.BOUNDS_CHECK, abi.BOUNDS_RECORD_WORDS), words):
+            memref.store(w, rec, [arith.constant(idx, pos)])
+        scf.yield_([])
 
 
 def _all(conds) -> ir.Value | None:

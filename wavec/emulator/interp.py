@@ -10,6 +10,7 @@ into an ``Instr`` (a closure taking the :class:`State`).  Lane-divergent control
 
 from __future__ import annotations
 
+import linecache
 import re
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 from iree.compiler import ir
 
-from wavec.errors import EmulatorError
+from wavec.errors import EmulatorError, SourceLoc
 
 Instr = Callable[["State"], None]
 Handler = Callable[["Compiler", ir.Operation], "Instr | None"]
@@ -55,10 +56,12 @@ class State:
         self.bindings: list[np.ndarray] = []
         self.constants: list[int] = []
         self.check_races = True
+        self.global_writes: Any = None  # memory.GlobalWrites of the launch (race checker on)
+        self.epoch = 0  # barriers this workgroup passed: global stores of its lanes in one epoch are unordered
         self.shared: list[Any] = []
         self.async_open: list[Callable[[State], None]] = []
         self.async_groups: list[list[Callable[[State], None]]] = []
-        self.locs: list[str] = []
+        self.locs: list[OpLoc] = []
         # State of the op modules that need one, created on first use (None until then).
         self.wgmma_fenced = False  # ops_nvvm: a wgmma.fence since the last wgmma.wait_group
         self.mbarriers: dict[int, Any] | None = None  # ops_tma: shared address -> MBarrier
@@ -136,11 +139,22 @@ def full_lanes(x: np.ndarray, lanes: int) -> np.ndarray:
 _LOC_RE = re.compile(r'loc\("([^"]*)":(\d+):(\d+)')
 
 
-def location(op: ir.Operation) -> str:
-    """``op.name (file:line)`` for messages."""
+class OpLoc(str):
+    """``op.name (file:line)`` for messages; ``source`` is the kernel source line when the module carries
+    the op's location (artifacts are printed with them: ``codegen.emitter``), else None."""
+
+    source: SourceLoc | None = None
+
+
+def location(op: ir.Operation) -> OpLoc:
+    """``op.name (file:line)``: the kernel line of the op, or ``(line N)`` of the module text."""
     m = _LOC_RE.search(str(op.location))
-    where = f"{m.group(1)}:{m.group(2)}" if m else str(op.location)
-    return f"{op.name} (line {m.group(2)})" if m and m.group(1) == "-" else f"{op.name} ({where})"
+    if m is None or m.group(1) == "-":
+        return OpLoc(f"{op.name} (line {m.group(2)})" if m else f"{op.name} ({op.location})")
+    out = OpLoc(f"{op.name} ({m.group(1)}:{m.group(2)})")
+    line = int(m.group(2))
+    out.source = SourceLoc(m.group(1), line, linecache.getline(m.group(1), line))
+    return out
 
 
 class Compiler:
@@ -148,7 +162,7 @@ class Compiler:
 
     def __init__(self) -> None:
         self.slots: dict[ir.Value, int] = {}
-        self.locs: list[str] = []
+        self.locs: list[OpLoc] = []
 
     def slot(self, v: ir.Value) -> int:
         s = self.slots.get(v)
@@ -255,12 +269,16 @@ class EmulatedKernel:
         if self.workgroup_size and tuple(self.workgroup_size) != block:
             raise EmulatorError(message=f"block {block} differs from workgroup_size {self.workgroup_size}")
         lanes = block[0] * block[1] * block[2]
+        from wavec.emulator.memory import GlobalWrites
+
+        writes = GlobalWrites(grid, lanes) if check_races else None
         lin = np.arange(lanes, dtype=np.int64)
         tid = (lin % block[0], (lin // block[0]) % block[1], lin // (block[0] * block[1]))
         for z, y, x in np.ndindex(grid[2], grid[1], grid[0]):
             st = State(self.nslots, lanes, self.wave_size)
             st.block, st.grid, st.block_id, st.tid = block, grid, (x, y, z), tid
             st.bindings, st.constants, st.check_races = bindings, list(constants), check_races
+            st.global_writes = writes
             st.locs = self.compiler.locs
             run_block(st, self.body)
             flush_async(st)

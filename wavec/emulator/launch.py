@@ -4,7 +4,8 @@ The tensors are validated exactly as for the GPU launcher (``BindingPlan`` with 
 flat numpy arrays (bf16 as its uint16 bits) and run in place; the emulator writes straight into the
 tensors' memory, so outputs need no copy back.  A kernel with TMA tensor maps gets one more binding: the
 maps in wavec's emulated encoding, describing each tensor at its emulated global address (checked as on
-the GPU: :func:`~wavec.runtime.tensor_map.describe`).
+the GPU: :func:`~wavec.runtime.tensor_map.describe`).  A kernel compiled with ``WAVEC_CHECK_BOUNDS=1`` gets
+its bounds record last and raises its failure as the CUDA launcher does (``runtime/bounds.py``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from ..abi import SMS_NAME
+from ..abi import BOUNDS_RECORD_WORDS, SMS_NAME
 from ..runtime.artifact import Artifact
 from ..runtime.backends import register_backend
 from ..runtime.binding import BindingPlan
+from ..runtime.bounds import bounds_error
 from ..runtime.tensor_map import describe, encode_emulated
 
 EMULATED_SMS = 1  # the SM count a persistent grid sees in the emulator (several tiles per workgroup)
@@ -54,8 +56,14 @@ class EmulatorKernel:
         bindings = [_flat_view(t) for t in tensors]
         if self.meta.tensor_maps:
             bindings.append(self._tensor_maps(tensors))
+        record = np.zeros(BOUNDS_RECORD_WORDS, np.int64)
+        if self.meta.bounds_checks:
+            bindings.append(record)
         constants, block = [values[c] for c in self.meta.constants], self.meta.block
         self._kernel(bindings=bindings, constants=constants, grid=grid, block=block, check_races=self.check_races)
+        err = bounds_error(self.meta.bounds_checks, record.tolist())
+        if err is not None:
+            raise err
 
     def _tensor_maps(self, tensors: tuple) -> np.ndarray:
         from .ops_tma import global_address

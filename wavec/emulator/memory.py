@@ -4,7 +4,11 @@ A :class:`MemRef` is a strided view (element offset, shape, strides) of a flat n
 memref's memory dtype.  The offset may be an array over lanes (private per-thread allocations).  Every
 access is bounds-checked per dimension for the active lanes only.  Accesses to workgroup (shared)
 memory also go through the race checker of their :class:`SharedBuf`, which tracks for every byte the
-last writing wave and the set of reading waves since the last ``gpu.barrier``.
+last writing wave and the set of reading waves since the last ``gpu.barrier``.  Plain stores to global
+memory (bindings) go through the launch's :class:`GlobalWrites`: two lanes storing different values to one
+byte is a race unless both are of one workgroup with a barrier between them (atomics are never recorded).
+Equal values are not reported: lanes holding a replicated value (a row's reduction result) all store it,
+and whichever store lands last leaves the same bytes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import numpy as np
 
 from wavec.emulator.interp import State
 from wavec.emulator.types import ElemType
-from wavec.errors import EmulatorError, SharedMemoryRaceError
+from wavec.errors import EmulatorError, GlobalMemoryRaceError, OutOfBoundsError, SharedMemoryRaceError
 
 ATOMIC_WRITER = -2  # ``SharedBuf.wr_wave`` of bytes updated atomically since the last barrier
 
@@ -83,6 +87,53 @@ class SharedBuf:
         self.unfenced_wave[b] = w
 
 
+class GlobalWrites:
+    """The non-atomic stores of one launch to global memory: per binding byte, the writer (workgroup and
+    lane, as ``workgroup * lanes + lane + 1``; 0: none yet), its workgroup's barrier epoch and the op."""
+
+    def __init__(self, grid: tuple, lanes: int) -> None:
+        self.grid, self.lanes = grid, lanes
+        self.bufs: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _who(self, code: int, op: int, st: State) -> str:
+        wg, lane = divmod(code - 1, self.lanes)
+        gx, gy = self.grid[0], self.grid[1]
+        return f"{st.locs[op]} in lane {lane} of workgroup {(wg % gx, wg // gx % gy, wg // (gx * gy))}"
+
+    def store(self, st: State, m: MemRef, addr: np.ndarray, lanes: np.ndarray, data: np.ndarray, op: int) -> None:
+        """Record the stores of ``data`` (memory dtype) to elements ``addr`` of ``m`` by ``lanes`` (flat,
+        one per element), before they land."""
+        n, key = m.et.mem.itemsize, m.extra["binding"]
+        if key not in self.bufs:
+            size = np.asarray(st.bindings[key]).nbytes
+            self.bufs[key] = (np.zeros(size, np.int64), np.zeros(size, np.int64), np.zeros(size, np.int32))
+        who, epoch, ops = self.bufs[key]
+        b = ((addr * n + m.extra["byte_offset"])[:, None] + np.arange(n)).reshape(-1)
+        gx, gy, _ = self.grid
+        wg = st.block_id[0] + gx * (st.block_id[1] + gy * st.block_id[2])
+        me = np.repeat(wg * self.lanes + lanes + 1, n)
+        new = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        held = np.asarray(st.bindings[key]).reshape(-1).view(np.uint8)[b]
+        prev = who[b]
+        unordered = ((prev - 1) // self.lanes != wg) | (epoch[b] == st.epoch)
+        bad = (prev != 0) & (prev != me) & unordered & (held != new)
+        order = np.argsort(b, kind="stable")  # two lanes of this one store on one byte
+        dup = np.zeros(b.size, bool)
+        same, after = order[:-1], order[1:]
+        dup[after] = (b[after] == b[same]) & (me[after] != me[same]) & (new[after] != new[same])
+        if bad.any() or dup.any():
+            i = int(np.argmax(bad | dup))
+            first = (int(prev[i]), int(ops[b[i]])) if bad[i] else (int(me[order[np.searchsorted(b[order], b[i])]]), op)
+            elem = int(b[i] - m.extra["byte_offset"]) // n
+            raise GlobalMemoryRaceError(
+                index=[int(x) for x in np.unravel_index(elem, m.shape)] if m.strides == row_major(m.shape) else elem,
+                buffer=m.name,
+                first=self._who(first[0], first[1], st),
+                second=self._who(int(me[i]), op, st),
+            )
+        who[b], epoch[b], ops[b] = me, st.epoch, op
+
+
 @dataclass
 class MemRef:
     """A strided view of a flat buffer ``arr`` (memory dtype of ``et``)."""
@@ -138,9 +189,14 @@ def address(st: State, m: MemRef, eidx: list[np.ndarray], valid: np.ndarray | No
             shape = np.broadcast_shapes(bad.shape, e.shape)
             where = tuple(np.argwhere(np.broadcast_to(bad, shape))[0])
             val = np.broadcast_to(e, shape)[where]
-            raise EmulatorError(
-                message=f"{loc}: out-of-bounds access to {m.name} (shape {list(m.shape)}): "
-                f"index {int(val)} in dim {d} (lane {int(where[0])})"
+            raise OutOfBoundsError(
+                getattr(loc, "source", None),
+                access=loc,
+                index=int(val),
+                dim=d,
+                memory=f"{m.name} (shape {list(m.shape)})",
+                bound=m.shape[d],
+                who=f"lane {int(where[0])} of workgroup {tuple(int(x) for x in st.block_id)}",
             )
         addr = addr + e * m.strides[d]
     addr = np.asarray(addr, dtype=np.int64)
@@ -196,6 +252,12 @@ def store(
     addr_b, mem_b = np.broadcast_to(addr, shape), np.broadcast_to(mem, shape)
     if m.shared is not None and st.check_races:
         m.shared.write(st, *_race_bytes(st, m, addr_b, valid), op)
+    elif st.global_writes is not None and "binding" in m.extra:
+        full = (st.lanes,) + tuple(shape[1:])  # a uniform address is stored by every active lane
+        lanes = np.broadcast_to(np.arange(st.lanes).reshape((-1,) + (1,) * (len(shape) - 1)), full)
+        sel = np.ones(full, bool) if valid is None else np.broadcast_to(valid, full)
+        data = np.broadcast_to(mem_b, full)[sel]
+        st.global_writes.store(st, m, np.broadcast_to(addr_b, full)[sel], lanes[sel], data, op)
     if valid is None:
         m.arr[addr_b.reshape(-1)] = mem_b.reshape(-1)
     else:

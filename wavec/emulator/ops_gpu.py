@@ -74,6 +74,7 @@ def _barrier(c: Compiler, op: ir.Operation) -> Instr:
             raise EmulatorError(message=f"{loc}: barrier reached by only some threads (divergent control flow)")
         for buf in st.shared:
             buf.reset()
+        st.epoch += 1
 
     return run
 

@@ -32,6 +32,7 @@ from iree.compiler import ir
 from wavec.abi import FENCE_OPERANDS
 from wavec.emulator.interp import Compiler, Instr, State, constant, elementwise, enum_name, full_lanes, register
 from wavec.emulator.memory import SharedBuf
+from wavec.emulator.ops_atomic import red_asm
 from wavec.emulator.ops_vector import insert_at
 from wavec.emulator.types import bf16_bits_to_f32
 from wavec.errors import EmulatorError
@@ -305,11 +306,15 @@ def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
 
 @register("llvm.inline_asm")
 def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
-    """Only the register-A ``wgmma.mma_async`` that ``codegen.hopper.wgmma`` emits: operands are the N/2
+    """The ``red``/``atom`` of ``ops_atomic.red_asm``, the operand fence, and the register-A ``wgmma.mma_async``
+    that ``codegen.hopper.wgmma`` emits: operands are the N/2
     accumulator registers (none with scale-d = 0: D = A B), the four A registers and the B descriptor."""
     text = ir.StringAttr(op.attributes["asm_string"]).value
     if text == FENCE_OPERANDS:  # an accumulator's registers fenced for the compiler: the identity
         return _fence_operands(c, op)
+    atomic = red_asm(c, op, text)  # red/atom of codegen/dynamic_access.py
+    if atomic is not None:
+        return atomic
     m, scale = _WGMMA_ASM.search(text), re.search(r"setp\.ne\.b32 p, ([01]), 0;", text)
     if m is None or scale is None or m.group(2) != m.group(3):
         raise EmulatorError(message=f"{c.loc(op)}: unsupported inline PTX {text!r}")

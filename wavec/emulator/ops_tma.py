@@ -51,7 +51,7 @@ def global_address(binding: int, byte_offset: int = 0) -> int:
     return ((binding + 1) << GLOBAL_SHIFT) + byte_offset
 
 
-def _global_bytes(st: State, address: int, where: str) -> tuple[np.ndarray, int]:
+def global_bytes(st: State, address: int, where: str) -> tuple[np.ndarray, int]:
     """(the raw bytes of the binding ``address`` points into, byte offset in it)."""
     b, off = (address >> GLOBAL_SHIFT) - 1, address & ((1 << GLOBAL_SHIFT) - 1)
     if not 0 <= b < len(st.bindings):
@@ -282,12 +282,12 @@ def _tma_load(c: Compiler, op: ir.Operation) -> Instr:
 
 def _box(st: State, desc: int, coords: list[int], dst: int, lane: int, op_id: int, where: str) -> tuple:
     """(bytes, land) of one box copy; the source is read and the destination race-checked now."""
-    raw, off = _global_bytes(st, desc, where)
+    raw, off = global_bytes(st, desc, where)
     try:
         _arg, elem, swizzle, address, dims, strides, box = decode_emulated(raw[off : off + MAP_BYTES].tobytes())
     except ValueError as e:
         raise EmulatorError(message=f"{where}: tensor map at 0x{desc:x}: {e}") from None
-    src, src_off = _global_bytes(st, address, where)
+    src, src_off = global_bytes(st, address, where)
     if len(coords) != len(dims):
         raise EmulatorError(message=f"{where}: {len(coords)} coordinates for a rank-{len(dims)} tensor map")
     # box element (i_0 innermost, ..., i_{n-1}) as an array of box[n-1] x ... x box[0], the box's own order

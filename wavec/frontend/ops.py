@@ -47,6 +47,7 @@ class Op:
     emulated_ops: ClassVar[tuple[str, ...] | None] = None  # every record declares them (() = emits nothing)
     memory_arg: ClassVar[int | None] = None  # accesses: the position of the memory they read or write
     has_result: ClassVar[bool] = True  # whether the tracer gives it a typed value (``meta["type"]``)
+    writes_memory: ClassVar[bool] = False  # a value-producing side effect (atomics): never cloned or hoisted
 
 
 class Elementwise(Op):

@@ -3,8 +3,9 @@
 
 One wave per output row and 16-byte runs along it, like the copy kernel; each lane reads the row index
 it needs once (the index value takes the layout of the row it replaces).  ``index_add_`` adds with
-``wc.scatter_add`` (f32 atomics), so repeated indices accumulate.  Indices are not bounds-checked on the
-GPU (the emulator checks every access and names the lane and the index).
+``wc.scatter_add`` (f32, f16, bf16 atomics: ``red.global.add``, vectorised on Hopper, where it compiles for
+sm_90a), so repeated indices accumulate.  Indices are bounds-checked on the GPU only with
+``WAVEC_CHECK_BOUNDS=1`` (the emulator checks every access and names the kernel line, lane and index).
 """
 
 from __future__ import annotations
@@ -53,11 +54,22 @@ def config_for(dtype, n: int) -> tuple[dict, int]:
 _COMPILED: dict = {}
 
 
-def _kernel(make, dtype, index_dtype, n: int, backend: str | None):
+def _hopper_target(backend: str | None) -> str | None:
+    """sm_90a on a Hopper GPU (its PTX 8.3 has the vector ``red`` that sm_90's 8.0 lacks), else the default."""
+    from wavec.compiler import default_backend, gpu_visible
+
+    if (backend or default_backend()) != "cuda" or not gpu_visible():
+        return None
+    import torch
+
+    return "sm_90a" if torch.cuda.get_device_capability() == (9, 0) else None
+
+
+def _kernel(make, dtype, index_dtype, n: int, backend: str | None, target: str | None = None):
     subs, vec = config_for(dtype, n)
-    key = (make.__name__, dtype.name, index_dtype.name, tuple(subs.values()), vec, backend)
+    key = (make.__name__, dtype.name, index_dtype.name, tuple(subs.values()), vec, backend, target)
     if key not in _COMPILED:
-        _COMPILED[key] = wc.compile(make(dtype, index_dtype, vec), subs, backend=backend)
+        _COMPILED[key] = wc.compile(make(dtype, index_dtype, vec), subs, backend=backend, target=target)
     return _COMPILED[key]
 
 
@@ -94,15 +106,18 @@ def embedding(ids, weight, *, backend: str | None = None):
     return index_select(weight, flat, backend=backend).reshape(*ids.shape, weight.shape[1])
 
 
+ADD_DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
+
+
 def index_add_(out, index, src, *, backend: str | None = None):
-    """``out.index_add_(0, index, src)`` for 2-D f32 ``out`` [T, N] and ``src`` [len(index), N]; returns
-    ``out``.  Rows with repeated indices accumulate in an unspecified order (f32 rounding may differ)."""
-    dtype, idx_dtype = _check("index_add_", out, index, {"float32": wc.f32}, "out")
+    """``out.index_add_(0, index, src)`` for 2-D f32, f16 or bf16 ``out`` [T, N] and ``src`` [len(index), N];
+    returns ``out``.  Rows with repeated indices accumulate in an unspecified order (rounding may differ)."""
+    dtype, idx_dtype = _check("index_add_", out, index, ADD_DTYPES, "out")
     if src.dtype != out.dtype or src.dim() != 2 or tuple(src.shape) != (index.shape[0], out.shape[1]):
         raise wc.WavecError(
             message=f"index_add_: src must be {out.dtype} of shape [{index.shape[0]}, {out.shape[1]}], "
             f"got {src.dtype} {list(src.shape)}"
         )
     if src.numel():
-        _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend)(src, index, out)
+        _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend, _hopper_target(backend))(src, index, out)
     return out

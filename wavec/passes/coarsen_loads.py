@@ -3,7 +3,9 @@
 Requires: ``expand``.  Guarantees: every ``read``/``write`` has ``meta["accesses"]``, runs ``(first,
 length, offsets)`` of register elements contiguous along the memory's last dim merged up to 16 bytes, and
 ``meta["alignments"]``, each run's byte alignment proven from the index algebra (LLVM emits a 16-byte
-``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Shared reads
+``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Atomics take
+the runs one reduction instruction of the target updates (``atomic_width``), split where the proven
+alignment is below the run's bytes (a vector ``red`` needs its whole width aligned).  Shared reads
 feeding an ``mma.sync`` operand use ``ldmatrix`` (``meta["access"]``, ``mma_dims``; ``transpose`` for a B
 tile contiguous along N; neighbouring N tiles' B fragments share one ``.x4``: ``pair_with``); those of a
 ``wgmma`` become matrix descriptors (``access = "descriptor"``).
@@ -14,6 +16,7 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
+from ..frontend import dtypes as dt
 from ..frontend.mapping import access_dims, index_operands, memory_operand
 from ..frontend.ops import AsyncCopy, Permute, Read, Write
 from ..frontend.ops_atomic import Atomic
@@ -26,16 +29,13 @@ MAX_ACCESS_BYTES = 16
 Run = tuple[int, int, dict]  # (first register position, length, coordinate offsets)
 
 
-def access_runs(
-    layout: Layout, mem_dims: tuple, elem_bytes: int, contiguous: bool = True
-) -> list[tuple[int, int, dict]]:
-    """Runs of an access over ``mem_dims`` (the register dims that address memory, memory order);
-    ``contiguous=False`` (the last memory dim gathered, or an atomic): one element per access; no dims
-    (a batch-indexed scalar such as ``seq_lens[b]``, a rank-0 ``mapping={ONE: 0}``): one element."""
+def access_runs(layout: Layout, mem_dims: tuple, max_len: int) -> list[tuple[int, int, dict]]:
+    """Runs of at most ``max_len`` elements of an access over ``mem_dims`` (the register dims that address
+    memory, memory order); no dims (a batch-indexed scalar such as ``seq_lens[b]``, a rank-0
+    ``mapping={ONE: 0}``): one element per register position."""
     if not mem_dims:
         return [(p, 1, off) for p, off in enumerate(layout.positions())]
     last = mem_dims[-1]
-    max_len = max(1, MAX_ACCESS_BYTES // elem_bytes) if contiguous else 1
     runs: list[Run] = []
     for p, off in enumerate(layout.positions()):
         if runs:
@@ -64,6 +64,34 @@ def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
     while p > 1 and sympy.Mod(sympy.expand(first_coord), p) != 0:
         p //= 2
     return p * elem_bytes
+
+
+def atomic_width(node: fx.Node, ctx: PassContext) -> int:
+    """Elements one instruction of an atomic updates: an unused ``add`` into global memory is a ``red``,
+    of a packed f16x2/bf16x2 pair where the target has one, of 2 or 4 words (``.v2``/``.v4``) on targets
+    with vector reductions; anything else (a used result: ``atom``; min/max; shared memory; AMD) one."""
+    target, mtype = ctx.target, memory_operand(node).meta["type"]
+    if node.users or node.kwargs["kind"] != "add" or mtype.address_space != AddressSpace.GLOBAL or not target.has_red:
+        return 1
+    words = 4 if target.has_red_vector else 1
+    if mtype.dtype == dt.f32:
+        return words
+    if mtype.dtype == dt.f16 or (mtype.dtype == dt.bf16 and target.has_red_bf16x2):
+        return 2 * words
+    return 1
+
+
+def _aligned_pieces(runs: list[Run], aligns: list[int], elem_bytes: int, last) -> tuple[list[Run], list[int]]:
+    """Runs cut into pieces no longer than their proven alignment (along the memory's ``last`` dim; each
+    piece starts aligned as well)."""
+    out: list[Run] = []
+    out_aligns: list[int] = []
+    for (first, n, off), align in zip(runs, aligns):
+        piece = max(1, min(n, align // elem_bytes))
+        for k in range(0, n, piece):
+            out.append((first + k, piece, {**off, last: off[last] + k} if k else off))
+            out_aligns.append(piece * elem_bytes)
+    return out, out_aligns
 
 
 def _relative(mem: fx.Node, dim, coord: sympy.Expr) -> sympy.Expr:
@@ -128,13 +156,16 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             last = mtype.shape[-1]
             # batch and statically mapped dims are one coordinate per workgroup: runs live in the held dims;
             # a gathered dim is addressed by its index value's dims, contiguous only along the affine last dim
-            affine = last in layout.dims and last not in index_operands(node) and node.meta["op"] is not Atomic
-            runs = access_runs(layout, access_dims(node), mtype.dtype.bytes, contiguous=affine)
-            node.meta["accesses"] = runs
-            node.meta["alignments"] = [
+            affine = last in layout.dims and last not in index_operands(node)
+            width = atomic_width(node, ctx) if node.meta["op"] is Atomic else MAX_ACCESS_BYTES // mtype.dtype.bytes
+            runs = access_runs(layout, access_dims(node), max(1, width) if affine else 1)
+            aligns = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)
                 if affine
                 else mtype.dtype.bytes
                 for _first, n, off in runs
             ]
+            if node.meta["op"] is Atomic:
+                runs, aligns = _aligned_pieces(runs, aligns, mtype.dtype.bytes, last)
+            node.meta["accesses"], node.meta["alignments"] = runs, aligns
         _pair_b_fragments(g)

@@ -53,6 +53,7 @@ class PassContext:
     stage_start: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # loop dim -> initial stage
     persistent: PersistentGrid | None = None
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
+    check_bounds: bool = False  # WAVEC_CHECK_BOUNDS: codegen checks every dynamic index (a bounds record binding)
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: Target | str) -> PassContext:

@@ -29,11 +29,13 @@ def _is_register(n: object) -> bool:
 
 def _clonable(x: fx.Node) -> bool:
     """Per-tile register ops (reads, arithmetic, ``wc.index``) and captures; loop results, mmas and
-    reductions end a chain (shared, never cloned), as do scalar arguments and loop-carried values."""
+    reductions end a chain (shared, never cloned), as do scalar arguments, loop-carried values and the
+    old values of atomics (a clone would update memory twice)."""
     if not _is_register(x):
         return False
     if x.op == "call_function":
-        return getattr(x.meta.get("op"), "expansion", None) == "per_tile"
+        op = x.meta.get("op")
+        return getattr(op, "expansion", None) == "per_tile" and not getattr(op, "writes_memory", False)
     return x.meta.get("role") == "capture"
 
 

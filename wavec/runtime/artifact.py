@@ -77,7 +77,9 @@ class KernelMetadata:
     ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
     three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
     must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
-    the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``).
+    the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
+    ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
+    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``).
     """
 
     kernel: str
@@ -95,6 +97,7 @@ class KernelMetadata:
     spills: int | None = None
     scalars: tuple[tuple[str, str], ...] = ()
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    bounds_checks: tuple[tuple[str, str, str, str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -124,6 +127,7 @@ class KernelMetadata:
                 (_typed(n, str, "scalar name"), _typed(t, str, "scalar dtype")) for n, t in d.get("scalars", [])
             ),
             tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
+            bounds_checks=tuple(_strings(c, 5, "bounds_checks") for c in d.get("bounds_checks", [])),
         )
 
 
@@ -213,6 +217,12 @@ def _to_json(obj: Any) -> dict[str, Any]:
 
 def _opt_int(value: Any, what: str) -> int | None:
     return None if value is None else _typed(value, int, what)
+
+
+def _strings(item: Any, n: int, what: str) -> tuple:
+    if not isinstance(item, list) or len(item) != n:
+        raise CacheError(message=f"metadata: {what} entries should be lists of {n} strings, got {item!r}")
+    return tuple(_typed(x, str, what) for x in item)
 
 
 def _pairs(items: Any, what: str) -> tuple[tuple[str, int], ...]:

@@ -15,6 +15,9 @@ Guarantees:
 * TMA tensor maps are one more pointer after the tensors: a device buffer of this call's maps
   (:class:`~wavec.runtime.tensor_map.TensorMapCache`; new tensors encode and upload first, so warm up on
   the same tensors before capturing a CUDA graph).
+* A kernel compiled with ``WAVEC_CHECK_BOUNDS=1`` (``meta.bounds_checks``) gets its bounds record last: a
+  zeroed device buffer per call, read back after the kernel (this synchronises the stream, so no CUDA
+  graph capture) and raised as :class:`~wavec.errors.OutOfBoundsError` (``runtime/bounds.py``).
 * ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch).
 """
 
@@ -25,11 +28,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from wavec.abi import SMS_NAME
+from wavec.abi import BOUNDS_RECORD_WORDS, SMS_NAME
 from wavec.errors import LaunchError
 from wavec.runtime.artifact import Artifact
 from wavec.runtime.backends import register_backend
 from wavec.runtime.binding import BindingPlan
+from wavec.runtime.bounds import bounds_error
 from wavec.runtime.tensor_map import TensorMapCache, encode_cuda
 
 __all__ = ["CudaKernel", "DEFAULT_SHARED_LIMIT"]
@@ -117,7 +121,8 @@ class CudaKernel:
         self._block = meta.block
         self._shared = meta.shared_bytes
         self._constants = meta.constants
-        self._nptr, self._nconst = len(meta.args) + (1 if meta.tensor_maps else 0), len(meta.constants)
+        extra = (1 if meta.tensor_maps else 0) + (1 if meta.bounds_checks else 0)
+        self._nptr, self._nconst = len(meta.args) + extra, len(meta.constants)
         self._maps: TensorMapCache | None = None
         if meta.tensor_maps:
             encode = lambda m: encode_cuda(m, meta.label)
@@ -138,6 +143,18 @@ class CudaKernel:
             return
         if self._maps is not None:
             ptrs.append(self._maps.address(tensors, ptrs, device))
+        record = None
+        if self.meta.bounds_checks:
+            record = self._torch.zeros(BOUNDS_RECORD_WORDS, dtype=self._torch.int64, device=f"cuda:{device}")
+            ptrs.append(record.data_ptr())
+        self._launch_args(ptrs, values, device, (gx, gy, gz))
+        if record is not None:
+            err = bounds_error(self.meta.bounds_checks, record.tolist())  # waits for the kernel
+            if err is not None:
+                raise err
+
+    def _launch_args(self, ptrs: list[int], values: dict[str, int], device: int, grid: tuple[int, int, int]) -> None:
+        gx, gy, gz = grid
         fn = self._functions.get(device)
         if fn is None:
             fn = self._function_for(device)
