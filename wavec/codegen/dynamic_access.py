@@ -13,9 +13,13 @@ Requires: ``coarsen_loads`` (each run is what one instruction updates: ``atomic_
   of a ``memref.subview`` of the run (its ``extract_strided_metadata`` offset) times the element size: the
   subview keeps the emulator's per-dimension bounds check.  A generic address of global memory is its
   global address on NVIDIA GPUs (CUTLASS passes generic pointers to ``red.global`` the same way).
+- NVIDIA targets, shared memory (``wc.allocate`` buffers), one 32-bit element: ``red``/``atom.relaxed.cta
+  .shared`` at the buffer's shared-window address (``memref.atomic_rmw`` there is ``atom.acq_rel.sys
+  .shared``, a system-scope fence per element: ~2 us per atomic in a thread's sequence on an H100; the
+  workgroup orders its shared accesses with barriers, which ``insert_barriers`` places).
 - Everything else is ``memref.atomic_rmw`` per element (it returns the old value): f32 min/max (no native
   ``red``; LLVM loops on a compare-and-swap), bf16 without ``bf16x2`` reductions, single f16/bf16 elements,
-  shared memory and AMD targets.
+  halves and vectors in shared memory, and AMD targets.
 A value several threads hold identically updates memory from one of them (``replicas.replica_guard``).
 Floating-point min/max are ``maximumf``/``minimumf`` (NaN-propagating, like ``wc.maximum``).  A used result
 is the vector of old values in the value's element order (zeros where the guard is off).
@@ -45,36 +49,41 @@ _PTX = {
 }  # fmt: skip
 
 
-def ptx_form(fb: FunctionBuilder, node: fx.Node, n: int) -> tuple[str, int] | None:
-    """(PTX op and type, 32-bit words) of the ``red``/``atom`` updating ``n`` elements of ``node``'s
-    memory, or None where ``memref.atomic_rmw`` does it."""
+def ptx_form(fb: FunctionBuilder, node: fx.Node, n: int) -> tuple[str, int, str] | None:
+    """(PTX op and type, 32-bit words, scope and space) of the ``red``/``atom`` updating ``n`` elements of
+    ``node``'s memory, or None where ``memref.atomic_rmw`` does it."""
     mtype, target = arg_node(node, 1).meta["type"], fb.ctx.target
     dtype, kind = mtype.dtype, Kwargs(node).kind
-    if not target.has_red or mtype.address_space != AddressSpace.GLOBAL or (kind, dtype.name) not in _PTX:
+    if not target.has_red or (kind, dtype.name) not in _PTX:
+        return None
+    if mtype.address_space == AddressSpace.SHARED:  # one 32-bit element, ordered by the barriers only
+        return (_PTX[(kind, dtype.name)], 1, "cta.shared") if n == 1 and dtype.bytes == 4 else None
+    if mtype.address_space != AddressSpace.GLOBAL:
         return None
     words = n * dtype.bytes // 4
     if words < 1 or (dtype == dt.bf16 and not target.has_red_bf16x2) or (words > 1 and not target.has_red_vector):
         return None
     op, ty = _PTX[(kind, dtype.name)].rsplit(".", 1)
-    return (f"{op}.v{words}.{ty}" if words > 1 else f"{op}.{ty}"), words
+    return (f"{op}.v{words}.{ty}" if words > 1 else f"{op}.{ty}"), words, "gpu.global"
 
 
 def _address(mem: fx.Node, source: ir.Value, base: tuple, idx: list[ir.Value], n: int) -> ir.Value:
-    """The i64 global address of the ``n`` elements of ``mem`` from ``idx`` along its last dim (``base``:
-    the base pointer and the element size, both made outside any branch)."""
+    """The i64 address (global, or in the shared window) of the ``n`` elements of ``mem`` from ``idx``
+    along its last dim (``base``: the base pointer and the element size, both made outside any branch)."""
     rank = len(idx)
-    strides, _offset = ir.MemRefType(source.type).get_strides_and_offset()
+    mtype = ir.MemRefType(source.type)
+    strides, _offset = mtype.get_strides_and_offset()
     layout = ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(), strides)
     shape = [1] * (rank - 1) + [n]
-    view_type = ir.MemRefType.get(shape, ir.MemRefType(source.type).element_type, layout)
+    view_type = ir.MemRefType.get(shape, mtype.element_type, layout, mtype.memory_space)
     view = memref.subview(source, idx, shape, [1] * rank, result_type=view_type)
     offset = memref.ExtractStridedMetadataOp(view).offset
     return arith.index_cast(ir.IntegerType.get_signless(64), arith.addi(base[0], arith.muli(offset, base[1])))
 
 
-def _inline(node: fx.Node, form: tuple[str, int], addr: ir.Value, piece: ir.Value) -> ir.Value | None:
+def _inline(node: fx.Node, form: tuple[str, int, str], addr: ir.Value, piece: ir.Value) -> ir.Value | None:
     """``red`` (None) or, for a used result, ``atom`` (the old word) of ``piece`` at ``addr``."""
-    op, words = form
+    op, words, space = form
     f32 = op.endswith(".f32")
     reg, et = ("f", ir.F32Type.get()) if f32 else ("r", ir.IntegerType.get_signless(32))
     as_words = piece if f32 or piece.type == et else vector.bitcast(ir.VectorType.get([words], et), piece)
@@ -84,12 +93,10 @@ def _inline(node: fx.Node, form: tuple[str, int], addr: ir.Value, piece: ir.Valu
         else [vector.extract(as_words, [], [i]) for i in range(words)]
     )
     if node.users:
-        asm = f"atom.relaxed.gpu.global.{op} $0, [$1], $2;"
+        asm = f"atom.relaxed.{space}.{op} $0, [$1], $2;"
         return llvm.inline_asm(et, [addr, *vals], asm, f"={reg},l,{reg}", has_side_effects=True)
     operands = ", ".join(f"${i + 1}" for i in range(words))
-    asm = (
-        f"red.relaxed.gpu.global.{op} [$0], {{{operands}}};" if words > 1 else f"red.relaxed.gpu.global.{op} [$0], $1;"
-    )
+    asm = f"red.relaxed.{space}.{op} [$0], {{{operands}}};" if words > 1 else f"red.relaxed.{space}.{op} [$0], $1;"
     llvm.inline_asm(None, [addr, *vals], asm, ",".join(["l"] + [reg] * words), has_side_effects=True)
     return None
 

@@ -9,7 +9,8 @@ an inline ``red`` names the index out of range like any access; an atomic never 
 other atomics (shared memory: with plain accesses of the same bytes between two barriers).
 
 Inline PTX is parsed strictly: exactly the strings ``dynamic_access`` emits (``red``/``atom``,
-``.relaxed.gpu.global``, add/min/max of ``.f32``/``.u32``/``.s32``/``.noftz.f16x2``/``.noftz.bf16x2``,
+``.relaxed.gpu.global`` or, one word, ``.relaxed.cta.shared`` at a shared-window address), add/min/max
+of ``.f32``/``.u32``/``.s32``/``.noftz.f16x2``/``.noftz.bf16x2``,
 ``.v2``/``.v4`` for ``red``), with their constraints; anything else is an error.  Packed halves add per
 half in that precision (round to nearest), as the hardware does.
 """
@@ -111,7 +112,7 @@ def _strided_metadata(c: Compiler, op: ir.Operation) -> Instr:
 
 
 _ASM = re.compile(
-    r"(?P<inst>red|atom)\.relaxed\.gpu\.global\.(?P<kind>add|min|max)(?P<noftz>\.noftz)?(?:\.v(?P<words>[24]))?"
+    r"(?P<inst>red|atom)\.relaxed\.(?P<space>gpu\.global|cta\.shared)\.(?P<kind>add|min|max)(?P<noftz>\.noftz)?(?:\.v(?P<words>[24]))?"
     r"\.(?P<type>f32|u32|s32|f16x2|bf16x2)"
 )
 _COMBINE_F: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -130,14 +131,17 @@ _WORDS: dict[str, Callable[[str, np.ndarray, np.ndarray], np.ndarray]] = {
 _LEGAL = {("add", "f32"), ("add", "u32"), ("min", "s32"), ("max", "s32"), ("add", "f16x2"), ("add", "bf16x2")}
 
 
-def _parse_asm(text: str, constraints: str, where: str) -> tuple[str, str, str, int]:
-    """(instruction, kind, PTX type, words) of a red/atom string exactly as ``dynamic_access`` writes it."""
+def _parse_asm(text: str, constraints: str, where: str) -> tuple[str, str, str, int, bool]:
+    """(instruction, kind, PTX type, words, shared) of a red/atom string exactly as ``dynamic_access``
+    writes it."""
     m = _ASM.match(text)
     if m is None:
         raise EmulatorError(message=f"{where}: unsupported inline PTX {text!r}")
     inst, kind, ty, words = m["inst"], m["kind"], m["type"], int(m["words"] or 1)
     reg = "f" if ty == "f32" else "r"
+    shared = m["space"] == "cta.shared"
     legal = (kind, ty) in _LEGAL and (ty in ("f16x2", "bf16x2")) == bool(m["noftz"])
+    legal = legal and not (shared and (words > 1 or m["noftz"]))
     if inst == "atom":
         want = f"{m[0]} $0, [$1], $2;", f"={reg},l,{reg}"
         legal = legal and words == 1
@@ -146,7 +150,7 @@ def _parse_asm(text: str, constraints: str, where: str) -> tuple[str, str, str, 
         want = f"{m[0]} [$0], {{{regs}}};" if words > 1 else f"{m[0]} [$0], $1;", ",".join(["l"] + [reg] * words)
     if not legal or (text, constraints) != want:
         raise EmulatorError(message=f"{where}: unsupported inline PTX {text!r} (constraints {constraints!r})")
-    return inst, kind, ty, words
+    return inst, kind, ty, words, shared
 
 
 def red_asm(c: Compiler, op: ir.Operation, text: str) -> Instr | None:
@@ -154,9 +158,9 @@ def red_asm(c: Compiler, op: ir.Operation, text: str) -> Instr | None:
     if not text.startswith(("red.", "atom.")):
         return None
     where = c.loc(op)
-    inst, kind, ty, words = _parse_asm(text, ir.StringAttr(op.attributes["constraints"]).value, where)
+    inst, kind, ty, words, shared = _parse_asm(text, ir.StringAttr(op.attributes["constraints"]).value, where)
     (addr, *vals), outs = c.ins(op), c.outs(op)
-    combine = _WORDS[ty]
+    combine, op_id = _WORDS[ty], c.op_id(op)
 
     def run(st: State) -> None:
         from wavec.emulator.ops_tma import global_bytes
@@ -164,7 +168,9 @@ def red_asm(c: Compiler, op: ir.Operation, text: str) -> Instr | None:
         a = full_lanes(np.reshape(np.asarray(st.env[addr], np.int64), -1), st.lanes)
         bits = [full_lanes(_word_bits(st.env[v]), st.lanes) for v in vals]
         old = np.zeros(st.lanes, np.uint32)
-        for lane in np.flatnonzero(st.active()):
+        if shared:
+            _shared_update(st, a, bits[0], old, lambda o, v: combine(kind, o, v), where, op_id)
+        for lane in np.flatnonzero(st.active()) if not shared else ():
             raw, off = global_bytes(st, int(a[lane]), where)
             if off % (4 * words) or off + 4 * words > raw.size:
                 raise EmulatorError(message=f"{where}: {inst} at byte {off} of a binding: misaligned or outside it")
@@ -175,6 +181,26 @@ def red_asm(c: Compiler, op: ir.Operation, text: str) -> Instr | None:
             st.env[outs[0]] = old.view(np.float32 if ty == "f32" else np.int32)
 
     return run
+
+
+def _shared_update(st: State, a: np.ndarray, bits: np.ndarray, old: np.ndarray, combine, where: str, op: int) -> None:
+    """One word per active lane at shared-window addresses ``a``, in lane order (``old``: the words
+    replaced); recorded as an atomic for the race checker."""
+    from wavec.emulator.ops_nvvm import shared_at
+
+    lanes = np.flatnonzero(st.active())
+    if not lanes.size:
+        return
+    buf, rel = shared_at(st, a[lanes], f"{where}: shared atom/red addresses")
+    if (rel % 4).any():
+        raise EmulatorError(message=f"{where}: shared atom/red at a misaligned byte offset {int(rel[rel % 4 != 0][0])}")
+    words = buf.raw.view(np.uint32)
+    if st.check_races:
+        b = (rel[:, None] + np.arange(4)).reshape(-1)
+        buf.atomic(st, b, np.repeat(st.wave[lanes], 4), op)
+    for lane, off in zip(lanes, rel // 4):
+        old[lane] = words[off]
+        words[off] = combine(words[off : off + 1].copy(), np.array([bits[lane]], np.uint32))[0]
 
 
 def _word_bits(x) -> np.ndarray:

@@ -9,15 +9,20 @@ For ``topk_ids`` [T, k] (int32; int64 is converted) over ``E`` experts and a tok
 - ``num_tokens_post_pad`` int32 [1]: the padded total;
 - ``counts`` int32 [E]: the histogram of ``topk_ids``.
 
-Built with the data-dependent DSL: the histogram with shared-memory atomics whose old values are the
-tokens' ranks within their expert, ``wc.cumsum`` of the padded counts for the segment offsets, a scatter
-of token ids to ``offset + rank``, a scatter of the sentinel into each expert's ``B - 1`` filler slots (its
-padding, then its share of the tail: every slot written exactly once, no masks), and the block experts
-as the ``wc.cumsum`` of a histogram of segment ends (the expert of block ``j`` is the number of segments
-ending at or before it).  Up to ``SMALL_TOKENS`` ids one workgroup does everything in one launch; beyond,
-three launches: histogram and global ranks per workgroup (global atomics give each workgroup its base
-within every expert), the scan with the block experts (one workgroup per block tile; the first writes the
-per-expert outputs), and the scatter.  ``counts`` starts zeroed there (``torch.zeros``: one memset).
+Built with the data-dependent DSL.  Up to ``SMALL_TOKENS`` ids one workgroup does everything in one
+launch: a loop stores the sentinel into every slot of ``sorted_token_ids`` (16-byte stores, ``FILL_TILE``
+slots a step: the code does not grow with ``E * B``), then the histogram with shared-memory atomics whose
+old values are the tokens' ranks within their expert, ``wc.cumsum`` of the padded counts for the segment
+offsets, the scatter of token ids to ``offset + rank`` (after a barrier: it overwrites sentinels), and the
+block experts as the ``wc.cumsum`` of a histogram of segment ends (the expert of block ``j`` is the number
+of segments ending at or before it).  Beyond, three launches: histogram and global ranks per workgroup
+(global atomics give each workgroup its base within every expert), the scan with the block experts (one
+workgroup per block tile; the first writes the per-expert outputs and scatters the sentinel into each
+expert's ``B - 1`` filler slots: its padding, then its share of the tail, every slot written exactly
+once), and the scatter.  ``counts`` starts zeroed there (``torch.zeros``: one memset).
+
+The Python wrapper keeps one ``_Call`` per (shape, dtype, device, experts, block, backend): a repeated call
+is one dictionary lookup, one ``torch.empty`` split into the outputs and the launch.
 """
 
 from __future__ import annotations
@@ -34,31 +39,39 @@ SMALL_TOKENS = 4096  # T*k served by the single-launch kernel
 WAVES = 8
 LARGE_TILE = 2048  # ids per workgroup of the multi-launch histogram and scatter
 BLOCK_TILE = 256  # blocks of expert_ids per workgroup of the multi-launch scan
+FILL_TILE = 1024  # sentinel slots per step of the single-launch kernel's fill loop (32 per lane)
 
 
-def _constraints(tokens: int | None, experts: int, blocks: int | None) -> list:
+def _constraints(tokens: int | None, experts: int, blocks: int | None, fill: bool = False) -> list:
     """Ids along axis 0 (split over the waves), blocks along axis 1, experts along axis 2; an [E] or [J]
-    value is one instruction tile per wave (``wc.cumsum``) and held by every wave."""
+    value is one instruction tile per wave (``wc.cumsum``) and held by every wave; ``fill``: a loop over
+    the sorted slots ``S``, ``FILL_TILE`` a step (every wave stores the same runs)."""
     ids = [wc.WorkgroupConstraint(N, tokens, 0), wc.WaveConstraint(N, tokens // WAVES)] if tokens else []
     shapes = {E: experts, P: 1} | ({N: 32} if tokens else {}) | ({J: blocks} if blocks else {})  # ids: runs of 1
     return (
         ids
         + ([wc.WorkgroupConstraint(J, blocks, 1)] if blocks else [])
+        + ([wc.TilingConstraint(S, FILL_TILE)] if fill else [])
         + [
             wc.WorkgroupConstraint(E, experts, 2),
             wc.WorkgroupConstraint(P, P, None),
-            wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes),
+            wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes | ({S: FILL_TILE} if fill else {})),
         ]
     )
+
+
+def _scan(c, block: int):
+    """From the counts ``c`` [E]: (padded counts, exclusive offsets, inclusive ends, padded total)."""
+    padded = (c + (block - 1)) // block * block
+    incl = wc.cumsum(padded, E)
+    total = wc.cast(wc.sum(wc.cast(padded, wc.f32), E), wc.i32)
+    return padded, incl - padded, incl, total
 
 
 def _segments(c, block: int, sentinel, sorted_ids, ntp, offsets=None, counts=None):
     """From the counts ``c`` [E]: (exclusive offsets, inclusive ends, padded total, a function writing the
     per-expert outputs: filler sentinels, total, counts or offsets)."""
-    padded = (c + (block - 1)) // block * block
-    incl = wc.cumsum(padded, E)
-    excl = incl - padded
-    total = wc.cast(wc.sum(wc.cast(padded, wc.f32), E), wc.i32)
+    padded, excl, incl, total = _scan(c, block)
     pad = padded - c
     pad_before = wc.cumsum(pad, E) - pad
     p = wc.index(P)
@@ -90,9 +103,10 @@ def _block_experts(incl, total, block: int, blocks: int, expert_ids) -> None:
 
 
 def make_align_small(tokens: int, experts: int, block: int, blocks: int) -> wc.WaveKernel:
-    """One workgroup: histogram (shared atomics), scan, scatter of ids and sentinels, block experts."""
+    """One workgroup: sentinels into every slot (a loop), histogram (shared atomics), scan, scatter of the
+    ids, block experts.  ``sorted_ids``' size is a multiple of 4 (16-byte stores)."""
 
-    @wc.wave(_constraints(tokens, experts, blocks))
+    @wc.wave(_constraints(tokens, experts, blocks, fill=True))
     def moe_align(
         topk_ids: Memory[N, wc.i32],
         sorted_ids: Memory[S, wc.i32],
@@ -100,13 +114,20 @@ def make_align_small(tokens: int, experts: int, block: int, blocks: int) -> wc.W
         ntp: Memory[ONE, wc.i32],
         counts: Memory[E, wc.i32],
     ):
+        @wc.iterate(S, init_args=[])
+        def _fill() -> list:
+            wc.write(wc.index(S) * 0 + N, sorted_ids)
+            return []
+
+        wc.barrier()  # the id scatter below overwrites sentinels other threads stored
         hist = wc.allocate((E,), wc.i32)
         wc.write(Register[E, wc.i32](0), hist)
         ids = wc.read(topk_ids)
         rank = wc.atomic_add(Register[N, wc.i32](1), hist, mapping={E: ids})
         c = wc.read(hist)
-        excl, incl, total, per_expert = _segments(c, block, N, sorted_ids, ntp, counts=counts)
-        per_expert()
+        _padded, excl, incl, total = _scan(c, block)
+        wc.write(total, ntp, mapping={ONE: 0})
+        wc.write(c, counts)
         offsets = wc.allocate((E,), wc.i32)
         wc.write(excl, offsets)
         wc.write(wc.index(N), sorted_ids, mapping={S: wc.read(offsets, mapping={E: ids}) + rank})
@@ -192,30 +213,122 @@ def _compiled(key: tuple, make, subs: dict, backend: str | None):
     return _COMPILED[key]
 
 
-def _check(topk_ids: Any, num_experts: int, block_size: int):
+def _check(topk_ids: Any, num_experts: int, block_size: int) -> None:
     import torch
 
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64):
         got = getattr(topk_ids, "dtype", type(topk_ids).__name__)
         raise wc.WavecError(message=f"moe_align_block_size: topk_ids must be an int32 or int64 tensor, got {got}")
-    if not isinstance(num_experts, int) or not 1 <= num_experts <= MAX_EXPERTS:
+    if type(num_experts) is not int or not 1 <= num_experts <= MAX_EXPERTS:
         raise wc.WavecError(message=f"moe_align_block_size: num_experts must be in 1..{MAX_EXPERTS}, got {num_experts}")
-    if not isinstance(block_size, int) or block_size < 2:
+    if type(block_size) is not int or block_size < 2:
         raise wc.WavecError(message=f"moe_align_block_size: block_size must be an int >= 2, got {block_size}")
     if topk_ids.numel() >= 2**31 - num_experts * block_size:
         raise wc.WavecError(message=f"moe_align_block_size: {topk_ids.numel()} ids do not fit int32 slots")
-    flat = topk_ids.reshape(-1).to(torch.int32).contiguous()
-    if flat.device.type == "cpu" and flat.numel():  # the emulator's buffers are padded: check here (a GPU does not)
+
+
+def _check_range(flat: Any, num_experts: int) -> None:
+    """The emulator's buffers are padded: an id outside the experts is caught here (a GPU does not)."""
+    if flat.numel():
         lo, hi = int(flat.min()), int(flat.max())
         if lo < 0 or hi >= num_experts:
             raise wc.WavecError(
                 message=f"moe_align_block_size: topk_ids holds {lo if lo < 0 else hi}, outside [0, {num_experts})"
             )
-    return flat
 
 
 def _round4(n: int) -> int:
     return (n + 3) // 4 * 4
+
+
+class _Call:
+    """Everything about one (shape, dtype, device, experts, block, backend) of ``moe_align_block_size``
+    that does not depend on the ids: the kernels, the sizes, the split of the one output buffer."""
+
+    def __init__(self, topk_ids: Any, num_experts: int, block_size: int, backend: str | None) -> None:
+        import torch
+
+        self.empty, self.i32 = torch.empty, torch.int32
+        self.device = topk_ids.device
+        self.convert = topk_ids.dtype != torch.int32
+        self.check_range = self.device.type == "cpu"
+        self.num_experts, self.block_size = num_experts, block_size
+        self.numel = numel = topk_ids.numel()
+        e_mem = self.e_mem = _round4(num_experts)
+        self.slots = numel + num_experts * (block_size - 1)
+        self.small = 0 < numel <= SMALL_TOKENS
+        subs = {E: e_mem, P: block_size - 1, ONE: 1}
+        experts = padded_experts(e_mem)
+        if self.small:  # the fill loop covers every slot: no filler slots for the experts past num_experts
+            s_mem = _round4(self.slots)
+            self.blocks = _round4(self.slots // block_size)
+            tokens, tile = small_config(numel, e_mem, block_size)
+            key = ("small", tokens, experts, block_size, tile, e_mem, backend)
+            self.kernel = _compiled(key, lambda: make_align_small(tokens, experts, block_size, tile), subs, backend)
+            # sorted ids, expert ids, the total (then 3 spare words: 16-byte starts), counts
+            self.pieces = [s_mem, self.blocks, 1, 3, e_mem]
+            self.total = sum(self.pieces)
+            self.exact = (s_mem == self.slots, self.blocks == self.slots // block_size, e_mem == num_experts)
+            return
+        self.s_mem = numel + e_mem * (block_size - 1)
+        self.blocks = _round4(self.s_mem // block_size)
+        no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
+        self.hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
+        self.scan = _compiled(
+            ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
+        )
+        self.scatter = _compiled(
+            ("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend
+        )
+
+    def __call__(self, topk_ids: Any, separate: bool = False) -> tuple:
+        """The four outputs; ``separate``: each in its own allocation (a ``torch.library`` custom op may
+        not return views of one another)."""
+        if self.convert or not topk_ids.is_contiguous():
+            flat = topk_ids.reshape(-1).to(self.i32).contiguous()
+        else:
+            flat = topk_ids.view(-1)
+        if self.check_range:
+            _check_range(flat, self.num_experts)
+        if not self.small:
+            return self._three_launches(flat)
+        if separate:
+            sorted_ids, expert_ids, ntp, counts = (
+                self.empty(n, dtype=self.i32, device=self.device) for n in self.pieces[:3] + self.pieces[4:]
+            )
+        else:
+            sorted_ids, expert_ids, ntp, _spare, counts = self.empty(
+                self.total, dtype=self.i32, device=self.device
+            ).split_with_sizes(self.pieces)
+        self.kernel(flat, sorted_ids, expert_ids, ntp, counts)
+        exact_s, exact_j, exact_e = self.exact
+        return (
+            sorted_ids if exact_s else sorted_ids[: self.slots],
+            expert_ids if exact_j else expert_ids[: self.slots // self.block_size],
+            ntp,
+            counts if exact_e else counts[: self.num_experts],
+        )
+
+    def _three_launches(self, flat: Any) -> tuple:
+        import torch
+
+        numel, dev, i32 = self.numel, self.device, self.i32
+        sorted_ids = torch.empty(self.s_mem, dtype=i32, device=dev)
+        expert_ids = torch.empty(self.blocks, dtype=i32, device=dev)
+        ntp = torch.empty(1, dtype=i32, device=dev)
+        counts = torch.zeros(self.e_mem, dtype=i32, device=dev)
+        ranks = torch.empty(numel, dtype=i32, device=dev)
+        offsets = torch.empty(self.e_mem, dtype=i32, device=dev)
+        if numel:
+            self.hist(flat, counts, ranks)
+        self.scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
+        if numel:
+            self.scatter(flat, offsets, ranks, sorted_ids)
+        slots = self.slots
+        return sorted_ids[:slots], expert_ids[: slots // self.block_size], ntp, counts[: self.num_experts]
+
+
+_CALLS: dict = {}
 
 
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend: str | None = None):
@@ -224,42 +337,24 @@ def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend
     not on the GPU.
 
     The kernels see the experts rounded up to a multiple of 4 (16-byte runs of [E] values; the extra
-    experts count nothing and their filler slots lie past the returned slots) and ``expert_ids`` rounded
-    up likewise; the outputs are views of the first elements."""
-    import torch
+    experts count nothing) and ``sorted_token_ids`` and ``expert_ids`` rounded up likewise: the outputs
+    are views of one ``torch.empty`` (their first elements where rounded)."""
+    try:
+        call = _CALLS[
+            (topk_ids.shape, topk_ids.dtype, topk_ids.device, num_experts, block_size, type(num_experts), backend)
+        ]
+    except (AttributeError, KeyError, TypeError):  # a new signature, or not a tensor: checked in full
+        call = _new_call(topk_ids, num_experts, block_size, backend)
+    return call(topk_ids)
 
-    flat = _check(topk_ids, num_experts, block_size)
-    numel, dev = flat.numel(), flat.device
-    e_mem = _round4(num_experts)
-    slots = numel + num_experts * (block_size - 1)
-    blocks = _round4((numel + e_mem * (block_size - 1)) // block_size)
-    sorted_ids = torch.empty(numel + e_mem * (block_size - 1), dtype=torch.int32, device=dev)
-    expert_ids = torch.empty(blocks, dtype=torch.int32, device=dev)
-    ntp = torch.empty(1, dtype=torch.int32, device=dev)
-    experts = padded_experts(e_mem)
-    subs = {E: e_mem, P: block_size - 1, ONE: 1}
-    if 0 < numel <= SMALL_TOKENS:
-        counts = torch.empty(e_mem, dtype=torch.int32, device=dev)
-        tokens, tile = small_config(numel, e_mem, block_size)
-        key = ("small", tokens, experts, block_size, tile, e_mem, backend)
-        kernel = _compiled(key, lambda: make_align_small(tokens, experts, block_size, tile), subs, backend)
-        kernel(flat, sorted_ids, expert_ids, ntp, counts)
-    else:
-        counts = torch.zeros(e_mem, dtype=torch.int32, device=dev)
-        ranks = torch.empty(numel, dtype=torch.int32, device=dev)
-        offsets = torch.empty(e_mem, dtype=torch.int32, device=dev)
-        no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
-        hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
-        scan = _compiled(
-            ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
-        )
-        scatter = _compiled(("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend)
-        if numel:
-            hist(flat, counts, ranks)
-        scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
-        if numel:
-            scatter(flat, offsets, ranks, sorted_ids)
-    return sorted_ids[:slots], expert_ids[: slots // block_size], ntp, counts[:num_experts]
+
+def _new_call(topk_ids: Any, num_experts: int, block_size: int, backend: str | None) -> _Call:
+    _check(topk_ids, num_experts, block_size)
+    key = (topk_ids.shape, topk_ids.dtype, topk_ids.device, num_experts, block_size, type(num_experts), backend)
+    call = _CALLS.get(key)
+    if call is None:
+        call = _CALLS[key] = _Call(topk_ids, num_experts, block_size, backend)
+    return call
 
 
 def register_moe_align_op(name: str = "wavec::moe_align_block_size"):
@@ -277,7 +372,7 @@ def register_moe_align_op(name: str = "wavec::moe_align_block_size"):
 
     @torch.library.custom_op(name, mutates_args=(), schema=schema)
     def _op(topk_ids, num_experts, block_size):
-        return moe_align_block_size(topk_ids, num_experts, block_size)
+        return _new_call(topk_ids, num_experts, block_size, None)(topk_ids, separate=True)
 
     @_op.register_fake
     def _fake(topk_ids, num_experts, block_size):

@@ -12,7 +12,10 @@ Guarantees:
 * :func:`grid_for` evaluates the grid expressions, compiled once per metadata into a function built from
   a whitelisted AST (int literals, symbol names, ``+ - * // %``, unary minus, ``min``/``max``) and run
   with no builtins.
-* The per-metadata work is done once in a :class:`BindingPlan`; a call compares precomputed tuples.
+* The per-metadata work is done once in a :class:`BindingPlan`; a call compares precomputed tuples.  What
+  depends only on the argument shapes (symbol values and their checks, sizes in bytes, the grid) is
+  derived once per distinct shapes (``_by_shapes``); the per-tensor checks and the overlap of outputs run
+  on every call.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
 _DEVICE_TYPES = ("cuda", "cpu")
+_MAX_SHAPES = 256  # distinct argument shapes remembered per plan
 _F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
 
 
@@ -98,11 +102,20 @@ class BindingPlan:
         self.align = align if align > 1 else 0
         self.grid_fn = _grid_fn_for(meta)
         self.needs_sms = any(SMS_NAME in g for g in meta.grid)  # persistent grid: the launcher supplies it
+        self._by_shapes: dict[tuple, tuple[dict[str, int], tuple[int, ...], tuple[int, int, int] | None]] = {}
 
     # ----------------------------------------------------------------------------------------- hot path
 
     def bind(self, tensors: Sequence[Any]) -> tuple[dict[str, int], list[int], int]:
         """Validate ``tensors``; return (symbol values, base pointers, device index or -1 for CPU)."""
+        values, ptrs, device, _grid = self.bind_launch(tensors)
+        return dict(values), ptrs, device
+
+    def bind_launch(self, tensors: Sequence[Any]) -> tuple[dict[str, int], list[int], int, tuple[int, int, int] | None]:
+        """``bind`` for a launcher: the values dict may be shared between calls of the same shapes (do not
+        change it) and the grid comes along (None: evaluate it, with the SM count where it needs one).
+        Every tensor is checked on every call (type, dtype, rank, device, contiguity, alignment, overlap);
+        what depends only on the shapes is checked once per distinct shapes."""
         args = self.args
         if len(tensors) != self.nargs:
             self._count_error(tensors)
@@ -148,6 +161,21 @@ class BindingPlan:
                 )
             ptrs.append(ptr)
             shapes.append(shape)
+        values, nbytes, grid = self._derived(shapes)
+        if self.outputs:
+            self._check_overlap(ptrs, nbytes)
+        if self.scalars:
+            values = dict(values)
+            self._bind_scalars(tensors, values)
+        return values, ptrs, -1 if device is None else device, grid
+
+    def _derived(self, shapes: list[Any]) -> tuple[dict[str, int], tuple[int, ...], tuple[int, int, int] | None]:
+        """(symbol values, bytes per argument, grid or None) of these shapes: checked and derived on the
+        first call with them, then one dictionary lookup (the values dict is shared: copy to change it)."""
+        key = tuple(shapes)
+        hit = self._by_shapes.get(key)
+        if hit is not None:
+            return hit
         values = dict(self.statics)
         for ai, d, want, sym in self.static_checks:
             if shapes[ai][d] != want:
@@ -165,11 +193,13 @@ class BindingPlan:
             if values[sym] > INT32_MAX:
                 why = f"does not fit in int32 (max {INT32_MAX}); sizes are passed to the kernel as 32-bit constants"
                 self._symbol_error(sym, values[sym], why)
-        if self.outputs:
-            self._check_overlap(ptrs, shapes)
-        if self.scalars:
-            self._bind_scalars(tensors, values)
-        return values, ptrs, -1 if device is None else device
+        nbytes = tuple(a.itemsize * math.prod(sh) for a, sh in zip(self.args, shapes, strict=True))
+        # scalars and the SM count take part in the grid: evaluated per call then
+        grid = None if self.scalars or self.needs_sms else self.grid(values)
+        if len(self._by_shapes) >= _MAX_SHAPES:
+            self._by_shapes.clear()
+        self._by_shapes[key] = hit = (values, nbytes, grid)
+        return hit
 
     def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
         """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""
@@ -255,8 +285,8 @@ class BindingPlan:
             if sym in self.statics and self.statics[sym] % div:
                 raise _bad_metadata(self.kernel, f"compile-time {sym}={self.statics[sym]} is not divisible by {div}")
 
-    def _check_overlap(self, ptrs: list[int], shapes: list[Any]) -> None:
-        spans = [(p, p + a.itemsize * math.prod(s)) for p, s, a in zip(ptrs, shapes, self.args, strict=True)]
+    def _check_overlap(self, ptrs: list[int], nbytes: tuple[int, ...]) -> None:
+        spans = [(p, p + n) for p, n in zip(ptrs, nbytes, strict=True)]
         for oi in self.outputs:
             lo, hi = spans[oi]
             if lo == hi:

@@ -18,12 +18,15 @@ Guarantees:
 * A kernel compiled with ``WAVEC_CHECK_BOUNDS=1`` (``meta.bounds_checks``) gets its bounds record last: a
   zeroed device buffer per call, read back after the kernel (this synchronises the stream, so no CUDA
   graph capture) and raised as :class:`~wavec.errors.OutOfBoundsError` (``runtime/bounds.py``).
-* ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch).
+* ``kernelParams`` memory is preallocated once per kernel and thread (the driver copies it at launch); a
+  repeated call with the shapes of the last one rewrites only the pointers (``BindingPlan.bind_launch``
+  derives values and grid once per distinct shapes).
 """
 
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -75,9 +78,10 @@ def _error_name(drv: Any, err: Any) -> str:
 class _ArgBuffer:
     """Preallocated ``kernelParams`` memory for one kernel in one thread."""
 
-    __slots__ = ("ptrs", "consts", "params", "address")
+    __slots__ = ("ptrs", "consts", "params", "address", "values")
 
     def __init__(self, nptr: int, nconst: int) -> None:
+        self.values: dict[str, int] | None = None  # whose constants ``consts`` holds
         self.ptrs = (ctypes.c_uint64 * max(nptr, 1))()
         self.consts = (ctypes.c_int32 * max(nconst, 1))()
         self.params = (ctypes.c_void_p * max(nptr + nconst, 1))()
@@ -123,6 +127,7 @@ class CudaKernel:
         self._constants = meta.constants
         extra = (1 if meta.tensor_maps else 0) + (1 if meta.bounds_checks else 0)
         self._nptr, self._nconst = len(meta.args) + extra, len(meta.constants)
+        self._pack_ptrs = struct.Struct(f"<{self._nptr}Q")
         self._maps: TensorMapCache | None = None
         if meta.tensor_maps:
             encode = lambda m: encode_cuda(m, meta.label)
@@ -135,10 +140,12 @@ class CudaKernel:
 
     def __call__(self, *tensors: Any) -> None:
         plan = self._plan
-        values, ptrs, device = plan.bind(tensors)
-        if plan.needs_sms:  # persistent grid: min(tiles, this device's SMs x workgroups per SM)
-            values = {**values, SMS_NAME: self._sm_count(device)}
-        gx, gy, gz = plan.grid(values)
+        values, ptrs, device, grid = plan.bind_launch(tensors)
+        if grid is None:
+            if plan.needs_sms:  # persistent grid: min(tiles, this device's SMs x workgroups per SM)
+                values = {**values, SMS_NAME: self._sm_count(device)}
+            grid = plan.grid(values)
+        gx, gy, gz = grid
         if not (gx and gy and gz):
             return
         if self._maps is not None:
@@ -147,7 +154,7 @@ class CudaKernel:
         if self.meta.bounds_checks:
             record = self._torch.zeros(BOUNDS_RECORD_WORDS, dtype=self._torch.int64, device=f"cuda:{device}")
             ptrs.append(record.data_ptr())
-        self._launch_args(ptrs, values, device, (gx, gy, gz))
+        self._launch_args(ptrs, values, device, grid)
         if record is not None:
             err = bounds_error(self.meta.bounds_checks, record.tolist())  # waits for the kernel
             if err is not None:
@@ -161,9 +168,10 @@ class CudaKernel:
         buf = getattr(self._local, "buf", None)
         if buf is None:
             buf = self._local.buf = _ArgBuffer(self._nptr, self._nconst)
-        buf.ptrs[: self._nptr] = ptrs
-        if self._nconst:
+        self._pack_ptrs.pack_into(buf.ptrs, 0, *ptrs)
+        if self._nconst and buf.values is not values:  # one shapes' values dict: its constants are written
             buf.consts[: self._nconst] = [values[c] for c in self._constants]
+            buf.values = values
         if device != self._current_device():
             self._launch_on_other_device(fn, device, (gx, gy, gz), buf.address)
             return
