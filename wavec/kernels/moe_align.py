@@ -55,7 +55,7 @@ def _constraints(tokens: int | None, experts: int, blocks: int | None, fill: boo
         + [
             wc.WorkgroupConstraint(E, experts, 2),
             wc.WorkgroupConstraint(P, P, None),
-            wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes | ({S: FILL_TILE} if fill else {})),
+            wc.HardwareConstraint(threads_per_wave=32, vector_shapes=shapes | ({S: 128} if fill else {})),
         ]
     )
 
