@@ -17,6 +17,7 @@ _EXPORTS = {
     "embedding": "indexing",
     "index_add_": "indexing",
     "paged_attention": "paged_attention",
+    "gather_scatter_matmul": "moe_gemm",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from . import indexing
+from . import indexing, moe_gemm
 from . import paged_attention as paged
 
-__all__ = ["index_select", "embedding", "index_add_", "paged_attention"]
+__all__ = ["index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul"]
 
 
 @torch.library.custom_op("wavec::index_select", mutates_args=())
@@ -72,3 +72,17 @@ def paged_attention(
 @paged_attention.register_fake
 def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None) -> torch.Tensor:
     return torch.empty_like(q)
+
+
+@torch.library.custom_op("wavec::gather_scatter_matmul", mutates_args=("out",))
+def gather_scatter_matmul(
+    x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, out: torch.Tensor, top_k: int
+) -> None:
+    """``out[ids // top_k] += weights[:, None] * (x[ids // top_k] @ w.T)`` in place
+    (see :func:`wavec.kernels.moe_gemm.gather_scatter_matmul`)."""
+    moe_gemm.gather_scatter_matmul(x, ids, w, weights, out, top_k=top_k)
+
+
+@gather_scatter_matmul.register_fake
+def _gather_scatter_matmul_fake(x, ids, w, weights, out, top_k) -> None:
+    return None
