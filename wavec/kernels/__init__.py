@@ -18,6 +18,7 @@ _EXPORTS = {
     "index_add_": "indexing",
     "paged_attention": "paged_attention",
     "gather_scatter_matmul": "moe_gemm",
+    "moe_align_block_size": "moe_align",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import torch
 
-from . import indexing, moe_gemm
+from . import indexing, moe_align, moe_gemm
 from . import paged_attention as paged
 
-__all__ = ["index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul"]
+__all__ = [
+    "index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul", "moe_align_block_size",
+]  # fmt: skip
+
+# its outputs' sizes depend on two integers, so the module registers it with its own schema
+moe_align_block_size = moe_align.register_moe_align_op()
 
 
 @torch.library.custom_op("wavec::index_select", mutates_args=())
