@@ -63,7 +63,8 @@ def _reduce(kind: str, x: Value, dim, dtype: dt.DType | None = None) -> Value:
     acc = dt.f32 if x.dtype in WIDENED else x.dtype
     out = x.dtype if dtype is None else dtype
     if out not in (x.dtype, acc):
-        raise DTypeError(current_loc(), op=kind, message=f"dtype must be {x.dtype} or {acc}, got {out}")
+        allowed = str(x.dtype) if acc == x.dtype else f"{x.dtype} or {acc}"
+        raise DTypeError(current_loc(), op=kind, message=f"dtype must be {allowed}, got {out}")
     shape = tuple(d for d in x.shape if d != dim)
     r = tr.create(Reduce, (cast(x, acc) if acc != x.dtype else x,), TensorType(shape, acc), dim=dim, kind=kind)
     return cast(r, out) if out != acc else r
