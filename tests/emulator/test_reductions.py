@@ -1,4 +1,5 @@
-"""Reductions (wc.max, wc.sum; the other kinds and dtypes are in test_reductions_general.py) and softmax on the emulator, NVIDIA and AMD waves, against torch."""
+"""Reductions (wc.max, wc.sum; the other kinds and dtypes: test_reductions_general.py) and softmax on the
+emulator, NVIDIA and AMD waves, against torch."""
 
 import pytest
 import torch
