@@ -32,7 +32,6 @@ from .frontend.ops import (
     iterate,
     log,
     log2,
-    max,  # noqa: A004 - wc.max, the DSL reduction
     maximum,
     minimum,
     mma,
@@ -42,7 +41,6 @@ from .frontend.ops import (
     rsqrt,
     sin,
     sqrt,
-    sum,  # noqa: A004 - wc.sum, the DSL reduction
     tanh,
     tile_start,
     unary,
@@ -50,7 +48,16 @@ from .frontend.ops import (
     write,
 )
 from .frontend.ops_atomic import atomic_add, atomic_max, atomic_min, scatter_add
-from .frontend.ops_control import allocate, barrier, conditional, cumsum
+from .frontend.ops_control import allocate, barrier, conditional
+from .frontend.ops_reduce import (
+    argmax,
+    argmin,
+    cumsum,
+    max,  # noqa: A004 - wc.max, the DSL reduction
+    min,  # noqa: A004 - wc.min, the DSL reduction
+    scan,
+    sum,  # noqa: A004 - wc.sum, the DSL reduction
+)
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
@@ -64,6 +71,7 @@ __all__ = [
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
     "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum",
+    "min", "argmax", "argmin", "scan",
     "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip

@@ -515,38 +515,6 @@ class ConvertLayout(Op):
     emulated_ops = ("vector.shuffle", "gpu.shuffle", "memref.store", "memref.load")
 
 
-class Reduce(Op):
-    """Reduction of ``x`` over one dimension (``kwargs``: ``dim``, ``kind`` = "max" | "sum")."""
-
-    name = "reduce"
-    anchor, anchor_priority = "reduction_input", PRIO_STRATEGY
-    index_flow = "reduce"
-    expansion = "reduce_chain"  # partial reductions chained along the reduced dim; the last finalizes
-    lowering = "wavec.codegen.reductions"
-    emulated_ops = ("vector.reduction", "gpu.shuffle", "arith.maximumf", "arith.addf")
-
-
-def _reduce(kind: str, x: Value, dim) -> Value:
-    tr = active_tracer(kind)
-    x = _need_register(kind, "x", x)
-    if dim not in x.type.dims:
-        raise _shape_error(kind, f"dim {dim} is not a dimension of {list(x.shape)}")
-    if not x.dtype.is_float:
-        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
-    shape = tuple(d for d in x.shape if d != dim)
-    return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
-
-
-def max(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name, like tkw.max
-    """Maximum of ``x`` over ``dim`` (the result drops ``dim``)."""
-    return _reduce("max", x, dim)
-
-
-def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
-    """Sum of ``x`` over ``dim`` (the result drops ``dim``)."""
-    return _reduce("sum", x, dim)
-
-
 def exp(x: Value) -> Value:
     """``e ** x`` elementwise (floats)."""
     return unary("exp", x)

@@ -121,6 +121,8 @@ class OpArgs:
     mapping: dict[sympy.Symbol, Expr] = by(TRACE)  # read: memory dim -> index expression
     dynamic: Dims = by(TRACE, "pipeline_loops")  # accesses: memory dims indexed by the trailing args
     elements_per_thread: int | None = by(TRACE)
+    part: Literal["value", "index"] = by(TRACE)  # arg_unpack: which half of an arg-reduction's key
+    exclusive: bool = by(TRACE)  # scan: element i combines the elements before i only
 
 
 @dataclass(frozen=True)  # no slots: Kwargs combines them
