@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from ..errors import AlignmentMiss, ArgumentError, LaunchError
+from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
@@ -197,11 +197,13 @@ class CompiledKernel:
         except AlignmentMiss as miss:
             if self.narrow is None:
                 raise
-            return self.variant_for(miss.values)(*tensors)
+            return self.variant_for(miss)(*tensors)
 
-    def variant_for(self, values: dict[str, int]) -> CompiledKernel:
-        """The variant whose runs along each symbol ``values`` misaligns are as long as its value allows (the
-        largest power of two dividing it, below the width this kernel needs); compiled on first use."""
+    def variant_for(self, miss: AlignmentMiss) -> CompiledKernel:
+        """The variant whose runs along each symbol ``miss.values`` misaligns are as long as its value allows
+        (the largest power of two dividing it, below the width this kernel needs); compiled on first use.
+        Where none compiles (TMA asked for explicitly needs 16-byte rows), ``miss`` says why."""
+        values = miss.values
         caps = tuple(
             (sym, math.gcd(values[sym], div) & -math.gcd(values[sym], div))
             for sym, div in self.metadata.divisibility
@@ -210,8 +212,13 @@ class CompiledKernel:
         kernel = self._variants.get(caps)
         if kernel is None:
             assert self.narrow is not None  # callers check
-            kernel = self._variants[caps] = self.narrow(run_caps=dict(caps))
+            try:
+                kernel = self.narrow(run_caps=dict(caps))
+            except WavecError as why:
+                fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
+                raise ArgumentError(**fields) from why
             kernel.narrow = None  # its remaining requirements hold for ``values``; no variant of a variant
+            self._variants[caps] = kernel
         return kernel
 
     def _launcher(self) -> Any:
