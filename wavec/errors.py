@@ -107,7 +107,7 @@ class AlignmentMiss(ArgumentError):
 
     def __init__(self, values: dict[str, int], **fields: object) -> None:
         self.values = values
-        super().__init__(**fields)
+        super().__init__(None, **fields)
 
 
 class LaunchError(WavecError):

@@ -60,7 +60,9 @@ def test_gemm_odd_dynamic_sizes(dtype, stages: int, target: str) -> None:
     assert not kernel._variants, "an aligned launch compiled a variant"
     for m, n, k in ODD_GEMM:
         _run_gemm(kernel, dtype, m, n, k, f"gemm {target} stages{stages}")
-    want = {frozenset({("K", 1), ("N", 1)} if "N" in div else {("K", 1)})} | ({frozenset({("N", 1)})} if "N" in div else set())
+    want = {frozenset({("K", 1), ("N", 1)} if "N" in div else {("K", 1)})} | (
+        {frozenset({("N", 1)})} if "N" in div else set()
+    )
     assert {frozenset(c) for c in kernel._variants} == want
     for caps, variant in kernel._variants.items():
         assert all(dict(variant.metadata.divisibility).get(s, 1) <= cap for s, cap in caps)

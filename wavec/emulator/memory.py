@@ -221,9 +221,10 @@ def check_alignment(st: State, m: MemRef, eidx: list[np.ndarray], align: int, lo
         bad = bad & np.broadcast_to(st.mask, bad.shape)
     if bad.any():
         lane = int(np.argmax(bad))
+        at = int(first[lane if first.size > 1 else 0]) * m.arr.itemsize
         raise EmulatorError(
-            message=f"{loc}: lane {lane} accesses {m.name} at byte {int(first[lane if first.size > 1 else 0]) * m.arr.itemsize}"
-            f", not a multiple of the access's alignment {align}"
+            message=f"{loc}: lane {lane} accesses {m.name} at byte {at}, "
+            f"not a multiple of the access's alignment {align}"
         )
 
 

@@ -21,9 +21,8 @@ aligned launch pays nothing for this.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
@@ -216,7 +215,7 @@ class CompiledKernel:
                 kernel = self.narrow(run_caps=dict(caps))
             except WavecError as why:
                 fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
-                raise ArgumentError(**fields) from why
+                raise ArgumentError(None, **fields) from why
             kernel.narrow = None  # its remaining requirements hold for ``values``; no variant of a variant
             self._variants[caps] = kernel
         return kernel

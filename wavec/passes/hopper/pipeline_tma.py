@@ -2,10 +2,11 @@
 
 Not a pass: ``pipeline_loops`` calls :func:`tma_plan` per loop and, given a plan, :func:`pipeline_tma`.
 Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel arguments staged into
-128-byte-swizzled tiles of whole rows, rows of 16-byte multiples.  Guarantees: one ``TmaFill`` per iteration ``i + D`` behind a
-prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for parity ``(i // S) % 2``;
-stages released by a barrier or by ``MBarrierArrive``; one ``TensorMapRequest`` per (argument, box);
-persistent grids count from :func:`k_base`.  Full contract: docs/hopper.md, "Module contracts".
+128-byte-swizzled tiles of whole rows, rows of 16-byte multiples.  Guarantees: one ``TmaFill`` per
+iteration ``i + D`` behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier
+for parity ``(i // S) % 2``; stages released by a barrier or by ``MBarrierArrive``; one
+``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`.  Full contract:
+docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
