@@ -138,3 +138,17 @@ def test_transpose_f32_odd_shapes(static: bool) -> None:
         y = poisoned(n, m)
         kernel(x, y)
         assert torch.equal(y, x.T), f"transpose [{m}, {n}] (seed {seed}): output differs"
+
+
+def test_matmul_pads_odd_k_of_large_products(monkeypatch) -> None:
+    """Where M and N reach ``PAD_K_MIN_MN``, an odd K is zero-padded: the wide kernel runs, no variant."""
+    monkeypatch.setattr(gm, "PAD_K_MIN_MN", 32)
+    assert gm.pads_k(40, 48, 29) and not gm.pads_k(40, 16, 29) and not gm.pads_k(40, 48, 32)
+    monkeypatch.setattr(gm, "_COMPILED", {})  # fresh kernels: their variants are this test's
+    monkeypatch.setattr(gm, "_DISPATCH", {})
+    g, seed = generator()
+    a, b = randn(g, 40, 29, dtype=torch.float16), randn(g, 48, 29, dtype=torch.float16)
+    c = gm.matmul(a, b, backend="emulator")
+    check(c, a.double() @ b.double().T, GEMM_TOL, f"padded matmul 40x48x29 (seed {seed})")
+    (kernel,) = gm._COMPILED.values()
+    assert not kernel._variants, list(kernel._variants)
