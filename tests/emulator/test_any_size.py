@@ -152,3 +152,13 @@ def test_matmul_pads_odd_k_of_large_products(monkeypatch) -> None:
     check(c, a.double() @ b.double().T, GEMM_TOL, f"padded matmul 40x48x29 (seed {seed})")
     (kernel,) = gm._COMPILED.values()
     assert not kernel._variants, list(kernel._variants)
+
+
+def test_matmul_wgmma_odd_k() -> None:
+    """wgmma's plan takes neither the TMA producer nor the persistent grid for an odd K (TMA rows are
+    16-byte multiples): the narrow variant compiles with cp.async or synchronous copies."""
+    g, seed = generator()
+    for m, n, k in [(33, 47, 29), (130, 136, 29), (200, 136, 4094)]:
+        a, b = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16)
+        c = gm.matmul(a, b, backend="emulator", mma="wgmma")
+        check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} N={n} K={k} (seed {seed})")

@@ -11,7 +11,7 @@ from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
 
 pytestmark = pytest.mark.gpu
-ODD_GEMM = [(33, 47, 29), (1, 5, 16), (7, 9, 13), (130, 257, 4095), (64, 50257, 64)]
+ODD_GEMM = [(33, 47, 29), (1, 5, 16), (7, 9, 13), (130, 257, 4095), (64, 50257, 64), (600, 520, 1001)]
 M, N = wc.sym.M, wc.sym.N
 
 

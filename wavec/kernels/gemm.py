@@ -199,7 +199,7 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
-    plan = plan_matmul(m, n, k, req)
+    plan = plan_matmul(m, n, k + -k % 8 if pads_k(m, n, k) else k, req)
     target = "sm_90a" if plan.mma == "wgmma" else None
     if plan.split > 1:
         return _splitk_runner(m, n, plan, dtype, out, out_dtype, backend)
