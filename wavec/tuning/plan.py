@@ -241,8 +241,8 @@ class GemmRequest:
 def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str | None = None) -> GemmPlan:
     """``matmul``'s plan for m x n x k: the rule's tile (or ``req.config``'s) and flags.  wgmma takes
     ``wgmma_plan``'s producer and persistent grid when neither is given, only with its own tile on "auto"
-    copies (as measured) and a K of 16-byte rows (TMA); decode (M <= 16) keeps the mma.sync decode tiles.  Split-K (mma.sync only):
-    ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
+    copies (as measured) and a K of 16-byte rows (TMA); decode (M <= 16) keeps the mma.sync decode tiles.
+    Split-K (mma.sync only): ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
     explicit = req.config is not None
     if req.mma == "wgmma" and m > 16:
         if req.split not in (None, 1):
