@@ -207,8 +207,6 @@ def launch_cases() -> list[Case]:
         Case(G, "b's K (72) contradicts a's K (64)", lambda: g(a, _half(32, 72), c), "b"),
         Case(G, "c's M (65) contradicts a's M (64)", lambda: g(a, b, torch.empty(65, 32)), "c"),
         Case(G, "c's N (30) contradicts b's N (32)", lambda: g(a, b, torch.empty(64, 30)), "c"),
-        Case(G, "K = 60, not a multiple of 8", lambda: g(_half(64, 60), _half(32, 60), c), "a"),
-        Case(G, "N = 33, not a multiple of 2 (f32 output)", lambda: g(a, _half(33, 64), torch.empty(64, 33)), "b"),
         Case(
             G, "K = 128 where K = 64 was bound at compile time", lambda: g_k64(_half(64, 128), _half(32, 128), c), "a"
         ),
@@ -226,14 +224,6 @@ def launch_cases() -> list[Case]:
         Case(S, "bias is a strided slice `[::2]`", lambda: ss(x, y, torch.randn(128)[::2], out), "bias"),
         Case(S, "a is int32", lambda: ss(x.int(), y, bias, out), "a"),
         Case(S, "b is float16", lambda: ss(x, y.half(), bias, out), "b"),
-        Case(
-            S,
-            "N = 30, not a multiple of 4 (f32)",
-            lambda: ss(
-                x[:, :30].contiguous(), y[:, :30].contiguous(), bias[:30].contiguous(), out[:, :30].contiguous()
-            ),
-            "a",
-        ),
         Case(S, "out on the `meta` device", lambda: ss(x, y, bias, out.to("meta")), "out"),
         Case(S, "out is a (in place)", lambda: ss(x, y, bias, x), "out"),
         Case(

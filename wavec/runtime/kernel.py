@@ -13,14 +13,19 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
   raises :class:`~wavec.errors.ArgumentError` asking for the outputs.  The launcher then validates the
   inputs exactly as in the all-arguments form.
 * Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.
+
+A launch whose sizes break the artifact's ``divisibility`` (rows accessed in 16-byte runs) runs the narrow
+variant for them: ``narrow(run_caps=...)`` (set by ``wc.compile``) compiles it once per set of caps; the
+aligned launch pays nothing for this.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ..errors import ArgumentError, LaunchError
+from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
@@ -160,6 +165,8 @@ class CompiledKernel:
         self._ninputs = sum(1 for a in self.metadata.args if not a.is_output) + nscalars
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
+        self.narrow: Callable[..., CompiledKernel] | None = None  # compiles a variant for ``run_caps``
+        self._variants: dict[tuple, CompiledKernel] = {}
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -170,21 +177,48 @@ class CompiledKernel:
 
     def __call__(self, *tensors: Any) -> Any:
         n = len(tensors)
-        if n == self._nargs:
-            (self._impl or self._launcher())(*tensors)
-            return None
-        if n != self._ninputs:
-            self._count_error(n)
-        plan = self._plan or self.output_plan
-        launch = plan.launch
-        if launch is None:
-            plan.raise_unbound()
-        impl = self._impl or self._launcher()
         try:
-            return launch(impl, self._default_device, *tensors)
-        except (AttributeError, IndexError, TypeError):
-            plan.diagnose(tensors)  # a non-tensor or wrong-rank input: say which
-            raise
+            if n == self._nargs:
+                (self._impl or self._launcher())(*tensors)
+                return None
+            if n != self._ninputs:
+                self._count_error(n)
+            plan = self._plan or self.output_plan
+            launch = plan.launch
+            if launch is None:
+                plan.raise_unbound()
+            impl = self._impl or self._launcher()
+            try:
+                return launch(impl, self._default_device, *tensors)
+            except (AttributeError, IndexError, TypeError):
+                plan.diagnose(tensors)  # a non-tensor or wrong-rank input: say which
+                raise
+        except AlignmentMiss as miss:
+            if self.narrow is None:
+                raise
+            return self.variant_for(miss)(*tensors)
+
+    def variant_for(self, miss: AlignmentMiss) -> CompiledKernel:
+        """The variant whose runs along each symbol ``miss.values`` misaligns are as long as its value allows
+        (the largest power of two dividing it, below the width this kernel needs); compiled on first use.
+        Where none compiles (TMA asked for explicitly needs 16-byte rows), ``miss`` says why."""
+        values = miss.values
+        caps = tuple(
+            (sym, math.gcd(values[sym], div) & -math.gcd(values[sym], div))
+            for sym, div in self.metadata.divisibility
+            if values[sym] % div
+        )
+        kernel = self._variants.get(caps)
+        if kernel is None:
+            assert self.narrow is not None  # callers check
+            try:
+                kernel = self.narrow(run_caps=dict(caps))
+            except WavecError as why:
+                fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
+                raise ArgumentError(None, **fields) from why
+            kernel.narrow = None  # its remaining requirements hold for ``values``; no variant of a variant
+            self._variants[caps] = kernel
+        return kernel
 
     def _launcher(self) -> Any:
         if self._impl is None:
