@@ -138,3 +138,22 @@ def torch_scan(kind: str, exclusive: bool, x: torch.Tensor) -> torch.Tensor:
         ident = info.min if kind == "max" else info.max
     first = torch.full_like(incl[..., :1], ident)
     return torch.cat([first, incl[..., :-1]], -1)
+
+
+def check_topk(x: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
+    """Values exactly torch's (NaN largest); each index holds its value; equal values take the lowest
+    indices of the row, in order; where a value occurs once in its row, the index is torch's."""
+    ref = torch.topk(x.double(), k, -1)
+    torch.testing.assert_close(values.double(), ref.values, rtol=0, atol=0, equal_nan=True)
+    assert ((indices >= 0) & (indices < x.shape[1])).all(), "an index was not written"
+    xd, vd = x.double(), values.double()
+    torch.testing.assert_close(xd.gather(-1, indices.long()), vd, rtol=0, atol=0, equal_nan=True)
+    for r in range(x.shape[0]):
+        for val in torch.unique(vd[r]):
+            def same(t: torch.Tensor) -> torch.Tensor:
+                return t.isnan() if val.isnan() else t == val  # noqa: B023 - used within the iteration
+
+            chosen, pool = indices[r][same(vd[r])], same(xd[r]).nonzero().flatten()
+            assert torch.equal(chosen.long(), pool[: len(chosen)]), f"row {r}: ties of {val} not lowest-first"
+            if len(pool) == 1:
+                assert chosen.item() == ref.indices[r][same(ref.values[r])].item()

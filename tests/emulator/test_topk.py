@@ -24,25 +24,6 @@ def _run(dtype: str, k: int, x: torch.Tensor, target: str = "sm_90", **shape) ->
     return values, indices
 
 
-def check_topk(x: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
-    """Values exactly torch's (NaN largest); each index holds its value; equal values take the lowest
-    indices of the row, in order; where a value occurs once in its row, the index is torch's."""
-    ref = torch.topk(x.double(), k, -1)
-    torch.testing.assert_close(values.double(), ref.values, rtol=0, atol=0, equal_nan=True)
-    assert ((indices >= 0) & (indices < x.shape[1])).all(), "an index was not written"
-    xd, vd = x.double(), values.double()
-    torch.testing.assert_close(xd.gather(-1, indices.long()), vd, rtol=0, atol=0, equal_nan=True)
-    for r in range(x.shape[0]):
-        for val in torch.unique(vd[r]):
-            def same(t: torch.Tensor) -> torch.Tensor:
-                return t.isnan() if val.isnan() else t == val  # noqa: B023 - used within the iteration
-
-            chosen, pool = indices[r][same(vd[r])], same(xd[r]).nonzero().flatten()
-            assert torch.equal(chosen.long(), pool[: len(chosen)]), f"row {r}: ties of {val} not lowest-first"
-            if len(pool) == 1:
-                assert chosen.item() == ref.indices[r][same(ref.values[r])].item()
-
-
 SHAPES = {  # (target, waves_n, tiles per wave, threads per wave)
     "one_wave": ("sm_90", 1, 1, 32),
     "one_wave_two_tiles": ("sm_90", 1, 2, 32),
@@ -58,7 +39,7 @@ def test_topk_distinct(dtype: str, shape: str) -> None:
     gen = torch.Generator().manual_seed(hash((dtype, shape)) % 1000)
     x = rk.random_values((ROWS, 512), dtype, gen, ties=False)
     values, indices = _run(dtype, 8, x, target, tpw=tpw, waves_n=waves, tiles=tiles)
-    check_topk(x, 8, values, indices)
+    rk.check_topk(x, 8, values, indices)
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
@@ -69,7 +50,7 @@ def test_topk_ties(dtype: str, shape: str) -> None:
     gen = torch.Generator().manual_seed(hash((dtype, shape, "ties")) % 1000)
     x = rk.random_values((ROWS, 512), dtype, gen, ties=True)
     values, indices = _run(dtype, 16, x, target, tpw=tpw, waves_n=waves, tiles=tiles)
-    check_topk(x, 16, values, indices)
+    rk.check_topk(x, 16, values, indices)
 
 
 @pytest.mark.parametrize("shape", ["one_wave_two_tiles", "two_waves"])
@@ -85,7 +66,7 @@ def test_topk_nan_and_inf(shape: str) -> None:
     x[3, 3] = x[3, 9] = -0.0
     x[4, 511] = float("nan")
     values, indices = _run("f32", 4, x, target, tpw=tpw, waves_n=waves, tiles=tiles)
-    check_topk(x, 4, values, indices)
+    rk.check_topk(x, 4, values, indices)
     assert indices[0, :3].tolist() == [7, 300, 450] and indices[3].tolist() == [0, 1, 2, 3]
 
 
@@ -94,14 +75,14 @@ def test_topk_k_range(k: int, waves: int) -> None:
     """k = 1 (argmax), and up to 128 over four waves (the merge sees 512 candidates)."""
     x = torch.randn(ROWS, 512, generator=torch.Generator().manual_seed(k))
     values, indices = _run("f32", k, x, tpw=32, waves_n=waves, tiles=2)
-    check_topk(x, k, values, indices)
+    rk.check_topk(x, k, values, indices)
 
 
 def test_topk_rows_of_k() -> None:
     """k equal to the row: a full descending sort."""
     x = torch.randn(ROWS, 128, generator=torch.Generator().manual_seed(3))
     values, indices = _run("f32", 128, x, tpw=32, waves_n=1, tiles=1, n_tile=128)
-    check_topk(x, 128, values, indices)
+    rk.check_topk(x, 128, values, indices)
 
 
 def _bad(body, cons_extra=(), k: int = 8) -> None:

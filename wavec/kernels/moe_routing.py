@@ -25,21 +25,17 @@ MAX_EXPERTS = 512
 WAVES = 4  # token rows per workgroup: WAVES waves, each its rows
 
 
-def rows_per_wave(experts: int) -> int:
-    """Rows a 32-lane wave holds: one when E spans the lanes, else 32 / E (E lanes per row)."""
-    return max(1, 32 // experts)
-
-
-def make_topk_softmax(dtype, experts: int, k: int, renormalize: bool) -> wc.WaveKernel:
+def make_topk_softmax(dtype, experts: int, k: int, renormalize: bool, tpw: int = 32) -> wc.WaveKernel:
     """``weights, ids = topk(softmax(x.float(), -1), K)`` over rows of ``experts`` (bound to E), K = the
-    padded k (bound in subs), the first ``k`` renormalized when ``renormalize``."""
-    rows = rows_per_wave(experts)
+    padded k (bound in subs), the first ``k`` renormalized when ``renormalize``; a wave of ``tpw`` lanes
+    holds one row, or ``tpw / E`` rows of E lanes each when E < ``tpw``."""
+    rows = max(1, tpw // experts)
     cons = [
         wc.WorkgroupConstraint(T, rows * WAVES, 0),
         wc.WorkgroupConstraint(E, E, None),
         wc.WorkgroupConstraint(K, K, None),
         wc.WaveConstraint(T, rows),
-        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={T: rows, E: experts}),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={T: rows, E: experts}),
     ]
 
     @wc.wave(cons)
@@ -79,7 +75,7 @@ def _check(gating_logits: Any, k: Any, renormalize: Any) -> tuple:
     if name not in DTYPES:
         raise wc.WavecError(message=f"topk_softmax: gating_logits must be one of {sorted(DTYPES)}, got {name}")
     experts = gating_logits.shape[1]
-    if not (1 <= experts <= MAX_EXPERTS and (experts % 32 == 0 or 32 % experts == 0)):
+    if not (1 <= experts <= MAX_EXPERTS and (experts % 32 == 0 or 32 % experts == 0)):  # lanes divide E or E them
         raise wc.WavecError(
             message=f"topk_softmax: gating_logits has {experts} experts; E must be a power of two up to 32 "
             f"or a multiple of 32, at most {MAX_EXPERTS}"
