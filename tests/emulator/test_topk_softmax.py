@@ -12,27 +12,6 @@ import wavec as wc
 from wavec.kernels import moe_routing as mr
 
 
-def check_routing(x: torch.Tensor, k: int, renormalize: bool, weights: torch.Tensor, ids: torch.Tensor) -> None:
-    """Weights within f32 rounding of the reference, each id's softmax probability equal to its (pre-
-    renormalization) weight, ids distinct per token and torch's where the probabilities are distinct."""
-    x, weights, ids = x.cpu(), weights.cpu(), ids.cpu()
-    assert weights.shape == ids.shape == (x.shape[0], k) and ids.dtype == torch.int32
-    assert weights.dtype == torch.float32 and weights.is_contiguous() and ids.is_contiguous()
-    assert ((ids >= 0) & (ids < x.shape[1])).all(), "an id was not written"
-    ref_w, ref_i = mr.reference(x, k, renormalize)
-    torch.testing.assert_close(weights, ref_w, rtol=2e-6, atol=1e-7)
-    p = torch.softmax(x.double(), -1)
-    got = p.gather(-1, ids.long())
-    if renormalize:
-        got = got / got.sum(-1, keepdim=True)
-    torch.testing.assert_close(weights.double(), got, rtol=1e-5, atol=1e-7)
-    assert (ids.sort(-1).values.diff(dim=-1) > 0).all(), "an expert was chosen twice"
-    pf = torch.softmax(x.float(), -1)
-    distinct = (pf.unsqueeze(-1) == pf.unsqueeze(-2)).sum(-1) == 1  # [T, E]: its probability occurs once
-    sure = distinct.gather(-1, ref_i.long()) & distinct.gather(-1, ids.long())
-    assert torch.equal(ids[sure], ref_i[sure])
-
-
 @pytest.mark.parametrize("experts", [8, 16, 32, 64, 128, 256, 512])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_every_expert_count(experts: int, dtype: torch.dtype) -> None:
@@ -40,7 +19,7 @@ def test_every_expert_count(experts: int, dtype: torch.dtype) -> None:
     x = (torch.randn(37, experts, generator=gen) * 3).to(dtype)
     k = min(8, experts)
     w, i = mr.topk_softmax(x, k, renormalize=experts % 64 == 0, backend="emulator")
-    check_routing(x, k, experts % 64 == 0, w, i)
+    mr.check_routing(x, k, experts % 64 == 0, w, i)
 
 
 @pytest.mark.parametrize("k", [1, 2, 6, 16])
@@ -48,7 +27,7 @@ def test_every_expert_count(experts: int, dtype: torch.dtype) -> None:
 def test_k_and_renormalize(k: int, renormalize: bool) -> None:
     x = torch.randn(70, 128, generator=torch.Generator().manual_seed(k)).half()
     w, i = mr.topk_softmax(x, k, renormalize, backend="emulator")
-    check_routing(x, k, renormalize, w, i)
+    mr.check_routing(x, k, renormalize, w, i)
 
 
 def test_ties_take_the_lower_expert() -> None:
@@ -56,7 +35,7 @@ def test_ties_take_the_lower_expert() -> None:
     x = torch.randint(-2, 3, (33, 64), generator=torch.Generator().manual_seed(5)).float()
     x[0] = 1.0
     w, i = mr.topk_softmax(x, 8, backend="emulator")
-    check_routing(x, 8, False, w, i)
+    mr.check_routing(x, 8, False, w, i)
     assert i[0].tolist() == list(range(8))
     for t in range(33):
         p = torch.softmax(x[t], -1)
@@ -70,7 +49,7 @@ def test_torch_operator_on_cpu() -> None:
 
     x = torch.randn(5, 32, generator=torch.Generator().manual_seed(9))
     w, i = torch.ops.wavec.topk_softmax(x, 4, True)
-    check_routing(x, 4, True, w, i)
+    mr.check_routing(x, 4, True, w, i)
     assert wc.kernels.topk_softmax is mr.topk_softmax
 
 

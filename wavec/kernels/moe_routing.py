@@ -118,3 +118,37 @@ def reference(gating_logits, k: int, renormalize: bool = False):
     if renormalize:
         w = w / w.sum(-1, keepdim=True)
     return w, i.to(torch.int32)
+
+
+def check_routing(x, k: int, renormalize: bool, weights, ids) -> None:
+    """Raise ``AssertionError`` unless ``(weights, ids)`` answer ``topk_softmax(x, k, renormalize)``: weights
+    within f32 rounding of ``reference``, each id's softmax probability equal to its (pre-renormalization)
+    weight, ids distinct per token and ``torch.topk``'s wherever the probabilities are distinct."""
+    import torch
+
+    x, weights, ids = x.cpu(), weights.cpu(), ids.cpu()
+    if weights.shape != (x.shape[0], k) or ids.shape != (x.shape[0], k) or ids.dtype != torch.int32:
+        raise AssertionError(f"shapes {list(weights.shape)} / {list(ids.shape)} {ids.dtype}, want [{x.shape[0]}, {k}]")
+    if weights.dtype != torch.float32 or not (weights.is_contiguous() and ids.is_contiguous()):
+        raise AssertionError("weights must be contiguous f32 and ids contiguous")
+    if not ((ids >= 0) & (ids < x.shape[1])).all():
+        raise AssertionError("an id was not written")
+    ref_w, ref_i = reference(x, k, renormalize)
+    torch.testing.assert_close(weights, ref_w, rtol=2e-6, atol=1e-7)
+    p = torch.softmax(x.double(), -1)
+    got = p.gather(-1, ids.long())
+    if renormalize:
+        got = got / got.sum(-1, keepdim=True)
+    torch.testing.assert_close(weights.double(), got, rtol=1e-5, atol=1e-7)
+    if k > 1 and not (ids.sort(-1).values.diff(dim=-1) > 0).all():
+        raise AssertionError("an expert was chosen twice for one token")
+    pf = torch.softmax(x.float(), -1)
+    s, order = pf.sort(-1)
+    eq = s[:, 1:] == s[:, :-1]
+    dup = torch.zeros_like(s, dtype=torch.bool)
+    dup[:, 1:] |= eq
+    dup[:, :-1] |= eq
+    distinct = torch.empty_like(dup).scatter_(-1, order, ~dup)  # [T, E]: its probability occurs once
+    sure = distinct.gather(-1, ref_i.long()) & distinct.gather(-1, ids.long())
+    if not torch.equal(ids[sure], ref_i[sure]):
+        raise AssertionError("ids differ from torch.topk's where the probabilities are distinct")
