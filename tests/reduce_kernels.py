@@ -150,6 +150,7 @@ def check_topk(x: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Ten
     torch.testing.assert_close(xd.gather(-1, indices.long()), vd, rtol=0, atol=0, equal_nan=True)
     for r in range(x.shape[0]):
         for val in torch.unique(vd[r]):
+
             def same(t: torch.Tensor) -> torch.Tensor:
                 return t.isnan() if val.isnan() else t == val  # noqa: B023 - used within the iteration
 

@@ -26,6 +26,7 @@ from iree.compiler.dialects import arith, gpu, memref, vector
 
 from ..frontend import dtypes as dt
 from ..frontend.ops_reduce import TopK
+from ..frontend.tracing import arg_nodes
 from ..indexing import LANE, WAVE, Layout
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, rule, splat, vec_type
@@ -66,7 +67,9 @@ def _across_waves(fb: FunctionBuilder, winners: list[list[ir.Value]], k: int, bi
     others = [a for a in range(3) if a != axis]
     other = WAVE[others[0]] + WAVE[others[1]] * w[others[0]]
     lanes, row = 1 << len(bits), w[axis] * k  # the row's candidates: every wave's k winners
-    mtype = ir.MemRefType.parse(f"memref<{cs.waves // w[axis]}x{len(winners) * row}xi64, #gpu.address_space<workgroup>>")
+    mtype = ir.MemRefType.parse(
+        f"memref<{cs.waves // w[axis]}x{len(winners) * row}xi64, #gpu.address_space<workgroup>>"
+    )
     buf = memref.alloc(mtype, [], [], alignment=16)
     gpu.barrier()
     for g, ws in enumerate(winners):
@@ -94,7 +97,7 @@ def lower_topk(fb: FunctionBuilder, node: fx.Node) -> None:
     dim, k_dim = kw.dim, kw.k_dim
     lout: Layout = node.meta["layout"]
     k = lout.tile_of(k_dim)
-    tiles = list(node.args)
+    tiles = arg_nodes(node)
     lin: Layout = tiles[0].meta["layout"]
     keys = [arg_keys(fb, fb.values[t], t.meta["layout"], dim, "argmax", t.meta["type"].dtype) for t in tiles]
     bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)

@@ -185,7 +185,9 @@ def topk(x: Value, k_dim, dim) -> tuple[Value, Value]:
     x = _operand("topk", x, dim, (dt.f32, dt.i32) + WIDENED)
     if not isinstance(k_dim, sympy.Symbol) or k_dim in x.type.dims:
         raise ShapeError(
-            current_loc(), op="topk", message=f"k_dim must be a new dimension symbol (not of {list(x.shape)}), got {k_dim!r}"
+            current_loc(),
+            op="topk",
+            message=f"k_dim must be a new dimension symbol (not of {list(x.shape)}), got {k_dim!r}",
         )
     xv = cast(x, dt.f32) if x.dtype in WIDENED else x
     shape = tuple(k_dim if d == dim else d for d in x.shape)

@@ -241,7 +241,7 @@ def topk_layout(ctx: PassContext, graph, n: fx.Node, lay: Layout) -> Layout:
     """A ``wc.topk`` result: the operand's layout with ``dim`` replaced by ``k_dim`` in place, every thread
     holding all k winners of its rows (the lanes and waves along ``dim`` hold copies), k fastest."""
     dim, k_dim = n.kwargs["dim"], n.kwargs["k_dim"]
-    k = ctx.constraints.workgroup_extent(k_dim)
+    k = ctx.extent(k_dim)  # _flow_topk checked it
     keep = lay.restrict([d for d in lay.dims if d != dim])
     kseq = IndexSeq(_base(ctx, graph, (k_dim,))[k_dim], ((k, 1),))
     dims = tuple(k_dim if d == dim else d for d in lay.dims)
