@@ -8,7 +8,7 @@ import torch
 import wavec as wc
 from wavec import Memory
 
-M, N = wc.sym.M, wc.sym.N
+M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
 TORCH = {
     "f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32, "i64": torch.int64,
 }  # fmt: skip
@@ -50,6 +50,28 @@ def make_arg(kind: str, dtype, tpw: int = 32, waves_n: int = 2) -> wc.WaveKernel
         wc.write(i, indices)
 
     return arg
+
+
+def make_topk(dtype, tpw: int = 32, waves_n: int = 2, n_tile: int = 512, tiles: int = 2) -> wc.WaveKernel:
+    """``values[m], indices[m] = torch.topk(x[m, :], K)`` with K bound in subs: rows of ``n_tile`` split
+    over ``waves_n`` waves, each wave's part ``tiles`` instruction tiles."""
+    wave_n = n_tile // waves_n
+    cons = [
+        wc.WorkgroupConstraint(M, 2, 0),
+        wc.WorkgroupConstraint(N, n_tile, 1),
+        wc.WorkgroupConstraint(K, K, None),
+        wc.WaveConstraint(M, 1),
+        *([wc.WaveConstraint(N, wave_n)] if waves_n > 1 else []),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: wave_n // tiles}),
+    ]
+
+    @wc.wave(cons)
+    def topk(x: Memory[M, N, dtype], values: Memory[M, K, dtype], indices: Memory[M, K, wc.i32]):
+        v, i = wc.topk(wc.read(x), K, N)
+        wc.write(v, values)
+        wc.write(i, indices)
+
+    return topk
 
 
 def make_scan(kind: str, exclusive: bool, dtype, tpw: int = 32, waves: int = 1, tile: int = 256) -> wc.WaveKernel:
@@ -116,3 +138,23 @@ def torch_scan(kind: str, exclusive: bool, x: torch.Tensor) -> torch.Tensor:
         ident = info.min if kind == "max" else info.max
     first = torch.full_like(incl[..., :1], ident)
     return torch.cat([first, incl[..., :-1]], -1)
+
+
+def check_topk(x: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
+    """Values exactly torch's (NaN largest); each index holds its value; equal values take the lowest
+    indices of the row, in order; where a value occurs once in its row, the index is torch's."""
+    ref = torch.topk(x.double(), k, -1)
+    torch.testing.assert_close(values.double(), ref.values, rtol=0, atol=0, equal_nan=True)
+    assert ((indices >= 0) & (indices < x.shape[1])).all(), "an index was not written"
+    xd, vd = x.double(), values.double()
+    torch.testing.assert_close(xd.gather(-1, indices.long()), vd, rtol=0, atol=0, equal_nan=True)
+    for r in range(x.shape[0]):
+        for val in torch.unique(vd[r]):
+
+            def same(t: torch.Tensor) -> torch.Tensor:
+                return t.isnan() if val.isnan() else t == val  # noqa: B023 - used within the iteration
+
+            chosen, pool = indices[r][same(vd[r])], same(xd[r]).nonzero().flatten()
+            assert torch.equal(chosen.long(), pool[: len(chosen)]), f"row {r}: ties of {val} not lowest-first"
+            if len(pool) == 1:
+                assert chosen.item() == ref.indices[r][same(ref.values[r])].item()

@@ -57,6 +57,7 @@ from .frontend.ops_reduce import (
     min,  # noqa: A004 - wc.min, the DSL reduction
     scan,
     sum,  # noqa: A004 - wc.sum, the DSL reduction
+    topk,
 )
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register, Scalar
@@ -71,7 +72,7 @@ __all__ = [
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
     "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum",
-    "min", "argmax", "argmin", "scan",
+    "min", "argmax", "argmin", "scan", "topk",
     "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip

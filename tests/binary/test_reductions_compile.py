@@ -45,3 +45,26 @@ def _shuffles(mlir: str) -> str:
 def test_scan_compiles(target: str, kind: str, exclusive: bool, dtype, waves: int) -> None:
     k = _compile(rk.make_scan(kind, exclusive, dtype, tpw=_tpw(target), waves=waves), target)
     assert k.artifact.binary and "gpu.shuffle up" in k.mlir.replace("  ", " ")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,waves,k", [(wc.f32, 2, 8), (wc.f16, 1, 16)])
+def test_topk_compiles(target: str, dtype, waves: int, k: int) -> None:
+    """Knock-out rounds (i64 keys as two 32-bit shuffles) and, over two waves, the shared-memory merge."""
+    kern = rk.make_topk(dtype, tpw=_tpw(target), waves_n=waves)
+    backend = "rocm" if target.startswith("gfx") else "cuda"
+    got = wc.compile(kern, {rk.N: 512, rk.K: k}, target=target, backend=backend, cache=False)
+    assert got.artifact.binary and " : i64" not in _shuffles(got.mlir)
+    assert ("gpu.barrier" in got.mlir) == (waves > 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("experts,k,renormalize", [(8, 2, False), (256, 8, True)])
+def test_topk_softmax_compiles(target: str, experts: int, k: int, renormalize: bool) -> None:
+    from wavec.kernels import moe_routing as mr
+
+    kern = mr.make_topk_softmax(wc.bf16, experts, k, renormalize, tpw=_tpw(target))
+    backend = "rocm" if target.startswith("gfx") else "cuda"
+    kp = (k + 3) // 4 * 4
+    got = wc.compile(kern, {mr.E: experts, mr.K: kp}, target=target, backend=backend, cache=False)
+    assert got.artifact.binary

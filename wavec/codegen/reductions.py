@@ -43,7 +43,7 @@ def _combiner(kind: str, dtype: dt.DType):
     return (_FLOAT if dtype.is_float else _INT)[kind]
 
 
-def _groups(lin: Layout, lout: Layout) -> list[list[int]]:
+def reduce_groups(lin: Layout, lout: Layout) -> list[list[int]]:
     """For each output position, the input positions that reduce into it."""
     ins = lin.level_coords()
     return [[q for q, ic in enumerate(ins) if all(ic[k] == v for k, v in oc.items())] for oc in lout.level_coords()]
@@ -97,7 +97,7 @@ def _butterfly(fb: FunctionBuilder, value: ir.Value, n: int, bits: list[int], ki
     return vector.from_elements(vec_type(n, dtype), elems)
 
 
-def _wave_axis(fb: FunctionBuilder, dim) -> int | None:
+def wave_axis(fb: FunctionBuilder, dim) -> int | None:
     cs = fb.cs
     if dim in cs.wave_tile and cs.waves_per_axis[cs.wg_axis[dim]] > 1:
         return cs.wg_axis[dim]
@@ -122,7 +122,7 @@ def _across_waves(fb: FunctionBuilder, value: ir.Value, n: int, axis: int, kind:
     return acc
 
 
-def _arg_keys(fb: FunctionBuilder, v: ir.Value, lin: Layout, dim, kind: str, dtype: dt.DType) -> ir.Value:
+def arg_keys(fb: FunctionBuilder, v: ir.Value, lin: Layout, dim, kind: str, dtype: dt.DType) -> ir.Value:
     """The i64 key of each of the thread's elements (see the module docstring)."""
     n = lin.size
     vi32, vi64 = vec_type(n, dt.i32), vec_type(n, dt.i64)
@@ -154,10 +154,10 @@ def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
     lin, lout = x_node.meta["layout"], node.meta["layout"]
     v = fb.values[x_node]
     if kind in NAN_KEY:
-        v = _arg_keys(fb, v, lin, dim, kind, x_node.meta["type"].dtype)
+        v = arg_keys(fb, v, lin, dim, kind, x_node.meta["type"].dtype)
     combining, combine = _combiner(kind, dtype)
     parts = []
-    for qs in _groups(lin, lout):
+    for qs in reduce_groups(lin, lout):
         piece = v if qs == list(range(lin.size)) else vector.shuffle(v, v, qs)
         parts.append(vector.reduction(elem_type(dtype), combining, piece))
     res = vector.from_elements(vec_type(lout.size, dtype), parts)
@@ -167,7 +167,7 @@ def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
         bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)
         if bits:
             res = _butterfly(fb, res, lout.size, bits, kind, dtype)
-        axis = _wave_axis(fb, dim)
+        axis = wave_axis(fb, dim)
         if axis is not None:
             res = _across_waves(fb, res, lout.size, axis, kind, dtype)
     fb.values[node] = res

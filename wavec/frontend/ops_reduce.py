@@ -6,9 +6,13 @@
   its index low), so the chained partials, butterfly and cross-wave pass of a max/min reduction carry
   value and index together; two ``ArgUnpack`` nodes decode the winning key into the value and the index.
 - ``Scan`` (``codegen/scans.py``): inclusive or exclusive prefix combine (add, max, min) along a dim.
+- ``TopK`` (``codegen/topk.py``): the argmax keys of the k largest elements along a dim, in order, as a new
+  dim of size k; the same two ``ArgUnpack`` nodes decode values and indices.
 """
 
 from __future__ import annotations
+
+import sympy
 
 from ..errors import DTypeError, ShapeError
 from . import dtypes as dt
@@ -146,3 +150,48 @@ def scan(x: Value, dim, combine: str = "add", exclusive: bool = False) -> Value:
 def cumsum(x: Value, dim, exclusive: bool = False) -> Value:
     """The prefix sum of ``x`` along ``dim``, Wave's ``cumsum``: ``wc.scan(x, dim, "add", exclusive)``."""
     return scan(x, dim, "add", exclusive)
+
+
+MAX_TOPK = 128  # k beyond this: one key per winner and thread stays in registers, so k is bounded
+
+
+class TopK(Op):
+    """The i64 argmax keys of the ``k`` largest elements of ``x`` along ``kwargs["dim"]``, largest first,
+    along the new dim ``kwargs["k_dim"]`` (which replaces ``dim``; its size is k).  ``ArgUnpack`` decodes
+    them."""
+
+    name = "topk"
+    anchor, anchor_priority = "reduction_input", PRIO_STRATEGY
+    index_flow = "topk"  # the result: the input's layout without dim, each thread holding all k keys
+    expansion = "gather_dim"  # one clone per output tile takes every input tile along dim
+    lowering = "wavec.codegen.topk"
+    emulated_ops = (
+        "vector.shuffle", "vector.reduction", "vector.extract", "vector.broadcast", "vector.from_elements",
+        "vector.store", "vector.load", "gpu.shuffle", "gpu.barrier", "memref.alloc", "memref.load",
+        "arith.maxsi", "arith.cmpi", "arith.select", "arith.cmpf", "arith.bitcast", "arith.xori", "arith.extsi",
+        "arith.extui", "arith.shli", "arith.ori", "arith.trunci", "arith.shrui", "arith.addi",
+    )  # fmt: skip
+
+
+def topk(x: Value, k_dim, dim) -> tuple[Value, Value]:
+    """``(values, indices)`` of the ``k`` largest elements of ``x`` along ``dim``, like
+    ``torch.topk(x, k, dim)`` (Wave's ``tkw.topk(src, K, N)``): sorted largest first, the lower index first
+    among equal values, NaN larger than every number (torch's order); -0.0 and +0.0 tie.  ``k_dim`` is a
+    new dimension symbol that replaces ``dim`` in the result (``[M, N]`` -> ``[M, K]``); its size is ``k``:
+    bind it in ``subs`` and give it ``WorkgroupConstraint(K, K, None)``; ``k`` is at most 128 and at most
+    the workgroup's tile of ``dim``.  ``values`` have ``x``'s dtype (f32, i32, f16 or bf16; halves compared
+    exactly in f32), ``indices`` are i32 coordinates along ``dim``."""
+    tr = active_tracer("topk")
+    x = _operand("topk", x, dim, (dt.f32, dt.i32) + WIDENED)
+    if not isinstance(k_dim, sympy.Symbol) or k_dim in x.type.dims:
+        raise ShapeError(
+            current_loc(),
+            op="topk",
+            message=f"k_dim must be a new dimension symbol (not of {list(x.shape)}), got {k_dim!r}",
+        )
+    xv = cast(x, dt.f32) if x.dtype in WIDENED else x
+    shape = tuple(k_dim if d == dim else d for d in x.shape)
+    keys = tr.create(TopK, (xv,), TensorType(shape, dt.i64), dim=dim, k_dim=k_dim)
+    value = tr.create(ArgUnpack, (keys,), TensorType(shape, xv.dtype), kind="argmax", part="value")
+    index = tr.create(ArgUnpack, (keys,), TensorType(shape, dt.i32), kind="argmax", part="index")
+    return (cast(value, x.dtype) if xv.dtype != x.dtype else value), index

@@ -19,6 +19,7 @@ _EXPORTS = {
     "paged_attention": "paged_attention",
     "gather_scatter_matmul": "moe_gemm",
     "moe_align_block_size": "moe_align",
+    "topk_softmax": "moe_routing",
 }
 
 __all__ = sorted(_EXPORTS)
