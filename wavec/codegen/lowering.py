@@ -308,6 +308,8 @@ _ARITH = {
     "div": (arith.divf, arith.divsi), "maximum": (arith.maximumf, arith.maxsi),
     "minimum": (arith.minimumf, arith.minsi), "floordiv": (None, arith.floordivsi),
     "mod": (None, lambda x, y: arith.subi(x, arith.muli(arith.floordivsi(x, y), y))),  # Python's sign rule
+    "and": (None, arith.andi), "or": (None, arith.ori), "xor": (None, arith.xori), "shl": (None, arith.shli),
+    "shr": (None, arith.shrsi),
 }  # fmt: skip
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}

@@ -17,7 +17,7 @@ from . import dtypes as dt
 from .mapping import access_kwargs, split_mapping
 from .tracing import Value, active_tracer, current_loc
 from .types import TensorType
-from .unary_kinds import UNARY_KINDS
+from .unary_kinds import BIT_KINDS, UNARY_KINDS
 
 # Anchor priorities (DESIGN §3): hardware layouts, then the copy distribution / reduction strategy, then
 # the layout a write asks for; whatever is left gets the default layout from ``vector_shapes`` (0).
@@ -226,13 +226,15 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
 
 
 _CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
-_INT_ONLY = {"floordiv", "mod"}  # Python semantics: floor division, remainder with the divisor's sign
+_NOT_I1 = {"floordiv", "mod", "shl", "shr"}  # floordiv, mod: Python semantics (remainder has the divisor's sign)
+_INT_ONLY = _NOT_I1 | set(BIT_KINDS)
 BINARY_KINDS = {"add", "sub", "mul", "div", "maximum", "minimum"} | _INT_ONLY | _CMP_OPS
 
 
 class Binary(Elementwise):
     name = "binary"
-    emulated_ops = ("arith.addf", "arith.addi", "arith.mulf", "arith.divf", "arith.cmpf", "arith.cmpi")
+    emulated_ops = ("arith.addf", "arith.addi", "arith.mulf", "arith.divf", "arith.cmpf", "arith.cmpi", "arith.andi",
+                    "arith.ori", "arith.xori", "arith.shli", "arith.shrsi", "arith.shrui")  # fmt: skip
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
@@ -251,14 +253,16 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
 
 
 def binary(kind: str, x, y) -> Value:
-    """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
+    """``x <kind> y`` elementwise; numbers broadcast.  ``kind``: add, sub, mul, div, maximum, minimum, a
+    comparison (lt le gt ge eq ne, giving i1), or on integers floordiv, mod, and, or, xor, shl, shr (the
+    operators ``// % & | ^ << >>``; and/or/xor also combine i1 masks: ``(r < M) & (c < N)``)."""
     tr = active_tracer(kind)
     if kind not in BINARY_KINDS:
         raise _shape_error("binary", f"unknown kind {kind!r}; accepted: {sorted(BINARY_KINDS)}")
     if not isinstance(x, Value) and not isinstance(y, Value):
         raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
-    if kind in _INT_ONLY and ref.dtype.is_float:
+    if (kind in _INT_ONLY and ref.dtype.is_float) or (kind in _NOT_I1 and ref.dtype == dt.i1):
         raise _dtype_error(kind, f"needs integer operands, got {ref.dtype}")
     for v in (x, y):
         if isinstance(v, Value):
@@ -305,11 +309,6 @@ def unary(kind: str, x: Value) -> Value:
     if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
         raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
-
-
-def exp2(x: Value) -> Value:
-    """``2 ** x`` elementwise (floats)."""
-    return unary("exp2", x)
 
 
 class Cast(Elementwise):
@@ -545,58 +544,3 @@ def max(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name, like tkw.max
 def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
     """Sum of ``x`` over ``dim`` (the result drops ``dim``)."""
     return _reduce("sum", x, dim)
-
-
-def exp(x: Value) -> Value:
-    """``e ** x`` elementwise (floats)."""
-    return unary("exp", x)
-
-
-def log(x: Value) -> Value:
-    """Natural logarithm elementwise (floats)."""
-    return unary("log", x)
-
-
-def log2(x: Value) -> Value:
-    """Base-2 logarithm elementwise (floats)."""
-    return unary("log2", x)
-
-
-def sqrt(x: Value) -> Value:
-    """Square root elementwise (floats)."""
-    return unary("sqrt", x)
-
-
-def rsqrt(x: Value) -> Value:
-    """``1 / sqrt(x)`` elementwise (floats)."""
-    return unary("rsqrt", x)
-
-
-def tanh(x: Value) -> Value:
-    """Hyperbolic tangent elementwise (floats)."""
-    return unary("tanh", x)
-
-
-def abs(x: Value) -> Value:  # noqa: A001 - the DSL's name, like torch.abs
-    """Absolute value elementwise (floats and integers)."""
-    return unary("abs", x)
-
-
-def sin(x: Value) -> Value:
-    """Sine elementwise (floats, radians)."""
-    return unary("sin", x)
-
-
-def cos(x: Value) -> Value:
-    """Cosine elementwise (floats, radians)."""
-    return unary("cos", x)
-
-
-def erf(x: Value) -> Value:
-    """The error function elementwise (floats): ``2 / sqrt(pi) * integral of exp(-t**2) from 0 to x``."""
-    return unary("erf", x)
-
-
-def reciprocal(x: Value) -> Value:
-    """``1 / x`` elementwise."""
-    return binary("div", 1.0, x)

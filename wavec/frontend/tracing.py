@@ -125,6 +125,16 @@ class Value:
     __ge__ = _binary_op("ge")
     __eq__ = _binary_op("eq")
     __ne__ = _binary_op("ne")
+    __and__ = _binary_op("and")
+    __rand__ = _binary_op("and", swap=True)
+    __or__ = _binary_op("or")
+    __ror__ = _binary_op("or", swap=True)
+    __xor__ = _binary_op("xor")
+    __rxor__ = _binary_op("xor", swap=True)
+    __lshift__ = _binary_op("shl")
+    __rlshift__ = _binary_op("shl", swap=True)
+    __rshift__ = _binary_op("shr")
+    __rrshift__ = _binary_op("shr", swap=True)
 
     def __hash__(self) -> int:
         return id(self)
@@ -133,6 +143,41 @@ class Value:
         from .ops import unary
 
         return unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        from .ops import unary
+
+        return unary("abs", self)
+
+    def __invert__(self):  # bitwise not: x ^ -1 (on i1 masks: logical not)
+        from .ops import binary
+
+        return binary("xor", self, True if self.dtype.name == "i1" else -1)
+
+    def __pow__(self, n):
+        from .ops_math import pow
+
+        return pow(self, n)
+
+    def __round__(self, ndigits=None):
+        from .ops import unary
+
+        if ndigits is not None:
+            raise ShapeError(current_loc(), op="round", message="round(x, ndigits) is not supported; use round(x)")
+        return unary("round", self)
+
+    def __floor__(self):
+        from .ops import unary
+
+        return unary("floor", self)
+
+    def __ceil__(self):
+        from .ops import unary
+
+        return unary("ceil", self)
 
     def __getitem__(self, key):
         from .ops import expand_dims
