@@ -201,7 +201,8 @@ class Trace:
     args: list[KernelArg]
     loc: SourceLoc
     meta: dict = field(default_factory=dict)
-    scalars: list[KernelArg] = field(default_factory=list)  # by-value arguments, after the memories
+    scalars: list[KernelArg] = field(default_factory=list)  # by-value arguments (bound after the memories)
+    signature: tuple[str, ...] = ()  # every argument's name in the order of the kernel's ``def``
 
     def graphs(self):
         yield self.graph
@@ -307,11 +308,6 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
             continue
         if not isinstance(t, TensorType) or t.address_space is None:
             raise error(f"argument {name!r} must be annotated Memory[dims..., dtype] or wc.Scalar[dtype]")
-        if scalars:
-            raise error(
-                f"Memory argument {name!r} follows scalar argument {scalars[0].name!r}: "
-                "scalar arguments come after every Memory argument"
-            )
         node = tracer.root.placeholder(name)
         # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
         # itself is device memory (promote_to_shared reads meta["promote"]).
@@ -327,7 +323,14 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
         raise error("a kernel returns nothing; write results with wc.write")
     tracer.root.output(None)
     return Trace(
-        fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars
+        fn.__name__,
+        tracer.root,
+        tracer.subgraphs,
+        args,
+        loc,
+        meta={"captures": tracer.captures},
+        scalars=scalars,
+        signature=tuple(sig.parameters),
     )
 
 

@@ -79,7 +79,9 @@ class KernelMetadata:
     must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
     the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
     ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
-    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``).
+    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
+    ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
+    there; the bindings above stay tensors first), the order a call's positional arguments follow.
     """
 
     kernel: str
@@ -98,6 +100,7 @@ class KernelMetadata:
     scalars: tuple[tuple[str, str], ...] = ()
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     bounds_checks: tuple[tuple[str, str, str, str, str], ...] = ()
+    signature: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -128,6 +131,7 @@ class KernelMetadata:
             ),
             tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
             bounds_checks=tuple(_strings(c, 5, "bounds_checks") for c in d.get("bounds_checks", [])),
+            signature=tuple(_typed(n, str, "signature") for n in d.get("signature", [])),
         )
 
 
