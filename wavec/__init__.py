@@ -15,7 +15,7 @@ from .frontend.constraints import (
     WaveConstraint,
     WorkgroupConstraint,
 )
-from .frontend.dtypes import bf16, f16, f32, i1, i32, i64
+from .frontend.dtypes import bf16, f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz, f16, f32, i1, i8, i16, i32, i64, u8
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
     arange,
@@ -74,7 +74,7 @@ __all__ = [
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
     "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum", "log1p", "floor", "ceil",
-    "round", "pow", "sigmoid", "silu", "gelu",
+    "round", "pow", "sigmoid", "silu", "gelu", "i8", "u8", "i16", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz",
     "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip

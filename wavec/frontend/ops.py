@@ -71,6 +71,11 @@ def _need_value(op: str, name: str, x) -> Value:
     return x
 
 
+def _need_arithmetic(op: str, x: Value) -> None:
+    if x.dtype.is_fp8:
+        raise _dtype_error(op, f"{x.dtype} is a storage type; wc.cast it to f16, bf16 or f32 to compute on it")
+
+
 def _need_memory(op: str, name: str, x) -> Value:
     x = _need_value(op, name, x)
     if x.type.address_space is None:
@@ -262,6 +267,7 @@ def binary(kind: str, x, y) -> Value:
     if not isinstance(x, Value) and not isinstance(y, Value):
         raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
+    _need_arithmetic(kind, ref)
     if (kind in _INT_ONLY and ref.dtype.is_float) or (kind in _NOT_I1 and ref.dtype == dt.i1):
         raise _dtype_error(kind, f"needs integer operands, got {ref.dtype}")
     for v in (x, y):
@@ -306,6 +312,7 @@ def unary(kind: str, x: Value) -> Value:
         raise _shape_error("unary", f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}")
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
+    _need_arithmetic(kind, x)
     if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
         raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
@@ -313,11 +320,16 @@ def unary(kind: str, x: Value) -> Value:
 
 class Cast(Elementwise):
     name = "cast"
-    emulated_ops = ("arith.extf", "arith.truncf", "arith.fptosi", "arith.sitofp", "arith.uitofp", "arith.extui")
+    lowering = "wavec.codegen.casts"
+    emulated_ops = ("arith.extf", "arith.truncf", "arith.fptosi", "arith.fptoui", "arith.sitofp", "arith.uitofp",
+                    "arith.extui", "arith.extsi", "arith.trunci", "arith.maximumf", "arith.minimumf",
+                    "arith.select", "arith.cmpf", "arith.bitcast", "arith.shrui", "math.roundeven")  # fmt: skip
 
 
 def cast(x: Value, dtype: dt.DType) -> Value:
-    """``x`` converted to ``dtype`` (floats round to nearest even; float to int truncates)."""
+    """``x`` converted to ``dtype``, saturating (``codegen/casts.py``): floats round to nearest even, to fp8
+    clamped to its finite range (NaN stays NaN); float to integer truncates, clamped to the integer range
+    (NaN gives 0); integer narrowing wraps.  ``wc.cast(acc, wc.f16)``, ``wc.cast(x * s, wc.f8e4m3fn)``."""
     tr = active_tracer("cast")
     x = _need_register("cast", "x", x)
     if not isinstance(dtype, dt.DType):
@@ -532,6 +544,7 @@ def _reduce(kind: str, x: Value, dim) -> Value:
         raise _shape_error(kind, f"dim {dim} is not a dimension of {list(x.shape)}")
     if not x.dtype.is_float:
         raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
+    _need_arithmetic(kind, x)
     shape = tuple(d for d in x.shape if d != dim)
     return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
 

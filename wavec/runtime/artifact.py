@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from wavec.errors import CacheError
+from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.tensor_map import TensorMapSpec
 
 __all__ = ["ArgSpec", "KernelMetadata", "Artifact", "DTYPES", "FORMATS", "FORMAT_VERSION", "MAGIC"]
 
 MAGIC = b"WAVECART"
 FORMAT_VERSION = 1
-DTYPES = ("f16", "bf16", "f32", "i32", "i64")
+DTYPES = tuple(n for n in TORCH_NAMES if n != "i1")  # element types a tensor argument may have
 FORMATS = ("cubin", "ptx", "hsaco")
 
 _PREFIX = struct.Struct("<8sIIQQ")
