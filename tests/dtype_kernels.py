@@ -93,6 +93,11 @@ def cast_reference(x: torch.Tensor, src, dst) -> torch.Tensor:
     return x.to(dst.torch())
 
 
+def garbage_like(want: torch.Tensor) -> torch.Tensor:
+    """An output buffer whose every byte differs from the expected result's (an unwritten element fails)."""
+    return (want.view(torch.uint8) ^ 0xA5).view(want.dtype)
+
+
 def same(out: torch.Tensor, want: torch.Tensor) -> bool:
     """Equal element for element, NaN matching NaN (any NaN bits), zeros' signs included."""
     if out.dtype.is_floating_point:
