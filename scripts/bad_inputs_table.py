@@ -162,11 +162,11 @@ class _Lazy:
     def __init__(self, name: str, build: Callable[[], object]) -> None:
         self.name, self.build = name, build
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         k = self._compiled.get(self.name)
         if k is None:
             k = self._compiled[self.name] = self.build()
-        return k(*args)
+        return k(*args, **kwargs)
 
 
 def launch_cases() -> list[Case]:
@@ -233,6 +233,9 @@ def launch_cases() -> list[Case]:
             "out",
         ),
         Case(S, "two arguments (neither the 3 inputs nor all 4)", lambda: ss(x, y), "bias"),
+        Case(S, "keyword `output=` (no such argument)", lambda: ss(a=x, b=y, bias=bias, output=out), "output"),
+        Case(S, "a given by position and by keyword", lambda: ss(x, y, bias, a=x), "a"),
+        Case(S, "keywords a, b, out: bias missing", lambda: ss(a=x, b=y, out=out), "bias"),
         Case(A, "scale (f32 scalar) is a string", lambda: at(q, q, q, torch.empty_like(q), "0.1"), "scale"),
         Case(A, "scale is a 1-D tensor", lambda: at(q, q, q, torch.empty_like(q), torch.ones(2)), "scale"),
         Case(A, "scale is missing (inputs-only call)", lambda: at(q, q, q), "scale"),
@@ -314,6 +317,14 @@ def _iterate_wrong_count() -> wc.WaveKernel:
     return gemm
 
 
+def _elementwise(body, dtype) -> wc.WaveKernel:
+    @wc.wave(ew.rowwise_constraints(32, 4))
+    def elementwise(src: Memory[M, N, dtype], dst: Memory[M, N, dtype]):
+        wc.write(body(wc.read(src)), dst)
+
+    return elementwise
+
+
 WGMMA = wc.MMAType.NV_WGMMA_F32_64xNx16_F16
 
 
@@ -337,6 +348,22 @@ def definition_cases() -> list[Case]:
         Case(D, "an f32 value written to f16 memory", lambda: _compile(_write_wrong_dtype(), ew.DEFAULT_SUBS)),
         Case(D, "an argument without a Memory annotation", lambda: _compile(_unannotated(), ew.DEFAULT_SUBS)),
         Case(D, "the kernel returns a value", lambda: _compile(_returns_value(), ew.DEFAULT_SUBS)),
+        Case(
+            D,
+            "arithmetic on fp8 values (`x * 2.0`, x f8e4m3fn)",
+            lambda: _compile(_elementwise(lambda v: v * 2.0, wc.f8e4m3fn), ew.DEFAULT_SUBS),
+        ),
+        Case(
+            D,
+            "a bit operation on floats (`x & 1`, x f32)",
+            lambda: _compile(_elementwise(lambda v: v & 1, f32), ew.DEFAULT_SUBS),
+        ),
+        Case(D, "a real exponent (`x ** 0.5`)", lambda: _compile(_elementwise(lambda v: v**0.5, f32), ew.DEFAULT_SUBS)),
+        Case(
+            D,
+            "an integer to a negative power (`x ** -1`, x i32)",
+            lambda: _compile(_elementwise(lambda v: v**-1, wc.i32), ew.DEFAULT_SUBS),
+        ),
         Case(D, "an iterate body returns 2 values for 1 init_arg", lambda: _compile(_iterate_wrong_count(), subs)),
         Case(
             D,

@@ -140,6 +140,7 @@ def _build(
         registers=registers,
         spills=spills,
         scalars=iface.scalars,
+        signature=tuple(trace.signature),
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
         bounds_checks=iface.bounds_checks,
     )

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
 from wavec.errors import AlignmentMiss, ArgumentError, LaunchError
+from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.artifact import DTYPES, KernelMetadata
 
 __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
@@ -34,7 +35,7 @@ __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_gri
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
+_TORCH_DTYPE_NAMES = TORCH_NAMES
 _DEVICE_TYPES = ("cuda", "cpu")
 _F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
 
