@@ -15,42 +15,60 @@ from .frontend.constraints import (
     WaveConstraint,
     WorkgroupConstraint,
 )
-from .frontend.dtypes import bf16, f16, f32, i1, i32, i64
+from .frontend.dtypes import bf16, f8e4m3fn, f8e4m3fnuz, f8e5m2, f8e5m2fnuz, f16, f32, i1, i8, i16, i32, i64, u8
 from .frontend.kernel import WaveKernel, wave
 from .frontend.ops import (
-    abs,  # noqa: A004 - wc.abs, elementwise
     arange,
     binary,
     broadcast,
     cast,
     clip,
-    cos,
-    erf,
-    exp,
-    exp2,
     index,
     iterate,
-    log,
-    log2,
-    max,  # noqa: A004 - wc.max, the DSL reduction
     maximum,
     minimum,
     mma,
     permute,
     read,
-    reciprocal,
-    rsqrt,
-    sin,
-    sqrt,
-    sum,  # noqa: A004 - wc.sum, the DSL reduction
-    tanh,
     tile_start,
     unary,
     where,
     write,
 )
 from .frontend.ops_atomic import atomic_add, atomic_max, atomic_min, scatter_add
-from .frontend.ops_control import allocate, barrier, conditional, cumsum
+from .frontend.ops_control import allocate, barrier, conditional
+from .frontend.ops_math import (
+    abs,  # noqa: A004 - wc.abs, elementwise
+    ceil,
+    cos,
+    erf,
+    exp,
+    exp2,
+    floor,
+    gelu,
+    log,
+    log1p,
+    log2,
+    pow,  # noqa: A004 - wc.pow, elementwise
+    reciprocal,
+    round,  # noqa: A004 - wc.round, elementwise
+    rsqrt,
+    sigmoid,
+    silu,
+    sin,
+    sqrt,
+    tanh,
+)
+from .frontend.ops_reduce import (
+    argmax,
+    argmin,
+    cumsum,
+    max,  # noqa: A004 - wc.max, the DSL reduction
+    min,  # noqa: A004 - wc.min, the DSL reduction
+    scan,
+    sum,  # noqa: A004 - wc.sum, the DSL reduction
+    topk,
+)
 from .frontend.symbols import sym
 from .frontend.types import Memory, Register, Scalar
 from .indexing.mma import MMAType
@@ -63,7 +81,9 @@ __all__ = [
     "exp", "exp2", "iterate", "log", "log2", "reciprocal", "rsqrt", "sqrt", "abs", "tanh", "sin", "cos", "erf",
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
-    "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum",
+    "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "cumsum", "log1p", "floor", "ceil",
+    "round", "pow", "sigmoid", "silu", "gelu", "i8", "u8", "i16", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz",
+    "min", "argmax", "argmin", "scan", "topk",
     "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip

@@ -21,6 +21,7 @@ from . import __version__
 from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
+from .indexing.symbols import shape_symbol
 from .knobs import knobs
 from .passes.printer import format_trace
 from .runtime.artifact import ArgSpec, Artifact, KernelMetadata
@@ -86,7 +87,13 @@ class CompileStats:
 
 
 def _build(
-    kernel: WaveKernel, trace, cs: ConstraintSet, target_name: str, print_ir_after, check_bounds: bool
+    kernel: WaveKernel,
+    trace,
+    cs: ConstraintSet,
+    target_name: str,
+    print_ir_after,
+    check_bounds: bool,
+    run_caps: dict[str, int],
 ) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
@@ -99,6 +106,7 @@ def _build(
     target = get_target(target_name)
     ctx = PassContext.build(trace, cs, target_name)
     ctx.check_bounds = check_bounds
+    ctx.run_caps = {shape_symbol(k): v for k, v in run_caps.items()}
     run_pipeline(trace, ctx, print_ir_after)
     text, iface = emit_kernel(trace, ctx, target)
     if print_ir_after and ("all" in print_ir_after or "mlir" in print_ir_after):
@@ -132,6 +140,7 @@ def _build(
         registers=registers,
         spills=spills,
         scalars=iface.scalars,
+        signature=tuple(trace.signature),
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
         bounds_checks=iface.bounds_checks,
     )
@@ -183,6 +192,7 @@ def compile(
     print_ir_after: Sequence[str] = (),
     cache: bool = True,
     torch_op: str | None = None,
+    run_caps: dict[str, int] | None = None,
 ):
     """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
 
@@ -191,6 +201,9 @@ def compile(
     visible GPU).  ``print_ir_after``: pass names, "trace", "mlir" or "all".  ``torch_op``: "ns::op" also
     registers the kernel as ``torch.ops.ns.op`` (outputs allocated and returned) and ``ns::op_out``
     (outputs passed in); see ``docs/torch_ops.md``.  Registration is not part of the cache key.
+    ``run_caps``: {dynamic symbol: longest access run along it}, a narrow variant; the returned kernel
+    compiles these itself, on the first launch with sizes the vector width does not divide
+    (docs/sizes_and_strides.md).
     """
     from .runtime.kernel import CompiledKernel
 
@@ -217,6 +230,7 @@ def compile(
             "constraints": [repr(c) for c in kernel.constraints],
             "subs": {str(k): v for k, v in subs.items()},
             "check_bounds": check_bounds,
+            **({"run_caps": sorted(run_caps.items())} if run_caps else {}),
         },
         target=target,
         versions={
@@ -230,13 +244,15 @@ def compile(
     artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
-        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds)
+        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, dict(run_caps or {}))
         if store is not None:
             store.put(key, artifact)
     else:
         stats.cached = True
     stats.seconds["total"] = time.perf_counter() - t0
     compiled = CompiledKernel(artifact, backend, stats)
+    if artifact.metadata.divisibility:  # sizes the vector width does not divide launch a narrow variant
+        compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
     if torch_op is not None:
         from .runtime.torch_op import register_torch_op
 

@@ -101,6 +101,15 @@ class ArgumentError(WavecError):
     template = "kernel {kernel}: argument {arg!r}: {message}"
 
 
+class AlignmentMiss(ArgumentError):
+    """A size is not a multiple of the vector width the kernel accesses rows in: ``values`` (every symbol's
+    value) lets :class:`~wavec.runtime.kernel.CompiledKernel` pick the narrow variant for them."""
+
+    def __init__(self, values: dict[str, int], **fields: object) -> None:
+        self.values = values
+        super().__init__(None, **fields)
+
+
 class LaunchError(WavecError):
     template = "kernel {kernel}: launch failed: {message}"
 

@@ -63,3 +63,35 @@ def test_paged_attention_op_and_opcheck() -> None:
     want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.25)
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
     torch.library.opcheck(torch.ops.wavec.paged_attention.default, (q, kc, vc, bt, lens, None))
+
+
+@pytest.mark.parametrize("dtype, top_k, t, m", [(torch.float16, 2, 23, 40), (torch.bfloat16, 1, 70, 70)])
+def test_gather_scatter_matmul(dtype, top_k: int, t: int, m: int) -> None:
+    """Gathered rows, weighted, scattered with atomics (repeated tokens accumulate), against torch in f64;
+    the library function and the operator."""
+    from wavec.kernels import gather_scatter_matmul
+
+    x, w = torch.randn(t, 64, dtype=dtype), torch.randn(48, 64, dtype=dtype)
+    ids = torch.randint(0, top_k * t, (m,), dtype=torch.int32)
+    weights, out = torch.rand(m), torch.randn(t, 48)
+    rows = (ids // top_k).long()
+    want = out.double().index_add_(0, rows, weights.double()[:, None] * (x[rows].double() @ w.double().T))
+    got = gather_scatter_matmul(x, ids, w, weights, out.clone(), top_k=top_k)
+    tol = 2e-3 if dtype == torch.float16 else 1e-2
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+    again = out.clone()
+    torch.ops.wavec.gather_scatter_matmul(x, ids, w, weights, again, top_k)
+    torch.testing.assert_close(again.double(), want, rtol=tol, atol=tol)
+
+
+def test_gather_scatter_matmul_bad_arguments() -> None:
+    from wavec.kernels import gather_scatter_matmul
+
+    x, w = torch.randn(8, 64, dtype=torch.float16), torch.randn(16, 64, dtype=torch.float16)
+    ids, weights, out = torch.zeros(4, dtype=torch.int32), torch.ones(4), torch.zeros(8, 16)
+    with pytest.raises(wc.WavecError, match="ids must be a 1-D int32 tensor"):
+        gather_scatter_matmul(x, ids.long(), w, weights, out)
+    with pytest.raises(wc.WavecError, match=r"out must be float32 \[8, 16\]"):
+        gather_scatter_matmul(x, ids, w, weights, out.half())
+    with pytest.raises(wc.WavecError, match="w must be torch.float16"):
+        gather_scatter_matmul(x, ids, w.float(), weights, out)

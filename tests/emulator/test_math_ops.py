@@ -17,9 +17,11 @@ SUBS = {BLOCK_M: 2, BLOCK_N: 256}
 TORCH = {
     "neg": torch.neg, "abs": torch.abs, "exp2": torch.exp2, "exp": torch.exp, "log": torch.log,
     "log2": torch.log2, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "sin": torch.sin,
-    "cos": torch.cos, "erf": torch.erf,
+    "cos": torch.cos, "erf": torch.erf, "log1p": torch.log1p, "floor": torch.floor, "ceil": torch.ceil,
+    "round": torch.round,
 }  # fmt: skip
 POSITIVE = {"log", "log2", "sqrt", "rsqrt"}
+ROUNDING = {"floor", "ceil", "round"}  # inputs on quarters: exact halves test round's ties to even
 DTYPES = {wc.f32: torch.float32, wc.f16: torch.float16, wc.i32: torch.int32}
 
 
@@ -37,6 +39,10 @@ def _input(kind: str, tdtype: torch.dtype) -> torch.Tensor:
     if tdtype == torch.int32:
         return torch.randint(-1000, 1000, shape, dtype=tdtype)
     x = torch.randn(shape) * 3
+    if kind in ROUNDING:
+        x = torch.where(torch.rand_like(x) < 0.5, (x * 4).round() / 4, x)
+    if kind == "log1p":  # the domain (-1, inf), with arguments near 0 where log1p beats log(1 + x)
+        x = torch.where(x < 0, -torch.rand_like(x) * 0.99, x) * torch.where(x.abs() < 1, 1e-4, 1)
     return (x.abs() + 0.01 if kind in POSITIVE else x).to(tdtype)
 
 

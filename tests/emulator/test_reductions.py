@@ -1,11 +1,12 @@
-"""Reductions (wc.max, wc.sum) and softmax on the emulator, NVIDIA and AMD waves, against torch."""
+"""Reductions (wc.max, wc.sum; the other kinds and dtypes: test_reductions_general.py) and softmax on the
+emulator, NVIDIA and AMD waves, against torch."""
 
 import pytest
 import torch
 
 import wavec as wc
 from wavec import Memory
-from wavec.errors import CodegenError
+from wavec.errors import DTypeError
 from wavec.kernels.softmax import BLOCK_M, N, make_softmax
 
 M = wc.sym.M
@@ -106,7 +107,7 @@ def test_reduction_split_across_waves(kind: str, target: str, tpw: int) -> None:
     assert _rel(out, x.double() - red) < 1e-6
 
 
-def test_reduction_needs_f32() -> None:
+def test_reduction_rejects_a_boolean_operand() -> None:
     cons = [
         wc.WorkgroupConstraint(M, 2, 0),
         wc.WorkgroupConstraint(N, N, 1),
@@ -115,8 +116,8 @@ def test_reduction_needs_f32() -> None:
     ]
 
     @wc.wave(cons)
-    def half_max(x: Memory[M, N, wc.f16], out: Memory[M, wc.f16]):
-        wc.write(wc.max(wc.read(x), N), out)
+    def bool_max(x: Memory[M, N, wc.f32], out: Memory[M, wc.f32]):
+        wc.write(wc.max(wc.read(x) > 0.0, N), out)
 
-    with pytest.raises(CodegenError, match="f32"):
-        wc.compile(half_max, {N: 256}, target="sm_90", backend="cuda", cache=False)
+    with pytest.raises(DTypeError, match="x must be one of f32, i32, i64, f16, bf16, got i1"):
+        wc.compile(bool_max, {N: 256}, target="sm_90", backend="cuda", cache=False)

@@ -8,7 +8,7 @@ import torch
 
 import wavec as wc
 from wavec import Memory
-from wavec.errors import ArgumentError, ShapeError
+from wavec.errors import ArgumentError
 from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
 
 SUBS = {BLOCK_M: 2, BLOCK_N: 128}
@@ -73,15 +73,6 @@ def test_missing_scalar_is_named(kernel) -> None:
     x = torch.randn(2, 128)
     with pytest.raises(ArgumentError, match="shift"):
         kernel(x, 1.0)
-
-
-def test_scalar_must_follow_memories() -> None:
-    @wc.wave(rowwise_constraints(32, 4))
-    def bad(scale: wc.Scalar[wc.f32], src: Memory[M, N, wc.f32], dst: Memory[M, N, wc.f32]):
-        wc.write(wc.read(src) * scale, dst)
-
-    with pytest.raises(ShapeError, match="scalar arguments come after"):
-        wc.compile(bad, SUBS, backend="emulator", cache=False)
 
 
 def test_scalar_annotation_dtype() -> None:

@@ -47,3 +47,17 @@ def test_paged_attention_op() -> None:
     out = torch.ops.wavec.paged_attention(q, kc, vc, bt, lens, None)
     want = dk.reference_paged_attention(q, kc, vc, bt, lens)
     torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("t, m, n, k, top_k", [(1000, 2048, 384, 256, 2), (37, 37, 200, 72, 1)])
+def test_gather_scatter_matmul(dtype, t: int, m: int, n: int, k: int, top_k: int) -> None:
+
+    x, w = torch.randn(t, k, dtype=dtype, device="cuda"), torch.randn(n, k, dtype=dtype, device="cuda")
+    ids = torch.randint(0, top_k * t, (m,), dtype=torch.int32, device="cuda")
+    weights, out = torch.rand(m, device="cuda"), torch.randn(t, n, device="cuda")
+    rows = (ids // top_k).long()
+    want = out.double().index_add_(0, rows, weights.double()[:, None] * (x[rows].double() @ w.double().T))
+    torch.ops.wavec.gather_scatter_matmul(x, ids, w, weights, out, top_k)
+    tol = 2e-3 if dtype == torch.float16 else 1e-2
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol * k**0.5)

@@ -154,7 +154,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
 def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, KernelInterface]:
     from iree.compiler import ir
 
-    from . import control, convert, dynamic_access, lowering_ops, reductions  # noqa: F401 - register their rules
+    from . import casts, control, convert, dynamic_access, lowering_ops, reductions, scans, topk  # noqa: F401 - rules
     from .lowering import FunctionBuilder
 
     cs = ctx.constraints

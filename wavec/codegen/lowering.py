@@ -7,6 +7,7 @@ Every per-thread value is a 1-D vector whose element order is its layout's ``ord
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from contextlib import nullcontext
 
@@ -24,7 +25,6 @@ from ..frontend.ops import (
     Barrier,
     Binary,
     Broadcast,
-    Cast,
     GetResult,
     Iterate,
     RegisterInit,
@@ -51,22 +51,26 @@ def rule(op: type):
 
 
 def elem_type(dtype: dt.DType) -> ir.Type:
-    return {
-        "f16": ir.F16Type.get,
-        "bf16": ir.BF16Type.get,
-        "f32": ir.F32Type.get,
-        "i32": lambda: ir.IntegerType.get_signless(32),
-        "i64": lambda: ir.IntegerType.get_signless(64),
-        "i1": lambda: ir.IntegerType.get_signless(1),
-    }[dtype.name]()
+    """The MLIR element type (integers signless: u8 is i8, its ops unsigned)."""
+    return ir.Type.parse(dtype.mlir)
 
 
 def vec_type(n: int, dtype: dt.DType) -> ir.VectorType:
     return ir.VectorType.get([n], elem_type(dtype))
 
 
+def fp8_bits(dtype: dt.DType, value: float) -> int:
+    """The bits (as a signed i8) of ``value`` in the fp8 type, saturated and rounded as ``wc.cast`` does."""
+    import torch
+
+    v = builtins.min(builtins.max(float(value), -dtype.max), dtype.max) if value == value else value
+    return int(torch.tensor(v).to(dtype.torch()).view(torch.int8).item())
+
+
 def splat(vt: ir.VectorType, dtype: dt.DType, value) -> ir.Value:
     et = elem_type(dtype)
+    if dtype.is_fp8:
+        value, dtype = fp8_bits(dtype, value), dt.i8
     attr = ir.FloatAttr.get(et, float(value)) if dtype.is_float else ir.IntegerAttr.get(et, int(value))
     return arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, attr))
 
@@ -251,9 +255,10 @@ class FunctionBuilder:
     def operand(self, arg, result: Layout, dtype: dt.DType) -> ir.Value:
         """``arg`` as a vector in ``result``'s element order (splatting scalars, shuffling broadcasts)."""
         vt = vec_type(result.size, dtype)
-        if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, as i32
-            i32 = ir.IntegerType.get_signless(32)
-            return vector.broadcast(vt, arith.index_cast(i32, self.index(self.cs.resolve_tile_starts(arg))))
+        if isinstance(arg, sympy.Expr) and not arg.is_Number:  # a shape expression, in the integer type
+            return vector.broadcast(
+                vt, arith.index_cast(elem_type(dtype), self.index(self.cs.resolve_tile_starts(arg)))
+            )
         if not isinstance(arg, fx.Node):
             return splat(vt, dtype, arg)
         v = self.values[arg]
@@ -308,7 +313,11 @@ _ARITH = {
     "div": (arith.divf, arith.divsi), "maximum": (arith.maximumf, arith.maxsi),
     "minimum": (arith.minimumf, arith.minsi), "floordiv": (None, arith.floordivsi),
     "mod": (None, lambda x, y: arith.subi(x, arith.muli(arith.floordivsi(x, y), y))),  # Python's sign rule
+    "and": (None, arith.andi), "or": (None, arith.ori), "xor": (None, arith.xori), "shl": (None, arith.shli),
+    "shr": (None, arith.shrsi),
 }  # fmt: skip
+_UNSIGNED = {"div": arith.divui, "floordiv": arith.divui, "mod": arith.remui, "maximum": arith.maxui,
+             "minimum": arith.minui, "shr": arith.shrui}  # fmt: skip
 _CMPF = {"lt": "OLT", "le": "OLE", "gt": "OGT", "ge": "OGE", "eq": "OEQ", "ne": "UNE"}
 _CMPI = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
@@ -323,11 +332,15 @@ def lower_binary(fb: FunctionBuilder, node: fx.Node) -> None:
         if in_dtype.is_float:
             fb.values[node] = arith.cmpf(getattr(arith.CmpFPredicate, _CMPF[kind]), x, y)
         else:
-            fb.values[node] = arith.cmpi(getattr(arith.CmpIPredicate, _CMPI[kind]), x, y)
+            pred = _CMPI[kind] if in_dtype.signed or kind in ("eq", "ne") else "u" + _CMPI[kind][1:]
+            fb.values[node] = arith.cmpi(getattr(arith.CmpIPredicate, pred), x, y)
         return
     if in_dtype.is_float and kind in ("add", "sub", "mul"):
         # contractible: LLVM may fuse a multiply into its add (s * c - m -> one fma per element)
         fb.values[node] = _ARITH[kind][0](x, y, fastmath=ir.Attribute.parse("#arith.fastmath<contract>"))
+        return
+    if not in_dtype.signed and kind in _UNSIGNED:
+        fb.values[node] = _UNSIGNED[kind](x, y)
         return
     fb.values[node] = _ARITH[kind][0 if in_dtype.is_float else 1](x, y)
 
@@ -340,6 +353,8 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     dtype = node.meta["type"].dtype
     if kind.name == "neg" and not dtype.is_float:
         fb.values[node] = arith.subi(splat(x.type, dtype, 0), x)
+    elif kind.name == "abs" and not dtype.signed:  # u8: |x| is x (torch.abs on uint8)
+        fb.values[node] = x
     elif kind.name == "exp2" and dtype.is_float and fb.cs.threads_per_wave == 32 and fb.ctx.target.has_nvvm_math:
         from .lowering_ops import nv_exp2
 
@@ -351,28 +366,6 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
     else:
         name = kind.float_op if dtype.is_float else kind.int_op
         fb.values[node] = ir.Operation.create(name, results=[x.type], operands=[x]).result
-
-
-@rule(Cast)
-def lower_cast(fb: FunctionBuilder, node: fx.Node) -> None:
-    src = arg_node(node, 0).meta["type"].dtype
-    dst = Kwargs(node).dtype
-    x = fb.values[arg_node(node, 0)]
-    rt = vec_type(node.meta["layout"].size, dst)
-    if src == dst:
-        fb.values[node] = x
-    elif src == dt.f32 and dst == dt.bf16 and fb.ctx.target.has_nvvm_math:
-        from .lowering_ops import nv_truncf_bf16
-
-        fb.values[node] = nv_truncf_bf16(x)
-    elif src.is_float and dst.is_float:
-        fb.values[node] = arith.extf(rt, x) if dst.bits > src.bits else arith.truncf(rt, x)
-    elif src.is_float:
-        fb.values[node] = arith.fptosi(rt, x)
-    elif dst.is_float:
-        fb.values[node] = arith.uitofp(rt, x) if src == dt.i1 else arith.sitofp(rt, x)
-    else:
-        fb.values[node] = arith.extui(rt, x) if src.bits < dst.bits else arith.trunci(rt, x)
 
 
 @rule(Select)

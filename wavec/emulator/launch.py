@@ -30,6 +30,8 @@ def _flat_view(t: Any) -> np.ndarray:
     t = t.detach()  # same memory; .numpy() refuses tensors that require grad
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().reshape(-1).view(np.uint16)
+    if t.dtype.is_floating_point and t.dtype.itemsize == 1:  # fp8: numpy has no such type; its bits
+        return t.view(torch.uint8).numpy().reshape(-1)
     return t.numpy().reshape(-1)
 
 

@@ -208,6 +208,26 @@ def address(st: State, m: MemRef, eidx: list[np.ndarray], valid: np.ndarray | No
     return addr
 
 
+def check_alignment(st: State, m: MemRef, eidx: list[np.ndarray], align: int, loc: str) -> None:
+    """Raise EmulatorError where an active lane's vector access of a kernel binding (16-byte aligned base, as
+    the launcher checks) starts off its ``alignment`` attribute: the GPU faults or tears such an access."""
+    if not eidx or "binding" not in m.extra:
+        return
+    first = np.asarray(m.offset, dtype=np.int64).reshape(-1)
+    for d, e in enumerate(eidx):
+        first = first + e.reshape(e.shape[0], -1)[:, 0] * m.strides[d]
+    bad = (first * m.arr.itemsize) % align != 0
+    if st.mask is not None:
+        bad = bad & np.broadcast_to(st.mask, bad.shape)
+    if bad.any():
+        lane = int(np.argmax(bad))
+        at = int(first[lane if first.size > 1 else 0]) * m.arr.itemsize
+        raise EmulatorError(
+            message=f"{loc}: lane {lane} accesses {m.name} at byte {at}, "
+            f"not a multiple of the access's alignment {align}"
+        )
+
+
 def _race_bytes(st: State, m: MemRef, addr: np.ndarray, valid: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     full = (st.lanes,) + addr.shape[1:]
     a = np.broadcast_to(addr, full)

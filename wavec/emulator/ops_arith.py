@@ -201,7 +201,9 @@ _FLOAT: dict[str, Fn] = {
     "math.absf": np.abs,
     "math.tanh": np.tanh,
     "math.powf": np.power,
+    "math.log1p": np.log1p,
     "math.floor": np.floor,
+    "math.roundeven": np.rint,  # numpy rounds halves to even
     "math.ceil": np.ceil,
     "math.copysign": np.copysign,
     "math.sin": np.sin,

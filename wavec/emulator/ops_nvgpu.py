@@ -18,7 +18,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.interp import Compiler, Instr, State, full_lanes, register, retire_groups
-from wavec.emulator.memory import element_indices, load, store
+from wavec.emulator.memory import check_alignment, element_indices, load, store
 from wavec.emulator.types import ElemType, value_type
 from wavec.errors import EmulatorError
 
@@ -152,7 +152,9 @@ def _async_copy(c: Compiler, op: ir.Operation) -> Instr:
         em = None
         if src_elems is not None:
             em = np.arange(n)[None, :] < np.asarray(env[src_elems]).reshape(-1, 1)
-        vals = load(st, env[src], element_indices([env[i] for i in sidx], (n,), [srank - 1]), loc, rd, em)
+        seidx = element_indices([env[i] for i in sidx], (n,), [srank - 1])
+        check_alignment(st, env[src], seidx, n * env[src].arr.itemsize, loc)  # cp.async: aligned to its size
+        vals = load(st, env[src], seidx, loc, rd, em)
         if em is not None:
             vals = np.where(em, vals, np.zeros((), vals.dtype))
         dmem, deidx, mask = env[dst], element_indices([env[i] for i in didx], (n,), [drank - 1]), st.mask

@@ -14,7 +14,7 @@ import numpy as np
 from iree.compiler import ir
 
 from wavec.emulator.interp import KDYN, Compiler, Instr, State, elementwise, full_lanes, register
-from wavec.emulator.memory import element_indices, load, store
+from wavec.emulator.memory import check_alignment, element_indices, load, store
 from wavec.emulator.ops_arith import reduction
 from wavec.emulator.types import value_type
 from wavec.errors import EmulatorError
@@ -32,16 +32,27 @@ def _minor(mrank: int, vshape: tuple[int, ...]) -> list[int | None]:
     return [mrank - len(vshape) + i for i in range(len(vshape))]
 
 
+def _alignment(op: ir.Operation) -> int:
+    """A vector access's ``alignment`` attribute in bytes where it promises more than one element's."""
+    if op.name != "vector.load" and op.name != "vector.store" or "alignment" not in op.attributes:
+        return 0
+    align = ir.IntegerAttr(op.attributes["alignment"]).value
+    return align if align > 1 else 0
+
+
 @register("vector.load", "memref.load")
 def _vload(c: Compiler, op: ir.Operation) -> Instr:
     (m, *idx), (o,) = c.ins(op), c.outs(op)
     vshape = _vshape(op.results[0].type)
     vmap = _minor(op.operands[0].type.rank, vshape)
-    loc, oid = c.loc(op), c.op_id(op)
+    loc, oid, align = c.loc(op), c.op_id(op), _alignment(op)
 
     def run(st: State) -> None:
         env = st.env
-        env[o] = load(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), loc, oid)
+        eidx = element_indices([env[i] for i in idx], vshape, vmap)
+        if align:
+            check_alignment(st, env[m], eidx, align, loc)
+        env[o] = load(st, env[m], eidx, loc, oid)
 
     return run
 
@@ -51,11 +62,14 @@ def _vstore(c: Compiler, op: ir.Operation) -> Instr:
     v, m, *idx = c.ins(op)
     vshape = _vshape(op.operands[0].type)
     vmap = _minor(op.operands[1].type.rank, vshape)
-    loc, oid = c.loc(op), c.op_id(op)
+    loc, oid, align = c.loc(op), c.op_id(op), _alignment(op)
 
     def run(st: State) -> None:
         env = st.env
-        store(st, env[m], element_indices([env[i] for i in idx], vshape, vmap), env[v], loc, oid)
+        eidx = element_indices([env[i] for i in idx], vshape, vmap)
+        if align:
+            check_alignment(st, env[m], eidx, align, loc)
+        store(st, env[m], eidx, env[v], loc, oid)
 
     return run
 

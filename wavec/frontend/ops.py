@@ -17,7 +17,7 @@ from . import dtypes as dt
 from .mapping import access_kwargs, split_mapping
 from .tracing import Value, active_tracer, current_loc
 from .types import TensorType
-from .unary_kinds import UNARY_KINDS
+from .unary_kinds import BIT_KINDS, UNARY_KINDS
 
 # Anchor priorities (DESIGN §3): hardware layouts, then the copy distribution / reduction strategy, then
 # the layout a write asks for; whatever is left gets the default layout from ``vector_shapes`` (0).
@@ -69,6 +69,11 @@ def _need_value(op: str, name: str, x) -> Value:
     if not isinstance(x, Value):
         raise _shape_error(op, f"{name} must be a traced tensor, got {type(x).__name__}")
     return x
+
+
+def _need_arithmetic(op: str, x: Value) -> None:
+    if x.dtype.is_fp8:
+        raise _dtype_error(op, f"{x.dtype} is a storage type; wc.cast it to f16, bf16 or f32 to compute on it")
 
 
 def _need_memory(op: str, name: str, x) -> Value:
@@ -226,13 +231,15 @@ def mma(a: Value, b: Value, acc: Value) -> Value:
 
 
 _CMP_OPS = {"lt", "le", "gt", "ge", "eq", "ne"}
-_INT_ONLY = {"floordiv", "mod"}  # Python semantics: floor division, remainder with the divisor's sign
+_NOT_I1 = {"floordiv", "mod", "shl", "shr"}  # floordiv, mod: Python semantics (remainder has the divisor's sign)
+_INT_ONLY = _NOT_I1 | set(BIT_KINDS)
 BINARY_KINDS = {"add", "sub", "mul", "div", "maximum", "minimum"} | _INT_ONLY | _CMP_OPS
 
 
 class Binary(Elementwise):
     name = "binary"
-    emulated_ops = ("arith.addf", "arith.addi", "arith.mulf", "arith.divf", "arith.cmpf", "arith.cmpi")
+    emulated_ops = ("arith.addf", "arith.addi", "arith.mulf", "arith.divf", "arith.cmpf", "arith.cmpi", "arith.andi",
+                    "arith.ori", "arith.xori", "arith.shli", "arith.shrsi", "arith.shrui")  # fmt: skip
 
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
@@ -251,14 +258,17 @@ def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
 
 
 def binary(kind: str, x, y) -> Value:
-    """``x <kind> y`` elementwise (add, sub, mul, div, maximum, minimum or a comparison); numbers broadcast."""
+    """``x <kind> y`` elementwise; numbers broadcast.  ``kind``: add, sub, mul, div, maximum, minimum, a
+    comparison (lt le gt ge eq ne, giving i1), or on integers floordiv, mod, and, or, xor, shl, shr (the
+    operators ``// % & | ^ << >>``; and/or/xor also combine i1 masks: ``(r < M) & (c < N)``)."""
     tr = active_tracer(kind)
     if kind not in BINARY_KINDS:
         raise _shape_error("binary", f"unknown kind {kind!r}; accepted: {sorted(BINARY_KINDS)}")
     if not isinstance(x, Value) and not isinstance(y, Value):
         raise _shape_error(kind, "at least one operand must be a traced tensor")
     ref = x if isinstance(x, Value) else y
-    if kind in _INT_ONLY and ref.dtype.is_float:
+    _need_arithmetic(kind, ref)
+    if (kind in _INT_ONLY and ref.dtype.is_float) or (kind in _NOT_I1 and ref.dtype == dt.i1):
         raise _dtype_error(kind, f"needs integer operands, got {ref.dtype}")
     for v in (x, y):
         if isinstance(v, Value):
@@ -302,23 +312,24 @@ def unary(kind: str, x: Value) -> Value:
         raise _shape_error("unary", f"unknown kind {kind!r}; accepted: {', '.join(UNARY_KINDS)}")
     tr = active_tracer(kind)
     x = _need_register(kind, "x", x)
+    _need_arithmetic(kind, x)
     if UNARY_KINDS[kind].int_op is None and not x.dtype.is_float:
         raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
     return tr.create(Unary, (x,), x.type, kind=kind)
 
 
-def exp2(x: Value) -> Value:
-    """``2 ** x`` elementwise (floats)."""
-    return unary("exp2", x)
-
-
 class Cast(Elementwise):
     name = "cast"
-    emulated_ops = ("arith.extf", "arith.truncf", "arith.fptosi", "arith.sitofp", "arith.uitofp", "arith.extui")
+    lowering = "wavec.codegen.casts"
+    emulated_ops = ("arith.extf", "arith.truncf", "arith.fptosi", "arith.fptoui", "arith.sitofp", "arith.uitofp",
+                    "arith.extui", "arith.extsi", "arith.trunci", "arith.maximumf", "arith.minimumf",
+                    "arith.select", "arith.cmpf", "arith.bitcast", "arith.shrui", "math.roundeven")  # fmt: skip
 
 
 def cast(x: Value, dtype: dt.DType) -> Value:
-    """``x`` converted to ``dtype`` (floats round to nearest even; float to int truncates)."""
+    """``x`` converted to ``dtype``, saturating (``codegen/casts.py``): floats round to nearest even, to fp8
+    clamped to its finite range (NaN stays NaN); float to integer truncates, clamped to the integer range
+    (NaN gives 0); integer narrowing wraps.  ``wc.cast(acc, wc.f16)``, ``wc.cast(x * s, wc.f8e4m3fn)``."""
     tr = active_tracer("cast")
     x = _need_register("cast", "x", x)
     if not isinstance(dtype, dt.DType):
@@ -513,90 +524,3 @@ class ConvertLayout(Op):
     expansion = "regroup"  # each output tile takes every input tile it overlaps
     lowering = "wavec.codegen.convert"
     emulated_ops = ("vector.shuffle", "gpu.shuffle", "memref.store", "memref.load")
-
-
-class Reduce(Op):
-    """Reduction of ``x`` over one dimension (``kwargs``: ``dim``, ``kind`` = "max" | "sum")."""
-
-    name = "reduce"
-    anchor, anchor_priority = "reduction_input", PRIO_STRATEGY
-    index_flow = "reduce"
-    expansion = "reduce_chain"  # partial reductions chained along the reduced dim; the last finalizes
-    lowering = "wavec.codegen.reductions"
-    emulated_ops = ("vector.reduction", "gpu.shuffle", "arith.maximumf", "arith.addf")
-
-
-def _reduce(kind: str, x: Value, dim) -> Value:
-    tr = active_tracer(kind)
-    x = _need_register(kind, "x", x)
-    if dim not in x.type.dims:
-        raise _shape_error(kind, f"dim {dim} is not a dimension of {list(x.shape)}")
-    if not x.dtype.is_float:
-        raise _dtype_error(kind, f"needs a float operand, got {x.dtype}")
-    shape = tuple(d for d in x.shape if d != dim)
-    return tr.create(Reduce, (x,), TensorType(shape, x.dtype), dim=dim, kind=kind)
-
-
-def max(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name, like tkw.max
-    """Maximum of ``x`` over ``dim`` (the result drops ``dim``)."""
-    return _reduce("max", x, dim)
-
-
-def sum(x: Value, dim) -> Value:  # noqa: A001 - the DSL's name
-    """Sum of ``x`` over ``dim`` (the result drops ``dim``)."""
-    return _reduce("sum", x, dim)
-
-
-def exp(x: Value) -> Value:
-    """``e ** x`` elementwise (floats)."""
-    return unary("exp", x)
-
-
-def log(x: Value) -> Value:
-    """Natural logarithm elementwise (floats)."""
-    return unary("log", x)
-
-
-def log2(x: Value) -> Value:
-    """Base-2 logarithm elementwise (floats)."""
-    return unary("log2", x)
-
-
-def sqrt(x: Value) -> Value:
-    """Square root elementwise (floats)."""
-    return unary("sqrt", x)
-
-
-def rsqrt(x: Value) -> Value:
-    """``1 / sqrt(x)`` elementwise (floats)."""
-    return unary("rsqrt", x)
-
-
-def tanh(x: Value) -> Value:
-    """Hyperbolic tangent elementwise (floats)."""
-    return unary("tanh", x)
-
-
-def abs(x: Value) -> Value:  # noqa: A001 - the DSL's name, like torch.abs
-    """Absolute value elementwise (floats and integers)."""
-    return unary("abs", x)
-
-
-def sin(x: Value) -> Value:
-    """Sine elementwise (floats, radians)."""
-    return unary("sin", x)
-
-
-def cos(x: Value) -> Value:
-    """Cosine elementwise (floats, radians)."""
-    return unary("cos", x)
-
-
-def erf(x: Value) -> Value:
-    """The error function elementwise (floats): ``2 / sqrt(pi) * integral of exp(-t**2) from 0 to x``."""
-    return unary("erf", x)
-
-
-def reciprocal(x: Value) -> Value:
-    """``1 / x`` elementwise."""
-    return binary("div", 1.0, x)

@@ -1,5 +1,5 @@
-"""Kernel-owned shared memory and control (DESIGN §12): ``allocate``, ``barrier``, ``conditional`` and the
-scan ``cumsum``.  Names follow Wave's.
+"""Kernel-owned shared memory and control (DESIGN §12): ``allocate``, ``barrier`` and ``conditional``.
+Names follow Wave's (the scans are in ``ops_reduce.py``).
 
 - ``wc.allocate(shape, dtype)`` is the ``Allocate`` record of ``ops.py`` (the one the compiler uses to
   stage tiles) marked ``user=True``: ``promote_to_shared`` sizes it from the constraints, the staging
@@ -7,7 +7,6 @@ scan ``cumsum``.  Names follow Wave's.
   orders its conflicting accesses.
 - ``wc.barrier()`` is the ``Barrier`` record (``gpu.barrier``).
 - ``@wc.conditional(cond)`` traces its body as a subgraph, like ``iterate``; it lowers to ``scf.if``.
-- ``wc.cumsum(x, dim)``: the inclusive prefix sum along ``dim`` (``codegen/control.py``).
 """
 
 from __future__ import annotations
@@ -21,8 +20,6 @@ from . import dtypes as dt
 from .ops import Allocate, Barrier, Op, _need_register
 from .tracing import Value, active_tracer, current_loc
 from .types import AddressSpace, TensorType
-
-SCAN_DTYPES = (dt.i32, dt.f32)
 
 
 def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
@@ -115,29 +112,3 @@ def conditional(cond):
         tr.create(Conditional, (args, captures), None, loc=loc, subgraph=name, **kwargs)
 
     return deco
-
-
-class Cumsum(Op):
-    """Inclusive prefix sum of ``x`` along ``kwargs["dim"]`` (same shape and dtype)."""
-
-    name = "cumsum"
-    index_flow = "elementwise"  # the result has the input's layout
-    lowering = "wavec.codegen.control"
-    emulated_ops = (
-        "vector.extract", "vector.from_elements", "gpu.shuffle", "arith.select", "gpu.barrier", "memref.store",
-        "memref.load", "memref.alloc",
-    )  # fmt: skip
-
-
-def cumsum(x: Value, dim) -> Value:
-    """The inclusive prefix sum of ``x`` along ``dim`` (i32 or f32), Wave's ``cumsum``: element ``i`` is
-    ``x[0] + ... + x[i]``; the exclusive sum is ``wc.cumsum(x, d) - x``.  Each thread scans its elements,
-    the lanes of a wave combine with shuffles, and waves that split ``dim`` through shared memory; the
-    wave's tile of ``dim`` must be one instruction tile (``vector_shapes[dim]`` = the wave's extent)."""
-    tr = active_tracer("cumsum")
-    x = _need_register("cumsum", "x", x)
-    if dim not in x.type.dims:
-        raise ShapeError(current_loc(), op="cumsum", message=f"dim {dim} is not a dimension of {list(x.shape)}")
-    if x.dtype not in SCAN_DTYPES:
-        raise DTypeError(current_loc(), op="cumsum", message=f"needs i32 or f32 values, got {x.dtype}")
-    return tr.create(Cumsum, (x,), x.type, dim=dim)

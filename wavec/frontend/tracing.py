@@ -125,6 +125,16 @@ class Value:
     __ge__ = _binary_op("ge")
     __eq__ = _binary_op("eq")
     __ne__ = _binary_op("ne")
+    __and__ = _binary_op("and")
+    __rand__ = _binary_op("and", swap=True)
+    __or__ = _binary_op("or")
+    __ror__ = _binary_op("or", swap=True)
+    __xor__ = _binary_op("xor")
+    __rxor__ = _binary_op("xor", swap=True)
+    __lshift__ = _binary_op("shl")
+    __rlshift__ = _binary_op("shl", swap=True)
+    __rshift__ = _binary_op("shr")
+    __rrshift__ = _binary_op("shr", swap=True)
 
     def __hash__(self) -> int:
         return id(self)
@@ -133,6 +143,41 @@ class Value:
         from .ops import unary
 
         return unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        from .ops import unary
+
+        return unary("abs", self)
+
+    def __invert__(self):  # bitwise not: x ^ -1 (on i1 masks: logical not)
+        from .ops import binary
+
+        return binary("xor", self, True if self.dtype.name == "i1" else -1)
+
+    def __pow__(self, n):
+        from .ops_math import pow
+
+        return pow(self, n)
+
+    def __round__(self, ndigits=None):
+        from .ops import unary
+
+        if ndigits is not None:
+            raise ShapeError(current_loc(), op="round", message="round(x, ndigits) is not supported; use round(x)")
+        return unary("round", self)
+
+    def __floor__(self):
+        from .ops import unary
+
+        return unary("floor", self)
+
+    def __ceil__(self):
+        from .ops import unary
+
+        return unary("ceil", self)
 
     def __getitem__(self, key):
         from .ops import expand_dims
@@ -156,7 +201,8 @@ class Trace:
     args: list[KernelArg]
     loc: SourceLoc
     meta: dict = field(default_factory=dict)
-    scalars: list[KernelArg] = field(default_factory=list)  # by-value arguments, after the memories
+    scalars: list[KernelArg] = field(default_factory=list)  # by-value arguments (bound after the memories)
+    signature: tuple[str, ...] = ()  # every argument's name in the order of the kernel's ``def``
 
     def graphs(self):
         yield self.graph
@@ -262,11 +308,6 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
             continue
         if not isinstance(t, TensorType) or t.address_space is None:
             raise error(f"argument {name!r} must be annotated Memory[dims..., dtype] or wc.Scalar[dtype]")
-        if scalars:
-            raise error(
-                f"Memory argument {name!r} follows scalar argument {scalars[0].name!r}: "
-                "scalar arguments come after every Memory argument"
-            )
         node = tracer.root.placeholder(name)
         # Memory[..., "shared"] on an argument asks for staging through shared memory; the argument
         # itself is device memory (promote_to_shared reads meta["promote"]).
@@ -282,7 +323,14 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
         raise error("a kernel returns nothing; write results with wc.write")
     tracer.root.output(None)
     return Trace(
-        fn.__name__, tracer.root, tracer.subgraphs, args, loc, meta={"captures": tracer.captures}, scalars=scalars
+        fn.__name__,
+        tracer.root,
+        tracer.subgraphs,
+        args,
+        loc,
+        meta={"captures": tracer.captures},
+        scalars=scalars,
+        signature=tuple(sig.parameters),
     )
 
 

@@ -113,5 +113,5 @@ class _ScalarMeta(type):
 class Scalar(metaclass=_ScalarMeta):
     """Annotation of a by-value kernel argument: ``scale: wc.Scalar[f32]`` (f32 or i32).
 
-    Scalars follow every ``Memory`` argument.  Inside the kernel a scalar is a rank-0 register value usable
+    A scalar may stand anywhere in the signature.  Inside the kernel it is a rank-0 register value usable
     in arithmetic; its value is not part of the compiled binary (one binary serves every value)."""

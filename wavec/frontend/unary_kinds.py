@@ -1,6 +1,7 @@
-"""The table of ``wc.unary`` kinds: one line per math function (its DSL name, the MLIR op on floats and
-on integers).  Adding a math function is one line here, its ``wc.<name>`` stub in ``ops.py`` and its
-tests; the lowering and the type rule read this table, and the emulator implements the MLIR op.
+"""The tables of ``wc.unary`` kinds and of the integer ``wc.binary`` kinds: one line per function (its DSL
+name, the MLIR op on floats and on integers).  Adding a math function is one line here, its ``wc.<name>``
+stub in ``ops_math.py`` and its tests; the lowering and the type rule read this table, and the emulator
+implements the MLIR op.
 """
 
 from __future__ import annotations
@@ -30,5 +31,14 @@ UNARY_KINDS: dict[str, UnaryKind] = {
         UnaryKind("sin", "math.sin"),
         UnaryKind("cos", "math.cos"),
         UnaryKind("erf", "math.erf"),
+        UnaryKind("log1p", "math.log1p"),
+        UnaryKind("floor", "math.floor"),
+        UnaryKind("ceil", "math.ceil"),
+        UnaryKind("round", "math.roundeven"),  # half to even, as torch.round
     )
 }
+
+
+BIT_KINDS: dict[str, str] = {"and": "&", "or": "|", "xor": "^", "shl": "<<", "shr": ">>"}
+"""Integer-only ``wc.binary`` kinds beyond ``//`` and ``%`` (their Python operators); ``and``/``or``/``xor``
+also combine comparison results (i1), shifts do not."""

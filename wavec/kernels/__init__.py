@@ -17,6 +17,9 @@ _EXPORTS = {
     "embedding": "indexing",
     "index_add_": "indexing",
     "paged_attention": "paged_attention",
+    "gather_scatter_matmul": "moe_gemm",
+    "moe_align_block_size": "moe_align",
+    "topk_softmax": "moe_routing",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -199,7 +199,7 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
-    plan = plan_matmul(m, n, k, req)
+    plan = plan_matmul(m, n, k + -k % 8 if pads_k(m, n, k) else k, req)
     target = "sm_90a" if plan.mma == "wgmma" else None
     if plan.split > 1:
         return _splitk_runner(m, n, plan, dtype, out, out_dtype, backend)
@@ -207,7 +207,34 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
         (dtype.name, out.name, backend, plan),
         lambda: wc.compile(build_gemm(plan, dtype, out), plan.subs, backend=backend, target=target),
     )
+    if pads_k(m, n, k):
+        return padded_k_runner(kernel, out_dtype, k)
     return output_runner(kernel, out_dtype)
+
+
+PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)
+
+
+def pads_k(m: int, n: int, k: int) -> bool:
+    """Whether ``matmul`` zero-pads a K that is not a multiple of 8 (copies of A and B, 4(M+N)K bytes)
+    rather than launching the narrow variant (single-element loads of A and B, synchronous copies): where
+    the product's 2MNK flops dwarf the copies, M and N both at least ``PAD_K_MIN_MN``."""
+    return k % 8 != 0 and min(m, n) >= PAD_K_MIN_MN
+
+
+def padded_k_runner(kernel, out_dtype, k: int):
+    """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of 8 of
+    ``k`` (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+    import torch
+
+    pad = -k % 8
+
+    def run(a, b):
+        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
+        kernel(torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad)), c)
+        return c
+
+    return run
 
 
 def output_runner(kernel, out_dtype):

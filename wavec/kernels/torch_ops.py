@@ -17,10 +17,16 @@ from __future__ import annotations
 
 import torch
 
-from . import indexing
+from . import indexing, moe_align, moe_gemm, moe_routing
 from . import paged_attention as paged
 
-__all__ = ["index_select", "embedding", "index_add_", "paged_attention"]
+__all__ = [
+    "index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul", "moe_align_block_size",
+    "topk_softmax",
+]  # fmt: skip
+
+# its outputs' sizes depend on two integers, so the module registers it with its own schema
+moe_align_block_size = moe_align.register_moe_align_op()
 
 
 @torch.library.custom_op("wavec::index_select", mutates_args=())
@@ -72,3 +78,31 @@ def paged_attention(
 @paged_attention.register_fake
 def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None) -> torch.Tensor:
     return torch.empty_like(q)
+
+
+@torch.library.custom_op("wavec::gather_scatter_matmul", mutates_args=("out",))
+def gather_scatter_matmul(
+    x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights: torch.Tensor, out: torch.Tensor, top_k: int
+) -> None:
+    """``out[ids // top_k] += weights[:, None] * (x[ids // top_k] @ w.T)`` in place
+    (see :func:`wavec.kernels.moe_gemm.gather_scatter_matmul`)."""
+    moe_gemm.gather_scatter_matmul(x, ids, w, weights, out, top_k=top_k)
+
+
+@gather_scatter_matmul.register_fake
+def _gather_scatter_matmul_fake(x, ids, w, weights, out, top_k) -> None:
+    return None
+
+
+@torch.library.custom_op("wavec::topk_softmax", mutates_args=())
+def topk_softmax(gating_logits: torch.Tensor, k: int, renormalize: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(topk_weights f32 [T, k], topk_ids int32 [T, k])`` of ``softmax(gating_logits)``
+    (see :func:`wavec.kernels.moe_routing.topk_softmax`)."""
+    return moe_routing.topk_softmax(gating_logits, k, renormalize)
+
+
+@topk_softmax.register_fake
+def _topk_softmax_fake(gating_logits, k, renormalize=False) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = gating_logits.shape[0]
+    new = gating_logits.new_empty
+    return new(tokens, k, dtype=torch.float32), new(tokens, k, dtype=torch.int32)

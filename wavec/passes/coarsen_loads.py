@@ -3,7 +3,9 @@
 Requires: ``expand``.  Guarantees: every ``read``/``write`` has ``meta["accesses"]``, runs ``(first,
 length, offsets)`` of register elements contiguous along the memory's last dim merged up to 16 bytes, and
 ``meta["alignments"]``, each run's byte alignment proven from the index algebra (LLVM emits a 16-byte
-``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Atomics take
+``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Runs along a
+dim never exceed ``run_cap``: the largest power of two dividing a static size, ``ctx.run_caps`` of a
+dynamic one (a narrow variant, compiled by the launcher for sizes the vector width does not divide).  Atomics take
 the runs one reduction instruction of the target updates (``atomic_width``), split where the proven
 alignment is below the run's bytes (a vector ``red`` needs its whole width aligned).  Shared reads
 feeding an ``mma.sync`` operand use ``ldmatrix`` (``meta["access"]``, ``mma_dims``; ``transpose`` for a B
@@ -56,6 +58,17 @@ def access_runs(layout: Layout, mem_dims: tuple, max_len: int) -> list[tuple[int
             out.append((first + pos, size, off))
             pos += size
     return out
+
+
+def run_cap(ctx: PassContext, dim, width: int) -> int:
+    """The longest run along the contiguous ``dim`` (at most ``width``) whose rows all start aligned: a
+    static size caps it at the largest power of two dividing it (a 29-wide f16 row takes single
+    elements, a 30-wide one pairs); a dynamic size at ``ctx.run_caps`` (none: the launcher checks it)."""
+    size = ctx.constraints.resolve(dim)
+    if not size.is_Integer:
+        return min(width, ctx.run_caps.get(dim, width))
+    n = int(size)
+    return width if n == 0 else min(width, n & -n)
 
 
 def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
@@ -158,6 +171,7 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             # a gathered dim is addressed by its index value's dims, contiguous only along the affine last dim
             affine = last in layout.dims and last not in index_operands(node)
             width = atomic_width(node, ctx) if node.meta["op"] is Atomic else MAX_ACCESS_BYTES // mtype.dtype.bytes
+            width = run_cap(ctx, last, max(1, width)) if mtype.address_space == AddressSpace.GLOBAL else width
             runs = access_runs(layout, access_dims(node), max(1, width) if affine else 1)
             aligns = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)

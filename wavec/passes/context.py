@@ -54,6 +54,7 @@ class PassContext:
     persistent: PersistentGrid | None = None
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
     check_bounds: bool = False  # WAVEC_CHECK_BOUNDS: codegen checks every dynamic index (a bounds record binding)
+    run_caps: dict[sympy.Symbol, int] = field(default_factory=dict)  # dynamic dim -> longest run (a narrow variant)
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: Target | str) -> PassContext:

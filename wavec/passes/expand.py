@@ -154,6 +154,19 @@ class _Expander:
             out[key] = acc
         env[node] = out
 
+    def _gather(self, ng, node, env) -> None:
+        """Per output tile: one clone whose operands are every input tile along the dim it consumes
+        (``wc.topk``: the k winners of a row need all of the thread's elements of it)."""
+        x = node.args[0]
+        dim, k_dim = node.kwargs["dim"], node.kwargs["k_dim"]
+        n_tiles = _counts(self.ctx, x)[dim]
+        out = {}
+        for key in _keys(_counts(self.ctx, node)):
+            rows = tuple((d, i) for d, i in key if d != k_dim)
+            tiles = [self.lookup(env, x, _restrict(rows + ((dim, j),), x.meta["layout"].dims)) for j in range(n_tiles)]
+            out[key] = self.clone(ng, node, key, tuple(tiles))
+        env[node] = out
+
     def _convert(self, ng, node, env) -> None:
         """Each output tile takes every input tile it overlaps (the tiles of the two layouts differ)."""
         x = node.args[0]
@@ -244,6 +257,7 @@ RULES = {
     "mma_chain": _Expander._mma,
     "reduce_chain": _Expander._reduce,
     "regroup": _Expander._convert,
+    "gather_dim": _Expander._gather,
     "loop": _Expander._iterate,
     "loop_result": _Expander._loop_result,
     "region": _Expander._region,

@@ -18,6 +18,7 @@ import torch.fx as fx
 from ..errors import ConstraintError, IndexConflictError
 from ..frontend.mapping import index_operands
 from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
+from ..frontend.ops_reduce import MAX_TOPK
 from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
@@ -121,6 +122,7 @@ class _Solver:
         self.eq: list[tuple[fx.Node, fx.Node]] = []
         self.restrict: list[tuple[fx.Node, fx.Node]] = []
         self.perm: list[tuple[fx.Node, fx.Node]] = []  # (permute, its operand): one layout seen in two orders
+        self.topk: list[tuple[fx.Node, fx.Node]] = []  # (operand, topk): the result from the operand only
         self.graph_of: dict[fx.Node, fx.Graph] = {}
 
     def collect(self) -> None:
@@ -164,6 +166,10 @@ class _Solver:
                 if big in self.state:
                     lay, prio, origin = self.state[big]
                     changed |= self.offer(small, lay.restrict(_dims(small)).permute(_dims(small)), prio, origin)
+            for x, n in self.topk:
+                if x in self.state:
+                    lay, prio, origin = self.state[x]
+                    changed |= self.offer(n, topk_layout(self.ctx, self.graph_of[n], n, lay), prio, origin)
 
     def seed_anchors(self) -> None:
         """Unconditional anchors (hardware layouts, copy distributions) first, propagated together; then
@@ -231,6 +237,40 @@ def _flow_atomic(s: _Solver, n: fx.Node) -> None:
     s.eq.append((n, arg_node(n, 0)))
 
 
+def topk_layout(ctx: PassContext, graph, n: fx.Node, lay: Layout) -> Layout:
+    """A ``wc.topk`` result: the operand's layout with ``dim`` replaced by ``k_dim`` in place, every thread
+    holding all k winners of its rows (the lanes and waves along ``dim`` hold copies), k fastest."""
+    dim, k_dim = n.kwargs["dim"], n.kwargs["k_dim"]
+    k = ctx.extent(k_dim)  # _flow_topk checked it
+    keep = lay.restrict([d for d in lay.dims if d != dim])
+    kseq = IndexSeq(_base(ctx, graph, (k_dim,))[k_dim], ((k, 1),))
+    dims = tuple(k_dim if d == dim else d for d in lay.dims)
+    seqs = [kseq if d == k_dim else keep.seq(d) for d in dims]
+    tiles = [k if d == k_dim else keep.tile_of(d) for d in dims]
+    return Layout.make(dims, seqs, tiles, keep.order + (((k_dim, 0),) if k > 1 else ()))
+
+
+def _flow_topk(s: _Solver, n: fx.Node) -> None:
+    """The result's layout follows the operand's (not back: the operand's lanes along dim are its own);
+    k is checked here, where the constraints are resolved."""
+    dim, k_dim = n.kwargs["dim"], n.kwargs["k_dim"]
+    cs = s.ctx.constraints
+    k, row = cs.workgroup_extent(k_dim), cs.workgroup_extent(dim)
+    if k is None or k_dim in cs.wg_axis or k_dim in cs.wave_tile:
+        raise ConstraintError(
+            n.meta.get("loc"),
+            message=f"wc.topk: the k dimension {k_dim} needs WorkgroupConstraint({k_dim}, {k_dim}, None) "
+            f"with {k_dim} bound to k in subs",
+        )
+    if k > MAX_TOPK or (row is not None and k > row):
+        raise ConstraintError(
+            n.meta.get("loc"),
+            message=f"wc.topk: k = {k_dim} = {k} must be at most {MAX_TOPK} and at most the workgroup's tile "
+            f"of {dim} ({row})",
+        )
+    s.topk.append((arg_node(n, 0), n))
+
+
 FLOWS = {
     "elementwise": _flow_elementwise,
     "broadcast": lambda s, n: s.restrict.append((n, n.args[0])),
@@ -240,6 +280,7 @@ FLOWS = {
     "indexed_access": _flow_indexed_access,
     "region": _flow_region,
     "atomic": _flow_atomic,
+    "topk": _flow_topk,
 }
 
 

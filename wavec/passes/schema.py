@@ -121,6 +121,9 @@ class OpArgs:
     mapping: dict[sympy.Symbol, Expr] = by(TRACE)  # read: memory dim -> index expression
     dynamic: Dims = by(TRACE, "pipeline_loops")  # accesses: memory dims indexed by the trailing args
     elements_per_thread: int | None = by(TRACE)
+    part: Literal["value", "index"] = by(TRACE)  # arg_unpack: which half of an arg-reduction's key
+    exclusive: bool = by(TRACE)  # scan: element i combines the elements before i only
+    k_dim: sympy.Symbol = by(TRACE)  # topk: the new dimension of the k winners (bound to k in subs)
 
 
 @dataclass(frozen=True)  # no slots: Kwargs combines them

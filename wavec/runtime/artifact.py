@@ -33,13 +33,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from wavec.errors import CacheError
+from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.tensor_map import TensorMapSpec
 
 __all__ = ["ArgSpec", "KernelMetadata", "Artifact", "DTYPES", "FORMATS", "FORMAT_VERSION", "MAGIC"]
 
 MAGIC = b"WAVECART"
 FORMAT_VERSION = 1
-DTYPES = ("f16", "bf16", "f32", "i32", "i64")
+DTYPES = tuple(n for n in TORCH_NAMES if n != "i1")  # element types a tensor argument may have
 FORMATS = ("cubin", "ptx", "hsaco")
 
 _PREFIX = struct.Struct("<8sIIQQ")
@@ -79,7 +80,9 @@ class KernelMetadata:
     must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
     the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
     ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
-    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``).
+    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
+    ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
+    there; the bindings above stay tensors first), the order a call's positional arguments follow.
     """
 
     kernel: str
@@ -98,6 +101,7 @@ class KernelMetadata:
     scalars: tuple[tuple[str, str], ...] = ()
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     bounds_checks: tuple[tuple[str, str, str, str, str], ...] = ()
+    signature: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -128,6 +132,7 @@ class KernelMetadata:
             ),
             tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
             bounds_checks=tuple(_strings(c, 5, "bounds_checks") for c in d.get("bounds_checks", [])),
+            signature=tuple(_typed(n, str, "signature") for n in d.get("signature", [])),
         )
 
 

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
-from wavec.errors import ArgumentError, LaunchError
+from wavec.errors import AlignmentMiss, ArgumentError, LaunchError
+from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.artifact import DTYPES, KernelMetadata
 
 __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
@@ -37,7 +38,7 @@ __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_gri
 
 INT32_MAX = 2**31 - 1
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
-_TORCH_DTYPE_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32", "i64": "int64"}
+_TORCH_DTYPE_NAMES = TORCH_NAMES
 _DEVICE_TYPES = ("cuda", "cpu")
 _MAX_SHAPES = 256  # distinct argument shapes remembered per plan
 _F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
@@ -187,8 +188,7 @@ class BindingPlan:
                 self._consistency_error(sym, ai, d, shapes)
         for sym, div in self.divisibility:
             if values[sym] % div:
-                why = f"must be a multiple of {div}: the kernel accesses rows along {sym} {div} elements at a time"
-                self._symbol_error(sym, values[sym], f"{why} (16-byte vectors); pad {sym} to a multiple of {div}")
+                self._alignment_miss(sym, div, values)
         for sym in self.dynamic:
             if values[sym] > INT32_MAX:
                 why = f"does not fit in int32 (max {INT32_MAX}); sizes are passed to the kernel as 32-bit constants"
@@ -277,6 +277,17 @@ class BindingPlan:
     def _symbol_error(self, sym: str, value: int, why: str) -> None:
         _, ai, d = next(b for b in self.binders if b[0] == sym)
         self._fail(self.args[ai], f"{sym}={value} (dimension {d}) {why}")
+
+    def _alignment_miss(self, sym: str, div: int, values: dict[str, int]) -> NoReturn:
+        _, ai, d = next(b for b in self.binders if b[0] == sym)
+        why = f"must be a multiple of {div}: the kernel accesses rows along {sym} {div} elements at a time"
+        raise AlignmentMiss(
+            values,
+            kernel=self.kernel,
+            arg=self.args[ai].name,
+            message=f"{sym}={values[sym]} (dimension {d}) {why} (16-byte vectors); a kernel from wc.compile "
+            "launches its narrow variant instead",
+        ) from None
 
     def _check_static_divisibility(self) -> None:
         for sym, div in self.meta.divisibility:

@@ -13,14 +13,24 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
   raises :class:`~wavec.errors.ArgumentError` asking for the outputs.  The launcher then validates the
   inputs exactly as in the all-arguments form.
 * Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.
+
+A launch whose sizes break the artifact's ``divisibility`` (rows accessed in 16-byte runs) runs the narrow
+variant for them: ``narrow(run_caps=...)`` (set by ``wc.compile``) compiles it once per set of caps; the
+aligned launch pays nothing for this.
+
+Positional arguments follow the kernel's ``def`` (scalars may stand anywhere in it; the launchers take
+tensors first, ``_arrange`` reorders); any argument may be passed by keyword (``kern(a=a, b=b, c=c)``),
+the convention then being all arguments if every one is named or an output is, else the inputs only.
+An unknown, repeated or missing name raises :class:`~wavec.errors.ArgumentError` naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ..errors import ArgumentError, LaunchError
+from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
@@ -160,6 +170,11 @@ class CompiledKernel:
         self._ninputs = sum(1 for a in self.metadata.args if not a.is_output) + nscalars
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
+        self.narrow: Callable[..., CompiledKernel] | None = None  # compiles a variant for ``run_caps``
+        self._variants: dict[tuple, CompiledKernel] = {}
+        self._binding = tuple(a.name for a in self.metadata.args) + tuple(n for n, _ in self.metadata.scalars)
+        self._signature = self.metadata.signature or self._binding
+        self._outputs = frozenset(a.name for a in self.metadata.args if a.is_output)
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -168,23 +183,79 @@ class CompiledKernel:
             self._plan = OutputPlan(self.metadata)
         return self._plan
 
-    def __call__(self, *tensors: Any) -> Any:
+    def __call__(self, *args: Any, **named: Any) -> Any:
+        if named or self._signature != self._binding:
+            args = self._arrange(args, named)
+        return self.call_bound(*args)
+
+    def call_bound(self, *tensors: Any) -> Any:
+        """The call with its arguments in binding order (tensors, then scalars): what ``__call__`` runs
+        after ``_arrange``, and what the torch operators (whose schemas take that order) call."""
         n = len(tensors)
-        if n == self._nargs:
-            (self._impl or self._launcher())(*tensors)
-            return None
-        if n != self._ninputs:
-            self._count_error(n)
-        plan = self._plan or self.output_plan
-        launch = plan.launch
-        if launch is None:
-            plan.raise_unbound()
-        impl = self._impl or self._launcher()
         try:
-            return launch(impl, self._default_device, *tensors)
-        except (AttributeError, IndexError, TypeError):
-            plan.diagnose(tensors)  # a non-tensor or wrong-rank input: say which
-            raise
+            if n == self._nargs:
+                (self._impl or self._launcher())(*tensors)
+                return None
+            if n != self._ninputs:
+                self._count_error(n)
+            plan = self._plan or self.output_plan
+            launch = plan.launch
+            if launch is None:
+                plan.raise_unbound()
+            impl = self._impl or self._launcher()
+            try:
+                return launch(impl, self._default_device, *tensors)
+            except (AttributeError, IndexError, TypeError):
+                plan.diagnose(tensors)  # a non-tensor or wrong-rank input: say which
+                raise
+        except AlignmentMiss as miss:
+            if self.narrow is None:
+                raise
+            return self.variant_for(miss).call_bound(*tensors)
+
+    def variant_for(self, miss: AlignmentMiss) -> CompiledKernel:
+        """The variant whose runs along each symbol ``miss.values`` misaligns are as long as its value allows
+        (the largest power of two dividing it, below the width this kernel needs); compiled on first use.
+        Where none compiles (TMA asked for explicitly needs 16-byte rows), ``miss`` says why."""
+        values = miss.values
+        caps = tuple(
+            (sym, math.gcd(values[sym], div) & -math.gcd(values[sym], div))
+            for sym, div in self.metadata.divisibility
+            if values[sym] % div
+        )
+        kernel = self._variants.get(caps)
+        if kernel is None:
+            assert self.narrow is not None  # callers check
+            try:
+                kernel = self.narrow(run_caps=dict(caps))
+            except WavecError as why:
+                fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
+                raise ArgumentError(None, **fields) from why
+            kernel.narrow = None  # its remaining requirements hold for ``values``; no variant of a variant
+            self._variants[caps] = kernel
+        return kernel
+
+    def _arrange(self, args: tuple, named: dict[str, Any]) -> tuple:
+        """Positional (``def`` order) and keyword arguments as the launchers take them: tensors in binding
+        order, then scalars (all arguments), or the inputs in that order (inputs only)."""
+        sig, label = self._signature, self.metadata.label
+        whole = len(args) + len(named) == len(sig) or any(k in self._outputs for k in named)
+        order = sig if whole else tuple(n for n in sig if n not in self._outputs)
+        if len(args) > len(order):
+            self._count_error(len(args) + len(named))
+        given = dict(zip(order, args))
+        for k, v in named.items():
+            if k not in sig:
+                why = f"unexpected keyword argument; the kernel's arguments are ({', '.join(sig)})"
+                raise ArgumentError(kernel=label, arg=k, message=why)
+            if k in given:
+                raise ArgumentError(kernel=label, arg=k, message="given twice (by position and by keyword)")
+            given[k] = v
+        missing = [k for k in order if k not in given]
+        if missing:
+            what = f"all arguments ({', '.join(sig)})" if whole else f"the inputs ({', '.join(order)})"
+            raise ArgumentError(kernel=label, arg=missing[0], message=f"missing: pass {what}; got {list(given)}")
+        return tuple(given[k] for k in self._binding if k in given)
 
     def _launcher(self) -> Any:
         if self._impl is None:

@@ -110,14 +110,14 @@ def _register(compiled: CompiledKernel, ns: str, op_name: str, name: str, key: A
     dispatch = _Dispatch(compiled)
 
     def functional(*inputs: Any) -> Any:
-        return dispatch.kernel_for(inputs[0])(*inputs)
+        return dispatch.kernel_for(inputs[0]).call_bound(*inputs)
 
     def functional_fake(*inputs: Any) -> Any:
         outs = plan.allocate(inputs, inputs[0].device)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def in_place(*tensors: Any) -> None:
-        dispatch.kernel_for(tensors[0])(*tensors)
+        dispatch.kernel_for(tensors[0]).call_bound(*tensors)
 
     def in_place_fake(*tensors: Any) -> None:
         return None

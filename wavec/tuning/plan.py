@@ -241,14 +241,14 @@ class GemmRequest:
 def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str | None = None) -> GemmPlan:
     """``matmul``'s plan for m x n x k: the rule's tile (or ``req.config``'s) and flags.  wgmma takes
     ``wgmma_plan``'s producer and persistent grid when neither is given, only with its own tile on "auto"
-    copies (as measured); decode (M <= 16) keeps the mma.sync decode tiles.  Split-K (mma.sync only):
-    ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
+    copies (as measured) and a K of 16-byte rows (TMA); decode (M <= 16) keeps the mma.sync decode tiles.
+    Split-K (mma.sync only): ``req.split`` S, or ``"auto"`` for ``splitk_config``'s rule."""
     explicit = req.config is not None
     if req.mma == "wgmma" and m > 16:
         if req.split not in (None, 1):
             raise wc.WavecError(message="matmul: split-K runs on the mma.sync path only")
         base = wgmma_plan(m, n, k, device)
-        planned = not explicit and req.async_copy == "auto"
+        planned = not explicit and req.async_copy == "auto" and k % 8 == 0  # TMA needs 16-byte rows of K
         ws = base.warp_specialize and planned if req.warp_specialize is None else req.warp_specialize
         pers = base.persistent and planned if req.persistent is None else req.persistent
         flags = schedule(async_copy=req.async_copy, warp_specialize=ws, persistent=pers, split_epilogue=True)

@@ -2,10 +2,11 @@
 
 Not a pass: ``pipeline_loops`` calls :func:`tma_plan` per loop and, given a plan, :func:`pipeline_tma`.
 Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel arguments staged into
-128-byte-swizzled tiles of whole rows.  Guarantees: one ``TmaFill`` per iteration ``i + D`` behind a
-prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier for parity ``(i // S) % 2``;
-stages released by a barrier or by ``MBarrierArrive``; one ``TensorMapRequest`` per (argument, box);
-persistent grids count from :func:`k_base`.  Full contract: docs/hopper.md, "Module contracts".
+128-byte-swizzled tiles of whole rows, rows of 16-byte multiples.  Guarantees: one ``TmaFill`` per
+iteration ``i + D`` behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier
+for parity ``(i // S) % 2``; stages released by a barrier or by ``MBarrierArrive``; one
+``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`.  Full contract:
+docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ...frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ...indexing import induction_symbol
 from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
+from ..coarsen_loads import run_cap
 from ..context import PassContext, TensorMapRequest
 from ..schema import loop_body, loop_dim, op_node, tile_extents
 
@@ -91,6 +93,9 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
             continue
         seen.add((mem, alloc))
         dtype = mem.meta["type"].dtype
+        last = mem.meta["type"].shape[-1]
+        if run_cap(ctx, last, 16 // dtype.bytes) < 16 // dtype.bytes:  # a tensor map's row stride: 16-byte multiple
+            return None, f"rows of %{mem.name} ({last}) are not a multiple of 16 bytes"
         box = tma_box(tuple(mem.meta["type"].shape), tile_extents(alloc), dtype.bytes)
         spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name, box, SWIZZLE_BYTES)
         maps.append(spec)
