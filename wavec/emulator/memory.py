@@ -218,8 +218,8 @@ def check_alignment(st: State, m: MemRef, eidx: list[np.ndarray], align: int, lo
         first = first + e.reshape(e.shape[0], -1)[:, 0] * m.strides[d]
     bad = np.broadcast_to((first * m.arr.itemsize) % align != 0, (st.lanes,))  # a uniform index: one row
     if st.mask is not None:  # a lane counts when it accesses any element
-        active = np.asarray(st.mask, dtype=bool)
-        active = active.reshape(active.shape[0] if active.ndim else 1, -1).any(axis=1)
+        mask = np.asarray(st.mask, dtype=bool)
+        active = np.asarray(mask.reshape(mask.shape[0] if mask.ndim else 1, -1).any(axis=1))
         bad = bad & np.broadcast_to(active, (st.lanes,))
     if bad.any():
         lane = int(np.argmax(bad))
