@@ -216,9 +216,11 @@ def check_alignment(st: State, m: MemRef, eidx: list[np.ndarray], align: int, lo
     first = np.asarray(m.offset, dtype=np.int64).reshape(-1)
     for d, e in enumerate(eidx):
         first = first + e.reshape(e.shape[0], -1)[:, 0] * m.strides[d]
-    bad = (first * m.arr.itemsize) % align != 0
-    if st.mask is not None:
-        bad = bad & np.broadcast_to(st.mask, bad.shape)
+    bad = np.broadcast_to((first * m.arr.itemsize) % align != 0, (st.lanes,))  # a uniform index: one row
+    if st.mask is not None:  # a lane counts when it accesses any element
+        mask = np.asarray(st.mask, dtype=bool)
+        active = np.asarray(mask.reshape(mask.shape[0] if mask.ndim else 1, -1).any(axis=1))
+        bad = bad & np.broadcast_to(active, (st.lanes,))
     if bad.any():
         lane = int(np.argmax(bad))
         at = int(first[lane if first.size > 1 else 0]) * m.arr.itemsize
