@@ -363,6 +363,10 @@ def lower_unary(fb: FunctionBuilder, node: fx.Node) -> None:
         else:  # IREE's half-precision exp2 polynomial is 6 ulp off (H100); f32 and one rounding is exact enough
             wide = vec_type(node.meta["layout"].size, dt.f32)
             fb.values[node] = arith.truncf(x.type, nv_exp2(arith.extf(wide, x)))
+    elif kind.name == "round" and dtype in (dt.f16, dt.bf16):  # the GPU's half roundeven rounds halves away
+        wide = vec_type(node.meta["layout"].size, dt.f32)
+        r = ir.Operation.create("math.roundeven", results=[wide], operands=[arith.extf(wide, x)]).result
+        fb.values[node] = arith.truncf(x.type, r)  # an integer-valued f32 of a half: exact in the half type
     else:
         name = kind.float_op if dtype.is_float else kind.int_op
         fb.values[node] = ir.Operation.create(name, results=[x.type], operands=[x]).result
