@@ -143,6 +143,7 @@ def torch_scan(kind: str, exclusive: bool, x: torch.Tensor) -> torch.Tensor:
 def check_topk(x: torch.Tensor, k: int, values: torch.Tensor, indices: torch.Tensor) -> None:
     """Values exactly torch's (NaN largest); each index holds its value; equal values take the lowest
     indices of the row, in order; where a value occurs once in its row, the index is torch's."""
+    values, indices = values.to(x.device), indices.to(x.device)  # a GPU kernel's results beside CPU inputs
     ref = torch.topk(x.double(), k, -1)
     torch.testing.assert_close(values.double(), ref.values, rtol=0, atol=0, equal_nan=True)
     assert ((indices >= 0) & (indices < x.shape[1])).all(), "an index was not written"
