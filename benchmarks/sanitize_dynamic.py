@@ -20,8 +20,9 @@ def main() -> None:
     assert torch.equal(index_select(x, i), x[i])
     for dtype in (torch.float32, torch.bfloat16):
         out, src = torch.zeros(100, 512, device="cuda", dtype=dtype), torch.randn(2048, 512, device="cuda")
+        src = src.to(dtype)
         want = out.double().index_add_(0, i % 100, src.double())
-        index_add_(out, i % 100, src.to(dtype))
+        index_add_(out, i % 100, src)
         torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=5e-1)
     for t, e, b in [(256, 512, 64), (7, 8, 16), (40000, 64, 16)]:  # single launch, and three launches
         ids = torch.randint(0, e, (t, 8), dtype=torch.int32, device="cuda")
