@@ -8,9 +8,10 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
-from wavec.kernels import gather_scatter_matmul, index_add_, index_select, moe_align_block_size, paged_attention
+from wavec.kernels import gather_scatter_matmul, index_add_, index_select, moe_align_block_size
 from wavec.kernels.moe_align import check_alignment, reference
 from wavec.kernels.moe_routing import topk_softmax
+from wavec.kernels.paged_attention import paged_attention
 
 
 def main() -> None:

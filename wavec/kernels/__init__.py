@@ -1,7 +1,9 @@
 """The wavec kernel library (written against the public API only).
 
-``from wavec.kernels import matmul, attention, index_select, ...``: each name is imported from its module
-on first use, so ``import wavec.kernels`` stays light.  Each also exists as ``torch.ops.wavec.<name>`` once
+``from wavec.kernels import matmul, index_select, ...``: each name is imported from its module on first use,
+so ``import wavec.kernels`` stays light.  ``attention`` and ``paged_attention`` are their modules' names
+(``wavec.kernels.attention.attention``): a package attribute named like a submodule is the submodule once
+that is imported, so they are not exported here.  Each also exists as ``torch.ops.wavec.<name>`` once
 ``wavec.kernels.torch_ops`` is imported.
 """
 
@@ -11,12 +13,10 @@ from importlib import import_module
 
 _EXPORTS = {
     "matmul": "gemm",
-    "attention": "attention",
     "register_attention_op": "attention",
     "index_select": "indexing",
     "embedding": "indexing",
     "index_add_": "indexing",
-    "paged_attention": "paged_attention",
     "gather_scatter_matmul": "moe_gemm",
     "moe_align_block_size": "moe_align",
     "topk_softmax": "moe_routing",
