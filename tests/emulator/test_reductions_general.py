@@ -138,3 +138,11 @@ def _one_row(body) -> wc.WaveKernel:
 def test_bad_arguments_name_the_argument(body, error, match: str) -> None:
     with pytest.raises(error, match=match):
         _emu(_one_row(body))
+
+
+def test_reduction_over_a_dim_split_across_workgroups_is_rejected() -> None:
+    """N = 1024 over 512-element workgroup tiles: two workgroups would each write their half's result."""
+    kernel = rk.make_reduce("sum", wc.f32)
+    with pytest.raises(wc.WavecError, match=r"splits over 2 workgroups whose partial results never meet"):
+        wc.compile(kernel, {rk.N: 1024}, backend="emulator", cache=False)
+    wc.compile(kernel, {rk.N: 512}, backend="emulator", cache=False)  # one workgroup per row: fine
