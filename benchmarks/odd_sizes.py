@@ -13,6 +13,7 @@ import json
 import os
 
 import torch
+import triton.testing
 
 from wavec.kernels import gemm as gm
 from wavec.kernels.gemm import matmul
@@ -26,20 +27,9 @@ SHAPES = [
 ]
 
 
-def bench(fn, reps: int = 30) -> float:
-    """Median milliseconds over ``reps`` runs (CUDA events) after a warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+def bench(fn) -> float:
+    """Median milliseconds (``triton.testing.do_bench``, as the other benchmarks time)."""
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def run_narrow(m: int, n: int, k: int) -> float:

@@ -7,6 +7,7 @@ import torch
 
 import wavec as wc
 from wavec import Memory, Register, f16, f32
+from wavec.kernels import gemm
 
 M, N, K, T = wc.sym.M, wc.sym.N, wc.sym.K, wc.sym.T
 S, D, P, B, SLOT, REL = wc.sym.S, wc.sym.D, wc.sym.P, wc.sym.B, wc.sym.SLOT, wc.sym.REL
@@ -16,15 +17,8 @@ GEMM_SUBS = {BM: 32, BN: 32, BK: 32}
 
 
 def gemm_constraints(mma=wc.MMAType.NV_F32_16x8x16_F16, tpw: int = 32, stages: int = 3) -> list:
-    return [
-        wc.WorkgroupConstraint(M, BM, 0),
-        wc.WorkgroupConstraint(N, BN, 1),
-        wc.WaveConstraint(M, BM / 2),
-        wc.WaveConstraint(N, BN / 2),
-        wc.TilingConstraint(K, BK),
-        wc.HardwareConstraint(threads_per_wave=tpw, mma_type=mma),
-        wc.SchedulingConstraint(num_stages=stages),
-    ]
+    """The library GEMM's constraints (2 x 2 waves) with ``stages`` fixed."""
+    return gemm.gemm_constraints(tpw, mma, (2, 2), wc.SchedulingConstraint(num_stages=stages))
 
 
 def make_gather_gemm(constraints: list) -> wc.WaveKernel:

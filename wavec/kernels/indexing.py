@@ -54,15 +54,16 @@ def config_for(dtype, n: int) -> tuple[dict, int]:
 _COMPILED: dict = {}
 
 
-def _hopper_target(backend: str | None) -> str | None:
-    """sm_90a on a Hopper GPU (its PTX 8.3 has the vector ``red`` that sm_90's 8.0 lacks), else the default."""
+def hopper_target(backend: str | None, device: Any = None) -> str | None:
+    """sm_90a on a Hopper GPU (its PTX 8.3 has the vector ``red`` that sm_90's 8.0 lacks), else the default;
+    ``device``: the tensors' device (default: the current CUDA device; a CPU device gets the default)."""
     from wavec.compiler import default_backend, gpu_visible
 
-    if (backend or default_backend()) != "cuda" or not gpu_visible():
+    if (backend or default_backend()) != "cuda" or not gpu_visible() or getattr(device, "type", "cuda") != "cuda":
         return None
     import torch
 
-    return "sm_90a" if torch.cuda.get_device_capability() == (9, 0) else None
+    return "sm_90a" if torch.cuda.get_device_capability(device) == (9, 0) else None
 
 
 def _kernel(make, dtype, index_dtype, n: int, backend: str | None, target: str | None = None):
@@ -119,5 +120,5 @@ def index_add_(out, index, src, *, backend: str | None = None):
             f"got {src.dtype} {list(src.shape)}"
         )
     if src.numel():
-        _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend, _hopper_target(backend))(src, index, out)
+        _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend, hopper_target(backend))(src, index, out)
     return out

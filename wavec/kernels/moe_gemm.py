@@ -14,7 +14,8 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N
+from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N, gemm_constraints
+from wavec.kernels.indexing import hopper_target
 from wavec.tuning.plan import mma_type_for
 
 T = wc.sym.T
@@ -24,15 +25,7 @@ DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
 def gather_gemm_constraints(dtype=wc.f16, threads_per_wave: int = 32, mma_type=None) -> list:
     """BLOCK_M x BLOCK_N workgroup tiles of 2 x 2 waves, K in steps of BLOCK_K over NUM_STAGES stages."""
     mma = mma_type or mma_type_for("mma_sync", dtype)[1]
-    return [
-        wc.WorkgroupConstraint(M, BLOCK_M, 0),
-        wc.WorkgroupConstraint(N, BLOCK_N, 1),
-        wc.WaveConstraint(M, BLOCK_M / 2),
-        wc.WaveConstraint(N, BLOCK_N / 2),
-        wc.TilingConstraint(K, BLOCK_K),
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES),
-    ]
+    return gemm_constraints(threads_per_wave, mma, (2, 2), wc.SchedulingConstraint(num_stages=NUM_STAGES))
 
 
 def make_gather_scatter_gemm(dtype=wc.f16, top_k: int = 1, **constraints: Any) -> wc.WaveKernel:
@@ -64,10 +57,7 @@ _COMPILED: dict = {}
 
 
 def _kernel(dtype, top_k: int, m: int, device: Any, backend: str | None):
-    import torch
-
-    hopper = device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
-    target = "sm_90a" if hopper and backend in (None, "cuda") else None  # sm_90a: vector reductions
+    target = hopper_target(backend, device)  # sm_90a: vector reductions
     subs = config_for(m)
     key = (dtype.name, top_k, tuple(subs.values()), target, backend)
     if key not in _COMPILED:
