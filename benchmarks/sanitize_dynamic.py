@@ -41,7 +41,7 @@ def main() -> None:
     vals, idx = topk_softmax(logits, 8)
     ref = torch.softmax(logits, -1).topk(8, -1)
     torch.testing.assert_close(vals, ref.values, rtol=1e-5, atol=1e-6)
-    q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 1, 48], 2, 8, 2, 128, 16, wc.bf16, "cuda")
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 2, 48], 2, 8, 2, 128, 16, wc.bf16, "cuda")  # seq_len >= q_len
     out = paged_attention(q, kc, vc, bt, lens)
     torch.testing.assert_close(out.float(), dk.reference_paged_attention(q, kc, vc, bt, lens), rtol=2e-2, atol=2e-2)
     for dtype, kind in [(wc.f16, "add"), (wc.bf16, "add"), (wc.bf16, "max")]:  # shared-memory half atomics
