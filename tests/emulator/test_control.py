@@ -136,7 +136,7 @@ def test_moe_align_single_launch(t: int, k: int, e: int, b: int) -> None:
     ma.check_alignment(got, ma.reference(ids, e, b), b)
 
 
-@pytest.mark.parametrize("t, k, e, b", [(300, 8, 64, 16), (2600, 2, 33, 5), (0, 8, 8, 4)])
+@pytest.mark.parametrize("t, k, e, b", [(300, 8, 64, 16), (2600, 2, 33, 5), (0, 8, 8, 4), (300, 8, 256, 16)])
 def test_moe_align_three_launches(monkeypatch: pytest.MonkeyPatch, t: int, k: int, e: int, b: int) -> None:
     monkeypatch.setattr(ma, "SMALL_TOKENS", 0)
     ids = torch.randint(0, e, (t, k), dtype=torch.int64)  # int64 ids are converted

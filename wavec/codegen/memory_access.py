@@ -22,6 +22,7 @@ from .. import abi
 from ..frontend import dtypes as dt
 from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
+from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
@@ -293,9 +294,10 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     pieces = _run_pieces(node, fb.values[val_node], index_vectors(fb, node, node.meta["layout"]))
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
+        spread = len(pieces) > 1 and not _holds_atomic_results(node)
         for i, (piece, coords, align) in enumerate(pieces):
             idx = mem_indices(fb, node, mem_node, coords)
-            guard = _write_guard(fb, node, i if len(pieces) > 1 else None)
+            guard = _write_guard(fb, node, i if spread else None)
             _store_if(fb.values[mem_node], idx, guarded(in_bounds(fb, node, coords), guard), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
@@ -304,6 +306,23 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     _branch_stores(
         fb.values[mem_node], in_bounds(fb, node, furthest), [(v, idx, None, a) for v, idx, _c, a in stores], stores
     )
+
+
+def _holds_atomic_results(node: fx.Node) -> bool:
+    """Whether ``node``'s operands (value or indices) derive from an atomic's old values: a replicated
+    atomic updates memory from one replica, so only that replica holds them (the others hold zeros) and
+    must store them."""
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.meta.get("op") is Atomic:
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
 
 
 def _write_guard(fb: FunctionBuilder, node: fx.Node, piece: int | None) -> ir.Value | None:
