@@ -95,3 +95,19 @@ def test_gather_scatter_matmul_bad_arguments() -> None:
         gather_scatter_matmul(x, ids, w, weights, out.half())
     with pytest.raises(wc.WavecError, match="w must be torch.float16"):
         gather_scatter_matmul(x, ids, w.float(), weights, out)
+
+
+@pytest.mark.parametrize("op", ["softmax", "rms_norm", "layer_norm"])
+def test_row_ops_opcheck_and_compile(op: str) -> None:
+    x = torch.randn(2, 5, 40)
+    args = {"softmax": (x, -1), "rms_norm": (x, torch.randn(40), 1e-6), "layer_norm": (x, None, torch.randn(40))}[op]
+    fn = getattr(torch.ops.wavec, op)
+    want = {
+        "softmax": lambda: torch.softmax(x, -1),
+        "rms_norm": lambda: torch.nn.functional.rms_norm(x, (40,), args[1], 1e-6),
+        "layer_norm": lambda: torch.nn.functional.layer_norm(x, (40,), None, args[2]),
+    }[op]()
+    torch.testing.assert_close(fn(*args), want, rtol=2e-6, atol=2e-6)
+    torch.library.opcheck(fn.default, args)
+    compiled = torch.compile(lambda *a: fn(*a) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(*args), want * 2, rtol=2e-6, atol=4e-6)

@@ -20,6 +20,9 @@ _EXPORTS = {
     "gather_scatter_matmul": "moe_gemm",
     "moe_align_block_size": "moe_align",
     "topk_softmax": "moe_routing",
+    "softmax": "rows",
+    "rms_norm": "rows",
+    "layer_norm": "rows",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,0 +1,249 @@
+"""Row kernels of any length: ``softmax``, ``rms_norm`` and ``layer_norm`` over the last dimension, one
+binary per (dtype, tile) for every row count M and row length N (both launch values).
+
+Each row is walked twice in tiles of ``BLOCK_N`` (``TilingConstraint``): the first loop carries the row's
+statistics in f32 (softmax: the running max and the sum rescaled to it, as flash attention does; RMSNorm:
+the sum of squares; LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean
+does not cancel the variance away), the second reads the tile again (from L2 for the rows in flight) and
+writes the result in the input dtype.  The last tile of a row masks its columns past N (``arange(N) <
+N``: -inf for the max, 0 for the sums).  Rows of up to ``2 * BLOCK_N`` elements thus cost two tile reads
+from L2 and one from DRAM.  A wave per row, ``ROWS`` rows per workgroup (several waves per row would need N
+split by a workgroup tile, which must be static).  Row lengths that are not a multiple of the 16-byte
+run take the launcher's narrow variant (``docs/sizes_and_strides.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import wavec as wc
+from wavec import Memory, Register, f32
+
+M, N = wc.sym.M, wc.sym.N
+BLOCK_N = wc.sym.BLOCK_N
+LOG2E = 1.0 / math.log(2.0)
+NEG_INF = float("-inf")
+ROWS = 4  # rows (waves) per workgroup when a row has one wave
+KINDS = ("softmax", "rms_norm", "layer_norm")
+
+
+def row_loop_constraints(dtype=wc.f16, tpw: int = 32, vec: int | None = None) -> list:
+    """``ROWS`` rows per workgroup, a wave each; N in loop tiles of ``BLOCK_N`` (bound in subs), each lane
+    ``vec`` elements per run (16 bytes by default)."""
+    vec = vec or 16 // dtype.bytes
+    return [
+        wc.WorkgroupConstraint(M, ROWS, 0),
+        wc.WaveConstraint(M, 1),
+        wc.TilingConstraint(N, BLOCK_N),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * vec}),
+    ]
+
+
+def _tile(x, masked: bool, fill: float):
+    """The f32 values of this tile of ``x``; columns past N are ``fill`` in the masked (last) tile."""
+    v = wc.cast(wc.read(x), f32)
+    return wc.where(wc.arange(N)[None, :] < N, v, fill) if masked else v
+
+
+def _listed(results) -> list:
+    """An ``iterate``'s results as a list (one carried value comes back bare)."""
+    return list(results) if isinstance(results, (list, tuple)) else [results]
+
+
+def _two_loops(first, init: list, second) -> None:
+    """``first`` over the full tiles then the masked last one, carrying ``init``; then ``second`` over
+    every tile with the final statistics."""
+    whole = N // BLOCK_N * BLOCK_N
+
+    @wc.iterate(N, init_args=init, end=whole)
+    def full(*carried):
+        return first(*carried, masked=False)
+
+    @wc.iterate(N, init_args=_listed(full), start=whole)
+    def edge(*carried):
+        return first(*carried, masked=True)
+
+    stats = _listed(edge)
+
+    @wc.iterate(N, init_args=[])
+    def out_loop() -> list:
+        second(*stats)
+        return []
+
+
+def make_softmax_rows(dtype=wc.f16, **constraints: Any) -> wc.WaveKernel:
+    """``out = softmax(x, -1)`` for ``x [M, N]``; a row of -inf (or NaN) gives NaN, as torch."""
+
+    @wc.wave(row_loop_constraints(dtype, **constraints))
+    def softmax_rows(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
+        def first(m_i, l_i, masked: bool):
+            v = _tile(x, masked, NEG_INF)
+            m_new = wc.maximum(m_i, wc.max(v, N))
+            p = wc.exp2((v - m_new[:, None]) * LOG2E)
+            return m_new, l_i * wc.exp2((m_i - m_new) * LOG2E) + wc.sum(p, N)
+
+        def second(m_i, l_i) -> None:
+            v = wc.cast(wc.read(x), f32)
+            wc.write(wc.cast(wc.exp2((v - m_i[:, None]) * LOG2E) * wc.reciprocal(l_i)[:, None], dtype), out)
+
+        _two_loops(first, [Register[M, f32](NEG_INF), Register[M, f32](0.0)], second)
+
+    return softmax_rows
+
+
+def make_rms_norm_rows(dtype=wc.f16, **constraints: Any) -> wc.WaveKernel:
+    """``out = x * rsqrt(mean(x**2) + eps) * w`` for ``x [M, N]``, ``w [N]``."""
+
+    @wc.wave(row_loop_constraints(dtype, **constraints))
+    def rms_norm_rows(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype], eps: wc.Scalar[f32],
+        inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        def first(ss, masked: bool):
+            v = _tile(x, masked, 0.0)
+            return (ss + wc.sum(v * v, N),)
+
+        def second(ss) -> None:
+            r = wc.rsqrt(ss * inv_n + eps)
+            v = wc.cast(wc.read(x), f32) * wc.cast(wc.read(w), f32)[None, :]
+            wc.write(wc.cast(v * r[:, None], dtype), out)
+
+        _two_loops(first, [Register[M, f32](0.0)], second)
+
+    return rms_norm_rows
+
+
+def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, **constraints: Any) -> wc.WaveKernel:
+    """``out = (x - mean) * rsqrt(var + eps) * w + b`` (biased variance, as torch) for ``x [M, N]``;
+    ``block_n``: the value of ``BLOCK_N`` in subs (a full tile's count)."""
+
+    @wc.wave(row_loop_constraints(dtype, **constraints))
+    def layer_norm_rows(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
+        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        def first(n_a, mean_a, m2_a, masked: bool):
+            v = _tile(x, masked, 0.0)
+            if masked:
+                cols = wc.cast(wc.arange(N)[None, :] < N, f32)
+                n_b = wc.sum(cols, N)
+                mean_b = wc.sum(v, N) * wc.reciprocal(n_b)
+                d = (v - mean_b[:, None]) * cols
+            else:
+                n_b = Register[M, f32](float(block_n))
+                mean_b = wc.sum(v, N) * (1.0 / block_n)
+                d = v - mean_b[:, None]
+            m2_b = wc.sum(d * d, N)
+            n = n_a + n_b
+            delta = mean_b - mean_a
+            share = n_b * wc.reciprocal(n)
+            return n, mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share
+
+        def second(_n, mean, m2) -> None:
+            r = wc.rsqrt(m2 * inv_n + eps)
+            v = wc.cast(wc.read(x), f32)
+            y = (v - mean[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
+            wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
+
+        zero = [Register[M, f32](0.0) for _ in range(3)]
+        _two_loops(first, zero, second)
+
+    return layer_norm_rows
+
+
+DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
+MAKERS = {"softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows}
+
+
+def config_for(dtype, n: int) -> int:
+    """``BLOCK_N`` for rows of ``n`` elements: the next power of two from one wave-wide run (``unit``: 32
+    lanes x 16 bytes) up to ``8 * unit`` (8 runs in flight per lane, 64 f32 values per thread: a longer
+    tile needs too many registers for enough waves per SM).  Four binaries per kind and dtype, each for
+    every N."""
+    unit = 32 * (16 // dtype.bytes)
+    tile = unit
+    while tile < min(n, 8 * unit):
+        tile *= 2
+    return tile
+
+
+_COMPILED: dict = {}
+
+
+def _kernel(kind: str, dtype, n: int, backend: str | None):
+    block_n = config_for(dtype, n)
+    key = (kind, dtype.name, block_n, backend)
+    if key not in _COMPILED:
+        extra = {"block_n": block_n} if kind == "layer_norm" else {}
+        kernel = MAKERS[kind](dtype, **extra)
+        _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
+    return _COMPILED[key]
+
+
+def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
+    """(wavec dtype, ``x`` as [rows, N] with N the last dim, dense) or a ``WavecError`` naming ``x``."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise wc.WavecError(message=f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
+    name = str(x.dtype).removeprefix("torch.")
+    if name not in DTYPES or x.dim() == 0:
+        raise wc.WavecError(
+            message=f"{op}: x must be a tensor of at least one dim of {sorted(DTYPES)}, got {x.dim()}-D {name}"
+        )
+    if dim not in range(-x.dim(), x.dim()) or (dim % x.dim()) != x.dim() - 1:
+        raise wc.WavecError(message=f"{op}: dim must be the last dim (-1 or {x.dim() - 1}), got {dim}")
+    return DTYPES[name], x.reshape(-1, x.shape[-1]).contiguous()
+
+
+def _vector(op: str, name: str, v: Any, x: Any) -> Any:
+    """A weight or bias: ``None`` is ones (or zeros for a bias); else [N] of x's dtype and device."""
+    import torch
+
+    n = x.shape[-1]
+    if v is None:
+        return (torch.ones if name == "weight" else torch.zeros)(n, dtype=x.dtype, device=x.device)
+    if not isinstance(v, torch.Tensor) or tuple(v.shape) != (n,) or v.dtype != x.dtype or v.device != x.device:
+        got = f"{tuple(v.shape)} {v.dtype} on {v.device}" if isinstance(v, torch.Tensor) else type(v).__name__
+        raise wc.WavecError(message=f"{op}: {name} must be [{n}] {x.dtype} on {x.device}, got {got}")
+    return v.contiguous()
+
+
+def _eps(op: str, eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise wc.WavecError(message=f"{op}: eps must be a float >= 0, got {eps!r}")
+    return float(eps)
+
+
+def softmax(x, dim: int = -1, *, backend: str | None = None):
+    """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
+    returned in x's dtype.  A non-contiguous ``x`` is copied first."""
+    dtype, rows = _rows("softmax", x, dim)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("softmax", dtype, rows.shape[1], backend)(rows, out)
+    return out.reshape(x.shape)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
+    """``x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dim (``weight`` None: ones), as
+    ``torch.nn.functional.rms_norm(x, (N,), weight, eps)``; statistics in f32."""
+    dtype, rows = _rows("rms_norm", x)
+    w, e = _vector("rms_norm", "weight", weight, x), _eps("rms_norm", eps)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("rms_norm", dtype, rows.shape[1], backend)(rows, w, out, e, 1.0 / rows.shape[1])
+    return out.reshape(x.shape)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
+    """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
+    statistics in f32, Chan's merge of per-tile means and sums of squares)."""
+    dtype, rows = _rows("layer_norm", x)
+    w, b = _vector("layer_norm", "weight", weight, x), _vector("layer_norm", "bias", bias, x)
+    e = _eps("layer_norm", eps)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("layer_norm", dtype, rows.shape[1], backend)(rows, w, b, out, e, 1.0 / rows.shape[1])
+    return out.reshape(x.shape)
