@@ -21,7 +21,7 @@ def _check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [1, 7, 96, 256, 300, 2049])
+@pytest.mark.parametrize("n", [1, 7, 96, 256, 300, 2049, 4100])  # one tile of each width; loops
 def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     x = (torch.randn(3, 3, n) * 2 + 1).to(dtype)  # 9 rows: the last workgroup of 4 rows is partial
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
@@ -32,11 +32,13 @@ def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     _check(layer_norm(x, backend="emulator"), F.layer_norm(xd, (n,), eps=1e-5), dtype)
 
 
-def test_every_element_written_and_tiles_chain() -> None:
-    """Three full tiles and a ragged fourth, straight through the kernel into NaN-filled outputs."""
-    n, block = 1000, 256
+@pytest.mark.parametrize("loop", [True, False])
+def test_every_element_written_and_tiles_chain(loop: bool) -> None:
+    """Three full tiles and a ragged fourth (or one masked tile), straight through the kernel into
+    NaN-filled outputs."""
+    n, block = (1000, 256) if loop else (1000, 1024)
     x = torch.randn(6, n)
-    k = wc.compile(rows.make_softmax_rows(wc.f32), {rows.BLOCK_N: block}, backend="emulator", cache=False)
+    k = wc.compile(rows.make_softmax_rows(wc.f32, loop), {rows.BLOCK_N: block}, backend="emulator", cache=False)
     out = torch.full_like(x, float("nan"))
     k(x, out)
     _check(out, torch.softmax(x.double(), -1), torch.float32)

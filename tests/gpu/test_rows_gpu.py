@@ -29,10 +29,11 @@ def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
         torch.testing.assert_close(got.double(), want, rtol=rtol_atol[0], atol=rtol_atol[1])
 
 
-def test_every_element_written() -> None:
-    n, block = 3000, 1024
+@pytest.mark.parametrize("loop", [True, False])
+def test_every_element_written(loop: bool) -> None:
+    n, block = (3000, 1024) if loop else (1000, 1024)
     x = torch.randn(777, n, device="cuda", dtype=torch.bfloat16)
-    k = wc.compile(rows.make_softmax_rows(wc.bf16), {rows.BLOCK_N: block}, backend="cuda")
+    k = wc.compile(rows.make_softmax_rows(wc.bf16, loop), {rows.BLOCK_N: block}, backend="cuda")
     out = torch.full_like(x, float("nan"))
     k(x, out)
     torch.testing.assert_close(out.double(), torch.softmax(x.double(), -1), rtol=1.6e-2, atol=1e-4)

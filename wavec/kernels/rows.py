@@ -1,13 +1,14 @@
 """Row kernels of any length: ``softmax``, ``rms_norm`` and ``layer_norm`` over the last dimension, one
 binary per (dtype, tile) for every row count M and row length N (both launch values).
 
-Each row is walked twice in tiles of ``BLOCK_N`` (``TilingConstraint``): the first loop carries the row's
-statistics in f32 (softmax: the running max and the sum rescaled to it, as flash attention does; RMSNorm:
-the sum of squares; LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean
-does not cancel the variance away), the second reads the tile again (from L2 for the rows in flight) and
-writes the result in the input dtype.  The last tile of a row masks its columns past N (``arange(N) <
-N``: -inf for the max, 0 for the sums).  Rows of up to ``2 * BLOCK_N`` elements thus cost two tile reads
-from L2 and one from DRAM.  A wave per row, ``ROWS`` rows per workgroup (several waves per row would need N
+A row of up to ``BLOCK_N`` elements is one masked workgroup tile (``WorkgroupConstraint(N, BLOCK_N)``,
+a grid of one along N): read once, reduced, written.  Longer rows are walked twice in tiles of
+``BLOCK_N`` (``TilingConstraint``): the first loop carries the row's statistics in f32 (softmax: the
+running max and the sum rescaled to it, as flash attention does; RMSNorm: the sum of squares;
+LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
+the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
+result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
+max, 0 for the sums).  A wave per row, ``ROWS`` rows per workgroup (several waves per row would need N
 split by a workgroup tile, which must be static).  Row lengths that are not a multiple of the 16-byte
 run take the launcher's narrow variant (``docs/sizes_and_strides.md``).
 """
@@ -28,14 +29,16 @@ ROWS = 4  # rows (waves) per workgroup when a row has one wave
 KINDS = ("softmax", "rms_norm", "layer_norm")
 
 
-def row_loop_constraints(dtype=wc.f16, tpw: int = 32, vec: int | None = None) -> list:
-    """``ROWS`` rows per workgroup, a wave each; N in loop tiles of ``BLOCK_N`` (bound in subs), each lane
-    ``vec`` elements per run (16 bytes by default)."""
+def row_constraints(dtype=wc.f16, loop: bool = True, tpw: int = 32, vec: int | None = None) -> list:
+    """``ROWS`` rows per workgroup, a wave each; N in loop tiles of ``BLOCK_N`` (bound in subs), or
+    (``loop=False``) one workgroup tile of ``BLOCK_N`` >= N; each lane ``vec`` elements per run (16 bytes
+    by default)."""
     vec = vec or 16 // dtype.bytes
+    along_n = wc.TilingConstraint(N, BLOCK_N) if loop else wc.WorkgroupConstraint(N, BLOCK_N, 1)
     return [
         wc.WorkgroupConstraint(M, ROWS, 0),
         wc.WaveConstraint(M, 1),
-        wc.TilingConstraint(N, BLOCK_N),
+        along_n,
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * vec}),
     ]
 
@@ -51,80 +54,80 @@ def _listed(results) -> list:
     return list(results) if isinstance(results, (list, tuple)) else [results]
 
 
-def _two_loops(first, init: list, second) -> None:
-    """``first`` over the full tiles then the masked last one, carrying ``init``; then ``second`` over
-    every tile with the final statistics."""
+def _row_pass(x, fill: float, init: list, first, second, loop: bool) -> None:
+    """``first(*carried, v, masked)`` folds a tile ``v`` into the statistics, ``second(*stats, v)`` writes
+    a tile.  One tile (``loop=False``): read once, masked.  Loops: ``first`` over the full tiles then the
+    masked last one, then ``second`` over every tile read again."""
+    if not loop:
+        v = _tile(x, True, fill)  # columns past N: ``fill``, and their stores are masked
+        second(*_listed(first(*init, v=v, masked=True)), v=v)
+        return
     whole = N // BLOCK_N * BLOCK_N
 
     @wc.iterate(N, init_args=init, end=whole)
     def full(*carried):
-        return first(*carried, masked=False)
+        return first(*carried, v=_tile(x, False, fill), masked=False)
 
     @wc.iterate(N, init_args=_listed(full), start=whole)
     def edge(*carried):
-        return first(*carried, masked=True)
+        return first(*carried, v=_tile(x, True, fill), masked=True)
 
     stats = _listed(edge)
 
     @wc.iterate(N, init_args=[])
     def out_loop() -> list:
-        second(*stats)
+        second(*stats, v=wc.cast(wc.read(x), f32))
         return []
 
 
-def make_softmax_rows(dtype=wc.f16, **constraints: Any) -> wc.WaveKernel:
+def make_softmax_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
     """``out = softmax(x, -1)`` for ``x [M, N]``; a row of -inf (or NaN) gives NaN, as torch."""
 
-    @wc.wave(row_loop_constraints(dtype, **constraints))
+    @wc.wave(row_constraints(dtype, loop, **constraints))
     def softmax_rows(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
-        def first(m_i, l_i, masked: bool):
-            v = _tile(x, masked, NEG_INF)
+        def first(m_i, l_i, v, masked: bool):
             m_new = wc.maximum(m_i, wc.max(v, N))
             p = wc.exp2((v - m_new[:, None]) * LOG2E)
             return m_new, l_i * wc.exp2((m_i - m_new) * LOG2E) + wc.sum(p, N)
 
-        def second(m_i, l_i) -> None:
-            v = wc.cast(wc.read(x), f32)
+        def second(m_i, l_i, v) -> None:
             wc.write(wc.cast(wc.exp2((v - m_i[:, None]) * LOG2E) * wc.reciprocal(l_i)[:, None], dtype), out)
 
-        _two_loops(first, [Register[M, f32](NEG_INF), Register[M, f32](0.0)], second)
+        _row_pass(x, NEG_INF, [Register[M, f32](NEG_INF), Register[M, f32](0.0)], first, second, loop)
 
     return softmax_rows
 
 
-def make_rms_norm_rows(dtype=wc.f16, **constraints: Any) -> wc.WaveKernel:
+def make_rms_norm_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
     """``out = x * rsqrt(mean(x**2) + eps) * w`` for ``x [M, N]``, ``w [N]``."""
 
-    @wc.wave(row_loop_constraints(dtype, **constraints))
+    @wc.wave(row_constraints(dtype, loop, **constraints))
     def rms_norm_rows(
         x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype], eps: wc.Scalar[f32],
         inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        def first(ss, masked: bool):
-            v = _tile(x, masked, 0.0)
+        def first(ss, v, masked: bool):
             return (ss + wc.sum(v * v, N),)
 
-        def second(ss) -> None:
+        def second(ss, v) -> None:
             r = wc.rsqrt(ss * inv_n + eps)
-            v = wc.cast(wc.read(x), f32) * wc.cast(wc.read(w), f32)[None, :]
-            wc.write(wc.cast(v * r[:, None], dtype), out)
+            wc.write(wc.cast(v * wc.cast(wc.read(w), f32)[None, :] * r[:, None], dtype), out)
 
-        _two_loops(first, [Register[M, f32](0.0)], second)
+        _row_pass(x, 0.0, [Register[M, f32](0.0)], first, second, loop)
 
     return rms_norm_rows
 
 
-def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, **constraints: Any) -> wc.WaveKernel:
+def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
     """``out = (x - mean) * rsqrt(var + eps) * w + b`` (biased variance, as torch) for ``x [M, N]``;
     ``block_n``: the value of ``BLOCK_N`` in subs (a full tile's count)."""
 
-    @wc.wave(row_loop_constraints(dtype, **constraints))
+    @wc.wave(row_constraints(dtype, loop, **constraints))
     def layer_norm_rows(
         x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        def first(n_a, mean_a, m2_a, masked: bool):
-            v = _tile(x, masked, 0.0)
+        def first(n_a, mean_a, m2_a, v, masked: bool):
             if masked:
                 cols = wc.cast(wc.arange(N)[None, :] < N, f32)
                 n_b = wc.sum(cols, N)
@@ -140,14 +143,12 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, **constraints: Any) -
             share = n_b * wc.reciprocal(n)
             return n, mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share
 
-        def second(_n, mean, m2) -> None:
+        def second(_n, mean, m2, v) -> None:
             r = wc.rsqrt(m2 * inv_n + eps)
-            v = wc.cast(wc.read(x), f32)
             y = (v - mean[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
             wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
 
-        zero = [Register[M, f32](0.0) for _ in range(3)]
-        _two_loops(first, zero, second)
+        _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
 
     return layer_norm_rows
 
@@ -156,27 +157,34 @@ DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
 MAKERS = {"softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows}
 
 
-def config_for(dtype, n: int) -> int:
-    """``BLOCK_N`` for rows of ``n`` elements: the next power of two from one wave-wide run (``unit``: 32
-    lanes x 16 bytes) up to ``8 * unit`` (8 runs in flight per lane, 64 f32 values per thread: a longer
-    tile needs too many registers for enough waves per SM).  Four binaries per kind and dtype, each for
-    every N."""
-    unit = 32 * (16 // dtype.bytes)
-    tile = unit
-    while tile < min(n, 8 * unit):
+def config_for(dtype, n: int) -> tuple[int, bool, int]:
+    """(``BLOCK_N``, loop, elements per lane-run) for rows of ``n`` elements.  Up to ``8 * unit`` (``unit``:
+    32 lanes x 16 bytes) a row is one tile, read once: the next power of two from ``unit``, or narrower
+    runs for rows shorter than one (a row of 96 bf16 would leave 62% of a 256-wide tile idle).  Longer
+    rows loop over tiles of ``8 * unit`` (8 runs in flight per lane, 64 f32 values per thread: a longer
+    tile needs too many registers for enough waves per SM).  A handful of binaries per kind and dtype,
+    each for every N up to its tile (or every N, looping)."""
+    vec = 16 // dtype.bytes
+    unit = 32 * vec
+    if n > 8 * unit:
+        return 8 * unit, True, vec
+    while vec > 1 and 16 * vec >= n:
+        vec //= 2
+    tile = 32 * vec
+    while tile < n:
         tile *= 2
-    return tile
+    return tile, False, vec
 
 
 _COMPILED: dict = {}
 
 
 def _kernel(kind: str, dtype, n: int, backend: str | None):
-    block_n = config_for(dtype, n)
-    key = (kind, dtype.name, block_n, backend)
+    block_n, loop, vec = config_for(dtype, n)
+    key = (kind, dtype.name, block_n, loop, vec, backend)
     if key not in _COMPILED:
         extra = {"block_n": block_n} if kind == "layer_norm" else {}
-        kernel = MAKERS[kind](dtype, **extra)
+        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, **extra)
         _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
     return _COMPILED[key]
 
