@@ -16,6 +16,7 @@ run take the launcher's narrow variant (``docs/sizes_and_strides.md``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import wavec as wc
@@ -154,7 +155,9 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 
 
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
-MAKERS = {"softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows}
+MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
+    "softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows,
+}  # fmt: skip
 
 
 def config_for(dtype, n: int) -> tuple[int, bool, int]:
