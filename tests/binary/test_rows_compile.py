@@ -13,13 +13,15 @@ pytest.importorskip("iree.compiler")
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("kind", rows.KINDS)
-@pytest.mark.parametrize("dtype, loop", [(wc.f16, True), (wc.bf16, False), (wc.f32, True), (wc.f32, False)])
-def test_row_kernels_compile(target: str, kind: str, dtype, loop: bool) -> None:
+@pytest.mark.parametrize(
+    "dtype, loop, waves", [(wc.f16, True, 1), (wc.bf16, False, 1), (wc.bf16, False, 4), (wc.f32, True, 1)]
+)
+def test_row_kernels_compile(target: str, kind: str, dtype, loop: bool, waves: int) -> None:
     gfx = target.startswith("gfx")
     tpw = 64 if gfx else 32
-    block = 2 * tpw * (16 // dtype.bytes)
+    block = 2 * waves * tpw * (16 // dtype.bytes)
     extra = {"block_n": block} if kind == "layer_norm" else {}
-    kernel = rows.MAKERS[kind](dtype, loop=loop, tpw=tpw, **extra)
+    kernel = rows.MAKERS[kind](dtype, loop=loop, tpw=tpw, waves_per_row=waves, **extra)
     k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
     assert k.artifact.binary
     assert dict(k.artifact.metadata.divisibility).get("N") == 16 // dtype.bytes  # wide runs; a miss: narrow variant

@@ -15,7 +15,7 @@ TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float3
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 16384])
+@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 16384, 20000])
 def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     x = (torch.randn(1031, n, device="cuda") * 2 + 1).to(dtype)
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)

@@ -8,9 +8,10 @@ running max and the sum rescaled to it, as flash attention does; RMSNorm: the su
 LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
 the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
 result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
-max, 0 for the sums).  A wave per row, ``ROWS`` rows per workgroup (several waves per row would need N
-split by a workgroup tile, which must be static).  Row lengths that are not a multiple of the 16-byte
-run take the launcher's narrow variant (``docs/sizes_and_strides.md``).
+max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
+looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
+lengths that are not a multiple of the 16-byte run take the launcher's narrow variant
+(``docs/sizes_and_strides.md``).
 """
 
 from __future__ import annotations
@@ -30,16 +31,21 @@ ROWS = 4  # rows (waves) per workgroup when a row has one wave
 KINDS = ("softmax", "rms_norm", "layer_norm")
 
 
-def row_constraints(dtype=wc.f16, loop: bool = True, tpw: int = 32, vec: int | None = None) -> list:
+def row_constraints(
+    dtype=wc.f16, loop: bool = True, tpw: int = 32, vec: int | None = None, waves_per_row: int = 1
+) -> list:
     """``ROWS`` rows per workgroup, a wave each; N in loop tiles of ``BLOCK_N`` (bound in subs), or
-    (``loop=False``) one workgroup tile of ``BLOCK_N`` >= N; each lane ``vec`` elements per run (16 bytes
-    by default)."""
+    (``loop=False``) one workgroup tile of ``BLOCK_N`` >= N, optionally split over ``waves_per_row``
+    waves (two rows per workgroup then: a tile of one row would make M a batch dim); each lane ``vec``
+    elements per run (16 bytes by default)."""
     vec = vec or 16 // dtype.bytes
     along_n = wc.TilingConstraint(N, BLOCK_N) if loop else wc.WorkgroupConstraint(N, BLOCK_N, 1)
+    split = [wc.WaveConstraint(N, BLOCK_N / waves_per_row)] if waves_per_row > 1 else []
     return [
-        wc.WorkgroupConstraint(M, ROWS, 0),
+        wc.WorkgroupConstraint(M, ROWS if waves_per_row == 1 else 2, 0),
         wc.WaveConstraint(M, 1),
         along_n,
+        *split,
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * vec}),
     ]
 
@@ -160,34 +166,39 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 }  # fmt: skip
 
 
-def config_for(dtype, n: int) -> tuple[int, bool, int]:
-    """(``BLOCK_N``, loop, elements per lane-run) for rows of ``n`` elements.  Up to ``8 * unit`` (``unit``:
-    32 lanes x 16 bytes) a row is one tile, read once: the next power of two from ``unit``, or narrower
-    runs for rows shorter than one (a row of 96 bf16 would leave 62% of a 256-wide tile idle).  Longer
-    rows loop over tiles of ``8 * unit`` (8 runs in flight per lane, 64 f32 values per thread: a longer
-    tile needs too many registers for enough waves per SM).  A handful of binaries per kind and dtype,
-    each for every N up to its tile (or every N, looping)."""
+RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
+MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
+
+
+def config_for(dtype, n: int) -> tuple[int, bool, int, int]:
+    """(``BLOCK_N``, loop, elements per lane-run, waves per row) for rows of ``n`` elements, with ``unit``
+    = 32 lanes x 16 bytes.  A row of up to ``RUNS_PER_WAVE * MAX_WAVES_PER_ROW`` units (16384 bf16) is one
+    tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
+    leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
+    (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
+    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each.  A handful
+    of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    if n > 8 * unit:
-        return 8 * unit, True, vec
+    if n > RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit:
+        return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
         vec //= 2
     tile = 32 * vec
     while tile < n:
         tile *= 2
-    return tile, False, vec
+    return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit))
 
 
 _COMPILED: dict = {}
 
 
 def _kernel(kind: str, dtype, n: int, backend: str | None):
-    block_n, loop, vec = config_for(dtype, n)
-    key = (kind, dtype.name, block_n, loop, vec, backend)
+    block_n, loop, vec, waves = config_for(dtype, n)
+    key = (kind, dtype.name, block_n, loop, vec, waves, backend)
     if key not in _COMPILED:
         extra = {"block_n": block_n} if kind == "layer_norm" else {}
-        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, **extra)
+        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
         _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
     return _COMPILED[key]
 
