@@ -155,7 +155,16 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
             y = (v - mean[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
             wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
 
-        _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
+        if loop:
+            _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
+            return
+        # one tile: only the deviations stay live (a 16-wave row of 16384 bf16 spilled the merged form's
+        # registers: 0.10 of copy bandwidth on an H100)
+        v = _tile(x, True, 0.0)
+        d = wc.where(wc.arange(N)[None, :] < N, v - (wc.sum(v, N) * inv_n)[:, None], 0.0)
+        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
+        wc.write(wc.cast(y, dtype), out)
 
     return layer_norm_rows
 
@@ -176,18 +185,21 @@ def config_for(dtype, n: int) -> tuple[int, bool, int, int]:
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
     leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
-    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each.  A handful
+    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each, as do
+    rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x slower
+    split over waves).  A handful
     of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    if n > RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit:
+    narrow = n % vec != 0  # the launcher's narrow variant: one-element runs, where more waves did worse
+    if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
         return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
         vec //= 2
     tile = 32 * vec
     while tile < n:
         tile *= 2
-    return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit))
+    return tile, False, vec, 1 if narrow else max(1, tile // (RUNS_PER_WAVE * unit))
 
 
 _COMPILED: dict = {}
