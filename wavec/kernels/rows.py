@@ -179,7 +179,7 @@ RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 va
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 
 
-def config_for(dtype, n: int) -> tuple[int, bool, int, int]:
+def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
     """(``BLOCK_N``, loop, elements per lane-run, waves per row) for rows of ``n`` elements, with ``unit``
     = 32 lanes x 16 bytes.  A row of up to ``RUNS_PER_WAVE * MAX_WAVES_PER_ROW`` units (16384 bf16) is one
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
@@ -199,14 +199,16 @@ def config_for(dtype, n: int) -> tuple[int, bool, int, int]:
     tile = 32 * vec
     while tile < n:
         tile *= 2
-    return tile, False, vec, 1 if narrow else max(1, tile // (RUNS_PER_WAVE * unit))
+    waves = max(1, tile // (RUNS_PER_WAVE * unit))
+    # LayerNorm's two cross-wave sums and its registers: 1024 threads (64 registers each) spilled at 16384
+    return tile, False, vec, 1 if narrow else min(waves, MAX_WAVES_PER_ROW // (2 if kind == "layer_norm" else 1))
 
 
 _COMPILED: dict = {}
 
 
 def _kernel(kind: str, dtype, n: int, backend: str | None):
-    block_n, loop, vec, waves = config_for(dtype, n)
+    block_n, loop, vec, waves = config_for(dtype, n, kind)
     key = (kind, dtype.name, block_n, loop, vec, waves, backend)
     if key not in _COMPILED:
         extra = {"block_n": block_n} if kind == "layer_norm" else {}
