@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, UnsupportedBackendError
+from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, ToolchainError, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .indexing.symbols import shape_symbol
@@ -183,6 +183,22 @@ def _check_subs(name: str, subs: dict, source: str, constraints: list) -> None:
         )
 
 
+def _require_mlir() -> None:
+    """The MLIR compiler is an optional dependency: its absence is a ``ToolchainError`` saying how to
+    install it, not an import error from deep inside the code generator."""
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec("iree.compiler") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise ToolchainError(
+            message="wc.compile needs the MLIR compiler: pip install 'iree-base-compiler==3.13.0' "
+            "(or pip install 'wavec[compile]')"
+        )
+
+
 def compile(
     kernel: WaveKernel,
     subs: dict | None = None,
@@ -207,6 +223,7 @@ def compile(
     """
     from .runtime.kernel import CompiledKernel
 
+    _require_mlir()
     if not isinstance(kernel, WaveKernel):
         raise KernelDefinitionError(message=f"wc.compile expects a @wc.wave kernel, got {type(kernel).__name__}")
     if isinstance(print_ir_after, str):
