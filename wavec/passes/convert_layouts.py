@@ -3,7 +3,9 @@
 Requires: a typed trace (before ``infer_indices``).  Guarantees: an A or B operand computed from an
 ``mma`` result reads it through a ``convert_layout``, so inference anchors both sides independently;
 ``kwargs["via"]`` is ``"registers"`` when every lane already holds what it needs (``m16n8k16``,
-``wgmma``), else ``"shared"`` (AMD MFMA).  Details: docs/design.md, "Module contracts".
+``wgmma``; a transposed MFMA accumulator), else ``"shared"`` (AMD MFMA, a transposed NVIDIA accumulator),
+judged from the producing mma's accumulator in the operand's dim order.  Details: docs/design.md,
+"Module contracts".
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ Requires: a typed trace.  Guarantees: every register value has ``meta["layout"]`
 tile's, starts including workgroup, wave and loop offsets) and ``meta["layout_prio"]``.  Anchors by
 priority: mma operands (3), staging copies and reduction inputs (2), written values (1), defaults (0),
 each seeded in program order and propagated to a fixpoint; equal priorities with different layouts raise
-``IndexConflictError`` naming both source lines.
+``IndexConflictError`` naming both source lines.  Every dim's wave tile (workgroup tile, for workgroup-wide
+copies) is whole instruction tiles of the layout, else a ``ConstraintError`` at the line of the op that
+fixed the layout, naming the constraint and symbols that made the tile (``check_tiles``).
 """
 
 from __future__ import annotations
