@@ -88,6 +88,18 @@ def _permute_unknown_dim(x, out):
     wc.write(wc.permute(wc.read(x), (N, K)), out)
 
 
+def _register_of_text(x, out):
+    wc.write(wc.read(x) + Register[M, N, f32]("zero"), out)
+
+
+def _tile_start_of_untiled(x, out):
+    wc.write(wc.read(x, mapping={M: wc.tile_start(K)}), out)
+
+
+def _cast_to_text(x, out):
+    wc.write(wc.cast(wc.read(x), "f16"), out)
+
+
 def undistributed() -> wc.WaveKernel:
     @wc.wave(rowwise(vector_shapes={M: 1, N: 256, Q: 1}))
     def undistributed(x: Memory[M, N, Q, f32], out: Memory[M, N, Q, f32]):
@@ -266,6 +278,32 @@ CASES = [
         _compile(lambda: elementwise(lambda x, o: wc.write(wc.read(x), o), rowwise(vector_shapes={N: 256})), ROW_SUBS),
         ("vector_shapes", "M"),
         "lambda x, o: wc.write(wc.read(x), o)",
+    ),
+    Bad(
+        "a register filled with a string",
+        _compile(lambda: elementwise(_register_of_text), ROW_SUBS),
+        ("Register", "'zero'"),
+        'wc.write(wc.read(x) + Register[M, N, f32]("zero"), out)',
+    ),
+    Bad(
+        "tile_start of a dim no WorkgroupConstraint tiles",
+        _compile(lambda: elementwise(_tile_start_of_untiled, out_dims=(N,)), ROW_SUBS),
+        ("wc.tile_start(K)", "WorkgroupConstraint"),
+        "wc.write(wc.read(x, mapping={M: wc.tile_start(K)}), out)",
+    ),
+    Bad(
+        "cast to a string dtype",
+        _compile(lambda: elementwise(_cast_to_text), ROW_SUBS),
+        ("cast", "'f16'"),
+        'wc.write(wc.cast(wc.read(x), "f16"), out)',
+    ),
+    Bad(
+        "a vector_shapes key given as a string",
+        _compile(
+            lambda: elementwise(lambda x, o: wc.write(wc.read(x), o), rowwise(vector_shapes={"M": 1, N: 256})), ROW_SUBS
+        ),
+        ("vector_shapes", "'M'"),
+        "wc.HardwareConstraint(threads_per_wave=32, vector_shapes=vector_shapes",
     ),
     Bad(
         "an unknown symbol in subs",

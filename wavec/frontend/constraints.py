@@ -251,6 +251,11 @@ class ConstraintSet:
         # batch dims (a literal workgroup tile of 1): register values do not carry them
         self.batch_dims = tuple(c.dim for c in constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
         hw_loc = self.hardware.loc
+        for k in self.hardware.vector_shapes:
+            if not isinstance(k, sympy.Symbol):  # sympify("N") is sympy's N(), not a dimension
+                raise ConstraintError(
+                    hw_loc, message=f"HardwareConstraint: vector_shapes key {k!r} must be a wc.sym dimension symbol"
+                )
         self.vector_shapes = {
             sympy.sympify(k): _int(self.resolve(v), f"HardwareConstraint: vector_shapes[{k}]", hw_loc)
             for k, v in self.hardware.vector_shapes.items()
