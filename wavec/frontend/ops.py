@@ -195,9 +195,12 @@ def register(shape: tuple, dtype: dt.DType, init) -> Value:
     tr = active_tracer("Register")
     if not isinstance(init, numbers.Real):
         raise DTypeError(current_loc(), op="Register", message=f"init must be a Python number, got {init!r}")
-    return tr.create(
-        RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float else int(init)
-    )
+    value: int | float
+    if dtype.is_float:
+        value = float(init)
+    else:  # an integral init directly: a large i64 would not survive a float round trip
+        value = int(init) if isinstance(init, numbers.Integral) else int(float(init))
+    return tr.create(RegisterInit, (), TensorType(tuple(shape), dtype), value=value)
 
 
 class MMA(Op):
