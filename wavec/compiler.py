@@ -223,7 +223,6 @@ def compile(
     """
     from .runtime.kernel import CompiledKernel
 
-    _require_mlir()
     if not isinstance(kernel, WaveKernel):
         raise KernelDefinitionError(message=f"wc.compile expects a @wc.wave kernel, got {type(kernel).__name__}")
     if isinstance(print_ir_after, str):
@@ -261,6 +260,7 @@ def compile(
     artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
+        _require_mlir()  # here, not before the cache: a cache hit imports no compiler
         artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, dict(run_caps or {}))
         if store is not None:
             store.put(key, artifact)
