@@ -128,8 +128,9 @@ def make_decode_split(dtype=wc.f16, group: int = 1, **constraints: Any) -> wc.Wa
         @wc.iterate(N, init_args=init, start=first, end=first + split_chunk(N))
         def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
             keep = wc.arange(N)[None, :] <= limit
+            kt = wc.read(k, mapping=kv_map)
             vt = wc.permute(wc.read(v, mapping=kv_map), (D, N))
-            return online_softmax_step(qr, wc.read(k, mapping=kv_map), vt, keep, c, dtype, (m_i, l_i, acc))
+            return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc))
 
         write_partials(body, c, o_part, m_part, l_part, {**q_rows, SP: split})
 
@@ -174,7 +175,10 @@ def make_decode_combine(dtype=wc.f16, waves: int = 4, threads_per_wave: int = 32
     return decode_combine
 
 
-def combine_subs(splits: int, waves: int = 4, block_d: int = 8) -> dict:
+def combine_subs(splits: int, waves: int = 4) -> dict:
+    """``subs`` of the combine for ``splits`` splits: 32 rows per wave; each lane holds ``splits *
+    BLOCK_D`` partial values, so BLOCK_D shrinks as the splits grow (at most 128 values per lane)."""
+    block_d = next(d for d in (8, 4, 2, 1) if splits * d <= 128 or d == 1)
     return {SP: splits, BLOCK_R: 32 * waves, BLOCK_D: block_d}
 
 
@@ -315,7 +319,7 @@ def check_lengths(fn: str, q: Any, seq_lens: Any, capacity: int, what: str) -> N
         raise fail(fn, f"seq_lens[{b}] = {int(seq_lens[b])} must be in [q_len, {what}] = [{q_len}, {capacity}]")
 
 
-class _Launch:
+class Launch:
     """The split kernel's launch with its fixed arguments (``split_kv`` appends the partials)."""
 
     def __init__(self, kernel: Any, backend: str | None, head: tuple, scale: float) -> None:
@@ -384,10 +388,10 @@ def decode_attention(
         ),
     )
     sc = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    return split_kv(fn, q, splits, _Launch(kernel, backend, (q, k, v, seq_lens), sc))
+    return split_kv(fn, q, splits, Launch(kernel, backend, (q, k, v, seq_lens), sc))
 
 
 def check_splits(fn: str, num_splits: int | None) -> int | None:
-    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= 1024):
-        raise fail(fn, f"num_splits must be an int in 1..1024 or None, got {num_splits!r}")
+    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
+        raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
     return num_splits
