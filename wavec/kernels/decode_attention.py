@@ -232,28 +232,55 @@ def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
     )
 
 
-def split_kv(fn: str, q: Any, splits: int, launch) -> Any:
-    """Allocate the partials for ``splits`` splits, ``launch(o_part, m_part, l_part)`` the split kernel,
-    combine into a new tensor shaped like q (the two launches are stream-ordered: no synchronisation)."""
-    import torch
+class SplitKV:
+    """A call shape's launches: the split kernel into the partials (one f32 allocation), then the
+    combine into a new tensor shaped like q; stream-ordered, no synchronisation."""
 
-    batch, q_len, heads, head_dim = q.shape
-    out = torch.empty_like(q)
-    if not out.numel():
+    def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int) -> None:
+        batch, q_len, heads, head_dim = q_shape
+        self.split, self.combine = split, combine
+        self.o_shape = (batch, splits, q_len, heads, head_dim)
+        self.s_shape = (batch, splits, q_len, heads)
+        self.flat = (batch, splits, q_len * heads)
+        self.o_size, self.s_size = math.prod(self.o_shape), math.prod(self.s_shape)
+        self.s_stride = -(-self.s_size // 4) * 4  # each part starts 16-byte aligned (the kernels' vector runs)
+
+    def __call__(self, q: Any, head: tuple, scale: float) -> Any:
+        import torch
+
+        out = torch.empty_like(q)
+        if not out.numel():
+            return out
+        o_end, l_start = self.o_size, self.o_size + self.s_stride
+        buf = torch.empty(l_start + self.s_stride, dtype=torch.float32, device=q.device)
+        o_part = buf[:o_end].view(self.o_shape)
+        m_part = buf[o_end : o_end + self.s_size].view(self.s_shape)
+        l_part = buf[l_start : l_start + self.s_size].view(self.s_shape)
+        self.split(*head, o_part, m_part, l_part, scale)
+        self.combine(
+            o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat),
+            out.view(self.flat[0], self.flat[2], self.o_shape[-1]),
+        )  # fmt: skip
         return out
-    o_part = torch.empty(batch, splits, q_len, heads, head_dim, dtype=torch.float32, device=q.device)
-    m_part = torch.empty(batch, splits, q_len, heads, dtype=torch.float32, device=q.device)
-    l_part = torch.empty_like(m_part)
-    launch(o_part, m_part, l_part)
-    rows = q_len * heads
-    combine = combine_kernel(torch_to_wavec(fn, q.dtype), splits, launch.backend)
-    combine(
-        o_part.view(batch, splits, rows, head_dim),
-        m_part.view(batch, splits, rows),
-        l_part.view(batch, splits, rows),
-        out.view(batch, rows, head_dim),
-    )
-    return out
+
+
+def plan_split_kv(fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split) -> SplitKV:
+    """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
+    (``build_split(group, block_n, waves, stages)``, compiled) and the combine of a validated call."""
+    batch, q_len, heads, head_dim = q.shape
+    group = heads // kv_heads
+    block_n, waves, stages = decode_config(head_dim, q_len * group, config)
+    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
+        raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
+    row_tiles = -(-q_len * group // (16 * waves))
+    splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
+    split = build_split(group, block_n, waves, stages)
+    return SplitKV(split, combine_kernel(torch_to_wavec(fn, q.dtype), splits, split.backend), tuple(q.shape), splits)
+
+
+def call_key(*tensors: Any) -> tuple:
+    """What a call's decision depends on of its tensors: shapes, dtypes, devices (None stays None)."""
+    return tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors)
 
 
 def fail(fn: str, message: str) -> wc.WavecError:
@@ -319,16 +346,6 @@ def check_lengths(fn: str, q: Any, seq_lens: Any, capacity: int, what: str) -> N
         raise fail(fn, f"seq_lens[{b}] = {int(seq_lens[b])} must be in [q_len, {what}] = [{q_len}, {capacity}]")
 
 
-class Launch:
-    """The split kernel's launch with its fixed arguments (``split_kv`` appends the partials)."""
-
-    def __init__(self, kernel: Any, backend: str | None, head: tuple, scale: float) -> None:
-        self.kernel, self.backend, self.head, self.scale = kernel, backend, head, scale
-
-    def __call__(self, o_part: Any, m_part: Any, l_part: Any) -> None:
-        self.kernel(*self.head, o_part, m_part, l_part, self.scale)
-
-
 _FULL_LENGTHS: dict = {}
 
 
@@ -341,6 +358,10 @@ def _full_lengths(batch: int, keys: int, device: Any) -> Any:
     if t is None:
         t = _FULL_LENGTHS[key] = torch.full((batch,), keys, dtype=torch.int32, device=device)
     return t
+
+
+# (tensors, options) -> SplitKV: what decode_attention decided for them (a repeated call: one lookup)
+_DISPATCH: dict = {}
 
 
 def decode_attention(
@@ -365,33 +386,34 @@ def decode_attention(
     (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  Contiguous tensors on one device (CPU
     tensors run on the emulator).  Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and,
     on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
+    key = (call_key(q, k, v, seq_lens), num_splits, config, backend)
+    run = _DISPATCH.get(key)
+    if run is None:
+        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend)
+    if seq_lens is None:
+        seq_lens = _full_lengths(q.shape[0], k.shape[1], q.device)
+    check_lengths("decode_attention", q, seq_lens, k.shape[1], "S_max")
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return run(q, (q, k, v, seq_lens), sc)
+
+
+def _plan_dense(q, k, v, seq_lens, num_splits, config, backend) -> SplitKV:
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
-    batch, q_len, heads, head_dim = q.shape
-    if k.shape[0] != batch:
-        raise fail(fn, f"k has batch {k.shape[0]} but q {batch}")
-    keys, kv_heads = k.shape[1], k.shape[2]
-    if seq_lens is None:
-        seq_lens = _full_lengths(batch, keys, q.device)
-    check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
-    check_lengths(fn, q, seq_lens, keys, "S_max")
-    group = heads // kv_heads
-    block_n, waves, stages = decode_config(head_dim, q_len * group, config)
-    row_tiles = -(-q_len * group // (16 * waves))
-    splits = check_splits(fn, num_splits) or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
-    kernel = compiled(
-        ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend),
-        lambda: wc.compile(
-            make_decode_split(dtype, group, waves=waves),
-            decode_subs(head_dim, group, block_n, waves, stages),
-            backend=backend,
-        ),
-    )
-    sc = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    return split_kv(fn, q, splits, Launch(kernel, backend, (q, k, v, seq_lens), sc))
+    if k.shape[0] != q.shape[0]:
+        raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
+    if seq_lens is not None:
+        check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
+    head_dim = q.shape[-1]
 
+    def build(group: int, block_n: int, waves: int, stages: int) -> Any:
+        return compiled(
+            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend),
+            lambda: wc.compile(
+                make_decode_split(dtype, group, waves=waves),
+                decode_subs(head_dim, group, block_n, waves, stages),
+                backend=backend,
+            ),
+        )
 
-def check_splits(fn: str, num_splits: int | None) -> int | None:
-    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
-        raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
-    return num_splits
+    return plan_split_kv(fn, q, k.shape[2], k.shape[1], num_splits, config, build)

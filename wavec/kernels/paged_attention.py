@@ -112,6 +112,10 @@ def _check_blocks(q: Any, k_cache: Any, block_tables: Any, seq_lens: Any) -> Non
         )
 
 
+# (tensors, options) -> SplitKV: what paged_attention decided for them (a repeated call: one lookup)
+_DISPATCH: dict = {}
+
+
 def paged_attention(
     q,
     k_cache,
@@ -137,26 +141,31 @@ def paged_attention(
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``."""
+    key = (da.call_key(q, k_cache, v_cache, block_tables, seq_lens), num_splits, config, backend)
+    run = _DISPATCH.get(key)
+    if run is None:
+        run = _DISPATCH[key] = _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend)
+    da.check_lengths("paged_attention", q, seq_lens, block_tables.shape[1] * k_cache.shape[1], "max_blocks * page_size")
+    _check_blocks(q, k_cache, block_tables, seq_lens)
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return run(q, (q, k_cache, v_cache, block_tables, seq_lens), sc)
+
+
+def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend) -> da.SplitKV:
     fn = "paged_attention"
     dtype = da.check_query_and_cache(fn, q, k_cache, v_cache, "[num_blocks, page_size, kv_heads, head_dim]")
     da.check_index_tensor(fn, "block_tables", block_tables, q, 2)
     da.check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
-    batch, q_len, heads, head_dim = q.shape
-    page, kv_heads = k_cache.shape[1], k_cache.shape[2]
-    keys = block_tables.shape[1] * page
-    da.check_lengths(fn, q, seq_lens, keys, "max_blocks * page_size")
-    _check_blocks(q, k_cache, block_tables, seq_lens)
-    group = heads // kv_heads
-    block_n, waves, _stages = da.decode_config(head_dim, q_len * group, config)
-    row_tiles = -(-q_len * group // (16 * waves))
-    splits = da.check_splits(fn, num_splits) or da.num_splits_for(batch, kv_heads, row_tiles, keys, da.sm_count(q))
-    kernel = da.compiled(
-        ("paged", dtype.name, head_dim, group, page, block_n, waves, backend),
-        lambda: wc.compile(
-            make_paged_attention(dtype, group, page, waves=waves),
-            paged_subs(head_dim, group, page, block_n, waves),
-            backend=backend,
-        ),
-    )
-    sc = 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
-    return da.split_kv(fn, q, splits, da.Launch(kernel, backend, (q, k_cache, v_cache, block_tables, seq_lens), sc))
+    head_dim, page = q.shape[-1], k_cache.shape[1]
+
+    def build(group: int, block_n: int, waves: int, _stages: int) -> Any:
+        return da.compiled(
+            ("paged", dtype.name, head_dim, group, page, block_n, waves, backend),
+            lambda: wc.compile(
+                make_paged_attention(dtype, group, page, waves=waves),
+                paged_subs(head_dim, group, page, block_n, waves),
+                backend=backend,
+            ),
+        )
+
+    return da.plan_split_kv(fn, q, k_cache.shape[2], block_tables.shape[1] * page, num_splits, config, build)
