@@ -10,7 +10,7 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
-from wavec.kernels.decode_attention import decode_attention, num_splits_for
+from wavec.kernels.decode import decode_attention, num_splits_for
 
 TOL = {"f16": 2e-3, "bf16": 1.6e-2}
 

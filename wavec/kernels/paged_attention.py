@@ -1,5 +1,5 @@
 """Decode attention over a paged KV cache (vLLM's flash layout), read through the block table, split over
-the keys like the dense kernel (``kernels/decode_attention.py``: same rows, online softmax, partials and
+the keys like the dense kernel (``kernels/decode.py``: same rows, online softmax, partials and
 combine).
 
 ``out[b, i, h] = softmax(q[b, i, h] · K_bᵀ · scale) V_b`` where K_b / V_b are the first ``seq_lens[b]``
@@ -29,8 +29,8 @@ from typing import Any
 import wavec as wc
 from wavec import Memory, Register, f32
 
-from . import decode_attention as da
-from .decode_attention import BLOCK_M, BLOCK_N, KVH, LOG2E, NEG_INF, NUM_STAGES, SP, B, D, H, M, N, QL, Y
+from . import decode as da
+from .decode import BLOCK_M, BLOCK_N, KVH, LOG2E, NEG_INF, NUM_STAGES, SP, B, D, H, M, N, QL, Y
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
 # (rows, head dim) -> (BLOCK_N, waves): as the dense kernel's, but a block is computed in the loop, so the
@@ -41,7 +41,7 @@ CONFIGS = da.CONFIGS
 def make_paged_attention(dtype=wc.f16, group: int = 1, page: int = 16, **constraints: Any) -> wc.WaveKernel:
     """The split kernel ``paged_attention(q, k_cache, v_cache, block_tables, seq_lens, o_part, m_part,
     l_part, scale)`` for ``group`` query heads per kv head and ``page`` rows per cache block (partials as
-    ``decode_attention.make_decode_split``'s); ``constraints``: ``decode_constraints``'s keywords.  Compile
+    ``decode.make_decode_split``'s); ``constraints``: ``decode_constraints``'s keywords.  Compile
     with ``paged_subs``: the rows M, keys N and grid axis Y are derived sizes."""
     q_type = Memory[B, QL, H, D, dtype]
     cache_type = Memory[NB, PG, KVH, D, dtype]
@@ -136,7 +136,7 @@ def paged_attention(
     new tokens, whose K/V are already in the cache.  Query i attends to positions <= seq_len - q_len + i.
     Block-table entries past a sequence's end are never read (they may be -1 or garbage), nor are cache
     rows past its end.  Softmax and accumulation in f32; ``scale`` defaults to 1/sqrt(D).  ``num_splits``:
-    splits of the keys (default ``decode_attention.num_splits_for``'s rule over max_blocks * page_size
+    splits of the keys (default ``decode.num_splits_for``'s rule over max_blocks * page_size
     keys); ``config = (BLOCK_N, waves)`` overrides ``decode_config``.  All tensors contiguous and on one
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
