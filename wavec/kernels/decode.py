@@ -175,11 +175,11 @@ def make_decode_combine(dtype=wc.f16, waves: int = 4, threads_per_wave: int = 32
     return decode_combine
 
 
-def combine_subs(splits: int, waves: int = 4) -> dict:
-    """``subs`` of the combine for ``splits`` splits: 32 rows per wave; each lane holds ``splits *
+def combine_subs(splits: int, waves: int = 4, threads_per_wave: int = 32) -> dict:
+    """``subs`` of the combine for ``splits`` splits: a row per lane; each lane holds ``splits *
     BLOCK_D`` partial values, so BLOCK_D shrinks as the splits grow (at most 128 values per lane)."""
     block_d = next(d for d in (8, 4, 2, 1) if splits * d <= 128 or d == 1)
-    return {SP: splits, BLOCK_R: 32 * waves, BLOCK_D: block_d}
+    return {SP: splits, BLOCK_R: threads_per_wave * waves, BLOCK_D: block_d}
 
 
 def decode_subs(head_dim: int, group: int, block_n: int, waves: int, stages: int = 2) -> dict:
