@@ -183,7 +183,14 @@ def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale
 
 
 def dense_kv_inputs(
-    seq_lens: list[int], q_len: int, heads: int, kv_heads: int, head_dim: int, dtype, s_max: int | None = None, device="cpu"
+    seq_lens: list[int],
+    q_len: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype,
+    s_max: int | None = None,
+    device="cpu",
 ):
     """Fresh inputs of a dense-cache decode step: q [B, q_len, Hq, D], k / v [B, S_max, Hkv, D], seq_lens.
     Cache rows past each sequence's end hold large finite garbage (1e4): a kernel that lets them reach the
@@ -211,7 +218,9 @@ def reference_decode_attention(q, k, v, seq_lens, scale=None):
         vb = v[b, :s_len].float().repeat_interleave(group, 1).transpose(0, 1)
         seen = pos[None, :] <= (s_len - q_len + torch.arange(q_len, device=q.device))[:, None]
         qb = q[b].float().transpose(0, 1)
-        out[b] = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=seen, scale=scale).transpose(0, 1)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=seen, scale=scale).transpose(
+            0, 1
+        )
     return out
 
 

@@ -64,7 +64,10 @@ BAD = [  # what to change, the error's text
     (lambda a: a.update(k=a["k"][:1], v=a["v"][:1]), "k has batch 1 but q 2"),
     (lambda a: a.update(seq_lens=a["seq_lens"].long()), "seq_lens must be int32"),
     (lambda a: a.update(seq_lens=a["seq_lens"][:1]), "seq_lens must be \\[batch\\]"),
-    (lambda a: a.update(seq_lens=a["seq_lens"] + 1), "seq_lens\\[1\\] = 21 must be in \\[q_len, S_max\\] = \\[1, 20\\]"),
+    (
+        lambda a: a.update(seq_lens=a["seq_lens"] + 1),
+        "seq_lens\\[1\\] = 21 must be in \\[q_len, S_max\\] = \\[1, 20\\]",
+    ),
     (lambda a: a.update(seq_lens=a["seq_lens"] * 0), "seq_lens\\[0\\] = 0 must be in"),
     (lambda a: a.update(num_splits=0), "num_splits must be an int in 1..64"),
 ]

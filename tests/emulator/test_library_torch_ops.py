@@ -71,7 +71,9 @@ def test_decode_attention_op_and_opcheck() -> None:
     want = dk.reference_decode_attention(q, k, v, lens, scale=0.25)
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
     torch.library.opcheck(torch.ops.wavec.decode_attention.default, (q, k, v, lens, None, 3))
-    torch.library.opcheck(torch.ops.wavec.decode_attention.default, (q, k[:, :3].contiguous(), v[:, :3].contiguous(), None, None, None))
+    torch.library.opcheck(
+        torch.ops.wavec.decode_attention.default, (q, k[:, :3].contiguous(), v[:, :3].contiguous(), None, None, None)
+    )
 
 
 @pytest.mark.parametrize("dtype, top_k, t, m", [(torch.float16, 2, 23, 40), (torch.bfloat16, 1, 70, 70)])

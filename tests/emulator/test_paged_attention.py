@@ -51,20 +51,20 @@ def _split_kernel(group: int, page: int, block_n: int = 64, waves: int = 2):
 def _partials(q, splits: int):
     batch, q_len, heads, d = q.shape
     o = torch.full((batch, splits, q_len, heads, d), float("nan"))
-    m, l = (torch.full((batch, splits, q_len, heads), float("nan")) for _ in range(2))
-    return o, m, l
+    m, sums = (torch.full((batch, splits, q_len, heads), float("nan")) for _ in range(2))
+    return o, m, sums
 
 
 def test_split_kernel_writes_exactly_its_partials() -> None:
     """The raw split kernel into NaN-filled partials: every split of every row written (empty splits as
     m = -inf, l = 0, acc = 0), the sums of the splits' shares equal to the reference's normaliser."""
     q, kc, vc, bt, lens = dk.paged_kv_inputs([7, 20], 2, 4, 2, 64, 16, wc.f16)
-    o, m, l = _partials(q, 3)
-    _split_kernel(2, 16)(q, kc, vc, bt, lens, o, m, l, 0.3)
-    assert not (o.isnan().any() or m.isnan().any() or l.isnan().any())
-    assert (m[0, 1:] == float("-inf")).all() and (l[0, 1:] == 0).all() and (o[0, 1:] == 0).all()
+    o, m, sums = _partials(q, 3)
+    _split_kernel(2, 16)(q, kc, vc, bt, lens, o, m, sums, 0.3)
+    assert not (o.isnan().any() or m.isnan().any() or sums.isnan().any())
+    assert (m[0, 1:] == float("-inf")).all() and (sums[0, 1:] == 0).all() and (o[0, 1:] == 0).all()
     top = m.amax(1, keepdim=True)
-    out = (o * torch.exp2(m - top)[..., None]).sum(1) / (l * torch.exp2(m - top)).sum(1)[..., None]
+    out = (o * torch.exp2(m - top)[..., None]).sum(1) / (sums * torch.exp2(m - top)).sum(1)[..., None]
     want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.3)
     torch.testing.assert_close(out, want, rtol=2e-3, atol=2e-3)
 

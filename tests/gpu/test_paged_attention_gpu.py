@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import wavec as wc
-from tests import dyn_kernels as dk
 import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
+from tests import dyn_kernels as dk
 from wavec.kernels.paged_attention import paged_attention
 
 pytestmark = pytest.mark.gpu
@@ -51,7 +51,9 @@ def test_torch_op_in_a_cuda_graph(dtype) -> None:
     q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 1, 48], 1, 16, 4, 128, 16, dtype, "cuda")
     want = dk.reference_paged_attention(q, kc, vc, bt, lens, scale=0.07)
     op = torch.ops.wavec.paged_attention
-    torch.testing.assert_close(op(q, kc, vc, bt, lens, 0.07, 3).float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
+    torch.testing.assert_close(
+        op(q, kc, vc, bt, lens, 0.07, 3).float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name]
+    )
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = op(q, kc, vc, bt, lens, 0.07, 3)

@@ -101,7 +101,8 @@ def make_decode_split(dtype=wc.f16, group: int = 1, **constraints: Any) -> wc.Wa
     """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
     head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
     l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s."""
-    q_type, kv_type = Memory[B, QL, H, D, dtype], Memory[B, N, KVH, D, dtype]
+    q_type = Memory[B, QL, H, D, dtype]
+    kv_type = Memory[B, N, KVH, D, dtype]
     split, kv_head = split_index(), kv_head_index()
     first = split * split_chunk(N)
 
@@ -315,7 +316,9 @@ def check_query_and_cache(fn: str, q: Any, k: Any, v: Any, cache_shape: str) -> 
     if not 1 <= q_len <= MAX_Q_LEN:
         raise fail(fn, f"q_len (q.shape[1]) must be 1..{MAX_Q_LEN}, got {q_len}")
     if heads % kv_heads:
-        raise fail(fn, f"{heads} query heads (q.shape[2]) are not a multiple of {kv_heads} kv heads ({names[0]}.shape[2])")
+        raise fail(
+            fn, f"{heads} query heads (q.shape[2]) are not a multiple of {kv_heads} kv heads ({names[0]}.shape[2])"
+        )
     return dtype
 
 

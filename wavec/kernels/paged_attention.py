@@ -30,7 +30,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 
 from . import decode as da
-from .decode import BLOCK_M, BLOCK_N, KVH, LOG2E, NEG_INF, NUM_STAGES, SP, B, D, H, M, N, QL, Y
+from .decode import KVH, LOG2E, NEG_INF, NUM_STAGES, QL, SP, B, D, H, M, N
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
 # (rows, head dim) -> (BLOCK_N, waves): as the dense kernel's, but a block is computed in the loop, so the

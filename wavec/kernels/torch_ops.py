@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from . import decode
-from . import indexing, moe_align, moe_gemm, moe_routing
+from . import decode, indexing, moe_align, moe_gemm, moe_routing
 from . import paged_attention as paged
 
 __all__ = [
