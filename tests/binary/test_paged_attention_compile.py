@@ -41,7 +41,8 @@ def test_library_tiles_compile_without_spills(target: str, rows: int, head_dim: 
     assert re.search(r"vector\.load %\w+\[%\w+, %\w+, %\w+, %\w+\] .*vector<8xbf16>", k.mlir)
     assert re.search(r"arith\.remui %block_id_y, %\w+", k.mlir)
     assert k.mlir.count("memref.alloc") == 2
-    assert "device_async_copy" not in k.mlir  # the block of a step is computed in the loop: synchronous copies
+    # the block of a step is computed in the loop and recomputed for the step each copy fills: cp.async
+    assert k.mlir.count("nvgpu.device_async_copy") > 0
 
 
 def test_gfx942_compiles_with_mfma() -> None:

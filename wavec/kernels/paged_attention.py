@@ -30,11 +30,11 @@ import wavec as wc
 from wavec import Memory, Register, f32
 
 from . import decode as da
-from .decode import KVH, LOG2E, NEG_INF, NUM_STAGES, QL, SP, B, D, H, M, N
+from .decode import KVH, LOG2E, NEG_INF, QL, SP, B, D, H, M, N
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
-# (rows, head dim) -> (BLOCK_N, waves): as the dense kernel's, but a block is computed in the loop, so the
-# copies stay synchronous (``pipeline_loops``) and need no second stage.
+# (rows, head dim) -> (BLOCK_N, waves): the dense kernel's.  The block of a step is computed in the loop;
+# ``pipeline_loops`` recomputes it for the step each ``cp.async`` fills (two stages).
 CONFIGS = da.CONFIGS
 
 
@@ -87,8 +87,8 @@ def make_paged_attention(dtype=wc.f16, group: int = 1, page: int = 16, **constra
 def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int) -> dict:
     """``subs`` of a kernel: the tile, the head dim, the page size and the derived sizes (rows
     ``M = QL * G``, keys ``N = P * PAGE``, grid axis 1 ``Y = SP * KVH``), so one binary serves every
-    q_len, batch, block-table width and split count.  One stage: the copies are synchronous."""
-    return {**da.decode_subs(head_dim, group, block_n, waves), NUM_STAGES: 1, PG: page, N: P * page}
+    q_len, batch, block-table width and split count."""
+    return {**da.decode_subs(head_dim, group, block_n, waves), PG: page, N: P * page}
 
 
 def _check_blocks(q: Any, k_cache: Any, block_tables: Any, seq_lens: Any) -> None:
