@@ -7,7 +7,8 @@ stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in flight)
 carried stage ``$STAGE_<dim>``; the body begins with ``async_wait(pending=D - 1)``; a prologue issues
 iterations ``0 .. D - 1``.  Index values computed in the body from the step (a paged read's block) are
 recomputed for the iteration copied: their chain's layouts shift ``D`` ahead and the prologue gets clones
-of the chain; a copy whose indices cannot be recomputed keeps the loop synchronous.  On sm_90a, 128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
+of the chain; a copy whose indices cannot be recomputed keeps the loop synchronous.  On sm_90a,
+128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
 unless ``async_copy`` says otherwise.  Full contract: docs/design.md, "Module contracts".
 """
 
