@@ -9,7 +9,7 @@ bandwidth = bytes of K and V of every sequence / time, against a device copy mea
 Columns: shape, kernel, splits, µs per call, µs replayed, K/V GB/s (replayed), x copy, SDPA flash µs,
 speed relative to it (> 1: wavec faster; from the call times), max error vs SDPA.
 
-    python -m benchmarks.decode_attention [--quick] [--splits N] [--csv PATH]
+    python -m benchmarks.decode_attention [--quick] [--splits N] [--config BLOCK_N,WAVES[,STAGES]] [--csv PATH]
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _paged(k, v, page: int):
     return caches[0], caches[1], tables
 
 
-def rows(shape, splits: int | None, bw: float) -> list[dict]:
+def rows(shape, splits: int | None, bw: float, config: tuple | None = None) -> list[dict]:
     batch, ctx, heads, kv_heads = shape
     kv_bytes = 2 * batch * ctx * kv_heads * HEAD_DIM * DT.itemsize
     n_sets = max(1, min(8, math.ceil(2 * L2_BYTES / kv_bytes)))
@@ -94,11 +94,21 @@ def rows(shape, splits: int | None, bw: float) -> list[dict]:
         t_flash = _rotating_us(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), bhsd)
     del bhsd
     q, k, v = sets[0]
-    variants = [("dense", lambda q, k, v: decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits), sets)]
+    variants = [
+        (
+            "dense",
+            lambda q, k, v: decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, config=config),
+            sets,
+        )
+    ]
     for page in PAGES:
         paged_sets = [(s[0], *_paged(s[1], s[2], page)) for s in sets]
         variants.append(
-            (f"paged {page}", lambda q, kc, vc, bt: paged_attention(q, kc, vc, bt, lens, num_splits=splits), paged_sets)
+            (
+                f"paged {page}",
+                lambda q, kc, vc, bt: paged_attention(q, kc, vc, bt, lens, num_splits=splits, config=config),
+                paged_sets,
+            )
         )
     out = []
     for name, fn, args in variants:
@@ -126,6 +136,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two shapes only")
     ap.add_argument("--splits", type=int, default=None, help="force num_splits (default: the rule)")
+    ap.add_argument("--config", default=None, help="BLOCK_N,WAVES[,STAGES] for both kernels (default: CONFIGS)")
     ap.add_argument("--csv", default=None)
     args = ap.parse_args()
     bw = copy_bandwidth()
@@ -135,7 +146,7 @@ def main() -> None:
     table = []
     for shape in QUICK if args.quick else SHAPES:
         try:
-            found = rows(shape, args.splits, bw)
+            found = rows(shape, args.splits, bw, tuple(map(int, args.config.split(","))) if args.config else None)
         except (RuntimeError, torch.OutOfMemoryError) as exc:  # report the row, keep measuring the others
             print(f"| {shape} | failed: {str(exc).splitlines()[0][:80]} |||||||||", flush=True)
             torch.cuda.empty_cache()

@@ -84,11 +84,11 @@ def make_paged_attention(dtype=wc.f16, group: int = 1, page: int = 16, **constra
     return paged_attention
 
 
-def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int) -> dict:
+def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int, stages: int = 2) -> dict:
     """``subs`` of a kernel: the tile, the head dim, the page size and the derived sizes (rows
     ``M = QL * G``, keys ``N = P * PAGE``, grid axis 1 ``Y = SP * KVH``), so one binary serves every
     q_len, batch, block-table width and split count."""
-    return {**da.decode_subs(head_dim, group, block_n, waves), PG: page, N: P * page}
+    return {**da.decode_subs(head_dim, group, block_n, waves, stages), PG: page, N: P * page}
 
 
 def _check_blocks(q: Any, k_cache: Any, block_tables: Any, seq_lens: Any) -> None:
@@ -137,7 +137,7 @@ def paged_attention(
     Block-table entries past a sequence's end are never read (they may be -1 or garbage), nor are cache
     rows past its end.  Softmax and accumulation in f32; ``scale`` defaults to 1/sqrt(D).  ``num_splits``:
     splits of the keys (default ``decode.num_splits_for``'s rule over max_blocks * page_size
-    keys); ``config = (BLOCK_N, waves)`` overrides ``decode_config``.  All tensors contiguous and on one
+    keys); ``config = (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  All tensors contiguous and on one
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``."""
@@ -158,12 +158,12 @@ def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backe
     da.check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
     head_dim, page = q.shape[-1], k_cache.shape[1]
 
-    def build(group: int, block_n: int, waves: int, _stages: int) -> Any:
+    def build(group: int, block_n: int, waves: int, stages: int) -> Any:
         return da.compiled(
-            ("paged", dtype.name, head_dim, group, page, block_n, waves, backend),
+            ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend),
             lambda: wc.compile(
                 make_paged_attention(dtype, group, page, waves=waves),
-                paged_subs(head_dim, group, page, block_n, waves),
+                paged_subs(head_dim, group, page, block_n, waves, stages),
                 backend=backend,
             ),
         )
