@@ -65,6 +65,17 @@ def test_paged_attention_op_and_opcheck() -> None:
     torch.library.opcheck(torch.ops.wavec.paged_attention.default, (q, kc, vc, bt, lens, None))
 
 
+def test_decode_attention_op_and_opcheck() -> None:
+    q, k, v, lens = dk.dense_kv_inputs([3, 40], 2, 4, 2, 64, wc.f16)
+    out = torch.ops.wavec.decode_attention(q, k, v, lens, 0.25, 2)
+    want = dk.reference_decode_attention(q, k, v, lens, scale=0.25)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.library.opcheck(torch.ops.wavec.decode_attention.default, (q, k, v, lens, None, 3))
+    torch.library.opcheck(
+        torch.ops.wavec.decode_attention.default, (q, k[:, :3].contiguous(), v[:, :3].contiguous(), None, None, None)
+    )
+
+
 @pytest.mark.parametrize("dtype, top_k, t, m", [(torch.float16, 2, 23, 40), (torch.bfloat16, 1, 70, 70)])
 def test_gather_scatter_matmul(dtype, top_k: int, t: int, m: int) -> None:
     """Gathered rows, weighted, scattered with atomics (repeated tokens accumulate), against torch in f64;

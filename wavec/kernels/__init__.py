@@ -14,6 +14,7 @@ from importlib import import_module
 _EXPORTS = {
     "matmul": "gemm",
     "register_attention_op": "attention",
+    "decode_attention": "decode",
     "index_select": "indexing",
     "embedding": "indexing",
     "index_add_": "indexing",

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from . import indexing, moe_align, moe_gemm, moe_routing, rows
+from . import decode, indexing, moe_align, moe_gemm, moe_routing, rows
 from . import paged_attention as paged
 
 __all__ = [
-    "index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul", "moe_align_block_size",
-    "topk_softmax", "softmax", "rms_norm", "layer_norm",
+    "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "gather_scatter_matmul",
+    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm",
 ]  # fmt: skip
 
 # its outputs' sizes depend on two integers, so the module registers it with its own schema
@@ -62,6 +62,24 @@ def _index_add_fake(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -
     return None
 
 
+@torch.library.custom_op("wavec::decode_attention", mutates_args=())
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Split-KV decode attention over a dense cache (see :func:`wavec.kernels.decode_attention.decode_attention`)."""
+    return decode.decode_attention(q, k, v, seq_lens=seq_lens, scale=scale, num_splits=num_splits)
+
+
+@decode_attention.register_fake
+def _decode_attention_fake(q, k, v, seq_lens=None, scale=None, num_splits=None) -> torch.Tensor:
+    return torch.empty_like(q)
+
+
 @torch.library.custom_op("wavec::paged_attention", mutates_args=())
 def paged_attention(
     q: torch.Tensor,
@@ -70,13 +88,14 @@ def paged_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float | None = None,
+    num_splits: int | None = None,
 ) -> torch.Tensor:
     """Decode attention over a paged KV cache (see :func:`wavec.kernels.paged_attention.paged_attention`)."""
-    return paged.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=scale)
+    return paged.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=scale, num_splits=num_splits)
 
 
 @paged_attention.register_fake
-def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None) -> torch.Tensor:
+def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None, num_splits=None) -> torch.Tensor:
     return torch.empty_like(q)
 
 
