@@ -24,6 +24,7 @@ _EXPORTS = {
     "softmax": "rows",
     "rms_norm": "rows",
     "layer_norm": "rows",
+    "silu_and_mul": "elementwise",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, indexing, moe_align, moe_gemm, moe_routing, rows
+from . import decode, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows
 from . import paged_attention as paged
 
 __all__ = [
     "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "gather_scatter_matmul",
-    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm",
+    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm", "silu_and_mul",
 ]  # fmt: skip
 
 # its outputs' sizes depend on two integers, so the module registers it with its own schema
@@ -160,3 +160,14 @@ def layer_norm(
 @layer_norm.register_fake
 def _layer_norm_fake(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("wavec::silu_and_mul", mutates_args=())
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(x[..., :d]) * x[..., d:]`` (see :func:`wavec.kernels.elementwise.silu_and_mul`)."""
+    return elementwise.silu_and_mul(x)
+
+
+@silu_and_mul.register_fake
+def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
