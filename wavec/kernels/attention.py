@@ -7,15 +7,19 @@ through ``mapping``).  How the body maps onto the passes: docs/attention.md, "Mo
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.errors import OptionError
 from wavec.tuning.plan import MMA_KINDS, check_mma, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
+DV = wc.sym.DV  # V's and O's head dim where it differs from Q's and K's (``make_attention(v_dim=True)``)
 BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
@@ -61,67 +65,162 @@ def attention_constraints(
     ]
 
 
+ALIGNS = ("top_left", "bottom_right")
+CAUSAL = (False, True, *ALIGNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSpec:
+    """The keys query ``i`` sees: ``diag(i) - left <= j <= diag(i) + right`` (None: unbounded) and ``j < N``,
+    with the diagonal ``diag(i) = i`` ("top_left") or ``i + N - M`` ("bottom_right", the last query on the
+    last key).  Causal is ``right = 0``; a window sets ``left`` / ``right``."""
+
+    align: str = "top_left"
+    left: int | None = None
+    right: int | None = None
+
+    @property
+    def masked(self) -> bool:
+        return self.left is not None or self.right is not None
+
+    @property
+    def may_see_nothing(self) -> bool:
+        """Whether a query row can see no key at all (or none in the first tiles its workgroup runs): its
+        running max is then -inf, so the softmax must not subtract it, and its output is 0."""
+        return self.left is not None or (self.align == "bottom_right" and self.right is not None)
+
+
+def mask_spec(causal: bool | str = False, window: tuple[int, int] = (-1, -1)) -> MaskSpec:
+    """The ``MaskSpec`` of ``causal`` (False, True = "top_left" for the kernel; ``attention()`` accepts True
+    only when the query and key lengths are equal) and a flash-attn ``window = (left, right)`` (-1: that
+    side unbounded; causal makes ``right`` 0).  A window without causal alignment takes flash-attn's
+    diagonal, bottom-right."""
+    if not any(causal is c for c in CAUSAL[:2]) and causal not in ALIGNS:
+        raise OptionError(option="causal", message=f"expected one of {CAUSAL}, got {causal!r}")
+    ok = isinstance(window, (tuple, list)) and len(window) == 2
+    if not ok or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
+        raise OptionError(option="window", message=f"expected (left, right), ints >= -1 (-1: unbounded), got {window!r}")
+    left = None if window[0] == -1 else window[0]
+    right = 0 if causal is not False else None if window[1] == -1 else window[1]
+    if left is None and right is None:
+        return MaskSpec()
+    return MaskSpec("top_left" if causal is True else causal or "bottom_right", left, right)
+
+
+def _loops(spec: MaskSpec) -> list[tuple[sympy.Expr | None, sympy.Expr | None, bool]]:
+    """(start, end, masked) of the loops over the key tiles, in order: the tiles a query tile sees in part
+    (masked) before and after the ones every query of it sees whole (no mask).  Tiles no query sees are
+    skipped (loop bounds).  ``Max(0, ...)``: a diagonal left of key 0 (bottom-right with more queries than
+    keys, or a window's left end) never makes a negative bound (index arithmetic is unsigned)."""
+    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
+    if not spec.masked:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
+        return [(None, whole, False), (whole, None, True)]
+    diag = wc.tile_start(M) + (N - M if spec.align == "bottom_right" else 0)  # the tile's first query's
+    pos = functools.partial(sympy.Max, 0)
+    full_end, stop = whole, None
+    if spec.right is not None:  # causal: full tiles left of the diagonal block, masked ones up to its end
+        full_end = sympy.Min(pos(diag + spec.right) // BLOCK_N * BLOCK_N, whole)
+        stop = pos(diag + BLOCK_M + spec.right)
+    if spec.left is None:
+        return [(None, full_end, False), (full_end, stop, True)]
+    lo = pos(diag - spec.left)  # the first key the tile's first query sees; its last query's, rounded up:
+    full_start = sympy.ceiling(pos(diag + BLOCK_M - 1 - spec.left) / BLOCK_N) * BLOCK_N
+    split = sympy.Max(full_start, full_end)
+    return [(lo, full_start, True), (full_start, split, False), (split, stop, True)]
+
+
+def _mask(s, spec: MaskSpec):
+    """``s`` with -inf at the keys past N and those ``spec`` hides.  Bottom-right compares ``j + M`` with
+    ``i + N`` (not ``j`` with ``i + N - M``): no negative intermediate."""
+    cols = wc.arange(N)[None, :]
+    s = wc.where(cols < N, s, NEG_INF)
+    if not spec.masked:
+        return s
+    rows = wc.arange(M)[:, None]
+    if spec.align == "bottom_right":
+        rows, cols = rows + N, cols + M
+    if spec.right is not None:
+        s = wc.where((rows + spec.right if spec.right else rows) >= cols, s, NEG_INF)
+    if spec.left is not None:
+        s = wc.where(cols + spec.left >= rows, s, NEG_INF)
+    return s
+
+
 def make_attention(
     dtype=wc.f16,
     layout: str = "bhsd",
-    causal: bool = False,
+    causal: bool | str = False,
     waves: int = 4,
     mma: str = "mma_sync",
     heavy_first: bool | None = None,
     async_copy: str = "auto",
     split_epilogue: bool = False,
+    *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    v_dim: bool = False,
 ) -> wc.WaveKernel:
-    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
-    picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
-    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
-    are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``); ``split_epilogue``: one bounds test
-    per thread before O's stores (``attention()`` turns it on for wgmma: ``SPLIT_EPILOGUE``)."""
-    heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
+    window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
+    ``heavy_first`` (default: ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles;
+    ``async_copy``: how K/V tiles are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``);
+    ``split_epilogue``: one bounds test per thread before O's stores (``attention()`` turns it on for
+    wgmma: ``SPLIT_EPILOGUE``).  ``softcap = c > 0``: scores ``c·tanh(scale·QKᵀ / c)`` (before the mask);
+    ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D."""
+    spec = mask_spec(causal, window)
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise OptionError(option="softcap", message=f"expected a finite number >= 0 (0: off), got {softcap!r}")
+    heavy_first = bool(causal) and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
-    q_type = Memory[B, q1, q2, D, dtype]
-    kv_type = Memory[B, k1, k2, D, dtype]
+    dv = DV if v_dim else D
+    q_type, o_type = Memory[B, q1, q2, D, dtype], Memory[B, q1, q2, dv, dtype]
+    k_type, v_type = Memory[B, k1, k2, D, dtype], Memory[B, k1, k2, dv, dtype]
     kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
-    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
-    if causal:  # full tiles left of the diagonal block, then the masked tiles up to the diagonal
-        split, stop = sympy.Min(wc.tile_start(M) // BLOCK_N * BLOCK_N, whole), wc.tile_start(M) + BLOCK_M
-    else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
-        split, stop = whole, None
+    loops, guard = _loops(spec), spec.may_see_nothing
+    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue)
 
-    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue))
-    def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
+    @wc.wave(constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else []))
+    def attention(q: q_type, k: k_type, v: v_type, o: o_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
-        c = scale * LOG2E
+        c = softcap * LOG2E if softcap else scale * LOG2E  # exponents in units of the (capped) scores
 
         def step(m_i, l_i, acc, masked: bool):
             s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
+            if softcap:
+                s = wc.tanh(s * (scale * (1.0 / softcap)))
             if masked:  # masked keys contribute exp2(-inf) = 0
-                cols = wc.arange(N)[None, :]
-                s = wc.where(cols < N, s, NEG_INF)
-                if causal:
-                    s = wc.where(wc.arange(M)[:, None] >= cols, s, NEG_INF)
+                s = _mask(s, spec)
             m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
-            p = wc.exp2(s * c - (m_new * c)[:, None])
-            alpha = wc.exp2((m_i - m_new) * c)
+            m_sub = wc.where(m_new > NEG_INF, m_new, 0.0) if masked and guard else m_new  # no -inf - -inf
+            p = wc.exp2(s * c - (m_sub * c)[:, None])
+            alpha = wc.exp2((m_i - m_sub) * c)
             l_new = l_i * alpha + wc.sum(p, N)
-            vt = wc.permute(wc.read(v, mapping=kv_head), (D, N))
+            vt = wc.permute(wc.read(v, mapping=kv_head), (dv, N))
             return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
-        init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
+        carried = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, dv, f32](0.0)]
+        for start, end, masked in loops:
+            carried = list(_loop(step, carried, start, end, masked, dv))
 
-        @wc.iterate(N, init_args=init, end=split)
-        def full(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
-            return step(m_i, l_i, acc, masked=False)
-
-        @wc.iterate(N, init_args=list(full), start=split, end=stop)
-        def edge(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
-            return step(m_i, l_i, acc, masked=True)
-
-        _m, l_final, acc_final = edge
-        wc.write(wc.cast(acc_final * wc.reciprocal(l_final)[:, None], dtype), o)
+        _m, l_final, acc_final = carried
+        inv = wc.reciprocal(l_final)
+        if guard:  # a query that sees no key: 0, not 0 / 0
+            inv = wc.where(l_final > 0.0, inv, 0.0)
+        wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
 
     return attention
+
+
+def _loop(step, carried: list, start, end, masked: bool, dv):
+    """One ``iterate`` over the key tiles [start, end) running ``step`` (masked or not)."""
+
+    @wc.iterate(N, init_args=carried, start=start, end=end)
+    def loop(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, dv, f32]):
+        return step(m_i, l_i, acc, masked=masked)
+
+    return loop
 
 
 # Candidate tiles (BLOCK_M, BLOCK_N, waves[, cp.async stages]); why: docs/performance.md, "Why the schedule

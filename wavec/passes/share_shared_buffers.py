@@ -4,7 +4,7 @@ Requires: ``pipeline_loops`` (final ``stages``; prologue copies in the root grap
 Guarantees: a root-graph ``allocate`` used by exactly one ``iterate`` is replaced by an equal one (type,
 tile, origin, stages, padding, layout) of an earlier loop, at most once per buffer and loop; before the
 first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` and a ``barrier``
-(the earlier loop's copies landed and were read).  Attention's two loops (full tiles, masked edge) then
+(the earlier loops' copies landed and were read).  Attention's loops (full tiles, masked edges) then
 need the shared memory of one.  ``wc.allocate`` buffers are never shared (they live for the whole
 kernel).  Finally, in a kernel with ``wc.allocate`` buffers, its shared tiles (staged ones included) must
 fit ``target.max_shared_bytes``, else a ``ConstraintError`` lists them (``tuning.legality`` checks kernels
@@ -66,9 +66,11 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
         a.replace_all_uses_with(b)
         g.erase_node(a)
         reused.setdefault(loop, []).append(b)
-    order = {n: i for i, n in enumerate(g.nodes)}
     for loop, bufs in reused.items():
-        after = max(order[owners[b]] for b in bufs)  # the earlier loops' prologues also use the buffers
+        order = {n: i for i, n in enumerate(g.nodes)}  # with the drains inserted so far
+        # after the last earlier loop on these buffers (a third loop follows the second, which took them
+        # over from the first); the earlier loops' prologues also use the buffers
+        after = max(order[it] for it in loops if order[it] < order[loop] and any(b in it.args[1] for b in bufs))
         first = next(
             n
             for n in g.nodes
