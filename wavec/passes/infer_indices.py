@@ -86,16 +86,20 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     while ept > 1 and (total // ept < cs.threads or last % ept):
         ept //= 2
     per_row = last // ept
+    lanes_last = min(per_row, cs.threads)
     if cs.threads % per_row and per_row % cs.threads:
-        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
-    rows = max(1, cs.threads // per_row)
-    seqs, tiles, stride = [], [], per_row
+        # a run count that does not divide the threads (head dim 80: 10 runs): the most threads that divide
+        # both share a row, each taking every lanes_last-th run of it
+        lanes_last = math.gcd(per_row, cs.threads)
+        if cs.threads // lanes_last > total // last:
+            raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
+    rows = cs.threads // lanes_last
+    seqs, tiles, stride = [], [], lanes_last
     for ext in extents[:-1]:
         n = min(rows, ext)
         seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
         tiles.append(n)
         stride *= n
-    lanes_last = min(per_row, cs.threads)
     seqs.append(IndexSeq(sympy.Mod(THREAD, lanes_last) * ept, ((ept, 1),)))
     tiles.append(lanes_last * ept)
     base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}
