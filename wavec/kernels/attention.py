@@ -215,9 +215,9 @@ def make_attention(
             carried = list(_loop(step, carried, start, end, masked, dv))
 
         _m, l_final, acc_final = carried
-        inv = wc.reciprocal(l_final)
-        if guard:  # a query that sees no key: 0, not 0 / 0
-            inv = wc.where(l_final > 0.0, inv, 0.0)
+        # a query that sees no key has l = 0 and acc = 0: 0, not 0 / 0; any other has l >= 1 (its maximum
+        # score contributed exp2(0) = 1)
+        inv = wc.reciprocal(wc.maximum(l_final, 1.0) if guard else l_final)
         wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
 
     return attention
@@ -331,7 +331,7 @@ def _kernel(
     softcap: float = 0.0,
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
-    key = (dtype.name, layout, mask_spec(causal, window), softcap, subs_key, waves, backend, mma, async_copy)
+    key = (dtype.name, layout, mask_spec(causal, window), subs_key, waves, backend, mma, async_copy, softcap)
     kernel = _COMPILED.get(key)
     if kernel is None:
         split_epilogue = SPLIT_EPILOGUE[mma]
