@@ -12,7 +12,7 @@ import wavec as wc
 from tests.attention_ref import reference, visible
 from wavec.errors import OptionError
 from wavec.kernels import attention as at
-from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, DV, D, attention, make_attention, mask_spec
+from wavec.kernels.attention import BLOCK_M, BLOCK_N, DV, NUM_STAGES, D, attention, make_attention, mask_spec
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 TOL = {"f16": 2e-3, "bf16": 1.6e-2}
