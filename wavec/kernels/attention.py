@@ -1,8 +1,11 @@
 """Flash attention forward, ``O = softmax(Q Kᵀ · scale) V``, with an online softmax (FlashAttention-2).
 
 One kernel definition serves both memory layouts (BHSD, BSHD: batch and head are batch dimensions of
-the workgroup), causal and not, f16 and bf16, head dims 64 and 128 and grouped-query heads (K and V read
-through ``mapping``).  How the body maps onto the passes: docs/attention.md, "Module contracts".
+the workgroup), f16 and bf16, head dims 64-256 (V's may differ), grouped-query heads (K and V read
+through ``mapping``) and every mask: causal aligned top-left or bottom-right, sliding windows (``MaskSpec``)
+and the logits soft-cap.  The key tiles a query tile sees in part run masked, those it sees whole run
+without a mask, and the rest are skipped by the loop bounds (``_loops``).  How the body maps onto the
+passes: docs/attention.md, "Module contracts".
 """
 
 from __future__ import annotations

@@ -87,12 +87,9 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
         ept //= 2
     per_row = last // ept
     lanes_last = min(per_row, cs.threads)
-    if cs.threads % per_row and per_row % cs.threads:
-        # a run count that does not divide the threads (head dim 80: 10 runs): the most threads that divide
-        # both share a row, each taking every lanes_last-th run of it
-        lanes_last = math.gcd(per_row, cs.threads)
-        if cs.threads // lanes_last > total // last:
-            raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
+    uneven = bool(cs.threads % per_row and per_row % cs.threads)
+    if uneven:  # a run count that does not divide the threads (head dim 80: 10 runs): the most threads
+        lanes_last = math.gcd(per_row, cs.threads)  # dividing both share a row, each every lanes_last-th run
     rows = cs.threads // lanes_last
     seqs, tiles, stride = [], [], lanes_last
     for ext in extents[:-1]:
@@ -100,6 +97,9 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
         seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
         tiles.append(n)
         stride *= n
+    # ... only where the threads' rows tile the rows exactly (no thread repeats another's copy)
+    if uneven and (math.prod(tiles) != rows or any(e % n for e, n in zip(extents, tiles))):
+        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
     seqs.append(IndexSeq(sympy.Mod(THREAD, lanes_last) * ept, ((ept, 1),)))
     tiles.append(lanes_last * ept)
     base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}
