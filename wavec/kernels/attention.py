@@ -218,8 +218,8 @@ def make_attention(
             carried = list(_loop(step, carried, start, end, masked, dv))
 
         _m, l_final, acc_final = carried
-        # a query that sees no key has l = 0 and acc = 0: 0, not 0 / 0; any other has l >= 1 (its maximum
-        # score contributed exp2(0) = 1)
+        # a query that sees no key has l = 0 and acc = 0: 0, not 0 / 0; any other has l >= 1 up to one
+        # rounding of ex2.approx (its maximum score contributed exp2(0)), which max(l, 1) keeps
         inv = wc.reciprocal(wc.maximum(l_final, 1.0) if guard else l_final)
         wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
 
