@@ -5,9 +5,12 @@ compiles for gfx942 (MFMA, f16)."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 import wavec as wc
+import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
 from wavec.kernels.attention import WGMMA_CONFIGS, attention_config, make_attention
 from wavec.target import get_target
@@ -52,6 +55,25 @@ def test_wgmma_candidates_fit(d) -> None:
     """Every wgmma candidate tile of the new head dims (the sweep's), f16 non-causal."""
     for config in WGMMA_CONFIGS[d]:
         _fits(_compile(wc.f16, False, d, d, "wgmma", "sm_90a", config=config), "sm_90a")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("d,dv", [(80, 80), (96, 96), (192, 192), (256, 256), (192, 128)])
+def test_wgmma_not_serialized(d, dv, tmp_path) -> None:
+    """ptxas keeps the new dims' wgmmas asynchronous (it serializes them where it sees the accumulator or A
+    registers touched between issue and wait), windowed bottom-right, default tiles."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        ptx = _compile(wc.f16, "bottom_right", d, dv, "wgmma", "sm_90a", (100, -1)).artifact.binary
+    (tmp_path / "k.ptx").write_bytes(ptx)
+    proc = subprocess.run(
+        [find_ptxas(), "-arch=sm_90a", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = proc.stdout + proc.stderr
+    assert "serialized" not in report and "0 bytes spill stores" in report, report
 
 
 @needs_ptxas
