@@ -183,8 +183,13 @@ def test_causal_true_needs_equal_lengths() -> None:
     with pytest.raises(OptionError, match=r"causal: True is ambiguous with 24 queries and 40 keys.*bottom_right"):
         attention(q, k, v, causal=True, backend="emulator")
     q, k, v = _inputs(1, 2, 2, 40, 40, 64, 64, wc.f16)
+    at._COMPILED.clear()
     outs = [attention(q, k, v, causal=c, backend="emulator") for c in (True, "top_left", "bottom_right")]
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert [key[2] for key in at._COMPILED] == [at.MaskSpec("top_left", None, 0)]  # one kernel: top-left
+    bottom_right = compile_masked(wc.f16, "bhsd", "bottom_right", (-1, -1), 0.0, 64, 64, "mma_sync", (32, 32, 2))
+    ref = reference(q, k, v, visible(40, 40, "bottom_right"), 0.125)
+    torch.testing.assert_close(run_checked(bottom_right, "bhsd", q, k, v, 0.125, ref), outs[0], rtol=2e-3, atol=2e-3)
 
 
 def test_bad_arguments_name_themselves() -> None:

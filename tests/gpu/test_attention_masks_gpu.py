@@ -38,9 +38,10 @@ def run_and_check(q, k, v, *, causal, window=(-1, -1), softcap=0.0, layout="bhsd
     lay = (lambda x: x) if layout == "bhsd" else (lambda x: x.transpose(1, 2).contiguous())
     qo, ko, vo = lay(q), lay(k), lay(v)
     sq, skv, d, dv = q.shape[2], k.shape[2], q.shape[-1], v.shape[-1]
-    subs, waves = at.attention_config(d, sq, config, mma, causal, dv)
+    compiled = "top_left" if causal and sq == skv else causal  # what attention() runs then
+    subs, waves = at.attention_config(d, sq, config, mma, compiled, dv)
     wc_dtype = wc.bf16 if dtype == "bf16" else wc.f16
-    kernel = at._kernel(wc_dtype, layout, causal, subs, waves, None, mma, "auto", window, softcap)
+    kernel = at._kernel(wc_dtype, layout, compiled, subs, waves, None, mma, "auto", window, softcap)
     out = torch.full((*qo.shape[:-1], dv), float("nan"), device="cuda", dtype=q.dtype)
     kernel(qo, ko, vo, out, scale)
     api = at.attention(qo, ko, vo, causal=causal, window=window, softcap=softcap, scale=scale, layout=layout,

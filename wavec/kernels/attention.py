@@ -433,6 +433,8 @@ def attention(
     _check_inputs(q, k, v, layout, causal, softcap)
     mask_spec(causal, window)  # an OptionError naming causal or window
     s_ax = 2 if layout == "bhsd" else 1
+    if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
+        causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
     subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim)
     kernel = _kernel(
