@@ -1,0 +1,165 @@
+"""The DSL kernels of the fused mixture-of-experts layer (``fused_moe.fused_experts``, DESIGN §14).
+
+Rows are the ``(token, slot)`` pairs ``moe_align_block_size`` sorted by expert and padded per expert to the
+token block BLOCK_M (the sentinel ``T*k`` marks padding); ``expert_ids[b]`` is the expert of block ``b``.
+Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dynamic in T, H, I and E.
+
+- ``moe_remap``: ``local = expert_map[topk_ids]``, with -1 ("another rank") turned into E, one extra
+  expert whose blocks the GEMMs skip.
+- ``moe_up``: per BLOCK_M x BLOCK_N tile of the intermediate [rows, I], the token rows gathered by
+  ``sorted_ids // k`` and the block's expert's gate and up rows of ``w1`` (viewed [E, 2, I, H], no copy)
+  into two accumulators of one workgroup; the epilogue writes ``act(gate) * up`` in the input dtype in
+  sorted order.  ``weighted_input`` scales both accumulators by the routing weight first (weighting the
+  input row: the GEMM is linear).
+- ``moe_down``: the intermediate rows (affine, sorted order) times the block's expert's ``w2`` [H, I];
+  the epilogue multiplies by the routing weight and either stores the row of its ``(token, slot)`` in a
+  [T*k + 1, H] buffer (``deterministic``: row T*k takes the padding rows' zeros, so the store needs no
+  mask) or atomically adds it into an f32 [T, H] accumulator.
+- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32 for the slots whose local expert is
+  below ``limit`` (skipped slots' rows were never written), rounded once.
+
+Both GEMMs run their whole body under ``wc.conditional`` on the block's expert: blocks past the last
+segment (expert -1) and blocks of the skip expert cost one load of ``expert_ids``.
+"""
+
+from __future__ import annotations
+
+import wavec as wc
+from wavec import Memory, Register, f32
+from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N, gemm_constraints
+
+T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
+P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
+COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
+REMAP_WAVES = 4
+
+
+def gemm_tiles(tpw: int, mma, block_m: int) -> list:
+    """BLOCK_M x BLOCK_N workgroup tiles over NUM_STAGES stages: 2 x 2 waves, or 1 x 4 for a 16-row
+    token block (a wave's M tile is one m16 instruction)."""
+    waves = (1, 4) if block_m < 32 else (2, 2)
+    return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES))
+
+
+def _activation(g, name: str):
+    if name == "silu":
+        return wc.silu(g)
+    return 0.5 * g * (1.0 + wc.erf(g * 0.7071067811865476))  # vLLM's "gelu": exact erf GELU
+
+
+def _block_expert(expert_ids):
+    """The expert of this workgroup's token block, rank 0 (the conditional) and as an index along N (a
+    mapping value must be a tensor; every element is the same, loaded once per copied row)."""
+    first = wc.tile_start(M) // BLOCK_M
+    return wc.read(expert_ids, mapping={J: first}), wc.read(expert_ids, mapping={J: wc.index(N) * 0 + first})
+
+
+def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int):
+    """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``."""
+
+    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    def moe_up(
+        x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+        w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
+    ):  # fmt: skip
+        blk, e = _block_expert(expert_ids)
+
+        @wc.conditional((blk >= 0) & (blk < E))
+        def _run() -> None:
+            ids = wc.read(sorted_ids)
+            rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
+
+            @wc.iterate(K, init_args=[Register[M, N, f32](0.0), Register[M, N, f32](0.0)])
+            def body(g: Register[M, N, f32], u: Register[M, N, f32]):
+                a = wc.read(x, mapping={T: rows})
+                return wc.mma(a, wc.read(w1, mapping={E: e, G: 0}), g), wc.mma(a, wc.read(w1, mapping={E: e, G: 1}), u)
+
+            g, u = body
+            if weighted_input:
+                w = wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+                g, u = g * w, u * w
+            wc.write(wc.cast(_activation(g, activation) * u, dtype), inter)
+
+    return moe_up
+
+
+def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int):
+    """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
+    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [T, N] (atomic adds)."""
+    out_type = Memory[R, N, dtype] if deterministic else Memory[T, N, f32]
+
+    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    def moe_down(
+        inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: out_type,
+    ):  # fmt: skip
+        blk, e = _block_expert(expert_ids)
+
+        @wc.conditional((blk >= 0) & (blk < E))
+        def _run() -> None:
+            ids = wc.read(sorted_ids)
+            valid = ids < TK
+            acc = Register[M, N, f32](0.0)
+
+            @wc.iterate(K, init_args=[acc])
+            def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+                return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
+
+            if weighted_output:
+                body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+            # a select, not a product: -0.0 and NaN*0 would break the padding row's equal zeros
+            val = wc.where(valid[:, None], body, 0.0)
+            if deterministic:
+                wc.write(wc.cast(val, dtype), y, mapping={R: ids})
+            else:
+                wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
+
+    return moe_down
+
+
+def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
+    """``moe_combine(y [T, S, N], local [T, S] i32, out [T, N], limit)``: one token per workgroup (a batch
+    dim), N in ``waves`` wave-wide 16-byte runs, the S slots summed in f32 where ``local < limit``."""
+    constraints = [
+        wc.WorkgroupConstraint(N, BLOCK_N, 0),
+        wc.WorkgroupConstraint(T, 1, 1),
+        wc.WorkgroupConstraint(S, S, None),
+        wc.WaveConstraint(N, BLOCK_N / waves),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={S: 1, N: tpw * COMBINE_VEC}),
+    ]
+
+    @wc.wave(constraints)
+    def moe_combine(y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]):
+        keep = wc.read(local) < limit
+        total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
+        wc.write(wc.cast(total, dtype), out)
+
+    return moe_combine
+
+
+def make_remap(tpw: int = 32) -> wc.WaveKernel:
+    """``moe_remap(topk_ids [P] i32, expert_map [GE] i32, local [P] i32, skip)``: ``expert_map[id]``, -1 -> skip."""
+    constraints = [
+        wc.WorkgroupConstraint(P, BLOCK_P, 0),
+        wc.WaveConstraint(P, BLOCK_P / REMAP_WAVES),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={P: tpw}),
+    ]
+
+    @wc.wave(constraints)
+    def moe_remap(topk_ids: Memory[P, wc.i32], expert_map: Memory[GE, wc.i32], local: Memory[P, wc.i32], skip: wc.Scalar[wc.i32]):
+        mapped = wc.read(expert_map, mapping={GE: wc.read(topk_ids)})
+        wc.write(wc.where(mapped < 0, skip, mapped), local)
+
+    return moe_remap
+
+
+def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int) -> dict:
+    return {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages}
+
+
+def combine_subs(top_k: int, tpw: int = 32, waves: int = 2) -> dict:
+    return {BLOCK_N: waves * tpw * COMBINE_VEC, S: top_k}
+
+
+def remap_subs(tpw: int = 32) -> dict:
+    return {BLOCK_P: REMAP_WAVES * tpw}
