@@ -97,6 +97,14 @@ def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
     return MoeConfig(block_m, 64, 128, 32 if block_m == 128 else 64, 3)
 
 
+def grid_rows(numel: int, experts: int, block_m: int) -> int:
+    """The sorted rows the GEMMs cover: whole blocks up to the most the routing can fill, ``numel`` ids
+    plus ``block_m - 1`` padding for each of at most ``min(experts, numel)`` non-empty experts (decode:
+    T = 1, k = 8, E = 64, BLOCK_M 16 is 8 blocks, not the 60 the sorted ids hold)."""
+    most = -(-(numel + min(experts, numel) * (block_m - 1)) // block_m)
+    return min(most, (numel + experts * (block_m - 1)) // block_m) * block_m
+
+
 def _bad(arg: str, message: str) -> ArgumentError:
     return ArgumentError(kernel="fused_experts", arg=arg, message=message)
 
@@ -268,7 +276,7 @@ def fused_experts(
     local = _local_ids(plan, topk_ids, expert_map, s, route_experts)
     skip = 1 if expert_map is not None else 0  # the skip expert E takes the -1 slots
     sorted_ids, expert_ids, _total, _counts = moe_align_block_size(local, s.experts + skip, cfg.block_m, backend=backend)
-    sorted_ids = sorted_ids[: expert_ids.numel() * cfg.block_m]  # whole blocks (the rest is sentinels)
+    sorted_ids = sorted_ids[: grid_rows(s.tokens * s.top_k, s.experts + skip, cfg.block_m)]
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     inter = hidden.new_empty(sorted_ids.numel(), s.inter)
     plan.up(hidden, sorted_ids, expert_ids, w1.view(s.experts, 2, s.inter, s.hidden), weights, inter)

@@ -18,8 +18,10 @@ Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dy
 - ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32 for the slots whose local expert is
   below ``limit`` (skipped slots' rows were never written), rounded once.
 
-Both GEMMs run their whole body under ``wc.conditional`` on the block's expert: blocks past the last
-segment (expert -1) and blocks of the skip expert cost one load of ``expert_ids``.
+Blocks without a local expert (past the last segment: -1; the skip expert E) run the GEMM on a clamped
+expert and store nothing (zeros): a GEMM under ``wc.conditional`` loses its shared-memory staging and
+pipelining (``promote_to_shared`` and ``pipeline_loops`` look at top-level loops only), which costs more
+than the wasted blocks.  The wrapper's grid stops at the most blocks the routing can fill.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ def _activation(g, name: str):
 
 
 def _block_expert(expert_ids):
-    """The expert of this workgroup's token block, rank 0 (the conditional) and as an index along N (a
-    mapping value must be a tensor; every element is the same, loaded once per copied row)."""
-    first = wc.tile_start(M) // BLOCK_M
-    return wc.read(expert_ids, mapping={J: first}), wc.read(expert_ids, mapping={J: wc.index(N) * 0 + first})
+    """The expert of this workgroup's token block, clamped into [0, E) (a weight index), along N: a
+    mapping value must be a tensor; every element is the same, loaded once per row that uses it."""
+    e = wc.read(expert_ids, mapping={J: wc.index(N) * 0 + wc.tile_start(M) // BLOCK_M})
+    return wc.clip(e, 0, E - 1)
+
+
+def _block_is_local(expert_ids):
+    """Along M: whether this workgroup's token block has a local expert (not -1, not the skip expert)."""
+    blk = wc.read(expert_ids, mapping={J: wc.index(M) * 0 + wc.tile_start(M) // BLOCK_M})
+    return (blk >= 0) & (blk < E)
 
 
 def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int):
@@ -62,23 +70,20 @@ def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, 
         x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
     ):  # fmt: skip
-        blk, e = _block_expert(expert_ids)
+        e = _block_expert(expert_ids)
+        ids = wc.read(sorted_ids)
+        rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
 
-        @wc.conditional((blk >= 0) & (blk < E))
-        def _run() -> None:
-            ids = wc.read(sorted_ids)
-            rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
+        @wc.iterate(K, init_args=[Register[M, N, f32](0.0), Register[M, N, f32](0.0)])
+        def body(g: Register[M, N, f32], u: Register[M, N, f32]):
+            a = wc.read(x, mapping={T: rows})
+            return wc.mma(a, wc.read(w1, mapping={E: e, G: 0}), g), wc.mma(a, wc.read(w1, mapping={E: e, G: 1}), u)
 
-            @wc.iterate(K, init_args=[Register[M, N, f32](0.0), Register[M, N, f32](0.0)])
-            def body(g: Register[M, N, f32], u: Register[M, N, f32]):
-                a = wc.read(x, mapping={T: rows})
-                return wc.mma(a, wc.read(w1, mapping={E: e, G: 0}), g), wc.mma(a, wc.read(w1, mapping={E: e, G: 1}), u)
-
-            g, u = body
-            if weighted_input:
-                w = wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
-                g, u = g * w, u * w
-            wc.write(wc.cast(_activation(g, activation) * u, dtype), inter)
+        g, u = body
+        if weighted_input:
+            w = wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+            g, u = g * w, u * w
+        wc.write(wc.cast(_activation(g, activation) * u, dtype), inter)
 
     return moe_up
 
@@ -93,26 +98,22 @@ def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw
         inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: out_type,
     ):  # fmt: skip
-        blk, e = _block_expert(expert_ids)
+        e, ok = _block_expert(expert_ids), _block_is_local(expert_ids)
+        ids = wc.read(sorted_ids)
+        acc = Register[M, N, f32](0.0)
 
-        @wc.conditional((blk >= 0) & (blk < E))
-        def _run() -> None:
-            ids = wc.read(sorted_ids)
-            valid = ids < TK
-            acc = Register[M, N, f32](0.0)
+        @wc.iterate(K, init_args=[acc])
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
 
-            @wc.iterate(K, init_args=[acc])
-            def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-                return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
-
-            if weighted_output:
-                body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
-            # a select, not a product: -0.0 and NaN*0 would break the padding row's equal zeros
-            val = wc.where(valid[:, None], body, 0.0)
-            if deterministic:
-                wc.write(wc.cast(val, dtype), y, mapping={R: ids})
-            else:
-                wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
+        if weighted_output:
+            body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+        # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
+        val = wc.where((ok & (ids < TK))[:, None], body, 0.0)
+        if deterministic:
+            wc.write(wc.cast(val, dtype), y, mapping={R: ids})
+        else:
+            wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
 
     return moe_down
 
