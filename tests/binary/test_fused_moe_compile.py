@@ -1,6 +1,7 @@
 """Binary tier for the fused MoE kernels: every static tile choice compiles for sm_80 and sm_90a (cubin
 without spills where ptxas exists) and, with the MFMA, for gfx942 (HSACO); token rows are gathered with
-16-byte ``cp.async`` copies (the expert's weights too), and the atomic combine lowers to relaxed ``red`` (vector on sm_90a), never ``atom.acq_rel.sys``."""
+16-byte ``cp.async`` copies (the expert's weights too), and the atomic combine lowers to relaxed ``red``
+(vector on sm_90a), never ``atom.acq_rel.sys``."""
 
 from __future__ import annotations
 
@@ -70,7 +71,10 @@ def test_atomic_combine_uses_relaxed_reductions(target: str, monkeypatch) -> Non
 def test_combine_and_remap_compile(target: str) -> None:
     dtype = wc.f16 if target == "gfx942" else wc.bf16
     tpw = 64 if target == "gfx942" else 32
-    for kernel, subs in ((fk.make_combine(dtype, tpw), fk.combine_subs(8, tpw)), (fk.make_remap(tpw), fk.remap_subs(tpw))):
+    for kernel, subs in (
+        (fk.make_combine(dtype, tpw), fk.combine_subs(8, tpw)),
+        (fk.make_remap(tpw), fk.remap_subs(tpw)),
+    ):
         k = _compile(kernel, subs, target)
         assert k.artifact.binary
         if HAS_PTXAS and target != "gfx942":

@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import wavec as wc
-from wavec.errors import ArgumentError
+from wavec.errors import ArgumentError, OutOfBoundsError
 from wavec.kernels import fused_moe_kernels as fk
 from wavec.kernels.indexing import hopper_target
 from wavec.kernels.moe_align import MAX_EXPERTS, moe_align_block_size
 from wavec.kernels.moe_routing import topk_softmax
+from wavec.knobs import knobs
 from wavec.tuning.plan import mma_type_for
 
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
@@ -65,7 +66,9 @@ class MoeConfig:
         c["stages"] = c.pop("num_stages", c.get("stages", 3))
         known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages"}
         if set(c) - known or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
-            raise _bad("config", f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages), got {sorted(config)}")
+            raise _bad(
+                "config", f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages), got {sorted(config)}"
+            )
         got = cls(c["BLOCK_M"], c["BLOCK_N"], c.get("BLOCK_N_DOWN", c["BLOCK_N"]), c["BLOCK_K"], c["stages"])
         got.check()
         return got
@@ -148,7 +151,9 @@ def _check_shapes(hidden: Any, w1: Any, w2: Any, topk_weights: Any, topk_ids: An
     if two_i % 2 or two_i == 0:
         raise _bad("w1", f"dim 1 is 2I (gate rows, then up rows): must be even and positive, got {two_i}")
     if tuple(w2.shape) != (experts, h, two_i // 2):
-        raise _bad("w2", f"must be [E, H, I] = {[experts, h, two_i // 2]} (from w1 {list(w1.shape)}), got {list(w2.shape)}")
+        raise _bad(
+            "w2", f"must be [E, H, I] = {[experts, h, two_i // 2]} (from w1 {list(w1.shape)}), got {list(w2.shape)}"
+        )
     if topk_ids.shape[0] != tokens or topk_ids.shape[1] < 1:
         raise _bad("topk_ids", f"must be [T = {tokens}, k >= 1], got {list(topk_ids.shape)}")
     if tuple(topk_weights.shape) != tuple(topk_ids.shape):
@@ -175,12 +180,16 @@ def _check_options(s: _Shape, activation: Any, global_num_experts: Any, expert_m
         raise _bad("global_num_experts", f"must be an int, got {global_num_experts!r}")
     if expert_map is None:
         if global_num_experts not in (-1, s.experts):
-            raise _bad("global_num_experts", f"is {global_num_experts} but w1 holds {s.experts} experts and no expert_map")
+            raise _bad(
+                "global_num_experts", f"is {global_num_experts} but w1 holds {s.experts} experts and no expert_map"
+            )
         return s.experts
     _tensor("expert_map", expert_map, 1, (torch.int32,), device)
     ge = expert_map.shape[0]
     if global_num_experts not in (-1, ge) or not 1 <= ge <= MAX_EXPERTS:
-        raise _bad("expert_map", f"has {ge} entries; must be global_num_experts ({global_num_experts}), at most {MAX_EXPERTS}")
+        raise _bad(
+            "expert_map", f"has {ge} entries; must be global_num_experts ({global_num_experts}), at most {MAX_EXPERTS}"
+        )
     if expert_map.device.type == "cpu" and ge and not ((expert_map >= -1) & (expert_map < s.experts)).all():
         raise _bad("expert_map", f"values must be local experts in [0, {s.experts}) or -1")
     return ge
@@ -207,9 +216,11 @@ class _Plan:
 
 def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | None) -> _Plan:
     activation, weighted_input, deterministic, mapped = flags
+    checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
+    mapped = mapped or (checked and getattr(device, "type", None) == "cuda")
     target = hopper_target(backend, device)  # sm_90a: vector reductions for the atomic combine
     tpw, mma = mma_type_for("mma_sync", s.dtype, target)
-    base = (s.dtype.name, s.top_k, cfg, target, backend)
+    base = (s.dtype.name, s.top_k, cfg, target, backend, checked)
     up = _compiled(
         ("up", activation, weighted_input, *base),
         lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m),
@@ -223,17 +234,21 @@ def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | N
     combine = remap = None
     if deterministic:
         combine = _compiled(
-            ("combine", s.dtype.name, s.top_k, target, backend), lambda: fk.make_combine(s.dtype, tpw),
+            ("combine", s.dtype.name, s.top_k, target, backend, checked), lambda: fk.make_combine(s.dtype, tpw),
             fk.combine_subs(s.top_k, tpw),
             target, backend,
         )  # fmt: skip
     if mapped:
-        remap = _compiled(("remap", target, backend), lambda: fk.make_remap(tpw), fk.remap_subs(tpw), target, backend)
+        remap = _compiled(
+            ("remap", target, backend, checked), lambda: fk.make_remap(tpw), fk.remap_subs(tpw), target, backend
+        )
     return _Plan(up, down, combine, remap)
 
 
 def _local_ids(plan: _Plan, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:
-    """int32 ids the routing sorts: local experts, with the skip expert E for -1 (``expert_map``)."""
+    """int32 ids the routing sorts: local experts, with the skip expert E for -1 (``expert_map``).  CPU
+    ids are range-checked here; CUDA ids with ``WAVEC_CHECK_BOUNDS=1`` by ``moe_remap``'s bounds check
+    (through the identity map when there is no ``expert_map``), which the launcher reports after it."""
     import torch
 
     ids = topk_ids.reshape(-1)
@@ -241,11 +256,27 @@ def _local_ids(plan: _Plan, topk_ids: Any, expert_map: Any, s: _Shape, route_exp
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise _bad("topk_ids", f"holds {bad}, outside [0, {route_experts})")
     ids = ids.to(torch.int32).contiguous()
-    if expert_map is None:
+    if plan.remap is None:
         return ids
+    table = expert_map if expert_map is not None else _identity(s.experts, ids.device)
     local = torch.empty_like(ids)
-    plan.remap(ids, expert_map, local, s.experts)
+    try:
+        plan.remap(ids, table, local, s.experts)
+    except OutOfBoundsError as e:
+        raise _bad("topk_ids", f"holds an expert id outside [0, {route_experts}) (WAVEC_CHECK_BOUNDS): {e}") from e
     return local
+
+
+_IDENTITY: dict = {}
+
+
+def _identity(experts: int, device: Any) -> Any:
+    import torch
+
+    key = (experts, device)
+    if key not in _IDENTITY:
+        _IDENTITY[key] = torch.arange(experts, dtype=torch.int32, device=device)
+    return _IDENTITY[key]
 
 
 def fused_experts(
@@ -275,7 +306,9 @@ def fused_experts(
         return result
     local = _local_ids(plan, topk_ids, expert_map, s, route_experts)
     skip = 1 if expert_map is not None else 0  # the skip expert E takes the -1 slots
-    sorted_ids, expert_ids, _total, _counts = moe_align_block_size(local, s.experts + skip, cfg.block_m, backend=backend)
+    sorted_ids, expert_ids, _total, _counts = moe_align_block_size(
+        local, s.experts + skip, cfg.block_m, backend=backend
+    )
     sorted_ids = sorted_ids[: grid_rows(s.tokens * s.top_k, s.experts + skip, cfg.block_m)]
     weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
     inter = hidden.new_empty(sorted_ids.numel(), s.inter)

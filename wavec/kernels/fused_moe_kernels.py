@@ -88,34 +88,49 @@ def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, 
     return moe_up
 
 
+def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype):
+    """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds."""
+    e, ok = _block_expert(expert_ids), _block_is_local(expert_ids)
+    ids = wc.read(sorted_ids)
+    acc = Register[M, N, f32](0.0)
+
+    @wc.iterate(K, init_args=[acc])
+    def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+        return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
+
+    if weighted_output:
+        body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+    # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
+    val = wc.where((ok & (ids < TK))[:, None], body, 0.0)
+    if store:
+        wc.write(wc.cast(val, dtype), y, mapping={R: ids})
+    else:
+        wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
+
+
 def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int):
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
     ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [T, N] (atomic adds)."""
-    out_type = Memory[R, N, dtype] if deterministic else Memory[T, N, f32]
+    flags = (top_k, weighted_output, deterministic, dtype)
+    if deterministic:
+
+        @wc.wave(gemm_tiles(tpw, mma, block_m))
+        def moe_down(
+            inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+            w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, dtype],
+        ):  # fmt: skip
+            _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
+
+        return moe_down
 
     @wc.wave(gemm_tiles(tpw, mma, block_m))
-    def moe_down(
+    def moe_down_atomic(
         inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
-        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: out_type,
+        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[T, N, f32],
     ):  # fmt: skip
-        e, ok = _block_expert(expert_ids), _block_is_local(expert_ids)
-        ids = wc.read(sorted_ids)
-        acc = Register[M, N, f32](0.0)
+        _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
 
-        @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-            return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
-
-        if weighted_output:
-            body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
-        # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
-        val = wc.where((ok & (ids < TK))[:, None], body, 0.0)
-        if deterministic:
-            wc.write(wc.cast(val, dtype), y, mapping={R: ids})
-        else:
-            wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
-
-    return moe_down
+    return moe_down_atomic
 
 
 def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
@@ -130,7 +145,9 @@ def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
     ]
 
     @wc.wave(constraints)
-    def moe_combine(y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]):
+    def moe_combine(
+        y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
+    ):
         keep = wc.read(local) < limit
         total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
         wc.write(wc.cast(total, dtype), out)
@@ -147,7 +164,9 @@ def make_remap(tpw: int = 32) -> wc.WaveKernel:
     ]
 
     @wc.wave(constraints)
-    def moe_remap(topk_ids: Memory[P, wc.i32], expert_map: Memory[GE, wc.i32], local: Memory[P, wc.i32], skip: wc.Scalar[wc.i32]):
+    def moe_remap(
+        topk_ids: Memory[P, wc.i32], expert_map: Memory[GE, wc.i32], local: Memory[P, wc.i32], skip: wc.Scalar[wc.i32]
+    ):
         mapped = wc.read(expert_map, mapping={GE: wc.read(topk_ids)})
         wc.write(wc.where(mapped < 0, skip, mapped), local)
 
