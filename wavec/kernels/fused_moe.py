@@ -90,11 +90,16 @@ class MoeConfig:
 
 def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
     """The static choice: BLOCK_M the smallest of 16, 32, 64, 128 holding the tokens per expert at
-    balanced routing (T*k/E; 128 beyond), so decode pads little and prefill uses large tiles; N tiles of
-    64 (up: two accumulators) and 128 (down) from BLOCK_M 64 up, 64 and 64 below, where the grid is
-    small; K steps of 64 (32 at BLOCK_M 128: shared memory), 3 stages."""
+    balanced routing (T*k/E; 128 beyond), so decode pads little and prefill uses large tiles; the other
+    tiles follow from it (``tiles_for_block``)."""
     per_expert = tokens * top_k / max(experts, 1)
-    block_m = next((b for b in (16, 32, 64) if per_expert <= b), 128)
+    return tiles_for_block(next((b for b in (16, 32, 64) if per_expert <= b), 128))
+
+
+def tiles_for_block(block_m: int) -> MoeConfig:
+    """N tiles of 64 (up: two accumulators) and 128 (down) from BLOCK_M 64 up, 64 and 64 below (a small
+    grid wants more CTAs); K steps of 64 (32 at BLOCK_M 128: registers), 3 stages.  Every one compiles
+    without spills for sm_80 and sm_90a (``tests/binary/test_fused_moe_compile.py``)."""
     if block_m < 64:
         return MoeConfig(block_m, 64, 64, 64, 3)
     return MoeConfig(block_m, 64, 128, 32 if block_m == 128 else 64, 3)
@@ -340,14 +345,12 @@ def fused_moe(hidden, w1, w2, router_logits, top_k: int, renormalize: bool, **kw
 
 def reference(hidden, w1, w2, topk_weights, topk_ids, *, activation: str = "silu",
               apply_router_weight_on_input: bool = False, expert_map=None):  # fmt: skip
-    """The layer in f32 (f64 on request by passing f64 tensors), one expert at a time, on the CPU."""
+    """The layer in f32 on the tensors' device, one expert at a time (a [T, H] f32 tensor)."""
     import torch
 
-    x, w1, w2 = hidden.cpu().float(), w1.cpu().float(), w2.cpu().float()
-    ids, wts = topk_ids.cpu().long(), topk_weights.cpu().float()
-    if expert_map is not None:
-        ids = expert_map.cpu().long()[ids]
-    out = torch.zeros(x.shape, dtype=torch.float32)
+    x, w1, w2, wts = hidden.float(), w1.float(), w2.float(), topk_weights.float()
+    ids = topk_ids.long() if expert_map is None else expert_map.long()[topk_ids.long()]
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
     inter = w1.shape[1] // 2
     act = torch.nn.functional.silu if activation == "silu" else torch.nn.functional.gelu
     for e in range(w1.shape[0]):
