@@ -197,3 +197,19 @@ def test_torch_operators_opcheck_and_compile() -> None:
     torch.testing.assert_close(got, layer(x, logits), rtol=0, atol=0)
     with pytest.raises(wc.WavecError, match="argument 'w2'"):
         torch.ops.wavec.fused_experts(x, w1, w2[:, :16], wts, ids)
+
+
+def test_remap_reads_the_map_with_a_bounds_check() -> None:
+    """``moe_remap`` (the map, -1 to the skip expert) and the access the GPU's WAVEC_CHECK_BOUNDS check
+    guards: an id past the map is an out-of-bounds read (the emulator always checks it)."""
+    from wavec.errors import OutOfBoundsError
+    from wavec.kernels import fused_moe_kernels as fk
+
+    remap = wc.compile(fk.make_remap(), fk.remap_subs())
+    table = torch.tensor([3, -1, 0, 2, -1, 1], dtype=torch.int32)
+    ids = torch.randint(0, 6, (300,), dtype=torch.int32)
+    local = torch.full_like(ids, -7)
+    remap(ids, table, local, 4)
+    assert torch.equal(local, torch.where(table[ids.long()] < 0, 4, table[ids.long()]))
+    with pytest.raises(OutOfBoundsError, match=r"(?s)mapping=\{GE: wc.read\(topk_ids\)\}.*index 6 in dim 0 \(size 6\)"):
+        remap(torch.tensor([0, 6, 1], dtype=torch.int32), table, local[:3], 4)

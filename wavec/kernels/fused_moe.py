@@ -9,7 +9,7 @@ summed over the slots.  The launches (``fused_moe_kernels``; no host synchronisa
 3. ``moe_up``: the gathered rows times the expert's gate and up halves, ``act(gate) * up`` in sorted order;
 4. ``moe_down``: times ``w2`` of the block's expert, weighted; then the combine over the top-k:
    ``deterministic=True`` stores one row per (token, slot) and ``moe_combine`` sums each token's k rows
-   in f32 in slot order (bitwise reproducible); ``deterministic=False`` adds into a zeroed f32 [T, H]
+   in f32 in slot order (bitwise reproducible); ``deterministic=False`` adds into a zeroed f32 [T + 1, H]
    with atomics (order unspecified) and casts it (``torch.zeros`` and ``copy_``: two library launches).
 
 The tiles come from ``config`` or ``static_config`` (a rule of T*k/E, the tokens per expert at balanced
@@ -322,11 +322,11 @@ def fused_experts(
         rows = hidden.new_empty(s.tokens * s.top_k + 1, s.hidden)  # row T*k: the padding rows' zeros
         plan.down(inter, sorted_ids, expert_ids, w2, weights, rows)
         y = rows[: s.tokens * s.top_k].view(s.tokens, s.top_k, s.hidden)
-        plan.combine(y, local.view(s.tokens, s.top_k), result, s.experts)
+        plan.combine(y, result)
     else:
-        acc = torch.zeros(s.tokens, s.hidden, dtype=torch.float32, device=hidden.device)
+        acc = torch.zeros(s.tokens + 1, s.hidden, dtype=torch.float32, device=hidden.device)  # row T: scratch
         plan.down(inter, sorted_ids, expert_ids, w2, weights, acc)
-        result.copy_(acc)
+        result.copy_(acc[: s.tokens])
     return result
 
 

@@ -13,10 +13,11 @@ Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dy
   input row: the GEMM is linear).
 - ``moe_down``: the intermediate rows (affine, sorted order) times the block's expert's ``w2`` [H, I];
   the epilogue multiplies by the routing weight and either stores the row of its ``(token, slot)`` in a
-  [T*k + 1, H] buffer (``deterministic``: row T*k takes the padding rows' zeros, so the store needs no
-  mask) or atomically adds it into an f32 [T, H] accumulator.
-- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32 for the slots whose local expert is
-  below ``limit`` (skipped slots' rows were never written), rounded once.
+  [T*k + 1, H] buffer (``deterministic``; a slot of a skipped expert stores zeros, so every row is
+  written) or atomically adds it into an f32 [T + 1, H] accumulator (a skipped slot adds zeros).  Stores
+  have no mask: padding rows (the sentinel T*k, row T of the accumulator) go to the extra last row,
+  which nothing reads.
+- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32, in slot order, rounded once.
 
 Blocks without a local expert (past the last segment: -1; the skip expert E) run the GEMM on a clamped
 expert and store nothing (zeros): a GEMM under ``wc.conditional`` loses its shared-memory staging and
@@ -104,13 +105,13 @@ def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_ou
     val = wc.where((ok & (ids < TK))[:, None], body, 0.0)
     if store:
         wc.write(wc.cast(val, dtype), y, mapping={R: ids})
-    else:
-        wc.atomic_add(val, y, mapping={T: wc.minimum(ids // top_k, T - 1)})
+    else:  # the sentinel T*k is row T, the scratch row; a skipped block's rows add zeros
+        wc.atomic_add(val, y, mapping={R: ids // top_k})
 
 
 def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int):
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
-    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [T, N] (atomic adds)."""
+    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds)."""
     flags = (top_k, weighted_output, deterministic, dtype)
     if deterministic:
 
@@ -126,7 +127,7 @@ def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw
     @wc.wave(gemm_tiles(tpw, mma, block_m))
     def moe_down_atomic(
         inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
-        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[T, N, f32],
+        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],
     ):  # fmt: skip
         _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
 
@@ -134,8 +135,8 @@ def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw
 
 
 def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
-    """``moe_combine(y [T, S, N], local [T, S] i32, out [T, N], limit)``: one token per workgroup (a batch
-    dim), N in ``waves`` wave-wide 16-byte runs, the S slots summed in f32 where ``local < limit``."""
+    """``moe_combine(y [T, S, N], out [T, N])``: one token per workgroup (a batch dim), N in ``waves``
+    wave-wide 16-byte runs, the S slots summed in f32."""
     constraints = [
         wc.WorkgroupConstraint(N, BLOCK_N, 0),
         wc.WorkgroupConstraint(T, 1, 1),
@@ -145,12 +146,8 @@ def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
     ]
 
     @wc.wave(constraints)
-    def moe_combine(
-        y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
-    ):
-        keep = wc.read(local) < limit
-        total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
-        wc.write(wc.cast(total, dtype), out)
+    def moe_combine(y: Memory[T, S, N, dtype], out: Memory[T, N, dtype]):
+        wc.write(wc.cast(wc.sum(wc.cast(wc.read(y), f32), S), dtype), out)
 
     return moe_combine
 
