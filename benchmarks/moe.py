@@ -9,12 +9,13 @@ replayed; L2 is flushed (a 256 MB write) before each replay, which alone is time
 of 50 replays after 10 warm-ups.  Reported: us, TB/s over the active experts' unique weight bytes (3*H*I*2
 per active expert), TF/s (6*T*k*H*I flops), the max error against an f32 torch reference.
 
-Implementations: ``wavec`` (``fused_experts(dispatch="static")``: the static tile choice) and
-``grouped_mm`` (the pipeline transformers' ``grouped_mm`` experts run: argsort by expert, gather, two
+Implementations: ``wavec`` (``fused_experts(dispatch="static")``: the static tile choice), ``grouped_mm``
+(the pipeline transformers' ``grouped_mm`` experts run: argsort by expert, gather, two
 ``torch._grouped_mm``, SiLU-and-mul, weight, ``index_add_``; timed eagerly with events when it cannot be
-captured, marked ``eager``).  The Triton vLLM-algorithm baseline is not written yet.
+captured, marked ``eager``) and ``vllm_triton`` (``moe_triton.py``: vLLM's algorithm in Triton with vLLM's
+H100 tables where the repository has them, ``vllm_cfg`` says which; its align step included).
 
-    python benchmarks/moe.py [--quick] [--models OLMoE-1B-7B,...] [--csv out.csv]
+    python -m benchmarks.moe [--quick] [--models OLMoE-1B-7B,...] [--csv out.csv]
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ import statistics
 import torch
 
 from wavec.kernels import fused_moe as fm
+
+try:
+    from benchmarks import moe_triton
+except ImportError as exc:  # no Triton (or not run as a module): main() says that baseline is left out
+    moe_triton, MISSING = None, f"{type(exc).__name__}: {exc}"
 
 SHAPES = pathlib.Path(__file__).parent / "data" / "moe_shapes.csv"
 TOKENS = [1, 4, 16, 32, 64, 128, 256, 512, 1024, 4096]
@@ -140,6 +146,9 @@ def point(m: dict, t: int, beta: float, seed: int, flush: torch.Tensor, weights_
         "wavec": lambda: fm.fused_experts(x, w1, w2, wts, ids, dispatch="static", out=out),
         "grouped_mm": lambda: grouped_mm_experts(x, w1, w2, wts, ids),
     }
+    if moe_triton is not None:
+        impls["vllm_triton"] = lambda: moe_triton.vllm_fused_experts(x, w1, w2, wts, ids)
+        row["vllm_cfg"] = moe_triton.config_for(t, e, i)[1]
     for name, fn in impls.items():
         try:
             err = float((fn().float() - ref).abs().max())
@@ -149,8 +158,9 @@ def point(m: dict, t: int, beta: float, seed: int, flush: torch.Tensor, weights_
             continue
         row |= {f"{name}_us": round(us, 2), f"{name}_mode": mode, f"{name}_err": round(err, 5)}
         row |= {f"{name}_TBps": round(weight_bytes / us / 1e6, 3), f"{name}_TFps": round(flops / us / 1e6, 1)}
-    if isinstance(row.get("wavec_us"), float) and isinstance(row.get("grouped_mm_us"), float):
-        row["speedup_vs_grouped_mm"] = round(row["grouped_mm_us"] / row["wavec_us"], 3)
+    for base in ("grouped_mm", "vllm_triton"):
+        if isinstance(row.get("wavec_us"), float) and isinstance(row.get(f"{base}_us"), float):
+            row[f"speedup_vs_{base}"] = round(row[f"{base}_us"] / row["wavec_us"], 3)
     return row
 
 
@@ -162,6 +172,8 @@ def main() -> None:
     args = p.parse_args()
     names = args.models.split(",") if args.models else (["OLMoE-1B-7B", "Qwen3-30B-A3B"] if args.quick else None)
     tokens, betas, seeds = ([1, 16, 256, 1024], [1.0, 0.7], [0]) if args.quick else (TOKENS, BETAS, [0, 1, 2])
+    if moe_triton is None:
+        print(f"vllm_triton baseline left out ({MISSING})", flush=True)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV)
     rows, cache = [], {}
     for m in models(names):
