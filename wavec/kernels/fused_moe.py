@@ -97,11 +97,12 @@ def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
 
 
 def tiles_for_block(block_m: int) -> MoeConfig:
-    """N tiles of 64 (up: two accumulators) and 128 (down) from BLOCK_M 64 up, 64 and 64 below (a small
-    grid wants more CTAs); K steps of 64 (32 at BLOCK_M 128: registers), 3 stages.  Every one compiles
-    without spills for sm_80 and sm_90a (``tests/binary/test_fused_moe_compile.py``)."""
+    """N tiles of 64 (up: two accumulators) and 128 (down) from BLOCK_M 64 up, 32 and 64 below (a decode
+    grid wants CTAs: T = 1, k = 8 over I = 768 is 8 x 24 up-projection tiles); K steps of 64 (32 at
+    BLOCK_M 128: registers), 3 stages.  Every one compiles without spills for sm_80 and sm_90a
+    (``tests/binary/test_fused_moe_compile.py``)."""
     if block_m < 64:
-        return MoeConfig(block_m, 64, 64, 64, 3)
+        return MoeConfig(block_m, 32, 64, 64, 3)
     return MoeConfig(block_m, 64, 128, 32 if block_m == 128 else 64, 3)
 
 
@@ -322,7 +323,7 @@ def fused_experts(
         rows = hidden.new_empty(s.tokens * s.top_k + 1, s.hidden)  # row T*k: the padding rows' zeros
         plan.down(inter, sorted_ids, expert_ids, w2, weights, rows)
         y = rows[: s.tokens * s.top_k].view(s.tokens, s.top_k, s.hidden)
-        plan.combine(y, result)
+        plan.combine(y, local.view(s.tokens, s.top_k), result, s.experts)
     else:
         acc = torch.zeros(s.tokens + 1, s.hidden, dtype=torch.float32, device=hidden.device)  # row T: scratch
         plan.down(inter, sorted_ids, expert_ids, w2, weights, acc)

@@ -13,16 +13,17 @@ Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dy
   input row: the GEMM is linear).
 - ``moe_down``: the intermediate rows (affine, sorted order) times the block's expert's ``w2`` [H, I];
   the epilogue multiplies by the routing weight and either stores the row of its ``(token, slot)`` in a
-  [T*k + 1, H] buffer (``deterministic``; a slot of a skipped expert stores zeros, so every row is
-  written) or atomically adds it into an f32 [T + 1, H] accumulator (a skipped slot adds zeros).  Stores
-  have no mask: padding rows (the sentinel T*k, row T of the accumulator) go to the extra last row,
-  which nothing reads.
-- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32, in slot order, rounded once.
+  [T*k + 1, H] buffer (``deterministic``) or atomically adds it into an f32 [T + 1, H] accumulator.
+  Stores have no mask: padding rows (the sentinel T*k, row T of the accumulator) go to the extra last
+  row, which nothing reads.
+- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32, in slot order, rounded once, over the
+  slots whose local expert is below ``limit`` (a skipped slot's row is never written).
 
-Blocks without a local expert (past the last segment: -1; the skip expert E) run the GEMM on a clamped
-expert and store nothing (zeros): a GEMM under ``wc.conditional`` loses its shared-memory staging and
-pipelining (``promote_to_shared`` and ``pipeline_loops`` look at top-level loops only), which costs more
-than the wasted blocks.  The wrapper's grid stops at the most blocks the routing can fill.
+Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
+run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
+do the same on the emulator but lose the shared-memory staging and pipelining: its body is a region the
+staging passes do not enter; ``exit_if`` leaves the kernel one straight-line graph.)  The wrapper's grid
+also stops at the most blocks the routing can fill.
 """
 
 from __future__ import annotations
@@ -50,17 +51,17 @@ def _activation(g, name: str):
     return 0.5 * g * (1.0 + wc.erf(g * 0.7071067811865476))  # vLLM's "gelu": exact erf GELU
 
 
+def _exit_unless_local(expert_ids) -> None:
+    """The workgroup returns at once unless its token block has a local expert (not -1 past the last
+    run, not the skip expert E)."""
+    blk = wc.read(expert_ids, mapping={J: wc.tile_start(M) // BLOCK_M})
+    wc.exit_if((blk < 0) | (blk >= E))
+
+
 def _block_expert(expert_ids):
-    """The expert of this workgroup's token block, clamped into [0, E) (a weight index), along N: a
-    mapping value must be a tensor; every element is the same, loaded once per row that uses it."""
-    e = wc.read(expert_ids, mapping={J: wc.index(N) * 0 + wc.tile_start(M) // BLOCK_M})
-    return wc.clip(e, 0, E - 1)
-
-
-def _block_is_local(expert_ids):
-    """Along M: whether this workgroup's token block has a local expert (not -1, not the skip expert)."""
-    blk = wc.read(expert_ids, mapping={J: wc.index(M) * 0 + wc.tile_start(M) // BLOCK_M})
-    return (blk >= 0) & (blk < E)
+    """The expert of this workgroup's token block along N, as an index of the weights (a mapping value
+    must be a tensor: every element is the same, loaded once per row that uses it)."""
+    return wc.read(expert_ids, mapping={J: wc.index(N) * 0 + wc.tile_start(M) // BLOCK_M})
 
 
 def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int):
@@ -71,6 +72,7 @@ def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, 
         x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
     ):  # fmt: skip
+        _exit_unless_local(expert_ids)
         e = _block_expert(expert_ids)
         ids = wc.read(sorted_ids)
         rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
@@ -91,7 +93,8 @@ def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, 
 
 def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype):
     """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds."""
-    e, ok = _block_expert(expert_ids), _block_is_local(expert_ids)
+    _exit_unless_local(expert_ids)
+    e = _block_expert(expert_ids)
     ids = wc.read(sorted_ids)
     acc = Register[M, N, f32](0.0)
 
@@ -102,10 +105,10 @@ def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_ou
     if weighted_output:
         body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
     # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
-    val = wc.where((ok & (ids < TK))[:, None], body, 0.0)
+    val = wc.where((ids < TK)[:, None], body, 0.0)
     if store:
         wc.write(wc.cast(val, dtype), y, mapping={R: ids})
-    else:  # the sentinel T*k is row T, the scratch row; a skipped block's rows add zeros
+    else:  # the sentinel T*k is row T, the scratch row
         wc.atomic_add(val, y, mapping={R: ids // top_k})
 
 
@@ -135,8 +138,8 @@ def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw
 
 
 def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
-    """``moe_combine(y [T, S, N], out [T, N])``: one token per workgroup (a batch dim), N in ``waves``
-    wave-wide 16-byte runs, the S slots summed in f32."""
+    """``moe_combine(y [T, S, N], local [T, S] i32, out [T, N], limit)``: one token per workgroup (a batch
+    dim), N in ``waves`` wave-wide 16-byte runs, the S slots whose ``local < limit`` summed in f32."""
     constraints = [
         wc.WorkgroupConstraint(N, BLOCK_N, 0),
         wc.WorkgroupConstraint(T, 1, 1),
@@ -146,8 +149,12 @@ def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
     ]
 
     @wc.wave(constraints)
-    def moe_combine(y: Memory[T, S, N, dtype], out: Memory[T, N, dtype]):
-        wc.write(wc.cast(wc.sum(wc.cast(wc.read(y), f32), S), dtype), out)
+    def moe_combine(
+        y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
+    ):
+        keep = wc.read(local) < limit
+        total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
+        wc.write(wc.cast(total, dtype), out)
 
     return moe_combine
 
