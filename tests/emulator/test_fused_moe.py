@@ -168,6 +168,7 @@ def _bad_calls():
     yield "expert_map", (x, w1, w2, wts, ids), {"expert_map": emap + 1}  # a local id >= E
     yield "topk_ids", (x, w1, w2, wts, ids + 4), {"expert_map": emap}  # a global id >= 6
     yield "config", (x, w1, w2, wts, ids), {"config": {"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_K": 32}}
+    yield "deterministic", (x, w1, w2, wts, ids), {"deterministic": 1}
     yield "out", (x, w1, w2, wts, ids), {"out": torch.empty(5, 16, dtype=torch.bfloat16)}
 
 

@@ -303,8 +303,9 @@ def fused_experts(
         if tuple(out.shape) != (s.tokens, s.hidden) or not out.is_contiguous():
             raise _bad("out", f"must be a contiguous [{s.tokens}, {s.hidden}] tensor, got {list(out.shape)}")
     cfg = static_config(s.tokens, s.top_k, s.experts) if config is None else MoeConfig.parse(config)
-    if type(apply_router_weight_on_input) is not bool or type(deterministic) is not bool:
-        raise _bad("apply_router_weight_on_input", "and deterministic must be bools")
+    for arg, flag in (("apply_router_weight_on_input", apply_router_weight_on_input), ("deterministic", deterministic)):
+        if type(flag) is not bool:
+            raise _bad(arg, f"must be a bool, got {flag!r}")
     flags = (activation, apply_router_weight_on_input, deterministic, expert_map is not None)
     plan = _plan(s, cfg, flags, hidden.device, backend)
     result = out if out is not None else hidden.new_empty(s.tokens, s.hidden)
