@@ -202,6 +202,16 @@ def _check_options(s: _Shape, activation: Any, global_num_experts: Any, expert_m
 
 
 _COMPILED: dict = {}
+_TARGETS: dict = {}
+
+
+def _target(backend: str | None, device: Any) -> str | None:
+    """sm_90a on a Hopper GPU (vector reductions for the atomic combine), else the default; once per
+    device (the capability query is host work on every call otherwise)."""
+    key = (backend, device)
+    if key not in _TARGETS:
+        _TARGETS[key] = hopper_target(backend, device)
+    return _TARGETS[key]
 
 
 def _compiled(key: tuple, make, subs: dict, target: str | None, backend: str | None):
@@ -224,7 +234,7 @@ def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | N
     activation, weighted_input, deterministic, mapped = flags
     checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
     mapped = mapped or (checked and getattr(device, "type", None) == "cuda")
-    target = hopper_target(backend, device)  # sm_90a: vector reductions for the atomic combine
+    target = _target(backend, device)
     tpw, mma = mma_type_for("mma_sync", s.dtype, target)
     base = (s.dtype.name, s.top_k, cfg, target, backend, checked)
     up = _compiled(
