@@ -125,3 +125,24 @@ def test_check_bounds_reports_bad_ids(monkeypatch) -> None:
         with pytest.raises(ArgumentError, match=r"(?s)argument 'topk_ids': holds an expert id outside \[0, 8\)"):
             fm.fused_experts(x, w1, w2, wts, ids, out=out)
         assert out.isnan().all()
+
+
+def test_exit_if_gemm_on_the_device() -> None:
+    """``wc.exit_if`` before a pipelined GEMM (barriers inside the uniform branch): exited row blocks keep
+    the sentinel, the others match torch."""
+    import wavec as wc
+    from tests.emulator.test_exit_if import SUBS, make_skipping_gemm
+
+    kernel = wc.compile(make_skipping_gemm(), SUBS, backend="cuda")
+    a = torch.randn(256, 512, dtype=torch.float16, device="cuda")
+    b = torch.randn(192, 512, dtype=torch.float16, device="cuda")
+    flags = torch.randint(0, 2, (8,), dtype=torch.int32, device="cuda")
+    c = torch.full((256, 192), float("nan"), device="cuda")
+    kernel(a, b, flags, c)
+    want = a.float() @ b.float().T
+    for blk, skip in enumerate(flags.tolist()):
+        rows = slice(32 * blk, 32 * (blk + 1))
+        if skip:
+            assert c[rows].isnan().all(), blk
+        else:
+            torch.testing.assert_close(c[rows], want[rows], rtol=2e-3, atol=2e-2)
