@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 import wavec as wc
+from tests import control_kernels as ck
 from tests import dyn_kernels as dk
 from wavec.kernels import gather_scatter_matmul, index_add_, index_select, moe_align_block_size
 from wavec.kernels.moe_align import check_alignment, reference
@@ -40,9 +41,17 @@ def main() -> None:
     vals, idx = topk_softmax(logits, 8)
     ref = torch.softmax(logits, -1).topk(8, -1)
     torch.testing.assert_close(vals, ref.values, rtol=1e-5, atol=1e-6)
-    q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 1, 48], 2, 8, 2, 128, 16, wc.bf16, "cuda")
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([300, 2, 48], 2, 8, 2, 128, 16, wc.bf16, "cuda")  # seq_len >= q_len
     out = paged_attention(q, kc, vc, bt, lens)
     torch.testing.assert_close(out.float(), dk.reference_paged_attention(q, kc, vc, bt, lens), rtol=2e-2, atol=2e-2)
+    for dtype, kind in [(wc.f16, "add"), (wc.bf16, "add"), (wc.bf16, "max")]:  # shared-memory half atomics
+        k = wc.compile(ck.make_shared_index_add(dtype, kind, 8, True), {wc.sym.R: 5, ck.X: 256}, backend="cuda")
+        src = torch.randint(-9, 10, (41, 256), device="cuda").to(dtype.torch())
+        index = torch.randint(0, 5, (41,), dtype=torch.int32, device="cuda")
+        out = torch.full((11, 5, 256), float("nan"), dtype=dtype.torch(), device="cuda")
+        old = torch.full_like(src, float("nan"))
+        k(src, index, out, old)
+        ck.check_shared_index_add(src, index, out, old, kind, True)
     torch.cuda.synchronize()
     print("sanitize_dynamic: every kernel ran and matched torch")
 

@@ -9,7 +9,7 @@ import torch
 from triton.testing import do_bench
 
 import wavec as wc
-from wavec.kernels.softmax import BLOCK_M, N, make_softmax
+from wavec.kernels.row_softmax import BLOCK_M, N, make_softmax
 
 
 def main() -> None:

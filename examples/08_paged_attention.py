@@ -9,8 +9,9 @@ data-dependent mapping, the heart of its loop body::
     blk = wc.read(block_tables, mapping={P: pos // page})       # the page of each key
     k = wc.read(k_cache, mapping={NB: blk, PG: pos % page})     # its row in that page: [N, D]
 
-Each workgroup serves one (sequence, kv head): the query heads of a grouped-query group are the rows of
-one tile and share every K/V read.  Two steps run here: a plain decode step (one new token per sequence)
+Each workgroup serves one (sequence, kv head, split of the keys): the query heads of a grouped-query group
+are the rows of one tile and share every K/V read; a second kernel combines the splits' partial results
+(``wavec.kernels.decode``, flash-decoding).  Two steps run here: a plain decode step (one new token per sequence)
 and a speculative step that verifies four tokens at once (causal among them).  On a GPU if there is one,
 else on the emulator.
 """

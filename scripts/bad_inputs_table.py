@@ -374,6 +374,16 @@ def definition_cases() -> list[Case]:
         Case(D, "a constraint list entry that is not a constraint", lambda: wc.wave(["tile M by 64"])(lambda a: None)),
         Case(D, "waves=(3, 2): wave tile 64/3 is not an integer", lambda: _compile(gm.make_gemm(waves=(3, 2)), subs)),
         Case(
+            D, "BLOCK_M = 48: a 24-row wave tile for the 16-row mma", lambda: _compile(gm.make_gemm(), {**subs, BM: 48})
+        ),
+        Case(
+            D,
+            "BLOCK_K = 24: rows of 3 runs for 128 copying threads",
+            lambda: _compile(gm.make_gemm(), {**subs, wc.sym.BLOCK_K: 24}),
+        ),
+        Case(D, "HardwareConstraint(threads_per_wave=48)", lambda: wc.HardwareConstraint(threads_per_wave=48)),
+        Case(D, "a register tile with a repeated dim (`Register[M, M, f32]`)", lambda: Register[M, M, f32]),
+        Case(
             D,
             "64 waves = 2048 threads per workgroup",
             lambda: _compile(gm.make_gemm(waves=(8, 8)), {**subs, BM: 128, wc.sym.BLOCK_N: 512}),

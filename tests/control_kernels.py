@@ -138,3 +138,67 @@ def make_loop_accumulate() -> wc.WaveKernel:
         wc.write(wc.read(buf) + body, out)
 
     return loop_accumulate
+
+
+def make_shared_index_add(
+    dtype=wc.f16, kind: str = "add", vec: int = 8, used: bool = False, tpw: int = 32
+) -> wc.WaveKernel:
+    """Per workgroup of four source rows: ``buf[index[m], :] <op>= src[m, :]`` into a shared [R, N] buffer
+    (runs of ``vec`` halves along N: packed pairs where the target has them), then the buffer to
+    ``out[workgroup]``; ``used`` also writes the old values to ``old``."""
+    M, R, G = wc.sym.M, wc.sym.R, wc.sym.G
+    fn = {"add": wc.atomic_add, "min": wc.atomic_min, "max": wc.atomic_max}[kind]
+    init = SHARED_INIT[kind]
+
+    @wc.wave(
+        [
+            wc.WorkgroupConstraint(M, 4, 0),
+            wc.WaveConstraint(M, 1),
+            wc.WorkgroupConstraint(X, X, None),
+            wc.WorkgroupConstraint(R, R, None),
+            wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, X: tpw * vec, R: 1}),
+        ]
+    )
+    def shared_index_add(
+        src: Memory[M, X, dtype], index: Memory[M, wc.i32], out: Memory[G, R, X, dtype], old: Memory[M, X, dtype]
+    ):  # fmt: skip
+        buf = wc.allocate((R, X), dtype)
+        wc.write(Register[R, X, dtype](init), buf)
+        prev = fn(wc.read(src), buf, mapping={R: wc.read(index)})
+        if used:
+            wc.write(prev, old)
+        wc.write(wc.read(buf), out, mapping={G: wc.tile_start(M) // 4})
+
+    return shared_index_add
+
+
+SHARED_INIT = {"add": 0.0, "min": 1000.0, "max": -1000.0}  # exact in every float dtype
+
+
+def check_shared_index_add(src, index, out, old, kind: str, used: bool) -> None:
+    """``out``/``old`` of ``make_shared_index_add`` against torch, exactly: integer-valued ``src`` makes
+    every order of the updates round the same.  Old values: add chains ``{init} + {old + v} == {old} +
+    {total}`` per column; min/max see the total's side of every old value and the init once."""
+    import torch
+
+    init = SHARED_INIT[kind]
+    red = {"add": "sum", "min": "amin", "max": "amax"}[kind]
+    rows, width = out.shape[1], out.shape[2]
+    for g in range(out.shape[0]):
+        s, i = src[4 * g : 4 * g + 4].float(), index[4 * g : 4 * g + 4].long()
+        want = torch.full((rows, width), init, device=s.device).scatter_reduce(
+            0, i[:, None].expand(-1, width), s, red, include_self=True
+        )
+        assert torch.equal(out[g].float(), want), (kind, g, (out[g].float() - want).abs().max())
+        if not used:
+            continue
+        o = old[4 * g : 4 * g + 4].float()
+        for r in i.unique().tolist():
+            mine = i == r
+            if kind == "add":
+                lhs = torch.cat([torch.full((1, width), init, device=s.device), o[mine] + s[mine]]).sort(0).values
+                rhs = torch.cat([o[mine], want[r][None]]).sort(0).values
+                assert torch.equal(lhs, rhs), (g, r)
+            else:
+                beyond = o[mine] >= want[r] if kind == "min" else o[mine] <= want[r]
+                assert bool(beyond.all()) and bool((o[mine] == init).any(0).all()), (g, r)

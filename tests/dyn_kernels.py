@@ -182,6 +182,48 @@ def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale
     return out
 
 
+def dense_kv_inputs(
+    seq_lens: list[int],
+    q_len: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype,
+    s_max: int | None = None,
+    device="cpu",
+):
+    """Fresh inputs of a dense-cache decode step: q [B, q_len, Hq, D], k / v [B, S_max, Hkv, D], seq_lens.
+    Cache rows past each sequence's end hold large finite garbage (1e4): a kernel that lets them reach the
+    result, or misplaces the causal limit, fails."""
+    torch_dtype = dtype.torch()
+    s_max = s_max or max(seq_lens)
+    q = torch.randn(len(seq_lens), q_len, heads, head_dim, device=device).to(torch_dtype)
+    k = torch.randn(len(seq_lens), s_max, kv_heads, head_dim, device=device).to(torch_dtype)
+    v = torch.randn(len(seq_lens), s_max, kv_heads, head_dim, device=device).to(torch_dtype)
+    for b, s in enumerate(seq_lens):
+        k[b, s:], v[b, s:] = 1e4, -1e4
+    return q, k, v, torch.tensor(seq_lens, dtype=torch.int32, device=device)
+
+
+def reference_decode_attention(q, k, v, seq_lens, scale=None):
+    """f32 attention of each sequence over its first seq_len cache rows, the causal mask aligned
+    bottom-right (query i of q_len sees positions <= seq_len - q_len + i)."""
+    batch, q_len, heads, _ = q.shape
+    group = heads // k.shape[2]
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    for b in range(batch):
+        s_len = int(seq_lens[b])
+        pos = torch.arange(s_len, device=q.device)
+        kb = k[b, :s_len].float().repeat_interleave(group, 1).transpose(0, 1)  # [Hq, S, D]
+        vb = v[b, :s_len].float().repeat_interleave(group, 1).transpose(0, 1)
+        seen = pos[None, :] <= (s_len - q_len + torch.arange(q_len, device=q.device))[:, None]
+        qb = q[b].float().transpose(0, 1)
+        out[b] = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=seen, scale=scale).transpose(
+            0, 1
+        )
+    return out
+
+
 def make_atomic_old(kind: str, dtype=wc.i32, tpw: int = 32) -> wc.WaveKernel:
     """The atomic's result used: ``old`` gets the values ``out`` held before each update."""
     fn = {"add": wc.atomic_add, "min": wc.atomic_min, "max": wc.atomic_max}[kind]

@@ -6,8 +6,15 @@ kernel that runs on PyTorch tensors (or on the CPU emulator).
 """
 
 from importlib import import_module as _import_module
+from importlib.util import find_spec as _find_spec
 
-from .errors import WavecError
+if _find_spec("torch") is None:  # everything below traces to torch.fx
+    raise ImportError(
+        "wavec needs PyTorch: pip install torch (a CPU build: pip install torch --index-url "
+        "https://download.pytorch.org/whl/cpu; or scripts/setup in a checkout)"
+    )
+
+from .errors import WavecError  # noqa: E402 - after the torch check
 from .frontend.constraints import (
     HardwareConstraint,
     SchedulingConstraint,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, UnsupportedBackendError
+from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, ToolchainError, UnsupportedBackendError
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .indexing.symbols import shape_symbol
@@ -183,6 +183,22 @@ def _check_subs(name: str, subs: dict, source: str, constraints: list) -> None:
         )
 
 
+def _require_mlir() -> None:
+    """The MLIR compiler is an optional dependency: its absence is a ``ToolchainError`` saying how to
+    install it, not an import error from deep inside the code generator."""
+    from importlib.util import find_spec
+
+    try:
+        found = find_spec("iree.compiler") is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise ToolchainError(
+            message="wc.compile needs the MLIR compiler: pip install 'iree-base-compiler==3.13.0' "
+            "(or pip install 'wavec[compile]')"
+        )
+
+
 def compile(
     kernel: WaveKernel,
     subs: dict | None = None,
@@ -244,6 +260,7 @@ def compile(
     artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
+        _require_mlir()  # here, not before the cache: a cache hit imports no compiler
         artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, dict(run_caps or {}))
         if store is not None:
             store.put(key, artifact)

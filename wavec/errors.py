@@ -45,6 +45,12 @@ class DTypeError(WavecError):
     template = "{op}: {message}"
 
 
+class AnnotationError(WavecError, TypeError):
+    """A ``Memory[...]``, ``Register[...]`` or ``Scalar[...]`` type written wrongly (at the line writing it)."""
+
+    template = "{kind}[...]: {message}"
+
+
 class ConstraintError(WavecError):
     template = "constraint error: {message}"
 

@@ -42,6 +42,26 @@ def test_shared_atomics_compile(target: str, dtype, kind: str) -> None:
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype, kind", [(wc.f16, "add"), (wc.bf16, "add"), (wc.f16, "min"), (wc.bf16, "max")])
+def test_shared_half_atomics_compile(target: str, dtype, kind: str) -> None:
+    """Unused f16 adds on shared memory are packed ``red...shared.add.noftz.f16x2`` (bf16x2 from sm_90);
+    min/max and the rest compare-and-swap loops on the 32-bit word."""
+    gfx = target.startswith("gfx")
+    subs = {wc.sym.R: 3, ck.X: 512 if gfx else 256}
+    k = _compile(ck.make_shared_index_add(dtype, kind, 8, tpw=64 if gfx else 32), subs, target)
+    assert k.artifact.binary and "#gpu.address_space<workgroup>" in k.mlir
+    packed = kind == "add" and not gfx and (dtype == wc.f16 or target == "sm_90a")
+    assert ("memref.atomic_rmw" in k.mlir) == (not packed)
+    if not gfx:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+            ptx = _compile(ck.make_shared_index_add(dtype, kind, 8), subs, target).artifact.binary.decode()
+        pair = f"{dtype.name}x2"
+        want = rf"red\.relaxed\.cta\.shared\.add\.noftz\.{pair}" if packed else r"atom\.[\w.]*shared[\w.]*\.cas"
+        assert re.search(want, ptx), ptx[:2000]
+
+
+@pytest.mark.parametrize("target", TARGETS)
 def test_scan_branch_exchange_compile(target: str) -> None:
     if target.startswith("gfx"):
         pytest.skip("these kernels use 32-lane waves")

@@ -63,6 +63,8 @@ RED = {
     ("add", "f16", "sm_90a"): "red.relaxed.gpu.global.add.noftz.v2.f16x2 ",
     ("add", "bf16", "sm_80"): None,  # no bf16x2 reduction before sm_90
     ("add", "bf16", "sm_90a"): "red.relaxed.gpu.global.add.noftz.v2.bf16x2 ",
+    ("min", "f16", "sm_80"): None,  # halves: a compare-and-swap loop on the 32-bit word
+    ("max", "bf16", "sm_90a"): None,
 }
 
 
@@ -86,12 +88,16 @@ def test_used_atomic_result_is_a_relaxed_atom(target: str, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize(
-    "kind, dtype", [("add", wc.f32), ("max", wc.i32), ("min", wc.f32), ("add", wc.f16), ("add", wc.bf16)]
+    "kind, dtype",
+    [("add", wc.f32), ("max", wc.i32), ("min", wc.f32), ("add", wc.f16), ("add", wc.bf16), ("min", wc.f16)]
+    + [("max", wc.bf16)],
 )
 def test_atomics_compile_for_gfx942(kind: str, dtype) -> None:
     k = _compile(dk.make_atomic(kind, dtype, 64), {}, "gfx942")
     assert k.artifact.binary and k.artifact.format == "hsaco"
-    op = {"add": "addf" if dtype.is_float else "addi", "max": "maxs", "min": "minimumf"}[kind]
+    op = {"add": "addf" if dtype.is_float else "addi", "max": "maximumf" if dtype.is_float else "maxs"}.get(
+        kind, "minimumf"
+    )
     assert f"memref.atomic_rmw {op}" in k.mlir and "llvm.inline_asm" not in k.mlir
     assert _compile(dk.make_atomic_old(kind, dtype, 64), {}, "gfx942").artifact.binary
 

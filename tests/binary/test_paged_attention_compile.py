@@ -1,7 +1,7 @@
 """Binary tier for paged decode attention: the library's tiles compile for sm_80 and sm_90a (cubin without
 spills where ptxas exists) and, with the MFMA, for gfx942 (HSACO); the K/V tiles are gathered 16 bytes at
 a time through the block table (one i32 block-table load per copied row) and the only dynamic sizes are
-the arguments' (rows and keys are derived: no launch constant for them)."""
+the arguments' (rows, keys and the split-and-head grid axis are derived: no launch constant for them)."""
 
 from __future__ import annotations
 
@@ -32,12 +32,16 @@ def test_library_tiles_compile_without_spills(target: str, rows: int, head_dim: 
     k = _compile(target, wc.bf16, head_dim, 8, 16, block_n, waves)
     m = k.metadata
     assert m.block == (32 * waves, 1, 1)
-    # the launch constants: the arguments' dynamic dims only (M = QL * G and N = P * PAGE are derived)
-    assert set(m.constants) == {"B", "QL", "H", "NB", "KVH", "P", "scale"}, m.constants
+    # the launch constants: the arguments' dynamic dims only (M = QL * G, N = P * PAGE, Y = SP * KVH derived)
+    assert set(m.constants) == {"B", "QL", "H", "NB", "KVH", "P", "SP", "scale"}, m.constants
     if HAS_PTXAS:
         assert k.artifact.format == "cubin" and m.spills == 0, (m.registers, m.spills)
     # K and V rows gathered 16 bytes at a time, both tiles staged for ldmatrix
-    assert re.search(r"vector\.load %\w+\[%\w+, %\w+, %block_id_y, %\w+\] .*vector<8xbf16>", k.mlir)
+    # the kv head is grid axis 1 modulo KVH (axis 1 = split * KVH + kv head); the block of a step is computed
+    # in the loop and recomputed for the step each copy fills: 16-byte cp.async of gathered rows, 2 stages
+    assert re.search(r"arith\.remui %block_id_y, %\w+", k.mlir)
+    copies = re.findall(r"nvgpu\.device_async_copy %\w+\[.*?\], %alloc\w*\[.*?\], 8, .*memref<2x", k.mlir)
+    assert len(copies) == k.mlir.count("nvgpu.device_async_copy") > 0
     assert k.mlir.count("memref.alloc") == 2
 
 

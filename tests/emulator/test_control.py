@@ -136,7 +136,7 @@ def test_moe_align_single_launch(t: int, k: int, e: int, b: int) -> None:
     ma.check_alignment(got, ma.reference(ids, e, b), b)
 
 
-@pytest.mark.parametrize("t, k, e, b", [(300, 8, 64, 16), (2600, 2, 33, 5), (0, 8, 8, 4)])
+@pytest.mark.parametrize("t, k, e, b", [(300, 8, 64, 16), (2600, 2, 33, 5), (0, 8, 8, 4), (300, 8, 256, 16)])
 def test_moe_align_three_launches(monkeypatch: pytest.MonkeyPatch, t: int, k: int, e: int, b: int) -> None:
     monkeypatch.setattr(ma, "SMALL_TOKENS", 0)
     ids = torch.randint(0, e, (t, k), dtype=torch.int64)  # int64 ids are converted
@@ -176,3 +176,23 @@ def test_moe_align_torch_op_on_cpu() -> None:
     ma.check_alignment(op(ids, 16, 8), ma.reference(ids, 16, 8), 8)
     fake = torch.library.opcheck(op, (ids, 16, 8), test_utils=("test_schema", "test_faketensor"))
     assert all(v == "SUCCESS" for v in fake.values())
+
+
+@pytest.mark.parametrize("used", [False, True])
+@pytest.mark.parametrize("kind", ["add", "min", "max"])
+@pytest.mark.parametrize("dtype", [wc.f16, wc.bf16])
+def test_shared_half_atomics(dtype, kind: str, used: bool) -> None:
+    """f16/bf16 atomics on a shared buffer: unused adds are packed f16x2 pair reductions (bf16 pairs where
+    the target has them), the rest compare-and-swap loops; every element of ``out`` is written."""
+    vec, width = 8, 256
+    k = wc.compile(
+        ck.make_shared_index_add(dtype, kind, vec, used), {wc.sym.R: 3, ck.X: width}, backend="emulator", cache=False
+    )
+    if kind == "add" and not used and dtype == wc.f16:
+        assert "add.noftz.f16x2" in k.mlir
+    src = torch.randint(-9, 10, (11, width)).to(dtype.torch())  # three workgroups, the last partial
+    index = torch.randint(0, 3, (11,), dtype=torch.int32)
+    out = torch.full((3, 3, width), float("nan"), dtype=dtype.torch())
+    old = torch.full_like(src, float("nan"))
+    k(src, index, out, old)
+    ck.check_shared_index_add(src, index, out, old, kind, used)

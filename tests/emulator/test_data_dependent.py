@@ -118,7 +118,9 @@ def _atomic_inputs(dtype, rows: int = 30, n: int = 132):
 
 @pytest.mark.parametrize("target, tpw", ATOMIC_TARGETS)
 @pytest.mark.parametrize(
-    "kind, dtype", [("add", wc.f32), ("add", wc.f16), ("add", wc.bf16), ("add", wc.i32), ("max", wc.f32)]
+    "kind, dtype",
+    [("add", wc.f32), ("add", wc.f16), ("add", wc.bf16), ("add", wc.i32), ("max", wc.f32), ("min", wc.f16)]
+    + [("max", wc.bf16)],
 )
 def test_atomics_exact_in_lane_order(kind: str, dtype, target: str, tpw: int) -> None:
     """Every target's lowering (inline red of f32 / f16x2 / bf16x2 words, vector red, memref.atomic_rmw)
@@ -132,7 +134,9 @@ def test_atomics_exact_in_lane_order(kind: str, dtype, target: str, tpw: int) ->
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("kind, dtype", [("add", wc.i32), ("add", wc.f32), ("max", wc.i32), ("min", wc.f32)])
+@pytest.mark.parametrize(
+    "kind, dtype", [("add", wc.i32), ("add", wc.f32), ("max", wc.i32), ("min", wc.f32), ("max", wc.f16)]
+)
 def test_atomic_results_are_the_old_values(kind: str, dtype, target: str) -> None:
     k = wc.compile(dk.make_atomic_old(kind, dtype), {}, target=target, backend="emulator", cache=False)
     if target == "sm_90a" and (kind, dtype) in (("add", wc.i32), ("add", wc.f32)):

@@ -65,6 +65,17 @@ def test_paged_attention_op_and_opcheck() -> None:
     torch.library.opcheck(torch.ops.wavec.paged_attention.default, (q, kc, vc, bt, lens, None))
 
 
+def test_decode_attention_op_and_opcheck() -> None:
+    q, k, v, lens = dk.dense_kv_inputs([3, 40], 2, 4, 2, 64, wc.f16)
+    out = torch.ops.wavec.decode_attention(q, k, v, lens, 0.25, 2)
+    want = dk.reference_decode_attention(q, k, v, lens, scale=0.25)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    torch.library.opcheck(torch.ops.wavec.decode_attention.default, (q, k, v, lens, None, 3))
+    torch.library.opcheck(
+        torch.ops.wavec.decode_attention.default, (q, k[:, :3].contiguous(), v[:, :3].contiguous(), None, None, None)
+    )
+
+
 @pytest.mark.parametrize("dtype, top_k, t, m", [(torch.float16, 2, 23, 40), (torch.bfloat16, 1, 70, 70)])
 def test_gather_scatter_matmul(dtype, top_k: int, t: int, m: int) -> None:
     """Gathered rows, weighted, scattered with atomics (repeated tokens accumulate), against torch in f64;
@@ -95,3 +106,19 @@ def test_gather_scatter_matmul_bad_arguments() -> None:
         gather_scatter_matmul(x, ids, w, weights, out.half())
     with pytest.raises(wc.WavecError, match="w must be torch.float16"):
         gather_scatter_matmul(x, ids, w.float(), weights, out)
+
+
+@pytest.mark.parametrize("op", ["softmax", "rms_norm", "layer_norm"])
+def test_row_ops_opcheck_and_compile(op: str) -> None:
+    x = torch.randn(2, 5, 40)
+    args = {"softmax": (x, -1), "rms_norm": (x, torch.randn(40), 1e-6), "layer_norm": (x, None, torch.randn(40))}[op]
+    fn = getattr(torch.ops.wavec, op)
+    want = {
+        "softmax": lambda: torch.softmax(x, -1),
+        "rms_norm": lambda: torch.nn.functional.rms_norm(x, (40,), args[1], 1e-6),
+        "layer_norm": lambda: torch.nn.functional.layer_norm(x, (40,), None, args[2]),
+    }[op]()
+    torch.testing.assert_close(fn(*args), want, rtol=2e-6, atol=2e-6)
+    torch.library.opcheck(fn.default, args)
+    compiled = torch.compile(lambda *a: fn(*a) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(*args), want * 2, rtol=2e-6, atol=4e-6)

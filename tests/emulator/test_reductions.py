@@ -7,7 +7,7 @@ import torch
 import wavec as wc
 from wavec import Memory
 from wavec.errors import DTypeError
-from wavec.kernels.softmax import BLOCK_M, N, make_softmax
+from wavec.kernels.row_softmax import BLOCK_M, N, make_softmax
 
 M = wc.sym.M
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}

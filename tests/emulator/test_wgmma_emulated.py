@@ -281,9 +281,14 @@ def test_missing_in_flight_wait_is_caught(monkeypatch) -> None:
 @pytest.mark.parametrize(
     "waves,subs,target,match",
     [
-        ((2, 1), _subs(64, 64, 32, 2), "sm_90a", "wave tile of M must be a multiple of 64"),
-        ((1, 1), _subs(64, 12, 32, 2), "sm_90a", "wave tile of N must be a multiple of 8"),
-        ((1, 1), _subs(64, 64, 8, 2), "sm_90a", "loop tile of K must be a multiple of 16"),
+        ((2, 1), _subs(64, 64, 32, 2), "sm_90a", "a tile of 32 .*not a multiple of the 64 rows"),
+        ((1, 1), _subs(64, 12, 32, 2), "sm_90a", "a tile of 12 .*not a multiple of 8"),
+        (
+            (1, 1),
+            _subs(64, 64, 8, 2),
+            "sm_90a",
+            "BLOCK_K = 8 gives TilingConstraint.*not a multiple of the instruction.s K = 16",
+        ),
         ((1, 1), _subs(64, 64, 32, 2), "sm_90", "target='sm_90a'"),
         ((1, 1), _subs(64, 64, 32, 2), "sm_80", "target='sm_90a'"),
     ],

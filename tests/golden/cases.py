@@ -21,7 +21,8 @@ import wavec as wc
 from wavec.kernels import attention as att
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
-from wavec.kernels import norms, softmax
+from wavec.kernels import norms
+from wavec.kernels import row_softmax as softmax
 from wavec.tuning.plan import GemmRequest, mma_sync_plan, plan_matmul
 
 GOLDEN_DIR = pathlib.Path(__file__).parent / "mlir"

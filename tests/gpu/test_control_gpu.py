@@ -102,3 +102,20 @@ def test_moe_align_torch_op() -> None:
     op = ma.register_moe_align_op()
     ids = torch.randint(0, 64, (100, 8), dtype=torch.int32, device="cuda")
     ma.check_alignment(op(ids, 64, 16), ma.reference(ids, 64, 16), 16)
+
+
+@pytest.mark.parametrize("used", [False, True])
+@pytest.mark.parametrize("kind", ["add", "min", "max"])
+@pytest.mark.parametrize("dtype", [wc.f16, wc.bf16])
+def test_shared_half_atomics(dtype, kind: str, used: bool) -> None:
+    """Packed f16x2/bf16x2 shared reductions (bf16x2 on sm_90), compare-and-swap loops otherwise; exact on
+    integer-valued rows so any order of the updates gives the same bits."""
+    width = 512
+    k = _cuda(ck.make_shared_index_add(dtype, kind, 8, used), {wc.sym.R: 5, ck.X: width})
+    src = torch.randint(-9, 10, (4001, width), device="cuda").to(dtype.torch())
+    index = torch.randint(0, 5, (4001,), dtype=torch.int32, device="cuda")
+    out = torch.full((1001, 5, width), float("nan"), dtype=dtype.torch(), device="cuda")
+    old = torch.full_like(src, float("nan"))
+    k(src, index, out, old)
+    ck.check_shared_index_add(src[:400], index[:400], out[:100], old[:400], kind, used)
+    ck.check_shared_index_add(src[-1:], index[-1:], out[-1:], old[-1:], kind, used)

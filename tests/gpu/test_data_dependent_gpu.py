@@ -67,7 +67,8 @@ TOL = {"f32": (1e-5, 1e-3), "i32": (0, 0), "f16": (2e-2, 2.0), "bf16": (5e-2, 8.
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize(
     "kind, dtype",
-    [("add", wc.f32), ("add", wc.i32), ("min", wc.f32), ("max", wc.i32), ("add", wc.f16), ("add", wc.bf16)],
+    [("add", wc.f32), ("add", wc.i32), ("min", wc.f32), ("max", wc.i32), ("add", wc.f16), ("add", wc.bf16)]
+    + [("min", wc.f16), ("max", wc.bf16)],
 )
 def test_atomics(kind: str, dtype, target: str) -> None:
     td = dtype.torch()

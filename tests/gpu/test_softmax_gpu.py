@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.kernels.softmax import BLOCK_M, N, make_softmax
+from wavec.kernels.row_softmax import BLOCK_M, N, make_softmax
 
 pytestmark = pytest.mark.gpu
 

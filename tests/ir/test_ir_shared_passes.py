@@ -214,9 +214,9 @@ CHECK-LABEL: region iterate_0 {
 CHECK: %[[POS:\w+]] = binary(%arange, %capture_{{\w+}}, kind=minimum) : [N] i32
 CHECK: %[[BLK:\w+]] = read(%capture_block_tables, %{{\w+}}, dynamic=(P,)) : [N] i32
 CHECK: %[[ROW:\w+]] = binary(%[[POS]], 16, kind=mod) : [N] i32
-CHECK: = read(%capture_k_cache, %[[BLK]], %[[ROW]], dynamic=(NB, PG)) : [N, D] f16
-CHECK: = read(%capture_v_cache, %[[BLK]], %[[ROW]], dynamic=(NB, PG)) : [N, D] f16
-CHECK: = read(%capture_shared_k_cache) : [N, D] f16
+CHECK: = read(%capture_k_cache, %[[BLK]], %[[ROW]], mapping={KVH: Mod($TILE_START_Y, KVH)}, dynamic=(NB, PG)) : [N, D] f16
+CHECK: = read(%capture_v_cache, %[[BLK]], %[[ROW]], mapping={KVH: Mod($TILE_START_Y, KVH)}, dynamic=(NB, PG)) : [N, D] f16
+CHECK: = read(%capture_shared_k_cache{{.*}}) : [N, D] f16
 """,
     )
 

@@ -9,7 +9,8 @@ import sympy
 import wavec as wc
 from wavec.errors import ConstraintError
 from wavec.frontend.constraints import ConstraintSet
-from wavec.kernels.paged_attention import BLOCK_M, BLOCK_N, KVH, QL, M, N, P, make_paged_attention, paged_subs
+from wavec.kernels.decode import BLOCK_M, BLOCK_N, KVH, QL, M, N
+from wavec.kernels.paged_attention import P, make_paged_attention, paged_subs
 
 
 def test_derived_size_resolves_against_integer_subs_and_stays_out_of_the_launch_constants() -> None:

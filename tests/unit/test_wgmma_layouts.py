@@ -186,7 +186,7 @@ def test_core_copy_rejects_tiles_it_cannot_split() -> None:
         (128, 256, 5, "sm_90a", False, "exceed"),
         (64, 64, 2, "sm_90a", False, "multiple of the NV_WGMMA_F32_64xNx16_F16 instruction's M = 64"),
         (128, 128, 3, "sm_90", False, "needs target sm_90a"),
-        (128, 136, 3, "sm_90a", False, "is not a multiple of the instruction tile"),  # expand rejects it
+        (128, 136, 3, "sm_90a", False, "not a multiple of the 32 elements of N"),  # the copy rejects it
     ],
 )
 def test_legality_knows_wgmma(bm: int, bn: int, stages: int, target: str, ok: bool, why: str) -> None:

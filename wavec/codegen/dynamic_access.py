@@ -13,13 +13,14 @@ Requires: ``coarsen_loads`` (each run is what one instruction updates: ``atomic_
   of a ``memref.subview`` of the run (its ``extract_strided_metadata`` offset) times the element size: the
   subview keeps the emulator's per-dimension bounds check.  A generic address of global memory is its
   global address on NVIDIA GPUs (CUTLASS passes generic pointers to ``red.global`` the same way).
-- NVIDIA targets, shared memory (``wc.allocate`` buffers), one 32-bit element: ``red``/``atom.relaxed.cta
-  .shared`` at the buffer's shared-window address (``memref.atomic_rmw`` there is ``atom.acq_rel.sys
+- NVIDIA targets, shared memory (``wc.allocate`` buffers), one 32-bit word (an f32/i32 element or an
+  unused add of an f16x2/bf16x2 pair): ``red``/``atom.relaxed.cta.shared`` at the buffer's shared-window
+  address (``memref.atomic_rmw`` there is ``atom.acq_rel.sys
   .shared``, a system-scope fence per element: ~2 us per atomic in a thread's sequence on an H100; the
   workgroup orders its shared accesses with barriers, which ``insert_barriers`` places).
-- Everything else is ``memref.atomic_rmw`` per element (it returns the old value): f32 min/max (no native
-  ``red``; LLVM loops on a compare-and-swap), bf16 without ``bf16x2`` reductions, single f16/bf16 elements,
-  halves and vectors in shared memory, and AMD targets.
+- Everything else is ``memref.atomic_rmw`` per element (it returns the old value): float min/max (no
+  ``red`` before sm_90; LLVM loops on a compare-and-swap, of the 32-bit word holding a half), bf16
+  without ``bf16x2`` reductions, single f16/bf16 elements, and AMD targets.
 A value several threads hold identically updates memory from one of them (``replicas.replica_guard``).
 Floating-point min/max are ``maximumf``/``minimumf`` (NaN-propagating, like ``wc.maximum``).  A used result
 is the vector of old values in the value's element order (zeros where the guard is off).
@@ -56,12 +57,12 @@ def ptx_form(fb: FunctionBuilder, node: fx.Node, n: int) -> tuple[str, int, str]
     dtype, kind = mtype.dtype, Kwargs(node).kind
     if not target.has_red or (kind, dtype.name) not in _PTX:
         return None
-    if mtype.address_space == AddressSpace.SHARED:  # one 32-bit element, ordered by the barriers only
-        return (_PTX[(kind, dtype.name)], 1, "cta.shared") if n == 1 and dtype.bytes == 4 else None
-    if mtype.address_space != AddressSpace.GLOBAL:
-        return None
     words = n * dtype.bytes // 4
-    if words < 1 or (dtype == dt.bf16 and not target.has_red_bf16x2) or (words > 1 and not target.has_red_vector):
+    if words < 1 or (dtype == dt.bf16 and not target.has_red_bf16x2):
+        return None
+    if mtype.address_space == AddressSpace.SHARED:  # one 32-bit word, ordered by the barriers only
+        return (_PTX[(kind, dtype.name)], 1, "cta.shared") if words == 1 else None
+    if mtype.address_space != AddressSpace.GLOBAL or (words > 1 and not target.has_red_vector):
         return None
     op, ty = _PTX[(kind, dtype.name)].rsplit(".", 1)
     return (f"{op}.v{words}.{ty}" if words > 1 else f"{op}.{ty}"), words, "gpu.global"

@@ -22,6 +22,7 @@ from .. import abi
 from ..frontend import dtypes as dt
 from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
+from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
@@ -293,9 +294,10 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     pieces = _run_pieces(node, fb.values[val_node], index_vectors(fb, node, node.meta["layout"]))
     furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
     if furthest is None:
-        guard = _write_guard(fb, node)
-        for piece, coords, align in pieces:
+        spread = len(pieces) > 1 and not _holds_atomic_results(node)
+        for i, (piece, coords, align) in enumerate(pieces):
             idx = mem_indices(fb, node, mem_node, coords)
+            guard = _write_guard(fb, node, i if spread else None)
             _store_if(fb.values[mem_node], idx, guarded(in_bounds(fb, node, coords), guard), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so
@@ -306,13 +308,30 @@ def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     )
 
 
-def _write_guard(fb: FunctionBuilder, node: fx.Node) -> ir.Value | None:
-    """``replica_guard`` of a store: a value replicated over lanes (a rank-0 value) or over the waves of an
-    axis (an ``[E]`` value when waves split another dim) stores from one replica, to a ``wc.allocate``
-    buffer as to global memory (8 waves storing the same 16-byte runs of a fill loop took 4x the time of
-    the whole routing kernel on an H100)."""
+def _holds_atomic_results(node: fx.Node) -> bool:
+    """Whether ``node``'s operands (value or indices) derive from an atomic's old values: a replicated
+    atomic updates memory from one replica, so only that replica holds them (the others hold zeros) and
+    must store them."""
+    seen: set[fx.Node] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.meta.get("op") is Atomic:
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
+
+
+def _write_guard(fb: FunctionBuilder, node: fx.Node, piece: int | None) -> ir.Value | None:
+    """``replica_guard`` of a store's run ``piece``: a value replicated over lanes (a rank-0 value) or over
+    the waves of an axis (an ``[E]`` value when waves split another dim) stores each run from one replica,
+    the runs spread over the replica waves, to a ``wc.allocate`` buffer as to global memory (8 waves
+    storing the same 16-byte runs of a fill loop took 4x the time of the whole routing kernel on an H100)."""
     layout: Layout = node.meta["layout"]
-    return replica_guard(fb, layout)
+    return replica_guard(fb, layout, piece=piece)
 
 
 def _word(v: ir.Value, flat: list[int]) -> ir.Value:

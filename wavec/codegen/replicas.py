@@ -2,7 +2,9 @@
 several waves, is held identically by several threads (a rank-0 value by all of them, an ``[E]`` value by
 every wave when waves split another dim).  A store or atomic of it happens once, from the replica whose
 free lane bits and wave indices are 0: an atomic would otherwise count once per replica, and two threads
-storing one shared address race.
+storing one shared address race.  A store of several runs (``piece``) spreads them over the replica
+waves instead: run ``i`` from wave ``i mod W`` of the first replicated axis (one wave storing the 34
+steps of 8 runs of the routing kernel's sentinel fill kept the other seven idle at the barrier after it).
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ def coord_table(layout: Layout, lanes: int) -> list[tuple]:
     return [tuple(int(f(lane)) for f in fns) for lane in range(lanes)]
 
 
-def replica_guard(fb: FunctionBuilder, layout: Layout, lanes_only: bool = False) -> ir.Value | None:
+def replica_guard(
+    fb: FunctionBuilder, layout: Layout, lanes_only: bool = False, piece: int | None = None
+) -> ir.Value | None:
     """True in the one thread of each group of threads holding the same elements (None: no replicas);
-    ``lanes_only``: among the lanes of each wave."""
+    ``lanes_only``: among the lanes of each wave; ``piece``: the run a store stores, whose replica wave
+    is ``piece mod W`` along the first replicated wave axis (``W`` its waves)."""
     cs = fb.cs
     free = set().union(*(sympy.sympify(s.start).free_symbols for s in layout.seqs))
     if THREAD in free:  # a workgroup-distributed copy layout: every thread its own elements
@@ -45,8 +50,10 @@ def replica_guard(fb: FunctionBuilder, layout: Layout, lanes_only: bool = False)
     if not mask and not waves:
         return None
 
+    owner = [piece % cs.waves_per_axis[a] if piece is not None and i == 0 else 0 for i, a in enumerate(waves)]
+
     def build() -> ir.Value:
-        conds = [arith.cmpi(arith.CmpIPredicate.eq, fb.symbols[WAVE[a]], fb.index(0)) for a in waves]
+        conds = [arith.cmpi(arith.CmpIPredicate.eq, fb.symbols[WAVE[a]], fb.index(w)) for a, w in zip(waves, owner)]
         if mask:
             bits = arith.andi(fb.symbols[LANE], fb.index(mask))
             conds.append(arith.cmpi(arith.CmpIPredicate.eq, bits, fb.index(0)))
@@ -55,7 +62,7 @@ def replica_guard(fb: FunctionBuilder, layout: Layout, lanes_only: bool = False)
             out = arith.andi(out, c)
         return out
 
-    return fb.cached(("replica", mask, waves), 0, build)
+    return fb.cached(("replica", mask, waves, tuple(owner)), 0, build)
 
 
 def guarded(cond: ir.Value | None, guard: ir.Value | None) -> ir.Value | None:

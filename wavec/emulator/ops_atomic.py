@@ -141,7 +141,7 @@ def _parse_asm(text: str, constraints: str, where: str) -> tuple[str, str, str, 
     reg = "f" if ty == "f32" else "r"
     shared = m["space"] == "cta.shared"
     legal = (kind, ty) in _LEGAL and (ty in ("f16x2", "bf16x2")) == bool(m["noftz"])
-    legal = legal and not (shared and (words > 1 or m["noftz"]))
+    legal = legal and not (shared and words > 1)  # vector reductions: global memory only
     if inst == "atom":
         want = f"{m[0]} $0, [$1], $2;", f"={reg},l,{reg}"
         legal = legal and words == 1

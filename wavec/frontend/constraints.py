@@ -12,9 +12,21 @@ from dataclasses import dataclass, field
 
 import sympy
 
-from ..errors import ConstraintError
+from ..errors import ConstraintError, SourceLoc
 from ..indexing.mma import MMAType
 from ..indexing.symbols import WAVE, WORKGROUP, induction_symbol, tile_start_symbol
+from .tracing import current_loc
+
+
+def _defined_here(c) -> None:
+    """Record where the user wrote constraint ``c`` (errors about it show that line)."""
+    if c.loc is None:  # frames: this, __post_init__, the generated __init__, then the caller
+        object.__setattr__(c, "loc", current_loc(skip=3))
+
+
+def _loc_field():
+    """The source line a constraint was written on: not part of its value (equality, hash, repr, cache key)."""
+    return field(default=None, compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -29,10 +41,16 @@ class WorkgroupConstraint:
     dim: sympy.Symbol
     tile: sympy.Expr | int
     workgroup_dim: int | None
+    loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
+        _defined_here(self)
         if self.workgroup_dim not in (0, 1, 2, None):
-            raise ConstraintError(message=f"WorkgroupConstraint({self.dim}): workgroup_dim must be 0, 1, 2 or None")
+            raise ConstraintError(
+                self.loc,
+                message=f"WorkgroupConstraint({self.dim}, {self.tile}, {self.workgroup_dim!r}): workgroup_dim "
+                "must be 0, 1, 2 (a grid axis) or None (the whole dimension in every workgroup)",
+            )
 
     @property
     def is_batch(self) -> bool:
@@ -41,14 +59,26 @@ class WorkgroupConstraint:
 
 @dataclass(frozen=True)
 class WaveConstraint:
+    """Each wave (warpgroup, for a warpgroup MMA type) of a workgroup covers ``tile`` of ``dim``."""
+
     dim: sympy.Symbol
     tile: sympy.Expr | int
+    loc: SourceLoc | None = _loc_field()
+
+    def __post_init__(self) -> None:
+        _defined_here(self)
 
 
 @dataclass(frozen=True)
 class TilingConstraint:
+    """``wc.iterate(dim, ...)`` steps through ``dim`` in tiles of ``tile``."""
+
     dim: sympy.Symbol
     tile: sympy.Expr | int
+    loc: SourceLoc | None = _loc_field()
+
+    def __post_init__(self) -> None:
+        _defined_here(self)
 
 
 @dataclass(frozen=True)
@@ -56,14 +86,21 @@ class HardwareConstraint:
     threads_per_wave: int
     mma_type: MMAType | None = None
     vector_shapes: dict = field(default_factory=dict)
+    loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
+        _defined_here(self)
         if self.threads_per_wave not in (32, 64):
-            raise ConstraintError(message=f"threads_per_wave must be 32 or 64, not {self.threads_per_wave}")
+            raise ConstraintError(
+                self.loc,
+                message=f"HardwareConstraint(threads_per_wave={self.threads_per_wave!r}): threads_per_wave must "
+                "be 32 (NVIDIA) or 64 (AMD)",
+            )
         if self.mma_type is not None and self.mma_type.spec.threads != self.threads_per_wave:
             raise ConstraintError(
+                self.loc,
                 message=f"{self.mma_type.name} runs on waves of {self.mma_type.spec.threads} "
-                f"threads, but threads_per_wave={self.threads_per_wave}"
+                f"threads, but threads_per_wave={self.threads_per_wave}",
             )
 
     def __hash__(self) -> int:
@@ -114,32 +151,49 @@ class SchedulingConstraint:
     persistent: bool = False
     split_epilogue: bool = False
     prefetch_fragments: bool = False
+    loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
+        _defined_here(self)
         for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConstraintError(
-                    message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected True or False"
+                    self.loc, message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected True or False"
                 )
         if self.operand_swizzle not in ("auto", "128B", "64B", "32B", "none"):
             raise ConstraintError(
+                self.loc,
                 message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
-                "'auto', '128B', '64B', '32B' or 'none'"
+                "'auto', '128B', '64B', '32B' or 'none'",
             )
         if self.async_copy not in ASYNC_COPIES:
             raise ConstraintError(
-                message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}"
+                self.loc,
+                message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}",
             )
 
 
-def _int(expr, what: str) -> int:
+def _int(expr, what: str, loc: SourceLoc | None = None) -> int:
     expr = sympy.sympify(expr)
     if not expr.is_Integer or int(expr) <= 0:
-        raise ConstraintError(
-            message=f"{what} must be a positive integer after subs, got {expr} "
-            f"(bind its symbols in wc.compile(..., subs={{...}}))"
-        )
+        hint = " (bind its symbols in wc.compile(..., subs={...}))" if expr.free_symbols else ""
+        raise ConstraintError(loc, message=f"{what} must be a positive integer after subs, got {expr}{hint}")
     return int(expr)
+
+
+Tiled = WorkgroupConstraint | WaveConstraint | TilingConstraint
+
+
+def describe(c: Tiled) -> str:
+    """A tiling constraint as the user wrote it: ``WaveConstraint(M, BLOCK_M/2)``."""
+    if isinstance(c, WorkgroupConstraint):
+        return f"WorkgroupConstraint({c.dim}, {c.tile}, {c.workgroup_dim})"
+    return f"{type(c).__name__}({c.dim}, {c.tile})"
+
+
+def defined_at(c) -> str:
+    """`` (file:line)`` of the line that made constraint ``c``, or nothing when unknown."""
+    return f" ({c.loc.filename}:{c.loc.line})" if c.loc is not None else ""
 
 
 def _bind_subs(subs: dict) -> dict:
@@ -167,59 +221,124 @@ def _bind_subs(subs: dict) -> dict:
 
 
 class ConstraintSet:
-    """The constraint list with every tile resolved to an integer under ``subs``."""
+    """The constraint list with every tile resolved to an integer under ``subs``.  ``origin`` keeps, per
+    ("workgroup" | "wave" | "loop", dim), the constraint that set the tile: an error about a tile names
+    that constraint, the symbols it was given and the line it was written on (``explain``)."""
 
     def __init__(self, constraints, subs: dict) -> None:
         self.subs = _bind_subs(subs)
         self._resolved: dict = {}  # resolve() memo: the passes resolve the same few expressions hundreds of times
         hw = [c for c in constraints if isinstance(c, HardwareConstraint)]
         if len(hw) != 1:
-            raise ConstraintError(message=f"exactly one HardwareConstraint is needed, got {len(hw)}")
+            raise ConstraintError(
+                hw[1].loc if hw else None, message=f"exactly one HardwareConstraint is needed, got {len(hw)}"
+            )
         self.hardware: HardwareConstraint = hw[0]
         self.threads_per_wave = self.hardware.threads_per_wave
         self.mma_type = self.hardware.mma_type
+        self.origin: dict[tuple[str, sympy.Symbol], Tiled] = {}
         self.wg_tile: dict[sympy.Symbol, int] = {}
         self.wg_axis: dict[sympy.Symbol, int] = {}
         self.wave_tile: dict[sympy.Symbol, int] = {}
         self.loop_tile: dict[sympy.Symbol, int] = {}
         for c in constraints:
             if isinstance(c, WorkgroupConstraint):
-                self._once(self.wg_tile, c.dim, "WorkgroupConstraint")
-                if c.workgroup_dim is not None and c.workgroup_dim in self.wg_axis.values():
-                    raise ConstraintError(message=f"two WorkgroupConstraints use workgroup_dim {c.workgroup_dim}")
-                self.wg_tile[c.dim] = self.resolve_int(c.tile, f"workgroup tile of {c.dim}")
-                if c.workgroup_dim is None:
-                    size = self.resolve(c.dim)
-                    if not size.is_Integer or int(size) != self.wg_tile[c.dim]:
-                        raise ConstraintError(
-                            message=f"WorkgroupConstraint({c.dim}, ..., None) covers the whole "
-                            f"dimension: bind {c.dim} in subs to its tile {self.wg_tile[c.dim]}"
-                        )
-                else:
-                    self.wg_axis[c.dim] = c.workgroup_dim
+                self._add_workgroup(c)
             elif isinstance(c, WaveConstraint):
-                self._once(self.wave_tile, c.dim, "WaveConstraint")
-                self.wave_tile[c.dim] = self.resolve_int(c.tile, f"wave tile of {c.dim}")
+                self.wave_tile[c.dim] = self._add("wave", c)
             elif isinstance(c, TilingConstraint):
-                self._once(self.loop_tile, c.dim, "TilingConstraint")
-                self.loop_tile[c.dim] = self.resolve_int(c.tile, f"loop tile of {c.dim}")
+                self.loop_tile[c.dim] = self._add("loop", c)
         # batch dims (a literal workgroup tile of 1): register values do not carry them
         self.batch_dims = tuple(c.dim for c in constraints if isinstance(c, WorkgroupConstraint) and c.is_batch)
+        hw_loc = self.hardware.loc
+        for k in self.hardware.vector_shapes:
+            if not isinstance(k, sympy.Symbol):  # sympify("N") is sympy's N(), not a dimension
+                raise ConstraintError(
+                    hw_loc, message=f"HardwareConstraint: vector_shapes key {k!r} must be a wc.sym dimension symbol"
+                )
         self.vector_shapes = {
-            sympy.sympify(k): self.resolve_int(v, f"vector_shapes[{k}]") for k, v in self.hardware.vector_shapes.items()
+            sympy.sympify(k): _int(self.resolve(v), f"HardwareConstraint: vector_shapes[{k}]", hw_loc)
+            for k, v in self.hardware.vector_shapes.items()
         }
         sched = [c for c in constraints if isinstance(c, SchedulingConstraint)]
         if len(sched) > 1:
-            raise ConstraintError(message="at most one SchedulingConstraint")
+            raise ConstraintError(sched[1].loc, message="at most one SchedulingConstraint")
         self.scheduling = sched[0] if sched else SchedulingConstraint()
-        self.num_stages = self.resolve_int(self.scheduling.num_stages, "num_stages")
-        self.group_size = self.resolve_int(self.scheduling.group_size, "group_size")
+        sloc = self.scheduling.loc
+        self.num_stages = _int(self.resolve(self.scheduling.num_stages), "SchedulingConstraint: num_stages", sloc)
+        self.group_size = _int(self.resolve(self.scheduling.group_size), "SchedulingConstraint: group_size", sloc)
         self._check_waves()
 
-    @staticmethod
-    def _once(table, dim, what) -> None:
-        if dim in table:
-            raise ConstraintError(message=f"two {what}s for dimension {dim}")
+    def _add(self, kind: str, c: Tiled) -> int:
+        """Record ``c`` as the ``kind`` tile of its dim (once per dim) and return the tile's value."""
+        first = self.origin.get((kind, c.dim))
+        if first is not None:
+            raise ConstraintError(
+                c.loc,
+                message=f"two {type(c).__name__}s for dimension {c.dim}: {describe(first)}{defined_at(first)} "
+                f"and {describe(c)}",
+            )
+        self.origin[kind, c.dim] = c
+        return self.tile_value(c)
+
+    def _add_workgroup(self, c: WorkgroupConstraint) -> None:
+        axis_user = next(
+            (o for (k, d), o in self.origin.items() if k == "workgroup" and self.wg_axis.get(d) == c.workgroup_dim),
+            None,
+        )
+        if c.workgroup_dim is not None and axis_user is not None:
+            raise ConstraintError(
+                c.loc,
+                message=f"{describe(c)} and {describe(axis_user)}{defined_at(axis_user)} both use workgroup_dim "
+                f"{c.workgroup_dim}: each grid axis splits one dimension",
+            )
+        self.wg_tile[c.dim] = self._add("workgroup", c)
+        if c.workgroup_dim is None:
+            size = self.resolve(c.dim)
+            if not size.is_Integer or int(size) != self.wg_tile[c.dim]:
+                raise ConstraintError(
+                    c.loc,
+                    message=f"{describe(c)} covers the whole dimension {c.dim}: bind {c.dim} in subs to its tile "
+                    f"{self.wg_tile[c.dim]} (got {c.dim} = {size})",
+                )
+        else:
+            self.wg_axis[c.dim] = c.workgroup_dim
+
+    def tile_value(self, c: Tiled) -> int:
+        """``c``'s tile under subs, or a ``ConstraintError`` in the author's terms at ``c``'s line."""
+        value = self.resolve(c.tile)
+        if value.is_Integer and int(value) > 0:
+            return int(value)
+        free = sorted(str(s) for s in value.free_symbols)
+        if free:
+            message = (
+                f"{describe(c)}: {', '.join(free)} {'has' if len(free) == 1 else 'have'} no value; bind "
+                f"{'it' if len(free) == 1 else 'them'} in wc.compile(..., subs={{{free[0]}: ...}})"
+            )
+        else:
+            message = f"{self.gives(c)}, not a positive integer"
+        raise ConstraintError(c.loc, message=message)
+
+    def gives(self, c: Tiled) -> str:
+        """``BLOCK_M = 48 gives WaveConstraint(M, BLOCK_M/2) a tile of 24``: the tile's symbols as bound in
+        subs, the constraint as written and the tile it comes to."""
+        bound = [f"{s} = {self.subs[s]}" for s in sorted(sympy.sympify(c.tile).free_symbols, key=str) if s in self.subs]
+        value = self.resolve(c.tile)
+        if not bound:
+            return f"{describe(c)} has a tile of {value}"
+        return f"{', '.join(bound)} give{'s' if len(bound) == 1 else ''} {describe(c)} a tile of {value}"
+
+    def tile_origin(self, dim, per_wave: bool = True) -> Tiled | None:
+        """The constraint that sets ``wave_extent(dim)`` (``workgroup_extent`` when not ``per_wave``)."""
+        kinds = ("wave", "workgroup", "loop") if per_wave else ("workgroup", "loop")
+        return next((self.origin[k, dim] for k in kinds if (k, dim) in self.origin), None)
+
+    def explain(self, dim, per_wave: bool = True) -> str:
+        """Where the tile of ``dim`` comes from, in the author's terms (``gives``, plus the constraint's line)."""
+        c = self.tile_origin(dim, per_wave)
+        if c is None:
+            return f"no constraint tiles {dim}"
+        return f"{self.gives(c)}{defined_at(c)}"
 
     def resolve(self, expr) -> sympy.Expr:
         expr = sympy.sympify(expr)
@@ -234,13 +353,18 @@ class ConstraintSet:
     def _check_waves(self) -> None:
         self.waves_per_axis = [1, 1, 1]
         for dim, tile in self.wave_tile.items():
+            wc = self.origin["wave", dim]
             if dim not in self.wg_axis:
                 raise ConstraintError(
-                    message=f"WaveConstraint on {dim} needs a WorkgroupConstraint on {dim} with a grid axis"
+                    wc.loc,
+                    message=f"{describe(wc)}: waves split a workgroup's tile, but no WorkgroupConstraint gives {dim} "
+                    f"a grid axis (add WorkgroupConstraint({dim}, <tile>, 0, 1 or 2))",
                 )
             if self.wg_tile[dim] % tile:
                 raise ConstraintError(
-                    message=f"wave tile {tile} of {dim} does not divide its workgroup tile {self.wg_tile[dim]}"
+                    wc.loc,
+                    message=f"{self.gives(wc)}, which does not divide the workgroup tile {self.wg_tile[dim]} of "
+                    f"{dim}: {self.explain(dim, per_wave=False)}",
                 )
             self.waves_per_axis[self.wg_axis[dim]] = self.wg_tile[dim] // tile
         # With a warpgroup MMA type a WaveConstraint tiles per group of waves (4 on Hopper): ``waves``
@@ -249,7 +373,13 @@ class ConstraintSet:
         self.waves = self.waves_per_axis[0] * self.waves_per_axis[1] * self.waves_per_axis[2]
         self.threads = self.waves * self.group_waves * self.threads_per_wave
         if self.threads > 1024:
-            raise ConstraintError(message=f"{self.threads} threads per workgroup exceed the limit of 1024")
+            splits = [self.origin["wave", d] for d in self.wave_tile]
+            raise ConstraintError(
+                splits[0].loc if splits else None,
+                message=f"{' and '.join(self.gives(c) for c in splits)}: {self.waves} waves"
+                f"{f' of {self.group_waves}' if self.group_waves > 1 else ''} x {self.threads_per_wave} threads = "
+                f"{self.threads} threads per workgroup exceed the limit of 1024",
+            )
 
     @property
     def lanes(self) -> int:

@@ -8,6 +8,7 @@ roles (``infer_indices``: ``anchor``/``index_flow``; ``expand``: ``expansion``),
 from __future__ import annotations
 
 import builtins
+import numbers
 from typing import ClassVar
 
 import sympy
@@ -192,9 +193,14 @@ class RegisterInit(Op):
 def register(shape: tuple, dtype: dt.DType, init) -> Value:
     """``Register[shape, dtype](init)``: a register tile filled with ``init``."""
     tr = active_tracer("Register")
-    return tr.create(
-        RegisterInit, (), TensorType(tuple(shape), dtype), value=float(init) if dtype.is_float else int(init)
-    )
+    if not isinstance(init, numbers.Real):
+        raise DTypeError(current_loc(), op="Register", message=f"init must be a Python number, got {init!r}")
+    value: int | float
+    if dtype.is_float:
+        value = float(init)
+    else:  # an integral init directly: a large i64 would not survive a float round trip
+        value = int(init) if isinstance(init, numbers.Integral) else int(float(init))
+    return tr.create(RegisterInit, (), TensorType(tuple(shape), dtype), value=value)
 
 
 class MMA(Op):

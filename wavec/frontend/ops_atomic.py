@@ -17,9 +17,9 @@ from .tracing import Value, active_tracer, current_loc
 from .types import AddressSpace, TensorType
 
 ATOMIC_KINDS = ("add", "min", "max")
-# add: f16/bf16 too (pairs along the last dim are one packed f16x2/bf16x2 update where the target has one)
-ATOMIC_DTYPES = {"add": (dt.f32, dt.i32, dt.f16, dt.bf16), "min": (dt.f32, dt.i32), "max": (dt.f32, dt.i32)}
-SHARED_ATOMIC_DTYPES = (dt.f32, dt.i32)  # shared memory: no packed f16/bf16 path
+# every kind and space: f16/bf16 adds of pairs along the last dim are one packed f16x2/bf16x2 reduction
+# where the target has one; the rest are compare-and-swap loops (the lowering's docstring)
+ATOMIC_DTYPES = (dt.f32, dt.i32, dt.f16, dt.bf16)
 
 
 class Atomic(Op):
@@ -41,13 +41,9 @@ def _atomic(kind: str, value: Value, memory: Value, mapping: dict | None) -> Val
     user_buffer = bool(mem.node.kwargs.get("user"))
     if mem.type.address_space != AddressSpace.GLOBAL and not user_buffer:
         raise ShapeError(current_loc(), op=op, message="atomics update global Memory arguments or wc.allocate buffers")
-    allowed_dtypes = SHARED_ATOMIC_DTYPES if user_buffer else ATOMIC_DTYPES[kind]
-    if val.dtype not in allowed_dtypes:
-        allowed = ", ".join(d.name for d in allowed_dtypes)
-        where = " on a wc.allocate buffer" if user_buffer else ""
-        raise DTypeError(
-            current_loc(), op=op, message=f"{op}{where} takes {allowed} values, got {val.dtype}; use wc.cast"
-        )
+    if val.dtype not in ATOMIC_DTYPES:
+        allowed = ", ".join(d.name for d in ATOMIC_DTYPES)
+        raise DTypeError(current_loc(), op=op, message=f"{op} takes {allowed} values, got {val.dtype}; use wc.cast")
     return active_tracer(op).create(
         Atomic, (val, mem, *idx), TensorType(val.type.shape, val.dtype), kind=kind, **kwargs
     )
@@ -60,12 +56,14 @@ def atomic_add(value: Value, memory: Value, mapping: dict | None = None) -> Valu
 
 
 def atomic_min(value: Value, memory: Value, mapping: dict | None = None) -> Value:
-    """``memory = min(memory, value)`` elementwise, atomically; returns the old values (f32, i32)."""
+    """``memory = min(memory, value)`` elementwise, atomically; returns the old values (f32, i32, f16,
+    bf16)."""
     return _atomic("min", value, memory, mapping)
 
 
 def atomic_max(value: Value, memory: Value, mapping: dict | None = None) -> Value:
-    """``memory = max(memory, value)`` elementwise, atomically; returns the old values (f32, i32)."""
+    """``memory = max(memory, value)`` elementwise, atomically; returns the old values (f32, i32, f16,
+    bf16)."""
     return _atomic("max", value, memory, mapping)
 
 

@@ -29,9 +29,10 @@ _KERNELS_DIR = os.path.join(_WAVEC_DIR, "kernels")  # the kernel library is user
 _ACTIVE: list[Tracer] = []
 
 
-def current_loc() -> SourceLoc | None:
-    """The innermost stack frame outside the compiler (user code or ``wavec/kernels``): the kernel line."""
-    frame: FrameType | None = sys._getframe(1)
+def current_loc(skip: int = 0) -> SourceLoc | None:
+    """The innermost stack frame outside the compiler (user code or ``wavec/kernels``): the kernel line.
+    ``skip``: frames of the caller's own to pass over first (a dataclass's generated ``__init__``)."""
+    frame: FrameType | None = sys._getframe(1 + skip)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
         if not fname.startswith(_WAVEC_DIR + os.sep) or fname.startswith(_KERNELS_DIR + os.sep):

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import sympy
 
+from ..errors import AnnotationError
 from .dtypes import DType
 
 if TYPE_CHECKING:
@@ -36,21 +37,27 @@ class TensorType:
         return f"[{dims}] {self.dtype}{where}"
 
 
+def _error(kind: str, message: str) -> AnnotationError:
+    from .tracing import current_loc  # tracing imports this module
+
+    return AnnotationError(current_loc(), kind=kind, message=message)
+
+
 def _parse(cls_name: str, params: Any) -> tuple[tuple, DType, str | None]:
     params = params if isinstance(params, tuple) else (params,)
     space = None
     if params and isinstance(params[-1], str):
         space, params = params[-1], params[:-1]
         if space not in (AddressSpace.GLOBAL, AddressSpace.SHARED):
-            raise TypeError(f"{cls_name}[...]: address space must be 'global' or 'shared', not {space!r}")
+            raise _error(cls_name, f"address space must be 'global' or 'shared', not {space!r}")
     if not params or not isinstance(params[-1], DType):
-        raise TypeError(f"{cls_name}[dims..., dtype]: the last parameter must be a wavec dtype, got {params!r}")
+        raise _error(cls_name, f"the last parameter must be a wavec dtype ({cls_name}[dims..., dtype]), got {params!r}")
     dims, dtype = params[:-1], params[-1]
     for d in dims:
         if not isinstance(d, sympy.Symbol):
-            raise TypeError(f"{cls_name}[...]: dimensions must be wc.sym symbols, got {d!r}")
+            raise _error(cls_name, f"dimensions must be wc.sym symbols, got {d!r}")
     if len(set(dims)) != len(dims):
-        raise TypeError(f"{cls_name}[...]: a dimension symbol appears twice in {dims}")
+        raise _error(cls_name, f"a dimension symbol appears twice in ({', '.join(map(str, dims))})")
     return tuple(dims), dtype, space
 
 
@@ -85,7 +92,7 @@ class _RegisterMeta(type):
     def __getitem__(cls, params: Any) -> _RegisterType:
         dims, dtype, space = _parse("Register", params)
         if space is not None:
-            raise TypeError("Register[...] takes no address space")
+            raise _error("Register", "takes no address space")
         return _RegisterType(TensorType(dims, dtype))
 
 
@@ -106,7 +113,7 @@ class ScalarType:
 class _ScalarMeta(type):
     def __getitem__(cls, dtype: Any) -> ScalarType:
         if not isinstance(dtype, DType) or dtype.name not in ("f32", "i32"):
-            raise TypeError(f"Scalar[dtype]: dtype must be wc.f32 or wc.i32, got {dtype!r}")
+            raise _error("Scalar", f"dtype must be wc.f32 or wc.i32, got {dtype!r}")
         return ScalarType(dtype)
 
 

@@ -14,12 +14,16 @@ from importlib import import_module
 _EXPORTS = {
     "matmul": "gemm",
     "register_attention_op": "attention",
+    "decode_attention": "decode",
     "index_select": "indexing",
     "embedding": "indexing",
     "index_add_": "indexing",
     "gather_scatter_matmul": "moe_gemm",
     "moe_align_block_size": "moe_align",
     "topk_softmax": "moe_routing",
+    "softmax": "rows",
+    "rms_norm": "rows",
+    "layer_norm": "rows",
     "fused_experts": "fused_moe",
 }
 

@@ -7,7 +7,7 @@ whole row needs ~250 registers per thread, too many for enough waves per SM to k
 
 import wavec as wc
 from wavec import Memory
-from wavec.kernels.softmax import row_constraints
+from wavec.kernels.row_softmax import row_constraints
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_M = wc.sym.BLOCK_M

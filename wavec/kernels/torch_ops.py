@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import torch
 
+from . import decode, indexing, moe_align, moe_gemm, moe_routing, rows
 from . import fused_moe as moe
-from . import indexing, moe_align, moe_gemm, moe_routing
 from . import paged_attention as paged
 
 __all__ = [
-    "index_select", "embedding", "index_add_", "paged_attention", "gather_scatter_matmul", "moe_align_block_size",
-    "topk_softmax", "fused_experts", "fused_moe",
+    "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "gather_scatter_matmul",
+    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm", "fused_experts", "fused_moe",
 ]  # fmt: skip
 
 # its outputs' sizes depend on two integers, so the module registers it with its own schema
@@ -63,6 +63,24 @@ def _index_add_fake(out: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -
     return None
 
 
+@torch.library.custom_op("wavec::decode_attention", mutates_args=())
+def decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: torch.Tensor | None = None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+) -> torch.Tensor:
+    """Split-KV decode attention over a dense cache (see :func:`wavec.kernels.decode_attention.decode_attention`)."""
+    return decode.decode_attention(q, k, v, seq_lens=seq_lens, scale=scale, num_splits=num_splits)
+
+
+@decode_attention.register_fake
+def _decode_attention_fake(q, k, v, seq_lens=None, scale=None, num_splits=None) -> torch.Tensor:
+    return torch.empty_like(q)
+
+
 @torch.library.custom_op("wavec::paged_attention", mutates_args=())
 def paged_attention(
     q: torch.Tensor,
@@ -71,13 +89,14 @@ def paged_attention(
     block_tables: torch.Tensor,
     seq_lens: torch.Tensor,
     scale: float | None = None,
+    num_splits: int | None = None,
 ) -> torch.Tensor:
     """Decode attention over a paged KV cache (see :func:`wavec.kernels.paged_attention.paged_attention`)."""
-    return paged.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=scale)
+    return paged.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=scale, num_splits=num_splits)
 
 
 @paged_attention.register_fake
-def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None) -> torch.Tensor:
+def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None, num_splits=None) -> torch.Tensor:
     return torch.empty_like(q)
 
 
@@ -107,6 +126,41 @@ def _topk_softmax_fake(gating_logits, k, renormalize=False) -> tuple[torch.Tenso
     tokens = gating_logits.shape[0]
     new = gating_logits.new_empty
     return new(tokens, k, dtype=torch.float32), new(tokens, k, dtype=torch.int32)
+
+
+@torch.library.custom_op("wavec::softmax", mutates_args=())
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """``torch.softmax(x, dim)`` along the last dim (see :func:`wavec.kernels.rows.softmax`)."""
+    return rows.softmax(x, dim)
+
+
+@softmax.register_fake
+def _softmax_fake(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("wavec::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm over the last dim (see :func:`wavec.kernels.rows.rms_norm`)."""
+    return rows.rms_norm(x, weight, eps)
+
+
+@rms_norm.register_fake
+def _rms_norm_fake(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("wavec::layer_norm", mutates_args=())
+def layer_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5
+) -> torch.Tensor:
+    """LayerNorm over the last dim (see :func:`wavec.kernels.rows.layer_norm`)."""
+    return rows.layer_norm(x, weight, bias, eps)
+
+
+@layer_norm.register_fake
+def _layer_norm_fake(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.custom_op("wavec::fused_experts", mutates_args=())

@@ -80,13 +80,16 @@ def run_alignment(first_coord: sympy.Expr, length: int, elem_bytes: int) -> int:
 
 
 def atomic_width(node: fx.Node, ctx: PassContext) -> int:
-    """Elements one instruction of an atomic updates: an unused ``add`` into global memory is a ``red``,
-    of a packed f16x2/bf16x2 pair where the target has one, of 2 or 4 words (``.v2``/``.v4``) on targets
-    with vector reductions; anything else (a used result: ``atom``; min/max; shared memory; AMD) one."""
+    """Elements one instruction of an atomic updates: an unused ``add`` is a ``red`` of a packed
+    f16x2/bf16x2 pair where the target has one, into global memory of 2 or 4 words (``.v2``/``.v4``) on
+    targets with vector reductions; anything else (a used result: ``atom``; min/max; AMD) one."""
     target, mtype = ctx.target, memory_operand(node).meta["type"]
-    if node.users or node.kwargs["kind"] != "add" or mtype.address_space != AddressSpace.GLOBAL or not target.has_red:
+    space = mtype.address_space
+    if node.users or node.kwargs["kind"] != "add" or space not in (AddressSpace.GLOBAL, AddressSpace.SHARED):
         return 1
-    words = 4 if target.has_red_vector else 1
+    if not target.has_red:
+        return 1
+    words = 4 if target.has_red_vector and space == AddressSpace.GLOBAL else 1  # vector red: global only
     if mtype.dtype == dt.f32:
         return words
     if mtype.dtype == dt.f16 or (mtype.dtype == dt.bf16 and target.has_red_bf16x2):

@@ -72,6 +72,12 @@ class PassContext:
             for node in g.nodes:
                 region = node.meta.get("op") is Conditional  # a branch body: in the loops of its graph
                 if node.meta.get("op") is Iterate or region:
+                    if not region and node.kwargs["dim"] not in self.constraints.loop_tile:
+                        dim = node.kwargs["dim"]
+                        raise ConstraintError(
+                            node.meta.get("loc"),
+                            message=f"wc.iterate({dim}, ...) needs a TilingConstraint({dim}, <tile>) for its step",
+                        )
                     sub = trace.subgraphs[node.kwargs["subgraph"]]
                     self.loop_dims[sub] = self.loop_dims[g] + (() if region else (node.kwargs["dim"],))
                     self.parent[sub] = (node, g)

@@ -3,7 +3,9 @@
 Requires: a typed trace (before ``infer_indices``).  Guarantees: an A or B operand computed from an
 ``mma`` result reads it through a ``convert_layout``, so inference anchors both sides independently;
 ``kwargs["via"]`` is ``"registers"`` when every lane already holds what it needs (``m16n8k16``,
-``wgmma``), else ``"shared"`` (AMD MFMA).  Details: docs/design.md, "Module contracts".
+``wgmma``; a transposed MFMA accumulator), else ``"shared"`` (AMD MFMA, a transposed NVIDIA accumulator),
+judged from the producing mma's accumulator in the operand's dim order.  Details: docs/design.md,
+"Module contracts".
 """
 
 from __future__ import annotations
@@ -25,24 +27,24 @@ from .schema import op_node
 _PASS_THROUGH = ("elementwise", "permute")
 
 
-def _from_accumulator(node, memo: dict) -> bool:
-    """Whether ``node`` is an mma result or computed elementwise from one (same dims, same graph)."""
+def _from_accumulator(node, memo: dict) -> fx.Node | None:
+    """The ``mma`` whose result ``node`` is, or is computed from elementwise or by permutes (same dims, same
+    graph); None if there is none."""
     if not isinstance(node, fx.Node):
-        return False
+        return None
     if node not in memo:
-        memo[node] = False  # cycles cannot happen in a graph, but keep the walk finite
+        memo[node] = None  # cycles cannot happen in a graph, but keep the walk finite
         op = node.meta.get("op")
         if op is MMA:
-            memo[node] = True
+            memo[node] = node
         elif getattr(op, "index_flow", None) in _PASS_THROUGH:
             dims = set(node.meta["type"].dims)
-            memo[node] = any(
-                isinstance(a, fx.Node)
-                and a.graph is node.graph
-                and set(a.meta["type"].dims) == dims
-                and _from_accumulator(a, memo)
+            sources = (
+                _from_accumulator(a, memo)
                 for a in node.args
+                if isinstance(a, fx.Node) and a.graph is node.graph and set(a.meta["type"].dims) == dims
             )
+            memo[node] = next((s for s in sources if s is not None), None)
     return memo[node]
 
 
@@ -108,11 +110,14 @@ def register_mapping(src: Layout, dst: Layout, threads: int) -> tuple[tuple[int,
     return mapping
 
 
-def _choose(ctx: PassContext, mma: fx.Node, dims: tuple[sympy.Symbol, sympy.Symbol], role: str) -> str:
+def _choose(ctx: PassContext, mma: fx.Node, source: fx.Node, dims: tuple[sympy.Symbol, sympy.Symbol], role: str) -> str:
     """``registers`` when every destination tile (each sub-tile of a larger source tile: the wgmma
-    accumulator is 64 x N, its register-A tiles 64 x 16) has a lane-independent register mapping."""
+    accumulator is 64 x N, its register-A tiles 64 x 16) has a lane-independent register mapping.  The
+    source is ``source``'s accumulator seen in the operand's dim order: a permuted accumulator (attention
+    backward's ``P^T``) holds the transpose of what the operand needs, which no register mapping gives."""
     cs = ctx.constraints
-    src = mma_layout(ctx.mma, "c", *dims, n=ctx.instruction_n(dims[1]))
+    m, n, _k = MMA.dims(source)
+    src = mma_layout(ctx.mma, "c", m, n, n=ctx.instruction_n(n)).permute(dims)
     dst = mma_layout(
         ctx.mma, role, *dims, n=ctx.instruction_n(MMA.dims(mma)[1]), a_in_registers=bool(mma.meta.get("a_in_registers"))
     )
@@ -131,10 +136,11 @@ def convert_layouts(trace: Trace, ctx: PassContext) -> None:
         for mma in [n for n in g.nodes if n.meta.get("op") is MMA]:
             for pos, role in ((0, "a"), (1, "b")):
                 x = mma.args[pos]
-                if not _from_accumulator(x, memo) or ctx.constraints.mma_type is None:
+                source = _from_accumulator(x, memo)
+                if source is None or ctx.constraints.mma_type is None:
                     continue
                 dims = x.meta["type"].dims
-                via = {"via": _choose(ctx, mma, dims, role)}
+                via = {"via": _choose(ctx, mma, source, dims, role)}
                 loc, t = mma.meta.get("loc"), x.meta["type"]
                 conv = op_node(g, ConvertLayout, (x,), via, "convert_layout", loc, before=mma, type=t, convert_id=count)
                 count += 1

@@ -39,11 +39,11 @@ def _counts(ctx: PassContext, node: fx.Node) -> dict:
                 node.meta.get("loc"),
                 message=f"dimension {d} is not distributed: add a WorkgroupConstraint or TilingConstraint for it",
             )
-        if extent % tile:
+        if extent % tile:  # infer_indices checked the layouts it chose; this guards layouts made later
             raise ExpansionError(
                 node.meta.get("loc"),
-                message=f"the wave's tile of {d} ({extent}) is not a multiple "
-                f"of the instruction tile {tile} of %{node.name}",
+                message=f"{cs.explain(d, not per_workgroup)}, not a multiple of the instruction tile {tile} of "
+                f"%{node.name}",
             )
         counts[d] = extent // tile
     return counts

@@ -4,7 +4,9 @@ Requires: a typed trace.  Guarantees: every register value has ``meta["layout"]`
 tile's, starts including workgroup, wave and loop offsets) and ``meta["layout_prio"]``.  Anchors by
 priority: mma operands (3), staging copies and reduction inputs (2), written values (1), defaults (0),
 each seeded in program order and propagated to a fixpoint; equal priorities with different layouts raise
-``IndexConflictError`` naming both source lines.
+``IndexConflictError`` naming both source lines.  Every dim's wave tile (workgroup tile, for workgroup-wide
+copies) is whole instruction tiles of the layout, else a ``ConstraintError`` at the line of the op that
+fixed the layout, naming the constraint and symbols that made the tile (``check_tiles``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import TypeGuard, cast
 import sympy
 import torch.fx as fx
 
-from ..errors import ConstraintError, IndexConflictError
+from ..errors import ConstraintError, DTypeError, IndexConflictError, SourceLoc
+from ..frontend.constraints import defined_at
 from ..frontend.mapping import index_operands
 from ..frontend.ops import MMA, PRIO_DEFAULT, PRIO_HARDWARE, GetResult
 from ..frontend.ops_reduce import MAX_TOPK
-from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
+from ..frontend.tracing import Trace, arg_node, arg_nodes, capture_root, placeholders
 from ..indexing import LANE, THREAD, IndexSeq, Layout, mma_layout
 from ..indexing.shared_layout import core_copy_layout
 from .context import PassContext
@@ -41,19 +44,25 @@ def _base(ctx: PassContext, graph, dims) -> dict:
     return {d: ctx.constraints.base_offset(d, ctx.in_loop(graph, d)) for d in dims}
 
 
-def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
-    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread."""
+def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None = None) -> Layout:
+    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread.  ``loc``:
+    the kernel line of the value that needs it (errors point there and name the HardwareConstraint)."""
     cs = ctx.constraints
+    hw = f"HardwareConstraint{defined_at(cs.hardware)}"
     remaining, lane_stride, seqs, tiles = cs.threads_per_wave, 1, {}, {}
     for d in reversed(dims):
         if d not in cs.vector_shapes:
             raise ConstraintError(
-                message=f"no layout anchors dimension {d}: give HardwareConstraint(vector_shapes={{{d}: ...}})"
+                loc,
+                message=f"no layout anchors dimension {d} (no mma or copy decides how lanes hold it): give "
+                f"{hw} vector_shapes={{{d}: ...}}",
             )
         v = cs.vector_shapes[d]
         lanes = min(remaining, v)
         if v % lanes or remaining % lanes:
-            raise ConstraintError(message=f"vector_shapes[{d}]={v} does not split over {remaining} lanes")
+            raise ConstraintError(
+                loc, message=f"vector_shapes[{d}] = {v} of {hw} does not split over the {remaining} lanes left"
+            )
         ept = v // lanes
         coord = sympy.Mod(sympy.floor(LANE / lane_stride), lanes) if lanes > 1 else sympy.Integer(0)
         seqs[d] = IndexSeq(coord * ept, ((ept, 1),))
@@ -61,33 +70,43 @@ def default_layout(ctx: PassContext, graph, dims: tuple) -> Layout:
         remaining //= lanes
         lane_stride *= lanes
     if remaining != 1:
+        shapes = ", ".join(f"{d}: {cs.vector_shapes[d]}" for d in dims)
         raise ConstraintError(
-            message=f"vector_shapes {dict((str(k), v) for k, v in cs.vector_shapes.items())} "
-            f"cover fewer elements than the {cs.threads_per_wave} lanes of a wave"
+            loc,
+            message=f"vector_shapes {{{shapes}}} of {hw} cover fewer elements than the "
+            f"{cs.threads_per_wave} lanes of a wave (threads_per_wave={cs.threads_per_wave})",
         )
     layout = Layout.make(dims, [seqs[d] for d in dims], [tiles[d] for d in dims])
     return layout.offset(_base(ctx, graph, dims))
 
 
-def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout:
+def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int, read: fx.Node | None = None) -> Layout:
     """Every thread of the workgroup moves one run along the last dim per instruction tile; rows of the
     workgroup tile are spread over the threads (coalesced: consecutive threads, consecutive runs).  Runs
     are 16 bytes, or shorter when the tile has fewer 16-byte runs than the workgroup has threads — no
-    thread may duplicate another's copy (two waves storing one shared address is a race)."""
+    thread may duplicate another's copy (two waves storing one shared address is a race).  ``read``: the
+    staging read (errors point at its line and name its memory and the constraints that tile it)."""
     cs = ctx.constraints
     extents = [ctx.extent(d) for d in dims]
     last, total = extents[-1], math.prod(extents)
+    loc = read.meta.get("loc") if read is not None else None
+    tile = f"the {'x'.join(map(str, extents))} tile{_of_memory(read)}"
     if total < cs.threads:
         raise ConstraintError(
-            message=f"the {'x'.join(map(str, extents))} tile of {dims} has fewer elements "
-            f"than the {cs.threads} threads that copy it; use a larger tile or fewer waves"
+            loc,
+            message=f"{'; '.join(cs.explain(d, per_wave=False) for d in dims)}: {tile} has fewer elements "
+            f"than the {cs.threads} threads that copy it; use a larger tile or fewer waves",
         )
     ept = max(1, min(ACCESS_BYTES // elem_bytes, last))
     while ept > 1 and (total // ept < cs.threads or last % ept):
         ept //= 2
     per_row = last // ept
     if cs.threads % per_row and per_row % cs.threads:
-        raise ConstraintError(message=f"{cs.threads} threads cannot split rows of {per_row} runs of {ept}")
+        raise ConstraintError(
+            loc,
+            message=f"{cs.explain(dims[-1], per_wave=False)}: {cs.threads} threads cannot split rows of {per_row} "
+            f"runs of {ept} elements of {tile} evenly; make the tile of {dims[-1]} a power-of-two number of runs",
+        )
     rows = max(1, cs.threads // per_row)
     seqs, tiles, stride = [], [], per_row
     for ext in extents[:-1]:
@@ -100,6 +119,13 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int) -> Layout
     tiles.append(lanes_last * ept)
     base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}
     return Layout.make(dims, seqs, tiles).offset(base)
+
+
+def _of_memory(read: fx.Node | None) -> str:
+    """`` of 'a'``: the memory argument a staging read copies from."""
+    if read is None or not isinstance(read.args[0], fx.Node):
+        return ""
+    return f" of {capture_root(read.args[0]).name!r}"
 
 
 def _shared_layout_copy(ctx: PassContext, graph, read: fx.Node) -> Layout:
@@ -192,7 +218,7 @@ class _Solver:
     def seed_defaults(self) -> None:
         for n, g in self.graph_of.items():
             if _is_register(n) and n not in self.state:
-                self.offer(n, default_layout(self.ctx, g, _dims(n)), PRIO_DEFAULT, n)
+                self.offer(n, default_layout(self.ctx, g, _dims(n), n.meta.get("loc")), PRIO_DEFAULT, n)
                 self.propagate()
 
 
@@ -292,6 +318,15 @@ def _anchor_mma_operands(s: _Solver, n: fx.Node, prio: int) -> bool:
     if mma_type is None:
         raise ConstraintError(n.meta.get("loc"), message="wc.mma needs HardwareConstraint(mma_type=...)")
     a, b, acc = (arg_node(n, i) for i in range(3))
+    spec = mma_type.spec
+    in_dt, acc_dt = a.meta["type"].dtype, acc.meta["type"].dtype
+    if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
+        raise DTypeError(
+            n.meta.get("loc"),
+            op="mma",
+            message=f"HardwareConstraint(mma_type={mma_type.name}){defined_at(s.ctx.constraints.hardware)} takes "
+            f"{spec.in_dtype} operands and a {spec.acc_dtype} accumulator, got {in_dt} and {acc_dt}",
+        )
     m, nn, k = MMA.dims(n)
     inst_n = s.ctx.instruction_n(nn)
     regs_a = bool(n.meta.get("a_in_registers"))  # wgmma register-A form (layout_wgmma_operands)
@@ -310,7 +345,7 @@ def _anchor_copy_distribution(s: _Solver, n: fx.Node, prio: int) -> bool:
     layout = (
         _shared_layout_copy(s.ctx, g, n)
         if n.meta.get("copy_layout") is not None
-        else copy_layout(s.ctx, g, _dims(n), n.meta["type"].dtype.bytes)
+        else copy_layout(s.ctx, g, _dims(n), n.meta["type"].dtype.bytes, n)
     )
     return s.offer(n, layout, prio, n)
 
@@ -320,7 +355,7 @@ def _anchor_operand_default(s: _Solver, n: fx.Node, prio: int) -> bool:
     x = arg_node(n, 0)
     if x in s.state:
         return False
-    s.offer(x, default_layout(s.ctx, s.graph_of[x], _dims(x)), prio, n)
+    s.offer(x, default_layout(s.ctx, s.graph_of[x], _dims(x), n.meta.get("loc")), prio, n)
     return True
 
 
@@ -333,11 +368,43 @@ ANCHORS = {
 }
 
 
+def _instruction(ctx: PassContext, origin: fx.Node, dim, tile: int) -> str:
+    """What fixed a layout's instruction tile of ``dim``, in the author's terms."""
+    cs = ctx.constraints
+    if origin.meta.get("op") is MMA:
+        m, n, k = MMA.dims(origin)
+        what = {m: "rows", n: "columns", k: f"{k} elements"}.get(dim, f"{dim} elements")
+        return f"the {tile} {what} of one {ctx.mma.name} mma instruction"
+    if origin.meta.get("distribute") == "workgroup":
+        return f"the {tile} elements of {dim} that the {cs.threads} threads copy at once"
+    if cs.vector_shapes.get(dim) == tile:
+        return f"vector_shapes[{dim}] = {tile} of HardwareConstraint{defined_at(cs.hardware)}"
+    return f"the instruction tile {tile} of {dim} (%{origin.name})"
+
+
+def check_tiles(ctx: PassContext, graph: fx.Graph, node: fx.Node, layout: Layout, origin: fx.Node) -> None:
+    """Each dim's wave tile (workgroup tile, for a workgroup-wide copy) is whole instruction tiles of
+    ``layout``, else a ``ConstraintError`` at the line of the op that fixed the layout, naming the
+    constraint and symbols that made the tile (``expand`` steps through these tiles)."""
+    cs = ctx.constraints
+    per_wave = "workgroup" not in (node.meta.get("distribute"), node.meta.get("index_scope"))
+    for d, tile in zip(layout.dims, layout.tile):
+        extent = cs.wave_extent(d) if per_wave else cs.workgroup_extent(d)
+        if extent is not None and extent % tile:
+            raise ConstraintError(
+                origin.meta.get("loc") or node.meta.get("loc"),
+                message=f"{cs.explain(d, per_wave)}, not a multiple of {_instruction(ctx, origin, d, tile)}",
+            )
+
+
 def infer_indices(trace: Trace, ctx: PassContext) -> None:
     solver = _Solver(trace, ctx)
     solver.collect()
     solver.seed_anchors()
     solver.seed_defaults()
+    # hardware layouts first: a tile that misses the mma instruction is the root cause of any copy misfit
+    for node, (layout, _prio, origin) in sorted(solver.state.items(), key=lambda kv: -kv[1][1]):
+        check_tiles(ctx, solver.graph_of[node], node, layout, origin)
     for node, (layout, prio, _origin) in solver.state.items():
         node.meta["layout"] = layout
         node.meta["layout_prio"] = prio

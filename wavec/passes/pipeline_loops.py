@@ -5,7 +5,10 @@ Requires: ``expand``, ``coarsen_loads``, ``swizzle_shared``.  Applies where S >=
 each global ``read`` + shared ``write`` becomes an ``async_copy`` of iteration ``min(i + D, n - 1)`` into
 stage ``(i + D) % S`` (``D = S - 1``, or ``S - 2`` with a wgmma group in flight); shared reads take the
 carried stage ``$STAGE_<dim>``; the body begins with ``async_wait(pending=D - 1)``; a prologue issues
-iterations ``0 .. D - 1``.  On sm_90a, 128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
+iterations ``0 .. D - 1``.  Index values computed in the body from the step (a paged read's block) are
+recomputed for the iteration copied: their chain's layouts shift ``D`` ahead and the prologue gets clones
+of the chain; a copy whose indices cannot be recomputed keeps the loop synchronous.  On sm_90a,
+128-byte-swizzled wgmma operand tiles take TMA (``pipeline_tma.py``)
 unless ``async_copy`` says otherwise.  Full contract: docs/design.md, "Module contracts".
 """
 
@@ -54,13 +57,37 @@ def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
     return chains_only(sub) or (want in ("auto", "tma", "tma-barrier") and not ws)
 
 
+def _step_chain(read: fx.Node) -> list[fx.Node] | None:
+    """The body nodes that compute ``read``'s index values from the loop's step (a paged read's block
+    and row: ``wc.index``, arithmetic, index-tensor reads of global memory, captures as leaves), in graph
+    order; None when a value cannot be recomputed for another iteration (a loop-carried value, a shared
+    read, a non per-tile op) or also feeds something else (``index_chains`` gives each access its own)."""
+    chain: set[fx.Node] = set()
+    stack = [i for i in index_operands(read).values() if i.meta.get("role") != "capture"]
+    while stack:
+        n = stack.pop()
+        if n in chain or n.meta.get("role") == "capture":
+            continue
+        op = n.meta.get("op")
+        in_global = op is not Read or arg_node(n, 0).meta["type"].address_space != AddressSpace.SHARED
+        if n.op != "call_function" or getattr(op, "expansion", None) != "per_tile" or not in_global:
+            return None
+        chain.add(n)
+        stack.extend(n.all_input_nodes)
+    if any(u not in chain and u is not read for n in chain for u in n.users):
+        return None
+    return [n for n in read.graph.nodes if n in chain]
+
+
 def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> None:
     cs = ctx.constraints
     dim, sub = loop_dim(iterate), loop_body(trace, iterate)
     pairs = _copy_pairs(sub)
-    # A copy issued iterations ahead needs that iteration's addresses: an index computed in the body (a
-    # paged read's block of this step) is this iteration's, so such loops keep synchronous copies.
-    if any(i.meta.get("role") != "capture" for r, _w in pairs for i in index_operands(r).values()):
+    # A copy issued iterations ahead needs that iteration's addresses: an index computed in the body from
+    # the step (a paged read's block) is recomputed for the iteration copied (``_step_chain``); a body
+    # whose indices cannot be keeps synchronous copies.
+    chains = {r: _step_chain(r) for r, _w in pairs}
+    if any(c is None for c in chains.values()):
         return
     # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
@@ -82,15 +109,20 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
         return
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
     iv, loc, distance, last = induction_symbol(dim), iterate.meta.get("loc"), stages - 1 - lag, stop - 1
+    body_chains = [n for c in chains.values() for n in c or ()]
+    step_layouts = {n: n.meta["layout"] for n in body_chains}
     copies = _async_copies(sub, pairs, dim, stages, distance, last, loc)
+    for n in body_chains:  # the body's index chains now address the iteration its copies fill
+        n.meta["layout"] = step_layouts[n].subs({iv: sympy.Min(iv + distance, last)})
     # the prologue: iterations lo .. lo + distance - 1 into stages 0 .. distance - 1, one commit each
     for s in range(distance):
         it = sympy.Min(lo + s, last)  # once per stage: building a Min costs ~7 ms of sympy simplification
+        values = _prologue_chains(trace.graph, iterate, step_layouts, outer, {iv: it})
         for c, layout in copies:
             op_node(
                 trace.graph,
                 AsyncCopy,
-                (outer[arg_node(c, 0)], outer[arg_node(c, 1)], *(outer[i] for i in index_operands(c).values())),
+                (outer[arg_node(c, 0)], outer[arg_node(c, 1)], *(values[i] for i in index_operands(c).values())),
                 dict(c.kwargs),
                 f"{c.name}_prologue{s}",
                 c.meta.get("loc"),
@@ -103,6 +135,19 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
                 mapping=c.meta.get("mapping"),
             )
         op_node(trace.graph, AsyncCommit, (), {}, f"async_commit_prologue{s}", loc, before=iterate)
+
+
+def _prologue_chains(graph: fx.Graph, iterate: fx.Node, step_layouts: dict, outer: dict, at: dict) -> dict:
+    """Body node -> the value a prologue copy takes for it: a capture its outer node, a node of an index
+    chain (``step_layouts``: node -> its layout at the loop's own step) a clone before the loop with the
+    induction variable substituted by ``at``."""
+    values = dict(outer)
+    with graph.inserting_before(iterate):
+        for n, layout in step_layouts.items():
+            clone = graph.node_copy(n, lambda a: values[a])
+            clone.meta["layout"] = layout.subs(at)
+            values[n] = clone
+    return values
 
 
 def _tma(trace: Trace, ctx: PassContext, iterate: fx.Node, pairs: list[Pair], stages: int, lag: int) -> bool:

@@ -31,15 +31,12 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> int:
     if wm is None or wm % spec.m:
         raise ConstraintError(
             loc,
-            message=f"{name}: the wave tile of {m} must be a multiple of {spec.m} (one "
-            f"warpgroup instruction covers {spec.m} rows), got {wm}",
+            message=f"{name}: {cs.explain(m)}, not a multiple of the {spec.m} rows one warpgroup instruction covers",
         )
     inst_n = None if wn is None else spec.instruction_n(wn)
     if inst_n is None:
         raise ConstraintError(
-            loc,
-            message=f"{name}: the wave tile of {n} must be a multiple of 8 (legal "
-            f"instruction N: 8, 16, ..., {spec.n}), got {wn}",
+            loc, message=f"{name}: {cs.explain(n)}, not a multiple of 8 (legal instruction N: 8, 16, ..., {spec.n})"
         )
     in_dt, acc_dt = arg_node(mma, 0).meta["type"].dtype, arg_node(mma, 2).meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
@@ -49,7 +46,9 @@ def _check_tiles(ctx: PassContext, mma: fx.Node) -> int:
             f"accumulator, got {in_dt} and {acc_dt}",
         )
     if wk is None or wk % spec.k:
-        raise ConstraintError(loc, message=f"{name}: the loop tile of {k} must be a multiple of {spec.k}, got {wk}")
+        raise ConstraintError(
+            loc, message=f"{name}: {cs.explain(k, per_wave=False)}, not a multiple of the instruction's K = {spec.k}"
+        )
     return inst_n
 
 

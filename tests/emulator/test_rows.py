@@ -1,0 +1,72 @@
+"""``wavec.kernels.softmax`` / ``rms_norm`` / ``layer_norm`` (``kernels/rows.py``) on the emulator against
+torch in f64: row lengths below, at and past a tile, odd ones (the narrow variant), each dtype; every
+element written (NaN-filled outputs); bad arguments named."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import wavec as wc
+from wavec.kernels import layer_norm, rms_norm, rows, softmax
+
+F = torch.nn.functional
+TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    assert got.dtype == dtype and got.shape == want.shape
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", [1, 7, 96, 256, 300, 2049, 20000])  # one tile (2049: 2 waves a row); loops
+def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
+    x = (torch.randn(3, 3, n) * 2 + 1).to(dtype)  # 9 rows: the last workgroup of 4 rows is partial
+    w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+    xd = x.double()
+    _check(softmax(x, backend="emulator"), torch.softmax(xd, -1), dtype)
+    _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), dtype)
+    _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
+    _check(layer_norm(x, backend="emulator"), F.layer_norm(xd, (n,), eps=1e-5), dtype)
+
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_every_element_written_and_tiles_chain(loop: bool) -> None:
+    """Three full tiles and a ragged fourth (or one masked tile), straight through the kernel into
+    NaN-filled outputs."""
+    n, block = (1000, 256) if loop else (1000, 1024)
+    x = torch.randn(6, n)
+    k = wc.compile(rows.make_softmax_rows(wc.f32, loop), {rows.BLOCK_N: block}, backend="emulator", cache=False)
+    out = torch.full_like(x, float("nan"))
+    k(x, out)
+    _check(out, torch.softmax(x.double(), -1), torch.float32)
+
+
+def test_layer_norm_keeps_variance_under_a_large_mean() -> None:
+    """Chan's merge of per-tile statistics: a mean of 1e4 with unit spread loses nothing in f32 (a
+    sum-of-squares variance would cancel to noise)."""
+    x = torch.randn(4, 3000) + 1e4
+    got = layer_norm(x, backend="emulator")
+    torch.testing.assert_close(got.double(), F.layer_norm(x.double(), (3000,)), rtol=1e-3, atol=2e-3)
+
+
+def test_softmax_extremes() -> None:
+    x = torch.tensor([[0.0, float("-inf"), 3.0, 88.0], [-1e30, -1e30, -1e30, 5.0]])
+    _check(softmax(x, backend="emulator"), torch.softmax(x.double(), -1), torch.float32)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: softmax(torch.zeros(4, 8, dtype=torch.int32)), "x must be a tensor .* int32"),
+        (lambda: softmax(torch.zeros(4, 8), dim=0), "dim must be the last dim"),
+        (lambda: rms_norm(torch.zeros(4, 8), torch.zeros(7)), r"weight must be \[8\]"),
+        (lambda: layer_norm(torch.zeros(4, 8), None, torch.zeros(8, dtype=torch.float16)), r"bias must be \[8\]"),
+        (lambda: rms_norm(torch.zeros(4, 8), None, eps=-1.0), "eps must be a float >= 0"),
+    ],
+)
+def test_bad_arguments_are_named(call, match: str) -> None:
+    with pytest.raises(wc.WavecError, match=match):
+        call()

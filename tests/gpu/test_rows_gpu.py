@@ -1,0 +1,48 @@
+"""GPU tier: ``wavec.kernels.softmax`` / ``rms_norm`` / ``layer_norm`` against torch in f64 at row lengths
+from 1 to 16384, odd ones included (the narrow variant), f16, bf16 and f32, and the torch operators."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import wavec as wc
+from wavec.kernels import layer_norm, rms_norm, rows, softmax
+
+pytestmark = pytest.mark.gpu
+F = torch.nn.functional
+TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 16384, 20000])
+def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
+    x = (torch.randn(1031, n, device="cuda") * 2 + 1).to(dtype)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    xd, rtol_atol = x.double(), TOL[dtype]
+    for got, want in [
+        (softmax(x), torch.softmax(xd, -1)),
+        (rms_norm(x, w, 1e-6), F.rms_norm(xd, (n,), w.double(), 1e-6)),
+        (layer_norm(x, w, b, 1e-5), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)),
+    ]:
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), want, rtol=rtol_atol[0], atol=rtol_atol[1])
+
+
+@pytest.mark.parametrize("loop", [True, False])
+def test_every_element_written(loop: bool) -> None:
+    n, block = (3000, 1024) if loop else (1000, 1024)
+    x = torch.randn(777, n, device="cuda", dtype=torch.bfloat16)
+    k = wc.compile(rows.make_softmax_rows(wc.bf16, loop), {rows.BLOCK_N: block}, backend="cuda")
+    out = torch.full_like(x, float("nan"))
+    k(x, out)
+    torch.testing.assert_close(out.double(), torch.softmax(x.double(), -1), rtol=1.6e-2, atol=1e-4)
+
+
+def test_torch_ops_on_cuda() -> None:
+    import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
+
+    x = torch.randn(4, 64, 4096, device="cuda", dtype=torch.float16)
+    w = torch.randn(4096, device="cuda", dtype=torch.float16)
+    got = torch.ops.wavec.rms_norm(x, w, 1e-5)
+    torch.testing.assert_close(got.double(), F.rms_norm(x.double(), (4096,), w.double(), 1e-5), rtol=2e-3, atol=4e-3)

@@ -1,0 +1,422 @@
+"""Split-KV decode attention (flash-decoding) over a dense KV cache, and the combine of its splits.
+
+``out[b, i, h] = softmax(q[b, i, h] · K_bᵀ · scale) V_b`` over the first ``seq_lens[b]`` positions of
+sequence ``b``; the ``q_len`` new tokens are its last ``q_len`` positions (their K/V already cached):
+query ``i`` sees positions ``<= seq_len - q_len + i``.
+
+Two launches:
+- ``decode_split``: one workgroup per (row tile, split, kv head, sequence).  The rows M of the query
+  tile are the (query, head-of-the-group) pairs ``m = i * G + g`` (the G query heads of a kv head share
+  every K/V tile: K/V are read once per group).  Split ``s`` walks keys ``[s * CHUNK, (s + 1) * CHUNK)``
+  (``CHUNK`` = the cache length over the splits, rounded up to BLOCK_N) with the online softmax of
+  kernels/attention.py, and stores its unnormalised accumulator, its row maxima (in log2 units) and its
+  row sums (f32).  Split and kv head share grid axis 1 (``Y = SP * KVH``: three grid axes, four batch
+  coordinates).  A split with no visible key for a row leaves ``m = -inf``, ``l = 0``, ``acc = 0``
+  (the running maximum is replaced by 0 in the exponents while it is -inf: no ``-inf - -inf``).
+- ``decode_combine``: per (sequence, query, head tile), ``out = Σ_s 2^(m_s - M) acc_s / Σ_s 2^(m_s - M) l_s``
+  with ``M = max_s m_s`` (finite: every query sees position 0); empty splits weigh exactly 0.
+
+The paged kernel (``kernels/paged_attention.py``) writes the same partials and shares the combine.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+
+import wavec as wc
+from wavec import Memory, Register, f32
+from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE
+
+B, KVH, H, QL, M, N, D = wc.sym.B, wc.sym.KVH, wc.sym.H, wc.sym.QL, wc.sym.M, wc.sym.N, wc.sym.D
+SP, Y, R = wc.sym.SP, wc.sym.Y, wc.sym.R  # splits of the keys; grid axis 1 = (split, kv head); QL * H
+BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
+BLOCK_R, BLOCK_D = wc.sym.BLOCK_R, wc.sym.BLOCK_D
+LOG2E = 1.0 / math.log(2.0)
+NEG_INF = float("-inf")
+HEAD_DIMS = (64, 128)
+MAX_Q_LEN = 16
+TORCH_DTYPES = ("float16", "bfloat16")
+# (rows of the query tile = q_len * G, head dim) -> (BLOCK_N, waves); every wave holds 16 rows: two waves
+# while the rows fit 32 (more threads to issue the K/V copies than one wave; the padded rows cost only mma
+# work, which decode has to spare), four beyond (more rows: further row tiles).  bf16, ptxas 13 for sm_80 /
+# sm_90a: 236-238, 255, 230-232 and 236-252 registers, no spills; one wave with BLOCK_N 64 spilled 1.8 KB
+# at d128 (the cp.async addresses of 32 threads), four waves with BLOCK_N 64 at d128 0.9 KB.
+CONFIGS = {(32, 64): (64, 2), (32, 128): (32, 2), (64, 64): (64, 4), (64, 128): (32, 4)}
+# The split rule (``num_splits_for``): enough workgroups for SPLIT_WAVES per SM, no split shorter than
+# MIN_SPLIT_KEYS keys (each pays a prologue and its partials' traffic), at most MAX_SPLITS.
+SPLIT_WAVES = 2
+MIN_SPLIT_KEYS = 128
+MAX_SPLITS = 64
+EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
+
+
+def split_index() -> sympy.Expr:
+    """The split of this workgroup (grid axis 1 is ``split * KVH + kv_head``)."""
+    return sympy.floor(wc.tile_start(Y) / KVH)
+
+
+def kv_head_index() -> sympy.Expr:
+    return sympy.Mod(wc.tile_start(Y), KVH)
+
+
+def split_chunk(keys: sympy.Expr) -> sympy.Expr:
+    """Keys per split: ``keys`` over SP splits, rounded up to whole BLOCK_N tiles (run-time sizes)."""
+    return sympy.ceiling(keys / (SP * BLOCK_N)) * BLOCK_N
+
+
+def decode_constraints(dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None) -> list:
+    """``waves`` waves of 16 query rows (``mma_type``: mma.sync m16n8k16 for ``dtype`` by default; gfx942
+    takes ``threads_per_wave=64`` and the MFMA); grid (row tiles, SP * KVH, B); K/V tiles of BLOCK_N keys
+    staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow)."""
+    return [
+        wc.WorkgroupConstraint(M, BLOCK_M, 0),
+        wc.WorkgroupConstraint(Y, 1, 1),
+        wc.WorkgroupConstraint(B, 1, 2),
+        wc.WorkgroupConstraint(D, D, None),
+        wc.WaveConstraint(M, BLOCK_M / waves),
+        wc.TilingConstraint(N, BLOCK_N),
+        wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name]),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, operand_swizzle="none"),
+    ]
+
+
+def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple) -> tuple:
+    """One key tile of the online softmax: scores ``qr · ktᵀ`` where ``keep`` holds (else -inf), the new
+    (max, sum, accumulator) from ``state``.  The maximum used in the exponents is 0 while a row has seen
+    no key (a split past its sequence's end): its probabilities and rescale are exp2(-inf) = 0, not NaN."""
+    m_i, l_i, acc = state
+    s = wc.where(keep, wc.mma(qr, kt, Register[M, N, f32](0.0)), NEG_INF)
+    m_new = wc.maximum(m_i, wc.max(s, N))
+    m_use = wc.where(m_new > NEG_INF, m_new, 0.0) * c
+    p = wc.exp2(s * c - m_use[:, None])
+    alpha = wc.exp2(m_i * c - m_use)
+    l_new = l_i * alpha + wc.sum(p, N)
+    return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
+
+
+def make_decode_split(dtype=wc.f16, group: int = 1, **constraints: Any) -> wc.WaveKernel:
+    """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
+    head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
+    l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s."""
+    q_type = Memory[B, QL, H, D, dtype]
+    kv_type = Memory[B, N, KVH, D, dtype]
+    split, kv_head = split_index(), kv_head_index()
+    first = split * split_chunk(N)
+
+    @wc.wave(decode_constraints(dtype, **constraints))
+    def decode_split(
+        q: q_type,
+        k: kv_type,
+        v: kv_type,
+        seq_lens: Memory[B, wc.i32],
+        o_part: Memory[B, SP, QL, H, D, f32],
+        m_part: Memory[B, SP, QL, H, f32],
+        l_part: Memory[B, SP, QL, H, f32],
+        scale: wc.Scalar[f32],
+    ):
+        rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
+        q_rows = {QL: rows // group, H: rows % group + kv_head * group}
+        qr = wc.read(q, mapping=q_rows)
+        seq_len = wc.read(seq_lens)
+        limit = wc.arange(M)[:, None] // group + (seq_len - QL)  # query i sees positions <= seq_len - QL + i
+        c = scale * LOG2E
+        kv_map = {KVH: kv_head}
+        init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
+
+        @wc.iterate(N, init_args=init, start=first, end=first + split_chunk(N))
+        def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+            keep = wc.arange(N)[None, :] <= limit
+            kt = wc.read(k, mapping=kv_map)
+            vt = wc.permute(wc.read(v, mapping=kv_map), (D, N))
+            return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc))
+
+        write_partials(body, c, o_part, m_part, l_part, {**q_rows, SP: split})
+
+    return decode_split
+
+
+def write_partials(state: tuple, c, o_part, m_part, l_part, rows: dict) -> None:
+    """Store a split's accumulator, its row maxima in log2 units and its row sums."""
+    m_fin, l_fin, acc = state
+    wc.write(acc, o_part, mapping=rows)
+    wc.write(m_fin * c, m_part, mapping=rows)
+    wc.write(l_fin, l_part, mapping=rows)
+
+
+def make_decode_combine(dtype=wc.f16, waves: int = 4, threads_per_wave: int = 32) -> wc.WaveKernel:
+    """``decode_combine(o_part [B, SP, R, D], m_part, l_part [B, SP, R], out [B, R, D])`` where R = QL * H
+    (the split kernel's [B, SP, QL, H, ...] partials and [B, QL, H, D] output, viewed flat): grid (row
+    tiles, BLOCK_D columns, sequences); each lane owns one row (32 rows per wave) and its BLOCK_D columns
+    of every split, so the [SP, R] statistics need no exchange between lanes.  SP bound in subs."""
+    constraints = [
+        wc.WorkgroupConstraint(R, BLOCK_R, 0),
+        wc.WorkgroupConstraint(D, BLOCK_D, 1),
+        wc.WorkgroupConstraint(B, 1, 2),
+        wc.WorkgroupConstraint(SP, SP, None),
+        wc.WaveConstraint(R, BLOCK_R / waves),
+        wc.HardwareConstraint(threads_per_wave=threads_per_wave, vector_shapes={SP: 1, R: threads_per_wave, D: 1}),
+    ]
+
+    @wc.wave(constraints)
+    def decode_combine(
+        o_part: Memory[B, SP, R, D, f32],
+        m_part: Memory[B, SP, R, f32],
+        l_part: Memory[B, SP, R, f32],
+        out: Memory[B, R, D, dtype],
+    ):
+        m_s = wc.read(m_part)
+        w = wc.exp2(m_s - wc.max(m_s, SP)[None, :])  # [SP, R]; empty splits (m = -inf) weigh 0
+        total = wc.sum(wc.read(l_part) * w, SP)
+        o = wc.sum(wc.read(o_part) * w[:, :, None], SP)
+        wc.write(wc.cast(o * wc.reciprocal(total)[:, None], dtype), out)
+
+    return decode_combine
+
+
+def combine_subs(splits: int, waves: int = 4, threads_per_wave: int = 32) -> dict:
+    """``subs`` of the combine for ``splits`` splits: a row per lane; each lane holds ``splits *
+    BLOCK_D`` partial values, so BLOCK_D shrinks as the splits grow (at most 128 values per lane)."""
+    block_d = next(d for d in (8, 4, 2, 1) if splits * d <= 128 or d == 1)
+    return {SP: splits, BLOCK_R: threads_per_wave * waves, BLOCK_D: block_d}
+
+
+def decode_subs(head_dim: int, group: int, block_n: int, waves: int, stages: int = 2) -> dict:
+    """``subs`` of a split kernel: the tile, the head dim and the derived sizes (rows ``M = QL * G``, grid
+    axis 1 ``Y = SP * KVH``), so one binary serves every q_len, batch, cache length and split count."""
+    return {BLOCK_M: 16 * waves, BLOCK_N: block_n, D: head_dim, NUM_STAGES: stages, M: QL * group, Y: SP * KVH}
+
+
+def decode_config(head_dim: int, rows: int, config: tuple | None = None) -> tuple[int, int, int]:
+    """(BLOCK_N, waves, stages): ``config`` (``(BLOCK_N, waves[, stages])``) if given, else ``CONFIGS``'s
+    entry for ``rows = q_len * G`` query rows, two stages."""
+    if config is None:
+        config = CONFIGS[(32 if rows <= 32 else 64, 128 if head_dim > 64 else 64)]
+    block_n, waves, *stages = config
+    return block_n, waves, stages[0] if stages else 2
+
+
+def num_splits_for(batch: int, kv_heads: int, row_tiles: int, keys: int, sms: int) -> int:
+    """The split rule: ``SPLIT_WAVES * sms`` workgroups over the ``batch * kv_heads * row_tiles`` that need
+    no split, but no split shorter than ``MIN_SPLIT_KEYS`` keys and at most ``MAX_SPLITS`` (at least 1)."""
+    units = batch * kv_heads * row_tiles
+    want = -(-SPLIT_WAVES * sms // units)
+    return max(1, min(want, keys // MIN_SPLIT_KEYS, MAX_SPLITS))
+
+
+def sm_count(t: Any) -> int:
+    """Streaming multiprocessors of ``t``'s GPU, ``EMULATOR_SMS`` for CPU tensors."""
+    import torch
+
+    if not t.is_cuda:
+        return EMULATOR_SMS
+    return int(torch.cuda.get_device_properties(t.device).multi_processor_count)
+
+
+_COMPILED: dict = {}
+
+
+def compiled(key: tuple, build) -> Any:
+    """``build()`` compiled once per ``key`` (a kernel's configuration and backend)."""
+    kernel = _COMPILED.get(key)
+    if kernel is None:
+        kernel = _COMPILED[key] = build()
+    return kernel
+
+
+def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
+    return compiled(
+        ("combine", dtype.name, splits, backend),
+        lambda: wc.compile(make_decode_combine(dtype), combine_subs(splits), backend=backend),
+    )
+
+
+class SplitKV:
+    """A call shape's launches: the split kernel into the partials (one f32 allocation), then the
+    combine into a new tensor shaped like q; stream-ordered, no synchronisation."""
+
+    def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int) -> None:
+        batch, q_len, heads, head_dim = q_shape
+        self.split, self.combine = split, combine
+        self.o_shape = (batch, splits, q_len, heads, head_dim)
+        self.s_shape = (batch, splits, q_len, heads)
+        self.flat = (batch, splits, q_len * heads)
+        self.o_size, self.s_size = math.prod(self.o_shape), math.prod(self.s_shape)
+        self.s_stride = -(-self.s_size // 4) * 4  # each part starts 16-byte aligned (the kernels' vector runs)
+
+    def __call__(self, q: Any, head: tuple, scale: float) -> Any:
+        import torch
+
+        out = torch.empty_like(q)
+        if not out.numel():
+            return out
+        o_end, l_start = self.o_size, self.o_size + self.s_stride
+        buf = torch.empty(l_start + self.s_stride, dtype=torch.float32, device=q.device)
+        o_part = buf[:o_end].view(self.o_shape)
+        m_part = buf[o_end : o_end + self.s_size].view(self.s_shape)
+        l_part = buf[l_start : l_start + self.s_size].view(self.s_shape)
+        self.split(*head, o_part, m_part, l_part, scale)
+        self.combine(
+            o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat),
+            out.view(self.flat[0], self.flat[2], self.o_shape[-1]),
+        )  # fmt: skip
+        return out
+
+
+def plan_split_kv(fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split) -> SplitKV:
+    """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
+    (``build_split(group, block_n, waves, stages)``, compiled) and the combine of a validated call."""
+    batch, q_len, heads, head_dim = q.shape
+    group = heads // kv_heads
+    block_n, waves, stages = decode_config(head_dim, q_len * group, config)
+    if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
+        raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
+    row_tiles = -(-q_len * group // (16 * waves))
+    splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
+    split = build_split(group, block_n, waves, stages)
+    return SplitKV(split, combine_kernel(torch_to_wavec(fn, q.dtype), splits, split.backend), tuple(q.shape), splits)
+
+
+def call_key(*tensors: Any) -> tuple:
+    """What a call's decision depends on of its tensors: shapes, dtypes, devices (None stays None)."""
+    return tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors)
+
+
+def fail(fn: str, message: str) -> wc.WavecError:
+    return wc.WavecError(message=f"{fn}: {message}")
+
+
+def torch_to_wavec(fn: str, torch_dtype: Any) -> Any:
+    name = str(torch_dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise fail(fn, f"q must be float16 or bfloat16, got {name}")
+    return wc.f16 if name == "float16" else wc.bf16
+
+
+def check_query_and_cache(fn: str, q: Any, k: Any, v: Any, cache_shape: str) -> Any:
+    """Shape, dtype and device checks shared by the dense and the paged kernels; returns q's wavec dtype.
+    ``cache_shape`` names the cache dims in messages."""
+    dtype = torch_to_wavec(fn, q.dtype)
+    if q.dim() != 4:
+        raise fail(fn, f"q must be 4-D [batch, q_len, heads, head_dim], got shape {list(q.shape)}")
+    names = ("k_cache", "v_cache") if fn == "paged_attention" else ("k", "v")
+    for name, t in zip(names, (k, v)):
+        if t.dim() != 4 or t.dtype != q.dtype:
+            raise fail(fn, f"{name} must be a 4-D {q.dtype} tensor {cache_shape}, got {t.dim()}-D {t.dtype}")
+        if t.device != q.device:
+            raise fail(fn, f"{name} is on {t.device} but q is on {q.device}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise fail(fn, f"{names[1]} has shape {list(v.shape)} but {names[0]} {list(k.shape)}")
+    _batch, q_len, heads, head_dim = q.shape
+    kv_heads, cache_dim = k.shape[2], k.shape[3]
+    if head_dim not in HEAD_DIMS or cache_dim != head_dim:
+        raise fail(fn, f"head_dim must be one of {HEAD_DIMS} in q and the caches, got q {head_dim}, cache {cache_dim}")
+    if not 1 <= q_len <= MAX_Q_LEN:
+        raise fail(fn, f"q_len (q.shape[1]) must be 1..{MAX_Q_LEN}, got {q_len}")
+    if heads % kv_heads:
+        raise fail(
+            fn, f"{heads} query heads (q.shape[2]) are not a multiple of {kv_heads} kv heads ({names[0]}.shape[2])"
+        )
+    return dtype
+
+
+def check_index_tensor(fn: str, name: str, t: Any, q: Any, dims: int) -> None:
+    import torch
+
+    if t.dtype != torch.int32:
+        raise fail(fn, f"{name} must be int32, got {str(t.dtype).removeprefix('torch.')}")
+    shape = "[batch]" if dims == 1 else "[batch, max_blocks]"
+    if t.dim() != dims or t.shape[0] != q.shape[0]:
+        raise fail(fn, f"{name} must be {shape} with batch = {q.shape[0]}, got shape {list(t.shape)}")
+    if t.device != q.device:
+        raise fail(fn, f"{name} is on {t.device} but q is on {q.device}")
+
+
+def check_lengths(fn: str, q: Any, seq_lens: Any, capacity: int, what: str) -> None:
+    """``q_len <= seq_lens[b] <= capacity`` for every b.  On a GPU this reads the lengths back (a
+    synchronisation), so it runs there only under ``WAVEC_CHECK_BOUNDS=1`` (whose launches synchronise
+    anyway); the emulator (CPU tensors) always checks."""
+    from wavec.knobs import knobs
+
+    if q.is_cuda and not knobs.check_bounds:
+        return
+    q_len = q.shape[1]
+    bad = (seq_lens < q_len) | (seq_lens > capacity)
+    if bool(bad.any()):
+        b = int(bad.nonzero()[0, 0])
+        raise fail(fn, f"seq_lens[{b}] = {int(seq_lens[b])} must be in [q_len, {what}] = [{q_len}, {capacity}]")
+
+
+_FULL_LENGTHS: dict = {}
+
+
+def _full_lengths(batch: int, keys: int, device: Any) -> Any:
+    """A cached int32 [batch] tensor of ``keys`` (``seq_lens=None``)."""
+    import torch
+
+    key = (batch, keys, str(device))
+    t = _FULL_LENGTHS.get(key)
+    if t is None:
+        t = _FULL_LENGTHS[key] = torch.full((batch,), keys, dtype=torch.int32, device=device)
+    return t
+
+
+# (tensors, options) -> SplitKV: what decode_attention decided for them (a repeated call: one lookup)
+_DISPATCH: dict = {}
+
+
+def decode_attention(
+    q,
+    k,
+    v,
+    *,
+    seq_lens=None,
+    scale: float | None = None,
+    num_splits: int | None = None,
+    backend: str | None = None,
+    config: tuple | None = None,
+):
+    """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
+
+    q [B, q_len, Hq, D] (f16 or bf16; q_len 1..16), k / v [B, S_max, Hkv, D] (BSHD; Hq a multiple of Hkv;
+    D 64 or 128), ``seq_lens`` [B] int32: each sequence's length including its q_len new tokens (whose K/V
+    are already in the cache); None: every sequence is S_max long.  Query i attends to positions
+    ``<= seq_len - q_len + i``.  Cache rows past a sequence's length are masked but read: they must be
+    finite (any value; a zeroed or reused cache is).  f32 softmax and accumulation; ``scale`` defaults to
+    1/sqrt(D).  ``num_splits``: splits of the keys (default ``num_splits_for``'s rule); ``config =
+    (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  Contiguous tensors on one device (CPU
+    tensors run on the emulator).  Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and,
+    on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
+    key = (call_key(q, k, v, seq_lens), num_splits, config, backend)
+    run = _DISPATCH.get(key)
+    if run is None:
+        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend)
+    if seq_lens is None:
+        seq_lens = _full_lengths(q.shape[0], k.shape[1], q.device)
+    check_lengths("decode_attention", q, seq_lens, k.shape[1], "S_max")
+    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return run(q, (q, k, v, seq_lens), sc)
+
+
+def _plan_dense(q, k, v, seq_lens, num_splits, config, backend) -> SplitKV:
+    fn = "decode_attention"
+    dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
+    if k.shape[0] != q.shape[0]:
+        raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
+    if seq_lens is not None:
+        check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
+    head_dim = q.shape[-1]
+
+    def build(group: int, block_n: int, waves: int, stages: int) -> Any:
+        return compiled(
+            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend),
+            lambda: wc.compile(
+                make_decode_split(dtype, group, waves=waves),
+                decode_subs(head_dim, group, block_n, waves, stages),
+                backend=backend,
+            ),
+        )
+
+    return plan_split_kv(fn, q, k.shape[2], k.shape[1], num_splits, config, build)

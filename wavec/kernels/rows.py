@@ -1,0 +1,285 @@
+"""Row kernels of any length: ``softmax``, ``rms_norm`` and ``layer_norm`` over the last dimension, one
+binary per (dtype, tile) for every row count M and row length N (both launch values).
+
+A row of up to ``BLOCK_N`` elements is one masked workgroup tile (``WorkgroupConstraint(N, BLOCK_N)``,
+a grid of one along N): read once, reduced, written.  Longer rows are walked twice in tiles of
+``BLOCK_N`` (``TilingConstraint``): the first loop carries the row's statistics in f32 (softmax: the
+running max and the sum rescaled to it, as flash attention does; RMSNorm: the sum of squares;
+LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
+the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
+result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
+max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
+looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
+lengths that are not a multiple of the 16-byte run take the launcher's narrow variant
+(``docs/sizes_and_strides.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import wavec as wc
+from wavec import Memory, Register, f32
+
+M, N = wc.sym.M, wc.sym.N
+BLOCK_N = wc.sym.BLOCK_N
+LOG2E = 1.0 / math.log(2.0)
+NEG_INF = float("-inf")
+ROWS = 4  # rows (waves) per workgroup when a row has one wave
+KINDS = ("softmax", "rms_norm", "layer_norm")
+
+
+def row_constraints(
+    dtype=wc.f16, loop: bool = True, tpw: int = 32, vec: int | None = None, waves_per_row: int = 1
+) -> list:
+    """``ROWS`` rows per workgroup, a wave each; N in loop tiles of ``BLOCK_N`` (bound in subs), or
+    (``loop=False``) one workgroup tile of ``BLOCK_N`` >= N, optionally split over ``waves_per_row``
+    waves (two rows per workgroup then: a tile of one row would make M a batch dim); each lane ``vec``
+    elements per run (16 bytes by default)."""
+    vec = vec or 16 // dtype.bytes
+    along_n = wc.TilingConstraint(N, BLOCK_N) if loop else wc.WorkgroupConstraint(N, BLOCK_N, 1)
+    split = [wc.WaveConstraint(N, BLOCK_N / waves_per_row)] if waves_per_row > 1 else []
+    return [
+        wc.WorkgroupConstraint(M, ROWS if waves_per_row == 1 else 2, 0),
+        wc.WaveConstraint(M, 1),
+        along_n,
+        *split,
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: tpw * vec}),
+    ]
+
+
+def _tile(x, masked: bool, fill: float):
+    """The f32 values of this tile of ``x``; columns past N are ``fill`` in the masked (last) tile."""
+    v = wc.cast(wc.read(x), f32)
+    return wc.where(wc.arange(N)[None, :] < N, v, fill) if masked else v
+
+
+def _listed(results) -> list:
+    """An ``iterate``'s results as a list (one carried value comes back bare)."""
+    return list(results) if isinstance(results, (list, tuple)) else [results]
+
+
+def _row_pass(x, fill: float, init: list, first, second, loop: bool) -> None:
+    """``first(*carried, v, masked)`` folds a tile ``v`` into the statistics, ``second(*stats, v)`` writes
+    a tile.  One tile (``loop=False``): read once, masked.  Loops: ``first`` over the full tiles then the
+    masked last one, then ``second`` over every tile read again."""
+    if not loop:
+        v = _tile(x, True, fill)  # columns past N: ``fill``, and their stores are masked
+        second(*_listed(first(*init, v=v, masked=True)), v=v)
+        return
+    whole = N // BLOCK_N * BLOCK_N
+
+    @wc.iterate(N, init_args=init, end=whole)
+    def full(*carried):
+        return first(*carried, v=_tile(x, False, fill), masked=False)
+
+    @wc.iterate(N, init_args=_listed(full), start=whole)
+    def edge(*carried):
+        return first(*carried, v=_tile(x, True, fill), masked=True)
+
+    stats = _listed(edge)
+
+    @wc.iterate(N, init_args=[])
+    def out_loop() -> list:
+        second(*stats, v=wc.cast(wc.read(x), f32))
+        return []
+
+
+def make_softmax_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
+    """``out = softmax(x, -1)`` for ``x [M, N]``; a row of -inf (or NaN) gives NaN, as torch."""
+
+    @wc.wave(row_constraints(dtype, loop, **constraints))
+    def softmax_rows(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
+        def first(m_i, l_i, v, masked: bool):
+            m_new = wc.maximum(m_i, wc.max(v, N))
+            p = wc.exp2((v - m_new[:, None]) * LOG2E)
+            return m_new, l_i * wc.exp2((m_i - m_new) * LOG2E) + wc.sum(p, N)
+
+        def second(m_i, l_i, v) -> None:
+            wc.write(wc.cast(wc.exp2((v - m_i[:, None]) * LOG2E) * wc.reciprocal(l_i)[:, None], dtype), out)
+
+        _row_pass(x, NEG_INF, [Register[M, f32](NEG_INF), Register[M, f32](0.0)], first, second, loop)
+
+    return softmax_rows
+
+
+def make_rms_norm_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
+    """``out = x * rsqrt(mean(x**2) + eps) * w`` for ``x [M, N]``, ``w [N]``."""
+
+    @wc.wave(row_constraints(dtype, loop, **constraints))
+    def rms_norm_rows(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype], eps: wc.Scalar[f32],
+        inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        def first(ss, v, masked: bool):
+            return (ss + wc.sum(v * v, N),)
+
+        def second(ss, v) -> None:
+            r = wc.rsqrt(ss * inv_n + eps)
+            wc.write(wc.cast(v * wc.cast(wc.read(w), f32)[None, :] * r[:, None], dtype), out)
+
+        _row_pass(x, 0.0, [Register[M, f32](0.0)], first, second, loop)
+
+    return rms_norm_rows
+
+
+def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
+    """``out = (x - mean) * rsqrt(var + eps) * w + b`` (biased variance, as torch) for ``x [M, N]``;
+    ``block_n``: the value of ``BLOCK_N`` in subs (a full tile's count)."""
+
+    @wc.wave(row_constraints(dtype, loop, **constraints))
+    def layer_norm_rows(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
+        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        def first(n_a, mean_a, m2_a, v, masked: bool):
+            if masked:
+                cols = wc.cast(wc.arange(N)[None, :] < N, f32)
+                n_b = wc.sum(cols, N)
+                mean_b = wc.sum(v, N) * wc.reciprocal(n_b)
+                d = (v - mean_b[:, None]) * cols
+            else:
+                n_b = Register[M, f32](float(block_n))
+                mean_b = wc.sum(v, N) * (1.0 / block_n)
+                d = v - mean_b[:, None]
+            m2_b = wc.sum(d * d, N)
+            n = n_a + n_b
+            delta = mean_b - mean_a
+            share = n_b * wc.reciprocal(n)
+            return n, mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share
+
+        def second(_n, mean, m2, v) -> None:
+            r = wc.rsqrt(m2 * inv_n + eps)
+            y = (v - mean[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
+            wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
+
+        if loop:
+            _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
+            return
+        # one tile: only the deviations stay live (a 16-wave row of 16384 bf16 spilled the merged form's
+        # registers: 0.10 of copy bandwidth on an H100)
+        v = _tile(x, True, 0.0)
+        d = wc.where(wc.arange(N)[None, :] < N, v - (wc.sum(v, N) * inv_n)[:, None], 0.0)
+        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
+        wc.write(wc.cast(y, dtype), out)
+
+    return layer_norm_rows
+
+
+DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
+MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
+    "softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows,
+}  # fmt: skip
+
+
+RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
+MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
+
+
+def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
+    """(``BLOCK_N``, loop, elements per lane-run, waves per row) for rows of ``n`` elements, with ``unit``
+    = 32 lanes x 16 bytes.  A row of up to ``RUNS_PER_WAVE * MAX_WAVES_PER_ROW`` units (16384 bf16) is one
+    tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
+    leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
+    (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
+    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each, as do
+    rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x slower
+    split over waves).  A handful
+    of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
+    vec = 16 // dtype.bytes
+    unit = 32 * vec
+    narrow = n % vec != 0  # the launcher's narrow variant: one-element runs, where more waves did worse
+    if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
+        return 8 * unit, True, vec, 1
+    while vec > 1 and 16 * vec >= n:
+        vec //= 2
+    tile = 32 * vec
+    while tile < n:
+        tile *= 2
+    waves = max(1, tile // (RUNS_PER_WAVE * unit))
+    # LayerNorm's two cross-wave sums and its registers: 1024 threads (64 registers each) spilled at 16384
+    return tile, False, vec, 1 if narrow else min(waves, MAX_WAVES_PER_ROW // (2 if kind == "layer_norm" else 1))
+
+
+_COMPILED: dict = {}
+
+
+def _kernel(kind: str, dtype, n: int, backend: str | None):
+    block_n, loop, vec, waves = config_for(dtype, n, kind)
+    key = (kind, dtype.name, block_n, loop, vec, waves, backend)
+    if key not in _COMPILED:
+        extra = {"block_n": block_n} if kind == "layer_norm" else {}
+        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
+        _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
+    return _COMPILED[key]
+
+
+def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
+    """(wavec dtype, ``x`` as [rows, N] with N the last dim, dense) or a ``WavecError`` naming ``x``."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise wc.WavecError(message=f"{op}: x must be a torch.Tensor, got {type(x).__name__}")
+    name = str(x.dtype).removeprefix("torch.")
+    if name not in DTYPES or x.dim() == 0:
+        raise wc.WavecError(
+            message=f"{op}: x must be a tensor of at least one dim of {sorted(DTYPES)}, got {x.dim()}-D {name}"
+        )
+    if dim not in range(-x.dim(), x.dim()) or (dim % x.dim()) != x.dim() - 1:
+        raise wc.WavecError(message=f"{op}: dim must be the last dim (-1 or {x.dim() - 1}), got {dim}")
+    return DTYPES[name], x.reshape(-1, x.shape[-1]).contiguous()
+
+
+def _vector(op: str, name: str, v: Any, x: Any) -> Any:
+    """A weight or bias: ``None`` is ones (or zeros for a bias); else [N] of x's dtype and device."""
+    import torch
+
+    n = x.shape[-1]
+    if v is None:
+        return (torch.ones if name == "weight" else torch.zeros)(n, dtype=x.dtype, device=x.device)
+    if not isinstance(v, torch.Tensor) or tuple(v.shape) != (n,) or v.dtype != x.dtype or v.device != x.device:
+        got = f"{tuple(v.shape)} {v.dtype} on {v.device}" if isinstance(v, torch.Tensor) else type(v).__name__
+        raise wc.WavecError(message=f"{op}: {name} must be [{n}] {x.dtype} on {x.device}, got {got}")
+    return v.contiguous()
+
+
+def _eps(op: str, eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise wc.WavecError(message=f"{op}: eps must be a float >= 0, got {eps!r}")
+    return float(eps)
+
+
+def softmax(x, dim: int = -1, *, backend: str | None = None):
+    """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
+    returned in x's dtype.  A non-contiguous ``x`` is copied first."""
+    dtype, rows = _rows("softmax", x, dim)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("softmax", dtype, rows.shape[1], backend)(rows, out)
+    return out.reshape(x.shape)
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
+    """``x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dim (``weight`` None: ones), as
+    ``torch.nn.functional.rms_norm(x, (N,), weight, eps)``; statistics in f32."""
+    dtype, rows = _rows("rms_norm", x)
+    w, e = _vector("rms_norm", "weight", weight, x), _eps("rms_norm", eps)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("rms_norm", dtype, rows.shape[1], backend)(rows, w, out, e, 1.0 / rows.shape[1])
+    return out.reshape(x.shape)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
+    """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
+    statistics in f32, Chan's merge of per-tile means and sums of squares)."""
+    dtype, rows = _rows("layer_norm", x)
+    w, b = _vector("layer_norm", "weight", weight, x), _vector("layer_norm", "bias", bias, x)
+    e = _eps("layer_norm", eps)
+    out = rows.new_empty(rows.shape)
+    if out.numel():
+        _kernel("layer_norm", dtype, rows.shape[1], backend)(rows, w, b, out, e, 1.0 / rows.shape[1])
+    return out.reshape(x.shape)
