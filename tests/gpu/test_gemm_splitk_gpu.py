@@ -23,7 +23,7 @@ def test_matmul_decode_splitk(shape, dtype) -> None:
     m, n, k = shape
     a, b = torch.randn(m, k, device="cuda").to(dtype), torch.randn(n, k, device="cuda").to(dtype)
     ref = a.double() @ b.double().T
-    c = gm.matmul(a, b, split="auto")
+    c = gm.matmul(a, b, split="auto", out_dtype=torch.float32)
     torch.cuda.synchronize()
     assert not c.isnan().any() and _rel_err(c, ref) < 1e-5, (shape, splitk_config(m, n, k)[2])
     c = gm.matmul(a, b, split="auto", out_dtype=dtype)
@@ -34,6 +34,6 @@ def test_matmul_decode_splitk(shape, dtype) -> None:
 def test_matmul_forced_split(split: int) -> None:
     """K = 4104 (not a multiple of BLOCK_K 128); S = 64 leaves 31 of 64 slices empty."""
     a, b = torch.randn(3, 4104, device="cuda").half(), torch.randn(4160, 4104, device="cuda").half()
-    c = gm.matmul(a, b, split=split)
+    c = gm.matmul(a, b, split=split, out_dtype=torch.float32)
     torch.cuda.synchronize()
     assert _rel_err(c, a.double() @ b.double().T) < 1e-5

@@ -174,3 +174,16 @@ def test_matmul_c_in_input_dtype(dtype):
         tol = 2e-3 if dtype == torch.float16 else 1.6e-2
         err = float((c.double() - ref).abs().max() / ref.abs().max())
         assert err < tol, (m, n, kk, err)
+
+
+def test_matmul_defaults_follow_torch() -> None:
+    """``matmul(a, b)``: C in a's dtype (as ``torch.matmul``) on the device's best path (wgmma on sm_90)."""
+    from wavec.kernels import gemm as gm
+
+    a, b = torch.randn(300, 256, device="cuda").half(), torch.randn(200, 256, device="cuda").half()
+    c = gm.matmul(a, b)
+    assert c.dtype == torch.float16
+    ref = a.double() @ b.double().T
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 2e-3
+    want = "wgmma" if torch.cuda.get_device_capability() == (9, 0) else "mma_sync"
+    assert gm.auto_mma(a, None, gm.GemmRequest(mma="auto")) == want

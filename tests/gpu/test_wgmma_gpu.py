@@ -103,6 +103,6 @@ def test_matmul_wgmma(dt: str) -> None:
     for m, n, k in [(4096, 4096, 4096), (8192, 8192, 1024), (512, 4096, 1024), (1024, 1024, 1024), (130, 72, 64)]:
         a = torch.randn(m, k, device="cuda").to(TORCH_DT[dt])
         b = torch.randn(n, k, device="cuda").to(TORCH_DT[dt])
-        c = gm.matmul(a, b, mma="wgmma")
+        c = gm.matmul(a, b, mma="wgmma", out_dtype=torch.float32)
         ref = a.double() @ b.double().T
         assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-5
