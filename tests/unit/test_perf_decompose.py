@@ -1,0 +1,181 @@
+"""``wavec.perf.decompose`` against hand counts: GEMM FLOPs and bytes, softmax bytes and exp2, attention's
+exp2 and causal triangle (unequal tasks), and the evaluator on a hand-written MLIR function."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import wavec as wc
+from wavec.errors import ArgumentError, PerfError
+from wavec.kernels import attention as A
+from wavec.kernels import rows as R
+from wavec.kernels.gemm import build_gemm, make_gemm
+from wavec.perf import decompose
+from wavec.perf.mlir_text import parse_kernel
+from wavec.tuning.plan import DEFAULT_PLAN, GemmRequest, plan_matmul
+
+BM, BN, BK = DEFAULT_PLAN.block_m, DEFAULT_PLAN.block_n, DEFAULT_PLAN.block_k
+
+
+@pytest.fixture(scope="module")
+def gemm():
+    return wc.compile(make_gemm(), DEFAULT_PLAN.subs, target="sm_90", backend="emulator", cache=False)
+
+
+def _attention(causal: bool, mma: str, seq: int):
+    subs, waves = A.attention_config(128, seq, None, mma, causal)
+    split = A.SPLIT_EPILOGUE[mma]
+    kernel = A.make_attention(wc.f16, "bhsd", causal, waves, mma, split_epilogue=split)
+    target = "sm_90a" if mma == "wgmma" else "sm_90"
+    return wc.compile(kernel, subs, target=target, backend="emulator", cache=False), subs
+
+
+@pytest.mark.parametrize("m,n,k", [(256, 256, 256), (512, 192, 1024), (100, 70, 48)])
+def test_gemm_flops_and_bytes(gemm, m, n, k):
+    d = decompose(gemm, (m, k), (n, k))
+    tiles_m, tiles_n, ktiles = -(-m // BM), -(-n // BN), -(-k // BK)
+    assert d.tasks == tiles_m * tiles_n and d.threads == 128
+    # Edge tiles compute padded: every workgroup runs full BM x BN x BK steps.
+    assert d.total("tensor:mma.sync:f16") == 2 * (tiles_m * BM) * (tiles_n * BN) * (ktiles * BK)
+    if (m, n, k) == (256, 256, 256):
+        assert d.total("tensor") == 2 * m * n * k
+    # Stores are masked per element pair: exactly C.
+    assert d.total("global_write") == m * n * 4
+    # cp.async reads A and B panels (rows clamped, K tails by byte count); the pipelined loop's last
+    # iteration prefetches min(i + 1, last): one K tile more than the loop needs.
+    panel = (BM + BN) * 2
+    cols = [min(BK, max(0, k - j * BK)) for j in range(ktiles)] + [min(BK, k - (ktiles - 1) * BK)]
+    assert d.total("global_read") == d.tasks * panel * sum(cols)
+    assert d.footprint == {"read": (m + n) * k * 2, "write": m * n * 4}
+    assert [set(t.tolist()) for t in d.trips.values()] == [{ktiles}]
+    assert not d.notes
+
+
+def test_gemm_wgmma_persistent_exact():
+    m, n, k = 4096, 2048, 512
+    plan = plan_matmul(m, n, k, GemmRequest(mma="wgmma"), "H100")
+    kernel = wc.compile(build_gemm(plan, target="sm_90a"), plan.subs, target="sm_90a", backend="emulator", cache=False)
+    with pytest.raises(ArgumentError, match="SM count"):
+        decompose(kernel, (m, k), (n, k))
+    d = decompose(kernel, (m, k), (n, k), gpu="h100")
+    tiles = -(-m // plan.block_m) * -(-n // plan.block_n)
+    assert d.tasks == min(132, tiles)
+    assert d.total("tensor:wgmma:f16") == 2 * m * n * k
+    # TMA boxes: each tile reads its A and B panels once over K.
+    assert d.total("global_read") == tiles * (plan.block_m + plan.block_n) * k * 2
+    assert d.total("global_write") == m * n * 4
+    # 256 tiles over 132 persistent CTAs: 124 run two tiles, 8 run one.
+    per_tile = 2 * plan.block_m * plan.block_n * k
+    counts = np.bincount((d.per_task("tensor") / per_tile).astype(int))
+    assert counts.tolist() == [0, 2 * 132 - tiles, tiles - 132]
+    assert not d.notes
+
+
+@pytest.mark.parametrize("m,n", [(999, 3000), (64, 4096)])
+def test_softmax_bytes_and_exp2(m, n):
+    kernel = wc.compile(
+        R.make_softmax_rows(wc.f16, loop=False, vec=8, waves_per_row=4),
+        {wc.sym.BLOCK_N: 4096},
+        target="sm_90",
+        backend="emulator",
+        cache=False,
+    )
+    d = decompose(kernel, (m, n))
+    assert d.total("global_read") == m * n * 2 and d.total("global_write") == m * n * 2
+    rows_per_wg = d.threads // 128
+    assert d.tasks == -(-m // rows_per_wg)
+    # Compute is not masked, memory is: exp2 over the whole 4096-wide tile of every row of every workgroup
+    # (an odd M's last row too) in both passes, and one rescale exp2 per row in each of its 128 threads.
+    rows = d.tasks * rows_per_wg
+    assert d.total("xu:exp2") == 2 * rows * 4096 + rows * 128
+    assert d.total("xu:rcp") == rows * 128
+
+
+def test_attention_exp2_and_flops():
+    b, h, s, dim = 1, 2, 512, 128
+    kernel, subs = _attention(False, "mma_sync", s)
+    d = decompose(kernel, (b, h, s, dim), (b, h, s, dim), (b, h, s, dim))
+    assert d.total("tensor:mma.sync:f16") == 4 * b * h * s * s * dim
+    bn = subs[wc.sym.BLOCK_N]
+    # One exp2 per score, plus the running-max correction of each row per key block in the 4 lanes
+    # that hold the row.
+    assert d.total("xu:exp2") == b * h * s * s + b * h * s * (s // bn) * 4
+    assert d.total("global_write") == b * h * s * dim * 2
+    assert not d.notes
+
+
+@pytest.mark.parametrize("mma", ["mma_sync", "wgmma"])
+def test_attention_causal_triangle(mma):
+    b, h, s, dim = 1, 1, 1024, 128
+    kernel, subs = _attention(True, mma, s)
+    d = decompose(kernel, (b, h, s, dim), (b, h, s, dim), (b, h, s, dim))
+    bm, bn = subs[wc.sym.BLOCK_M], subs[wc.sym.BLOCK_N]
+    flops = d.per_task("tensor")
+    assert len(set(flops.tolist())) == s // bm  # every query tile does a different amount of work
+    # Query tile i visits key blocks 0 .. ceil((i + 1) * bm / bn) - 1.
+    visits = sum(math.ceil((i + 1) * bm / bn) for i in range(s // bm))
+    assert d.total("tensor") == 4 * dim * bm * bn * visits * b * h
+    assert d.total("xu:exp2") >= visits * bm * bn  # the scores, plus row corrections
+    assert np.sort(flops).tolist() == sorted(4 * dim * bm * bn * math.ceil((i + 1) * bm / bn) for i in range(s // bm))
+
+
+def test_bad_shapes_name_the_argument(gemm):
+    with pytest.raises(ArgumentError, match="shapes"):
+        decompose(gemm, (64, 64))
+    with pytest.raises(ArgumentError, match="'b'.*dimension K"):
+        decompose(gemm, (64, 64), (64, 32))
+
+
+HAND_MLIR = """
+func.func @k() {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %n = hal.interface.constant.load layout(#pl) ordinal(0) : i32
+  %nn = arith.index_castui %n : i32 to index
+  %m = hal.interface.binding.subspan layout(#pl) binding(0) alignment(16) offset(%c0) : memref<?xf32>{%nn}
+  %t = gpu.thread_id x
+  %b = gpu.block_id x
+  %end = arith.addi %b, %c1 : index
+  scf.for %i = %c0 to %end step %c1 {
+    %lo = arith.cmpi ult, %t, %c4 : index
+    scf.if %lo {
+      %v = vector.load %m[%i] : memref<?xf32>, vector<4xf32>
+      %e = math.exp2 %v : vector<4xf32>
+    } else {
+      %x = arith.mulf %cst, %cst : f32
+    }
+  }
+  return
+}
+"""
+
+
+def test_walker_on_hand_mlir():
+    """Workgroup b runs b + 1 iterations; threads 0..3 load 16 bytes and take 4 exp2, the rest multiply."""
+    from wavec.perf.demand import Demand
+    from wavec.perf.evaluate import Walker
+
+    ops = parse_kernel(HAND_MLIR)
+    rules = Demand((), None, 32)
+    w = Walker(ops, [7], (5, 1, 1), (32, 1, 1), 0, 5, rules.count, rules.pointer_of)
+    w.run()
+    trips = np.arange(1, 6)
+    assert [t.tolist() for t in w.trips.values()] == [trips.tolist()]
+    assert w.counts["global_read"].tolist() == (trips * 4 * 16).tolist()
+    assert w.counts["xu:exp2"].tolist() == (trips * 4 * 4).tolist()
+    assert w.counts["fma:f32"].tolist() == (trips * 28).tolist()
+
+
+def test_data_dependent_loop_bound_is_an_error():
+    text = HAND_MLIR.replace("%end = arith.addi %b, %c1 : index", "%end = memref.load %m[%c0] : memref<?xf32>")
+    from wavec.perf.demand import Demand
+    from wavec.perf.evaluate import Walker
+
+    rules = Demand((), None, 32)
+    w = Walker(parse_kernel(text), [7], (1, 1, 1), (32, 1, 1), 0, 1, rules.count, rules.pointer_of)
+    with pytest.raises(PerfError, match="depend on data"):
+        w.run()
