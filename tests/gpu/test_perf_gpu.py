@@ -66,9 +66,10 @@ def test_roofline_bounds_measured_time(kernel, sizes, mma, causal) -> None:
     torch.cuda.synchronize()
     measured = min(cuda_event_timer(None, fn, reps=10) for _ in range(5))
     ratio = measured / bound
-    print(f"{kernel} {sizes} {mma} causal={causal}: measured {measured * 1e6:.1f} us, roofline "
-          f"{bound * 1e6:.1f} us, {100 / ratio:.0f}% of the roofline")
+    print(
+        f"{kernel} {sizes} {mma} causal={causal}: measured {measured * 1e6:.1f} us, roofline "
+        f"{bound * 1e6:.1f} us, {100 / ratio:.0f}% of the roofline"
+    )
     # 0.8: published clocks and rates (1.83 GHz tensor clock vs up to 1.98 GHz; estimated L2 bandwidth).
     assert 0.8 <= ratio <= 8.0, (kernel, sizes, mma, measured, bound)
     assert not [n for n in decomp.notes if n.startswith("ops not counted")], decomp.notes
-

@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError, PerfError
 from ..abi import SMS_NAME
+from ..errors import ArgumentError, PerfError
 from ..runtime.artifact import Artifact
 from ..runtime.binding import grid_for
 from .demand import Demand
@@ -90,17 +90,20 @@ def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping
         raise ArgumentError(
             kernel=meta.kernel,
             arg="shapes",
-            message=f"give the shapes of all {len(meta.args)} tensors or of the {len(inputs)} inputs, got {len(shapes)}",
+            message=f"give the shapes of all {len(meta.args)} tensors or of the {len(inputs)} inputs, "
+            f"got {len(shapes)}",
         )
     symbols: dict[str, int] = dict(meta.static_symbols)
     for spec, given in zip(specs, shapes, strict=True):
         shape = tuple(int(d) for d in (given.shape if hasattr(given, "shape") else given))
         if len(shape) != len(spec.shape):
-            raise ArgumentError(kernel=meta.kernel, arg=spec.name, message=f"rank {len(spec.shape)} expected, got {shape}")
+            message = f"rank {len(spec.shape)} expected, got {shape}"
+            raise ArgumentError(kernel=meta.kernel, arg=spec.name, message=message)
         for entry, size in zip(spec.shape, shape, strict=True):
             known = entry if isinstance(entry, int) else symbols.get(entry)
             if known is not None and known != size:
-                raise ArgumentError(kernel=meta.kernel, arg=spec.name, message=f"dimension {entry} is {known}, got {size}")
+                message = f"dimension {entry} is {known}, got {size}"
+                raise ArgumentError(kernel=meta.kernel, arg=spec.name, message=message)
             if isinstance(entry, str):
                 symbols[entry] = size
     for name, value in scalars.items():

@@ -70,15 +70,19 @@ _FREE = {
     "return",
     "amdgpu.lds_barrier",
 }
-_FREE_PREFIX = ("nvvm.mbarrier", "nvvm.fence", "nvvm.wgmma.fence", "nvvm.wgmma.commit", "nvvm.wgmma.wait")
-_FREE_PREFIX += ("nvvm.setmaxregister", "nvvm.barrier", "rocdl.s.")
+_FREE_PREFIX = tuple(
+    ("nvvm.mbarrier", "nvvm.fence", "nvvm.wgmma.fence", "nvvm.wgmma.commit", "nvvm.wgmma.wait")
+    + ("nvvm.setmaxregister", "nvvm.barrier", "rocdl.s.")
+)
 _FMA = {"addf", "subf", "mulf", "maximumf", "minimumf", "maxnumf", "minnumf", "negf", "cmpf", "fma", "absf"}
 _FMA |= {"copysign", "remf"}
 _CVT = {"truncf", "extf", "fptosi", "fptoui", "sitofp", "uitofp"}
 _XU_MATH = {"exp2": "exp2", "exp": "exp", "log": "log", "log2": "log2", "rsqrt": "rsqrt", "sqrt": "sqrt"}
 _XU_MATH |= {"tanh": "tanh", "sin": "sin", "cos": "cos", "erf": "erf", "powf": "pow"}
-_XU_INTRINSIC = (("ex2", "exp2"), ("exp2", "exp2"), ("rcp", "rcp"), ("rsq", "rsqrt"), ("lg2", "log2"))
-_XU_INTRINSIC += (("log", "log2"), ("tanh", "tanh"), ("sin", "sin"), ("cos", "cos"), ("sqrt", "sqrt"))
+_XU_INTRINSIC = tuple(
+    (("ex2", "exp2"), ("exp2", "exp2"), ("rcp", "rcp"), ("rsq", "rsqrt"), ("lg2", "log2"))
+    + (("log", "log2"), ("tanh", "tanh"), ("sin", "sin"), ("cos", "cos"), ("sqrt", "sqrt"))
+)
 _PTX_DTYPES = {"f16": "f16", "bf16": "bf16", "tf32": "tf32", "e4m3": "f8", "e5m2": "f8", "s8": "i8", "u8": "i8"}
 _WGMMA_ASM = re.compile(r"wgmma\.mma_async(?:\.sp)?\.sync\.aligned\.m(\d+)n(\d+)k(\d+)\.(\w+)\.(\w+)\.(\w+)")
 _WGMMA_OP = re.compile(r"<m = (\d+), n = (\d+), k = (\d+)>.*A\[<(\w+)>.*B\[<(\w+)>")
@@ -169,10 +173,10 @@ class Demand:
 
     def _intrinsic(self, op: Op, w: Walker) -> None:
         m = re.match(r'^"([^"]+)"', op.text)
-        fn = (m.group(1) if m else "").lower().split(".")
+        parts = [p for p in (m.group(1) if m else "").lower().split(".")[1:] if p not in ("nvvm", "amdgcn")]
         n, dt = _elements(op)
         for token, kind in _XU_INTRINSIC:
-            if any(part == token or part.startswith(token) for part in fn[2:3]):
+            if parts and parts[0].startswith(token):
                 w.add(f"xu:{kind}", n)
                 return
         w.add(f"fma:{dt}", n)
@@ -262,7 +266,7 @@ class Demand:
     def _async_copy(self, op: Op, w: Walker, refs: list[str]) -> None:
         head = re.sub(r"\[[^\]]*\]", "", op.text.split(" : ")[0])
         parts = [p.strip().split()[0] for p in head.split(",") if p.strip()]
-        elem = DTYPE_BYTES.get(elem_type(refs[0]) if refs else "f16", 2)
+        elem = DTYPE_BYTES.get((elem_type(refs[0]) if refs else None) or "f16", 2)
         dst_elems = int(parts[2])
         src: Value = dst_elems
         if len(parts) > 3:

@@ -84,8 +84,10 @@ _BINARY: dict[str, Callable[[Value, Value], Value]] = {
     "arith.shrui": lambda a, b: np.right_shift(_u(a), _u(b)).astype(np.int64),
     "arith.shrsi": lambda a, b: np.right_shift(a, b),
 }
-_PASS = ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi", "arith.trunci", "llvm.inttoptr")
-_PASS += ("llvm.ptrtoint", "arith.bitcast")
+_PASS = frozenset(
+    ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi", "arith.trunci", "llvm.inttoptr")
+    + ("llvm.ptrtoint", "arith.bitcast")
+)
 _IDS = {"gpu.block_id": "block", "gpu.thread_id": "thread", "gpu.grid_dim": "grid", "gpu.block_dim": "dim"}
 
 
