@@ -15,6 +15,7 @@ graph whose costs a lowering can still change.  An op the rules do not know is l
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +30,7 @@ from .demand import Demand
 from .evaluate import Walker
 from .gpus import GPUSpec
 from .gpus import gpu as find_gpu
-from .mlir_text import DTYPE_BYTES, parse_kernel
+from .mlir_text import DTYPE_BYTES, Op, parse_kernel
 
 __all__ = ["Decomposition", "decompose", "launch_symbols"]
 
@@ -137,9 +138,21 @@ def _grid(artifact: Artifact, symbols: dict[str, int], sms: int | None) -> tuple
     return grid_for(meta, symbols)
 
 
-def _wave(artifact: Artifact) -> int:
-    import re
+def _allocated_shared(ops: list[Op]) -> int:
+    """Bytes of the workgroup-memory allocations (a ROCm artifact's metadata records no shared size)."""
+    total = 0
+    for op in ops:
+        if op.name == "memref.alloc" and "workgroup" in op.text:
+            m = re.search(r"memref<((?:\d+x)+)(\w+)", op.text)
+            if m:
+                dims = [int(d) for d in m.group(1).split("x") if d]
+                total += math.prod(dims) * DTYPE_BYTES.get(m.group(2), 4)
+        for region in op.regions:
+            total += _allocated_shared(region)
+    return total
 
+
+def _wave(artifact: Artifact) -> int:
     m = re.search(r"subgroup_size = (\d+)", artifact.mlir)
     return int(m.group(1)) if m else (64 if artifact.target.startswith("gfx") else 32)
 
@@ -180,7 +193,7 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
         grid=grid,
         block=block,
         wave=rules.wave,
-        shared_bytes=meta.shared_bytes,
+        shared_bytes=meta.shared_bytes or _allocated_shared(ops),
         registers=meta.registers,
         demand=demand,
         trips=trips,
