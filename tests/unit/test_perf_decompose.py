@@ -220,3 +220,34 @@ def test_gemm_mfma_on_gfx942():
     assert d.total("tensor:mfma:f16") == 2 * m * n * k
     assert d.total("global_write") == m * n * 4
     assert d.shared_bytes > 0  # from the MLIR's workgroup allocations: the HSACO metadata has none
+
+
+IDS_IN_LOOP = """
+func.func @k() {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %m = hal.interface.binding.subspan layout(#pl) binding(0) alignment(16) offset(%c0) : memref<?xf32>{%c4}
+  %t = gpu.thread_id x
+  scf.for %i = %c0 to %c4 step %c1 {
+    %b = gpu.block_id x
+    %lim = arith.addi %b, %i : index
+    %in = arith.cmpi ult, %t, %lim : index
+    scf.if %in {
+      %v = memref.load %m[%i] : memref<?xf32>
+    }
+  }
+  return
+}
+"""
+
+
+def test_walker_ids_read_inside_a_loop():
+    """Workgroup b, iteration i: threads below b + i load 4 bytes (ids made inside a loop broadcast right)."""
+    from wavec.perf.demand import Demand
+    from wavec.perf.evaluate import Walker
+
+    rules = Demand((), None, 32)
+    w = Walker(parse_kernel(IDS_IN_LOOP), [], (3, 1, 1), (32, 1, 1), 0, 3, rules.count, rules.pointer_of)
+    w.run()
+    assert w.counts["global_read"].tolist() == [4 * sum(b + i for i in range(4)) for b in range(3)]

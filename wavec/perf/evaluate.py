@@ -124,7 +124,7 @@ class Walker:
         for i, axis in enumerate("xyz"):
             self.ids[("grid", axis)] = np.int64(grid[i])
             self.ids[("dim", axis)] = np.int64(block[i])
-        self.scopes: list[dict[str, tuple[Value, int]]] = [{}]
+        self.scopes: list[dict[str, Value]] = [{}]
         self.mask: Value = True
         self.counts: dict[str, np.ndarray] = {}
         self.trips: dict[str, np.ndarray] = {}
@@ -134,18 +134,18 @@ class Walker:
     def get(self, name: str) -> Value:
         for scope in reversed(self.scopes):
             if name in scope:
-                value, ndim = scope[name]
-                return self._expand(value, ndim)
+                return self._expand(scope[name])
         return None  # block arguments of regions we do not model (scf.while) and names defined later
 
-    def _expand(self, value: Value, ndim: int) -> Value:
+    def _expand(self, value: Value) -> Value:
+        """``value`` with a unit axis for each loop entered since it was made (axes go before the thread's)."""
         n = len(self.domain)
-        if isinstance(value, np.ndarray) and value.ndim and ndim < n:
-            return value.reshape(value.shape[:-1] + (1,) * (n - ndim) + value.shape[-1:])
+        if isinstance(value, np.ndarray) and 0 < value.ndim < n:
+            return value.reshape(value.shape[:-1] + (1,) * (n - value.ndim) + value.shape[-1:])
         return value
 
     def set(self, name: str, value: Value) -> None:
-        self.scopes[-1][name] = (value, len(self.domain))
+        self.scopes[-1][name] = value
 
     def value(self, op: Op, index: int = 0) -> Value:
         names = operands(op.text)
@@ -278,20 +278,14 @@ class Walker:
             self.domain = outer_domain[:-1] + [size] + outer_domain[-1:]
             n = len(self.domain)
             it = np.arange(start, start + size, dtype=np.int64).reshape((1,) * (n - 2) + (size, 1))
-            lb_e, step_e, trips_e = (self._expand_to(x, n) for x in (lb, step, trips))
-            mask_e = self._expand_to(np.asarray(outer_mask), n)
+            lb_e, step_e, trips_e, mask_e = (self._expand(x) for x in (lb, step, trips, np.asarray(outer_mask)))
             self.mask = np.logical_and(mask_e, it < trips_e)
-            self.scopes.append({iv: (lb_e + it * step_e, n), **{c: (None, n) for c in carried}})
+            self.scopes.append({iv: lb_e + it * step_e, **dict.fromkeys(carried)})
             self.region(op.regions[0])
             self.scopes.pop()
         self.mask, self.domain = outer_mask, outer_domain
         for r in op.results:
             self.set(r, None)
-
-    def _expand_to(self, x: np.ndarray, n: int) -> np.ndarray:
-        if x.ndim == 0:
-            return x
-        return x.reshape(x.shape[:-1] + (1,) * (n - x.ndim) + x.shape[-1:])
 
     def _max_per_workgroup(self, x: np.ndarray) -> np.ndarray:
         if x.ndim == 0:
