@@ -251,3 +251,29 @@ def test_walker_ids_read_inside_a_loop():
     w = Walker(parse_kernel(IDS_IN_LOOP), [], (3, 1, 1), (32, 1, 1), 0, 3, rules.count, rules.pointer_of)
     w.run()
     assert w.counts["global_read"].tolist() == [4 * sum(b + i for i in range(4)) for b in range(3)]
+
+
+def test_split_kv_decode_pads_query_rows_to_the_tile():
+    """Decode attention: K and V are read once, and the tensor pipe computes every split's full BLOCK_M x N
+    tile though only QL x G query rows are real."""
+    from wavec.kernels import decode as dec
+
+    group, dim = 4, 128
+    block_n, waves, stages = dec.decode_config(dim, group)
+    subs = dec.decode_subs(dim, group, block_n, waves, stages)
+    kernel = wc.compile(dec.make_decode_split(wc.f16, group), subs, target="sm_90", backend="emulator", cache=False)
+    b, ql, kvh, n, splits = 8, 1, 8, 4096, 4
+    h = kvh * group
+    d = decompose(
+        kernel, (b, ql, h, dim), (b, n, kvh, dim), (b, n, kvh, dim), (b,), (b, splits, ql, h, dim),
+        (b, splits, ql, h), (b, splits, ql, h),
+    )  # fmt: skip
+    block_m = subs[dec.BLOCK_M]
+    assert d.tasks == b * kvh * splits
+    assert d.total("tensor:mma.sync:f16") == 4 * block_m * n * dim * b * kvh
+    kv = 2 * b * n * kvh * dim * 2
+    # Per task besides: the pipelined loop's one extra K and V tile, its G query rows, seq_len in each lane.
+    extra = 2 * block_n * dim * 2 + group * ql * dim * 2 + 32 * 4
+    assert d.total("global_read") == kv + d.tasks * extra
+    assert d.total("global_write") == b * splits * ql * h * (dim + 2) * 4
+    assert not d.notes
