@@ -73,3 +73,15 @@ def test_roofline_bounds_measured_time(kernel, sizes, mma, causal) -> None:
     # 0.8: published clocks and rates (1.83 GHz tensor clock vs up to 1.98 GHz; estimated L2 bandwidth).
     assert 0.8 <= ratio <= 8.0, (kernel, sizes, mma, measured, bound)
     assert not [n for n in decomp.notes if n.startswith("ops not counted")], decomp.notes
+
+
+def test_measured_rates_are_near_the_published_ones() -> None:
+    from wavec.perf.gpus import measure_rates
+
+    table = from_torch()
+    spec = measure_rates(table)
+    kind = max((k for k in table.tensor if k[1] == "f16"), key=table.tensor.__getitem__)
+    ratio = spec.tensor[kind] / table.tensor[kind]
+    hbm = spec.hbm_bytes_s / table.hbm_bytes_s
+    print(f"{table.name}: measured {kind} at {ratio:.2f} and HBM at {hbm:.2f} of the published rates")
+    assert 0.5 <= ratio <= 1.15 and 0.6 <= hbm <= 1.05, (ratio, hbm)

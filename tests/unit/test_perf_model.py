@@ -112,3 +112,15 @@ def test_features_and_roofline():
     assert bottleneck(f) == max(cycles, key=cycles.__getitem__) == "tensor.sm"
     assert roofline(f, launch_s=2e-6) == pytest.approx(roofline(f) + 2e-6)
     assert f.gpu["hbm_bytes_s"] == h100.hbm_bytes_s
+
+
+def test_calibrated_rates():
+    from wavec.perf.gpus import calibrated
+
+    h100 = GPUS["h100"]
+    spec = calibrated(h100, {"hbm_bytes_s": 3.0e12, "tensor:wgmma:f16": 800e12})
+    assert spec.hbm_bytes_s == 3.0e12 and spec.l2_bytes_s == h100.l2_bytes_s
+    assert spec.tensor_rate("wgmma", "f16") * spec.sms * spec.clock_hz == pytest.approx(800e12)
+    assert spec.tensor_rate("mma.sync", "f16") == h100.tensor_rate("mma.sync", "f16")
+    with pytest.raises(OptionError, match="unknown rate 'dram'"):
+        calibrated(h100, {"dram": 1.0})

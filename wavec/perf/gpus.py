@@ -37,12 +37,13 @@ Sources (the numbers in brackets below):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import OptionError
 
-__all__ = ["GPUSpec", "GPUS", "gpu", "from_torch", "TENSOR_KINDS"]
+__all__ = ["GPUSpec", "GPUS", "gpu", "from_torch", "calibrated", "measure_rates", "TENSOR_KINDS"]
 
 TENSOR_KINDS = ("mma.sync", "wgmma", "tcgen05", "mfma")
 NV_SHARED_BYTES_PER_CLK = 128  # 32 banks x 4 bytes [cuda]
@@ -248,3 +249,33 @@ def from_torch(device: Any = None, base: str | GPUSpec | None = None) -> GPUSpec
     if threads:
         changes["max_threads_per_sm"] = int(threads)
     return replace(spec, **changes)
+
+
+def calibrated(spec: GPUSpec, measured: Mapping[str, float]) -> GPUSpec:
+    """``spec`` with measured whole-GPU rates put over the published ones: ``hbm_bytes_s``, ``l2_bytes_s``
+    (bytes/s), ``clock_hz``, or ``tensor:<kind>:<dtype>`` (FLOP/s, stored per SM per clock)."""
+    changes: dict[str, Any] = {}
+    tensor = dict(spec.tensor)
+    for key, value in measured.items():
+        if key in ("hbm_bytes_s", "l2_bytes_s", "clock_hz"):
+            changes[key] = float(value)
+        elif key.startswith("tensor:") and key.count(":") == 2:
+            _, kind, dtype = key.split(":")
+            tensor[(kind, dtype)] = float(value) / (spec.sms * measured.get("clock_hz", spec.clock_hz))
+        else:
+            raise OptionError(
+                option="measured",
+                message=f"unknown rate {key!r} (hbm_bytes_s, l2_bytes_s, clock_hz or tensor:<kind>:<dtype>)",
+            )
+    return replace(spec, tensor=tensor, **changes)
+
+
+def measure_rates(spec: GPUSpec | None = None) -> GPUSpec:
+    """The visible GPU's spec (``from_torch``) calibrated by a large f16 matmul (the best tensor kind's f16
+    rate: cuBLAS uses it) and a large copy (HBM).  Needs a GPU."""
+    from ..tuning.ceiling import measure_rates as measure
+
+    spec = spec or from_torch()
+    rates = measure()
+    kind = max((k for k in spec.tensor if k[1] == "f16"), key=spec.tensor.__getitem__)[0]
+    return calibrated(spec, {f"tensor:{kind}:f16": rates["matrix_flops"], "hbm_bytes_s": rates["hbm_bytes"]})
