@@ -1,16 +1,24 @@
 """Time variants of wavec's attention kernel (matrix instruction, tile, stages, launch order) side by side
 with the Triton kernel of benchmarks/triton_attention.py and SDPA's FLASH_ATTENTION backend, f16 BHSD, on
-a few shapes, causal and not.  The variants compile in parallel first (one process each, into the disk
+a few shapes and mask modes.  The variants compile in parallel first (one process each, into the disk
 cache); every timing is the median of do_bench after warm-up, on inputs larger than L2 rotated.
 
-    python benchmarks/attention_variants.py [--shapes 16x16x1024x128,4x32x4096x128]
+    python benchmarks/attention_variants.py [--shapes 16x16x1024x128,4x32x4096x128,1x32x512x8192x128]
         [--variants wgmma:128x128x2,wgmma:128x128x2:tma,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy]
+        [--modes full,causal,br,win1024,cap50,br-win512-cap30]
+
+A shape is ``BxHxSxD`` or ``BxHxSqxSkvxD`` (queries at the end of a longer cache).  A mode is ``full``,
+``causal`` (top-left, torch's ``is_causal``), ``br`` (causal bottom-right), ``win<L>`` (a sliding window of L
+keys left of the bottom-right diagonal, non-causal right side unbounded unless with br), ``cap<C>`` (soft-cap
+C), joined by ``-``.  TFLOP/s count the visible scores only (4·D flops each), so a kernel that skips the
+masked tiles keeps its rate.  Baselines: SDPA flash and Triton where they express the mode (full, top-left
+causal), else SDPA with the boolean mask (``mask``; no soft-cap: "-").
 
 A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma|:cp][:e]`` (no tile: the heuristic's; heavy:
 causal query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only; cp:
 per-thread ``cp.async`` copies; neither: "auto", which is TMA for wgmma on sm_90a; e: O stored after one
 bounds test per thread, ``split_epilogue``).
-Prints one TFLOP/s table and the geomean of each variant over Triton.
+Prints one TFLOP/s table and the geomean of each variant over Triton (rows Triton runs).
 """
 
 from __future__ import annotations
@@ -32,15 +40,43 @@ def parse_variant(text: str) -> tuple:
     return mma, cfg, heavy, copy, "e" in parts[1:]
 
 
-def _kernel(variant: str, causal: bool, d: int, seq_q: int):
+def parse_mode(text: str) -> dict:
+    """attention() keywords of a mode token (``full``, ``causal``, ``br``, ``win<L>``, ``cap<C>``, joined by -)."""
+    kw: dict = {"causal": False, "window": (-1, -1), "softcap": 0.0}
+    for part in text.split("-"):
+        if part == "causal":
+            kw["causal"] = "top_left"
+        elif part == "br":
+            kw["causal"] = "bottom_right"
+        elif part.startswith("win"):
+            kw["window"] = (int(part[3:]), -1)
+        elif part.startswith("cap"):
+            kw["softcap"] = float(part[3:])
+        elif part != "full":
+            raise SystemExit(f"unknown mode token {part!r} in {text!r}")
+    return kw
+
+
+def _kernel(variant: str, mode: str, d: int, seq_q: int):
     import wavec as wc
     from wavec.kernels.attention import TARGET, attention_config, make_attention
 
     mma, cfg, heavy, copy, split = parse_variant(variant)
+    kw = parse_mode(mode)
+    causal = kw["causal"]
     subs, waves = attention_config(d, seq_q, cfg, mma, causal)
     return wc.compile(
         make_attention(
-            wc.f16, "bhsd", causal, waves, mma, heavy_first=heavy and causal, async_copy=copy, split_epilogue=split
+            wc.f16,
+            "bhsd",
+            causal,
+            waves,
+            mma,
+            heavy_first=heavy and bool(causal),
+            async_copy=copy,
+            split_epilogue=split,
+            window=kw["window"],
+            softcap=kw["softcap"],
         ),
         subs,
         target=TARGET[mma],
@@ -53,36 +89,74 @@ def _compile(job: tuple) -> str:
     return f"{job}: {k.metadata.registers} registers, {k.metadata.spills} spills"
 
 
+def _visible_scores(torch, sq: int, skv: int, kw: dict) -> int:
+    """Scores a query sees under the mode (tests/attention_ref.visible's rule), counted per query row."""
+    i = torch.arange(sq, device="cuda")
+    diag = i if kw["causal"] == "top_left" else i + (skv - sq)
+    hi = torch.clamp(diag + 1 if kw["causal"] else torch.full_like(i, skv), max=skv)
+    lo = torch.clamp(diag - kw["window"][0], min=0) if kw["window"][0] >= 0 else torch.zeros_like(i)
+    return int(torch.clamp(hi - lo, min=0).sum())
+
+
+def _baselines(torch, F, kw: dict, sq: int, skv: int) -> dict:
+    """name -> fn(q, k, v) for the baselines that express the mode."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton_attention import triton_attention
+
+    plain = kw["window"] == (-1, -1) and not kw["softcap"]
+    top_left = kw["causal"] == "top_left" or (kw["causal"] and sq == skv)
+    out: dict = {}
+    if plain and (not kw["causal"] or top_left):
+
+        def flash(q, k, v):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(kw["causal"]))
+
+        out["flash"] = flash
+        out["triton"] = lambda q, k, v: triton_attention(q, k, v, bool(kw["causal"]))
+    if not kw["softcap"]:
+        sys.path.insert(0, __file__.rsplit("/", 2)[0])
+        from tests.attention_ref import visible
+
+        mask = visible(sq, skv, kw["causal"] or None, *kw["window"], device="cuda")
+        out["mask"] = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shapes", default="16x16x1024x128,8x16x2048x128,4x32x4096x128,1x16x16384x128")
     ap.add_argument("--variants", default="wgmma:128x128x2,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy")
+    ap.add_argument("--modes", default="full,causal")
     ap.add_argument("--jobs", type=int, default=12)
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
     sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from triton_attention import _attention_fwd, triton_attention
+    from triton_attention import _attention_fwd
 
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
-    variants = args.variants.split(",")
-    jobs = sorted({(v, c, d, s) for v in variants for c in (False, True) for _b, _h, s, d in shapes})
+    shapes = [(b, h, s[0], s[-1], d) for b, h, *s, d in shapes]  # (B, H, Sq, Skv, D)
+    variants, modes = args.variants.split(","), args.modes.split(",")
+    jobs = sorted({(v, m, d, sq) for v in variants for m in modes for _b, _h, sq, _skv, d in shapes})
     with cf.ProcessPoolExecutor(args.jobs) as ex:
         for line in ex.map(_compile, jobs):
             print(line, flush=True)
     print(f"device {torch.cuda.get_device_name()}")
     ratios: dict = {v: [] for v in variants + ["flash"]}
-    print("shape causal | " + " | ".join(variants) + " | flash | triton  (TFLOP/s)")
-    for b, h, s, d in shapes:
-        n_sets = max(1, min(8, 2 * 50 * 2**20 // (b * h * s * d * 2 * 4)))
-        sets = [
-            tuple(torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3)) for _ in range(n_sets)
-        ]
-        for causal in (False, True):
-            flop = 4.0 * b * h * s * s * d / (2 if causal else 1)
+    print("shape mode | " + " | ".join(variants) + " | baselines  (TFLOP/s of visible scores)")
+    for b, h, sq, skv, d in shapes:
+        n_sets = max(1, min(8, 2 * 50 * 2**20 // (b * h * max(sq, skv) * d * 2 * 4)))
+
+        def make(s):
+            return torch.randn(b, h, s, d, device="cuda", dtype=torch.float16)
+
+        sets = [(make(sq), make(skv), make(skv)) for _ in range(n_sets)]
+        for mode in modes:
+            kw = parse_mode(mode)
+            flop = 4.0 * b * h * d * _visible_scores(torch, sq, skv, kw)
 
             def timed(fn):
                 it = iter(range(10**9))
@@ -92,7 +166,7 @@ def main() -> int:
 
             row = {}
             for v in variants:
-                kern = _kernel(v, causal, d, s)
+                kern = _kernel(v, mode, d, sq)
                 scale = 1.0 / math.sqrt(d)
 
                 def run(q, k, v_, kern=kern):
@@ -101,25 +175,26 @@ def main() -> int:
                     return o
 
                 row[v] = timed(run)
-
-            def flash(q, k, v):
-                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-            row["flash"] = timed(flash)
-            row["triton"] = timed(lambda q, k, v: triton_attention(q, k, v, causal))
-            for v in variants + ["flash"]:
-                ratios[v].append(row[v] / row["triton"])
-            cfg = _attention_fwd.best_config  # what Triton's autotuner picked for this shape
+            base = {name: timed(fn) for name, fn in _baselines(torch, F, kw, sq, skv).items()}
+            if "triton" in base:
+                for v in variants:
+                    ratios[v].append(row[v] / base["triton"])
+                ratios["flash"].append(base["flash"] / base["triton"])
+                cfg = _attention_fwd.best_config  # what Triton's autotuner picked for this shape
+                picked = f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}"
+            else:
+                picked = ""
             print(
-                f"{b}x{h}x{s}x{d} {'causal' if causal else 'full  '} | "
-                + " | ".join(f"{row[v]:6.1f}" for v in variants + ["flash", "triton"])
-                + f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}",
+                f"{b}x{h}x{sq}x{skv}x{d} {mode:12} | "
+                + " | ".join(f"{row[v]:6.1f}" for v in variants)
+                + " | "
+                + " ".join(f"{name} {t:6.1f}" for name, t in base.items())
+                + picked,
                 flush=True,
             )
     print(
         "geomean over Triton: "
-        + ", ".join(f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items())
+        + ", ".join(f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items() if r)
     )
     return 0
 

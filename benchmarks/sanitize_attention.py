@@ -7,6 +7,9 @@ reference is computed on the CPU), so the sanitizer's report is about wavec's ke
     compute-sanitizer --tool memcheck python benchmarks/sanitize_attention.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize_attention.py
 
+Then the mask modes and head dims (``MASK_CASES``: bottom-right causal, windows with three key loops, the
+soft-cap, d80 / d192 / d256 and Dv != D) against ``tests/attention_ref.reference`` on the CPU.
+
 Prints one line per case; exits 1 if any output is wrong or unwritten (NaN)."""
 
 from __future__ import annotations
@@ -24,6 +27,18 @@ CASES = [
     ("bhsd", True, 1, 2, 1, 300, 300, 128, (128, 128, 2)),  # the long-causal tile
     ("bhsd", True, 1, 4, 2, 150, 260, 64, None),  # d64: 128x64x2
     ("bshd", False, 2, 4, 4, 1, 500, 128, None),  # decode: 64x128x1
+]
+
+
+# (causal, window, softcap, B, H, KVH, Sq, Skv, D, Dv), BHSD
+MASK_CASES = [
+    ("bottom_right", (-1, -1), 0.0, 1, 4, 2, 150, 333, 128, 128),  # a chunk at the end of a cache
+    ("bottom_right", (-1, -1), 0.0, 1, 2, 2, 300, 170, 128, 128),  # 130 queries see no key
+    ("bottom_right", (100, -1), 0.0, 1, 4, 1, 200, 450, 128, 128),  # three key loops
+    (False, (50, 20), 30.0, 1, 2, 2, 190, 190, 64, 64),  # window both sides + soft-cap
+    ("bottom_right", (-1, -1), 0.0, 1, 4, 2, 100, 210, 80, 80),  # cp.async (D not a multiple of 64)
+    ("bottom_right", (64, -1), 0.0, 1, 2, 1, 100, 210, 192, 128),  # Dv != D
+    (False, (-1, -1), 0.0, 1, 2, 2, 77, 130, 256, 256),
 ]
 
 
@@ -50,7 +65,8 @@ def main() -> int:
             q = torch.randn(*shape(h, sq), device="cuda", dtype=dt)
             k = torch.randn(*shape(kvh, skv), device="cuda", dtype=dt)
             v = torch.randn(*shape(kvh, skv), device="cuda", dtype=dt)
-            out = attention(q, k, v, causal=causal, layout=layout, config=cfg, mma="wgmma").cpu()
+            align = "top_left" if causal else False  # the reference's triu mask; True needs sq == skv
+            out = attention(q, k, v, causal=align, layout=layout, config=cfg, mma="wgmma").cpu()
             err = (out.double() - reference(q, k, v, causal, layout)).abs().max().item()
             ok = err < (2e-3 if dt == torch.float16 else 1.6e-2) and not out.isnan().any()
             bad += not ok
@@ -59,6 +75,21 @@ def main() -> int:
                 f"max err {err:.1e} {'ok' if ok else 'WRONG'}",
                 flush=True,
             )
+    sys.path.insert(0, __file__.rsplit("/", 2)[0])
+    from tests.attention_ref import reference as masked_reference
+    from tests.attention_ref import visible
+
+    for causal, window, cap, b, h, kvh, sq, skv, d, dv in MASK_CASES:
+        q, k, v = (torch.randn(b, n, s, x, device="cuda") for n, s, x in ((h, sq, d), (kvh, skv, d), (kvh, skv, dv)))
+        q, k, v = q.half(), k.half(), v.half()
+        out = attention(q, k, v, causal=causal, window=window, softcap=cap, mma="wgmma").cpu()
+        ok_mask = visible(sq, skv, causal or None, *window)
+        want = masked_reference(q.cpu().double(), k.cpu().double(), v.cpu().double(), ok_mask, softcap=cap)
+        err = (out.double() - want).abs().max().item()
+        ok = err < 2e-3 and not out.isnan().any()
+        bad += not ok
+        print(f"f16 {causal} window={window} cap={cap} {b}x{h}/{kvh}x{sq}x{skv} d{d}/{dv} max err {err:.1e} "
+              f"{'ok' if ok else 'WRONG'}", flush=True)  # fmt: skip
     return 1 if bad else 0
 
 

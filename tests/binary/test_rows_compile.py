@@ -25,3 +25,16 @@ def test_row_kernels_compile(target: str, kind: str, dtype, loop: bool, waves: i
     k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
     assert k.artifact.binary
     assert dict(k.artifact.metadata.divisibility).get("N") == 16 // dtype.bytes  # wide runs; a miss: narrow variant
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+def test_silu_and_mul_compiles(target: str) -> None:
+    from wavec.kernels import elementwise as ew
+
+    gfx = target.startswith("gfx")
+    tpw = 64 if gfx else 32
+    subs = {ew.BLOCK_M: 4, ew.BLOCK_N: tpw * 8, ew.TWO: 2}
+    k = wc.compile(
+        ew.make_silu_and_mul(wc.bf16, tpw), subs, target=target, backend="rocm" if gfx else "cuda", cache=False
+    )
+    assert k.artifact.binary and dict(k.artifact.metadata.divisibility).get("N") == 8  # 16-byte runs of each half

@@ -94,7 +94,7 @@ def test_matmul_odd_shapes(dtype) -> None:
     g, seed = generator()
     for m, n, k in [*ODD_GEMM, (3, 50, 95)]:
         a, b = randn(g, m, k, dtype=dtype), randn(g, n, k, dtype=dtype)
-        c = gm.matmul(a, b, backend="emulator")
+        c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
         check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul {dtype} M={m} N={n} K={k} (seed {seed})")
         c16 = gm.matmul(a, b, backend="emulator", out_dtype=dtype)
         check(c16, a.double() @ b.double().T, 1e-2, f"matmul -> {dtype} M={m} N={n} K={k} (seed {seed})")
@@ -148,7 +148,7 @@ def test_matmul_pads_odd_k_of_large_products(monkeypatch) -> None:
     monkeypatch.setattr(gm, "_DISPATCH", {})
     g, seed = generator()
     a, b = randn(g, 40, 29, dtype=torch.float16), randn(g, 48, 29, dtype=torch.float16)
-    c = gm.matmul(a, b, backend="emulator")
+    c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
     check(c, a.double() @ b.double().T, GEMM_TOL, f"padded matmul 40x48x29 (seed {seed})")
     (kernel,) = gm._COMPILED.values()
     assert not kernel._variants, list(kernel._variants)
@@ -160,5 +160,5 @@ def test_matmul_wgmma_odd_k() -> None:
     g, seed = generator()
     for m, n, k in [(33, 47, 29), (130, 136, 29), (200, 136, 4094)]:
         a, b = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16)
-        c = gm.matmul(a, b, backend="emulator", mma="wgmma")
+        c = gm.matmul(a, b, backend="emulator", mma="wgmma", out_dtype=torch.float32)
         check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} N={n} K={k} (seed {seed})")

@@ -159,7 +159,7 @@ def test_matmul_helper(dtype) -> None:
     g, seed = generator()
     for m, n, k in [(8, 72, 64), (130, 136, 96)]:
         a, b = randn(g, m, k, dtype=dtype), randn(g, n, k, dtype=dtype)
-        c = gm.matmul(a, b, backend="emulator")
+        c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
         check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul {dtype} M={m} N={n} K={k} (seed {seed})")
 
 
@@ -174,7 +174,7 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
     g, seed = generator()
     for m, n, k, expect in [(130, 136, 96, 1), (130, 136, 96, 1), (64, 72, 64, 2), (130, 136, 96, 2)]:
         a, b = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16)
-        c = gm.matmul(a, b, backend="emulator")
+        c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
         check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul M={m} N={n} K={k} (seed {seed})")
         assert len(decided) == expect
     gm.matmul(a, b, backend="emulator", out_dtype=torch.float16)
@@ -256,5 +256,15 @@ def test_matmul_decode_shape_with_wide_n() -> None:
     subs, waves = gemm_config(8, 34000, 96)
     assert (subs[gm.BLOCK_M], subs[gm.BLOCK_N], subs[gm.BLOCK_K], waves) == (16, 128, 32, (1, 4))
     a, b = torch.randn(8, 96, dtype=torch.float16), torch.randn(34000, 96, dtype=torch.float16)
-    c = gm.matmul(a, b, backend="emulator")
+    c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
     check(c, a.double() @ b.double().T, GEMM_TOL, "matmul decode 8 x 34000 x 96")
+
+
+def test_matmul_defaults_follow_torch() -> None:
+    """``matmul(a, b)`` returns a's dtype (as ``torch.matmul``) and, off a Hopper GPU, takes mma.sync."""
+    g, seed = generator()
+    a, b = randn(g, 40, 64, dtype=torch.bfloat16), randn(g, 24, 64, dtype=torch.bfloat16)
+    c = gm.matmul(a, b, backend="emulator")
+    assert c.dtype == torch.bfloat16
+    check(c, a.double() @ b.double().T, 1e-2, f"matmul default bf16 (seed {seed})")
+    assert gm.auto_mma(a, "emulator", gm.GemmRequest(mma="auto")) == "mma_sync"

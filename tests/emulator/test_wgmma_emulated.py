@@ -121,7 +121,7 @@ def test_matmul_helper_wgmma(m: int, n: int, tile) -> None:
     large shapes are checked in tests/unit/test_wgmma_tuning.py."""
     g, seed = generator()
     a, b = randn(g, m, 64, dtype=torch.bfloat16), randn(g, n, 64, dtype=torch.bfloat16)
-    c = gm.matmul(a, b, backend="emulator", mma="wgmma")
+    c = gm.matmul(a, b, backend="emulator", mma="wgmma", out_dtype=torch.float32)
     check(c, a.double() @ b.double().T, GEMM_TOL, f"matmul wgmma M={m} (seed {seed})")
     plan = plan_matmul(m, n, 64, GemmRequest(mma="wgmma"))
     assert plan.mma == ("wgmma" if tile else "mma_sync")
@@ -194,13 +194,13 @@ def test_tuned_matmul_wgmma_from_a_cache_folder(tmp_path, monkeypatch) -> None:
     folder = tg._cache(wc.bf16, None, "wgmma").directory
     g, seed = generator()
     a, b = randn(g, m, k, dtype=torch.bfloat16), randn(g, n, k, dtype=torch.bfloat16)
-    c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder)
+    c = tg.matmul(a, b, backend="emulator", mma="wgmma", directory=folder, out_dtype=torch.float32)
     check(c, a.double() @ b.double().T, GEMM_TOL, f"tuned wgmma matmul (seed {seed})")
     assert tg.dispatch(m, n, k, wc.bf16, mma="wgmma", directory=folder)[2] == "cache"
     assert any(key[1] == "f32" and key[-1].mma == "wgmma" and key[-1].block_m == 128 for key in tg._COMPILED)
     # a shape of another bucket, nothing tuned nor modelled: kernels.gemm.matmul, its producer warpgroup too
     a2, b2 = randn(g, 40, k, dtype=torch.bfloat16), randn(g, 300, k, dtype=torch.bfloat16)
-    c2 = tg.matmul(a2, b2, backend="emulator", mma="wgmma", directory=folder)
+    c2 = tg.matmul(a2, b2, backend="emulator", mma="wgmma", directory=folder, out_dtype=torch.float32)
     check(c2, a2.double() @ b2.double().T, GEMM_TOL, f"untuned wgmma matmul (seed {seed})")
     assert tg.dispatch(40, 300, k, wc.bf16, mma="wgmma", directory=folder)[2] == "heuristic"
     plan = wgmma_plan(40, 300, k)

@@ -21,7 +21,11 @@ def _reference(q, k, v, causal, layout, scale=None):
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
     g = q.shape[1] // k.shape[1]
     out = F.scaled_dot_product_attention(
-        q.float(), k.float().repeat_interleave(g, 1), v.float().repeat_interleave(g, 1), is_causal=causal, scale=scale
+        q.float(),
+        k.float().repeat_interleave(g, 1),
+        v.float().repeat_interleave(g, 1),
+        is_causal=bool(causal),  # True or "top_left": torch's alignment
+        scale=scale,
     )
     return out if layout == "bhsd" else out.transpose(1, 2)
 
@@ -41,6 +45,7 @@ def _inputs(b, h, kvh, sq, skv, d, dtype, layout):
 @pytest.mark.parametrize("b,h,kvh,sq,skv", [(2, 16, 16, 1024, 1024), (1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333)])
 def test_attention(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    causal = "top_left" if causal and sq != skv else causal  # SDPA's is_causal; True needs sq == skv
     out = attention(q, k, v, causal=causal, layout=layout, mma="mma_sync")  # wgmma: test_attention_wgmma
     torch.cuda.synchronize()
     ref = _reference(q, k, v, causal, layout)
@@ -57,7 +62,7 @@ def test_attention_odd_lengths(sq, skv) -> None:
 
 
 def test_attention_torch_op_and_cuda_graph() -> None:
-    op = register_attention_op(wc.f16, "bhsd", causal=True, head_dim=128, name="wavec_gpu::attn_causal")
+    op = register_attention_op(wc.f16, "bhsd", causal="top_left", head_dim=128, name="wavec_gpu::attn_causal")
     q, k, v = _inputs(2, 8, 8, 512, 512, 128, "f16", "bhsd")
     scale = 1.0 / math.sqrt(128)
     out = op(q, k, v, scale)
@@ -100,6 +105,7 @@ def _needs_sm90() -> None:
 def test_attention_wgmma(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
     _needs_sm90()
     q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    causal = "top_left" if causal and sq != skv else causal  # SDPA's is_causal; True needs sq == skv
     out = attention(q, k, v, causal=causal, layout=layout, mma="wgmma")
     torch.cuda.synchronize()
     assert not out.isnan().any()

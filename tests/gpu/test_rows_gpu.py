@@ -46,3 +46,14 @@ def test_torch_ops_on_cuda() -> None:
     w = torch.randn(4096, device="cuda", dtype=torch.float16)
     got = torch.ops.wavec.rms_norm(x, w, 1e-5)
     torch.testing.assert_close(got.double(), F.rms_norm(x.double(), (4096,), w.double(), 1e-5), rtol=2e-3, atol=4e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [1, 300, 4096, 14336])
+def test_silu_and_mul(dtype: torch.dtype, d: int) -> None:
+    from wavec.kernels import silu_and_mul
+
+    x = (torch.randn(3, 77, 2 * d, device="cuda") * 3).to(dtype)
+    want = F.silu(x[..., :d].double()) * x[..., d:].double()
+    rtol = 2e-3 if dtype == torch.float16 else 1.6e-2
+    torch.testing.assert_close(silu_and_mul(x).double(), want, rtol=rtol, atol=rtol)

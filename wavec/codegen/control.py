@@ -1,5 +1,7 @@
 """Lowering rule of ``wc.conditional`` (``frontend/ops_control.py``; the scans are in ``scans.py``).
 
+- ``wc.exit_if``: ``scf.if (not cond)`` around every node after it in the root graph (lowered here,
+  marked done for the graph walk), in a scope of its own like a conditional's body.
 - A conditional is one ``scf.if`` on the thread's element of the condition (or a workgroup-uniform
   comparison of index expressions); its body lowers in a scope of its own, so index values it needs are
   computed before the branch and never used from inside it afterwards.
@@ -7,13 +9,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import sympy
 import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, scf, vector
 
 from ..errors import CodegenError
-from ..frontend.ops_control import Conditional
+from ..frontend.ops_control import Conditional, ExitIf
 from ..frontend.tracing import arg_nodes
 from ..passes.schema import Kwargs, loop_body
 from .lowering import FunctionBuilder, rule
@@ -42,3 +46,18 @@ def lower_conditional(fb: FunctionBuilder, node: fx.Node) -> None:
         fb.lower_graph(loop_body(fb.trace, node))
         fb.exit_loop()
         scf.yield_([])
+
+
+@rule(ExitIf)
+def lower_exit_if(fb: FunctionBuilder, node: fx.Node) -> None:
+    cond = vector.extract(fb.values[cast(fx.Node, node.args[0])], [], [0])
+    keep = arith.xori(cond, arith.constant(ir.IntegerType.get_signless(1), 1))
+    rest = list(node.graph.nodes)
+    rest = [n for n in rest[rest.index(node) + 1 :] if n.op != "output"]
+    branch = scf.IfOp(keep)
+    with ir.InsertionPoint(branch.then_block):
+        fb.enter_loop(branch.operation, {})
+        fb.lower_graph(node.graph, rest)
+        fb.exit_loop()
+        scf.yield_([])
+    fb.done.update(rest)

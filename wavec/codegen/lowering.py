@@ -181,6 +181,8 @@ class FunctionBuilder:
             return arith.divui(self.index(num), self.index(den))
         if isinstance(e, sympy.Min):
             return self._fold(arith.minui, e.args)
+        if isinstance(e, sympy.Max):  # signed: clamps a difference that may be negative (``Max(0, N - M)``)
+            return self._fold(arith.maxsi, e.args)
         if isinstance(e, sympy.Mod):
             return self._emit_mod(*e.args)
         if isinstance(e, Xor):  # swizzled shared layouts

@@ -7,6 +7,8 @@ Names follow Wave's (the scans are in ``ops_reduce.py``).
   orders its conflicting accesses.
 - ``wc.barrier()`` is the ``Barrier`` record (``gpu.barrier``).
 - ``@wc.conditional(cond)`` traces its body as a subgraph, like ``iterate``; it lowers to ``scf.if``.
+- ``wc.exit_if(cond)``: a workgroup-uniform early return; no subgraph (the passes see one straight-line
+  kernel, so a pipelined GEMM after it keeps its staging); codegen nests the rest in an ``scf.if``.
 """
 
 from __future__ import annotations
@@ -112,3 +114,31 @@ def conditional(cond):
         tr.create(Conditional, (args, captures), None, loc=loc, subgraph=name, **kwargs)
 
     return deco
+
+
+class ExitIf(Op):
+    """``wc.exit_if(cond)`` (``args = (cond,)``, a rank-0 boolean): the workgroup skips everything after it
+    where ``cond`` holds.  It has no region: the nodes after it stay in the root graph, and its lowering
+    (``codegen/control.py``) emits them inside ``scf.if (not cond)``; barriers there are uniform."""
+
+    name = "exit_if"
+    lowering = "wavec.codegen.control"
+    emulated_ops = ("scf.if", "vector.extract", "arith.xori")
+    has_result = False
+
+
+def exit_if(cond) -> None:
+    """Return early from the kernel, for the whole workgroup, where the rank-0 boolean ``cond`` holds
+    (``cond`` is one value per workgroup: a comparison of a value read at ``wc.tile_start`` coordinates
+    or of ``wc.Scalar`` arguments).  Unlike ``wc.conditional``, the code after it is not a region: loops
+    after it are staged and pipelined as usual.  At the top level of the kernel body only, once."""
+    tr = active_tracer("exit_if")
+    loc = current_loc()
+    cond = _need_register("exit_if", "cond", cond)
+    if cond.dtype != dt.i1 or cond.shape:
+        raise ShapeError(loc, op="exit_if", message=f"cond must be a rank-0 comparison result, got {cond.type}")
+    if tr.graph is not tr.root:
+        raise ShapeError(loc, op="exit_if", message="exit_if at the top level of the kernel body, not in a region")
+    if any(n.meta.get("op") is ExitIf for n in tr.root.nodes):
+        raise ShapeError(loc, op="exit_if", message="a kernel takes one exit_if")
+    tr.create(ExitIf, (cond,), None, loc=loc)

@@ -1,10 +1,10 @@
 """The wavec kernel library (written against the public API only).
 
 ``from wavec.kernels import matmul, index_select, ...``: each name is imported from its module on first use,
-so ``import wavec.kernels`` stays light.  ``attention`` and ``paged_attention`` are their modules' names
-(``wavec.kernels.attention.attention``): a package attribute named like a submodule is the submodule once
-that is imported, so they are not exported here.  Each also exists as ``torch.ops.wavec.<name>`` once
-``wavec.kernels.torch_ops`` is imported.
+so ``import wavec.kernels`` stays light.  ``attention``, ``paged_attention`` and ``fused_moe`` are their
+modules' names (``wavec.kernels.attention.attention``, ``wavec.kernels.fused_moe.fused_moe``): a package
+attribute named like a submodule is the submodule once that is imported, so they are not exported here.
+Each also exists as ``torch.ops.wavec.<name>`` once ``wavec.kernels.torch_ops`` is imported.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ _EXPORTS = {
     "softmax": "rows",
     "rms_norm": "rows",
     "layer_norm": "rows",
+    "silu_and_mul": "elementwise",
+    "fused_experts": "fused_moe",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,28 +1,38 @@
 """Flash attention forward, ``O = softmax(Q Kᵀ · scale) V``, with an online softmax (FlashAttention-2).
 
 One kernel definition serves both memory layouts (BHSD, BSHD: batch and head are batch dimensions of
-the workgroup), causal and not, f16 and bf16, head dims 64 and 128 and grouped-query heads (K and V read
-through ``mapping``).  How the body maps onto the passes: docs/attention.md, "Module contracts".
+the workgroup), f16 and bf16, head dims 64-256 (V's may differ), grouped-query heads (K and V read
+through ``mapping``) and every mask: causal aligned top-left or bottom-right, sliding windows (``MaskSpec``)
+and the logits soft-cap.  The key tiles a query tile sees in part run masked, those it sees whole run
+without a mask, and the rest are skipped by the loop bounds (``_loops``).  How the body maps onto the
+passes: docs/attention.md, "Module contracts".
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 
 import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.tuning.plan import MMA_KINDS, check_mma, mma_type_for
+from wavec.errors import OptionError
+from wavec.tuning.plan import MMA_KINDS, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
+DV = wc.sym.DV  # V's and O's head dim where it differs from Q's and K's (``make_attention(v_dim=True)``)
 BLOCK_M, BLOCK_N, NUM_STAGES = wc.sym.BLOCK_M, wc.sym.BLOCK_N, wc.sym.NUM_STAGES
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 LAYOUTS = ("bhsd", "bshd")
 # Causal query tiles launched last first (SchedulingConstraint.reverse_axis0): wgmma measured faster.
-HEAVY_FIRST = {"mma_sync": False, "wgmma": True}
-TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU
+HEAVY_FIRST = {"mma_sync": False, "wgmma": True, "mfma": False}
+TARGET = {"mma_sync": None, "wgmma": "sm_90a", "mfma": "gfx942"}  # None: the visible GPU
+# "mfma": AMD gfx942's 16x16x16 f16 MFMA on waves of 64 (f16 only; compiled and emulated, not tuned: no
+# AMD GPU here), the layout conversion of P through shared memory (docs/attention.md)
+ATTENTION_MMA = (*MMA_KINDS, "mfma")
 
 
 def attention_constraints(
@@ -39,8 +49,11 @@ def attention_constraints(
     (causal: the tiles with the most keys start first).  ``async_copy``: "auto" (``pipeline_loops`` picks
     TMA for wgmma on sm_90a, docs/attention.md, else ``cp.async``), "tma" or "cp.async".
     ``split_epilogue``: O's store tests each thread's furthest row once instead of every run."""
-    if mma not in MMA_KINDS:
-        raise ValueError(f"mma must be one of {MMA_KINDS}, got {mma!r}")
+    if mma not in ATTENTION_MMA:
+        raise ValueError(f"mma must be one of {ATTENTION_MMA}, got {mma!r}")
+    if mma == "mfma" and dtype != wc.f16:
+        raise OptionError(option="mma", message=f"'mfma' (gfx942) takes f16 only, got {dtype.name}")
+    threads, mma_type = mma_type_for(mma, dtype, TARGET[mma] if mma == "mfma" else None)
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(H, 1, 1),
@@ -48,7 +61,7 @@ def attention_constraints(
         wc.WorkgroupConstraint(D, D, None),  # the head dim: whole in every workgroup (bound in subs)
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma_type_for(mma, dtype)[1]),
+        wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma_type),
         # mma.sync operand rows padded, not XOR-swizzled: the swizzled ldmatrix addresses cost the d64
         # kernels 28-44 spilled registers (ptxas 13.0, sm_90), the GEMM none (swizzle_shared)
         wc.SchedulingConstraint(
@@ -61,85 +74,199 @@ def attention_constraints(
     ]
 
 
+ALIGNS = ("top_left", "bottom_right")
+CAUSAL = (False, True, *ALIGNS)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSpec:
+    """The keys query ``i`` sees: ``diag(i) - left <= j <= diag(i) + right`` (None: unbounded) and ``j < N``,
+    with the diagonal ``diag(i) = i`` ("top_left") or ``i + N - M`` ("bottom_right", the last query on the
+    last key).  Causal is ``right = 0``; a window sets ``left`` / ``right``."""
+
+    align: str = "top_left"
+    left: int | None = None
+    right: int | None = None
+
+    @property
+    def masked(self) -> bool:
+        return self.left is not None or self.right is not None
+
+    @property
+    def may_see_nothing(self) -> bool:
+        """Whether a query row can see no key at all (or none in the first tiles its workgroup runs): its
+        running max is then -inf, so the softmax must not subtract it, and its output is 0."""
+        return self.left is not None or (self.align == "bottom_right" and self.right is not None)
+
+
+def mask_spec(causal: bool | str = False, window: tuple[int, int] = (-1, -1)) -> MaskSpec:
+    """The ``MaskSpec`` of ``causal`` (False, True = "top_left" for the kernel; ``attention()`` accepts True
+    only when the query and key lengths are equal) and a flash-attn ``window = (left, right)`` (-1: that
+    side unbounded; causal makes ``right`` 0).  A window without causal alignment takes flash-attn's
+    diagonal, bottom-right."""
+    if not any(causal is c for c in CAUSAL[:2]) and causal not in ALIGNS:
+        raise OptionError(option="causal", message=f"expected one of {CAUSAL}, got {causal!r}")
+    ok = isinstance(window, (tuple, list)) and len(window) == 2
+    if not ok or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window):
+        raise OptionError(
+            option="window", message=f"expected (left, right), ints >= -1 (-1: unbounded), got {window!r}"
+        )
+    left = None if window[0] == -1 else window[0]
+    right = 0 if causal is not False else None if window[1] == -1 else window[1]
+    if left is None and right is None:
+        return MaskSpec()
+    return MaskSpec("top_left" if causal is True else causal or "bottom_right", left, right)
+
+
+def _loops(spec: MaskSpec) -> list[tuple[sympy.Expr | None, sympy.Expr | None, bool]]:
+    """(start, end, masked) of the loops over the key tiles, in order: the tiles a query tile sees in part
+    (masked) before and after the ones every query of it sees whole (no mask).  Tiles no query sees are
+    skipped (loop bounds).  ``Max(0, ...)``: a diagonal left of key 0 (bottom-right with more queries than
+    keys, or a window's left end) never makes a negative bound (index arithmetic is unsigned)."""
+    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
+    if not spec.masked:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
+        return [(None, whole, False), (whole, None, True)]
+    diag = wc.tile_start(M) + (N - M if spec.align == "bottom_right" else 0)  # the tile's first query's
+    pos = functools.partial(sympy.Max, 0)
+    full_end, stop = whole, None
+    if spec.right is not None:  # causal: full tiles left of the diagonal block, masked ones up to its end
+        full_end = sympy.Min(pos(diag + spec.right) // BLOCK_N * BLOCK_N, whole)
+        stop = pos(diag + BLOCK_M + spec.right)
+    if spec.left is None:
+        return [(None, full_end, False), (full_end, stop, True)]
+    lo = pos(diag - spec.left)  # the first key the tile's first query sees; its last query's, rounded up:
+    full_start = sympy.ceiling(pos(diag + BLOCK_M - 1 - spec.left) / BLOCK_N) * BLOCK_N
+    split = sympy.Max(full_start, full_end)
+    return [(lo, full_start, True), (full_start, split, False), (split, stop, True)]
+
+
+def _mask(s, spec: MaskSpec):
+    """``s`` with -inf at the keys past N and those ``spec`` hides.  Bottom-right compares ``j + M`` with
+    ``i + N`` (not ``j`` with ``i + N - M``): no negative intermediate."""
+    cols = wc.arange(N)[None, :]
+    s = wc.where(cols < N, s, NEG_INF)
+    if not spec.masked:
+        return s
+    rows = wc.arange(M)[:, None]
+    if spec.align == "bottom_right":
+        rows, cols = rows + N, cols + M
+    if spec.right is not None:
+        s = wc.where((rows + spec.right if spec.right else rows) >= cols, s, NEG_INF)
+    if spec.left is not None:
+        s = wc.where(cols + spec.left >= rows, s, NEG_INF)
+    return s
+
+
 def make_attention(
     dtype=wc.f16,
     layout: str = "bhsd",
-    causal: bool = False,
+    causal: bool | str = False,
     waves: int = 4,
     mma: str = "mma_sync",
     heavy_first: bool | None = None,
     async_copy: str = "auto",
     split_epilogue: bool = False,
+    *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    v_dim: bool = False,
 ) -> wc.WaveKernel:
-    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and causality; ``mma``
-    picks the matrix instruction (``attention_constraints``) and nothing else; ``heavy_first`` (default:
-    ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles; ``async_copy``: how K/V tiles
-    are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``); ``split_epilogue``: one bounds test
-    per thread before O's stores (``attention()`` turns it on for wgmma: ``SPLIT_EPILOGUE``)."""
-    heavy_first = causal and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
+    """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
+    window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
+    ``heavy_first`` (default: ``HEAVY_FIRST`` for causal kernels) the launch order of the query tiles;
+    ``async_copy``: how K/V tiles are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``);
+    ``split_epilogue``: one bounds test per thread before O's stores (``attention()`` turns it on for
+    wgmma: ``SPLIT_EPILOGUE``).  ``softcap = c > 0``: scores ``c·tanh(scale·QKᵀ / c)`` (before the mask);
+    ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D."""
+    spec = mask_spec(causal, window)
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise OptionError(option="softcap", message=f"expected a finite number >= 0 (0: off), got {softcap!r}")
+    heavy_first = bool(causal) and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
+    dv = DV if v_dim else D
     q_type = Memory[B, q1, q2, D, dtype]
-    kv_type = Memory[B, k1, k2, D, dtype]
+    k_type = Memory[B, k1, k2, D, dtype]
+    v_type = Memory[B, k1, k2, dv, dtype]
+    o_type = Memory[B, q1, q2, dv, dtype]
     kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
-    whole = N // BLOCK_N * BLOCK_N  # keys in full tiles: no mask needed below this
-    if causal:  # full tiles left of the diagonal block, then the masked tiles up to the diagonal
-        split, stop = sympy.Min(wc.tile_start(M) // BLOCK_N * BLOCK_N, whole), wc.tile_start(M) + BLOCK_M
-    else:  # full tiles, then the ragged last tile (none when N is a multiple of BLOCK_N)
-        split, stop = whole, None
+    loops, guard = _loops(spec), spec.may_see_nothing
+    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue)
 
-    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue))
-    def attention(q: q_type, k: kv_type, v: kv_type, o: q_type, scale: wc.Scalar[f32]):
+    @wc.wave(constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else []))
+    def attention(q: q_type, k: k_type, v: v_type, o: o_type, scale: wc.Scalar[f32]):
         qr = wc.read(q)
-        c = scale * LOG2E
+        c = softcap * LOG2E if softcap else scale * LOG2E  # exponents in units of the (capped) scores
 
         def step(m_i, l_i, acc, masked: bool):
             s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
+            if softcap:
+                s = wc.tanh(s * (scale * (1.0 / softcap)))
             if masked:  # masked keys contribute exp2(-inf) = 0
-                cols = wc.arange(N)[None, :]
-                s = wc.where(cols < N, s, NEG_INF)
-                if causal:
-                    s = wc.where(wc.arange(M)[:, None] >= cols, s, NEG_INF)
+                s = _mask(s, spec)
             m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
-            p = wc.exp2(s * c - (m_new * c)[:, None])
-            alpha = wc.exp2((m_i - m_new) * c)
+            m_sub = wc.where(m_new > NEG_INF, m_new, 0.0) if masked and guard else m_new  # no -inf - -inf
+            p = wc.exp2(s * c - (m_sub * c)[:, None])
+            alpha = wc.exp2((m_i - m_sub) * c)
             l_new = l_i * alpha + wc.sum(p, N)
-            vt = wc.permute(wc.read(v, mapping=kv_head), (D, N))
+            vt = wc.permute(wc.read(v, mapping=kv_head), (dv, N))
             return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
-        init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
+        carried = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, dv, f32](0.0)]
+        for start, end, masked in loops:
+            carried = list(_loop(step, carried, start, end, masked, dv))
 
-        @wc.iterate(N, init_args=init, end=split)
-        def full(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
-            return step(m_i, l_i, acc, masked=False)
-
-        @wc.iterate(N, init_args=list(full), start=split, end=stop)
-        def edge(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
-            return step(m_i, l_i, acc, masked=True)
-
-        _m, l_final, acc_final = edge
-        wc.write(wc.cast(acc_final * wc.reciprocal(l_final)[:, None], dtype), o)
+        _m, l_final, acc_final = carried
+        # a query that sees no key has l = 0 and acc = 0: 0, not 0 / 0; any other has l >= 1 up to one
+        # rounding of ex2.approx (its maximum score contributed exp2(0)), which max(l, 1) keeps
+        inv = wc.reciprocal(wc.maximum(l_final, 1.0) if guard else l_final)
+        wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
 
     return attention
 
 
-# Candidate tiles (BLOCK_M, BLOCK_N, waves[, cp.async stages]); why: docs/performance.md, "Why the schedule
-# tables are what they are" (registers, shared memory, measured TFLOP/s).
-CONFIGS = {
+def _loop(step, carried: list, start, end, masked: bool, dv):
+    """One ``iterate`` over the key tiles [start, end) running ``step`` (masked or not)."""
+
+    @wc.iterate(N, init_args=carried, start=start, end=end)
+    def loop(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, dv, f32]):
+        return step(m_i, l_i, acc, masked=masked)
+
+    return loop
+
+
+# Candidate tiles (BLOCK_M, BLOCK_N, waves[, cp.async stages]) per head dim; a dim not listed takes the next
+# larger one's (96: 128's).  Why 64 and 128: docs/performance.md, "Why the schedule tables are what they
+# are" (registers, shared memory, measured TFLOP/s); the others: docs/attention.md, "Head dims" (ptxas
+# registers; d80's copies put 2 threads on a row of 10 16-byte runs, so a workgroup's threads / 2 <= BLOCK_N).
+CONFIGS: dict[int, list[tuple[int, ...]]] = {
     128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)],
     64: [(128, 64, 4), (128, 128, 8), (64, 64, 2), (128, 64, 4, 3)],
+    80: [(64, 64, 4), (128, 128, 8)],
+    192: [(128, 32, 8), (128, 64, 8), (64, 32, 4)],  # BLOCK_N 64: 100 KB of shared memory (not sm_86/89)
+    256: [(128, 32, 8), (64, 32, 4)],  # BLOCK_N 64 spills
 }
-_SHORT = {128: {32: (32, 64, 2), 64: (64, 64, 4)}, 64: {64: (64, 64, 2)}}
-# Hopper wgmma (sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]), each warpgroup 64 query rows; K/V by TMA.
-WGMMA_CONFIGS = {
+_SHORT: dict[int, dict[int, tuple[int, ...]]] = {
+    128: {32: (32, 64, 2), 64: (64, 64, 4)},
+    64: {64: (64, 64, 2)},
+    80: {32: (32, 64, 2)},
+    192: {64: (64, 32, 4)},
+    256: {64: (64, 32, 4)},
+}
+# Hopper wgmma (sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]), each warpgroup 64 query rows; K/V by TMA
+# where D is a multiple of 64 (the 128-byte swizzle span), else cp.async.
+WGMMA_CONFIGS: dict[int, list[tuple[int, ...]]] = {
     128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
     64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)],
+    80: [(64, 64, 1), (128, 128, 2)],
+    192: [(64, 64, 1), (64, 32, 1), (128, 64, 2)],
+    256: [(64, 32, 1)],  # BLOCK_N 64 spills
 }
-_WGMMA_SHORT = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
+_WGMMA_SHORT: dict[int, dict[int, tuple[int, ...]]] = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
 _WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
 # O's store after one bounds test per thread (SchedulingConstraint.split_epilogue): wgmma measured faster.
-SPLIT_EPILOGUE = {"mma_sync": False, "wgmma": True}
+SPLIT_EPILOGUE = {"mma_sync": False, "wgmma": True, "mfma": False}
 DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
 
 
@@ -154,17 +281,29 @@ def default_mma(q, backend: str | None = None) -> str:
     return "wgmma" if on_hopper and backend in (None, "cuda") else "mma_sync"
 
 
+HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # Q/K and V head dims ``attention()`` takes (each, in any pair)
+
+
+def _table_dim(head_dim: int, table: dict) -> int:
+    return head_dim if head_dim in table else min((d for d in table if d >= head_dim), default=max(table))
+
+
 def attention_config(
-    head_dim: int, seq_q: int | None = None, config: tuple | None = None, mma: str = "mma_sync", causal: bool = False
+    head_dim: int,
+    seq_q: int | None = None,
+    config: tuple | None = None,
+    mma: str = "mma_sync",
+    causal: bool | str = False,
+    v_head_dim: int | None = None,
 ) -> tuple[dict, int]:
-    """(subs, waves) for a head dim (64 or 128): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given,
-    else the first candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are
-    warpgroups), or a smaller tile when the queries fit in it, or (wgmma, causal, many queries)
-    ``_WGMMA_LONG_CAUSAL``'s."""
+    """(subs, waves) for a head dim (``HEAD_DIMS``; V's ``v_head_dim`` when it differs: binds ``DV``, and the
+    tiles are the larger dim's): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given, else the first
+    candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are warpgroups), or a
+    smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s."""
     if config is None:
-        hd = 128 if head_dim > 64 else 64
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
-        short = [c for rows, c in sorted(short_tiles[hd].items()) if seq_q is not None and seq_q <= rows]
+        hd = _table_dim(max(head_dim, v_head_dim or 0), configs)
+        short = [c for rows, c in sorted(short_tiles.get(hd, {}).items()) if seq_q is not None and seq_q <= rows]
         rows, long_causal = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
         if short:
             config = short[0]
@@ -173,23 +312,78 @@ def attention_config(
         else:
             config = configs[hd][0]
     bm, bn, waves, *stages = config
-    return {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}, waves
+    subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}
+    if v_head_dim is not None and v_head_dim != head_dim:
+        subs[DV] = v_head_dim
+    return subs, waves
 
 
 _COMPILED: dict = {}
 
 
-def _kernel(dtype, layout, causal, subs: dict, waves: int, backend, mma: str = "mma_sync", async_copy: str = "auto"):
+def _kernel(
+    dtype,
+    layout,
+    causal,
+    subs: dict,
+    waves: int,
+    backend,
+    mma: str = "mma_sync",
+    async_copy: str = "auto",
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
-    key = (dtype.name, layout, causal, subs_key, waves, backend, mma, async_copy)
+    key = (dtype.name, layout, mask_spec(causal, window), subs_key, waves, backend, mma, async_copy, softcap)
     kernel = _COMPILED.get(key)
     if kernel is None:
         split_epilogue = SPLIT_EPILOGUE[mma]
         definition = make_attention(
-            dtype, layout, causal, waves, mma, async_copy=async_copy, split_epilogue=split_epilogue
+            dtype,
+            layout,
+            causal,
+            waves,
+            mma,
+            async_copy=async_copy,
+            split_epilogue=split_epilogue,
+            window=window,
+            softcap=softcap,
+            v_dim=DV in subs,
         )
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
+
+
+def _check_inputs(q, k, v, layout: str, causal, softcap) -> None:
+    """A ``WavecError`` naming the argument for what ``attention()`` cannot run."""
+    if layout not in LAYOUTS:
+        raise OptionError(option="layout", message=f"expected one of {LAYOUTS}, got {layout!r}")
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
+    for name, x in (("q", q), ("v", v)):
+        if x.shape[-1] not in HEAD_DIMS:
+            raise OptionError(
+                option=f"attention: {name}", message=f"head dim must be one of {HEAD_DIMS}, got {x.shape[-1]}"
+            )
+    if k.shape[-1] != q.shape[-1]:
+        raise OptionError(option="attention: k", message=f"head dim {k.shape[-1]} differs from q's {q.shape[-1]}")
+    h_ax = 1 if layout == "bhsd" else 2
+    if q.shape[h_ax] % k.shape[h_ax]:
+        raise wc.WavecError(
+            message=f"attention: {q.shape[h_ax]} query heads are not a multiple of {k.shape[h_ax]} key/value heads"
+        )
+    sq, skv = q.shape[3 - h_ax], k.shape[3 - h_ax]
+    if causal is True and sq != skv:
+        raise OptionError(
+            option="attention: causal",
+            message=f"True is ambiguous with {sq} queries and {skv} keys: pass causal='bottom_right' (query i "
+            f"sees keys <= i + {skv - sq}, flash-attn >= 2.1, a chunk of queries at the end of a KV cache) or "
+            "causal='top_left' (keys <= i, torch's is_causal)",
+        )
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise OptionError(
+            option="attention: softcap", message=f"expected a finite number >= 0 (0: off), got {softcap!r}"
+        )
 
 
 def attention(
@@ -197,7 +391,9 @@ def attention(
     k,
     v,
     *,
-    causal: bool = False,
+    causal: bool | str = False,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     scale: float | None = None,
     layout: str = "bhsd",
     backend: str | None = None,
@@ -206,38 +402,45 @@ def attention(
     async_copy: str = "auto",
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
-    ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)``.
+    ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
+    ``flash_attn_func(q, k, v, causal=, window_size=window, softcap=)``.
 
-    ``layout="bhsd"``: q [B, H, Sq, D], k and v [B, KVH, Skv, D]; ``"bshd"``: q [B, Sq, H, D], k and v
-    [B, Skv, KVH, D].  H must be a multiple of KVH (grouped-query attention); D is 64 or 128.  Causal masks
-    are aligned top-left, as in torch.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the heuristic
-    (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA, sm_90a; waves
-    are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K and V are
-    staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else ``cp.async``),
-    "tma" (wgmma only) or "cp.async".  Returns a new tensor shaped like q."""
+    ``layout="bhsd"``: q [B, H, Sq, D], k [B, KVH, Skv, D], v [B, KVH, Skv, Dv]; ``"bshd"``: q [B, Sq, H, D],
+    k [B, Skv, KVH, D], v [B, Skv, KVH, Dv]; the output is [..., Dv].  H must be a multiple of KVH
+    (grouped-query attention); D and Dv are in ``HEAD_DIMS`` (64, 80, 96, 128, 192, 256).
+
+    ``causal``: False; "top_left" (query i sees keys j <= i, torch's ``is_causal``); "bottom_right" (j <= i +
+    Skv - Sq: the last query sees the last key, flash-attn >= 2.1; queries left of key 0 see nothing);
+    True only where Sq == Skv (the two agree), else an ``OptionError`` asking for one of them.
+    ``window = (left, right)``: query i sees keys from ``diag(i) - left`` to ``diag(i) + right`` (-1:
+    unbounded), ``diag(i)`` the causal alignment's diagonal, bottom-right when not causal (flash-attn's
+    ``window_size``); causal makes ``right`` 0.  ``softcap = c > 0``: scores ``c·tanh(scale·q·k / c)``
+    before the mask (Gemma 2, flash-attn's ``softcap``).  A query row that sees no key outputs 0.
+
+    ``scale``: default ``1/sqrt(D)``.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the
+    heuristic (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
+    sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
+    and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
+    ``cp.async``), "tma" (wgmma only) or "cp.async".  Returns a new tensor."""
     import torch
 
     mma = mma or default_mma(q, backend)
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
-    if layout not in LAYOUTS:
-        raise wc.WavecError(message=f"attention: layout must be one of {LAYOUTS}, got {layout!r}")
-    check_mma(mma, "attention: ")
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise wc.WavecError(message="attention: q, k and v must be 4-D ([B, H, S, D] or [B, S, H, D])")
-    head_dim = q.shape[-1]
-    if head_dim not in (64, 128):
-        raise wc.WavecError(message=f"attention: head dim must be 64 or 128, got {head_dim}")
-    h_ax = 1 if layout == "bhsd" else 2
-    s_ax = 3 - h_ax
-    if q.shape[h_ax] % k.shape[h_ax]:
-        raise wc.WavecError(
-            message=f"attention: {q.shape[h_ax]} query heads are not a multiple of {k.shape[h_ax]} key/value heads"
-        )
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal)
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy)
-    o = torch.empty_like(q)
+    if mma not in ATTENTION_MMA:
+        raise OptionError(option="attention: mma", message=f"expected one of {ATTENTION_MMA}, got {mma!r}")
+    _check_inputs(q, k, v, layout, causal, softcap)
+    mask_spec(causal, window)  # an OptionError naming causal or window
+    s_ax = 2 if layout == "bhsd" else 1
+    if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
+        causal = "top_left"
+    head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim)
+    kernel = _kernel(
+        dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap)
+    )
+    o = q.new_empty(*q.shape[:-1], v_head_dim)
     kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
     return o
 
@@ -245,17 +448,34 @@ def attention(
 def register_attention_op(
     dtype=wc.f16,
     layout: str = "bhsd",
-    causal: bool = False,
+    causal: bool | str = False,
     head_dim: int = 128,
     name: str | None = None,
     backend: str | None = None,
     mma: str | None = None,
+    *,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    v_head_dim: int | None = None,
 ):
     """Register the kernel for one configuration as ``torch.ops.<ns>.<op>(q, k, v, scale)`` and return that
-    operator; ``mma`` defaults to "mma_sync" (the operator is compiled before any tensor is seen)."""
+    operator; ``mma`` defaults to "mma_sync" (the operator is compiled before any tensor is seen).  The mask
+    (``causal``, ``window``) and ``softcap`` are compiled in (the schema stays ``(q, k, v, scale)``);
+    ``causal`` must name its alignment ("top_left" or "bottom_right"): the lengths are not known here."""
+    if causal is True:
+        raise OptionError(
+            option="register_attention_op: causal",
+            message="True is ambiguous for an operator that sees its lengths only at run time: pass "
+            "'bottom_right' (flash-attn >= 2.1) or 'top_left' (torch's is_causal)",
+        )
+    spec = mask_spec(causal, window)
     mma = mma or DEFAULT_MMA or "mma_sync"
-    subs, waves = attention_config(head_dim, mma=mma)
-    suffix = "_wgmma" if mma == "wgmma" else ""
-    name = name or f"wavec::attention_{dtype.name}_{layout}_{'causal' if causal else 'full'}_d{head_dim}{suffix}"
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma)
+    subs, waves = attention_config(head_dim, mma=mma, v_head_dim=v_head_dim)
+    if name is None:
+        mask = spec.align if spec.masked else "full"
+        mask += "" if window == (-1, -1) else f"_w{window[0]}_{window[1]}".replace("-", "m")
+        mask += f"_cap{softcap:g}".replace(".", "p") if softcap else ""
+        dims = f"d{head_dim}" + (f"_dv{v_head_dim}" if v_head_dim not in (None, head_dim) else "")
+        name = f"wavec::attention_{dtype.name}_{layout}_{mask}_{dims}{'_wgmma' if mma == 'wgmma' else ''}"
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, "auto", (window[0], window[1]), float(softcap))
     return wc.register_torch_op(kernel, name)

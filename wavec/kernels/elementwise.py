@@ -1,4 +1,6 @@
-"""Memory-bound kernels: a 2-D copy and ``out = a * b + bias[None, :]`` (broadcast along rows)."""
+"""Memory-bound kernels: a 2-D copy, ``out = a * b + bias[None, :]`` (broadcast along rows) and
+``silu_and_mul`` (the two halves of each row read as a batch dim of two: no index arithmetic on the
+contiguous dim, so both halves keep 16-byte runs)."""
 
 import wavec as wc
 from wavec import Memory
@@ -36,3 +38,53 @@ def make_scale_shift(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
 
 
 DEFAULT_SUBS = {BLOCK_M: 4, BLOCK_N: 512}
+
+
+TWO = wc.sym.TWO  # the gate / up halves of a fused projection's output
+
+
+def make_silu_and_mul(dtype=wc.f16, threads_per_wave: int = 32, vec: int | None = None) -> wc.WaveKernel:
+    """``out = silu(x[:, 0]) * x[:, 1]`` for ``x [M, 2, N]`` (a ``[M, 2N]`` row viewed as its two halves:
+    vLLM's ``silu_and_mul`` layout), in f32, stored in ``dtype``."""
+    vec = vec or 16 // dtype.bytes
+
+    @wc.wave(rowwise_constraints(threads_per_wave, vec))
+    def silu_and_mul(x: Memory[M, TWO, N, dtype], out: Memory[M, N, dtype]):
+        gate = wc.cast(wc.read(x, mapping={TWO: 0}), wc.f32)
+        up = wc.cast(wc.read(x, mapping={TWO: 1}), wc.f32)
+        wc.write(wc.cast(wc.silu(gate) * up, dtype), out)
+
+    return silu_and_mul
+
+
+_DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
+_COMPILED: dict = {}
+
+
+def silu_and_mul(x, *, backend: str | None = None):
+    """``silu(x[..., :d]) * x[..., d:]`` for ``x [..., 2d]`` (f16, bf16, f32; computed in f32): vLLM's
+    ``silu_and_mul``, the activation between a fused gate/up projection and the down projection.  A new
+    tensor ``[..., d]``; a non-contiguous ``x`` is copied first."""
+    import torch
+
+    name = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if not isinstance(x, torch.Tensor) or name not in _DTYPES or x.dim() == 0 or x.shape[-1] % 2:
+        got = f"{x.dim()}-D {name} of last dim {x.shape[-1]}" if isinstance(x, torch.Tensor) and x.dim() else repr(x)
+        raise wc.WavecError(
+            message=f"silu_and_mul: x must be a tensor of {sorted(_DTYPES)} whose last dim is even, got {got}"
+        )
+    dtype, d = _DTYPES[name], x.shape[-1] // 2
+    rows = x.reshape(-1, 2, d).contiguous()
+    out = torch.empty(*x.shape[:-1], d, dtype=x.dtype, device=x.device)
+    if out.numel():
+        vec = 16 // dtype.bytes
+        while d % vec:
+            vec //= 2
+        per_pass = 32 * vec
+        block_n = per_pass * (2 if d >= 2 * per_pass else 1)
+        key = (dtype.name, vec, block_n, backend)
+        if key not in _COMPILED:
+            subs = {BLOCK_M: 4, BLOCK_N: block_n, TWO: 2}
+            _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), subs, backend=backend)
+        _COMPILED[key](rows, out.view(-1, d))
+    return out

@@ -138,10 +138,11 @@ def _cached(key, build):
 
 
 def output_dtype(a, out_dtype) -> tuple:
-    """(torch dtype, wavec dtype) of C for ``matmul(out_dtype=)``: None or torch.float32, or a's dtype."""
+    """(torch dtype, wavec dtype) of C for ``matmul(out_dtype=)``: a's dtype (None, as ``torch.matmul``)
+    or torch.float32 (the f32 accumulator unrounded)."""
     import torch
 
-    out_dtype = torch.float32 if out_dtype is None else out_dtype
+    out_dtype = a.dtype if out_dtype is None else out_dtype
     if out_dtype not in (torch.float32, a.dtype):
         raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
     return out_dtype, f32 if out_dtype == torch.float32 else {torch.float16: wc.f16, torch.bfloat16: wc.bf16}[a.dtype]
@@ -152,7 +153,7 @@ def matmul(
     b,
     *,
     backend: str | None = None,
-    mma: str = "mma_sync",
+    mma: str = "auto",
     async_copy: str = "auto",
     warp_specialize: bool | None = None,
     out_dtype=None,
@@ -162,12 +163,15 @@ def matmul(
     prefetch_fragments: bool = True,
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
-    ``torch.float32`` (None, the default) or a's dtype (as ``torch.matmul``; rounded from the f32
-    accumulator).  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a plan.
+    a's dtype (None, the default, as ``torch.matmul``; rounded from the f32 accumulator) or
+    ``torch.float32``.  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a
+    plan.
 
-    ``mma``: "mma_sync" (sm_80+, the default) or "wgmma" (Hopper warpgroup MMA, sm_90a; decode shapes,
-    M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's copies ("auto": TMA for the
-    wgmma tiles; "cp.async" to compare).  ``warp_specialize``: a TMA producer warpgroup (wgmma tiles only).
+    ``mma``: "auto" (the default: "wgmma" for CUDA tensors on a compute-capability 9.0 GPU without
+    ``split`` or ``config``, else "mma_sync"), "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
+    sm_90a; decode shapes, M <= 16, keep the mma.sync decode tiles).  ``async_copy``: the pipeline's
+    copies ("auto": TMA for the wgmma tiles; "cp.async" to compare).  ``warp_specialize``: a TMA producer
+    warpgroup (wgmma tiles only).
     ``persistent``: a persistent grid over the output tiles (TMA wgmma tiles only; with mma.sync a
     ``ConstraintError``).  None for either: ``wgmma_plan``'s choice for wgmma (with ``async_copy="auto"``
     and no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
@@ -197,6 +201,8 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
+    if req.mma == "auto":
+        req = replace(req, mma=auto_mma(a, backend, req))
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     plan = plan_matmul(m, n, k + -k % 8 if pads_k(m, n, k) else k, req)
@@ -210,6 +216,19 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
     if pads_k(m, n, k):
         return padded_k_runner(kernel, out_dtype, k)
     return output_runner(kernel, out_dtype)
+
+
+def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
+    """``matmul(mma="auto")``'s instruction: wgmma (0.90x cuBLAS over LLM shapes on an H100, against
+    mma.sync's 0.67x: docs/performance.md) for CUDA tensors on a compute-capability 9.0 GPU, unless the
+    request asks for what only mma.sync tiles have (split-K, an explicit mma.sync config)."""
+    import torch
+
+    from wavec.compiler import default_backend
+
+    if (backend or default_backend()) != "cuda" or not a.is_cuda or req.split not in (None, 1) or req.config:
+        return "mma_sync"
+    return "wgmma" if torch.cuda.get_device_capability(a.device) == (9, 0) else "mma_sync"
 
 
 PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, indexing, moe_align, moe_gemm, moe_routing, rows
+from . import decode, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows
+from . import fused_moe as moe
 from . import paged_attention as paged
 
 __all__ = [
     "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "gather_scatter_matmul",
-    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm",
+    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm", "silu_and_mul", "fused_experts",
+    "fused_moe",
 ]  # fmt: skip
 
 # its outputs' sizes depend on two integers, so the module registers it with its own schema
@@ -160,3 +162,54 @@ def layer_norm(
 @layer_norm.register_fake
 def _layer_norm_fake(x: torch.Tensor, weight=None, bias=None, eps: float = 1e-5) -> torch.Tensor:
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("wavec::silu_and_mul", mutates_args=())
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """``silu(x[..., :d]) * x[..., d:]`` (see :func:`wavec.kernels.elementwise.silu_and_mul`)."""
+    return elementwise.silu_and_mul(x)
+
+
+@silu_and_mul.register_fake
+def _silu_and_mul_fake(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], x.shape[-1] // 2)
+
+
+@torch.library.custom_op("wavec::fused_experts", mutates_args=())
+def fused_experts(
+    hidden: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    activation: str = "silu",
+    apply_router_weight_on_input: bool = False,
+    global_num_experts: int = -1,
+    expert_map: torch.Tensor | None = None,
+    deterministic: bool = True,
+) -> torch.Tensor:
+    """The MoE experts layer, a new [T, H] tensor (see :func:`wavec.kernels.fused_moe.fused_experts`; the
+    tiles are the static choice: no ``config``, ``dispatch`` or ``out`` through the operator)."""
+    return moe.fused_experts(
+        hidden, w1, w2, topk_weights, topk_ids, activation=activation,
+        apply_router_weight_on_input=apply_router_weight_on_input, global_num_experts=global_num_experts,
+        expert_map=expert_map, deterministic=deterministic,
+    )  # fmt: skip
+
+
+@fused_experts.register_fake
+def _fused_experts_fake(hidden, w1, w2, topk_weights, topk_ids, *args) -> torch.Tensor:
+    return torch.empty_like(hidden)
+
+
+@torch.library.custom_op("wavec::fused_moe", mutates_args=())
+def fused_moe(
+    hidden: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, router_logits: torch.Tensor, top_k: int, renormalize: bool
+) -> torch.Tensor:
+    """Softmax routing, top-k, then the experts (see :func:`wavec.kernels.fused_moe.fused_moe`)."""
+    return moe.fused_moe(hidden, w1, w2, router_logits, top_k, renormalize)
+
+
+@fused_moe.register_fake
+def _fused_moe_fake(hidden, w1, w2, router_logits, top_k, renormalize) -> torch.Tensor:
+    return torch.empty_like(hidden)

@@ -101,20 +101,24 @@ def copy_layout(ctx: PassContext, graph, dims: tuple, elem_bytes: int, read: fx.
     while ept > 1 and (total // ept < cs.threads or last % ept):
         ept //= 2
     per_row = last // ept
-    if cs.threads % per_row and per_row % cs.threads:
-        raise ConstraintError(
-            loc,
-            message=f"{cs.explain(dims[-1], per_wave=False)}: {cs.threads} threads cannot split rows of {per_row} "
-            f"runs of {ept} elements of {tile} evenly; make the tile of {dims[-1]} a power-of-two number of runs",
-        )
-    rows = max(1, cs.threads // per_row)
-    seqs, tiles, stride = [], [], per_row
+    lanes_last = min(per_row, cs.threads)
+    uneven = bool(cs.threads % per_row and per_row % cs.threads)
+    if uneven:  # a run count that does not divide the threads (head dim 80: 10 runs): the most threads
+        lanes_last = math.gcd(per_row, cs.threads)  # dividing both share a row, each every lanes_last-th run
+    rows = cs.threads // lanes_last
+    seqs, tiles, stride = [], [], lanes_last
     for ext in extents[:-1]:
         n = min(rows, ext)
         seqs.append(IndexSeq(sympy.Mod(sympy.floor(THREAD / stride), n) if n > 1 else 0))
         tiles.append(n)
         stride *= n
-    lanes_last = min(per_row, cs.threads)
+    # ... only where the threads' rows tile the rows exactly (no thread repeats another's copy)
+    if uneven and (math.prod(tiles) != rows or any(e % n for e, n in zip(extents, tiles))):
+        raise ConstraintError(
+            loc,
+            message=f"{cs.explain(dims[-1], per_wave=False)}: {cs.threads} threads cannot split rows of {per_row} "
+            f"runs of {ept} elements of {tile} evenly; make the tile of {dims[-1]} a power-of-two number of runs",
+        )
     seqs.append(IndexSeq(sympy.Mod(THREAD, lanes_last) * ept, ((ept, 1),)))
     tiles.append(lanes_last * ept)
     base = {d: cs.base_offset(d, ctx.in_loop(graph, d), per_wave=False) for d in dims}

@@ -3,12 +3,12 @@
 Requires: ``pipeline_loops`` (final ``stages``; prologue copies in the root graph before their loop).
 Guarantees: a root-graph ``allocate`` used by exactly one ``iterate`` is replaced by an equal one (type,
 tile, origin, stages, padding, layout) of an earlier loop, at most once per buffer and loop; before the
-first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` and a ``barrier``
-(the earlier loop's copies landed and were read).  Attention's two loops (full tiles, masked edge) then
-need the shared memory of one.  ``wc.allocate`` buffers are never shared (they live for the whole
-kernel).  Finally, in a kernel with ``wc.allocate`` buffers, its shared tiles (staged ones included) must
-fit ``target.max_shared_bytes``, else a ``ConstraintError`` lists them (``tuning.legality`` checks kernels
-of staged tiles only).
+first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` (targets with
+``cp.async``) and a ``barrier`` (the earlier loops' copies landed and were read).  Attention's loops
+(full tiles, masked edges) then need the shared memory of one.  ``wc.allocate`` buffers are never
+shared (they live for the whole kernel).  Finally, in a kernel with ``wc.allocate`` buffers, its shared
+tiles (staged ones included) must fit ``target.max_shared_bytes``, else a ``ConstraintError`` lists
+them (``tuning.legality`` checks kernels of staged tiles only).
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def _key(alloc: fx.Node) -> tuple:
     )
 
 
-def _drain(g: fx.Graph, before: fx.Node) -> None:
+def _drain(g: fx.Graph, before: fx.Node, async_copies: bool) -> None:
     loc = before.meta.get("loc")
-    op_node(g, AsyncWait, (), {"pending": 0, "drain": True}, "async_wait_drain", loc, before=before)
+    if async_copies:  # (no cp.async on the target, gfx942: the copies were synchronous)
+        op_node(g, AsyncWait, (), {"pending": 0, "drain": True}, "async_wait_drain", loc, before=before)
     op_node(g, Barrier, (), {}, "barrier", loc, before=before)
 
 
@@ -66,15 +67,17 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
         a.replace_all_uses_with(b)
         g.erase_node(a)
         reused.setdefault(loop, []).append(b)
-    order = {n: i for i, n in enumerate(g.nodes)}
     for loop, bufs in reused.items():
-        after = max(order[owners[b]] for b in bufs)  # the earlier loops' prologues also use the buffers
+        order = {n: i for i, n in enumerate(g.nodes)}  # with the drains inserted so far
+        # after the last earlier loop on these buffers (a third loop follows the second, which took them
+        # over from the first); the earlier loops' prologues also use the buffers
+        after = max(order[it] for it in loops if order[it] < order[loop] and any(b in it.args[1] for b in bufs))
         first = next(
             n
             for n in g.nodes
             if order[n] > after and (n is loop or any(x in bufs for x in n.args if isinstance(x, fx.Node)))
         )
-        _drain(g, first)
+        _drain(g, first, ctx.target.has_cp_async)
     _check_budget(trace, ctx)
 
 

@@ -235,7 +235,8 @@ class GemmRequest:
     def __post_init__(self) -> None:
         if self.split not in (None, "auto") and (not isinstance(self.split, int) or self.split < 1):
             raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {self.split!r}")
-        check_mma(self.mma, "matmul: ")
+        if self.mma != "auto":  # matmul resolves "auto" for the tensors' device before planning
+            check_mma(self.mma, "matmul: ")
 
 
 def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str | None = None) -> GemmPlan:

@@ -1,0 +1,189 @@
+"""The DSL kernels of the fused mixture-of-experts layer (``fused_moe.fused_experts``, DESIGN §14).
+
+Rows are the ``(token, slot)`` pairs ``moe_align_block_size`` sorted by expert and padded per expert to the
+token block BLOCK_M (the sentinel ``T*k`` marks padding); ``expert_ids[b]`` is the expert of block ``b``.
+Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dynamic in T, H, I and E.
+
+- ``moe_remap``: ``local = expert_map[topk_ids]``, with -1 ("another rank") turned into E, one extra
+  expert whose blocks the GEMMs skip.
+- ``moe_up``: per BLOCK_M x BLOCK_N tile of the intermediate [rows, I], the token rows gathered by
+  ``sorted_ids // k`` and the block's expert's gate and up rows of ``w1`` (viewed [E, 2, I, H], no copy)
+  into two accumulators of one workgroup; the epilogue writes ``act(gate) * up`` in the input dtype in
+  sorted order.  ``weighted_input`` scales both accumulators by the routing weight first (weighting the
+  input row: the GEMM is linear).
+- ``moe_down``: the intermediate rows (affine, sorted order) times the block's expert's ``w2`` [H, I];
+  the epilogue multiplies by the routing weight and either stores the row of its ``(token, slot)`` in a
+  [T*k + 1, H] buffer (``deterministic``) or atomically adds it into an f32 [T + 1, H] accumulator.
+  Stores have no mask: padding rows (the sentinel T*k, row T of the accumulator) go to the extra last
+  row, which nothing reads.
+- ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32, in slot order, rounded once, over the
+  slots whose local expert is below ``limit`` (a skipped slot's row is never written).
+
+Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
+run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
+do the same on the emulator but lose the shared-memory staging and pipelining: its body is a region the
+staging passes do not enter; ``exit_if`` leaves the kernel one straight-line graph.)  The wrapper's grid
+also stops at the most blocks the routing can fill.
+"""
+
+from __future__ import annotations
+
+import wavec as wc
+from wavec import Memory, Register, f32
+from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N, gemm_constraints
+
+T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
+P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
+COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
+REMAP_WAVES = 4
+
+
+def gemm_tiles(tpw: int, mma, block_m: int) -> list:
+    """BLOCK_M x BLOCK_N workgroup tiles over NUM_STAGES stages: 2 x 2 waves, or 1 x 4 for a 16-row
+    token block (a wave's M tile is one m16 instruction)."""
+    waves = (1, 4) if block_m < 32 else (2, 2)
+    return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES))
+
+
+def _activation(g, name: str):
+    if name == "silu":
+        return wc.silu(g)
+    return 0.5 * g * (1.0 + wc.erf(g * 0.7071067811865476))  # vLLM's "gelu": exact erf GELU
+
+
+def _exit_unless_local(expert_ids) -> None:
+    """The workgroup returns at once unless its token block has a local expert (not -1 past the last
+    run, not the skip expert E)."""
+    blk = wc.read(expert_ids, mapping={J: wc.tile_start(M) // BLOCK_M})
+    wc.exit_if((blk < 0) | (blk >= E))
+
+
+def _block_expert(expert_ids):
+    """The expert of this workgroup's token block along N, as an index of the weights (a mapping value
+    must be a tensor: every element is the same, loaded once per row that uses it)."""
+    return wc.read(expert_ids, mapping={J: wc.index(N) * 0 + wc.tile_start(M) // BLOCK_M})
+
+
+def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int):
+    """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``."""
+
+    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    def moe_up(
+        x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+        w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
+    ):  # fmt: skip
+        _exit_unless_local(expert_ids)
+        e = _block_expert(expert_ids)
+        ids = wc.read(sorted_ids)
+        rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
+
+        @wc.iterate(K, init_args=[Register[M, N, f32](0.0), Register[M, N, f32](0.0)])
+        def body(g: Register[M, N, f32], u: Register[M, N, f32]):
+            a = wc.read(x, mapping={T: rows})
+            return wc.mma(a, wc.read(w1, mapping={E: e, G: 0}), g), wc.mma(a, wc.read(w1, mapping={E: e, G: 1}), u)
+
+        g, u = body
+        if weighted_input:
+            w = wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+            g, u = g * w, u * w
+        wc.write(wc.cast(_activation(g, activation) * u, dtype), inter)
+
+    return moe_up
+
+
+def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype):
+    """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds."""
+    _exit_unless_local(expert_ids)
+    e = _block_expert(expert_ids)
+    ids = wc.read(sorted_ids)
+    acc = Register[M, N, f32](0.0)
+
+    @wc.iterate(K, init_args=[acc])
+    def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+        return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
+
+    if weighted_output:
+        body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+    # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
+    val = wc.where((ids < TK)[:, None], body, 0.0)
+    if store:
+        wc.write(wc.cast(val, dtype), y, mapping={R: ids})
+    else:  # the sentinel T*k is row T, the scratch row
+        wc.atomic_add(val, y, mapping={R: ids // top_k})
+
+
+def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int):
+    """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
+    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds)."""
+    flags = (top_k, weighted_output, deterministic, dtype)
+    if deterministic:
+
+        @wc.wave(gemm_tiles(tpw, mma, block_m))
+        def moe_down(
+            inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+            w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, dtype],
+        ):  # fmt: skip
+            _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
+
+        return moe_down
+
+    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    def moe_down_atomic(
+        inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],
+    ):  # fmt: skip
+        _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
+
+    return moe_down_atomic
+
+
+def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
+    """``moe_combine(y [T, S, N], local [T, S] i32, out [T, N], limit)``: one token per workgroup (a batch
+    dim), N in ``waves`` wave-wide 16-byte runs, the S slots whose ``local < limit`` summed in f32."""
+    constraints = [
+        wc.WorkgroupConstraint(N, BLOCK_N, 0),
+        wc.WorkgroupConstraint(T, 1, 1),
+        wc.WorkgroupConstraint(S, S, None),
+        wc.WaveConstraint(N, BLOCK_N / waves),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={S: 1, N: tpw * COMBINE_VEC}),
+    ]
+
+    @wc.wave(constraints)
+    def moe_combine(
+        y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
+    ):
+        keep = wc.read(local) < limit
+        total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
+        wc.write(wc.cast(total, dtype), out)
+
+    return moe_combine
+
+
+def make_remap(tpw: int = 32) -> wc.WaveKernel:
+    """``moe_remap(topk_ids [P] i32, expert_map [GE] i32, local [P] i32, skip)``: ``expert_map[id]``, -1 -> skip."""
+    constraints = [
+        wc.WorkgroupConstraint(P, BLOCK_P, 0),
+        wc.WaveConstraint(P, BLOCK_P / REMAP_WAVES),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={P: tpw}),
+    ]
+
+    @wc.wave(constraints)
+    def moe_remap(
+        topk_ids: Memory[P, wc.i32], expert_map: Memory[GE, wc.i32], local: Memory[P, wc.i32], skip: wc.Scalar[wc.i32]
+    ):
+        mapped = wc.read(expert_map, mapping={GE: wc.read(topk_ids)})
+        wc.write(wc.where(mapped < 0, skip, mapped), local)
+
+    return moe_remap
+
+
+def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int) -> dict:
+    return {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages}
+
+
+def combine_subs(top_k: int, tpw: int = 32, waves: int = 2) -> dict:
+    return {BLOCK_N: waves * tpw * COMBINE_VEC, S: top_k}
+
+
+def remap_subs(tpw: int = 32) -> dict:
+    return {BLOCK_P: REMAP_WAVES * tpw}
