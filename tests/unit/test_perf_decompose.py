@@ -164,7 +164,7 @@ def test_walker_on_hand_mlir():
 
     ops = parse_kernel(HAND_MLIR)
     rules = Demand((), None, 32)
-    w = Walker(ops, [7], (5, 1, 1), (32, 1, 1), 0, 5, rules.count, rules.pointer_of)
+    w = Walker(ops, [7], (5, 1, 1), (32, 1, 1), 0, 5, rules.count, rules.value_of)
     w.run()
     trips = np.arange(1, 6)
     assert [t.tolist() for t in w.trips.values()] == [trips.tolist()]
@@ -179,7 +179,7 @@ def test_data_dependent_loop_bound_is_an_error():
     from wavec.perf.evaluate import Walker
 
     rules = Demand((), None, 32)
-    w = Walker(parse_kernel(text), [7], (1, 1, 1), (32, 1, 1), 0, 1, rules.count, rules.pointer_of)
+    w = Walker(parse_kernel(text), [7], (1, 1, 1), (32, 1, 1), 0, 1, rules.count, rules.value_of)
     with pytest.raises(PerfError, match="depend on data"):
         w.run()
 
@@ -202,7 +202,7 @@ def test_every_golden_kernel_op_has_a_rule(path):
     maps = re.search(r"binding\((\d+)\)[^\n]*: memref<\d+xi64>", text)
     spec = (TensorMapSpec(0, "f16", (64, 64), 128),) if maps else ()
     rules = Demand(spec, int(maps.group(1)) if maps else None, 64 if "gfx942" in text[:2000] else 32)
-    walker = Walker(parse_kernel(text), [256] * 16, (2, 1, 1), block, 0, 2, rules.count, rules.pointer_of)
+    walker = Walker(parse_kernel(text), [256] * 16, (2, 1, 1), block, 0, 2, rules.count, rules.value_of)
     walker.run()
     assert not rules.unknown, rules.unknown
     assert not walker.notes, walker.notes
@@ -248,7 +248,7 @@ def test_walker_ids_read_inside_a_loop():
     from wavec.perf.evaluate import Walker
 
     rules = Demand((), None, 32)
-    w = Walker(parse_kernel(IDS_IN_LOOP), [], (3, 1, 1), (32, 1, 1), 0, 3, rules.count, rules.pointer_of)
+    w = Walker(parse_kernel(IDS_IN_LOOP), [], (3, 1, 1), (32, 1, 1), 0, 3, rules.count, rules.value_of)
     w.run()
     assert w.counts["global_read"].tolist() == [4 * sum(b + i for i in range(4)) for b in range(3)]
 
@@ -277,3 +277,36 @@ def test_split_kv_decode_pads_query_rows_to_the_tile():
     assert d.total("global_read") == kv + d.tasks * extra
     assert d.total("global_write") == b * splits * ql * h * (dim + 2) * 4
     assert not d.notes
+
+
+def test_moe_blocks_without_a_local_expert_are_skipped_given_the_routing():
+    """The fused-MoE up-projection exits for token blocks whose expert is -1 or E: with ``expert_ids``
+    given as an array those tasks demand nothing, the others their full tile GEMM; without the values
+    every block is counted and the data-dependent branch is noted."""
+    from wavec.kernels import fused_moe_kernels as F
+
+    block_m, block_n, block_k = 64, 64, 32
+    mma = wc.MMAType.NV_F32_16x8x16_F16
+    kernel = wc.compile(
+        F.make_up(wc.f16, 2, "silu", False, 32, mma, block_m),
+        F.gemm_subs(block_m, block_n, block_k, 2),
+        target="sm_90",
+        backend="emulator",
+        cache=False,
+    )
+    t, k, e, n = 100, 256, 8, 128
+    expert_ids = np.array([3, 0, 7, -1, 8, -1], dtype=np.int32)  # 8 == E: the skip expert
+    rows = len(expert_ids) * block_m
+    shapes = [(t, k), (rows,), expert_ids, (e, 2, n, k), (t * 2,)]
+    d = decompose(kernel, *shapes)
+    per_tile = 2 * 2 * block_m * block_n * k  # gate and up accumulators
+    flops = d.per_task("tensor").reshape(n // block_n, len(expert_ids))  # grid x: token blocks
+    local = (expert_ids >= 0) & (expert_ids < e)
+    assert (flops == np.where(local, per_tile, 0)[None, :]).all()
+    skipped = d.per_task("global_read").reshape(flops.shape)[:, ~local]
+    assert (skipped == d.threads * 4).all()  # each lane reads the block's expert id, nothing else
+    assert not d.notes
+    shapes[2] = expert_ids.shape
+    blind = decompose(kernel, *shapes)
+    assert blind.total("tensor") == per_tile * len(expert_ids) * (n // block_n)
+    assert any("scf.if on data" in note for note in blind.notes)

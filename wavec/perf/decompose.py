@@ -2,7 +2,8 @@
 
 Requires: a ``CompiledKernel`` or an ``Artifact`` (its emitted MLIR and launch metadata); the launch's tensor
 shapes (tuples or anything with ``.shape``, all bindings or the inputs only, in binding order) and integer
-scalars by name.  No GPU, no MLIR bindings, no compiler.
+scalars by name.  Integer tensors given as arrays (numpy, torch) also give their values: routing, lengths
+and tables then decide loop bounds and skipped blocks exactly.  No GPU, no MLIR bindings, no compiler.
 
 Guarantees: the :class:`Decomposition` has one task per workgroup of the launch grid (x fastest), and per
 task the demand that :mod:`wavec.perf.demand` defines, counted by evaluating the emitted MLIR for every
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..abi import SMS_NAME
 from ..errors import ArgumentError, PerfError
-from ..runtime.artifact import Artifact
+from ..runtime.artifact import ArgSpec, Artifact
 from ..runtime.binding import grid_for
 from .demand import Demand
 from .evaluate import Walker
@@ -79,21 +80,36 @@ class Decomposition:
         return {k: float(v.sum()) for k, v in sorted(self.demand.items())}
 
 
-def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping[str, Any]) -> dict[str, int]:
-    """Symbol values bound by the shapes (and the artifact's static symbols), checked for consistency."""
+def _specs(artifact: Artifact, shapes: tuple[Any, ...]) -> list[ArgSpec]:
     meta = artifact.metadata
     inputs = [a for a in meta.args if not a.is_output]
     if len(shapes) == len(meta.args):
-        specs = list(meta.args)
-    elif len(shapes) == len(inputs):
-        specs = inputs
-    else:
-        raise ArgumentError(
-            kernel=meta.kernel,
-            arg="shapes",
-            message=f"give the shapes of all {len(meta.args)} tensors or of the {len(inputs)} inputs, "
-            f"got {len(shapes)}",
-        )
+        return list(meta.args)
+    if len(shapes) == len(inputs):
+        return inputs
+    raise ArgumentError(
+        kernel=meta.kernel,
+        arg="shapes",
+        message=f"give the shapes of all {len(meta.args)} tensors or of the {len(inputs)} inputs, got {len(shapes)}",
+    )
+
+
+def _data(artifact: Artifact, shapes: tuple[Any, ...]) -> dict[int, np.ndarray]:
+    """The values of the integer tensors given as arrays (numpy, or torch on any device), by binding."""
+    out: dict[int, np.ndarray] = {}
+    for spec, given in zip(_specs(artifact, shapes), shapes, strict=True):
+        if not hasattr(given, "dtype"):
+            continue
+        array = np.asarray(given.detach().cpu().numpy() if hasattr(given, "detach") else given)
+        if array.dtype.kind in "iu":
+            out[artifact.metadata.args.index(spec)] = array
+    return out
+
+
+def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping[str, Any]) -> dict[str, int]:
+    """Symbol values bound by the shapes (and the artifact's static symbols), checked for consistency."""
+    meta = artifact.metadata
+    specs = _specs(artifact, shapes)
     symbols: dict[str, int] = dict(meta.static_symbols)
     for spec, given in zip(specs, shapes, strict=True):
         shape = tuple(int(d) for d in (given.shape if hasattr(given, "shape") else given))
@@ -167,7 +183,7 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
     block = meta.block
     constants = [symbols.get(name) for name in meta.constants]
     map_binding = len(meta.args) if meta.tensor_maps else None
-    rules = Demand(meta.tensor_maps, map_binding, _wave(artifact))
+    rules = Demand(meta.tensor_maps, map_binding, _wave(artifact), _data(artifact, shapes))
     ops = parse_kernel(artifact.mlir)
     tasks = math.prod(grid)
     if tasks == 0:
@@ -178,7 +194,7 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
     notes: set[str] = set()
     for first in range(0, tasks, chunk):
         count = min(chunk, tasks - first)
-        walker = Walker(ops, constants, grid, block, first, count, rules.count, rules.pointer_of)
+        walker = Walker(ops, constants, grid, block, first, count, rules.count, rules.value_of)
         walker.run()
         for key, values in walker.counts.items():
             demand.setdefault(key, np.zeros(tasks))[first : first + count] = values

@@ -22,12 +22,13 @@ other op name not listed is recorded in ``Demand.unknown`` so that a new op cann
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import PerfError
 from ..runtime.tensor_map import TensorMapSpec
-from .evaluate import Value, Walker, operands
+from .evaluate import SSA_NAME, Value, Walker, operands
 from .mlir_text import DTYPE_BYTES, Op, elem_type, memref_types, vector_elems
 
 __all__ = ["Demand"]
@@ -117,21 +118,50 @@ def _comment_asm(op: Op) -> bool:
     return op.name == "llvm.inline_asm" and m is not None and m.group(1).strip().startswith("//")
 
 
+@dataclass(frozen=True)
+class Buffer:
+    """A kernel binding as a value (its memref)."""
+
+    binding: int
+
+
 class Demand:
     """The per-op counting rules of one kernel."""
 
-    def __init__(self, tensor_maps: tuple[TensorMapSpec, ...], tensor_map_binding: int | None, wave: int) -> None:
+    def __init__(
+        self,
+        tensor_maps: tuple[TensorMapSpec, ...],
+        tensor_map_binding: int | None,
+        wave: int,
+        data: dict[int, np.ndarray] | None = None,
+    ) -> None:
         self.maps, self.map_binding, self.wave = tensor_maps, tensor_map_binding, wave
+        self.data = data or {}  # binding -> the integer values of that tensor (routing, lengths, tables)
         self.unknown: set[str] = set()
 
-    def pointer_of(self, op: Op, args: list[Value]) -> Value:
-        """Integer values the walker cannot compute itself: the tensor-map binding's base is 0, so a map
-        pointer evaluates to its byte offset ``128 * index``."""
-        if op.name == "hal.interface.binding.subspan" and self.map_binding is not None:
+    def value_of(self, op: Op, w: Walker) -> Value:
+        """Values the walker cannot compute itself: a binding is a :class:`Buffer`; the tensor-map binding's
+        base pointer is 0 (a map pointer evaluates to its byte offset ``128 * index``); a one-element
+        integer load from a tensor whose values were given is gathered from them."""
+        if op.name == "hal.interface.binding.subspan":
             m = re.search(r"binding\((\d+)\)", op.text)
-            return np.int64(-1) if m and int(m.group(1)) == self.map_binding else None
-        if op.name == "memref.extract_aligned_pointer_as_index" and args and args[0] is not None:
-            return np.int64(0)
+            return Buffer(int(m.group(1))) if m else None
+        names = operands(op.text)
+        first = w.get(names[0]) if names else None
+        if op.name == "memref.extract_aligned_pointer_as_index":
+            return np.int64(0) if isinstance(first, Buffer) and first.binding == self.map_binding else None
+        if op.name in ("memref.load", "vector.load") and isinstance(first, Buffer) and first.binding in self.data:
+            vec = vector_elems(op.text.split(" : ", 1)[1]) if " : " in op.text else None
+            if vec is not None and vec[0] != 1:
+                return None
+            index = [w.get(n) for n in SSA_NAME.findall(op.text[op.text.find("[") : op.text.find("]")])]
+            if any(i is None for i in index):
+                return None
+            array = self.data[first.binding]
+            flat: Value = np.int64(0)
+            for i, size in zip(index, array.shape, strict=False):
+                flat = flat * size + np.asarray(i)
+            return np.take(array.reshape(-1), np.clip(flat, 0, array.size - 1)).astype(np.int64)
         return None
 
     def count(self, op: Op, w: Walker) -> None:

@@ -4,9 +4,10 @@ Requires: the op tree of :mod:`wavec.perf.mlir_text`; integer values of the laun
 ``None`` for those not known (float scalars); the workgroup's thread shape; a ``count(op, walker)`` callback
 that records one op's demand through :meth:`Walker.add`.
 
-Guarantees: index and integer values are numpy arrays over the axes (workgroup, one per enclosing loop,
-thread), broadcast so that a value depending only on the thread id costs one row; a value that depends on
-data (a load, a float, a loop-carried argument) is ``None``.  Every ``scf.for`` is evaluated for all of its
+Guarantees: index and integer values (one-element integer vectors included) are numpy arrays over the axes
+(workgroup, one per enclosing loop, thread), broadcast so that a value depending only on the thread id
+costs one row; a value the ``value_of`` callback does not give (a load of a tensor whose values are not
+known, a float, a loop-carried argument) is ``None``.  Every ``scf.for`` is evaluated for all of its
 iterations (in windows along a new axis, bounded per workgroup and thread by its own trip count), every
 ``scf.if`` under the mask of the threads that take it, so masked edges, causal triangles and per-workgroup
 trip counts are exact.  A loop bound that cannot be evaluated raises :class:`~wavec.errors.PerfError`; an
@@ -29,7 +30,7 @@ __all__ = ["Walker", "Value"]
 
 Value = Any  # np.ndarray | int | None
 WINDOW_ELEMENTS = 1 << 21  # elements of one loop window's widest value: bounds memory and time per step
-_NAME = re.compile(r"%[\w.$#-]+")
+SSA_NAME = re.compile(r"%[\w.$#-]+")
 _FOR = re.compile(r"^(%[\w.$-]+) = (%[\w.$#-]+) to (%[\w.$#-]+) step (%[\w.$#-]+)(?:\s+iter_args\((.*)\))?")
 _CMP = {
     "eq": np.equal,
@@ -42,7 +43,7 @@ _CMP = {
 
 
 def operands(text: str) -> list[str]:
-    return _NAME.findall(text.split(" : ")[0])
+    return SSA_NAME.findall(text.split(" : ")[0])
 
 
 def _u(x: Value) -> np.ndarray:
@@ -88,6 +89,7 @@ _PASS = frozenset(
     ("arith.index_cast", "arith.index_castui", "arith.extui", "arith.extsi", "arith.trunci", "llvm.inttoptr")
     + ("llvm.ptrtoint", "arith.bitcast")
 )
+_ONE_LANE = frozenset(("vector.broadcast", "vector.extract", "vector.shape_cast", "vector.splat"))
 _IDS = {"gpu.block_id": "block", "gpu.thread_id": "thread", "gpu.grid_dim": "grid", "gpu.block_dim": "dim"}
 
 
@@ -103,10 +105,10 @@ class Walker:
         first: int,
         count: int,
         on_op: Callable[[Op, Walker], None],
-        pointer_of: Callable[[Op, list[Value]], Value],
+        value_of: Callable[[Op, Walker], Value],
     ) -> None:
         self.ops, self.constants, self.grid, self.block = ops, constants, grid, block
-        self.on_op, self.pointer_of = on_op, pointer_of
+        self.on_op, self.value_of = on_op, value_of
         threads = math.prod(block)
         self.domain = [count, threads]
         wg = np.arange(first, first + count, dtype=np.int64)[:, None]
@@ -201,10 +203,12 @@ class Walker:
         elif name in _PASS:
             value = self.value(op, 0)
         elif name == "arith.constant":
-            m = re.match(r"^(-?\d+|true|false)(?:\s*:\s*(\w+))?$", op.text)
-            if m and (m.group(2) or "i1")[0] in "ic":
+            m = re.match(r"^(?:dense<)?(-?\d+|true|false)>?(?:\s*:\s*(vector<1xi\d+>|\w+))?$", op.text)
+            if m and (m.group(2) or "i1")[0] in "icv":
                 value = {"true": 1, "false": 0}.get(m.group(1), None)
                 value = np.int64(int(m.group(1)) if value is None else value)
+        elif name in _ONE_LANE and "vector<1x" in op.text and re.search(r"vector<(?!1x)", op.text) is None:
+            value = self.value(op, 0)  # a one-element vector is its element
         elif name == "arith.cmpi":
             pred = op.text.split(",")[0].strip()
             a, b = self.value(op, 0), self.value(op, 1)
@@ -224,7 +228,7 @@ class Walker:
         elif name == "gpu.lane_id":
             value = self.ids[("thread", "x")] % 32
         else:
-            value = self.pointer_of(op, [self.get(n) for n in operands(op.text)])
+            value = self.value_of(op, self)
         for r in op.results:
             self.set(r, value)
 
