@@ -218,7 +218,7 @@ def test_gemm_mfma_on_gfx942():
     d = decompose(kernel, *shapes)
     assert d.target == "gfx942" and d.wave == 64
     assert d.total("tensor:mfma:f16") == 2 * m * n * k
-    assert d.total("global_write") == m * n * 4
+    assert d.total("global_write") == m * n * 2  # C in f16, as matmul writes it
     assert d.shared_bytes > 0  # from the MLIR's workgroup allocations: the HSACO metadata has none
 
 

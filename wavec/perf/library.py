@@ -4,7 +4,7 @@ emulator backend: no device needed), with the tensor shapes of a launch.
 Requires: the MLIR compiler (``wc.compile`` on a cache miss); ptxas only for the register count.
 
 Guarantees: :func:`library_launch` returns ``(compiled kernel, tensor shapes)`` for ``gemm`` (M,N,K; the
-``matmul`` plan of the shape without split-K), ``attention`` (B,H,S,D[,KVH[,SKV]]), ``softmax``,
+``matmul`` plan of the shape without split-K, C in the inputs' dtype), ``attention`` (B,H,S,D[,KVH[,SKV]]), ``softmax``,
 ``rms_norm`` and ``layer_norm`` (M,N), compiled exactly as the library compiles them for that target;
 a bad kernel name, shape count or mma kind raises :class:`~wavec.errors.OptionError`.
 """
@@ -60,7 +60,8 @@ def _gemm(sizes: tuple[int, ...], gpu: GPUSpec, dtype: Any, mma: str, target: st
 
     m, n, k = sizes
     plan = plan_matmul(m, n, k, GemmRequest(mma=mma, split=1), gpu.name)
-    compiled = wc.compile(build_gemm(plan, dtype, target=target), plan.subs, target=target, backend="emulator")
+    # C in the inputs' dtype, as ``matmul`` writes it by default
+    compiled = wc.compile(build_gemm(plan, dtype, dtype, target), plan.subs, target=target, backend="emulator")
     return compiled, [(m, k), (n, k)]
 
 
