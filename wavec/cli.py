@@ -1,4 +1,4 @@
-"""``python -m wavec`` subcommands other than ``tune``: ``compile``, ``cache``, ``doctor``.
+"""``python -m wavec`` subcommands other than ``tune``: ``compile``, ``cache``, ``doctor``, ``perf``.
 
 Requires: nothing beyond ``import wavec`` until a command needs it (torch, the IREE compiler and ptxas are
 imported or looked up by the command that uses them, and their absence is reported, not raised).
@@ -39,14 +39,43 @@ def add_parsers(sub) -> None:
     k = sub.add_parser("cache", help="inspect or clear the compile cache")
     k.add_argument("action", choices=["list", "info", "clear"])
     sub.add_parser("doctor", help="check the installation: what is there, what is missing and how to fix it")
+    p = sub.add_parser("perf", help="a library kernel's tasks, demand and roofline on a GPU (compiled on the CPU)")
+    p.add_argument("kernel", help="gemm, attention, softmax, rms_norm or layer_norm")
+    p.add_argument("--shapes", required=True, help="gemm: M,N,K; attention: B,H,S,D[,KVH[,SKV]]; rows: M,N")
+    p.add_argument("--gpu", default="h100", help="h100, h200, a100, l40s, b200 or mi300x (or a driver name)")
+    p.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    p.add_argument("--mma", default="mma_sync", choices=["mma_sync", "wgmma"])
+    p.add_argument("--causal", action="store_true", help="attention: causal mask")
+    p.add_argument("--policy", default="round_robin", choices=["round_robin", "greedy"])
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return {"compile": _compile, "cache": _cache, "doctor": _doctor}[args.cmd](args)
+        return {"compile": _compile, "cache": _cache, "doctor": _doctor, "perf": _perf}[args.cmd](args)
     except WavecError as e:
         print(f"wavec {args.cmd}: {e}", file=sys.stderr)
         return 1
+
+
+# ------------------------------------------------------------------------------------------------ perf
+
+
+def _perf(args: argparse.Namespace) -> int:
+    from .perf import decompose, features, gpu, schedule
+    from .perf.library import library_launch
+    from .perf.report import format_report
+
+    try:
+        sizes = tuple(int(x) for x in args.shapes.split(","))
+    except ValueError:
+        print(f"wavec perf: --shapes expects comma-separated integers, got {args.shapes!r}", file=sys.stderr)
+        return 2
+    spec = gpu(args.gpu)
+    compiled, shapes = library_launch(args.kernel, sizes, spec, args.dtype, args.mma, args.causal)
+    decomp = decompose(compiled, *shapes, gpu=spec)
+    sched = schedule(decomp, spec, args.policy)
+    print(format_report(decomp, sched, features(decomp, sched)))
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------ compile

@@ -156,3 +156,9 @@ class OutOfBoundsError(WavecError):
 
 class TuningError(WavecError):
     template = "autotune: {message}"
+
+
+class PerfError(WavecError):
+    """The performance model cannot decompose a kernel launch (``wavec/perf``)."""
+
+    template = "perf: {message}"

@@ -3,6 +3,7 @@ runs in-process through ``main(argv)``, against a temporary cache directory."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -114,3 +115,21 @@ def test_dump_dir_is_written_on_a_cache_hit_too(kernel_file, tmp_path, monkeypat
     monkeypatch.setenv("WAVEC_DUMP_DIR", str(tmp_path / "dump"))
     wc.compile(kernel, subs, target="sm_90", backend="cuda")
     assert {p.suffix for p in (tmp_path / "dump").iterdir()} >= {".mlir", ".ptx"}
+
+
+def test_perf_prints_demand_roofline_and_bottleneck(capsys) -> None:
+    assert main(["perf", "softmax", "--shapes", "100,1024", "--gpu", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "softmax_rows on H200 (target sm_90): 25 tasks" in out  # 4 rows of 1024 per workgroup
+    # One 1024-wide tile per row: x read once and out written once, 100 x 1024 f16 each.
+    assert re.search(r"global_read\s+205k", out) and re.search(r"global_write\s+205k", out)
+    assert re.search(r"roofline \d+\.\d+ us, bottleneck \w+\.(gpu|sm)", out)
+
+
+def test_perf_bad_arguments(capsys) -> None:
+    assert main(["perf", "gemm", "--shapes", "64,x,64"]) == 2
+    assert "--shapes expects comma-separated integers" in capsys.readouterr().err
+    assert main(["perf", "gemm", "--shapes", "64,64"]) == 1
+    assert "gemm takes 3 sizes" in capsys.readouterr().err
+    assert main(["perf", "gemm", "--shapes", "64,64,64", "--gpu", "a100", "--mma", "wgmma"]) == 1
+    assert "wgmma runs on Hopper" in capsys.readouterr().err
