@@ -107,7 +107,8 @@ def _baselines(torch, F, kw: dict, sq: int, skv: int, head_dim: int = 128) -> di
     plain = kw["window"] == (-1, -1) and not kw["softcap"]
     top_left = kw["causal"] == "top_left" or (kw["causal"] and sq == skv)
     out: dict = {}
-    if plain and (not kw["causal"] or top_left):
+    # SDPA's flash backend takes is_causal only for square problems
+    if plain and (not kw["causal"] or (top_left and sq == skv)):
 
         def flash(q, k, v):
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
