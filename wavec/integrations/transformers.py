@@ -316,6 +316,10 @@ def enable(model: torch.nn.Module, *, norms: bool = True, attention: bool = True
     """Route ``model``'s RMSNorms, attention and MoE experts through wavec (module docstring); returns the
     process-wide ``Report``."""
     has_experts_interface = register()
+    config = getattr(model, "config", None)
+    if not hasattr(model, "_wavec_previous") and config is not None:
+        previous = (getattr(config, "_attn_implementation", None), getattr(config, "_experts_implementation", None))
+        model._wavec_previous = previous  # type: ignore[assignment]
     if norms:
         _patch_norms(model)
     if attention:
@@ -336,14 +340,18 @@ def enable(model: torch.nn.Module, *, norms: bool = True, attention: bool = True
     return _REPORT
 
 
-def disable(model: torch.nn.Module, attn_implementation: str = "sdpa", experts_implementation: str = "eager") -> None:
-    """Undo ``enable``: the norms' own forwards, and the given attention / experts implementations."""
+def disable(model: torch.nn.Module) -> None:
+    """Undo ``enable``: the norms' own forwards and the attention / experts implementations set before."""
     for module in model.modules():
         if hasattr(module, "_wavec_original_forward"):
             del module.forward
             del module._wavec_original_forward
-    if getattr(model.config, "_attn_implementation", None) == NAME:
-        model.set_attn_implementation(attn_implementation)
-    if getattr(model.config, "_experts_implementation", None) == NAME:
-        model.set_experts_implementation(experts_implementation)
+    attn, experts = getattr(model, "_wavec_previous", ("sdpa", "eager"))
+    config = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) == NAME:
+        model.set_attn_implementation(attn or "sdpa")
+    if getattr(config, "_experts_implementation", None) == NAME:
+        model.set_experts_implementation(experts or "eager")
+    if hasattr(model, "_wavec_previous"):
+        del model._wavec_previous
     _REPORT.modules.clear()
