@@ -136,10 +136,10 @@ def _patch_norms(model: torch.nn.Module) -> None:
         original = module.forward
         reason = _norm_unsupported(module)
         if reason is None:
-            module.forward = _wavec_norm_forward(module, original)  # type: ignore[method-assign]
+            module.forward = _wavec_norm_forward(module, original)
             _REPORT.modules["rms_norm"] += 1
         else:
-            module.forward = _counted_forward("rms_norm", reason, original)  # type: ignore[method-assign]
+            module.forward = _counted_forward("rms_norm", reason, original)
             _REPORT.modules["rms_norm (fallback)"] += 1
         module._wavec_original_forward = original  # type: ignore[assignment]
 
@@ -279,11 +279,13 @@ def wavec_experts_forward(
         return batched_mm_experts_forward(module, hidden_states, top_k_index, top_k_weights)
     from wavec.kernels import fused_experts
 
+    w1: torch.Tensor = module.gate_up_proj  # type: ignore[assignment]
+    w2: torch.Tensor = module.down_proj  # type: ignore[assignment]
     _REPORT.wavec("experts")
     return fused_experts(
         hidden_states.contiguous(),
-        module.gate_up_proj.contiguous(),
-        module.down_proj.contiguous(),
+        w1.contiguous(),
+        w2.contiguous(),
         top_k_weights.contiguous(),
         top_k_index.contiguous(),
     )
@@ -308,18 +310,18 @@ def register() -> bool:
     return True
 
 
-def _has_experts(model: torch.nn.Module) -> bool:
+def _has_experts(model: Any) -> bool:
     return any(hasattr(m, "is_concatenated") and hasattr(m, "gate_up_proj") for m in model.modules())
 
 
-def enable(model: torch.nn.Module, *, norms: bool = True, attention: bool = True, experts: bool = True) -> Report:
+def enable(model: Any, *, norms: bool = True, attention: bool = True, experts: bool = True) -> Report:
     """Route ``model``'s RMSNorms, attention and MoE experts through wavec (module docstring); returns the
     process-wide ``Report``."""
     has_experts_interface = register()
     config = getattr(model, "config", None)
     if not hasattr(model, "_wavec_previous") and config is not None:
         previous = (getattr(config, "_attn_implementation", None), getattr(config, "_experts_implementation", None))
-        model._wavec_previous = previous  # type: ignore[assignment]
+        model._wavec_previous = previous
     if norms:
         _patch_norms(model)
     if attention:
@@ -332,15 +334,13 @@ def enable(model: torch.nn.Module, *, norms: bool = True, attention: bool = True
         if not has_experts_interface or not hasattr(model, "set_experts_implementation"):
             from wavec.errors import OptionError
 
-            raise OptionError(
-                option="experts", message="this transformers has no ExpertsInterface; pass experts=False"
-            )
+            raise OptionError(option="experts", message="this transformers has no ExpertsInterface; pass experts=False")
         model.set_experts_implementation(NAME)
         _REPORT.modules["experts"] += sum(1 for m in model.modules() if hasattr(m, "is_concatenated"))
     return _REPORT
 
 
-def disable(model: torch.nn.Module) -> None:
+def disable(model: Any) -> None:
     """Undo ``enable``: the norms' own forwards and the attention / experts implementations set before."""
     for module in model.modules():
         if hasattr(module, "_wavec_original_forward"):
