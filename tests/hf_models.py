@@ -11,9 +11,11 @@ import torch
 VOCAB = 128
 
 
-def build(family: str, hidden: int = 256, layers: int = 2, heads: int = 4, kv_heads: int = 2, **extra):
+def build(
+    family: str, hidden: int = 256, layers: int = 2, heads: int = 4, kv_heads: int = 2, experts: int = 4, **extra
+):
     """An eval-mode f32 ``family`` ("llama", "qwen2", "mixtral", "qwen2_moe", "olmoe") causal LM with head dim
-    ``hidden // heads``; ``extra`` overrides config fields."""
+    ``hidden // heads`` (MoE: ``experts`` experts, top-2); ``extra`` overrides config fields."""
     import transformers as tf
 
     torch.manual_seed(0)
@@ -31,13 +33,13 @@ def build(family: str, hidden: int = 256, layers: int = 2, heads: int = 4, kv_he
     kinds = {
         "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, {}),
         "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM, {}),
-        "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM, dict(moe, num_local_experts=4)),
+        "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM, dict(moe, num_local_experts=experts)),
         "qwen2_moe": (
             tf.Qwen2MoeConfig,
             tf.Qwen2MoeForCausalLM,
-            dict(moe, num_experts=4, moe_intermediate_size=hidden // 2, shared_expert_intermediate_size=hidden),
+            dict(moe, num_experts=experts, moe_intermediate_size=hidden // 2, shared_expert_intermediate_size=hidden),
         ),
-        "olmoe": (tf.OlmoeConfig, tf.OlmoeForCausalLM, dict(moe, num_experts=4)),
+        "olmoe": (tf.OlmoeConfig, tf.OlmoeForCausalLM, dict(moe, num_experts=experts)),
     }
     config_cls, model_cls, specific = kinds[family]
     config = config_cls(**{**common, **specific, **extra})

@@ -41,17 +41,29 @@ def test_dense_logits_and_report(family):
     assert model.config._attn_implementation == "wavec"
 
 
-def test_llama_greedy_generation_and_decode():
+@pytest.mark.parametrize("decode", ["decode_attention", "attention"])
+def test_llama_greedy_generation_and_decode(decode):
     ref = hm.build("llama")
     stock, model = hm.lowered(ref, torch.bfloat16), hm.lowered(ref, torch.bfloat16)
     ids, steps = _ids(batch=1, seq=16, seed=3), 8
     expected, margins = hm.greedy(stock, ids, steps)
-    report = wt.enable(model)
+    report = wt.enable(model, decode=decode)
     tokens, _ = hm.greedy(model, ids, steps)
     assert hm.check_greedy(tokens, expected, margins, tie=0.05) >= 4
-    assert report.calls["attention"] == LAYERS  # the prefill
-    assert report.calls["decode_attention"] == LAYERS * (steps - 1)  # one-token steps over the KV cache
+    decode_kind = "decode_attention" if decode == "decode_attention" else "attention (decode)"
+    assert report.calls == {
+        "attention": LAYERS,  # the prefill
+        decode_kind: LAYERS * (steps - 1),  # one-token steps over the KV cache
+        "rms_norm": (2 * LAYERS + 1) * steps,
+    }
     assert report.total_fallbacks() == 0
+
+
+def test_decode_option_is_checked():
+    from wavec.errors import OptionError
+
+    with pytest.raises(OptionError, match="decode"):
+        wt.enable(hm.build("llama", layers=1), decode="paged")
 
 
 def test_padding_mask_falls_back_to_sdpa_and_is_counted():

@@ -2,7 +2,8 @@
 4:1), Mixtral, Qwen2-MoE and OLMoE (8 experts, top-2), bf16, prefill 2×512.  Logits as close to the f32
 model's as the stock (SDPA, grouped_mm) bf16 model's; every RMSNorm, attention and experts call runs a
 wavec kernel (no fallback); greedy generation of 16 tokens with a KV cache equals the stock model's where
-its logits are not near-tied, the decode steps through ``decode_attention``."""
+its logits are not near-tied, the decode steps through ``decode_attention`` or ``attention`` on the
+uncopied cache."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from wavec.integrations import transformers as wt  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 LAYERS = 4
-SIZE = dict(hidden=2048, layers=LAYERS, heads=16, kv_heads=4)
+SIZE = dict(hidden=2048, layers=LAYERS, heads=16, kv_heads=4, experts=8)
 
 
 @pytest.fixture(autouse=True)
@@ -50,13 +51,16 @@ def test_prefill_logits_all_through_wavec(family):
     assert report.total_fallbacks() == 0, str(report)
 
 
-@pytest.mark.parametrize("family", ["llama", "mixtral"])
-def test_greedy_generation_16_tokens(family):
+@pytest.mark.parametrize(
+    ("family", "decode"), [("llama", "decode_attention"), ("llama", "attention"), ("mixtral", "decode_attention")]
+)
+def test_greedy_generation_16_tokens(family, decode):
     _, stock, model = _models(family)
     ids, steps = _ids(4, 128, seed=2), 16
     expected, margins = hm.greedy(stock, ids, steps)
-    report = wt.enable(model)
+    report = wt.enable(model, decode=decode)
     tokens, _ = hm.greedy(model, ids, steps)
     assert hm.check_greedy(tokens, expected, margins, tie=0.05) >= 16
-    assert report.calls["decode_attention"] == LAYERS * (steps - 1)
+    kind = "decode_attention" if decode == "decode_attention" else "attention (decode)"
+    assert report.calls[kind] == LAYERS * (steps - 1)
     assert report.total_fallbacks() == 0, str(report)

@@ -72,6 +72,8 @@ class Report:
 
 
 _REPORT = Report()
+DECODE_KERNELS = ("decode_attention", "attention")
+_SETTINGS = {"decode": "decode_attention"}  # process-wide, as the registered attention function is
 
 
 def report() -> Report:
@@ -218,7 +220,14 @@ def wavec_attention_forward(
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_len > 1
     if causal and kv_len > q_len:
         key, value = key[:, :, :q_len], value[:, :, :q_len]
-    q, k, v = (x.transpose(1, 2).contiguous() for x in (query, key, value))  # [B, S, H, D]
+    if q_len == 1 and _SETTINGS["decode"] == "attention":
+        from wavec.kernels.attention import attention
+
+        # the cache as transformers keeps it, [B, KVH, S, D]: no copy; [B, H, 1, D] transposed stays dense
+        _REPORT.wavec("attention (decode)")
+        o = attention(query.contiguous(), key.contiguous(), value.contiguous(), scale=scaling, layout="bhsd")
+        return o.transpose(1, 2), None
+    q, k, v = (x.transpose(1, 2).contiguous() for x in (query, key, value))  # [B, S, H, D]: copies the cache
     if q_len == 1 and k.shape[-1] in (64, 128) and v.shape[-1] == k.shape[-1]:
         from wavec.kernels import decode_attention
 
@@ -314,9 +323,18 @@ def _has_experts(model: Any) -> bool:
     return any(hasattr(m, "is_concatenated") and hasattr(m, "gate_up_proj") for m in model.modules())
 
 
-def enable(model: Any, *, norms: bool = True, attention: bool = True, experts: bool = True) -> Report:
+def enable(
+    model: Any, *, norms: bool = True, attention: bool = True, experts: bool = True, decode: str = "decode_attention"
+) -> Report:
     """Route ``model``'s RMSNorms, attention and MoE experts through wavec (module docstring); returns the
-    process-wide ``Report``."""
+    process-wide ``Report``.  ``decode``: the kernel for one-token steps (process-wide): "decode_attention"
+    (split-KV flash decoding; the [B, KVH, S, D] cache is copied to [B, S, KVH, D] per call, as the kernel
+    takes dense BSHD only) or "attention" (the prefill kernel with one query row, on the cache as it is)."""
+    if decode not in DECODE_KERNELS:
+        from wavec.errors import OptionError
+
+        raise OptionError(option="decode", message=f"expected one of {DECODE_KERNELS}, got {decode!r}")
+    _SETTINGS["decode"] = decode
     has_experts_interface = register()
     config = getattr(model, "config", None)
     if not hasattr(model, "_wavec_previous") and config is not None:
