@@ -25,6 +25,7 @@ from wavec.integrations import transformers as wt
 PREFILL = [(1, 2048), (8, 512)]  # batch, tokens
 DECODE = [(1, 2048), (16, 2048)]  # batch, cached tokens
 DT = torch.bfloat16
+DEVICE = "cuda"
 
 
 def build(layers: int):
@@ -42,7 +43,7 @@ def build(layers: int):
         rope_theta=500000.0,
     )
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         default = torch.get_default_dtype()
         torch.set_default_dtype(DT)
         try:
@@ -58,12 +59,12 @@ def cases(model) -> dict[str, tuple[Callable[[], torch.Tensor], Callable[[], Non
     from transformers import DynamicCache
 
     out: dict[str, tuple[Callable[[], torch.Tensor], Callable[[], None]]] = {}
-    g = torch.Generator(device="cuda").manual_seed(1)
+    g = torch.Generator(device=DEVICE).manual_seed(1)
     for b, s in PREFILL:
-        ids = torch.randint(0, model.config.vocab_size, (b, s), device="cuda", generator=g)
+        ids = torch.randint(0, model.config.vocab_size, (b, s), device=DEVICE, generator=g)
         out[f"prefill {b}x{s}"] = (lambda ids=ids: model(ids, use_cache=False).logits, lambda: None)
     for b, s in DECODE:
-        ids = torch.randint(0, model.config.vocab_size, (b, s + 1), device="cuda", generator=g)
+        ids = torch.randint(0, model.config.vocab_size, (b, s + 1), device=DEVICE, generator=g)
         cache = DynamicCache(config=model.config)
         with torch.no_grad():
             model(ids[:, :s], past_key_values=cache, use_cache=True)
