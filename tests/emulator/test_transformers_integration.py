@@ -1,5 +1,5 @@
 """``wavec.integrations.transformers`` on the emulator: tiny random-initialised Llama, Qwen2, Mixtral,
-Qwen2-MoE (shared expert) and OLMoE models built from their config classes, bf16.  Logits are as close to
+Qwen2-MoE (shared expert), OLMoE and Qwen3-MoE (q/k RMSNorms) models built from their config classes, bf16.  Logits are as close to
 the f32 model's as the stock bf16 model's; the report counts the wavec calls (RMSNorm, prefill attention,
 decode attention, experts) and the fallbacks with their reasons (padding masks, float32, ``1 + weight``
 norms); greedy generation equals the stock model's where its logits are not near-tied; ``disable`` restores
@@ -92,7 +92,7 @@ def test_float32_attention_and_experts_fall_back():
     assert report.calls == {"rms_norm": 2 * LAYERS + 1}  # rms_norm has an f32 kernel
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "olmoe"])
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "olmoe", "qwen3_moe"])
 def test_moe_experts_through_fused_experts(family):
     ref = hm.build(family)
     stock, model = hm.lowered(ref, torch.bfloat16), hm.lowered(ref, torch.bfloat16)
