@@ -14,7 +14,8 @@ VOCAB = 128
 def build(
     family: str, hidden: int = 256, layers: int = 2, heads: int = 4, kv_heads: int = 2, experts: int = 4, **extra
 ):
-    """An eval-mode f32 ``family`` ("llama", "qwen2", "mixtral", "qwen2_moe", "olmoe", "qwen3_moe") causal LM with head dim
+    """An eval-mode f32 ``family`` ("llama", "qwen2", "mixtral", "qwen2_moe", "olmoe", "qwen3_moe",
+    "gpt_oss") causal LM with head dim
     ``hidden // heads`` (MoE: ``experts`` experts, top-2); ``extra`` overrides config fields."""
     import transformers as tf
 
@@ -40,6 +41,7 @@ def build(
             dict(moe, num_experts=experts, moe_intermediate_size=hidden // 2, shared_expert_intermediate_size=hidden),
         ),
         "olmoe": (tf.OlmoeConfig, tf.OlmoeForCausalLM, dict(moe, num_experts=experts)),
+        "gpt_oss": (tf.GptOssConfig, tf.GptOssForCausalLM, dict(moe, num_local_experts=experts)),
         "qwen3_moe": (
             tf.Qwen3MoeConfig,
             tf.Qwen3MoeForCausalLM,

@@ -1,9 +1,10 @@
 """``wavec.integrations.transformers`` on the emulator: tiny random-initialised Llama, Qwen2, Mixtral,
-Qwen2-MoE (shared expert), OLMoE and Qwen3-MoE (q/k RMSNorms) models built from their config classes, bf16.  Logits are as close to
-the f32 model's as the stock bf16 model's; the report counts the wavec calls (RMSNorm, prefill attention,
-decode attention, experts) and the fallbacks with their reasons (padding masks, float32, ``1 + weight``
-norms); greedy generation equals the stock model's where its logits are not near-tied; ``disable`` restores
-the stock forward."""
+Qwen2-MoE (shared expert), OLMoE, Qwen3-MoE (q/k RMSNorms) and GPT-OSS (sinks, biased experts: fallbacks)
+models built from their config classes, bf16.  Logits are as close to the f32 model's as the stock bf16
+model's; the report counts the wavec calls (RMSNorm, prefill attention, decode attention, experts) and the
+fallbacks with their reasons (padding masks, float32, sinks, expert biases, ``1 + weight`` norms); greedy
+generation equals the stock model's where its logits are not near-tied; ``disable`` restores the stock
+forward."""
 
 from __future__ import annotations
 
@@ -103,6 +104,21 @@ def test_moe_experts_through_fused_experts(family):
     assert report.calls["attention"] == LAYERS
     assert report.modules["experts"] == LAYERS
     assert report.total_fallbacks() == 0, str(report)
+
+
+def test_gpt_oss_sinks_and_biased_experts_fall_back_counted():
+    """Attention sinks run the model's eager attention (with the causal mask SDPA would imply), biased
+    transposed experts with a clamped gate run transformers' batched_mm: logits and greedy tokens as stock."""
+    ref = hm.build("gpt_oss")
+    stock, model = hm.lowered(ref, torch.bfloat16), hm.lowered(ref, torch.bfloat16)
+    ids = _ids()
+    expected, margins = hm.greedy(stock, ids[:1], 4)
+    report = wt.enable(model)
+    hm.check_logits(hm.logits(model, ids), hm.logits(stock, ids), hm.logits(ref, ids))
+    assert report.calls == {"rms_norm": 2 * LAYERS + 1}
+    assert report.fallbacks == {"attention": {"s_aux": LAYERS}, "experts": {"bias": LAYERS}}
+    tokens, _ = hm.greedy(model, ids[:1], 4)
+    assert hm.check_greedy(tokens, expected, margins, tie=0.05) >= 2
 
 
 def test_offset_rms_norm_is_counted_not_replaced():

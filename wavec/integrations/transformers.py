@@ -178,11 +178,29 @@ def _attention_unsupported(module, query, key, value, mask, dropout, kwargs) -> 
     return None
 
 
-def _fallback_attention(module, reason: str) -> Callable:
+def _eager_mask(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, causal: bool):
+    """The additive mask an ``eager_attention_forward`` expects, from what the ``"wavec"`` (``sdpa_mask``)
+    mask function gave: None where SDPA would use ``is_causal`` (top-left, as SDPA's crop of trailing
+    keys), a bool mask (True: attend) otherwise."""
+    if mask is None:
+        if not causal:
+            return None
+        mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()[None, None]
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+        ~mask, torch.finfo(query.dtype).min
+    )
+
+
+def _fallback(module, reason: str, query, key, value, mask, dropout, scaling, is_causal, kwargs):
+    """SDPA, or the module's own eager attention for what SDPA ignores or rejects (``_EAGER_ONLY``)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if reason not in _EAGER_ONLY:
-        return sdpa_attention_forward
+        return sdpa_attention_forward(
+            module, query, key, value, mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     eager = getattr(inspect.getmodule(type(module)), "eager_attention_forward", None)
     if eager is None:
         from wavec.errors import OptionError
@@ -192,7 +210,9 @@ def _fallback_attention(module, reason: str) -> Callable:
             message=f"wavec attention: {reason} is not supported and {type(module).__name__}'s module has no "
             "eager_attention_forward to fall back to; use attn_implementation='eager'",
         )
-    return eager
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)) and query.shape[2] > 1
+    mask = _eager_mask(query, key, mask, causal)
+    return eager(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 def wavec_attention_forward(
@@ -212,10 +232,7 @@ def wavec_attention_forward(
     reason = _attention_unsupported(module, query, key, value, attention_mask, dropout, kwargs)
     if reason is not None:
         _REPORT.fallback("attention", reason)
-        fn = _fallback_attention(module, reason)
-        return fn(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
-        )
+        return _fallback(module, reason, query, key, value, attention_mask, dropout, scaling, is_causal, kwargs)
     q_len, kv_len = query.shape[2], key.shape[2]
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_len > 1
     if causal and kv_len > q_len:
