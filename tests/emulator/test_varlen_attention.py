@@ -80,3 +80,19 @@ def test_bad_arguments_are_named(change, match) -> None:
     causal = a.pop("causal", False)
     with pytest.raises(wc.WavecError, match=match):
         varlen_attention(**a, causal=causal, backend="emulator")
+
+
+def test_torch_operator_and_its_fake() -> None:
+    """``torch.ops.wavec.varlen_attention`` on CPU tensors (the emulator) and under FakeTensorMode."""
+    import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(5)
+    q, k, v, cu_q, cu_k = packed_inputs([6, 11], [9, 11], 4, 2, 64, torch.float16)
+    got = torch.ops.wavec.varlen_attention(q, k, v, cu_q, cu_k, 11, 11, "bottom_right")
+    want = reference(q, k, v, cu_q, cu_k, "bottom_right")
+    torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in (q, k, v, cu_q, cu_k)]
+        out = torch.ops.wavec.varlen_attention(*fake, 11, 11, "top_left")
+    assert out.shape == q.shape and out.dtype == q.dtype
