@@ -31,9 +31,7 @@ CASES = [  # lens_q, lens_k, heads, kv_heads, head_dim, dtype, causal, mma
 def test_varlen_matches_per_sequence_reference(lens_q, lens_k, heads, kv_heads, head_dim, dtype, causal, mma):
     torch.manual_seed(len(lens_q) * 7 + head_dim)
     q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, heads, kv_heads, head_dim, dtype)
-    out = varlen_attention(
-        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, backend="emulator", mma=mma
-    )
+    out = varlen_attention(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, backend="emulator", mma=mma)
     assert out.shape == q.shape and out.dtype == q.dtype
     assert not out.isnan().any()
     torch.testing.assert_close(out.float(), reference(q, k, v, cu_q, cu_k, causal), rtol=TOL[dtype], atol=TOL[dtype])

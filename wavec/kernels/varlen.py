@@ -151,7 +151,9 @@ def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> Any:
         raise fail(fn, f"q must be 3-D [total_q, heads, head_dim], got shape {list(q.shape)}")
     for name, t in (("k", k), ("v", v)):
         if t.dim() != 3 or t.dtype != q.dtype:
-            raise fail(fn, f"{name} must be a 3-D {q.dtype} tensor [total_k, kv_heads, head_dim], got {t.dim()}-D {t.dtype}")
+            raise fail(
+                fn, f"{name} must be a 3-D {q.dtype} tensor [total_k, kv_heads, head_dim], got {t.dim()}-D {t.dtype}"
+            )
         if t.device != q.device:
             raise fail(fn, f"{name} is on {t.device} but q is on {q.device}")
     if tuple(v.shape) != tuple(k.shape):
@@ -159,7 +161,9 @@ def _check(q, k, v, cu_q, cu_k, max_q, max_k, causal) -> Any:
     if q.shape[2] not in HEAD_DIMS or k.shape[2] != q.shape[2]:
         raise fail(fn, f"head_dim must be one of {HEAD_DIMS} in q and k, got q {q.shape[2]}, k {k.shape[2]}")
     if q.shape[1] % k.shape[1]:
-        raise fail(fn, f"{q.shape[1]} query heads (q.shape[1]) are not a multiple of {k.shape[1]} kv heads (k.shape[1])")
+        raise fail(
+            fn, f"{q.shape[1]} query heads (q.shape[1]) are not a multiple of {k.shape[1]} kv heads (k.shape[1])"
+        )
     for name, t in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32:
             raise fail(fn, f"{name} must be an int32 tensor, got {getattr(t, 'dtype', type(t).__name__)}")
@@ -196,7 +200,9 @@ def _check_data(q, k, cu_q, cu_k, max_q: int, max_k: int) -> None:
             if vals[b + 1] < vals[b]:
                 raise fail("varlen_attention", f"{name} decreases at {b + 1}: {vals[b]} -> {vals[b + 1]}")
             if vals[b + 1] - vals[b] > most:
-                raise fail("varlen_attention", f"{name}: sequence {b} has {vals[b + 1] - vals[b]} rows > {what} = {most}")
+                raise fail(
+                    "varlen_attention", f"{name}: sequence {b} has {vals[b + 1] - vals[b]} rows > {what} = {most}"
+                )
         if vals[-1] != total:
             raise fail("varlen_attention", f"{name}[-1] = {vals[-1]} must equal the packed length {total}")
 
