@@ -82,8 +82,9 @@ def test_bad_arguments_are_named(change, match) -> None:
 
 def test_torch_operator_and_its_fake() -> None:
     """``torch.ops.wavec.varlen_attention`` on CPU tensors (the emulator) and under FakeTensorMode."""
-    import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
 
     torch.manual_seed(5)
     q, k, v, cu_q, cu_k = packed_inputs([6, 11], [9, 11], 4, 2, 64, torch.float16)

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows
+from . import decode, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows, varlen
 from . import fused_moe as moe
 from . import paged_attention as paged
-from . import varlen
 
 __all__ = [
     "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "varlen_attention",

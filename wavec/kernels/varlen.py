@@ -32,7 +32,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory, Register, f32
 
-from .attention import ALIGNS, BLOCK_M, BLOCK_N, LOG2E, NEG_INF, TARGET, attention_config, attention_constraints
+from .attention import ALIGNS, BLOCK_M, LOG2E, NEG_INF, TARGET, attention_config, attention_constraints
 from .decode import fail, torch_to_wavec
 
 T, TO, TK, C = wc.sym.T, wc.sym.TO, wc.sym.TK, wc.sym.C  # packed queries, output rows (T + 1), keys, B + 1
