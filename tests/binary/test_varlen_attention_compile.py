@@ -1,7 +1,8 @@
 """Binary tier for variable-length prefill attention: the kernel compiles for sm_80 and sm_90a (mma.sync and
 wgmma; cubin without spills where ptxas exists) and gfx942 (MFMA, HSACO); Q/K/V rows are gathered in
 16-byte ``cp.async`` runs; the launch constants are the arguments' sizes only (B is derived from
-cu_seqlens, max_seqlen_q / _k come from the shape carriers)."""
+cu_seqlens, max_seqlen_q / _k come from the shape carriers).  The wgmma kernels are wgmma after
+``wc.exit_if``: their shared tiles must be allocated before the branch (codegen/control.py)."""
 
 from __future__ import annotations
 

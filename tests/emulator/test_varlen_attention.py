@@ -19,7 +19,7 @@ CASES = [  # lens_q, lens_k, heads, kv_heads, head_dim, dtype, causal, mma
     ([1, 37, 0, 70], [5, 37, 3, 90], 4, 2, 64, torch.float16, "bottom_right", "mma_sync"),
     ([9, 130, 2], [3, 65, 0], 2, 1, 64, torch.bfloat16, "bottom_right", "mma_sync"),  # MQA; lq > lk; no keys
     ([33, 1], [33, 200], 2, 2, 128, torch.bfloat16, "top_left", "mma_sync"),  # d128
-    ([17, 0, 80], [17, 4, 80], 4, 1, 64, torch.float16, "bottom_right", "wgmma"),  # wgmma: no exit_if
+    ([17, 0, 80], [17, 4, 80], 4, 1, 64, torch.float16, "bottom_right", "wgmma"),  # wgmma after exit_if
 ]
 
 

@@ -39,9 +39,6 @@ T, TO, TK, C = wc.sym.T, wc.sym.TO, wc.sym.TK, wc.sym.C  # packed queries, outpu
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
 HEAD_DIMS = (64, 128)
 MMA = ("mma_sync", "wgmma", "mfma")
-# wgmma kernels walk the query tiles past a sequence's end (masked, writing the spare row) instead of
-# leaving at ``wc.exit_if``: with exit_if, the wgmma operand descriptors' shared-buffer pointers end up
-# outside the region that allocates them (MLIR verification: "operand #0 does not dominate this use").
 CAUSAL = (False, *ALIGNS)
 
 
@@ -67,13 +64,11 @@ def make_varlen_attention(dtype=wc.f16, causal: bool | str = False, waves: int =
     ):
         start_q = wc.read(cu_q, mapping={C: b})
         len_q = wc.read(cu_q, mapping={C: b + 1}) - start_q
-        if mma != "wgmma":  # a tile past this sequence's queries: nothing to do (``EXIT_IF``)
-            wc.exit_if(len_q <= wc.tile_start(M))
+        wc.exit_if(len_q <= wc.tile_start(M))  # a tile past this sequence's queries: nothing to do
         start_k = wc.read(cu_k, mapping={C: b})
         len_k = wc.read(cu_k, mapping={C: b + 1}) - start_k
         rows = wc.index(M)
-        # rows past the end re-read a row of the sequence (or, for an empty one, the last row of q)
-        qr = wc.read(q, mapping={T: wc.minimum(start_q + wc.minimum(rows, wc.maximum(len_q - 1, 0)), T - 1)})
+        qr = wc.read(q, mapping={T: start_q + wc.minimum(rows, len_q - 1)})  # len_q >= 1 past exit_if
         c = scale * LOG2E
         init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
 
