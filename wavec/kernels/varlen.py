@@ -32,7 +32,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory, Register, f32
 
-from .attention import ALIGNS, BLOCK_M, LOG2E, NEG_INF, TARGET, attention_config, attention_constraints
+from .attention import ALIGNS, BLOCK_M, HEAVY_FIRST, LOG2E, NEG_INF, TARGET, attention_config, attention_constraints
 from .decode import fail, torch_to_wavec
 
 T, TO, TK, C = wc.sym.T, wc.sym.TO, wc.sym.TK, wc.sym.C  # packed queries, output rows (T + 1), keys, B + 1
@@ -48,8 +48,10 @@ def make_varlen_attention(dtype=wc.f16, causal: bool | str = False, waves: int =
     group_of = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
     b = wc.tile_start(B)
     end = wc.tile_start(M) + BLOCK_M if causal == "top_left" else None  # keys past the diagonal: none
+    heavy_first = bool(causal) and HEAVY_FIRST[mma]  # as the dense kernel: the diagonal's last tiles first
 
-    @wc.wave(attention_constraints(dtype, waves, mma, async_copy="cp.async"))
+    # K/V rows are gathered, which TMA boxes cannot express: cp.async on every target
+    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy="cp.async"))
     def varlen_attention(
         q: Memory[T, H, D, dtype],
         k: Memory[TK, KVH, D, dtype],
