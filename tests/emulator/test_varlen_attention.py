@@ -81,7 +81,7 @@ def test_bad_arguments_are_named(change, match) -> None:
 
 
 def test_torch_operator_and_its_fake() -> None:
-    """``torch.ops.wavec.varlen_attention`` on CPU tensors (the emulator) and under FakeTensorMode."""
+    """``torch.ops.wavec.varlen_attention`` on CPU tensors (the emulator), ``opcheck`` and FakeTensorMode."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
@@ -91,6 +91,7 @@ def test_torch_operator_and_its_fake() -> None:
     got = torch.ops.wavec.varlen_attention(q, k, v, cu_q, cu_k, 11, 11, "bottom_right")
     want = reference(q, k, v, cu_q, cu_k, "bottom_right")
     torch.testing.assert_close(got.float(), want, rtol=2e-3, atol=2e-3)
+    torch.library.opcheck(torch.ops.wavec.varlen_attention.default, (q, k, v, cu_q, cu_k, 11, 11, "top_left", 0.2))
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) for t in (q, k, v, cu_q, cu_k)]
         out = torch.ops.wavec.varlen_attention(*fake, 11, 11, "top_left")
