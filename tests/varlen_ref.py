@@ -15,8 +15,9 @@ def packed_inputs(lens_q, lens_k, heads: int, kv_heads: int, head_dim: int, dtyp
     return q, k, v, cu_q, cu_k
 
 
-def reference(q, k, v, cu_q, cu_k, causal=False, scale=None) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v per sequence in f32 (a query that sees no key: 0)."""
+def reference(q, k, v, cu_q, cu_k, causal=False, scale=None, window=(-1, -1), softcap=0.0) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v per sequence in f32 (a query that sees no key: 0); ``window`` and ``softcap``
+    as flash-attn's (the window's diagonal bottom-right unless causal says top-left)."""
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     group = q.shape[1] // k.shape[1]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -30,7 +31,15 @@ def reference(q, k, v, cu_q, cu_k, causal=False, scale=None) -> torch.Tensor:
             continue
         i = torch.arange(lq, device=q.device)[:, None]
         j = torch.arange(lk, device=q.device)[None, :]
-        see = {False: j >= 0, "top_left": j <= i, "bottom_right": j <= i + lk - lq}[causal]
-        s = (qs @ ks.transpose(1, 2) * scale).masked_fill(~see, float("-inf"))
+        diag = i if causal == "top_left" else i + lk - lq
+        see = j <= diag if causal else (j >= 0) & (i >= 0)
+        if window[0] >= 0:
+            see &= j >= diag - window[0]
+        if window[1] >= 0 and not causal:
+            see &= j <= diag + window[1]
+        s = qs @ ks.transpose(1, 2) * scale
+        if softcap:
+            s = softcap * torch.tanh(s / softcap)
+        s = s.masked_fill(~see, float("-inf"))
         out[bq[b] : bq[b + 1]] = (torch.softmax(s, -1).nan_to_num(0.0) @ vs).transpose(0, 1)
     return out

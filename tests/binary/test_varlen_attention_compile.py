@@ -12,6 +12,7 @@ import pytest
 
 import wavec as wc
 from wavec.codegen.ptxas import find_ptxas
+from wavec.kernels.attention import mask_spec
 from wavec.kernels.varlen import make_varlen_attention, varlen_subs
 
 pytest.importorskip("iree.compiler")
@@ -19,25 +20,27 @@ HAS_PTXAS = find_ptxas() is not None
 CONSTANTS = {"C", "H", "KVH", "M", "N", "T", "TK", "TO", "scale", "spare"}
 
 
-def _compile(target: str, mma: str, dtype, head_dim: int, causal):
+def _compile(target: str, mma: str, dtype, head_dim: int, causal, window=(-1, -1), softcap=0.0):
     subs, waves = varlen_subs(head_dim, mma)
-    kernel = make_varlen_attention(dtype, causal, waves, mma)
+    kernel = make_varlen_attention(dtype, mask_spec(causal, window), waves, mma, softcap)
     amd = target.startswith("gfx")
     return wc.compile(kernel, subs, target=target, backend="rocm" if amd else "cuda", cache=False)
 
 
 @pytest.mark.parametrize(
-    "target, mma, dtype, head_dim, causal",
+    "target, mma, dtype, head_dim, causal, window, softcap",
     [
-        ("sm_80", "mma_sync", wc.bf16, 128, "bottom_right"),
-        ("sm_80", "mma_sync", wc.f16, 64, False),
-        ("sm_90a", "mma_sync", wc.f16, 64, "top_left"),
-        ("sm_90a", "wgmma", wc.bf16, 128, False),
-        ("sm_90a", "wgmma", wc.f16, 64, "bottom_right"),
+        ("sm_80", "mma_sync", wc.bf16, 128, "bottom_right", (-1, -1), 0.0),
+        ("sm_80", "mma_sync", wc.f16, 64, False, (-1, -1), 0.0),
+        ("sm_90a", "mma_sync", wc.f16, 64, "top_left", (-1, -1), 0.0),
+        ("sm_90a", "wgmma", wc.bf16, 128, False, (-1, -1), 0.0),
+        ("sm_90a", "wgmma", wc.f16, 64, "bottom_right", (-1, -1), 0.0),
+        ("sm_80", "mma_sync", wc.bf16, 128, "top_left", (256, -1), 30.0),  # window and soft-cap
+        ("sm_90a", "wgmma", wc.bf16, 128, "bottom_right", (256, -1), 30.0),
     ],
 )
-def test_nvidia_compiles_without_spills(target, mma, dtype, head_dim, causal) -> None:
-    k = _compile(target, mma, dtype, head_dim, causal)
+def test_nvidia_compiles_without_spills(target, mma, dtype, head_dim, causal, window, softcap) -> None:
+    k = _compile(target, mma, dtype, head_dim, causal, window, softcap)
     m = k.metadata
     assert set(m.constants) == CONSTANTS, m.constants
     if HAS_PTXAS:

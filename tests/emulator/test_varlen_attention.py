@@ -37,6 +37,25 @@ def test_varlen_matches_per_sequence_reference(lens_q, lens_k, heads, kv_heads, 
     torch.testing.assert_close(out.float(), reference(q, k, v, cu_q, cu_k, causal), rtol=TOL[dtype], atol=TOL[dtype])
 
 
+WINDOWS = [  # lens_q, lens_k, causal, window, softcap
+    ([1, 37, 70], [5, 37, 90], "bottom_right", (16, -1), 0.0),  # sliding window, flash-attn's causal
+    ([40, 70], [40, 130], "top_left", (20, -1), 0.0),  # top-left window: the loop starts at its left edge
+    ([40, 9, 70], [40, 30, 130], False, (8, 5), 0.0),  # a two-sided window around the bottom-right diagonal
+    ([33, 70], [50, 70], "bottom_right", (-1, -1), 5.0),  # soft-cap
+]
+
+
+@pytest.mark.parametrize("lens_q, lens_k, causal, window, softcap", WINDOWS)
+def test_windows_and_softcap(lens_q, lens_k, causal, window, softcap) -> None:
+    torch.manual_seed(sum(lens_q))
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 4, 2, 64, torch.float16)
+    out = varlen_attention(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, window=window, softcap=softcap, backend="emulator"
+    )
+    want = reference(q, k, v, cu_q, cu_k, causal, window=window, softcap=softcap)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+
+
 def test_every_output_row_is_written_and_the_spare_row_stays_outside() -> None:
     """A max_seqlen_q larger than every length (tiles wholly past each sequence) and a scale."""
     torch.manual_seed(3)
@@ -69,15 +88,16 @@ def _args():
         (lambda a: {**a, "q": torch.zeros(7, 3, 64, dtype=torch.float16)}, "3 query heads"),
         (lambda a: {**a, "q": torch.zeros(7, 2, 80, dtype=torch.float16)}, "head_dim must be one of"),
         (lambda a: {**a, "causal": "middle"}, "causal must be one of"),
+        (lambda a: {**a, "window": (3,)}, "window: expected"),
+        (lambda a: {**a, "softcap": -1.0}, "softcap must be"),
     ],
 )
 def test_bad_arguments_are_named(change, match) -> None:
     q, k, v, cu_q, cu_k = _args()
     a = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k, "max_seqlen_q": 4, "max_seqlen_k": 4}
     a = change(a)
-    causal = a.pop("causal", False)
     with pytest.raises(wc.WavecError, match=match):
-        varlen_attention(**a, causal=causal, backend="emulator")
+        varlen_attention(**a, backend="emulator")
 
 
 def test_torch_operator_and_its_fake() -> None:

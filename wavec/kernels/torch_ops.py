@@ -113,18 +113,33 @@ def varlen_attention(
     max_seqlen_k: int,
     causal: str = "none",
     scale: float | None = None,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
 ) -> torch.Tensor:
     """Prefill attention over packed variable-length sequences (see :func:`wavec.kernels.varlen.varlen_attention`);
     ``causal``: "none", "top_left" or "bottom_right" (a schema takes no bool-or-string)."""
     mask = False if causal == "none" else causal
     return varlen.varlen_attention(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=mask, scale=scale
-    )
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        causal=mask, scale=scale, window=(window_left, window_right), softcap=softcap,
+    )  # fmt: skip
 
 
 @varlen_attention.register_fake
 def _varlen_attention_fake(
-    q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal="none", scale=None
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    causal="none",
+    scale=None,
+    window_left=-1,
+    window_right=-1,
+    softcap=0.0,
 ) -> torch.Tensor:
     return torch.empty_like(q)
 

@@ -4,8 +4,9 @@ Requires: q [total_q, Hq, D], k / v [total_k, Hkv, D] (f16 or bf16, contiguous),
 ``cu_seqlens_k`` int32 [B + 1], non-decreasing from 0 to total_q / total_k; Hq a multiple of Hkv.
 
 Guarantees: ``out[cu_q[b] + i, h] = softmax(q[cu_q[b] + i, h] · K_bᵀ · scale) V_b`` with K_b / V_b the rows
-``cu_k[b] .. cu_k[b + 1]`` of k / v (head ``h // (Hq / Hkv)``), masked causally when asked (top-left:
-key j <= i; bottom-right: j <= i + len_k - len_q); a query that sees no key outputs 0.
+``cu_k[b] .. cu_k[b + 1]`` of k / v (head ``h // (Hq / Hkv)``), masked as asked (``attention.MaskSpec``:
+causal and sliding windows around the diagonal j = i (top-left) or j = i + len_k - len_q (bottom-right)),
+scores soft-capped when asked; a query that sees no key outputs 0.
 
 How the body maps onto the compiler (docs/attention.md, "Variable-length prefill"):
 - one workgroup per (query tile of max_seqlen_q, head, sequence): ``attention_constraints``'s grid, where
@@ -18,7 +19,7 @@ How the body maps onto the compiler (docs/attention.md, "Variable-length prefill
 - Q, K and V rows are gathered at start + local row (dynamic row mappings: 16-byte ``cp.async`` runs
   along D, as for paged K/V); a K/V row past the sequence's end is clamped to a row inside the packed
   tensor (finite data whose probability is exactly 0: the keys past len_k are masked to -inf);
-- the key loop runs to max_seqlen_k (a top-left causal tile stops at its diagonal): data-dependent trip
+- the key loop runs to max_seqlen_k (a top-left mask bounds it by the tile's rows): data-dependent trip
   counts are not available, so tiles past a short sequence's end are walked, fully masked;
 - O rows past the sequence's end go to a spare row ``total_q`` of the output (all lanes store the same
   zeros there; the returned tensor is a view without it): rows of a scatter cannot be predicated off.
@@ -29,10 +30,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import sympy
+
 import wavec as wc
 from wavec import Memory, Register, f32
 
-from .attention import ALIGNS, BLOCK_M, HEAVY_FIRST, LOG2E, NEG_INF, TARGET, attention_config, attention_constraints
+from .attention import (
+    ALIGNS,
+    BLOCK_M,
+    BLOCK_N,
+    HEAVY_FIRST,
+    LOG2E,
+    NEG_INF,
+    TARGET,
+    MaskSpec,
+    attention_config,
+    attention_constraints,
+    mask_spec,
+)
 from .decode import fail, torch_to_wavec
 
 T, TO, TK, C = wc.sym.T, wc.sym.TO, wc.sym.TK, wc.sym.C  # packed queries, output rows (T + 1), keys, B + 1
@@ -40,15 +55,20 @@ B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.
 HEAD_DIMS = (64, 128)
 MMA = ("mma_sync", "wgmma", "mfma")
 CAUSAL = (False, *ALIGNS)
+NO_MASK = MaskSpec()
 
 
-def make_varlen_attention(dtype=wc.f16, causal: bool | str = False, waves: int = 4, mma: str = "mma_sync"):
-    """The kernel ``varlen_attention(q, k, v, cu_q, cu_k, m_carrier, n_carrier, o, scale, spare)``; compile
-    with ``varlen_subs``.  ``o`` has one spare row past the last query (``TO = T + 1``), ``spare`` its index."""
+def make_varlen_attention(
+    dtype=wc.f16, spec: MaskSpec = NO_MASK, waves: int = 4, mma: str = "mma_sync", softcap: float = 0.0
+):
+    """The kernel ``varlen_attention(q, k, v, cu_q, cu_k, m_carrier, n_carrier, o, scale, spare)`` for the
+    mask ``spec`` (``attention.mask_spec``; its diagonal uses each sequence's own lengths) and the logits
+    soft-cap ``softcap`` (0: off); compile with ``varlen_subs``.  ``o`` has one spare row past the last
+    query (``TO = T + 1``), ``spare`` its index."""
     group_of = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
     b = wc.tile_start(B)
-    end = wc.tile_start(M) + BLOCK_M if causal == "top_left" else None  # keys past the diagonal: none
-    heavy_first = bool(causal) and HEAVY_FIRST[mma]  # as the dense kernel: the diagonal's last tiles first
+    start, end = _key_range(spec)
+    heavy_first = spec.right is not None and HEAVY_FIRST[mma]  # as the dense kernel: heaviest tiles first
 
     # K/V rows are gathered, which TMA boxes cannot express: cp.async on every target
     @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy="cp.async"))
@@ -71,20 +91,17 @@ def make_varlen_attention(dtype=wc.f16, causal: bool | str = False, waves: int =
         len_k = wc.read(cu_k, mapping={C: b + 1}) - start_k
         rows = wc.index(M)
         qr = wc.read(q, mapping={T: start_q + wc.minimum(rows, len_q - 1)})  # len_q >= 1 past exit_if
-        c = scale * LOG2E
+        c = softcap * LOG2E if softcap else scale * LOG2E  # exponents in units of the (capped) scores
         init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
 
-        @wc.iterate(N, init_args=init, end=end)
+        @wc.iterate(N, init_args=init, start=start, end=end)
         def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
             pos = wc.minimum(start_k + wc.index(N), TK - 1)  # inside k: rows past len_k are masked below
             kv_rows = {TK: pos, **group_of}
             s = wc.mma(qr, wc.read(k, mapping=kv_rows), Register[M, N, f32](0.0))
-            j = wc.arange(N)[None, :]
-            s = wc.where(j < len_k, s, NEG_INF)
-            if causal == "top_left":
-                s = wc.where(j <= wc.arange(M)[:, None], s, NEG_INF)
-            elif causal == "bottom_right":  # j <= i + len_k - len_q, compared without a negative term
-                s = wc.where(j + len_q <= wc.arange(M)[:, None] + len_k, s, NEG_INF)
+            if softcap:
+                s = wc.tanh(s * (scale * (1.0 / softcap)))
+            s = _mask(s, spec, len_q, len_k)
             m_new = wc.maximum(m_i, wc.max(s, N))
             m_use = wc.where(m_new > NEG_INF, m_new, 0.0) * c  # a row with no key yet: exp2(-inf) = 0, no NaN
             p = wc.exp2(s * c - m_use[:, None])
@@ -101,6 +118,36 @@ def make_varlen_attention(dtype=wc.f16, causal: bool | str = False, waves: int =
     return varlen_attention
 
 
+def _key_range(spec: MaskSpec) -> tuple:
+    """(start, end) of the key loop: top-left masks bound it by the tile's own rows (the first key its
+    first query sees, rounded down to a tile; past the last key its last query sees); bottom-right
+    diagonals depend on the lengths, so those loops walk every key tile up to max_seqlen_k."""
+    if spec.align != "top_left":
+        return None, None
+    row = wc.tile_start(M)
+    end = None if spec.right is None else row + BLOCK_M + spec.right
+    start = None if spec.left is None else sympy.Max(0, row - spec.left) // BLOCK_N * BLOCK_N
+    return start, end
+
+
+def _mask(s, spec: MaskSpec, len_q, len_k):
+    """``s`` with -inf at keys past the sequence's and those ``spec`` hides: key j of query i is seen when
+    ``diag - left <= j <= diag + right`` with ``diag = i`` (top-left) or ``i + len_k - len_q``
+    (bottom-right, compared as ``j + len_q`` against ``i + len_k``: no negative term)."""
+    j = wc.arange(N)[None, :]
+    s = wc.where(j < len_k, s, NEG_INF)
+    if not spec.masked:
+        return s
+    i = wc.arange(M)[:, None]
+    if spec.align == "bottom_right":
+        i, j = i + len_k, j + len_q
+    if spec.right is not None:
+        s = wc.where(j <= (i + spec.right if spec.right else i), s, NEG_INF)
+    if spec.left is not None:
+        s = wc.where(j + spec.left >= i, s, NEG_INF)
+    return s
+
+
 def varlen_subs(head_dim: int, mma: str = "mma_sync", config: tuple | None = None) -> tuple[dict, int]:
     """(subs, waves): the dense kernel's tile for ``head_dim`` (``attention_config``) and the derived
     size B from cu_seqlens (``C = B + 1``)."""
@@ -112,12 +159,12 @@ _COMPILED: dict = {}
 _CARRIERS: dict = {}
 
 
-def _kernel(dtype, causal, head_dim: int, mma: str, config, backend) -> Any:
-    key = (dtype.name, causal, head_dim, mma, config, backend)
+def _kernel(dtype, spec: MaskSpec, softcap: float, head_dim: int, mma: str, config, backend) -> Any:
+    key = (dtype.name, spec, softcap, head_dim, mma, config, backend)
     kernel = _COMPILED.get(key)
     if kernel is None:
         subs, waves = varlen_subs(head_dim, mma, config)
-        definition = make_varlen_attention(dtype, causal, waves, mma)
+        definition = make_varlen_attention(dtype, spec, waves, mma, softcap)
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
 
@@ -214,6 +261,8 @@ def varlen_attention(
     max_seqlen_k: int,
     *,
     causal: bool | str = False,
+    window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
     scale: float | None = None,
     backend: str | None = None,
     mma: str | None = None,
@@ -228,7 +277,10 @@ def varlen_attention(
     least every sequence's length (the grid and the key loop are sized by them).  Zero-length sequences
     are allowed (a sequence with queries and no keys outputs 0).  ``causal``: False; "top_left" (query i
     sees keys j <= i); "bottom_right" (j <= i + len_k - len_q, flash-attn >= 2.1; queries left of key 0
-    output 0); True is "bottom_right" (flash-attn's meaning).  ``scale``: default 1/sqrt(D).  ``mma``:
+    output 0); True is "bottom_right" (flash-attn's meaning).  ``window = (left, right)``: query i sees keys
+    ``diag(i) - left .. diag(i) + right`` (-1: unbounded; the diagonal bottom-right when not causal, causal
+    makes ``right`` 0: flash-attn's ``window_size``).  ``softcap = c > 0``: scores ``c·tanh(scale·q·k / c)``
+    before the mask.  A query that sees no key outputs 0.  ``scale``: default 1/sqrt(D).  ``mma``:
     "mma_sync" (default) or "wgmma" (sm_90a); ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides
     the dense kernel's tile.  cu_seqlens that do not start at 0, decrease, do not end at the packed
     length or hold a sequence longer than its max_seqlen are a ``WavecError`` on the emulator (CPU
@@ -237,7 +289,9 @@ def varlen_attention(
     mma = mma or "mma_sync"
     if mma not in MMA:
         raise fail("varlen_attention", f"mma must be one of {MMA}, got {mma!r}")
-    causal = "bottom_right" if causal is True else causal
+    spec = mask_spec("bottom_right" if causal is True else causal, window)  # an OptionError naming either
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise fail("varlen_attention", f"softcap must be a finite number >= 0 (0: off), got {softcap!r}")
     _check_data(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     total_q = q.shape[0]
     o = _new_output(q)
@@ -247,7 +301,7 @@ def varlen_attention(
     if not k.shape[0] or not max_seqlen_k:
         return out.zero_()
     sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
-    kernel = _kernel(dtype, causal, q.shape[2], mma, config, backend)
+    kernel = _kernel(dtype, spec, float(softcap), q.shape[2], mma, config, backend)
     m_c, n_c = _carrier(max_seqlen_q, q.device), _carrier(max_seqlen_k, q.device)
     kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, m_c, n_c, o, sc, total_q)
     return out
