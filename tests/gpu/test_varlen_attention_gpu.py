@@ -1,6 +1,6 @@
 """GPU tier: variable-length prefill attention against a per-sequence torch f32 reference: mixed lengths
 (1, odd, 0, up to 4000), more queries than keys, both causal alignments, MHA / GQA / MQA, d64 and d128,
-f16 and bf16, mma.sync and wgmma (sm_90); the output is NaN-filled first, so every element must be
+f16 and bf16, mma.sync and wgmma (sm_90), sliding windows and the soft-cap; the output is NaN-filled first, so every element must be
 written; the torch operator; cu_seqlens checks under WAVEC_CHECK_BOUNDS=1."""
 
 from __future__ import annotations
@@ -47,6 +47,30 @@ def test_varlen_matches_reference(monkeypatch, mma, lens_q, lens_k, heads, kv_he
     assert out.shape == q.shape and out.dtype == q.dtype
     assert not out.isnan().any(), "an output element was not written"
     torch.testing.assert_close(out.float(), reference(q, k, v, cu_q, cu_k, causal), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("mma", ["mma_sync", "wgmma"])
+@pytest.mark.parametrize(
+    "causal, window, softcap",
+    [
+        ("bottom_right", (256, -1), 0.0),
+        ("top_left", (100, -1), 0.0),
+        (False, (64, 32), 0.0),
+        ("top_left", (-1, -1), 30.0),
+    ],
+)
+def test_windows_and_softcap(monkeypatch, mma, causal, window, softcap) -> None:
+    if mma == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    monkeypatch.setattr(vl, "_new_output", _nan_output)
+    torch.manual_seed(11)
+    lens_q, lens_k = [1, 700, 0, 2049, 63], [1, 900, 5, 2049, 64]
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 16, 4, 128, torch.bfloat16, "cuda")
+    out = vl.varlen_attention(q, k, v, cu_q, cu_k, 2049, 2049, causal=causal, window=window, softcap=softcap, mma=mma)
+    torch.cuda.synchronize()
+    assert not out.isnan().any(), "an output element was not written"
+    want = reference(q, k, v, cu_q, cu_k, causal, window=window, softcap=softcap)
+    torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
 
 
 def test_torch_op_matches_the_function() -> None:
