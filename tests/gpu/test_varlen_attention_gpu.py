@@ -1,7 +1,7 @@
 """GPU tier: variable-length prefill attention against a per-sequence torch f32 reference: mixed lengths
 (1, odd, 0, up to 4000), more queries than keys, both causal alignments, MHA / GQA / MQA, d64 and d128,
-f16 and bf16, mma.sync and wgmma (sm_90), sliding windows and the soft-cap; the output is NaN-filled first, so every element must be
-written; the torch operator; cu_seqlens checks under WAVEC_CHECK_BOUNDS=1."""
+f16 and bf16, mma.sync and wgmma (sm_90), sliding windows and the soft-cap; the output is NaN-filled
+first, so every element must be written; the torch operator; cu_seqlens checks under WAVEC_CHECK_BOUNDS=1."""
 
 from __future__ import annotations
 
