@@ -57,3 +57,17 @@ def test_silu_and_mul(dtype: torch.dtype, d: int) -> None:
     want = F.silu(x[..., :d].double()) * x[..., d:].double()
     rtol = 2e-3 if dtype == torch.float16 else 1.6e-2
     torch.testing.assert_close(silu_and_mul(x).double(), want, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear(dtype: torch.dtype, with_bias: bool) -> None:
+    from wavec.kernels import linear
+
+    x, w = torch.randn(2, 333, 4096, device="cuda").to(dtype), torch.randn(1000, 4096, device="cuda").to(dtype)
+    b = torch.randn(1000, device="cuda").to(dtype) if with_bias else None
+    got = linear(x, w, b)
+    want = F.linear(x.double(), w.double(), None if b is None else b.double())
+    assert got.dtype == dtype and ((got.double() - want).norm() / want.norm()).item() < (
+        2e-3 if dtype == torch.float16 else 1e-2
+    )

@@ -26,6 +26,7 @@ _EXPORTS = {
     "rms_norm": "rows",
     "layer_norm": "rows",
     "silu_and_mul": "elementwise",
+    "linear": "dense",
     "fused_experts": "fused_moe",
 }
 

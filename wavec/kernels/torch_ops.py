@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows, varlen
+from . import decode, dense, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows, varlen
 from . import fused_moe as moe
 from . import paged_attention as paged
 
 __all__ = [
     "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "varlen_attention",
-    "gather_scatter_matmul",
-    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm", "silu_and_mul", "fused_experts",
+    "gather_scatter_matmul", "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm",
+    "silu_and_mul", "linear", "fused_experts",
     "fused_moe",
 ]  # fmt: skip
 
@@ -256,3 +256,14 @@ def fused_moe(
 @fused_moe.register_fake
 def _fused_moe_fake(hidden, w1, w2, router_logits, top_k, renormalize) -> torch.Tensor:
     return torch.empty_like(hidden)
+
+
+@torch.library.custom_op("wavec::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.nn.functional.linear`` (see :func:`wavec.kernels.dense.linear`)."""
+    return dense.linear(x, weight, bias)
+
+
+@linear.register_fake
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return x.new_empty(*x.shape[:-1], weight.shape[0])

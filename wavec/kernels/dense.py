@@ -1,0 +1,72 @@
+"""``linear(x, w, bias=None)``, ``torch.nn.functional.linear`` on wavec: ``matmul`` of the rows of x
+against w, then (with a bias) one pass over the f32 product adding the bias and rounding to x's dtype,
+so the bias is added before the only rounding, as cuBLAS's epilogue does.
+"""
+
+from __future__ import annotations
+
+import wavec as wc
+from wavec import Memory
+from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
+from wavec.kernels.gemm import matmul
+
+DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
+
+
+def make_bias_cast(dtype=wc.f16, threads_per_wave: int = 32, vec: int = 4) -> wc.WaveKernel:
+    """``out = cast(c + bias[None, :], dtype)`` for an f32 ``c [M, N]`` and ``bias [N]`` of ``dtype``."""
+
+    @wc.wave(rowwise_constraints(threads_per_wave, vec))
+    def bias_cast(c: Memory[M, N, wc.f32], bias: Memory[N, dtype], out: Memory[M, N, dtype]):
+        wc.write(wc.cast(wc.read(c) + wc.cast(wc.read(bias), wc.f32)[None, :], dtype), out)
+
+    return bias_cast
+
+
+_COMPILED: dict = {}
+
+
+def _bias_kernel(dtype, n: int, backend: str | None):
+    vec = 4
+    while n % vec:
+        vec //= 2
+    key = (dtype.name, vec, backend)
+    if key not in _COMPILED:
+        subs = {BLOCK_M: 4, BLOCK_N: 32 * vec * (2 if n >= 64 * vec else 1)}
+        _COMPILED[key] = wc.compile(make_bias_cast(dtype, vec=vec), subs, backend=backend)
+    return _COMPILED[key]
+
+
+def linear(x, weight, bias=None, *, backend: str | None = None):
+    """``x @ weight.T (+ bias)`` for ``x [..., in]``, ``weight [out, in]``, ``bias [out]`` or None, all f16 or
+    all bf16 on one device: a new tensor ``[..., out]`` of x's dtype (f32 accumulation; the bias added to
+    the f32 product before rounding).  ``matmul`` picks the kernel (wgmma on sm_90)."""
+    import torch
+
+    name = str(getattr(x, "dtype", "")).removeprefix("torch.")
+    if not isinstance(x, torch.Tensor) or name not in DTYPES or x.dim() == 0:
+        raise wc.WavecError(message=f"linear: x must be a float16 or bfloat16 tensor, got {getattr(x, 'dtype', x)!r}")
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.dtype != x.dtype:
+        got = f"{weight.dim()}-D {weight.dtype}" if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise wc.WavecError(message=f"linear: weight must be a 2-D {x.dtype} tensor [out, in], got {got}")
+    if weight.shape[1] != x.shape[-1] or weight.device != x.device:
+        raise wc.WavecError(
+            message=f"linear: weight [out, in] must have in = x.shape[-1] = {x.shape[-1]} and x's device "
+            f"{x.device}, got {list(weight.shape)} on {weight.device}"
+        )
+    out_features = weight.shape[0]
+    if bias is not None and (
+        not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (out_features,) or bias.dtype != x.dtype
+        or bias.device != x.device
+    ):  # fmt: skip
+        got = f"{tuple(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise wc.WavecError(message=f"linear: bias must be [{out_features}] {x.dtype} on {x.device}, got {got}")
+    rows = x.reshape(-1, x.shape[-1]).contiguous()
+    w = weight.contiguous()
+    if bias is None:
+        return matmul(rows, w, backend=backend).reshape(*x.shape[:-1], out_features)
+    c = matmul(rows, w, backend=backend, out_dtype=torch.float32)
+    out = torch.empty(c.shape, dtype=x.dtype, device=x.device)
+    if out.numel():
+        _bias_kernel(DTYPES[name], out_features, backend)(c, bias.contiguous(), out)
+    return out.reshape(*x.shape[:-1], out_features)
