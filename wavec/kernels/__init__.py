@@ -15,6 +15,7 @@ _EXPORTS = {
     "matmul": "gemm",
     "register_attention_op": "attention",
     "decode_attention": "decode",
+    "varlen_attention": "varlen",
     "index_select": "indexing",
     "embedding": "indexing",
     "index_add_": "indexing",

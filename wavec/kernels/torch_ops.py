@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import torch
 
-from . import decode, dense, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows
+from . import decode, dense, elementwise, indexing, moe_align, moe_gemm, moe_routing, rows, varlen
 from . import fused_moe as moe
 from . import paged_attention as paged
 
 __all__ = [
-    "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "gather_scatter_matmul",
-    "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm", "silu_and_mul", "linear",
-    "fused_experts",
+    "index_select", "embedding", "index_add_", "decode_attention", "paged_attention", "varlen_attention",
+    "gather_scatter_matmul", "moe_align_block_size", "topk_softmax", "softmax", "rms_norm", "layer_norm",
+    "silu_and_mul", "linear", "fused_experts",
     "fused_moe",
 ]  # fmt: skip
 
@@ -99,6 +99,48 @@ def paged_attention(
 
 @paged_attention.register_fake
 def _paged_attention_fake(q, k_cache, v_cache, block_tables, seq_lens, scale=None, num_splits=None) -> torch.Tensor:
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("wavec::varlen_attention", mutates_args=())
+def varlen_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens_q: torch.Tensor,
+    cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    causal: str = "none",
+    scale: float | None = None,
+    window_left: int = -1,
+    window_right: int = -1,
+    softcap: float = 0.0,
+) -> torch.Tensor:
+    """Prefill attention over packed variable-length sequences (see :func:`wavec.kernels.varlen.varlen_attention`);
+    ``causal``: "none", "top_left" or "bottom_right" (a schema takes no bool-or-string)."""
+    mask = False if causal == "none" else causal
+    return varlen.varlen_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        causal=mask, scale=scale, window=(window_left, window_right), softcap=softcap,
+    )  # fmt: skip
+
+
+@varlen_attention.register_fake
+def _varlen_attention_fake(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    causal="none",
+    scale=None,
+    window_left=-1,
+    window_right=-1,
+    softcap=0.0,
+) -> torch.Tensor:
     return torch.empty_like(q)
 
 
