@@ -159,3 +159,17 @@ def test_disable_restores_stock():
     assert torch.equal(hm.logits(model, ids), expected)
     assert model.config._attn_implementation == "sdpa"
     assert report.calls == {} and report.total_fallbacks() == 0
+
+
+def test_linears_opt_in():
+    """``linears=True``: every projection and the LM head run ``wavec.kernels.linear``, counted."""
+    ref = hm.build("llama")
+    stock, model = hm.lowered(ref, torch.bfloat16), hm.lowered(ref, torch.bfloat16)
+    ids = _ids()
+    report = wt.enable(model, linears=True)
+    hm.check_logits(hm.logits(model, ids), hm.logits(stock, ids), hm.logits(ref, ids))
+    per_layer = 7  # q, k, v, o, gate, up, down
+    assert report.calls["linear"] == per_layer * LAYERS + 1 and report.modules["linear"] == per_layer * LAYERS + 1
+    assert report.total_fallbacks() == 0
+    wt.disable(model)
+    assert all(not hasattr(m, "_wavec_original_forward") for m in model.modules())

@@ -21,7 +21,9 @@
   float32 run transformers' ``batched_mm`` experts instead.
 
 Every call is counted: ``report()`` gives, per op kind, the calls that ran a wavec kernel and the
-fallbacks by reason.  Nothing falls back silently.  Linear layers stay torch's (not routed yet).
+fallbacks by reason.  Nothing falls back silently.  ``enable(model, linears=True)`` also routes every
+``torch.nn.Linear`` with f16/bf16 weights through ``wavec.kernels.linear`` (off by default: the GEMM is
+still slower than cuBLAS).
 """
 
 from __future__ import annotations
@@ -143,6 +145,38 @@ def _patch_norms(model: torch.nn.Module) -> None:
         else:
             module.forward = _counted_forward("rms_norm", reason, original)
             _REPORT.modules["rms_norm (fallback)"] += 1
+        module._wavec_original_forward = original  # type: ignore[assignment]
+
+
+# ---- linear layers -------------------------------------------------------------------------------------
+
+
+def _wavec_linear_forward(module: torch.nn.Linear, original: Callable) -> Callable:
+    from wavec.kernels import linear
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != module.weight.dtype:
+            _REPORT.fallback("linear", f"input {x.dtype} differs from weight {module.weight.dtype}")
+            return original(x)
+        _REPORT.wavec("linear")
+        return linear(x, module.weight, module.bias)
+
+    return forward
+
+
+def _patch_linears(model: torch.nn.Module) -> None:
+    """Every ``torch.nn.Linear`` with f16/bf16 weights calls ``wavec.kernels.linear``; others keep their
+    forward and count as fallbacks."""
+    for module in model.modules():
+        if type(module) is not torch.nn.Linear or hasattr(module, "_wavec_original_forward"):
+            continue
+        original = module.forward
+        if module.weight.dtype in (torch.float16, torch.bfloat16):
+            module.forward = _wavec_linear_forward(module, original)  # type: ignore[method-assign]
+            _REPORT.modules["linear"] += 1
+        else:
+            module.forward = _counted_forward("linear", f"weight {module.weight.dtype}", original)  # type: ignore[method-assign]
+            _REPORT.modules["linear (fallback)"] += 1
         module._wavec_original_forward = original  # type: ignore[assignment]
 
 
@@ -341,10 +375,18 @@ def _has_experts(model: Any) -> bool:
 
 
 def enable(
-    model: Any, *, norms: bool = True, attention: bool = True, experts: bool = True, decode: str = "decode_attention"
+    model: Any,
+    *,
+    norms: bool = True,
+    attention: bool = True,
+    experts: bool = True,
+    linears: bool = False,
+    decode: str = "decode_attention",
 ) -> Report:
     """Route ``model``'s RMSNorms, attention and MoE experts through wavec (module docstring); returns the
-    process-wide ``Report``.  ``decode``: the kernel for one-token steps (process-wide): "decode_attention"
+    process-wide ``Report``.  ``linears``: its ``torch.nn.Linear`` layers too (off by default: wavec's
+    GEMM is 0.90x cuBLAS over LLM shapes on an H100, so routing them would slow a model down until it is
+    not).  ``decode``: the kernel for one-token steps (process-wide): "decode_attention"
     (split-KV flash decoding; the [B, KVH, S, D] cache is copied to [B, S, KVH, D] per call, as the kernel
     takes dense BSHD only) or "attention" (the prefill kernel with one query row, on the cache as it is)."""
     if decode not in DECODE_KERNELS:
@@ -359,6 +401,8 @@ def enable(
         model._wavec_previous = previous
     if norms:
         _patch_norms(model)
+    if linears:
+        _patch_linears(model)
     if attention:
         if hasattr(model, "set_attn_implementation"):
             model.set_attn_implementation(NAME)
@@ -376,7 +420,8 @@ def enable(
 
 
 def disable(model: Any) -> None:
-    """Undo ``enable``: the norms' own forwards and the attention / experts implementations set before."""
+    """Undo ``enable``: the norms' and linears' own forwards and the attention / experts implementations set
+    before."""
     for module in model.modules():
         if hasattr(module, "_wavec_original_forward"):
             del module.forward
