@@ -10,6 +10,7 @@ import torch
 import wavec as wc
 import wavec.kernels.torch_ops  # noqa: F401 - registers torch.ops.wavec.*
 from wavec.kernels import dense, linear
+from wavec.kernels import elementwise as ew
 
 F = torch.nn.functional
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
@@ -33,7 +34,7 @@ def test_matches_torch(dtype: torch.dtype, shape: tuple, with_bias: bool) -> Non
 
 
 def test_bias_pass_writes_every_element() -> None:
-    k = wc.compile(dense.make_bias_cast(wc.bf16), {dense.BLOCK_M: 4, dense.BLOCK_N: 128}, backend="emulator")
+    k = wc.compile(dense.make_bias_cast(wc.bf16), {ew.BLOCK_M: 4, ew.BLOCK_N: 128}, backend="emulator")
     c, b = torch.randn(9, 300), torch.randn(300).to(torch.bfloat16)
     out = torch.full((9, 300), float("nan"), dtype=torch.bfloat16)
     k(c, b, out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import wavec as wc
 from wavec import Memory
-from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
+from wavec.kernels.elementwise import BLOCK_N, M, N, rowwise_config, rowwise_constraints
 from wavec.kernels.gemm import matmul
 
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
@@ -27,12 +27,9 @@ _COMPILED: dict = {}
 
 
 def _bias_kernel(dtype, n: int, backend: str | None):
-    vec = 4
-    while n % vec:
-        vec //= 2
-    key = (dtype.name, vec, backend)
+    subs, vec = rowwise_config(wc.f32, n)  # the runs of the f32 product set the width
+    key = (dtype.name, vec, subs[BLOCK_N], backend)
     if key not in _COMPILED:
-        subs = {BLOCK_M: 4, BLOCK_N: 32 * vec * (2 if n >= 64 * vec else 1)}
         _COMPILED[key] = wc.compile(make_bias_cast(dtype, vec=vec), subs, backend=backend)
     return _COMPILED[key]
 

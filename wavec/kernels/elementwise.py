@@ -21,6 +21,17 @@ def rowwise_constraints(threads_per_wave: int = 32, elems_per_thread: int = 8) -
     ]
 
 
+def rowwise_config(dtype, n: int) -> tuple[dict, int]:
+    """(subs, vector width) of a ``rowwise_constraints`` kernel over rows of ``n`` elements: the widest
+    access up to 16 bytes that divides the row, four rows per workgroup, and a row tile of two wave-wide
+    passes for rows that long."""
+    vec = 16 // dtype.bytes
+    while n % vec:
+        vec //= 2
+    per_pass = 32 * vec
+    return {BLOCK_M: 4, BLOCK_N: per_pass * (2 if n >= 2 * per_pass else 1)}, vec
+
+
 def make_copy(dtype=wc.f16, threads_per_wave: int = 32) -> wc.WaveKernel:
     @wc.wave(rowwise_constraints(threads_per_wave, 16 // dtype.bytes))
     def copy(src: Memory[M, N, dtype], dst: Memory[M, N, dtype]):
@@ -77,14 +88,9 @@ def silu_and_mul(x, *, backend: str | None = None):
     rows = x.reshape(-1, 2, d).contiguous()
     out = torch.empty(*x.shape[:-1], d, dtype=x.dtype, device=x.device)
     if out.numel():
-        vec = 16 // dtype.bytes
-        while d % vec:
-            vec //= 2
-        per_pass = 32 * vec
-        block_n = per_pass * (2 if d >= 2 * per_pass else 1)
-        key = (dtype.name, vec, block_n, backend)
+        subs, vec = rowwise_config(dtype, d)
+        key = (dtype.name, vec, subs[BLOCK_N], backend)
         if key not in _COMPILED:
-            subs = {BLOCK_M: 4, BLOCK_N: block_n, TWO: 2}
-            _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), subs, backend=backend)
+            _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), {**subs, TWO: 2}, backend=backend)
         _COMPILED[key](rows, out.view(-1, d))
     return out

@@ -14,7 +14,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory
-from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
+from wavec.kernels.elementwise import M, N, rowwise_config, rowwise_constraints
 
 T = wc.sym.T
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32, "int32": wc.i32}
@@ -41,16 +41,6 @@ def make_index_add(dtype=wc.f32, index_dtype=wc.i32, vec: int | None = None) -> 
     return index_add
 
 
-def config_for(dtype, n: int) -> tuple[dict, int]:
-    """(subs, vector width): the widest access up to 16 bytes that divides the row, four rows per
-    workgroup, and a row tile of two wave-wide passes for rows that long."""
-    vec = 16 // dtype.bytes
-    while n % vec:
-        vec //= 2
-    per_pass = 32 * vec
-    return {BLOCK_M: 4, BLOCK_N: per_pass * (2 if n >= 2 * per_pass else 1)}, vec
-
-
 _COMPILED: dict = {}
 
 
@@ -67,7 +57,7 @@ def hopper_target(backend: str | None, device: Any = None) -> str | None:
 
 
 def _kernel(make, dtype, index_dtype, n: int, backend: str | None, target: str | None = None):
-    subs, vec = config_for(dtype, n)
+    subs, vec = rowwise_config(dtype, n)
     key = (make.__name__, dtype.name, index_dtype.name, tuple(subs.values()), vec, backend, target)
     if key not in _COMPILED:
         _COMPILED[key] = wc.compile(make(dtype, index_dtype, vec), subs, backend=backend, target=target)
