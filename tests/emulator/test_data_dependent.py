@@ -11,7 +11,7 @@ import torch
 import wavec as wc
 from tests import dyn_kernels as dk
 from wavec.errors import ArgumentError, EmulatorError, GlobalMemoryRaceError, OutOfBoundsError
-from wavec.kernels import indexing
+from wavec.kernels import elementwise, indexing
 from wavec.kernels.indexing import embedding, index_add_, index_select
 
 pytestmark = pytest.mark.filterwarnings("ignore:index_reduce")  # torch marks the reference beta
@@ -177,8 +177,8 @@ def test_out_of_bounds_names_kernel_line_index_and_bound(monkeypatch) -> None:
     with pytest.raises(OutOfBoundsError, match=r"(?s)wc\.scatter_add.*memref\.subview.*index 9 in dim 0 \(size 7\)"):
         index_add_(out, torch.tensor([1, 9, 2]), src, backend="emulator")
     monkeypatch.setenv("WAVEC_CHECK_BOUNDS", "1")
-    checked = wc.compile(indexing.make_index_select(wc.f16, wc.i64, 8), {indexing.BLOCK_M: 4, indexing.BLOCK_N: 256},
-                         backend="emulator", cache=False)  # fmt: skip
+    subs = {elementwise.BLOCK_M: 4, elementwise.BLOCK_N: 256}
+    checked = wc.compile(indexing.make_index_select(wc.f16, wc.i64, 8), subs, backend="emulator", cache=False)
     assert checked.artifact.metadata.bounds_checks
     y = torch.full((3, 256), float("nan"), dtype=torch.float16)
     with pytest.raises(

@@ -12,7 +12,7 @@ import torch
 import wavec as wc
 from tests import dyn_kernels as dk
 from wavec.errors import OutOfBoundsError
-from wavec.kernels import indexing
+from wavec.kernels import elementwise, indexing
 from wavec.kernels.indexing import embedding, index_add_, index_select
 
 pytestmark = [pytest.mark.gpu, pytest.mark.filterwarnings("ignore:index_reduce")]
@@ -116,10 +116,9 @@ def test_check_bounds_raises_after_the_kernel(monkeypatch) -> None:
     """WAVEC_CHECK_BOUNDS=1: a bad index is reported with the kernel line, the index and the bound, and is
     neither read nor written; good indices run as usual."""
     monkeypatch.setenv("WAVEC_CHECK_BOUNDS", "1")
-    sel = wc.compile(indexing.make_index_select(wc.f16, wc.i64, 8), {indexing.BLOCK_M: 4, indexing.BLOCK_N: 256},
-                     backend="cuda", cache=False)  # fmt: skip
-    add = wc.compile(indexing.make_index_add(wc.f32, wc.i32, 4), {indexing.BLOCK_M: 4, indexing.BLOCK_N: 128},
-                     backend="cuda", cache=False)  # fmt: skip
+    bm, bn = elementwise.BLOCK_M, elementwise.BLOCK_N
+    sel = wc.compile(indexing.make_index_select(wc.f16, wc.i64, 8), {bm: 4, bn: 256}, backend="cuda", cache=False)
+    add = wc.compile(indexing.make_index_add(wc.f32, wc.i32, 4), {bm: 4, bn: 128}, backend="cuda", cache=False)
     x = torch.randn(50, 256, dtype=torch.float16, device="cuda")
     y = torch.full((3, 256), float("nan"), dtype=torch.float16, device="cuda")
     line = r"indexing\.py:\d+: wc\.write\(wc\.read\(x, mapping=\{T: wc\.read\(index\)\}\), out\)"
