@@ -89,7 +89,17 @@ class FastLaunch:
 
     def __call__(self, *args: Any) -> None:
         n = self.ntensors
-        ptrs = [t.data_ptr() for t in args[:n]]
+        self._launch([t.data_ptr() for t in args[:n]], args, n)
+
+    def pointers(self, *args: Any) -> None:
+        """The launch with each tensor given by its device address (an int: a part of a larger buffer
+        without a view of it), then the scalars.  A kernel with TMA maps needs tensors (``__call__``)."""
+        if self.maps is not None:
+            raise TypeError(f"{self.kernel.meta.label}: a kernel with TMA tensor maps is launched with tensors")
+        n = self.ntensors
+        self._launch(list(args[:n]), args, n)
+
+    def _launch(self, ptrs: list[int], args: Sequence[Any], n: int) -> None:
         align = self.align
         if align:
             for i, p in enumerate(ptrs):
@@ -102,7 +112,7 @@ class FastLaunch:
         buf, floats = self.buf, self.floats
         if threading.get_ident() != self.owner:
             buf, floats = self._own_buffer()
-        buf.ptrs[: len(ptrs)] = ptrs
+        buf.ptrs[: len(ptrs)] = ptrs  # type: ignore[assignment]
         for slot, is_float, name in self.scalar_slots:
             x = args[n]
             n += 1
