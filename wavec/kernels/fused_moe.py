@@ -293,14 +293,14 @@ def _choose(s: _Shape, config: Any, dispatch: str, local: Any, skip: int, device
 
     if config is not None:
         md.count_config()
-        return config
+        return md.chose(config)
     shape = MoeShape(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name)
     if dispatch == "static":
-        return md.static_choice(shape, s.tokens, device)
+        return md.chose(md.static_choice(shape, s.tokens, device))
     table = md.table_for(shape, device)
     if table is None:
-        return md.fallback(shape, s.tokens, device)
-    return md.choose(table, local, s.experts, s.experts + skip)
+        return md.chose(md.fallback(shape, s.tokens, device))
+    return md.chose(md.choose(table, local, s.experts, s.experts + skip))
 
 
 def _local_ids(remap: Any, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:

@@ -31,6 +31,7 @@ _DEVICE_NAMES: dict[Any, str] = {}
 _CHOOSERS: dict[tuple, Any] = {}
 _COUNTS: Counter = Counter()
 _MISSING: Counter = Counter()
+_LAST: list[MoeConfig] = []  # the latest choice (the report's "last")
 
 
 def device_name(device: Any) -> str:
@@ -68,14 +69,22 @@ def dispatch_report() -> dict:
     """Counts of the choices made in this process: ``routing_aware`` (a table's histogram choice),
     ``static_table`` (a table's balanced-routing choice), ``static_rule`` (``static_config``: asked for, or
     the fallback), ``fallback_no_table`` (routing-aware or static dispatch asked for a shape with no table),
-    ``config`` (an explicit ``config=``), and ``missing`` (table key -> fallbacks)."""
-    return {**{k: _COUNTS[k] for k in ("routing_aware", "static_table", "static_rule", "fallback_no_table", "config")},
-            "missing": dict(_MISSING)}  # fmt: skip
+    ``config`` (an explicit ``config=``), ``missing`` (table key -> fallbacks) and ``last`` (the latest
+    choice's ``MoeConfig``, None before any)."""
+    names = ("routing_aware", "static_table", "static_rule", "fallback_no_table", "config")
+    return {**{k: _COUNTS[k] for k in names}, "missing": dict(_MISSING), "last": _LAST[-1] if _LAST else None}
+
+
+def chose(cfg: MoeConfig) -> MoeConfig:
+    """Record ``cfg`` as the latest choice (``dispatch_report()["last"]``) and return it."""
+    _LAST[:] = [cfg]
+    return cfg
 
 
 def reset_report() -> None:
     _COUNTS.clear()
     _MISSING.clear()
+    _LAST.clear()
 
 
 def count_config() -> None:

@@ -218,7 +218,7 @@ def terms(pc: PoolConfig, shape: MoeShape, blocks, knee: float):
     import numpy as np
 
     b = np.asarray(blocks, dtype=np.int64)
-    cols = [np.ones(b.shape)]
+    cols: list[Any] = [np.ones(b.shape)]
     c = pc.cfg
     for tiles, slots in (
         (-(-shape.inter // c.block_n), pc.slots_up),
