@@ -35,9 +35,10 @@ def _tune(args) -> int:
     if args.kernel == "gemm" and not args.shapes:
         print("wavec tune gemm: --shapes M,N,K ... is required", file=sys.stderr)
         return 2
-    if args.kernel == "moe" and not args.model:
-        print("wavec tune moe: --model NAME is required (a model of moe_shapes.csv)", file=sys.stderr)
-        return 2
+    if args.kernel == "moe":
+        from .cli import tune_moe
+
+        return tune_moe(args)
     if not gpu_visible():
         print(
             "wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
@@ -45,10 +46,6 @@ def _tune(args) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.kernel == "moe":
-        from .cli import tune_moe
-
-        return tune_moe(args)
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     try:
         res = tune_gemm(

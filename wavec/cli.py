@@ -308,9 +308,13 @@ def tune_moe(args: argparse.Namespace) -> int:
     points, the fit (stored in the tuning cache), and a table of the fitted points' choices and regret."""
     from dataclasses import replace
 
+    from .compiler import gpu_visible
     from .tuning import moe as tm
     from .tuning import moe_profile as mp
 
+    if not args.model:
+        print("wavec tune moe: --model NAME is required (a model of moe_shapes.csv)", file=sys.stderr)
+        return 2
     try:
         shape = tm.model(args.model)
     except WavecError as e:
@@ -320,6 +324,9 @@ def tune_moe(args: argparse.Namespace) -> int:
         shape = replace(shape, dtype=args.dtype)
     if (args.max_configs is not None and args.max_configs < 1) or (args.points is not None and args.points < 1):
         print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
+        return 2
+    if not gpu_visible():
+        print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
         return 2
 
     def say(msg: str) -> None:

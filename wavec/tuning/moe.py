@@ -146,7 +146,8 @@ def regions(shape: MoeShape, sms: int, l2_bytes: int) -> Regions:
 def candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
     """The configuration space the rules allow, before compiling: accumulators within ``MAX_ACC`` registers
     per thread (two for the up-projection), stages no more than the shallower K's steps, GROUP_M > 1 only
-    with 64-row blocks and up (several token blocks per expert)."""
+    with 64-row blocks and up (several token blocks per expert); the static rule's configurations always
+    (the table's static choice then covers today's rule)."""
     shallow = min(shape.hidden, shape.inter)
     out = []
     for bm in reg.block_ms:
@@ -161,7 +162,7 @@ def candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
                         for g in reg.group_ms:
                             if g == 1 or bm >= 64:
                                 out.append(MoeConfig(bm, bn, bnd, bk, st, g))
-    return out
+    return out + sorted(static_configs(shape) - set(out), key=lambda c: c.label())
 
 
 def shared_bytes(cfg: MoeConfig, dtype_bytes: int = 2) -> tuple[int, int]:
