@@ -300,7 +300,7 @@ def _choose(s: _Shape, config: Any, dispatch: str, local: Any, skip: int, device
     table = md.table_for(shape, device)
     if table is None:
         return md.chose(md.fallback(shape, s.tokens, device))
-    return md.chose(md.choose(table, local, s.experts, s.experts + skip))
+    return md.chose(md.choose(table, local, s.experts, s.experts + skip, s.tokens))
 
 
 def _local_ids(remap: Any, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:

@@ -10,8 +10,9 @@ Guarantees: ``choose(table, ids, experts)`` builds the expert histogram of the l
 least cost of each and takes the minimum: one int64 (cost and configuration index packed), read back
 once, the only synchronisation of an eager step.  On CUDA that sequence is replayed from a CUDA graph
 captured once per (table, ids count): two host calls (a copy into the graph's input and the replay)
-instead of six launches.  ``choose`` refuses to run under a CUDA-graph capture (it must read the choice):
-``choose_for_graph`` picks a configuration from recent histograms before capture, for ``config=``.  Every
+instead of six launches.  Under a CUDA-graph capture nothing can be read back: ``choose``
+takes the table's static choice there (counted, warned about once); ``choose_for_graph`` picks a
+configuration from recent histograms before capture, for ``config=``.  Every
 call is counted in ``dispatch_report()``; a shape without a table falls back to the static rule and
 says so (a warning per shape, and the count).
 """
@@ -69,9 +70,10 @@ def dispatch_report() -> dict:
     """Counts of the choices made in this process: ``routing_aware`` (a table's histogram choice),
     ``static_table`` (a table's balanced-routing choice), ``static_rule`` (``static_config``: asked for, or
     the fallback), ``fallback_no_table`` (routing-aware or static dispatch asked for a shape with no table),
-    ``config`` (an explicit ``config=``), ``missing`` (table key -> fallbacks) and ``last`` (the latest
+    ``config`` (an explicit ``config=``), ``capture_static`` (routing-aware asked for under a CUDA-graph
+    capture: the table's static choice), ``missing`` (table key -> fallbacks) and ``last`` (the latest
     choice's ``MoeConfig``, None before any)."""
-    names = ("routing_aware", "static_table", "static_rule", "fallback_no_table", "config")
+    names = ("routing_aware", "static_table", "static_rule", "fallback_no_table", "config", "capture_static")
     return {**{k: _COUNTS[k] for k in names}, "missing": dict(_MISSING), "last": _LAST[-1] if _LAST else None}
 
 
@@ -161,18 +163,24 @@ class _Chooser:
         return tm.unpack(self.out.item())
 
 
-def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int) -> MoeConfig:
+def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int, tokens: int) -> MoeConfig:
     """The routing-aware choice for the flat int32 local ``ids`` (``bins`` = E, or E + 1 with the skip
-    expert, which costs nothing: its blocks exit at once); one read of the result."""
+    expert, which costs nothing: its blocks exit at once); one read of the result.  Under a CUDA-graph
+    capture nothing can be read back: the table's static choice for ``tokens``, counted as
+    ``capture_static`` and warned about once (choose before capture: ``choose_for_graph``, ``config=``)."""
     import torch
 
     cuda = ids.device.type == "cuda"
     if cuda and torch.cuda.is_current_stream_capturing():
-        raise ArgumentError(
-            kernel="fused_experts", arg="dispatch",
-            message='"routing_aware" reads its choice back, which a CUDA-graph capture cannot: choose before '
-            "capture (moe_dispatch.choose_for_graph) and pass config=",
-        )  # fmt: skip
+        if not _COUNTS["capture_static"]:
+            warnings.warn(
+                "fused_experts: routing-aware dispatch cannot read its choice during a CUDA-graph capture; "
+                "the captured call uses the static choice (choose before capture with "
+                "wavec.kernels.moe_dispatch.choose_for_graph and pass config=)",
+                stacklevel=3,
+            )
+        _COUNTS["capture_static"] += 1
+        return table.pool[table.static_index(tokens)].cfg
     key = (table.key(), ids.numel(), experts, bins, ids.device)
     chooser = _CHOOSERS.get(key)
     if chooser is None:
