@@ -289,15 +289,13 @@ def _choose(s: _Shape, config: Any, dispatch: str, local: Any, skip: int, device
     fitted table for this shape on this device (``moe_dispatch``), the static rule where none exists
     (counted and warned about, never silent)."""
     from wavec.kernels import moe_dispatch as md
-    from wavec.tuning.moe import MoeShape
 
     if config is not None:
         md.count_config()
         return md.chose(config)
-    shape = MoeShape(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name)
+    shape, table = md.lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
     if dispatch == "static":
-        return md.chose(md.static_choice(shape, s.tokens, device))
-    table = md.table_for(shape, device)
+        return md.chose(md.static_choice(shape, table, s.tokens, device))
     if table is None:
         return md.chose(md.fallback(shape, s.tokens, device))
     return md.chose(md.choose(table, local, s.experts, s.experts + skip, s.tokens))

@@ -28,6 +28,7 @@ from ..tuning import moe as tm
 from .fused_moe import MoeConfig, static_config
 
 _TABLES: dict[str, tm.MoeTable | None] = {}
+_BY_SIZES: dict[tuple, tuple[tm.MoeShape, tm.MoeTable | None]] = {}  # per-call lookups without formatting keys
 _DEVICE_NAMES: dict[Any, str] = {}
 _CHOOSERS: dict[tuple, Any] = {}
 _COUNTS: Counter = Counter()
@@ -49,6 +50,7 @@ def device_name(device: Any) -> str:
 def register_table(table: tm.MoeTable) -> None:
     """Serve ``table``'s shape on its device from now on in this process (the CLI after fitting, tests)."""
     _TABLES[table.key()] = table
+    _BY_SIZES.clear()
     for key in [k for k in _CHOOSERS if k[0] == table.key()]:
         del _CHOOSERS[key]
 
@@ -56,7 +58,18 @@ def register_table(table: tm.MoeTable) -> None:
 def forget_tables() -> None:
     """Drop the tables and choosers of this process (the next call reads the tuning cache again)."""
     _TABLES.clear()
+    _BY_SIZES.clear()
     _CHOOSERS.clear()
+
+
+def lookup(experts: int, top_k: int, hidden: int, inter: int, dtype: str, device: Any) -> tuple:
+    """``(MoeShape, its table or None)`` for a call's sizes on ``device``, memoised per sizes and device."""
+    key = (experts, top_k, hidden, inter, dtype, device)
+    hit = _BY_SIZES.get(key)
+    if hit is None:
+        shape = tm.MoeShape(experts, top_k, hidden, inter, dtype)
+        hit = _BY_SIZES[key] = (shape, table_for(shape, device))
+    return hit
 
 
 def table_for(shape: tm.MoeShape, device: Any) -> tm.MoeTable | None:
@@ -93,10 +106,9 @@ def count_config() -> None:
     _COUNTS["config"] += 1
 
 
-def static_choice(shape: tm.MoeShape, tokens: int, device: Any) -> MoeConfig:
-    """``dispatch="static"``: the table's best configuration at balanced routing for ``tokens``, else the
+def static_choice(shape: tm.MoeShape, table: tm.MoeTable | None, tokens: int, device: Any) -> MoeConfig:
+    """``dispatch="static"``: ``table``'s best configuration at balanced routing for ``tokens``, else the
     static rule (counted and warned about as a fallback)."""
-    table = table_for(shape, device)
     if table is None:
         return fallback(shape, tokens, device)
     _COUNTS["static_table"] += 1
@@ -112,7 +124,7 @@ def fallback(shape: tm.MoeShape, tokens: int, device: Any) -> MoeConfig:
         warnings.warn(
             f"fused_experts: no routing-aware table for {key}; using the static rule "
             "(python -m wavec tune moe --model ... fits one; wavec.kernels.moe_dispatch.dispatch_report() counts)",
-            stacklevel=3,
+            stacklevel=4,
         )
     _MISSING[key] += 1
     return static_config(tokens, shape.top_k, shape.experts)
@@ -177,7 +189,7 @@ def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int, tokens: int) -
                 "fused_experts: routing-aware dispatch cannot read its choice during a CUDA-graph capture; "
                 "the captured call uses the static choice (choose before capture with "
                 "wavec.kernels.moe_dispatch.choose_for_graph and pass config=)",
-                stacklevel=3,
+                stacklevel=4,
             )
         _COUNTS["capture_static"] += 1
         return table.pool[table.static_index(tokens)].cfg
