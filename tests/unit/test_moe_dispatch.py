@@ -192,6 +192,32 @@ def test_device_choice_matches_numpy_argmin(shape: tm.MoeShape) -> None:
             assert cost[got] <= cost.min() + 1e-9, (tokens, skew, got, int(cost.argmin()))
 
 
+class _FakeGraph:
+    """Stands in for the CUDA graph on the CPU: a replay evaluates the chooser on its static ids buffer."""
+
+    def __init__(self, chooser) -> None:
+        self.chooser = chooser
+
+    def replay(self) -> None:
+        self.chooser.out = self.chooser.evaluate(self.chooser.static_ids)
+
+
+def test_graph_input_padding() -> None:
+    """The graph path's ids buffer: a call's ids, the rest the padding bin (a longer previous call's tail
+    is reset), so calls of different sizes sharing one bucket choose as the eager path does."""
+    assert [md.bucket(n) for n in (1, 16, 17, 300, 4096)] == [16, 16, 32, 512, 4096]
+    rng = random.Random(5)
+    table = make_table(rng)
+    graphed = md._Chooser(table, 64, 4, 5, torch.device("cpu"))
+    graphed.static_ids = torch.full((64,), graphed.bins, dtype=torch.int32)
+    graphed.graph = _FakeGraph(graphed)
+    for n in (64, 10, 50, 3, 64, 33):
+        ids = torch.randint(0, 5, (n,), dtype=torch.int32, generator=torch.Generator().manual_seed(n))
+        eager = md._Chooser(table, 64, 4, 5, torch.device("cpu"))
+        assert graphed.index_of[graphed(ids)] == eager.index_of[eager(ids)], n
+        assert (graphed.static_ids[n:] == graphed.bins).all() and graphed.filled == n
+
+
 def test_skip_expert_does_not_count() -> None:
     """With ``expert_map`` the ids hold E for other ranks' experts: not part of the histogram's cost."""
     table = make_table(random.Random(3))

@@ -9,12 +9,13 @@ Guarantees: ``choose(table, ids, experts)`` builds the expert histogram of the l
 (``index_add_``: no host synchronisation), the block count of every token block, gathers the tabulated
 least cost of each and takes the minimum: one int64 (cost and configuration index packed), read back
 once, the only synchronisation of an eager step.  On CUDA that sequence is replayed from a CUDA graph
-captured once per (table, ids count): two host calls (a copy into the graph's input and the replay)
-instead of six launches.  Under a CUDA-graph capture nothing can be read back: ``choose``
-takes the table's static choice there (counted, warned about once); ``choose_for_graph`` picks a
-configuration from recent histograms before capture, for ``config=``.  Every
-call is counted in ``dispatch_report()``; a shape without a table falls back to the static rule and
-says so (a warning per shape, and the count).
+captured once per (table, ids capacity): a copy into the graph's input and the replay instead of six
+launches; the capacity is a power of two (``bucket``), the unused tail holding a padding bin, so varying
+batch sizes share a few graphs.  Under a CUDA-graph capture nothing can be read back: ``choose`` takes
+the table's static choice there (counted, warned about once); ``choose_for_graph`` picks a configuration
+from recent histograms before capture, for ``config=``.  Every call is counted in
+``dispatch_report()``; a shape without a table falls back to the static rule and says so (a warning per
+shape, and the count).
 """
 
 from __future__ import annotations
@@ -130,26 +131,35 @@ def fallback(shape: tm.MoeShape, tokens: int, device: Any) -> MoeConfig:
     return static_config(tokens, shape.top_k, shape.experts)
 
 
-class _Chooser:
-    """The histogram -> least-cost configuration sequence for one table, ids count and device."""
+def bucket(numel: int) -> int:
+    """The ids capacity of a chooser: the next power of two (at least 16), so a server's varying batch
+    sizes share a few captured graphs."""
+    return max(16, 1 << (numel - 1).bit_length())
 
-    def __init__(self, table: tm.MoeTable, numel: int, experts: int, bins: int, device: Any) -> None:
+
+class _Chooser:
+    """The histogram -> least-cost configuration sequence for one table, ids capacity ``size`` and device.
+    Ids beyond a call's count are the padding bin ``bins`` (histogram bins: E, the skip expert, padding)."""
+
+    def __init__(self, table: tm.MoeTable, size: int, experts: int, bins: int, device: Any) -> None:
         import torch
 
         bms = table.block_ms()
-        most = max(-(-(numel + min(experts, numel) * (b - 1)) // b) for b in bms)
+        most = max(-(-(size + min(experts, size) * (b - 1)) // b) for b in bms)
         self.index_of = [p.cfg for p in table.pool]
         self.experts, self.bins, self.device = experts, bins, device
         self.bm = torch.tensor(bms, dtype=torch.int32, device=device)[:, None]
         self.keys = torch.from_numpy(table.keys(most)).to(device)
-        self.ones = torch.ones(numel, dtype=torch.int32, device=device)
+        self.ones = torch.ones(size, dtype=torch.int32, device=device)
         self.graph: Any = None
+        self.filled = 0  # ids of the last call in the graph's input (the rest holds the padding bin)
 
     def evaluate(self, ids: Any) -> Any:
         """The packed least key as a 0-d int64 tensor on the device (no synchronisation)."""
         import torch
 
-        h = torch.zeros(self.bins, dtype=torch.int32, device=self.device).index_add_(0, ids, self.ones)
+        h = torch.zeros(self.bins + 1, dtype=torch.int32, device=self.device)
+        h.index_add_(0, ids, self.ones[: ids.numel()])
         blocks = torch.div(h[None, : self.experts] + (self.bm - 1), self.bm, rounding_mode="floor").sum(1)
         return self.keys.gather(1, blocks[:, None]).min()
 
@@ -157,7 +167,7 @@ class _Chooser:
         """Record ``evaluate`` on a static ids buffer in a CUDA graph (warmed up on a side stream first)."""
         import torch
 
-        self.static_ids = torch.zeros(self.ones.numel(), dtype=torch.int32, device=self.device)
+        self.static_ids = torch.full((self.ones.numel(),), self.bins, dtype=torch.int32, device=self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
@@ -170,7 +180,11 @@ class _Chooser:
     def __call__(self, ids: Any) -> int:
         if self.graph is None:
             return tm.unpack(self.evaluate(ids).item())
-        self.static_ids.copy_(ids)
+        n = ids.numel()
+        self.static_ids[:n].copy_(ids)
+        if n < self.filled:  # the previous call's longer ids back to padding
+            self.static_ids[n : self.filled].fill_(self.bins)
+        self.filled = n
         self.graph.replay()
         return tm.unpack(self.out.item())
 
@@ -193,10 +207,10 @@ def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int, tokens: int) -
             )
         _COUNTS["capture_static"] += 1
         return table.pool[table.static_index(tokens)].cfg
-    key = (table.key(), ids.numel(), experts, bins, ids.device)
+    key = (table.key(), bucket(ids.numel()), experts, bins, ids.device)
     chooser = _CHOOSERS.get(key)
     if chooser is None:
-        chooser = _CHOOSERS[key] = _Chooser(table, ids.numel(), experts, bins, ids.device)
+        chooser = _CHOOSERS[key] = _Chooser(table, key[1], experts, bins, ids.device)
         if cuda:
             chooser.capture()
     _COUNTS["routing_aware"] += 1
