@@ -345,7 +345,7 @@ def tune_moe(args: argparse.Namespace) -> int:
         print(f"  rule: {line}")
     per_bm = {bm: sum(p.cfg.block_m == bm for p in res.pool.pool) for bm in res.table.block_ms()}
     print(
-        f"  configs: {res.pool.candidates} candidates, {res.pool.candidates - len(res.pool.rejected)} legal, "
+        f"  configs: {res.pool.candidates} candidates, {res.pool.compiled} compiled, {res.pool.legal} legal, "
         f"pool {len(res.pool.pool)} (per BLOCK_M {per_bm}); {len(res.points)} points profiled"
     )
     meta = res.table.meta

@@ -196,7 +196,7 @@ def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int, tokens: int) -
     ``capture_static`` and warned about once (choose before capture: ``choose_for_graph``, ``config=``)."""
     import torch
 
-    cuda = ids.device.type == "cuda"
+    cuda = ids.is_cuda
     if cuda and torch.cuda.is_current_stream_capturing():
         if not _COUNTS["capture_static"]:
             warnings.warn(
@@ -207,7 +207,7 @@ def choose(table: tm.MoeTable, ids: Any, experts: int, bins: int, tokens: int) -
             )
         _COUNTS["capture_static"] += 1
         return table.pool[table.static_index(tokens)].cfg
-    key = (table.key(), bucket(ids.numel()), experts, bins, ids.device)
+    key = (table.key(), bucket(ids.numel()), experts, bins, ids.get_device())  # int device: cheaper than .device
     chooser = _CHOOSERS.get(key)
     if chooser is None:
         chooser = _CHOOSERS[key] = _Chooser(table, key[1], experts, bins, ids.device)

@@ -284,7 +284,9 @@ class MoeTable:
             )
 
     def key(self) -> str:
-        return table_key(self.shape, self.device)
+        if "key" not in self._memo:  # on every routing-aware call: formatted once
+            self._memo["key"] = table_key(self.shape, self.device)
+        return self._memo["key"]
 
     def predict(self, hist: Sequence[int]):
         """Predicted seconds of every configuration for the histogram ``hist`` (numpy [configs])."""

@@ -117,6 +117,8 @@ class Pool:
 
     regions: tm.Regions
     candidates: int
+    compiled: int  # candidates compiled (fewer than the candidates with max_configs)
+    legal: int
     pool: list[tm.PoolConfig]
     rejected: dict = field(default_factory=dict)  # label -> reason
     seconds: float = 0.0
@@ -156,21 +158,23 @@ def build_pool(
         slots = [ctas_per_sm(meta[(k, c)], target) * sms for k in ("up", "down")]
         legal.append(tm.PoolConfig(c, *slots))
     pool = tm.trim(legal, max_configs, lambda p: p.cfg in statics)
-    return Pool(reg, len(tm.candidates(shape, reg)), pool, rejected, time.perf_counter() - t0)
+    n_all = len(tm.candidates(shape, reg))
+    return Pool(reg, n_all, len(cands), len(legal), pool, rejected, time.perf_counter() - t0)
 
 
 # ----------------------------------------------------------------------------- timing
 
 
-def graph_time(fn: Callable[[], Any], flush: Any, warmup: int = WARMUP, reps: int = REPS) -> float:
+def graph_time(fn: Callable[[], Any], flush: Any, warmup: int = WARMUP, reps: int = REPS, pool: Any = None) -> float:
     """Median seconds of one replay of a CUDA graph of ``fn`` (L2 flushed by a write before each replay,
-    which is not timed)."""
+    which is not timed); ``pool``: a graph memory pool to share (one per point: the graphs of a pool's
+    configurations are captured one after another and never replayed later)."""
     import torch
 
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         fn()
     events = []
     for i in range(warmup + reps):
@@ -218,13 +222,14 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
     wts, ids, got = routing(tokens, shape.experts, shape.top_k, beta, renormalize, seed)
     out = torch.empty_like(x)
     w1, w2 = w
+    mem = torch.cuda.graph_pool_handle()
     secs = []
     for cfg in pool:
 
         def run(c: MoeConfig = cfg) -> Any:
             return fused_experts(x, w1, w2, wts, ids, config=c, out=out)
 
-        secs.append(graph_time(run, flush, reps=reps))
+        secs.append(graph_time(run, flush, reps=reps, pool=mem))
     hist = torch.bincount(ids.flatten().long(), minlength=shape.experts).tolist()
     return Point(tokens, beta, seed, got, hist, secs)
 
