@@ -267,3 +267,54 @@ def test_cli_usage_errors(capsys) -> None:
     assert "must be positive" in capsys.readouterr().err
     assert main(["tune", "gemm"]) == 2
     assert "--shapes" in capsys.readouterr().err
+
+
+def _points(table: tm.MoeTable, rng: random.Random, noise: float = 0.0) -> list:
+    """Synthetic profiled points: each configuration's time is the table's prediction (times noise)."""
+    from wavec.tuning import moe_profile as mp
+
+    pts = []
+    for i, (t, b) in enumerate(mp.fit_points()):
+        h = _random_hist(rng, t, table.shape.experts, table.shape.top_k, 1.0 / b**4 - 1.0)
+        secs = [float(x) * (1 + noise * rng.uniform(-1, 1)) for x in table.predict(h)]
+        pts.append(mp.Point(t, b, i, b, h, secs))
+    return pts
+
+
+def test_fit_table_regret_and_report(capsys, monkeypatch) -> None:
+    """``fit_table`` refits a known table from its own predictions (zero regret in sample), the regret
+    summary, and the CLI's report around a stand-in ``tune`` (no GPU)."""
+    from wavec.tuning import moe_profile as mp
+
+    rng = random.Random(6)
+    true = make_table(rng, tm.MODELS["OLMoE-1B-7B"], n=12, device="NVIDIA H100 80GB HBM3")
+    pts = _points(true, rng)
+    fitted = mp.fit_table(true.shape, true.device, 132, true.pool, pts, {"target": "sm_90a"})
+    assert fitted.meta["rms_rel_residual_max"] < 1e-3 and len(fitted.meta["points"]) == 25
+    rows = mp.regret_rows(fitted, pts)
+    summ = mp.summary(rows)
+    assert summ["points"] == 25 and summ["ra_regret"][2] < 1e-3 and summ["static_regret"][0] >= 0.0
+    assert summ["speedup_skewed"] >= 1.0 - 1e-3
+    text = mp.format_rows(rows, summ)
+    assert text.count("\n") == 26 and "regret over 25 points" in text
+    assert mp.summary([r | {"beta": 1.0} for r in rows])["speedup_skewed"] != summ["speedup_skewed"]  # nan: no skew
+    pool = mp.Pool(tm.regions(true.shape, *H100), 186, 20, 12, true.pool, {"m128n128d128k64s3": "up: spills"}, 1.0)
+    result = mp.TuneResult(
+        fitted, pool, pts, "/tmp/x.json", {"pool": 60.0, "profile": 300.0, "fit": 0.5, "total": 360.5}
+    )
+    monkeypatch.setattr(mp, "tune", lambda *a, **k: result)
+    monkeypatch.setattr("wavec.compiler.gpu_visible", lambda: True)
+    assert main(["tune", "moe", "--model", "OLMoE-1B-7B", "--max-configs", "12", "--points", "25"]) == 0
+    out = capsys.readouterr().out
+    assert "186 candidates, 20 compiled, 12 legal, pool 12" in out and "total 6.0 min" in out
+    assert out.count("rule: ") == 4 and "regret over 25 points" in out
+
+
+def test_routing_generator_reaches_the_balance() -> None:
+    from wavec.tuning import moe_profile as mp
+
+    for beta in (1.0, 0.8, 0.6):
+        w, ids, got = mp.routing(256, 64, 8, beta, True, seed=1, device="cpu")
+        assert ids.shape == (256, 8) and ids.dtype == torch.int32 and abs(got - beta) <= 0.02, (beta, got)
+        assert torch.allclose(w.sum(-1), torch.ones(256)) and got == mp.balance(ids, 64)
+    assert mp.fit_points(3) == [(8, 0.6), (256, 0.8), (4096, 1.0)]
