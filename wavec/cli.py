@@ -303,6 +303,25 @@ def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------ tune moe
 
 
+def _moe_rules(name: str, shape) -> int:
+    """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100)."""
+    from .target import get_target
+    from .tuning import moe as tm
+    from .tuning.devices import device
+
+    dev = device()
+    reg = tm.regions(shape, dev.sms, dev.l2_bytes)
+    cands = tm.candidates(shape, reg)
+    print(f"model {name}: {shape.key()} on {dev.name} (rules only: nothing compiled or timed)")
+    for line in reg.lines():
+        print(f"  rule: {line}")
+    per_bm = {bm: sum(c.block_m == bm for c in cands) for bm in reg.block_ms}
+    limit = get_target("sm_90a" if dev.arch == "sm_90" else dev.arch).max_shared_bytes
+    fit = sum(max(tm.shared_bytes(c)) <= limit for c in cands)
+    print(f"  configs: {len(cands)} candidates (per BLOCK_M {per_bm}), {fit} within shared memory; not compiled")
+    return 0
+
+
 def tune_moe(args: argparse.Namespace) -> int:
     """``python -m wavec tune moe --model NAME``: the region rules, the pool, the profile of its (T, beta)
     points, the fit (stored in the tuning cache), and a table of the fitted points' choices and regret."""
@@ -325,6 +344,8 @@ def tune_moe(args: argparse.Namespace) -> int:
     if (args.max_configs is not None and args.max_configs < 1) or (args.points is not None and args.points < 1):
         print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
         return 2
+    if args.dry_run:
+        return _moe_rules(args.model, shape)
     if not gpu_visible():
         print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
         return 2

@@ -32,7 +32,7 @@ H100 = (132, 50 << 20)
 # on the GPU host by `python -m wavec tune moe` (it compiles every candidate)
 COUNTS = {
     "OLMoE-1B-7B": 186, "Qwen3-30B-A3B": 186, "Mixtral-8x7B-TP1": 169, "Mixtral-8x7B-TP2": 169,
-    "DeepSeek-V2-Lite": 122, "DeepSeek-V3-TP8": 82,
+    "DeepSeek-V2-Lite": 122, "DeepSeek-V3-TP8": 142,
 }  # fmt: skip
 
 
@@ -256,6 +256,17 @@ def test_moe_config_group_m_and_labels() -> None:
     assert cfg.subs(True)[wc.sym.GROUP_M] == 8
     with pytest.raises(ArgumentError, match="GROUP_M"):
         MoeConfig.parse({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 3})
+
+
+def test_cli_dry_run_prints_rules(capsys, monkeypatch) -> None:
+    monkeypatch.setattr("wavec.tuning.devices.visible_name", lambda: None)
+    from wavec.tuning.devices import device
+
+    device.cache_clear()
+    assert main(["tune", "moe", "--model", "Mixtral-8x7B-TP1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "on H100 SXM" in out and out.count("rule: ") == 4 and "GROUP_M [1, 8]" in out
+    assert "split-K (down): applies, but the knob is absent" in out and "169 candidates" in out
 
 
 def test_cli_usage_errors(capsys) -> None:

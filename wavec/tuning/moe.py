@@ -37,6 +37,7 @@ from . import cost_model as cm
 TOKENS_MAX = 4096  # the largest batch the pool serves (compute-density rule)
 L2_USABLE = 0.5  # share of L2 one expert's weights may fill before L2 grouping (GROUP_M) applies
 DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave decode grid, split-K would
+SHALLOW_K = 1024  # below this, fewer stages pay even when the other GEMM's K is deep
 SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
 BLOCK_MS = (16, 32, 64, 128)
 BLOCK_NS = (32, 64, 128)
@@ -100,6 +101,7 @@ class Regions:
     decode_down_ctas: int
     block_ns: tuple[int, ...]
     block_n_downs: tuple[int, ...]
+    k_depths: tuple[int, int]  # H (up-projection's K) and I (down-projection's)
     block_ks: tuple[int, ...]
     stages: tuple[int, ...]
     split_k: bool  # the rule says split-K would apply to the down-projection (the knob is absent)
@@ -113,7 +115,8 @@ class Regions:
             f"{self.usable_l2 / mib:.0f} MiB -> GROUP_M {list(self.group_ms)}",
             f"wave utilisation: decode grids up {self.decode_up_ctas} / down {self.decode_down_ctas} CTAs on "
             f"{self.sms} SMs -> BLOCK_N {list(self.block_ns)}, BLOCK_N_DOWN {list(self.block_n_downs)}",
-            f"K depth: H and I -> BLOCK_K {list(self.block_ks)}, stages {list(self.stages)}; split-K (down): "
+            f"K depth: H {self.k_depths[0]}, I {self.k_depths[1]} -> BLOCK_K {list(self.block_ks)}, stages "
+            f"{list(self.stages)}; split-K (down): "
             + ("applies, but the knob is absent (docs/moe.md)" if self.split_k else "does not apply"),
         ]
 
@@ -121,8 +124,9 @@ class Regions:
 def regions(shape: MoeShape, sms: int, l2_bytes: int) -> Regions:
     """The region rules: BLOCK_M up to what the densest batch fills; GROUP_M only when one expert's
     weights exceed the usable L2; narrow N tiles only when a decode grid is below one wave; BLOCK_K and
-    stages from the K depths (never more stages than the shallower K has steps); split-K for a deep I on
-    a decode down-projection grid far below one wave."""
+    stages from the K depths (3-4 stages for a deep K, 2-3 for shallow ones, all three for one of each;
+    never more stages than the shallower K has steps); split-K for a deep I on a decode down-projection
+    grid far below one wave."""
     density = TOKENS_MAX * shape.top_k / shape.experts
     fill = next((b for b in BLOCK_MS if density <= b), BLOCK_MS[-1])
     block_ms = tuple(b for b in BLOCK_MS if b <= fill)
@@ -135,11 +139,12 @@ def regions(shape: MoeShape, sms: int, l2_bytes: int) -> Regions:
     block_n_downs = BLOCK_N_DOWNS if down_ctas < sms else BLOCK_N_DOWNS[1:]
     shallow, deep = min(shape.hidden, shape.inter), max(shape.hidden, shape.inter)
     block_ks = tuple(k for k in BLOCK_KS if shallow // k >= 2) or (BLOCK_KS[0],)
-    stages = (3, 4) if deep >= DEEP_K else (2, 3)
+    # both GEMMs share the stages: a deep and a very shallow K (DeepSeek-V3 TP8: 7168 and 256) keep all three
+    stages = ((2, 3, 4) if shallow < SHALLOW_K else (3, 4)) if deep >= DEEP_K else (2, 3)
     split_k = down_ctas < SUB_WAVE * sms and shape.inter >= DEEP_K
     return Regions(
         density, block_ms, expert_bytes, usable, group_ms, up_ctas, down_ctas, block_ns, block_n_downs,
-        block_ks, stages, split_k, sms,
+        (shape.hidden, shape.inter), block_ks, stages, split_k, sms,
     )  # fmt: skip
 
 
