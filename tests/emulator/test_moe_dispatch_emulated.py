@@ -92,11 +92,15 @@ def test_fallback_without_a_table_is_reported() -> None:
     check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
 
 
-@pytest.mark.parametrize("deterministic", [True, False])
-def test_group_m_grouped_order_is_correct(deterministic: bool) -> None:
-    """GROUP_M = 2 over 16-row blocks of a skewed routing (several blocks per expert, a ragged last group)."""
+@pytest.mark.parametrize(
+    "deterministic, cfg",
+    [(True, MoeConfig(16, 32, 32, 32, 2, group_m=2)), (False, MoeConfig(16, 32, 32, 32, 2, group_m=2)),
+     (True, MoeConfig(32, 32, 64, 16, 3, group_m=4))],
+)  # fmt: skip
+def test_group_m_grouped_order_is_correct(deterministic: bool, cfg: MoeConfig) -> None:
+    """GROUP_M = 2 and 4 over the token blocks of a skewed routing (several blocks per expert, a ragged last
+    group), the latter with the pool's narrow K step of 16 (4 steps in 3 stages)."""
     x, w1, w2, wts, ids = moe_inputs(37, 64, 64, 4, 2, routing="skewed", seed=11)
-    cfg = MoeConfig(16, 32, 32, 32, 2, group_m=2)
     out = torch.full((37, 64), float("nan"), dtype=torch.bfloat16)
     fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=deterministic, out=out)
     check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)

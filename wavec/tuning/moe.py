@@ -43,6 +43,7 @@ BLOCK_MS = (16, 32, 64, 128)
 BLOCK_NS = (32, 64, 128)
 BLOCK_N_DOWNS = (64, 128, 256)
 BLOCK_KS = (32, 64, 128)
+BLOCK_K_NARROW = 16  # for tiles whose accumulators take half the registers or more
 GROUP_M_L2 = 8
 THREADS = 128  # 4 waves of 32 (both GEMMs)
 MAX_ACC = 128  # f32 accumulator registers per thread beyond which the GEMMs spill (measured: 128 at BM 128)
@@ -151,16 +152,20 @@ def regions(shape: MoeShape, sms: int, l2_bytes: int) -> Regions:
 def candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
     """The configuration space the rules allow, before compiling: accumulators within ``MAX_ACC`` registers
     per thread (two for the up-projection), stages no more than the shallower K's steps, GROUP_M > 1 only
-    with 64-row blocks and up (several token blocks per expert); the static rule's configurations always
-    (the table's static choice then covers today's rule)."""
+    with 64-row blocks and up (several token blocks per expert); BLOCK_K 16 added for tiles whose
+    accumulators take >= 64 registers; the static rule's configurations always (the table's static choice
+    then covers today's rule)."""
     shallow = min(shape.hidden, shape.inter)
     out = []
     for bm in reg.block_ms:
         for bn in reg.block_ns:
             for bnd in reg.block_n_downs:
-                if max(2 * bm * bn, bm * bnd) // THREADS > MAX_ACC:
+                acc = max(2 * bm * bn, bm * bnd) // THREADS
+                if acc > MAX_ACC:
                     continue
-                for bk in reg.block_ks:
+                # register pressure: with the accumulators at half the registers or more, K steps of 32 and
+                # up spill (ptxas, sm_90a: 64 x 128 up-projection tiles at BLOCK_K 64), so 16 is kept too
+                for bk in (BLOCK_K_NARROW,) * (acc >= MAX_ACC // 2) + reg.block_ks:
                     for st in reg.stages:
                         if st > shallow // bk:
                             continue
