@@ -85,7 +85,8 @@ def test_fallback_without_a_table_is_reported() -> None:
     with pytest.warns(UserWarning, match=re.escape("no routing-aware table for E=4,k=1,H=32,I=32,bf16 | cpu")):
         out = fm.fused_experts(x, w1, w2, wts, ids)
     fm.fused_experts(x, w1, w2, wts, ids, dispatch="static")
-    report = md.dispatch_report()
+    report = fm.dispatch_report()
+    assert report == md.dispatch_report()
     assert report["fallback_no_table"] == 2 and report["static_rule"] == 2 and report["routing_aware"] == 0
     assert report["missing"] == {"E=4,k=1,H=32,I=32,bf16 | cpu": 2}
     assert report["last"] == fm.static_config(9, 1, 4)

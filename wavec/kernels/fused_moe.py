@@ -416,3 +416,12 @@ def reference(hidden, w1, w2, topk_weights, topk_ids, *, activation: str = "silu
         y = (act(h[:, :inter]) * h[:, inter:]) @ w2[e].T
         out.index_add_(0, tok, y if apply_router_weight_on_input else y * w)
     return out
+
+
+def dispatch_report() -> dict:
+    """How this process's ``fused_experts`` calls chose their tiles (``moe_dispatch.dispatch_report``):
+    routing-aware, from a table's static choice, the static rule (with the fallbacks for shapes without a
+    fitted table, per table key), explicit ``config=``, under a CUDA-graph capture; and the latest choice."""
+    from wavec.kernels import moe_dispatch
+
+    return moe_dispatch.dispatch_report()
