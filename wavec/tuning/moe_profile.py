@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import TuningError
 from ..kernels.fused_moe import MoeConfig
+from ..knobs import knobs
 from . import moe as tm
 
 FIT_TOKENS = (8, 64, 256, 1024, 4096)
@@ -356,6 +357,8 @@ def tune(
     meta = {"target": target, "versions": versions(), "profile_s": round(t2 - t1, 1), "pool_s": round(t1 - t0, 1)}
     table = fit_table(shape, name, props.multi_processor_count, pool.pool, pts, meta)
     path = tm.save(table)
+    if knobs.cache_disable:
+        path = "(not stored: the cache is disabled; registered for this process only)"
     md.register_table(table)
     t3 = time.perf_counter()
     return TuneResult(table, pool, pts, path, {"pool": t1 - t0, "profile": t2 - t1, "fit": t3 - t2, "total": t3 - t0})
