@@ -21,6 +21,8 @@ import types
 
 import torch
 
+import wavec as wc
+
 F = torch.nn.functional
 
 
@@ -102,7 +104,11 @@ def cases(dev: str, backend: str | None) -> list:
     q = torch.randn(2, 20, 256, 64, device=dev, dtype=h)
     qd = torch.randn(1, 1, 32, 128, device=dev, dtype=h)
     kd = torch.randn(1, 256, 8, 128, device=dev, dtype=h)
+    from wavec.kernels import rows
+
+    direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
     return [
+        ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
         ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
         ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
         ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),

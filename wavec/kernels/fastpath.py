@@ -6,9 +6,9 @@ raises its error).
 
 Guarantees:
 
-* :func:`tensor_key` is what a decision may depend on of a tensor: dtype, shape, device and whether it is
-  dense row-major (strides beyond that are not looked at: a non-dense tensor is copied by the runner).
-  Its base address is not in the key; the prepared launch checks its alignment on every call.
+* :func:`tensor_key` is what a decision may depend on of a tensor: dtype, shape, device, and its strides
+  unless it is dense row-major.  Its base address is not in the key; the prepared launch checks its
+  alignment on every call.
 * :class:`Decisions` maps keys to runners, built by the entry point's slow path on a miss; at ``limit``
   entries it starts over (a serving loop sees a few dozen shapes; a sweep must not grow without bound).
 """
@@ -18,14 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from wavec.runtime.fast_launch import tensor_key
+
 __all__ = ["Decisions", "tensor_key"]
-
-
-def tensor_key(t: Any) -> tuple | None:
-    """(dtype, shape, device, dense) of a tensor, None for None; raises AttributeError for a non-tensor."""
-    if t is None:
-        return None
-    return (t.dtype, t.shape, t.device, t.is_contiguous())
 
 
 class Decisions:

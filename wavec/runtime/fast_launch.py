@@ -34,9 +34,17 @@ from wavec.errors import ArgumentError
 if TYPE_CHECKING:
     from wavec.runtime.launcher import CudaKernel
 
-__all__ = ["FastLaunch", "CheckedLaunch"]
+__all__ = ["FastLaunch", "CheckedLaunch", "tensor_key"]
 
 _INT32 = range(-(2**31), 2**31)
+
+
+def tensor_key(t: Any) -> tuple | None:
+    """What a prepared launch depends on of a tensor: (dtype, shape, device, True) when it is dense
+    row-major, (dtype, shape, device, strides) otherwise; None for None; AttributeError for a non-tensor."""
+    if t is None:
+        return None
+    return (t.dtype, t.shape, t.device, True if t.is_contiguous() else t.stride())
 
 
 class CheckedLaunch:

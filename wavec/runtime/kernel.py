@@ -13,6 +13,10 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
   raises :class:`~wavec.errors.ArgumentError` asking for the outputs.  The launcher then validates the
   inputs exactly as in the all-arguments form.
 * Any other argument count raises :class:`~wavec.errors.ArgumentError` naming both conventions.
+* Either way the launch goes through the prepared launch (``runtime/fast_launch.py``) of the tensors'
+  keys (dtype, shape, device, strides): validated in full on the first call with those keys, then only
+  pointers (alignment), scalars and the overlap of outputs are looked at (``prepare`` gives callers
+  that key their own dispatch the launch itself).
 
 A launch whose sizes break the artifact's ``divisibility`` (rows accessed in 16-byte runs) runs the narrow
 variant for them: ``narrow(run_caps=...)`` (set by ``wc.compile``) compiles it once per set of caps; the
@@ -34,8 +38,11 @@ from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
+from .fast_launch import tensor_key
 
 __all__ = ["CompiledKernel", "OutputPlan"]
+
+_MAX_PREPARED = 64  # distinct argument keys remembered per kernel (a sweep must not grow without bound)
 
 
 class OutputPlan:
@@ -175,6 +182,8 @@ class CompiledKernel:
         self._binding = tuple(a.name for a in self.metadata.args) + tuple(n for n, _ in self.metadata.scalars)
         self._signature = self.metadata.signature or self._binding
         self._outputs = frozenset(a.name for a in self.metadata.args if a.is_output)
+        self._ntensors = len(self.metadata.args)
+        self._prepared: dict[tuple, Callable[..., None]] = {}  # tensor keys -> prepared launch (``_run``)
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -194,7 +203,7 @@ class CompiledKernel:
         n = len(tensors)
         try:
             if n == self._nargs:
-                (self._impl or self._launcher())(*tensors)
+                self._run(*tensors)
                 return None
             if n != self._ninputs:
                 self._count_error(n)
@@ -202,9 +211,8 @@ class CompiledKernel:
             launch = plan.launch
             if launch is None:
                 plan.raise_unbound()
-            impl = self._impl or self._launcher()
             try:
-                return launch(impl, self._default_device, *tensors)
+                return launch(self._run, self._default_device, *tensors)
             except (AttributeError, IndexError, TypeError):
                 plan.diagnose(tensors)  # a non-tensor or wrong-rank input: say which
                 raise
@@ -212,6 +220,22 @@ class CompiledKernel:
             if self.narrow is None:
                 raise
             return self.variant_for(miss).call_bound(*tensors)
+
+    def _run(self, *args: Any) -> None:
+        """Launch with every argument: through the prepared launch of these tensors' keys (dtype, shape,
+        device, strides), prepared (validated) on the first call with them; one lookup after that."""
+        try:
+            key = tuple([tensor_key(t) for t in args[: self._ntensors]])
+            launch = self._prepared.get(key)
+        except (AttributeError, TypeError):  # a non-tensor or an unhashable stride: the full path says which
+            (self._impl or self._launcher())(*args)
+            return
+        if launch is None:
+            launch = self.prepare(*args)
+            if len(self._prepared) >= _MAX_PREPARED:
+                self._prepared.clear()
+            self._prepared[key] = launch
+        launch(*args)
 
     def prepare(self, *args: Any, fresh_outputs: bool = False) -> Callable[..., None]:
         """``launch(*args)`` for later calls whose tensors repeat these ``args``' dtypes, shapes, strides and
