@@ -117,6 +117,44 @@ def test_exclusive_cumsum_is_cumsum_minus_x() -> None:
     assert torch.equal(y, torch.cat([t.cumsum(0).int() - t for t in x.split(128)]))
 
 
+def _row_scan_in_tiles(kind: str, dtype) -> wc.WaveKernel:
+    """A scan of whole rows walked in loop tiles of BLOCK_N: each tile's scan combined with the prefix the
+    loop carries (the running total or extreme of the tiles before), as a Wave or Triton author writes it."""
+    M, N, BN = wc.sym.M, wc.sym.N, wc.sym.BLOCK_N
+    cons = [wc.WorkgroupConstraint(M, 2, 0), wc.WaveConstraint(M, 1), wc.TilingConstraint(N, BN)]
+    cons.append(wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: BN}))
+    first = {"add": 0.0, "max": float("-inf")}[kind] if dtype == wc.f32 else {"add": 0, "max": -(2**31)}[kind]
+    scan_combine, total = {"add": (lambda a, b: a + b, wc.sum), "max": (wc.maximum, wc.max)}[kind]
+
+    @wc.wave(cons)
+    def scan_rows(x: wc.Memory[M, N, dtype], y: wc.Memory[M, N, dtype]):
+        @wc.iterate(N, init_args=[wc.Register[M, dtype](first)])
+        def tiles(prefix: wc.Register[M, dtype]):
+            v = wc.read(x)
+            wc.write(scan_combine(wc.scan(v, N, kind), prefix[:, None]), y)
+            return scan_combine(prefix, total(v, N))
+
+    return scan_rows
+
+
+@pytest.mark.parametrize("kind", ["add", "max"])
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+@pytest.mark.parametrize("n", [64, 256, 200])
+def test_scan_across_loop_tiles_with_a_carried_prefix(kind: str, dtype: str, n: int) -> None:
+    """Rows of 1-4 tiles of 64 (200: a ragged last tile, masked) against torch's cumsum / cummax."""
+    gen = torch.Generator().manual_seed(n)
+    x = rk.random_values((5, n), dtype, gen, ties=False)
+    y = _sentinel((5, n), rk.TORCH[dtype])
+    wc.compile(_row_scan_in_tiles(kind, getattr(wc, dtype)), {wc.sym.BLOCK_N: 64}, backend="emulator", cache=False)(
+        x, y
+    )
+    want = x.double().cumsum(1) if kind == "add" else x.double().cummax(1).values
+    if dtype == "f32" and kind == "add":
+        torch.testing.assert_close(y.double(), want, rtol=1e-5, atol=1e-4)
+    else:
+        assert torch.equal(y.double(), want)
+
+
 def _one_row(body) -> wc.WaveKernel:
     @wc.wave(rk.row_constraints())
     def k(x: wc.Memory[rk.M, rk.N, wc.i64], out: wc.Memory[rk.M, wc.i64]):
