@@ -49,7 +49,8 @@ def tensor_key(t: Any) -> tuple | None:
 
 class CheckedLaunch:
     """The full path behind the prepared-launch interface: every call validated (emulator, bounds checks).
-    Arguments are viewed to the prepared shapes first, as the fast path ignores their shapes."""
+    Arguments are reshaped to the prepared shapes first (a view where the strides allow), as the fast
+    path ignores their shapes."""
 
     __slots__ = ("run", "shapes")
 
@@ -58,7 +59,7 @@ class CheckedLaunch:
         self.shapes = tuple(shapes)  # None for a scalar
 
     def __call__(self, *args: Any) -> None:
-        fixed = [a if s is None or a.shape == s else a.view(s) for a, s in zip(args, self.shapes, strict=True)]
+        fixed = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes, strict=True)]
         self.run(*fixed)
 
 
