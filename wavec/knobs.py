@@ -55,6 +55,16 @@ def _count(raw: str) -> int:
     return value
 
 
+def _launch_api(raw: str) -> str:
+    word = raw.strip().lower()
+    if word not in LAUNCH_APIS:
+        raise ValueError(raw)
+    return word
+
+
+LAUNCH_APIS = ("ctypes", "cuda-python")
+
+
 def _path(raw: str) -> Path:
     return Path(raw).expanduser()
 
@@ -89,6 +99,14 @@ KNOBS: dict[str, Knob] = {
         "compile a check of every data-dependent index (0 <= index < size); the launcher synchronises after the "
         "kernel and raises OutOfBoundsError (part of the compile cache key)",
         BOOL,
+    ),
+    "launch_api": Knob(
+        "WAVEC_LAUNCH_API",
+        "ctypes",
+        _launch_api,
+        "how kernels are launched: libcuda's cuLaunchKernel through ctypes (one C call), or cuda.bindings' "
+        "cuLaunchKernel (its argument conversion layer; loading and attributes always use cuda.bindings)",
+        "ctypes or cuda-python",
     ),
     "gc_freeze": Knob(
         "WAVEC_GC_FREEZE",

@@ -193,3 +193,23 @@ def test_settle_garbage_freezes_once_and_obeys_the_knob(monkeypatch) -> None:
     compiler._settle_garbage(True)  # a build settles again
     assert gc.get_freeze_count() > 0
     gc.unfreeze()
+
+
+def test_launch_api_knob(monkeypatch) -> None:
+    """WAVEC_LAUNCH_API: ctypes (default: libcuda's cuLaunchKernel where libcuda loads) or cuda-python."""
+    from wavec.errors import KnobError
+
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "cuda-python")
+    assert launcher._libcuda_launch() is None
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "ctypes")
+    c_launch = launcher._libcuda_launch()
+    assert c_launch is None or (len(c_launch.argtypes) == 11 and c_launch.restype is ctypes.c_int)
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "cuda")
+    with pytest.raises(KnobError, match="WAVEC_LAUNCH_API"):
+        launcher._libcuda_launch()
+
+
+def test_fake_driver_kernels_never_take_the_ctypes_launch(monkeypatch) -> None:
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "ctypes")
+    k = _kernel(monkeypatch, gemm_meta(), [])
+    assert k._c_launch is None  # CPU tensors: the unit tests' fake driver, never libcuda

@@ -68,7 +68,8 @@ class FastLaunch:
 
     __slots__ = (
         "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "buf", "floats", "owner", "nbytes",
-        "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success",
+        "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success", "c_launch",
+        "fn_ptr",
     )  # fmt: skip
 
     def __init__(
@@ -95,6 +96,8 @@ class FastLaunch:
         self.map_args: dict[tuple[int, ...], int] = {}
         self.launch_fn, self.stream = kernel._drv.cuLaunchKernel, kernel._raw_stream
         self.block, self.shared, self.success = kernel._block, kernel._shared, kernel._success
+        self.c_launch = kernel._c_launch
+        self.fn_ptr = kernel._fn_ptrs.get(device, 0)
 
     def __call__(self, *args: Any) -> None:
         n = self.ntensors
@@ -138,6 +141,12 @@ class FastLaunch:
             return
         if device != kernel._current_device():
             kernel._launch_on_other_device(self.fn, device, self.grid, buf.address)
+            return
+        c_launch = self.c_launch
+        if c_launch is not None:
+            code = c_launch(self.fn_ptr, gx, gy, gz, bx, by, bz, self.shared, self.stream(device), buf.address, None)
+            if code:
+                kernel._retry_launch(kernel._drv.CUresult(code), self.fn, device, self.grid, buf.address)
             return
         err = self.launch_fn(self.fn, gx, gy, gz, bx, by, bz, self.shared, self.stream(device), buf.address, 0)[0]
         if err != self.success:

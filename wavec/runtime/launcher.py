@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -63,6 +64,24 @@ def _load_driver(kernel: str) -> Any:
             "or use the emulator backend (WAVEC_BACKEND=emulator)",
         ) from None
     return driver
+
+
+def _libcuda_launch() -> Any:
+    """libcuda's ``cuLaunchKernel`` as a ctypes function (``WAVEC_LAUNCH_API=ctypes``, the default), or
+    None (the knob says cuda-python, or libcuda cannot be loaded here): cuda.bindings' wrapper converts
+    and checks every argument on each call, ctypes passes the eleven values straight through."""
+    from wavec.knobs import knobs
+
+    if knobs.launch_api != "ctypes":
+        return None
+    try:
+        fn = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1").cuLaunchKernel
+    except (OSError, AttributeError):
+        return None
+    u, p = ctypes.c_uint, ctypes.c_void_p
+    fn.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def _error_name(drv: Any, err: Any) -> str:
@@ -134,6 +153,9 @@ class CudaKernel:
             encode = lambda m: encode_cuda(m, meta.label)
             self._maps = TensorMapCache(meta.tensor_maps, encode, self._upload, meta.label, [a.name for a in meta.args])
         self._check(self._drv.cuInit(0)[0], "cuInit")
+        # the ctypes launch only with the real driver (the unit tests' fakes run on CPU tensors)
+        self._c_launch = _libcuda_launch() if self._device_type == "cuda" else None
+        self._fn_ptrs: dict[int, int] = {}  # device -> the CUfunction's address, for the ctypes launch
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())
 
@@ -205,6 +227,13 @@ class CudaKernel:
 
     def _launch(self, fn: Any, device: int, grid: tuple[int, int, int], params: int) -> Any:
         bx, by, bz = self._block
+        c_launch = self._c_launch
+        if c_launch is not None:
+            err = c_launch(
+                self._fn_ptrs[device], grid[0], grid[1], grid[2], bx, by, bz, self._shared, self._raw_stream(device),
+                params, None,
+            )  # fmt: skip
+            return self._success if err == 0 else self._drv.CUresult(err)
         return self._drv.cuLaunchKernel(
             fn, grid[0], grid[1], grid[2], bx, by, bz, self._shared, self._raw_stream(device), params, 0
         )[0]
@@ -257,6 +286,8 @@ class CudaKernel:
             finally:
                 drv.cuCtxPopCurrent()
             self._contexts[device] = ctx
+            if self._c_launch is not None:
+                self._fn_ptrs[device] = int(fn)
             self._functions[device] = fn
             return fn
 
