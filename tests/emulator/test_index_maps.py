@@ -11,6 +11,7 @@ import torch
 
 import wavec as wc
 from wavec import Memory
+from wavec.errors import ShapeError
 from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
 
 B, L, LOUT = wc.sym.B, wc.sym.L, wc.sym.LOUT
@@ -92,3 +93,18 @@ def test_index_maps_compile_for_every_target(target: str) -> None:
             cache=False,
         )  # fmt: skip
         assert k.artifact.binary
+
+
+def test_a_write_map_that_is_not_one_to_one_is_refused() -> None:
+    """A counterexample (two elements, one address) is an error at the kernel line; maps of data and maps
+    without a counterexample compile."""
+
+    @wc.wave(rowwise_constraints(32, 1))
+    def halves(x: Memory[M, N, wc.f32], out: Memory[M, N, wc.f32]):
+        wc.write(wc.read(x), out, mapping={N: wc.index(N) // 2})
+
+    with pytest.raises(
+        ShapeError, match=r"(?s)test_index_maps\.py:\d+: .*not one-to-one.*\(M=0, N=0\) and \(M=0, N=1\)"
+    ):
+        wc.compile(halves, {BLOCK_M: 4, BLOCK_N: 32}, backend="emulator", cache=False)
+    wc.compile(transposed_write(1), {BLOCK_M: 4, BLOCK_N: 32}, backend="emulator", cache=False)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import cast
 
+import numpy as np
 import sympy
 import torch.fx as fx
 
@@ -67,6 +68,77 @@ def split_mapping(tr: Tracer, op: str, mem: Value, mapping: dict | None) -> tupl
             shape.append(d)
     dynamic = {d: dynamic[d] for d in mem.type.dims if d in dynamic}
     return static, dynamic, tuple(shape)
+
+
+_SAMPLE = 8  # every size and register extent when a write map is evaluated for a counterexample
+_NUMPY_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "floordiv": np.floor_divide, "mod": np.mod,
+    "maximum": np.maximum, "minimum": np.minimum,
+}  # fmt: skip
+
+
+def _evaluate(node, dims: tuple, grid: list, sizes: dict):
+    """The integer value of a traced index expression at every point of the register grid (``grid[i]``:
+    the coordinates along ``dims[i]``), or None where it depends on anything but coordinates, numbers and
+    shape symbols (a read: data)."""
+    from .ops import Arange, Binary, Cast
+
+    if isinstance(node, (int, np.integer)):
+        return np.full(grid[0].shape, int(node), dtype=np.int64) if grid else None
+    if isinstance(node, sympy.Expr):
+        got = node.subs(sizes)
+        return np.full(grid[0].shape, int(got), dtype=np.int64) if got.is_Integer and grid else None
+    if not isinstance(node, fx.Node):
+        return None
+    op = node.meta.get("op")
+    if op is Arange:
+        dim = node.kwargs["dim"]
+        return grid[dims.index(dim)] if dim in dims else None
+    if op is Cast:
+        return _evaluate(node.args[0], dims, grid, sizes)
+    kind = str(node.kwargs.get("kind"))
+    if op is Binary and kind in _NUMPY_BINARY:
+        a, b = (_evaluate(x, dims, grid, sizes) for x in node.args[:2])
+        if a is None or b is None or (kind in ("floordiv", "mod") and not b.all()):
+            return None
+        return _NUMPY_BINARY[kind](a, b)
+    return None
+
+
+def check_injective(op: str, value: Value, mem: Value, dynamic: dict, batch_dims) -> None:
+    """Raise a ``ShapeError`` when a write map sends two register elements to one memory element for
+    every size equal to ``_SAMPLE`` (a counterexample: a race whatever the launch); maps of data (index
+    tensors) and maps that give no counterexample pass."""
+    dims = tuple(value.shape)
+    if not dynamic or not dims:
+        return
+    grid = list(np.meshgrid(*[np.arange(_SAMPLE, dtype=np.int64)] * len(dims), indexing="ij"))
+    sizes = {sym: _SAMPLE for d in mem.type.dims for sym in sympy.sympify(d).free_symbols}
+    coords = []
+    for d in mem.type.dims:
+        if d in dynamic:
+            got = _evaluate(dynamic[d].node, dims, grid, sizes)
+            if got is None:
+                return
+            coords.append(got.reshape(-1))
+        elif d in dims:
+            coords.append(grid[dims.index(d)].reshape(-1))
+        elif d not in batch_dims:
+            return
+    points = np.stack(coords, axis=1)
+    _, first, counts = np.unique(points, axis=0, return_index=True, return_counts=True)
+    if (counts == 1).all():
+        return
+    clash = points[first[counts > 1][0]]
+    same = np.nonzero((points == clash).all(axis=1))[0][:2]
+    where = [", ".join(f"{d}={int(g.reshape(-1)[i])}" for d, g in zip(dims, grid)) for i in same]
+    at = ", ".join(str(int(c)) for c in clash)
+    raise ShapeError(
+        current_loc(),
+        op=op,
+        message=f"the mapping is not one-to-one: with every size {_SAMPLE}, elements ({where[0]}) and ({where[1]}) "
+        f"both write element [{at}] of {mem.node.name} (a race); use wc.atomic_add to combine them",
+    )
 
 
 def memory_operand(node: fx.Node) -> fx.Node:

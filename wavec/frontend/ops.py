@@ -15,7 +15,7 @@ import sympy
 
 from ..errors import DTypeError, ShapeError
 from . import dtypes as dt
-from .mapping import access_kwargs, split_mapping
+from .mapping import access_kwargs, check_injective, split_mapping
 from .tracing import Value, active_tracer, current_loc
 from .types import TensorType
 from .unary_kinds import BIT_KINDS, UNARY_KINDS
@@ -150,7 +150,9 @@ def write(value: Value, memory: Value, mapping: dict | None = None) -> None:
     """Store a register tile into a Memory argument (batch dims indexed by the workgroup); ``mapping`` as
     for ``read`` (an index tensor: a scatter; lanes storing to one address race: use ``wc.atomic_add``)."""
     val, mem, kwargs, idx = _checked_store("write", value, memory, mapping)
-    active_tracer("write").create(Write, (val, mem, *idx), None, **kwargs)
+    tr = active_tracer("write")
+    check_injective("write", val, mem, dict(zip(kwargs.get("dynamic", ()), idx)), tr.batch_dims)
+    tr.create(Write, (val, mem, *idx), None, **kwargs)
 
 
 class Arange(Op):
