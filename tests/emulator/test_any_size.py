@@ -17,6 +17,7 @@ from wavec import Memory, f32
 from wavec.errors import EmulatorError
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
+from wavec.kernels.fastpath import Decisions
 from wavec.runtime import binding
 
 ODD_GEMM = [(33, 47, 29), (1, 5, 16), (7, 9, 13)]
@@ -145,7 +146,7 @@ def test_matmul_pads_odd_k_of_large_products(monkeypatch) -> None:
     monkeypatch.setattr(gm, "PAD_K_MIN_MN", 32)
     assert gm.pads_k(40, 48, 29) and not gm.pads_k(40, 16, 29) and not gm.pads_k(40, 48, 32)
     monkeypatch.setattr(gm, "_COMPILED", {})  # fresh kernels: their variants are this test's
-    monkeypatch.setattr(gm, "_DISPATCH", {})
+    monkeypatch.setattr(gm, "_DISPATCH", Decisions("matmul"))
     g, seed = generator()
     a, b = randn(g, 40, 29, dtype=torch.float16), randn(g, 48, 29, dtype=torch.float16)
     c = gm.matmul(a, b, backend="emulator", out_dtype=torch.float32)
