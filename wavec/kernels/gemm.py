@@ -7,6 +7,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.frontend.dtypes import DTYPES
 from wavec.tuning.plan import DEFAULT_PLAN, GemmPlan, GemmRequest, mma_type_for, plan_matmul, schedule
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
@@ -47,18 +48,20 @@ def make_gemm(
     wgmma tiles ignore); ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32 accumulator rounded once, as
     cuBLAS does for ``torch.matmul``).  ``build_gemm`` makes one from a ``GemmPlan``."""
     sched = sched or DEFAULT_PLAN.schedule
-    if out_dtype not in (f32, dtype):
+    acc_dt = DTYPES[mma_type.spec.acc_dtype]  # i32 for 8-bit integer operands, else f32
+    out_dtype = acc_dt if acc_dt != f32 else out_dtype
+    if out_dtype not in (acc_dt, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
     @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, sched))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
-        acc = Register[M, N, f32](0.0)
+        acc = Register[M, N, acc_dt](0)
 
         @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+        def body(acc: Register[M, N, acc_dt]) -> Register[M, N, acc_dt]:
             return wc.mma(wc.read(a), wc.read(b), acc)
 
-        wc.write(body if out_dtype == f32 else wc.cast(body, out_dtype), c)
+        wc.write(body if out_dtype == acc_dt else wc.cast(body, out_dtype), c)
 
     return gemm
 
