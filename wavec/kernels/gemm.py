@@ -1,5 +1,6 @@
-"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
-the matrix units; split-K for decode shapes (``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
+"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K]) on the matrix units: f16/bf16 in, f32 accumulation, C in f32 or
+the input dtype; int8 in, exact i32 out; f32 in as tf32 (opt-in), f32 out.  Split-K for decode shapes
+(``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
 
 from dataclasses import replace
 
@@ -142,9 +143,14 @@ def _cached(key, build):
 
 def output_dtype(a, out_dtype) -> tuple:
     """(torch dtype, wavec dtype) of C for ``matmul(out_dtype=)``: a's dtype (None, as ``torch.matmul``)
-    or torch.float32 (the f32 accumulator unrounded)."""
+    or torch.float32 (the f32 accumulator unrounded); int8 inputs give the i32 accumulator (as
+    ``torch._int_mm``)."""
     import torch
 
+    if a.dtype == torch.int8:
+        if out_dtype not in (None, torch.int32):
+            raise wc.WavecError(message=f"matmul: int8 inputs give an int32 C (out_dtype=None), got {out_dtype}")
+        return torch.int32, wc.i32
     out_dtype = a.dtype if out_dtype is None else out_dtype
     if out_dtype not in (torch.float32, a.dtype):
         raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
@@ -164,11 +170,15 @@ def matmul(
     persistent: bool | None = None,
     config: tuple[dict, tuple[int, int]] | None = None,
     prefetch_fragments: bool = True,
+    allow_tf32: bool = False,
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     a's dtype (None, the default, as ``torch.matmul``; rounded from the f32 accumulator) or
     ``torch.float32``.  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a
-    plan.
+    plan.  int8 inputs give the exact int32 product (``torch._int_mm(a, b.T)``; mma.sync m16n8k32, whose
+    ``.satfinite`` clamps a sum past the int32 range instead of wrapping).  float32 inputs need
+    ``allow_tf32=True`` (torch's ``allow_tf32`` semantics): the operands are rounded to tf32 (10 mantissa
+    bits, ``cvt.rna``) and the products accumulated in f32, about 1e-3 relative error; C is float32.
 
     ``mma``: "auto" (the default: "wgmma" for CUDA tensors on a compute-capability 9.0 GPU without
     ``split`` or ``config``, else "mma_sync"), "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
@@ -185,10 +195,10 @@ def matmul(
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
     req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
-    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, out_dtype, req)
+    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, out_dtype, req, allow_tf32)
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _matmul_runner(a, b, backend, out_dtype, req)
+        run = _DISPATCH[key] = _matmul_runner(a, b, backend, out_dtype, req, allow_tf32)
     return run(a, b)
 
 
@@ -196,19 +206,37 @@ def matmul(
 _DISPATCH: dict = {}
 
 
-def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
-    """``matmul``'s decision for a's and b's dtypes and shapes: validate, plan, compile (cached by the
-    plan); ``run(a, b) -> c``."""
+def _input_dtype(a, b, allow_tf32: bool):
+    """The wavec dtype of matmul's operands, or a ``WavecError`` naming what is wrong."""
     import torch
 
-    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
+    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16, torch.int8: wc.i8, torch.float32: wc.f32}.get(a.dtype)
     if dtype is None:
-        raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
+        raise wc.WavecError(message=f"matmul: a must be float16, bfloat16, int8 or float32, got {a.dtype}")
+    if b.dtype != a.dtype:
+        raise wc.WavecError(message=f"matmul: b must have a's dtype {a.dtype}, got {b.dtype}")
+    if dtype == wc.f32 and not allow_tf32:
+        raise wc.WavecError(
+            message="matmul: float32 inputs run on the tf32 matrix instruction (10 mantissa bits, about 1e-3 "
+            "relative error): pass allow_tf32=True to accept that"
+        )
+    return dtype
+
+
+def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest, allow_tf32: bool = False):
+    """``matmul``'s decision for a's and b's dtypes and shapes: validate, plan, compile (cached by the
+    plan); ``run(a, b) -> c``."""
+    dtype = _input_dtype(a, b, allow_tf32)
+    wide = dtype.bytes == 2  # int8 and tf32 have mma.sync types only, and no split-K partial kernel
     if req.mma == "auto":
-        req = replace(req, mma=auto_mma(a, backend, req))
+        req = replace(req, mma=auto_mma(a, backend, req) if wide else "mma_sync")
+    if not wide and (req.mma != "mma_sync" or req.split not in (None, 1)):
+        raise wc.WavecError(message=f"matmul: {a.dtype} inputs run on mma.sync without split-K only")
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
-    plan = plan_matmul(m, n, k + -k % 8 if pads_k(m, n, k) else k, req)
+    unit = 16 // dtype.bytes  # elements per 16-byte run
+    plan = plan_matmul(m, n, k + -k % unit if pads_k(m, n, k, unit) else k, req)
+    plan = replace(plan, block_k=plan.block_k * 2 // dtype.bytes)  # K steps of as many bytes as f16's
     target = "sm_90a" if plan.mma == "wgmma" else None
     if plan.split > 1:
         return _splitk_runner(m, n, plan, dtype, out, out_dtype, backend)
@@ -216,8 +244,8 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest):
         (dtype.name, out.name, backend, plan),
         lambda: wc.compile(build_gemm(plan, dtype, out), plan.subs, backend=backend, target=target),
     )
-    if pads_k(m, n, k):
-        return padded_k_runner(kernel, out_dtype, k)
+    if pads_k(m, n, k, unit):
+        return padded_k_runner(kernel, out_dtype, k, unit)
     return output_runner(kernel, out_dtype)
 
 
@@ -237,19 +265,20 @@ def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
 PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)
 
 
-def pads_k(m: int, n: int, k: int) -> bool:
-    """Whether ``matmul`` zero-pads a K that is not a multiple of 8 (copies of A and B, 4(M+N)K bytes)
-    rather than launching the narrow variant (single-element loads of A and B, synchronous copies): where
-    the product's 2MNK flops dwarf the copies, M and N both at least ``PAD_K_MIN_MN``."""
-    return k % 8 != 0 and min(m, n) >= PAD_K_MIN_MN
+def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
+    """Whether ``matmul`` zero-pads a K that is not a multiple of ``unit`` (the elements of a 16-byte run:
+    8 f16, 16 i8, 4 f32; copies of A and B, 4(M+N)K bytes for f16) rather than launching the narrow
+    variant (single-element loads of A and B, synchronous copies): where the product's 2MNK flops dwarf
+    the copies, M and N both at least ``PAD_K_MIN_MN``."""
+    return k % unit != 0 and min(m, n) >= PAD_K_MIN_MN
 
 
-def padded_k_runner(kernel, out_dtype, k: int):
-    """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of 8 of
-    ``k`` (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+def padded_k_runner(kernel, out_dtype, k: int, unit: int = 8):
+    """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of
+    ``unit`` of ``k`` (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
     import torch
 
-    pad = -k % 8
+    pad = -k % unit
 
     def run(a, b):
         c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)

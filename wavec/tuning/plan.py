@@ -22,8 +22,14 @@ MMA_FOR_TARGET = {
     "sm_90a": (32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16),  # warpgroup MMA: wave tiles of M are 64k
     "gfx942": (64, wc.MMAType.F32_16x16x16_F16),
 }
-MMA_SYNC_FOR_DTYPE = {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16}
+MMA_SYNC_FOR_DTYPE = {
+    "f16": wc.MMAType.NV_F32_16x8x16_F16,
+    "bf16": wc.MMAType.NV_F32_16x8x16_BF16,
+    "i8": wc.MMAType.NV_I32_16x8x32_I8,
+    "f32": wc.MMAType.NV_F32_16x8x8_TF32,  # f32 operands multiplied as tf32 (opt-in: matmul(allow_tf32=True))
+}
 WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+MFMA_FOR_DTYPE = {"f16": wc.MMAType.F32_16x16x16_F16, "i8": wc.MMAType.I32_16x16x32_I8}
 
 
 def schedule(**flags) -> wc.SchedulingConstraint:
@@ -34,9 +40,11 @@ def schedule(**flags) -> wc.SchedulingConstraint:
 
 def mma_type_for(mma: str, dtype, target: str | None = None) -> tuple[int, wc.MMAType]:
     """(threads per wave, matrix instruction) of an MMA kind for ``dtype`` inputs; on gfx942 the MFMA."""
-    if target == "gfx942":
-        return MMA_FOR_TARGET["gfx942"]
-    return 32, (WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE)[dtype.name]
+    table = MFMA_FOR_DTYPE if target == "gfx942" else WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE
+    if dtype.name not in table:
+        kind = "gfx942's MFMA" if target == "gfx942" else mma
+        raise wc.WavecError(message=f"{kind} has no matrix instruction for {dtype.name} operands here")
+    return (64 if target == "gfx942" else 32), table[dtype.name]
 
 
 @dataclass(frozen=True, slots=True)
