@@ -17,6 +17,7 @@ import wavec as wc
 from wavec import Memory, Register
 from wavec.errors import WavecError
 from wavec.kernels import gemm as gm
+from wavec.tuning.plan import WGMMA_WAVES, schedule
 
 SENTINEL = -(2**31) + 12345
 ODD = [(33, 47, 29), (1, 5, 16), (7, 9, 13), (70, 24, 100)]
@@ -129,6 +130,87 @@ def test_tf32_gemm(stages: int) -> None:
         run_tf32(kernel, m, n, k, f"tf32 gemm stages{stages}")
 
 
+WGMMA = {
+    "i8": (wc.i8, wc.MMAType.NV_WGMMA_I32_64xNx32_I8, 128),
+    "tf32": (wc.f32, wc.MMAType.NV_WGMMA_F32_64xNx8_TF32, 32),
+}
+
+
+def _wgmma_subs(block_k: int) -> dict:
+    return {gm.BLOCK_M: 128, gm.BLOCK_N: 64, gm.BLOCK_K: block_k, gm.NUM_STAGES: 2, gm.GROUP_M: 1}
+
+
+@pytest.mark.parametrize("copies", ["auto", "cp.async"], ids=["tma", "cp.async"])
+@pytest.mark.parametrize("kind", list(WGMMA))
+def test_wgmma_gemm(kind: str, copies: str) -> None:
+    """sm_90a: ``wgmma.mma_async`` .s32.s8.s8 (exact, wrapping) and .f32.tf32.tf32 from descriptors of
+    K-major tiles (TMA or cp.async copies).  The tensor core reads a tf32 operand in shared memory by its
+    leading 19 bits: the result is the product of the truncated inputs (f32 accumulation)."""
+    dtype, mma, block_k = WGMMA[kind]
+    kernel = gm.make_gemm(dtype, 32, mma, WGMMA_WAVES, sched=schedule(async_copy=copies))
+    subs = _wgmma_subs(block_k // (2 if copies == "cp.async" else 1))  # cp.async: 64-byte rows of K too
+    kernel = wc.compile(kernel, subs, backend="emulator", target="sm_90a")
+    for m, n, k in [(128, 64, 256), (33, 47, 29), (130, 70, 300)]:
+        if kind == "i8":
+            run_i8(kernel, m, n, k, f"wgmma int8 {copies}")
+            continue
+        g, seed = generator()
+        a, b = randn(g, m, k), randn(g, n, k)
+        c = poisoned(m, n)
+        kernel(a, b, c)
+        what = f"wgmma tf32 {copies} M={m} N={n} K={k} (seed {seed})"
+        check(c, a.double() @ b.double().T, 3e-3, what)
+        check(c, truncate_tf32(a).double() @ truncate_tf32(b).double().T, 2e-6, what + " vs truncated inputs")
+
+
+@pytest.mark.parametrize("kind", list(WGMMA))
+def test_wgmma_register_a(kind: str) -> None:
+    """A computed in registers (not a shared tile): wgmma's register-A form, inline PTX (s8: no immediates
+    after scale-d; tf32: A rounded by cvt.rna, B truncated by the tensor core)."""
+    dtype, mma, block_k = WGMMA[kind]
+    M, N, K = gm.M, gm.N, gm.K
+    acc_dt = wc.i32 if kind == "i8" else wc.f32
+
+    @wc.wave(gm.gemm_constraints(32, mma, WGMMA_WAVES, schedule()))
+    def gemm_rega(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, acc_dt]):
+        @wc.iterate(K, init_args=[Register[M, N, acc_dt](0)])
+        def body(acc: Register[M, N, acc_dt]) -> Register[M, N, acc_dt]:
+            x = wc.read(a)
+            return wc.mma(x - wc.read(a) + x, wc.read(b), acc)  # not a shared read: A in registers
+
+        wc.write(body, c)
+
+    kernel = wc.compile(gemm_rega, _wgmma_subs(block_k), backend="emulator", target="sm_90a")
+    assert "llvm.inline_asm" in kernel.mlir and ("k32.s32.s8.s8" if kind == "i8" else "k8.f32.tf32.tf32") in kernel.mlir
+    m, n, k = 130, 70, 300
+    if kind == "i8":
+        run_i8(kernel, m, n, k, "wgmma int8 register A")
+        return
+    g, seed = generator()
+    a, b = randn(g, m, k), randn(g, n, k)
+    c = poisoned(m, n)
+    kernel(a, b, c)
+    ref = round_tf32(a).double() @ truncate_tf32(b).double().T
+    check(c, ref, 2e-6, f"wgmma tf32 register A {m}x{n}x{k} (seed {seed})")
+
+
+def test_wgmma_tf32_rejects_mn_major() -> None:
+    """tf32 / s8 wgmma has no transposed operands: a B stored [K, N] is a ConstraintError saying so."""
+    M, N, K = gm.M, gm.N, gm.K
+    mma = wc.MMAType.NV_WGMMA_F32_64xNx8_TF32
+
+    @wc.wave(gm.gemm_constraints(32, mma, WGMMA_WAVES, schedule()))
+    def gemm_kn(a: Memory[M, K, wc.f32], b: Memory[K, N, wc.f32], c: Memory[M, N, wc.f32]):
+        @wc.iterate(K, init_args=[Register[M, N, wc.f32](0)])
+        def body(acc: Register[M, N, wc.f32]) -> Register[M, N, wc.f32]:
+            return wc.mma(wc.read(a), wc.permute(wc.read(b), (N, K)), acc)
+
+        wc.write(body, c)
+
+    with pytest.raises(WavecError, match="read both operands K-major"):
+        wc.compile(gemm_kn, _wgmma_subs(32), backend="emulator", target="sm_90a")
+
+
 def test_matmul_int8_and_tf32() -> None:
     g, seed = generator()
     for m, n, k in [(64, 64, 128), (33, 47, 29)]:
@@ -139,6 +221,10 @@ def test_matmul_int8_and_tf32() -> None:
         z = gm.matmul(x, y, backend="emulator", allow_tf32=True)
         assert z.dtype == torch.float32
         check(z, x.double() @ y.double().T, 2e-3, f"matmul tf32 {m}x{n}x{k} (seed {seed})")
+        c = gm.matmul(a, b, backend="emulator", mma="wgmma")
+        assert torch.equal(c.long(), a.long() @ b.long().T), f"wgmma, seed {seed}"
+        z = gm.matmul(x, y, backend="emulator", allow_tf32=True, mma="wgmma")
+        check(z, x.double() @ y.double().T, 3e-3, f"matmul wgmma tf32 {m}x{n}x{k} (seed {seed})")
 
 
 def test_matmul_rejects() -> None:
@@ -150,8 +236,8 @@ def test_matmul_rejects() -> None:
         gm.matmul(q, q, backend="emulator", out_dtype=torch.float32)
     with pytest.raises(WavecError, match="b must have a's dtype"):
         gm.matmul(q, a, backend="emulator")
-    with pytest.raises(WavecError, match="mma.sync without split-K"):
-        gm.matmul(q, q, backend="emulator", mma="wgmma")
+    with pytest.raises(WavecError, match="split-K takes float16 or bfloat16"):
+        gm.matmul(q, q, backend="emulator", split=2)
 
 
 def test_mma_dtype_mismatch_names_the_constraint() -> None:

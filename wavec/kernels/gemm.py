@@ -175,10 +175,12 @@ def matmul(
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     a's dtype (None, the default, as ``torch.matmul``; rounded from the f32 accumulator) or
     ``torch.float32``.  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a
-    plan.  int8 inputs give the exact int32 product (``torch._int_mm(a, b.T)``; mma.sync m16n8k32, whose
-    ``.satfinite`` clamps a sum past the int32 range instead of wrapping).  float32 inputs need
-    ``allow_tf32=True`` (torch's ``allow_tf32`` semantics): the operands are rounded to tf32 (10 mantissa
-    bits, ``cvt.rna``) and the products accumulated in f32, about 1e-3 relative error; C is float32.
+    plan.  int8 inputs give the exact int32 product (``torch._int_mm(a, b.T)``; a sum past the int32
+    range clamps on mma.sync, whose s8 form is ``.satfinite``, and wraps on wgmma).  float32 inputs need
+    ``allow_tf32=True`` (torch's ``allow_tf32`` semantics): the products use the operands' 10 leading
+    mantissa bits (tf32; mma.sync rounds them with ``cvt.rna``, wgmma reads them from shared memory and
+    the tensor core truncates) and accumulate in f32, about 1e-3 relative error; C is float32.  Neither
+    takes ``split``.
 
     ``mma``: "auto" (the default: "wgmma" for CUDA tensors on a compute-capability 9.0 GPU without
     ``split`` or ``config``, else "mma_sync"), "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
@@ -227,11 +229,10 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest, allow_tf32: bool 
     """``matmul``'s decision for a's and b's dtypes and shapes: validate, plan, compile (cached by the
     plan); ``run(a, b) -> c``."""
     dtype = _input_dtype(a, b, allow_tf32)
-    wide = dtype.bytes == 2  # int8 and tf32 have mma.sync types only, and no split-K partial kernel
+    if dtype.bytes != 2 and req.split not in (None, 1):  # the partials are f32: an i32 sum would not be exact
+        raise wc.WavecError(message=f"matmul: split-K takes float16 or bfloat16 inputs, not {a.dtype}")
     if req.mma == "auto":
-        req = replace(req, mma=auto_mma(a, backend, req) if wide else "mma_sync")
-    if not wide and (req.mma != "mma_sync" or req.split not in (None, 1)):
-        raise wc.WavecError(message=f"matmul: {a.dtype} inputs run on mma.sync without split-K only")
+        req = replace(req, mma=auto_mma(a, backend, req))
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     unit = 16 // dtype.bytes  # elements per 16-byte run

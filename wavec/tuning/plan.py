@@ -28,7 +28,12 @@ MMA_SYNC_FOR_DTYPE = {
     "i8": wc.MMAType.NV_I32_16x8x32_I8,
     "f32": wc.MMAType.NV_F32_16x8x8_TF32,  # f32 operands multiplied as tf32 (opt-in: matmul(allow_tf32=True))
 }
-WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+WGMMA_FOR_DTYPE = {
+    "f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+    "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16,
+    "i8": wc.MMAType.NV_WGMMA_I32_64xNx32_I8,
+    "f32": wc.MMAType.NV_WGMMA_F32_64xNx8_TF32,
+}
 MFMA_FOR_DTYPE = {"f16": wc.MMAType.F32_16x16x16_F16, "i8": wc.MMAType.I32_16x16x32_I8}
 
 
