@@ -52,8 +52,8 @@ class MMASpec:
 
 class MMAType(enum.Enum):
     """Names read ``[NV_[WGMMA_]]<accumulator>_<M>x<N>x<K>_<operands>``.  ``TF32`` types take f32 operands
-    and multiply them as tf32 (10 mantissa bits; ``docs/reference.md``, "Integer and tf32 matrix
-    products"); ``I8`` ones take signed 8-bit integers and accumulate exactly in i32."""
+    and multiply them as tf32 (10 mantissa bits; ``docs/dsl_reference.md``, "Matrix products"); ``I8``
+    ones take signed 8-bit integers and accumulate exactly in i32."""
 
     NV_F32_16x8x16_F16 = MMASpec(16, 8, 16, "f16", "f32", 32, "nvidia", (4, 2), (2, 2), (2, 2))
     NV_F32_16x8x16_BF16 = MMASpec(16, 8, 16, "bf16", "f32", 32, "nvidia", (4, 2), (2, 2), (2, 2))
