@@ -335,11 +335,10 @@ _WGMMA_ASM = re.compile(
 def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
     where = c.loc(op)
-
     kind = _struct_type(op.results[0].type)[1]
 
     def run(st: State) -> None:
-        cols = [np.asarray(_settled(st.env[x], where), kind).reshape(-1) for x in ins]
+        cols: list[np.ndarray] = [np.asarray(_settled(st.env[x], where), kind).reshape(-1) for x in ins]
         st.env[o] = np.stack([full_lanes(x, st.lanes) for x in cols], axis=1)
 
     return run
