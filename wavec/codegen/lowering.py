@@ -65,7 +65,7 @@ def reshape(t: ir.VectorType, v: ir.Value) -> ir.Value:
     ``vector.shape_cast`` (and an extract / from_elements chain, which it folds into one) as an
     unrealized cast."""
     src = ir.VectorType(v.type)
-    if src.rank == 1 and t.rank == 1 or (src.shape[-1] != 1 and t.shape[-1] != 1):
+    if (src.rank == 1 and t.rank == 1) or (src.shape[-1] != 1 and t.shape[-1] != 1):
         return vector.shape_cast(t, v)
     n, elem = src.shape[0], src.element_type
     i32 = ir.IntegerType.get_signless(32)
