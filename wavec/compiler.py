@@ -8,6 +8,7 @@ the versions of wavec and the compiler.  A cache hit never imports the MLIR bind
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.metadata
 import os
 import re
@@ -199,6 +200,23 @@ def _require_mlir() -> None:
         )
 
 
+_SETTLED = False  # whether this process has frozen its objects once
+
+
+def _settle_garbage(built: bool) -> None:
+    """After a build (and once per process after a cache hit), when ``WAVEC_GC_FREEZE`` is on: one full
+    collection, then ``gc.freeze()``.  Compiling imports the MLIR bindings and leaves tens of thousands of
+    long-lived objects; the first full collection that CPython's thresholds trigger later walks all of
+    them (and torch's) and stalls whatever call it lands in.  Frozen objects are still freed by reference
+    counting; only a cycle among them is never collected (docs/performance.md, "Host path")."""
+    global _SETTLED
+    if not (built or not _SETTLED) or not knobs.gc_freeze:
+        return
+    gc.collect()
+    gc.freeze()
+    _SETTLED = True
+
+
 def compile(
     kernel: WaveKernel,
     subs: dict | None = None,
@@ -267,6 +285,7 @@ def compile(
     else:
         stats.cached = True
     stats.seconds["total"] = time.perf_counter() - t0
+    _settle_garbage(not stats.cached)
     compiled = CompiledKernel(artifact, backend, stats)
     if artifact.metadata.divisibility:  # sizes the vector width does not divide launch a narrow variant
         compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)

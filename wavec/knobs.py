@@ -90,6 +90,15 @@ KNOBS: dict[str, Knob] = {
         "kernel and raises OutOfBoundsError (part of the compile cache key)",
         BOOL,
     ),
+    "gc_freeze": Knob(
+        "WAVEC_GC_FREEZE",
+        True,
+        _bool,
+        "after a compile, collect garbage once and move the objects alive then to the permanent generation "
+        "(gc.freeze), so that later full collections do not walk the compiler's and torch's import-time objects "
+        "(a pause of 50-150 ms in a hot loop otherwise)",
+        BOOL,
+    ),
     "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes", BOOL),
 }
 

@@ -22,6 +22,7 @@ import torch
 import wavec as wc
 from wavec.kernels import elementwise as ew
 from wavec.kernels import gemm as gm
+from wavec.kernels.fastpath import Decisions
 from wavec.tuning.plan import gemm_config
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -168,9 +169,9 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
     key: tens of microseconds of host time) and still computes on the new values; a new shape or option
     decides again; the decision still validates (a bad ``split`` is refused before any lookup)."""
     decided = []
-    runner = gm._matmul_runner
-    monkeypatch.setattr(gm, "_DISPATCH", {})
-    monkeypatch.setattr(gm, "_matmul_runner", lambda *args: decided.append(args[1].shape) or runner(*args))
+    runner = gm.matmul_runner
+    monkeypatch.setattr(gm, "_DISPATCH", Decisions("matmul"))
+    monkeypatch.setattr(gm, "matmul_runner", lambda *args: decided.append(args[1].shape) or runner(*args))
     g, seed = generator()
     for m, n, k, expect in [(130, 136, 96, 1), (130, 136, 96, 1), (64, 72, 64, 2), (130, 136, 96, 2)]:
         a, b = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16)

@@ -50,7 +50,7 @@ def test_every_partial_and_output_element_is_written(splits: int) -> None:
     """The call's two kernels by hand into NaN-filled partials and output."""
     q, k, v, lens = dk.dense_kv_inputs([3000, 17, 3], 3, 32, 8, 128, wc.bf16, 3072, "cuda")
     decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits)
-    run = next(r for key, r in decode._DISPATCH.items() if key[0][0][0] == tuple(q.shape) and key[1] == splits)
+    run = next(r for key, r in decode._DISPATCH.items() if tuple(key[0][0][1]) == tuple(q.shape) and key[1] == splits)
     o_part = torch.full(run.o_shape, float("nan"), device="cuda")
     m_part, l_part = (torch.full(run.s_shape, float("nan"), device="cuda") for _ in range(2))
     out = torch.full_like(q, float("nan"))

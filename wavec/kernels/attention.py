@@ -13,12 +13,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.errors import OptionError
+from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import MMA_KINDS, mma_type_for
 
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
@@ -422,12 +424,30 @@ def attention(
     sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
     ``cp.async``), "tma" (wgmma only) or "cp.async".  Returns a new tensor."""
+    try:
+        opts = (causal, window, softcap, layout, backend, config, mma, async_copy)
+        key: Any = (tensor_key(q), tensor_key(k), tensor_key(v), opts)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
+        key, run = None, None
+    if run is None:
+        run = _attention_runner(q, k, v, causal, window, softcap, layout, backend, config, mma, async_copy)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(q, k, v, scale)
+
+
+_DECIDED = Decisions("attention")  # (tensor keys, options) -> run(q, k, v, scale)
+
+
+def _attention_runner(q, k, v, causal, window, softcap, layout, backend, config, mma, async_copy):
+    """Validate a call, choose and compile its kernel and prepare the launch: ``run(q, k, v, scale)``."""
     import torch
 
     mma = mma or default_mma(q, backend)
-    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(q.dtype)
+    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(getattr(q, "dtype", None))
     if dtype is None:
-        raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {q.dtype}")
+        raise wc.WavecError(message=f"attention: q must be float16 or bfloat16, got {getattr(q, 'dtype', q)!r}")
     if mma not in ATTENTION_MMA:
         raise OptionError(option="attention: mma", message=f"expected one of {ATTENTION_MMA}, got {mma!r}")
     _check_inputs(q, k, v, layout, causal, softcap)
@@ -440,9 +460,16 @@ def attention(
     kernel = _kernel(
         dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap)
     )
-    o = q.new_empty(*q.shape[:-1], v_head_dim)
-    kernel(q, k, v, o, 1.0 / math.sqrt(head_dim) if scale is None else float(scale))
-    return o
+    shape, tdtype, device, empty = (*q.shape[:-1], v_head_dim), q.dtype, q.device, torch.empty
+    default_scale = 1.0 / math.sqrt(head_dim)
+    launch = kernel.prepare(q, k, v, empty(shape, dtype=tdtype, device=device), default_scale, fresh_outputs=True)
+
+    def run(q, k, v, scale):
+        o = empty(shape, dtype=tdtype, device=device)
+        launch(q, k, v, o, default_scale if scale is None else float(scale))
+        return o
+
+    return run
 
 
 def register_attention_op(

@@ -28,6 +28,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels.fastpath import tensor_key
 from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE
 
 B, KVH, H, QL, M, N, D = wc.sym.B, wc.sym.KVH, wc.sym.H, wc.sym.QL, wc.sym.M, wc.sym.N, wc.sym.D
@@ -235,7 +236,9 @@ def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
 
 class SplitKV:
     """A call shape's launches: the split kernel into the partials (one f32 allocation), then the
-    combine into a new tensor shaped like q; stream-ordered, no synchronisation."""
+    combine into a new tensor shaped like q; stream-ordered, no synchronisation.  Both launches are
+    prepared on the first call (``CompiledKernel.prepare``); on a GPU later calls pass the partials as
+    addresses inside the one buffer, with no views."""
 
     def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int) -> None:
         batch, q_len, heads, head_dim = q_shape
@@ -245,23 +248,39 @@ class SplitKV:
         self.flat = (batch, splits, q_len * heads)
         self.o_size, self.s_size = math.prod(self.o_shape), math.prod(self.s_shape)
         self.s_stride = -(-self.s_size // 4) * 4  # each part starts 16-byte aligned (the kernels' vector runs)
+        self.launches: tuple[Any, Any] | None = None
+        self.raw = False  # both launches take addresses (FastLaunch.pointers)
 
     def __call__(self, q: Any, head: tuple, scale: float) -> Any:
         import torch
 
-        out = torch.empty_like(q)
-        if not out.numel():
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        if not self.o_size:
             return out
         o_end, l_start = self.o_size, self.o_size + self.s_stride
         buf = torch.empty(l_start + self.s_stride, dtype=torch.float32, device=q.device)
+        if self.raw:
+            assert self.launches is not None
+            split, combine = self.launches
+            o = buf.data_ptr()
+            m, s = o + 4 * o_end, o + 4 * l_start
+            split.pointers(*[t.data_ptr() for t in head], o, m, s, scale)
+            combine.pointers(o, m, s, out.data_ptr())
+            return out
         o_part = buf[:o_end].view(self.o_shape)
         m_part = buf[o_end : o_end + self.s_size].view(self.s_shape)
         l_part = buf[l_start : l_start + self.s_size].view(self.s_shape)
-        self.split(*head, o_part, m_part, l_part, scale)
-        self.combine(
-            o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat),
-            out.view(self.flat[0], self.flat[2], self.o_shape[-1]),
-        )  # fmt: skip
+        parts = (o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat))
+        o_flat = out.view(self.flat[0], self.flat[2], self.o_shape[-1])
+        if self.launches is None:
+            self.launches = (
+                self.split.prepare(*head, o_part, m_part, l_part, scale, fresh_outputs=True),
+                self.combine.prepare(*parts, o_flat, fresh_outputs=True),
+            )
+            self.raw = all(hasattr(x, "pointers") and x.maps is None for x in self.launches)
+        split, combine = self.launches
+        split(*head, o_part, m_part, l_part, scale)
+        combine(*parts, o_flat)
         return out
 
 
@@ -280,8 +299,8 @@ def plan_split_kv(fn: str, q: Any, kv_heads: int, keys: int, num_splits, config,
 
 
 def call_key(*tensors: Any) -> tuple:
-    """What a call's decision depends on of its tensors: shapes, dtypes, devices (None stays None)."""
-    return tuple(None if t is None else (tuple(t.shape), t.dtype, t.device) for t in tensors)
+    """What a call's decision depends on of its tensors (``fastpath.tensor_key``; None stays None)."""
+    return tuple(tensor_key(t) for t in tensors)
 
 
 def fail(fn: str, message: str) -> wc.WavecError:

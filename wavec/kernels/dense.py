@@ -5,10 +5,14 @@ so the bias is added before the only rounding, as cuBLAS's epilogue does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.elementwise import BLOCK_N, M, N, rowwise_config, rowwise_constraints
-from wavec.kernels.gemm import matmul
+from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.kernels.gemm import matmul_runner
+from wavec.tuning.plan import GemmRequest
 
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
 
@@ -37,7 +41,25 @@ def _bias_kernel(dtype, n: int, backend: str | None):
 def linear(x, weight, bias=None, *, backend: str | None = None):
     """``x @ weight.T (+ bias)`` for ``x [..., in]``, ``weight [out, in]``, ``bias [out]`` or None, all f16 or
     all bf16 on one device: a new tensor ``[..., out]`` of x's dtype (f32 accumulation; the bias added to
-    the f32 product before rounding).  ``matmul`` picks the kernel (wgmma on sm_90)."""
+    the f32 product before rounding).  ``matmul`` picks the kernel (wgmma on sm_90).  A repeated call with
+    the same dtypes, shapes and devices is one dictionary lookup and the prepared launches."""
+    try:
+        key: Any = (tensor_key(x), tensor_key(weight), tensor_key(bias), backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):  # a non-tensor: the checks below say which
+        key, run = None, None
+    if run is None:
+        run = _runner(x, weight, bias, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x, weight, bias)
+
+
+# (tensor keys, backend) -> run(x, weight, bias)
+_DECIDED = Decisions("linear")
+
+
+def _check(x, weight, bias) -> None:
     import torch
 
     name = str(getattr(x, "dtype", "")).removeprefix("torch.")
@@ -58,12 +80,39 @@ def linear(x, weight, bias=None, *, backend: str | None = None):
     ):  # fmt: skip
         got = f"{tuple(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise wc.WavecError(message=f"linear: bias must be [{out_features}] {x.dtype} on {x.device}, got {got}")
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
-    w = weight.contiguous()
+
+
+def _runner(x, weight, bias, backend: str | None):
+    """Validate a call and prepare its launches: ``run(x, weight, bias)`` for calls with the same keys
+    (x's rows and a non-dense weight or bias copied per call where the first call's were not dense)."""
+    import torch
+
+    _check(x, weight, bias)
+    out_features, lead = weight.shape[0], tuple(x.shape[:-1])
+    rows, w = x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous()
+    dense_x, dense_w = x.is_contiguous(), weight.is_contiguous()
+
+    def operands(x, weight):
+        return x if dense_x else x.contiguous(), weight if dense_w else weight.contiguous()
+
+    req = GemmRequest("auto", "auto", None, None, None, None, True)
     if bias is None:
-        return matmul(rows, w, backend=backend).reshape(*x.shape[:-1], out_features)
-    c = matmul(rows, w, backend=backend, out_dtype=torch.float32)
-    out = torch.empty(c.shape, dtype=x.dtype, device=x.device)
-    if out.numel():
-        _bias_kernel(DTYPES[name], out_features, backend)(c, bias.contiguous(), out)
-    return out.reshape(*x.shape[:-1], out_features)
+        product = matmul_runner(rows, w, backend, None, req, (*lead, out_features))
+        return lambda x, weight, bias: product(*operands(x, weight))
+    product = matmul_runner(rows, w, backend, torch.float32, req)
+    out = torch.empty((*lead, out_features), dtype=x.dtype, device=x.device)
+    if not out.numel():
+        return lambda x, weight, bias: torch.empty((*lead, out_features), dtype=x.dtype, device=x.device)
+    c = torch.empty(rows.shape[0], out_features, dtype=torch.float32, device=x.device)
+    dense_b = bias.is_contiguous()
+    add = _bias_kernel(DTYPES[str(x.dtype).removeprefix("torch.")], out_features, backend)
+    add_bias = add.prepare(c, bias.contiguous(), out.view(c.shape), fresh_outputs=True)
+    empty, shape, dtype, device = torch.empty, out.shape, x.dtype, x.device
+
+    def run(x, weight, bias):
+        c = product(*operands(x, weight))
+        out = empty(shape, dtype=dtype, device=device)
+        add_bias(c, bias if dense_b else bias.contiguous(), out)
+        return out
+
+    return run

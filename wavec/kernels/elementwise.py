@@ -2,8 +2,11 @@
 ``silu_and_mul`` (the two halves of each row read as a batch dim of two: no index arithmetic on the
 contiguous dim, so both halves keep 16-byte runs)."""
 
+from typing import Any
+
 import wavec as wc
 from wavec import Memory
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_M, BLOCK_N = wc.sym.BLOCK_M, wc.sym.BLOCK_N
@@ -76,6 +79,22 @@ def silu_and_mul(x, *, backend: str | None = None):
     """``silu(x[..., :d]) * x[..., d:]`` for ``x [..., 2d]`` (f16, bf16, f32; computed in f32): vLLM's
     ``silu_and_mul``, the activation between a fused gate/up projection and the down projection.  A new
     tensor ``[..., d]``; a non-contiguous ``x`` is copied first."""
+    try:
+        key: Any = (tensor_key(x), backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _silu_runner(x, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x)
+
+
+_DECIDED = Decisions("silu_and_mul")  # (x's key, backend) -> run(x)
+
+
+def _silu_runner(x, backend: str | None):
     import torch
 
     name = str(getattr(x, "dtype", "")).removeprefix("torch.")
@@ -85,12 +104,20 @@ def silu_and_mul(x, *, backend: str | None = None):
             message=f"silu_and_mul: x must be a tensor of {sorted(_DTYPES)} whose last dim is even, got {got}"
         )
     dtype, d = _DTYPES[name], x.shape[-1] // 2
-    rows = x.reshape(-1, 2, d).contiguous()
-    out = torch.empty(*x.shape[:-1], d, dtype=x.dtype, device=x.device)
-    if out.numel():
-        subs, vec = rowwise_config(dtype, d)
-        key = (dtype.name, vec, subs[BLOCK_N], backend)
-        if key not in _COMPILED:
-            _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), {**subs, TWO: 2}, backend=backend)
-        _COMPILED[key](rows, out.view(-1, d))
-    return out
+    shape, tdtype, device, empty = (*x.shape[:-1], d), x.dtype, x.device, torch.empty
+    out = empty(shape, dtype=tdtype, device=device)
+    if not out.numel():
+        return lambda x: empty(shape, dtype=tdtype, device=device)
+    subs, vec = rowwise_config(dtype, d)
+    key = (dtype.name, vec, subs[BLOCK_N], backend)
+    if key not in _COMPILED:
+        _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), {**subs, TWO: 2}, backend=backend)
+    launch = _COMPILED[key].prepare(x.reshape(-1, 2, d).contiguous(), out.view(-1, d), fresh_outputs=True)
+    dense = x.is_contiguous()
+
+    def run(x):
+        out = empty(shape, dtype=tdtype, device=device)
+        launch(x if dense else x.contiguous(), out)
+        return out
+
+    return run

@@ -3,12 +3,14 @@ the input dtype; int8 in, exact i32 out; f32 in as tf32 (opt-in), f32 out.  Spli
 (``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
 
 from dataclasses import replace
+from typing import Any
 
 import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.frontend.dtypes import DTYPES
+from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import DEFAULT_PLAN, GemmPlan, GemmRequest, mma_type_for, plan_matmul, schedule
 
 M, N, K = wc.sym.M, wc.sym.N, wc.sym.K
@@ -195,23 +197,32 @@ def matmul(
     ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
-    cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
-    req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
-    key = (a.dtype, b.dtype, tuple(a.shape), tuple(b.shape), backend, out_dtype, req, allow_tf32)
-    run = _DISPATCH.get(key)
+    try:
+        cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
+        opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
+        key: Any = (tensor_key(a), tensor_key(b), backend, out_dtype, opts)
+        run = _DISPATCH.get(key)
+    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
+        key, run = None, None
     if run is None:
-        run = _DISPATCH[key] = _matmul_runner(a, b, backend, out_dtype, req, allow_tf32)
+        req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
+        run = matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32)
+        if key is not None:
+            _DISPATCH.remember(key, run)
     return run(a, b)
 
 
-# (dtypes, shapes, backend, C's dtype, request) -> run(a, b): what matmul decided for them.
-_DISPATCH: dict = {}
+# (tensor keys, backend, C's dtype, options) -> run(a, b): what matmul decided for them.
+_DISPATCH = Decisions("matmul")
 
 
 def _input_dtype(a, b, allow_tf32: bool):
     """The wavec dtype of matmul's operands, or a ``WavecError`` naming what is wrong."""
     import torch
 
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
+        got = ", ".join(f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__ for t in (a, b))
+        raise wc.WavecError(message=f"matmul: a [M, K] and b [N, K] must be 2-D tensors, got {got}")
     dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16, torch.int8: wc.i8, torch.float32: wc.f32}.get(a.dtype)
     if dtype is None:
         raise wc.WavecError(message=f"matmul: a must be float16, bfloat16, int8 or float32, got {a.dtype}")
@@ -225,9 +236,10 @@ def _input_dtype(a, b, allow_tf32: bool):
     return dtype
 
 
-def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest, allow_tf32: bool = False):
-    """``matmul``'s decision for a's and b's dtypes and shapes: validate, plan, compile (cached by the
-    plan); ``run(a, b) -> c``."""
+def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple | None = None, allow_tf32: bool = False):
+    """``matmul``'s decision for a's and b's dtypes, shapes and device: validate, plan, compile (cached by
+    the plan), prepare the launches; ``run(a, b) -> c`` of ``out_shape`` (default [M, N]; ``linear`` asks
+    for x's leading dims) for later calls with the same tensor keys."""
     dtype = _input_dtype(a, b, allow_tf32)
     if dtype.bytes != 2 and req.split not in (None, 1):  # the partials are f32: an i32 sum would not be exact
         raise wc.WavecError(message=f"matmul: split-K takes float16 or bfloat16 inputs, not {a.dtype}")
@@ -235,19 +247,20 @@ def _matmul_runner(a, b, backend, out_dtype, req: GemmRequest, allow_tf32: bool 
         req = replace(req, mma=auto_mma(a, backend, req))
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    out_shape = (m, n) if out_shape is None else tuple(out_shape)
     unit = 16 // dtype.bytes  # elements per 16-byte run
     plan = plan_matmul(m, n, k + -k % unit if pads_k(m, n, k, unit) else k, req)
     plan = replace(plan, block_k=plan.block_k * 2 // dtype.bytes)  # K steps of as many bytes as f16's
     target = "sm_90a" if plan.mma == "wgmma" else None
     if plan.split > 1:
-        return _splitk_runner(m, n, plan, dtype, out, out_dtype, backend)
+        return _splitk_runner(a, b, plan, dtype, out, out_dtype, backend, out_shape)
     kernel = _cached(
         (dtype.name, out.name, backend, plan),
         lambda: wc.compile(build_gemm(plan, dtype, out), plan.subs, backend=backend, target=target),
     )
     if pads_k(m, n, k, unit):
-        return padded_k_runner(kernel, out_dtype, k, unit)
-    return output_runner(kernel, out_dtype)
+        return padded_k_runner(kernel, out_dtype, a, b, out_shape, unit)
+    return output_runner(kernel, out_dtype, a, b, out_shape)
 
 
 def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
@@ -274,38 +287,48 @@ def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
     return k % unit != 0 and min(m, n) >= PAD_K_MIN_MN
 
 
-def padded_k_runner(kernel, out_dtype, k: int, unit: int = 8):
+def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple, unit: int = 8):
     """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of
-    ``unit`` of ``k`` (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+    ``unit`` of K (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
     import torch
 
-    pad = -k % unit
+    pad = -a.shape[1] % unit
+    padded = torch.nn.functional.pad
+    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
+    launch = kernel.prepare(padded(a, (0, pad)), padded(b, (0, pad)), c, fresh_outputs=True)
+    device, empty = a.device, torch.empty
 
     def run(a, b):
-        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-        kernel(torch.nn.functional.pad(a, (0, pad)), torch.nn.functional.pad(b, (0, pad)), c)
+        c = empty(out_shape, device=device, dtype=out_dtype)
+        launch(padded(a, (0, pad)), padded(b, (0, pad)), c)
         return c
 
     return run
 
 
-def output_runner(kernel, out_dtype):
-    """``run(a, b) -> c``: a new C [M, N] of ``out_dtype`` on a's device, filled by ``kernel(a, b, c)``."""
+def output_runner(kernel, out_dtype, a, b, out_shape: tuple | None = None):
+    """``run(a, b) -> c``: a new C of ``out_shape`` (default [M, N]) and ``out_dtype`` on a's device, filled
+    by ``kernel(a, b, c)`` prepared for a's and b's shapes (``CompiledKernel.prepare``)."""
     import torch
 
+    shape = (a.shape[0], b.shape[0])
+    out_shape = shape if out_shape is None else out_shape
+    launch = kernel.prepare(a, b, torch.empty(shape, device=a.device, dtype=out_dtype), fresh_outputs=True)
+    device, empty = a.device, torch.empty
+
     def run(a, b):
-        c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-        kernel(a, b, c)
+        c = empty(out_shape, device=device, dtype=out_dtype)
+        launch(a, b, c)
         return c
 
     return run
 
 
-def _splitk_runner(m: int, n: int, plan: GemmPlan, dtype, out, out_dtype, backend):
+def _splitk_runner(a, b, plan: GemmPlan, dtype, out, out_dtype, backend, out_shape: tuple):
     """Split-K: ``gemm_splitk`` into f32 partials [S, M, N], then ``splitk_reduce`` into C."""
     import torch
 
-    split = plan.split
+    split, m, n = plan.split, a.shape[0], b.shape[0]
     part_kernel = _cached(
         ("splitk", dtype.name, backend, replace(plan, split=2)),  # S is dynamic: one kernel for every S
         lambda: wc.compile(build_gemm(plan, dtype), plan.subs, backend=backend),
@@ -315,12 +338,16 @@ def _splitk_runner(m: int, n: int, plan: GemmPlan, dtype, out, out_dtype, backen
         ("splitk_reduce", out.name, split, vec, backend),
         lambda: wc.compile(make_splitk_reduce(out, vec=vec), {S: split, BLOCK_P: 4 * 32 * vec}, backend=backend),
     )
+    device, empty, f32 = a.device, torch.empty, torch.float32
+    c_part, c = empty(split, m, n, device=device, dtype=f32), empty(m, n, device=device, dtype=out_dtype)
+    part = part_kernel.prepare(a, b, c_part, fresh_outputs=True)
+    reduce = reduce_kernel.prepare(c_part.view(split, m * n), c.view(m * n), fresh_outputs=True)
 
     def run(a, b):
-        c_part = torch.empty(split, m, n, device=a.device, dtype=torch.float32)
-        part_kernel(a, b, c_part)
-        c = torch.empty(m, n, device=a.device, dtype=out_dtype)
-        reduce_kernel(c_part.view(split, m * n), c.view(m * n))
+        c_part = empty(split, m, n, device=device, dtype=f32)
+        part(a, b, c_part)
+        c = empty(out_shape, device=device, dtype=out_dtype)
+        reduce(c_part, c)
         return c
 
     return run

@@ -15,6 +15,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.elementwise import M, N, rowwise_config, rowwise_constraints
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 T = wc.sym.T
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32, "int32": wc.i32}
@@ -82,19 +83,57 @@ def _check(op: str, table: Any, index: Any, allowed: dict, table_name: str) -> t
 def index_select(x, index, *, backend: str | None = None):
     """``torch.index_select(x, 0, index)`` for a 2-D ``x`` (f16, bf16, f32, i32) and a 1-D int32/int64
     ``index``: a new tensor [len(index), x.shape[1]]."""
-    import torch
-
-    dtype, idx_dtype = _check("index_select", x, index, DTYPES, "x")
-    out = torch.empty(index.shape[0], x.shape[1], device=x.device, dtype=x.dtype)
-    if out.numel():
-        _kernel(make_index_select, dtype, idx_dtype, x.shape[1], backend)(x, index, out)
-    return out
+    try:
+        key: Any = ("index_select", tensor_key(x), tensor_key(index), backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _select_runner("index_select", x, index, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x, index)
 
 
 def embedding(ids, weight, *, backend: str | None = None):
     """``torch.nn.functional.embedding(ids, weight)``: rows of ``weight`` [V, D] for ids of any shape."""
-    flat = ids.reshape(-1)
-    return index_select(weight, flat, backend=backend).reshape(*ids.shape, weight.shape[1])
+    try:
+        key: Any = ("embedding", tensor_key(weight), tensor_key(ids), backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _select_runner("embedding", weight, ids, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(weight, ids)
+
+
+# (op, tensor keys, backend) -> run(table, index[, src])
+_DECIDED = Decisions("indexing")
+
+
+def _select_runner(op: str, x: Any, index: Any, backend: str | None):
+    """Validate a gather and prepare it: ``run(x, index) -> out [*index.shape, D]`` (non-dense operands
+    copied)."""
+    import torch
+
+    flat = index.reshape(-1) if op == "embedding" else index
+    dtype, idx_dtype = _check(op, x, flat, DTYPES, "weight" if op == "embedding" else "x")
+    shape, tdtype, device, empty = (*index.shape, x.shape[1]), x.dtype, x.device, torch.empty
+    out = empty(shape, dtype=tdtype, device=device)
+    if not out.numel():
+        return lambda x, index: empty(shape, dtype=tdtype, device=device)
+    kernel = _kernel(make_index_select, dtype, idx_dtype, x.shape[1], backend)
+    launch = kernel.prepare(x.contiguous(), flat.contiguous(), out.view(-1, x.shape[1]), fresh_outputs=True)
+    dense_x, dense_i = x.is_contiguous(), index.is_contiguous()
+
+    def run(x, index):
+        out = empty(shape, dtype=tdtype, device=device)
+        launch(x if dense_x else x.contiguous(), index if dense_i else index.contiguous(), out)
+        return out
+
+    return run
 
 
 ADD_DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
@@ -103,12 +142,28 @@ ADD_DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
 def index_add_(out, index, src, *, backend: str | None = None):
     """``out.index_add_(0, index, src)`` for 2-D f32, f16 or bf16 ``out`` [T, N] and ``src`` [len(index), N];
     returns ``out``.  Rows with repeated indices accumulate in an unspecified order (rounding may differ)."""
+    try:
+        key: Any = ("index_add_", tensor_key(out), tensor_key(index), tensor_key(src), backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _add_runner(out, index, src, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    run(src, index, out)
+    return out
+
+
+def _add_runner(out: Any, index: Any, src: Any, backend: str | None):
+    """Validate a scatter-add and prepare it (``out`` in place: checked for overlap on every call)."""
     dtype, idx_dtype = _check("index_add_", out, index, ADD_DTYPES, "out")
     if src.dtype != out.dtype or src.dim() != 2 or tuple(src.shape) != (index.shape[0], out.shape[1]):
         raise wc.WavecError(
             message=f"index_add_: src must be {out.dtype} of shape [{index.shape[0]}, {out.shape[1]}], "
             f"got {src.dtype} {list(src.shape)}"
         )
-    if src.numel():
-        _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend, hopper_target(backend))(src, index, out)
-    return out
+    if not src.numel():
+        return lambda src, index, out: None
+    kernel = _kernel(make_index_add, dtype, idx_dtype, out.shape[1], backend, hopper_target(backend))
+    return kernel.prepare(src, index, out)

@@ -22,6 +22,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -256,31 +257,100 @@ def _eps(op: str, eps: Any) -> float:
 def softmax(x, dim: int = -1, *, backend: str | None = None):
     """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
     returned in x's dtype.  A non-contiguous ``x`` is copied first."""
-    dtype, rows = _rows("softmax", x, dim)
-    out = rows.new_empty(rows.shape)
-    if out.numel():
-        _kernel("softmax", dtype, rows.shape[1], backend)(rows, out)
-    return out.reshape(x.shape)
+    try:
+        key: Any = ("softmax", tensor_key(x), dim, backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):  # not a tensor, an unhashable dim: the full path says what is wrong
+        key, run = None, None
+    if run is None:
+        run = _runner("softmax", x, dim, backend)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x)
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
     """``x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dim (``weight`` None: ones), as
     ``torch.nn.functional.rms_norm(x, (N,), weight, eps)``; statistics in f32."""
-    dtype, rows = _rows("rms_norm", x)
-    w, e = _vector("rms_norm", "weight", weight, x), _eps("rms_norm", eps)
-    out = rows.new_empty(rows.shape)
-    if out.numel():
-        _kernel("rms_norm", dtype, rows.shape[1], backend)(rows, w, out, e, 1.0 / rows.shape[1])
-    return out.reshape(x.shape)
+    try:
+        key: Any = ("rms_norm", tensor_key(x), tensor_key(weight), eps, backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _runner("rms_norm", x, -1, backend, weight, None, eps)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x, weight)
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
     """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
     statistics in f32, Chan's merge of per-tile means and sums of squares)."""
-    dtype, rows = _rows("layer_norm", x)
-    w, b = _vector("layer_norm", "weight", weight, x), _vector("layer_norm", "bias", bias, x)
-    e = _eps("layer_norm", eps)
-    out = rows.new_empty(rows.shape)
-    if out.numel():
-        _kernel("layer_norm", dtype, rows.shape[1], backend)(rows, w, b, out, e, 1.0 / rows.shape[1])
-    return out.reshape(x.shape)
+    try:
+        key: Any = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):
+        key, run = None, None
+    if run is None:
+        run = _runner("layer_norm", x, -1, backend, weight, bias, eps)
+        if key is not None:
+            _DECIDED.remember(key, run)
+    return run(x, weight, bias)
+
+
+# (op, tensor keys, options) -> run(x[, weight[, bias]]): what a row op decided for them
+_DECIDED = Decisions("rows")
+
+
+def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, bias: Any = None, eps: Any = None):
+    """Validate one call (errors name the argument) and return ``run(x[, weight[, bias]])`` for calls with
+    the same tensor keys: allocate the output, launch the prepared kernel (contiguous copies where the
+    first call needed them, the ones / zeros made here for a missing weight / bias)."""
+    import torch
+
+    dtype, rows = _rows(op, x, dim)
+    given = (weight, bias)[: 0 if op == "softmax" else 1 if op == "rms_norm" else 2]
+    vectors = [_vector(op, name, v, x) for name, v in zip(("weight", "bias"), given)]
+    e, inv_n = (0.0, 0.0) if op == "softmax" else (_eps(op, eps), 1.0 / rows.shape[1])
+    shape, tdtype, device, empty = x.shape, x.dtype, x.device, torch.empty
+    if not rows.numel():
+        return lambda x, *_: empty(shape, dtype=tdtype, device=device)
+    out = empty(shape, dtype=tdtype, device=device)
+    launch = _kernel(op, dtype, rows.shape[1], backend).prepare(
+        rows, *vectors, out.view(rows.shape), *(() if op == "softmax" else (e, inv_n)), fresh_outputs=True
+    )
+    dense = x.is_contiguous()
+    # per vector: the tensor made here for a missing one, else whether a given one is copied per call
+    made = [v if g is None else None for v, g in zip(vectors, given)]
+    copy = [g is not None and not g.is_contiguous() for g in given]
+
+    def vector(i: int, g: Any) -> Any:
+        return made[i] if g is None else g.contiguous() if copy[i] else g
+
+    def fresh() -> Any:
+        return empty(shape, dtype=tdtype, device=device)
+
+    if op == "softmax":
+
+        def run(x: Any) -> Any:
+            out = fresh()
+            launch(x if dense else x.contiguous(), out)
+            return out
+
+        return run
+    if op == "rms_norm":
+
+        def run_rms(x: Any, w: Any) -> Any:
+            out = fresh()
+            launch(x if dense else x.contiguous(), vector(0, w), out, e, inv_n)
+            return out
+
+        return run_rms
+
+    def run_ln(x: Any, w: Any, b: Any) -> Any:
+        out = fresh()
+        launch(x if dense else x.contiguous(), vector(0, w), vector(1, b), out, e, inv_n)
+        return out
+
+    return run_ln

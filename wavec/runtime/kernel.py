@@ -213,6 +213,28 @@ class CompiledKernel:
                 raise
             return self.variant_for(miss).call_bound(*tensors)
 
+    def prepare(self, *args: Any, fresh_outputs: bool = False) -> Callable[..., None]:
+        """``launch(*args)`` for later calls whose tensors repeat these ``args``' dtypes, shapes, strides and
+        device (all arguments in binding order, outputs included): validated now as a call is, then each
+        call passes only pointers and scalars (``runtime/fast_launch.py``); the narrow variant where the
+        sizes need it.  ``fresh_outputs``: the caller allocates every output anew, so no overlap check.
+        Backends without a fast path (the emulator) validate every call."""
+        from .fast_launch import CheckedLaunch
+
+        try:
+            impl = self._impl or self._launcher()
+            prepare = getattr(impl, "prepare", None)
+            if prepare is None:
+                plan = getattr(impl, "_plan", None)
+                if plan is not None:
+                    plan.bind(args)  # validation now, as the fast path's preparation does
+                return CheckedLaunch(impl, [getattr(a, "shape", None) for a in args])
+            return prepare(args, fresh_outputs)
+        except AlignmentMiss as miss:
+            if self.narrow is None:
+                raise
+            return self.variant_for(miss).prepare(*args, fresh_outputs=fresh_outputs)
+
     def variant_for(self, miss: AlignmentMiss) -> CompiledKernel:
         """The variant whose runs along each symbol ``miss.values`` misaligns are as long as its value allows
         (the largest power of two dividing it, below the width this kernel needs); compiled on first use.

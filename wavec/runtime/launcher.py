@@ -26,9 +26,10 @@ Guarantees:
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from wavec.abi import BOUNDS_RECORD_WORDS, SMS_NAME
@@ -159,6 +160,23 @@ class CudaKernel:
             err = bounds_error(self.meta.bounds_checks, record.tolist())  # waits for the kernel
             if err is not None:
                 raise err
+
+    def prepare(self, args: Sequence[Any], fresh_outputs: bool = False) -> Any:
+        """A :class:`~wavec.runtime.fast_launch.FastLaunch` for calls with ``args``' dtypes, shapes,
+        strides and device, after validating ``args`` as a call does (errors and ``AlignmentMiss`` alike);
+        a kernel with a bounds record or a scalar-dependent grid gets the checked path instead."""
+        from wavec.runtime.fast_launch import CheckedLaunch, FastLaunch
+
+        plan = self._plan
+        values, _ptrs, device, grid = plan.bind_launch(args)
+        scalar_grid = any(re.search(rf"\b{n}\b", g) for n, _ in plan.scalars for g in self.meta.grid)
+        if self.meta.bounds_checks or scalar_grid:
+            return CheckedLaunch(self, [getattr(a, "shape", None) for a in args])
+        if grid is None:
+            grid = plan.grid({**values, SMS_NAME: self._sm_count(device)} if plan.needs_sms else values)
+        fn = self._functions.get(device) or self._function_for(device)
+        nbytes = plan._derived([t.shape for t in args[: len(plan.args)]])[1]
+        return FastLaunch(self, fn, device, grid, values, nbytes, fresh_outputs)
 
     def _launch_args(self, ptrs: list[int], values: dict[str, int], device: int, grid: tuple[int, int, int]) -> None:
         gx, gy, gz = grid

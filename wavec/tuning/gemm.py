@@ -182,7 +182,9 @@ def matmul(a, b, *, backend: str | None = None, mma: str = "mma_sync", directory
     (M <= 16) to the mma.sync decode tiles."""
     # A repeated call is one lookup in the dispatch cache (cleared when tuning results change): deciding
     # again costs tens of microseconds, as much as a small GEMM.
-    call = ("run", a.dtype, tuple(a.shape), tuple(b.shape), backend, mma, str(directory), out_dtype)
+    from ..kernels.fastpath import tensor_key
+
+    call = ("run", tensor_key(a), tensor_key(b), backend, mma, str(directory), out_dtype)
     run = _DISPATCH.get(call)
     if run is None:
         run = _DISPATCH[call] = _tuned_runner(a, b, backend, mma, directory, out_dtype)
@@ -209,7 +211,7 @@ def _tuned_runner(a, b, backend, mma: str, directory, out_dtype):
     if kernel is None:
         target = "sm_90a" if mma == "wgmma" else None
         kernel = _COMPILED[key] = wc.compile(build_gemm(plan, dtype, out, target), subs, backend=backend, target=target)
-    return output_runner(kernel, out_dtype)
+    return output_runner(kernel, out_dtype, a, b)
 
 
 def fit_cost_model(result, sms: int | None = None, target: str = "sm_90") -> CostModel:

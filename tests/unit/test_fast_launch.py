@@ -1,0 +1,195 @@
+"""Prepared launches (``CompiledKernel.prepare`` / ``FastLaunch``) and the library's one-lookup decisions,
+on the CPU: a fake driver records what would be launched."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import struct
+import threading
+import types
+
+import pytest
+import torch
+
+import wavec as wc
+from tests.unit.test_binding import gemm_args, gemm_meta
+from wavec.errors import AlignmentMiss, ArgumentError
+from wavec.runtime import launcher
+from wavec.runtime.artifact import ArgSpec, Artifact
+
+
+class _Ok(int):
+    name = "CUDA_SUCCESS"
+
+
+def _driver(record: list, nptr: int, nconst: int) -> types.ModuleType:
+    ok = _Ok(0)
+    drv = types.ModuleType("fake_driver")
+    drv.CUresult = types.SimpleNamespace(CUDA_SUCCESS=ok)
+    drv.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+    drv.cuInit = lambda flags: (ok,)
+    drv.cuDeviceGet = lambda i: (ok, i)
+    drv.cuDevicePrimaryCtxRetain = lambda d: (ok, d)
+    drv.cuCtxPushCurrent = lambda c: (ok,)
+    drv.cuCtxPopCurrent = lambda: (ok, None)
+    drv.cuModuleLoadData = lambda image: (ok, "module")
+    drv.cuModuleGetFunction = lambda m, name: (ok, "function")
+    drv.cuFuncSetAttribute = lambda f, a, v: (ok,)
+
+    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        arr = (ctypes.c_void_p * (nptr + nconst)).from_address(params)
+        ptrs = [ctypes.c_uint64.from_address(arr[i]).value for i in range(nptr)]
+        consts = [ctypes.c_int32.from_address(arr[nptr + j]).value for j in range(nconst)]
+        record.append(((gx, gy, gz), ptrs, consts))
+        return (ok,)
+
+    drv.cuLaunchKernel = launch
+    return drv
+
+
+class CpuKernel(launcher.CudaKernel):
+    _device_type = "cpu"
+
+    def _load_torch(self):
+        return torch
+
+    def _current_device(self) -> int:
+        return -1
+
+    def _stream_getter(self):
+        return lambda device: 7
+
+
+def _kernel(monkeypatch, meta, record: list) -> CpuKernel:
+    nptr, nconst = len(meta.args), len(meta.constants)
+    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: _driver(record, nptr, nconst))
+    return CpuKernel(Artifact(target="sm_90", format="ptx", binary=b".version 8.0", metadata=meta, mlir=""))
+
+
+def _scaled_meta():
+    """A GEMM-shaped kernel with an f32 and an i32 scalar after the tensors."""
+    return gemm_meta(constants=("M", "N", "alpha", "count"), scalars=(("alpha", "f32"), ("count", "i32")))
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<i", struct.pack("<f", x))[0]
+
+
+def test_prepared_launch_packs_pointers_constants_and_scalars(monkeypatch) -> None:
+    record: list = []
+    k = _kernel(monkeypatch, _scaled_meta(), record)
+    launch = k.prepare((*gemm_args(m=192, n=96), 0.5, 3), fresh_outputs=True)
+    assert record == []  # preparing validates, it does not launch
+    for alpha, count in [(0.5, 3), (-2.25, 1 << 20)]:
+        args = gemm_args(m=192, n=96)  # new tensors of the prepared shapes
+        launch(*args, alpha, count)
+        grid, ptrs, consts = record[-1]
+        assert grid == (3, 3, 1) and ptrs == [t.data_ptr() for t in args]
+        assert consts == [192, 96, _bits(alpha), count]
+    launch.pointers(4096, 8192, 65536, 1.0, 2)
+    assert record[-1][1] == [4096, 8192, 65536] and record[-1][2][2:] == [_bits(1.0), 2]
+
+
+def test_prepare_validates_like_a_call(monkeypatch) -> None:
+    k = _kernel(monkeypatch, gemm_meta(), [])
+    a, b, c = gemm_args()
+    with pytest.raises(ArgumentError, match="argument 'c'"):
+        k.prepare((a, b, torch.zeros(128, 64, dtype=torch.float16)))
+    with pytest.raises(AlignmentMiss):
+        k.prepare(tuple(gemm_args(m=100)))
+
+
+def test_prepared_launch_errors_name_the_argument(monkeypatch) -> None:
+    record: list = []
+    k = _kernel(monkeypatch, _scaled_meta(), record)
+    args = gemm_args()
+    launch = k.prepare((*args, 1.0, 1))
+    with pytest.raises(ArgumentError, match=r"argument 'b'.*not aligned to 16 bytes"):
+        launch.pointers(4096, 4098, 8192, 1.0, 1)
+    with pytest.raises(ArgumentError, match=r"argument 'alpha'.*expected a Python number, got str"):
+        launch(*args, "1.0", 1)
+    with pytest.raises(ArgumentError, match=r"argument 'count'.*int32 range, got int 2147483648"):
+        launch(*args, 1.0, 2**31)
+    with pytest.raises(ArgumentError, match=r"argument 'count'.*got float"):
+        launch(*args, 1.0, 1.5)
+    assert record == []
+
+
+def test_outputs_overlapping_an_input_are_refused_unless_fresh(monkeypatch) -> None:
+    record: list = []
+    meta = gemm_meta(args=(ArgSpec("a", "f32", ("M", "N"), False), ArgSpec("c", "f32", ("M", "N"), True)))
+    meta = gemm_meta(args=meta.args, static_symbols=(), constants=("M", "N"), divisibility=(), grid=("1", "1", "1"))
+    k = _kernel(monkeypatch, meta, record)
+    a, c = torch.zeros(64, 32), torch.zeros(64, 32)
+    checked = k.prepare((a, c))
+    with pytest.raises(ArgumentError, match=r"argument 'c'.*overlaps input 'a'"):
+        checked(a, a)
+    fresh = k.prepare((a, c), fresh_outputs=True)
+    fresh(a, c)
+    assert record[-1][1] == [a.data_ptr(), c.data_ptr()]
+
+
+def test_other_threads_pack_their_own_buffer(monkeypatch) -> None:
+    record: list = []
+    k = _kernel(monkeypatch, _scaled_meta(), record)
+    launch = k.prepare((*gemm_args(), 0.5, 3))
+    args = gemm_args()
+    thread = threading.Thread(target=lambda: launch(*args, 4.0, 9))
+    thread.start()
+    thread.join()
+    assert record[-1][1] == [t.data_ptr() for t in args] and record[-1][2] == [128, 64, _bits(4.0), 9]
+    launch(*args, 0.5, 3)  # the owner's buffer kept its own scalars' slots
+    assert record[-1][2] == [128, 64, _bits(0.5), 3]
+
+
+def test_zero_grid_launches_nothing(monkeypatch) -> None:
+    record: list = []
+    k = _kernel(monkeypatch, gemm_meta(), record)
+    launch = k.prepare(tuple(gemm_args(m=0)))
+    launch(*gemm_args(m=0))
+    assert record == []
+
+
+def test_rows_decide_once_per_tensor_key(monkeypatch) -> None:
+    """softmax / rms_norm: a repeated call reuses its decision; a non-dense input, another dtype or a
+    given weight decide again, and every result matches torch."""
+    from wavec.kernels import rows
+
+    built: list = []
+    runner = rows._runner
+    monkeypatch.setattr(rows, "_DECIDED", rows.Decisions("rows"))
+    monkeypatch.setattr(rows, "_runner", lambda op, x, *a: built.append(op) or runner(op, x, *a))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 80, generator=g).half()
+    for expect, arg in [(1, x), (1, x.clone()), (2, x.t().contiguous().t()), (3, x.float())]:
+        got = rows.softmax(arg, backend="emulator")
+        torch.testing.assert_close(got.float(), torch.softmax(arg.float(), -1), atol=2e-3, rtol=2e-3)
+        assert len(built) == expect
+    w = torch.randn(80, generator=g).half()
+    for weight in (None, w, None, w):
+        got = rows.rms_norm(x, weight, backend="emulator")
+        want = torch.nn.functional.rms_norm(x.float(), (80,), None if weight is None else weight.float(), 1e-6)
+        torch.testing.assert_close(got.float(), want, atol=4e-3, rtol=4e-3)
+    assert built[3:] == ["rms_norm", "rms_norm"]
+    with pytest.raises(wc.WavecError, match="x must be a torch.Tensor"):
+        rows.softmax([1.0, 2.0])
+
+
+def test_settle_garbage_freezes_once_and_obeys_the_knob(monkeypatch) -> None:
+    from wavec import compiler
+
+    gc.unfreeze()
+    monkeypatch.setattr(compiler, "_SETTLED", False)
+    monkeypatch.setenv("WAVEC_GC_FREEZE", "0")
+    compiler._settle_garbage(True)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv("WAVEC_GC_FREEZE", "1")
+    compiler._settle_garbage(False)  # the first cache hit of the process
+    assert gc.get_freeze_count() > 0 and compiler._SETTLED
+    gc.unfreeze()
+    compiler._settle_garbage(False)  # later hits leave the collector alone
+    assert gc.get_freeze_count() == 0
+    compiler._settle_garbage(True)  # a build settles again
+    assert gc.get_freeze_count() > 0
+    gc.unfreeze()

@@ -1,0 +1,166 @@
+"""Prepared launches: one compiled kernel at one set of argument shapes, validated once, then launched on
+every later call with only what changes per call (pointers, scalars, the current stream).
+
+Requires: a loaded :class:`~wavec.runtime.launcher.CudaKernel` and one call's arguments that passed its full
+validation (``BindingPlan.bind_launch``).  The caller keys its own dispatch by everything that validation
+depended on — each tensor's dtype, shape, strides and device — and passes tensors with those facts again
+(the library entry points do: ``docs/performance.md``, "Host path").
+
+Guarantees:
+
+* ``launch(*args)`` (tensors in binding order, then scalars) reads each tensor's ``data_ptr()`` and nothing
+  else of it: the grid, the size constants and the function handle are fixed at preparation.  A pointer
+  off the kernel's alignment raises the :class:`~wavec.errors.ArgumentError` the full path raises; an i32
+  scalar that is not an int in range or an f32 scalar that is not a number raises one naming it.
+* Outputs overlapping another argument are checked per call unless the preparation said the caller
+  allocates its outputs fresh on every call (``fresh_outputs=True``).
+* One ``kernelParams`` buffer per prepared launch, used by the thread that prepared it; another thread
+  packs into a buffer of its own per call (the driver copies the parameters at launch, so a buffer is
+  only shared between packing and launching).
+* A kernel with TMA tensor maps gets the maps of each distinct set of pointers (encoded and uploaded on
+  first sight, as the full path does); one compiled with ``WAVEC_CHECK_BOUNDS=1`` or whose grid reads a
+  scalar is not prepared: :class:`CheckedLaunch` runs the full path on every call instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wavec.errors import ArgumentError
+
+if TYPE_CHECKING:
+    from wavec.runtime.launcher import CudaKernel
+
+__all__ = ["FastLaunch", "CheckedLaunch"]
+
+_INT32 = range(-(2**31), 2**31)
+
+
+class CheckedLaunch:
+    """The full path behind the prepared-launch interface: every call validated (emulator, bounds checks).
+    Arguments are viewed to the prepared shapes first, as the fast path ignores their shapes."""
+
+    __slots__ = ("run", "shapes")
+
+    def __init__(self, run: Callable[..., Any], shapes: Sequence[Any]) -> None:
+        self.run = run
+        self.shapes = tuple(shapes)  # None for a scalar
+
+    def __call__(self, *args: Any) -> None:
+        fixed = [a if s is None or a.shape == s else a.view(s) for a, s in zip(args, self.shapes, strict=True)]
+        self.run(*fixed)
+
+
+class FastLaunch:
+    """A CUDA launch with everything but pointers and scalars fixed (module docstring)."""
+
+    __slots__ = (
+        "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "buf", "floats", "owner", "nbytes",
+        "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success",
+    )  # fmt: skip
+
+    def __init__(
+        self, kernel: CudaKernel, fn: Any, device: int, grid: tuple[int, int, int], values: dict[str, int],
+        nbytes: tuple[int, ...], fresh_outputs: bool,
+    ) -> None:  # fmt: skip
+        from wavec.runtime.launcher import _ArgBuffer
+
+        plan, meta = kernel._plan, kernel.meta
+        self.kernel, self.fn, self.device, self.grid = kernel, fn, device, grid
+        self.ntensors = len(meta.args)
+        self.names = tuple(a.name for a in meta.args) + tuple(n for n, _ in meta.scalars)
+        self.align = plan.align
+        constants = list(meta.constants)
+        self.scalar_slots = tuple((constants.index(n), d == "f32", n) for n, d in meta.scalars)
+        self.buf = _ArgBuffer(kernel._nptr, kernel._nconst)
+        if constants:
+            self.buf.consts[: len(constants)] = [values.get(c, 0) for c in constants]
+        self.floats = (ctypes.c_float * max(len(constants), 1)).from_address(ctypes.addressof(self.buf.consts))
+        self.owner = threading.get_ident()
+        self.outputs = () if fresh_outputs else plan.outputs
+        self.nbytes = nbytes
+        self.maps = kernel._maps
+        self.map_args: dict[tuple[int, ...], int] = {}
+        self.launch_fn, self.stream = kernel._drv.cuLaunchKernel, kernel._raw_stream
+        self.block, self.shared, self.success = kernel._block, kernel._shared, kernel._success
+
+    def __call__(self, *args: Any) -> None:
+        n = self.ntensors
+        self._launch([t.data_ptr() for t in args[:n]], args, n)
+
+    def pointers(self, *args: Any) -> None:
+        """The launch with each tensor given by its device address (an int: a part of a larger buffer
+        without a view of it), then the scalars.  A kernel with TMA maps needs tensors (``__call__``)."""
+        if self.maps is not None:
+            raise TypeError(f"{self.kernel.meta.label}: a kernel with TMA tensor maps is launched with tensors")
+        n = self.ntensors
+        self._launch(list(args[:n]), args, n)
+
+    def _launch(self, ptrs: list[int], args: Sequence[Any], n: int) -> None:
+        align = self.align
+        if align:
+            for i, p in enumerate(ptrs):
+                if p % align:
+                    self._misaligned(i, p)
+        if self.outputs:
+            self.kernel._plan._check_overlap(ptrs, self.nbytes)
+        if self.maps is not None:
+            ptrs.append(self._map_address(args, ptrs))
+        buf, floats = self.buf, self.floats
+        if threading.get_ident() != self.owner:
+            buf, floats = self._own_buffer()
+        buf.ptrs[: len(ptrs)] = ptrs  # type: ignore[assignment]
+        for slot, is_float, name in self.scalar_slots:
+            x = args[n]
+            n += 1
+            if is_float:
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    self._bad_scalar(name, x, "a Python number")
+                floats[slot] = x
+            else:
+                if isinstance(x, bool) or not isinstance(x, int) or x not in _INT32:
+                    self._bad_scalar(name, x, "a Python int in int32 range")
+                buf.consts[slot] = x
+        kernel, device, (gx, gy, gz), (bx, by, bz) = self.kernel, self.device, self.grid, self.block
+        if not (gx and gy and gz):
+            return
+        if device != kernel._current_device():
+            kernel._launch_on_other_device(self.fn, device, self.grid, buf.address)
+            return
+        err = self.launch_fn(self.fn, gx, gy, gz, bx, by, bz, self.shared, self.stream(device), buf.address, 0)[0]
+        if err != self.success:
+            kernel._retry_launch(err, self.fn, device, self.grid, buf.address)
+
+    def _map_address(self, args: Sequence[Any], ptrs: list[int]) -> int:
+        key = tuple(ptrs)
+        hit = self.map_args.get(key)
+        if hit is None:
+            assert self.maps is not None
+            hit = self.maps.address(args, ptrs, self.device)
+            if len(self.map_args) < 64:
+                self.map_args[key] = hit
+        return hit
+
+    def _own_buffer(self) -> tuple[Any, Any]:
+        """(buffer, its f32 view) for a thread other than the owner: the size constants copied."""
+        from wavec.runtime.launcher import _ArgBuffer
+
+        buf = _ArgBuffer(len(self.buf.ptrs), len(self.buf.consts))
+        ctypes.memmove(buf.consts, self.buf.consts, ctypes.sizeof(buf.consts))
+        return buf, (ctypes.c_float * len(buf.consts)).from_address(ctypes.addressof(buf.consts))
+
+    def _misaligned(self, i: int, ptr: int) -> None:
+        raise ArgumentError(
+            kernel=self.kernel.meta.label,
+            arg=self.names[i],
+            message=f"base pointer 0x{ptr:x} is not aligned to {self.align} bytes; pass a tensor that starts "
+            "at an aligned address, e.g. .clone()",
+        )
+
+    def _bad_scalar(self, name: str, x: Any, want: str) -> None:
+        raise ArgumentError(
+            kernel=self.kernel.meta.label, arg=name, message=f"expected {want}, got {type(x).__name__} {x!r}"
+        )
