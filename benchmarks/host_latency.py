@@ -5,7 +5,11 @@ Each call is timed alone with ``time.perf_counter`` (the Python call returns onc
 queued); every 64 calls a synchronize keeps the queue short, outside the timed region.  One run prints
 p50 / p99 / max in microseconds for wavec and torch side by side.
 
-    python benchmarks/host_latency.py [--calls 2000]
+``--null-driver`` measures wavec's Python share on any machine: CPU tensors, the kernels compiled for
+sm_90a, and a driver whose ``cuLaunchKernel`` only returns success (no GPU, no allocator of device
+memory; torch's column is then its CPU op and means little).  ``--ops`` picks entry points by name.
+
+    python benchmarks/host_latency.py [--calls 2000] [--null-driver] [--ops softmax,matmul]
 """
 
 from __future__ import annotations
@@ -13,42 +17,84 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import types
 
 import torch
-
-from wavec.kernels import decode_attention, index_select, layer_norm, matmul, rms_norm, silu_and_mul, softmax
-from wavec.kernels.attention import attention
 
 F = torch.nn.functional
 
 
-def latencies(fn, calls: int) -> list[float]:
+def latencies(fn, calls: int, sync) -> list[float]:
     for _ in range(50):
         fn()
-    torch.cuda.synchronize()
+    sync()
     out = []
     for i in range(calls):
         t0 = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t0) * 1e6)
         if i % 64 == 63:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
+            sync()
+    sync()
     return out
 
 
-def _row(name: str, ours, theirs, calls: int) -> str:
-    a, b = latencies(ours, calls), latencies(theirs, calls)
-
-    def stats(xs: list[float]) -> str:
-        q = statistics.quantiles(xs, n=100)
-        return f"{statistics.median(xs):.1f} | {q[98]:.1f} | {max(xs):.0f}"
-
-    return f"{name} | {stats(a)} | {stats(b)}"
+def _stats(xs: list[float]) -> str:
+    q = statistics.quantiles(xs, n=100)
+    return f"{statistics.median(xs):.1f} | {q[98]:.1f} | {max(xs):.0f}"
 
 
-def main(calls: int) -> None:
-    dev, h = "cuda", torch.float16
+def install_null_driver() -> None:
+    """Route the "cuda" backend through a launcher that validates and packs as on a GPU but whose driver
+    does nothing, for CPU tensors (``--null-driver``)."""
+    from wavec.runtime import backends, launcher
+
+    class Ok(int):
+        name = "CUDA_SUCCESS"
+
+    ok, res = Ok(0), (Ok(0),)
+    drv = types.SimpleNamespace(
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=ok),
+        CUfunction_attribute=types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
+        cuInit=lambda f: res,
+        cuLaunchKernel=lambda *a: res,
+    )
+    launcher._load_driver = lambda kernel: drv  # type: ignore[assignment]
+
+    class NullKernel(launcher.CudaKernel):
+        _device_type = "cpu"
+
+        def _load_torch(self):
+            return torch
+
+        def _current_device(self) -> int:
+            return -1
+
+        def _stream_getter(self):
+            return lambda device: 0
+
+        def _function_for(self, device: int):
+            self._functions[device] = 1
+            return 1
+
+    backends.launcher_factory("cuda")
+    backends.register_backend("cuda", NullKernel)
+
+
+def cases(dev: str, backend: str | None) -> list:
+    from wavec.kernels import (
+        decode_attention,
+        index_select,
+        layer_norm,
+        linear,
+        matmul,
+        rms_norm,
+        silu_and_mul,
+        softmax,
+    )
+    from wavec.kernels.attention import attention
+
+    h, kw = torch.float16, {"backend": backend} if backend else {}
     a, b = torch.randn(128, 64, device=dev, dtype=h), torch.randn(128, 64, device=dev, dtype=h)
     x, w = torch.randn(64, 1024, device=dev, dtype=h), torch.randn(1024, device=dev, dtype=h)
     table, idx = torch.randn(1000, 256, device=dev, dtype=h), torch.randint(0, 1000, (64,), device=dev)
@@ -56,29 +102,43 @@ def main(calls: int) -> None:
     q = torch.randn(2, 20, 256, 64, device=dev, dtype=h)
     qd = torch.randn(1, 1, 32, 128, device=dev, dtype=h)
     kd = torch.randn(1, 256, 8, 128, device=dev, dtype=h)
-    rows = [
-        ("matmul 128x128x64", lambda: matmul(a, b), lambda: torch.matmul(a, b.T)),
-        ("softmax 64x1024", lambda: softmax(x), lambda: torch.softmax(x, -1)),
-        ("rms_norm 64x1024", lambda: rms_norm(x, w), lambda: F.rms_norm(x, (1024,), w)),
-        ("layer_norm 64x1024", lambda: layer_norm(x, w, w), lambda: F.layer_norm(x, (1024,), w, w)),
-        ("silu_and_mul 64x512", lambda: silu_and_mul(gu), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
-        ("index_select 64 of 1000x256", lambda: index_select(table, idx), lambda: table.index_select(0, idx)),
-        ("attention 2x20x256x64", lambda: attention(q, q, q), lambda: F.scaled_dot_product_attention(q, q, q)),
+    return [
+        ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
+        ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
+        ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),
+        ("rms_norm 64x1024", lambda: rms_norm(x, w, **kw), lambda: F.rms_norm(x, (1024,), w)),
+        ("layer_norm 64x1024", lambda: layer_norm(x, w, w, **kw), lambda: F.layer_norm(x, (1024,), w, w)),
+        ("silu_and_mul 64x512", lambda: silu_and_mul(gu, **kw), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
+        ("index_select 64 of 1000x256", lambda: index_select(table, idx, **kw), lambda: table.index_select(0, idx)),
+        ("attention 2x20x256x64", lambda: attention(q, q, q, **kw), lambda: F.scaled_dot_product_attention(q, q, q)),
         (
             "decode_attention 1x32/8x256 d128",
-            lambda: decode_attention(qd, kd, kd),
+            lambda: decode_attention(qd, kd, kd, **kw),
             lambda: F.scaled_dot_product_attention(
                 qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
             ),
         ),
     ]
-    print(f"device: {torch.cuda.get_device_name()}; {calls} calls each, us")
+
+
+def main(calls: int, null_driver: bool, ops: list[str]) -> None:
+    if null_driver:
+        install_null_driver()
+        dev, backend, sync, where = "cpu", "cuda", lambda: None, "null driver, CPU tensors (wavec's Python share)"
+    else:
+        dev, backend, sync, where = "cuda", None, torch.cuda.synchronize, torch.cuda.get_device_name()
+    print(f"{where}; {calls} calls each, us")
     print("entry point | wavec p50 | p99 | max | torch p50 | p99 | max")
-    for name, ours, theirs in rows:
-        print(_row(name, ours, theirs, calls))
+    for name, ours, theirs in cases(dev, backend):
+        if ops and not any(o in name for o in ops):
+            continue
+        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {_stats(latencies(theirs, calls, sync))}")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=2000)
-    main(ap.parse_args().calls)
+    ap.add_argument("--null-driver", action="store_true")
+    ap.add_argument("--ops", default="", help="comma-separated substrings of the entry points to run")
+    args = ap.parse_args()
+    main(args.calls, args.null_driver, [o for o in args.ops.split(",") if o])

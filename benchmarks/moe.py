@@ -16,20 +16,27 @@ transformers runs it: its ``_grouped_mm`` does not capture) and ``vllm_triton`` 
 vLLM's algorithm in Triton with vLLM's H100 tables where the repository has them, ``vllm_cfg`` says
 which; its align step included).
 
+``wavec_ra`` is the routing-aware choice for the point's routing (made eagerly, then captured with
+``config=``: choose before capture), ``ra_cfg`` its configuration.  ``--regret`` times the whole pool of
+each model's fitted table at held-out points and reports the dispatch regret (``moe_profile.summary``).
+
     python -m benchmarks.moe [--quick] [--models OLMoE-1B-7B,...] [--csv out.csv]
+    python -m benchmarks.moe --regret --models OLMoE-1B-7B [--points 8] [--seeds 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import math
 import pathlib
 import statistics
 
 import torch
 
 from wavec.kernels import fused_moe as fm
+from wavec.kernels import moe_dispatch as md
+from wavec.tuning import moe as tm
+from wavec.tuning import moe_profile as mp
 
 try:
     from benchmarks import moe_triton
@@ -43,7 +50,7 @@ WARMUP, REPS = 10, 50
 DEV = "cuda"
 # transformers notes that its grouped_mm experts fail under CUDA graphs (torch._grouped_mm internals), and a
 # failed capture can leave the stream unusable: that pipeline is timed eagerly (events around each call)
-GRAPHED = ("wavec", "vllm_triton")
+GRAPHED = ("wavec", "wavec_ra", "vllm_triton")
 
 
 def models(names: list[str] | None) -> list[dict]:
@@ -57,36 +64,12 @@ def models(names: list[str] | None) -> list[dict]:
 
 
 def balance(ids: torch.Tensor, experts: int) -> float:
-    h = torch.bincount(ids.flatten().long(), minlength=experts).double()
-    p = h[h > 0] / h.sum()
-    top = math.log(min(experts, ids.numel()))
-    return float(-(p * p.log()).sum() / top) if top > 0 else 1.0
+    return mp.balance(ids, experts)
 
 
 def routing(t: int, e: int, k: int, beta: float, renormalize: bool, seed: int) -> tuple:
-    """(weights f32 [T, k], ids int32 [T, k], achieved beta): the skew ``s`` of rank-ordered logits is
-    bisected until beta is within 0.01 of the target (or the search ends: small T*k bound beta below)."""
-    g = torch.Generator(device=DEV).manual_seed(seed)
-    noise = torch.randn(t, e, device=DEV, generator=g)
-    perm = torch.randperm(e, device=DEV, generator=g)
-    rank = torch.empty(e, device=DEV).scatter_(0, perm, torch.arange(e, device=DEV, dtype=torch.float32))
-
-    def route(s: float):
-        w, i = torch.topk(torch.softmax(noise - s * rank, -1), k)
-        return (w / w.sum(-1, keepdim=True) if renormalize else w), i.to(torch.int32)
-
-    lo, hi = 0.0, 64.0
-    best = route(0.0)
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        cand = route(mid)
-        b = balance(cand[1], e)
-        if abs(b - beta) < abs(balance(best[1], e) - beta):
-            best = cand
-        if abs(b - beta) < 0.01:
-            break
-        lo, hi = (mid, hi) if b > beta else (lo, mid)
-    return best[0], best[1], balance(best[1], e)
+    """``wavec.tuning.moe_profile.routing`` (moved there: ``python -m wavec tune moe`` profiles with it)."""
+    return mp.routing(t, e, k, beta, renormalize, seed, DEV)
 
 
 def grouped_mm_experts(x, w1, w2, weights, ids):
@@ -143,8 +126,13 @@ def point(m: dict, t: int, beta: float, seed: int, flush: torch.Tensor, weights_
     weight_bytes, flops = active * 3 * h * i * 2, 6 * t * k * h * i
     row = {"model": m["model"], "T": t, "beta": beta, "beta_got": round(got_beta, 3), "seed": seed, "active": active}
     out = torch.empty_like(x)
+    fm.fused_experts(x, w1, w2, wts, ids, out=out)  # routing-aware, eager: its choice for this routing
+    ra_cfg = md.dispatch_report()["last"]
+    row["ra_cfg"] = ra_cfg.label()
     impls = {
         "wavec": lambda: fm.fused_experts(x, w1, w2, wts, ids, dispatch="static", out=out),
+        # chosen before capture (CUDA-graph mode): the configuration routing-aware dispatch picked above
+        "wavec_ra": lambda: fm.fused_experts(x, w1, w2, wts, ids, config=ra_cfg, out=out),
         "grouped_mm": lambda: grouped_mm_experts(x, w1, w2, wts, ids),
     }
     if moe_triton is not None:
@@ -163,7 +151,61 @@ def point(m: dict, t: int, beta: float, seed: int, flush: torch.Tensor, weights_
     for base in ("grouped_mm", "vllm_triton"):
         if isinstance(row.get("wavec_us"), float) and isinstance(row.get(f"{base}_us"), float):
             row[f"speedup_vs_{base}"] = round(row[f"{base}_us"] / row["wavec_us"], 3)
+    for base in ("grouped_mm", "vllm_triton", "wavec"):
+        if isinstance(row.get("wavec_ra_us"), float) and isinstance(row.get(f"{base}_us"), float):
+            row[f"ra_speedup_vs_{base}"] = round(row[f"{base}_us"] / row["wavec_ra_us"], 3)
     return row
+
+
+def regret(names: list[str] | None, n_points: int | None, seeds: int, csv_path: str | None) -> None:
+    """Dispatch quality at held-out points (T and beta not fitted, other seeds): every pool configuration
+    timed (CUDA-graph replay, L2 flushed), the regret of the routing-aware and static choices against
+    the best, and routing-aware vs static at beta <= 0.8.  Also checks, per point, that the GPU dispatch
+    path picks a configuration of least predicted cost and that its output is within 1e-2 of f32."""
+    pts = [(t, b) for t in mp.HELD_OUT_TOKENS for b in mp.HELD_OUT_BETAS]
+    if n_points is not None and n_points < len(pts):
+        pts = [pts[int(i * len(pts) / n_points)] for i in range(n_points)]
+    flush = torch.empty(mp.FLUSH_BYTES, dtype=torch.uint8, device=DEV)
+    out_rows = []
+    for m in models(names):
+        shape = tm.model(m["model"])
+        table = md.table_for(shape, torch.device(DEV, torch.cuda.current_device()))
+        if table is None:
+            print(f"{m['model']}: no fitted table on this GPU; run python -m wavec tune moe --model {m['model']}")
+            continue
+        w = mp.weights(shape)
+        cfgs = [c.cfg for c in table.pool]
+        points = []
+        for i, (t, b) in enumerate(pts):
+            for s in range(seeds):
+                p = mp.time_pool(shape, cfgs, t, b, 1000 + 17 * i + s, w, flush, m["renormalize"])
+                points.append(p)
+                check_dispatch(shape, table, p, w, m["renormalize"])
+        rows = mp.regret_rows(table, points)
+        print(f"== {m['model']} ({len(table.pool)} configurations, {table.device})")
+        print(mp.format_rows(rows, mp.summary(rows)), flush=True)
+        out_rows += [{"model": m["model"], **r} for r in rows]
+    if csv_path and out_rows:
+        with open(csv_path, "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=list(out_rows[0]))
+            wr.writeheader()
+            wr.writerows(out_rows)
+
+
+def check_dispatch(shape, table, p, w, renormalize: bool) -> None:
+    """The eager routing-aware call on ``p``'s routing picks a configuration of least predicted cost (the
+    table's model on the histogram), and its output is within 1e-2 of the f32 reference."""
+    x = torch.randn(p.tokens, shape.hidden, device=DEV).to(w[0].dtype)
+    wts, ids, _ = mp.routing(p.tokens, shape.experts, shape.top_k, p.beta, renormalize, p.seed, DEV)
+    got = fm.fused_experts(x, *w, wts, ids)
+    last = md.dispatch_report()["last"]
+    cost = table.predict(torch.bincount(ids.flatten().long(), minlength=shape.experts).tolist())
+    if cost[[c.cfg for c in table.pool].index(last)] > cost.min() * (1 + 1e-9):
+        best = table.pool[int(cost.argmin())].cfg.label()
+        raise AssertionError(f"GPU dispatch chose {last.label()}, the table's model {best}")
+    err = float((got.float() - fm.reference(x, *w, wts, ids)).abs().max())
+    if err > 1e-2:
+        raise AssertionError(f"T={p.tokens} beta={p.beta}: max error {err} against f32")
 
 
 def main() -> None:
@@ -171,7 +213,13 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="2 models, T in {1, 16, 256, 1024}, beta in {1, 0.7}, 1 seed")
     p.add_argument("--models", help="comma-separated model names of the shapes file")
     p.add_argument("--csv", help="also write the rows to this CSV file")
+    p.add_argument("--regret", action="store_true", help="dispatch regret at held-out points (needs fitted tables)")
+    p.add_argument("--points", type=int, help="--regret: this many of the 24 held-out (T, beta) points")
+    p.add_argument("--seeds", type=int, default=1, help="--regret: routings per point")
     args = p.parse_args()
+    if args.regret:
+        regret(args.models.split(",") if args.models else None, args.points, args.seeds, args.csv)
+        return
     names = args.models.split(",") if args.models else (["OLMoE-1B-7B", "Qwen3-30B-A3B"] if args.quick else None)
     tokens, betas, seeds = ([1, 16, 256, 1024], [1.0, 0.7], [0]) if args.quick else (TOKENS, BETAS, [0, 1, 2])
     if moe_triton is None:

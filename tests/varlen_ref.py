@@ -15,9 +15,12 @@ def packed_inputs(lens_q, lens_k, heads: int, kv_heads: int, head_dim: int, dtyp
     return q, k, v, cu_q, cu_k
 
 
-def reference(q, k, v, cu_q, cu_k, causal=False, scale=None, window=(-1, -1), softcap=0.0) -> torch.Tensor:
-    """softmax(q kᵀ · scale) v per sequence in f32 (a query that sees no key: 0); ``window`` and ``softcap``
-    as flash-attn's (the window's diagonal bottom-right unless causal says top-left)."""
+def reference(
+    q, k, v, cu_q, cu_k, causal=False, scale=None, window=(-1, -1), softcap=0.0, alibi_slopes=None
+) -> torch.Tensor:
+    """softmax(q kᵀ · scale) v per sequence in f32 (a query that sees no key: 0); ``window``, ``softcap`` and
+    ``alibi_slopes`` ([H] or [B, H]) as flash-attn's (the window's diagonal bottom-right unless causal says
+    top-left; ALiBi's always bottom-right)."""
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     group = q.shape[1] // k.shape[1]
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -40,6 +43,9 @@ def reference(q, k, v, cu_q, cu_k, causal=False, scale=None, window=(-1, -1), so
         s = qs @ ks.transpose(1, 2) * scale
         if softcap:
             s = softcap * torch.tanh(s / softcap)
+        if alibi_slopes is not None:
+            slope = (alibi_slopes[b] if alibi_slopes.dim() == 2 else alibi_slopes).float().view(-1, 1, 1)
+            s = s - slope * (i + lk - lq - j).abs()
         s = s.masked_fill(~see, float("-inf"))
         out[bq[b] : bq[b + 1]] = (torch.softmax(s, -1).nan_to_num(0.0) @ vs).transpose(0, 1)
     return out

@@ -1,5 +1,6 @@
 """``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...]`` tunes the GEMM
-on this GPU; ``compile``, ``cache`` and ``doctor`` live in :mod:`wavec.cli`."""
+on this GPU, ``tune moe --model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``,
+``cache`` and ``doctor`` live in :mod:`wavec.cli`."""
 
 from __future__ import annotations
 
@@ -28,9 +29,16 @@ def _tune(args) -> int:
     from .tuning.cache import gpu_name
     from .tuning.gemm import ceiling_report, tune_gemm
 
-    if args.kernel != "gemm":
-        print(f"wavec tune: unknown kernel {args.kernel!r} (known: gemm)", file=sys.stderr)
+    if args.kernel not in ("gemm", "moe"):
+        print(f"wavec tune: unknown kernel {args.kernel!r} (known: gemm, moe)", file=sys.stderr)
         return 2
+    if args.kernel == "gemm" and not args.shapes:
+        print("wavec tune gemm: --shapes M,N,K ... is required", file=sys.stderr)
+        return 2
+    if args.kernel == "moe":
+        from .cli import tune_moe
+
+        return tune_moe(args)
     if not gpu_visible():
         print(
             "wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
@@ -42,7 +50,7 @@ def _tune(args) -> int:
     try:
         res = tune_gemm(
             shapes,
-            dtype=getattr(wc, args.dtype),
+            dtype=getattr(wc, args.dtype or "f16"),
             space=_space_arg(args.space),
             rounds=args.rounds,
             warmup=args.warmup,
@@ -72,10 +80,15 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     cli.add_parsers(sub)
     t = sub.add_parser("tune", help="autotune a library kernel on the visible GPU")
-    t.add_argument("kernel", help="gemm")
-    t.add_argument("--shapes", nargs="+", required=True, help="M,N,K ...")
+    t.add_argument("kernel", help="gemm or moe")
+    t.add_argument("--shapes", nargs="+", help="gemm: M,N,K ...")
+    t.add_argument("--model", help="moe: a model of moe_shapes.csv (OLMoE-1B-7B, Qwen3-30B-A3B, ...)")
+    t.add_argument("--budget-min", type=float, default=25.0, help="moe: minutes for pool and profiling")
+    t.add_argument("--max-configs", type=int, default=None, help="moe: at most this many configurations")
+    t.add_argument("--points", type=int, default=None, help="moe: profile this many of the 25 (T, beta) points")
+    t.add_argument("--dry-run", action="store_true", help="moe: print the region rules and candidates; no GPU work")
     t.add_argument("--space", nargs="*", help="SYMBOL=v1,v2 or waves=2x2,2x4 (replaces that axis of the default)")
-    t.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
+    t.add_argument("--dtype", default=None, choices=["f16", "bf16"], help="gemm: f16 (default); moe: bf16 (default)")
     t.add_argument("--rounds", type=int, default=7)
     t.add_argument("--warmup", type=int, default=3)
     t.add_argument("--workers", type=int, default=0)

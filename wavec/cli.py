@@ -298,3 +298,88 @@ def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
             if not writable:
                 missing.append(f"a writable cache directory: set WAVEC_CACHE_DIR (now {root})")
     return rows
+
+
+# ------------------------------------------------------------------------------------------------ tune moe
+
+
+def _moe_rules(name: str, shape) -> int:
+    """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100)."""
+    from .target import get_target
+    from .tuning import moe as tm
+    from .tuning.devices import device
+
+    dev = device()
+    reg = tm.regions(shape, dev.sms, dev.l2_bytes)
+    cands = tm.candidates(shape, reg)
+    print(f"model {name}: {shape.key()} on {dev.name} (rules only: nothing compiled or timed)")
+    for line in reg.lines():
+        print(f"  rule: {line}")
+    per_bm = {bm: sum(c.block_m == bm for c in cands) for bm in reg.block_ms}
+    limit = get_target("sm_90a" if dev.arch == "sm_90" else dev.arch).max_shared_bytes
+    fit = sum(max(tm.shared_bytes(c)) <= limit for c in cands)
+    print(f"  configs: {len(cands)} candidates (per BLOCK_M {per_bm}), {fit} within shared memory; not compiled")
+    return 0
+
+
+def tune_moe(args: argparse.Namespace) -> int:
+    """``python -m wavec tune moe --model NAME``: the region rules, the pool, the profile of its (T, beta)
+    points, the fit (stored in the tuning cache), and a table of the fitted points' choices and regret."""
+    from dataclasses import replace
+
+    from .compiler import gpu_visible
+    from .tuning import moe as tm
+    from .tuning import moe_profile as mp
+
+    if not args.model:
+        print("wavec tune moe: --model NAME is required (a model of moe_shapes.csv)", file=sys.stderr)
+        return 2
+    try:
+        shape = tm.model(args.model)
+    except WavecError as e:
+        print(f"wavec tune moe: {e}", file=sys.stderr)
+        return 2
+    if args.dtype:
+        shape = replace(shape, dtype=args.dtype)
+    if (args.max_configs is not None and args.max_configs < 1) or (args.points is not None and args.points < 1):
+        print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        return _moe_rules(args.model, shape)
+    if not gpu_visible():
+        print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
+        return 2
+
+    def say(msg: str) -> None:
+        print(f"[tune moe] {msg}", file=sys.stderr, flush=True)
+
+    try:
+        res = mp.tune(
+            shape, budget_s=60 * args.budget_min, max_configs=args.max_configs, n_points=args.points,
+            workers=args.workers, progress=say,
+        )  # fmt: skip
+    except WavecError as e:
+        print(f"wavec tune moe: {e}", file=sys.stderr)
+        return 1
+    print(f"model {args.model}: {shape.key()} on {res.table.device} ({res.table.meta.get('target')})")
+    for line in res.pool.regions.lines():
+        print(f"  rule: {line}")
+    per_bm = {bm: sum(p.cfg.block_m == bm for p in res.pool.pool) for bm in res.table.block_ms()}
+    print(
+        f"  configs: {res.pool.candidates} candidates, {res.pool.compiled} compiled, {res.pool.legal} legal, "
+        f"pool {len(res.pool.pool)} (per BLOCK_M {per_bm}); {len(res.points)} points profiled"
+    )
+    meta = res.table.meta
+    print(
+        f"  fit: median RMS relative residual {100 * meta['rms_rel_residual_median']:.1f}%, "
+        f"max {100 * meta['rms_rel_residual_max']:.1f}%; table -> {res.path}"
+    )
+    secs = res.seconds
+    print(
+        f"  time: pool {secs['pool']:.0f} s, profile {secs['profile']:.0f} s, fit {secs['fit']:.1f} s, "
+        f"total {secs['total'] / 60:.1f} min"
+    )
+    rows = mp.regret_rows(res.table, res.points)
+    print("in-sample (fitted points; held-out regret: python -m benchmarks.moe --regret):")
+    print(mp.format_rows(rows, mp.summary(rows)))
+    return 0

@@ -56,6 +56,25 @@ def test_windows_and_softcap(lens_q, lens_k, causal, window, softcap) -> None:
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
 
 
+ALIBI = [(False, False, 0.0), (True, "bottom_right", 0.0), (True, False, 5.0)]  # per batch, causal, softcap
+
+
+@pytest.mark.parametrize("per_batch,causal,softcap", ALIBI)
+def test_alibi_slopes(per_batch: bool, causal, softcap: float) -> None:
+    torch.manual_seed(11)
+    lens_q, lens_k = [1, 37, 20], [5, 37, 90]
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 4, 2, 64, torch.float16)
+    slopes = torch.rand((3, 4) if per_batch else (4,))
+    out = varlen_attention(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, softcap=softcap, alibi_slopes=slopes,
+        backend="emulator",
+    )  # fmt: skip
+    want = reference(q, k, v, cu_q, cu_k, causal, softcap=softcap, alibi_slopes=slopes)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    with pytest.raises(wc.WavecError, match=r"alibi_slopes must be a contiguous float32 tensor \[4\] or \[3, 4\]"):
+        varlen_attention(q, k, v, cu_q, cu_k, 37, 90, alibi_slopes=slopes.half(), backend="emulator")
+
+
 def test_every_output_row_is_written_and_the_spare_row_stays_outside() -> None:
     """A max_seqlen_q larger than every length (tiles wholly past each sequence) and a scale."""
     torch.manual_seed(3)

@@ -73,6 +73,23 @@ def test_windows_and_softcap(monkeypatch, mma, causal, window, softcap) -> None:
     torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
 
 
+@pytest.mark.parametrize("mma", ["mma_sync", "wgmma"])
+@pytest.mark.parametrize("per_batch,causal", [(False, False), (True, "bottom_right")])
+def test_alibi_slopes(monkeypatch, mma, per_batch: bool, causal) -> None:
+    if mma == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs sm_90")
+    monkeypatch.setattr(vl, "_new_output", _nan_output)
+    torch.manual_seed(5)
+    lens_q, lens_k = [5, 1000, 17], [300, 2048, 17]
+    q, k, v, cu_q, cu_k = packed_inputs(lens_q, lens_k, 16, 4, 128, torch.bfloat16, "cuda")
+    slopes = torch.rand((3, 16) if per_batch else (16,), device="cuda") * 0.1
+    out = vl.varlen_attention(
+        q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, alibi_slopes=slopes, mma=mma
+    )  # fmt: skip
+    want = reference(q, k, v, cu_q, cu_k, causal, alibi_slopes=slopes)
+    torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+
+
 def test_torch_op_matches_the_function() -> None:
     torch.manual_seed(1)
     q, k, v, cu_q, cu_k = packed_inputs([7, 300, 64], [7, 300, 64], 8, 2, 128, torch.bfloat16, "cuda")

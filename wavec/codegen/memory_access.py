@@ -70,7 +70,10 @@ def dim_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> dict:
     also ``index < size`` per dynamically indexed dim (``check_indices``)."""
 
     def test(d):
-        coord, size = sympy.sympify(coords[d]), fb.cs.resolve(d)
+        coord = coords[d]
+        if isinstance(coord, ir.Value):  # indexed by values: the mask is on the register's own coordinate
+            coord = coords.tile[d]  # (only ``run_coords`` gives values, and with their tile coordinates)
+        coord, size = sympy.sympify(coord), fb.cs.resolve(d)
         return fb.derived(
             ("ult", coord, size),
             (coord, size),
@@ -174,10 +177,18 @@ def index_vectors(fb: FunctionBuilder, node: fx.Node, layout: Layout) -> dict:
     return {d: fb.operand(i, layout, i.meta["type"].dtype) for d, i in index_operands(node).items()}
 
 
+class RunCoords(dict):
+    """A run's memory coordinates, with ``tile``: the register's own coordinates (what a mask tests where
+    a register dim is also indexed by values: a reversed or transposed read)."""
+
+    tile: dict
+
+
 def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
     """The coordinates of a run: register dims as index expressions, gathered memory dims as the index
     value at the run's first position (a run never crosses rows of a gathered dim)."""
-    coords: dict = _coords(layout, off)
+    coords = RunCoords(_coords(layout, off))
+    coords.tile = dict(coords)
     for d, vec in vectors.items():
         coords[d] = arith.index_cast(ir.IndexType.get(), vector.extract(vec, [], [first]))
     return coords

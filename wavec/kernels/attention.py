@@ -77,6 +77,7 @@ def attention_constraints(
 
 
 ALIGNS = ("top_left", "bottom_right")
+ALIBI = (None, "h", "bh")  # ALiBi slopes: none, one per head [H], one per batch and head [B, H]
 CAUSAL = (False, True, *ALIGNS)
 
 
@@ -172,6 +173,7 @@ def make_attention(
     window: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     v_dim: bool = False,
+    alibi: str | None = None,
 ) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
     window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
@@ -179,8 +181,12 @@ def make_attention(
     ``async_copy``: how K/V tiles are staged ("tma": TMA on sm_90a with wgmma, else ``cp.async``);
     ``split_epilogue``: one bounds test per thread before O's stores (``attention()`` turns it on for
     wgmma: ``SPLIT_EPILOGUE``).  ``softcap = c > 0``: scores ``c·tanh(scale·QKᵀ / c)`` (before the mask);
-    ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D."""
+    ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D.  ``alibi``: "h" or "bh" adds
+    an argument ``slopes`` ([H] or [B, H] f32) after v and the bias ``-slope * |i + N - M - j|`` to the scaled
+    scores (flash-attn's ``alibi_slopes``: the bottom-right diagonal whatever the mask)."""
     spec = mask_spec(causal, window)
+    if alibi not in ALIBI:
+        raise OptionError(option="alibi", message=f"expected one of {ALIBI}, got {alibi!r}")
     if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
         raise OptionError(option="softcap", message=f"expected a finite number >= 0 (0: off), got {softcap!r}")
     heavy_first = bool(causal) and HEAVY_FIRST[mma] if heavy_first is None else heavy_first
@@ -196,15 +202,18 @@ def make_attention(
     loops, guard = _loops(spec), spec.may_see_nothing
     constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue)
 
-    @wc.wave(constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else []))
-    def attention(q: q_type, k: k_type, v: v_type, o: o_type, scale: wc.Scalar[f32]):
+    def body(q, k, v, slopes, o, scale) -> None:
         qr = wc.read(q)
-        c = softcap * LOG2E if softcap else scale * LOG2E  # exponents in units of the (capped) scores
+        slope = None if slopes is None else wc.read(slopes)
+        # exponents in units of the (capped) scores; with ALiBi in units of the biased logits
+        c = LOG2E if alibi else softcap * LOG2E if softcap else scale * LOG2E
 
         def step(m_i, l_i, acc, masked: bool):
             s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
             if softcap:
                 s = wc.tanh(s * (scale * (1.0 / softcap)))
+            if slope is not None:
+                s = _alibi(s * softcap if softcap else s * scale, slope)
             if masked:  # masked keys contribute exp2(-inf) = 0
                 s = _mask(s, spec)
             m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
@@ -225,7 +234,37 @@ def make_attention(
         inv = wc.reciprocal(wc.maximum(l_final, 1.0) if guard else l_final)
         wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
 
-    return attention
+    every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
+    if alibi is None:
+
+        @wc.wave(every)
+        def attention(q: q_type, k: k_type, v: v_type, o: o_type, scale: wc.Scalar[f32]):
+            body(q, k, v, None, o, scale)
+
+        return attention
+    if alibi == "h":
+
+        @wc.wave(every)
+        def attention_alibi(q: q_type, k: k_type, v: v_type, slopes: Memory[H, f32], o: o_type, scale: wc.Scalar[f32]):
+            body(q, k, v, slopes, o, scale)
+
+        return attention_alibi
+
+    @wc.wave(every)
+    def attention_alibi_bh(
+        q: q_type, k: k_type, v: v_type, slopes: Memory[B, H, f32], o: o_type, scale: wc.Scalar[f32]
+    ):  # fmt: skip
+        body(q, k, v, slopes, o, scale)
+
+    return attention_alibi_bh
+
+
+def _alibi(s, slope):
+    """``s - slope * |i + N - M - j|`` over the tile (positions cast to f32 before the difference: index
+    arithmetic is unsigned)."""
+    rows = wc.cast(wc.arange(M)[:, None] + N, f32)
+    cols = wc.cast(wc.arange(N)[None, :] + M, f32)
+    return s - wc.abs(rows - cols) * slope
 
 
 def _loop(step, carried: list, start, end, masked: bool, dv):
@@ -334,9 +373,10 @@ def _kernel(
     async_copy: str = "auto",
     window: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
+    alibi: str | None = None,
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
-    key = (dtype.name, layout, mask_spec(causal, window), subs_key, waves, backend, mma, async_copy, softcap)
+    key = (dtype.name, layout, mask_spec(causal, window), subs_key, waves, backend, mma, async_copy, softcap, alibi)
     kernel = _COMPILED.get(key)
     if kernel is None:
         split_epilogue = SPLIT_EPILOGUE[mma]
@@ -351,6 +391,7 @@ def _kernel(
             window=window,
             softcap=softcap,
             v_dim=DV in subs,
+            alibi=alibi,
         )
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
@@ -402,6 +443,7 @@ def attention(
     config: tuple | None = None,
     mma: str | None = None,
     async_copy: str = "auto",
+    alibi_slopes=None,
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
@@ -418,6 +460,8 @@ def attention(
     unbounded), ``diag(i)`` the causal alignment's diagonal, bottom-right when not causal (flash-attn's
     ``window_size``); causal makes ``right`` 0.  ``softcap = c > 0``: scores ``c·tanh(scale·q·k / c)``
     before the mask (Gemma 2, flash-attn's ``softcap``).  A query row that sees no key outputs 0.
+    ``alibi_slopes``: f32 [H] or [B, H] (flash-attn's): the bias ``-slope * |i + Skv - Sq - j|`` added to
+    the scaled (and capped) scores.
 
     ``scale``: default ``1/sqrt(D)``.  ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides the
     heuristic (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
@@ -426,21 +470,22 @@ def attention(
     ``cp.async``), "tma" (wgmma only) or "cp.async".  Returns a new tensor."""
     try:
         opts = (causal, window, softcap, layout, backend, config, mma, async_copy)
-        key: Any = (tensor_key(q), tensor_key(k), tensor_key(v), opts)
+        key: Any = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
         run = _DECIDED.get(key)
     except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
         key, run = None, None
     if run is None:
-        run = _attention_runner(q, k, v, causal, window, softcap, layout, backend, config, mma, async_copy)
+        options = (causal, window, softcap, layout, backend, config, mma, async_copy)
+        run = _attention_runner(q, k, v, alibi_slopes, *options)
         if key is not None:
             _DECIDED.remember(key, run)
-    return run(q, k, v, scale)
+    return run(q, k, v, alibi_slopes, scale)
 
 
-_DECIDED = Decisions("attention")  # (tensor keys, options) -> run(q, k, v, scale)
+_DECIDED = Decisions("attention")  # (tensor keys, options) -> run(q, k, v, alibi_slopes, scale)
 
 
-def _attention_runner(q, k, v, causal, window, softcap, layout, backend, config, mma, async_copy):
+def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend, config, mma, async_copy):
     """Validate a call, choose and compile its kernel and prepare the launch: ``run(q, k, v, scale)``."""
     import torch
 
@@ -457,19 +502,46 @@ def _attention_runner(q, k, v, causal, window, softcap, layout, backend, config,
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
     subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim)
+    alibi = _alibi_kind(q, slopes, layout)
     kernel = _kernel(
-        dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap)
+        dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap), alibi
     )
     shape, tdtype, device, empty = (*q.shape[:-1], v_head_dim), q.dtype, q.device, torch.empty
     default_scale = 1.0 / math.sqrt(head_dim)
-    launch = kernel.prepare(q, k, v, empty(shape, dtype=tdtype, device=device), default_scale, fresh_outputs=True)
+    head = (q, k, v) if alibi is None else (q, k, v, slopes)
+    launch = kernel.prepare(*head, empty(shape, dtype=tdtype, device=device), default_scale, fresh_outputs=True)
+    if alibi is None:
 
-    def run(q, k, v, scale):
+        def run(q, k, v, slopes, scale):
+            o = empty(shape, dtype=tdtype, device=device)
+            launch(q, k, v, o, default_scale if scale is None else float(scale))
+            return o
+
+        return run
+
+    def run_alibi(q, k, v, slopes, scale):
         o = empty(shape, dtype=tdtype, device=device)
-        launch(q, k, v, o, default_scale if scale is None else float(scale))
+        launch(q, k, v, slopes, o, default_scale if scale is None else float(scale))
         return o
 
-    return run
+    return run_alibi
+
+
+def _alibi_kind(q, slopes, layout: str) -> str | None:
+    """``make_attention``'s ``alibi`` for ``alibi_slopes`` (None, "h" or "bh"), or a ``WavecError``."""
+    import torch
+
+    if slopes is None:
+        return None
+    batch, heads = q.shape[0], q.shape[1 if layout == "bhsd" else 2]
+    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
+    if not ok or tuple(slopes.shape) not in ((heads,), (batch, heads)) or not slopes.is_contiguous():
+        got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
+        raise wc.WavecError(
+            message=f"attention: alibi_slopes must be a contiguous float32 tensor [{heads}] or [{batch}, {heads}] "
+            f"on {q.device}, got {got}"
+        )
+    return "h" if slopes.dim() == 1 else "bh"
 
 
 def register_attention_op(

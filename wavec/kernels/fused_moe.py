@@ -12,9 +12,12 @@ summed over the slots.  The launches (``fused_moe_kernels``; no host synchronisa
    in f32 in slot order (bitwise reproducible); ``deterministic=False`` adds into a zeroed f32 [T + 1, H]
    with atomics (order unspecified) and casts it (``torch.zeros`` and ``copy_``: two library launches).
 
-The tiles come from ``config`` or ``static_config`` (a rule of T*k/E, the tokens per expert at balanced
-routing).  ``dispatch="routing_aware"`` (the default, as in the issue's signature) takes the static choice
-until the histogram-driven choice lands; ``dispatch="static"`` names it.  Bad arguments are an
+The tiles come from ``config``, else from the fitted table of this shape on this device
+(``python -m wavec tune moe``; ``moe_dispatch``): ``dispatch="routing_aware"`` (the default) chooses
+from the expert histogram of this call's routing (one read of the chosen id: the only host
+synchronisation), ``dispatch="static"`` the table's best at balanced routing for T.  Without a table both
+take ``static_config`` (a rule of T*k/E, the tokens per expert at balanced routing), counted in
+``moe_dispatch.dispatch_report()`` and warned about once per shape.  Bad arguments are an
 ``ArgumentError`` naming the argument before any launch; ``out`` is written only by the last launch.
 Expert ids outside [0, E) (or [0, global_num_experts) with ``expert_map``): CPU tensors (the emulator)
 are checked before the routing kernel; on the GPU the kernels check them only with
@@ -44,32 +47,39 @@ DISPATCH = ("routing_aware", "static")
 class MoeConfig:
     """Tiles of both GEMMs: the token block ``block_m`` (also the routing's padding), the up-projection's
     N tile over I (two accumulators: half the down-projection's), the down-projection's N tile over H,
-    the K step and the pipeline stages."""
+    the K step, the pipeline stages and ``group_m``, the token blocks launched together along N (L2
+    reuse of an expert's weight tiles; 1: row-major order)."""
 
     block_m: int
     block_n: int
     block_n_down: int
     block_k: int
     stages: int
+    group_m: int = 1
 
     @classmethod
     def parse(cls, config: Any) -> MoeConfig:
-        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages`` (vLLM's
-        ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages`` too; ``BLOCK_N_DOWN`` defaults
-        to ``BLOCK_N``)."""
+        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M`` (vLLM's
+        ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M`` too;
+        ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1)."""
         if isinstance(config, MoeConfig):
+            config.check()
             return config
         if not isinstance(config, dict):
             raise _bad("config", f"must be a MoeConfig or a dict, got {type(config).__name__}")
-        aliases = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K"}
-        c = {aliases.get(k, k): v for k, v in config.items() if k not in ("GROUP_SIZE_M", "num_warps")}
+        aliases = {
+            "BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K", "GROUP_SIZE_M": "GROUP_M"
+        }  # fmt: skip
+        c = {aliases.get(k, k): v for k, v in config.items() if k != "num_warps"}
         c["stages"] = c.pop("num_stages", c.get("stages", 3))
-        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages"}
+        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M"}
         if set(c) - known or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
             raise _bad(
-                "config", f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages), got {sorted(config)}"
+                "config",
+                f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M), got {sorted(config)}",
             )
-        got = cls(c["BLOCK_M"], c["BLOCK_N"], c.get("BLOCK_N_DOWN", c["BLOCK_N"]), c["BLOCK_K"], c["stages"])
+        down = c.get("BLOCK_N_DOWN", c["BLOCK_N"])
+        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1))
         got.check()
         return got
 
@@ -80,12 +90,19 @@ class MoeConfig:
             ("BLOCK_N_DOWN", self.block_n_down, (32, 64, 128, 256)),
             ("BLOCK_K", self.block_k, (16, 32, 64, 128)),
             ("stages", self.stages, (1, 2, 3, 4, 5)),
+            ("GROUP_M", self.group_m, (1, 2, 4, 8, 16, 32, 64)),
         ):
-            if v not in allowed:
+            if type(v) is not int or v not in allowed:
                 raise _bad("config", f"{name} must be one of {allowed}, got {v!r}")
 
     def subs(self, down: bool) -> dict:
-        return fk.gemm_subs(self.block_m, self.block_n_down if down else self.block_n, self.block_k, self.stages)
+        n = self.block_n_down if down else self.block_n
+        return fk.gemm_subs(self.block_m, n, self.block_k, self.stages, self.group_m)
+
+    def label(self) -> str:
+        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1): a short name for tables and logs."""
+        g = f"g{self.group_m}" if self.group_m > 1 else ""
+        return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}"
 
 
 def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
@@ -227,13 +244,11 @@ class _Plan:
     up: Any
     down: Any
     combine: Any
-    remap: Any
 
 
 def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | None) -> _Plan:
-    activation, weighted_input, deterministic, mapped = flags
+    activation, weighted_input, deterministic, _mapped = flags
     checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
-    mapped = mapped or (checked and getattr(device, "type", None) == "cuda")
     target = _target(backend, device)
     tpw, mma = mma_type_for("mma_sync", s.dtype, target)
     base = (s.dtype.name, s.top_k, cfg, target, backend, checked)
@@ -247,21 +262,46 @@ def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | N
         lambda: fk.make_down(s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m),
         cfg.subs(True), target, backend,
     )  # fmt: skip
-    combine = remap = None
+    combine = None
     if deterministic:
         combine = _compiled(
             ("combine", s.dtype.name, s.top_k, target, backend, checked), lambda: fk.make_combine(s.dtype, tpw),
             fk.combine_subs(s.top_k, tpw),
             target, backend,
         )  # fmt: skip
-    if mapped:
-        remap = _compiled(
-            ("remap", target, backend, checked), lambda: fk.make_remap(tpw), fk.remap_subs(tpw), target, backend
-        )
-    return _Plan(up, down, combine, remap)
+    return _Plan(up, down, combine)
 
 
-def _local_ids(plan: _Plan, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:
+def _remap(mapped: bool, device: Any, backend: str | None) -> Any:
+    """The ``moe_remap`` kernel when the ids go through a map (``expert_map``, or the bounds check on CUDA)."""
+    checked = knobs.check_bounds
+    if not (mapped or (checked and getattr(device, "type", None) == "cuda")):
+        return None
+    target = _target(backend, device)
+    tpw, _mma = mma_type_for("mma_sync", wc.bf16, target)
+    return _compiled(
+        ("remap", target, backend, checked), lambda: fk.make_remap(tpw), fk.remap_subs(tpw), target, backend
+    )
+
+
+def _choose(s: _Shape, config: Any, dispatch: str, local: Any, skip: int, device: Any) -> MoeConfig:
+    """The tiles of this call: ``config``; else the static choice; else the routing-aware choice of the
+    fitted table for this shape on this device (``moe_dispatch``), the static rule where none exists
+    (counted and warned about, never silent)."""
+    from wavec.kernels import moe_dispatch as md
+
+    if config is not None:
+        md.count_config()
+        return md.chose(config)
+    shape, table = md.lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
+    if dispatch == "static":
+        return md.chose(md.static_choice(shape, table, s.tokens, device))
+    if table is None:
+        return md.chose(md.fallback(shape, s.tokens, device))
+    return md.chose(md.choose(table, local, s.experts, s.experts + skip, s.tokens))
+
+
+def _local_ids(remap: Any, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:
     """int32 ids the routing sorts: local experts, with the skip expert E for -1 (``expert_map``).  CPU
     ids are range-checked here; CUDA ids with ``WAVEC_CHECK_BOUNDS=1`` by ``moe_remap``'s bounds check
     (through the identity map when there is no ``expert_map``), which the launcher reports after it."""
@@ -272,12 +312,12 @@ def _local_ids(plan: _Plan, topk_ids: Any, expert_map: Any, s: _Shape, route_exp
         bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
         raise _bad("topk_ids", f"holds {bad}, outside [0, {route_experts})")
     ids = ids.to(torch.int32).contiguous()
-    if plan.remap is None:
+    if remap is None:
         return ids
     table = expert_map if expert_map is not None else _identity(s.experts, ids.device)
     local = torch.empty_like(ids)
     try:
-        plan.remap(ids, table, local, s.experts)
+        remap(ids, table, local, s.experts)
     except OutOfBoundsError as e:
         raise _bad("topk_ids", f"holds an expert id outside [0, {route_experts}) (WAVEC_CHECK_BOUNDS): {e}") from e
     return local
@@ -312,17 +352,18 @@ def fused_experts(
         _tensor("out", out, 2, (hidden.dtype,), hidden.device)
         if tuple(out.shape) != (s.tokens, s.hidden) or not out.is_contiguous():
             raise _bad("out", f"must be a contiguous [{s.tokens}, {s.hidden}] tensor, got {list(out.shape)}")
-    cfg = static_config(s.tokens, s.top_k, s.experts) if config is None else MoeConfig.parse(config)
+    explicit = None if config is None else MoeConfig.parse(config)
     for arg, flag in (("apply_router_weight_on_input", apply_router_weight_on_input), ("deterministic", deterministic)):
         if type(flag) is not bool:
             raise _bad(arg, f"must be a bool, got {flag!r}")
     flags = (activation, apply_router_weight_on_input, deterministic, expert_map is not None)
-    plan = _plan(s, cfg, flags, hidden.device, backend)
     result = out if out is not None else hidden.new_empty(s.tokens, s.hidden)
     if s.tokens == 0:
         return result
-    local = _local_ids(plan, topk_ids, expert_map, s, route_experts)
+    local = _local_ids(_remap(expert_map is not None, hidden.device, backend), topk_ids, expert_map, s, route_experts)
     skip = 1 if expert_map is not None else 0  # the skip expert E takes the -1 slots
+    cfg = _choose(s, explicit, dispatch, local, skip, hidden.device)
+    plan = _plan(s, cfg, flags, hidden.device, backend)
     sorted_ids, expert_ids, _total, _counts = moe_align_block_size(
         local, s.experts + skip, cfg.block_m, backend=backend
     )
@@ -375,3 +416,12 @@ def reference(hidden, w1, w2, topk_weights, topk_ids, *, activation: str = "silu
         y = (act(h[:, :inter]) * h[:, inter:]) @ w2[e].T
         out.index_add_(0, tok, y if apply_router_weight_on_input else y * w)
     return out
+
+
+def dispatch_report() -> dict:
+    """How this process's ``fused_experts`` calls chose their tiles (``moe_dispatch.dispatch_report``):
+    routing-aware, from a table's static choice, the static rule (with the fallbacks for shapes without a
+    fitted table, per table key), explicit ``config=``, under a CUDA-graph capture; and the latest choice."""
+    from wavec.kernels import moe_dispatch
+
+    return moe_dispatch.dispatch_report()

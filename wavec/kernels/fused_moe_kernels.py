@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N, gemm_constraints
+from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, K, M, N, gemm_constraints
 
 T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
 P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
@@ -40,9 +40,11 @@ REMAP_WAVES = 4
 
 def gemm_tiles(tpw: int, mma, block_m: int) -> list:
     """BLOCK_M x BLOCK_N workgroup tiles over NUM_STAGES stages: 2 x 2 waves, or 1 x 4 for a 16-row
-    token block (a wave's M tile is one m16 instruction)."""
+    token block (a wave's M tile is one m16 instruction).  GROUP_M > 1 launches GROUP_M token blocks
+    together along N (``reorder_workgroups``): the blocks of one expert are adjacent in M, so an expert
+    weight tile is read by GROUP_M blocks while it is in L2 (for experts larger than the usable L2)."""
     waves = (1, 4) if block_m < 32 else (2, 2)
-    return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES))
+    return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M))
 
 
 def _activation(g, name: str):
@@ -177,8 +179,8 @@ def make_remap(tpw: int = 32) -> wc.WaveKernel:
     return moe_remap
 
 
-def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int) -> dict:
-    return {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages}
+def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int, group_m: int = 1) -> dict:
+    return {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages, GROUP_M: group_m}
 
 
 def combine_subs(top_k: int, tpw: int = 32, waves: int = 2) -> dict:

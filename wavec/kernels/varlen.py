@@ -51,6 +51,7 @@ from .attention import (
 from .decode import fail, torch_to_wavec
 
 T, TO, TK, C = wc.sym.T, wc.sym.TO, wc.sym.TK, wc.sym.C  # packed queries, output rows (T + 1), keys, B + 1
+SB = wc.sym.SB  # the rows of ALiBi slopes: 1 ([H] slopes viewed [1, H]) or B
 B, H, KVH, M, N, D = wc.sym.B, wc.sym.H, wc.sym.KVH, wc.sym.M, wc.sym.N, wc.sym.D
 HEAD_DIMS = (64, 128)
 MMA = ("mma_sync", "wgmma", "mfma")
@@ -59,31 +60,20 @@ NO_MASK = MaskSpec()
 
 
 def make_varlen_attention(
-    dtype=wc.f16, spec: MaskSpec = NO_MASK, waves: int = 4, mma: str = "mma_sync", softcap: float = 0.0
-):
+    dtype=wc.f16, spec: MaskSpec = NO_MASK, waves: int = 4, mma: str = "mma_sync", softcap: float = 0.0,
+    alibi: str | None = None,
+):  # fmt: skip
     """The kernel ``varlen_attention(q, k, v, cu_q, cu_k, m_carrier, n_carrier, o, scale, spare)`` for the
     mask ``spec`` (``attention.mask_spec``; its diagonal uses each sequence's own lengths) and the logits
     soft-cap ``softcap`` (0: off); compile with ``varlen_subs``.  ``o`` has one spare row past the last
-    query (``TO = T + 1``), ``spare`` its index."""
+    query (``TO = T + 1``), ``spare`` its index.  ``alibi``: "h" ([1, H] slopes) or "bh" ([B, H]) adds the
+    argument ``slopes`` after ``v`` and the bias ``-slope * |i + len_k - len_q - j|`` to the logits."""
     group_of = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
     b = wc.tile_start(B)
     start, end = _key_range(spec)
     heavy_first = spec.right is not None and HEAVY_FIRST[mma]  # as the dense kernel: heaviest tiles first
 
-    # K/V rows are gathered, which TMA boxes cannot express: cp.async on every target
-    @wc.wave(attention_constraints(dtype, waves, mma, heavy_first, async_copy="cp.async"))
-    def varlen_attention(
-        q: Memory[T, H, D, dtype],
-        k: Memory[TK, KVH, D, dtype],
-        v: Memory[TK, KVH, D, dtype],
-        cu_q: Memory[C, wc.i32],
-        cu_k: Memory[C, wc.i32],
-        m_carrier: Memory[M, wc.i32],
-        n_carrier: Memory[N, wc.i32],
-        o: Memory[TO, H, D, dtype],
-        scale: wc.Scalar[f32],
-        spare: wc.Scalar[wc.i32],
-    ):
+    def body(q, k, v, slopes, cu_q, cu_k, o, scale, spare) -> None:
         start_q = wc.read(cu_q, mapping={C: b})
         len_q = wc.read(cu_q, mapping={C: b + 1}) - start_q
         wc.exit_if(len_q <= wc.tile_start(M))  # a tile past this sequence's queries: nothing to do
@@ -91,16 +81,20 @@ def make_varlen_attention(
         len_k = wc.read(cu_k, mapping={C: b + 1}) - start_k
         rows = wc.index(M)
         qr = wc.read(q, mapping={T: start_q + wc.minimum(rows, len_q - 1)})  # len_q >= 1 past exit_if
-        c = softcap * LOG2E if softcap else scale * LOG2E  # exponents in units of the (capped) scores
+        slope = None if slopes is None else wc.read(slopes, mapping={SB: b if alibi == "bh" else 0})
+        # exponents in units of the (capped) scores; with ALiBi in units of the biased logits
+        c = LOG2E if alibi else softcap * LOG2E if softcap else scale * LOG2E
         init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
 
         @wc.iterate(N, init_args=init, start=start, end=end)
-        def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+        def loop(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
             pos = wc.minimum(start_k + wc.index(N), TK - 1)  # inside k: rows past len_k are masked below
             kv_rows = {TK: pos, **group_of}
             s = wc.mma(qr, wc.read(k, mapping=kv_rows), Register[M, N, f32](0.0))
             if softcap:
                 s = wc.tanh(s * (scale * (1.0 / softcap)))
+            if slope is not None:
+                s = _alibi(s * softcap if softcap else s * scale, slope, len_q, len_k)
             s = _mask(s, spec, len_q, len_k)
             m_new = wc.maximum(m_i, wc.max(s, N))
             m_use = wc.where(m_new > NEG_INF, m_new, 0.0) * c  # a row with no key yet: exp2(-inf) = 0, no NaN
@@ -110,12 +104,41 @@ def make_varlen_attention(
             vt = wc.permute(wc.read(v, mapping=kv_rows), (D, N))
             return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
-        _m, l_fin, acc = body
+        _m, l_fin, acc = loop
         live = wc.arange(M) < len_q
         out = wc.where(live[:, None], acc * wc.reciprocal(wc.maximum(l_fin, 1.0))[:, None], 0.0)
         wc.write(wc.cast(out, dtype), o, mapping={TO: wc.where(live, start_q + rows, spare)})
 
-    return varlen_attention
+    # K/V rows are gathered, which TMA boxes cannot express: cp.async on every target
+    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy="cp.async")
+    if alibi is None:
+
+        @wc.wave(constraints)
+        def varlen_attention(
+            q: Memory[T, H, D, dtype], k: Memory[TK, KVH, D, dtype], v: Memory[TK, KVH, D, dtype],
+            cu_q: Memory[C, wc.i32], cu_k: Memory[C, wc.i32], m_carrier: Memory[M, wc.i32],
+            n_carrier: Memory[N, wc.i32], o: Memory[TO, H, D, dtype], scale: wc.Scalar[f32], spare: wc.Scalar[wc.i32],
+        ):  # fmt: skip
+            body(q, k, v, None, cu_q, cu_k, o, scale, spare)
+
+        return varlen_attention
+
+    @wc.wave(constraints)
+    def varlen_attention_alibi(
+        q: Memory[T, H, D, dtype], k: Memory[TK, KVH, D, dtype], v: Memory[TK, KVH, D, dtype],
+        slopes: Memory[SB, H, f32], cu_q: Memory[C, wc.i32], cu_k: Memory[C, wc.i32], m_carrier: Memory[M, wc.i32],
+        n_carrier: Memory[N, wc.i32], o: Memory[TO, H, D, dtype], scale: wc.Scalar[f32], spare: wc.Scalar[wc.i32],
+    ):  # fmt: skip
+        body(q, k, v, slopes, cu_q, cu_k, o, scale, spare)
+
+    return varlen_attention_alibi
+
+
+def _alibi(s, slope, len_q, len_k):
+    """``s - slope * |i + len_k - len_q - j|`` (positions in f32: index arithmetic is unsigned)."""
+    rows = wc.cast(wc.arange(M)[:, None] + len_k, f32)
+    cols = wc.cast(wc.arange(N)[None, :] + len_q, f32)
+    return s - wc.abs(rows - cols) * slope
 
 
 def _key_range(spec: MaskSpec) -> tuple:
@@ -159,12 +182,14 @@ _COMPILED: dict = {}
 _CARRIERS: dict = {}
 
 
-def _kernel(dtype, spec: MaskSpec, softcap: float, head_dim: int, mma: str, config, backend) -> Any:
-    key = (dtype.name, spec, softcap, head_dim, mma, config, backend)
+def _kernel(
+    dtype, spec: MaskSpec, softcap: float, head_dim: int, mma: str, config, backend, alibi: str | None = None
+) -> Any:
+    key = (dtype.name, spec, softcap, head_dim, mma, config, backend, alibi)
     kernel = _COMPILED.get(key)
     if kernel is None:
         subs, waves = varlen_subs(head_dim, mma, config)
-        definition = make_varlen_attention(dtype, spec, waves, mma, softcap)
+        definition = make_varlen_attention(dtype, spec, waves, mma, softcap, alibi)
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
 
@@ -267,6 +292,7 @@ def varlen_attention(
     backend: str | None = None,
     mma: str | None = None,
     config: tuple | None = None,
+    alibi_slopes=None,
 ):
     """Attention over packed variable-length sequences, like ``flash_attn_varlen_func``; returns a new
     tensor shaped like q.
@@ -282,9 +308,10 @@ def varlen_attention(
     makes ``right`` 0: flash-attn's ``window_size``).  ``softcap = c > 0``: scores ``c·tanh(scale·q·k / c)``
     before the mask.  A query that sees no key outputs 0.  ``scale``: default 1/sqrt(D).  ``mma``:
     "mma_sync" (default) or "wgmma" (sm_90a); ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` overrides
-    the dense kernel's tile.  cu_seqlens that do not start at 0, decrease, do not end at the packed
-    length or hold a sequence longer than its max_seqlen are a ``WavecError`` on the emulator (CPU
-    tensors) and, on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
+    the dense kernel's tile.  ``alibi_slopes``: f32 [Hq] or [B, Hq] (flash-attn's): the bias
+    ``-slope * |i + len_k - len_q - j|`` added to the scaled (and capped) scores.  cu_seqlens that do not
+    start at 0, decrease, do not end at the packed length or hold a sequence longer than its max_seqlen are
+    a ``WavecError`` on the emulator (CPU tensors) and, on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
     dtype = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
     mma = mma or "mma_sync"
     if mma not in MMA:
@@ -301,7 +328,27 @@ def varlen_attention(
     if not k.shape[0] or not max_seqlen_k:
         return out.zero_()
     sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
-    kernel = _kernel(dtype, spec, float(softcap), q.shape[2], mma, config, backend)
+    alibi = _alibi_kind(q, alibi_slopes, cu_seqlens_q.shape[0] - 1)
+    kernel = _kernel(dtype, spec, float(softcap), q.shape[2], mma, config, backend, alibi)
     m_c, n_c = _carrier(max_seqlen_q, q.device), _carrier(max_seqlen_k, q.device)
-    kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, m_c, n_c, o, sc, total_q)
+    slopes = () if alibi is None else (alibi_slopes.view(-1, q.shape[1]),)
+    kernel(q, k, v, *slopes, cu_seqlens_q, cu_seqlens_k, m_c, n_c, o, sc, total_q)
     return out
+
+
+def _alibi_kind(q, slopes, batch: int) -> str | None:
+    """``make_varlen_attention``'s ``alibi`` for ``alibi_slopes`` (None, "h" or "bh"), or a ``WavecError``."""
+    import torch
+
+    if slopes is None:
+        return None
+    heads = q.shape[1]
+    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
+    if not ok or tuple(slopes.shape) not in ((heads,), (batch, heads)) or not slopes.is_contiguous():
+        got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
+        raise fail(
+            "varlen_attention",
+            f"alibi_slopes must be a contiguous float32 tensor [{heads}] or [{batch}, {heads}] on {q.device}, "
+            f"got {got}",
+        )
+    return "h" if slopes.dim() == 1 else "bh"

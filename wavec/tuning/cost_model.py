@@ -120,6 +120,12 @@ def _solve(pts) -> tuple[tuple[float, ...], float]:
     return tuple(float(c) for c in x / scale), float(np.sum((a @ (x / scale) - y) ** 2))
 
 
+def solve(rows) -> tuple[tuple[float, ...], float]:
+    """(non-negative coefficients, squared relative residual) of ``rows = [(features, seconds), ...]``
+    with any regressors (the NNLS of every fit here; ``tuning/moe.py`` fits its own terms with it)."""
+    return _solve(list(rows))
+
+
 def fit(rows, max_points: int = MAX_POINTS) -> tuple[float, ...]:
     """Non-negative coefficients of every feature from ``rows = [(features(...), seconds), ...]`` (at most
     ``max_points`` rows, evenly spread)."""
