@@ -44,12 +44,15 @@ def schedule(**flags) -> wc.SchedulingConstraint:
 
 
 def mma_type_for(mma: str, dtype, target: str | None = None) -> tuple[int, wc.MMAType]:
-    """(threads per wave, matrix instruction) of an MMA kind for ``dtype`` inputs; on gfx942 the MFMA."""
-    table = MFMA_FOR_DTYPE if target == "gfx942" else WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE
+    """(threads per wave, matrix instruction) of an MMA kind for ``dtype`` inputs; on gfx942 the MFMA (the
+    f16 one for a dtype without its own: callers that only want the wave size ask with any dtype, and an
+    mma of other operands is a ``DTypeError`` naming the type at compile time)."""
+    if target == "gfx942":
+        return 64, MFMA_FOR_DTYPE.get(dtype.name, MMA_FOR_TARGET["gfx942"][1])
+    table = WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE
     if dtype.name not in table:
-        kind = "gfx942's MFMA" if target == "gfx942" else mma
-        raise wc.WavecError(message=f"{kind} has no matrix instruction for {dtype.name} operands here")
-    return (64 if target == "gfx942" else 32), table[dtype.name]
+        raise wc.WavecError(message=f"{mma} has no matrix instruction for {dtype.name} operands")
+    return 32, table[dtype.name]
 
 
 @dataclass(frozen=True, slots=True)
