@@ -345,6 +345,16 @@ def definition_cases() -> list[Case]:
             lambda: _compile(_gemm_body(((M, K), f16), ((N, K), wc.bf16)), subs),
         ),
         Case(D, "bf16 operands with the f16 MMA instruction", lambda: _compile(gm.make_gemm(wc.bf16), subs)),
+        Case(
+            D,
+            "f16 operands with the int8 MMA instruction",
+            lambda: _compile(gm.make_gemm(wc.f16, 32, wc.MMAType.NV_I32_16x8x32_I8), subs),
+        ),
+        Case(
+            D,
+            "`matmul` of float32 tensors without `allow_tf32=True`",
+            lambda: gm.matmul(torch.randn(16, 32), torch.randn(16, 32), backend="emulator"),
+        ),
         Case(D, "an f32 value written to f16 memory", lambda: _compile(_write_wrong_dtype(), ew.DEFAULT_SUBS)),
         Case(D, "an argument without a Memory annotation", lambda: _compile(_unannotated(), ew.DEFAULT_SUBS)),
         Case(D, "the kernel returns a value", lambda: _compile(_returns_value(), ew.DEFAULT_SUBS)),

@@ -191,7 +191,7 @@ def test_matmul_decides_once_per_shape(monkeypatch) -> None:
 # --------------------------------------------------------------------------------------------- examples
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("0*.py")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("[0-9][0-9]_*.py")), ids=lambda p: p.stem)
 def test_example_on_emulator(path: pathlib.Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("WAVEC_BACKEND", "emulator")
     monkeypatch.syspath_prepend(str(EXAMPLES))

@@ -258,14 +258,6 @@ CASES = [
         "wc.write(wc.read(x), out)",
     ),
     Bad(
-        "vector_shapes that leave lanes idle",
-        _compile(
-            lambda: elementwise(lambda x, o: wc.write(wc.read(x), o), rowwise(vector_shapes={M: 1, N: 16})), ROW_SUBS
-        ),
-        ("vector_shapes", "N", "16", "32"),
-        "lambda x, o: wc.write(wc.read(x), o)",
-    ),
-    Bad(
         "vector_shapes[N] not a divisor of the wave tile",
         _compile(
             lambda: elementwise(lambda x, o: wc.write(wc.read(x), o), rowwise(vector_shapes={M: 1, N: 96})), ROW_SUBS

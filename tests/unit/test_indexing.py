@@ -180,11 +180,37 @@ def _amd32_c(l_: int, j: int) -> tuple[int, int]:
     return 8 * (j // 4) + 4 * (l_ // 32) + j % 4, l_ % 32
 
 
+def _nv_i8_a(l_: int, p: int) -> tuple[int, int]:  # PTX ISA m16n8k32 .s8: a_i, row g (+8 for a4..7, a12..15)
+    g, t, i = l_ // 4, l_ % 4, p
+    return g + 8 * ((i // 4) % 2), 4 * t + (i % 4) + 16 * (i // 8)
+
+
+def _nv_i8_b(l_: int, p: int) -> tuple[int, int]:  # b_i: k = 4t + (i % 4) (+16 for b4..7), n = g
+    g, t, i = l_ // 4, l_ % 4, p
+    return g, 4 * t + (i % 4) + 16 * (i // 4)
+
+
+def _nv_tf32_a(l_: int, p: int) -> tuple[int, int]:  # PTX ISA m16n8k8 .tf32: a0 (g, t), a1 (g+8, t), a2 (g, t+4)
+    g, t = l_ // 4, l_ % 4
+    return g + 8 * (p % 2), t + 4 * (p // 2)
+
+
+def _nv_tf32_b(l_: int, p: int) -> tuple[int, int]:  # b0 (k = t), b1 (k = t + 4), n = g
+    return l_ // 4, l_ % 4 + 4 * p
+
+
+def _amd16x32_ab(l_: int, j: int) -> tuple[int, int]:  # v_mfma_i32_16x16x32_i8: 8 K elements per lane
+    return l_ % 16, 8 * (l_ // 16) + j
+
+
 EXPECTED = {
     MMAType.NV_F32_16x8x16_F16: {"a": _nv_a, "b": _nv_b, "c": _nv_c},
     MMAType.NV_F32_16x8x16_BF16: {"a": _nv_a, "b": _nv_b, "c": _nv_c},
+    MMAType.NV_I32_16x8x32_I8: {"a": _nv_i8_a, "b": _nv_i8_b, "c": _nv_c},
+    MMAType.NV_F32_16x8x8_TF32: {"a": _nv_tf32_a, "b": _nv_tf32_b, "c": _nv_c},
     MMAType.F32_16x16x16_F16: {"a": _amd16_ab, "b": _amd16_ab, "c": _amd16_c},
     MMAType.F32_32x32x8_F16: {"a": _amd32_ab, "b": _amd32_ab, "c": _amd32_c},
+    MMAType.I32_16x16x32_I8: {"a": _amd16x32_ab, "b": _amd16x32_ab, "c": _amd16_c},
 }
 
 

@@ -383,10 +383,20 @@ def test_default_layout_spreads_lanes_fastest_dim_first() -> None:
     assert cells == sorted(itertools.product(range(4), range(16)))
 
 
-@pytest.mark.parametrize(
-    "shapes,match",
-    [({M: 1, N: 16}, "fewer elements"), ({M: 1}, "no layout anchors dimension N"), ({M: 1, N: 48}, "does not split")],
-)
+def test_small_vector_shapes_replicate_over_the_lanes() -> None:
+    """16 elements on 32 lanes (issue #20 item 2): lanes 16..31 hold copies of lanes 0..15's elements (their
+    coordinate wraps), each element is held by exactly two lanes."""
+    hw = wc.HardwareConstraint(32, None, {M: 1, N: 16})
+    cons = [wc.WorkgroupConstraint(M, 8, 0), wc.WorkgroupConstraint(N, 96, 1), hw]
+    trace = run_passes(wc.wave(cons)(_two_d_vector_shapes), {})
+    lay = next(r for r in nodes(trace.graph, Read) if key_of(r) == {M: 0, N: 0}).meta["layout"]
+    assert same(lay.seq(N).start, 96 * WORKGROUP[1] + Mod(LANE, 16)) and lay.size == 1
+    held = [(m, n) for lane in range(32) for m in lay.seq(M).elements({LANE: lane, WORKGROUP[0]: 0})
+            for n in lay.seq(N).elements({LANE: lane, WORKGROUP[1]: 0})]  # fmt: skip
+    assert sorted(held) == sorted(2 * [(0, n) for n in range(16)])
+
+
+@pytest.mark.parametrize("shapes,match", [({M: 1}, "no layout anchors dimension N"), ({M: 1, N: 48}, "does not split")])
 def test_bad_vector_shapes(shapes: dict, match: str) -> None:
     cons = [wc.WorkgroupConstraint(M, 8, 0), wc.WorkgroupConstraint(N, 96, 1), wc.HardwareConstraint(32, None, shapes)]
     with pytest.raises(ConstraintError, match=match):

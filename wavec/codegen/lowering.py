@@ -59,6 +59,28 @@ def vec_type(n: int, dtype: dt.DType) -> ir.VectorType:
     return ir.VectorType.get([n], elem_type(dtype))
 
 
+def reshape(t: ir.VectorType, v: ir.Value) -> ir.Value:
+    """``v`` as the vector type ``t`` of as many elements (an mma fragment's 2-D form and back).  A
+    ``vector<Rx1xT>`` (tf32 fragments) goes row by row through ``i32`` bits: IREE leaves its
+    ``vector.shape_cast`` (and an extract / from_elements chain, which it folds into one) as an
+    unrealized cast."""
+    src = ir.VectorType(v.type)
+    if (src.rank == 1 and t.rank == 1) or (src.shape[-1] != 1 and t.shape[-1] != 1):
+        return vector.shape_cast(t, v)
+    n, elem = src.shape[0], src.element_type
+    i32 = ir.IntegerType.get_signless(32)
+    if src.rank == 2:  # [R, 1] -> [R]
+        rows = [vector.bitcast(ir.VectorType.get([1], i32), vector.extract(v, [], [i])) for i in range(n)]
+        bits = vector.from_elements(ir.VectorType.get([n], i32), [vector.extract(r, [], [0]) for r in rows])
+        return vector.bitcast(t, bits)
+    bits = vector.bitcast(ir.VectorType.get([n], i32), v)  # [R] -> [R, 1]
+    rows = [vector.broadcast(ir.VectorType.get([1], i32), vector.extract(bits, [], [i])) for i in range(n)]
+    out = vector.broadcast(t, arith.constant(elem, 0.0))
+    for i, r in enumerate(rows):
+        out = vector.insert(vector.bitcast(ir.VectorType.get([1], elem), r), out, [], [i])
+    return out
+
+
 def fp8_bits(dtype: dt.DType, value: float) -> int:
     """The bits (as a signed i8) of ``value`` in the fp8 type, saturated and rounded as ``wc.cast`` does."""
     import torch
@@ -389,6 +411,8 @@ def lower_broadcast(fb: FunctionBuilder, node: fx.Node) -> None:
 
 @rule(MMA)
 def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
+    """``nvgpu.mma.sync`` (f16/bf16 m16n8k16, 8-bit m16n8k32, tf32 m16n8k8 with its operands rounded by
+    ``cvt.rna.tf32.f32``) or ``amdgpu.mfma``; the fragments reshaped to the instruction's vector types."""
     assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
     a, b, c = (fb.values[x] for x in arg_nodes(node))
@@ -403,13 +427,34 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
     if spec.vendor != "nvidia":
         fb.values[node] = amdgpu.mfma(spec.m, spec.n, spec.k, a, b, c, blocks=1)
         return
+    tf32 = in_dt == dt.f32
+    if tf32:
+        a, b = round_tf32(a), round_tf32(b)
     a_t, b_t = (ir.VectorType.get(list(s), elem_type(in_dt)) for s in (spec.a_shape, spec.b_shape))
     c_t = ir.VectorType.get(list(spec.c_shape), elem_type(acc_dt))
-    frags = [vector.shape_cast(t, v) for t, v in zip((a_t, b_t, c_t), (a, b, c))]  # the fragments' 2-D shapes
+    frags = [reshape(t, v) for t, v in zip((a_t, b_t, c_t), (a, b, c))]  # the fragments' 2-D shapes
     i64 = ir.IntegerType.get_signless(64)
-    shape = ir.ArrayAttr.get([ir.IntegerAttr.get(i64, x) for x in (spec.m, spec.n, spec.k)])
-    mma = ir.Operation.create("nvgpu.mma.sync", results=[c_t], operands=frags, attributes={"mmaShape": shape})
-    fb.values[node] = vector.shape_cast(c.type, mma.result)
+    attrs = {"mmaShape": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, x) for x in (spec.m, spec.n, spec.k)])}
+    if tf32:
+        attrs["tf32Enabled"] = ir.UnitAttr.get()
+    mma = ir.Operation.create("nvgpu.mma.sync", results=[c_t], operands=frags, attributes=attrs)
+    fb.values[node] = reshape(c.type, mma.result)
+
+
+def round_tf32(v: ir.Value) -> ir.Value:
+    """The f32 vector ``v`` rounded to tf32 (``cvt.rna.tf32.f32``: nearest, ties away from zero; low 13
+    bits zero).  The tensor core would otherwise ignore the low 13 bits, truncating toward zero: twice the
+    error, and biased.  Pure, so LLVM computes a fragment's rounding once however many mmas read it."""
+    n = ir.VectorType(v.type).shape[0]
+    i32 = ir.IntegerType.get_signless(32)
+    rna = ir.Attribute.parse("#nvvm.fp_rnd_mode<rna>")
+    bits = [
+        ir.Operation.create(
+            "nvvm.convert.float.to.tf32", results=[i32], operands=[vector.extract(v, [], [i])], attributes={"rnd": rna}
+        ).result
+        for i in range(n)
+    ]
+    return vector.bitcast(v.type, vector.from_elements(ir.VectorType.get([n], i32), bits))
 
 
 @rule(Iterate)

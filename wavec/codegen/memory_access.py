@@ -27,7 +27,7 @@ from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
 from ..passes.schema import Kwargs
-from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
+from .lowering import FunctionBuilder, elem_type, reshape, rule, splat, vec_type
 from .replicas import guarded, replica_guard
 
 
@@ -195,9 +195,10 @@ def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
 
 
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
-    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8.
-    A transposed B (tile contiguous along N) loads k-rows with ``.trans``: tiles (k0, n0), (k0+8, n0)
-    and, paired, (k0, n0+8), (k0+8, n0+8)."""
+    """ldmatrix of an mma.sync A (x4) or B (x2) fragment: lane i addresses row i % 8 of 8x8 tile i // 8
+    (8 rows of 16 bytes: ``chunk`` elements, 8 f16, 16 i8 or 4 f32; the 8-bit and tf32 fragments are the
+    16-bit ones in bytes).  A transposed B (tile contiguous along N, 16-bit only) loads k-rows with
+    ``.trans``: tiles (k0, n0), (k0+8, n0) and, paired, (k0, n0+8), (k0+8, n0+8)."""
     layout: Layout = node.meta["layout"]
     row_dim, k_dim = node.meta.get("mma_dims", layout.dims)
     base = {d: layout.seq(d).start.subs(LANE, 0) for d in layout.dims}
@@ -205,23 +206,24 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
     spec = fb.cs.mma_type.spec
     pair = node.meta.get("pair_with")
     trans = bool(node.meta.get("transpose"))
+    dtype = node.meta["type"].dtype
+    chunk, per_reg = 16 // dtype.bytes, 4 // dtype.bytes
     if node.meta["mma_role"] == "a":
         tiles, shape = 4, spec.a_shape
         row = base[row_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
-        col = base[k_dim] + 8 * sympy.floor(LANE / 16)
+        col = base[k_dim] + chunk * sympy.floor(LANE / 16)
     elif trans:
         tiles, shape = (4, (4, 2)) if pair is not None else (2, spec.b_shape)
         row = base[row_dim] + (layout.tile_of(row_dim) * sympy.floor(LANE / 16) if pair is not None else 0)
         col = base[k_dim] + sympy.Mod(LANE, 8) + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
     elif pair is not None:  # lanes 16-31 address the next N tile: one x4 load feeds two mmas
-        tiles, shape = 4, (4, 2)
+        tiles, shape = 4, (4, per_reg)
         row = base[row_dim] + sympy.Mod(LANE, 8) + layout.tile_of(row_dim) * sympy.floor(LANE / 16)
-        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
+        col = base[k_dim] + chunk * sympy.Mod(sympy.floor(LANE / 8), 2)
     else:
         tiles, shape = 2, spec.b_shape
         row = base[row_dim] + sympy.Mod(LANE, 8)
-        col = base[k_dim] + 8 * sympy.Mod(sympy.floor(LANE / 8), 2)
-    dtype = node.meta["type"].dtype
+        col = base[k_dim] + chunk * sympy.Mod(sympy.floor(LANE / 8), 2)
     i32 = ir.IntegerType.get_signless(32)
     frag = ir.Operation.create(
         "nvgpu.ldmatrix",
@@ -229,7 +231,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
         operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
         attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)},
     ).result
-    flat = vector.shape_cast(vec_type(shape[0] * shape[1], dtype), frag)
+    flat = reshape(vec_type(shape[0] * shape[1], dtype), frag)
     if pair is None:
         return flat
     size = layout.size

@@ -282,6 +282,28 @@ def _f32x2_to_bf16x2(c: Compiler, op: ir.Operation) -> Instr:
     return elementwise(c, op, fn)
 
 
+@register("nvvm.convert.float.to.tf32")
+def _f32_to_tf32(c: Compiler, op: ir.Operation) -> Instr:
+    """``cvt.rna.tf32.f32``: the f32's bits rounded to 10 mantissa bits, to nearest with ties away from
+    zero (adding half an ulp of tf32 to the magnitude carries into the exponent as it should, up to
+    infinity); the low 13 bits of the i32 result are zero.  Infinities pass, a NaN becomes 0x7fffffff."""
+    attrs = {k: str(op.attributes[k]) for k in op.attributes}
+    if attrs.get("rnd") != "#nvvm.fp_rnd_mode<rna>" or attrs.get("relu", "false") != "false":
+        raise EmulatorError(message=f"{c.loc(op)}: only cvt.rna.tf32.f32 (no relu) is emulated, got {attrs}")
+    if attrs.get("sat", "#nvvm.sat_mode<none>") != "#nvvm.sat_mode<none>":
+        raise EmulatorError(message=f"{c.loc(op)}: only cvt.rna.tf32.f32 without saturation is emulated")
+
+    def fn(x: np.ndarray) -> np.ndarray:
+        bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+        special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+        rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+        nan = special & ((bits & np.uint32(0x7FFFFF)) != 0)
+        out = np.where(special, bits, rounded)
+        return np.where(nan, np.uint32(0x7FFFFFFF), out).view(np.int32)
+
+    return elementwise(c, op, fn)
+
+
 @register("arith.bitcast", "vector.bitcast")
 def _bitcast(c: Compiler, op: ir.Operation) -> Instr:
     src, (shape, dst) = _arg(op), value_type(op.results[0].type)

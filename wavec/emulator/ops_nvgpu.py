@@ -2,7 +2,8 @@
 
 Warp = 32 consecutive linear thread ids.  Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k*"),
 lane ``l``, ``g = l // 4``, ``t = l % 4``, ``p`` elements per 32-bit register (2 for f16/bf16, 1 for tf32,
-4 for s8):
+4 for s8; the tensor core reads a tf32 operand's f32 register ignoring its low 13 bits, which ``_tf32``
+truncates, so an operand rounded by ``cvt.rna.tf32.f32`` first passes unchanged):
 
 - A with 4 registers: ``A[g + 8*(r % 2), p*t + 4p*(r // 2) + e]``; with 2 registers: ``A[g + 8*r, p*t + e]``.
 - B: ``B[k = p*t + 4p*r + e, n = g]``.
@@ -68,14 +69,22 @@ def scatter(mat: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return mat[:, rows.reshape(-1), cols.reshape(-1)].reshape((mat.shape[0] * lanes,) + rows.shape[1:])
 
 
-def mma(frags: tuple, layouts: tuple, mnk: tuple[int, int, int], at: ElemType, ct: ElemType) -> np.ndarray:
+def mma(
+    frags: tuple, layouts: tuple, mnk: tuple[int, int, int], at: ElemType, ct: ElemType, saturate: bool = False
+) -> np.ndarray:
     """D = A B + C of per-lane fragments laid out by ``layouts`` ((row, col) of A, B, C), computed in int64
-    for integer operands, else in f32, then converted to the result type."""
+    for integer operands, else in f32, then converted to the result type: integers wrap, or with
+    ``saturate`` clamp to the accumulator's range (``.satfinite``)."""
     (m, n, k), calc = mnk, np.float32 if at.is_float else np.int64
     (fa, fb, fc), ((ar, ac), (bk, bn), (cr, cc)) = frags, layouts
     a, b = gather(fa, ar, ac, (m, k), calc), gather(fb, bk, bn, (k, n), calc)
     d = scatter(np.matmul(a, b) + gather(fc, cr, cc, (m, n), calc), cr, cc)
-    return ct.cast(d) if at.is_float else d.astype(ct.reg)
+    if at.is_float:
+        return ct.cast(d)
+    if saturate:
+        info = np.iinfo(ct.reg)
+        d = np.clip(d, info.min, info.max)
+    return d.astype(ct.reg)
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -93,13 +102,15 @@ def _mma_sync(c: Compiler, op: ir.Operation) -> Instr:
         raise EmulatorError(message=f"{c.loc(op)}: unsupported mma shape {m}x{n}x{k}")
     layouts = (frag_a(ra, pa), frag_b(rb, pb), frag_c())
     pre = _tf32 if at.name == "f32" else (lambda x: x)
+    # nvgpu -> nvvm lowers every 8-bit mma.sync as ``.satfinite`` (s32 results clamp instead of wrapping)
+    saturate = not at.is_float
 
     def run(st: State) -> None:
         if st.lanes % WARP:
             raise EmulatorError(message=f"{c.loc(op)}: workgroup of {st.lanes} threads is not whole warps")
         env, lanes = st.env, st.lanes
         frags = (pre(full_lanes(env[a], lanes)), pre(full_lanes(env[b], lanes)), full_lanes(env[acc], lanes))
-        env[o] = mma(frags, layouts, (m, n, k), at, ct)
+        env[o] = mma(frags, layouts, (m, n, k), at, ct, saturate)
 
     return run
 

@@ -4,9 +4,10 @@ tile (``memref.extract_aligned_pointer_as_index``) and the ``llvm`` struct ops t
 - Shared memory has one address space per workgroup: allocation ``i`` starts at the sum of the sizes of
   the allocations before it, each rounded up to 1024 bytes (the hardware packs them at least 128-byte
   aligned; 1024 keeps every swizzle atom aligned).  Descriptors carry these addresses.
-- ``wgmma.mma_async`` m64nNk16 (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): a
-  warpgroup is 4 consecutive warps (128 lanes); both descriptors must be uniform over it.  A (64 x 16)
-  and B (N x 16, K-major) are read through the decoded descriptors (start address, LBO, SBO, swizzle
+- ``wgmma.mma_async`` m64nNk16 f16/bf16, m64nNk32 s8 (s32 results, wrapping) and m64nNk8 tf32 (PTX
+  ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"; K is 32 bytes in each): a warpgroup
+  is 4 consecutive warps (128 lanes); both descriptors must be uniform over it.  A (64 x K)
+  and B (N x K, K-major) are read through the decoded descriptors (start address, LBO, SBO, swizzle
   mode).  Mode none: element ``(r, k)`` at ``start + (r // 8) * SBO + (k // e) * LBO + (r % 8) * 16 +
   (k % e) * bytes`` with ``e`` elements per 16 bytes; W-byte swizzle (128, 64, 32): at
   ``a ^ (((a >> 7) & (W/16 - 1)) << 4)`` for ``a = start + (r // 8) * SBO + (r % 8) * W + k * bytes`` (the
@@ -78,24 +79,31 @@ def _aligned_pointer(c: Compiler, op: ir.Operation) -> Instr:
     return run
 
 
-def _struct_len(t: ir.Type) -> int:
+_STRUCT_ELEMS = {"f32": np.float32, "i32": np.int32}
+
+
+def _struct_type(t: ir.Type) -> tuple[int, type]:
+    """(length, numpy type) of a struct of f32 (an f32 accumulator) or of i32 (an s32 one)."""
     text = str(t)
-    if not text.startswith("!llvm.struct<(") or set(text[len("!llvm.struct<(") : -2].split(", ")) != {"f32"}:
-        raise EmulatorError(message=f"unsupported struct type {t} (only structs of f32)")
-    return text.count("f32")
+    elems = set(text[len("!llvm.struct<(") : -2].split(", "))
+    if not text.startswith("!llvm.struct<(") or len(elems) != 1 or not elems <= set(_STRUCT_ELEMS):
+        raise EmulatorError(message=f"unsupported struct type {t} (only structs of f32 or of i32)")
+    (name,) = elems
+    return text.count(name), _STRUCT_ELEMS[name]
 
 
 @register("llvm.mlir.undef", "llvm.mlir.poison")
 def _undef(c: Compiler, op: ir.Operation) -> Instr:
     (o,) = c.outs(op)
-    return constant(o, np.full((1, _struct_len(op.results[0].type)), np.nan, np.float32))
+    n, kind = _struct_type(op.results[0].type)
+    return constant(o, np.full((1, n), np.nan, np.float32) if kind is np.float32 else np.zeros((1, n), kind))
 
 
 @register("llvm.insertvalue")
 def _insertvalue(c: Compiler, op: ir.Operation) -> Instr:
     (pos,), where = list(op.attributes["position"]), c.loc(op)
-    at = (slice(None), pos)
-    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, np.float32).reshape(-1), at))
+    at, kind = (slice(None), pos), _struct_type(op.results[0].type)[1]
+    return elementwise(c, op, lambda s, v: insert_at(_settled(s, where), np.asarray(v, kind).reshape(-1), at))
 
 
 @dataclass(eq=False)
@@ -153,10 +161,11 @@ def _decode(desc: int) -> tuple[int, int, int, int]:
 
 
 def _operand_bytes(desc: int, rows: int, elem_bytes: int, mn_major: bool = False) -> np.ndarray:
-    """Byte addresses (rows, 16, elem_bytes) of a rows x 16 operand, K-major or (imm-trans = 1) MN-major."""
+    """Byte addresses (rows, K, elem_bytes) of a rows x K operand (K: 32 bytes, the instruction's), K-major
+    or (imm-trans = 1, 16-bit types only) MN-major."""
     start, lbo, sbo, mode = _decode(desc)
     e = 16 // elem_bytes
-    r, k = np.arange(rows)[:, None], np.arange(16)[None, :]
+    r, k = np.arange(rows)[:, None], np.arange(32 // elem_bytes)[None, :]
     width = {0: 16, 1: 128, 2: 64, 3: 32}[mode]
     if mn_major and mode == 0:  # core matrices of 8 K rows x 16 bytes of M/N: SBO along M/N, LBO along K
         elem = start + (r // e) * sbo + (k // 8) * lbo + (k % 8) * 16 + (r % e) * elem_bytes
@@ -174,7 +183,9 @@ def _operand_bytes(desc: int, rows: int, elem_bytes: int, mn_major: bool = False
 
 
 def _gather(st: State, addr: np.ndarray, waves: np.ndarray, dtype: str, op_id: int, where: str) -> np.ndarray:
-    """Values (rows, 16) at byte addresses ``addr`` read by ``waves``, through the race/proxy checks."""
+    """Values (rows, K) at byte addresses ``addr`` read by ``waves``, through the race/proxy checks: f16 /
+    bf16 / tf32 as f32 (tf32: the f32 with its low 13 bits dropped, as the tensor core reads it), s8 as
+    int64."""
     buf, rel = shared_at(st, addr, f"{where}: descriptor addresses")
     flat = rel.reshape(-1)
     if st.check_races:
@@ -184,8 +195,21 @@ def _gather(st: State, addr: np.ndarray, waves: np.ndarray, dtype: str, op_id: i
                 "fence.proxy.async since (the async proxy may not see the write)"
             )
         buf.read(st, np.tile(flat, len(waves)), np.repeat(waves, flat.size), op_id)
-    bits = buf.raw[rel[..., 0]].astype(np.uint16) | (buf.raw[rel[..., 1]].astype(np.uint16) << 8)
+    return _decode_elements(buf.raw[rel], dtype)
+
+
+def _decode_elements(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """Elements from their little-endian bytes (the last axis of ``raw``)."""
+    if dtype == "s8":
+        return raw[..., 0].astype(np.uint8).view(np.int8).astype(np.int64)
+    if dtype == "tf32":
+        word = sum(raw[..., i].astype(np.uint32) << np.uint32(8 * i) for i in range(4))
+        return (word & np.uint32(0xFFFFE000)).view(np.float32)
+    bits = raw[..., 0].astype(np.uint16) | (raw[..., 1].astype(np.uint16) << 8)
     return bits.view(np.float16).astype(np.float32) if dtype == "f16" else bf16_bits_to_f32(bits)
+
+
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "s8": 1, "tf32": 4}
 
 
 def _acc_positions(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,8 +228,10 @@ def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
     m, n, k = (int(x) for x in shape.groups())
     type_a = enum_name(op.attributes["typeA"])
     same = str(op.attributes["typeB"]) == str(op.attributes["typeA"])
-    if (m, k) != (64, 16) or type_a not in ("f16", "bf16") or not same:
-        raise EmulatorError(message=f"{op.name}: only m64nNk16 with f16/bf16 operands is emulated")
+    if m != 64 or type_a not in _ELEM_BYTES or k * _ELEM_BYTES[type_a] != 32 or not same:
+        raise EmulatorError(message=f"{op.name}: only m64nNk16 f16/bf16, k32 s8 and k8 tf32 are emulated")
+    if "satfinite" in op.attributes:
+        raise EmulatorError(message=f"{op.name}: satfinite is not emulated")
     if enum_name(op.attributes["scaleD"]) != "one":
         raise EmulatorError(message=f"{op.name}: only scaleD = one is emulated")
     return n, type_a, enum_name(op.attributes["layoutA"]) == "col", enum_name(op.attributes["layoutB"]) == "row"
@@ -214,23 +240,29 @@ def _wgmma_attrs(op: ir.Operation) -> tuple[int, str, bool, bool]:
 def _group_operand(
     st: State, desc: np.ndarray, grp: int, rows: int, mn_major: bool, dtype: str, op_id: int, where: str
 ) -> np.ndarray:
-    """The (rows, 16) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
+    """The (rows, K) operand a warpgroup's descriptor addresses, read through the race/proxy checks."""
     d, waves = desc[grp * GROUP : (grp + 1) * GROUP], np.arange(grp * 4, grp * 4 + 4)
     if np.any(d != d[0]):
         raise EmulatorError(message=f"{where}: matrix descriptor differs across the lanes of a warpgroup")
-    return _gather(st, _operand_bytes(int(d[0]), rows, 2, mn_major), waves, dtype, op_id, where)
+    if mn_major and _ELEM_BYTES[dtype] != 2:
+        raise EmulatorError(message=f"{where}: an MN-major {dtype} operand (PTX allows transposes for 16-bit only)")
+    addr = _operand_bytes(int(d[0]), rows, _ELEM_BYTES[dtype], mn_major)
+    return _gather(st, addr, waves, dtype, op_id, where)
 
 
 def _a_from_registers(regs: list[np.ndarray], dtype: str) -> np.ndarray:
-    """The 64 x 16 A of one warpgroup from its lanes' four f16x2/bf16x2 registers (128, 4): warp w holds rows
-    16w..16w+15 as the m16n8k16 A fragment, reg h = elements (2h, 2h+1): A[16w + g + 8(h%2), 2t + 8(h//2) + e]."""
+    """The 64 x K A of one warpgroup from its lanes' four 32-bit registers (128, 4) of p elements each (2
+    f16/bf16, 4 s8, 1 tf32): warp w holds rows 16w..16w+15 as the m16n8k(8p) A fragment, reg h =
+    A[16w + g + 8(h%2), pt + 4p(h//2) + e]."""
+    eb = _ELEM_BYTES[dtype]
+    p = 4 // eb
     bits = np.stack([np.asarray(r).astype(np.int64) & 0xFFFFFFFF for r in regs], axis=1)  # (128, 4)
-    halves = np.stack([bits & 0xFFFF, bits >> 16], axis=2).astype(np.uint16)  # (128, 4, 2)
-    vals = halves.view(np.float16).astype(np.float32) if dtype == "f16" else bf16_bits_to_f32(halves)
-    lane, h, e = np.arange(GROUP)[:, None, None], np.arange(4)[None, :, None], np.arange(2)[None, None, :]
+    raw = np.stack([(bits >> (8 * i)) & 0xFF for i in range(4)], axis=2).astype(np.uint8)  # (128, 4, 4)
+    vals = _decode_elements(raw.reshape(GROUP, 4, p, eb), dtype)  # (128, 4, p)
+    lane, h, e = np.arange(GROUP)[:, None, None], np.arange(4)[None, :, None], np.arange(p)[None, None, :]
     w, g, t = lane // 32, lane % 32 // 4, lane % 4
-    a = np.zeros((64, 16), np.float32)
-    rows, cols = (np.broadcast_to(x, vals.shape) for x in (16 * w + g + 8 * (h % 2), 2 * t + 8 * (h // 2) + e))
+    a = np.zeros((64, 8 * p), vals.dtype)
+    rows, cols = (np.broadcast_to(x, vals.shape) for x in (16 * w + g + 8 * (h % 2), p * t + 4 * p * (h // 2) + e))
     a[rows, cols] = vals
     return a
 
@@ -251,9 +283,14 @@ def _issue(st: State, where: str, acc_in, operands, n: int) -> InFlight:
         for grp in np.nonzero(issued)[0]:
             lanes = slice(grp * GROUP, (grp + 1) * GROUP)
             a, b = operands(st, grp)
-            cmat = np.zeros((64, n), np.float32)
-            cmat[rows, cols] = c_in[lanes]
-            d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
+            if out.dtype == np.int32:  # s32: exact, wrapping (no .satfinite)
+                cmat = np.zeros((64, n), np.int64)
+                cmat[rows, cols] = c_in[lanes]
+                d = (a.astype(np.int64) @ b.astype(np.int64).T + cmat).astype(np.int32)
+            else:
+                cmat = np.zeros((64, n), np.float32)
+                cmat[rows, cols] = c_in[lanes]
+                d = (a.astype(np.float64) @ b.astype(np.float64).T + cmat).astype(np.float32)
             out[lanes] = d[rows, cols]
         result.value = out
 
@@ -268,13 +305,14 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
     desc_a, desc_b = (s for s, v in zip(ins, op.operands) if str(v.type) == "i64")
     n, dtype, a_mn, b_mn = _wgmma_attrs(op)
     where, op_id = c.loc(op), c.op_id(op)
+    kind = _struct_type(op.results[0].type)[1]
 
     def run(st: State) -> None:
         da, db = (full_lanes(np.asarray(st.env[d], np.int64).reshape(-1), st.lanes) for d in (desc_a, desc_b))
         # an accumulator chained from an in-flight wgmma is read when that one retires (groups retire in order)
         acc_in = st.env[acc]
         if not isinstance(acc_in, InFlight):
-            acc_in = np.array(full_lanes(np.asarray(acc_in, np.float32), st.lanes))
+            acc_in = np.array(full_lanes(np.asarray(acc_in, kind), st.lanes))
 
         def operands(st: State, grp: int):
             return (
@@ -288,17 +326,19 @@ def _wgmma(c: Compiler, op: ir.Operation) -> Instr:
 
 
 _WGMMA_ASM = re.compile(
-    r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b?f16)\.(b?f16)\s+\{[^}]*\},\s*"
-    r"\{[^}]*\},\s*\$\d+,\s*p,\s*1,\s*1,\s*([01]);"
+    r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(?:16\.f32\.(b?f16)\.b?f16|32\.s32\.(s8)\.s8|8\.f32\.(tf32)\.tf32)\s+"
+    r"\{[^}]*\},\s*"
+    r"\{[^}]*\},\s*\$\d+,\s*p(?:,\s*1,\s*1)?(?:,\s*([01]))?;"
 )
 
 
 def _fence_operands(c: Compiler, op: ir.Operation) -> Instr:
     ins, (o,) = c.ins(op), c.outs(op)
     where = c.loc(op)
+    kind = _struct_type(op.results[0].type)[1]
 
     def run(st: State) -> None:
-        cols = [np.asarray(_settled(st.env[x], where), np.float32).reshape(-1) for x in ins]
+        cols: list[np.ndarray] = [np.asarray(_settled(st.env[x], where), kind).reshape(-1) for x in ins]
         st.env[o] = np.stack([full_lanes(x, st.lanes) for x in cols], axis=1)
 
     return run
@@ -316,9 +356,12 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
     if atomic is not None:
         return atomic
     m, scale = _WGMMA_ASM.search(text), re.search(r"setp\.ne\.b32 p, ([01]), 0;", text)
-    if m is None or scale is None or m.group(2) != m.group(3):
+    if m is None or scale is None or (m.group(2) and f"{m.group(2)}.{m.group(2)} " not in text):
         raise EmulatorError(message=f"{c.loc(op)}: unsupported inline PTX {text!r}")
-    n, dtype, b_mn = int(m.group(1)), m.group(2), m.group(4) == "1"
+    n, dtype, b_mn = int(m.group(1)), m.group(2) or m.group(3) or m.group(4), m.group(5) == "1"
+    if (m.group(5) is None) != (dtype != "f16" and dtype != "bf16") or (dtype == "s8") != (", 1, 1" not in text):
+        raise EmulatorError(message=f"{c.loc(op)}: wgmma immediates do not match the {dtype} form: {text!r}")
+    kind = _struct_type(op.results[0].type)[1]
     ins, (o,) = c.ins(op), c.outs(op)
     count = n // 2 if scale.group(1) == "1" else 0  # scale-d = 0: D = A B, no accumulator operands
     acc, a_regs, desc_b = ins[:count], ins[count : count + 4], ins[count + 4]
@@ -331,11 +374,9 @@ def _inline_asm(c: Compiler, op: ir.Operation) -> Instr:
 
         def acc_in() -> np.ndarray:
             if not parts:
-                return np.zeros((st.lanes, n // 2), np.float32)
-            cols = [
-                p.settled() if isinstance(p, InFlightPart) else np.asarray(p, np.float32).reshape(-1) for p in parts
-            ]
-            return np.stack([full_lanes(x, st.lanes) for x in cols], axis=1).astype(np.float32)
+                return np.zeros((st.lanes, n // 2), kind)
+            cols = [p.settled() if isinstance(p, InFlightPart) else np.asarray(p, kind).reshape(-1) for p in parts]
+            return np.stack([full_lanes(x, st.lanes) for x in cols], axis=1).astype(kind)
 
         def operands(st: State, grp: int):
             lanes = slice(grp * GROUP, (grp + 1) * GROUP)

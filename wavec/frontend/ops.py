@@ -209,7 +209,7 @@ class MMA(Op):
     name = "mma"
     anchor, anchor_priority = "mma_operands", PRIO_HARDWARE
     expansion = "mma_chain"  # clones chained along K, K steps outermost
-    emulated_ops = ("nvgpu.mma.sync", "amdgpu.mfma")
+    emulated_ops = ("nvgpu.mma.sync", "amdgpu.mfma", "nvvm.convert.float.to.tf32")
 
     @staticmethod
     def dims(node) -> tuple:

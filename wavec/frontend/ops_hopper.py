@@ -26,7 +26,9 @@ class WarpgroupMMA(_WgmmaOp):
     """``wgmma.mma_async`` of a warpgroup: ``args = (A descriptor, B descriptor, accumulator)``."""
 
     name = "wgmma"
-    emulated_ops = ("nvvm.wgmma.mma_async", "llvm.insertvalue", "llvm.extractvalue")
+    # inline PTX for a register A, whose tf32 elements are rounded by cvt.rna first
+    emulated_ops = ("nvvm.wgmma.mma_async", "llvm.insertvalue", "llvm.extractvalue", "llvm.inline_asm",
+                    "nvvm.convert.float.to.tf32")  # fmt: skip
 
 
 class WgmmaFence(_WgmmaOp):

@@ -1,5 +1,6 @@
-"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K], f16/bf16 in, f32 accumulation, C in f32 or the input dtype) on
-the matrix units; split-K for decode shapes (``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
+"""GEMM ``C = A @ B.T`` (A [M, K], B [N, K]) on the matrix units: f16/bf16 in, f32 accumulation, C in f32 or
+the input dtype; int8 in, exact i32 out; f32 in as tf32 (opt-in), f32 out.  Split-K for decode shapes
+(``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
 
 from dataclasses import replace
 from typing import Any
@@ -8,6 +9,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.frontend.dtypes import DTYPES
 from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import DEFAULT_PLAN, GemmPlan, GemmRequest, mma_type_for, plan_matmul, schedule
 
@@ -49,18 +51,20 @@ def make_gemm(
     wgmma tiles ignore); ``out_dtype``: C's dtype, f32 or ``dtype`` (the f32 accumulator rounded once, as
     cuBLAS does for ``torch.matmul``).  ``build_gemm`` makes one from a ``GemmPlan``."""
     sched = sched or DEFAULT_PLAN.schedule
-    if out_dtype not in (f32, dtype):
+    acc_dt = DTYPES[mma_type.spec.acc_dtype]  # i32 for 8-bit integer operands, else f32
+    out_dtype = acc_dt if acc_dt != f32 else out_dtype
+    if out_dtype not in (acc_dt, dtype):
         raise ValueError(f"out_dtype must be f32 or the input dtype {dtype.name}, got {out_dtype}")
 
     @wc.wave(gemm_constraints(threads_per_wave, mma_type, waves, sched))
     def gemm(a: Memory[M, K, dtype], b: Memory[N, K, dtype], c: Memory[M, N, out_dtype]):
-        acc = Register[M, N, f32](0.0)
+        acc = Register[M, N, acc_dt](0)
 
         @wc.iterate(K, init_args=[acc])
-        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+        def body(acc: Register[M, N, acc_dt]) -> Register[M, N, acc_dt]:
             return wc.mma(wc.read(a), wc.read(b), acc)
 
-        wc.write(body if out_dtype == f32 else wc.cast(body, out_dtype), c)
+        wc.write(body if out_dtype == acc_dt else wc.cast(body, out_dtype), c)
 
     return gemm
 
@@ -141,9 +145,14 @@ def _cached(key, build):
 
 def output_dtype(a, out_dtype) -> tuple:
     """(torch dtype, wavec dtype) of C for ``matmul(out_dtype=)``: a's dtype (None, as ``torch.matmul``)
-    or torch.float32 (the f32 accumulator unrounded)."""
+    or torch.float32 (the f32 accumulator unrounded); int8 inputs give the i32 accumulator (as
+    ``torch._int_mm``)."""
     import torch
 
+    if a.dtype == torch.int8:
+        if out_dtype not in (None, torch.int32):
+            raise wc.WavecError(message=f"matmul: int8 inputs give an int32 C (out_dtype=None), got {out_dtype}")
+        return torch.int32, wc.i32
     out_dtype = a.dtype if out_dtype is None else out_dtype
     if out_dtype not in (torch.float32, a.dtype):
         raise wc.WavecError(message=f"matmul: out_dtype must be torch.float32 or a's dtype {a.dtype}, got {out_dtype}")
@@ -163,11 +172,17 @@ def matmul(
     persistent: bool | None = None,
     config: tuple[dict, tuple[int, int]] | None = None,
     prefetch_fragments: bool = True,
+    allow_tf32: bool = False,
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     a's dtype (None, the default, as ``torch.matmul``; rounded from the f32 accumulator) or
     ``torch.float32``.  The keyword arguments become a ``GemmRequest``, which ``plan_matmul`` maps onto a
-    plan.
+    plan.  int8 inputs give the exact int32 product (``torch._int_mm(a, b.T)``; a sum past the int32
+    range clamps on mma.sync, whose s8 form is ``.satfinite``, and wraps on wgmma).  float32 inputs need
+    ``allow_tf32=True`` (torch's ``allow_tf32`` semantics): the products use the operands' 10 leading
+    mantissa bits (tf32; mma.sync rounds them with ``cvt.rna``, wgmma reads them from shared memory and
+    the tensor core truncates) and accumulate in f32, about 1e-3 relative error; C is float32.  Neither
+    takes ``split``.
 
     ``mma``: "auto" (the default: "wgmma" for CUDA tensors on a compute-capability 9.0 GPU without
     ``split`` or ``config``, else "mma_sync"), "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
@@ -184,14 +199,14 @@ def matmul(
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     try:
         cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
-        opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments)
+        opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
         key: Any = (tensor_key(a), tensor_key(b), backend, out_dtype, opts)
         run = _DISPATCH.get(key)
     except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
         key, run = None, None
     if run is None:
         req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
-        run = matmul_runner(a, b, backend, out_dtype, req)
+        run = matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32)
         if key is not None:
             _DISPATCH.remember(key, run)
     return run(a, b)
@@ -201,24 +216,41 @@ def matmul(
 _DISPATCH = Decisions("matmul")
 
 
-def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple | None = None):
-    """``matmul``'s decision for a's and b's dtypes, shapes and device: validate, plan, compile (cached by
-    the plan), prepare the launches; ``run(a, b) -> c`` of ``out_shape`` (default [M, N]; ``linear`` asks
-    for x's leading dims) for later calls with the same tensor keys."""
+def _input_dtype(a, b, allow_tf32: bool):
+    """The wavec dtype of matmul's operands, or a ``WavecError`` naming what is wrong."""
     import torch
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
         got = ", ".join(f"{t.dim()}-D" if isinstance(t, torch.Tensor) else type(t).__name__ for t in (a, b))
         raise wc.WavecError(message=f"matmul: a [M, K] and b [N, K] must be 2-D tensors, got {got}")
-    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16}.get(a.dtype)
+    dtype = {torch.float16: wc.f16, torch.bfloat16: wc.bf16, torch.int8: wc.i8, torch.float32: wc.f32}.get(a.dtype)
     if dtype is None:
-        raise wc.WavecError(message=f"matmul: a must be float16 or bfloat16, got {a.dtype}")
+        raise wc.WavecError(message=f"matmul: a must be float16, bfloat16, int8 or float32, got {a.dtype}")
+    if b.dtype != a.dtype:
+        raise wc.WavecError(message=f"matmul: b must have a's dtype {a.dtype}, got {b.dtype}")
+    if dtype == wc.f32 and not allow_tf32:
+        raise wc.WavecError(
+            message="matmul: float32 inputs run on the tf32 matrix instruction (10 mantissa bits, about 1e-3 "
+            "relative error): pass allow_tf32=True to accept that"
+        )
+    return dtype
+
+
+def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple | None = None, allow_tf32: bool = False):
+    """``matmul``'s decision for a's and b's dtypes, shapes and device: validate, plan, compile (cached by
+    the plan), prepare the launches; ``run(a, b) -> c`` of ``out_shape`` (default [M, N]; ``linear`` asks
+    for x's leading dims) for later calls with the same tensor keys."""
+    dtype = _input_dtype(a, b, allow_tf32)
+    if dtype.bytes != 2 and req.split not in (None, 1):  # the partials are f32: an i32 sum would not be exact
+        raise wc.WavecError(message=f"matmul: split-K takes float16 or bfloat16 inputs, not {a.dtype}")
     if req.mma == "auto":
         req = replace(req, mma=auto_mma(a, backend, req))
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
     out_shape = (m, n) if out_shape is None else tuple(out_shape)
-    plan = plan_matmul(m, n, k + -k % 8 if pads_k(m, n, k) else k, req)
+    unit = 16 // dtype.bytes  # elements per 16-byte run
+    plan = plan_matmul(m, n, k + -k % unit if pads_k(m, n, k, unit) else k, req)
+    plan = replace(plan, block_k=plan.block_k * 2 // dtype.bytes)  # K steps of as many bytes as f16's
     target = "sm_90a" if plan.mma == "wgmma" else None
     if plan.split > 1:
         return _splitk_runner(a, b, plan, dtype, out, out_dtype, backend, out_shape)
@@ -226,8 +258,8 @@ def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple |
         (dtype.name, out.name, backend, plan),
         lambda: wc.compile(build_gemm(plan, dtype, out), plan.subs, backend=backend, target=target),
     )
-    if pads_k(m, n, k):
-        return padded_k_runner(kernel, out_dtype, a, b, out_shape)
+    if pads_k(m, n, k, unit):
+        return padded_k_runner(kernel, out_dtype, a, b, out_shape, unit)
     return output_runner(kernel, out_dtype, a, b, out_shape)
 
 
@@ -247,19 +279,20 @@ def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
 PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)
 
 
-def pads_k(m: int, n: int, k: int) -> bool:
-    """Whether ``matmul`` zero-pads a K that is not a multiple of 8 (copies of A and B, 4(M+N)K bytes)
-    rather than launching the narrow variant (single-element loads of A and B, synchronous copies): where
-    the product's 2MNK flops dwarf the copies, M and N both at least ``PAD_K_MIN_MN``."""
-    return k % 8 != 0 and min(m, n) >= PAD_K_MIN_MN
+def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
+    """Whether ``matmul`` zero-pads a K that is not a multiple of ``unit`` (the elements of a 16-byte run:
+    8 f16, 16 i8, 4 f32; copies of A and B, 4(M+N)K bytes for f16) rather than launching the narrow
+    variant (single-element loads of A and B, synchronous copies): where the product's 2MNK flops dwarf
+    the copies, M and N both at least ``PAD_K_MIN_MN``."""
+    return k % unit != 0 and min(m, n) >= PAD_K_MIN_MN
 
 
-def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple):
-    """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of 8 of
-    K (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple, unit: int = 8):
+    """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of
+    ``unit`` of K (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
     import torch
 
-    pad = -a.shape[1] % 8
+    pad = -a.shape[1] % unit
     padded = torch.nn.functional.pad
     c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
     launch = kernel.prepare(padded(a, (0, pad)), padded(b, (0, pad)), c, fresh_outputs=True)

@@ -135,7 +135,7 @@ def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
         return False
     row_dim, k_dim = operand.meta["type"].dims
     transpose = node.meta["type"].dims[-1] != k_dim  # the tile is contiguous along the row (N) dim
-    if transpose and role != "b":
+    if transpose and (role != "b" or node.meta["type"].dtype.bytes != 2):  # .trans moves 16-bit elements
         return False
     node.meta.update(mma_role=role, mma_dims=(row_dim, k_dim), transpose=transpose)
     return True

@@ -45,8 +45,11 @@ def _base(ctx: PassContext, graph, dims) -> dict:
 
 
 def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None = None) -> Layout:
-    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread.  ``loc``:
-    the kernel line of the value that needs it (errors point there and name the HardwareConstraint)."""
+    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread.  A value
+    of fewer elements than the wave's lanes is replicated: the lanes past its elements wrap around and hold
+    copies (``codegen/replicas.py`` lets one of them store); a wave tile smaller than ``vector_shapes``
+    (and dividing it) is its own instruction tile, replicated the same way.  ``loc``: the kernel line of
+    the value that needs it (errors point there and name the HardwareConstraint)."""
     cs = ctx.constraints
     hw = f"HardwareConstraint{defined_at(cs.hardware)}"
     remaining, lane_stride, seqs, tiles = cs.threads_per_wave, 1, {}, {}
@@ -58,6 +61,9 @@ def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None =
                 f"{hw} vector_shapes={{{d}: ...}}",
             )
         v = cs.vector_shapes[d]
+        extent = cs.wave_extent(d)
+        if isinstance(extent, int) and 0 < extent < v and v % extent == 0:
+            v = extent  # a wave tile smaller than the vector shape: the tile itself, its lanes replicated
         lanes = min(remaining, v)
         if v % lanes or remaining % lanes:
             raise ConstraintError(
@@ -69,13 +75,6 @@ def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None =
         tiles[d] = v
         remaining //= lanes
         lane_stride *= lanes
-    if remaining != 1:
-        shapes = ", ".join(f"{d}: {cs.vector_shapes[d]}" for d in dims)
-        raise ConstraintError(
-            loc,
-            message=f"vector_shapes {{{shapes}}} of {hw} cover fewer elements than the "
-            f"{cs.threads_per_wave} lanes of a wave (threads_per_wave={cs.threads_per_wave})",
-        )
     layout = Layout.make(dims, [seqs[d] for d in dims], [tiles[d] for d in dims])
     return layout.offset(_base(ctx, graph, dims))
 

@@ -47,7 +47,7 @@ __all__ = [
 MAP_BYTES = 128
 SWIZZLES = (0, 32, 64, 128)  # bytes of the swizzle span (0: none)
 MAX_BOX = 256  # elements per box dimension
-_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "i8": 1}
 _MAGIC = b"WCTMAP02"
 _HEADER = struct.Struct("<8sIIII")  # magic, arg, element bytes, rank, swizzle
 _DIM = struct.Struct("<IQH")  # size (< 2^32), byte stride (< 2^40), box (<= 256): 14 bytes, rank 5 fits
@@ -137,7 +137,7 @@ def describe(
 
 
 # CUtensorMapDataType / CUtensorMapSwizzle values (cuda.h)
-_CU_DTYPES = {"f16": 6, "f32": 7, "bf16": 9, "i32": 3}
+_CU_DTYPES = {"f16": 6, "f32": 7, "bf16": 9, "i32": 3, "i8": 0}  # i8: UINT8, the map only moves bytes
 _CU_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
 _CU_INTERLEAVE_NONE, _CU_L2_PROMOTION_256B, _CU_OOB_FILL_NONE = 0, 3, 0
 _encoder: Any = None

@@ -22,8 +22,19 @@ MMA_FOR_TARGET = {
     "sm_90a": (32, wc.MMAType.NV_WGMMA_F32_64xNx16_F16),  # warpgroup MMA: wave tiles of M are 64k
     "gfx942": (64, wc.MMAType.F32_16x16x16_F16),
 }
-MMA_SYNC_FOR_DTYPE = {"f16": wc.MMAType.NV_F32_16x8x16_F16, "bf16": wc.MMAType.NV_F32_16x8x16_BF16}
-WGMMA_FOR_DTYPE = {"f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16, "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16}
+MMA_SYNC_FOR_DTYPE = {
+    "f16": wc.MMAType.NV_F32_16x8x16_F16,
+    "bf16": wc.MMAType.NV_F32_16x8x16_BF16,
+    "i8": wc.MMAType.NV_I32_16x8x32_I8,
+    "f32": wc.MMAType.NV_F32_16x8x8_TF32,  # f32 operands multiplied as tf32 (opt-in: matmul(allow_tf32=True))
+}
+WGMMA_FOR_DTYPE = {
+    "f16": wc.MMAType.NV_WGMMA_F32_64xNx16_F16,
+    "bf16": wc.MMAType.NV_WGMMA_F32_64xNx16_BF16,
+    "i8": wc.MMAType.NV_WGMMA_I32_64xNx32_I8,
+    "f32": wc.MMAType.NV_WGMMA_F32_64xNx8_TF32,
+}
+MFMA_FOR_DTYPE = {"f16": wc.MMAType.F32_16x16x16_F16, "i8": wc.MMAType.I32_16x16x32_I8}
 
 
 def schedule(**flags) -> wc.SchedulingConstraint:
@@ -33,10 +44,15 @@ def schedule(**flags) -> wc.SchedulingConstraint:
 
 
 def mma_type_for(mma: str, dtype, target: str | None = None) -> tuple[int, wc.MMAType]:
-    """(threads per wave, matrix instruction) of an MMA kind for ``dtype`` inputs; on gfx942 the MFMA."""
+    """(threads per wave, matrix instruction) of an MMA kind for ``dtype`` inputs; on gfx942 the MFMA (the
+    f16 one for a dtype without its own: callers that only want the wave size ask with any dtype, and an
+    mma of other operands is a ``DTypeError`` naming the type at compile time)."""
     if target == "gfx942":
-        return MMA_FOR_TARGET["gfx942"]
-    return 32, (WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE)[dtype.name]
+        return 64, MFMA_FOR_DTYPE.get(dtype.name, MMA_FOR_TARGET["gfx942"][1])
+    table = WGMMA_FOR_DTYPE if mma == "wgmma" else MMA_SYNC_FOR_DTYPE
+    if dtype.name not in table:
+        raise wc.WavecError(message=f"{mma} has no matrix instruction for {dtype.name} operands")
+    return 32, table[dtype.name]
 
 
 @dataclass(frozen=True, slots=True)

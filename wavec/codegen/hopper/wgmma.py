@@ -14,6 +14,7 @@ from iree.compiler.dialects import arith, llvm, memref, nvvm, vector
 
 from ...abi import FENCE_OPERANDS
 from ...errors import CodegenError
+from ...frontend.dtypes import DTYPES
 from ...frontend.ops import Permute, RegisterInit
 from ...frontend.ops_hopper import (
     MatrixDescriptor,
@@ -26,7 +27,7 @@ from ...frontend.ops_hopper import (
 )
 from ...frontend.tracing import arg_node, arg_nodes, capture_root, placeholders
 from ...passes.schema import Kwargs
-from ..lowering import FunctionBuilder, rule, vec_type
+from ..lowering import FunctionBuilder, elem_type, round_tf32, rule, vec_type
 
 
 def hoisted_symbol(fb: FunctionBuilder, name: str, make) -> sympy.Symbol:
@@ -76,17 +77,33 @@ def _to_struct(acc: ir.Value, count: int) -> ir.Value:
     """The accumulator in the instruction's struct form (a wgmma result or a carried one already is)."""
     if not isinstance(acc.type, ir.VectorType):
         return acc
-    s = llvm.mlir_undef(llvm.StructType.get_literal([ir.F32Type.get()] * count))
+    s = llvm.mlir_undef(llvm.StructType.get_literal([ir.VectorType(acc.type).element_type] * count))
     for i in range(count):
         s = llvm.insertvalue(s, vector.extract(acc, [], [i]), [i])
     return s
 
 
 def _elements(v: ir.Value, count: int) -> list[ir.Value]:
-    """The f32 elements of an accumulator in vector or in struct form."""
+    """The f32 (or s32) elements of an accumulator in vector or in struct form."""
     if isinstance(v.type, ir.VectorType):
         return [vector.extract(v, [], [i]) for i in range(count)]
-    return [llvm.extractvalue(ir.F32Type.get(), v, [i]) for i in range(count)]
+    return [llvm.extractvalue(_struct_elem(v.type), v, [i]) for i in range(count)]
+
+
+def _struct_elem(t: ir.Type) -> ir.Type:
+    return llvm.StructType(t).body[0]
+
+
+def _reg(t: ir.Type) -> str:
+    """The inline-asm constraint letter of an accumulator register: ``f`` (f32) or ``r`` (s32)."""
+    return "f" if t == ir.F32Type.get() else "r"
+
+
+_PTX_TYPE = {"f16": "f16", "bf16": "bf16", "i8": "s8", "f32": "tf32"}  # operands (f32 ones as tf32)
+_PTX_ACC = {"f32": "f32", "i32": "s32"}
+# the immediates after scale-d (PTX ISA): imm-scale-a, imm-scale-b and, for 16-bit types, imm-trans-b;
+# none for integers
+_IMMEDIATES = {"f16": ", 1, 1, {trans_b}", "bf16": ", 1, 1, {trans_b}", "f32": ", 1, 1", "i8": ""}
 
 
 def _to_vector(fb: FunctionBuilder, node: fx.Node) -> None:
@@ -112,18 +129,18 @@ def lower_wgmma(fb: FunctionBuilder, node: fx.Node) -> None:
     spec = fb.cs.mma_type.spec
     a, b, acc_node = arg_nodes(node)
     layout = node.meta["layout"]
-    n, count = layout.tile[1], layout.size  # n / 2 f32 per thread
-    st = llvm.StructType.get_literal([ir.F32Type.get()] * count)
+    n, count = layout.tile[1], layout.size  # n / 2 f32 (s32) per thread
+    st = llvm.StructType.get_literal([elem_type(DTYPES[spec.acc_dtype])] * count)
     _check_readers(fb, node)
     if node.meta.get("a_in_registers"):
         fb.values[node] = _wgmma_registers_a(fb, node, n, count, st)
         return
-    in_t, one = _attr(f"#nvvm.wgmma_type<{spec.in_dtype}>"), _attr("#nvvm.wgmma_scale_in<one>")
+    in_t, one = _attr(f"#nvvm.wgmma_type<{_PTX_TYPE[spec.in_dtype]}>"), _attr("#nvvm.wgmma_scale_in<one>")
     # imm-trans-a/b = 1 (layout col for A, row for B) reads an MN-major tile
     lay_a = "col" if _mn_major(a) else "row"
     lay_b = "row" if _mn_major(b) else "col"
     shape = _attr(f"#nvvm.shape<m = {spec.m}, n = {n}, k = {spec.k}>")
-    types = (in_t, in_t, _attr("#nvvm.wgmma_type<f32>"))  # A, B, D
+    types = (in_t, in_t, _attr(f"#nvvm.wgmma_type<{_PTX_ACC[spec.acc_dtype]}>"))  # A, B, D
     scales = (_attr("#nvvm.wgmma_scale_out<one>"), one, one)  # D, A, B
     layouts = (_attr(f"#nvvm.mma_layout<{lay_a}>"), _attr(f"#nvvm.mma_layout<{lay_b}>"))
     acc = _to_struct(fb.values[acc_node], count)
@@ -136,9 +153,10 @@ def _zero(node: fx.Node) -> bool:
 
 
 def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, st: ir.Type) -> ir.Value:
-    """``wgmma.mma_async`` with A in registers (four f16x2/bf16x2 registers per thread; no MLIR op has
-    this form, so inline PTX as IREE emits for the descriptor form): outputs ``=f`` tied to the
-    accumulator inputs, then the A registers (``r``) and the B descriptor (``l``).  A zero accumulator
+    """``wgmma.mma_async`` with A in registers (four 32-bit registers per thread: f16x2/bf16x2, s8x4 or a
+    tf32 rounded by ``cvt.rna``; no MLIR op has this form, so inline PTX as IREE emits for the descriptor
+    form): outputs ``=f`` (``=r`` for s32) tied to the accumulator inputs, then the A registers (``r``)
+    and the B descriptor (``l``).  A zero accumulator
     (S = Q Kᵀ in attention) is not passed at all: scale-d = 0 makes the instruction compute D = A B,
     which saves zeroing N/2 registers per tile and iteration."""
     assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
@@ -146,7 +164,8 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     a, b, acc_node = arg_nodes(node)
     i32 = ir.IntegerType.get_signless(32)
     elems = [] if _zero(acc_node) else _elements(fb.values[acc_node], count)
-    packed = vector.bitcast(ir.VectorType.get([4], i32), fb.values[a])
+    a_val = round_tf32(fb.values[a]) if spec.in_dtype == "f32" else fb.values[a]
+    packed = vector.bitcast(ir.VectorType.get([4], i32), a_val)
     regs = [vector.extract(packed, [], [i]) for i in range(4)]
     first = count + len(elems)  # tied inputs are numbered too: $count..$2count-1
     outs = ", ".join(f"${i}" for i in range(count))
@@ -154,10 +173,12 @@ def _wgmma_registers_a(fb: FunctionBuilder, node: fx.Node, n: int, count: int, s
     trans_b = int(_mn_major(b))
     asm = (
         f"{{\n.reg .pred p;\nsetp.ne.b32 p, {0 if not elems else 1}, 0;\n"
-        f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.f32.{spec.in_dtype}.{spec.in_dtype} "
-        f"{{{outs}}}, {{{ins}}}, ${first + 4}, p, 1, 1, {trans_b};\n}}\n"
+        f"wgmma.mma_async.sync.aligned.m{spec.m}n{n}k{spec.k}.{_PTX_ACC[spec.acc_dtype]}."
+        f"{_PTX_TYPE[spec.in_dtype]}.{_PTX_TYPE[spec.in_dtype]} "
+        f"{{{outs}}}, {{{ins}}}, ${first + 4}, p{_IMMEDIATES[spec.in_dtype].format(trans_b=trans_b)};\n}}\n"
     )
-    constraints = ",".join(["=f"] * count + [str(i) for i in range(len(elems))] + ["r"] * 4 + ["l"])
+    reg = _reg(_struct_elem(st))
+    constraints = ",".join([f"={reg}"] * count + [str(i) for i in range(len(elems))] + ["r"] * 4 + ["l"])
     return llvm.inline_asm(st, elems + regs + [fb.values[b]], asm, constraints, has_side_effects=True)
 
 
@@ -186,7 +207,7 @@ def fence_operands(s: ir.Value, count: int) -> ir.Value:
     it, LLVM moved the zero-initialisation of a 64x256 accumulator (128 ``mov``) of a peeled first loop
     iteration between ``wgmma.fence`` and the first ``wgmma`` - a register write the fence does not order,
     so the wgmma read undefined registers (wrong results on an H100, warp-specialized 128x256 tile)."""
-    constraints = ",".join(["=f"] * count + [str(i) for i in range(count)])
+    constraints = ",".join([f"={_reg(_struct_elem(s.type))}"] * count + [str(i) for i in range(count)])
     return llvm.inline_asm(s.type, _elements(s, count), FENCE_OPERANDS, constraints, has_side_effects=True)
 
 

@@ -85,6 +85,12 @@ def _assign(sub: fx.Graph, mma: fx.Node, ctx: PassContext, inst_n: int) -> None:
             )
         dims, tile = tuple(tile_extents(alloc)), tuple(tile_extents(alloc).values())
         mn_major = len(dims) == 2 and dims[-1] == mn and dims[0] == k  # stored [K, M/N]: contiguous along M/N
+        if mn_major and alloc.meta["type"].dtype.bytes != 2:  # PTX ISA: transposes are for 16-bit types only
+            raise ConstraintError(
+                mma.meta.get("loc"),
+                message=f"{role} operand of {name}: tf32 and 8-bit wgmma read both operands K-major "
+                f"(stored [{mn}, {k}]), not [{k}, {mn}]",
+            )
         inst = ctx.mma.spec.m if role == "A" else inst_n
         layout = _choose(ctx, alloc.meta["type"].dtype.bytes, tile, mn_major, inst)
         why = layout.check(tile) if len(tile) == 2 else f"a rank-{len(tile)} tile"
