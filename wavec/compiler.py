@@ -94,6 +94,7 @@ def _build(
     print_ir_after,
     check_bounds: bool,
     run_caps: dict[str, int],
+    strided: dict[str, int] | None,
 ) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
@@ -107,6 +108,7 @@ def _build(
     ctx = PassContext.build(trace, cs, target_name)
     ctx.check_bounds = check_bounds
     ctx.run_caps = {shape_symbol(k): v for k, v in run_caps.items()}
+    ctx.strided = strided
     run_pipeline(trace, ctx, print_ir_after)
     text, iface = emit_kernel(trace, ctx, target)
     if print_ir_after and ("all" in print_ir_after or "mlir" in print_ir_after):
@@ -130,7 +132,7 @@ def _build(
         entry=iface.entry,
         block=export.block,
         shared_bytes=export.shared_bytes,
-        args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings),
+        args=tuple(ArgSpec(*b) for b in iface.bindings),
         constants=iface.constants,
         static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
         grid=iface.grid,
@@ -209,6 +211,7 @@ def compile(
     cache: bool = True,
     torch_op: str | None = None,
     run_caps: dict[str, int] | None = None,
+    strided: dict[str, int] | None = None,
 ):
     """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
 
@@ -219,7 +222,10 @@ def compile(
     (outputs passed in); see ``docs/torch_ops.md``.  Registration is not part of the cache key.
     ``run_caps``: {dynamic symbol: longest access run along it}, a narrow variant; the returned kernel
     compiles these itself, on the first launch with sizes the vector width does not divide
-    (docs/sizes_and_strides.md).
+    (docs/sizes_and_strides.md).  ``strided``: None (dense row-major tensors) or a strided variant, every
+    tensor's outer strides launch values, {argument: cap} capping runs along its innermost dim (0: its
+    innermost stride a launch value too, read element by element); the returned kernel compiles it itself
+    on the first launch with a non-contiguous or misaligned tensor.
     """
     from .runtime.kernel import CompiledKernel
 
@@ -247,6 +253,7 @@ def compile(
             "subs": {str(k): v for k, v in subs.items()},
             "check_bounds": check_bounds,
             **({"run_caps": sorted(run_caps.items())} if run_caps else {}),
+            **({"strided": sorted(strided.items())} if strided is not None else {}),
         },
         target=target,
         versions={
@@ -261,15 +268,17 @@ def compile(
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
         _require_mlir()  # here, not before the cache: a cache hit imports no compiler
-        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, dict(run_caps or {}))
+        options = {"run_caps": dict(run_caps or {}), "strided": None if strided is None else dict(strided)}
+        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, **options)
         if store is not None:
             store.put(key, artifact)
     else:
         stats.cached = True
     stats.seconds["total"] = time.perf_counter() - t0
     compiled = CompiledKernel(artifact, backend, stats)
-    if artifact.metadata.divisibility:  # sizes the vector width does not divide launch a narrow variant
-        compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
+    # sizes the vector width does not divide launch a narrow variant, non-dense tensors a strided one
+    compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
+    compiled.run_caps, compiled.strided = dict(run_caps or {}), None if strided is None else dict(strided)
     if torch_op is not None:
         from .runtime.torch_op import register_torch_op
 
