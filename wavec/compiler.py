@@ -185,6 +185,20 @@ def _check_subs(name: str, subs: dict, source: str, constraints: list) -> None:
         )
 
 
+def _check_strided(name: str, strided: dict | None, trace) -> None:
+    """``strided`` names tensor arguments, each with a cap of 0 (inner-strided) or a power of two."""
+    if strided is None:
+        return
+    tensors = [a.name for a in trace.args]
+    for arg, cap in strided.items():
+        if arg not in tensors or not isinstance(cap, int) or cap < 0 or cap & (cap - 1):
+            raise OptionError(
+                option="strided",
+                message=f"{arg!r}: {cap!r} — expected tensor arguments of kernel {name!r} ({', '.join(tensors)}) "
+                "each with 0 (its innermost stride a launch value) or a power of two (its longest run)",
+            )
+
+
 def _require_mlir() -> None:
     """The MLIR compiler is an optional dependency: its absence is a ``ToolchainError`` saying how to
     install it, not an import error from deep inside the code generator."""
@@ -245,6 +259,7 @@ def compile(
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
     _check_subs(kernel.name, subs, source, kernel.constraints)
+    _check_strided(kernel.name, strided, trace)
     check_bounds = knobs.check_bounds
     key = cache_key(
         kernel_source=source,
