@@ -181,3 +181,61 @@ def test_bad_strides_name_the_argument() -> None:
         kernel(randn(g, 1, 256, dtype=torch.float16).expand(8, 256), poisoned(8, 256, dtype=torch.float16))
     with pytest.raises(ArgumentError, match=r"argument 'dst'.*share memory"):
         kernel(randn(g, 8, 256, dtype=torch.float16), torch.empty(4096, dtype=torch.float16).as_strided((8, 256), (64, 1)))
+
+
+# ----- library functions: views passed straight through ------------------------------------------------
+
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("n", [96, 300, 1000])
+def test_row_ops_on_slices_run_without_a_copy(n: int) -> None:
+    """softmax / rms_norm / layer_norm of a head slice of a packed projection ([T, 3 * n + 8][:, n : 2n],
+    rows of any pitch, even an odd one) and of a 3-D slice: the kernel reads the view in place."""
+    from wavec.kernels import layer_norm, rms_norm, rows, softmax
+
+    g, seed = generator()
+    packed = randn(g, 3, 3, 3 * n + 8, dtype=torch.float16)
+    for x in (packed[..., n : 2 * n], packed[1:, :, 8 : 8 + n], packed.view(9, -1)[:, n + 1 : 2 * n + 1]):
+        assert rows._rows("softmax", x)[1].data_ptr() == x.data_ptr(), "the rows were copied"
+        xd, w, b = x.double(), randn(g, n, dtype=torch.float16), randn(g, n, dtype=torch.float16)
+        what = f"rows of shape {tuple(x.shape)} strides {x.stride()} (seed {seed})"
+        torch.testing.assert_close(softmax(x, backend="emulator").double(), torch.softmax(xd, -1), rtol=2e-3, atol=4e-3, msg=what)
+        want = F.rms_norm(xd, (n,), w.double(), 1e-6)
+        torch.testing.assert_close(rms_norm(x, w, backend="emulator").double(), want, rtol=2e-3, atol=4e-3, msg=what)
+        want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
+        got = layer_norm(x, w, b, backend="emulator").double()
+        torch.testing.assert_close(got, want, rtol=2e-3, atol=4e-3, msg=what)
+
+
+def test_attention_of_a_packed_qkv_and_a_bshd_cache_as_bhsd() -> None:
+    """``attention(layout="bhsd")`` on q, k, v sliced from a packed [B, S, 3, H, D] projection and
+    transposed to [B, H, S, D] (no copy: the strided variant), into an output that is itself a transposed
+    view of a [B, S, H, D] buffer."""
+    from wavec.kernels.attention import attention
+
+    g, seed = generator()
+    b, s, h, d = 1, 40, 2, 64
+    qkv = randn(g, b, s, 3, h, d, dtype=torch.float16)
+    q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
+    assert not q.is_contiguous()
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    got = attention(q, k, v, causal=True, layout="bhsd", backend="emulator", config=(32, 32, 2))
+    check(got, want, 2e-3, f"attention of packed qkv views (seed {seed})")
+
+
+def test_decode_attention_of_a_transposed_bhsd_cache() -> None:
+    """``decode_attention`` takes [B, S, H, D]; a transformers cache is [B, H, S, D]: its transpose is a view."""
+    from wavec.kernels import decode_attention
+
+    g, seed = generator()
+    b, h, kvh, s_max, d = 2, 4, 2, 70, 64
+    q = randn(g, b, 1, h, d, dtype=torch.float16)
+    cache_k, cache_v = (randn(g, b, kvh, s_max + 6, d, dtype=torch.float16)[:, :, :s_max] for _ in range(2))
+    k, v = cache_k.transpose(1, 2), cache_v.transpose(1, 2)  # [B, S, KVH, D] views
+    got = decode_attention(q, k, v, backend="emulator")
+    rep = h // kvh
+    want = F.scaled_dot_product_attention(
+        q.transpose(1, 2).double(), cache_k.double().repeat_interleave(rep, 1), cache_v.double().repeat_interleave(rep, 1)
+    ).transpose(1, 2)
+    check(got, want, 2e-3, f"decode attention of a transposed cache (seed {seed})")

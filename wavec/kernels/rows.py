@@ -219,7 +219,9 @@ def _kernel(kind: str, dtype, n: int, backend: str | None):
 
 
 def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
-    """(wavec dtype, ``x`` as [rows, N] with N the last dim, dense) or a ``WavecError`` naming ``x``."""
+    """(wavec dtype, ``x`` as [rows, N] with N the last dim) or a ``WavecError`` naming ``x``.  Rows keep their
+    pitch (a slice ``x[:, :N]``, a head of a packed projection: a view, launched with its strides); rows whose
+    elements are not adjacent (a transposed ``x``) are copied, which beats reading them one at a time."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -231,7 +233,8 @@ def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
         )
     if dim not in range(-x.dim(), x.dim()) or (dim % x.dim()) != x.dim() - 1:
         raise wc.WavecError(message=f"{op}: dim must be the last dim (-1 or {x.dim() - 1}), got {dim}")
-    return DTYPES[name], x.reshape(-1, x.shape[-1]).contiguous()
+    rows = x.reshape(-1, x.shape[-1])  # a view where the strides allow it, else a copy
+    return DTYPES[name], rows if rows.stride(-1) == 1 or rows.shape[-1] <= 1 else rows.contiguous()
 
 
 def _vector(op: str, name: str, v: Any, x: Any) -> Any:
@@ -255,7 +258,7 @@ def _eps(op: str, eps: Any) -> float:
 
 def softmax(x, dim: int = -1, *, backend: str | None = None):
     """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
-    returned in x's dtype.  A non-contiguous ``x`` is copied first."""
+    returned in x's dtype.  Rows with any pitch run in place (``_rows``)."""
     dtype, rows = _rows("softmax", x, dim)
     out = rows.new_empty(rows.shape)
     if out.numel():
