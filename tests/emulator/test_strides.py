@@ -239,3 +239,29 @@ def test_decode_attention_of_a_transposed_bhsd_cache() -> None:
         q.transpose(1, 2).double(), cache_k.double().repeat_interleave(rep, 1), cache_v.double().repeat_interleave(rep, 1)
     ).transpose(1, 2)
     check(got, want, 2e-3, f"decode attention of a transposed cache (seed {seed})")
+
+
+def test_wgmma_tma_gemm_of_views() -> None:
+    """sm_90a, A and B staged by TMA: the tensor maps carry the views' strides; a transposed B
+    (innermost stride not 1: no tensor map) is read element by element; an odd pitch with TMA asked for
+    explicitly cannot compile its variant, and the error says so."""
+    from wavec.tuning.plan import schedule
+
+    subs = {gm.BLOCK_M: 64, gm.BLOCK_N: 64, gm.BLOCK_K: 64, gm.NUM_STAGES: 2, gm.GROUP_M: 1}
+    mma = wc.MMAType.NV_WGMMA_F32_64xNx16_F16
+    gemm = gm.make_gemm(wc.f16, 32, mma, (1, 1), sched=schedule(async_copy="tma"))
+    kernel = wc.compile(gemm, subs, backend="emulator", target="sm_90a")
+    assert len(kernel.metadata.tensor_maps) == 2
+    g, seed = generator()
+    m, n, k = 64, 72, 128
+    for name, (a, b) in {
+        "sliced": (randn(g, m, k + 64, dtype=torch.float16)[:, 64:], randn(g, n + 8, k, dtype=torch.float16)[8:]),
+        "transposed b": (randn(g, m, k, dtype=torch.float16), randn(g, k, n, dtype=torch.float16).t()),
+    }.items():
+        c = poisoned(m, n + 32)[:, :n]
+        kernel(a, b, c)
+        check(c, a.double() @ b.double().T, GEMM_TOL, f"wgmma tma gemm {name} (seed {seed})")
+    strided = kernel._variants[(("strided", ()),)]
+    assert len(strided.metadata.tensor_maps) == 2 and dict((x.name, x.multiple) for x in strided.metadata.args)["a"] == 8
+    with pytest.raises(ArgumentError, match=r"(?s)argument 'a'.*does not compile.*16 bytes"):
+        kernel(randn(g, m, k + 4, dtype=torch.float16)[:, :k], randn(g, n, k, dtype=torch.float16), poisoned(m, n))
