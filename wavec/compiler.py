@@ -283,8 +283,8 @@ def compile(
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
         _require_mlir()  # here, not before the cache: a cache hit imports no compiler
-        options = {"run_caps": dict(run_caps or {}), "strided": None if strided is None else dict(strided)}
-        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, **options)
+        caps, layout = dict(run_caps or {}), None if strided is None else dict(strided)
+        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, caps, layout)
         if store is not None:
             store.put(key, artifact)
     else:

@@ -180,7 +180,9 @@ def test_bad_strides_name_the_argument() -> None:
     with pytest.raises(ArgumentError, match=r"argument 'src'.*stride 0 of dimension 0.*zero"):
         kernel(randn(g, 1, 256, dtype=torch.float16).expand(8, 256), poisoned(8, 256, dtype=torch.float16))
     with pytest.raises(ArgumentError, match=r"argument 'dst'.*share memory"):
-        kernel(randn(g, 8, 256, dtype=torch.float16), torch.empty(4096, dtype=torch.float16).as_strided((8, 256), (64, 1)))
+        kernel(
+            randn(g, 8, 256, dtype=torch.float16), torch.empty(4096, dtype=torch.float16).as_strided((8, 256), (64, 1))
+        )
 
 
 # ----- library functions: views passed straight through ------------------------------------------------
@@ -200,7 +202,9 @@ def test_row_ops_on_slices_run_without_a_copy(n: int) -> None:
         assert rows._rows("softmax", x)[1].data_ptr() == x.data_ptr(), "the rows were copied"
         xd, w, b = x.double(), randn(g, n, dtype=torch.float16), randn(g, n, dtype=torch.float16)
         what = f"rows of shape {tuple(x.shape)} strides {x.stride()} (seed {seed})"
-        torch.testing.assert_close(softmax(x, backend="emulator").double(), torch.softmax(xd, -1), rtol=2e-3, atol=4e-3, msg=what)
+        torch.testing.assert_close(
+            softmax(x, backend="emulator").double(), torch.softmax(xd, -1), rtol=2e-3, atol=4e-3, msg=what
+        )
         want = F.rms_norm(xd, (n,), w.double(), 1e-6)
         torch.testing.assert_close(rms_norm(x, w, backend="emulator").double(), want, rtol=2e-3, atol=4e-3, msg=what)
         want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
@@ -236,7 +240,9 @@ def test_decode_attention_of_a_transposed_bhsd_cache() -> None:
     got = decode_attention(q, k, v, backend="emulator")
     rep = h // kvh
     want = F.scaled_dot_product_attention(
-        q.transpose(1, 2).double(), cache_k.double().repeat_interleave(rep, 1), cache_v.double().repeat_interleave(rep, 1)
+        q.transpose(1, 2).double(),
+        cache_k.double().repeat_interleave(rep, 1),
+        cache_v.double().repeat_interleave(rep, 1),
     ).transpose(1, 2)
     check(got, want, 2e-3, f"decode attention of a transposed cache (seed {seed})")
 
@@ -262,6 +268,8 @@ def test_wgmma_tma_gemm_of_views() -> None:
         kernel(a, b, c)
         check(c, a.double() @ b.double().T, GEMM_TOL, f"wgmma tma gemm {name} (seed {seed})")
     strided = kernel._variants[(("strided", ()),)]
-    assert len(strided.metadata.tensor_maps) == 2 and dict((x.name, x.multiple) for x in strided.metadata.args)["a"] == 8
+    assert (
+        len(strided.metadata.tensor_maps) == 2 and dict((x.name, x.multiple) for x in strided.metadata.args)["a"] == 8
+    )
     with pytest.raises(ArgumentError, match=r"(?s)argument 'a'.*does not compile.*16 bytes"):
         kernel(randn(g, m, k + 4, dtype=torch.float16)[:, :k], randn(g, n, k, dtype=torch.float16), poisoned(m, n))

@@ -140,7 +140,9 @@ def test_decode_attention_of_a_transposed_cache() -> None:
     got = decode_attention(q, cache_k.transpose(1, 2), cache_v.transpose(1, 2))
     rep = h // kvh
     want = F.scaled_dot_product_attention(
-        q.transpose(1, 2).double(), cache_k.double().repeat_interleave(rep, 1), cache_v.double().repeat_interleave(rep, 1)
+        q.transpose(1, 2).double(),
+        cache_k.double().repeat_interleave(rep, 1),
+        cache_v.double().repeat_interleave(rep, 1),
     ).transpose(1, 2)
     _check(got, want, 2e-3, "decode attention of a transposed cache")
 

@@ -125,8 +125,7 @@ def _strided_args(trace: Trace, ctx: PassContext, dyn: list, written: set, ncons
         align = max(1, row_multiple(ctx, a)) * a.type.dtype.bytes
         sub = f"hal.interface.binding.subspan layout(#layout) binding({i}) alignment({align}) offset(%c0){ro}"
         sizes = [
-            str(int(v)) if (v := ctx.constraints.resolve(d)).is_Integer else f"%sym{dyn.index(d)}"
-            for d in a.type.shape
+            str(int(v)) if (v := ctx.constraints.resolve(d)).is_Integer else f"%sym{dyn.index(d)}" for d in a.type.shape
         ]
         if not any(isinstance(s, str) for s in strides):
             dyn_sizes = "{" + ", ".join(f"%sym{dyn.index(d)}" for d in dyn_dims) + "}" if dyn_dims else ""
@@ -135,7 +134,9 @@ def _strided_args(trace: Trace, ctx: PassContext, dyn: list, written: set, ncons
         st = []
         for d, s in enumerate(strides):
             if isinstance(s, str):
-                lines.append(f"        %arg{i}_st{d}_i32 = hal.interface.constant.load layout(#layout) ordinal({nconst}) : i32")
+                lines.append(
+                    f"        %arg{i}_st{d}_i32 = hal.interface.constant.load layout(#layout) ordinal({nconst}) : i32"
+                )
                 lines.append(f"        %arg{i}_st{d} = arith.index_castui %arg{i}_st{d}_i32 : i32 to index")
                 nconst += 1
                 st.append(f"%arg{i}_st{d}")

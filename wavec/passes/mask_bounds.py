@@ -2,7 +2,8 @@
 
 Requires: ``coarsen_loads`` and ``pipeline_loops``.  Guarantees: every global access has
 ``meta["mask_dims"]`` (dims not provably a multiple of their tiling extent: codegen guards each run with
-``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound (``ctx.arg_runs``: per argument, the lcm of its runs, a strided variant's row pitch multiple); loops over a masked dim run
+``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound (``ctx.arg_runs``: per
+argument, the lcm of its runs, a strided variant's row pitch multiple); loops over a masked dim run
 ``ceil(size / tile)`` iterations (``ctx.masked_loops``); accesses of ``wc.allocate`` buffers through
 index values are masked along the values' dims.  Copies into tiles that only feed a GEMM loop's
 MMA operands clamp instead (``meta["clamp_dims"]``).  Full contract: docs/design.md, "Module contracts".

@@ -84,16 +84,16 @@ class ArgSpec:
 class KernelMetadata:
     """Everything the launcher needs besides the binary.
 
-    ``constants``: the dynamic symbols, the scalar arguments, then (a strided variant) the tensors' strides
-(``ArgSpec.strides``), one i32 each after the pointers;
-    ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
-    three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
-    must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
-    the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
-    ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
-    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
-    ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
-    there; the bindings above stay tensors first), the order a call's positional arguments follow.
+        ``constants``: the dynamic symbols, the scalar arguments, then (a strided variant) the tensors' strides
+    (``ArgSpec.strides``), one i32 each after the pointers;
+        ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
+        three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
+        must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
+        the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
+        ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
+        more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
+        ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
+        there; the bindings above stay tensors first), the order a call's positional arguments follow.
     """
 
     kernel: str

@@ -144,9 +144,12 @@ class StridedBinding:
             for d, (n, s) in enumerate(zip(shape, stride)):
                 if n > 1 and s <= 0:
                     why = "zero (a broadcast view, e.g. from expand)" if s == 0 else "negative"
-                    plan._fail(a, f"stride {s} of dimension {d} (strides {tuple(stride)}, shape {tuple(shape)}) is {why}; call .contiguous()")
+                    where = f"stride {s} of dimension {d} (strides {tuple(stride)}, shape {tuple(shape)})"
+                    plan._fail(a, f"{where} is {why}; call .contiguous()")
                 if n > 1 and s > _INT32_MAX:
-                    plan._fail(a, f"stride {s} of dimension {d} does not fit in int32 (strides are 32-bit launch constants)")
+                    plan._fail(
+                        a, f"stride {s} of dimension {d} does not fit in int32 (strides are 32-bit launch constants)"
+                    )
             for d, name in enumerate(names):
                 if name is not None:
                     values[name] = stride[d] if shape[d] > 1 else 0
@@ -180,4 +183,3 @@ class StridedBinding:
         raise StrideMiss(
             caps, kernel=plan.kernel, arg=a.name, message=f"{why}; a kernel from wc.compile launches a variant for it"
         ) from None
-
