@@ -50,7 +50,7 @@ def test_copy_of_views(dtype, target: str) -> None:
     kernel = _copy(dtype, target)
     g, seed = generator()
     tdt = TORCH_DTYPE[dtype]
-    for m, n in [(9, 1000), (5, 64)]:
+    for m, n in [(9, 1000), (5, 64), (3, 1001)]:  # N = 1001: strided and narrow (a size miss too)
         for name, src in _views(g, m, n, tdt).items():
             dst = poisoned(m, n, dtype=tdt)
             kernel(src, dst)
@@ -59,6 +59,8 @@ def test_copy_of_views(dtype, target: str) -> None:
                 assert not kernel._variants, "a dense launch compiled a variant"
     keys = {dict(k[-1][1]).get("src") for k in kernel._variants if k and k[-1][0] == "strided"}
     assert 0 in keys and None in keys, f"no inner-strided or plain strided variant: {list(kernel._variants)}"
+    both = [k for k in kernel._variants if len(k) > 1 and k[-1][0] == "strided" and k[0] == ("N", 1)]
+    assert both, f"no strided variant with N's runs capped: {list(kernel._variants)}"
 
 
 @pytest.mark.parametrize("dtype", [wc.f16, wc.bf16], ids=lambda d: d.name)

@@ -108,11 +108,13 @@ class StridedBinding:
             shapes.append(t.shape)
             strides.append(t.stride())
         base, _nbytes, grid = plan._derived(shapes)
-        values, spans, caps = self._derived(base, shapes, strides)
+        values, spans, missed = self._derived(base, shapes, strides)
+        caps = dict(missed) if missed else None  # (the cached dict stays as derived)
         for (_names, _inner, multiple), a, ptr, span in zip(self.layout, plan.args, ptrs, spans):
             if multiple > 1 and span and ptr % (multiple * a.itemsize):
-                offset = ptr // a.itemsize
-                caps[a.name] = min(caps.get(a.name, multiple), _pow2_dividing(multiple, [offset]))
+                caps = caps or {}
+                cap = _pow2_dividing(multiple, [ptr // a.itemsize])
+                caps[a.name] = min(caps.get(a.name, multiple), cap)
         if caps:
             self._miss(caps, shapes, strides, ptrs)
         if plan.outputs:
@@ -125,8 +127,8 @@ class StridedBinding:
     def _derived(
         self, base: dict[str, int], shapes: list[Any], strides: list[Any]
     ) -> tuple[dict[str, int], tuple[int, ...], dict[str, int]]:
-        """(values with the strides, span in bytes per argument, caps missed: a copy) of these shapes and
-        strides, checked on their first launch."""
+        """(values with the strides, span in bytes per argument, caps missed) of these shapes and strides,
+        checked on their first launch (all three shared between launches: do not change them)."""
         key = (tuple(shapes), tuple(strides))
         hit = self._by_layout.get(key)
         if hit is None:
@@ -134,7 +136,7 @@ class StridedBinding:
             if len(self._by_layout) >= _MAX_LAYOUTS:
                 self._by_layout.clear()
             self._by_layout[key] = hit
-        return hit[0], hit[1], dict(hit[2])
+        return hit
 
     def _derive(self, base: dict[str, int], shapes: list[Any], strides: list[Any]) -> tuple:
         plan = self.plan
