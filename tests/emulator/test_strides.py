@@ -275,3 +275,20 @@ def test_wgmma_tma_gemm_of_views() -> None:
     )
     with pytest.raises(ArgumentError, match=r"(?s)argument 'a'.*does not compile.*16 bytes"):
         kernel(randn(g, m, k + 4, dtype=torch.float16)[:, :k], randn(g, n, k, dtype=torch.float16), poisoned(m, n))
+
+
+def test_linear_and_silu_and_mul_of_views() -> None:
+    """``linear`` of a slice of a wider activation with a row slice of a fused weight, ``silu_and_mul`` of
+    a gate-up slice: the views run in place."""
+    from wavec.kernels import linear, silu_and_mul
+
+    g, seed = generator()
+    act = randn(g, 2, 9, 96, dtype=torch.float16)
+    x = act[..., 16:80]  # [2, 9, 64], rows of pitch 96
+    fused = randn(g, 3 * 40, 64, dtype=torch.float16)
+    w, bias = fused[40:80], randn(g, 40, dtype=torch.float16)
+    got = linear(x, w, bias, backend="emulator")
+    check(got, x.double() @ w.double().T + bias.double(), 2e-3, f"linear of views (seed {seed})")
+    gate_up = randn(g, 7, 300, dtype=torch.float16)[:, 8:264]  # [7, 2 * 128]
+    want = F.silu(gate_up[:, :128].double()) * gate_up[:, 128:].double()
+    check(silu_and_mul(gate_up, backend="emulator"), want, 2e-3, f"silu_and_mul of a slice (seed {seed})")

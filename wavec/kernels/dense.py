@@ -58,8 +58,11 @@ def linear(x, weight, bias=None, *, backend: str | None = None):
     ):  # fmt: skip
         got = f"{tuple(bias.shape)} {bias.dtype}" if isinstance(bias, torch.Tensor) else type(bias).__name__
         raise wc.WavecError(message=f"linear: bias must be [{out_features}] {x.dtype} on {x.device}, got {got}")
-    rows = x.reshape(-1, x.shape[-1]).contiguous()
-    w = weight.contiguous()
+    # views whose rows are contiguous run in place (the GEMM's strided variant); a transposed operand is
+    # copied, which beats the variant's element-by-element reads of it
+    rows = x.reshape(-1, x.shape[-1])
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
+    w = weight if weight.stride(-1) == 1 else weight.contiguous()
     if bias is None:
         return matmul(rows, w, backend=backend).reshape(*x.shape[:-1], out_features)
     c = matmul(rows, w, backend=backend, out_dtype=torch.float32)

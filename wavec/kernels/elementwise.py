@@ -85,7 +85,8 @@ def silu_and_mul(x, *, backend: str | None = None):
             message=f"silu_and_mul: x must be a tensor of {sorted(_DTYPES)} whose last dim is even, got {got}"
         )
     dtype, d = _DTYPES[name], x.shape[-1] // 2
-    rows = x.reshape(-1, 2, d).contiguous()
+    rows = x.reshape(-1, 2, d)  # a view where the strides allow it (a slice of a wider projection)
+    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     out = torch.empty(*x.shape[:-1], d, dtype=x.dtype, device=x.device)
     if out.numel():
         subs, vec = rowwise_config(dtype, d)
