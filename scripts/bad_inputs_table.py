@@ -132,14 +132,6 @@ def _half(*shape) -> torch.Tensor:
     return torch.randn(*shape).half()
 
 
-def _misaligned(shape, dtype) -> torch.Tensor:
-    """A contiguous view one element past a 16-byte boundary."""
-    n = 1
-    for s in shape:
-        n *= s
-    return torch.zeros(n + 8, dtype=dtype)[1 : n + 1].view(shape)
-
-
 def _huge_k_call(kernel) -> None:
     """K = 2**31 + 8 (> int32): a [1, K] and b [2, K] f16 views of a sparse memory-mapped file (no RAM)."""
     kk = 2**31 + 8
@@ -196,13 +188,12 @@ def launch_cases() -> list[Case]:
         Case(G, "a has rank 3", lambda: g(a[None], b, c), "a"),
         Case(G, "c has rank 1", lambda: g(a, b, c.reshape(-1)), "c"),
         Case(G, "b on the `meta` device (not CPU)", lambda: g(a, b.to("meta"), c), "b"),
-        Case(G, "a is transposed (non-contiguous)", lambda: g(_half(64, 64).t(), b, c), "a"),
-        Case(G, "a is a column slice `[:, :64]` of a [64, 72] tensor", lambda: g(_half(64, 72)[:, :64], b, c), "a"),
+        Case(G, "a is a broadcast view (`expand`: stride 0)", lambda: g(_half(1, 64).expand(64, 64), b, c), "a"),
         Case(
             G,
-            "a starts one element past a 16-byte boundary",
-            lambda: g(_misaligned((64, 64), torch.float16), b, c),
-            "a",
+            "c's strides make its elements share memory (`as_strided`)",
+            lambda: g(a, b, torch.empty(64 * 16 + 16).as_strided((64, 32), (16, 1))),
+            "c",
         ),
         Case(G, "b's K (72) contradicts a's K (64)", lambda: g(a, _half(32, 72), c), "b"),
         Case(G, "c's M (65) contradicts a's M (64)", lambda: g(a, b, torch.empty(65, 32)), "c"),
@@ -221,7 +212,12 @@ def launch_cases() -> list[Case]:
         Case(G, "c aliases a (`a.view(torch.float32)`)", lambda: g(a, b, a.view(torch.float32)), "c"),
         Case(S, "bias has rank 2", lambda: ss(x, y, bias[None], out), "bias"),
         Case(S, "bias has 32 elements, a has N = 64", lambda: ss(x, y, torch.randn(32), out), "bias"),
-        Case(S, "bias is a strided slice `[::2]`", lambda: ss(x, y, torch.randn(128)[::2], out), "bias"),
+        Case(
+            S,
+            "out and a are interleaved column slices of one buffer",
+            lambda: ss(shared[:512].view(8, 64)[:, :32], y[:, :32], bias[:32], shared[:512].view(8, 64)[:, 32:]),
+            "out",
+        ),
         Case(S, "a is int32", lambda: ss(x.int(), y, bias, out), "a"),
         Case(S, "b is float16", lambda: ss(x, y.half(), bias, out), "b"),
         Case(S, "out on the `meta` device", lambda: ss(x, y, bias, out.to("meta")), "out"),

@@ -95,6 +95,7 @@ def _build(
     print_ir_after,
     check_bounds: bool,
     run_caps: dict[str, int],
+    strided: dict[str, int] | None,
 ) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
@@ -108,6 +109,7 @@ def _build(
     ctx = PassContext.build(trace, cs, target_name)
     ctx.check_bounds = check_bounds
     ctx.run_caps = {shape_symbol(k): v for k, v in run_caps.items()}
+    ctx.strided = strided
     run_pipeline(trace, ctx, print_ir_after)
     text, iface = emit_kernel(trace, ctx, target)
     if print_ir_after and ("all" in print_ir_after or "mlir" in print_ir_after):
@@ -131,7 +133,7 @@ def _build(
         entry=iface.entry,
         block=export.block,
         shared_bytes=export.shared_bytes,
-        args=tuple(ArgSpec(n, d, s, o) for n, d, s, o in iface.bindings),
+        args=tuple(ArgSpec(*b) for b in iface.bindings),
         constants=iface.constants,
         static_symbols=tuple((str(k), int(v)) for k, v in cs.subs.items() if sympy.sympify(v).is_Integer),
         grid=iface.grid,
@@ -184,6 +186,20 @@ def _check_subs(name: str, subs: dict, source: str, constraints: list) -> None:
         )
 
 
+def _check_strided(name: str, strided: dict | None, trace) -> None:
+    """``strided`` names tensor arguments, each with a cap of 0 (inner-strided) or a power of two."""
+    if strided is None:
+        return
+    tensors = [a.name for a in trace.args]
+    for arg, cap in strided.items():
+        if arg not in tensors or not isinstance(cap, int) or cap < 0 or cap & (cap - 1):
+            raise OptionError(
+                option="strided",
+                message=f"{arg!r}: {cap!r} — expected tensor arguments of kernel {name!r} ({', '.join(tensors)}) "
+                "each with 0 (its innermost stride a launch value) or a power of two (its longest run)",
+            )
+
+
 def _require_mlir() -> None:
     """The MLIR compiler is an optional dependency: its absence is a ``ToolchainError`` saying how to
     install it, not an import error from deep inside the code generator."""
@@ -227,6 +243,7 @@ def compile(
     cache: bool = True,
     torch_op: str | None = None,
     run_caps: dict[str, int] | None = None,
+    strided: dict[str, int] | None = None,
 ):
     """Compile ``kernel`` with the symbols in ``subs`` bound; unbound symbols stay dynamic.
 
@@ -237,7 +254,10 @@ def compile(
     (outputs passed in); see ``docs/torch_ops.md``.  Registration is not part of the cache key.
     ``run_caps``: {dynamic symbol: longest access run along it}, a narrow variant; the returned kernel
     compiles these itself, on the first launch with sizes the vector width does not divide
-    (docs/sizes_and_strides.md).
+    (docs/sizes_and_strides.md).  ``strided``: None (dense row-major tensors) or a strided variant, every
+    tensor's outer strides launch values, {argument: cap} capping runs along its innermost dim (0: its
+    innermost stride a launch value too, read element by element); the returned kernel compiles it itself
+    on the first launch with a non-contiguous or misaligned tensor.
     """
     from .runtime.kernel import CompiledKernel
 
@@ -257,6 +277,7 @@ def compile(
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
     _check_subs(kernel.name, subs, source, kernel.constraints)
+    _check_strided(kernel.name, strided, trace)
     check_bounds = knobs.check_bounds
     key = cache_key(
         kernel_source=source,
@@ -265,6 +286,7 @@ def compile(
             "subs": {str(k): v for k, v in subs.items()},
             "check_bounds": check_bounds,
             **({"run_caps": sorted(run_caps.items())} if run_caps else {}),
+            **({"strided": sorted(strided.items())} if strided is not None else {}),
         },
         target=target,
         versions={
@@ -279,7 +301,8 @@ def compile(
     stats.seconds["trace"] = time.perf_counter() - t0
     if artifact is None:
         _require_mlir()  # here, not before the cache: a cache hit imports no compiler
-        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, dict(run_caps or {}))
+        caps, layout = dict(run_caps or {}), None if strided is None else dict(strided)
+        artifact = _build(kernel, trace, cs, target, print_ir_after, check_bounds, caps, layout)
         if store is not None:
             store.put(key, artifact)
     else:
@@ -287,8 +310,9 @@ def compile(
     stats.seconds["total"] = time.perf_counter() - t0
     _settle_garbage(not stats.cached)
     compiled = CompiledKernel(artifact, backend, stats)
-    if artifact.metadata.divisibility:  # sizes the vector width does not divide launch a narrow variant
-        compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
+    # sizes the vector width does not divide launch a narrow variant, non-dense tensors a strided one
+    compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
+    compiled.run_caps, compiled.strided = dict(run_caps or {}), None if strided is None else dict(strided)
     if torch_op is not None:
         from .runtime.torch_op import register_torch_op
 

@@ -116,6 +116,17 @@ class AlignmentMiss(ArgumentError):
         super().__init__(None, **fields)
 
 
+class StrideMiss(AlignmentMiss):
+    """A tensor's strides or base pointer do not suit the kernel variant launched: ``strided`` maps each
+    argument concerned to the longest run along its innermost dim that suits it (0: its innermost stride is
+    not 1, read it element by element); :class:`~wavec.runtime.kernel.CompiledKernel` launches the strided
+    variant of those caps."""
+
+    def __init__(self, strided: dict[str, int], **fields: object) -> None:
+        self.strided = strided
+        super().__init__({}, **fields)
+
+
 class LaunchError(WavecError):
     template = "kernel {kernel}: launch failed: {message}"
 

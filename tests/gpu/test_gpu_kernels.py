@@ -117,8 +117,12 @@ def test_bad_inputs_rejected_on_gpu():
         k(a.float(), b, c)
     with pytest.raises(wc.WavecError, match="'a'"):
         k(a.cpu(), b, c)
-    with pytest.raises(wc.WavecError, match="non-contiguous"):
-        k(torch.randn(64, 128, device="cuda", dtype=torch.float16).T, b, c)
+    at = torch.randn(64, 128, device="cuda", dtype=torch.float16).T  # transposed: the strided variant runs it
+    k(at, b, c)
+    torch.cuda.synchronize()
+    assert _rel_err(c, at.double() @ b.double().T) < 1e-5
+    with pytest.raises(wc.WavecError, match="'c'.*zero"):
+        k(a, b, torch.empty(1, 128, device="cuda").expand(128, 128))
     with pytest.raises(wc.WavecError, match="'c'"):
         k(a, b, torch.empty(128, 64, device="cuda"))
 

@@ -32,7 +32,8 @@ class KernelInterface:
 
     entry: str
     block: tuple[int, int, int]
-    bindings: tuple[tuple[str, str, tuple, bool], ...]  # (name, dtype, shape as str/int, is_output)
+    # (name, dtype, shape as str/int, is_output, strides as constant names / 1 (none: dense), row multiple)
+    bindings: tuple[tuple[str, str, tuple, bool, tuple, int], ...]
     constants: tuple[str, ...]  # dynamic symbols then scalar arguments, in constant-ordinal order
     grid: tuple[str, str, str]  # python integer expressions over symbol names
     divisibility: tuple[tuple[str, int], ...]
@@ -95,13 +96,86 @@ def _py_expr(expr: sympy.Expr) -> str:
     raise CodegenError(message=f"grid expression {expr} is not integer arithmetic")
 
 
+def arg_strides(trace: Trace, ctx: PassContext) -> list[tuple[str | int, ...]]:
+    """Per argument, its strides as the launch constants carrying them (``"x.stride0"``) or 1 (an innermost
+    stride that is not one); all empty for a dense kernel (``ctx.strided`` None)."""
+    if ctx.strided is None:
+        return [() for _ in trace.args]
+    out = []
+    for a in trace.args:
+        rank = len(a.type.shape)
+        last: tuple[str | int, ...] = (f"{a.name}.stride{rank - 1}",) if ctx.inner_strided(a.name) else (1,)
+        out.append(tuple(f"{a.name}.stride{d}" for d in range(rank - 1)) + (last if rank else ()))
+    return out
+
+
+def row_multiple(ctx: PassContext, a) -> int:
+    """Elements a strided binding's outer strides and base offset must be multiples of: its longest run."""
+    return ctx.arg_runs.get(a.name, 1) if ctx.strided is not None else 1
+
+
+def _strided_args(trace: Trace, ctx: PassContext, dyn: list, written: set, nconst: int) -> list[str]:
+    """The strided variant's prologue: each argument's stride constants, its binding as a flat memref over
+    the elements it spans, and last, one op per argument in binding order (``FunctionBuilder`` finds them
+    there): that flat memref reinterpreted with its sizes and strides (no strides: the plain subspan)."""
+    lines, views = [], []
+    for i, (a, strides) in enumerate(zip(trace.args, arg_strides(trace, ctx))):
+        mtype, dyn_dims = _memref_type(a.type.shape, a.type.dtype.mlir, ctx)
+        ro = "" if a.name in written else " flags(ReadOnly)"
+        align = max(1, row_multiple(ctx, a)) * a.type.dtype.bytes
+        sub = f"hal.interface.binding.subspan layout(#layout) binding({i}) alignment({align}) offset(%c0){ro}"
+        sizes = [
+            str(int(v)) if (v := ctx.constraints.resolve(d)).is_Integer else f"%sym{dyn.index(d)}" for d in a.type.shape
+        ]
+        if not any(isinstance(s, str) for s in strides):
+            dyn_sizes = "{" + ", ".join(f"%sym{dyn.index(d)}" for d in dyn_dims) + "}" if dyn_dims else ""
+            views.append(f"        %arg{i} = {sub} : {mtype}{dyn_sizes}")
+            continue
+        st = []
+        for d, s in enumerate(strides):
+            if isinstance(s, str):
+                lines.append(
+                    f"        %arg{i}_st{d}_i32 = hal.interface.constant.load layout(#layout) ordinal({nconst}) : i32"
+                )
+                lines.append(f"        %arg{i}_st{d} = arith.index_castui %arg{i}_st{d}_i32 : i32 to index")
+                nconst += 1
+                st.append(f"%arg{i}_st{d}")
+            else:
+                st.append(str(s))
+        span = f"%arg{i}_span"
+        terms = []  # the elements spanned: an upper bound, sum of size x stride
+        for d, (size, stride) in enumerate(zip(sizes, st)):
+            if not size.startswith("%"):
+                lines.append(f"        %arg{i}_n{d} = arith.constant {size} : index")
+                size = f"%arg{i}_n{d}"
+            if stride.startswith("%"):
+                lines.append(f"        %arg{i}_t{d} = arith.muli {size}, {stride} : index")
+                terms.append(f"%arg{i}_t{d}")
+            else:
+                terms.append(size)
+        acc = terms[0]
+        for d, t in enumerate(terms[1:], 1):
+            lines.append(f"        %arg{i}_s{d} = arith.addi {acc}, {t} : index")
+            acc = f"%arg{i}_s{d}"
+        lines.append(f"        {span} = arith.addi {acc}, %c0 : index")
+        elem = a.type.dtype.mlir
+        lines.append(f"        %arg{i}_flat = {sub} : memref<?x{elem}>{{{span}}}")
+        layout = ", ".join("?" if isinstance(s, str) else str(s) for s in strides)
+        shape = mtype[len("memref<") : -len(f"x{elem}>")]
+        views.append(
+            f"        %arg{i} = memref.reinterpret_cast %arg{i}_flat to offset: [0], sizes: [{', '.join(sizes)}], "
+            f"strides: [{', '.join(st)}] : memref<?x{elem}> to memref<{shape}x{elem}, strided<[{layout}]>>"
+        )
+    return lines + views
+
+
 def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written: set) -> str:
     cs = ctx.constraints
     name = trace.name
     flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
     flags += ["<storage_buffer, ReadOnly>"] if ctx.tensor_maps else []  # the TMA tensor maps, 128 bytes each
     flags += ["<storage_buffer>"] if ctx.check_bounds else []  # the bounds record (runtime/bounds.py)
-    nconst = len(dyn) + len(trace.scalars)
+    nconst = len(dyn) + len(trace.scalars) + sum(isinstance(s, str) for ss in arg_strides(trace, ctx) for s in ss)
     consts = f"constants = {nconst}, " if nconst else ""
     binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
     lines = [
@@ -122,7 +196,7 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
     for i in range(len(dyn)):
         lines.append(f"        %sym{i}_i32 = hal.interface.constant.load layout(#layout) ordinal({i}) : i32")
         lines.append(f"        %sym{i} = arith.index_castui %sym{i}_i32 : i32 to index")
-    for i, a in enumerate(trace.args):
+    for i, a in enumerate(trace.args if ctx.strided is None else ()):
         mtype, dyn_dims = _memref_type(a.type.shape, a.type.dtype.mlir, ctx)
         sizes = "{" + ", ".join(f"%sym{dyn.index(d)}" for d in dyn_dims) + "}" if dyn_dims else ""
         ro = "" if a.name in written else " flags(ReadOnly)"
@@ -136,6 +210,8 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
         )
         if a.type.dtype.is_float:
             lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
+    if ctx.strided is not None:  # the strides follow the symbols and scalars
+        lines += _strided_args(trace, ctx, dyn, written, len(dyn) + len(trace.scalars))
     if ctx.tensor_maps:  # last before the return: FunctionBuilder finds it there
         lines.append(
             f"        %tensor_maps = hal.interface.binding.subspan layout(#layout) binding({len(trace.args)}) "
@@ -198,10 +274,19 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         entry=trace.name,
         block=(cs.threads + ctx.producer_threads, 1, 1),
         bindings=tuple(
-            (a.name, a.type.dtype.name, tuple(_dim_name(cs.resolve(d)) for d in a.type.shape), a.name in written)
-            for a in trace.args
+            (
+                a.name,
+                a.type.dtype.name,
+                tuple(_dim_name(cs.resolve(d)) for d in a.type.shape),
+                a.name in written,
+                strides,
+                row_multiple(ctx, a),
+            )
+            for a, strides in zip(trace.args, arg_strides(trace, ctx))
         ),
-        constants=tuple(d.name for d in dyn) + tuple(a.name for a in trace.scalars),
+        constants=tuple(d.name for d in dyn)
+        + tuple(a.name for a in trace.scalars)
+        + tuple(s for ss in arg_strides(trace, ctx) for s in ss if isinstance(s, str)),
         grid=(gx, gy, gz),
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),
         alignment_bytes=SUBSPAN_ALIGNMENT,

@@ -110,8 +110,14 @@ class FunctionBuilder:
         self.ranges: dict[sympy.Symbol, int] = {}  # symbols known to lie in [0, n): a loop's carried stage
         for i, d in enumerate(dyn):
             self.symbols[d] = ops[2 + 2 * i].result
-        self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
-        pos = 1 + 2 * len(dyn) + len(trace.args)
+        extra = (1 if ctx.check_bounds else 0) + (1 if ctx.tensor_maps else 0)
+        if ctx.strided is None:
+            self.args = {a.name: ops[1 + 2 * len(dyn) + i].result for i, a in enumerate(trace.args)}
+            pos = 1 + 2 * len(dyn) + len(trace.args)
+        else:  # the strided views: one op per argument right before the tensor maps and bounds record
+            first = len(ops) - 1 - extra - len(trace.args)
+            self.args = {a.name: ops[first + i].result for i, a in enumerate(trace.args)}
+            pos = 1 + 2 * len(dyn)
         self.scalars: dict[str, ir.Value] = {}
         for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
             pos += 2 if a.type.dtype.is_float else 1

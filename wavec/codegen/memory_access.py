@@ -19,6 +19,7 @@ from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, memref, scf, vector
 
 from .. import abi
+from ..errors import CodegenError
 from ..frontend import dtypes as dt
 from ..frontend.mapping import index_operands
 from ..frontend.ops import Allocate, AsyncCopy, Read, WideStore, Write
@@ -142,30 +143,55 @@ def in_bounds(fb: FunctionBuilder, access: fx.Node, coords: dict) -> ir.Value | 
     return _all(dim_bounds(fb, access, coords).values())
 
 
+def _unit_stride(memref_value: ir.Value) -> bool:
+    """Whether the memref's innermost stride is 1 (not so for an inner-strided argument of a strided
+    variant, whose runs ``coarsen_loads`` caps at one element: ``vector.load`` needs a unit stride)."""
+    strides, _offset = ir.MemRefType(memref_value.type).get_strides_and_offset()
+    return not strides or strides[-1] == 1
+
+
+def _load(vt: ir.VectorType, memref_value: ir.Value, idx: list, align: int) -> ir.Value:
+    if _unit_stride(memref_value):
+        return vector.load(vt, memref_value, idx, alignment=align)
+    if vt.shape != [1]:
+        raise CodegenError(message=f"a run of {vt.shape} elements along a strided innermost dim (runs of 1 only)")
+    return vector.broadcast(vt, memref.load(memref_value, idx))
+
+
 def guarded_load(
     fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict, vt: ir.VectorType, dtype: dt.DType, align: int
 ) -> ir.Value:
     idx = mem_indices(fb, access, mem, coords)
     cond = in_bounds(fb, access, coords)
     if cond is None:
-        return vector.load(vt, fb.values[mem], idx, alignment=align)
+        return _load(vt, fb.values[mem], idx, align)
     branch = scf.IfOp(cond, [vt], has_else=True)
     with ir.InsertionPoint(branch.then_block):
-        scf.yield_([vector.load(vt, fb.values[mem], idx, alignment=align)])
+        scf.yield_([_load(vt, fb.values[mem], idx, align)])
     with ir.InsertionPoint(branch.else_block):
         scf.yield_([splat(vt, dtype, 0)])
     return branch.result
 
 
 def _store_if(memref_value: ir.Value, idx: list, cond: ir.Value | None, value: ir.Value, align: int) -> None:
-    """``vector.store`` under ``cond`` (unconditionally when None)."""
+    """``vector.store`` under ``cond`` (unconditionally when None); a single element to an inner-strided
+    memref is a ``memref.store``."""
     if cond is None:
-        vector.store(value, memref_value, idx, alignment=align)
+        _store(value, memref_value, idx, align)
         return
     branch = scf.IfOp(cond)
     with ir.InsertionPoint(branch.then_block):
-        vector.store(value, memref_value, idx, alignment=align)
+        _store(value, memref_value, idx, align)
         scf.yield_([])
+
+
+def _store(value: ir.Value, memref_value: ir.Value, idx: list, align: int) -> None:
+    if _unit_stride(memref_value):
+        vector.store(value, memref_value, idx, alignment=align)
+        return
+    if ir.VectorType(value.type).shape != [1]:
+        raise CodegenError(message="a run of several elements along a strided innermost dim (runs of 1 only)")
+    memref.store(vector.extract(value, [], [0]), memref_value, idx)
 
 
 def _coords(layout: Layout, off: dict) -> dict:

@@ -1,11 +1,12 @@
 """``EmulatorKernel``: run a compiled artifact's MLIR on the CPU emulator with PyTorch tensors.
 
 The tensors are validated exactly as for the GPU launcher (``BindingPlan`` with CPU tensors), viewed as
-flat numpy arrays (bf16 as its uint16 bits) and run in place; the emulator writes straight into the
-tensors' memory, so outputs need no copy back.  A kernel with TMA tensor maps gets one more binding: the
-maps in wavec's emulated encoding, describing each tensor at its emulated global address (checked as on
-the GPU: :func:`~wavec.runtime.tensor_map.describe`).  A kernel compiled with ``WAVEC_CHECK_BOUNDS=1`` gets
-its bounds record last and raises its failure as the CUDA launcher does (``runtime/bounds.py``).
+flat numpy arrays (bf16 as its uint16 bits; a strided view: the elements it spans) and run in place; the
+emulator writes straight into the tensors' memory, so outputs need no copy back.  A kernel with TMA
+tensor maps gets one more binding: the maps in wavec's emulated encoding, describing each tensor at its
+emulated global address (checked as on the GPU: :func:`~wavec.runtime.tensor_map.describe`).  A kernel
+compiled with ``WAVEC_CHECK_BOUNDS=1`` gets its bounds record last and raises its failure as the CUDA
+launcher does (``runtime/bounds.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ def _flat_view(t: Any) -> np.ndarray:
     import torch
 
     t = t.detach()  # same memory; .numpy() refuses tensors that require grad
+    if not t.is_contiguous():  # a strided view: the elements it spans, from its first one (no copy)
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        t = t.as_strided((span,), (1,))
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().reshape(-1).view(np.uint16)
     if t.dtype.is_floating_point and t.dtype.itemsize == 1:  # fp8: numpy has no such type; its bits

@@ -91,3 +91,36 @@ def _alloc(c: Compiler, op: ir.Operation) -> Instr:
             st.env[o] = MemRef(arr, np.arange(st.lanes, dtype=np.int64) * n, shape, strides, et, name)
 
     return run
+
+
+@register("memref.reinterpret_cast")
+def _reinterpret_cast(c: Compiler, op: ir.Operation) -> Instr:
+    """The view of a flat binding with its launch sizes and strides (a strided variant's arguments,
+    ``codegen/emitter.py``): every element it can address must lie in the binding, so a stride or size the
+    launcher got wrong is an error here, not a silent read of other memory."""
+    ins, (o,), loc = c.ins(op), c.outs(op), c.loc(op)
+    seg = list(op.attributes["operandSegmentSizes"])
+    src = ins[0]
+    dyn_off, dyn_sizes = ins[1 : 1 + seg[1]], ins[1 + seg[1] : 1 + seg[1] + seg[2]]
+    dyn_strides = ins[1 + seg[1] + seg[2] :]
+    offset = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+    sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+    strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+
+    def run(st: State) -> None:
+        m = st.env[src]
+        off = _uniforms(offset, list(dyn_off), st, "reinterpret_cast offset")[0]
+        shape = tuple(_uniforms(sizes, list(dyn_sizes), st, "reinterpret_cast size"))
+        steps = tuple(_uniforms(strides, list(dyn_strides), st, "reinterpret_cast stride"))
+        if any(s < 0 for s in steps) or off < 0:
+            raise EmulatorError(message=f"{loc}: negative stride or offset in {steps}, {off}")
+        base = int(np.asarray(m.offset).reshape(-1)[0]) + off
+        reach = base + sum((n - 1) * s for n, s in zip(shape, steps)) if all(shape) else base - 1
+        if reach >= m.arr.size:
+            raise EmulatorError(
+                message=f"{loc}: a view of shape {shape} and strides {steps} reaches element {reach} of "
+                f"{m.name}, which has {m.arr.size}"
+            )
+        st.env[o] = MemRef(m.arr, base, shape, steps, m.et, m.name, m.shared, m.extra)
+
+    return run

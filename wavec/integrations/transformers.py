@@ -274,11 +274,13 @@ def wavec_attention_forward(
     if q_len == 1 and _SETTINGS["decode"] == "attention":
         from wavec.kernels.attention import attention
 
-        # the cache as transformers keeps it, [B, KVH, S, D]: no copy; [B, H, 1, D] transposed stays dense
+        # the cache as transformers keeps it, [B, KVH, S, D], any strides (a cropped or preallocated cache
+        # is a view: the kernel's strided variant reads it in place)
         _REPORT.wavec("attention (decode)")
-        o = attention(query.contiguous(), key.contiguous(), value.contiguous(), scale=scaling, layout="bhsd")
+        o = attention(query, key, value, scale=scaling, layout="bhsd")
         return o.transpose(1, 2), None
-    q, k, v = (x.transpose(1, 2).contiguous() for x in (query, key, value))  # [B, S, H, D]: copies the cache
+    # [B, S, H, D] views (no copy of the cache: the kernels take strides); the output comes out [B, S, H, D]
+    q, k, v = (x.transpose(1, 2) for x in (query, key, value))
     if q_len == 1 and k.shape[-1] in (64, 128) and v.shape[-1] == k.shape[-1]:
         from wavec.kernels import decode_attention
 

@@ -405,9 +405,10 @@ def decode_attention(
     ``<= seq_len - q_len + i``.  Cache rows past a sequence's length are masked but read: they must be
     finite (any value; a zeroed or reused cache is).  f32 softmax and accumulation; ``scale`` defaults to
     1/sqrt(D).  ``num_splits``: splits of the keys (default ``num_splits_for``'s rule); ``config =
-    (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  Contiguous tensors on one device (CPU
-    tensors run on the emulator).  Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and,
-    on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
+    (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  Tensors of any strides on one device (a
+    transformers cache [B, H, S, D] transposed is a view: read in place; CPU tensors run on the emulator).
+    Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
+    ``WAVEC_CHECK_BOUNDS=1``."""
     key = (call_key(q, k, v, seq_lens), num_splits, config, backend)
     run = _DISPATCH.get(key)
     if run is None:

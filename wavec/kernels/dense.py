@@ -10,7 +10,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.elementwise import BLOCK_N, M, N, rowwise_config, rowwise_constraints
-from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
 from wavec.kernels.gemm import matmul_runner
 from wavec.tuning.plan import GemmRequest
 
@@ -89,11 +89,13 @@ def _runner(x, weight, bias, backend: str | None):
 
     _check(x, weight, bias)
     out_features, lead = weight.shape[0], tuple(x.shape[:-1])
-    rows, w = x.reshape(-1, x.shape[-1]).contiguous(), weight.contiguous()
-    dense_x, dense_w = x.is_contiguous(), weight.is_contiguous()
+    # views whose rows are contiguous run in place (the GEMM's strided variant); a transposed operand is
+    # copied, which beats the variant's element-by-element reads of it
+    rows, x_per_call = as_rows(x, (-1, x.shape[-1]))
+    w, w_per_call = as_rows(weight, tuple(weight.shape))
 
     def operands(x, weight):
-        return x if dense_x else x.contiguous(), weight if dense_w else weight.contiguous()
+        return x_per_call(x), w_per_call(weight)
 
     req = GemmRequest("auto", "auto", None, None, None, None, True)
     if bias is None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory
-from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_M, BLOCK_N = wc.sym.BLOCK_M, wc.sym.BLOCK_N
@@ -78,7 +78,7 @@ _COMPILED: dict = {}
 def silu_and_mul(x, *, backend: str | None = None):
     """``silu(x[..., :d]) * x[..., d:]`` for ``x [..., 2d]`` (f16, bf16, f32; computed in f32): vLLM's
     ``silu_and_mul``, the activation between a fused gate/up projection and the down projection.  A new
-    tensor ``[..., d]``; a non-contiguous ``x`` is copied first."""
+    tensor ``[..., d]``; rows with any pitch run in place, transposed ones are copied."""
     try:
         key: Any = (tensor_key(x), backend)
         run = _DECIDED.get(key)
@@ -112,12 +112,12 @@ def _silu_runner(x, backend: str | None):
     key = (dtype.name, vec, subs[BLOCK_N], backend)
     if key not in _COMPILED:
         _COMPILED[key] = wc.compile(make_silu_and_mul(dtype, vec=vec), {**subs, TWO: 2}, backend=backend)
-    launch = _COMPILED[key].prepare(x.reshape(-1, 2, d).contiguous(), out.view(-1, d), fresh_outputs=True)
-    dense = x.is_contiguous()
+    rows, per_call = as_rows(x, (-1, 2, d))  # a view where the strides allow (a slice of a wider projection)
+    launch = _COMPILED[key].prepare(rows, out.view(-1, d), fresh_outputs=True)
 
     def run(x):
         out = empty(shape, dtype=tdtype, device=device)
-        launch(x if dense else x.contiguous(), out)
+        launch(per_call(x), out)
         return out
 
     return run

@@ -20,7 +20,25 @@ from typing import Any
 
 from wavec.runtime.fast_launch import tensor_key
 
-__all__ = ["Decisions", "tensor_key"]
+__all__ = ["Decisions", "tensor_key", "as_rows"]
+
+
+def as_rows(x: Any, shape: tuple) -> tuple[Any, Callable[[Any], Any]]:
+    """(``x`` reshaped to ``shape`` for the kernel, ``per_call(x)``): a view where the strides allow and the
+    innermost elements are adjacent (a slice, a head of a packed projection: the kernel takes its strides),
+    else a dense copy (a transposed ``x``: copying beats reading one element at a time).  ``per_call`` does
+    the same to a later ``x`` of the same key: the tensor itself when the first call's was a view at its
+    own address (the prepared launch reads only its pointer), a fresh copy otherwise."""
+    rows = x.reshape(shape)
+    if rows.stride(-1) != 1 and rows.shape[-1] > 1:
+        rows = rows.contiguous()
+    if rows.data_ptr() == x.data_ptr() and rows.untyped_storage().data_ptr() == x.untyped_storage().data_ptr():
+        return rows, _same
+    return rows, lambda t: t.reshape(shape).contiguous()
+
+
+def _same(t: Any) -> Any:
+    return t
 
 
 class Decisions:

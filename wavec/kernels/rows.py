@@ -22,7 +22,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -219,8 +219,10 @@ def _kernel(kind: str, dtype, n: int, backend: str | None):
     return _COMPILED[key]
 
 
-def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
-    """(wavec dtype, ``x`` as [rows, N] with N the last dim, dense) or a ``WavecError`` naming ``x``."""
+def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any, Any]:
+    """(wavec dtype, ``x`` as [rows, N] with N the last dim, ``per_call``: ``fastpath.as_rows``) or a
+    ``WavecError`` naming ``x``.  Rows keep their pitch (a slice ``x[:, :N]``, a head of a packed projection:
+    a view, launched with its strides); rows whose elements are not adjacent are copied."""
     import torch
 
     if not isinstance(x, torch.Tensor):
@@ -232,7 +234,7 @@ def _rows(op: str, x: Any, dim: int = -1) -> tuple[Any, Any]:
         )
     if dim not in range(-x.dim(), x.dim()) or (dim % x.dim()) != x.dim() - 1:
         raise wc.WavecError(message=f"{op}: dim must be the last dim (-1 or {x.dim() - 1}), got {dim}")
-    return DTYPES[name], x.reshape(-1, x.shape[-1]).contiguous()
+    return (DTYPES[name], *as_rows(x, (-1, x.shape[-1])))
 
 
 def _vector(op: str, name: str, v: Any, x: Any) -> Any:
@@ -256,7 +258,7 @@ def _eps(op: str, eps: Any) -> float:
 
 def softmax(x, dim: int = -1, *, backend: str | None = None):
     """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
-    returned in x's dtype.  A non-contiguous ``x`` is copied first."""
+    returned in x's dtype.  Rows with any pitch run in place (``_rows``)."""
     try:
         key: Any = ("softmax", tensor_key(x), dim, backend)
         run = _DECIDED.get(key)
@@ -309,7 +311,7 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
     first call needed them, the ones / zeros made here for a missing weight / bias)."""
     import torch
 
-    dtype, rows = _rows(op, x, dim)
+    dtype, rows, per_call = _rows(op, x, dim)
     given = (weight, bias)[: 0 if op == "softmax" else 1 if op == "rms_norm" else 2]
     vectors = [_vector(op, name, v, x) for name, v in zip(("weight", "bias"), given)]
     e, inv_n = (0.0, 0.0) if op == "softmax" else (_eps(op, eps), 1.0 / rows.shape[1])
@@ -320,7 +322,6 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
     launch = _kernel(op, dtype, rows.shape[1], backend).prepare(
         rows, *vectors, out.view(rows.shape), *(() if op == "softmax" else (e, inv_n)), fresh_outputs=True
     )
-    dense = x.is_contiguous()
     # per vector: the tensor made here for a missing one, else whether a given one is copied per call
     made = [v if g is None else None for v, g in zip(vectors, given)]
     copy = [g is not None and not g.is_contiguous() for g in given]
@@ -335,7 +336,7 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
 
         def run(x: Any) -> Any:
             out = fresh()
-            launch(x if dense else x.contiguous(), out)
+            launch(per_call(x), out)
             return out
 
         return run
@@ -343,14 +344,14 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
 
         def run_rms(x: Any, w: Any) -> Any:
             out = fresh()
-            launch(x if dense else x.contiguous(), vector(0, w), out, e, inv_n)
+            launch(per_call(x), vector(0, w), out, e, inv_n)
             return out
 
         return run_rms
 
     def run_ln(x: Any, w: Any, b: Any) -> Any:
         out = fresh()
-        launch(x if dense else x.contiguous(), vector(0, w), vector(1, b), out, e, inv_n)
+        launch(per_call(x), vector(0, w), vector(1, b), out, e, inv_n)
         return out
 
     return run_ln

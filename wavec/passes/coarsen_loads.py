@@ -5,7 +5,9 @@ length, offsets)`` of register elements contiguous along the memory's last dim m
 ``meta["alignments"]``, each run's byte alignment proven from the index algebra (LLVM emits a 16-byte
 ``ld.v4`` only when told; ``mask_bounds`` has the launcher check that rows are whole runs).  Runs along a
 dim never exceed ``run_cap``: the largest power of two dividing a static size, ``ctx.run_caps`` of a
-dynamic one (a narrow variant, compiled by the launcher for sizes the vector width does not divide).  Atomics take
+dynamic one (a narrow variant, compiled by the launcher for sizes the vector width does not divide), and
+``ctx.arg_cap`` of the argument (a strided variant: a row pitch the width does not divide, or single
+elements of an argument whose innermost stride is a launch value).  Atomics take
 the runs one reduction instruction of the target updates (``atomic_width``), split where the proven
 alignment is below the run's bytes (a vector ``red`` needs its whole width aligned).  Shared reads
 feeding an ``mma.sync`` operand use ``ldmatrix`` (``meta["access"]``, ``mma_dims``; ``transpose`` for a B
@@ -174,7 +176,8 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             # a gathered dim is addressed by its index value's dims, contiguous only along the affine last dim
             affine = last in layout.dims and last not in index_operands(node)
             width = atomic_width(node, ctx) if node.meta["op"] is Atomic else MAX_ACCESS_BYTES // mtype.dtype.bytes
-            width = run_cap(ctx, last, max(1, width)) if mtype.address_space == AddressSpace.GLOBAL else width
+            if mtype.address_space == AddressSpace.GLOBAL:  # (a strided variant may cap one argument's runs)
+                width = ctx.arg_cap(capture_root(mem).name, run_cap(ctx, last, max(1, width)))
             runs = access_runs(layout, access_dims(node), max(1, width) if affine else 1)
             aligns = [
                 run_alignment(_relative(mem, last, layout.seq(last).start + off[last]), n, mtype.dtype.bytes)

@@ -55,6 +55,10 @@ class PassContext:
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
     check_bounds: bool = False  # WAVEC_CHECK_BOUNDS: codegen checks every dynamic index (a bounds record binding)
     run_caps: dict[sympy.Symbol, int] = field(default_factory=dict)  # dynamic dim -> longest run (a narrow variant)
+    # None: dense row-major bindings; else a strided variant (every argument's outer strides are launch values)
+    # whose entries cap an argument's runs along its innermost dim (0: its innermost stride is one too)
+    strided: dict[str, int] | None = None
+    arg_runs: dict[str, int] = field(default_factory=dict)  # argument -> lcm of its runs (row pitch multiple)
 
     @classmethod
     def build(cls, trace: Trace, constraints: ConstraintSet, target: Target | str) -> PassContext:
@@ -82,6 +86,16 @@ class PassContext:
                     self.loop_dims[sub] = self.loop_dims[g] + (() if region else (node.kwargs["dim"],))
                     self.parent[sub] = (node, g)
                     todo.append(sub)
+
+    def arg_cap(self, name: str, width: int) -> int:
+        """The longest run (at most ``width``) along the innermost dim of argument ``name``: the strided
+        variant's cap for it (an inner-strided argument: single elements), else ``width``."""
+        cap = (self.strided or {}).get(name)
+        return width if cap is None else min(width, max(cap, 1))
+
+    def inner_strided(self, name: str) -> bool:
+        """Whether argument ``name``'s innermost stride is a launch value (read element by element)."""
+        return (self.strided or {}).get(name) == 0
 
     def in_loop(self, graph: fx.Graph, dim) -> bool:
         return dim in self.loop_dims.get(graph, ())

@@ -2,7 +2,8 @@
 
 Requires: ``coarsen_loads`` and ``pipeline_loops``.  Guarantees: every global access has
 ``meta["mask_dims"]`` (dims not provably a multiple of their tiling extent: codegen guards each run with
-``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound; loops over a masked dim run
+``coord < size``); ``ctx.requirements`` keeps runs from straddling the bound (``ctx.arg_runs``: per
+argument, the lcm of its runs, a strided variant's row pitch multiple); loops over a masked dim run
 ``ceil(size / tile)`` iterations (``ctx.masked_loops``); accesses of ``wc.allocate`` buffers through
 index values are masked along the values' dims.  Copies into tiles that only feed a GEMM loop's
 MMA operands clamp instead (``meta["clamp_dims"]``).  Full contract: docs/design.md, "Module contracts".
@@ -94,6 +95,9 @@ def mask_bounds(trace: Trace, ctx: PassContext) -> None:
             last = mtype.shape[-1]
             if longest > 1 and not user:
                 ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), longest))
+            if mtype.address_space == AddressSpace.GLOBAL:  # a strided binding's row pitch: whole runs
+                name = capture_root(mem).name
+                ctx.arg_runs[name] = int(sympy.ilcm(ctx.arg_runs.get(name, 1), longest))
     for node in trace.graph.nodes:
         if node.meta.get("op") is Iterate and not _divisible(ctx, node.kwargs["dim"]):
             ctx.masked_loops.add(node.kwargs["dim"])

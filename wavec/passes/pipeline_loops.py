@@ -92,6 +92,9 @@ def _pipeline(trace: Trace, ctx: PassContext, iterate: fx.Node, stages: int) -> 
     # cp.async moves 4, 8 or 16 bytes: a tile whose copy runs are shorter stays synchronous
     if not pairs or any(n * r.meta["type"].dtype.bytes < 4 for r, _w in pairs for _f, n, _o in r.meta["accesses"]):
         return
+    # and its source's innermost stride must be 1 (an inner-strided argument of a strided variant is not)
+    if any(ctx.inner_strided(capture_root(arg_node(r, 0)).name) for r, _w in pairs):
+        return
     ctx.loop_stages[dim] = stages
     # (both rewrites) every staged tile gets S buffers; shared reads take the carried stage (= i % S)
     outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}

@@ -14,7 +14,7 @@ import sympy
 import torch.fx as fx
 
 from ..frontend.ops import WideStore, Write
-from ..frontend.tracing import Trace, arg_node
+from ..frontend.tracing import Trace, arg_node, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE
 from .context import PassContext
@@ -84,6 +84,10 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
         size = cs.resolve(mem.meta["type"].shape[-1])
         if sorted(by_offset) != [0, 8, 16, 24] or (size.is_Integer and int(size) % 8):
             continue
+        name = capture_root(mem).name
+        if ctx.arg_cap(name, 8) < 8:  # a strided variant's row pitch that 16-byte stores would misalign
+            continue
+        ctx.arg_runs[name] = int(sympy.ilcm(ctx.arg_runs.get(name, 1), 8))
         writes = [by_offset[o] for o in (0, 8, 16, 24)]
         last = max(writes, key=order.__getitem__)
         args = (*[w.args[0] for w in writes], mem)

@@ -50,12 +50,20 @@ _DIGEST_LEN = 32
 
 @dataclass(frozen=True, slots=True)
 class ArgSpec:
-    """One kernel binding (a tensor argument); ``shape`` entries are symbol names or static ints."""
+    """One kernel binding (a tensor argument); ``shape`` entries are symbol names or static ints.
+
+    ``strides``: empty for a dense row-major binding; in a strided variant, per dimension the launch
+    constant that carries its stride (in elements) or 1 (an innermost stride the kernel takes as 1).
+    ``multiple``: the outer strides and the base pointer's offset, in elements, must be multiples of it
+    (the longest run the kernel accesses the binding's rows in; strided variants only).
+    """
 
     name: str
     dtype: str
     shape: tuple[str | int, ...]
     is_output: bool
+    strides: tuple[str | int, ...] = ()
+    multiple: int = 1
 
     def to_json(self) -> dict[str, Any]:
         return _to_json(self)
@@ -67,6 +75,8 @@ class ArgSpec:
             dtype=_typed(d["dtype"], str, "arg dtype"),
             shape=tuple(x if isinstance(x, str) else _typed(x, int, "shape entry") for x in d["shape"]),
             is_output=_typed(d["is_output"], bool, "arg is_output"),
+            strides=tuple(x if isinstance(x, str) else _typed(x, int, "stride entry") for x in d.get("strides", [])),
+            multiple=_typed(d.get("multiple", 1), int, "arg multiple"),
         )
 
 
@@ -74,15 +84,16 @@ class ArgSpec:
 class KernelMetadata:
     """Everything the launcher needs besides the binary.
 
-    ``constants``: the dynamic symbols then the scalar arguments, one i32 each after the pointers;
-    ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
-    three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
-    must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
-    the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
-    ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
-    more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
-    ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
-    there; the bindings above stay tensors first), the order a call's positional arguments follow.
+        ``constants``: the dynamic symbols, the scalar arguments, then (a strided variant) the tensors' strides
+    (``ArgSpec.strides``), one i32 each after the pointers;
+        ``scalars``: the by-value arguments ``(name, dtype)``, after the tensors (an f32 as its bits); ``grid``:
+        three Python integer expressions over symbol names; ``divisibility``: ``(symbol, divisor)`` pairs that
+        must hold at launch; base pointers are multiples of ``alignment_bytes``; ``source``: ``file:line`` of
+        the definition; ``tensor_maps``: read from one extra binding after the tensors (``tensor_map.py``);
+        ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
+        more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
+        ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
+        there; the bindings above stay tensors first), the order a call's positional arguments follow.
     """
 
     kernel: str

@@ -7,7 +7,9 @@ Guarantees:
 * :func:`bind_arguments` returns the value of every symbol (dynamic and compile-time bound) or raises
   :class:`~wavec.errors.ArgumentError` naming the argument, what was expected and what was got.  Checks:
   argument count, tensor type, dtype, rank, device (one device of ``device_type``), row-major
-  contiguity, base-pointer alignment, static dims, symbol consistency across arguments, divisibility,
+  contiguity and base-pointer alignment (else :class:`~wavec.errors.StrideMiss`: a kernel from
+  ``wc.compile`` launches its strided variant; a strided variant's plan checks strides instead:
+  ``runtime/strides.py``), static dims, symbol consistency across arguments, divisibility,
   int32 range of dynamic symbols, and outputs overlapping another argument's memory.
 * :func:`grid_for` evaluates the grid expressions, compiled once per metadata into a function built from
   a whitelisted AST (int literals, symbol names, ``+ - * // %``, unary minus, ``min``/``max``) and run
@@ -32,6 +34,7 @@ from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher add
 from wavec.errors import AlignmentMiss, ArgumentError, LaunchError
 from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.artifact import DTYPES, KernelMetadata
+from wavec.runtime.strides import StridedBinding, dense_miss
 
 __all__ = ["BindingPlan", "plan_for", "bind_arguments", "grid_for", "compile_grid", "INT32_MAX", "SMS_NAME"]
 
@@ -93,7 +96,8 @@ class BindingPlan:
         self.binders = tuple((s, ai, d) for s, (ai, d) in binders.items())
         self.uses = tuple(uses)
         self.dynamic = tuple(binders)
-        missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars)]
+        strides = {c for a in meta.args for c in a.strides if isinstance(c, str)}
+        missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars) and c not in strides]
         if missing:
             raise _bad_metadata(meta.kernel, f"launch constants {missing} are not bound by any argument's shape")
         self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
@@ -104,6 +108,9 @@ class BindingPlan:
         self.grid_fn = _grid_fn_for(meta)
         self.needs_sms = any(SMS_NAME in g for g in meta.grid)  # persistent grid: the launcher supplies it
         self._by_shapes: dict[tuple, tuple[dict[str, int], tuple[int, ...], tuple[int, int, int] | None]] = {}
+        if any(spec.strides for spec in meta.args):  # a strided variant: its own per-call checks
+            self._check_strided_metadata()
+            self.bind_launch = StridedBinding(self).bind_launch  # type: ignore[method-assign]
 
     # ----------------------------------------------------------------------------------------- hot path
 
@@ -147,19 +154,12 @@ class BindingPlan:
             else:
                 self._device_error(a, t, device)
             if not t.is_contiguous():
-                self._fail(
-                    a,
-                    f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); the "
-                    "kernel needs row-major dense strides — call .contiguous()",
-                )
+                why = f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); this kernel needs "
+                dense_miss(self, tensors, a, why + "row-major dense strides — call .contiguous()")
             ptr = t.data_ptr()
             if align and ptr % align:
-                self._fail(
-                    a,
-                    f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset "
-                    f"{t.storage_offset()}); pass a tensor that starts at an aligned address, "
-                    "e.g. .clone()",
-                )
+                why = f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset {t.storage_offset()})"
+                dense_miss(self, tensors, a, why + "; pass a tensor that starts at an aligned address, e.g. .clone()")
             ptrs.append(ptr)
             shapes.append(shape)
         values, nbytes, grid = self._derived(shapes)
@@ -200,6 +200,25 @@ class BindingPlan:
             self._by_shapes.clear()
         self._by_shapes[key] = hit = (values, nbytes, grid)
         return hit
+
+    def _check_tensor(self, t: Any, a: _Arg) -> None:
+        """Type, dtype and rank of one tensor (the dense hot loop has these inline)."""
+        if not isinstance(t, self._tensor_type):
+            self._fail(a, f"expected a torch.Tensor of dtype {a.dtype_name}, got {type(t).__name__}")
+        if t.dtype is not a.dtype:
+            self._fail(a, f"expected dtype {a.dtype_name} ({a.dtype}), got {t.dtype}")
+        if len(t.shape) != a.rank:
+            why = f"expected rank {a.rank} (shape {self._spec_shape(a)}), got rank {t.dim()} (shape {tuple(t.shape)})"
+            self._fail(a, why)
+
+    def _check_strided_metadata(self) -> None:
+        for spec in self.meta.args:
+            if len(spec.strides) != len(spec.shape) or spec.multiple < 1 or spec.multiple & (spec.multiple - 1):
+                why = f"argument {spec.name!r} has strides {spec.strides} and multiple {spec.multiple}"
+                raise _bad_metadata(self.kernel, why + " (one entry per dimension; a power of two)")
+            missing = [c for c in spec.strides if isinstance(c, str) and c not in self.meta.constants]
+            if missing:
+                raise _bad_metadata(self.kernel, f"stride constants {missing} are not launch constants")
 
     def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
         """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""

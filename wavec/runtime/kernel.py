@@ -19,8 +19,10 @@ Guarantees — the two calling conventions of ``kernel(*tensors)``:
   that key their own dispatch the launch itself).
 
 A launch whose sizes break the artifact's ``divisibility`` (rows accessed in 16-byte runs) runs the narrow
-variant for them: ``narrow(run_caps=...)`` (set by ``wc.compile``) compiles it once per set of caps; the
-aligned launch pays nothing for this.
+variant for them, and one with a non-contiguous or misaligned tensor the strided variant its strides need
+(:class:`~wavec.errors.StrideMiss`): ``narrow(run_caps=..., strided=...)`` (set by ``wc.compile``) compiles
+each once per set of options, shared by the kernel and its variants (a strided launch with odd sizes goes
+dense -> strided -> strided and narrow); the aligned dense launch pays nothing for this.
 
 Positional arguments follow the kernel's ``def`` (scalars may stand anywhere in it; the launchers take
 tensors first, ``_arrange`` reorders); any argument may be passed by keyword (``kern(a=a, b=b, c=c)``),
@@ -34,7 +36,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ..errors import AlignmentMiss, ArgumentError, LaunchError, WavecError
+from ..errors import AlignmentMiss, ArgumentError, LaunchError, StrideMiss, WavecError
 from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
@@ -162,6 +164,12 @@ class OutputPlan:
             raise ArgumentError(kernel=self.kernel, arg=spec.name, message=message)
 
 
+def variant_key(run_caps: dict[str, int], strided: dict[str, int] | None) -> tuple:
+    """How ``CompiledKernel._variants`` knows a variant: its run caps, then its strided caps if strided."""
+    caps = tuple(sorted(run_caps.items()))
+    return caps if strided is None else (*caps, ("strided", tuple(sorted(strided.items()))))
+
+
 class CompiledKernel:
     """Call with all arguments (outputs written in place) or the inputs only (module docstring);
     ``backend``'s launcher (:mod:`wavec.runtime.backends`) is loaded on the first call."""
@@ -177,7 +185,11 @@ class CompiledKernel:
         self._ninputs = sum(1 for a in self.metadata.args if not a.is_output) + nscalars
         self._plan: OutputPlan | None = None
         self._default_device = "cuda" if backend in ("cuda", "rocm") else "cpu"
-        self.narrow: Callable[..., CompiledKernel] | None = None  # compiles a variant for ``run_caps``
+        self.narrow: Callable[..., CompiledKernel] | None = None  # compiles a variant for run_caps=, strided=
+        # the variant options this kernel was compiled with (wc.compile sets them)
+        self.run_caps: dict[str, int] = {}
+        self.strided: dict[str, int] | None = None
+        # variants by key (``variant_key``): the caps for a dense one, then ("strided", caps) for a strided one
         self._variants: dict[tuple, CompiledKernel] = {}
         self._binding = tuple(a.name for a in self.metadata.args) + tuple(n for n, _ in self.metadata.scalars)
         self._signature = self.metadata.signature or self._binding
@@ -260,25 +272,34 @@ class CompiledKernel:
             return self.variant_for(miss).prepare(*args, fresh_outputs=fresh_outputs)
 
     def variant_for(self, miss: AlignmentMiss) -> CompiledKernel:
-        """The variant whose runs along each symbol ``miss.values`` misaligns are as long as its value allows
-        (the largest power of two dividing it, below the width this kernel needs); compiled on first use.
-        Where none compiles (TMA asked for explicitly needs 16-byte rows), ``miss`` says why."""
-        values = miss.values
-        caps = tuple(
-            (sym, math.gcd(values[sym], div) & -math.gcd(values[sym], div))
-            for sym, div in self.metadata.divisibility
-            if values[sym] % div
-        )
-        kernel = self._variants.get(caps)
+        """The variant of this kernel's options and what ``miss`` asks for, compiled on first use: runs along
+        each symbol ``miss.values`` misaligns as long as its value allows (the largest power of two dividing
+        it, below the width this kernel needs); for a :class:`StrideMiss`, strides as launch values with its
+        arguments' caps.  Where none compiles (TMA asked for explicitly needs 16-byte rows), ``miss`` says
+        why."""
+        caps, strided = dict(self.run_caps), None if self.strided is None else dict(self.strided)
+        if isinstance(miss, StrideMiss):
+            strided = strided or {}
+            for name, cap in miss.strided.items():
+                strided[name] = min(cap, strided.get(name, cap))
+        else:
+            for sym, div in self.metadata.divisibility:
+                if miss.values[sym] % div:
+                    g = math.gcd(miss.values[sym], div)
+                    caps[sym] = min(g & -g, caps.get(sym, div))
+        key = variant_key(caps, strided)
+        if key == variant_key(self.run_caps, self.strided):
+            raise miss  # (a variant meets what its own checks ask for: not reached)
+        kernel = self._variants.get(key)
         if kernel is None:
             assert self.narrow is not None  # callers check
             try:
-                kernel = self.narrow(run_caps=dict(caps))
+                kernel = self.narrow(run_caps=caps, strided=strided)
             except WavecError as why:
                 fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
                 raise ArgumentError(None, **fields) from why
-            kernel.narrow = None  # its remaining requirements hold for ``values``; no variant of a variant
-            self._variants[caps] = kernel
+            kernel._variants = self._variants  # one table for the kernel and all its variants
+            self._variants[key] = kernel
         return kernel
 
     def _arrange(self, args: tuple, named: dict[str, Any]) -> tuple:

@@ -94,7 +94,8 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
         seen.add((mem, alloc))
         dtype = mem.meta["type"].dtype
         last = mem.meta["type"].shape[-1]
-        if run_cap(ctx, last, 16 // dtype.bytes) < 16 // dtype.bytes:  # a tensor map's row stride: 16-byte multiple
+        width = ctx.arg_cap(mem.name, run_cap(ctx, last, 16 // dtype.bytes))
+        if width < 16 // dtype.bytes:  # a tensor map's row stride: a 16-byte multiple (its innermost stride 1)
             return None, f"rows of %{mem.name} ({last}) are not a multiple of 16 bytes"
         box = tma_box(tuple(mem.meta["type"].shape), tile_extents(alloc), dtype.bytes)
         spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name, box, SWIZZLE_BYTES)
@@ -160,6 +161,8 @@ def pipeline_tma(
         last = trace.args[spec.arg].type.shape[-1]
         elem = trace.args[spec.arg].type.dtype.bytes
         ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
+        name = trace.args[spec.arg].name  # a strided variant's row pitch: a 16-byte multiple as well
+        ctx.arg_runs[name] = int(sympy.ilcm(ctx.arg_runs.get(name, 1), 16 // elem))
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
     counts = {"count": stages, "empty_arrivals": warps, "dim": dim}
     init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
