@@ -213,3 +213,17 @@ def test_fake_driver_kernels_never_take_the_ctypes_launch(monkeypatch) -> None:
     monkeypatch.setenv("WAVEC_LAUNCH_API", "ctypes")
     k = _kernel(monkeypatch, gemm_meta(), [])
     assert k._c_launch is None  # CPU tensors: the unit tests' fake driver, never libcuda
+
+
+def test_misaligned_tensors_take_the_full_path(monkeypatch) -> None:
+    """A tensor off the kernel's alignment (a slice one element in) goes to the fallback (the compiled
+    kernel's full path, which picks the variant for such addresses), reshaped to the prepared shapes."""
+    record: list = []
+    k = _kernel(monkeypatch, gemm_meta(), record)
+    full: list = []
+    launch = k.prepare(tuple(gemm_args()), fallback=lambda *a: full.append(a))
+    a, b, c = gemm_args()
+    shifted = torch.zeros(128 * 64 + 1, dtype=torch.float16)[1:].view(128, 64)
+    launch(shifted, b, c.view(-1))
+    assert record == [] and len(full) == 1
+    assert full[0][0] is shifted and full[0][2].shape == (128, 64)

@@ -10,7 +10,8 @@ Guarantees:
 
 * ``launch(*args)`` (tensors in binding order, then scalars) reads each tensor's ``data_ptr()`` and nothing
   else of it: the grid, the size constants and the function handle are fixed at preparation.  A pointer
-  off the kernel's alignment raises the :class:`~wavec.errors.ArgumentError` the full path raises; an i32
+  off the kernel's alignment takes the full path (``fallback``: its variant for such addresses), or
+  without one raises the :class:`~wavec.errors.ArgumentError` naming the argument; an i32
   scalar that is not an int in range or an f32 scalar that is not a number raises one naming it.
 * Outputs overlapping another argument are checked per call unless the preparation said the caller
   allocates its outputs fresh on every call (``fresh_outputs=True``).
@@ -69,12 +70,13 @@ class FastLaunch:
     __slots__ = (
         "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "buf", "floats", "owner", "nbytes",
         "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success", "c_launch",
-        "fn_ptr",
+        "fn_ptr", "fallback", "shapes",
     )  # fmt: skip
 
     def __init__(
         self, kernel: CudaKernel, fn: Any, device: int, grid: tuple[int, int, int], values: dict[str, int],
-        nbytes: tuple[int, ...], fresh_outputs: bool,
+        nbytes: tuple[int, ...], fresh_outputs: bool, fallback: Callable[..., None] | None = None,
+        shapes: Sequence[Any] = (),
     ) -> None:  # fmt: skip
         from wavec.runtime.launcher import _ArgBuffer
 
@@ -96,12 +98,20 @@ class FastLaunch:
         self.map_args: dict[tuple[int, ...], int] = {}
         self.launch_fn, self.stream = kernel._drv.cuLaunchKernel, kernel._raw_stream
         self.block, self.shared, self.success = kernel._block, kernel._shared, kernel._success
+        self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
         self.fn_ptr = kernel._fn_ptrs.get(device, 0)
 
     def __call__(self, *args: Any) -> None:
         n = self.ntensors
-        self._launch([t.data_ptr() for t in args[:n]], args, n)
+        ptrs = [t.data_ptr() for t in args[:n]]
+        align = self.align
+        if align and self.fallback is not None and any(p % align for p in ptrs):
+            # an address off the kernel's alignment: the full path runs the variant that reads it
+            fixed = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes, strict=True)]
+            self.fallback(*fixed)
+            return
+        self._launch(ptrs, args, n)
 
     def pointers(self, *args: Any) -> None:
         """The launch with each tensor given by its device address (an int: a part of a larger buffer

@@ -249,6 +249,15 @@ class CompiledKernel:
             self._prepared[key] = launch
         launch(*args)
 
+    def _full(self, *args: Any) -> None:
+        """The launch validated in full (every argument), with the variant its sizes or strides need."""
+        try:
+            (self._impl or self._launcher())(*args)
+        except AlignmentMiss as miss:
+            if self.narrow is None:
+                raise
+            self.variant_for(miss).call_bound(*args)
+
     def prepare(self, *args: Any, fresh_outputs: bool = False) -> Callable[..., None]:
         """``launch(*args)`` for later calls whose tensors repeat these ``args``' dtypes, shapes, strides and
         device (all arguments in binding order, outputs included): validated now as a call is, then each
@@ -265,7 +274,7 @@ class CompiledKernel:
                 if plan is not None:
                     plan.bind(args)  # validation now, as the fast path's preparation does
                 return CheckedLaunch(impl, [getattr(a, "shape", None) for a in args])
-            return prepare(args, fresh_outputs)
+            return prepare(args, fresh_outputs, self._full)
         except AlignmentMiss as miss:
             if self.narrow is None:
                 raise

@@ -183,7 +183,9 @@ class CudaKernel:
             if err is not None:
                 raise err
 
-    def prepare(self, args: Sequence[Any], fresh_outputs: bool = False) -> Any:
+    def prepare(
+        self, args: Sequence[Any], fresh_outputs: bool = False, fallback: Callable[..., None] | None = None
+    ) -> Any:
         """A :class:`~wavec.runtime.fast_launch.FastLaunch` for calls with ``args``' dtypes, shapes,
         strides and device, after validating ``args`` as a call does (errors and ``AlignmentMiss`` alike);
         a kernel with a bounds record or a scalar-dependent grid gets the checked path instead."""
@@ -198,7 +200,8 @@ class CudaKernel:
             grid = plan.grid({**values, SMS_NAME: self._sm_count(device)} if plan.needs_sms else values)
         fn = self._functions.get(device) or self._function_for(device)
         nbytes = plan._derived([t.shape for t in args[: len(plan.args)]])[1]
-        return FastLaunch(self, fn, device, grid, values, nbytes, fresh_outputs)
+        shapes = [getattr(a, "shape", None) for a in args]
+        return FastLaunch(self, fn, device, grid, values, nbytes, fresh_outputs, fallback, shapes)
 
     def _launch_args(self, ptrs: list[int], values: dict[str, int], device: int, grid: tuple[int, int, int]) -> None:
         gx, gy, gz = grid
