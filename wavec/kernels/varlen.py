@@ -34,6 +34,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 from .attention import (
     ALIGNS,
@@ -312,28 +313,57 @@ def varlen_attention(
     ``-slope * |i + len_k - len_q - j|`` added to the scaled (and capped) scores.  cu_seqlens that do not
     start at 0, decrease, do not end at the packed length or hold a sequence longer than its max_seqlen are
     a ``WavecError`` on the emulator (CPU tensors) and, on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
-    dtype = _check(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal)
+    try:
+        tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+        opts = (max_seqlen_q, max_seqlen_k, causal, window, softcap, backend, mma, config)
+        key: Any = (*(tensor_key(t) for t in tensors), opts)
+        run = _DECIDED.get(key)
+    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
+        key, run = None, None
+    if run is None:
+        run = _runner(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, softcap,
+                      backend, mma, config, alibi_slopes)  # fmt: skip
+        if key is not None:
+            _DECIDED.remember(key, run)
+    _check_data(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    return run(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, scale)
+
+
+_DECIDED = Decisions("varlen_attention")  # (tensor keys, options) -> run(q, k, v, cu_q, cu_k, slopes, scale)
+
+
+def _runner(q, k, v, cu_q, cu_k, max_q, max_k, causal, window, softcap, backend, mma, config, slopes):
+    """Validate a call, compile its kernel and prepare the launch: ``run(q, k, v, cu_q, cu_k, slopes,
+    scale)`` returns the output rows (a view of a buffer with the spare row) for calls with the same keys."""
+    dtype = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal)
     mma = mma or "mma_sync"
     if mma not in MMA:
         raise fail("varlen_attention", f"mma must be one of {MMA}, got {mma!r}")
     spec = mask_spec("bottom_right" if causal is True else causal, window)  # an OptionError naming either
     if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
         raise fail("varlen_attention", f"softcap must be a finite number >= 0 (0: off), got {softcap!r}")
-    _check_data(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-    total_q = q.shape[0]
-    o = _new_output(q)
-    out = o[:total_q]
-    if not total_q or not max_seqlen_q:
-        return out
-    if not k.shape[0] or not max_seqlen_k:
-        return out.zero_()
-    sc = 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
-    alibi = _alibi_kind(q, alibi_slopes, cu_seqlens_q.shape[0] - 1)
+    total_q, default_scale = q.shape[0], 1.0 / math.sqrt(q.shape[2])
+    alibi = _alibi_kind(q, slopes, cu_q.shape[0] - 1)
+    if not total_q or not max_q:
+        return lambda q, *_: _new_output(q)[:total_q]
+    if not k.shape[0] or not max_k:
+        return lambda q, *_: _new_output(q)[:total_q].zero_()
     kernel = _kernel(dtype, spec, float(softcap), q.shape[2], mma, config, backend, alibi)
-    m_c, n_c = _carrier(max_seqlen_q, q.device), _carrier(max_seqlen_k, q.device)
-    slopes = () if alibi is None else (alibi_slopes.view(-1, q.shape[1]),)
-    kernel(q, k, v, *slopes, cu_seqlens_q, cu_seqlens_k, m_c, n_c, o, sc, total_q)
-    return out
+    m_c, n_c = _carrier(max_q, q.device), _carrier(max_k, q.device)
+    heads = q.shape[1]
+    per_head = () if alibi is None else (slopes.view(-1, heads),)
+    launch = kernel.prepare(q, k, v, *per_head, cu_q, cu_k, m_c, n_c, _new_output(q), default_scale, total_q)
+
+    def run(q, k, v, cu_q, cu_k, slopes, scale):
+        o = _new_output(q)
+        sc = default_scale if scale is None else float(scale)
+        if alibi is None:
+            launch(q, k, v, cu_q, cu_k, m_c, n_c, o, sc, total_q)
+        else:
+            launch(q, k, v, slopes, cu_q, cu_k, m_c, n_c, o, sc, total_q)
+        return o[:total_q]
+
+    return run
 
 
 def _alibi_kind(q, slopes, batch: int) -> str | None:
