@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from .cases import Case, gemm_config
 from .gpus import GPUSpec
 
-__all__ = ["Group", "plan_rows", "TEST_FRACTION"]
+__all__ = ["Group", "plan_rows", "TEST_FRACTION", "is_library"]
 
 TEST_FRACTION = 0.2
 LLM_DIMS = (512, 768, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192, 11008, 13824, 14336, 18944)
@@ -166,6 +166,7 @@ def _elementwise_groups(count: int, rng: random.Random) -> list[Group]:
     return groups
 
 
+MAX_MOE_WORK = 2**35  # T*k*I*H: the CPU's decomposition of a launch walks every workgroup and K step
 MOE_MODELS = ((8, 2, 4096, 14336), (64, 8, 2048, 1408), (60, 4, 2048, 1408), (128, 8, 2048, 768))  # E, k, H, I
 
 
@@ -176,6 +177,8 @@ def _moe_groups(count: int, rng: random.Random) -> list[Group]:
     while len(groups) < count:
         e, k, h, inter = rng.choice(MOE_MODELS)
         t = rng.choice((1, 4, 16, 64, 256, 1024, 4096))
+        if t * k * inter * h > MAX_MOE_WORK:
+            continue
         dist, seed = rng.choice(("uniform", "zipf1.0", "zipf1.5")), rng.randrange(1 << 20)
         blocks = {static_config(t, k, e).block_m, rng.choice((16, 32, 64, 128))}
         shape = f"{t}x{h}x{inter}x{e}"
@@ -216,3 +219,24 @@ def plan_rows(gpu: GPUSpec, seed: int = 0, scale: float = 1.0) -> list[Group]:
     for i in range(max(len(g) for g in by_family.values())):
         out.extend(groups[i] for groups in by_family.values() if i < len(groups))
     return out
+
+
+def is_library(case: Case, gpu: GPUSpec) -> bool:
+    """Whether ``case`` is the configuration wavec's library runs for its launch (``matmul``'s plan, the
+    attention table's tile, the rows and elementwise rules, MoE's static token block), not a tuning
+    alternative."""
+    from ..kernels import attention as A
+    from ..kernels.fused_moe import static_config
+    from ..tuning.plan import GemmRequest, plan_matmul
+
+    p, sizes = case.params(), case.sizes()
+    if case.family.startswith("gemm"):
+        request = GemmRequest(mma=case.family.removeprefix("gemm_"), split=1)
+        return case.config == gemm_config(plan_matmul(*sizes, request, gpu.name))
+    if case.family == "attention":
+        subs, waves = A.attention_config(sizes[4], sizes[3], None, p["mma"], p["causal"] == "1")
+        tile = (int(subs[A.BLOCK_M]), int(subs[A.BLOCK_N]), waves, int(subs[A.NUM_STAGES]))
+        return tile == (int(p["bm"]), int(p["bn"]), int(p["w"]), int(p["st"]))
+    if case.family == "moe":
+        return int(p["bm"]) == static_config(sizes[0], int(p["k"]), sizes[3]).block_m
+    return True
