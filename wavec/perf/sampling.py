@@ -232,7 +232,8 @@ def is_library(case: Case, gpu: GPUSpec) -> bool:
     p, sizes = case.params(), case.sizes()
     if case.family.startswith("gemm"):
         request = GemmRequest(mma=case.family.removeprefix("gemm_"), split=1)
-        return case.config == gemm_config(plan_matmul(*sizes, request, gpu.name))
+        m, n, k = sizes
+        return case.config == gemm_config(plan_matmul(m, n, k, request, gpu.name))
     if case.family == "attention":
         subs, waves = A.attention_config(sizes[4], sizes[3], None, p["mma"], p["causal"] == "1")
         tile = (int(subs[A.BLOCK_M]), int(subs[A.BLOCK_N]), waves, int(subs[A.NUM_STAGES]))
