@@ -93,12 +93,14 @@ def _join(items: dict[str, Any]) -> str:
     return ";".join(f"{k}={v}" for k, v in items.items())
 
 
-def gemm_config(plan: Any) -> str:
-    """A ``GemmPlan`` (split 1) as a case configuration."""
+def gemm_config(plan: Any, c_f32: bool = False) -> str:
+    """A ``GemmPlan`` (split 1) as a case configuration; C in the inputs' dtype (``matmul``'s default) or,
+    with ``c_f32``, in f32 (the tuner's timings)."""
     s = plan.schedule
     flags = {"ws": s.warp_specialize, "pe": s.persistent, "se": s.split_epilogue, "pf": s.prefetch_fragments}
     head = {"bm": plan.block_m, "bn": plan.block_n, "bk": plan.block_k, "st": plan.stages, "gm": plan.group_m}
-    return _join({**head, "w": f"{plan.waves[0]}x{plan.waves[1]}", **{k: int(v) for k, v in flags.items()}})
+    tail = {"c": "f32"} if c_f32 else {}
+    return _join({**head, "w": f"{plan.waves[0]}x{plan.waves[1]}", **{k: int(v) for k, v in flags.items()}, **tail})
 
 
 def _gemm_plan(p: dict[str, str], mma: str) -> Any:
@@ -152,7 +154,8 @@ def _compile(case: Case, target: str, backend: str) -> Any:
         from ..kernels.gemm import build_gemm
 
         plan = _gemm_plan(p, "wgmma" if case.family == "gemm_wgmma" else "mma_sync")
-        return wc.compile(build_gemm(plan, dtype, dtype, target), plan.subs, target=target, backend=backend)
+        out = wc.f32 if p.get("c") == "f32" else dtype
+        return wc.compile(build_gemm(plan, dtype, out, target), plan.subs, target=target, backend=backend)
     if case.family == "attention":
         from ..kernels import attention as A
 
@@ -206,7 +209,8 @@ def bindings(case: Case) -> tuple[list[Binding], list[float]]:
     sz, dt = case.sizes(), case.dtype
     if case.family.startswith("gemm"):
         m, n, k = sz
-        return [Binding((m, k), dt), Binding((n, k), dt), Binding((m, n), dt, True)], []
+        c = case.params().get("c", dt)
+        return [Binding((m, k), dt), Binding((n, k), dt), Binding((m, n), c, True)], []
     if case.family == "attention":
         b, h, kvh, s, d = sz
         q, kv = Binding((b, h, s, d), dt), Binding((b, kvh, s, d), dt)

@@ -67,6 +67,7 @@ INPUTS = tuple(f"{c}/roof" for c in CYCLES) + (
     "shared_fraction",
     "log10_flop_per_byte",
     "log10_l2_per_hbm",
+    "log2_task_cycles",
 )
 EPS = 1e-30
 
@@ -91,6 +92,12 @@ def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
         float(values.get("shared_bytes", 0.0)) / gpu.shared_per_sm,
         math.log10(1.0 + float(values["tensor.gpu_ops"]) / hbm),
         math.log10(1.0 + float(values["l2.gpu_bytes"]) / hbm),
+        # one task's work at the busiest SM: short tasks pay the prologue, the epilogue and the pipeline fill
+        math.log2(
+            1.0
+            + max(float(values[f"{c}_cycles"]) for c in CYCLES if c.endswith(".sm"))
+            / max(1.0, float(values["sm_tasks"]))
+        ),
     ]
     return np.concatenate([cycles / roof, np.array(extra)])
 

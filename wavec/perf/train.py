@@ -30,6 +30,7 @@ from .gpus import gpu as find_gpu
 __all__ = ["fit_mlp", "make_net", "to_mlp", "mape", "table", "train_all", "main", "QUANTILE", "MIN_ROWS"]
 
 QUANTILE = 0.8
+WEIGHT_DECAY = 1e-2
 MIN_ROWS = 8
 
 
@@ -72,6 +73,7 @@ def fit_mlp(
     hidden: Sequence[int] = (32, 32),
     steps: int = 3000,
     seed: int = 0,
+    weight_decay: float = WEIGHT_DECAY,
 ) -> MLP:
     """An :class:`~wavec.perf.estimator.MLP` of log efficiency fitted by full-batch Adam: ``loss="mape"``
     (the time's relative error) or ``"p80"`` (pinball at ``QUANTILE``)."""
@@ -87,7 +89,7 @@ def fit_mlp(
         net[-1].bias.fill_(float(y.median()))
     # coupled L2 (not AdamW's decay): on ~300 rows per family it halved the held-out error of a known
     # efficiency function, where the unregularised net memorised its training rows
-    opt = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=1e-2)
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     for _ in range(steps):
         opt.zero_grad()
@@ -130,6 +132,7 @@ def train_all(
             ceiling = fit_mlp(x, eff, "p80", hidden, steps, seed)
             above = float(np.mean(eff <= ceiling.efficiency(x)))
             meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(INPUTS)}
+            meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
             meta.update({"train_mape": round(mape(mean.efficiency(x), eff), 3), "below_ceiling": round(above, 3)})
             model = Model(family, mean, ceiling, meta)
             (out / trained_on).mkdir(parents=True, exist_ok=True)
