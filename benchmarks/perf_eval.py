@@ -13,7 +13,8 @@ Writes ``DIR/perf_eval.md`` (the MAPE table per family and setting: trained on G
 plain roofline; the share of test rows at or below the ceiling; the underperforming library points),
 ``DIR/pred_vs_measured.csv`` (every test row's measured and predicted times: what the plots show) and,
 when matplotlib is installed, ``DIR/pred_vs_measured_<family>_<gpu>.png``; ``DIR/underperforming.csv``:
-every library row (``sampling.is_library``) of every GPU whose measured efficiency is more than ``GAP``
+every library row (its ``library`` column where the raw rows have one, the timed heuristic of
+its day; else ``sampling.is_library``) of every GPU whose measured efficiency is more than ``GAP``
 below the ceiling of the model trained on that GPU.
 """
 
@@ -100,7 +101,8 @@ def underperforming(rows: list[dict], weights: pathlib.Path) -> list[dict]:
     out = []
     by_key: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in rows:
-        if r.get("us") and is_library(row_case(r), gpu(r["gpu"])):
+        library = r["library"] == "1" if r.get("library") else is_library(row_case(r), gpu(r["gpu"]))
+        if r.get("us") and library:
             by_key[(r["gpu"], r["family"])].append(r)
     for (key, family), mine in sorted(by_key.items()):
         path = weights / key / f"{family}.npz"

@@ -6,13 +6,15 @@
 Sources (``SOURCES``; each row keeps its file in a ``source`` column):
 
 * GEMM mma.sync: the tuner's races (``tune_h100_v2/times.json``, ``tune_h200/times.json``): per shape the
-  fastest configuration and ``--per-shape - 1`` others (seeded, the same on both GPUs where both timed
-  them), one dtype per shape (seeded), C in f32 as the tuner timed it;
+  fastest configuration, the library's own (``matmul``'s plan today) when timed, and others up to
+  ``--per-shape`` (seeded, the same on both GPUs where both timed them), one dtype per shape (seeded), C in
+  f32 as the tuner timed it;
 * GEMM wgmma (H100 only): ``wgmma_h100/shapefile_f16_final`` and ``shapefile_bf16_split_epi_run2``,
   ``matmul``'s plan per shape (tile, stages, producer warpgroup, persistent grid, split epilogue as their
   ``config`` column says), C in the inputs' dtype; the split-K decode rows (two kernels) are left out;
 * attention: ``attention_h100`` and ``attention_h200`` (mma.sync), ``attention_wgmma_h200`` (wgmma), the
-  library's heuristic tile (today's ``attention_config``), rows with as many queries as keys;
+  library's heuristic tile (today's ``attention_config``), rows with as many queries as keys and
+  B*H*S^2*D at most ``MAX_ATTENTION_WORK`` (the CPU's decomposition of larger ones takes too long);
 * rows: ``rows_h100/rows_bf16.txt`` (softmax, RMSNorm, LayerNorm, bf16, today's ``config_for``).
 
 The held-out split is by shape (``split_of``: a CRC of the shape string), the same on both GPUs.
@@ -34,7 +36,7 @@ import zlib
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # this checkout's wavec
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-FIELDS = ("gpu", "device", "family", "kernel", "dtype", "config", "shape", "split", "us", "source")
+FIELDS = ("gpu", "device", "family", "kernel", "dtype", "config", "shape", "split", "us", "source", "library")
 DEVICES = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 SOURCES = {
     "tune": {"h100": "tune_h100_v2/times.json", "h200": "tune_h200/times.json"},
@@ -47,15 +49,28 @@ SOURCES = {
     "rows": {"rows_h100/rows_bf16.txt": ("h100", "bf16")},
 }
 TEST_MOD = 5  # one shape in five is held out
+MAX_ATTENTION_WORK = 2**37  # B*H*S^2*D: the CPU decomposes larger launches in tens of seconds each
 
 
 def split_of(shape: str) -> str:
     return "test" if zlib.crc32(shape.encode()) % TEST_MOD == 0 else "train"
 
 
-def _row(gpu: str, family: str, kernel: str, dtype: str, config: str, shape: str, us: float, source: str) -> dict:
+def _row(
+    gpu: str,
+    family: str,
+    kernel: str,
+    dtype: str,
+    config: str,
+    shape: str,
+    us: float,
+    source: str,
+    library: bool = True,
+) -> dict:
+    """A raw row; ``library``: the configuration the library ran (the heuristic of its day), not a tuning
+    alternative."""
     values = (gpu, DEVICES[gpu], family, kernel, dtype, config, shape, split_of(shape), f"{us:.4f}", source)
-    return dict(zip(FIELDS, values, strict=True))
+    return dict(zip(FIELDS, (*values, int(library)), strict=True))
 
 
 def _label_plan(label: str):
@@ -67,8 +82,16 @@ def _label_plan(label: str):
     return tile_plan(subs, waves, "mma_sync", schedule(prefetch_fragments=True))
 
 
-def tune_rows(per_shape: int, seed: int) -> list[dict]:
+def _config(label: str) -> str:
     from wavec.perf.cases import gemm_config
+
+    return gemm_config(_label_plan(label), c_f32=True)
+
+
+def tune_rows(per_shape: int, seed: int) -> list[dict]:
+    from wavec.perf.cases import Case
+    from wavec.perf.gpus import gpu as find_gpu
+    from wavec.perf.sampling import is_library
 
     runs = {gpu: json.loads((RESULTS / path).read_text()) for gpu, path in SOURCES["tune"].items()}
     times: dict[tuple, dict[str, dict[str, float]]] = {}  # (dtype, shape) -> gpu -> label -> seconds
@@ -88,13 +111,18 @@ def tune_rows(per_shape: int, seed: int) -> list[dict]:
         picks = set()
         for t in by_gpu.values():
             picks.add(min(t, key=t.__getitem__))
+        library = [
+            c for c in both if is_library(Case("gemm_mma_sync", "gemm", dtype, _config(c), name), find_gpu("h100"))
+        ]
+        picks |= set(library)  # the library's own configuration, when the race timed it: its ceiling gap
         pool = [c for c in both if c not in picks]
         picks |= set(rng.sample(pool, min(len(pool), max(0, per_shape - len(picks)))))
         for gpu, t in sorted(by_gpu.items()):
             for label in sorted(picks & set(t)):
-                config = gemm_config(_label_plan(label), c_f32=True)
+                config = _config(label)
                 source = SOURCES["tune"][gpu]
-                rows.append(_row(gpu, "gemm_mma_sync", "gemm", dtype, config, name, t[label] * 1e6, source))
+                library = is_library(Case("gemm_mma_sync", "gemm", dtype, config, name), find_gpu(gpu))
+                rows.append(_row(gpu, "gemm_mma_sync", "gemm", dtype, config, name, t[label] * 1e6, source, library))
     return rows
 
 
@@ -134,6 +162,9 @@ def attention_rows() -> list[dict]:
         with open(RESULTS / path) as f:
             for r in csv.DictReader(f):
                 if r["sq"] != r["skv"] or not r["wavec_ms"] or r["wavec_config"] != "heuristic":
+                    continue
+                work = int(r["b"]) * int(r["h"]) * int(r["sq"]) ** 2 * int(r["d"])
+                if work > MAX_ATTENTION_WORK:
                     continue
                 causal, d, s = r["causal"] == "True", int(r["d"]), int(r["sq"])
                 subs, waves = A.attention_config(d, s, None, mma, causal)

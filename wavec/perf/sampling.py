@@ -233,7 +233,8 @@ def is_library(case: Case, gpu: GPUSpec) -> bool:
     if case.family.startswith("gemm"):
         request = GemmRequest(mma=case.family.removeprefix("gemm_"), split=1)
         m, n, k = sizes
-        return case.config == gemm_config(plan_matmul(m, n, k, request, gpu.name))
+        plan = gemm_config(plan_matmul(m, n, k, request, gpu.name), c_f32=p.get("c") == "f32")
+        return case.config == plan  # C's dtype is the caller's choice, not the plan's
     if case.family == "attention":
         subs, waves = A.attention_config(sizes[4], sizes[3], None, p["mma"], p["causal"] == "1")
         tile = (int(subs[A.BLOCK_M]), int(subs[A.BLOCK_N]), waves, int(subs[A.NUM_STAGES]))

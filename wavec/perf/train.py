@@ -30,7 +30,7 @@ from .gpus import gpu as find_gpu
 __all__ = ["fit_mlp", "make_net", "to_mlp", "mape", "table", "train_all", "main", "QUANTILE", "MIN_ROWS"]
 
 QUANTILE = 0.8
-WEIGHT_DECAY = 1e-2
+WEIGHT_DECAY = 3e-2
 MIN_ROWS = 8
 
 
