@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .errors import WavecError
+from .errors import OptionError, WavecError
 from .knobs import KNOBS
 
 DUMPS = ("trace", "mlir", "ptx", "sass")
@@ -47,6 +47,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--mma", default="mma_sync", choices=["mma_sync", "wgmma"])
     p.add_argument("--causal", action="store_true", help="attention: causal mask")
     p.add_argument("--policy", default="round_robin", choices=["round_robin", "greedy"])
+    p.add_argument(
+        "--trained-on", default=None, help="the MLPs trained on this GPU (h100, h200, all; default: --gpu's)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,8 +65,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _perf(args: argparse.Namespace) -> int:
     from .perf import decompose, features, gpu, schedule
+    from .perf.estimator import estimate, family_of
+    from .perf.gpus import GPUS
     from .perf.library import library_launch
-    from .perf.report import format_report
+    from .perf.report import format_estimate, format_report
 
     try:
         sizes = tuple(int(x) for x in args.shapes.split(","))
@@ -74,7 +79,17 @@ def _perf(args: argparse.Namespace) -> int:
     compiled, shapes = library_launch(args.kernel, sizes, spec, args.dtype, args.mma, args.causal)
     decomp = decompose(compiled, *shapes, gpu=spec)
     sched = schedule(decomp, spec, args.policy)
-    print(format_report(decomp, sched, features(decomp, sched)))
+    feats = features(decomp, sched)
+    print(format_report(decomp, sched, feats))
+    family = family_of(args.kernel, args.mma)
+    key = next(k for k, v in GPUS.items() if v == spec)
+    values = {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
+    try:
+        est = estimate(values, spec, key, family, args.trained_on)
+    except OptionError as e:  # no weights for this family: the analytical half above still stands
+        print(f"no performance-model estimate: {e} (train them: python -m wavec.perf.train)")
+        return 0
+    print(format_estimate(est, family))
     return 0
 
 

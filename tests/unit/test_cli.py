@@ -133,3 +133,21 @@ def test_perf_bad_arguments(capsys) -> None:
     assert "gemm takes 3 sizes" in capsys.readouterr().err
     assert main(["perf", "gemm", "--shapes", "64,64,64", "--gpu", "a100", "--mma", "wgmma"]) == 1
     assert "wgmma runs on Hopper" in capsys.readouterr().err
+
+
+def test_perf_prints_the_models_prediction_and_cycles(capsys) -> None:
+    assert main(["perf", "gemm", "--shapes", "512,1024,768", "--gpu", "h100", "--trained-on", "h100"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"theoretical time \(us\)\s+GPU\s+SM\s+GPU cycles\s+SM cycles", out)
+    assert re.search(r"\ntensor\s+\d+\.\d+\s+\d+\.\d+\s+\d[\d.]*[kM]?\s+\d[\d.]*[kM]?\n", out)
+    roof = float(re.search(r"roofline (\d+\.\d+) us, bottleneck (\S+)", out).group(1))
+    m = re.search(
+        r"predicted (\d+\.\d+) us \(efficiency (\d+\.\d+) of the roofline\), ceiling (\d+\.\d+) us "
+        r"\(P80 efficiency (\d+\.\d+)\), bottleneck (\S+) \[gemm_mma_sync model trained on h100\]",
+        out,
+    )
+    assert m, out
+    predicted, eff, ceiling, ceil_eff = (float(m.group(i)) for i in range(1, 5))
+    assert predicted == pytest.approx(roof / eff, rel=0.05) and ceiling == pytest.approx(roof / ceil_eff, rel=0.05)
+    assert 0 < eff < 1.5 and 0 < ceil_eff < 1.5
+    assert m.group(5) == re.search(r"roofline \d+\.\d+ us, bottleneck (\S+)", out).group(1)

@@ -5,17 +5,19 @@ Requires: a :class:`~wavec.perf.decompose.Decomposition`, its :class:`~wavec.per
 
 Guarantees: :func:`format_report` names the kernel, target, tasks, occupancy and its limiter; each demand
 key's GPU total and its per-task minimum and maximum (unequal tasks show); each pipeline's and memory
-level's theoretical time at GPU level and at the busiest SM; the roofline time and its bottleneck; and the
-decomposition's and schedule's notes.
+level's theoretical time and cycles at GPU level and at the busiest SM; the roofline time and its
+bottleneck; and the decomposition's and schedule's notes.  :func:`format_estimate` prints an
+:class:`~wavec.perf.estimator.Estimate`.
 """
 
 from __future__ import annotations
 
 from .decompose import Decomposition
+from .estimator import Estimate
 from .features import Features, bottleneck, roofline
 from .schedule import Schedule
 
-__all__ = ["format_report"]
+__all__ = ["format_report", "format_estimate"]
 
 
 def _num(x: float) -> str:
@@ -36,12 +38,21 @@ def format_report(decomp: Decomposition, sched: Schedule, feats: Features) -> st
     ]
     for key, values in sorted(decomp.demand.items()):
         lines.append(f"{key:<24}{_num(values.sum()):>10}{_num(values.min()):>10}{_num(values.max()):>10}")
-    lines.append(f"{'theoretical time (us)':<24}{'GPU':>10}{'SM':>10}")
+    lines.append(f"{'theoretical time (us)':<24}{'GPU':>10}{'SM':>10}{'GPU cycles':>12}{'SM cycles':>12}")
     cycles = feats.cycles()
     for name in dict.fromkeys(k.partition(".")[0] for k in cycles):
-        gpu_us = cycles.get(f"{name}.gpu", 0.0) / feats.clock_hz * 1e6
-        sm_us = cycles.get(f"{name}.sm", 0.0) / feats.clock_hz * 1e6
-        lines.append(f"{name:<24}{gpu_us:>10.2f}{sm_us:>10.2f}")
+        gpu_c, sm_c = cycles.get(f"{name}.gpu", 0.0), cycles.get(f"{name}.sm", 0.0)
+        gpu_us, sm_us = gpu_c / feats.clock_hz * 1e6, sm_c / feats.clock_hz * 1e6
+        lines.append(f"{name:<24}{gpu_us:>10.2f}{sm_us:>10.2f}{_num(gpu_c):>12}{_num(sm_c):>12}")
     lines.append(f"roofline {roofline(feats) * 1e6:.2f} us, bottleneck {bottleneck(feats)}")
     lines.extend(f"note: {n}" for n in [*decomp.notes, *sched.notes])
     return "\n".join(lines)
+
+
+def format_estimate(est: Estimate, family: str) -> str:
+    """The MLPs' answer: predicted time and efficiency, the P80 ceiling, the bottleneck."""
+    return (
+        f"predicted {est.time_s * 1e6:.2f} us (efficiency {est.efficiency:.2f} of the roofline), "
+        f"ceiling {est.ceiling_s * 1e6:.2f} us (P80 efficiency {est.ceiling_efficiency:.2f}), "
+        f"bottleneck {est.bottleneck} [{family} model trained on {est.trained_on}]"
+    )

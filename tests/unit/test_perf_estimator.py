@@ -1,0 +1,148 @@
+"""The performance model's estimator (``wavec.perf.estimator``, numpy) and its training (``wavec.perf.train``,
+torch on the CPU): training recovers a known efficiency function far better than a constant or the
+linear baseline, the P80 model sits above most rows, numpy inference equals the torch network's, weights
+round-trip through their files and the shipped ones load from the package."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import wavec.perf
+from wavec.errors import OptionError
+from wavec.perf import estimator as E
+from wavec.perf import gpu
+from wavec.perf import train as T
+
+
+def _known(n: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Inputs and an efficiency that depends on three of them (a sigmoid, a square), the rest noise."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, (n, d))
+    eff = 0.2 + 0.7 / (1 + np.exp(-6 * (x[:, 0] - x[:, 1]))) * (0.5 + 0.5 * x[:, 2] ** 2)
+    return x, eff
+
+
+def test_training_recovers_a_known_efficiency_function() -> None:
+    x, eff = _known(400, 12, 0)
+    fit, held = slice(0, 300), slice(300, None)
+    model = T.fit_mlp(x[fit], eff[fit], steps=1500)
+    mlp = T.mape(model.efficiency(x[held]), eff[held])
+    constant = T.mape(np.full(100, np.median(eff[fit])), eff[held])
+    linear = T.mape(E.fit_linear(x[fit], eff[fit]).efficiency(x[held]), eff[held])
+    assert mlp < 5.0 and mlp < constant / 5 and mlp < linear / 2, (mlp, constant, linear)
+    ceiling = T.fit_mlp(x[fit], eff[fit], "p80", steps=1500)
+    below = float(np.mean(eff[fit] <= ceiling.efficiency(x[fit])))
+    assert 0.7 <= below <= 0.95, below
+    assert np.all(ceiling.efficiency(x) > 0)
+
+
+def test_numpy_inference_matches_the_torch_network() -> None:
+    import torch
+
+    torch.manual_seed(3)
+    net = T.make_net(len(E.INPUTS), (32, 32))
+    for p in net.parameters():  # not the default init: every weight matters
+        torch.nn.init.normal_(p, std=0.3)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, len(E.INPUTS))) * 3
+    mean, std = rng.normal(size=len(E.INPUTS)), rng.uniform(0.5, 2, len(E.INPUTS))
+    mlp = T.to_mlp(net, mean, std)
+    with torch.no_grad():
+        want = net(torch.tensor((x - mean) / std, dtype=torch.float64))[:, 0].numpy()
+    np.testing.assert_allclose(mlp.log_efficiency(x), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(mlp.efficiency(x[:1]), np.exp(want[:1]), rtol=1e-12)
+
+
+def test_model_round_trips_through_its_file(tmp_path) -> None:
+    x, eff = _known(60, len(E.INPUTS), 2)
+    model = E.Model("rows", T.fit_mlp(x, eff, steps=50), T.fit_mlp(x, eff, "p80", steps=50), {"rows": 60})
+    model.save(tmp_path / "rows.npz")
+    back = E.Model.read(tmp_path / "rows.npz")
+    assert back.family == "rows" and back.meta == {"rows": 60}
+    np.testing.assert_array_equal(back.mean.efficiency(x), model.mean.efficiency(x))
+    np.testing.assert_array_equal(back.ceiling.efficiency(x), model.ceiling.efficiency(x))
+
+
+def _values(cycles: dict[str, float], **extra: float) -> dict[str, float]:
+    values = {f"{c}_cycles": cycles.get(c, 0.0) for c in E.CYCLES}
+    values.update({"tasks": 264.0, "waves": 1.0, "blocks_per_sm": 2.0, "sm_tasks": 2.0, "threads": 256.0})
+    values.update({"global.gpu_bytes": 1e6, "tensor.gpu_ops": 1e9, "l2.gpu_bytes": 4e6})
+    return {**values, **extra}
+
+
+def test_model_inputs_name_the_bound_and_the_launch() -> None:
+    h100 = gpu("h100")
+    x = E.model_inputs(_values({"tensor.sm": 1830.0, "global.gpu": 915.0}, registers=128.0), h100)
+    named = dict(zip(E.INPUTS, x, strict=True))
+    assert named["tensor.sm/roof"] == 1.0 and named["global.gpu/roof"] == 0.5 and named["xu.sm/roof"] == 0.0
+    assert named["log10_roofline_us"] == pytest.approx(0.0)  # 1830 cycles at 1.83 GHz: 1 us
+    assert named["wave_fill"] == 1.0 and named["sm_imbalance"] == 1.0  # 264 tasks, 2 per SM on 132 SMs
+    assert named["log10_flop_per_byte"] == pytest.approx(np.log10(1001.0))
+    assert named["registers_255"] == pytest.approx(128 / 255)
+
+
+def _feature_rows(n: int) -> list[dict[str, str]]:
+    """A feature table: per GPU and row, features and a time from a known efficiency of the bound."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(n):
+        roof_cycles = float(rng.uniform(1e3, 1e6))
+        share = float(rng.uniform(0.1, 1.0))
+        values = _values({"tensor.sm": roof_cycles, "l2.sm": share * roof_cycles})
+        for key in ("h100", "h200"):
+            eff = 0.4 + 0.5 * share if key == "h100" else 0.3 + 0.5 * share
+            roof_us = roof_cycles / gpu(key).clock_hz * 1e6
+            row = {"gpu": key, "family": "gemm_wgmma" if i % 2 else "rows", "split": "test" if i % 5 == 0 else "train"}
+            row.update({"us": str(roof_us / eff), "roofline_us": str(roof_us)})
+            rows.append({**row, **{f"f:{k}": str(v) for k, v in values.items()}})
+    return rows
+
+
+def test_train_all_writes_each_gpu_and_all_and_skips_small_families(tmp_path, capsys) -> None:
+    rows = _feature_rows(40)
+    rows += [{**rows[2], "family": "moe"}]  # one row: too few to train on
+    models = T.train_all(rows, tmp_path, steps=300)
+    assert {(m.meta["trained_on"], m.family) for m in models} == {
+        (g, f) for g in ("h100", "h200", "all") for f in ("rows", "gemm_wgmma")
+    }
+    assert sorted(p.name for p in (tmp_path / "h200").iterdir()) == ["gemm_wgmma.npz", "rows.npz"]
+    assert "moe: 1 rows" in capsys.readouterr().err
+    model = E.Model.read(tmp_path / "h100" / "rows.npz")
+    assert model.meta["rows"] == 16 and model.meta["split"] == "train"  # the test rows are held out
+    held = [r for r in rows if r["gpu"] == "h100" and r["family"] == "rows" and r["split"] == "test"]
+    x, eff = T.table(held)
+    assert T.mape(model.mean.efficiency(x), eff) < 10.0
+
+
+def test_training_cli_reads_feature_csvs(tmp_path) -> None:
+    rows = _feature_rows(24)
+    path = tmp_path / "features.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    assert T.main([str(path), "--out", str(tmp_path / "w"), "--steps", "100", "--rows", "all"]) == 0
+    assert E.Model.read(tmp_path / "w" / "all" / "rows.npz").meta["rows"] == 24
+
+
+def test_shipped_weights_load_from_the_package() -> None:
+    shipped = E.shipped()
+    assert shipped, "no weights in wavec/perf/weights"
+    root = Path(wavec.perf.__file__).parent / "weights"
+    for trained_on, families in shipped.items():
+        assert (root / trained_on).is_dir()
+        for family in families:
+            model = E.load(family, trained_on)
+            assert model.family == family and model.meta["trained_on"] == trained_on
+            assert model.meta["inputs"] == list(E.INPUTS)
+    with pytest.raises(OptionError, match="no weights for nope"):
+        E.load("nope", "h100")
+
+
+def test_family_of_library_kernels() -> None:
+    assert E.family_of("gemm", "wgmma") == "gemm_wgmma" and E.family_of("rms_norm") == "rows"
+    assert E.family_of("silu_and_mul") == "elementwise" and E.family_of("moe_down") == "moe"
+    with pytest.raises(OptionError, match="family"):
+        E.family_of("conv")

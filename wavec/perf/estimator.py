@@ -1,0 +1,258 @@
+"""The ML half of the performance model (DESIGN.md §13 step 4): per kernel family, a small MLP that predicts
+the execution efficiency (roofline time / measured time, as SynPerf) from the launch's features, and a
+second one fitted to its 80th percentile: the *potential ceiling*.  Inference in numpy only.
+
+Requires: :class:`~wavec.perf.features.Features` values (or a feature table's ``f:`` columns) and the GPU's
+spec; weights from ``python -m wavec.perf.train`` (``wavec/perf/weights/<trained on>/<family>.npz``,
+shipped in the package).
+
+Guarantees: :func:`model_inputs` is the one definition of the MLP's input vector (training and inference
+use it): every pipeline's and memory level's theoretical cycles relative to the roofline's (which bound
+binds and how close the others are), the roofline time (log), task counts, wave fill and SM imbalance,
+threads, occupancy, registers, shared memory and arithmetic intensity.  GPU constants enter through the
+cycles, not as inputs of their own: the lent GPUs are one chip (GH100) with two memory systems, so a
+constant input would be one value in training and an extrapolation elsewhere.  :class:`MLP` evaluates
+``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
+:class:`~wavec.errors.OptionError` names what is shipped when a file is missing); :func:`estimate` gives
+the predicted time, the ceiling time and the bottleneck; :func:`fit_linear` is the linear baseline
+(least squares on the same inputs, log efficiency).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ..errors import OptionError
+from .gpus import GPUSpec
+
+__all__ = [
+    "INPUTS",
+    "CYCLES",
+    "model_inputs",
+    "MLP",
+    "Model",
+    "Estimate",
+    "load",
+    "estimate",
+    "family_of",
+    "fit_linear",
+    "Linear",
+    "shipped",
+]
+
+CYCLES = tuple(f"{p}.{lvl}" for p in ("tensor", "fma", "xu", "alu") for lvl in ("gpu", "sm")) + (
+    "global.gpu",
+    "l2.gpu",
+    "global.sm",
+    "l2.sm",
+    "shared.gpu",
+    "shared.sm",
+)
+INPUTS = tuple(f"{c}/roof" for c in CYCLES) + (
+    "log10_roofline_us",
+    "log2_tasks",
+    "log2_waves",
+    "wave_fill",
+    "sm_imbalance",
+    "threads_1024",
+    "blocks_per_sm_16",
+    "registers_255",
+    "shared_fraction",
+    "log10_flop_per_byte",
+    "log10_l2_per_hbm",
+    "log2_task_cycles",
+)
+EPS = 1e-30
+
+
+def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
+    """The input vector (``INPUTS``) of one launch; ``values``: ``Features.values`` plus ``registers`` and
+    ``shared_bytes`` (a feature table's ``f:`` columns without the prefix)."""
+    cycles = np.array([float(values[f"{c}_cycles"]) for c in CYCLES])
+    roof = max(float(cycles.max()), EPS)
+    tasks, waves = float(values["tasks"]), max(1.0, float(values["waves"]))
+    per_sm = float(values["blocks_per_sm"])
+    hbm = max(float(values["global.gpu_bytes"]), 1.0)
+    extra = [
+        math.log10(roof / gpu.clock_hz * 1e6),
+        math.log2(max(tasks, 1.0)),
+        math.log2(waves),
+        tasks / (gpu.sms * per_sm * waves),
+        float(values["sm_tasks"]) * gpu.sms / max(tasks, 1.0),
+        float(values["threads"]) / 1024,
+        per_sm / 16,
+        float(values.get("registers", 0.0)) / 255,
+        float(values.get("shared_bytes", 0.0)) / gpu.shared_per_sm,
+        math.log10(1.0 + float(values["tensor.gpu_ops"]) / hbm),
+        math.log10(1.0 + float(values["l2.gpu_bytes"]) / hbm),
+        # one task's work at the busiest SM: short tasks pay the prologue, the epilogue and the pipeline fill
+        math.log2(
+            1.0
+            + max(float(values[f"{c}_cycles"]) for c in CYCLES if c.endswith(".sm"))
+            / max(1.0, float(values["sm_tasks"]))
+        ),
+    ]
+    return np.concatenate([cycles / roof, np.array(extra)])
+
+
+@dataclass(frozen=True)
+class MLP:
+    """``exp(W_n relu(... relu(W_1 (x - mean) / std + b_1) ...) + b_n)``: an efficiency per row of x."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    weights: tuple[np.ndarray, ...]
+    biases: tuple[np.ndarray, ...]
+
+    def log_efficiency(self, x: np.ndarray) -> np.ndarray:
+        h = (np.atleast_2d(x) - self.mean) / self.std
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = h @ w.T + b
+            if i < len(self.weights) - 1:
+                h = np.maximum(h, 0.0)
+        return h[:, 0]
+
+    def efficiency(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(self.log_efficiency(x))
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {f"{prefix}mean": self.mean, f"{prefix}std": self.std}
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            out[f"{prefix}w{i}"], out[f"{prefix}b{i}"] = w, b
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> MLP:
+        n = sum(1 for k in arrays if k.startswith(f"{prefix}w"))
+        ws = tuple(np.asarray(arrays[f"{prefix}w{i}"], dtype=np.float64) for i in range(n))
+        bs = tuple(np.asarray(arrays[f"{prefix}b{i}"], dtype=np.float64) for i in range(n))
+        return cls(np.asarray(arrays[f"{prefix}mean"]), np.asarray(arrays[f"{prefix}std"]), ws, bs)
+
+
+@dataclass(frozen=True)
+class Model:
+    """A family's mean-efficiency MLP (MAPE loss), its P80 ceiling MLP and what they were trained on."""
+
+    family: str
+    mean: MLP
+    ceiling: MLP
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, path: Any) -> None:
+        arrays: dict[str, Any] = {**self.mean.arrays("mean_"), **self.ceiling.arrays("p80_")}
+        arrays["meta"] = np.array(json.dumps({"family": self.family, **self.meta}))
+        np.savez_compressed(path, **arrays)
+
+    @classmethod
+    def read(cls, path: Any) -> Model:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(str(arrays.pop("meta")))
+        return cls(meta.pop("family"), MLP.from_arrays(arrays, "mean_"), MLP.from_arrays(arrays, "p80_"), meta)
+
+
+def _weights_dir() -> Any:
+    return resources.files("wavec.perf") / "weights"
+
+
+def shipped() -> dict[str, list[str]]:
+    """{trained on: families} of the weights in the package."""
+    root = _weights_dir()
+    out: dict[str, list[str]] = {}
+    if root.is_dir():
+        for sub in sorted(root.iterdir(), key=lambda p: p.name):
+            if sub.is_dir():
+                out[sub.name] = sorted(p.name[: -len(".npz")] for p in sub.iterdir() if p.name.endswith(".npz"))
+    return out
+
+
+def load(family: str, trained_on: str) -> Model:
+    """The shipped model of ``family`` trained on ``trained_on`` (a GPU key, or ``all``)."""
+    path = _weights_dir() / trained_on / f"{family}.npz"
+    if not path.is_file():
+        raise OptionError(
+            option="perf model", message=f"no weights for {family} trained on {trained_on}; shipped: {shipped()}"
+        )
+    with resources.as_file(path) as real:
+        return Model.read(real)
+
+
+def family_of(kernel: str, mma: str = "mma_sync") -> str:
+    """The model family of a library kernel (``wavec perf``'s kernel names, ``cases.KERNELS``)."""
+    if kernel == "gemm":
+        return f"gemm_{mma}"
+    if kernel in ("softmax", "rms_norm", "layer_norm"):
+        return "rows"
+    if kernel in ("copy", "silu_and_mul"):
+        return "elementwise"
+    if kernel in ("moe_up", "moe_down"):
+        return "moe"
+    if kernel == "attention":
+        return "attention"
+    raise OptionError(option="kernel", message=f"no performance-model family for {kernel!r}")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    roofline_s: float
+    time_s: float
+    ceiling_s: float
+    efficiency: float
+    ceiling_efficiency: float
+    bottleneck: str
+    trained_on: str
+
+
+def trained_for(gpu_key: str, family: str) -> str:
+    """Which shipped model serves ``gpu_key``: its own, else the one trained on every GPU, else the H100's."""
+    have = shipped()
+    for key in (gpu_key, "all", "h100"):
+        if family in have.get(key, ()):
+            return key
+    raise OptionError(option="perf model", message=f"no shipped weights for {family}; shipped: {have}")
+
+
+def estimate(
+    values: Mapping[str, float], gpu: GPUSpec, gpu_key: str, family: str, trained_on: str | None = None
+) -> Estimate:
+    """Predicted and ceiling times of one launch (``values`` as for :func:`model_inputs`)."""
+    trained_on = trained_on or trained_for(gpu_key, family)
+    model = load(family, trained_on)
+    x = model_inputs(values, gpu)
+    cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES}
+    roof = max(cycles.values()) / gpu.clock_hz
+    eff, ceil = float(model.mean.efficiency(x)[0]), float(model.ceiling.efficiency(x)[0])
+    return Estimate(roof, roof / eff, roof / ceil, eff, ceil, max(cycles, key=cycles.__getitem__), trained_on)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """The linear baseline: log efficiency = standardised inputs @ coef + intercept."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    coef: np.ndarray
+
+    def efficiency(self, x: np.ndarray) -> np.ndarray:
+        z = (np.atleast_2d(x) - self.mean) / self.std
+        return np.exp(np.clip(np.c_[z, np.ones(len(z))] @ self.coef, -20.0, 5.0))
+
+
+def standardiser(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations (1 where a column is constant: it then stays 0)."""
+    std = x.std(axis=0)
+    return x.mean(axis=0), np.where(std > 1e-12, std, 1.0)
+
+
+def fit_linear(x: np.ndarray, efficiency: np.ndarray) -> Linear:
+    mean, std = standardiser(x)
+    z = (x - mean) / std
+    coef, *_ = np.linalg.lstsq(np.c_[z, np.ones(len(z))], np.log(efficiency), rcond=None)
+    return Linear(mean, std, coef)
