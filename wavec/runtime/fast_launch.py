@@ -28,7 +28,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from wavec.errors import ArgumentError
 
@@ -106,7 +106,9 @@ class FastLaunch:
         n = self.ntensors
         ptrs = [t.data_ptr() for t in args[:n]]
         align = self.align
-        if align and self.fallback is not None and any(p % align for p in ptrs):
+        if align and any(p % align for p in ptrs):
+            if self.fallback is None:
+                self._misaligned(ptrs)
             # an address off the kernel's alignment: the full path runs the variant that reads it
             fixed = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes, strict=True)]
             self.fallback(*fixed)
@@ -119,14 +121,12 @@ class FastLaunch:
         if self.maps is not None:
             raise TypeError(f"{self.kernel.meta.label}: a kernel with TMA tensor maps is launched with tensors")
         n = self.ntensors
-        self._launch(list(args[:n]), args, n)
+        ptrs = list(args[:n])
+        if self.align and any(p % self.align for p in ptrs):
+            self._misaligned(ptrs)
+        self._launch(ptrs, args, n)
 
     def _launch(self, ptrs: list[int], args: Sequence[Any], n: int) -> None:
-        align = self.align
-        if align:
-            for i, p in enumerate(ptrs):
-                if p % align:
-                    self._misaligned(i, p)
         if self.outputs:
             self.kernel._plan._check_overlap(ptrs, self.nbytes)
         if self.maps is not None:
@@ -180,7 +180,8 @@ class FastLaunch:
         ctypes.memmove(buf.consts, self.buf.consts, ctypes.sizeof(buf.consts))
         return buf, (ctypes.c_float * len(buf.consts)).from_address(ctypes.addressof(buf.consts))
 
-    def _misaligned(self, i: int, ptr: int) -> None:
+    def _misaligned(self, ptrs: list[int]) -> NoReturn:
+        i, ptr = next((i, p) for i, p in enumerate(ptrs) if p % self.align)
         raise ArgumentError(
             kernel=self.kernel.meta.label,
             arg=self.names[i],
