@@ -163,9 +163,21 @@ def paged_kv_inputs(
     return q, k_cache, v_cache, block_tables.to(device), lens.to(device)
 
 
-def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None):
+def _decode_mask(s_len: int, q_len: int, slopes, device) -> torch.Tensor:
+    """The bottom-right causal mask of a decode step ([q_len, S] bool), or with ALiBi ``slopes`` [Hq] the
+    additive [Hq, q_len, S] mask: -inf where unseen, else ``-slope * (pos_q - pos_k)``."""
+    pos = torch.arange(s_len, device=device)
+    pos_q = s_len - q_len + torch.arange(q_len, device=device)
+    seen = pos[None, :] <= pos_q[:, None]
+    if slopes is None:
+        return seen
+    bias = -slopes.float().view(-1, 1, 1) * (pos_q[:, None] - pos[None, :]).float()
+    return bias.masked_fill(~seen, float("-inf"))
+
+
+def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale=None, alibi_slopes=None):
     """f32 attention of each sequence over its gathered, contiguous K/V (torch SDPA with the causal mask
-    aligned bottom-right: query i of q_len sees positions <= seq_len - q_len + i)."""
+    aligned bottom-right: query i of q_len sees positions <= seq_len - q_len + i; ALiBi slopes [Hq])."""
     batch, q_len, heads, head_dim = q.shape
     page, kv_heads = k_cache.shape[1], k_cache.shape[2]
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
@@ -175,7 +187,7 @@ def reference_paged_attention(q, k_cache, v_cache, block_tables, seq_lens, scale
         blocks = block_tables[b, pos // page].long()
         k = k_cache[blocks, pos % page].float().repeat_interleave(heads // kv_heads, 1)  # [S, Hq, D]
         v = v_cache[blocks, pos % page].float().repeat_interleave(heads // kv_heads, 1)
-        seen = pos[None, :] <= (s_len - q_len + torch.arange(q_len, device=q.device))[:, None]
+        seen = _decode_mask(s_len, q_len, alibi_slopes, q.device)
         out[b] = torch.nn.functional.scaled_dot_product_attention(
             q[b].float().transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=seen, scale=scale
         ).transpose(0, 1)
@@ -205,18 +217,17 @@ def dense_kv_inputs(
     return q, k, v, torch.tensor(seq_lens, dtype=torch.int32, device=device)
 
 
-def reference_decode_attention(q, k, v, seq_lens, scale=None):
+def reference_decode_attention(q, k, v, seq_lens, scale=None, alibi_slopes=None):
     """f32 attention of each sequence over its first seq_len cache rows, the causal mask aligned
-    bottom-right (query i of q_len sees positions <= seq_len - q_len + i)."""
+    bottom-right (query i of q_len sees positions <= seq_len - q_len + i; ALiBi slopes [Hq])."""
     batch, q_len, heads, _ = q.shape
     group = heads // k.shape[2]
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     for b in range(batch):
         s_len = int(seq_lens[b])
-        pos = torch.arange(s_len, device=q.device)
         kb = k[b, :s_len].float().repeat_interleave(group, 1).transpose(0, 1)  # [Hq, S, D]
         vb = v[b, :s_len].float().repeat_interleave(group, 1).transpose(0, 1)
-        seen = pos[None, :] <= (s_len - q_len + torch.arange(q_len, device=q.device))[:, None]
+        seen = _decode_mask(s_len, q_len, alibi_slopes, q.device)
         qb = q[b].float().transpose(0, 1)
         out[b] = torch.nn.functional.scaled_dot_product_attention(qb, kb, vb, attn_mask=seen, scale=scale).transpose(
             0, 1

@@ -37,6 +37,19 @@ def test_decode_attention_matches_reference(dtype, seq_lens, s_max, q_len, heads
     torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
 
 
+@pytest.mark.parametrize("q_len,heads,kv_heads,splits", [(1, 4, 2, 3), (3, 8, 2, 2)])
+def test_alibi_slopes(q_len: int, heads: int, kv_heads: int, splits: int) -> None:
+    """ALiBi: each query head's slope times the distance between the query's and the key's positions."""
+    q, k, v, lens = dk.dense_kv_inputs([5, 37, 100], q_len, heads, kv_heads, 64, wc.f16, 100)
+    slopes = torch.rand(heads) * 0.5
+    want = dk.reference_decode_attention(q, k, v, lens, alibi_slopes=slopes)
+    out = decode_attention(q, k, v, seq_lens=lens, num_splits=splits, alibi_slopes=slopes, backend="emulator")
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+    with pytest.raises(wc.WavecError, match=r"alibi_slopes must be a contiguous float32 tensor \[\d+\]"):
+        decode_attention(q, k, v, seq_lens=lens, alibi_slopes=slopes[:2], backend="emulator")
+
+
 def test_seq_lens_none_is_the_whole_cache_and_scale_is_used() -> None:
     q, k, v, lens = dk.dense_kv_inputs([45, 45], 1, 4, 2, 64, wc.f16)
     want = dk.reference_decode_attention(q, k, v, lens, scale=0.3)

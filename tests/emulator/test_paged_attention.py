@@ -41,6 +41,15 @@ def test_paged_attention_matches_gathered_reference(
     torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
 
 
+def test_alibi_slopes() -> None:
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([3, 50, 97], 2, 4, 2, 64, 16, wc.f16)
+    slopes = torch.rand(4) * 0.5
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens, alibi_slopes=slopes)
+    out = paged_attention(q, kc, vc, bt, lens, num_splits=3, alibi_slopes=slopes, backend="emulator")
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+
+
 def _split_kernel(group: int, page: int, block_n: int = 64, waves: int = 2):
     from wavec.kernels.paged_attention import make_paged_attention, paged_subs
 

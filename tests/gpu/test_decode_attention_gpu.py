@@ -85,3 +85,12 @@ def test_bad_lengths_are_named_under_check_bounds(monkeypatch) -> None:
             decode.decode_attention(q, k, v, seq_lens=torch.tensor(bad, dtype=torch.int32, device="cuda"))
     out = decode.decode_attention(q, k, v, seq_lens=lens)
     torch.testing.assert_close(out.float(), dk.reference_decode_attention(q, k, v, lens), rtol=2e-3, atol=2e-3)
+
+
+def test_alibi_slopes_on_gpu() -> None:
+    """ALiBi in split-KV decode (dense) at a serving-like shape, against the f32 reference."""
+    q, k, v, lens = dk.dense_kv_inputs([3000, 17, 3], 2, 32, 8, 128, wc.bf16, 3072, "cuda")
+    slopes = torch.rand(32, device="cuda") * 0.05
+    out = decode.decode_attention(q, k, v, seq_lens=lens, alibi_slopes=slopes)
+    want = dk.reference_decode_attention(q, k, v, lens, alibi_slopes=slopes)
+    torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)

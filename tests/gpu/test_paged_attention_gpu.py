@@ -74,3 +74,11 @@ def test_bad_lengths_and_block_ids_are_named_under_check_bounds(monkeypatch) -> 
     bt[1, 1] = kc.shape[0]
     with pytest.raises(wc.WavecError, match=r"block_tables\[1, 1\] = \d+ is not a block of k_cache"):
         paged_attention(q, kc, vc, bt, lens)
+
+
+def test_alibi_slopes_on_gpu() -> None:
+    q, kc, vc, bt, lens = dk.paged_kv_inputs([3000, 17, 3], 1, 32, 8, 128, 16, wc.bf16, "cuda")
+    slopes = torch.rand(32, device="cuda") * 0.05
+    out = paged_attention(q, kc, vc, bt, lens, alibi_slopes=slopes)
+    want = dk.reference_paged_attention(q, kc, vc, bt, lens, alibi_slopes=slopes)
+    torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)

@@ -84,12 +84,14 @@ def decode_constraints(dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32,
     ]
 
 
-def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple) -> tuple:
-    """One key tile of the online softmax: scores ``qr · ktᵀ`` where ``keep`` holds (else -inf), the new
-    (max, sum, accumulator) from ``state``.  The maximum used in the exponents is 0 while a row has seen
-    no key (a split past its sequence's end): its probabilities and rescale are exp2(-inf) = 0, not NaN."""
+def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple, logits=None) -> tuple:
+    """One key tile of the online softmax: scores ``qr · ktᵀ`` (``logits(scores)`` when given: ALiBi's
+    biased logits) where ``keep`` holds (else -inf), the new (max, sum, accumulator) from ``state``.  The
+    maximum used in the exponents is 0 while a row has seen no key (a split past its sequence's end): its
+    probabilities and rescale are exp2(-inf) = 0, not NaN."""
     m_i, l_i, acc = state
-    s = wc.where(keep, wc.mma(qr, kt, Register[M, N, f32](0.0)), NEG_INF)
+    s = wc.mma(qr, kt, Register[M, N, f32](0.0))
+    s = wc.where(keep, s if logits is None else logits(s), NEG_INF)
     m_new = wc.maximum(m_i, wc.max(s, N))
     m_use = wc.where(m_new > NEG_INF, m_new, 0.0) * c
     p = wc.exp2(s * c - m_use[:, None])
@@ -98,45 +100,71 @@ def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple) -> tupl
     return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
 
-def make_decode_split(dtype=wc.f16, group: int = 1, **constraints: Any) -> wc.WaveKernel:
+def make_decode_split(dtype=wc.f16, group: int = 1, alibi: bool = False, **constraints: Any) -> wc.WaveKernel:
     """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
     head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
-    l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s."""
+    l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s.
+    ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``."""
     q_type = Memory[B, QL, H, D, dtype]
     kv_type = Memory[B, N, KVH, D, dtype]
     split, kv_head = split_index(), kv_head_index()
     first = split * split_chunk(N)
 
-    @wc.wave(decode_constraints(dtype, **constraints))
-    def decode_split(
-        q: q_type,
-        k: kv_type,
-        v: kv_type,
-        seq_lens: Memory[B, wc.i32],
-        o_part: Memory[B, SP, QL, H, D, f32],
-        m_part: Memory[B, SP, QL, H, f32],
-        l_part: Memory[B, SP, QL, H, f32],
-        scale: wc.Scalar[f32],
-    ):
+    def body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale) -> None:
         rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
         q_rows = {QL: rows // group, H: rows % group + kv_head * group}
         qr = wc.read(q, mapping=q_rows)
         seq_len = wc.read(seq_lens)
         limit = wc.arange(M)[:, None] // group + (seq_len - QL)  # query i sees positions <= seq_len - QL + i
-        c = scale * LOG2E
+        logits, c = alibi_logits(slopes, q_rows[H], limit, scale)
         kv_map = {KVH: kv_head}
         init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
 
         @wc.iterate(N, init_args=init, start=first, end=first + split_chunk(N))
-        def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+        def loop(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
             keep = wc.arange(N)[None, :] <= limit
             kt = wc.read(k, mapping=kv_map)
             vt = wc.permute(wc.read(v, mapping=kv_map), (D, N))
-            return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc))
+            return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc), logits)
 
-        write_partials(body, c, o_part, m_part, l_part, {**q_rows, SP: split})
+        write_partials(loop, c, o_part, m_part, l_part, {**q_rows, SP: split})
 
-    return decode_split
+    if not alibi:
+
+        @wc.wave(decode_constraints(dtype, **constraints))
+        def decode_split(
+            q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], o_part: Memory[B, SP, QL, H, D, f32],
+            m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(q, k, v, seq_lens, None, o_part, m_part, l_part, scale)
+
+        return decode_split
+
+    @wc.wave(decode_constraints(dtype, **constraints))
+    def decode_split_alibi(
+        q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], slopes: Memory[H, f32],
+        o_part: Memory[B, SP, QL, H, D, f32], m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32],
+        scale: wc.Scalar[f32],
+    ):  # fmt: skip
+        body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale)
+
+    return decode_split_alibi
+
+
+def alibi_logits(slopes, heads, limit, scale) -> tuple:
+    """(``logits``, ``c``) of a split kernel: without ``slopes`` no transform and exponents in units of
+    scaled scores (``c = scale·log2 e``); with them each row's slope (at its query head ``heads``) and
+    ``logits(s) = s·scale - slope·(limit - j)`` (the distance of key j from the row's own position; keys
+    past it are masked), exponents in units of logits (``c = log2 e``)."""
+    if slopes is None:
+        return None, scale * LOG2E
+    slope = wc.read(slopes, mapping={H: heads})
+
+    def logits(s):
+        distance = wc.cast(limit, f32) - wc.cast(wc.arange(N)[None, :], f32)
+        return s * scale - distance * slope[:, None]
+
+    return logits, LOG2E
 
 
 def write_partials(state: tuple, c, o_part, m_part, l_part, rows: dict) -> None:
@@ -341,6 +369,21 @@ def check_query_and_cache(fn: str, q: Any, k: Any, v: Any, cache_shape: str) -> 
     return dtype
 
 
+def check_slopes(fn: str, slopes: Any, q: Any) -> bool:
+    """Whether ALiBi ``slopes`` are given: None, or a contiguous float32 [Hq] tensor on q's device (else a
+    ``WavecError`` naming ``alibi_slopes``)."""
+    import torch
+
+    if slopes is None:
+        return False
+    heads = q.shape[2]
+    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
+    if not ok or tuple(slopes.shape) != (heads,) or not slopes.is_contiguous():
+        got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
+        raise fail(fn, f"alibi_slopes must be a contiguous float32 tensor [{heads}] on {q.device}, got {got}")
+    return True
+
+
 def check_index_tensor(fn: str, name: str, t: Any, q: Any, dims: int) -> None:
     import torch
 
@@ -396,6 +439,7 @@ def decode_attention(
     num_splits: int | None = None,
     backend: str | None = None,
     config: tuple | None = None,
+    alibi_slopes=None,
 ):
     """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
 
@@ -405,24 +449,27 @@ def decode_attention(
     ``<= seq_len - q_len + i``.  Cache rows past a sequence's length are masked but read: they must be
     finite (any value; a zeroed or reused cache is).  f32 softmax and accumulation; ``scale`` defaults to
     1/sqrt(D).  ``num_splits``: splits of the keys (default ``num_splits_for``'s rule); ``config =
-    (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  Tensors of any strides on one device (a
+    (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  ``alibi_slopes`` [Hq] f32: the bias
+    ``-slope * (pos_q - pos_k)`` on the scaled scores.  Tensors of any strides on one device (a
     transformers cache [B, H, S, D] transposed is a view: read in place; CPU tensors run on the emulator).
     Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``."""
-    key = (call_key(q, k, v, seq_lens), num_splits, config, backend)
+    key = (call_key(q, k, v, seq_lens, alibi_slopes), num_splits, config, backend)
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend)
+        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend, alibi_slopes)
     if seq_lens is None:
         seq_lens = _full_lengths(q.shape[0], k.shape[1], q.device)
     check_lengths("decode_attention", q, seq_lens, k.shape[1], "S_max")
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return run(q, (q, k, v, seq_lens), sc)
+    head = (q, k, v, seq_lens) if alibi_slopes is None else (q, k, v, seq_lens, alibi_slopes)
+    return run(q, head, sc)
 
 
-def _plan_dense(q, k, v, seq_lens, num_splits, config, backend) -> SplitKV:
+def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None) -> SplitKV:
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
+    alibi = check_slopes(fn, slopes, q)
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
     if seq_lens is not None:
@@ -431,9 +478,9 @@ def _plan_dense(q, k, v, seq_lens, num_splits, config, backend) -> SplitKV:
 
     def build(group: int, block_n: int, waves: int, stages: int) -> Any:
         return compiled(
-            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend),
+            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi),
             lambda: wc.compile(
-                make_decode_split(dtype, group, waves=waves),
+                make_decode_split(dtype, group, alibi, waves=waves),
                 decode_subs(head_dim, group, block_n, waves, stages),
                 backend=backend,
             ),

@@ -30,7 +30,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 
 from . import decode as da
-from .decode import KVH, LOG2E, NEG_INF, QL, SP, B, D, H, M, N
+from .decode import KVH, NEG_INF, QL, SP, B, D, H, M, N
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
 # (rows, head dim) -> (BLOCK_N, waves): the dense kernel's.  The block of a step is computed in the loop;
@@ -38,50 +38,62 @@ NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the
 CONFIGS = da.CONFIGS
 
 
-def make_paged_attention(dtype=wc.f16, group: int = 1, page: int = 16, **constraints: Any) -> wc.WaveKernel:
+def make_paged_attention(
+    dtype=wc.f16, group: int = 1, page: int = 16, alibi: bool = False, **constraints: Any
+) -> wc.WaveKernel:
     """The split kernel ``paged_attention(q, k_cache, v_cache, block_tables, seq_lens, o_part, m_part,
     l_part, scale)`` for ``group`` query heads per kv head and ``page`` rows per cache block (partials as
     ``decode.make_decode_split``'s); ``constraints``: ``decode_constraints``'s keywords.  Compile
-    with ``paged_subs``: the rows M, keys N and grid axis Y are derived sizes."""
+    with ``paged_subs``: the rows M, keys N and grid axis Y are derived sizes.  ``alibi``: an argument
+    ``slopes`` [H] f32 after ``seq_lens`` (``decode.alibi_logits``)."""
     q_type = Memory[B, QL, H, D, dtype]
     cache_type = Memory[NB, PG, KVH, D, dtype]
     split, kv_head = da.split_index(), da.kv_head_index()
     first = split * da.split_chunk(N)
 
-    @wc.wave(da.decode_constraints(dtype, **constraints))
-    def paged_attention(
-        q: q_type,
-        k_cache: cache_type,
-        v_cache: cache_type,
-        block_tables: Memory[B, P, wc.i32],
-        seq_lens: Memory[B, wc.i32],
-        o_part: Memory[B, SP, QL, H, D, f32],
-        m_part: Memory[B, SP, QL, H, f32],
-        l_part: Memory[B, SP, QL, H, f32],
-        scale: wc.Scalar[f32],
-    ):
+    def body(q, k_cache, v_cache, block_tables, seq_lens, slopes, o_part, m_part, l_part, scale) -> None:
         rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
         q_rows = {QL: rows // group, H: rows % group + kv_head * group}
         qr = wc.read(q, mapping=q_rows)
         seq_len = wc.read(seq_lens)  # this sequence's length (a rank-0 value)
         last = seq_len - 1
         limit = wc.arange(M)[:, None] // group + (seq_len - QL)  # query i sees positions <= seq_len - QL + i
-        c = scale * LOG2E
+        logits, c = da.alibi_logits(slopes, q_rows[H], limit, scale)
         init = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, D, f32](0.0)]
 
         @wc.iterate(N, init_args=init, start=first, end=first + da.split_chunk(N))
-        def body(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
+        def loop(m_i: Register[M, f32], l_i: Register[M, f32], acc: Register[M, D, f32]):
             pos = wc.minimum(wc.index(N), last)  # never past the end: the entries there may be garbage
             blk = wc.read(block_tables, mapping={P: pos // page})
             kv_rows = {NB: blk, PG: pos % page, KVH: kv_head}
             keep = wc.arange(N)[None, :] <= limit
             kt = wc.read(k_cache, mapping=kv_rows)
             vt = wc.permute(wc.read(v_cache, mapping=kv_rows), (D, N))
-            return da.online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc))
+            return da.online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc), logits)
 
-        da.write_partials(body, c, o_part, m_part, l_part, {**q_rows, SP: split})
+        da.write_partials(loop, c, o_part, m_part, l_part, {**q_rows, SP: split})
 
-    return paged_attention
+    if not alibi:
+
+        @wc.wave(da.decode_constraints(dtype, **constraints))
+        def paged_attention(
+            q: q_type, k_cache: cache_type, v_cache: cache_type, block_tables: Memory[B, P, wc.i32],
+            seq_lens: Memory[B, wc.i32], o_part: Memory[B, SP, QL, H, D, f32], m_part: Memory[B, SP, QL, H, f32],
+            l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(q, k_cache, v_cache, block_tables, seq_lens, None, o_part, m_part, l_part, scale)
+
+        return paged_attention
+
+    @wc.wave(da.decode_constraints(dtype, **constraints))
+    def paged_attention_alibi(
+        q: q_type, k_cache: cache_type, v_cache: cache_type, block_tables: Memory[B, P, wc.i32],
+        seq_lens: Memory[B, wc.i32], slopes: Memory[H, f32], o_part: Memory[B, SP, QL, H, D, f32],
+        m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
+    ):  # fmt: skip
+        body(q, k_cache, v_cache, block_tables, seq_lens, slopes, o_part, m_part, l_part, scale)
+
+    return paged_attention_alibi
 
 
 def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int, stages: int = 2) -> dict:
@@ -127,6 +139,7 @@ def paged_attention(
     num_splits: int | None = None,
     backend: str | None = None,
     config=None,
+    alibi_slopes=None,
 ):
     """Decode attention over a paged KV cache (vLLM's flash layout); returns a new tensor shaped like q.
 
@@ -141,28 +154,31 @@ def paged_attention(
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``."""
-    key = (da.call_key(q, k_cache, v_cache, block_tables, seq_lens), num_splits, config, backend)
+    key = (da.call_key(q, k_cache, v_cache, block_tables, seq_lens, alibi_slopes), num_splits, config, backend)
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend)
+        tensors = (q, k_cache, v_cache, block_tables, seq_lens)
+        run = _DISPATCH[key] = _plan(*tensors, num_splits, config, backend, alibi_slopes)
     da.check_lengths("paged_attention", q, seq_lens, block_tables.shape[1] * k_cache.shape[1], "max_blocks * page_size")
     _check_blocks(q, k_cache, block_tables, seq_lens)
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    return run(q, (q, k_cache, v_cache, block_tables, seq_lens), sc)
+    head = (q, k_cache, v_cache, block_tables, seq_lens)
+    return run(q, head if alibi_slopes is None else (*head, alibi_slopes), sc)
 
 
-def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend) -> da.SplitKV:
+def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None) -> da.SplitKV:
     fn = "paged_attention"
     dtype = da.check_query_and_cache(fn, q, k_cache, v_cache, "[num_blocks, page_size, kv_heads, head_dim]")
+    alibi = da.check_slopes(fn, slopes, q)
     da.check_index_tensor(fn, "block_tables", block_tables, q, 2)
     da.check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
     head_dim, page = q.shape[-1], k_cache.shape[1]
 
     def build(group: int, block_n: int, waves: int, stages: int) -> Any:
         return da.compiled(
-            ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend),
+            ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend, alibi),
             lambda: wc.compile(
-                make_paged_attention(dtype, group, page, waves=waves),
+                make_paged_attention(dtype, group, page, alibi, waves=waves),
                 paged_subs(head_dim, group, page, block_n, waves, stages),
                 backend=backend,
             ),
