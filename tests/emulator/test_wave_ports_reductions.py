@@ -36,17 +36,42 @@ def test_reduce_sum_and_block_reduce_sum(dtype, waves_n: int) -> None:
     torch.testing.assert_close(c.double(), want, rtol=tol, atol=tol)
 
 
-def test_toy_online_softmax() -> None:
-    """``out[m] = sum_n softmax(a[m, :])[n] * b[m, n]`` with the running max and sum carried over loop
-    tiles of N (the rescaling of flash attention)."""
-    cons = [
+def _loop_constraints() -> list:
+    return [
         wc.WorkgroupConstraint(M, 2, 0),
         wc.WaveConstraint(M, 1),
         wc.TilingConstraint(N, BLOCK_N),
         wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 64}),
     ]
 
-    @wc.wave(cons)
+
+def test_toy_online_softmax() -> None:
+    """Wave's kernel: ``c[m] = max_n(a * b)[m] / sum_n(a * b)[m]``, the max and the sum carried over loop
+    tiles of N."""
+
+    @wc.wave(_loop_constraints())
+    def toy(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], c: Memory[M, wc.f32]):
+        @wc.iterate(N, init_args=[Register[M, wc.f32](-1e6), Register[M, wc.f32](0.0)])
+        def loop(mx: Register[M, wc.f32], total: Register[M, wc.f32]):
+            p = wc.read(a) * wc.read(b)
+            return wc.maximum(mx, wc.max(p, N)), total + wc.sum(p, N)
+
+        mx, total = loop
+        wc.write(mx / total, c)
+
+    g = torch.Generator().manual_seed(4)
+    a, b = torch.randn(5, 320, generator=g), torch.randn(5, 320, generator=g)
+    c = torch.full((5,), float("nan"))
+    wc.compile(toy, {BLOCK_N: 64}, backend="emulator", cache=False)(a, b, c)
+    p = a.double() * b.double()
+    torch.testing.assert_close(c.double(), p.amax(-1) / p.sum(-1), rtol=1e-4, atol=1e-6)
+
+
+def test_online_softmax_rescaled() -> None:
+    """Beyond Wave's toy: ``out[m] = sum_n softmax(a[m, :])[n] * b[m, n]`` with the running max, the
+    rescaled denominator and numerator carried over loop tiles (flash attention's recurrence)."""
+
+    @wc.wave(_loop_constraints())
     def online_softmax(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], out: Memory[M, wc.f32]):
         init = [Register[M, wc.f32](float("-inf")), Register[M, wc.f32](0.0), Register[M, wc.f32](0.0)]
 
