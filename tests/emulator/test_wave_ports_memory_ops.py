@@ -7,11 +7,12 @@ from __future__ import annotations
 import torch
 
 import wavec as wc
+from tests import wave_port_kernels as pk
 from wavec import Memory
 from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
 
 N1 = wc.sym.N1
-E = 4  # elements that share one offset (Wave's ELEMS_PER_THREAD)
+E = pk.RUN  # elements that share one offset (Wave's ELEMS_PER_THREAD)
 SUBS = {BLOCK_M: 4, BLOCK_N: 32}
 SHAPE = (23, 70)
 
@@ -88,17 +89,7 @@ def test_offset_write() -> None:
 def test_offset_write_one() -> None:
     """``b[m, off[m, n // E] + n % E] = a[m, n]``: runs of E elements moved to offsets (a permutation of
     the row's runs, times E)."""
-
-    @wc.wave(rowwise_constraints(32, 1))
-    def offset_write_one(a: Memory[M, N, wc.f16], off: Memory[M, N1, wc.i32], b: Memory[M, N, wc.f16]):
-        cols = wc.read(off, mapping={N1: wc.index(N) // E}) + wc.index(N) % E
-        wc.write(wc.read(a), b, mapping={N: cols})
-
-    g = torch.Generator().manual_seed(5)
-    shape = (23, 72)
-    n1 = shape[1] // E
-    a, off = torch.randn(shape, generator=g).half(), _row_permutations(g, shape[0], n1) * E
-    b = _nan(shape)
-    _compile(offset_write_one)(a, off, b)
-    cols = off.repeat_interleave(E, dim=1) + torch.arange(E).repeat(n1)
-    assert torch.equal(b, torch.zeros_like(a).scatter(1, cols.long(), a))
+    a, off = pk.offset_write_one_inputs((23, 72), torch.Generator().manual_seed(5))
+    b = _nan(a.shape)
+    _compile(pk.make_offset_write_one())(a, off, b)
+    assert torch.equal(b, pk.reference_offset_write_one(a, off))

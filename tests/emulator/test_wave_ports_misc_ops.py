@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import wavec as wc
+from tests import wave_port_kernels as pk
 from wavec import Memory
 from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
 
-S, K = wc.sym.S, wc.sym.K
+S = wc.sym.S
 SUBS = {BLOCK_M: 4, BLOCK_N: 32}
 
 
@@ -42,27 +43,12 @@ def test_set_symbol_and_apply_expr(reverse: bool) -> None:
 
 def test_self_index() -> None:
     """``out = where(sum(a) >= cumsum(a), index(N), sum(a))`` along N of [M, K, N] (Wave: all-ones input
-    gives ``arange(N)``); here random non-negative integers."""
-    cons = [
-        wc.WorkgroupConstraint(M, 1, 0),
-        wc.WorkgroupConstraint(K, 1, 1),
-        wc.WorkgroupConstraint(N, N, 2),
-        wc.WaveConstraint(M, 1),
-        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, K: 1, N: 128}),
-    ]
-
-    @wc.wave(cons)
-    def self_index(a: Memory[M, K, N, wc.i32], out: Memory[M, K, N, wc.i32]):
-        x = wc.read(a)
-        total = wc.sum(x, N)  # broadcast by name: wc.broadcast(total, (M, K, N)) fails (docs/wave_ports.md)
-        wc.write(wc.where(total >= wc.cumsum(x, N), wc.index(N) + x * 0, total + x * 0), out)
-
+    gives ``arange(N)``); here random non-negative integers.  M and K are batch dimensions that
+    ``wc.broadcast`` targets: a regression test (they were kept, and the write failed)."""
     a = torch.randint(0, 3, (3, 4, 128), generator=torch.Generator().manual_seed(7)).int()
     out = torch.full_like(a, -77)
-    _compile(self_index, {N: 128})(a, out)
-    total = a.sum(-1, keepdim=True).expand_as(a)
-    want = torch.where(total >= a.cumsum(-1), torch.arange(128).int().expand_as(a), total).int()
-    assert torch.equal(out, want)
+    _compile(pk.make_self_index(), {N: 128})(a, out)
+    assert torch.equal(out, pk.reference_self_index(a))
 
 
 def test_conditional() -> None:

@@ -9,10 +9,10 @@ import torch
 
 import wavec as wc
 from tests import reduce_kernels as rk
+from tests import wave_port_kernels as pk
 from wavec import Memory, Register
 
 M, N = rk.M, rk.N
-BLOCK_N = wc.sym.BLOCK_N
 
 
 def _row_sum_of_products(dtype, waves_n: int) -> wc.WaveKernel:
@@ -36,42 +36,22 @@ def test_reduce_sum_and_block_reduce_sum(dtype, waves_n: int) -> None:
     torch.testing.assert_close(c.double(), want, rtol=tol, atol=tol)
 
 
-def _loop_constraints() -> list:
-    return [
-        wc.WorkgroupConstraint(M, 2, 0),
-        wc.WaveConstraint(M, 1),
-        wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=32, vector_shapes={M: 1, N: 64}),
-    ]
-
-
 def test_toy_online_softmax() -> None:
     """Wave's kernel: ``c[m] = max_n(a * b)[m] / sum_n(a * b)[m]``, the max and the sum carried over loop
-    tiles of N."""
-
-    @wc.wave(_loop_constraints())
-    def toy(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], c: Memory[M, wc.f32]):
-        @wc.iterate(N, init_args=[Register[M, wc.f32](-1e6), Register[M, wc.f32](0.0)])
-        def loop(mx: Register[M, wc.f32], total: Register[M, wc.f32]):
-            p = wc.read(a) * wc.read(b)
-            return wc.maximum(mx, wc.max(p, N)), total + wc.sum(p, N)
-
-        mx, total = loop
-        wc.write(mx / total, c)
-
+    tiles of N; one row per workgroup, so M is a batch dimension and the carried ``Register[M, f32]``
+    values drop it (a regression test: they kept it, and the final write failed)."""
     g = torch.Generator().manual_seed(4)
     a, b = torch.randn(5, 320, generator=g), torch.randn(5, 320, generator=g)
     c = torch.full((5,), float("nan"))
-    wc.compile(toy, {BLOCK_N: 64}, backend="emulator", cache=False)(a, b, c)
-    p = a.double() * b.double()
-    torch.testing.assert_close(c.double(), p.amax(-1) / p.sum(-1), rtol=1e-4, atol=1e-6)
+    wc.compile(pk.make_toy_online_softmax(1), {pk.TILE_N: 64}, backend="emulator", cache=False)(a, b, c)
+    torch.testing.assert_close(c.double(), pk.reference_toy_online_softmax(a, b), rtol=1e-4, atol=1e-6)
 
 
 def test_online_softmax_rescaled() -> None:
     """Beyond Wave's toy: ``out[m] = sum_n softmax(a[m, :])[n] * b[m, n]`` with the running max, the
     rescaled denominator and numerator carried over loop tiles (flash attention's recurrence)."""
 
-    @wc.wave(_loop_constraints())
+    @wc.wave(pk.loop_constraints(2))
     def online_softmax(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], out: Memory[M, wc.f32]):
         init = [Register[M, wc.f32](float("-inf")), Register[M, wc.f32](0.0), Register[M, wc.f32](0.0)]
 
@@ -89,7 +69,7 @@ def test_online_softmax_rescaled() -> None:
     g = torch.Generator().manual_seed(3)
     a, b = torch.randn(5, 320, generator=g) * 3, torch.randn(5, 320, generator=g)
     out = torch.full((5,), float("nan"))
-    wc.compile(online_softmax, {BLOCK_N: 64}, backend="emulator", cache=False)(a, b, out)
+    wc.compile(online_softmax, {pk.TILE_N: 64}, backend="emulator", cache=False)(a, b, out)
     want = (a.double().softmax(-1) * b.double()).sum(-1)
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
 
