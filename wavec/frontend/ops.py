@@ -193,8 +193,11 @@ class RegisterInit(Op):
 
 
 def register(shape: tuple, dtype: dt.DType, init) -> Value:
-    """``Register[shape, dtype](init)``: a register tile filled with ``init``."""
+    """``Register[shape, dtype](init)``: a register tile filled with ``init``.  Batch dimensions are
+    dropped, as ``read`` drops them: a workgroup holds one coordinate of each, so the tile combines with
+    values read from memory and writes back to a memory with that dimension."""
     tr = active_tracer("Register")
+    shape = tuple(d for d in shape if d not in tr.batch_dims)
     if not isinstance(init, numbers.Real):
         raise DTypeError(current_loc(), op="Register", message=f"init must be a Python number, got {init!r}")
     value: int | float
@@ -202,7 +205,7 @@ def register(shape: tuple, dtype: dt.DType, init) -> Value:
         value = float(init)
     else:  # an integral init directly: a large i64 would not survive a float round trip
         value = int(init) if isinstance(init, numbers.Integral) else int(float(init))
-    return tr.create(RegisterInit, (), TensorType(tuple(shape), dtype), value=value)
+    return tr.create(RegisterInit, (), TensorType(shape, dtype), value=value)
 
 
 class MMA(Op):
@@ -379,10 +382,11 @@ class Broadcast(Op):
 
 
 def broadcast(x: Value, shape) -> Value:
-    """Give ``x`` the dimensions of ``shape`` (every dim of x must appear in shape, in order)."""
+    """Give ``x`` the dimensions of ``shape`` (every dim of x must appear in shape, in order); batch
+    dimensions of ``shape`` are dropped, as ``read`` and ``Register`` drop them."""
     tr = active_tracer("broadcast")
     x = _need_register("broadcast", "x", x)
-    shape = tuple(shape)
+    shape = tuple(d for d in shape if d not in tr.batch_dims)
     pos = [shape.index(d) if d in shape else -1 for d in x.type.dims]
     if -1 in pos or pos != sorted(pos):
         raise _shape_error("broadcast", f"cannot broadcast {list(x.shape)} to {list(shape)}")
