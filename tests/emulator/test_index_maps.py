@@ -108,3 +108,18 @@ def test_a_write_map_that_is_not_one_to_one_is_refused() -> None:
     ):
         wc.compile(halves, {BLOCK_M: 4, BLOCK_N: 32}, backend="emulator", cache=False)
     wc.compile(transposed_write(1), {BLOCK_M: 4, BLOCK_N: 32}, backend="emulator", cache=False)
+
+
+def test_named_broadcast_in_either_order() -> None:
+    """``[N]`` against ``[M, N]`` broadcasts by name whichever comes first (``where``'s condition, a
+    binary op's left operand)."""
+
+    @wc.wave(rowwise_constraints(32, 4))
+    def masked_shift(x: Memory[M, N, wc.f32], out: Memory[M, N, wc.f32]):
+        cols = wc.cast(wc.index(N), wc.f32)
+        wc.write(cols + wc.where(wc.index(N) < 12, wc.read(x), 0.0), out)
+
+    x = torch.randn(6, 40, generator=torch.Generator().manual_seed(9))
+    cols = torch.arange(40, dtype=torch.float32)
+    want = cols + torch.where(cols < 12, x, 0.0)
+    assert torch.equal(_run(masked_shift, {BLOCK_M: 4, BLOCK_N: 128}, x, (6, 40)), want)

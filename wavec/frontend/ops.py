@@ -255,17 +255,19 @@ class Binary(Elementwise):
 
 def _broadcast_shapes(op: str, sa: tuple, sb: tuple) -> tuple:
     """Positional broadcasting (equal ranks, 1 against any dim), else by dimension name: ``[M]`` and
-    ``[N]`` give ``[M, N]`` (each operand's dims in the result's order, like Wave's named dims)."""
+    ``[N]`` give ``[M, N]``, ``[N]`` and ``[M, N]`` give ``[M, N]`` in either order (each operand's dims
+    in the result's order, like Wave's named dims)."""
     if not sa or not sb:  # a rank-0 value (a scalar argument) broadcasts to any shape
         return sa or sb
     if len(sa) == len(sb) and all(x == y or 1 in (x, y) for x, y in zip(sa, sb)):
         return tuple(y if x == 1 else x for x, y in zip(sa, sb))
-    out = tuple(sa) + tuple(d for d in sb if d not in sa)
-    if 1 in out or any([d for d in out if d in s] != list(s) for s in (sa, sb)):
-        raise _shape_error(
-            op, f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute"
-        )
-    return out
+    for first, second in ((sa, sb), (sb, sa)):
+        out = tuple(first) + tuple(d for d in second if d not in first)
+        if 1 not in out and all([d for d in out if d in s] == list(s) for s in (sa, sb)):
+            return out
+    raise _shape_error(
+        op, f"shapes {list(sa)} and {list(sb)} do not broadcast; use x[None, :], wc.broadcast or wc.permute"
+    )
 
 
 def binary(kind: str, x, y) -> Value:
