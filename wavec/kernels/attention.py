@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import sympy
 
@@ -213,7 +212,7 @@ def make_attention(
             if softcap:
                 s = wc.tanh(s * (scale * (1.0 / softcap)))
             if slope is not None:
-                s = _alibi(s * softcap if softcap else s * scale, slope)
+                s = alibi_bias(s * softcap if softcap else s * scale, slope)
             if masked:  # masked keys contribute exp2(-inf) = 0
                 s = _mask(s, spec)
             m_new = wc.maximum(m_i, wc.max(s, N))  # in units of raw scores: one fma per exponent below
@@ -259,11 +258,11 @@ def make_attention(
     return attention_alibi_bh
 
 
-def _alibi(s, slope):
-    """``s - slope * |i + N - M - j|`` over the tile (positions cast to f32 before the difference: index
-    arithmetic is unsigned)."""
-    rows = wc.cast(wc.arange(M)[:, None] + N, f32)
-    cols = wc.cast(wc.arange(N)[None, :] + M, f32)
+def alibi_bias(s, slope, len_q=M, len_k=N):
+    """``s - slope * |i + len_k - len_q - j|`` over the tile (positions cast to f32 before the difference:
+    index arithmetic is unsigned); the lengths are the query and key counts (varlen: one sequence's)."""
+    rows = wc.cast(wc.arange(M)[:, None] + len_k, f32)
+    cols = wc.cast(wc.arange(N)[None, :] + len_q, f32)
     return s - wc.abs(rows - cols) * slope
 
 
@@ -468,17 +467,12 @@ def attention(
     sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
     ``cp.async``), "tma" (wgmma only) or "cp.async".  Returns a new tensor."""
-    try:
-        opts = (causal, window, softcap, layout, backend, config, mma, async_copy)
-        key: Any = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
-        key, run = None, None
+    opts = (causal, window, softcap, layout, backend, config, mma, async_copy)
+    key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
+    run = _DECIDED.get(key)
     if run is None:
         options = (causal, window, softcap, layout, backend, config, mma, async_copy)
-        run = _attention_runner(q, k, v, alibi_slopes, *options)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _attention_runner(q, k, v, alibi_slopes, *options))
     return run(q, k, v, alibi_slopes, scale)
 
 
@@ -502,7 +496,7 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
     subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim)
-    alibi = _alibi_kind(q, slopes, layout)
+    alibi = alibi_kind("attention", slopes, q.device, q.shape[1 if layout == "bhsd" else 2], q.shape[0])
     kernel = _kernel(
         dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap), alibi
     )
@@ -527,19 +521,21 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
     return run_alibi
 
 
-def _alibi_kind(q, slopes, layout: str) -> str | None:
-    """``make_attention``'s ``alibi`` for ``alibi_slopes`` (None, "h" or "bh"), or a ``WavecError``."""
+def alibi_kind(fn: str, slopes, device, heads: int, batch: int | None = None) -> str | None:
+    """The ``alibi`` of a kernel for ``alibi_slopes``: None, "h" ([heads]) or, where ``batch`` is given,
+    "bh" ([batch, heads]); anything else (not a contiguous float32 tensor of those on ``device``) is a
+    ``WavecError`` of ``fn`` naming ``alibi_slopes``."""
     import torch
 
     if slopes is None:
         return None
-    batch, heads = q.shape[0], q.shape[1 if layout == "bhsd" else 2]
-    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
-    if not ok or tuple(slopes.shape) not in ((heads,), (batch, heads)) or not slopes.is_contiguous():
+    shapes = [(heads,)] + ([] if batch is None else [(batch, heads)])
+    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == device
+    if not ok or tuple(slopes.shape) not in shapes or not slopes.is_contiguous():
         got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
+        want = " or ".join(str(list(x)) for x in shapes)
         raise wc.WavecError(
-            message=f"attention: alibi_slopes must be a contiguous float32 tensor [{heads}] or [{batch}, {heads}] "
-            f"on {q.device}, got {got}"
+            message=f"{fn}: alibi_slopes must be a contiguous float32 tensor {want} on {device}, got {got}"
         )
     return "h" if slopes.dim() == 1 else "bh"
 

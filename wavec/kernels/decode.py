@@ -370,18 +370,10 @@ def check_query_and_cache(fn: str, q: Any, k: Any, v: Any, cache_shape: str) -> 
 
 
 def check_slopes(fn: str, slopes: Any, q: Any) -> bool:
-    """Whether ALiBi ``slopes`` are given: None, or a contiguous float32 [Hq] tensor on q's device (else a
-    ``WavecError`` naming ``alibi_slopes``)."""
-    import torch
+    """Whether ALiBi ``slopes`` ([Hq] f32) are given (``attention.alibi_kind``'s checks)."""
+    from wavec.kernels.attention import alibi_kind
 
-    if slopes is None:
-        return False
-    heads = q.shape[2]
-    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
-    if not ok or tuple(slopes.shape) != (heads,) or not slopes.is_contiguous():
-        got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
-        raise fail(fn, f"alibi_slopes must be a contiguous float32 tensor [{heads}] on {q.device}, got {got}")
-    return True
+    return alibi_kind(fn, slopes, q.device, q.shape[2]) is not None
 
 
 def check_index_tensor(fn: str, name: str, t: Any, q: Any, dims: int) -> None:

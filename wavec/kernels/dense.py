@@ -5,8 +5,6 @@ so the bias is added before the only rounding, as cuBLAS's epilogue does.
 
 from __future__ import annotations
 
-from typing import Any
-
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.elementwise import BLOCK_N, M, N, rowwise_config, rowwise_constraints
@@ -43,15 +41,10 @@ def linear(x, weight, bias=None, *, backend: str | None = None):
     all bf16 on one device: a new tensor ``[..., out]`` of x's dtype (f32 accumulation; the bias added to
     the f32 product before rounding).  ``matmul`` picks the kernel (wgmma on sm_90).  A repeated call with
     the same dtypes, shapes and devices is one dictionary lookup and the prepared launches."""
-    try:
-        key: Any = (tensor_key(x), tensor_key(weight), tensor_key(bias), backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):  # a non-tensor: the checks below say which
-        key, run = None, None
+    key = (tensor_key(x), tensor_key(weight), tensor_key(bias), backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _runner(x, weight, bias, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _runner(x, weight, bias, backend))
     return run(x, weight, bias)
 
 

@@ -2,8 +2,6 @@
 ``silu_and_mul`` (the two halves of each row read as a batch dim of two: no index arithmetic on the
 contiguous dim, so both halves keep 16-byte runs)."""
 
-from typing import Any
-
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
@@ -79,15 +77,10 @@ def silu_and_mul(x, *, backend: str | None = None):
     """``silu(x[..., :d]) * x[..., d:]`` for ``x [..., 2d]`` (f16, bf16, f32; computed in f32): vLLM's
     ``silu_and_mul``, the activation between a fused gate/up projection and the down projection.  A new
     tensor ``[..., d]``; rows with any pitch run in place, transposed ones are copied."""
-    try:
-        key: Any = (tensor_key(x), backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = (tensor_key(x), backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _silu_runner(x, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _silu_runner(x, backend))
     return run(x)
 
 

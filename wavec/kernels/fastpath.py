@@ -9,8 +9,10 @@ Guarantees:
 * :func:`tensor_key` is what a decision may depend on of a tensor: dtype, shape, device, and its strides
   unless it is dense row-major.  Its base address is not in the key; the prepared launch checks its
   alignment on every call.
-* :class:`Decisions` maps keys to runners, built by the entry point's slow path on a miss; at ``limit``
-  entries it starts over (a serving loop sees a few dozen shapes; a sweep must not grow without bound).
+* :class:`Decisions` maps keys to runners, built by the entry point's slow path on a miss
+  (``run = table.get(key)``, else ``table.remember(key, build(...))``; an unhashable key is decided on
+  every call); at ``limit`` entries it starts over (a serving loop sees a few dozen shapes; a sweep must
+  not grow without bound).
 """
 
 from __future__ import annotations
@@ -51,9 +53,19 @@ class Decisions:
         self.table: dict[Any, Callable[..., Any]] = {}
 
     def get(self, key: Any) -> Callable[..., Any] | None:
-        return self.table.get(key)
+        """The runner decided for ``key``; None for a new key or an unhashable one (an option passed as a
+        list: decided, and validated, on every call)."""
+        try:
+            return self.table.get(key)
+        except TypeError:
+            return None
 
     def remember(self, key: Any, runner: Callable[..., Any]) -> Callable[..., Any]:
+        """``runner``, kept for ``key`` when the key is hashable."""
+        try:
+            hash(key)
+        except TypeError:
+            return runner
         if len(self.table) >= self.limit:
             self.table.clear()
         self.table[key] = runner

@@ -3,7 +3,6 @@ the input dtype; int8 in, exact i32 out; f32 in as tf32 (opt-in), f32 out.  Spli
 (``make_gemm_splitk``; the rule is ``tuning.plan.splitk_config``)."""
 
 from dataclasses import replace
-from typing import Any
 
 import sympy
 
@@ -199,16 +198,14 @@ def matmul(
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     try:
         cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
-        opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
-        key: Any = (tensor_key(a), tensor_key(b), backend, out_dtype, opts)
-        run = _DISPATCH.get(key)
-    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
-        key, run = None, None
+    except (AttributeError, TypeError, IndexError, KeyError):
+        raise wc.WavecError(message=f"matmul: config must be (subs dict, waves tuple), got {config!r}") from None
+    opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
+    key = (tensor_key(a), tensor_key(b), backend, out_dtype, opts)
+    run = _DISPATCH.get(key)
     if run is None:
         req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
-        run = matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32)
-        if key is not None:
-            _DISPATCH.remember(key, run)
+        run = _DISPATCH.remember(key, matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32))
     return run(a, b)
 
 

@@ -83,29 +83,19 @@ def _check(op: str, table: Any, index: Any, allowed: dict, table_name: str) -> t
 def index_select(x, index, *, backend: str | None = None):
     """``torch.index_select(x, 0, index)`` for a 2-D ``x`` (f16, bf16, f32, i32) and a 1-D int32/int64
     ``index``: a new tensor [len(index), x.shape[1]]."""
-    try:
-        key: Any = ("index_select", tensor_key(x), tensor_key(index), backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = ("index_select", tensor_key(x), tensor_key(index), backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _select_runner("index_select", x, index, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _select_runner("index_select", x, index, backend))
     return run(x, index)
 
 
 def embedding(ids, weight, *, backend: str | None = None):
     """``torch.nn.functional.embedding(ids, weight)``: rows of ``weight`` [V, D] for ids of any shape."""
-    try:
-        key: Any = ("embedding", tensor_key(weight), tensor_key(ids), backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = ("embedding", tensor_key(weight), tensor_key(ids), backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _select_runner("embedding", weight, ids, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _select_runner("embedding", weight, ids, backend))
     return run(weight, ids)
 
 
@@ -142,15 +132,10 @@ ADD_DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
 def index_add_(out, index, src, *, backend: str | None = None):
     """``out.index_add_(0, index, src)`` for 2-D f32, f16 or bf16 ``out`` [T, N] and ``src`` [len(index), N];
     returns ``out``.  Rows with repeated indices accumulate in an unspecified order (rounding may differ)."""
-    try:
-        key: Any = ("index_add_", tensor_key(out), tensor_key(index), tensor_key(src), backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = ("index_add_", tensor_key(out), tensor_key(index), tensor_key(src), backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _add_runner(out, index, src, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _add_runner(out, index, src, backend))
     run(src, index, out)
     return out
 

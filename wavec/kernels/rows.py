@@ -259,45 +259,30 @@ def _eps(op: str, eps: Any) -> float:
 def softmax(x, dim: int = -1, *, backend: str | None = None):
     """``torch.softmax(x, dim)`` along the last dim, any row length; f16, bf16 or f32, computed in f32 and
     returned in x's dtype.  Rows with any pitch run in place (``_rows``)."""
-    try:
-        key: Any = ("softmax", tensor_key(x), dim, backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):  # not a tensor, an unhashable dim: the full path says what is wrong
-        key, run = None, None
+    key = ("softmax", tensor_key(x), dim, backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _runner("softmax", x, dim, backend)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _runner("softmax", x, dim, backend))
     return run(x)
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
     """``x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dim (``weight`` None: ones), as
     ``torch.nn.functional.rms_norm(x, (N,), weight, eps)``; statistics in f32."""
-    try:
-        key: Any = ("rms_norm", tensor_key(x), tensor_key(weight), eps, backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = ("rms_norm", tensor_key(x), tensor_key(weight), eps, backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _runner("rms_norm", x, -1, backend, weight, None, eps)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _runner("rms_norm", x, -1, backend, weight, None, eps))
     return run(x, weight)
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
     """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
     statistics in f32, Chan's merge of per-tile means and sums of squares)."""
-    try:
-        key: Any = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):
-        key, run = None, None
+    key = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _runner("layer_norm", x, -1, backend, weight, bias, eps)
-        if key is not None:
-            _DECIDED.remember(key, run)
+        run = _DECIDED.remember(key, _runner("layer_norm", x, -1, backend, weight, bias, eps))
     return run(x, weight, bias)
 
 

@@ -45,6 +45,8 @@ from .attention import (
     NEG_INF,
     TARGET,
     MaskSpec,
+    alibi_bias,
+    alibi_kind,
     attention_config,
     attention_constraints,
     mask_spec,
@@ -95,7 +97,7 @@ def make_varlen_attention(
             if softcap:
                 s = wc.tanh(s * (scale * (1.0 / softcap)))
             if slope is not None:
-                s = _alibi(s * softcap if softcap else s * scale, slope, len_q, len_k)
+                s = alibi_bias(s * softcap if softcap else s * scale, slope, len_q, len_k)
             s = _mask(s, spec, len_q, len_k)
             m_new = wc.maximum(m_i, wc.max(s, N))
             m_use = wc.where(m_new > NEG_INF, m_new, 0.0) * c  # a row with no key yet: exp2(-inf) = 0, no NaN
@@ -133,13 +135,6 @@ def make_varlen_attention(
         body(q, k, v, slopes, cu_q, cu_k, o, scale, spare)
 
     return varlen_attention_alibi
-
-
-def _alibi(s, slope, len_q, len_k):
-    """``s - slope * |i + len_k - len_q - j|`` (positions in f32: index arithmetic is unsigned)."""
-    rows = wc.cast(wc.arange(M)[:, None] + len_k, f32)
-    cols = wc.cast(wc.arange(N)[None, :] + len_q, f32)
-    return s - wc.abs(rows - cols) * slope
 
 
 def _key_range(spec: MaskSpec) -> tuple:
@@ -313,18 +308,14 @@ def varlen_attention(
     ``-slope * |i + len_k - len_q - j|`` added to the scaled (and capped) scores.  cu_seqlens that do not
     start at 0, decrease, do not end at the packed length or hold a sequence longer than its max_seqlen are
     a ``WavecError`` on the emulator (CPU tensors) and, on a GPU, under ``WAVEC_CHECK_BOUNDS=1``."""
-    try:
-        tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
-        opts = (max_seqlen_q, max_seqlen_k, causal, window, softcap, backend, mma, config)
-        key: Any = (*(tensor_key(t) for t in tensors), opts)
-        run = _DECIDED.get(key)
-    except (AttributeError, TypeError):  # a non-tensor or an unhashable option: the full path says which
-        key, run = None, None
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes)
+    opts = (max_seqlen_q, max_seqlen_k, causal, window, softcap, backend, mma, config)
+    key = (*(tensor_key(t) for t in tensors), opts)
+    run = _DECIDED.get(key)
     if run is None:
-        run = _runner(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, softcap,
-                      backend, mma, config, alibi_slopes)  # fmt: skip
-        if key is not None:
-            _DECIDED.remember(key, run)
+        built = _runner(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, window, softcap,
+                        backend, mma, config, alibi_slopes)  # fmt: skip
+        run = _DECIDED.remember(key, built)
     _check_data(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     return run(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, scale)
 
@@ -343,7 +334,7 @@ def _runner(q, k, v, cu_q, cu_k, max_q, max_k, causal, window, softcap, backend,
     if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
         raise fail("varlen_attention", f"softcap must be a finite number >= 0 (0: off), got {softcap!r}")
     total_q, default_scale = q.shape[0], 1.0 / math.sqrt(q.shape[2])
-    alibi = _alibi_kind(q, slopes, cu_q.shape[0] - 1)
+    alibi = alibi_kind("varlen_attention", slopes, q.device, q.shape[1], cu_q.shape[0] - 1)
     if not total_q or not max_q:
         return lambda q, *_: _new_output(q)[:total_q]
     if not k.shape[0] or not max_k:
@@ -364,21 +355,3 @@ def _runner(q, k, v, cu_q, cu_k, max_q, max_k, causal, window, softcap, backend,
         return o[:total_q]
 
     return run
-
-
-def _alibi_kind(q, slopes, batch: int) -> str | None:
-    """``make_varlen_attention``'s ``alibi`` for ``alibi_slopes`` (None, "h" or "bh"), or a ``WavecError``."""
-    import torch
-
-    if slopes is None:
-        return None
-    heads = q.shape[1]
-    ok = isinstance(slopes, torch.Tensor) and slopes.dtype == torch.float32 and slopes.device == q.device
-    if not ok or tuple(slopes.shape) not in ((heads,), (batch, heads)) or not slopes.is_contiguous():
-        got = f"{slopes.dtype} {list(slopes.shape)} on {slopes.device}" if isinstance(slopes, torch.Tensor) else slopes
-        raise fail(
-            "varlen_attention",
-            f"alibi_slopes must be a contiguous float32 tensor [{heads}] or [{batch}, {heads}] on {q.device}, "
-            f"got {got}",
-        )
-    return "h" if slopes.dim() == 1 else "bh"

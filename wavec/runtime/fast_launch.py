@@ -42,10 +42,14 @@ _INT32 = range(-(2**31), 2**31)
 
 def tensor_key(t: Any) -> tuple | None:
     """What a prepared launch depends on of a tensor: (dtype, shape, device, True) when it is dense
-    row-major, (dtype, shape, device, strides) otherwise; None for None; AttributeError for a non-tensor."""
+    row-major, (dtype, shape, device, strides) otherwise; None for None; ``(type,)`` for anything else
+    (a key that is never remembered: deciding for it raises the error naming the argument)."""
     if t is None:
         return None
-    return (t.dtype, t.shape, t.device, True if t.is_contiguous() else t.stride())
+    try:
+        return (t.dtype, t.shape, t.device, True if t.is_contiguous() else t.stride())
+    except (AttributeError, TypeError):
+        return (type(t),)
 
 
 class CheckedLaunch:

@@ -236,13 +236,9 @@ class CompiledKernel:
     def _run(self, *args: Any) -> None:
         """Launch with every argument: through the prepared launch of these tensors' keys (dtype, shape,
         device, strides), prepared (validated) on the first call with them; one lookup after that."""
-        try:
-            key = tuple([tensor_key(t) for t in args[: self._ntensors]])
-            launch = self._prepared.get(key)
-        except (AttributeError, TypeError):  # a non-tensor or an unhashable stride: the full path says which
-            (self._impl or self._launcher())(*args)
-            return
-        if launch is None:
+        key = tuple([tensor_key(t) for t in args[: self._ntensors]])
+        launch = self._prepared.get(key)
+        if launch is None:  # (a non-tensor's key too: preparing raises the error naming it)
             launch = self.prepare(*args)
             if len(self._prepared) >= _MAX_PREPARED:
                 self._prepared.clear()
