@@ -184,9 +184,13 @@ def time_groups(groups, gpu_key: str, compiled: dict, writer, out_file, deadline
         cases = [c for c in g.cases if rejected(compiled[kernel_key(c)], c.family) is None]
         if not cases:
             continue
-        binds, scalars = bindings(cases[0])
-        sets = timer.inputs(binds)
+        inputs: dict[tuple, tuple[list, list]] = {}  # a group's cases share inputs where their bindings agree
         for c in cases:
+            binds, scalars = bindings(c)
+            key = tuple((b.shape, b.dtype, b.output, None if b.data is None else b.data.tobytes()) for b in binds)
+            if key not in inputs:
+                inputs[key] = (timer.inputs(binds), scalars)
+            sets, scalars = inputs[key]
             try:
                 kernel = compile_case(c, target_of(c, spec), "cuda")
                 med, low, reps = timer.time(kernel, sets, scalars)

@@ -32,7 +32,7 @@ def _int8(*shape: int) -> torch.Tensor:
 
 def _exact(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:
     assert c.dtype == torch.int32
-    ref = a.long() @ b.long().T  # on the GPU int64 matmul is exact
+    ref = (a.double() @ b.double().T).long()  # exact: |sums| < K * 2**14 < 2**53 (no int64 matmul on CUDA)
     bad = (c.long() != ref).nonzero()
     assert not len(bad), f"{what}: {len(bad)} of {c.numel()} wrong, first at {bad[0].tolist()}"
 

@@ -20,7 +20,8 @@ def test_small_values_replicate(wm: int, vm: int, vn: int, waves: int) -> None:
         s, mx = torch.full((m,), float("nan"), device="cuda"), torch.full((m,), float("nan"), device="cuda")
         kernel(x, v, o, s, mx)
         torch.cuda.synchronize()
-        y = x * v + 1.0
-        assert torch.equal(o, y), f"M={m}"
-        assert torch.allclose(s, y.double().sum(1).float(), rtol=1e-6, atol=1e-6), f"M={m}"
-        assert torch.equal(mx, y.max(1).values), f"M={m}"
+        # the GPU contracts x * v + 1 into one fma (one rounding), torch rounds twice: compare with f64
+        y = x.double() * v.double() + 1.0
+        assert torch.allclose(o.double(), y, rtol=1e-6, atol=1e-6), f"M={m}"
+        assert torch.allclose(s.double(), y.sum(1), rtol=1e-5, atol=1e-5), f"M={m}"
+        assert torch.equal(mx, o.max(1).values), f"M={m}"

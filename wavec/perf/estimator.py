@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
+from .features import NOT_BOUNDS
 from .gpus import GPUSpec
 
 __all__ = [
@@ -76,7 +77,7 @@ def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
     """The input vector (``INPUTS``) of one launch; ``values``: ``Features.values`` plus ``registers`` and
     ``shared_bytes`` (a feature table's ``f:`` columns without the prefix)."""
     cycles = np.array([float(values[f"{c}_cycles"]) for c in CYCLES])
-    roof = max(float(cycles.max()), EPS)
+    roof = max(max(float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS), EPS)
     tasks, waves = float(values["tasks"]), max(1.0, float(values["waves"]))
     per_sm = float(values["blocks_per_sm"])
     hbm = max(float(values["global.gpu_bytes"]), 1.0)
@@ -226,7 +227,7 @@ def estimate(
     trained_on = trained_on or trained_for(gpu_key, family)
     model = load(family, trained_on)
     x = model_inputs(values, gpu)
-    cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES}
+    cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS}
     roof = max(cycles.values()) / gpu.clock_hz
     eff, ceil = float(model.mean.efficiency(x)[0]), float(model.ceiling.efficiency(x)[0])
     return Estimate(roof, roof / eff, roof / ceil, eff, ceil, max(cycles, key=cycles.__getitem__), trained_on)

@@ -171,7 +171,10 @@ class FastLaunch:
         hit = self.map_args.get(key)
         if hit is None:
             assert self.maps is not None
-            hit = self.maps.address(args, ptrs, self.device)
+            # a caller may pass a tensor of another shape over the same rows (linear's [B, S, K] for the
+            # kernel's [M, K]): the map describes the kernel's view of it
+            shaped = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes)]
+            hit = self.maps.address(shaped, ptrs, self.device)
             if len(self.map_args) < 64:
                 self.map_args[key] = hit
         return hit
