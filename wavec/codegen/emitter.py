@@ -15,6 +15,7 @@ import sympy
 
 from ..abi import BOUNDS_RECORD_WORDS
 from ..errors import CodegenError
+from ..frontend.dtypes import DType
 from ..frontend.mapping import index_operands
 from ..frontend.ops import WideStore, Write
 from ..frontend.ops_atomic import Atomic
@@ -169,6 +170,19 @@ def _strided_args(trace: Trace, ctx: PassContext, dyn: list, written: set, ncons
     return lines + views
 
 
+def scalar_from_constant(name: str, dtype: DType) -> list[str]:
+    """The ops that turn a scalar's i32 launch constant ``{name}_i32`` into ``name`` of ``dtype``: an f32
+    is its bits; an f16 / bf16 the low half's bits (the launcher packs them so); an i32 the constant."""
+    if dtype.name == "f32":
+        return [f"        {name} = arith.bitcast {name}_i32 : i32 to f32"]
+    if dtype.name in ("f16", "bf16"):
+        return [
+            f"        {name}_i16 = arith.trunci {name}_i32 : i32 to i16",
+            f"        {name} = arith.bitcast {name}_i16 : i16 to {dtype.mlir}",
+        ]
+    return []
+
+
 def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written: set) -> str:
     cs = ctx.constraints
     name = trace.name
@@ -204,12 +218,11 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
             f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
             f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}"
         )
-    for j, a in enumerate(trace.scalars):  # constants are i32 (toolchain.md): an f32 arrives as its bits
+    for j, a in enumerate(trace.scalars):  # constants are i32 (toolchain.md): a float arrives as its bits
         lines.append(
             f"        %scalar{j}_i32 = hal.interface.constant.load layout(#layout) ordinal({len(dyn) + j}) : i32"
         )
-        if a.type.dtype.is_float:
-            lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
+        lines += scalar_from_constant(f"%scalar{j}", a.type.dtype)
     if ctx.strided is not None:  # the strides follow the symbols and scalars
         lines += _strided_args(trace, ctx, dyn, written, len(dyn) + len(trace.scalars))
     if ctx.tensor_maps:  # last before the return: FunctionBuilder finds it there

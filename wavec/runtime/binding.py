@@ -44,7 +44,28 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _TORCH_DTYPE_NAMES = TORCH_NAMES
 _DEVICE_TYPES = ("cuda", "cpu")
 _MAX_SHAPES = 256  # distinct argument shapes remembered per plan
-_F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
+_F32, _F32_TO_I32, _F16, _U16 = struct.Struct("<f"), struct.Struct("<i"), struct.Struct("<e"), struct.Struct("<H")
+FLOAT_SCALAR_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def float_constant(dtype: str, x: float) -> int:
+    """The i32 launch constant of a float scalar ``x`` of ``dtype`` ("f32", "f16", "bf16"): its bits, an
+    f16's or bf16's in the low half (the kernel truncates and bitcasts: ``emitter.scalar_from_constant``).
+    Rounded as torch converts a Python float: to f32, then to f16 / bf16 to nearest even; a finite ``x``
+    that becomes infinite raises ``OverflowError``."""
+    bits = _F32_TO_I32.unpack(_F32.pack(x))[0]  # OverflowError beyond f32's range
+    if dtype == "f32":
+        return bits
+    f = _F32.unpack(_F32.pack(x))[0]
+    if dtype == "f16":
+        return _U16.unpack(_F16.pack(f))[0]  # OverflowError beyond f16's range
+    if math.isnan(f):
+        return 0x7FC0  # torch's bf16 NaN
+    u = bits & 0xFFFFFFFF
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    if rounded & 0x7FFF == 0x7F80 and not math.isinf(f):
+        raise OverflowError("float too large for bfloat16")
+    return rounded
 
 
 class _Arg:
@@ -221,7 +242,7 @@ class BindingPlan:
                 raise _bad_metadata(self.kernel, f"stride constants {missing} are not launch constants")
 
     def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
-        """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""
+        """Each scalar argument as the i32 launch constant that carries it (a float as its bits)."""
         for (name, dtype), x in zip(self.scalars, args[len(self.args) :]):
             if isinstance(x, self._tensor_type):
                 if x.dim() != 0:
@@ -239,9 +260,9 @@ class BindingPlan:
                 values[name] = x
                 continue
             try:
-                values[name] = _F32_TO_I32.unpack(_F32.pack(float(x)))[0]
+                values[name] = float_constant(dtype, float(x))
             except OverflowError:
-                self._fail(name, f"{x!r} does not fit in float32")
+                self._fail(name, f"{x!r} does not fit in {FLOAT_SCALAR_NAMES[dtype]}")
 
     def grid(self, values: dict[str, int]) -> tuple[int, int, int]:
         """The launch grid for ``values``; raises :class:`LaunchError` if negative or over the limits."""

@@ -12,7 +12,8 @@ Guarantees:
   else of it: the grid, the size constants and the function handle are fixed at preparation.  A pointer
   off the kernel's alignment takes the full path (``fallback``: its variant for such addresses), or
   without one raises the :class:`~wavec.errors.ArgumentError` naming the argument; an i32
-  scalar that is not an int in range or an f32 scalar that is not a number raises one naming it.
+  scalar that is not an int in range or a float scalar (f32, f16, bf16) that is not a number (or, f16 /
+  bf16, does not fit) raises one naming it.
 * Outputs overlapping another argument are checked per call unless the preparation said the caller
   allocates its outputs fresh on every call (``fresh_outputs=True``).
 * One ``kernelParams`` buffer per prepared launch, used by the thread that prepared it; another thread
@@ -31,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from wavec.errors import ArgumentError
+from wavec.runtime.binding import FLOAT_SCALAR_NAMES, float_constant
 
 if TYPE_CHECKING:
     from wavec.runtime.launcher import CudaKernel
@@ -90,7 +92,7 @@ class FastLaunch:
         self.names = tuple(a.name for a in meta.args) + tuple(n for n, _ in meta.scalars)
         self.align = plan.align
         constants = list(meta.constants)
-        self.scalar_slots = tuple((constants.index(n), d == "f32", n) for n, d in meta.scalars)
+        self.scalar_slots = tuple((constants.index(n), d, n) for n, d in meta.scalars)
         self.buf = _ArgBuffer(kernel._nptr, kernel._nconst)
         if constants:
             self.buf.consts[: len(constants)] = [values.get(c, 0) for c in constants]
@@ -139,13 +141,17 @@ class FastLaunch:
         if threading.get_ident() != self.owner:
             buf, floats = self._own_buffer()
         buf.ptrs[: len(ptrs)] = ptrs  # type: ignore[assignment]
-        for slot, is_float, name in self.scalar_slots:
+        for slot, dtype, name in self.scalar_slots:
             x = args[n]
             n += 1
-            if is_float:
+            if dtype == "f32":
                 if isinstance(x, bool) or not isinstance(x, (int, float)):
                     self._bad_scalar(name, x, "a Python number")
                 floats[slot] = x
+            elif dtype != "i32":  # f16 / bf16: their bits in the low half (``binding.float_constant``)
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    self._bad_scalar(name, x, "a Python number")
+                buf.consts[slot] = self._half_bits(name, dtype, x)
             else:
                 if isinstance(x, bool) or not isinstance(x, int) or x not in _INT32:
                     self._bad_scalar(name, x, "a Python int in int32 range")
@@ -192,6 +198,14 @@ class FastLaunch:
             message=f"base pointer 0x{ptr:x} is not aligned to {self.align} bytes; pass a tensor that starts "
             "at an aligned address, e.g. .clone()",
         )
+
+    def _half_bits(self, name: str, dtype: str, x: float) -> int:
+        try:
+            return float_constant(dtype, float(x))
+        except OverflowError:
+            raise ArgumentError(
+                kernel=self.kernel.meta.label, arg=name, message=f"{x!r} does not fit in {FLOAT_SCALAR_NAMES[dtype]}"
+            ) from None
 
     def _bad_scalar(self, name: str, x: Any, want: str) -> None:
         raise ArgumentError(
