@@ -1,5 +1,6 @@
-"""Scalar kernel arguments (``wc.Scalar[f32]``, ``[i32]``, ``[f16]``, ``[bf16]``) on the emulator: one binary serves
-every value, values are validated with errors naming the argument, and torch operators take them."""
+"""Scalar kernel arguments (``wc.Scalar[f32]``, ``[i32]``, ``[i64]``, ``[f16]``, ``[bf16]``) on the emulator:
+one binary serves every value, values are validated with errors naming the argument, and torch operators
+take them."""
 
 from __future__ import annotations
 
@@ -77,24 +78,26 @@ def test_missing_scalar_is_named(kernel) -> None:
 
 
 def test_scalar_annotation_dtype() -> None:
-    with pytest.raises(TypeError, match="wc.f32, wc.i32, wc.f16 or wc.bf16, got i8"):
+    with pytest.raises(TypeError, match="wc.f32, wc.i32, wc.i64, wc.f16 or wc.bf16, got i8"):
         wc.Scalar[wc.i8]
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i32"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i32", "i64"])
 def test_scalar_of_each_dtype(dtype: str) -> None:
-    """Half-precision scalars arrive as their bits (the low half of the 32-bit constant): the product
-    and sum equal torch's with the scalars converted as torch converts them, on fresh random inputs."""
+    """Half-precision scalars arrive as their bits (the low half of the 32-bit constant), an i64 as two
+    words: the product and sum equal torch's (the scalars converted as torch converts them; integers
+    wrap alike), on fresh random inputs and scalars; the prepared launch packs the same."""
     kern = wc.compile(sk.make_scale(dtype), sk.SUBS, backend="emulator", cache=False)
     gen = torch.Generator().manual_seed(len(dtype))
     x = sk.random_input(dtype, (5, 300), gen)
-    draws = [(int(a), int(b)) for a, b in torch.randint(-9, 9, (2, 2), generator=gen)]
-    if dtype != "i32":
-        draws = [(float(a), float(b)) for a, b in (torch.randn(3, 2, generator=gen) * 4).tolist()] + [(1 / 3, 1e-3)]
-    for scale, shift in draws:
+    launch = kern.prepare(x, torch.empty_like(x), 1, 1)  # binding order: tensors, then scalars
+    for scale, shift in sk.draws(dtype, gen):
         out = torch.full_like(x, 77)
         kern(scale, x, shift, out)
         assert torch.equal(out, sk.reference(x, scale, shift)), (scale, shift)
+        out.fill_(77)
+        launch(x, out, scale, shift)
+        assert torch.equal(out, sk.reference(x, scale, shift)), ("prepared", scale, shift)
     out = kern(torch.tensor(2, dtype=x.dtype), x, torch.tensor(1, dtype=x.dtype))  # 0-d tensors, inputs only
     assert torch.equal(out, x * 2 + 1)
 
@@ -107,13 +110,16 @@ def test_scalar_of_each_dtype(dtype: str) -> None:
         ("f16", "2", "expected a f16 scalar (a Python number or a 0-d tensor), got str"),
         ("bf16", torch.ones(3), "got a tensor of shape (3,)"),
         ("f16", None, "got NoneType"),
+        ("i64", 2**63, "9223372036854775808 does not fit in int64"),
+        ("i64", 1.0, "expected a i64 scalar (a Python int or a 0-d integer tensor), got float"),
+        ("i64", torch.tensor(1.5), "expected an integer (i64) scalar, got a 0-d tensor of dtype torch.float32"),
     ],
 )
-def test_bad_half_scalars_name_the_argument(dtype: str, scale, needle: str) -> None:
+def test_bad_scalar_values_name_the_argument(dtype: str, scale, needle: str) -> None:
     kern = wc.compile(sk.make_scale(dtype), sk.SUBS, backend="emulator", cache=False)
     x = sk.random_input(dtype, (2, 128), torch.Generator().manual_seed(0))
     with pytest.raises(ArgumentError) as e:
-        kern(scale, x, 1.0, torch.empty_like(x))
+        kern(scale, x, 1, torch.empty_like(x))
     assert "argument 'scale'" in str(e.value) and needle in str(e.value)
 
 

@@ -1,4 +1,4 @@
-"""GPU tier: scalar kernel arguments of every dtype (f32, i32, f16, bf16) on the device, through the full
+"""GPU tier: scalar kernel arguments of every dtype (f32, i32, i64, f16, bf16) on the device, through the full
 call and the prepared launch, against torch with the scalars converted as torch converts them; fresh
 random inputs and scalars, sentinel-filled outputs (every element written)."""
 
@@ -13,20 +13,14 @@ from tests import scalar_kernels as sk
 pytestmark = pytest.mark.gpu
 
 
-def _draws(dtype: str, gen: torch.Generator) -> list:
-    if dtype == "i32":
-        return [(int(a), int(b)) for a, b in torch.randint(-50, 50, (4, 2), generator=gen).tolist()]
-    return [(a, b) for a, b in (torch.randn(4, 2, generator=gen, dtype=torch.float64) * 5).tolist()] + [(1 / 3, -0.0)]
-
-
-@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i32"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i32", "i64"])
 def test_scale_by_scalar(dtype: str) -> None:
     kern = wc.compile(sk.make_scale(dtype), sk.SUBS, backend="cuda")
     gen = torch.Generator().manual_seed(sum(map(ord, dtype)))
     x = sk.random_input(dtype, (37, 1000), gen).cuda()
     out = torch.full_like(x, 77)
     launch = kern.prepare(x, out, 2, 1)  # binding order: tensors, then scalars
-    for scale, shift in _draws(dtype, gen):
+    for scale, shift in sk.draws(dtype, gen):
         want = sk.reference(x.cpu(), scale, shift)
         out.fill_(77)
         kern(scale, x, shift, out)

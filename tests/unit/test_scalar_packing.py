@@ -1,7 +1,7 @@
-"""Packing of float scalar arguments into their 32-bit launch constant (``binding.float_constant``): an f32
-as its bits, an f16 / bf16 as its bits in the low half, rounded as torch converts a Python float (to f32,
-then to nearest even); the full call and the prepared launch pack the same words; a value that does not
-fit names the argument."""
+"""Packing of scalar arguments into their 32-bit launch constants (``binding.float_constant``): an f32 as
+its bits, an f16 / bf16 as its bits in the low half, rounded as torch converts a Python float (to f32, then
+to nearest even), an i64 as its low and high words; the full call and the prepared launch pack the same
+words; a value that does not fit names the argument."""
 
 from __future__ import annotations
 
@@ -83,3 +83,21 @@ def test_half_scalars_that_do_not_fit_name_the_argument(monkeypatch) -> None:
             call(*args, 70000.0, 1.0)
         with pytest.raises(ArgumentError, match=r"argument 'b'.*expected .*got str"):
             call(*args, 1.0, "x")
+
+
+def test_i64_scalars_are_two_words(monkeypatch) -> None:
+    """The low word in the scalar's slot, the high word in ``name.hi``'s, both as int32 (two's complement)."""
+    record: list = []
+    meta = gemm_meta(constants=("M", "N", "n", "n.hi"), scalars=(("n", "i64"),))
+    k = _kernel(monkeypatch, meta, record)
+    args = gemm_args()
+    launch = k.prepare((*args, 1), fresh_outputs=True)
+    for n in (5, -1, 2**40 + 3, -(2**63), 2**63 - 1, 0x80000000):
+        words = list(struct.unpack("<ii", struct.pack("<q", n)))
+        k(*args, n)
+        assert record[-1][2] == [128, 64, *words]
+        launch(*args, n)
+        assert record[-1][2] == [128, 64, *words]
+    for call in (k, launch):
+        with pytest.raises(ArgumentError, match=r"argument 'n'.*int64"):
+            call(*args, 2**63)
