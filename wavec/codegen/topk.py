@@ -122,10 +122,14 @@ def lower_topk(fb: FunctionBuilder, node: fx.Node) -> None:
     lin: Layout = tiles[0].meta["layout"]
     keys = [_tile_keys(fb, t, dim) for t in tiles]
     bits = reduced_lane_bits(lin, dim, fb.cs.threads_per_wave)
+    # a wave's part of the row shorter than k (a loop tile merged with a carry): the rounds past its
+    # length would only find the minimum key
+    rounds = min(k, fb.cs.wave_extent(dim) or k)
+    rest = [arith.constant(ir.IntegerType.get_signless(64), KNOCKED_OUT)] * (k - rounds)
     winners = []
     for qs in reduce_groups(lin, lout.restrict([d for d in lout.dims if d != k_dim])):
         pieces = [v if qs == list(range(lin.size)) else vector.shuffle(v, v, qs) for v in keys]
-        winners.append(_select(fb, pieces, k, bits))
+        winners.append(_select(fb, pieces, rounds, bits) + rest)
     axis = wave_axis(fb, dim)
     if axis is not None:
         winners = _across_waves(fb, winners, k, bits, axis)
