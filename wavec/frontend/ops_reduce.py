@@ -182,8 +182,9 @@ class TopKMerge(Op):
     index_flow = "elementwise"  # operands and result: one [.., K] layout, every thread holding its rows' k
     lowering = "wavec.codegen.topk"
     emulated_ops = (
-        "vector.shuffle", "arith.maxsi", "arith.minsi", "arith.cmpf", "arith.cmpi", "arith.select",
-        "arith.bitcast", "arith.xori", "arith.extsi", "arith.extui", "arith.shli", "arith.ori",
+        "vector.shuffle", "vector.extract", "vector.from_elements", "arith.maxsi", "arith.minsi", "arith.cmpf",
+        "arith.cmpi", "arith.select", "arith.bitcast", "arith.xori", "arith.extsi", "arith.extui", "arith.shli",
+        "arith.ori",
     )  # fmt: skip
 
 
