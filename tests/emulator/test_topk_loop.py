@@ -38,7 +38,7 @@ def test_running_topk(dtype: str, k: int, n: int) -> None:
     rk.check_topk(x, k, values, indices)
 
 
-@pytest.mark.parametrize("dtype", ["f32", "i32", "bf16"])
+@pytest.mark.parametrize("dtype", ["f32", "i32", "f16", "bf16"])
 @pytest.mark.parametrize("k", [8, 64])
 def test_running_topk_ties(dtype: str, k: int) -> None:
     """Few distinct values, so equal values cross tiles and the k boundary: the lower index first."""
@@ -47,16 +47,17 @@ def test_running_topk_ties(dtype: str, k: int) -> None:
     rk.check_topk(x, k, values, indices)
 
 
-def test_running_topk_nan_inf_and_negative_rows() -> None:
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_running_topk_nan_inf_and_negative_rows(dtype: str) -> None:
     """NaN largest (the lower-indexed first, in different tiles), -inf rows (the init's -inf and index -1
     lose to them), rows of negatives only (the masked tail's padding never wins)."""
-    x = _fresh("f32", 150, ties=True, seed="nan")
+    x = _fresh(dtype, 150, ties=True, seed="nan")
     x[0, 140] = x[0, 3] = x[0, 70] = float("nan")
     x[1] = float("-inf")
     x[1, 149] = 1.0
     x[2] = -x[2].abs() - 1
     x[3, 64:] = float("inf")
-    values, indices = _run("f32", 8, x)
+    values, indices = _run(dtype, 8, x)
     rk.check_topk(x, 8, values, indices)
     assert indices[0, :3].tolist() == [3, 70, 140] and indices[1, :3].tolist() == [149, 0, 1]
 
