@@ -30,9 +30,10 @@ def _fresh(dtype: str, n: int, ties: bool, seed) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", ["f32", "i32", "f16", "bf16"])
-@pytest.mark.parametrize("k, n", [(1, 200), (8, 200), (64, 256), (128, 300)])
+@pytest.mark.parametrize("k, n", [(1, 200), (8, 200), (64, 256), (128, 300), (20, 130), (100, 333)])
 def test_running_topk(dtype: str, k: int, n: int) -> None:
-    """Loop tiles of 64: k = 128 spans two tiles; 200 and 300 end in a partial tile."""
+    """Loop tiles of 64: k = 100 and 128 span two tiles; 130, 200, 300 and 333 end in a partial tile;
+    k = 20 and 100 are no power of two (the merge pads)."""
     x = _fresh(dtype, n, ties=False, seed=(dtype, k, n))
     values, indices = _run(dtype, k, x)
     rk.check_topk(x, k, values, indices)

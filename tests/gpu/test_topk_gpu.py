@@ -44,7 +44,7 @@ def test_topk_k_range(k: int) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["f32", "i32", "f16", "bf16"])
-@pytest.mark.parametrize("k", [1, 8, 64, 128])
+@pytest.mark.parametrize("k", [1, 8, 20, 64, 128])
 @pytest.mark.parametrize("n,tiles", [(1000, 1), (4096, 2)])
 def test_topk_across_loop_tiles(dtype: str, k: int, n: int, tiles: int) -> None:
     """The running top-k (``carry=``) over loop tiles of 128; 1000 ends in a masked partial tile."""

@@ -160,9 +160,9 @@ def _merge_sorted(a: ir.Value, b: ir.Value, k: int) -> ir.Value:
     the ``p`` largest as a bitonic sequence, which ``log2(p)`` compare-exchange stages sort."""
     p = 1 << (k - 1).bit_length()
     pad = splat(vec_type(p, dt.i64), dt.i64, KNOCKED_OUT) if p > k else None
-    if pad is not None:  # a's indices, then pad's (p .. 2p - 1)
-        a = vector.shuffle(a, pad, list(range(k)) + [p + i for i in range(p - k)])
-        b = vector.shuffle(b, pad, list(range(k)) + [p + i for i in range(p - k)])
+    if pad is not None:  # the k keys, then p - k of pad's (a shuffle numbers the second operand's from k)
+        a = vector.shuffle(a, pad, list(range(p)))
+        b = vector.shuffle(b, pad, list(range(p)))
     v = arith.maxsi(a, vector.shuffle(b, b, list(reversed(range(p)))))
     stride = p // 2
     while stride:
