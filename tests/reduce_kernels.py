@@ -74,6 +74,30 @@ def make_topk(dtype, tpw: int = 32, waves_n: int = 2, n_tile: int = 512, tiles: 
     return topk
 
 
+def make_topk_loop(dtype, tpw: int = 32, block: int = 64, tiles: int = 1) -> wc.WaveKernel:
+    """``torch.topk(x[m, :], K)`` of rows walked in loop tiles of ``block`` (``tiles`` instruction tiles
+    each), a wave per row: the running top-k carried through ``wc.iterate`` and merged with each tile's."""
+    cons = [
+        wc.WorkgroupConstraint(M, 2, 0),
+        wc.WaveConstraint(M, 1),
+        wc.TilingConstraint(N, block),
+        wc.WorkgroupConstraint(K, K, None),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, N: block // tiles}),
+    ]
+    lowest = float("-inf") if dtype.is_float else -(2**31)
+
+    @wc.wave(cons)
+    def topk_rows(x: Memory[M, N, dtype], values: Memory[M, K, dtype], indices: Memory[M, K, wc.i32]):
+        @wc.iterate(N, init_args=[wc.Register[M, K, dtype](lowest), wc.Register[M, K, wc.i32](-1)])
+        def running(v: wc.Register[M, K, dtype], i: wc.Register[M, K, wc.i32]):
+            return wc.topk(wc.read(x), K, N, carry=(v, i))
+
+        wc.write(running[0], values)
+        wc.write(running[1], indices)
+
+    return topk_rows
+
+
 def make_scan(kind: str, exclusive: bool, dtype, tpw: int = 32, waves: int = 1, tile: int = 256) -> wc.WaveKernel:
     """``y = scan(x)`` along N per workgroup tile: rows of [M, N] by one wave each (``waves`` = 1), or a
     1-D x split over ``waves`` waves (the carry crosses them in shared memory)."""

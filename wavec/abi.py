@@ -17,3 +17,7 @@ SMS_NAME = "WAVEC_SMS"
 # writes the others.
 BOUNDS_FLAG, BOUNDS_CHECK, BOUNDS_LANE, BOUNDS_WG_X, BOUNDS_WG_Y, BOUNDS_WG_Z, BOUNDS_INDEX, BOUNDS_BOUND = range(8)
 BOUNDS_RECORD_WORDS = 8
+
+# An i64 scalar argument travels as two i32 launch constants: its own name (the low word), then this
+# suffix on its name (the high word).
+HIGH_WORD = ".hi"

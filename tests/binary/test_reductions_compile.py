@@ -1,5 +1,6 @@
-"""Binary tier: the reductions (sum/max/min of f32, i32, i64, f16), arg-reductions and scans compile for
-sm_80, sm_90a (PTX/cubin) and gfx942 (HSACO); 64-bit keys cross lanes as two 32-bit shuffles."""
+"""Binary tier: the reductions (sum/max/min of f32, i32, i64, f16), arg-reductions, scans and top-k (within
+a tile and across loop tiles) compile for sm_80, sm_90a (PTX/cubin) and gfx942 (HSACO); 64-bit keys cross
+lanes as two 32-bit shuffles."""
 
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ def test_topk_compiles(target: str, dtype, waves: int, k: int) -> None:
     got = wc.compile(kern, {rk.N: 512, rk.K: k}, target=target, backend=backend, cache=False)
     assert got.artifact.binary and " : i64" not in _shuffles(got.mlir)
     assert ("gpu.barrier" in got.mlir) == (waves > 1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype,k", [(wc.f32, 128), (wc.bf16, 20)])
+def test_topk_across_loop_tiles_compiles(target: str, dtype, k: int) -> None:
+    """The running top-k carried through scf.for (a ragged row: the masked tail) and the bitonic merge."""
+    kern = rk.make_topk_loop(dtype, tpw=_tpw(target), block=64, tiles=2)
+    backend = "rocm" if target.startswith("gfx") else "cuda"
+    got = wc.compile(kern, {rk.N: 1000, rk.K: k}, target=target, backend=backend, cache=False)
+    assert got.artifact.binary and "scf.for" in got.mlir and "arith.minsi" in got.mlir
 
 
 @pytest.mark.parametrize("target", TARGETS)

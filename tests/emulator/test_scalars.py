@@ -1,5 +1,6 @@
-"""Scalar kernel arguments (``wc.Scalar[f32]`` / ``wc.Scalar[i32]``) on the emulator: one binary serves
-every value, values are validated with errors naming the argument, and torch operators take them."""
+"""Scalar kernel arguments (``wc.Scalar[f32]``, ``[i32]``, ``[i64]``, ``[f16]``, ``[bf16]``) on the emulator:
+one binary serves every value, values are validated with errors naming the argument, and torch operators
+take them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 import wavec as wc
+from tests import scalar_kernels as sk
 from wavec import Memory
 from wavec.errors import ArgumentError
 from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraints
@@ -76,8 +78,49 @@ def test_missing_scalar_is_named(kernel) -> None:
 
 
 def test_scalar_annotation_dtype() -> None:
-    with pytest.raises(TypeError, match="wc.f32 or wc.i32"):
-        wc.Scalar[wc.f16]
+    with pytest.raises(TypeError, match="wc.f32, wc.i32, wc.i64, wc.f16 or wc.bf16, got i8"):
+        wc.Scalar[wc.i8]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32", "i32", "i64"])
+def test_scalar_of_each_dtype(dtype: str) -> None:
+    """Half-precision scalars arrive as their bits (the low half of the 32-bit constant), an i64 as two
+    words: the product and sum equal torch's (the scalars converted as torch converts them; integers
+    wrap alike), on fresh random inputs and scalars; the prepared launch packs the same."""
+    kern = wc.compile(sk.make_scale(dtype), sk.SUBS, backend="emulator", cache=False)
+    gen = torch.Generator().manual_seed(len(dtype))
+    x = sk.random_input(dtype, (5, 300), gen)
+    launch = kern.prepare(x, torch.empty_like(x), 1, 1)  # binding order: tensors, then scalars
+    for scale, shift in sk.draws(dtype, gen):
+        out = torch.full_like(x, 77)
+        kern(scale, x, shift, out)
+        assert torch.equal(out, sk.reference(x, scale, shift)), (scale, shift)
+        out.fill_(77)
+        launch(x, out, scale, shift)
+        assert torch.equal(out, sk.reference(x, scale, shift)), ("prepared", scale, shift)
+    out = kern(torch.tensor(2, dtype=x.dtype), x, torch.tensor(1, dtype=x.dtype))  # 0-d tensors, inputs only
+    assert torch.equal(out, x * 2 + 1)
+
+
+@pytest.mark.parametrize(
+    "dtype,scale,needle",
+    [
+        ("f16", 65520.0, "65520.0 does not fit in float16"),
+        ("bf16", 3.4e38, "does not fit in bfloat16"),
+        ("f16", "2", "expected a f16 scalar (a Python number or a 0-d tensor), got str"),
+        ("bf16", torch.ones(3), "got a tensor of shape (3,)"),
+        ("f16", None, "got NoneType"),
+        ("i64", 2**63, "9223372036854775808 does not fit in int64"),
+        ("i64", 1.0, "expected a i64 scalar (a Python int or a 0-d integer tensor), got float"),
+        ("i64", torch.tensor(1.5), "expected an integer (i64) scalar, got a 0-d tensor of dtype torch.float32"),
+    ],
+)
+def test_bad_scalar_values_name_the_argument(dtype: str, scale, needle: str) -> None:
+    kern = wc.compile(sk.make_scale(dtype), sk.SUBS, backend="emulator", cache=False)
+    x = sk.random_input(dtype, (2, 128), torch.Generator().manual_seed(0))
+    with pytest.raises(ArgumentError) as e:
+        kern(scale, x, 1, torch.empty_like(x))
+    assert "argument 'scale'" in str(e.value) and needle in str(e.value)
 
 
 def test_torch_op_with_scalars(kernel) -> None:

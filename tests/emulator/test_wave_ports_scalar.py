@@ -16,7 +16,7 @@ from wavec.kernels.elementwise import BLOCK_M, BLOCK_N, M, N, rowwise_constraint
 SUBS = {BLOCK_M: 4, BLOCK_N: 32}
 
 
-@pytest.mark.parametrize("dtype", [wc.f32, wc.i32])  # Scalar[f16]: AnnotationError (docs/wave_ports.md)
+@pytest.mark.parametrize("dtype", [wc.f32, wc.i32, wc.f16, wc.bf16])  # Wave takes f16 scalars too
 def test_scalar_codegen(dtype) -> None:
     """``b = a + 3 * c + d`` with ``c``, ``d`` scalar arguments."""
 

@@ -1,4 +1,5 @@
-"""GPU tier: wc.topk (f32, i32, f16, bf16; one wave, two and four waves per row; k up to 128; ties and NaN)
+"""GPU tier: wc.topk (f32, i32, f16, bf16; one wave, two and four waves per row; k up to 128; ties and NaN;
+rows walked in loop tiles with a carried top-k)
 and wavec.kernels.topk_softmax (every supported E, k, renormalize, the torch operator) on the device
 against torch on fresh random inputs, outputs pre-filled with values no result can take."""
 
@@ -39,6 +40,24 @@ def test_topk(dtype: str, waves: int, tiles: int, ties: bool) -> None:
 def test_topk_k_range(k: int) -> None:
     x = torch.randn(37, 512, generator=torch.Generator().manual_seed(k))
     values, indices = _topk("f32", k, x, waves_n=4, tiles=2)
+    rk.check_topk(x, k, values, indices)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32", "f16", "bf16"])
+@pytest.mark.parametrize("k", [1, 8, 20, 64, 128])
+@pytest.mark.parametrize("n,tiles", [(1000, 1), (4096, 2)])
+def test_topk_across_loop_tiles(dtype: str, k: int, n: int, tiles: int) -> None:
+    """The running top-k (``carry=``) over loop tiles of 128; 1000 ends in a masked partial tile."""
+    x = rk.random_values((37, n), dtype, torch.Generator().manual_seed(k * 7 + tiles), ties=k % 2 == 0)
+    if x.is_floating_point():
+        x[1, 900] = x[1, 3] = float("nan")
+        x[2] = -x[2].abs() - 1
+        x[3, 500:] = float("-inf")
+    kern = wc.compile(rk.make_topk_loop(getattr(wc, dtype), block=128, tiles=tiles), {rk.N: n, rk.K: k}, backend="cuda")
+    values = torch.full((37, k), 99 if dtype == "i32" else 1e4, dtype=rk.TORCH[dtype], device="cuda")
+    indices = torch.full((37, k), -7, dtype=torch.int32, device="cuda")
+    kern(x.cuda(), values, indices)
+    torch.cuda.synchronize()
     rk.check_topk(x, k, values, indices)
 
 

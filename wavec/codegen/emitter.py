@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import sympy
 
-from ..abi import BOUNDS_RECORD_WORDS
+from ..abi import BOUNDS_RECORD_WORDS, HIGH_WORD
 from ..errors import CodegenError
+from ..frontend.dtypes import DType
 from ..frontend.mapping import index_operands
 from ..frontend.ops import WideStore, Write
 from ..frontend.ops_atomic import Atomic
@@ -169,13 +170,47 @@ def _strided_args(trace: Trace, ctx: PassContext, dyn: list, written: set, ncons
     return lines + views
 
 
+def scalar_constants(trace: Trace) -> tuple[str, ...]:
+    """The launch constants of the scalar arguments, in ordinal order: one per scalar, an i64 two (low
+    word, then ``name.hi``)."""
+    return tuple(n for a in trace.scalars for n in ((a.name, a.name + HIGH_WORD) if _wide(a) else (a.name,)))
+
+
+def _wide(a) -> bool:
+    return a.type.dtype.name == "i64"
+
+
+def scalar_ops(name: str, dtype: DType, ordinal: int) -> list[str]:
+    """The ops that load a scalar's launch constants (i32, toolchain.md) into ``name`` of ``dtype``: an
+    i32 is the constant; an f32 its bits; an f16 / bf16 the low half's bits (the launcher packs them so);
+    an i64 the low word zero-extended, or'ed with the high word shifted up.  The last op defines ``name``."""
+    load = "hal.interface.constant.load layout(#layout) ordinal({}) : i32"
+    ops = [f"        {name}_i32 = {load.format(ordinal)}"]
+    if dtype.name == "f32":
+        ops.append(f"        {name} = arith.bitcast {name}_i32 : i32 to f32")
+    elif dtype.name in ("f16", "bf16"):
+        ops.append(f"        {name}_i16 = arith.trunci {name}_i32 : i32 to i16")
+        ops.append(f"        {name} = arith.bitcast {name}_i16 : i16 to {dtype.mlir}")
+    elif dtype.name == "i64":
+        ops += [
+            f"        {name}_hi_i32 = {load.format(ordinal + 1)}",
+            f"        {name}_lo = arith.extui {name}_i32 : i32 to i64",
+            f"        {name}_hi = arith.extui {name}_hi_i32 : i32 to i64",
+            f"        {name}_32 = arith.constant 32 : i64",
+            f"        {name}_up = arith.shli {name}_hi, {name}_32 : i64",
+            f"        {name} = arith.ori {name}_up, {name}_lo : i64",
+        ]
+    return ops
+
+
 def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written: set) -> str:
     cs = ctx.constraints
     name = trace.name
     flags = ["<storage_buffer>" if a.name in written else "<storage_buffer, ReadOnly>" for a in trace.args]
     flags += ["<storage_buffer, ReadOnly>"] if ctx.tensor_maps else []  # the TMA tensor maps, 128 bytes each
     flags += ["<storage_buffer>"] if ctx.check_bounds else []  # the bounds record (runtime/bounds.py)
-    nconst = len(dyn) + len(trace.scalars) + sum(isinstance(s, str) for ss in arg_strides(trace, ctx) for s in ss)
+    nstrides = sum(isinstance(s, str) for ss in arg_strides(trace, ctx) for s in ss)
+    nconst = len(dyn) + len(scalar_constants(trace)) + nstrides
     consts = f"constants = {nconst}, " if nconst else ""
     binds = ", ".join(f"#hal.pipeline.binding{f}" for f in flags)
     lines = [
@@ -204,14 +239,12 @@ def skeleton(trace: Trace, ctx: PassContext, target: Target, dyn: list, written:
             f"        %arg{i} = hal.interface.binding.subspan layout(#layout) binding({i}) "
             f"alignment({SUBSPAN_ALIGNMENT}) offset(%c0){ro} : {mtype}{sizes}"
         )
-    for j, a in enumerate(trace.scalars):  # constants are i32 (toolchain.md): an f32 arrives as its bits
-        lines.append(
-            f"        %scalar{j}_i32 = hal.interface.constant.load layout(#layout) ordinal({len(dyn) + j}) : i32"
-        )
-        if a.type.dtype.is_float:
-            lines.append(f"        %scalar{j} = arith.bitcast %scalar{j}_i32 : i32 to f32")
+    ordinal = len(dyn)
+    for j, a in enumerate(trace.scalars):
+        lines += scalar_ops(f"%scalar{j}", a.type.dtype, ordinal)
+        ordinal += 2 if _wide(a) else 1
     if ctx.strided is not None:  # the strides follow the symbols and scalars
-        lines += _strided_args(trace, ctx, dyn, written, len(dyn) + len(trace.scalars))
+        lines += _strided_args(trace, ctx, dyn, written, ordinal)
     if ctx.tensor_maps:  # last before the return: FunctionBuilder finds it there
         lines.append(
             f"        %tensor_maps = hal.interface.binding.subspan layout(#layout) binding({len(trace.args)}) "
@@ -285,7 +318,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
             for a, strides in zip(trace.args, arg_strides(trace, ctx))
         ),
         constants=tuple(d.name for d in dyn)
-        + tuple(a.name for a in trace.scalars)
+        + scalar_constants(trace)
         + tuple(s for ss in arg_strides(trace, ctx) for s in ss if isinstance(s, str)),
         grid=(gx, gy, gz),
         divisibility=tuple((d.name, t) for d, t in reqs if not cs.resolve(d).is_Integer),

@@ -38,6 +38,7 @@ from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
 from ..passes.schema import Kwargs
+from .emitter import scalar_ops
 
 LOWERINGS: dict[type, Callable[[FunctionBuilder, fx.Node], None]] = {}
 
@@ -119,8 +120,8 @@ class FunctionBuilder:
             self.args = {a.name: ops[first + i].result for i, a in enumerate(trace.args)}
             pos = 1 + 2 * len(dyn)
         self.scalars: dict[str, ir.Value] = {}
-        for a in trace.scalars:  # f32: the i32 constant and its bitcast; i32: the constant itself
-            pos += 2 if a.type.dtype.is_float else 1
+        for a in trace.scalars:  # the ops that load it (emitter.scalar_ops), the last defining it
+            pos += len(scalar_ops("%s", a.type.dtype, 0))
             self.scalars[a.name] = ops[pos - 1].result
         # the bounds record, then before it the TMA tensor-map binding (emitter.skeleton puts them last)
         self.bounds_record = ops[-2].result if ctx.check_bounds else None

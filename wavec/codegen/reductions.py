@@ -122,9 +122,17 @@ def _across_waves(fb: FunctionBuilder, value: ir.Value, n: int, axis: int, kind:
     return acc
 
 
-def arg_keys(fb: FunctionBuilder, v: ir.Value, lin: Layout, dim, kind: str, dtype: dt.DType) -> ir.Value:
-    """The i64 key of each of the thread's elements (see the module docstring)."""
-    n = lin.size
+def element_indices(fb: FunctionBuilder, lin: Layout, dim) -> ir.Value:
+    """The i32 coordinate along ``dim`` of each of the thread's elements (loop and tile offsets included)."""
+    vi32 = vec_type(lin.size, dt.i32)
+    start = vector.broadcast(vi32, arith.index_cast(ir.IntegerType.get_signless(32), fb.index(lin.seq(dim).start)))
+    offs = [off[dim] for off in lin.positions()]
+    return arith.addi(start, arith.constant(vi32, ir.DenseElementsAttr.get(np.array(offs, dtype=np.int32), type=vi32)))
+
+
+def pack_keys(v: ir.Value, index: ir.Value, n: int, kind: str, dtype: dt.DType) -> ir.Value:
+    """The i64 key of each of ``n`` values ``v`` (f32 or i32) at i32 coordinates ``index`` (see the module
+    docstring)."""
     vi32, vi64 = vec_type(n, dt.i32), vec_type(n, dt.i64)
     if dtype.is_float:
         zero = arith.cmpf(arith.CmpFPredicate.OEQ, v, splat(vec_type(n, dt.f32), dt.f32, 0.0))
@@ -135,13 +143,15 @@ def arg_keys(fb: FunctionBuilder, v: ir.Value, lin: Layout, dim, kind: str, dtyp
         order = arith.select(nan, splat(vi32, dt.i32, NAN_KEY[kind]), order)
     else:
         order = v
-    start = vector.broadcast(vi32, arith.index_cast(ir.IntegerType.get_signless(32), fb.index(lin.seq(dim).start)))
-    offs = [off[dim] for off in lin.positions()]
-    index = arith.addi(start, arith.constant(vi32, ir.DenseElementsAttr.get(np.array(offs, dtype=np.int32), type=vi32)))
     if kind == "argmax":
         index = arith.xori(index, splat(vi32, dt.i32, -1))
     high = arith.shli(arith.extsi(vi64, order), splat(vi64, dt.i64, 32))
     return arith.ori(high, arith.extui(vi64, index))
+
+
+def arg_keys(fb: FunctionBuilder, v: ir.Value, lin: Layout, dim, kind: str, dtype: dt.DType) -> ir.Value:
+    """The i64 key of each of the thread's elements (see the module docstring)."""
+    return pack_keys(v, element_indices(fb, lin, dim), lin.size, kind, dtype)
 
 
 @rule(Reduce)

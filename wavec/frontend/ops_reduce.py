@@ -7,7 +7,8 @@
   value and index together; two ``ArgUnpack`` nodes decode the winning key into the value and the index.
 - ``Scan`` (``codegen/scans.py``): inclusive or exclusive prefix combine (add, max, min) along a dim.
 - ``TopK`` (``codegen/topk.py``): the argmax keys of the k largest elements along a dim, in order, as a new
-  dim of size k; the same two ``ArgUnpack`` nodes decode values and indices.
+  dim of size k; the same two ``ArgUnpack`` nodes decode values and indices.  ``TopKMerge`` merges a
+  tile's winners with a loop's carried top-k (``wc.topk(..., carry=...)``).
 """
 
 from __future__ import annotations
@@ -173,14 +174,51 @@ class TopK(Op):
     )  # fmt: skip
 
 
-def topk(x: Value, k_dim, dim) -> tuple[Value, Value]:
+class TopKMerge(Op):
+    """The k largest of two sorted rows of k i64 argmax keys (``wc.topk``'s ``carry``): operands the
+    tile's ``TopK`` keys and the carried values and indices (packed here), result keys like ``TopK``'s."""
+
+    name = "topk_merge"
+    index_flow = "elementwise"  # operands and result: one [.., K] layout, every thread holding its rows' k
+    lowering = "wavec.codegen.topk"
+    emulated_ops = (
+        "vector.shuffle", "vector.extract", "vector.from_elements", "arith.maxsi", "arith.minsi", "arith.cmpf",
+        "arith.cmpi", "arith.select", "arith.bitcast", "arith.xori", "arith.extsi", "arith.extui", "arith.shli",
+        "arith.ori",
+    )  # fmt: skip
+
+
+def _carried(x: Value, shape: tuple, carry) -> tuple[Value, Value]:
+    """The carried ``(values, indices)`` pair, checked against the result it merges into."""
+    ok = isinstance(carry, tuple | list) and len(carry) == 2 and all(isinstance(c, Value) for c in carry)
+    if not ok:
+        raise ShapeError(current_loc(), op="topk", message="carry must be a (values, indices) pair of traced tensors")
+    for name, c, want in (("values", carry[0], x.dtype), ("indices", carry[1], dt.i32)):
+        c = _need_register("topk", f"carry {name}", c)
+        if tuple(c.shape) != shape:
+            raise ShapeError(
+                current_loc(), op="topk", message=f"carry {name} must have shape {list(shape)}, got {list(c.shape)}"
+            )
+        if c.dtype != want:
+            raise DTypeError(current_loc(), op="topk", message=f"carry {name} must be {want}, got {c.dtype}")
+    return carry[0], carry[1]
+
+
+def topk(x: Value, k_dim, dim, carry: tuple[Value, Value] | None = None) -> tuple[Value, Value]:
     """``(values, indices)`` of the ``k`` largest elements of ``x`` along ``dim``, like
     ``torch.topk(x, k, dim)`` (Wave's ``tkw.topk(src, K, N)``): sorted largest first, the lower index first
     among equal values, NaN larger than every number (torch's order); -0.0 and +0.0 tie.  ``k_dim`` is a
     new dimension symbol that replaces ``dim`` in the result (``[M, N]`` -> ``[M, K]``); its size is ``k``:
-    bind it in ``subs`` and give it ``WorkgroupConstraint(K, K, None)``; ``k`` is at most 128 and at most
-    the workgroup's tile of ``dim``.  ``values`` have ``x``'s dtype (f32, i32, f16 or bf16; halves compared
-    exactly in f32), ``indices`` are i32 coordinates along ``dim``."""
+    bind it in ``subs`` and give it ``WorkgroupConstraint(K, K, None)``; ``k`` is at most 128 and, without
+    ``carry``, at most the workgroup's (or loop's) tile of ``dim``.  ``values`` have ``x``'s dtype (f32,
+    i32, f16 or bf16; halves compared exactly in f32), ``indices`` are i32 coordinates along ``dim`` (a
+    loop tile's offset included).
+
+    ``carry=(values, indices)``: the running top-k of a row walked in loop tiles (``wc.iterate`` over
+    ``dim``): the result is the top-k of the carried pair and this tile together, so k may exceed the
+    tile.  The carried pair is the previous iteration's result, or the loop's init: values the lowest
+    (-inf, or the integer dtype's minimum) and indices -1, which lose every comparison (index -1 ranks
+    after every index on ties).  Elements past the end of ``dim`` (a ragged last tile) never win."""
     tr = active_tracer("topk")
     x = _operand("topk", x, dim, (dt.f32, dt.i32) + WIDENED)
     if not isinstance(k_dim, sympy.Symbol) or k_dim in x.type.dims:
@@ -192,6 +230,10 @@ def topk(x: Value, k_dim, dim) -> tuple[Value, Value]:
     xv = cast(x, dt.f32) if x.dtype in WIDENED else x
     shape = tuple(k_dim if d == dim else d for d in x.shape)
     keys = tr.create(TopK, (xv,), TensorType(shape, dt.i64), dim=dim, k_dim=k_dim)
+    if carry is not None:
+        cv, ci = _carried(x, shape, carry)
+        cv = cast(cv, dt.f32) if cv.dtype in WIDENED else cv
+        keys = tr.create(TopKMerge, (keys, cv, ci), TensorType(shape, dt.i64), k_dim=k_dim)
     value = tr.create(ArgUnpack, (keys,), TensorType(shape, xv.dtype), kind="argmax", part="value")
     index = tr.create(ArgUnpack, (keys,), TensorType(shape, dt.i32), kind="argmax", part="index")
     return (cast(value, x.dtype) if xv.dtype != x.dtype else value), index

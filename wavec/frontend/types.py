@@ -100,9 +100,14 @@ class Register(metaclass=_RegisterMeta):
     """A per-wave register tile: ``Register[M, N, f32](0.0)`` creates one filled with a constant."""
 
 
+# 32-bit launch constants (toolchain.md's kernel ABI): an f32 as its bits, an f16 / bf16 as its bits in
+# the low half, an i64 as two (low word, high word)
+SCALAR_DTYPES = ("f32", "i32", "f16", "bf16", "i64")
+
+
 @dataclass(frozen=True, slots=True)
 class ScalarType:
-    """A scalar kernel argument passed by value at launch (``wc.Scalar[f32]``, ``wc.Scalar[i32]``)."""
+    """A scalar kernel argument passed by value at launch (``wc.Scalar[f32]``; the dtypes: ``SCALAR_DTYPES``)."""
 
     dtype: DType
 
@@ -112,13 +117,13 @@ class ScalarType:
 
 class _ScalarMeta(type):
     def __getitem__(cls, dtype: Any) -> ScalarType:
-        if not isinstance(dtype, DType) or dtype.name not in ("f32", "i32"):
-            raise _error("Scalar", f"dtype must be wc.f32 or wc.i32, got {dtype!r}")
+        if not isinstance(dtype, DType) or dtype.name not in SCALAR_DTYPES:
+            raise _error("Scalar", f"dtype must be wc.f32, wc.i32, wc.i64, wc.f16 or wc.bf16, got {dtype!r}")
         return ScalarType(dtype)
 
 
 class Scalar(metaclass=_ScalarMeta):
-    """Annotation of a by-value kernel argument: ``scale: wc.Scalar[f32]`` (f32 or i32).
+    """Annotation of a by-value kernel argument: ``scale: wc.Scalar[f32]`` (f32, i32, i64, f16 or bf16).
 
     A scalar may stand anywhere in the signature.  Inside the kernel it is a rank-0 register value usable
     in arithmetic; its value is not part of the compiled binary (one binary serves every value)."""

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from wavec.abi import SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
+from wavec.abi import HIGH_WORD, SMS_NAME  # a persistent grid's SM count: the launcher adds it to the values
 from wavec.errors import AlignmentMiss, ArgumentError, LaunchError
 from wavec.frontend.dtypes import TORCH_NAMES
 from wavec.runtime.artifact import DTYPES, KernelMetadata
@@ -44,7 +44,36 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 _TORCH_DTYPE_NAMES = TORCH_NAMES
 _DEVICE_TYPES = ("cuda", "cpu")
 _MAX_SHAPES = 256  # distinct argument shapes remembered per plan
-_F32, _F32_TO_I32 = struct.Struct("<f"), struct.Struct("<i")
+_F32, _F32_TO_I32, _F16, _U16 = struct.Struct("<f"), struct.Struct("<i"), struct.Struct("<e"), struct.Struct("<H")
+FLOAT_SCALAR_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+INT_SCALAR_RANGES = {"i32": range(-(2**31), 2**31), "i64": range(-(2**63), 2**63)}
+
+
+def low_word(x: int) -> int:
+    """The low 32 bits of ``x`` as a signed int32 (the launch constants are int32)."""
+    return (x + 2**31) % 2**32 - 2**31
+
+
+def float_constant(dtype: str, x: float) -> int:
+    """The i32 launch constant of a float scalar ``x`` of ``dtype`` ("f32", "f16", "bf16"): its bits, an
+    f16's or bf16's in the low half (the kernel truncates and bitcasts: ``emitter.scalar_from_constant``).
+    Rounded as torch converts a Python float: to f32, then to f16 / bf16 to nearest even; a finite ``x``
+    that becomes infinite raises ``OverflowError``."""
+    bits = _F32_TO_I32.unpack(_F32.pack(x))[0]  # OverflowError beyond f32's range
+    if dtype == "f32":
+        return bits
+    f = _F32.unpack(_F32.pack(x))[0]
+    if dtype == "f16":
+        return _U16.unpack(_F16.pack(f))[0]  # OverflowError beyond f16's range
+    if math.isnan(f):
+        return 0x7FC0  # torch's bf16 NaN
+    u = bits & 0xFFFFFFFF
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    if rounded & 0x7FFF == 0x7F80 and not math.isinf(f):
+        raise OverflowError("float too large for bfloat16")
+    return rounded
 
 
 class _Arg:
@@ -97,7 +126,8 @@ class BindingPlan:
         self.uses = tuple(uses)
         self.dynamic = tuple(binders)
         strides = {c for a in meta.args for c in a.strides if isinstance(c, str)}
-        missing = [c for c in meta.constants if c not in binders and c not in dict(meta.scalars) and c not in strides]
+        words = {n for n, _ in meta.scalars} | {n + HIGH_WORD for n, d in meta.scalars if d == "i64"}
+        missing = [c for c in meta.constants if c not in binders and c not in words and c not in strides]
         if missing:
             raise _bad_metadata(meta.kernel, f"launch constants {missing} are not bound by any argument's shape")
         self.divisibility = tuple((s, v) for s, v in meta.divisibility if s in binders)
@@ -221,27 +251,31 @@ class BindingPlan:
                 raise _bad_metadata(self.kernel, f"stride constants {missing} are not launch constants")
 
     def _bind_scalars(self, args: Sequence[Any], values: dict[str, int]) -> None:
-        """Each scalar argument as the i32 launch constant that carries it (an f32 as its bits)."""
+        """Each scalar argument as the i32 launch constants that carry it (a float as its bits, an i64 as
+        its low and high words)."""
         for (name, dtype), x in zip(self.scalars, args[len(self.args) :]):
+            integer = dtype in INT_SCALAR_RANGES
             if isinstance(x, self._tensor_type):
                 if x.dim() != 0:
                     got = f"got a tensor of shape {tuple(x.shape)}"
                     self._fail(name, f"expected a {dtype} scalar (a Python number or a 0-d tensor), {got}")
-                if dtype == "i32" and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == self._bool):
-                    self._fail(name, f"expected an integer (i32) scalar, got a 0-d tensor of dtype {x.dtype}")
+                if integer and (x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == self._bool):
+                    self._fail(name, f"expected an integer ({dtype}) scalar, got a 0-d tensor of dtype {x.dtype}")
                 x = x.item()
-            if isinstance(x, bool) or not isinstance(x, int if dtype == "i32" else (int, float)):
-                want = "a Python int or a 0-d integer tensor" if dtype == "i32" else "a Python number or a 0-d tensor"
+            if isinstance(x, bool) or not isinstance(x, int if integer else (int, float)):
+                want = "a Python int or a 0-d integer tensor" if integer else "a Python number or a 0-d tensor"
                 self._fail(name, f"expected a {dtype} scalar ({want}), got {type(x).__name__} {x!r}")
-            if dtype == "i32" and isinstance(x, int):  # (an int: checked above)
-                if not -(2**31) <= x < 2**31:
-                    self._fail(name, f"{x} does not fit in int32")
-                values[name] = x
+            if integer and isinstance(x, int):  # (an int: checked above)
+                if x not in INT_SCALAR_RANGES[dtype]:
+                    self._fail(name, f"{x} does not fit in {'int32' if dtype == 'i32' else 'int64'}")
+                values[name] = low_word(x)
+                if dtype == "i64":
+                    values[name + HIGH_WORD] = low_word(x >> 32)
                 continue
             try:
-                values[name] = _F32_TO_I32.unpack(_F32.pack(float(x)))[0]
+                values[name] = float_constant(dtype, float(x))
             except OverflowError:
-                self._fail(name, f"{x!r} does not fit in float32")
+                self._fail(name, f"{x!r} does not fit in {FLOAT_SCALAR_NAMES[dtype]}")
 
     def grid(self, values: dict[str, int]) -> tuple[int, int, int]:
         """The launch grid for ``values``; raises :class:`LaunchError` if negative or over the limits."""

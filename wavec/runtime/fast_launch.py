@@ -11,8 +11,9 @@ Guarantees:
 * ``launch(*args)`` (tensors in binding order, then scalars) reads each tensor's ``data_ptr()`` and nothing
   else of it: the grid, the size constants and the function handle are fixed at preparation.  A pointer
   off the kernel's alignment takes the full path (``fallback``: its variant for such addresses), or
-  without one raises the :class:`~wavec.errors.ArgumentError` naming the argument; an i32
-  scalar that is not an int in range or an f32 scalar that is not a number raises one naming it.
+  without one raises the :class:`~wavec.errors.ArgumentError` naming the argument; an i32 or
+  i64 scalar that is not an int in range or a float scalar (f32, f16, bf16) that is not a number (or, f16 /
+  bf16, does not fit) raises one naming it.
 * Outputs overlapping another argument are checked per call unless the preparation said the caller
   allocates its outputs fresh on every call (``fresh_outputs=True``).
 * One ``kernelParams`` buffer per prepared launch, used by the thread that prepared it; another thread
@@ -30,7 +31,9 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from wavec.abi import HIGH_WORD
 from wavec.errors import ArgumentError
+from wavec.runtime.binding import FLOAT_SCALAR_NAMES, INT_SCALAR_RANGES, float_constant, low_word
 
 if TYPE_CHECKING:
     from wavec.runtime.launcher import CudaKernel
@@ -72,9 +75,9 @@ class FastLaunch:
     """A CUDA launch with everything but pointers and scalars fixed (module docstring)."""
 
     __slots__ = (
-        "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "buf", "floats", "owner", "nbytes",
-        "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success", "c_launch",
-        "fn_ptr", "fallback", "shapes",
+        "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "high_slots", "buf", "floats",
+        "owner", "nbytes", "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared",
+        "success", "c_launch", "fn_ptr", "fallback", "shapes",
     )  # fmt: skip
 
     def __init__(
@@ -90,7 +93,8 @@ class FastLaunch:
         self.names = tuple(a.name for a in meta.args) + tuple(n for n, _ in meta.scalars)
         self.align = plan.align
         constants = list(meta.constants)
-        self.scalar_slots = tuple((constants.index(n), d == "f32", n) for n, d in meta.scalars)
+        self.scalar_slots = tuple((constants.index(n), d, n) for n, d in meta.scalars)
+        self.high_slots = {n: constants.index(n + HIGH_WORD) for n, d in meta.scalars if d == "i64"}
         self.buf = _ArgBuffer(kernel._nptr, kernel._nconst)
         if constants:
             self.buf.consts[: len(constants)] = [values.get(c, 0) for c in constants]
@@ -139,17 +143,7 @@ class FastLaunch:
         if threading.get_ident() != self.owner:
             buf, floats = self._own_buffer()
         buf.ptrs[: len(ptrs)] = ptrs  # type: ignore[assignment]
-        for slot, is_float, name in self.scalar_slots:
-            x = args[n]
-            n += 1
-            if is_float:
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    self._bad_scalar(name, x, "a Python number")
-                floats[slot] = x
-            else:
-                if isinstance(x, bool) or not isinstance(x, int) or x not in _INT32:
-                    self._bad_scalar(name, x, "a Python int in int32 range")
-                buf.consts[slot] = x
+        self._pack_scalars(buf, floats, args[n:])
         kernel, device, (gx, gy, gz), (bx, by, bz) = self.kernel, self.device, self.grid, self.block
         if not (gx and gy and gz):
             return
@@ -165,6 +159,27 @@ class FastLaunch:
         err = self.launch_fn(self.fn, gx, gy, gz, bx, by, bz, self.shared, self.stream(device), buf.address, 0)[0]
         if err != self.success:
             kernel._retry_launch(err, self.fn, device, self.grid, buf.address)
+
+    def _pack_scalars(self, buf: Any, floats: Any, scalars: Sequence[Any]) -> None:
+        """Each scalar into its launch constant(s): an f32 through the buffer's f32 view, an f16 / bf16 as
+        its bits in the low half (``binding.float_constant``), an i64 as its low and high words."""
+        for (slot, dtype, name), x in zip(self.scalar_slots, scalars, strict=True):
+            if dtype in FLOAT_SCALAR_NAMES:
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    self._bad_scalar(name, x, "a Python number")
+                if dtype == "f32":
+                    floats[slot] = x
+                else:
+                    buf.consts[slot] = self._half_bits(name, dtype, x)
+            elif dtype == "i64":
+                if isinstance(x, bool) or not isinstance(x, int) or x not in INT_SCALAR_RANGES["i64"]:
+                    self._bad_scalar(name, x, "a Python int in int64 range")
+                buf.consts[slot] = low_word(x)
+                buf.consts[self.high_slots[name]] = low_word(x >> 32)
+            else:
+                if isinstance(x, bool) or not isinstance(x, int) or x not in _INT32:
+                    self._bad_scalar(name, x, "a Python int in int32 range")
+                buf.consts[slot] = x
 
     def _map_address(self, args: Sequence[Any], ptrs: list[int]) -> int:
         key = tuple(ptrs)
@@ -195,6 +210,14 @@ class FastLaunch:
             message=f"base pointer 0x{ptr:x} is not aligned to {self.align} bytes; pass a tensor that starts "
             "at an aligned address, e.g. .clone()",
         )
+
+    def _half_bits(self, name: str, dtype: str, x: float) -> int:
+        try:
+            return float_constant(dtype, float(x))
+        except OverflowError:
+            raise ArgumentError(
+                kernel=self.kernel.meta.label, arg=name, message=f"{x!r} does not fit in {FLOAT_SCALAR_NAMES[dtype]}"
+            ) from None
 
     def _bad_scalar(self, name: str, x: Any, want: str) -> None:
         raise ArgumentError(

@@ -169,7 +169,7 @@ def _schemas(meta: Any) -> tuple[str, str, tuple[str, ...]]:
         else:
             parts.append(f"Tensor {n}")
     # scalar arguments follow the tensors, as in the kernel's own calling conventions
-    scalars = [f"{'float' if d == 'f32' else 'int'} {_scalar_name(n, names)}" for n, d in meta.scalars]
+    scalars = [f"{'int' if d in ('i32', 'i64') else 'float'} {_scalar_name(n, names)}" for n, d in meta.scalars]
     return (f"({', '.join(ins + scalars)}) -> {ret}", f"({', '.join(parts + scalars)}) -> ()", tuple(mutated))
 
 
