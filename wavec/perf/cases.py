@@ -132,8 +132,12 @@ ROUTING_KEYS = ("dist", "seed")  # MoE's routing: the launch's data, not the ker
 
 
 def kernel_key(case: Case) -> tuple[str, str, str, str]:
-    """What decides the compiled kernel: family, kernel, dtype and the configuration without routing."""
-    config = _join({k: v for k, v in case.params().items() if k not in ROUTING_KEYS})
+    """What decides the compiled kernel: family, kernel, dtype and the configuration without routing (and
+    attention's head dim, which its kernels are compiled for)."""
+    params = {k: v for k, v in case.params().items() if k not in ROUTING_KEYS}
+    if case.family == "attention":
+        params["d"] = str(case.sizes()[-1])
+    config = _join(params)
     return (case.family, case.kernel, case.dtype, config)
 
 
