@@ -107,7 +107,7 @@ def cases(dev: str, backend: str | None) -> list:
     from wavec.kernels import rows
 
     direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
-    return [
+    return [*_moe_cases(dev, kw), *[
         ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
         ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
         ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
@@ -124,7 +124,38 @@ def cases(dev: str, backend: str | None) -> list:
                 qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
             ),
         ),
-    ]
+    ]]
+
+
+def _moe_cases(dev: str, kw: dict) -> list:
+    """OLMoE's layer (E = 64, k = 8, H = 2048, I = 1024, bf16) at decode batches: the routing kernels and
+    the whole step.  Weights are ``torch.empty`` (never read by the null driver).  Torch has no fused
+    counterpart (None: not timed)."""
+    from wavec.kernels import fused_experts, moe_align_block_size, topk_softmax
+    from wavec.kernels.fused_moe import fused_moe
+
+    b, e, k, h, i = torch.bfloat16, 64, 8, 2048, 1024
+    w1, w2 = torch.empty(e, 2 * i, h, device=dev, dtype=b), torch.empty(e, h, i, device=dev, dtype=b)
+    cases = []
+    for t in (1, 16):
+        x, logits = torch.randn(t, h, device=dev, dtype=b), torch.randn(t, e, device=dev)
+        wts, ids = torch.topk(torch.softmax(logits, -1), k)
+        ids = ids.to(torch.int32)
+        cases += [
+            (f"topk_softmax T={t} E=64 k=8", lambda lg=logits: topk_softmax(lg, k, True, **kw), None),
+            (f"moe_align_block_size T={t} k=8 E=64 B=16", lambda d=ids: moe_align_block_size(d, e, 16, **kw), None),
+            (
+                f"fused_experts OLMoE T={t} (align, up, down, combine)",
+                lambda x=x, w=wts, d=ids: fused_experts(x, w1, w2, w, d, **kw),
+                None,
+            ),
+            (
+                f"fused_moe OLMoE T={t} (+ topk_softmax)",
+                lambda x=x, lg=logits: fused_moe(x, w1, w2, lg, k, True, **kw),
+                None,
+            ),
+        ]
+    return cases
 
 
 def main(calls: int, null_driver: bool, ops: list[str]) -> None:
@@ -138,7 +169,8 @@ def main(calls: int, null_driver: bool, ops: list[str]) -> None:
     for name, ours, theirs in cases(dev, backend):
         if ops and not any(o in name for o in ops):
             continue
-        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {_stats(latencies(theirs, calls, sync))}")
+        torch_stats = "- | - | -" if theirs is None else _stats(latencies(theirs, calls, sync))
+        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
 
 
 if __name__ == "__main__":
