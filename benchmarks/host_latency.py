@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import types
 
 import torch
 
@@ -48,39 +47,10 @@ def _stats(xs: list[float]) -> str:
 
 def install_null_driver() -> None:
     """Route the "cuda" backend through a launcher that validates and packs as on a GPU but whose driver
-    does nothing, for CPU tensors (``--null-driver``)."""
-    from wavec.runtime import backends, launcher
+    does nothing, for CPU tensors (``--null-driver``; ``wavec.runtime.null_driver``)."""
+    from wavec.runtime import null_driver
 
-    class Ok(int):
-        name = "CUDA_SUCCESS"
-
-    ok, res = Ok(0), (Ok(0),)
-    drv = types.SimpleNamespace(
-        CUresult=types.SimpleNamespace(CUDA_SUCCESS=ok),
-        CUfunction_attribute=types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
-        cuInit=lambda f: res,
-        cuLaunchKernel=lambda *a: res,
-    )
-    launcher._load_driver = lambda kernel: drv  # type: ignore[assignment]
-
-    class NullKernel(launcher.CudaKernel):
-        _device_type = "cpu"
-
-        def _load_torch(self):
-            return torch
-
-        def _current_device(self) -> int:
-            return -1
-
-        def _stream_getter(self):
-            return lambda device: 0
-
-        def _function_for(self, device: int):
-            self._functions[device] = 1
-            return 1
-
-    backends.launcher_factory("cuda")
-    backends.register_backend("cuda", NullKernel)
+    null_driver.install()
 
 
 def cases(dev: str, backend: str | None) -> list:

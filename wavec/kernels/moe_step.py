@@ -89,7 +89,7 @@ class _Back:
 class _Lanes:
     """One configuration's prepared launches: the routing, ``moe_up``, ``moe_down``, ``moe_combine``."""
 
-    __slots__ = ("align", "rows", "up", "down", "combine")
+    __slots__ = ("align", "rows", "up", "down", "combine", "backs")
 
     def __init__(self, step: Step, cfg: fm.MoeConfig) -> None:
         s = step.s
@@ -98,6 +98,7 @@ class _Lanes:
         self.align = moe_align.new_call(example, bins, cfg.block_m, step.backend)
         self.rows = fm.grid_rows(s.tokens * s.top_k, bins, cfg.block_m)
         self.up = self.down = self.combine = None
+        self.backs: dict[Any, _Back] = {}  # (thread, stream) -> workspace
 
     def prepare(self, step: Step, cfg: fm.MoeConfig, args: tuple, back: _Back) -> None:
         """The launches, validated on this call's tensors (``CompiledKernel.prepare``)."""
@@ -165,7 +166,6 @@ class Step:
         self.stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _no_stream
         self.lanes: dict[Any, _Lanes] = {}
         self.fronts: dict[Any, _Front] = {}
-        self.backs: dict[Any, _Back] = {}
 
     def __call__(self, hidden: Any, w1: Any, w2: Any, topk_weights: Any, topk_ids: Any, expert_map: Any, out: Any):
         result = out if out is not None else self.empty(self.out_shape, dtype=self.dtype, device=self.device)
@@ -186,7 +186,7 @@ class Step:
             ids = self._remap(ids, expert_map, front.local)
         cfg = self.pick(ids)
         lanes = self.lanes.get(cfg) or self._lanes(cfg)
-        back = self.backs.get((cfg, ctx)) or self._back(cfg, ctx, lanes)
+        back = lanes.backs.get(ctx) or self._back(ctx, lanes)
         if lanes.up is None:
             lanes.prepare(self, cfg, (hidden, w1, w2, weights, ids, result), back)
         lanes.align.run(ids, back.align)
@@ -230,13 +230,13 @@ class Step:
         lanes = self.lanes[cfg] = _Lanes(self, cfg)
         return lanes
 
-    def _back(self, cfg: fm.MoeConfig, ctx: Any, lanes: _Lanes) -> _Back:
+    def _back(self, ctx: Any, lanes: _Lanes) -> _Back:
         back = _Back(self, lanes)
         nbytes = back.nbytes()
-        if nbytes <= CACHE_BYTES and _HELD[0] + nbytes <= CACHE_TOTAL and len(self.backs) < 64:
+        if nbytes <= CACHE_BYTES and _HELD[0] + nbytes <= CACHE_TOTAL and len(lanes.backs) < 64:
             _HELD[0] += nbytes
             weakref.finalize(back, _release, nbytes)
-            self.backs[(cfg, ctx)] = back
+            lanes.backs[ctx] = back
         return back
 
 

@@ -110,7 +110,7 @@ class FastLaunch:
         n = self.ntensors
         ptrs = [t.data_ptr() for t in args[:n]]
         align = self.align
-        if align and any(p % align for p in ptrs):
+        if align and any(map(align.__rmod__, ptrs)):
             if self.fallback is None:
                 self._misaligned(ptrs)
             # an address off the kernel's alignment: the full path runs the variant that reads it
