@@ -77,24 +77,31 @@ def cases(dev: str, backend: str | None) -> list:
     from wavec.kernels import rows
 
     direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
-    return [*_moe_cases(dev, kw), *[
-        ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
-        ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
-        ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
-        ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),
-        ("rms_norm 64x1024", lambda: rms_norm(x, w, **kw), lambda: F.rms_norm(x, (1024,), w)),
-        ("layer_norm 64x1024", lambda: layer_norm(x, w, w, **kw), lambda: F.layer_norm(x, (1024,), w, w)),
-        ("silu_and_mul 64x512", lambda: silu_and_mul(gu, **kw), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
-        ("index_select 64 of 1000x256", lambda: index_select(table, idx, **kw), lambda: table.index_select(0, idx)),
-        ("attention 2x20x256x64", lambda: attention(q, q, q, **kw), lambda: F.scaled_dot_product_attention(q, q, q)),
-        (
-            "decode_attention 1x32/8x256 d128",
-            lambda: decode_attention(qd, kd, kd, **kw),
-            lambda: F.scaled_dot_product_attention(
-                qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
+    return [
+        *_moe_cases(dev, kw),
+        *[
+            ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
+            ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
+            ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
+            ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),
+            ("rms_norm 64x1024", lambda: rms_norm(x, w, **kw), lambda: F.rms_norm(x, (1024,), w)),
+            ("layer_norm 64x1024", lambda: layer_norm(x, w, w, **kw), lambda: F.layer_norm(x, (1024,), w, w)),
+            ("silu_and_mul 64x512", lambda: silu_and_mul(gu, **kw), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
+            ("index_select 64 of 1000x256", lambda: index_select(table, idx, **kw), lambda: table.index_select(0, idx)),
+            (
+                "attention 2x20x256x64",
+                lambda: attention(q, q, q, **kw),
+                lambda: F.scaled_dot_product_attention(q, q, q),
             ),
-        ),
-    ]]
+            (
+                "decode_attention 1x32/8x256 d128",
+                lambda: decode_attention(qd, kd, kd, **kw),
+                lambda: F.scaled_dot_product_attention(
+                    qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
+                ),
+            ),
+        ],
+    ]
 
 
 def _moe_cases(dev: str, kw: dict) -> list:

@@ -331,10 +331,24 @@ def fused_experts(
     [T, H] tensor of hidden's dtype when None).  CPU tensors run on the emulator.  A repeated call (same
     tensor keys and options) is one lookup and the prepared launches (``moe_step``)."""
     key = (
-        tensor_key(hidden), tensor_key(w1), tensor_key(w2), tensor_key(topk_weights), tensor_key(topk_ids),
-        tensor_key(expert_map), tensor_key(out), activation, apply_router_weight_on_input, global_num_experts,
-        dispatch, config if config is None or type(config) is MoeConfig else _config_key(config), deterministic,
-        backend, knobs.check_bounds, type(apply_router_weight_on_input), type(global_num_experts), type(deterministic),
+        tensor_key(hidden),
+        tensor_key(w1),
+        tensor_key(w2),
+        tensor_key(topk_weights),
+        tensor_key(topk_ids),
+        tensor_key(expert_map),
+        tensor_key(out),
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        dispatch,
+        config if config is None or type(config) is MoeConfig else _config_key(config),
+        deterministic,
+        backend,
+        knobs.check_bounds,
+        type(apply_router_weight_on_input),
+        type(global_num_experts),
+        type(deterministic),
     )  # fmt: skip  (the types: 1 and 1.0 hash as True does; the full path refuses them)
     run = _DECIDED.get(key)
     if run is None:

@@ -278,9 +278,8 @@ class _Call:
             self.blocks = _round4(self.s_mem // block_size)
             no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
             hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
-            scan = _compiled(
-                ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
-            )
+            scan_key = ("scan", experts, block_size, e_mem, backend)
+            scan = _compiled(scan_key, lambda: make_align_scan(experts, block_size), subs, backend)
             scatter = _compiled(
                 ("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend
             )

@@ -110,8 +110,8 @@ class _Lanes:
         self.up = _exact(plan.up.prepare(hidden, grid, experts, w1v, flat_w, back.inter, fresh_outputs=True))
         if step.deterministic:
             self.down = _exact(plan.down.prepare(back.inter, grid, experts, w2, flat_w, back.rows, fresh_outputs=True))
-            combine = plan.combine.prepare(back.y, ids.view(s.tokens, s.top_k), result, s.experts, fresh_outputs=step.fresh)
-            self.combine = _exact(combine)
+            slots = ids.view(s.tokens, s.top_k)
+            self.combine = _exact(plan.combine.prepare(back.y, slots, result, s.experts, fresh_outputs=step.fresh))
         else:
             self.down = _exact(plan.down.prepare(back.inter, grid, experts, w2, flat_w, back.acc, fresh_outputs=True))
 
