@@ -18,6 +18,8 @@ Guarantees:
 * One ``kernelParams`` buffer per prepared launch, used by the thread that prepared it; another thread
   packs into a buffer of its own per call (the driver copies the parameters at launch, so a buffer is
   only shared between packing and launching).
+* A launch of a narrow or strided variant (``variant`` set by ``CompiledKernel.prepare``) is counted in
+  ``wavec.runtime.variant_report()``.
 * A kernel with TMA tensor maps gets the maps of each distinct set of pointers (encoded and uploaded on
   first sight, as the full path does); one compiled with ``WAVEC_CHECK_BOUNDS=1`` or whose grid reads a
   scalar is not prepared: :class:`CheckedLaunch` runs the full path on every call instead.
@@ -31,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from wavec.errors import ArgumentError
+from wavec.runtime.variants import count as count_variant
 
 if TYPE_CHECKING:
     from wavec.runtime.launcher import CudaKernel
@@ -57,15 +60,18 @@ class CheckedLaunch:
     Arguments are reshaped to the prepared shapes first (a view where the strides allow), as the fast
     path ignores their shapes."""
 
-    __slots__ = ("run", "shapes")
+    __slots__ = ("run", "shapes", "variant")
 
     def __init__(self, run: Callable[..., Any], shapes: Sequence[Any]) -> None:
         self.run = run
         self.shapes = tuple(shapes)  # None for a scalar
+        self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
         fixed = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes, strict=True)]
         self.run(*fixed)
+        if self.variant is not None:
+            count_variant(self.variant)
 
 
 class FastLaunch:
@@ -74,7 +80,7 @@ class FastLaunch:
     __slots__ = (
         "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "buf", "floats", "owner", "nbytes",
         "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared", "success", "c_launch",
-        "fn_ptr", "fallback", "shapes",
+        "fn_ptr", "fallback", "shapes", "variant",
     )  # fmt: skip
 
     def __init__(
@@ -105,6 +111,7 @@ class FastLaunch:
         self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
         self.fn_ptr = kernel._fn_ptrs.get(device, 0)
+        self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
         n = self.ntensors
@@ -153,6 +160,8 @@ class FastLaunch:
         kernel, device, (gx, gy, gz), (bx, by, bz) = self.kernel, self.device, self.grid, self.block
         if not (gx and gy and gz):
             return
+        if self.variant is not None:
+            count_variant(self.variant)
         if device != kernel._current_device():
             kernel._launch_on_other_device(self.fn, device, self.grid, buf.address)
             return
