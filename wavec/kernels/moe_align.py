@@ -381,9 +381,10 @@ def new_call(topk_ids: Any, num_experts: int, block_size: int, backend: str | No
     flat int32 ids)."""
     _check(topk_ids, num_experts, block_size)
     key = (tensor_key(topk_ids), num_experts, block_size, type(num_experts), type(block_size), backend)
-    call = _CALLS.get(key)
+    call: Any = _CALLS.get(key)
     if call is None:
-        call = _CALLS.remember(key, _Call(topk_ids, num_experts, block_size, backend))
+        call = _Call(topk_ids, num_experts, block_size, backend)
+        _CALLS.remember(key, call)
     return call
 
 

@@ -73,7 +73,10 @@ class _Back:
         sorted_ids, self.expert_ids, _ntp, _counts = lanes.align.views(self.align)
         self.sorted_grid = sorted_ids[: lanes.rows]
         self.inter = torch.empty(lanes.rows, s.inter, dtype=step.dtype, device=device)
-        self.rows = self.y = self.acc = self.acc_t = None
+        self.rows: Any = None
+        self.y: Any = None
+        self.acc: Any = None
+        self.acc_t: Any = None
         if step.deterministic:
             self.rows = torch.empty(s.tokens * s.top_k + 1, s.hidden, dtype=step.dtype, device=device)
             self.y = self.rows[: s.tokens * s.top_k].view(s.tokens, s.top_k, s.hidden)
@@ -97,7 +100,9 @@ class _Lanes:
         example = _example_ids(step)
         self.align = moe_align.new_call(example, bins, cfg.block_m, step.backend)
         self.rows = fm.grid_rows(s.tokens * s.top_k, bins, cfg.block_m)
-        self.up = self.down = self.combine = None
+        self.up: Any = None  # the prepared launches, on the configuration's first call
+        self.down: Any = None
+        self.combine: Any = None
         self.backs: dict[Any, _Back] = {}  # (thread, stream) -> workspace
 
     def prepare(self, step: Step, cfg: fm.MoeConfig, args: tuple, back: _Back) -> None:

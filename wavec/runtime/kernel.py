@@ -319,8 +319,7 @@ class CompiledKernel:
                 raise ArgumentError(None, **fields) from why
             kernel._variants = self._variants  # one table for the kernel and all its variants
             root = kernel._root = self._root
-            why = variant_reason(root.run_caps, root.strided, caps, strided)
-            kernel._variant_of = (root.metadata.label, why)
+            kernel._variant_of = (root.metadata.label, variant_reason(root.run_caps, root.strided, caps, strided))
             self._variants[key] = kernel
         return kernel
 

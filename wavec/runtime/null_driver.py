@@ -43,39 +43,48 @@ class Result(int):
 OK = Result(0, "CUDA_SUCCESS")
 
 
-def driver(record: list | None = None, params: tuple[int, int] | None = None) -> types.ModuleType:
+def driver(record: list | None = None, params: tuple[int, int] | None = None) -> Any:
     """The null driver (module docstring); ``params`` = (pointers, int32 constants) of every launch, else
-    read from the launching kernel's parameter counts (``NullKernel``)."""
-    drv = types.ModuleType("cuda.bindings.driver")
-    drv.CUresult = types.SimpleNamespace(CUDA_SUCCESS=OK)  # type: ignore[attr-defined]
-    drv.counts = params or (0, 0)  # type: ignore[attr-defined]
-    drv.CUfunction_attribute = types.SimpleNamespace(  # type: ignore[attr-defined]
-        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8
-    )
+    the counts a ``NullKernel`` sets on the driver it loaded."""
     note: Callable[[tuple], None] = record.append if record is not None else _ignore
-    drv.cuInit = lambda flags: (OK,)  # type: ignore[attr-defined]
-    drv.cuDeviceGet = lambda i: (OK, f"dev{i}")  # type: ignore[attr-defined]
-    drv.cuDevicePrimaryCtxRetain = lambda d: (OK, f"ctx-{d}")  # type: ignore[attr-defined]
-    drv.cuCtxPushCurrent = lambda c: (OK,)  # type: ignore[attr-defined]
-    drv.cuCtxPopCurrent = lambda: (OK, None)  # type: ignore[attr-defined]
-    drv.cuCtxSetCurrent = lambda c: (OK,)  # type: ignore[attr-defined]
-    drv.cuModuleLoadData = lambda image: (note(("load", bytes(image))) or OK, "module")  # type: ignore[attr-defined]
-    drv.cuModuleGetFunction = lambda m, name: (note(("func", name)) or OK, "function")  # type: ignore[attr-defined]
-    drv.cuFuncSetAttribute = lambda f, a, v: (note(("attr", a, v)) or OK,)  # type: ignore[attr-defined]
-    if record is None:
-        drv.cuLaunchKernel = lambda *args: (OK,)  # type: ignore[attr-defined]
-        return drv
+
+    def load(image: bytes) -> tuple:
+        note(("load", bytes(image)))
+        return OK, "module"
+
+    def function(module: Any, name: bytes) -> tuple:
+        note(("func", name))
+        return OK, "function"
+
+    def attribute(fn: Any, attr: int, value: int) -> tuple:
+        note(("attr", attr, value))
+        return (OK,)
 
     def launch(f: Any, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int, stream: Any, address: int,
                extra: Any) -> tuple:  # fmt: skip
-        nptr, nconst = params if params is not None else drv.counts  # type: ignore[attr-defined]
-        arr = (ctypes.c_void_p * max(nptr + nconst, 1)).from_address(address) if address else []
-        ptrs = [ctypes.c_uint64.from_address(arr[i]).value for i in range(nptr)]
-        consts = [ctypes.c_int32.from_address(arr[nptr + j]).value for j in range(nconst)]
-        record.append(("launch", (gx, gy, gz), (bx, by, bz), smem, stream, ptrs, consts))
+        if record is not None:
+            nptr, nconst = drv.counts
+            arr = (ctypes.c_void_p * max(nptr + nconst, 1)).from_address(address)
+            ptrs = [ctypes.c_uint64.from_address(arr[i] or 0).value for i in range(nptr)]
+            consts = [ctypes.c_int32.from_address(arr[nptr + j] or 0).value for j in range(nconst)]
+            record.append(("launch", (gx, gy, gz), (bx, by, bz), smem, stream, ptrs, consts))
         return (OK,)
 
-    drv.cuLaunchKernel = launch  # type: ignore[attr-defined]
+    drv = types.SimpleNamespace(
+        CUresult=types.SimpleNamespace(CUDA_SUCCESS=OK),
+        CUfunction_attribute=types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
+        counts=params or (0, 0),
+        cuInit=lambda flags: (OK,),
+        cuDeviceGet=lambda i: (OK, f"dev{i}"),
+        cuDevicePrimaryCtxRetain=lambda d: (OK, f"ctx-{d}"),
+        cuCtxPushCurrent=lambda c: (OK,),
+        cuCtxPopCurrent=lambda: (OK, None),
+        cuCtxSetCurrent=lambda c: (OK,),
+        cuModuleLoadData=load,
+        cuModuleGetFunction=function,
+        cuFuncSetAttribute=attribute,
+        cuLaunchKernel=launch if record is not None else (lambda *args: (OK,)),
+    )
     return drv
 
 
@@ -116,11 +125,11 @@ def install(record: list | None = None) -> Callable[[], None]:
     """Run the "cuda" backend's kernels as :class:`NullKernel` on :func:`driver` (``record`` as there);
     returns the undo."""
     saved_load, saved_factory = launcher._load_driver, backends.launcher_factory("cuda")
-    launcher._load_driver = lambda kernel: driver(record)  # type: ignore[assignment]
+    launcher._load_driver = lambda kernel: driver(record)
     backends.register_backend("cuda", NullKernel)
 
     def undo() -> None:
-        launcher._load_driver = saved_load  # type: ignore[assignment]
+        launcher._load_driver = saved_load
         if saved_factory is not None:
             backends.register_backend("cuda", saved_factory)
 
