@@ -85,8 +85,8 @@ class _Back:
             self.acc_t = self.acc[: s.tokens]
 
     def nbytes(self) -> int:
-        held = [t for t in (*self.align, self.inter, self.rows, self.acc) if t is not None]
-        return sum(t.untyped_storage().nbytes() for t in held)
+        held = [t.untyped_storage() for t in (*self.align, self.inter, self.rows, self.acc) if t is not None]
+        return sum({s.data_ptr(): s.nbytes() for s in held}.values())  # the routing's views share one
 
 
 class _Lanes:
