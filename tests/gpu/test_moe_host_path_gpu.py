@@ -100,27 +100,36 @@ def test_graph_replay_beside_eager_calls() -> None:
     check(eager, fm.reference(x2, w1, w2, wts2, ids2))
 
 
+def _median_us(fn, calls: int = 500) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+        if i % 64 == 63:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def test_decode_call_host_time() -> None:
-    """OLMoE decode (T = 1): a repeated ``fused_experts`` / ``fused_moe`` call queues in under 60 / 80 us
-    of host time at the median (the issue's target is ~10 us per launch: 4 and 5 launches; this bound
-    catches a planning call coming back, not the last microseconds)."""
-    x, w1, w2, wts, ids = inputs(1, 2048, 1024, 64, 8, seed=40)
-    logits = torch.randn(1, 64, device="cuda")
+    """OLMoE decode (T = 1): a repeated ``fused_experts`` (four launches) / ``fused_moe`` (five) call costs
+    at most 6x / 7.5x the host time of a one-launch ``softmax`` call measured beside it (about 3.3x / 4.5x
+    on the null driver; a planning call coming back is 19x).  ``benchmarks/host_latency.py`` is the
+    measurement; this bounds regressions on any host."""
+    from wavec.kernels import rows
     from wavec.kernels.fused_moe import fused_moe
 
-    for fn, bound in ((lambda: fm.fused_experts(x, w1, w2, wts, ids, dispatch="static"), 60.0),
-                      (lambda: fused_moe(x, w1, w2, logits, 8, True, dispatch="static"), 80.0)):  # fmt: skip
-        for _ in range(50):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for i in range(500):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
-            if i % 64 == 63:
-                torch.cuda.synchronize()
-        assert statistics.median(times) < bound, statistics.median(times)
+    x, w1, w2, wts, ids = inputs(1, 2048, 1024, 64, 8, seed=40)
+    logits = torch.randn(1, 64, device="cuda")
+    rows_x = torch.randn(64, 1024, device="cuda", dtype=torch.float16)
+    one = _median_us(lambda: rows.softmax(rows_x))
+    experts = _median_us(lambda: fm.fused_experts(x, w1, w2, wts, ids, dispatch="static"))
+    layer = _median_us(lambda: fused_moe(x, w1, w2, logits, 8, True, dispatch="static"))
+    assert experts < 6 * one and layer < 7.5 * one, (one, experts, layer)
 
 
 def test_routing_of_a_sliced_logits_view() -> None:
