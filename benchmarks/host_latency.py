@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-import types
 
 import torch
 
@@ -48,39 +47,10 @@ def _stats(xs: list[float]) -> str:
 
 def install_null_driver() -> None:
     """Route the "cuda" backend through a launcher that validates and packs as on a GPU but whose driver
-    does nothing, for CPU tensors (``--null-driver``)."""
-    from wavec.runtime import backends, launcher
+    does nothing, for CPU tensors (``--null-driver``; ``wavec.runtime.null_driver``)."""
+    from wavec.runtime import null_driver
 
-    class Ok(int):
-        name = "CUDA_SUCCESS"
-
-    ok, res = Ok(0), (Ok(0),)
-    drv = types.SimpleNamespace(
-        CUresult=types.SimpleNamespace(CUDA_SUCCESS=ok),
-        CUfunction_attribute=types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
-        cuInit=lambda f: res,
-        cuLaunchKernel=lambda *a: res,
-    )
-    launcher._load_driver = lambda kernel: drv  # type: ignore[assignment]
-
-    class NullKernel(launcher.CudaKernel):
-        _device_type = "cpu"
-
-        def _load_torch(self):
-            return torch
-
-        def _current_device(self) -> int:
-            return -1
-
-        def _stream_getter(self):
-            return lambda device: 0
-
-        def _function_for(self, device: int):
-            self._functions[device] = 1
-            return 1
-
-    backends.launcher_factory("cuda")
-    backends.register_backend("cuda", NullKernel)
+    null_driver.install()
 
 
 def cases(dev: str, backend: str | None) -> list:
@@ -108,23 +78,61 @@ def cases(dev: str, backend: str | None) -> list:
 
     direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
     return [
-        ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
-        ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
-        ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
-        ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),
-        ("rms_norm 64x1024", lambda: rms_norm(x, w, **kw), lambda: F.rms_norm(x, (1024,), w)),
-        ("layer_norm 64x1024", lambda: layer_norm(x, w, w, **kw), lambda: F.layer_norm(x, (1024,), w, w)),
-        ("silu_and_mul 64x512", lambda: silu_and_mul(gu, **kw), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
-        ("index_select 64 of 1000x256", lambda: index_select(table, idx, **kw), lambda: table.index_select(0, idx)),
-        ("attention 2x20x256x64", lambda: attention(q, q, q, **kw), lambda: F.scaled_dot_product_attention(q, q, q)),
-        (
-            "decode_attention 1x32/8x256 d128",
-            lambda: decode_attention(qd, kd, kd, **kw),
-            lambda: F.scaled_dot_product_attention(
-                qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
+        *_moe_cases(dev, kw),
+        *[
+            ("a compiled kernel called directly (softmax 64x1024)", lambda: direct(x, y), lambda: torch.softmax(x, -1)),
+            ("matmul 128x128x64", lambda: matmul(a, b, **kw), lambda: torch.matmul(a, b.T)),
+            ("linear 128x128x64", lambda: linear(a, b, **kw), lambda: F.linear(a, b)),
+            ("softmax 64x1024", lambda: softmax(x, **kw), lambda: torch.softmax(x, -1)),
+            ("rms_norm 64x1024", lambda: rms_norm(x, w, **kw), lambda: F.rms_norm(x, (1024,), w)),
+            ("layer_norm 64x1024", lambda: layer_norm(x, w, w, **kw), lambda: F.layer_norm(x, (1024,), w, w)),
+            ("silu_and_mul 64x512", lambda: silu_and_mul(gu, **kw), lambda: F.silu(gu[:, :512]) * gu[:, 512:]),
+            ("index_select 64 of 1000x256", lambda: index_select(table, idx, **kw), lambda: table.index_select(0, idx)),
+            (
+                "attention 2x20x256x64",
+                lambda: attention(q, q, q, **kw),
+                lambda: F.scaled_dot_product_attention(q, q, q),
             ),
-        ),
+            (
+                "decode_attention 1x32/8x256 d128",
+                lambda: decode_attention(qd, kd, kd, **kw),
+                lambda: F.scaled_dot_product_attention(
+                    qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
+                ),
+            ),
+        ],
     ]
+
+
+def _moe_cases(dev: str, kw: dict) -> list:
+    """OLMoE's layer (E = 64, k = 8, H = 2048, I = 1024, bf16) at decode batches: the routing kernels and
+    the whole step.  Weights are ``torch.empty`` (never read by the null driver).  Torch has no fused
+    counterpart (None: not timed)."""
+    from wavec.kernels import fused_experts, moe_align_block_size, topk_softmax
+    from wavec.kernels.fused_moe import fused_moe
+
+    b, e, k, h, i = torch.bfloat16, 64, 8, 2048, 1024
+    w1, w2 = torch.empty(e, 2 * i, h, device=dev, dtype=b), torch.empty(e, h, i, device=dev, dtype=b)
+    cases = []
+    for t in (1, 16):
+        x, logits = torch.randn(t, h, device=dev, dtype=b), torch.randn(t, e, device=dev)
+        wts, ids = torch.topk(torch.softmax(logits, -1), k)
+        ids = ids.to(torch.int32)
+        cases += [
+            (f"topk_softmax T={t} E=64 k=8", lambda lg=logits: topk_softmax(lg, k, True, **kw), None),
+            (f"moe_align_block_size T={t} k=8 E=64 B=16", lambda d=ids: moe_align_block_size(d, e, 16, **kw), None),
+            (
+                f"fused_experts OLMoE T={t} (align, up, down, combine)",
+                lambda x=x, w=wts, d=ids: fused_experts(x, w1, w2, w, d, **kw),
+                None,
+            ),
+            (
+                f"fused_moe OLMoE T={t} (+ topk_softmax)",
+                lambda x=x, lg=logits: fused_moe(x, w1, w2, lg, k, True, **kw),
+                None,
+            ),
+        ]
+    return cases
 
 
 def main(calls: int, null_driver: bool, ops: list[str]) -> None:
@@ -138,7 +146,8 @@ def main(calls: int, null_driver: bool, ops: list[str]) -> None:
     for name, ours, theirs in cases(dev, backend):
         if ops and not any(o in name for o in ops):
             continue
-        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {_stats(latencies(theirs, calls, sync))}")
+        torch_stats = "- | - | -" if theirs is None else _stats(latencies(theirs, calls, sync))
+        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
 
 
 if __name__ == "__main__":

@@ -117,6 +117,14 @@ KNOBS: dict[str, Knob] = {
         "(a pause of 50-150 ms in a hot loop otherwise)",
         BOOL,
     ),
+    "warn_variants": Knob(
+        "WAVEC_WARN_VARIANTS",
+        False,
+        _bool,
+        "warn the first time each kernel launches a narrow (odd sizes) or strided (views, unaligned addresses) "
+        "variant, per reason; wavec.runtime.variant_report() counts those launches either way",
+        BOOL,
+    ),
     "verify_ir": Knob("WAVEC_VERIFY_IR", True, _bool, "run the trace and layout verifiers between passes", BOOL),
 }
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import sys
-import types
 
 import pytest
 import torch
@@ -273,59 +271,15 @@ def test_launcher_rejects_hsaco() -> None:
         CudaKernel(art)
 
 
-class _Result(int):
-    """Stands in for a CUresult member (an int with a ``name``)."""
-
-    def __new__(cls, value: int, name: str):
-        obj = super().__new__(cls, value)
-        obj.name = name
-        return obj
-
-
-def _fake_driver(record: list) -> types.ModuleType:
-    ok = _Result(0, "CUDA_SUCCESS")
-    drv = types.ModuleType("cuda.bindings.driver")
-    drv.CUresult = types.SimpleNamespace(CUDA_SUCCESS=ok)
-    drv.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
-    drv.cuInit = lambda flags: (ok,)
-    drv.cuDeviceGet = lambda i: (ok, f"dev{i}")
-    drv.cuDevicePrimaryCtxRetain = lambda d: (ok, f"ctx-{d}")
-    drv.cuCtxPushCurrent = lambda c: (ok,)
-    drv.cuCtxPopCurrent = lambda: (ok, None)
-    drv.cuCtxSetCurrent = lambda c: (ok,)
-    drv.cuModuleLoadData = lambda image: (record.append(("load", bytes(image))) or ok, "module")
-    drv.cuModuleGetFunction = lambda m, name: (record.append(("func", name)) or ok, "function")
-    drv.cuFuncSetAttribute = lambda f, a, v: (record.append(("attr", a, v)) or ok,)
-
-    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        # Read the kernel parameters back the way the driver would: void*[] of pointers to values.
-        arr = (ctypes.c_void_p * 5).from_address(params)
-        ptrs = [ctypes.c_uint64.from_address(arr[i]).value for i in range(3)]
-        consts = [ctypes.c_int32.from_address(arr[3 + j]).value for j in range(2)]
-        record.append(("launch", (gx, gy, gz), (bx, by, bz), smem, stream, ptrs, consts))
-        return (ok,)
-
-    drv.cuLaunchKernel = launch
-    return drv
-
-
 def test_launcher_packs_arguments_per_abi(monkeypatch: pytest.MonkeyPatch) -> None:
     from wavec.runtime import launcher
+    from wavec.runtime.null_driver import NullKernel, driver
 
     record: list = []
-    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: _fake_driver(record))
+    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: driver(record))
 
-    class CpuKernel(launcher.CudaKernel):
-        _device_type = "cpu"
-
-        def _load_torch(self):
-            return torch
-
-        def _current_device(self) -> int:
-            return -1
-
-        def _stream_getter(self):
-            return lambda device: 1234
+    class CpuKernel(NullKernel):
+        null_stream = 1234
 
     meta = gemm_meta(shared_bytes=100 * 1024)
     art = Artifact(target="sm_90", format="ptx", binary=b".version 8.0", metadata=meta, mlir="")

@@ -1,5 +1,5 @@
 """Prepared launches (``CompiledKernel.prepare`` / ``FastLaunch``) and the library's one-lookup decisions,
-on the CPU: a fake driver records what would be launched."""
+on the CPU: the null driver (``wavec.runtime.null_driver``) records what would be launched."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import ctypes
 import gc
 import struct
 import threading
-import types
 
 import pytest
 import torch
@@ -17,53 +16,15 @@ from tests.unit.test_binding import gemm_args, gemm_meta
 from wavec.errors import AlignmentMiss, ArgumentError
 from wavec.runtime import launcher
 from wavec.runtime.artifact import ArgSpec, Artifact
+from wavec.runtime.null_driver import NullKernel, driver, launches
 
 
-class _Ok(int):
-    name = "CUDA_SUCCESS"
-
-
-def _driver(record: list, nptr: int, nconst: int) -> types.ModuleType:
-    ok = _Ok(0)
-    drv = types.ModuleType("fake_driver")
-    drv.CUresult = types.SimpleNamespace(CUDA_SUCCESS=ok)
-    drv.CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
-    drv.cuInit = lambda flags: (ok,)
-    drv.cuDeviceGet = lambda i: (ok, i)
-    drv.cuDevicePrimaryCtxRetain = lambda d: (ok, d)
-    drv.cuCtxPushCurrent = lambda c: (ok,)
-    drv.cuCtxPopCurrent = lambda: (ok, None)
-    drv.cuModuleLoadData = lambda image: (ok, "module")
-    drv.cuModuleGetFunction = lambda m, name: (ok, "function")
-    drv.cuFuncSetAttribute = lambda f, a, v: (ok,)
-
-    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        arr = (ctypes.c_void_p * (nptr + nconst)).from_address(params)
-        ptrs = [ctypes.c_uint64.from_address(arr[i]).value for i in range(nptr)]
-        consts = [ctypes.c_int32.from_address(arr[nptr + j]).value for j in range(nconst)]
-        record.append(((gx, gy, gz), ptrs, consts))
-        return (ok,)
-
-    drv.cuLaunchKernel = launch
-    return drv
-
-
-class CpuKernel(launcher.CudaKernel):
-    _device_type = "cpu"
-
-    def _load_torch(self):
-        return torch
-
-    def _current_device(self) -> int:
-        return -1
-
-    def _stream_getter(self):
-        return lambda device: 7
+class CpuKernel(NullKernel):
+    null_stream = 7
 
 
 def _kernel(monkeypatch, meta, record: list) -> CpuKernel:
-    nptr, nconst = len(meta.args), len(meta.constants)
-    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: _driver(record, nptr, nconst))
+    monkeypatch.setattr(launcher, "_load_driver", lambda kernel: driver(record))
     return CpuKernel(Artifact(target="sm_90", format="ptx", binary=b".version 8.0", metadata=meta, mlir=""))
 
 
@@ -80,15 +41,15 @@ def test_prepared_launch_packs_pointers_constants_and_scalars(monkeypatch) -> No
     record: list = []
     k = _kernel(monkeypatch, _scaled_meta(), record)
     launch = k.prepare((*gemm_args(m=192, n=96), 0.5, 3), fresh_outputs=True)
-    assert record == []  # preparing validates, it does not launch
+    assert launches(record) == []  # preparing validates, it does not launch
     for alpha, count in [(0.5, 3), (-2.25, 1 << 20)]:
         args = gemm_args(m=192, n=96)  # new tensors of the prepared shapes
         launch(*args, alpha, count)
-        grid, ptrs, consts = record[-1]
+        grid, ptrs, consts = launches(record)[-1]
         assert grid == (3, 3, 1) and ptrs == [t.data_ptr() for t in args]
         assert consts == [192, 96, _bits(alpha), count]
     launch.pointers(4096, 8192, 65536, 1.0, 2)
-    assert record[-1][1] == [4096, 8192, 65536] and record[-1][2][2:] == [_bits(1.0), 2]
+    assert launches(record)[-1][1] == [4096, 8192, 65536] and launches(record)[-1][2][2:] == [_bits(1.0), 2]
 
 
 def test_prepare_validates_like_a_call(monkeypatch) -> None:
@@ -113,7 +74,7 @@ def test_prepared_launch_errors_name_the_argument(monkeypatch) -> None:
         launch(*args, 1.0, 2**31)
     with pytest.raises(ArgumentError, match=r"argument 'count'.*got float"):
         launch(*args, 1.0, 1.5)
-    assert record == []
+    assert launches(record) == []
 
 
 def test_outputs_overlapping_an_input_are_refused_unless_fresh(monkeypatch) -> None:
@@ -127,7 +88,7 @@ def test_outputs_overlapping_an_input_are_refused_unless_fresh(monkeypatch) -> N
         checked(a, a)
     fresh = k.prepare((a, c), fresh_outputs=True)
     fresh(a, c)
-    assert record[-1][1] == [a.data_ptr(), c.data_ptr()]
+    assert launches(record)[-1][1] == [a.data_ptr(), c.data_ptr()]
 
 
 def test_other_threads_pack_their_own_buffer(monkeypatch) -> None:
@@ -138,9 +99,10 @@ def test_other_threads_pack_their_own_buffer(monkeypatch) -> None:
     thread = threading.Thread(target=lambda: launch(*args, 4.0, 9))
     thread.start()
     thread.join()
-    assert record[-1][1] == [t.data_ptr() for t in args] and record[-1][2] == [128, 64, _bits(4.0), 9]
+    _grid, ptrs, consts = launches(record)[-1]
+    assert ptrs == [t.data_ptr() for t in args] and consts == [128, 64, _bits(4.0), 9]
     launch(*args, 0.5, 3)  # the owner's buffer kept its own scalars' slots
-    assert record[-1][2] == [128, 64, _bits(0.5), 3]
+    assert launches(record)[-1][2] == [128, 64, _bits(0.5), 3]
 
 
 def test_zero_grid_launches_nothing(monkeypatch) -> None:
@@ -148,7 +110,7 @@ def test_zero_grid_launches_nothing(monkeypatch) -> None:
     k = _kernel(monkeypatch, gemm_meta(), record)
     launch = k.prepare(tuple(gemm_args(m=0)))
     launch(*gemm_args(m=0))
-    assert record == []
+    assert launches(record) == []
 
 
 def test_rows_decide_once_per_tensor_key(monkeypatch) -> None:
@@ -225,5 +187,5 @@ def test_misaligned_tensors_take_the_full_path(monkeypatch) -> None:
     a, b, c = gemm_args()
     shifted = torch.zeros(128 * 64 + 1, dtype=torch.float16)[1:].view(128, 64)
     launch(shifted, b, c.view(-1))
-    assert record == [] and len(full) == 1
+    assert launches(record) == [] and len(full) == 1
     assert full[0][0] is shifted and full[0][2].shape == (128, 64)

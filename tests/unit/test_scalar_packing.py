@@ -15,6 +15,7 @@ from tests.unit.test_binding import gemm_args, gemm_meta
 from tests.unit.test_fast_launch import _kernel
 from wavec.errors import ArgumentError
 from wavec.runtime.binding import float_constant
+from wavec.runtime.null_driver import launches
 
 TORCH = {
     "f32": (torch.float32, torch.int32),
@@ -68,10 +69,10 @@ def test_full_call_and_prepared_launch_pack_the_same_words(monkeypatch) -> None:
     launch = k.prepare((*args, 0.5, 0.5), fresh_outputs=True)
     for h, b in [(1 / 3, -2.7), (-0.0, 1e-40), (65504, math.inf)]:
         k(*args, h, b)
-        full = record[-1][2]
+        full = launches(record)[-1][2]
         launch(*args, h, b)
-        assert record[-1][2] == full == [128, 64, _torch_bits("f16", h), _torch_bits("bf16", b)]
-    assert struct.pack("<i", record[-1][2][2])[2:] == b"\x00\x00"  # the high half stays zero
+        assert launches(record)[-1][2] == full == [128, 64, _torch_bits("f16", h), _torch_bits("bf16", b)]
+    assert struct.pack("<i", launches(record)[-1][2][2])[2:] == b"\x00\x00"  # the high half stays zero
 
 
 def test_half_scalars_that_do_not_fit_name_the_argument(monkeypatch) -> None:
@@ -95,9 +96,9 @@ def test_i64_scalars_are_two_words(monkeypatch) -> None:
     for n in (5, -1, 2**40 + 3, -(2**63), 2**63 - 1, 0x80000000):
         words = list(struct.unpack("<ii", struct.pack("<q", n)))
         k(*args, n)
-        assert record[-1][2] == [128, 64, *words]
+        assert launches(record)[-1][2] == [128, 64, *words]
         launch(*args, n)
-        assert record[-1][2] == [128, 64, *words]
+        assert launches(record)[-1][2] == [128, 64, *words]
     for call in (k, launch):
         with pytest.raises(ArgumentError, match=r"argument 'n'.*int64"):
             call(*args, 2**63)

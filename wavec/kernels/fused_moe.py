@@ -32,8 +32,9 @@ from typing import Any
 import wavec as wc
 from wavec.errors import ArgumentError, OutOfBoundsError
 from wavec.kernels import fused_moe_kernels as fk
+from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.kernels.indexing import hopper_target
-from wavec.kernels.moe_align import MAX_EXPERTS, moe_align_block_size
+from wavec.kernels.moe_align import MAX_EXPERTS
 from wavec.kernels.moe_routing import topk_softmax
 from wavec.knobs import knobs
 from wavec.tuning.plan import mma_type_for
@@ -213,8 +214,8 @@ def _check_options(s: _Shape, activation: Any, global_num_experts: Any, expert_m
         raise _bad(
             "expert_map", f"has {ge} entries; must be global_num_experts ({global_num_experts}), at most {MAX_EXPERTS}"
         )
-    if expert_map.device.type == "cpu" and ge and not ((expert_map >= -1) & (expert_map < s.experts)).all():
-        raise _bad("expert_map", f"values must be local experts in [0, {s.experts}) or -1")
+    if expert_map.device.type == "cpu":
+        check_map_values(expert_map, s.experts)
     return ge
 
 
@@ -239,14 +240,15 @@ def _compiled(key: tuple, make, subs: dict, target: str | None, backend: str | N
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """The compiled launches of one call."""
+    """The compiled launches of one configuration."""
 
     up: Any
     down: Any
     combine: Any
 
 
-def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | None) -> _Plan:
+def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | None) -> _Plan:
+    """``moe_up``, ``moe_down`` and (deterministic) ``moe_combine`` for ``cfg``, compiled once per key."""
     activation, weighted_input, deterministic, _mapped = flags
     checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
     target = _target(backend, device)
@@ -272,7 +274,7 @@ def _plan(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: str | N
     return _Plan(up, down, combine)
 
 
-def _remap(mapped: bool, device: Any, backend: str | None) -> Any:
+def remap_kernel(mapped: bool, device: Any, backend: str | None) -> Any:
     """The ``moe_remap`` kernel when the ids go through a map (``expert_map``, or the bounds check on CUDA)."""
     checked = knobs.check_bounds
     if not (mapped or (checked and getattr(device, "type", None) == "cuda")):
@@ -284,55 +286,38 @@ def _remap(mapped: bool, device: Any, backend: str | None) -> Any:
     )
 
 
-def _choose(s: _Shape, config: Any, dispatch: str, local: Any, skip: int, device: Any) -> MoeConfig:
-    """The tiles of this call: ``config``; else the static choice; else the routing-aware choice of the
-    fitted table for this shape on this device (``moe_dispatch``), the static rule where none exists
-    (counted and warned about, never silent)."""
-    from wavec.kernels import moe_dispatch as md
-
-    if config is not None:
-        md.count_config()
-        return md.chose(config)
-    shape, table = md.lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
-    if dispatch == "static":
-        return md.chose(md.static_choice(shape, table, s.tokens, device))
-    if table is None:
-        return md.chose(md.fallback(shape, s.tokens, device))
-    return md.chose(md.choose(table, local, s.experts, s.experts + skip, s.tokens))
+def check_id_values(topk_ids: Any, route_experts: int) -> None:
+    """The emulator's check of every id against [0, route_experts) (a GPU's ids are checked only by
+    ``WAVEC_CHECK_BOUNDS=1``'s ``moe_remap``)."""
+    if topk_ids.numel():
+        lo, hi = int(topk_ids.min()), int(topk_ids.max())
+        if lo < 0 or hi >= route_experts:
+            raise _bad("topk_ids", f"holds {lo if lo < 0 else hi}, outside [0, {route_experts})")
 
 
-def _local_ids(remap: Any, topk_ids: Any, expert_map: Any, s: _Shape, route_experts: int) -> Any:
-    """int32 ids the routing sorts: local experts, with the skip expert E for -1 (``expert_map``).  CPU
-    ids are range-checked here; CUDA ids with ``WAVEC_CHECK_BOUNDS=1`` by ``moe_remap``'s bounds check
-    (through the identity map when there is no ``expert_map``), which the launcher reports after it."""
-    import torch
+def check_map_values(expert_map: Any, experts: int) -> None:
+    if expert_map.numel() and not ((expert_map >= -1) & (expert_map < experts)).all():
+        raise _bad("expert_map", f"values must be local experts in [0, {experts}) or -1")
 
-    ids = topk_ids.reshape(-1)
-    if ids.device.type == "cpu" and ids.numel() and not (0 <= int(ids.min()) and int(ids.max()) < route_experts):
-        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-        raise _bad("topk_ids", f"holds {bad}, outside [0, {route_experts})")
-    ids = ids.to(torch.int32).contiguous()
-    if remap is None:
-        return ids
-    table = expert_map if expert_map is not None else _identity(s.experts, ids.device)
-    local = torch.empty_like(ids)
-    try:
-        remap(ids, table, local, s.experts)
-    except OutOfBoundsError as e:
-        raise _bad("topk_ids", f"holds an expert id outside [0, {route_experts}) (WAVEC_CHECK_BOUNDS): {e}") from e
-    return local
+
+def bad_ids(route_experts: int, e: OutOfBoundsError) -> ArgumentError:
+    return _bad("topk_ids", f"holds an expert id outside [0, {route_experts}) (WAVEC_CHECK_BOUNDS): {e}")
 
 
 _IDENTITY: dict = {}
 
 
-def _identity(experts: int, device: Any) -> Any:
+def identity(experts: int, device: Any) -> Any:
+    """``arange(experts)`` as int32 on ``device``: the map of the bounds-checked remap without ``expert_map``."""
     import torch
 
     key = (experts, device)
     if key not in _IDENTITY:
         _IDENTITY[key] = torch.arange(experts, dtype=torch.int32, device=device)
     return _IDENTITY[key]
+
+
+_DECIDED = Decisions("fused_experts")  # (tensor keys, options) -> moe_step.Step
 
 
 def fused_experts(
@@ -343,8 +328,47 @@ def fused_experts(
     """The MoE experts of vLLM's ``fused_experts`` (module docstring): hidden [T, H] bf16/f16, w1 [E, 2I,
     H] (gate rows first), w2 [E, H, I], topk_weights [T, k] f32/bf16/f16, topk_ids [T, k] int32/int64
     (global ids with ``expert_map`` [global_E] int32: local id or -1 to skip).  Returns ``out`` (a new
-    [T, H] tensor of hidden's dtype when None).  CPU tensors run on the emulator."""
-    import torch
+    [T, H] tensor of hidden's dtype when None).  CPU tensors run on the emulator.  A repeated call (same
+    tensor keys and options) is one lookup and the prepared launches (``moe_step``)."""
+    key = (
+        tensor_key(hidden),
+        tensor_key(w1),
+        tensor_key(w2),
+        tensor_key(topk_weights),
+        tensor_key(topk_ids),
+        tensor_key(expert_map),
+        tensor_key(out),
+        activation,
+        apply_router_weight_on_input,
+        global_num_experts,
+        dispatch,
+        config if config is None or type(config) is MoeConfig else _config_key(config),
+        deterministic,
+        backend,
+        knobs.check_bounds,
+        type(apply_router_weight_on_input),
+        type(global_num_experts),
+        type(deterministic),
+    )  # fmt: skip  (the types: 1 and 1.0 hash as True does; the full path refuses them)
+    run = _DECIDED.get(key)
+    if run is None:
+        run = _DECIDED.remember(key, _step(hidden, w1, w2, topk_weights, topk_ids, activation,
+                                           apply_router_weight_on_input, global_num_experts, expert_map, dispatch,
+                                           config, deterministic, out, backend))  # fmt: skip
+    return run(hidden, w1, w2, topk_weights, topk_ids, expert_map, out)
+
+
+def _config_key(config: Any) -> Any:
+    """A dict's items (hashable when its values are), else the object in a list: never remembered, so
+    the full path validates it and raises."""
+    return tuple(config.items()) if isinstance(config, dict) else [config]
+
+
+def _step(hidden, w1, w2, topk_weights, topk_ids, activation, apply_router_weight_on_input, global_num_experts,
+          expert_map, dispatch, config, deterministic, out, backend):  # fmt: skip
+    """Validate a call in full and build its ``moe_step.Step`` (which checks the emulator's ids on every
+    call)."""
+    from wavec.kernels.moe_step import Step
 
     s = _check_shapes(hidden, w1, w2, topk_weights, topk_ids)
     route_experts = _check_options(s, activation, global_num_experts, expert_map, dispatch, hidden.device)
@@ -357,30 +381,7 @@ def fused_experts(
         if type(flag) is not bool:
             raise _bad(arg, f"must be a bool, got {flag!r}")
     flags = (activation, apply_router_weight_on_input, deterministic, expert_map is not None)
-    result = out if out is not None else hidden.new_empty(s.tokens, s.hidden)
-    if s.tokens == 0:
-        return result
-    local = _local_ids(_remap(expert_map is not None, hidden.device, backend), topk_ids, expert_map, s, route_experts)
-    skip = 1 if expert_map is not None else 0  # the skip expert E takes the -1 slots
-    cfg = _choose(s, explicit, dispatch, local, skip, hidden.device)
-    plan = _plan(s, cfg, flags, hidden.device, backend)
-    sorted_ids, expert_ids, _total, _counts = moe_align_block_size(
-        local, s.experts + skip, cfg.block_m, backend=backend
-    )
-    sorted_ids = sorted_ids[: grid_rows(s.tokens * s.top_k, s.experts + skip, cfg.block_m)]
-    weights = topk_weights.reshape(-1).to(torch.float32).contiguous()
-    inter = hidden.new_empty(sorted_ids.numel(), s.inter)
-    plan.up(hidden, sorted_ids, expert_ids, w1.view(s.experts, 2, s.inter, s.hidden), weights, inter)
-    if deterministic:
-        rows = hidden.new_empty(s.tokens * s.top_k + 1, s.hidden)  # row T*k: the padding rows' zeros
-        plan.down(inter, sorted_ids, expert_ids, w2, weights, rows)
-        y = rows[: s.tokens * s.top_k].view(s.tokens, s.top_k, s.hidden)
-        plan.combine(y, local.view(s.tokens, s.top_k), result, s.experts)
-    else:
-        acc = torch.zeros(s.tokens + 1, s.hidden, dtype=torch.float32, device=hidden.device)  # row T: scratch
-        plan.down(inter, sorted_ids, expert_ids, w2, weights, acc)
-        result.copy_(acc[: s.tokens])
-    return result
+    return Step(s, flags, route_experts, explicit, dispatch, hidden, topk_weights, topk_ids, expert_map, out, backend)
 
 
 def fused_moe(hidden, w1, w2, router_logits, top_k: int, renormalize: bool, **kwargs: Any):

@@ -21,8 +21,9 @@ workgroup per block tile; the first writes the per-expert outputs and scatters t
 expert's ``B - 1`` filler slots: its padding, then its share of the tail, every slot written exactly
 once), and the scatter.  ``counts`` starts zeroed there (``torch.zeros``: one memset).
 
-The Python wrapper keeps one ``_Call`` per (shape, dtype, device, experts, block, backend): a repeated call
-is one dictionary lookup, one ``torch.empty`` split into the outputs and the launch.
+The Python wrapper keeps one ``_Call`` per (ids' tensor key, experts, block, backend): a repeated call is
+one dictionary lookup, one ``torch.empty`` split into the outputs and the prepared launch
+(docs/performance.md, "Host path"); ``fused_experts`` runs the same launches into its own buffers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 N, E, S, J, P, ONE = wc.sym.N, wc.sym.E, wc.sym.S, wc.sym.J, wc.sym.P, wc.sym.ONE
 MAX_EXPERTS = 512
@@ -242,21 +244,22 @@ def _round4(n: int) -> int:
 
 
 class _Call:
-    """Everything about one (shape, dtype, device, experts, block, backend) of ``moe_align_block_size``
-    that does not depend on the ids: the kernels, the sizes, the split of the one output buffer."""
+    """Everything about one (tensor key, experts, block, backend) of ``moe_align_block_size`` that does not
+    depend on the ids: the kernels, the sizes, the split of the one output buffer, the prepared launches
+    (on the first ``run``)."""
 
     def __init__(self, topk_ids: Any, num_experts: int, block_size: int, backend: str | None) -> None:
         import torch
 
         self.empty, self.i32 = torch.empty, torch.int32
         self.device = topk_ids.device
-        self.convert = topk_ids.dtype != torch.int32
-        self.check_range = self.device.type == "cpu"
+        self.direct = topk_ids.dtype == torch.int32 and topk_ids.is_contiguous()  # its pointer is the flat ids
         self.num_experts, self.block_size = num_experts, block_size
         self.numel = numel = topk_ids.numel()
         e_mem = self.e_mem = _round4(num_experts)
         self.slots = numel + num_experts * (block_size - 1)
         self.small = 0 < numel <= SMALL_TOKENS
+        self.launches: tuple | None = None
         subs = {E: e_mem, P: block_size - 1, ONE: 1}
         experts = padded_experts(e_mem)
         if self.small:  # the fill loop covers every slot: no filler slots for the experts past num_experts
@@ -269,66 +272,93 @@ class _Call:
             self.pieces = [s_mem, self.blocks, 1, 3, e_mem]
             self.total = sum(self.pieces)
             self.exact = (s_mem == self.slots, self.blocks == self.slots // block_size, e_mem == num_experts)
-            return
-        self.s_mem = numel + e_mem * (block_size - 1)
-        self.blocks = _round4(self.s_mem // block_size)
-        no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
-        self.hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
-        self.scan = _compiled(
-            ("scan", experts, block_size, e_mem, backend), lambda: make_align_scan(experts, block_size), subs, backend
-        )
-        self.scatter = _compiled(
-            ("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend
-        )
-
-    def __call__(self, topk_ids: Any, separate: bool = False) -> tuple:
-        """The four outputs; ``separate``: each in its own allocation (a ``torch.library`` custom op may
-        not return views of one another)."""
-        if self.convert or not topk_ids.is_contiguous():
-            flat = topk_ids.reshape(-1).to(self.i32).contiguous()
+            kernels: tuple = (self.kernel,)
         else:
-            flat = topk_ids.view(-1)
-        if self.check_range:
-            _check_range(flat, self.num_experts)
-        if not self.small:
-            return self._three_launches(flat)
-        if separate:
-            sorted_ids, expert_ids, ntp, counts = (
-                self.empty(n, dtype=self.i32, device=self.device) for n in self.pieces[:3] + self.pieces[4:]
+            self.s_mem = numel + e_mem * (block_size - 1)
+            self.blocks = _round4(self.s_mem // block_size)
+            no_ntp = {E: e_mem, P: block_size - 1}  # the kernels without the [ONE] total
+            hist = _compiled(("hist", experts, e_mem, backend), lambda: make_align_histogram(experts), no_ntp, backend)
+            scan_key = ("scan", experts, block_size, e_mem, backend)
+            scan = _compiled(scan_key, lambda: make_align_scan(experts, block_size), subs, backend)
+            scatter = _compiled(
+                ("scatter", experts, e_mem, backend), lambda: make_align_scatter(experts), no_ntp, backend
             )
-        else:
-            sorted_ids, expert_ids, ntp, _spare, counts = self.empty(
-                self.total, dtype=self.i32, device=self.device
-            ).split_with_sizes(self.pieces)
-        self.kernel(flat, sorted_ids, expert_ids, ntp, counts)
-        exact_s, exact_j, exact_e = self.exact
-        return (
-            sorted_ids if exact_s else sorted_ids[: self.slots],
-            expert_ids if exact_j else expert_ids[: self.slots // self.block_size],
-            ntp,
-            counts if exact_e else counts[: self.num_experts],
+            kernels = self.kernels = (hist, scan, scatter)
+        # the emulator's buffers are padded: its ids are range-checked on every call (a GPU's are not)
+        self.check_range = kernels[0].backend == "emulator"
+
+    def buffers(self, separate: bool = False) -> tuple:
+        """Fresh buffers of the launches at the kernels' (rounded) sizes: sorted ids, expert ids, the total,
+        counts, then the multi-launch path's ranks and offsets (None on the single launch); ``separate``:
+        each in its own allocation (a ``torch.library`` custom op may not return views of one another)."""
+        empty, i32, dev = self.empty, self.i32, self.device
+        if not self.small:
+            sizes = (self.s_mem, self.blocks, 1, self.e_mem, self.numel, self.e_mem)
+            return tuple(empty(n, dtype=i32, device=dev) for n in sizes)
+        if separate:
+            return (*(empty(n, dtype=i32, device=dev) for n in self.pieces[:3] + self.pieces[4:]), None, None)
+        sorted_ids, expert_ids, ntp, _spare, counts = empty(self.total, dtype=i32, device=dev).split_with_sizes(
+            self.pieces
         )
+        return sorted_ids, expert_ids, ntp, counts, None, None
 
-    def _three_launches(self, flat: Any) -> tuple:
-        import torch
+    def run(self, flat: Any, bufs: tuple) -> None:
+        """The launches from the int32 ids ``flat`` (their pointer: any contiguous int32 tensor of the ids)
+        into ``bufs`` (``buffers``), prepared on the first call (``CompiledKernel.prepare``)."""
+        launches = self.launches or self._prepare(flat, bufs)
+        sorted_ids, expert_ids, ntp, counts, ranks, offsets = bufs
+        if self.small:
+            launches[0](flat, sorted_ids, expert_ids, ntp, counts)
+            return
+        hist, scan, scatter = launches
+        counts.zero_()  # the histogram adds into it
+        hist(flat, counts, ranks)
+        scan(counts, sorted_ids, expert_ids, ntp, offsets, self.numel)
+        scatter(flat, offsets, ranks, sorted_ids)
 
-        numel, dev, i32 = self.numel, self.device, self.i32
-        sorted_ids = torch.empty(self.s_mem, dtype=i32, device=dev)
-        expert_ids = torch.empty(self.blocks, dtype=i32, device=dev)
-        ntp = torch.empty(1, dtype=i32, device=dev)
-        counts = torch.zeros(self.e_mem, dtype=i32, device=dev)
-        ranks = torch.empty(numel, dtype=i32, device=dev)
-        offsets = torch.empty(self.e_mem, dtype=i32, device=dev)
-        if numel:
-            self.hist(flat, counts, ranks)
-        self.scan(counts, sorted_ids, expert_ids, ntp, offsets, numel)
-        if numel:
-            self.scatter(flat, offsets, ranks, sorted_ids)
+    def _prepare(self, flat: Any, bufs: tuple) -> tuple:
+        sorted_ids, expert_ids, ntp, counts, ranks, offsets = bufs
+        flat = flat.view(-1)
+        if self.small:
+            self.launches = (self.kernel.prepare(flat, sorted_ids, expert_ids, ntp, counts, fresh_outputs=True),)
+        else:
+            hist, scan, scatter = self.kernels
+            self.launches = (
+                hist.prepare(flat, counts, ranks, fresh_outputs=True),
+                scan.prepare(counts, sorted_ids, expert_ids, ntp, offsets, self.numel, fresh_outputs=True),
+                scatter.prepare(flat, offsets, ranks, sorted_ids, fresh_outputs=True),
+            )
+        return self.launches
+
+    def views(self, bufs: tuple) -> tuple:
+        """The four outputs of ``bufs`` at the contract's sizes (views where the kernels' are rounded)."""
+        sorted_ids, expert_ids, ntp, counts = bufs[:4]
+        if self.small:
+            exact_s, exact_j, exact_e = self.exact
+            return (
+                sorted_ids if exact_s else sorted_ids[: self.slots],
+                expert_ids if exact_j else expert_ids[: self.slots // self.block_size],
+                ntp,
+                counts if exact_e else counts[: self.num_experts],
+            )
         slots = self.slots
         return sorted_ids[:slots], expert_ids[: slots // self.block_size], ntp, counts[: self.num_experts]
 
+    def __call__(self, topk_ids: Any, separate: bool = False) -> tuple:
+        """The four outputs, fresh tensors (``buffers``)."""
+        flat = topk_ids if self.direct else topk_ids.reshape(-1).to(self.i32).contiguous()
+        if self.check_range:
+            _check_range(flat.view(-1), self.num_experts)
+        bufs = self.buffers(separate)
+        if self.numel:
+            self.run(flat, bufs)
+        elif not self.small:  # no ids: the scan still writes the empty segments' outputs
+            bufs[3].zero_()
+            self.kernels[1](bufs[3], *bufs[:3], bufs[5], 0)
+        return self.views(bufs)
 
-_CALLS: dict = {}
+
+_CALLS = Decisions("moe_align_block_size")  # (ids' tensor key, experts, block, backend) -> _Call
 
 
 def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend: str | None = None):
@@ -338,22 +368,23 @@ def moe_align_block_size(topk_ids, num_experts: int, block_size: int, *, backend
 
     The kernels see the experts rounded up to a multiple of 4 (16-byte runs of [E] values; the extra
     experts count nothing) and ``sorted_token_ids`` and ``expert_ids`` rounded up likewise: the outputs
-    are views of one ``torch.empty`` (their first elements where rounded)."""
-    try:
-        call = _CALLS[
-            (topk_ids.shape, topk_ids.dtype, topk_ids.device, num_experts, block_size, type(num_experts), backend)
-        ]
-    except (AttributeError, KeyError, TypeError):  # a new signature, or not a tensor: checked in full
-        call = _new_call(topk_ids, num_experts, block_size, backend)
+    are views of one ``torch.empty`` (their first elements where rounded).  A repeated call (same ids
+    key and integers) is one lookup, the allocation and the prepared launch."""
+    call = _CALLS.get((tensor_key(topk_ids), num_experts, block_size, type(num_experts), type(block_size), backend))
+    if call is None:
+        call = new_call(topk_ids, num_experts, block_size, backend)
     return call(topk_ids)
 
 
-def _new_call(topk_ids: Any, num_experts: int, block_size: int, backend: str | None) -> _Call:
+def new_call(topk_ids: Any, num_experts: int, block_size: int, backend: str | None) -> _Call:
+    """The ``_Call`` of these arguments, checked and built on a miss (what ``fused_experts`` runs on its
+    flat int32 ids)."""
     _check(topk_ids, num_experts, block_size)
-    key = (topk_ids.shape, topk_ids.dtype, topk_ids.device, num_experts, block_size, type(num_experts), backend)
-    call = _CALLS.get(key)
+    key = (tensor_key(topk_ids), num_experts, block_size, type(num_experts), type(block_size), backend)
+    call: Any = _CALLS.get(key)
     if call is None:
-        call = _CALLS[key] = _Call(topk_ids, num_experts, block_size, backend)
+        call = _Call(topk_ids, num_experts, block_size, backend)
+        _CALLS.remember(key, call)
     return call
 
 
@@ -372,7 +403,7 @@ def register_moe_align_op(name: str = "wavec::moe_align_block_size"):
 
     @torch.library.custom_op(name, mutates_args=(), schema=schema)
     def _op(topk_ids, num_experts, block_size):
-        return _new_call(topk_ids, num_experts, block_size, None)(topk_ids, separate=True)
+        return new_call(topk_ids, num_experts, block_size, None)(topk_ids, separate=True)
 
     @_op.register_fake
     def _fake(topk_ids, num_experts, block_size):

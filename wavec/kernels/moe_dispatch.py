@@ -52,6 +52,7 @@ def register_table(table: tm.MoeTable) -> None:
     """Serve ``table``'s shape on its device from now on in this process (the CLI after fitting, tests)."""
     _TABLES[table.key()] = table
     _BY_SIZES.clear()
+    _forget_steps()
     for key in [k for k in _CHOOSERS if k[0] == table.key()]:
         del _CHOOSERS[key]
 
@@ -61,6 +62,7 @@ def forget_tables() -> None:
     _TABLES.clear()
     _BY_SIZES.clear()
     _CHOOSERS.clear()
+    _forget_steps()
 
 
 def lookup(experts: int, top_k: int, hidden: int, inter: int, dtype: str, device: Any) -> tuple:
@@ -103,32 +105,60 @@ def reset_report() -> None:
     _LAST.clear()
 
 
-def count_config() -> None:
-    _COUNTS["config"] += 1
-
-
-def static_choice(shape: tm.MoeShape, table: tm.MoeTable | None, tokens: int, device: Any) -> MoeConfig:
-    """``dispatch="static"``: ``table``'s best configuration at balanced routing for ``tokens``, else the
-    static rule (counted and warned about as a fallback)."""
+def picker(s: Any, explicit: MoeConfig | None, dispatch: str, skip: int, device: Any) -> Any:
+    """``pick(ids) -> MoeConfig`` for one ``fused_experts`` step (``moe_step``), with everything but the
+    per-call count (and the routing-aware choice, from the local int32 ``ids``) decided now: the explicit
+    ``config``, the table's static choice, the static rule where no table exists (warned about on its
+    first call, as ``fallback``), or ``choose`` on the device.  ``register_table`` and ``forget_tables``
+    drop the steps holding a picker."""
+    if explicit is not None:
+        return _Counted(explicit, ("config",), None)
+    shape, table = lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
     if table is None:
-        return fallback(shape, tokens, device)
-    _COUNTS["static_table"] += 1
-    return table.pool[table.static_index(tokens)].cfg
+        key = tm.table_key(shape, device_name(device))
+        return _Counted(static_config(s.tokens, s.top_k, s.experts), ("fallback_no_table", "static_rule"), key)
+    if dispatch == "static":
+        return _Counted(table.pool[table.static_index(s.tokens)].cfg, ("static_table",), None)
+    experts, bins, tokens = s.experts, s.experts + skip, s.tokens
+
+    def routing_aware(ids: Any) -> MoeConfig:
+        return chose(choose(table, ids.view(-1), experts, bins, tokens))
+
+    return routing_aware
 
 
-def fallback(shape: tm.MoeShape, tokens: int, device: Any) -> MoeConfig:
-    """``static_config`` for a shape without a table: counted, and a warning the first time per shape."""
-    key = tm.table_key(shape, device_name(device))
-    _COUNTS["fallback_no_table"] += 1
-    _COUNTS["static_rule"] += 1
-    if not _MISSING[key]:
-        warnings.warn(
-            f"fused_experts: no routing-aware table for {key}; using the static rule "
-            "(python -m wavec tune moe --model ... fits one; wavec.kernels.moe_dispatch.dispatch_report() counts)",
-            stacklevel=4,
-        )
-    _MISSING[key] += 1
-    return static_config(tokens, shape.top_k, shape.experts)
+class _Counted:
+    """A choice made once, counted (and recorded as the latest) on every call; ``missing``: the table key
+    of a fallback (counted per key, warned about on its first call)."""
+
+    __slots__ = ("cfg", "names", "missing")
+
+    def __init__(self, cfg: MoeConfig, names: tuple[str, ...], missing: str | None) -> None:
+        self.cfg, self.names, self.missing = cfg, names, missing
+
+    def __call__(self, ids: Any) -> MoeConfig:
+        for name in self.names:
+            _COUNTS[name] += 1
+        key = self.missing
+        if key is not None:
+            if not _MISSING[key]:
+                warnings.warn(
+                    f"fused_experts: no routing-aware table for {key}; using the static rule "
+                    "(python -m wavec tune moe --model ... fits one; wavec.kernels.moe_dispatch.dispatch_report() "
+                    "counts)",
+                    stacklevel=4,
+                )
+            _MISSING[key] += 1
+        _LAST[:] = [self.cfg]
+        return self.cfg
+
+
+def _forget_steps() -> None:
+    """The ``fused_experts`` steps hold their shape's table (``picker``): a new or forgotten table
+    rebuilds them."""
+    from . import fused_moe
+
+    fused_moe._DECIDED.clear()
 
 
 def bucket(numel: int) -> int:

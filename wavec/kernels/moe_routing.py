@@ -14,10 +14,12 @@ top-k; the renormalizing sum masks the extra columns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import wavec as wc
 from wavec import Memory
+from wavec.kernels.fastpath import Decisions, tensor_key
 
 T, E, K = wc.sym.T, wc.sym.E, wc.sym.K
 DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
@@ -93,20 +95,42 @@ def topk_softmax(gating_logits, k: int, renormalize: bool = False, *, backend: s
     """``(topk_weights f32 [T, k], topk_ids int32 [T, k])``: the ``k`` largest of
     ``softmax(gating_logits.float(), -1)`` per token, largest first (the lower expert first among equal
     weights), divided by their sum when ``renormalize`` (vLLM's ``topk_softmax``).  E (the experts) is a
-    power of two up to 32 or a multiple of 32 up to 512; ``k`` rounded up to a multiple of 4 at most E."""
+    power of two up to 32 or a multiple of 32 up to 512; ``k`` rounded up to a multiple of 4 at most E.
+    A repeated call (same logits key and options) is one lookup, the outputs' allocation and the
+    prepared launch."""
+    key = (tensor_key(gating_logits), k, renormalize, type(k), type(renormalize), backend)
+    run = _DECIDED.get(key)
+    if run is None:
+        run = _DECIDED.remember(key, _runner(gating_logits, k, renormalize, backend))
+    return run(gating_logits)
+
+
+_DECIDED = Decisions("topk_softmax")  # (logits key, k, renormalize, backend) -> run(logits)
+
+
+def _runner(gating_logits: Any, k: int, renormalize: bool, backend: str | None) -> Callable[[Any], tuple]:
+    """Validate a call, compile its kernel and prepare the launch: ``run(logits) -> (weights, ids)``
+    (fresh [T, k] tensors: views of the [T, kp] outputs' first k columns, copied, when kp > k)."""
     import torch
 
     dtype, experts = _check(gating_logits, k, renormalize)
     x = gating_logits.contiguous()
-    tokens = x.shape[0]
+    dense = x is gating_logits  # else a copy per call (the kernel reads whole rows)
+    tokens, device = x.shape[0], x.device
     kernel, kp = _kernel(dtype, experts, k, renormalize, backend)
-    weights = torch.empty(tokens, kp, dtype=torch.float32, device=x.device)
-    ids = torch.empty(tokens, kp, dtype=torch.int32, device=x.device)
-    if tokens:
-        kernel(x, weights, ids)
-    if kp == k:
-        return weights, ids
-    return weights[:, :k].contiguous(), ids[:, :k].contiguous()
+    empty, f32, i32 = torch.empty, torch.float32, torch.int32
+    launch = kernel.prepare(x, empty(tokens, kp, dtype=f32, device=device), empty(tokens, kp, dtype=i32, device=device),
+                            fresh_outputs=True) if tokens else None  # fmt: skip
+
+    def run(logits: Any) -> tuple:
+        weights, ids = empty(tokens, kp, dtype=f32, device=device), empty(tokens, kp, dtype=i32, device=device)
+        if launch is not None:
+            launch(logits if dense else logits.contiguous(), weights, ids)
+        if kp == k:
+            return weights, ids
+        return weights[:, :k].contiguous(), ids[:, :k].contiguous()
+
+    return run
 
 
 def reference(gating_logits, k: int, renormalize: bool = False):

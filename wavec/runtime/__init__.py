@@ -9,6 +9,7 @@ from wavec.runtime.artifact import ArgSpec, Artifact, KernelMetadata
 from wavec.runtime.binding import BindingPlan, bind_arguments, compile_grid, grid_for, plan_for
 from wavec.runtime.cache import DiskCache, cache_key, canonical, default_cache
 from wavec.runtime.launcher import CudaKernel
+from wavec.runtime.variants import reset_variant_report, variant_report
 
 __all__ = [
     "ArgSpec",
@@ -24,4 +25,6 @@ __all__ = [
     "canonical",
     "default_cache",
     "CudaKernel",
+    "variant_report",
+    "reset_variant_report",
 ]

@@ -19,6 +19,8 @@ Guarantees:
 * One ``kernelParams`` buffer per prepared launch, used by the thread that prepared it; another thread
   packs into a buffer of its own per call (the driver copies the parameters at launch, so a buffer is
   only shared between packing and launching).
+* A launch of a narrow or strided variant (``variant`` set by ``CompiledKernel.prepare``) is counted in
+  ``wavec.runtime.variant_report()``.
 * A kernel with TMA tensor maps gets the maps of each distinct set of pointers (encoded and uploaded on
   first sight, as the full path does); one compiled with ``WAVEC_CHECK_BOUNDS=1`` or whose grid reads a
   scalar is not prepared: :class:`CheckedLaunch` runs the full path on every call instead.
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from wavec.abi import HIGH_WORD
 from wavec.errors import ArgumentError
 from wavec.runtime.binding import FLOAT_SCALAR_NAMES, INT_SCALAR_RANGES, float_constant, low_word
+from wavec.runtime.variants import count as count_variant
 
 if TYPE_CHECKING:
     from wavec.runtime.launcher import CudaKernel
@@ -60,15 +63,18 @@ class CheckedLaunch:
     Arguments are reshaped to the prepared shapes first (a view where the strides allow), as the fast
     path ignores their shapes."""
 
-    __slots__ = ("run", "shapes")
+    __slots__ = ("run", "shapes", "variant")
 
     def __init__(self, run: Callable[..., Any], shapes: Sequence[Any]) -> None:
         self.run = run
         self.shapes = tuple(shapes)  # None for a scalar
+        self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
         fixed = [a if s is None or a.shape == s else a.reshape(s) for a, s in zip(args, self.shapes, strict=True)]
         self.run(*fixed)
+        if self.variant is not None:
+            count_variant(self.variant)
 
 
 class FastLaunch:
@@ -77,7 +83,7 @@ class FastLaunch:
     __slots__ = (
         "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "high_slots", "buf", "floats",
         "owner", "nbytes", "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared",
-        "success", "c_launch", "fn_ptr", "fallback", "shapes",
+        "success", "c_launch", "fn_ptr", "fallback", "shapes", "variant",
     )  # fmt: skip
 
     def __init__(
@@ -109,12 +115,13 @@ class FastLaunch:
         self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
         self.fn_ptr = kernel._fn_ptrs.get(device, 0)
+        self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
         n = self.ntensors
         ptrs = [t.data_ptr() for t in args[:n]]
         align = self.align
-        if align and any(p % align for p in ptrs):
+        if align and any(map(align.__rmod__, ptrs)):
             if self.fallback is None:
                 self._misaligned(ptrs)
             # an address off the kernel's alignment: the full path runs the variant that reads it
@@ -147,6 +154,8 @@ class FastLaunch:
         kernel, device, (gx, gy, gz), (bx, by, bz) = self.kernel, self.device, self.grid, self.block
         if not (gx and gy and gz):
             return
+        if self.variant is not None:
+            count_variant(self.variant)
         if device != kernel._current_device():
             kernel._launch_on_other_device(self.fn, device, self.grid, buf.address)
             return

@@ -22,7 +22,9 @@ A launch whose sizes break the artifact's ``divisibility`` (rows accessed in 16-
 variant for them, and one with a non-contiguous or misaligned tensor the strided variant its strides need
 (:class:`~wavec.errors.StrideMiss`): ``narrow(run_caps=..., strided=...)`` (set by ``wc.compile``) compiles
 each once per set of options, shared by the kernel and its variants (a strided launch with odd sizes goes
-dense -> strided -> strided and narrow); the aligned dense launch pays nothing for this.
+dense -> strided -> strided and narrow); the aligned dense launch pays nothing for this.  Every launch of
+a variant is counted per kernel and reason (``wavec.runtime.variant_report()``; ``WAVEC_WARN_VARIANTS=1``
+warns once per kernel and reason).
 
 Positional arguments follow the kernel's ``def`` (scalars may stand anywhere in it; the launchers take
 tensors first, ``_arrange`` reorders); any argument may be passed by keyword (``kern(a=a, b=b, c=c)``),
@@ -41,6 +43,8 @@ from .artifact import Artifact, KernelMetadata
 from .backends import launcher_factory
 from .binding import _TORCH_DTYPE_NAMES
 from .fast_launch import tensor_key
+from .variants import count as count_variant
+from .variants import reason as variant_reason
 
 __all__ = ["CompiledKernel", "OutputPlan"]
 
@@ -196,6 +200,9 @@ class CompiledKernel:
         self._outputs = frozenset(a.name for a in self.metadata.args if a.is_output)
         self._ntensors = len(self.metadata.args)
         self._prepared: dict[tuple, Callable[..., None]] = {}  # tensor keys -> prepared launch (``_run``)
+        # a variant's (kernel label, reason) for ``variants.count`` and the kernel it is a variant of
+        self._variant_of: tuple[str, str] | None = None
+        self._root: CompiledKernel = self
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -253,6 +260,9 @@ class CompiledKernel:
             if self.narrow is None:
                 raise
             self.variant_for(miss).call_bound(*args)
+            return
+        if self._variant_of is not None:
+            count_variant(self._variant_of)
 
     def prepare(self, *args: Any, fresh_outputs: bool = False) -> Callable[..., None]:
         """``launch(*args)`` for later calls whose tensors repeat these ``args``' dtypes, shapes, strides and
@@ -269,8 +279,12 @@ class CompiledKernel:
                 plan = getattr(impl, "_plan", None)
                 if plan is not None:
                     plan.bind(args)  # validation now, as the fast path's preparation does
-                return CheckedLaunch(impl, [getattr(a, "shape", None) for a in args])
-            return prepare(args, fresh_outputs, self._full)
+                launch = CheckedLaunch(impl, [getattr(a, "shape", None) for a in args])
+            else:
+                launch = prepare(args, fresh_outputs, self._full)
+            if self._variant_of is not None and hasattr(launch, "variant"):
+                launch.variant = self._variant_of
+            return launch
         except AlignmentMiss as miss:
             if self.narrow is None:
                 raise
@@ -304,6 +318,8 @@ class CompiledKernel:
                 fields = {**miss.fields, "message": f"{miss.fields['message']}, which does not compile: {why}"}
                 raise ArgumentError(None, **fields) from why
             kernel._variants = self._variants  # one table for the kernel and all its variants
+            root = kernel._root = self._root
+            kernel._variant_of = (root.metadata.label, variant_reason(root.run_caps, root.strided, caps, strided))
             self._variants[key] = kernel
         return kernel
 

@@ -88,8 +88,8 @@ def fit_points(n: int | None = None) -> list[tuple[int, float]]:
 
 
 def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) -> dict:
-    """Worker: compile one GEMM of ``fused_experts`` (the up or the down kernel, as ``_plan`` builds them)
-    into the disk cache; its metadata or ``{"error": ...}``."""
+    """Worker: compile one GEMM of ``fused_experts`` (the up or the down kernel, as
+    ``fused_moe.plan_kernels`` builds them) into the disk cache; its metadata or ``{"error": ...}``."""
     import wavec as wc
     from wavec.kernels import fused_moe_kernels as fk
     from wavec.tuning.plan import mma_type_for
