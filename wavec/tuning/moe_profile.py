@@ -166,10 +166,15 @@ def build_pool(
 # ----------------------------------------------------------------------------- timing
 
 
-def graph_time(fn: Callable[[], Any], flush: Any, warmup: int = WARMUP, reps: int = REPS, pool: Any = None) -> float:
+def graph_time(
+    fn: Callable[[], Any], flush: Any, warmup: int = WARMUP, reps: int = REPS, pool: Any = None,
+    keep: list | None = None,
+) -> float:  # fmt: skip
     """Median seconds of one replay of a CUDA graph of ``fn`` (L2 flushed by a write before each replay,
     which is not timed); ``pool``: a graph memory pool to share (one per point: the graphs of a pool's
-    configurations are captured one after another and never replayed later)."""
+    configurations are captured one after another and never replayed later), with ``keep`` holding the
+    graphs until the caller is done: torch frees a shared pool when its last graph goes, and a later
+    capture into it then fails an internal assert of the caching allocator."""
     import torch
 
     fn()
@@ -177,6 +182,8 @@ def graph_time(fn: Callable[[], Any], flush: Any, warmup: int = WARMUP, reps: in
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, pool=pool):
         fn()
+    if keep is not None:
+        keep.append(graph)
     events = []
     for i in range(warmup + reps):
         flush.zero_()
@@ -224,13 +231,15 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
     out = torch.empty_like(x)
     w1, w2 = w
     mem = torch.cuda.graph_pool_handle()
-    secs = []
+    secs: list[float] = []
+    graphs: list = []  # alive until every configuration of the point is timed (graph_time's ``keep``)
     for cfg in pool:
 
         def run(c: MoeConfig = cfg) -> Any:
             return fused_experts(x, w1, w2, wts, ids, config=c, out=out)
 
-        secs.append(graph_time(run, flush, reps=reps, pool=mem))
+        secs.append(graph_time(run, flush, reps=reps, pool=mem, keep=graphs))
+    del graphs
     hist = torch.bincount(ids.flatten().long(), minlength=shape.experts).tolist()
     return Point(tokens, beta, seed, got, hist, secs)
 
