@@ -154,44 +154,15 @@ class BindingPlan:
         change it) and the grid comes along (None: evaluate it, with the SM count where it needs one).
         Every tensor is checked on every call (type, dtype, rank, device, contiguity, alignment, overlap);
         what depends only on the shapes is checked once per distinct shapes."""
-        args = self.args
-        if len(tensors) != self.nargs:
-            self._count_error(tensors)
-        tensor_type = self._tensor_type
-        cuda = self.device_type == "cuda"
         align = self.align
-        device = None
-        ptrs: list[int] = []
-        shapes = []
-        for t, a in zip(tensors, args):
-            if not isinstance(t, tensor_type):
-                self._fail(a, f"expected a torch.Tensor of dtype {a.dtype_name}, got {type(t).__name__}")
-            if t.dtype is not a.dtype:
-                self._fail(a, f"expected dtype {a.dtype_name} ({a.dtype}), got {t.dtype}")
-            shape = t.shape
-            if len(shape) != a.rank:
-                self._fail(
-                    a,
-                    f"expected rank {a.rank} (shape {self._spec_shape(a)}), got rank {len(shape)} "
-                    f"(shape {tuple(shape)})",
-                )
-            if t.is_cuda if cuda else t.is_cpu:
-                dev = t.get_device()
-                if dev != device:
-                    if device is not None:
-                        self._device_error(a, t, device)
-                    device = dev
-            else:
-                self._device_error(a, t, device)
+        device, ptrs, shapes = self.tensors(tensors)
+        for t, a, ptr in zip(tensors, self.args, ptrs):
             if not t.is_contiguous():
-                why = f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(shape)}); this kernel needs "
+                why = f"non-contiguous (strides {tuple(t.stride())}, shape {tuple(t.shape)}); this kernel needs "
                 dense_miss(self, tensors, a, why + "row-major dense strides — call .contiguous()")
-            ptr = t.data_ptr()
             if align and ptr % align:
                 why = f"base pointer 0x{ptr:x} is not aligned to {align} bytes (storage offset {t.storage_offset()})"
                 dense_miss(self, tensors, a, why + "; pass a tensor that starts at an aligned address, e.g. .clone()")
-            ptrs.append(ptr)
-            shapes.append(shape)
         values, nbytes, grid = self._derived(shapes)
         if self.outputs:
             self._check_overlap(ptrs, nbytes)
@@ -231,8 +202,32 @@ class BindingPlan:
         self._by_shapes[key] = hit = (values, nbytes, grid)
         return hit
 
+    def tensors(self, tensors: Sequence[Any]) -> tuple[int | None, list[int], list[Any]]:
+        """(device index or None for CPU, base pointers, shapes) of the tensor arguments after the checks
+        every binding makes (their count, then per tensor type, dtype, rank and one device), each error
+        naming the argument; the dense and the strided bindings add their layout checks."""
+        if len(tensors) != self.nargs:
+            self._count_error(tensors)
+        cuda = self.device_type == "cuda"
+        device = None
+        ptrs: list[int] = []
+        shapes: list[Any] = []
+        for t, a in zip(tensors, self.args):
+            self._check_tensor(t, a)
+            if t.is_cuda if cuda else t.is_cpu:
+                dev = t.get_device()
+                if dev != device:
+                    if device is not None:
+                        self._device_error(a, t, device)
+                    device = dev
+            else:
+                self._device_error(a, t, device)
+            ptrs.append(t.data_ptr())
+            shapes.append(t.shape)
+        return device, ptrs, shapes
+
     def _check_tensor(self, t: Any, a: _Arg) -> None:
-        """Type, dtype and rank of one tensor (the dense hot loop has these inline)."""
+        """Type, dtype and rank of one tensor."""
         if not isinstance(t, self._tensor_type):
             self._fail(a, f"expected a torch.Tensor of dtype {a.dtype_name}, got {type(t).__name__}")
         if t.dtype is not a.dtype:

@@ -88,25 +88,8 @@ class StridedBinding:
 
     def bind_launch(self, tensors: Sequence[Any]) -> tuple[dict[str, int], list[int], int, tuple | None]:
         plan = self.plan
-        if len(tensors) != plan.nargs:
-            plan._count_error(tensors)
-        cuda = plan.device_type == "cuda"
-        device = None
-        ptrs: list[int] = []
-        shapes, strides = [], []
-        for t, a in zip(tensors, plan.args):
-            plan._check_tensor(t, a)
-            if t.is_cuda if cuda else t.is_cpu:
-                dev = t.get_device()
-                if dev != device:
-                    if device is not None:
-                        plan._device_error(a, t, device)
-                    device = dev
-            else:
-                plan._device_error(a, t, device)
-            ptrs.append(t.data_ptr())
-            shapes.append(t.shape)
-            strides.append(t.stride())
+        device, ptrs, shapes = plan.tensors(tensors)
+        strides = [t.stride() for t in tensors[: len(plan.args)]]
         base, _nbytes, grid = plan._derived(shapes)
         values, spans, missed = self._derived(base, shapes, strides)
         caps = dict(missed) if missed else None  # (the cached dict stays as derived)
