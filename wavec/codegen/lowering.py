@@ -422,6 +422,8 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
     assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
     a, b, c = (fb.values[x] for x in arg_nodes(node))
+    k = MMA.dims(node)[2]  # padding along K must add nothing (``codegen/padding.py``)
+    a, b = (zero_k_padding(fb, arg_node(node, i), k, v) for i, v in ((0, a), (1, b)))
     in_dt = arg_node(node, 0).meta["type"].dtype
     acc_dt = arg_node(node, 2).meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
@@ -506,3 +508,4 @@ def lower_get_result(fb: FunctionBuilder, node: fx.Node) -> None:
 
 
 from . import memory_access  # noqa: E402, F401 - registers Read, Write, Allocate and AsyncCopy
+from .padding import zero_k_padding  # noqa: E402 - it builds on this module's helpers
