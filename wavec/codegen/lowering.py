@@ -34,6 +34,7 @@ from ..frontend.ops import (
 from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing.padding import Wrap
 from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
@@ -213,6 +214,8 @@ class FunctionBuilder:
             return self._fold(arith.maxsi, e.args)
         if isinstance(e, sympy.Mod):
             return self._emit_mod(*e.args)
+        if isinstance(e, Wrap):  # padded instruction tiles
+            return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
         if isinstance(e, Xor):  # swizzled shared layouts
             return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")

@@ -253,7 +253,7 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
         row = base[row_dim] + sympy.Mod(LANE, 8)
         col = base[k_dim] + chunk * sympy.Mod(sympy.floor(LANE / 8), 2)
     i32 = ir.IntegerType.get_signless(32)
-    at = wrap({row_dim: row, k_dim: col}, padded_dims(fb.cs, node), layout)  # padding re-reads the wave's tile
+    at = wrap({row_dim: row, k_dim: col}, padded_dims(fb.cs, node), layout, fb.cs.lanes)  # padding re-reads the wave's tile
     frag = ir.Operation.create(
         "nvgpu.ldmatrix",
         results=[ir.VectorType.get(list(shape), elem_type(dtype))],
@@ -286,12 +286,12 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     vecs = index_vectors(fb, node, layout)
     pads = padded_dims(fb.cs, node)  # padding re-reads the wave's tile (its values never reach a result)
     if len(runs) == 1:
-        coords = wrap(run_coords(layout, 0, runs[0][2], vecs), pads, layout)
+        coords = wrap(run_coords(layout, 0, runs[0][2], vecs), pads, layout, fb.cs.lanes)
         fb.values[node] = guarded_load(fb, node, mem_node, coords, vec_type(layout.size, dtype), dtype, aligns[0])
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for (first, n, off), align in zip(runs, aligns):
-        coords = wrap(run_coords(layout, first, off, vecs), pads, layout)
+        coords = wrap(run_coords(layout, first, off, vecs), pads, layout, fb.cs.lanes)
         piece = guarded_load(fb, node, mem_node, coords, vec_type(n, dtype), dtype, align)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc

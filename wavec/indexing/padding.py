@@ -10,6 +10,8 @@ wrap them onto the wave's tile (``wrap``: in-bounds addresses, duplicate values)
 
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch.fx as fx
 
@@ -43,13 +45,38 @@ def place(layout: Layout, dim, coord) -> sympy.Expr:
     return sympy.expand(sympy.sympify(coord) - tile_origin(layout, dim))
 
 
-def wrap(coords: dict, pads: dict, layout: Layout) -> dict:
+class Wrap(sympy.Function):
+    """``a mod b`` of a non-negative index expression, kept opaque (lowered to ``arith.remui``): sympy's
+    ``Mod`` rewrites nested lane terms wrongly (``Mod(2*Mod(l, 4), 8)`` to ``2*Mod(Mod(l, 4)**2, 4)``)."""
+
+    is_integer = True
+    is_nonnegative = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer:
+            return sympy.Integer(int(a) % int(b))
+        return None
+
+
+@functools.cache
+def wrapped_place(where: sympy.Expr, ext: int, lanes: int) -> sympy.Expr:
+    """``where mod ext`` for a place that depends on the lane only: where every lane's place falls in one
+    stretch [j * ext, (j + 1) * ext) (an mma fragment's second half along K), the place less j * ext."""
+    f = sympy.lambdify(LANE, where, "math")
+    stretches = {int(f(lane)) // ext for lane in range(lanes)}
+    if len(stretches) == 1:
+        return sympy.expand(where - ext * stretches.pop())
+    return Wrap(where, ext)
+
+
+def wrap(coords: dict, pads: dict, layout: Layout, lanes: int) -> dict:
     """``coords`` (of elements of ``layout``) with each padded dim's place taken modulo the wave's extent:
     padding addresses the wave's own tile."""
     out = type(coords)(coords)
     if hasattr(coords, "tile"):  # a RunCoords: its register coordinates wrap alike
-        out.tile = wrap(coords.tile, pads, layout)
+        out.tile = wrap(coords.tile, pads, layout, lanes)
     for d, ext in pads.items():
         if d in out and isinstance(out[d], (int, sympy.Expr)):  # index values (gathered dims): not padded
-            out[d] = tile_origin(layout, d) + sympy.Mod(place(layout, d, out[d]), ext)
+            out[d] = tile_origin(layout, d) + wrapped_place(place(layout, d, out[d]), ext, lanes)
     return out

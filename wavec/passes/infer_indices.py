@@ -411,7 +411,7 @@ def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node
         return ""
     tile = layout.tile_of(dim)
     if tile % extent:
-        return f" (a smaller tile is padded to the instruction's only where it divides {tile})"
+        return " nor a divisor of it (a wave tile that divides the instruction's is padded to it)"
     if ctx.mma.spec.group_waves > 1:
         return " (warpgroup MMAs read their operands from shared memory: their tiles cannot be padded)"
     runs = [c for c, stride in layout.seq(dim).levels if stride == 1]
@@ -419,8 +419,9 @@ def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node
         return f" (its runs of {max(runs)} contiguous elements would straddle the tile's end)"
     for user in node.users:
         op = user.meta.get("op")
-        if op is not None and (op.index_flow == "atomic" or op.expansion == "regroup"):
-            return f" (padding cannot flow into %{user.name}, a {op.name})"
+        # (a conversion through shared memory would store padding past the wave's slice of its buffer)
+        if op is not None and (op.index_flow == "atomic" or op.expansion == "regroup" and user.kwargs["via"] != "registers"):
+            return f" (padding cannot flow into %{user.name}, a {op.name}{' through shared memory' * (op.expansion == 'regroup')})"
         if op is not None and op.index_flow in ("reduce", "topk", "elementwise") and user.kwargs.get("dim") == dim:
             return f" (%{user.name} combines elements along {dim}: padding would join them)"
     return None
