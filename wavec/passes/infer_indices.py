@@ -404,6 +404,12 @@ def check_tiles(ctx: PassContext, graph: fx.Graph, node: fx.Node, layout: Layout
             )
 
 
+def _at(node: fx.Node) -> str:
+    """`` at file:line`` of a node's kernel source line ("" when it has none)."""
+    loc = node.meta.get("loc")
+    return f" at {loc.filename}:{loc.line}" if loc is not None else ""
+
+
 def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node, dim, extent: int) -> str | None:
     """None when an MMA instruction tile may be padded to a wave tile of ``extent`` along ``dim``
     (``indexing/padding.py``), else why not ("" for layouts that are not an MMA's: they are never padded)."""
@@ -421,9 +427,10 @@ def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node
         op = user.meta.get("op")
         # (a conversion through shared memory would store padding past the wave's slice of its buffer)
         if op is not None and (op.index_flow == "atomic" or op.expansion == "regroup" and user.kwargs["via"] != "registers"):
-            return f" (padding cannot flow into %{user.name}, a {op.name}{' through shared memory' * (op.expansion == 'regroup')})"
+            via = " through shared memory" * (op.expansion == "regroup")
+            return f" (padding cannot flow into %{user.name}{_at(user)}, a {op.name}{via})"
         if op is not None and op.index_flow in ("reduce", "topk", "elementwise") and user.kwargs.get("dim") == dim:
-            return f" (%{user.name} combines elements along {dim}: padding would join them)"
+            return f" (%{user.name}{_at(user)} combines elements along {dim}: padding would join them)"
     return None
 
 

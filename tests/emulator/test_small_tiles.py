@@ -1,0 +1,91 @@
+"""Emulator tier, issue #20 item 2 (tiles part): wave tiles smaller than an MMA instruction tile compile and
+compute correctly, the instruction tile padded (``wavec/indexing/padding.py``): reads of padding re-read
+the wave's tile, stores skip it, and the mma zeroes its operands' padding along K.
+
+The library GEMM with wave tiles of 8 rows and 4 columns (mma.sync m16n8k16, MFMA 16x16x16) and with
+BLOCK_K = 8 under an instruction K of 16, at ragged sizes; a GEMM epilogue (broadcast bias, row sums) on
+padded rows; attention with head dim 8 (K padded in Q @ K.T) and with 8-row wave tiles.  Inputs are fresh
+random numbers (seed in every message), outputs poisoned with NaN and written in full (the emulator's race
+checker also sees two waves storing one element), references from torch in float64.  Tiles that cannot
+be padded keep a ``ConstraintError`` that says why."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention import _inputs, _reference, check_attention
+from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poisoned, randn
+
+import wavec as wc
+from tests.small_tiles import CONFIGS, SIZES, epilogue_gemm, gemm_for
+from wavec.errors import ConstraintError
+from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
+
+
+@pytest.mark.parametrize("target,dtype,bm,bn,bk,stages", [c[1:] for c in CONFIGS], ids=[c[0] for c in CONFIGS])
+def test_gemm_small_wave_tiles(target: str, dtype, bm: int, bn: int, bk: int, stages: int) -> None:
+    kernel, subs = gemm_for(target, dtype, bm, bn, bk, stages)
+    compiled = wc.compile(kernel, subs, backend="emulator", target=target)
+    g, seed = generator()
+    tdt = TORCH_DTYPE[dtype]
+    for m, n, k in SIZES:
+        a, b = randn(g, m, k, dtype=tdt), randn(g, n, k, dtype=tdt)
+        c = poisoned(m, n)
+        compiled(a, b, c)
+        what = f"{target} {dtype.name} tile {bm}x{bn}x{bk} stages {stages}, M={m} N={n} K={k} (seed {seed})"
+        check(c, a.double() @ b.double().T, GEMM_TOL, what)
+
+
+@pytest.mark.parametrize("wave_m,wave_n", [(8, 8), (16, 4), (8, 4)], ids=["m8", "n4", "m8n4"])
+def test_epilogue_on_padded_tiles(wave_m: int, wave_n: int) -> None:
+    """A broadcast bias read in the padded layout and row sums over N (unpadded) of 8-row wave tiles."""
+    reduce_n = wave_n == 8  # a sum along a padded N is rejected (test_unpaddable_tiles_still_error)
+    compiled = wc.compile(epilogue_gemm(wave_m, wave_n, reduce_n=reduce_n), {}, backend="emulator", target="sm_80")
+    g, seed = generator()
+    m, n, k = 37, wave_n, 40
+    a, b, bias = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16), randn(g, n)
+    c, s = poisoned(m, n), poisoned(m)
+    compiled(a, b, bias, c, s)
+    ref = a.double() @ b.double().T + bias.double()
+    check(c, ref, GEMM_TOL, f"epilogue {wave_m}x{wave_n} (seed {seed})")
+    if reduce_n:
+        check(s, ref.sum(1), GEMM_TOL, f"row sums {wave_m}x{wave_n} (seed {seed})")
+    else:
+        assert s.isnan().all(), "the kernel without row sums wrote s"
+
+
+ATTENTION = [  # (target, dtype, BLOCK_M, head dim): 2 waves, so BLOCK_M = 16 is an 8-row wave tile
+    ("sm_80", wc.f16, 32, 8),
+    ("sm_80", wc.bf16, 16, 8),
+    ("sm_80", wc.f16, 16, 64),
+    ("gfx942", wc.f16, 32, 8),
+]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize(
+    "target,dtype,bm,d", ATTENTION, ids=[f"{t}-{dt.name}-bm{bm}-d{d}" for t, dt, bm, d in ATTENTION]
+)
+def test_attention_small_tiles(target: str, dtype, bm: int, d: int, causal: bool) -> None:
+    """The library's attention body with head dim 8 (Q @ K.T runs k16 on 8 columns) and 8-row wave tiles."""
+    mma = "mfma" if target == "gfx942" else "mma_sync"
+    kernel = make_attention(dtype, "bhsd", causal, 2, mma=mma)
+    subs = {BLOCK_M: bm, BLOCK_N: 32, NUM_STAGES: 2, D: d}
+    compiled = wc.compile(kernel, subs, backend="emulator", target=target, cache=False)
+    _g, seed = generator()
+    torch.manual_seed(seed)  # _inputs draws from torch's global generator
+    q, k, v = _inputs(1, 2, 1, 37, 45, d, dtype)
+    check_attention(compiled, "bhsd", dtype, q, k, v, _reference(q, k, v, causal))
+
+
+def test_unpaddable_tiles_still_error() -> None:
+    """A tile that does not divide the instruction's, a sum along a padded dim, and a conversion through
+    shared memory of padded rows (MFMA attention) keep a ConstraintError naming the constraint and why."""
+    kernel, subs = gemm_for("sm_80", wc.f16, 48, 32, 32, 1)
+    with pytest.raises(ConstraintError, match=r"a tile of 24 .* nor a divisor of it"):
+        wc.compile(kernel, subs, backend="emulator", target="sm_80")
+    with pytest.raises(ConstraintError, match=r"WaveConstraint\(N, 4\).*%reduce at .* combines elements along N"):
+        wc.compile(epilogue_gemm(16, 4), {}, backend="emulator", target="sm_80")
+    mfma = make_attention(wc.f16, "bhsd", False, 2, mma="mfma")
+    with pytest.raises(ConstraintError, match=r"BLOCK_M = 16 .*a tile of 8 .*through shared memory"):
+        wc.compile(mfma, {BLOCK_M: 16, BLOCK_N: 32, NUM_STAGES: 2, D: 8}, backend="emulator", target="gfx942")
