@@ -27,8 +27,8 @@ from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
-from ..passes.schema import Kwargs
 from ..indexing.padding import padded_dims, wrap
+from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, reshape, rule, splat, vec_type
 from .padding import pad_guard
 from .replicas import guarded, replica_guard
@@ -212,7 +212,7 @@ class RunCoords(dict):
     tile: dict
 
 
-def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
+def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> RunCoords:
     """The coordinates of a run: register dims as index expressions, gathered memory dims as the index
     value at the run's first position (a run never crosses rows of a gathered dim)."""
     coords = RunCoords(_coords(layout, off))
@@ -220,6 +220,15 @@ def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
     for d, vec in vectors.items():
         coords[d] = arith.index_cast(ir.IndexType.get(), vector.extract(vec, [], [first]))
     return coords
+
+
+def _wrap_run(coords: RunCoords, pads: dict, layout: Layout, lanes: int) -> RunCoords:
+    """``padding.wrap`` of a run's coordinates and of its register coordinates."""
+    if not pads:
+        return coords
+    out = RunCoords(wrap(coords, pads, layout, lanes))
+    out.tile = wrap(coords.tile, pads, layout, lanes)
+    return out
 
 
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
@@ -253,7 +262,8 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
         row = base[row_dim] + sympy.Mod(LANE, 8)
         col = base[k_dim] + chunk * sympy.Mod(sympy.floor(LANE / 8), 2)
     i32 = ir.IntegerType.get_signless(32)
-    at = wrap({row_dim: row, k_dim: col}, padded_dims(fb.cs, node), layout, fb.cs.lanes)  # padding re-reads the wave's tile
+    # lanes that address padding re-read the wave's tile
+    at = wrap({row_dim: row, k_dim: col}, padded_dims(fb.cs, node), layout, fb.cs.lanes)
     frag = ir.Operation.create(
         "nvgpu.ldmatrix",
         results=[ir.VectorType.get(list(shape), elem_type(dtype))],
@@ -286,12 +296,12 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     vecs = index_vectors(fb, node, layout)
     pads = padded_dims(fb.cs, node)  # padding re-reads the wave's tile (its values never reach a result)
     if len(runs) == 1:
-        coords = wrap(run_coords(layout, 0, runs[0][2], vecs), pads, layout, fb.cs.lanes)
+        coords = _wrap_run(run_coords(layout, 0, runs[0][2], vecs), pads, layout, fb.cs.lanes)
         fb.values[node] = guarded_load(fb, node, mem_node, coords, vec_type(layout.size, dtype), dtype, aligns[0])
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for (first, n, off), align in zip(runs, aligns):
-        coords = wrap(run_coords(layout, first, off, vecs), pads, layout, fb.cs.lanes)
+        coords = _wrap_run(run_coords(layout, first, off, vecs), pads, layout, fb.cs.lanes)
         piece = guarded_load(fb, node, mem_node, coords, vec_type(n, dtype), dtype, align)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc

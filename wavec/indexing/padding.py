@@ -73,9 +73,7 @@ def wrapped_place(where: sympy.Expr, ext: int, lanes: int) -> sympy.Expr:
 def wrap(coords: dict, pads: dict, layout: Layout, lanes: int) -> dict:
     """``coords`` (of elements of ``layout``) with each padded dim's place taken modulo the wave's extent:
     padding addresses the wave's own tile."""
-    out = type(coords)(coords)
-    if hasattr(coords, "tile"):  # a RunCoords: its register coordinates wrap alike
-        out.tile = wrap(coords.tile, pads, layout, lanes)
+    out = dict(coords)
     for d, ext in pads.items():
         if d in out and isinstance(out[d], (int, sympy.Expr)):  # index values (gathered dims): not padded
             out[d] = tile_origin(layout, d) + wrapped_place(place(layout, d, out[d]), ext, lanes)

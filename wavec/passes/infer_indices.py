@@ -426,8 +426,9 @@ def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node
     for user in node.users:
         op = user.meta.get("op")
         # (a conversion through shared memory would store padding past the wave's slice of its buffer)
-        if op is not None and (op.index_flow == "atomic" or op.expansion == "regroup" and user.kwargs["via"] != "registers"):
-            via = " through shared memory" * (op.expansion == "regroup")
+        shared = op is not None and op.expansion == "regroup" and user.kwargs["via"] != "registers"
+        if op is not None and (op.index_flow == "atomic" or shared):
+            via = " through shared memory" * shared
             return f" (padding cannot flow into %{user.name}{_at(user)}, a {op.name}{via})"
         if op is not None and op.index_flow in ("reduce", "topk", "elementwise") and user.kwargs.get("dim") == dim:
             return f" (%{user.name}{_at(user)} combines elements along {dim}: padding would join them)"
