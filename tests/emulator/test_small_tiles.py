@@ -3,10 +3,11 @@ compute correctly, the instruction tile padded (``wavec/indexing/padding.py``): 
 the wave's tile, stores skip it, and the mma zeroes its operands' padding along K.
 
 The library GEMM with wave tiles of 8 rows and 4 columns (mma.sync m16n8k16, MFMA 16x16x16) and with
-BLOCK_K = 8 under an instruction K of 16, at ragged sizes; a GEMM epilogue (broadcast bias, row sums) on
-padded rows; attention with head dim 8 (K padded in Q @ K.T) and with 8-row wave tiles.  Inputs are fresh
-random numbers (seed in every message), outputs poisoned with NaN and written in full (the emulator's race
-checker also sees two waves storing one element), references from torch in float64.  Tiles that cannot
+BLOCK_K = 8 under an instruction K of 16, at ragged sizes; K tiles under the int8 and tf32 instructions'
+K; a GEMM epilogue (broadcast bias, row sums) on padded rows; attention with head dim 8 (K padded in
+Q @ K.T) and with 8-row wave tiles.  Inputs are fresh random numbers (seed in every message), outputs
+poisoned with NaN and written in full (the emulator's race checker also sees two waves storing one
+element), references from torch in float64.  Tiles that cannot
 be padded keep a ``ConstraintError`` that says why."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poiso
 import wavec as wc
 from tests.small_tiles import CONFIGS, SIZES, epilogue_gemm, gemm_for
 from wavec.errors import ConstraintError
+from wavec.kernels import gemm as gm
 from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
 
 
@@ -52,6 +54,36 @@ def test_epilogue_on_padded_tiles(wave_m: int, wave_n: int) -> None:
         check(s, ref.sum(1), GEMM_TOL, f"row sums {wave_m}x{wave_n} (seed {seed})")
     else:
         assert s.isnan().all(), "the kernel without row sums wrote s"
+
+
+I8_MMA = {"sm_80": (wc.MMAType.NV_I32_16x8x32_I8, 32), "gfx942": (wc.MMAType.I32_16x16x32_I8, 64)}
+
+
+@pytest.mark.parametrize("target", list(I8_MMA))
+def test_int8_k_tile_under_the_instruction(target: str) -> None:
+    """BLOCK_K = 16 under the int8 instructions' K of 32: exact i32 sums, -7 where nothing was written."""
+    mma, threads = I8_MMA[target]
+    subs = {gm.BLOCK_M: 32, gm.BLOCK_N: 32, gm.BLOCK_K: 16, gm.NUM_STAGES: 2, gm.GROUP_M: 1}
+    compiled = wc.compile(gm.make_gemm(wc.i8, threads, mma, (2, 2)), subs, backend="emulator", target=target)
+    g, seed = generator()
+    for m, n, k in [(33, 13, 48), (17, 9, 16)]:
+        a, b = (torch.randint(-128, 128, (r, k), generator=g, dtype=torch.int8) for r in (m, n))
+        c = torch.full((m, n), -7, dtype=torch.int32)
+        compiled(a, b, c)
+        assert torch.equal(c, (a.long() @ b.long().T).int()), f"{target} M={m} N={n} K={k} (seed {seed})"
+
+
+def test_tf32_k_tile_under_the_instruction() -> None:
+    """BLOCK_K = 4 under tf32's K of 8 (f32 operands rounded to tf32: about 1e-3 relative error)."""
+    subs = {gm.BLOCK_M: 32, gm.BLOCK_N: 32, gm.BLOCK_K: 4, gm.NUM_STAGES: 1, gm.GROUP_M: 1}
+    kernel = gm.make_gemm(wc.f32, 32, wc.MMAType.NV_F32_16x8x8_TF32, (2, 2))
+    compiled = wc.compile(kernel, subs, backend="emulator", target="sm_80")
+    g, seed = generator()
+    for m, n, k in [(33, 13, 12), (5, 3, 4)]:
+        a, b = randn(g, m, k), randn(g, n, k)
+        c = poisoned(m, n)
+        compiled(a, b, c)
+        check(c, a.double() @ b.double().T, 3e-3, f"tf32 M={m} N={n} K={k} (seed {seed})")
 
 
 ATTENTION = [  # (target, dtype, BLOCK_M, head dim): 2 waves, so BLOCK_M = 16 is an 8-row wave tile

@@ -47,12 +47,14 @@ def zero_k_padding(fb: FunctionBuilder, operand: fx.Node, k_dim, value: ir.Value
         return value
     layout: Layout = operand.meta["layout"]
     first = place(layout, k_dim, layout.seq(k_dim).start)
+    offsets = tuple(pos[k_dim] for pos in layout.positions())
     i1 = ir.IntegerType.get_signless(1)
-    flags = []
-    for pos in layout.positions():
+
+    def mask() -> ir.Value:
         # place + offset < ext, i.e. place < ext - offset (never when the offset alone passes the tile)
-        off = pos[k_dim]
-        flags.append(_inside(fb, first, ext - off) if off < ext else arith.constant(i1, 0))
-    mask = vector.from_elements(ir.VectorType.get([len(flags)], i1), flags)
+        flags = [_inside(fb, first, ext - off) if off < ext else arith.constant(i1, 0) for off in offsets]
+        return vector.from_elements(ir.VectorType.get([len(flags)], i1), flags)
+
     dtype = operand.meta["type"].dtype
-    return arith.select(mask, value, splat(vec_type(layout.size, dtype), dtype, 0))
+    keep = fb.derived(("pad_k", first, ext, offsets), (first,), mask)  # once per kernel: it depends on the lane
+    return arith.select(keep, value, splat(vec_type(layout.size, dtype), dtype, 0))
