@@ -61,3 +61,28 @@ def epilogue_gemm(wave_m: int, wave_n: int, dtype=wc.f16, reduce_n: bool = True)
             wc.write(wc.sum(y, N), s)
 
     return epilogue
+
+
+def gemm_nn(target: str, wave_m: int, wave_n: int, block_k: int) -> wc.WaveKernel:
+    """``c = a @ b`` with b stored [K, N] (its operand the read permuted to [N, K]; on mma.sync staged for
+    ``ldmatrix.trans``, which a padded N cannot use) on 2 x 2 waves of ``wave_m`` x ``wave_n``."""
+    threads, mma = (64, AMD_MMA) if target == "gfx942" else (32, NV_MMA[wc.f16])
+    cons = [
+        wc.WorkgroupConstraint(M, 2 * wave_m, 0),
+        wc.WorkgroupConstraint(N, 2 * wave_n, 1),
+        wc.WaveConstraint(M, wave_m),
+        wc.WaveConstraint(N, wave_n),
+        wc.TilingConstraint(K, block_k),
+        wc.HardwareConstraint(threads_per_wave=threads, mma_type=mma),
+        wc.SchedulingConstraint(num_stages=2, promote_operands=True),
+    ]
+
+    @wc.wave(cons)
+    def gemm_nn(a: Memory[M, K, wc.f16], b: Memory[K, N, wc.f16], c: Memory[M, N, f32]):
+        @wc.iterate(K, init_args=[Register[M, N, f32](0.0)])
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(a), wc.permute(wc.read(b), (N, K)), acc)
+
+        wc.write(body, c)
+
+    return gemm_nn

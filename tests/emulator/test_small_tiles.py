@@ -18,7 +18,7 @@ from test_attention import _inputs, _reference, check_attention
 from test_kernels_emulated import GEMM_TOL, TORCH_DTYPE, check, generator, poisoned, randn
 
 import wavec as wc
-from tests.small_tiles import CONFIGS, SIZES, epilogue_gemm, gemm_for
+from tests.small_tiles import CONFIGS, SIZES, epilogue_gemm, gemm_for, gemm_nn
 from wavec.errors import ConstraintError
 from wavec.kernels import gemm as gm
 from wavec.kernels.attention import BLOCK_M, BLOCK_N, NUM_STAGES, D, make_attention
@@ -84,6 +84,24 @@ def test_tf32_k_tile_under_the_instruction() -> None:
         c = poisoned(m, n)
         compiled(a, b, c)
         check(c, a.double() @ b.double().T, 3e-3, f"tf32 M={m} N={n} K={k} (seed {seed})")
+
+
+NN = [("sm_80", 16, 4, 32), ("sm_80", 8, 8, 8), ("gfx942", 16, 4, 32)]
+
+
+@pytest.mark.parametrize("target,wave_m,wave_n,block_k", NN, ids=[f"{t}-{m}x{n}x{k}" for t, m, n, k in NN])
+def test_b_stored_k_by_n(target: str, wave_m: int, wave_n: int, block_k: int) -> None:
+    """B stored [K, N]: ``ldmatrix.trans`` reads 8 N-columns per address, past a padded N tile, so a
+    padded N reads B element-wise (and an unpadded one keeps ``.trans``)."""
+    compiled = wc.compile(gemm_nn(target, wave_m, wave_n, block_k), {}, backend="emulator", target=target)
+    if target != "gfx942":
+        assert ("transpose = true" in compiled.mlir) == (wave_n >= 8)
+    g, seed = generator()
+    for m, n, k in [(33, 13, 40), (7, 5, 8)]:
+        a, b = randn(g, m, k, dtype=torch.float16), randn(g, k, n, dtype=torch.float16)
+        c = poisoned(m, n)
+        compiled(a, b, c)
+        check(c, a.double() @ b.double(), GEMM_TOL, f"{target} {wave_m}x{wave_n}x{block_k} {m}x{n}x{k} (seed {seed})")
 
 
 ATTENTION = [  # (target, dtype, BLOCK_M, head dim): 2 waves, so BLOCK_M = 16 is an 8-row wave tile
