@@ -274,19 +274,18 @@ def _gemm_without(kind) -> wc.WaveKernel:
     return gemm
 
 
-def _row_sums() -> wc.WaveKernel:
-    """A GEMM that also sums its rows along N (``s = sum(c, N)``)."""
+def _row_prefix_sums() -> wc.WaveKernel:
+    """A GEMM whose C holds the prefix sums of its rows along N (``wc.cumsum(c, N)``)."""
 
     @wc.wave(gm.gemm_constraints())
-    def gemm_sums(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32], s: Memory[M, f32]):
+    def gemm_cumsum(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
         @wc.iterate(K, init_args=[Register[M, N, f32](0.0)])
         def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
             return wc.mma(wc.read(a), wc.read(b), acc)
 
-        wc.write(body, c)
-        wc.write(wc.sum(body, N), s)
+        wc.write(wc.cumsum(body, N), c)
 
-    return gemm_sums
+    return gemm_cumsum
 
 
 def _write_wrong_dtype() -> wc.WaveKernel:
@@ -399,8 +398,8 @@ def definition_cases() -> list[Case]:
         ),
         Case(
             D,
-            "BLOCK_N = 8: 4-column wave tiles (padded to the mma's 8) summed along N",
-            lambda: _compile(_row_sums(), {**subs, wc.sym.BLOCK_N: 8}),
+            "BLOCK_N = 8: prefix sums along 4-column wave tiles (padded to the mma's 8)",
+            lambda: _compile(_row_prefix_sums(), {**subs, wc.sym.BLOCK_N: 8}),
         ),
         Case(
             D,

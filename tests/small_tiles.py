@@ -35,10 +35,11 @@ def gemm_for(target: str, dtype, bm: int, bn: int, bk: int, stages: int) -> tupl
     return kernel, subs
 
 
-def epilogue_gemm(wave_m: int, wave_n: int, dtype=wc.f16, reduce_n: bool = True) -> wc.WaveKernel:
-    """``c = a @ b.T + bias`` (bias [N]) and its row sums ``s`` (when ``reduce_n``) on 2 x 1 waves of
+def epilogue_gemm(wave_m: int, wave_n: int, dtype=wc.f16, rows: str = "sum") -> wc.WaveKernel:
+    """``c = a @ b.T + bias`` (bias [N]) and its row sums ``s`` and row maxima ``mx`` on 2 x 1 waves of
     ``wave_m`` x ``wave_n`` with K in steps of 16 (mma.sync m16n8k16): a padded tile's values flow through
-    a broadcast operand, an elementwise op and a reduction along the unpadded dim."""
+    a broadcast operand, an elementwise op and reductions (along a padded N their identity fills the
+    padding).  ``rows="cumsum"``: c holds the row prefix sums instead (and s, mx are not written)."""
     cons = [
         wc.WorkgroupConstraint(M, 2 * wave_m, 0),
         wc.WorkgroupConstraint(N, wave_n, 1),
@@ -50,15 +51,18 @@ def epilogue_gemm(wave_m: int, wave_n: int, dtype=wc.f16, reduce_n: bool = True)
 
     @wc.wave(cons)
     def epilogue(a: Memory[M, K, dtype], b: Memory[N, K, dtype], bias: Memory[N, f32], c: Memory[M, N, f32],
-                 s: Memory[M, f32]):  # fmt: skip
+                 s: Memory[M, f32], mx: Memory[M, f32]):  # fmt: skip
         @wc.iterate(K, init_args=[Register[M, N, f32](0.0)])
         def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
             return wc.mma(wc.read(a), wc.read(b), acc)
 
         y = body + wc.read(bias)
-        wc.write(y, c)
-        if reduce_n:
+        if rows == "cumsum":
+            wc.write(wc.cumsum(y, N), c)
+        else:
+            wc.write(y, c)
             wc.write(wc.sum(y, N), s)
+            wc.write(wc.max(y, N), mx)
 
     return epilogue
 

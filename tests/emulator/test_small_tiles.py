@@ -40,20 +40,18 @@ def test_gemm_small_wave_tiles(target: str, dtype, bm: int, bn: int, bk: int, st
 
 @pytest.mark.parametrize("wave_m,wave_n", [(8, 8), (16, 4), (8, 4)], ids=["m8", "n4", "m8n4"])
 def test_epilogue_on_padded_tiles(wave_m: int, wave_n: int) -> None:
-    """A broadcast bias read in the padded layout and row sums over N (unpadded) of 8-row wave tiles."""
-    reduce_n = wave_n == 8  # a sum along a padded N is rejected (test_unpaddable_tiles_still_error)
-    compiled = wc.compile(epilogue_gemm(wave_m, wave_n, reduce_n=reduce_n), {}, backend="emulator", target="sm_80")
+    """A broadcast bias read in the padded layout, row sums and maxima of 8-row and 4-column wave tiles
+    (a 4-column tile's padding columns duplicate real ones: a sum that took them would count those twice)."""
+    compiled = wc.compile(epilogue_gemm(wave_m, wave_n), {}, backend="emulator", target="sm_80")
     g, seed = generator()
     m, n, k = 37, wave_n, 40
     a, b, bias = randn(g, m, k, dtype=torch.float16), randn(g, n, k, dtype=torch.float16), randn(g, n)
-    c, s = poisoned(m, n), poisoned(m)
-    compiled(a, b, bias, c, s)
+    c, s, mx = poisoned(m, n), poisoned(m), poisoned(m)
+    compiled(a, b, bias, c, s, mx)
     ref = a.double() @ b.double().T + bias.double()
     check(c, ref, GEMM_TOL, f"epilogue {wave_m}x{wave_n} (seed {seed})")
-    if reduce_n:
-        check(s, ref.sum(1), GEMM_TOL, f"row sums {wave_m}x{wave_n} (seed {seed})")
-    else:
-        assert s.isnan().all(), "the kernel without row sums wrote s"
+    check(s, ref.sum(1), GEMM_TOL, f"row sums {wave_m}x{wave_n} (seed {seed})")
+    check(mx, ref.max(1).values, GEMM_TOL, f"row maxima {wave_m}x{wave_n} (seed {seed})")
 
 
 I8_MMA = {"sm_80": (wc.MMAType.NV_I32_16x8x32_I8, 32), "gfx942": (wc.MMAType.I32_16x16x32_I8, 64)}
@@ -129,13 +127,13 @@ def test_attention_small_tiles(target: str, dtype, bm: int, d: int, causal: bool
 
 
 def test_unpaddable_tiles_still_error() -> None:
-    """A tile that does not divide the instruction's, a sum along a padded dim, and a conversion through
+    """A tile that does not divide the instruction's, a prefix sum along a padded dim, and a conversion through
     shared memory of padded rows (MFMA attention) keep a ConstraintError naming the constraint and why."""
     kernel, subs = gemm_for("sm_80", wc.f16, 48, 32, 32, 1)
     with pytest.raises(ConstraintError, match=r"a tile of 24 .* nor a divisor of it"):
         wc.compile(kernel, subs, backend="emulator", target="sm_80")
-    with pytest.raises(ConstraintError, match=r"WaveConstraint\(N, 4\).*%reduce at .* combines elements along N"):
-        wc.compile(epilogue_gemm(16, 4), {}, backend="emulator", target="sm_80")
+    with pytest.raises(ConstraintError, match=r"WaveConstraint\(N, 4\).*%scan at .* combines elements along N"):
+        wc.compile(epilogue_gemm(16, 4, rows="cumsum"), {}, backend="emulator", target="sm_80")
     mfma = make_attention(wc.f16, "bhsd", False, 2, mma="mfma")
     with pytest.raises(ConstraintError, match=r"BLOCK_M = 16 .*a tile of 8 .*through shared memory"):
         wc.compile(mfma, {BLOCK_M: 16, BLOCK_N: 32, NUM_STAGES: 2, D: 8}, backend="emulator", target="gfx942")

@@ -1,6 +1,7 @@
 """Padded instruction tiles in codegen (``indexing/padding.py``): a store skips the padding of its value
-(``pad_guard``), an mma zeroes its operands' padding along K (``zero_k_padding``); reads wrap their
-addresses onto the wave's tile (``padding.wrap``, at the read rules).  Nothing here is emitted for a
+(``pad_guard``), an mma zeroes its operands' padding along K (``zero_k_padding``), a reduction along a
+padded dim replaces the padding by its identity (``fill_padding``); reads wrap their addresses onto the
+wave's tile (``padding.wrap``, at the read rules).  Nothing here is emitted for a
 kernel whose wave tiles are whole instruction tiles.
 """
 
@@ -39,22 +40,34 @@ def pad_guard(fb: FunctionBuilder, node: fx.Node, coords: dict) -> ir.Value | No
     return cond
 
 
-def zero_k_padding(fb: FunctionBuilder, operand: fx.Node, k_dim, value: ir.Value) -> ir.Value:
-    """An mma operand with its elements past the wave's tile of K set to zero (``value`` unchanged when K is
-    not padded): they would otherwise add products of whatever the registers hold to every result."""
-    ext = padded_dims(fb.cs, operand).get(k_dim)
+def keep_mask(fb: FunctionBuilder, node: fx.Node, dim) -> ir.Value | None:
+    """The i1 vector, in ``node``'s register order, true at the elements inside the wave's tile along
+    ``dim`` (None when ``dim`` is not padded); built once per kernel: it depends on the lane only."""
+    ext = padded_dims(fb.cs, node).get(dim)
     if ext is None:
-        return value
-    layout: Layout = operand.meta["layout"]
-    first = place(layout, k_dim, layout.seq(k_dim).start)
-    offsets = tuple(pos[k_dim] for pos in layout.positions())
+        return None
+    layout: Layout = node.meta["layout"]
+    first = place(layout, dim, layout.seq(dim).start)
+    offsets = tuple(pos[dim] for pos in layout.positions())
     i1 = ir.IntegerType.get_signless(1)
 
-    def mask() -> ir.Value:
+    def build() -> ir.Value:
         # place + offset < ext, i.e. place < ext - offset (never when the offset alone passes the tile)
         flags = [_inside(fb, first, ext - off) if off < ext else arith.constant(i1, 0) for off in offsets]
         return vector.from_elements(ir.VectorType.get([len(flags)], i1), flags)
 
-    dtype = operand.meta["type"].dtype
-    keep = fb.derived(("pad_k", first, ext, offsets), (first,), mask)  # once per kernel: it depends on the lane
-    return arith.select(keep, value, splat(vec_type(layout.size, dtype), dtype, 0))
+    return fb.derived(("pad_keep", first, ext, offsets), (first,), build)
+
+
+def fill_padding(fb: FunctionBuilder, node: fx.Node, dim, value: ir.Value, dtype, fill) -> ir.Value:
+    """``value`` (``node``'s registers, of ``dtype``) with its padding along ``dim`` replaced by ``fill``."""
+    keep = keep_mask(fb, node, dim)
+    if keep is None:
+        return value
+    return arith.select(keep, value, splat(vec_type(node.meta["layout"].size, dtype), dtype, fill))
+
+
+def zero_k_padding(fb: FunctionBuilder, operand: fx.Node, k_dim, value: ir.Value) -> ir.Value:
+    """An mma operand with its elements past the wave's tile of K set to zero (``value`` unchanged when K is
+    not padded): they would otherwise add products of whatever the registers hold to every result."""
+    return fill_padding(fb, operand, k_dim, value, operand.meta["type"].dtype, 0)

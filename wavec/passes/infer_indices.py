@@ -430,7 +430,8 @@ def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node
         if op is not None and (op.index_flow == "atomic" or shared):
             via = " through shared memory" * shared
             return f" (padding cannot flow into %{user.name}{_at(user)}, a {op.name}{via})"
-        if op is not None and op.index_flow in ("reduce", "topk", "elementwise") and user.kwargs.get("dim") == dim:
+        # (a reduction fills the padding with its identity: ``codegen/reductions.py``)
+        if op is not None and op.index_flow in ("topk", "elementwise") and user.kwargs.get("dim") == dim:
             return f" (%{user.name}{_at(user)} combines elements along {dim}: padding would join them)"
     return None
 
