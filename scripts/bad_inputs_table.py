@@ -274,6 +274,20 @@ def _gemm_without(kind) -> wc.WaveKernel:
     return gemm
 
 
+def _row_prefix_sums() -> wc.WaveKernel:
+    """A GEMM whose C holds the prefix sums of its rows along N (``wc.cumsum(c, N)``)."""
+
+    @wc.wave(gm.gemm_constraints())
+    def gemm_cumsum(a: Memory[M, K, f16], b: Memory[N, K, f16], c: Memory[M, N, f32]):
+        @wc.iterate(K, init_args=[Register[M, N, f32](0.0)])
+        def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
+            return wc.mma(wc.read(a), wc.read(b), acc)
+
+        wc.write(wc.cumsum(body, N), c)
+
+    return gemm_cumsum
+
+
 def _write_wrong_dtype() -> wc.WaveKernel:
     @wc.wave(ew.rowwise_constraints(32, 8))
     def cast_copy(src: Memory[M, N, f32], dst: Memory[M, N, f16]):
@@ -381,6 +395,11 @@ def definition_cases() -> list[Case]:
         Case(D, "waves=(3, 2): wave tile 64/3 is not an integer", lambda: _compile(gm.make_gemm(waves=(3, 2)), subs)),
         Case(
             D, "BLOCK_M = 48: a 24-row wave tile for the 16-row mma", lambda: _compile(gm.make_gemm(), {**subs, BM: 48})
+        ),
+        Case(
+            D,
+            "BLOCK_N = 8: prefix sums along 4-column wave tiles (padded to the mma's 8)",
+            lambda: _compile(_row_prefix_sums(), {**subs, wc.sym.BLOCK_N: 8}),
         ),
         Case(
             D,

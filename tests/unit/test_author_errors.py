@@ -144,9 +144,9 @@ CASES = [
         "return wc.mma(wc.read(a), wc.read(b), acc)",
     ),
     Bad(
-        "BLOCK_K=8: loop tile smaller than the mma's K",
-        _compile(lambda: gemm(), {**DEFAULT_SUBS, BK: 8}),
-        ("BLOCK_K = 8", "TilingConstraint(K, BLOCK_K)", "16 K elements"),
+        "BLOCK_N=12: a 6-column wave tile, neither a multiple nor a divisor of the mma's 8",
+        _compile(lambda: gemm(), {**DEFAULT_SUBS, BN: 12}),
+        ("BLOCK_N = 12", "WaveConstraint(N, BLOCK_N/2)", "tile of 6", "8 columns", "nor a divisor"),
         "return wc.mma(wc.read(a), wc.read(b), acc)",
     ),
     Bad(

@@ -34,6 +34,7 @@ from ..frontend.ops import (
 from ..frontend.tracing import Trace, arg_node, arg_nodes, placeholders
 from ..frontend.unary_kinds import UNARY_KINDS
 from ..indexing import LANE, THREAD, WAVE, WORKGROUP, Layout, broadcast_positions, induction_symbol
+from ..indexing.padding import Wrap
 from ..indexing.shared_layout import Xor
 from ..indexing.symbols import PID, stage_symbol
 from ..passes.context import PassContext
@@ -214,6 +215,8 @@ class FunctionBuilder:
             return self._fold(arith.maxsi, e.args)
         if isinstance(e, sympy.Mod):
             return self._emit_mod(*e.args)
+        if isinstance(e, Wrap):  # padded instruction tiles
+            return arith.remui(self.index(e.args[0]), self.index(e.args[1]))
         if isinstance(e, Xor):  # swizzled shared layouts
             return arith.xori(self.index(e.args[0]), self.index(e.args[1]))
         raise CodegenError(message=f"cannot lower index expression {e}")
@@ -423,6 +426,8 @@ def lower_mma(fb: FunctionBuilder, node: fx.Node) -> None:
     assert fb.cs.mma_type is not None  # infer_indices rejects an mma without one
     spec = fb.cs.mma_type.spec
     a, b, c = (fb.values[x] for x in arg_nodes(node))
+    k = MMA.dims(node)[2]  # padding along K must add nothing (``codegen/padding.py``)
+    a, b = (zero_k_padding(fb, arg_node(node, i), k, v) for i, v in ((0, a), (1, b)))
     in_dt = arg_node(node, 0).meta["type"].dtype
     acc_dt = arg_node(node, 2).meta["type"].dtype
     if in_dt.name != spec.in_dtype or acc_dt.name != spec.acc_dtype:
@@ -507,3 +512,4 @@ def lower_get_result(fb: FunctionBuilder, node: fx.Node) -> None:
 
 
 from . import memory_access  # noqa: E402, F401 - registers Read, Write, Allocate and AsyncCopy
+from .padding import zero_k_padding  # noqa: E402 - it builds on this module's helpers

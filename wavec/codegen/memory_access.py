@@ -27,8 +27,10 @@ from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import arg_node, arg_nodes, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE, THREAD, WORKGROUP, Layout
+from ..indexing.padding import padded_dims, wrap
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, reshape, rule, splat, vec_type
+from .padding import pad_guard
 from .replicas import guarded, replica_guard
 
 
@@ -210,7 +212,7 @@ class RunCoords(dict):
     tile: dict
 
 
-def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
+def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> RunCoords:
     """The coordinates of a run: register dims as index expressions, gathered memory dims as the index
     value at the run's first position (a run never crosses rows of a gathered dim)."""
     coords = RunCoords(_coords(layout, off))
@@ -218,6 +220,15 @@ def run_coords(layout: Layout, first: int, off: dict, vectors: dict) -> dict:
     for d, vec in vectors.items():
         coords[d] = arith.index_cast(ir.IndexType.get(), vector.extract(vec, [], [first]))
     return coords
+
+
+def _wrap_run(coords: RunCoords, pads: dict, layout: Layout, lanes: int) -> RunCoords:
+    """``padding.wrap`` of a run's coordinates and of its register coordinates."""
+    if not pads:
+        return coords
+    out = RunCoords(wrap(coords, pads, layout, lanes))
+    out.tile = wrap(coords.tile, pads, layout, lanes)
+    return out
 
 
 def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
@@ -251,10 +262,12 @@ def _ldmatrix(fb: FunctionBuilder, node: fx.Node, mem: fx.Node) -> ir.Value:
         row = base[row_dim] + sympy.Mod(LANE, 8)
         col = base[k_dim] + chunk * sympy.Mod(sympy.floor(LANE / 8), 2)
     i32 = ir.IntegerType.get_signless(32)
+    # lanes that address padding re-read the wave's tile
+    at = wrap({row_dim: row, k_dim: col}, padded_dims(fb.cs, node), layout, fb.cs.lanes)
     frag = ir.Operation.create(
         "nvgpu.ldmatrix",
         results=[ir.VectorType.get(list(shape), elem_type(dtype))],
-        operands=[fb.values[mem]] + mem_indices(fb, node, mem, {row_dim: row, k_dim: col}),
+        operands=[fb.values[mem]] + mem_indices(fb, node, mem, at),
         attributes={"numTiles": ir.IntegerAttr.get(i32, tiles), "transpose": ir.BoolAttr.get(trans)},
     ).result
     flat = reshape(vec_type(shape[0] * shape[1], dtype), frag)
@@ -281,13 +294,14 @@ def lower_read(fb: FunctionBuilder, node: fx.Node) -> None:
     dtype = node.meta["type"].dtype
     runs, aligns = node.meta["accesses"], node.meta["alignments"]
     vecs = index_vectors(fb, node, layout)
+    pads = padded_dims(fb.cs, node)  # padding re-reads the wave's tile (its values never reach a result)
     if len(runs) == 1:
-        coords = run_coords(layout, 0, runs[0][2], vecs)
+        coords = _wrap_run(run_coords(layout, 0, runs[0][2], vecs), pads, layout, fb.cs.lanes)
         fb.values[node] = guarded_load(fb, node, mem_node, coords, vec_type(layout.size, dtype), dtype, aligns[0])
         return
     acc = splat(vec_type(layout.size, dtype), dtype, 0)
     for (first, n, off), align in zip(runs, aligns):
-        coords = run_coords(layout, first, off, vecs)
+        coords = _wrap_run(run_coords(layout, first, off, vecs), pads, layout, fb.cs.lanes)
         piece = guarded_load(fb, node, mem_node, coords, vec_type(n, dtype), dtype, align)
         acc = vector.insert_strided_slice(piece, acc, [first], [1])
     fb.values[node] = acc
@@ -331,12 +345,14 @@ def _branch_stores(memref_value: ir.Value, cond: ir.Value, then: list, other: li
 def lower_write(fb: FunctionBuilder, node: fx.Node) -> None:
     val_node, mem_node = arg_node(node, 0), arg_node(node, 1)
     pieces = _run_pieces(node, fb.values[val_node], index_vectors(fb, node, node.meta["layout"]))
-    furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if fb.cs.scheduling.split_epilogue else None
+    padded = bool(padded_dims(fb.cs, node))
+    split = fb.cs.scheduling.split_epilogue and not padded
+    furthest = _furthest_runs(node, [c for _p, c, _a in pieces]) if split else None
     if furthest is None:
         spread = len(pieces) > 1 and not _holds_atomic_results(node)
         for i, (piece, coords, align) in enumerate(pieces):
             idx = mem_indices(fb, node, mem_node, coords)
-            guard = _write_guard(fb, node, i if spread else None)
+            guard = guarded(_write_guard(fb, node, i if spread else None), pad_guard(fb, node, coords))
             _store_if(fb.values[mem_node], idx, guarded(in_bounds(fb, node, coords), guard), piece, align)
         return
     # One bounds test for the thread's furthest run per masked dim (a run never straddles the bound, so

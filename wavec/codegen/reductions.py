@@ -31,12 +31,22 @@ from ..frontend.tracing import arg_node
 from ..indexing import LANE, WAVE, Layout
 from ..passes.schema import Kwargs
 from .lowering import FunctionBuilder, elem_type, rule, splat, vec_type
+from .padding import fill_padding
 
 CK = vector.CombiningKind
 _FLOAT = {"max": (CK.MAXIMUMF, arith.maximumf), "sum": (CK.ADD, arith.addf), "min": (CK.MINIMUMF, arith.minimumf)}
 _INT = {"max": (CK.MAXSI, arith.maxsi), "sum": (CK.ADD, arith.addi), "min": (CK.MINSI, arith.minsi)}
 _INT.update(argmax=_INT["max"], argmin=_INT["min"])
 NAN_KEY = {"argmax": 0x7FFFFFFF, "argmin": -0x80000000}  # above +inf's order bits / below -inf's
+
+
+def identity(kind: str, dtype: dt.DType) -> float | int:
+    """The value that leaves a reduction of ``kind`` unchanged (what padding holds when reduced; an
+    arg-reduction reduces signed i64 keys)."""
+    if dtype.is_float:
+        return {"sum": 0.0, "max": float("-inf"), "min": float("inf")}[kind]
+    bound = 2 ** (8 * dtype.bytes - 1)
+    return 0 if kind == "sum" else -bound if kind in ("max", "argmax") else bound - 1
 
 
 def _combiner(kind: str, dtype: dt.DType):
@@ -165,6 +175,7 @@ def lower_reduce(fb: FunctionBuilder, node: fx.Node) -> None:
     v = fb.values[x_node]
     if kind in NAN_KEY:
         v = arg_keys(fb, v, lin, dim, kind, x_node.meta["type"].dtype)
+    v = fill_padding(fb, x_node, dim, v, dtype, identity(kind, dtype))  # padding joins nothing
     combining, combine = _combiner(kind, dtype)
     parts = []
     for qs in reduce_groups(lin, lout):

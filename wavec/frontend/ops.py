@@ -212,7 +212,11 @@ class MMA(Op):
     name = "mma"
     anchor, anchor_priority = "mma_operands", PRIO_HARDWARE
     expansion = "mma_chain"  # clones chained along K, K steps outermost
-    emulated_ops = ("nvgpu.mma.sync", "amdgpu.mfma", "nvvm.convert.float.to.tf32")
+    # (the compare, mask and select zero an operand's padding along K: codegen/padding.py)
+    emulated_ops = (
+        "nvgpu.mma.sync", "amdgpu.mfma", "nvvm.convert.float.to.tf32", "arith.cmpi", "vector.from_elements",
+        "arith.select",
+    )  # fmt: skip
 
     @staticmethod
     def dims(node) -> tuple:

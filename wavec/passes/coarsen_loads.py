@@ -27,6 +27,7 @@ from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import Layout
+from ..indexing.padding import padded_dims
 from .context import PassContext
 
 MAX_ACCESS_BYTES = 16
@@ -138,6 +139,8 @@ def _uses_ldmatrix(node: fx.Node, ctx: PassContext) -> bool:
     row_dim, k_dim = operand.meta["type"].dims
     transpose = node.meta["type"].dims[-1] != k_dim  # the tile is contiguous along the row (N) dim
     if transpose and (role != "b" or node.meta["type"].dtype.bytes != 2):  # .trans moves 16-bit elements
+        return False
+    if transpose and row_dim in padded_dims(ctx.constraints, node):  # (its 16-byte rows would pass the tile)
         return False
     node.meta.update(mma_role=role, mma_dims=(row_dim, k_dim), transpose=transpose)
     return True

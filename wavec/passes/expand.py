@@ -13,7 +13,7 @@ import itertools
 import torch.fx as fx
 
 from ..errors import ExpansionError
-from ..frontend.ops import MMA, GetResult
+from ..frontend.ops import MMA, PRIO_HARDWARE, GetResult
 from ..frontend.tracing import Trace
 from .context import PassContext
 
@@ -39,6 +39,9 @@ def _counts(ctx: PassContext, node: fx.Node) -> dict:
                 node.meta.get("loc"),
                 message=f"dimension {d} is not distributed: add a WorkgroupConstraint or TilingConstraint for it",
             )
+        if extent < tile and not per_workgroup and node.meta.get("layout_prio") == PRIO_HARDWARE and not tile % extent:
+            counts[d] = 1  # an MMA tile padded past the wave's (infer_indices.check_tiles admitted it)
+            continue
         if extent % tile:  # infer_indices checked the layouts it chose; this guards layouts made later
             raise ExpansionError(
                 node.meta.get("loc"),

@@ -5,8 +5,9 @@ tile's, starts including workgroup, wave and loop offsets) and ``meta["layout_pr
 priority: mma operands (3), staging copies and reduction inputs (2), written values (1), defaults (0),
 each seeded in program order and propagated to a fixpoint; equal priorities with different layouts raise
 ``IndexConflictError`` naming both source lines.  Every dim's wave tile (workgroup tile, for workgroup-wide
-copies) is whole instruction tiles of the layout, else a ``ConstraintError`` at the line of the op that
-fixed the layout, naming the constraint and symbols that made the tile (``check_tiles``).
+copies) is whole instruction tiles of the layout, or an MMA layout's tile padded (a wave tile dividing the
+instruction's, ``indexing/padding.py``), else a ``ConstraintError`` at the line of the op that fixed the
+layout, naming the constraint and symbols that made the tile (``check_tiles``).
 """
 
 from __future__ import annotations
@@ -396,11 +397,46 @@ def check_tiles(ctx: PassContext, graph: fx.Graph, node: fx.Node, layout: Layout
     per_wave = "workgroup" not in (node.meta.get("distribute"), node.meta.get("index_scope"))
     for d, tile in zip(layout.dims, layout.tile):
         extent = cs.wave_extent(d) if per_wave else cs.workgroup_extent(d)
-        if extent is not None and extent % tile:
+        if extent is None or not extent % tile:
+            continue
+        why = _unpaddable(ctx, node, layout, origin, d, extent) if per_wave else ""
+        if why is not None:
             raise ConstraintError(
                 origin.meta.get("loc") or node.meta.get("loc"),
-                message=f"{cs.explain(d, per_wave)}, not a multiple of {_instruction(ctx, origin, d, tile)}",
+                message=f"{cs.explain(d, per_wave)}, not a multiple of {_instruction(ctx, origin, d, tile)}{why}",
             )
+
+
+def _at(node: fx.Node) -> str:
+    """`` at file:line`` of a node's kernel source line ("" when it has none)."""
+    loc = node.meta.get("loc")
+    return f" at {loc.filename}:{loc.line}" if loc is not None else ""
+
+
+def _unpaddable(ctx: PassContext, node: fx.Node, layout: Layout, origin: fx.Node, dim, extent: int) -> str | None:
+    """None when an MMA instruction tile may be padded to a wave tile of ``extent`` along ``dim``
+    (``indexing/padding.py``), else why not ("" for layouts that are not an MMA's: they are never padded)."""
+    if origin.meta.get("op") is not MMA:
+        return ""
+    tile = layout.tile_of(dim)
+    if tile % extent:
+        return " nor a divisor of it (a wave tile that divides the instruction's is padded to it)"
+    if ctx.mma.spec.group_waves > 1:
+        return " (warpgroup MMAs read their operands from shared memory: their tiles cannot be padded)"
+    runs = [c for c, stride in layout.seq(dim).levels if stride == 1]
+    if any(extent % c for c in runs):
+        return f" (its runs of {max(runs)} contiguous elements would straddle the tile's end)"
+    for user in node.users:
+        op = user.meta.get("op")
+        # (a conversion through shared memory would store padding past the wave's slice of its buffer)
+        shared = op is not None and op.expansion == "regroup" and user.kwargs["via"] != "registers"
+        if op is not None and (op.index_flow == "atomic" or shared):
+            via = " through shared memory" * shared
+            return f" (padding cannot flow into %{user.name}{_at(user)}, a {op.name}{via})"
+        # (a reduction fills the padding with its identity: ``codegen/reductions.py``)
+        if op is not None and op.index_flow in ("topk", "elementwise") and user.kwargs.get("dim") == dim:
+            return f" (%{user.name}{_at(user)} combines elements along {dim}: padding would join them)"
+    return None
 
 
 def infer_indices(trace: Trace, ctx: PassContext) -> None:

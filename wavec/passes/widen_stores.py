@@ -17,6 +17,7 @@ from ..frontend.ops import WideStore, Write
 from ..frontend.tracing import Trace, arg_node, capture_root
 from ..frontend.types import AddressSpace
 from ..indexing import LANE
+from ..indexing.padding import padded_dims
 from .context import PassContext
 
 _FRAGMENT = [(0, 0), (0, 1), (8, 0), (8, 1)]  # (row, column) offsets of a thread's four accumulator elements
@@ -76,7 +77,7 @@ def widen_stores(trace: Trace, ctx: PassContext) -> None:
     groups: dict = {}
     order = {n: i for i, n in enumerate(trace.graph.nodes)}
     for node in trace.graph.nodes:
-        info = _fragment_write(node)
+        info = None if padded_dims(cs, node) else _fragment_write(node)  # padding: narrow guarded stores
         if info is not None:
             mem, rows, rest, const = info
             groups.setdefault((mem, rows, rest, const // 32), {})[const % 32] = node
