@@ -74,15 +74,20 @@ def test_atomics(kind: str, dtype, target: str) -> None:
     td = dtype.torch()
     rows = 3000
     src = (torch.randn(rows, 260) * 10).to(td).cuda()
-    idx = torch.randint(0, 40, (rows,), dtype=torch.int32, device="cuda")
     out = (torch.randn(20, 260) * 10).to(td).cuda()
+    if kind == "add" and dtype.name in ("f16", "bf16"):
+        # small integers: every partial sum (|s| < 256 in practice: ~150 adds of -3..3) is exact in a half
+        # type, so the sum is exact in any order of the adds and the comparison below is exact
+        src = torch.randint(-3, 4, (rows, 260)).to(td).cuda()
+        out = torch.randint(-10, 11, (20, 260)).to(td).cuda()
+    idx = torch.randint(0, 40, (rows,), dtype=torch.int32, device="cuda")
     t = (idx // 2).long()
     if kind == "add":
         want = out.double().index_add_(0, t, src.double())
     else:
         want = out.clone().index_reduce_(0, t, src, "amin" if kind == "min" else "amax").double()
     _compiled("atomic", kind, dtype, target=target)(src, idx, out)
-    rtol, atol = TOL[dtype.name]
+    rtol, atol = (0, 0) if kind == "add" and dtype.name in ("f16", "bf16") else TOL[dtype.name]
     torch.testing.assert_close(out.double(), want, rtol=rtol, atol=atol)
 
 
