@@ -22,6 +22,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
@@ -303,6 +304,12 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
     shape, tdtype, device, empty = x.shape, x.dtype, x.device, torch.empty
     if not rows.numel():
         return lambda x, *_: empty(shape, dtype=tdtype, device=device)
+    scalars = () if op == "softmax" else (e, inv_n)
+    pitch = rows.stride(0) if rows.shape[0] > 1 else rows.shape[1]
+    fits = (rows.shape[0] - 1) * pitch + rows.shape[1] + 16 < 2**31  # i32 row starts
+    if fits and rows_odd.odd_config(dtype, rows.shape[1], op, pitch) is not None:
+        odd = rows_odd.odd_runner(op, dtype, rows, shape, per_call, scalars, backend)
+        return lambda x, *g: odd(x, *(v if w is None else w.contiguous() for v, w in zip(vectors, g)))
     out = empty(shape, dtype=tdtype, device=device)
     launch = _kernel(op, dtype, rows.shape[1], backend).prepare(
         rows, *vectors, out.view(rows.shape), *(() if op == "softmax" else (e, inv_n)), fresh_outputs=True
