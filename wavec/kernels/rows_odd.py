@@ -97,10 +97,7 @@ def _vectors(row: _Row, mem) -> tuple[Any, Any]:
     """A [N] weight or bias at the interior and edge columns, f32 (gathered element by element: a row's
     columns sit at a different offset within 16 bytes than its chunks; from L1, every row reads them)."""
     col = wc.index(J)[None, :, None] * row.vec + wc.index(V)[None, None, :] + row.head[:, None, None]
-    return (
-        wc.cast(wc.read(mem, mapping={N: col}), f32),
-        wc.cast(wc.read(mem, mapping={N: row.ecol}), f32),
-    )
+    return (wc.cast(wc.read(mem, mapping={N: col}), f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32))
 
 
 def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
@@ -127,8 +124,8 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wave
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def rms_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
-        w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32],
-        inv_n: wc.Scalar[f32],
+        w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
+        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
         v = row.interior(0.0)
@@ -146,8 +143,8 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def layer_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
-        w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
-        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+        gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
         mean = row.total(row.interior(0.0), row.edge(row.e, 0.0)) * inv_n
@@ -231,7 +228,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     starts: dict[int, Any] = {}
 
     def run(x: Any, *vectors: Any) -> Any:
-        r = per_call(x)
+        r = per_call(x).reshape(m, n)  # a view (``as_rows`` decided so), or the dense copy
         shift = r.data_ptr() // es % vec
         out_buf = torch.empty(-(-(shift + m * n) // vec) * vec, dtype=r.dtype, device=r.device)
         if shift not in starts:
