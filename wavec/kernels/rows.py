@@ -10,7 +10,9 @@ the variance away), the second reads each tile again (from L2 for the rows in fl
 result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
 max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
 looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
-lengths that are not a multiple of the 16-byte run take the launcher's narrow variant
+lengths that are not a multiple of the 16-byte run take ``rows_odd`` (16-byte chunks of each row's
+interior, its edges element by element) from one wave's unit up to one tile; shorter and longer ones,
+and pitches whose offset within 16 bytes drifts from row to row, the launcher's narrow variant
 (``docs/sizes_and_strides.md``).
 """
 
@@ -193,7 +195,7 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    narrow = n % vec != 0  # the launcher's narrow variant: one-element runs, where more waves did worse
+    narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
     # LayerNorm's one-tile form keeps the deviations and the weights live: at 8 runs a lane (16384 bf16
     # over 8 waves) it spilled to 0.12 of copy bandwidth on an H100, so it stops at 4 runs over 8 waves
     max_waves = MAX_WAVES_PER_ROW // (2 if kind == "layer_norm" else 1)
