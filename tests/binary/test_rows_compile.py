@@ -93,3 +93,34 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
         check=True,
     )
     assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("dtype", [wc.bf16, wc.f32])
+def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -> None:
+    """LayerNorm of 16384 bf16 (8192 f32) over 16 waves, one row per workgroup: 16-byte accesses, and
+    ptxas keeps it in registers (two rows per workgroup spilled)."""
+    gfx = target.startswith("gfx")
+    block = 16384 if dtype == wc.bf16 else 8192
+    block_n, loop, vec, waves = rows.config_for(dtype, block, "layer_norm")
+    assert (block_n, loop, waves) == (block, False, 16)
+    kernel = rows.make_layer_norm_long(dtype, waves, tpw=64 if gfx else 32, vec=vec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
+    assert k.artifact.binary and dict(k.artifact.metadata.divisibility).get("N") == vec
+    if gfx:
+        return
+    ptx = k.artifact.binary.decode()
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

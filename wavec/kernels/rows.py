@@ -173,6 +173,33 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
     return layer_norm_rows
 
 
+def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
+    """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
+    dim): 512 threads at 16 waves may use 128 registers each, where two rows (1024 threads, 64 each) spilled
+    the deviations form at 16384 bf16 (0.38 of copy on an H100; looping over tiles: 0.59)."""
+    vec = vec or 16 // dtype.bytes
+
+    @wc.wave(
+        [
+            wc.WorkgroupConstraint(M, 1, 0),
+            wc.WorkgroupConstraint(N, BLOCK_N, 1),
+            wc.WaveConstraint(N, BLOCK_N / waves_per_row),
+            wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={N: tpw * vec}),
+        ]
+    )
+    def layer_norm_long(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
+        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        inside = wc.arange(N) < N
+        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
+        d = wc.where(inside, v - wc.sum(v, N) * inv_n, 0.0)  # deviations first: a large mean cancels nothing
+        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
+
+    return layer_norm_long
+
+
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
 MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
     "softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows,
@@ -196,10 +223,9 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     vec = 16 // dtype.bytes
     unit = 32 * vec
     narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
-    # LayerNorm's one-tile form keeps the deviations and the weights live: at 8 runs a lane (16384 bf16
-    # over 8 waves) it spilled to 0.12 of copy bandwidth on an H100, so it stops at 4 runs over 8 waves
-    max_waves = MAX_WAVES_PER_ROW // (2 if kind == "layer_norm" else 1)
-    if n > (8 * unit if narrow else RUNS_PER_WAVE * max_waves * unit):
+    # (LayerNorm past 8 waves: one row per workgroup, ``make_layer_norm_long``; 8 runs a lane over 8 waves
+    # spilled to 0.12 of copy bandwidth on an H100)
+    if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
         return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
         vec //= 2
@@ -217,7 +243,10 @@ def _kernel(kind: str, dtype, n: int, backend: str | None):
     key = (kind, dtype.name, block_n, loop, vec, waves, backend)
     if key not in _COMPILED:
         extra = {"block_n": block_n} if kind == "layer_norm" else {}
-        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
+        if kind == "layer_norm" and waves > 8:
+            kernel = make_layer_norm_long(dtype, waves, vec=vec)
+        else:
+            kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
         _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
     return _COMPILED[key]
 
