@@ -238,16 +238,19 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
 _COMPILED: dict = {}
 
 
-def _kernel(kind: str, dtype, n: int, backend: str | None):
+def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
+    """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    key = (kind, dtype.name, block_n, loop, vec, waves, backend)
+    if kind == "layer_norm" and waves > 8:
+        return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
+    extra = {"block_n": block_n} if kind == "layer_norm" else {}
+    return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}
+
+
+def _kernel(kind: str, dtype, n: int, backend: str | None):
+    key = (kind, dtype.name, *config_for(dtype, n, kind), backend)
     if key not in _COMPILED:
-        extra = {"block_n": block_n} if kind == "layer_norm" else {}
-        if kind == "layer_norm" and waves > 8:
-            kernel = make_layer_norm_long(dtype, waves, vec=vec)
-        else:
-            kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
-        _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
+        _COMPILED[key] = wc.compile(*kernel_for(kind, dtype, n), backend=backend)
     return _COMPILED[key]
 
 
