@@ -13,13 +13,13 @@ wave's lanes), gathered element by element; an edge slot past the row rereads an
 first head element (or last element), the same value as its owner, so no store is masked and nothing
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
 identity); the weight and bias are gathered by column (their alignment differs per row; they come from
-L1/L2).  The output buffer has the input's layout (the launcher gives it the same offset within 16
-bytes), so one chunk index addresses both.
+L1/L2).  The contiguous output starts at the input's offset within 16 bytes and the pitch differs from
+N by whole chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V``.
 
-Requires: the launcher (``rows._runner``) passes the chunk and flat views of ``x`` and of the output,
-``starts`` (i32), ``inner`` of ``K`` elements and ``N``; ``N >= 2V``.  Guarantees: every element of each
-output row is written once with a value (identical rewrites of one element aside), nothing outside the
-rows is written.
+Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
+(i32), ``inner`` of ``K`` elements, the output as chunks, ``N`` and ``gap``; ``N >= 2V``.  Guarantees:
+every element of each output row is written once with a value (identical rewrites of one element aside),
+nothing outside the rows is written.
 """
 
 from __future__ import annotations
