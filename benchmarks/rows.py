@@ -3,7 +3,10 @@ torch eager and a device copy of the same bytes, one run: do_bench medians on fr
 16384 elements including odd lengths, bf16 (``--dtype``).  Bandwidth counts one read and one write of x.
 Targets (issue 20): >= 80% of copy bandwidth for rows >= 1024 elements, >= 1.0x torch everywhere.
 
-    python benchmarks/rows.py [--quick] [--dtype float16|bfloat16|float32]
+    python benchmarks/rows.py [--quick | --odd] [--dtype float16|bfloat16|float32]
+
+``--odd``: only odd lengths (``kernels/rows_odd.py``: 16-byte accesses for the rows' interiors), plus a
+slice ``x[:, :4097]`` of rows 4104 long.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ def _us(fn) -> float:
     return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def main(quick: bool, dtype: torch.dtype) -> None:
-    lengths = [96, 1000, 4096, 4097, 16384]
-    if not quick:
-        lengths = [96, 128, 300, 1000, 1024, 2048, 2049, 4096, 4097, 8192, 16384]
+def main(quick: bool, dtype: torch.dtype, odd: bool = False) -> None:
+    lengths: list = [96, 1000, 4096, 4097, 16384]
+    if odd:
+        lengths = [301, 1025, 2049, 4097, 8191, 16383, (4097, 4104)]
+    elif not quick:
+        lengths = [96, 128, 300, 1000, 1024, 2048, 2049, 4096, 4097, 8191, 8192, 16383, 16384]
     print(f"device: {torch.cuda.get_device_name()}, {dtype}")
     print("op | N | rows | wavec us | GB/s | of copy | torch us | torch/wavec")
-    for n in lengths:
+    for length in lengths:
+        n, pitch = length if isinstance(length, tuple) else (length, length)
         m = max(1, BYTES // (n * x_bytes(dtype)))
-        x = torch.randn(m, n, device="cuda", dtype=dtype)
+        x = torch.randn(m, pitch, device="cuda", dtype=dtype)[:, :n]
         w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
-        y = torch.empty_like(x)
+        y = torch.empty(m, n, device="cuda", dtype=dtype)
         t_copy = _us(lambda: y.copy_(x))
         ops = {
             "softmax": (lambda: softmax(x), lambda: torch.softmax(x, -1)),
@@ -44,7 +50,8 @@ def main(quick: bool, dtype: torch.dtype) -> None:
             torch.testing.assert_close(ours().float(), theirs().float(), rtol=2e-2, atol=2e-2)
             t_w, t_t = _us(ours), _us(theirs)
             gbs = 2 * x.numel() * x.element_size() / t_w / 1e3
-            print(f"{name} | {n} | {m} | {t_w:.1f} | {gbs:.0f} | {t_copy / t_w:.2f} | {t_t:.1f} | {t_t / t_w:.2f}")
+            label = n if pitch == n else f"{n} of {pitch}"
+            print(f"{name} | {label} | {m} | {t_w:.1f} | {gbs:.0f} | {t_copy / t_w:.2f} | {t_t:.1f} | {t_t / t_w:.2f}")
 
 
 def x_bytes(dtype: torch.dtype) -> int:
@@ -53,4 +60,4 @@ def x_bytes(dtype: torch.dtype) -> int:
 
 if __name__ == "__main__":
     name = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "bfloat16"
-    main("--quick" in sys.argv, getattr(torch, name))
+    main("--quick" in sys.argv, getattr(torch, name), "--odd" in sys.argv)

@@ -1,12 +1,18 @@
 """Binary tier: the any-length row kernels (``kernels/rows.py``) compile for sm_80, sm_90a (PTX/cubin)
-and gfx942 (HSACO), with N dynamic (a launch value) and 16-byte runs along it."""
+and gfx942 (HSACO), with N dynamic (a launch value) and 16-byte runs along it; the odd-length row kernels
+(``kernels/rows_odd.py``) too, their rows' interiors in 16-byte loads and stores, without spills."""
 
 from __future__ import annotations
+
+import re
+import subprocess
 
 import pytest
 
 import wavec as wc
-from wavec.kernels import rows
+import wavec.codegen.ptxas as ptxas_mod
+from wavec.codegen.ptxas import find_ptxas
+from wavec.kernels import rows, rows_odd
 
 pytest.importorskip("iree.compiler")
 
@@ -38,3 +44,83 @@ def test_silu_and_mul_compiles(target: str) -> None:
         ew.make_silu_and_mul(wc.bf16, tpw), subs, target=target, backend="rocm" if gfx else "cuda", cache=False
     )
     assert k.artifact.binary and dict(k.artifact.metadata.divisibility).get("N") == 8  # 16-byte runs of each half
+
+
+def _odd(kind: str, dtype, n: int, target: str) -> wc.CompiledKernel:
+    gfx = target.startswith("gfx")
+    tpw = 64 if gfx else 32
+    config = rows_odd.odd_config(dtype, n, kind, n)
+    assert config is not None
+    subs = {rows_odd.V: 16 // dtype.bytes, rows_odd.E: tpw}
+    kernel = rows_odd.MAKERS[kind](dtype, *config, tpw=tpw)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)  # the PTX text, checked below
+        return wc.compile(kernel, subs, target=target, backend="rocm" if gfx else "cuda", cache=False)
+
+
+ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191)]
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("kind", rows.KINDS)
+@pytest.mark.parametrize("dtype, n", ODD)
+def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: int, tmp_path) -> None:
+    """Per lane: 4 chunks of x read and of the output written as 16-byte vectors (the row's interior), one
+    edge element read and written alone, and for the norms each weight (and bias) element gathered; the
+    NVIDIA binaries assemble without spilling (up to 8 waves a row; RMSNorm over 16, 1024 threads of 64
+    registers each, spills 80 bytes)."""
+    k = _odd(kind, dtype, n, target)
+    assert k.artifact.binary
+    if target.startswith("gfx"):
+        return
+    ptx = k.artifact.binary.decode()
+    elem = {2: "b16", 4: "b32"}[dtype.bytes]
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 4
+    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == 4
+    vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
+    per_lane = 4 * 16 // dtype.bytes + 1  # the interior columns' and the edge element's
+    starts = 1 if elem == "b32" else 0  # the row's start (i32)
+    assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + vectors * per_lane
+    assert len(re.findall(rf"st\.global\.{elem}\b", ptx)) == 1
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("dtype", [wc.bf16, wc.f32])
+def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -> None:
+    """LayerNorm of 16384 bf16 (8192 f32) over 16 waves, one row per workgroup: 16-byte accesses, and
+    ptxas keeps it in registers (two rows per workgroup spilled)."""
+    gfx = target.startswith("gfx")
+    block = 16384 if dtype == wc.bf16 else 8192
+    block_n, loop, vec, waves = rows.config_for(dtype, block, "layer_norm")
+    assert (block_n, loop, waves) == (block, False, 16)
+    kernel = rows.make_layer_norm_long(dtype, waves, tpw=64 if gfx else 32, vec=vec)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
+    assert k.artifact.binary and dict(k.artifact.metadata.divisibility).get("N") == vec
+    if gfx:
+        return
+    ptx = k.artifact.binary.decode()
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr

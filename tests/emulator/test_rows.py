@@ -70,3 +70,25 @@ def test_softmax_extremes() -> None:
 def test_bad_arguments_are_named(call, match: str) -> None:
     with pytest.raises(wc.WavecError, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype, n", [(torch.float32, 6000), (torch.bfloat16, 9000)])
+def test_layer_norm_over_sixteen_waves(dtype: torch.dtype, n: int) -> None:
+    """Rows past 8 waves of 4 runs (``make_layer_norm_long``: one row per workgroup) into NaN-filled
+    outputs, unit spread and a mean of 1000; and through ``layer_norm``."""
+    wdtype = rows.DTYPES[str(dtype).removeprefix("torch.")]
+    block, loop, vec, waves = rows.config_for(wdtype, n, "layer_norm")
+    assert (loop, waves) == (False, 16)
+    k = wc.compile(rows.make_layer_norm_long(wdtype, waves, vec=vec), {rows.BLOCK_N: block}, backend="emulator")
+    for mean in (1.0, 1000.0):
+        x = (mean + torch.randn(3, n) * 2).to(dtype)
+        w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+        out = torch.full_like(x, float("nan"))
+        k(x, w, b, out, 1e-5, 1 / n)
+        want = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+        if dtype == torch.float32 and mean > 1:  # f32 sums of values near 1000: ~1e-4 (torch's as well)
+            torch.testing.assert_close(out.double(), want, rtol=1e-3, atol=1e-3)
+        else:
+            _check(out, want, dtype)
+    if dtype != torch.float32:
+        _check(layer_norm(x, w, b, 1e-5, backend="emulator"), want, dtype)

@@ -1,5 +1,6 @@
 """GPU tier: ``wavec.kernels.softmax`` / ``rms_norm`` / ``layer_norm`` against torch in f64 at row lengths
-from 1 to 16384, odd ones included (the narrow variant), f16, bf16 and f32, and the torch operators."""
+from 1 to 16384, odd ones included (``rows_odd``; the narrow variant below 257 and past one tile), f16, bf16
+and f32, and the torch operators."""
 
 from __future__ import annotations
 
@@ -71,3 +72,72 @@ def test_linear(dtype: torch.dtype, with_bias: bool) -> None:
     assert got.dtype == dtype and ((got.double() - want).norm() / want.norm()).item() < (
         2e-3 if dtype == torch.float16 else 1e-2
     )
+
+
+ODD_N = [263, 1025, 2049, 4097, 8191, 16383]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", ODD_N)
+@pytest.mark.parametrize("offset", [0, 3])
+def test_odd_rows_take_the_chunked_kernel(dtype: torch.dtype, n: int, offset: int) -> None:
+    """Odd lengths (``kernels/rows_odd.py``), rows starting ``offset`` elements past a 16-byte boundary:
+    torch's result in f64, and no narrow variant launched (16-byte accesses for the rows' interiors)."""
+    from wavec.kernels import rows_odd
+    from wavec.runtime.variants import reset_variant_report, variant_report
+
+    m = 1031
+    x = ((torch.randn(offset + m * n, device="cuda") * 2 + 1).to(dtype))[offset:].view(m, n)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    xd, (rtol, atol) = x.double(), TOL[dtype]
+    reset_variant_report()
+    for got, want in [
+        (softmax(x), torch.softmax(xd, -1)),
+        (rms_norm(x, w, 1e-6), F.rms_norm(xd, (n,), w.double(), 1e-6)),
+        (layer_norm(x, w, b, 1e-5), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)),
+    ]:
+        assert got.dtype == dtype and got.is_contiguous()
+        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
+    torch.cuda.synchronize()
+    # past one tile (16384 bf16, 8192 f32; LayerNorm half that) rows loop in the narrow variant
+    if all(rows_odd.odd_config(rows.DTYPES[str(dtype)[6:]], n, k, n) is not None for k in rows.KINDS):
+        assert variant_report() == {}, variant_report()
+
+
+@pytest.mark.parametrize("pitch", [8, 24])
+def test_odd_row_slices(pitch: int) -> None:
+    """``x[:, :n]`` of rows ``pitch`` elements longer (a 16-byte multiple: same path) and a large mean."""
+    n, m = 4097, 513
+    x = (1000 + torch.randn(m, n + pitch, device="cuda")).to(torch.bfloat16)[:, :n]
+    w, b = torch.randn(n, device="cuda").to(torch.bfloat16), torch.randn(n, device="cuda").to(torch.bfloat16)
+    xd = x.double()
+    torch.testing.assert_close(softmax(x).double(), torch.softmax(xd, -1), rtol=1.6e-2, atol=3e-2)
+    want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
+    torch.testing.assert_close(layer_norm(x, w, b, 1e-5).double(), want, rtol=1.6e-2, atol=3e-2)
+
+
+@pytest.mark.parametrize("kind", rows.KINDS)
+def test_odd_rows_write_every_element_and_nothing_else(kind: str) -> None:
+    """The odd-row kernel into a NaN-filled buffer: the rows finite and right, the elements around them
+    still NaN."""
+    from wavec.kernels import rows_odd
+
+    n, m, shift = 2049, 777, 5
+    x = torch.randn(shift + m * n, device="cuda", dtype=torch.bfloat16)[shift:].view(m, n)
+    w, b = torch.randn(n, device="cuda", dtype=torch.bfloat16), torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    kernel = rows_odd.odd_kernel(kind, wc.bf16, n, n, "cuda")
+    out_buf = torch.full((-(-(shift + m * n) // 8) * 8,), float("nan"), device="cuda", dtype=torch.bfloat16)
+    starts = torch.arange(m, dtype=torch.int32, device="cuda") * n + shift
+    inner = torch.empty((n - 7) // 8, dtype=torch.int8, device="cuda")
+    vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
+        kind
+    ]
+    kernel(*rows_odd.odd_args(x, out_buf, shift, starts, inner, vectors, scalars))
+    xd = x.double()
+    want = {
+        "softmax": lambda: torch.softmax(xd, -1),
+        "rms_norm": lambda: F.rms_norm(xd, (n,), w.double(), 1e-6),
+        "layer_norm": lambda: F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5),
+    }[kind]()
+    torch.testing.assert_close(out_buf[shift : shift + m * n].view(m, n).double(), want, rtol=1.6e-2, atol=3e-2)
+    assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()

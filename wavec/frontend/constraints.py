@@ -83,9 +83,14 @@ class TilingConstraint:
 
 @dataclass(frozen=True)
 class HardwareConstraint:
+    """``vector_shapes``: each dim's instruction tile, spread over the lanes from the fastest dim;
+    ``per_thread``: dims each thread holds whole (lanes spread over the others), e.g. the 16-byte chunk
+    ``V`` of a buffer viewed as ``[chunks, V]`` and gathered by chunk (``kernels/rows_odd.py``)."""
+
     threads_per_wave: int
     mma_type: MMAType | None = None
     vector_shapes: dict = field(default_factory=dict)
+    per_thread: tuple = ()
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
@@ -104,7 +109,8 @@ class HardwareConstraint:
             )
 
     def __hash__(self) -> int:
-        return hash((self.threads_per_wave, self.mma_type, tuple(sorted(self.vector_shapes.items(), key=str))))
+        shapes = tuple(sorted(self.vector_shapes.items(), key=str))
+        return hash((self.threads_per_wave, self.mma_type, shapes, *self.per_thread))
 
 
 ASYNC_COPIES = ("auto", "tma", "tma-mbarrier", "tma-barrier", "cp.async")

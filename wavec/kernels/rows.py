@@ -10,7 +10,9 @@ the variance away), the second reads each tile again (from L2 for the rows in fl
 result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
 max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
 looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
-lengths that are not a multiple of the 16-byte run take the launcher's narrow variant
+lengths that are not a multiple of the 16-byte run take ``rows_odd`` (16-byte chunks of each row's
+interior, its edges element by element) from one wave's unit up to one tile; shorter and longer ones,
+and pitches whose offset within 16 bytes drifts from row to row, the launcher's narrow variant
 (``docs/sizes_and_strides.md``).
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
 
 M, N = wc.sym.M, wc.sym.N
@@ -170,6 +173,33 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
     return layer_norm_rows
 
 
+def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
+    """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
+    dim): 512 threads at 16 waves may use 128 registers each, where two rows (1024 threads, 64 each) spilled
+    the deviations form at 16384 bf16 (0.38 of copy on an H100; looping over tiles: 0.59)."""
+    vec = vec or 16 // dtype.bytes
+
+    @wc.wave(
+        [
+            wc.WorkgroupConstraint(M, 1, 0),
+            wc.WorkgroupConstraint(N, BLOCK_N, 1),
+            wc.WaveConstraint(N, BLOCK_N / waves_per_row),
+            wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={N: tpw * vec}),
+        ]
+    )
+    def layer_norm_long(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
+        eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        inside = wc.arange(N) < N
+        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
+        d = wc.where(inside, v - wc.sum(v, N) * inv_n, 0.0)  # deviations first: a large mean cancels nothing
+        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
+
+    return layer_norm_long
+
+
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32}
 MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
     "softmax": make_softmax_rows, "rms_norm": make_rms_norm_rows, "layer_norm": make_layer_norm_rows,
@@ -192,11 +222,10 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    narrow = n % vec != 0  # the launcher's narrow variant: one-element runs, where more waves did worse
-    # LayerNorm's one-tile form keeps the deviations and the weights live: at 8 runs a lane (16384 bf16
-    # over 8 waves) it spilled to 0.12 of copy bandwidth on an H100, so it stops at 4 runs over 8 waves
-    max_waves = MAX_WAVES_PER_ROW // (2 if kind == "layer_norm" else 1)
-    if n > (8 * unit if narrow else RUNS_PER_WAVE * max_waves * unit):
+    narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
+    # (LayerNorm past 8 waves: one row per workgroup, ``make_layer_norm_long``; 8 runs a lane over 8 waves
+    # spilled to 0.12 of copy bandwidth on an H100)
+    if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
         return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
         vec //= 2
@@ -209,13 +238,19 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
 _COMPILED: dict = {}
 
 
-def _kernel(kind: str, dtype, n: int, backend: str | None):
+def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
+    """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    key = (kind, dtype.name, block_n, loop, vec, waves, backend)
+    if kind == "layer_norm" and waves > 8:
+        return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
+    extra = {"block_n": block_n} if kind == "layer_norm" else {}
+    return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}
+
+
+def _kernel(kind: str, dtype, n: int, backend: str | None):
+    key = (kind, dtype.name, *config_for(dtype, n, kind), backend)
     if key not in _COMPILED:
-        extra = {"block_n": block_n} if kind == "layer_norm" else {}
-        kernel = MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
-        _COMPILED[key] = wc.compile(kernel, {BLOCK_N: block_n}, backend=backend)
+        _COMPILED[key] = wc.compile(*kernel_for(kind, dtype, n), backend=backend)
     return _COMPILED[key]
 
 
@@ -303,6 +338,12 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
     shape, tdtype, device, empty = x.shape, x.dtype, x.device, torch.empty
     if not rows.numel():
         return lambda x, *_: empty(shape, dtype=tdtype, device=device)
+    scalars = () if op == "softmax" else (e, inv_n)
+    pitch = rows.stride(0) if rows.shape[0] > 1 else rows.shape[1]
+    fits = (rows.shape[0] - 1) * pitch + rows.shape[1] + 16 < 2**31  # i32 row starts
+    if fits and rows_odd.odd_config(dtype, rows.shape[1], op, pitch) is not None:
+        odd = rows_odd.odd_runner(op, dtype, rows, shape, per_call, scalars, backend)
+        return lambda x, *g: odd(x, *(v if w is None else w.contiguous() for v, w in zip(vectors, g)))
     out = empty(shape, dtype=tdtype, device=device)
     launch = _kernel(op, dtype, rows.shape[1], backend).prepare(
         rows, *vectors, out.view(rows.shape), *(() if op == "softmax" else (e, inv_n)), fresh_outputs=True

@@ -46,7 +46,8 @@ def _base(ctx: PassContext, graph, dims) -> dict:
 
 
 def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None = None) -> Layout:
-    """Lanes spread over ``vector_shapes`` from the fastest dimension; contiguous runs per thread.  A value
+    """Lanes spread over ``vector_shapes`` from the fastest dimension (not over ``per_thread`` dims, which
+    each thread holds whole); contiguous runs per thread.  A value
     of fewer elements than the wave's lanes is replicated: the lanes past its elements wrap around and hold
     copies (``codegen/replicas.py`` lets one of them store); a wave tile smaller than ``vector_shapes``
     (and dividing it) is its own instruction tile, replicated the same way.  ``loc``: the kernel line of
@@ -65,7 +66,7 @@ def default_layout(ctx: PassContext, graph, dims: tuple, loc: SourceLoc | None =
         extent = cs.wave_extent(d)
         if isinstance(extent, int) and 0 < extent < v and v % extent == 0:
             v = extent  # a wave tile smaller than the vector shape: the tile itself, its lanes replicated
-        lanes = min(remaining, v)
+        lanes = 1 if d in cs.hardware.per_thread else min(remaining, v)
         if v % lanes or remaining % lanes:
             raise ConstraintError(
                 loc, message=f"vector_shapes[{d}] = {v} of {hw} does not split over the {remaining} lanes left"

@@ -83,9 +83,6 @@ def _rows(kind: str, sizes: tuple[int, ...], dtype: Any, target: str) -> tuple[A
     from wavec.kernels import rows as R
 
     m, n = sizes
-    block_n, loop, vec, waves = R.config_for(dtype, n, kind)
-    extra = {"block_n": block_n} if kind == "layer_norm" else {}
-    kernel = R.MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra)
-    compiled = wc.compile(kernel, {R.BLOCK_N: block_n}, target=target, backend="emulator")
+    compiled = wc.compile(*R.kernel_for(kind, dtype, n), target=target, backend="emulator")
     vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
     return compiled, [(m, n)] + [(n,)] * vectors

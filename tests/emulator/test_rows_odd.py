@@ -1,0 +1,111 @@
+"""Odd row lengths (``kernels/rows_odd.py``): softmax / RMSNorm / LayerNorm of rows the 16-byte run does not
+divide, on the emulator against torch in f64: every dtype, rows starting at every offset within 16 bytes,
+slices, every output element written and nothing outside the rows (NaN-filled buffers), a large mean."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import wavec as wc
+from wavec.kernels import layer_norm, rms_norm, rows_odd, softmax
+
+F = torch.nn.functional
+TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
+WC = {torch.float16: wc.f16, torch.bfloat16: wc.bf16, torch.float32: wc.f32}
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, dtype: torch.dtype) -> None:
+    assert got.dtype == dtype and got.shape == want.shape
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
+
+
+def _all(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> None:
+    n, dtype, xd = x.shape[-1], x.dtype, x.double()
+    _check(softmax(x, backend="emulator"), torch.softmax(xd, -1), dtype)
+    _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), dtype)
+    _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
+    _check(layer_norm(x, backend="emulator"), F.layer_norm(xd, (n,), eps=1e-5), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", [1, 7, 97, 1025, 2049, 4097])
+def test_odd_rows_match_torch(dtype: torch.dtype, n: int) -> None:
+    """5 rows (a partial workgroup); the row starts walk through every offset within 16 bytes."""
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(5, n, generator=g) * 2 + 1).to(dtype)
+    w, b = torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)
+    applies = rows_odd.odd_config(WC[dtype], n, "softmax", n) is not None
+    assert applies == (n > 512 // dtype.itemsize)  # longer than one wave's 16-byte runs
+    _all(x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("offset, pitch", [(1, 0), (3, 0), (0, 8), (5, 16), (0, 3)])
+def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: int) -> None:
+    """Rows starting ``offset`` elements into the buffer, ``pitch`` elements apart beyond the row (a slice
+    ``x[:, :n]``): a pitch whose offset within 16 bytes matches the row's (8, 16) runs the odd-row kernel,
+    others (3) the narrow variant; both correct, ``x`` untouched."""
+    n, m = 1031, 6
+    buf = torch.randn(offset + m * (n + pitch) + 8).to(dtype)
+    x = buf[offset : offset + m * (n + pitch)].view(m, n + pitch)[:, :n]
+    before = buf.clone()
+    w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+    vec = 16 // dtype.itemsize
+    assert (rows_odd.odd_config(WC[dtype], n, "rms_norm", n + pitch) is not None) == (pitch % vec == 0)
+    _all(x, w, b)
+    assert torch.equal(buf, before)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("shift", [0, 3, 7])
+def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
+    """The kernel itself into a NaN-filled output buffer: the rows' elements all finite and right, the
+    buffer's elements before, between (none) and after the rows still NaN."""
+    dtype, n, m = torch.bfloat16, 2049, 7
+    x = torch.randn(shift + m * n + 5).to(dtype)[shift : shift + m * n].view(m, n)
+    w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
+    block_j, waves = rows_odd.odd_config(wc.bf16, n, kind, n) or (0, 0)
+    kernel = wc.compile(
+        rows_odd.MAKERS[kind](wc.bf16, block_j, waves), {rows_odd.V: 8, rows_odd.E: 32}, backend="emulator"
+    )
+    out_buf = torch.full((-(-(shift + m * n) // 8) * 8,), float("nan"), dtype=dtype)
+    starts = torch.arange(m, dtype=torch.int32) * n + shift
+    inner = torch.empty((n - 7) // 8, dtype=torch.int8)
+    vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
+        kind
+    ]
+    kernel(*rows_odd.odd_args(x, out_buf, shift, starts, inner, vectors, scalars))
+    xd = x.double()
+    want = {
+        "softmax": lambda: torch.softmax(xd, -1),
+        "rms_norm": lambda: F.rms_norm(xd, (n,), w.double(), 1e-6),
+        "layer_norm": lambda: F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5),
+    }[kind]()
+    _check(out_buf[shift : shift + m * n].view(m, n), want, dtype)
+    assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_layer_norm_of_a_large_mean(dtype: torch.dtype) -> None:
+    """Deviations from the mean first: x = 1000 + randn keeps its unit variance (E[x^2] - E[x]^2 in f32
+    would cancel it to noise)."""
+    x = (1000 + torch.randn(5, 4097)).to(dtype)
+    got, want = layer_norm(x, backend="emulator"), F.layer_norm(x.double(), (4097,))
+    if dtype == torch.float32:  # the f32 mean of 4097 values near 1000 is good to ~1e-4 (torch's as well)
+        torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-3)
+    else:
+        _check(got, want, dtype)
+    # a variance lost to cancellation would leave |y| far from unit spread, or NaN
+    assert abs(got.double().std().item() - 1) < 0.05
+
+
+def test_softmax_extremes_on_odd_rows() -> None:
+    """-inf entries (in the interior and the edges) and a huge spread."""
+    x = torch.randn(3, 1029)
+    x[0, ::3] = float("-inf")
+    x[1, 0] = x[1, -1] = 80.0
+    x[2] = -1e30
+    x[2, 513] = 5.0
+    _check(softmax(x, backend="emulator"), torch.softmax(x.double(), -1), torch.float32)
