@@ -310,3 +310,10 @@ def test_moe_blocks_without_a_local_expert_are_skipped_given_the_routing():
     blind = decompose(kernel, *shapes)
     assert blind.total("tensor") == per_tile * len(expert_ids) * (n // block_n)
     assert any("scf.if on data" in note for note in blind.notes)
+    # DRAM footprint given the routing: only the 3 routed experts' weights and the sorted ids of the 3
+    # local blocks are read; x (rows gathered through sorted ids not given as values) and the routing
+    # weights (not read by this kernel) count in full; without the values every tensor counts in full.
+    touched = t * k * 2 + 3 * block_m * 4 + len(expert_ids) * 4 + 3 * (2 * n * k * 2) + t * 2 * 4
+    assert d.footprint == {"read": touched, "write": rows * n * 2}
+    full = t * k * 2 + rows * 4 + len(expert_ids) * 4 + e * (2 * n * k * 2) + t * 2 * 4
+    assert blind.footprint == {"read": full, "write": rows * n * 2}

@@ -42,7 +42,8 @@ CHUNK_ELEMENTS = 1 << 15  # workgroups x threads evaluated at once
 class Decomposition:
     """A launch as tasks.  ``demand[key][t]``: task ``t``'s demand (keys in :mod:`wavec.perf.demand`);
     ``trips[loop][t]``: the trip count of each top-level loop for task ``t`` (the longest over its threads);
-    ``footprint``: bytes of the tensors read and written (each once: what an ideal cache moves)."""
+    ``footprint``: bytes of the tensors read and written (each once: what an ideal cache moves; for a
+    data-dependent launch a read tensor counts only the leading-dimension slices its loads touched)."""
 
     kernel: str
     target: str
@@ -129,13 +130,15 @@ def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping
     return symbols
 
 
-def _footprint(artifact: Artifact, symbols: dict[str, int]) -> dict[str, int]:
+def _footprint(artifact: Artifact, symbols: dict[str, int], rules: Demand) -> dict[str, int]:
     read = write = 0
-    for spec in artifact.metadata.args:
-        dims = [d if isinstance(d, int) else symbols.get(d) for d in spec.shape]
+    for binding, spec in enumerate(artifact.metadata.args):
+        dims = [int(d) if isinstance(d, int) else symbols.get(d) for d in spec.shape]
         if any(d is None for d in dims):
             continue
         size = math.prod(int(d) for d in dims if d is not None) * DTYPE_BYTES.get(spec.dtype, 4)
+        if not spec.is_output and binding in rules.touched and binding not in rules.untracked and dims:
+            size = size // max(1, int(dims[0] or 1)) * len(rules.touched[binding])
         if spec.is_output:
             write += size
         else:
@@ -213,7 +216,7 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
         registers=meta.registers,
         demand=demand,
         trips=trips,
-        footprint=_footprint(artifact, symbols),
+        footprint=_footprint(artifact, symbols, rules),
         symbols=symbols,
         notes=sorted(notes),
     )

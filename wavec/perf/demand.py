@@ -15,6 +15,12 @@ Guarantees: :meth:`Demand.count` adds to the walker, per thread that executes th
   ``shared_in`` / ``shared_out``: bytes written to / read from shared memory (``cp.async`` and TMA
   destinations, stores, ldmatrix, loads, wgmma operands read from shared memory).
 
+For a data-dependent launch (integer tensors given as values) :attr:`Demand.touched` records, per binding,
+the leading-dimension indices (slices) that executing threads read from global memory through loads and
+``cp.async`` sources (a masked tail reading 0 bytes touches nothing); a binding also read where the index
+cannot be evaluated is listed in :attr:`Demand.untracked`.  The decomposer's footprint counts a read tensor
+as only its touched slices: the DRAM bytes stay a lower bound when routing leaves experts' weights unread.
+
 Ops that move data between registers only (extract, shuffle of vectors, casts of shape) demand nothing; any
 other op name not listed is recorded in ``Demand.unknown`` so that a new op cannot go silently uncounted.
 """
@@ -138,6 +144,9 @@ class Demand:
         self.maps, self.map_binding, self.wave = tensor_maps, tensor_map_binding, wave
         self.data = data or {}  # binding -> the integer values of that tensor (routing, lengths, tables)
         self.unknown: set[str] = set()
+        self.touched: dict[int, set[int]] = {}  # binding -> leading indices read (data-dependent launches only)
+        self.untracked: set[int] = set()
+        self.splats: set[str] = set()  # results that repeat one lane (a one-lane vector shuffled or broadcast)
 
     def value_of(self, op: Op, w: Walker) -> Value:
         """Values the walker cannot compute itself: a binding is a :class:`Buffer`; the tensor-map binding's
@@ -148,6 +157,8 @@ class Demand:
             return Buffer(int(m.group(1))) if m else None
         names = operands(op.text)
         first = w.get(names[0]) if names else None
+        if self.data and self._splat(op, names):
+            return first
         if op.name == "memref.extract_aligned_pointer_as_index":
             return np.int64(0) if isinstance(first, Buffer) and first.binding == self.map_binding else None
         if op.name in ("memref.load", "vector.load") and isinstance(first, Buffer) and first.binding in self.data:
@@ -163,6 +174,14 @@ class Demand:
                 flat = flat * size + np.asarray(i)
             return np.take(array.reshape(-1), np.clip(flat, 0, array.size - 1)).astype(np.int64)
         return None
+
+    def _splat(self, op: Op, names: list[str]) -> bool:
+        """Whether ``op`` makes or reads a splat: a one-lane vector shuffled to all lanes from lane 0 (how
+        the lowering broadcasts an index loaded from routing data) is its element, and so is any lane of it."""
+        if op.name == "vector.shuffle" and re.search(r"\[(0, )*0\] : vector<1x", op.text):
+            self.splats.update(op.results)
+            return True
+        return op.name == "vector.extract" and bool(names) and names[0] in self.splats
 
     def count(self, op: Op, w: Walker) -> None:
         name = op.name
@@ -258,10 +277,14 @@ class Demand:
             size = vec[0] * DTYPE_BYTES.get(vec[1], 4)
             store = name.endswith("store")
             self._move(w, refs[0], size, store)
+            if not store and not _is_shared(refs[0]):
+                self._touch(op.text, w, vec[0], True)
         elif name in ("memref.load", "memref.store"):
             if not refs:
                 return False
             self._move(w, refs[0], DTYPE_BYTES.get(elem_type(refs[0]) or "f32", 4), name.endswith("store"))
+            if name == "memref.load" and not _is_shared(refs[0]):
+                self._touch(op.text, w, 1, True)
         elif name == "nvgpu.device_async_copy":
             self._async_copy(op, w, refs)
         elif name == "nvgpu.ldmatrix":
@@ -306,6 +329,26 @@ class Demand:
                 src = dst_elems
         w.add("global_read", np.asarray(src) * elem)
         w.add("shared_in", dst_elems * elem)
+        self._touch(op.text, w, dst_elems, np.asarray(src) > 0)
+
+    def _touch(self, text: str, w: Walker, elems: int, reads: Value) -> None:
+        """Record the leading indices of the global tensor that ``text``'s first ``%buf[...]`` reads, for the
+        threads that execute it and read something (``reads``); a rank-1 tensor's slices are its elements."""
+        if not self.data:
+            return  # only data-dependent launches need it; the others touch their whole tensors
+        m = re.match(r"^\s*(%[\w.$#-]+)\[([^\]]*)\]", text)
+        buffer = w.get(m.group(1)) if m else None
+        if not isinstance(buffer, Buffer) or m is None:
+            return
+        index = [w.get(n) for n in SSA_NAME.findall(m.group(2))]
+        if not index or index[0] is None:
+            self.untracked.add(buffer.binding)
+            return
+        lead, live = np.broadcast_arrays(np.asarray(index[0]), np.logical_and(w.mask, reads))
+        first = np.unique(lead[live])
+        if len(index) == 1 and elems > 1:
+            first = np.unique(first[:, None] + np.arange(elems)[None, :])
+        self.touched.setdefault(buffer.binding, set()).update(first.tolist())
 
     def _box_bytes(self, op: Op, w: Walker, map_operand: int) -> Value:
         names = operands(op.text)
