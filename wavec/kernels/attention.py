@@ -193,22 +193,29 @@ def make_attention(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
     dv = DV if v_dim else D
-    q_type = Memory[B, q1, q2, D, dtype]
-    k_type = Memory[B, k1, k2, D, dtype]
-    v_type = Memory[B, k1, k2, dv, dtype]
-    o_type = Memory[B, q1, q2, dv, dtype]
-    kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
-    loops, guard = _loops(spec), spec.may_see_nothing
     constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue)
+    every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
+    return _entry(every, (q1, q2, k1, k2, dv), dtype, alibi, _Body(dtype, spec, softcap, alibi is not None, dv))
 
-    def body(q, k, v, slopes, o, scale) -> None:
+
+class _Body:
+    """The flash-attention body of ``make_attention`` for one dtype, mask, soft-cap, ALiBi and V head dim:
+    ``body(q, k, v, slopes, o, scale)`` traced inside a ``@wc.wave`` kernel."""
+
+    def __init__(self, dtype, spec: MaskSpec, softcap: float, alibi: bool, dv) -> None:
+        self.dtype, self.spec, self.softcap, self.alibi, self.dv = dtype, spec, softcap, alibi, dv
+        self.kv_head = {KVH: wc.tile_start(H) // (H // KVH)}  # grouped-query: q heads share a kv head
+
+    def __call__(self, q, k, v, slopes, o, scale) -> None:
+        spec, dv, guard = self.spec, self.dv, self.spec.may_see_nothing
         qr = wc.read(q)
         slope = None if slopes is None else wc.read(slopes)
+        softcap = self.softcap
         # exponents in units of the (capped) scores; with ALiBi in units of the biased logits
-        c = LOG2E if alibi else softcap * LOG2E if softcap else scale * LOG2E
+        c = LOG2E if self.alibi else softcap * LOG2E if softcap else scale * LOG2E
 
         def step(m_i, l_i, acc, masked: bool):
-            s = wc.mma(qr, wc.read(k, mapping=kv_head), Register[M, N, f32](0.0))
+            s = wc.mma(qr, wc.read(k, mapping=self.kv_head), Register[M, N, f32](0.0))
             if softcap:
                 s = wc.tanh(s * (scale * (1.0 / softcap)))
             if slope is not None:
@@ -220,20 +227,28 @@ def make_attention(
             p = wc.exp2(s * c - (m_sub * c)[:, None])
             alpha = wc.exp2((m_i - m_sub) * c)
             l_new = l_i * alpha + wc.sum(p, N)
-            vt = wc.permute(wc.read(v, mapping=kv_head), (dv, N))
-            return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
+            vt = wc.permute(wc.read(v, mapping=self.kv_head), (dv, N))
+            return m_new, l_new, wc.mma(wc.cast(p, self.dtype), vt, acc * alpha[:, None])
 
         carried = [Register[M, f32](NEG_INF), Register[M, f32](0.0), Register[M, dv, f32](0.0)]
-        for start, end, masked in loops:
+        for start, end, masked in _loops(spec):
             carried = list(_loop(step, carried, start, end, masked, dv))
 
         _m, l_final, acc_final = carried
         # a query that sees no key has l = 0 and acc = 0: 0, not 0 / 0; any other has l >= 1 up to one
         # rounding of ex2.approx (its maximum score contributed exp2(0)), which max(l, 1) keeps
         inv = wc.reciprocal(wc.maximum(l_final, 1.0) if guard else l_final)
-        wc.write(wc.cast(acc_final * inv[:, None], dtype), o)
+        wc.write(wc.cast(acc_final * inv[:, None], self.dtype), o)
 
-    every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
+
+def _entry(every: list, dims: tuple, dtype, alibi: str | None, body: _Body) -> wc.WaveKernel:
+    """The ``@wc.wave`` kernel around ``body``: ``attention(q, k, v, o, scale)`` (``dims``: Q's dims 1 and 2,
+    K's, V's head dim), with ALiBi a ``slopes`` argument ([H] or [B, H] f32) after v."""
+    q1, q2, k1, k2, dv = dims
+    q_type = Memory[B, q1, q2, D, dtype]
+    k_type = Memory[B, k1, k2, D, dtype]
+    v_type = Memory[B, k1, k2, dv, dtype]
+    o_type = Memory[B, q1, q2, dv, dtype]
     if alibi is None:
 
         @wc.wave(every)
