@@ -233,6 +233,27 @@ def _settle_garbage(built: bool) -> None:
     _SETTLED = True
 
 
+def _key(kernel: WaveKernel, source: str, subs: dict, target: str, check_bounds: bool, run_caps, strided) -> str:
+    """The disk cache key: the traced source and its definition site, every compile option, the target
+    and the versions of wavec, the MLIR compiler and ptxas."""
+    return cache_key(
+        kernel_source=source,
+        options={
+            "constraints": [repr(c) for c in kernel.constraints],
+            "subs": {str(k): v for k, v in subs.items()},
+            "check_bounds": check_bounds,
+            **({"run_caps": sorted(run_caps.items())} if run_caps else {}),
+            **({"strided": sorted(strided.items())} if strided is not None else {}),
+        },
+        target=target,
+        versions={
+            "wavec": __version__,
+            "iree": _iree_version(),
+            "ptxas": _assembler_version() if target.startswith("sm_") else "n/a",
+        },
+    )
+
+
 def compile(
     kernel: WaveKernel,
     subs: dict | None = None,
@@ -279,22 +300,7 @@ def compile(
     _check_subs(kernel.name, subs, source, kernel.constraints)
     _check_strided(kernel.name, strided, trace)
     check_bounds = knobs.check_bounds
-    key = cache_key(
-        kernel_source=source,
-        options={
-            "constraints": [repr(c) for c in kernel.constraints],
-            "subs": {str(k): v for k, v in subs.items()},
-            "check_bounds": check_bounds,
-            **({"run_caps": sorted(run_caps.items())} if run_caps else {}),
-            **({"strided": sorted(strided.items())} if strided is not None else {}),
-        },
-        target=target,
-        versions={
-            "wavec": __version__,
-            "iree": _iree_version(),
-            "ptxas": _assembler_version() if target.startswith("sm_") else "n/a",
-        },
-    )
+    key = _key(kernel, source, subs, target, check_bounds, run_caps, strided)
     store = default_cache() if cache and not knobs.cache_disable else None
     # printing or dumping IR needs a real compilation, so those never read the cache
     artifact = store.get(key) if store is not None and not print_ir_after and not knobs.dump_dir else None
