@@ -11,8 +11,9 @@ and ``f:<name>`` for every value of :class:`~wavec.perf.features.Features` plus 
 shared bytes, computed for the row's own GPU (its ``gpu`` column).  Decompositions are cached on disk per
 (kernel configuration, launch, target) in ``CACHE/perf_features/<gpu>-<constants>.jsonl`` (``--cache``;
 default the compile cache's folder; ``<constants>`` a digest of the GPU's figures, so a changed rate in
-``gpus.py`` misses the cache instead of reading stale cycles), features for every GPU of ``--gpus`` whose targets agree computed at once (the
-H100 and the H200 share a decomposition: same SMs, same target), so a rebuild only decomposes new rows.
+``gpus.py`` misses the cache instead of reading stale cycles), features for every GPU of ``--gpus`` whose
+targets agree computed at once (the H100 and the H200 share a decomposition: same SMs, same target), so a
+rebuild only decomposes new rows.
 A row whose launch cannot be decomposed raises :class:`~wavec.errors.PerfError` naming it.
 """
 
