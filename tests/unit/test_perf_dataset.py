@@ -76,3 +76,16 @@ def test_unknown_gpu_is_an_error(tmp_path) -> None:
     rows[0]["gpu"] = "v100"
     with pytest.raises(PerfError, match="unknown gpu 'v100'"):
         D.build(rows, [], D.FeatureCache(tmp_path))
+
+
+def test_a_changed_gpu_constant_misses_the_feature_cache(tmp_path, monkeypatch) -> None:
+    from dataclasses import replace
+
+    from wavec.perf.gpus import GPUS
+
+    rows = _rows()[:2]
+    D.build(rows, [], D.FeatureCache(tmp_path / "cache"))
+    keys = [D.case_key(D.row_case(r)) for r in rows]
+    monkeypatch.setitem(GPUS, "h100", replace(GPUS["h100"], l2_bytes_s=GPUS["h100"].l2_bytes_s * 2))
+    cache = D.FeatureCache(tmp_path / "cache")
+    assert cache.get("h100", keys[0]) is None and cache.get("h200", keys[1]) is not None

@@ -9,9 +9,11 @@ features too, so the table can be built before the timings arrive); the MLIR com
 Guarantees: one output row per input row, in input order: the raw columns, ``roofline_us``, ``bottleneck``
 and ``f:<name>`` for every value of :class:`~wavec.perf.features.Features` plus the kernel's registers and
 shared bytes, computed for the row's own GPU (its ``gpu`` column).  Decompositions are cached on disk per
-(kernel configuration, launch, target) in ``CACHE/perf_features/<gpu>.jsonl`` (``--cache``; default the
-compile cache's folder), features for every GPU of ``--gpus`` whose targets agree computed at once (the
-H100 and the H200 share a decomposition: same SMs, same target), so a rebuild only decomposes new rows.
+(kernel configuration, launch, target) in ``CACHE/perf_features/<gpu>-<constants>.jsonl`` (``--cache``;
+default the compile cache's folder; ``<constants>`` a digest of the GPU's figures, so a changed rate in
+``gpus.py`` misses the cache instead of reading stale cycles), features for every GPU of ``--gpus`` whose
+targets agree computed at once (the H100 and the H200 share a decomposition: same SMs, same target), so a
+rebuild only decomposes new rows.
 A row whose launch cannot be decomposed raises :class:`~wavec.errors.PerfError` naming it.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import multiprocessing
 import sys
@@ -32,7 +35,7 @@ from .cases import Case, target_of
 from .gpus import GPUS
 from .gpus import gpu as find_gpu
 
-__all__ = ["row_case", "case_key", "case_features", "FeatureCache", "build", "read_rows", "main"]
+__all__ = ["row_case", "case_key", "case_features", "cache_stem", "FeatureCache", "build", "read_rows", "main"]
 
 CASE_FIELDS = ("family", "kernel", "dtype", "config", "shape")
 
@@ -69,8 +72,14 @@ def case_features(case: Case, gpus: Iterable[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def cache_stem(gpu_key: str) -> str:
+    """The cache file's name for ``gpu_key``: the key and a digest of the GPU's constants."""
+    vector = json.dumps(sorted(find_gpu(gpu_key).vector().items()))
+    return f"{gpu_key}-{hashlib.sha256(vector.encode()).hexdigest()[:12]}"
+
+
 class FeatureCache:
-    """Feature columns by (GPU, case key), persisted as one JSON line per case and GPU."""
+    """Feature columns by (GPU, case key), persisted as one JSON line per case and GPU (file per constants)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -82,13 +91,13 @@ class FeatureCache:
                     self.entries[(path.stem, item["key"])] = item["features"]
 
     def get(self, gpu: str, key: str) -> dict[str, Any] | None:
-        return self.entries.get((gpu, key))
+        return self.entries.get((cache_stem(gpu), key))
 
     def put(self, key: str, by_gpu: dict[str, dict[str, Any]]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         for gpu, values in by_gpu.items():
-            self.entries[(gpu, key)] = values
-            with open(self.folder / f"{gpu}.jsonl", "a") as f:
+            self.entries[(cache_stem(gpu), key)] = values
+            with open(self.folder / f"{cache_stem(gpu)}.jsonl", "a") as f:
                 f.write(json.dumps({"key": key, "features": values}) + "\n")
 
 

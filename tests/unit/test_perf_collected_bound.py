@@ -1,0 +1,43 @@
+"""Every collected timing (benchmarks/data/perf/collected/features_{h100,h200}.csv) respects the roofline
+today's code gives its launch: measured > 0.8 x roofline (issue #22).  The stored per-launch operation and
+byte counts are the decomposition's; the memory levels' cycles are recomputed from them with today's GPU
+constants (so a changed HBM or L2 rate is checked against every row without recompiling), and the roofline
+is :func:`wavec.perf.roofline` of those features."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from wavec.perf import gpu, roofline
+from wavec.perf.features import Features
+
+COLLECTED = Path(__file__).parents[2] / "benchmarks/data/perf/collected"
+SLACK = 0.8
+
+
+def _features(row: dict[str, str]) -> Features:
+    spec = gpu(row["gpu"])
+    values = {k[2:]: float(v) for k, v in row.items() if k.startswith("f:")}
+    hbm_per_clk, l2_per_clk = spec.hbm_bytes_s / spec.clock_hz, spec.l2_bytes_s / spec.clock_hz
+    values["global.gpu_cycles"] = values["global.gpu_bytes"] / hbm_per_clk
+    values["l2.gpu_cycles"] = values["l2.gpu_bytes"] / l2_per_clk
+    values["global.sm_cycles"] = values["global.sm_bytes"] / (hbm_per_clk / spec.sms)
+    values["l2.sm_cycles"] = values["l2.sm_bytes"] / (l2_per_clk / spec.sms)
+    return Features(values, spec.vector(), spec.clock_hz)
+
+
+@pytest.mark.parametrize("gpu_key", ["h100", "h200"])
+def test_every_collected_row_respects_todays_roofline(gpu_key: str) -> None:
+    with open(COLLECTED / f"features_{gpu_key}.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["us"] and float(r["us"]) > 0]
+    assert len(rows) > 1000 and {r["gpu"] for r in rows} == {gpu_key}
+    spec = gpu(gpu_key)
+    below = []
+    for r in rows:
+        feats = _features(r)
+        assert float(r["f:global.gpu_cycles"]) == pytest.approx(feats.values["global.gpu_cycles"], rel=1e-4)
+        bound_us = roofline(feats) * 1e6
+        if float(r["us"]) <= SLACK * bound_us:
+            below.append(f"{r['kernel']} {r['config']} {r['shape']}: {r['us']} us vs roofline {bound_us:.1f} us")
+    assert not below, f"{len(below)} rows beat {SLACK} x the roofline on {spec.name}:\n" + "\n".join(below)
