@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..abi import BOUNDS_RECORD_WORDS, SMS_NAME
+from ..runtime import trace
 from ..runtime.artifact import Artifact
 from ..runtime.backends import register_backend
 from ..runtime.binding import BindingPlan
@@ -46,7 +47,7 @@ class EmulatorKernel:
         from .interp import EmulatedKernel
 
         meta = artifact.metadata
-        self.meta = meta
+        self.meta, self.artifact = meta, artifact
         self.check_races = check_races
         self._plan = BindingPlan(meta, "cpu")
         self._kernel = EmulatedKernel(artifact.mlir, meta.entry)
@@ -58,6 +59,8 @@ class EmulatorKernel:
         grid = self._plan.grid(values)
         if not all(grid):
             return
+        if trace.ACTIVE is not None:
+            trace.note(self.artifact, [t.shape for t in tensors[: len(self.meta.args)]], tensors[len(self.meta.args) :])
         tensors = tensors[: len(self.meta.args)]  # scalar arguments travel as constants
         bindings = [_flat_view(t) for t in tensors]
         if self.meta.tensor_maps:

@@ -9,9 +9,12 @@ from wavec.runtime.artifact import ArgSpec, Artifact, KernelMetadata
 from wavec.runtime.binding import BindingPlan, bind_arguments, compile_grid, grid_for, plan_for
 from wavec.runtime.cache import DiskCache, cache_key, canonical, default_cache
 from wavec.runtime.launcher import CudaKernel
+from wavec.runtime.trace import TracedLaunch, trace_launches
 from wavec.runtime.variants import reset_variant_report, variant_report
 
 __all__ = [
+    "TracedLaunch",
+    "trace_launches",
     "ArgSpec",
     "Artifact",
     "KernelMetadata",

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from wavec.abi import HIGH_WORD
 from wavec.errors import ArgumentError
+from wavec.runtime import trace
 from wavec.runtime.binding import FLOAT_SCALAR_NAMES, INT_SCALAR_RANGES, float_constant, low_word
 from wavec.runtime.variants import count as count_variant
 
@@ -154,6 +155,8 @@ class FastLaunch:
         kernel, device, (gx, gy, gz), (bx, by, bz) = self.kernel, self.device, self.grid, self.block
         if not (gx and gy and gz):
             return
+        if trace.ACTIVE is not None:
+            trace.note(kernel.artifact, self.shapes[:n], args[n:])
         if self.variant is not None:
             count_variant(self.variant)
         if device != kernel._current_device():

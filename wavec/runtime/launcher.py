@@ -35,6 +35,7 @@ from typing import Any
 
 from wavec.abi import BOUNDS_RECORD_WORDS, SMS_NAME
 from wavec.errors import LaunchError
+from wavec.runtime import trace
 from wavec.runtime.artifact import Artifact
 from wavec.runtime.backends import register_backend
 from wavec.runtime.binding import BindingPlan
@@ -171,6 +172,8 @@ class CudaKernel:
         gx, gy, gz = grid
         if not (gx and gy and gz):
             return
+        if trace.ACTIVE is not None:
+            trace.note(self.artifact, [t.shape for t in tensors[: len(self.meta.args)]], tensors[len(self.meta.args) :])
         if self._maps is not None:
             ptrs.append(self._maps.address(tensors, ptrs, device))
         record = None
