@@ -286,18 +286,21 @@ def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
 
 def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple, unit: int = 8):
     """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of
-    ``unit`` of K (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+    ``unit`` of K (zeros add nothing to the dot products): one launch of ``kernels/pad.py`` writes both
+    into a reused workspace, then the wide kernel (16-byte copies) reads it."""
     import torch
 
-    pad = -a.shape[1] % unit
-    padded = torch.nn.functional.pad
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-    launch = kernel.prepare(padded(a, (0, pad)), padded(b, (0, pad)), c, fresh_outputs=True)
+    from wavec.kernels.pad import pad_runner
+
+    pad = pad_runner(a, b, unit, kernel.backend)
     device, empty = a.device, torch.empty
+    kp = a.shape[1] + -a.shape[1] % unit
+    operands = (empty(t.shape[0], kp, device=device, dtype=t.dtype) for t in (a, b))  # the workspace's views
+    launch = kernel.prepare(*operands, empty(a.shape[0], b.shape[0], device=device, dtype=out_dtype), fresh_outputs=True)
 
     def run(a, b):
         c = empty(out_shape, device=device, dtype=out_dtype)
-        launch(padded(a, (0, pad)), padded(b, (0, pad)), c)
+        launch(*pad(a, b), c)
         return c
 
     return run

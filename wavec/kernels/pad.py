@@ -1,0 +1,205 @@
+"""Zero-padding of K for ``matmul``'s odd-K path: A [MA, K] and B [MB, K] copied, in ONE launch, into one
+workspace ``[MA + MB, KP]`` (``KP`` = K rounded up to the 16-byte run) whose rows are 16-byte aligned, so
+the wide GEMM kernel (16-byte ``cp.async``, TMA) reads them; the pad columns are zeros.
+
+A row of odd K starts at any byte within 16 (pitch ``K * es`` bytes), so a 16-byte load of it is
+impossible, and the DSL has no register permute to shift a 16-byte chunk by a per-row amount.  The kernel
+moves *words* instead: each operand's buffer is bound as a flat array of integer words (``W``: 8 bytes
+where the storage allows; 4, 2 or 1 otherwise, ``word_bytes``), and output word ``w`` of a row whose first
+byte lies ``sh`` bits into word ``w0`` is the funnel shift of input words ``w0 + w`` and ``w0 + w + 1``:
+``(lo >> sh) & low_mask | hi << (bits - sh)`` (``>>`` is arithmetic on signed words: the mask clears the
+sign fill).  Each thread writes 16-byte chunks (``T`` words, ``16 // W`` per chunk) of its row with one
+aligned 16-byte store; its loads are single words (8 bytes; the second of each pair is the neighbouring
+word, an L1 hit), so DRAM sees one read of each operand and one write of the workspace.  Bytes past
+``K * es`` (the pad, and anything the last words read past the row) are masked to zero.  Where the word
+is the element (``W == es``: f32 rows of 4-byte words, or the fallback) no shift is needed.
+
+One launch serves both operands: one workgroup per row and column tile, workgroups of rows below ``ma``
+take A (a workgroup-uniform ``wc.conditional``), the others B at row ``m - ma``.
+
+Requires (``pad_args``): each operand's buffer bound from a ``W``-aligned address at or before its first
+element to the word holding its last element, inside its storage; ``shift`` (bytes from that address to
+the row-0 start), ``pitch`` (bytes between rows), ``last`` (the buffer's last word index), ``kbytes``
+(``K * es``); byte offsets below 2**31.  Guarantees: workspace row ``m`` holds row ``m`` of A (row
+``m - ma`` of B) in its first ``K`` elements and zeros after; nothing is read outside the bound buffers
+(indices clamp to ``last``), nothing written outside the workspace.
+"""
+
+from __future__ import annotations
+
+import sympy
+
+import wavec as wc
+from wavec import Memory
+from wavec.frontend import dtypes as dt
+
+M, J, T, FA, FB = wc.sym.M, wc.sym.J, wc.sym.T, wc.sym.FA, wc.sym.FB
+MA, MB = wc.sym.MA, wc.sym.MB
+WORDS = {8: dt.i64, 4: dt.i32, 2: dt.i16, 1: dt.i8}
+CHUNKS_PER_LANE = 4  # 16-byte chunks per lane and wave: 16 word loads in flight per thread
+
+
+def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32) -> list:
+    """One row per workgroup (so the A/B choice is uniform), ``block_j`` chunks of it over ``waves``."""
+    split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
+    return [
+        wc.WorkgroupConstraint(M, 1, 0),
+        wc.WaveConstraint(M, 1),
+        wc.WorkgroupConstraint(J, block_j, 1),
+        *split,
+        wc.WorkgroupConstraint(T, t, None),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, J: tpw, T: t}, per_thread=(t,)),
+    ]
+
+
+def _padded_row(x, dim, start, last, kbytes, word, es: int):
+    """The workspace words [J, T] of the row whose first element lies ``start`` bytes into ``x`` (words)."""
+    wb = word.bytes
+    col = wc.index(J)[:, None] * (16 // wb) + wc.index(T)[None, :]  # word of the padded row
+    at = start // wb + col
+    lo = wc.read(x, mapping={dim: wc.minimum(at, last)})
+    valid = kbytes - col * wb  # bytes of this word that are the row's (<= 0: pad)
+    if wb > es:  # the row's start lies sh bits into its first word: a funnel shift of two words
+        hi = wc.read(x, mapping={dim: wc.minimum(at + 1, last)})
+        sh = (start % wb) * 8
+        up = wc.cast(wc.minimum(wb * 8 - sh, wb * 8 - 1), word)  # clamped: sh == 0 takes lo itself
+        shifted = ((lo >> wc.cast(sh, word)) & ((1 << up) - 1)) | (hi << up)
+        lo = wc.where(sh == 0, lo, shifted)
+        keep = wc.cast(wc.clip(valid, 0, wb - 1) * 8, word)
+        return wc.where(valid >= wb, lo, lo & ((1 << keep) - 1))
+    return wc.where(valid > 0, lo, 0)
+
+
+def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+    """The pad kernel moving ``word``-sized words of rows of ``es``-byte elements."""
+    t = 16 // word.bytes
+    row = wc.tile_start(M)
+
+    @wc.wave(pad_constraints(block_j, waves, t, tpw))
+    def pad_k(
+        xa: Memory[FA, word], xb: Memory[FB, word], starts_a: Memory[MA, wc.i32], starts_b: Memory[MB, wc.i32],
+        out: Memory[M, J, T, word], kbytes: wc.Scalar[wc.i32], last_a: wc.Scalar[wc.i32],
+        last_b: wc.Scalar[wc.i32],
+    ):  # fmt: skip
+        @wc.conditional(sympy.Lt(row, MA))
+        def _a() -> None:
+            start = wc.read(starts_a, mapping={MA: row})
+            wc.write(_padded_row(xa, FA, start, last_a, kbytes, word, es), out)
+
+        @wc.conditional(sympy.Ge(row, MA))
+        def _b() -> None:
+            start = wc.read(starts_b, mapping={MB: row - MA})
+            wc.write(_padded_row(xb, FB, start, last_b, kbytes, word, es), out)
+
+    return pad_k
+
+
+_COMPILED: dict = {}  # (word bytes, element bytes, block_j, waves, backend) -> compiled kernel
+
+
+def pad_config(chunks: int) -> tuple[int, int]:
+    """(``block_j``, waves) for padded rows of ``chunks`` 16-byte chunks: up to ``CHUNKS_PER_LANE`` chunks
+    per lane over up to 4 waves (a 4096-element f16 row is one workgroup of 128 threads)."""
+    block_j = 32
+    while block_j < chunks and block_j < 4 * 32 * CHUNKS_PER_LANE:
+        block_j *= 2
+    return block_j, max(1, block_j // (32 * CHUNKS_PER_LANE))
+
+
+def pad_kernel(word_bytes: int, es: int, chunks: int, backend: str | None) -> wc.CompiledKernel:
+    """The compiled pad kernel for ``word_bytes`` words of ``es``-byte elements, rows of ``chunks``."""
+    config = pad_config(chunks)
+    key = (word_bytes, es, *config, backend)
+    if key not in _COMPILED:
+        _COMPILED[key] = wc.compile(make_pad(WORDS[word_bytes], es, *config), {T: 16 // word_bytes}, backend=backend)
+    return _COMPILED[key]
+
+
+def word_bytes(x: Any) -> int:
+    """The widest word (8, 4, 2 or 1 bytes, not narrower than an element) in which the rows of ``x`` can be
+    read without leaving its storage: the word-aligned span from its first element to its last must lie
+    inside it; 0 where no word can (a transposed ``x``, or a span past the kernel's i32 byte offsets)."""
+    es = x.element_size()
+    m, k = x.shape
+    if k > 1 and x.stride(1) != 1 or x.untyped_storage().nbytes() >= 2**31:
+        return 0
+    pitch = x.stride(0) if m > 1 else k
+    begin = x.storage_offset() * es
+    end = begin + ((m - 1) * pitch + k) * es
+    origin = x.untyped_storage().data_ptr()  # (word-aligned: then so is the word below the first element)
+    for wb in (8, 4, 2, 1):
+        if wb < es:
+            break
+        if origin % wb == 0 and end + -end % wb <= x.untyped_storage().nbytes():
+            return wb
+    return 0
+
+
+def pad_args(x: Any, wb: int, word: Any, starts: dict) -> tuple[Any, Any, int, int]:
+    """(``x``'s buffer as ``wb``-byte words from the word holding its first element to the word holding its
+    last, the rows' start bytes in it (cached in ``starts`` per offset), the last word's index, the offset)."""
+    import torch
+
+    es = x.element_size()
+    m, k = x.shape
+    pitch = x.stride(0) if m > 1 else k
+    shift = x.data_ptr() % wb
+    first = x.storage_offset() - shift // es  # the element at the word boundary below x's first
+    span = -(-(shift + ((m - 1) * pitch + k) * es) // wb) * wb  # bytes, whole words
+    flat = x.as_strided((span // es,), (1,), first).view(word)
+    if shift not in starts:
+        starts[shift] = torch.arange(m, dtype=torch.int32, device=x.device) * (pitch * es) + shift
+    return flat, starts[shift], span // wb - 1, shift
+
+
+def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
+    """``run(a, b) -> (a_padded, b_padded)`` for later a, b of these dtypes, shapes, strides and device:
+    views ``[MA, KP]`` and ``[MB, KP]`` of one workspace written by one launch of the pad kernel.
+
+    The workspace is allocated once and reused: per CUDA stream (``torch.cuda`` current stream; the
+    emulator has one), so a later call overwrites it only in stream order after the GEMM that read it;
+    during a CUDA graph capture each call takes a fresh one from the capture's private pool instead (a
+    graph keeps its buffers for its life, and replays of two graphs must not share one).  A call whose
+    operands cannot be read as words of their storage (``word_bytes`` 0: a transposed operand, an
+    operand past 2 GiB) pads with ``torch.nn.functional.pad`` (a fill and a copy per operand)."""
+    import torch
+
+    ma, mb, k = a.shape[0], b.shape[0], a.shape[1]
+    es, kp = a.element_size(), k + -k % unit
+    chunks = kp * es // 16
+    device, dtype = a.device, a.dtype
+    cuda = device.type == "cuda"
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
+    capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
+    spaces: dict = {}
+    starts: tuple[dict, dict] = ({}, {})
+    launches: dict = {}
+    words = {wb: WORDS[wb].torch() for wb in WORDS}
+
+    def workspace() -> Any:
+        if capturing():
+            return torch.empty(ma + mb, kp, dtype=dtype, device=device)
+        stream = raw_stream(device.index) if raw_stream is not None else None
+        ws = spaces.get(stream)
+        if ws is None:
+            ws = spaces[stream] = torch.empty(ma + mb, kp, dtype=dtype, device=device)
+        return ws
+
+    def run(a: Any, b: Any) -> tuple[Any, Any]:
+        wb = min(word_bytes(a), word_bytes(b))
+        if wb == 0:
+            pad = torch.nn.functional.pad
+            return pad(a, (0, kp - k)), pad(b, (0, kp - k))
+        ws = workspace()
+        xa, sa, last_a, shift_a = pad_args(a, wb, words[wb], starts[0])
+        xb, sb, last_b, shift_b = pad_args(b, wb, words[wb], starts[1])
+        out = ws.view(-1).view(words[wb]).view(ma + mb, chunks, 16 // wb)
+        args = (xa, xb, sa, sb, out, k * es, last_a, last_b)
+        key = (wb, shift_a, shift_b)
+        launch = launches.get(key)
+        if launch is None:
+            launch = launches[key] = pad_kernel(wb, es, chunks, backend).prepare(*args, fresh_outputs=True)
+        launch(*args)
+        return ws[:ma], ws[ma:]
+
+    return run
