@@ -48,7 +48,7 @@ def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32) -> list:
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
         wc.WorkgroupConstraint(T, t, None),
-        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, J: tpw, T: t}, per_thread=(t,)),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, J: tpw, T: t}, per_thread=(T,)),
     ]
 
 
