@@ -27,14 +27,13 @@ the row-0 start), ``pitch`` (bytes between rows), ``last`` (the buffer's last wo
 
 from __future__ import annotations
 
-import sympy
+from typing import Any
 
 import wavec as wc
 from wavec import Memory
 from wavec.frontend import dtypes as dt
 
 M, J, T, FA, FB = wc.sym.M, wc.sym.J, wc.sym.T, wc.sym.FA, wc.sym.FB
-MA, MB = wc.sym.MA, wc.sym.MB
 WORDS = {8: dt.i64, 4: dt.i32, 2: dt.i16, 1: dt.i8}
 CHUNKS_PER_LANE = 4  # 16-byte chunks per lane and wave: 16 word loads in flight per thread
 
@@ -73,23 +72,23 @@ def _padded_row(x, dim, start, last, kbytes, word, es: int):
 def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
     """The pad kernel moving ``word``-sized words of rows of ``es``-byte elements."""
     t = 16 // word.bytes
-    row = wc.tile_start(M)
 
     @wc.wave(pad_constraints(block_j, waves, t, tpw))
     def pad_k(
-        xa: Memory[FA, word], xb: Memory[FB, word], starts_a: Memory[MA, wc.i32], starts_b: Memory[MB, wc.i32],
-        out: Memory[M, J, T, word], kbytes: wc.Scalar[wc.i32], last_a: wc.Scalar[wc.i32],
+        xa: Memory[FA, word], xb: Memory[FB, word], out: Memory[M, J, T, word], ma: wc.Scalar[wc.i32],
+        kbytes: wc.Scalar[wc.i32], shift_a: wc.Scalar[wc.i32], pitch_a: wc.Scalar[wc.i32],
+        last_a: wc.Scalar[wc.i32], shift_b: wc.Scalar[wc.i32], pitch_b: wc.Scalar[wc.i32],
         last_b: wc.Scalar[wc.i32],
     ):  # fmt: skip
-        @wc.conditional(sympy.Lt(row, MA))
-        def _a() -> None:
-            start = wc.read(starts_a, mapping={MA: row})
-            wc.write(_padded_row(xa, FA, start, last_a, kbytes, word, es), out)
+        row = wc.sum(wc.index(M), M)  # the workgroup's row (M is one coordinate per workgroup)
 
-        @wc.conditional(sympy.Ge(row, MA))
+        @wc.conditional(row < ma)
+        def _a() -> None:
+            wc.write(_padded_row(xa, FA, shift_a + row * pitch_a, last_a, kbytes, word, es), out)
+
+        @wc.conditional(row >= ma)
         def _b() -> None:
-            start = wc.read(starts_b, mapping={MB: row - MA})
-            wc.write(_padded_row(xb, FB, start, last_b, kbytes, word, es), out)
+            wc.write(_padded_row(xb, FB, shift_b + (row - ma) * pitch_b, last_b, kbytes, word, es), out)
 
     return pad_k
 
@@ -135,21 +134,16 @@ def word_bytes(x: Any) -> int:
     return 0
 
 
-def pad_args(x: Any, wb: int, word: Any, starts: dict) -> tuple[Any, Any, int, int]:
+def pad_args(x: Any, wb: int, word: Any) -> tuple[Any, int, int, int]:
     """(``x``'s buffer as ``wb``-byte words from the word holding its first element to the word holding its
-    last, the rows' start bytes in it (cached in ``starts`` per offset), the last word's index, the offset)."""
-    import torch
-
+    last, the byte offset of its first element in it, the row pitch in bytes, the last word's index)."""
     es = x.element_size()
     m, k = x.shape
     pitch = x.stride(0) if m > 1 else k
     shift = x.data_ptr() % wb
     first = x.storage_offset() - shift // es  # the element at the word boundary below x's first
     span = -(-(shift + ((m - 1) * pitch + k) * es) // wb) * wb  # bytes, whole words
-    flat = x.as_strided((span // es,), (1,), first).view(word)
-    if shift not in starts:
-        starts[shift] = torch.arange(m, dtype=torch.int32, device=x.device) * (pitch * es) + shift
-    return flat, starts[shift], span // wb - 1, shift
+    return x.as_strided((span // es,), (1,), first).view(word), shift, pitch * es, span // wb - 1
 
 
 def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
@@ -172,7 +166,6 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
     capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
     spaces: dict = {}
-    starts: tuple[dict, dict] = ({}, {})
     launches: dict = {}
     words = {wb: WORDS[wb].torch() for wb in WORDS}
 
@@ -191,11 +184,11 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
             pad = torch.nn.functional.pad
             return pad(a, (0, kp - k)), pad(b, (0, kp - k))
         ws = workspace()
-        xa, sa, last_a, shift_a = pad_args(a, wb, words[wb], starts[0])
-        xb, sb, last_b, shift_b = pad_args(b, wb, words[wb], starts[1])
+        xa, *row_a = pad_args(a, wb, words[wb])
+        xb, *row_b = pad_args(b, wb, words[wb])
         out = ws.view(-1).view(words[wb]).view(ma + mb, chunks, 16 // wb)
-        args = (xa, xb, sa, sb, out, k * es, last_a, last_b)
-        key = (wb, shift_a, shift_b)
+        args = (xa, xb, out, ma, k * es, *row_a, *row_b)
+        key = (wb, xa.shape[0], xb.shape[0])  # (the views' shapes: the prepared launch's)
         launch = launches.get(key)
         if launch is None:
             launch = launches[key] = pad_kernel(wb, es, chunks, backend).prepare(*args, fresh_outputs=True)
