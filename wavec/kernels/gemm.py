@@ -295,8 +295,8 @@ def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple, unit: int = 8):
     pad = pad_runner(a, b, unit, kernel.backend)
     device, empty = a.device, torch.empty
     kp = a.shape[1] + -a.shape[1] % unit
-    operands = (empty(t.shape[0], kp, device=device, dtype=t.dtype) for t in (a, b))  # the workspace's views
-    launch = kernel.prepare(*operands, empty(a.shape[0], b.shape[0], device=device, dtype=out_dtype), fresh_outputs=True)
+    ap, bp = (empty(t.shape[0], kp, device=device, dtype=t.dtype) for t in (a, b))  # as the workspace's views
+    launch = kernel.prepare(ap, bp, empty(a.shape[0], b.shape[0], device=device, dtype=out_dtype), fresh_outputs=True)
 
     def run(a, b):
         c = empty(out_shape, device=device, dtype=out_dtype)
