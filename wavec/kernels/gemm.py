@@ -273,14 +273,14 @@ def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
     return "wgmma" if torch.cuda.get_device_capability(a.device) == (9, 0) else "mma_sync"
 
 
-PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)
+PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (bytes against flops: docs/sizes_and_strides.md)
 
 
 def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
     """Whether ``matmul`` zero-pads a K that is not a multiple of ``unit`` (the elements of a 16-byte run:
-    8 f16, 16 i8, 4 f32; copies of A and B, 4(M+N)K bytes for f16) rather than launching the narrow
-    variant (single-element loads of A and B, synchronous copies): where the product's 2MNK flops dwarf
-    the copies, M and N both at least ``PAD_K_MIN_MN``."""
+    8 f16, 16 i8, 4 f32; one launch of ``kernels/pad.py`` moving about 4(M+N)K bytes for f16) rather than
+    launching the narrow variant (single-element loads of A and B, synchronous copies): where the
+    product's 2MNK flops dwarf the copies, M and N both at least ``PAD_K_MIN_MN``."""
     return k % unit != 0 and min(m, n) >= PAD_K_MIN_MN
 
 

@@ -12,10 +12,16 @@ sign fill).  Each thread writes 16-byte chunks (``T`` words, ``16 // W`` per chu
 aligned 16-byte store; its loads are single words (8 bytes; the second of each pair is the neighbouring
 word, an L1 hit), so DRAM sees one read of each operand and one write of the workspace.  Bytes past
 ``K * es`` (the pad, and anything the last words read past the row) are masked to zero.  Where the word
-is the element (``W == es``: f32 rows of 4-byte words, or the fallback) no shift is needed.
+is the element (``W == es``: a storage that ends off every wider word) no shift is needed.
 
 One launch serves both operands: one workgroup per row and column tile, workgroups of rows below ``ma``
 take A (a workgroup-uniform ``wc.conditional``), the others B at row ``m - ma``.
+
+The workspace (``pad_runner``) is allocated once per decision and CUDA stream and reused: a later call
+overwrites it only in stream order, after the GEMM that read it; a call on another stream takes its own;
+a call during a CUDA graph capture takes a fresh one from the capture's private pool (the graph keeps it;
+replays of two graphs never share one, nor a replay and an eager call).  Rule: a padded ``matmul``'s
+operands live until the next call of the same shapes on the same stream.
 
 Requires (``pad_args``): each operand's buffer bound from a ``W``-aligned address at or before its first
 element to the word holding its last element, inside its storage; ``shift`` (bytes from that address to
