@@ -4,7 +4,8 @@ K = 4095 / 4094 and N = 50257 are not multiples of the 16-byte vector width.  An
 ``PAD_K_MIN_MN`` is zero-padded by ``kernels/pad.py`` (one launch writing both operands into a reused
 workspace) and runs the wide kernel; the goal is >= 0.85x the next aligned size's throughput (K = 4096,
 N = 50264).  Padded rows also time the pad kernel alone against the device's copy bandwidth
-(``torch.empty_like(x).copy_(x)`` of the same elements, timed in the same run) and the two
+(``torch.empty_like(x).copy_(x)`` of the same elements, timed in the same run), in both lane layouts
+(``chunked``: 16-byte stores; words: one word a lane), and the two
 ``torch.nn.functional.pad`` calls it replaces; ``--narrow`` adds the narrow variant (padding off), the
 evidence for ``PAD_K_MIN_MN``.  Under 2 minutes on an H200 with a cold compile cache.
 
@@ -66,12 +67,18 @@ def run_pad(m: int, n: int, k: int, dtype) -> dict:
     flat = torch.randn((m + n) * k, device="cuda", dtype=dtype)
     ms_copy = bench(lambda: torch.empty_like(flat).copy_(flat))
     ms_pad = bench(lambda: run(a, b))
+    words = pad_mod.pad_runner(a, b, 8, "cuda", chunked=False)  # the other lane layout
+    wa, wb = words(a, b)
+    torch.cuda.synchronize()
+    assert torch.equal(wa, pa) and torch.equal(wb, pb)
+    ms_words = bench(lambda: words(a, b))
     f = torch.nn.functional.pad
     ms_torch = bench(lambda: (f(a, (0, kp - k)), f(b, (0, kp - k))))
     copy_gbs = 2 * (m + n) * k * es / ms_copy / 1e6
     pad_gbs = moved / ms_pad / 1e6
     return {"pad_ms": ms_pad, "pad_gbs": pad_gbs, "copy_ms": ms_copy, "copy_gbs": copy_gbs,
-            "of_copy": pad_gbs / copy_gbs, "torch_pad_ms": ms_torch}  # fmt: skip
+            "of_copy": pad_gbs / copy_gbs, "words_ms": ms_words, "words_of_copy": moved / ms_words / 1e6 / copy_gbs,
+            "torch_pad_ms": ms_torch}  # fmt: skip
 
 
 def run_narrow(m: int, n: int, k: int, dtype) -> float:
@@ -89,7 +96,7 @@ def run_narrow(m: int, n: int, k: int, dtype) -> float:
 def table(rows: list) -> str:
     head = (f"{'shape':15s} {'odd us':>8s} {'TFLOP/s':>8s} {'aligned us':>10s} {'ratio':>6s} {'cuBLAS odd us':>13s} "
             f"{'cuBLAS al us':>12s} {'pad us':>7s} {'pad GB/s':>9s} {'copy GB/s':>9s} {'of copy':>7s} "
-            f"{'F.pad us':>8s} {'narrow':>7s}")  # fmt: skip
+            f"{'words us':>8s} {'of copy':>7s} {'F.pad us':>8s} {'narrow':>7s}")  # fmt: skip
     lines = [head]
     for r in rows:
         o, al, p = r["odd"], r["aligned"], r.get("pad") or {}
@@ -102,7 +109,7 @@ def table(rows: list) -> str:
             f"{r['name']:15s} {o['ms'] * 1e3:8.1f} {o['tflops']:8.1f} {al['ms'] * 1e3:10.1f} {r['ratio']:6.2f} "
             f"{o['cublas_ms'] * 1e3:13.1f} {al['cublas_ms'] * 1e3:12.1f} {cell('pad_ms', 7, 1e3)} "
             f"{cell('pad_gbs', 9, fmt='.0f')} {cell('copy_gbs', 9, fmt='.0f')} {cell('of_copy', 7, fmt='.2f')} "
-            f"{cell('torch_pad_ms', 8, 1e3)} {narrow}"
+            f"{cell('words_ms', 8, 1e3)} {cell('words_of_copy', 7, fmt='.2f')} {cell('torch_pad_ms', 8, 1e3)} {narrow}"
         )
     return "\n".join(lines)
 
@@ -125,7 +132,10 @@ def main() -> None:
             row["narrow_tflops"] = run_narrow(*odd, dtype)
         rows.append(row)
         print(f"{name}: ratio {row['ratio']:.2f} err {o['rel_err']:.1e}", flush=True)
-    note = "(ratio: odd TFLOP/s / aligned TFLOP/s, goal >= 0.85; pad GB/s: A, B read + workspace written)"
+    note = (
+        "(ratio: odd TFLOP/s / aligned TFLOP/s, goal >= 0.85; pad GB/s: A, B read + workspace written, of copy:"
+        " of the copy's GB/s; words: the pad kernel's other lane layout, chunked=False)"
+    )
     text = table(rows) + "\n" + note
     print(text)
     if args.out:

@@ -40,3 +40,17 @@ def test_pad_kernel_compiles(target: str, wb: int, es: int) -> None:
     assert 2 * per_lane - 1 <= len(stores) <= 2 * per_lane
     words = 2 * per_lane * (16 // wb)  # both branches
     assert loads == (2 * words if wb > es else words)  # (the funnel shift's second word)
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "gfx942"])
+def test_words_layout_compiles(target: str) -> None:
+    """``chunked=False``: one word per lane and instruction, so 8-byte stores."""
+    gfx = target.startswith("gfx")
+    kernel = pad.make_pad(wc.i64, 2, *pad.pad_config(512), tpw=64 if gfx else 32, chunked=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(kernel, {pad.T: 2}, target=target, backend="rocm" if gfx else "cuda", cache=False)
+    assert k.artifact.binary
+    if not gfx:
+        ptx = k.artifact.binary.decode()
+        assert re.findall(r"st\.global\.b64", ptx) and not re.findall(r"st\.global\.v", ptx)

@@ -31,12 +31,12 @@ def _poison(t: torch.Tensor) -> None:
         t.fill_(float("nan"))
 
 
-def _check_padded(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+def _check_padded(a: torch.Tensor, b: torch.Tensor, what: str, chunked: bool = True) -> None:
     """Two calls of one runner (the second on a poisoned workspace, fresh inputs of the same key), each
     against ``F.pad`` bit for bit; inputs unchanged."""
     unit = UNIT[a.dtype]
     kp = a.shape[1] + -a.shape[1] % unit
-    run = pad.pad_runner(a, b, unit, "emulator")
+    run = pad.pad_runner(a, b, unit, "emulator", chunked)
     for call in range(2):
         before = (a.clone(), b.clone())
         pa, pb = run(a, b)
@@ -64,6 +64,15 @@ def test_every_residue(dtype: torch.dtype) -> None:
             a, b = _random(g, (16, k), dtype), _random(g, (8, k), dtype)
             assert pad.word_bytes(a) == pad.word_bytes(b) == 8
             _check_padded(a, b, f"{dtype} K={k} (seed {seed})")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int8])
+def test_lanes_on_words_layout(dtype: torch.dtype) -> None:
+    """The other lane layout (``chunked=False``: consecutive lanes, consecutive words), odd residues."""
+    g, seed = generator()
+    for k in (16 * 40 + 3, 16 * 9 + 10, 16 + 7):
+        a, b = _random(g, (16, k), dtype), _random(g, (8, k), dtype)
+        _check_padded(a, b, f"{dtype} K={k} words layout (seed {seed})", chunked=False)
 
 
 @pytest.mark.parametrize("dtype, rows, want", [(torch.float16, 5, 2), (torch.float16, 6, 4), (torch.int8, 3, 1)])

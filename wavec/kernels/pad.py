@@ -44,16 +44,19 @@ WORDS = {8: dt.i64, 4: dt.i32, 2: dt.i16, 1: dt.i8}
 CHUNKS_PER_LANE = 4  # 16-byte chunks per lane and wave: 16 word loads in flight per thread
 
 
-def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32) -> list:
-    """One row per workgroup (so the A/B choice is uniform), ``block_j`` chunks of it over ``waves``."""
+def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32, chunked: bool = True) -> list:
+    """One row per workgroup (so the A/B choice is uniform), ``block_j`` chunks of it over ``waves``;
+    ``chunked``: each lane holds whole 16-byte chunks (16-byte stores), else consecutive lanes consecutive
+    words (8-byte stores, each load instruction one contiguous run: half the L1 sectors; benchmarked)."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
+    shapes = {M: 1, J: tpw, T: t} if chunked else {M: 1, J: tpw // t, T: t}  # (a wave's words: one a lane)
     return [
         wc.WorkgroupConstraint(M, 1, 0),
         wc.WaveConstraint(M, 1),
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
         wc.WorkgroupConstraint(T, t, None),
-        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, J: tpw, T: t}, per_thread=(T,)),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes=shapes, per_thread=(T,) if chunked else ()),
     ]
 
 
@@ -75,11 +78,11 @@ def _padded_row(x, dim, start, last, kbytes, word, es: int):
     return wc.where(valid > 0, lo, 0)
 
 
-def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32, chunked: bool = True) -> wc.WaveKernel:
     """The pad kernel moving ``word``-sized words of rows of ``es``-byte elements."""
     t = 16 // word.bytes
 
-    @wc.wave(pad_constraints(block_j, waves, t, tpw))
+    @wc.wave(pad_constraints(block_j, waves, t, tpw, chunked))
     def pad_k(
         xa: Memory[FA, word], xb: Memory[FB, word], out: Memory[M, J, T, word], ma: wc.Scalar[wc.i32],
         kbytes: wc.Scalar[wc.i32], shift_a: wc.Scalar[wc.i32], pitch_a: wc.Scalar[wc.i32],
@@ -99,7 +102,7 @@ def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32) -
     return pad_k
 
 
-_COMPILED: dict = {}  # (word bytes, element bytes, block_j, waves, backend) -> compiled kernel
+_COMPILED: dict = {}  # (word bytes, element bytes, block_j, waves, chunked, backend) -> compiled kernel
 
 
 def pad_config(chunks: int) -> tuple[int, int]:
@@ -111,12 +114,13 @@ def pad_config(chunks: int) -> tuple[int, int]:
     return block_j, max(1, block_j // (32 * CHUNKS_PER_LANE))
 
 
-def pad_kernel(word_bytes: int, es: int, chunks: int, backend: str | None) -> wc.CompiledKernel:
+def pad_kernel(word_bytes: int, es: int, chunks: int, backend: str | None, chunked: bool = True):
     """The compiled pad kernel for ``word_bytes`` words of ``es``-byte elements, rows of ``chunks``."""
     config = pad_config(chunks)
-    key = (word_bytes, es, *config, backend)
+    key = (word_bytes, es, *config, chunked, backend)
     if key not in _COMPILED:
-        _COMPILED[key] = wc.compile(make_pad(WORDS[word_bytes], es, *config), {T: 16 // word_bytes}, backend=backend)
+        kernel = make_pad(WORDS[word_bytes], es, *config, chunked=chunked)
+        _COMPILED[key] = wc.compile(kernel, {T: 16 // word_bytes}, backend=backend)
     return _COMPILED[key]
 
 
@@ -126,16 +130,17 @@ def word_bytes(x: Any) -> int:
     inside it; 0 where no word can (a transposed ``x``, or a span past the kernel's i32 byte offsets)."""
     es = x.element_size()
     m, k = x.shape
-    if k > 1 and x.stride(1) != 1 or x.untyped_storage().nbytes() >= 2**31:
+    storage = x.untyped_storage()
+    nbytes = storage.nbytes()
+    if k > 1 and x.stride(1) != 1 or nbytes >= 2**31:
         return 0
     pitch = x.stride(0) if m > 1 else k
-    begin = x.storage_offset() * es
-    end = begin + ((m - 1) * pitch + k) * es
-    origin = x.untyped_storage().data_ptr()  # (word-aligned: then so is the word below the first element)
+    end = (x.storage_offset() + (m - 1) * pitch + k) * es
+    origin = storage.data_ptr()  # (word-aligned: then so is the word below the first element)
     for wb in (8, 4, 2, 1):
         if wb < es:
             break
-        if origin % wb == 0 and end + -end % wb <= x.untyped_storage().nbytes():
+        if origin % wb == 0 and end + -end % wb <= nbytes:
             return wb
     return 0
 
@@ -152,7 +157,7 @@ def pad_args(x: Any, wb: int, word: Any) -> tuple[Any, int, int, int]:
     return x.as_strided((span // es,), (1,), first).view(word), shift, pitch * es, span // wb - 1
 
 
-def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
+def pad_runner(a: Any, b: Any, unit: int, backend: str | None, chunked: bool = True):
     """``run(a, b) -> (a_padded, b_padded)`` for later a, b of these dtypes, shapes, strides and device:
     views ``[MA, KP]`` and ``[MB, KP]`` of one workspace written by one launch of the pad kernel.
 
@@ -161,7 +166,8 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
     during a CUDA graph capture each call takes a fresh one from the capture's private pool instead (a
     graph keeps its buffers for its life, and replays of two graphs must not share one).  A call whose
     operands cannot be read as words of their storage (``word_bytes`` 0: a transposed operand, an
-    operand past 2 GiB) pads with ``torch.nn.functional.pad`` (a fill and a copy per operand)."""
+    operand past 2 GiB) pads with ``torch.nn.functional.pad`` (a fill and a copy per operand).
+    ``chunked``: the lane layout (``pad_constraints``; the benchmark times both)."""
     import torch
 
     ma, mb, k = a.shape[0], b.shape[0], a.shape[1]
@@ -171,33 +177,37 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None):
     cuda = device.type == "cuda"
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
     capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
-    spaces: dict = {}
+    spaces: dict = {}  # stream -> (workspace, its word views by word width)
     launches: dict = {}
     words = {wb: WORDS[wb].torch() for wb in WORDS}
 
-    def workspace() -> Any:
+    def fresh() -> tuple[Any, dict]:
+        ws = torch.empty(ma + mb, kp, dtype=dtype, device=device)
+        return ws, {wb: ws.view(-1).view(w).view(ma + mb, chunks, 16 // wb) for wb, w in words.items() if wb >= es}
+
+    def workspace() -> tuple[Any, dict]:
         if capturing():
-            return torch.empty(ma + mb, kp, dtype=dtype, device=device)
+            return fresh()
         stream = raw_stream(device.index) if raw_stream is not None else None
-        ws = spaces.get(stream)
-        if ws is None:
-            ws = spaces[stream] = torch.empty(ma + mb, kp, dtype=dtype, device=device)
-        return ws
+        space = spaces.get(stream)
+        if space is None:
+            space = spaces[stream] = fresh()
+        return space
 
     def run(a: Any, b: Any) -> tuple[Any, Any]:
         wb = min(word_bytes(a), word_bytes(b))
         if wb == 0:
             pad = torch.nn.functional.pad
             return pad(a, (0, kp - k)), pad(b, (0, kp - k))
-        ws = workspace()
+        ws, outs = workspace()
         xa, *row_a = pad_args(a, wb, words[wb])
         xb, *row_b = pad_args(b, wb, words[wb])
-        out = ws.view(-1).view(words[wb]).view(ma + mb, chunks, 16 // wb)
-        args = (xa, xb, out, ma, k * es, *row_a, *row_b)
+        args = (xa, xb, outs[wb], ma, k * es, *row_a, *row_b)
         key = (wb, xa.shape[0], xb.shape[0])  # (the views' shapes: the prepared launch's)
         launch = launches.get(key)
         if launch is None:
-            launch = launches[key] = pad_kernel(wb, es, chunks, backend).prepare(*args, fresh_outputs=True)
+            kernel = pad_kernel(wb, es, chunks, backend, chunked)
+            launch = launches[key] = kernel.prepare(*args, fresh_outputs=True)
         launch(*args)
         return ws[:ma], ws[ma:]
 
