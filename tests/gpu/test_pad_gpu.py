@@ -59,13 +59,14 @@ def test_pad_views(offset: int, gap: int) -> None:
 
 
 def _product_check(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    if a.dtype == torch.int8:
-        assert torch.equal(c, (a.long() @ b.long().T).int()), what
+    if a.dtype == torch.int8:  # (no integer matmul on CUDA: the exact reference on the CPU)
+        assert torch.equal(c.cpu(), (a.cpu().long() @ b.cpu().long().T).int()), what
         return
     ref = a.double() @ b.double().T
     assert not c.isnan().any(), what
     err = ((c.double() - ref).norm() / ref.norm()).item()
-    assert err < (2e-3 if a.dtype == torch.float32 else 1e-5), f"{what}: relative error {err:.2e}"
+    # tf32 products (about 1e-3, docs/dsl_reference.md); f16 / bf16 products are exact in f32: the f32 sums
+    assert err < (2e-3 if a.dtype == torch.float32 else 5e-5), f"{what}: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("mma", ["mma_sync", "auto"])
