@@ -128,3 +128,24 @@ def test_matmul_pads_a_sliced_view(monkeypatch) -> None:
         b = _random(g, (n, k), torch.float16)
     (kernel,) = gm._COMPILED.values()
     assert not kernel._variants, list(kernel._variants)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_pads_odd_in_features(monkeypatch, with_bias: bool) -> None:
+    """``linear`` (``matmul_runner`` with x's leading dims) over the padded path: x [2, 20, 37] against
+    ``F.linear`` in f64, bf16 (C rounded once from the f32 sum)."""
+    from wavec.kernels import dense, linear
+
+    monkeypatch.setattr(gm, "PAD_K_MIN_MN", 32)
+    monkeypatch.setattr(dense, "_DECIDED", Decisions("linear"))
+    runners = []
+    real = pad.pad_runner
+    monkeypatch.setattr(pad, "pad_runner", lambda *a, **kw: runners.append(1) or real(*a, **kw))
+    g, seed = generator()
+    x, w = _random(g, (2, 20, 37), torch.bfloat16), _random(g, (48, 37), torch.bfloat16)
+    bias = _random(g, (48,), torch.bfloat16) if with_bias else None
+    got = linear(x, w, bias, backend="emulator")
+    want = torch.nn.functional.linear(x.double(), w.double(), None if bias is None else bias.double())
+    assert got.dtype == torch.bfloat16 and got.shape == (2, 20, 48) and runners == [1]
+    err = ((got.double() - want).norm() / want.norm()).item()
+    assert err < 1e-2, f"linear K=37 (seed {seed}): relative error {err:.2e}"

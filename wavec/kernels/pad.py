@@ -124,17 +124,23 @@ def pad_kernel(word_bytes: int, es: int, chunks: int, backend: str | None, chunk
     return _COMPILED[key]
 
 
-def word_bytes(x: Any) -> int:
+def rows_of(x: Any) -> tuple[int, int, int, int]:
+    """(M, K, row pitch, K's stride) of a 2-D ``x``, in elements (a single row's pitch: K)."""
+    m, k = x.shape
+    return m, k, x.stride(0) if m > 1 else k, x.stride(1) if k > 1 else 1
+
+
+def word_bytes(x: Any, rows: tuple | None = None) -> int:
     """The widest word (8, 4, 2 or 1 bytes, not narrower than an element) in which the rows of ``x`` can be
     read without leaving its storage: the word-aligned span from its first element to its last must lie
-    inside it; 0 where no word can (a transposed ``x``, or a span past the kernel's i32 byte offsets)."""
+    inside it; 0 where no word can (a transposed ``x``, or a span past the kernel's i32 byte offsets).
+    ``rows``: ``rows_of`` the 2-D view ``x`` stands for (``linear`` passes x with its leading dims)."""
+    m, k, pitch, inner = rows or rows_of(x)
     es = x.element_size()
-    m, k = x.shape
     storage = x.untyped_storage()
     nbytes = storage.nbytes()
-    if k > 1 and x.stride(1) != 1 or nbytes >= 2**31:
+    if inner != 1 or nbytes >= 2**31:
         return 0
-    pitch = x.stride(0) if m > 1 else k
     end = (x.storage_offset() + (m - 1) * pitch + k) * es
     origin = storage.data_ptr()  # (word-aligned: then so is the word below the first element)
     for wb in (8, 4, 2, 1):
@@ -145,12 +151,11 @@ def word_bytes(x: Any) -> int:
     return 0
 
 
-def pad_args(x: Any, wb: int, word: Any) -> tuple[Any, int, int, int]:
+def pad_args(x: Any, rows: tuple, wb: int, word: Any) -> tuple[Any, int, int, int]:
     """(``x``'s buffer as ``wb``-byte words from the word holding its first element to the word holding its
     last, the byte offset of its first element in it, the row pitch in bytes, the last word's index)."""
+    m, k, pitch, _ = rows
     es = x.element_size()
-    m, k = x.shape
-    pitch = x.stride(0) if m > 1 else k
     shift = x.data_ptr() % wb
     first = x.storage_offset() - shift // es  # the element at the word boundary below x's first
     span = -(-(shift + ((m - 1) * pitch + k) * es) // wb) * wb  # bytes, whole words
@@ -158,8 +163,9 @@ def pad_args(x: Any, wb: int, word: Any) -> tuple[Any, int, int, int]:
 
 
 def pad_runner(a: Any, b: Any, unit: int, backend: str | None, chunked: bool = True):
-    """``run(a, b) -> (a_padded, b_padded)`` for later a, b of these dtypes, shapes, strides and device:
-    views ``[MA, KP]`` and ``[MB, KP]`` of one workspace written by one launch of the pad kernel.
+    """``run(a, b) -> (a_padded, b_padded)`` for later a, b of these dtypes, shapes, strides and device (or
+    views laying out the same elements in memory: ``linear`` passes x with its leading dims): views
+    ``[MA, KP]`` and ``[MB, KP]`` of one workspace written by one launch of the pad kernel.
 
     The workspace is allocated once and reused: per CUDA stream (``torch.cuda`` current stream; the
     emulator has one), so a later call overwrites it only in stream order after the GEMM that read it;
@@ -170,6 +176,7 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None, chunked: bool = T
     ``chunked``: the lane layout (``pad_constraints``; the benchmark times both)."""
     import torch
 
+    rows_a, rows_b = rows_of(a), rows_of(b)  # later calls may pass a view of these rows (``linear``'s x)
     ma, mb, k = a.shape[0], b.shape[0], a.shape[1]
     es, kp = a.element_size(), k + -k % unit
     chunks = kp * es // 16
@@ -195,13 +202,14 @@ def pad_runner(a: Any, b: Any, unit: int, backend: str | None, chunked: bool = T
         return space
 
     def run(a: Any, b: Any) -> tuple[Any, Any]:
-        wb = min(word_bytes(a), word_bytes(b))
+        wb = min(word_bytes(a, rows_a), word_bytes(b, rows_b))
         if wb == 0:
             pad = torch.nn.functional.pad
-            return pad(a, (0, kp - k)), pad(b, (0, kp - k))
+            a2, b2 = (x.as_strided(r[:2], r[2:], x.storage_offset()) for x, r in ((a, rows_a), (b, rows_b)))
+            return pad(a2, (0, kp - k)), pad(b2, (0, kp - k))
         ws, outs = workspace()
-        xa, *row_a = pad_args(a, wb, words[wb])
-        xb, *row_b = pad_args(b, wb, words[wb])
+        xa, *row_a = pad_args(a, rows_a, wb, words[wb])
+        xb, *row_b = pad_args(b, rows_b, wb, words[wb])
         args = (xa, xb, outs[wb], ma, k * es, *row_a, *row_b)
         key = (wb, xa.shape[0], xb.shape[0])  # (the views' shapes: the prepared launch's)
         launch = launches.get(key)
