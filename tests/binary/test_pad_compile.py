@@ -1,6 +1,7 @@
 """Binary tier: the odd-K pad kernel (``kernels/pad.py``) compiles for sm_80, sm_90a (PTX, cubin) and gfx942
 (HSACO) for each word width; on NVIDIA each lane's 16-byte chunks of the workspace are 16-byte stores and
-its reads single words (8 bytes where the words are), two per output word, in each operand's branch."""
+its reads single words (8 bytes where the words are), the T + 1 words each chunk spans, in each operand's
+branch."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def test_pad_kernel_compiles(target: str, wb: int, es: int) -> None:
     assert stores and all(int(v) * int(bits) == 128 for v, bits in stores)  # 16 bytes each
     # (LLVM may sink the two branches' last stores into one)
     assert 2 * per_lane - 1 <= len(stores) <= 2 * per_lane
-    words = 2 * per_lane * (16 // wb)  # both branches
-    assert loads == (2 * words if wb > es else words)  # (the funnel shift's second word)
+    words = 16 // wb
+    # both branches; funnel-shifted chunks read their words and the next chunk's first once each
+    assert loads == 2 * per_lane * (words + 1 if wb > es else words)
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "gfx942"])

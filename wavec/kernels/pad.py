@@ -9,8 +9,9 @@ where the storage allows; 4, 2 or 1 otherwise, ``word_bytes``), and output word 
 byte lies ``sh`` bits into word ``w0`` is the funnel shift of input words ``w0 + w`` and ``w0 + w + 1``:
 ``(lo >> sh) & low_mask | hi << (bits - sh)`` (``>>`` is arithmetic on signed words: the mask clears the
 sign fill).  Each thread writes 16-byte chunks (``T`` words, ``16 // W`` per chunk) of its row with one
-aligned 16-byte store; its loads are single words (8 bytes; the second of each pair is the neighbouring
-word, an L1 hit), so DRAM sees one read of each operand and one write of the workspace.  Bytes past
+aligned 16-byte store; its loads are single words (8 bytes: the ``T + 1`` words its chunk spans, the last
+also the next lane's first, an L1 hit), so DRAM sees one read of each operand and one write of the
+workspace.  Bytes past
 ``K * es`` (the pad, and anything the last words read past the row) are masked to zero.  Where the word
 is the element (``W == es``: a storage that ends off every wider word) no shift is needed.
 
@@ -60,22 +61,42 @@ def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32, chunked: bo
     ]
 
 
-def _padded_row(x, dim, start, last, kbytes, word, es: int):
-    """The workspace words [J, T] of the row whose first element lies ``start`` bytes into ``x`` (words)."""
-    wb = word.bytes
-    col = wc.index(J)[:, None] * (16 // wb) + wc.index(T)[None, :]  # word of the padded row
-    at = start // wb + col
-    lo = wc.read(x, mapping={dim: wc.minimum(at, last)})
+def _funnel(lo, hi, sh, word):
+    """The word starting ``sh`` bits (rank-0, ``< bits``) into ``lo``, continuing into ``hi``."""
+    bits = word.bytes * 8
+    up = wc.cast(wc.minimum(bits - sh, bits - 1), word)  # clamped: sh == 0 takes lo itself
+    return wc.where(sh == 0, lo, ((lo >> wc.cast(sh, word)) & ((1 << up) - 1)) | (hi << up))
+
+
+def _masked(v, valid, word):
+    """``v`` with its bytes from ``valid`` on zeroed (``valid`` <= 0: all; >= the word: none)."""
+    keep = wc.cast(wc.clip(valid, 0, word.bytes - 1) * 8, word)
+    return wc.where(valid >= word.bytes, v, v & ((1 << keep) - 1))
+
+
+def _padded_row(x, dim, start, last, kbytes, word, es: int, chunked: bool):
+    """The workspace words [J, T] of the row whose first element lies ``start`` bytes into ``x`` (words).
+    Chunked lanes read their chunk's ``T + 1`` words once each (three 8-byte loads per 16-byte chunk) and
+    assemble the chunk by its ``T`` coordinate (constant per register: moves); the words layout reads each
+    word's two sources (one instruction, one contiguous run each)."""
+    wb, t = word.bytes, 16 // word.bytes
+    col = wc.index(J)[:, None] * t + wc.index(T)[None, :]  # word of the padded row
     valid = kbytes - col * wb  # bytes of this word that are the row's (<= 0: pad)
-    if wb > es:  # the row's start lies sh bits into its first word: a funnel shift of two words
-        hi = wc.read(x, mapping={dim: wc.minimum(at + 1, last)})
-        sh = (start % wb) * 8
-        up = wc.cast(wc.minimum(wb * 8 - sh, wb * 8 - 1), word)  # clamped: sh == 0 takes lo itself
-        shifted = ((lo >> wc.cast(sh, word)) & ((1 << up) - 1)) | (hi << up)
-        lo = wc.where(sh == 0, lo, shifted)
-        keep = wc.cast(wc.clip(valid, 0, wb - 1) * 8, word)
-        return wc.where(valid >= wb, lo, lo & ((1 << keep) - 1))
-    return wc.where(valid > 0, lo, 0)
+    if wb == es:  # words are elements: no shift
+        return wc.where(valid > 0, wc.read(x, mapping={dim: wc.minimum(start // wb + col, last)}), 0)
+    sh = (start % wb) * 8  # the row's start lies sh bits into its first word: a funnel shift of two words
+    if not chunked:
+        at = start // wb + col
+        lo = wc.read(x, mapping={dim: wc.minimum(at, last)})
+        return _masked(_funnel(lo, wc.read(x, mapping={dim: wc.minimum(at + 1, last)}), sh, word), valid, word)
+    first = start // wb + wc.index(J) * t
+    src = [wc.read(x, mapping={dim: wc.minimum(first + i, last)}) for i in range(t + 1)]  # each [J]
+    cols = [wc.index(J) * t + i for i in range(t)]
+    words = [_masked(_funnel(src[i], src[i + 1], sh, word), kbytes - cols[i] * wb, word) for i in range(t)]
+    out = wc.broadcast(words[-1], (J, T))
+    for i in reversed(range(t - 1)):
+        out = wc.where(wc.index(T)[None, :] == i, words[i][:, None], out)
+    return out
 
 
 def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32, chunked: bool = True) -> wc.WaveKernel:
@@ -93,11 +114,11 @@ def make_pad(word: dt.DType, es: int, block_j: int, waves: int, tpw: int = 32, c
 
         @wc.conditional(row < ma)
         def _a() -> None:
-            wc.write(_padded_row(xa, FA, shift_a + row * pitch_a, last_a, kbytes, word, es), out)
+            wc.write(_padded_row(xa, FA, shift_a + row * pitch_a, last_a, kbytes, word, es, chunked), out)
 
         @wc.conditional(row >= ma)
         def _b() -> None:
-            wc.write(_padded_row(xb, FB, shift_b + (row - ma) * pitch_b, last_b, kbytes, word, es), out)
+            wc.write(_padded_row(xb, FB, shift_b + (row - ma) * pitch_b, last_b, kbytes, word, es, chunked), out)
 
     return pad_k
 
