@@ -11,9 +11,9 @@ byte lies ``sh`` bits into word ``w0`` is the funnel shift of input words ``w0 +
 sign fill).  Each thread writes 16-byte chunks (``T`` words, ``16 // W`` per chunk) of its row with one
 aligned 16-byte store; its loads are single words (8 bytes: the ``T + 1`` words its chunk spans, the last
 also the next lane's first, an L1 hit), so DRAM sees one read of each operand and one write of the
-workspace.  Bytes past
-``K * es`` (the pad, and anything the last words read past the row) are masked to zero.  Where the word
-is the element (``W == es``: a storage that ends off every wider word) no shift is needed.
+workspace.  Bytes past ``K * es`` (the pad, and anything the last words read past the row) are masked
+to zero.  Where the word is the element (``W == es``: a storage that ends off every wider word) no shift
+is needed.
 
 One launch serves both operands: one workgroup per row and column tile, workgroups of rows below ``ma``
 take A (a workgroup-uniform ``wc.conditional``), the others B at row ``m - ma``.
@@ -21,8 +21,8 @@ take A (a workgroup-uniform ``wc.conditional``), the others B at row ``m - ma``.
 The workspace (``pad_runner``) is allocated once per decision and CUDA stream and reused: a later call
 overwrites it only in stream order, after the GEMM that read it; a call on another stream takes its own;
 a call during a CUDA graph capture takes a fresh one from the capture's private pool (the graph keeps it;
-replays of two graphs never share one, nor a replay and an eager call).  Rule: a padded ``matmul``'s
-operands live until the next call of the same shapes on the same stream.
+replays of two graphs never share one, nor a replay and an eager call).  Rule: a workspace is rewritten
+only by a later launch on the stream that last used it, so stream order protects its reader.
 
 Requires (``pad_args``): each operand's buffer bound from a ``W``-aligned address at or before its first
 element to the word holding its last element, inside its storage; ``shift`` (bytes from that address to
@@ -42,7 +42,7 @@ from wavec.frontend import dtypes as dt
 
 M, J, T, FA, FB = wc.sym.M, wc.sym.J, wc.sym.T, wc.sym.FA, wc.sym.FB
 WORDS = {8: dt.i64, 4: dt.i32, 2: dt.i16, 1: dt.i8}
-CHUNKS_PER_LANE = 4  # 16-byte chunks per lane and wave: 16 word loads in flight per thread
+CHUNKS_PER_LANE = 4  # 16-byte chunks per lane and wave: 12 8-byte loads in flight per thread
 
 
 def pad_constraints(block_j: int, waves: int, t: int, tpw: int = 32, chunked: bool = True) -> list:
