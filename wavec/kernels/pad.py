@@ -24,7 +24,7 @@ a call during a CUDA graph capture takes a fresh one from the capture's private 
 replays of two graphs never share one, nor a replay and an eager call).  Rule: a workspace is rewritten
 only by a later launch on the stream that last used it, so stream order protects its reader.
 
-Requires (``pad_args``): each operand's buffer bound from a ``W``-aligned address at or before its first
+Requires (``pad_args``): each operand's buffer bound from the 16-byte boundary at or before its first
 element to the word holding its last element, inside its storage; ``shift`` (bytes from that address to
 the row-0 start), ``pitch`` (bytes between rows), ``last`` (the buffer's last word index), ``kbytes``
 (``K * es``); byte offsets below 2**31.  Guarantees: workspace row ``m`` holds row ``m`` of A (row
@@ -154,7 +154,8 @@ def rows_of(x: Any) -> tuple[int, int, int, int]:
 def word_bytes(x: Any, rows: tuple | None = None) -> int:
     """The widest word (8, 4, 2 or 1 bytes, not narrower than an element) in which the rows of ``x`` can be
     read without leaving its storage: the word-aligned span from its first element to its last must lie
-    inside it; 0 where no word can (a transposed ``x``, or a span past the kernel's i32 byte offsets).
+    inside it; 0 where no word can (a transposed ``x``, a span past the kernel's i32 byte offsets, a
+    storage off 16 bytes: ``from_blob`` memory).
     ``rows``: ``rows_of`` the 2-D view ``x`` stands for (``linear`` passes x with its leading dims)."""
     m, k, pitch, inner = rows or rows_of(x)
     es = x.element_size()
@@ -163,22 +164,24 @@ def word_bytes(x: Any, rows: tuple | None = None) -> int:
     if inner != 1 or nbytes >= 2**31:
         return 0
     end = (x.storage_offset() + (m - 1) * pitch + k) * es
-    origin = storage.data_ptr()  # (word-aligned: then so is the word below the first element)
+    if storage.data_ptr() % 16:  # (16-byte aligned: then so is the boundary below x's first element)
+        return 0
     for wb in (8, 4, 2, 1):
         if wb < es:
             break
-        if origin % wb == 0 and end + -end % wb <= nbytes:
+        if end + -end % wb <= nbytes:
             return wb
     return 0
 
 
 def pad_args(x: Any, rows: tuple, wb: int, word: Any) -> tuple[Any, int, int, int]:
-    """(``x``'s buffer as ``wb``-byte words from the word holding its first element to the word holding its
-    last, the byte offset of its first element in it, the row pitch in bytes, the last word's index)."""
+    """(``x``'s buffer as ``wb``-byte words from the 16-byte boundary below its first element (a kernel's
+    base pointers are 16-byte aligned) to the word holding its last, the byte offset of its first element
+    in it, the row pitch in bytes, the last word's index)."""
     m, k, pitch, _ = rows
     es = x.element_size()
-    shift = x.data_ptr() % wb
-    first = x.storage_offset() - shift // es  # the element at the word boundary below x's first
+    shift = x.data_ptr() % 16
+    first = x.storage_offset() - shift // es  # the element at that boundary
     span = -(-(shift + ((m - 1) * pitch + k) * es) // wb) * wb  # bytes, whole words
     return x.as_strided((span // es,), (1,), first).view(word), shift, pitch * es, span // wb - 1
 
