@@ -273,31 +273,34 @@ def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
     return "wgmma" if torch.cuda.get_device_capability(a.device) == (9, 0) else "mma_sync"
 
 
-PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (benchmarks/odd_sizes.py times both ways)
+PAD_K_MIN_MN = 512  # M and N from which an odd K is zero-padded (bytes against flops: docs/sizes_and_strides.md)
 
 
 def pads_k(m: int, n: int, k: int, unit: int = 8) -> bool:
     """Whether ``matmul`` zero-pads a K that is not a multiple of ``unit`` (the elements of a 16-byte run:
-    8 f16, 16 i8, 4 f32; copies of A and B, 4(M+N)K bytes for f16) rather than launching the narrow
-    variant (single-element loads of A and B, synchronous copies): where the product's 2MNK flops dwarf
-    the copies, M and N both at least ``PAD_K_MIN_MN``."""
+    8 f16, 16 i8, 4 f32; one launch of ``kernels/pad.py`` moving about 4(M+N)K bytes for f16) rather than
+    launching the narrow variant (single-element loads of A and B, synchronous copies): where the
+    product's 2MNK flops dwarf the copies, M and N both at least ``PAD_K_MIN_MN``."""
     return k % unit != 0 and min(m, n) >= PAD_K_MIN_MN
 
 
 def padded_k_runner(kernel, out_dtype, a, b, out_shape: tuple, unit: int = 8):
     """``run(a, b) -> c`` of ``kernel`` on A and B padded with zero columns to the next multiple of
-    ``unit`` of K (zeros add nothing to the dot products): the wide kernel, 16-byte copies."""
+    ``unit`` of K (zeros add nothing to the dot products): one launch of ``kernels/pad.py`` writes both
+    into a reused workspace, then the wide kernel (16-byte copies) reads it."""
     import torch
 
-    pad = -a.shape[1] % unit
-    padded = torch.nn.functional.pad
-    c = torch.empty(a.shape[0], b.shape[0], device=a.device, dtype=out_dtype)
-    launch = kernel.prepare(padded(a, (0, pad)), padded(b, (0, pad)), c, fresh_outputs=True)
+    from wavec.kernels.pad import pad_runner
+
+    pad = pad_runner(a, b, unit, kernel.backend)
     device, empty = a.device, torch.empty
+    kp = a.shape[1] + -a.shape[1] % unit
+    ap, bp = (empty(t.shape[0], kp, device=device, dtype=t.dtype) for t in (a, b))  # as the workspace's views
+    launch = kernel.prepare(ap, bp, empty(a.shape[0], b.shape[0], device=device, dtype=out_dtype), fresh_outputs=True)
 
     def run(a, b):
         c = empty(out_shape, device=device, dtype=out_dtype)
-        launch(padded(a, (0, pad)), padded(b, (0, pad)), c)
+        launch(*pad(a, b), c)
         return c
 
     return run
