@@ -45,6 +45,7 @@ DISPATCH = ("routing_aware", "static")
 SWAP_BLOCK_MS = (8, 16, 32)  # swap-AB token blocks: the wgmma N axis (64 rows and up keep mma.sync's M axis)
 SWAP_BLOCK_NS = (64, 128, 256)  # swap-AB weight rows: one to four warpgroups of m64
 SWAP_TARGET = "sm_90a"
+SWAP_MIN_TOKEN_TILE = 2 * fk.SWAP_THREADS  # token-tile elements: a warpgroup's copy moves 4 bytes a thread or more
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +55,7 @@ class MoeConfig:
     the K step, the pipeline stages and ``group_m``, the token blocks launched together along N (L2
     reuse of an expert's weight tiles; 1: row-major order).  ``swap``: both GEMMs on sm_90a ``wgmma``
     with the weight rows as the instruction's M operand and the token block (8, 16 or 32) as its N
-    operand (``fused_moe_kernels.swap_tiles``; N tiles multiples of 64, one warpgroup per 64 rows)."""
+    operand (``fused_moe_kernels.swap_tiles``; N tiles multiples of 64, ``swap_warpgroups`` warpgroups)."""
 
     block_m: int
     block_n: int
@@ -104,14 +105,22 @@ class MoeConfig:
         ):
             if type(v) is not int or v not in allowed:
                 raise _bad("config", f"{name} must be one of {allowed}{' with SWAP' if self.swap else ''}, got {v!r}")
+        if self.swap and self.block_m * self.block_k < SWAP_MIN_TOKEN_TILE:
+            raise _bad(
+                "config",
+                f"BLOCK_M x BLOCK_K must be at least {SWAP_MIN_TOKEN_TILE} with SWAP (4-byte copies of the token "
+                f"tile by a warpgroup), got {self.block_m} x {self.block_k}",
+            )
 
     def subs(self, down: bool) -> dict:
         n = self.block_n_down if down else self.block_n
         return fk.gemm_subs(self.block_m, n, self.block_k, self.stages, self.group_m)
 
-    def swap_n(self, down: bool) -> int | None:
-        """The swap-AB kernels' BLOCK_N of one GEMM (``make_up``/``make_down``'s ``swap_n``), else None."""
-        return (self.block_n_down if down else self.block_n) if self.swap else None
+    def swap_waves(self, down: bool) -> int | None:
+        """The warpgroups of one swap-AB GEMM (``make_up``/``make_down``'s ``swap_waves``), else None."""
+        if not self.swap:
+            return None
+        return fk.swap_warpgroups(self.block_m, self.block_n_down if down else self.block_n, self.block_k)
 
     def label(self) -> str:
         """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma): a short name
@@ -273,13 +282,13 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     base = (s.dtype.name, s.top_k, cfg, gemm_target, backend, checked)
     up = _compiled(
         ("up", activation, weighted_input, *base),
-        lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_n(False)),
+        lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
         cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
     down = _compiled(
         ("down", weighted_input, deterministic, *base),
         lambda: fk.make_down(
-            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_n(True)
+            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True)
         ),
         cfg.subs(True), gemm_target, backend,
     )  # fmt: skip

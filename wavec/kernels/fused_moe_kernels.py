@@ -22,8 +22,9 @@ Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dy
 Swap-AB (``swap=True``, sm_90a ``wgmma``, docs/moe.md "Swap-AB on wgmma"): the same two GEMMs with the
 expert's weight rows as the instruction's 64-row M operand and the token block (8, 16 or 32 rows) as its
 N operand, so a decode block is not padded to 64 rows: the accumulators are [N, M] (weight rows, tokens),
-one warpgroup per 64 weight rows (``swap_tiles``), and the epilogues are the same ops on the transposed
-tile, writing the same outputs in the same layouts (a write stores by dimension name).
+one warpgroup per 64 weight rows where the token tile's copy keeps 16-byte runs (``swap_warpgroups``),
+and the epilogues are the same ops on the transposed tile, writing the same outputs in the same layouts
+(a write stores by dimension name).
 
 Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
 run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
@@ -42,7 +43,8 @@ T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc
 P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
 COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
 REMAP_WAVES = 4
-SWAP_ROWS = 64  # weight rows per warpgroup in swap-AB: one m64 wgmma
+SWAP_ROWS = 64  # weight rows of one m64 wgmma (swap-AB: the weight rows are its M axis)
+SWAP_THREADS = 128  # threads of a warpgroup
 
 
 def gemm_tiles(tpw: int, mma, block_m: int) -> list:
@@ -54,25 +56,36 @@ def gemm_tiles(tpw: int, mma, block_m: int) -> list:
     return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M))
 
 
-def swap_tiles(mma, block_n: int) -> list:
-    """The swap-AB tiles: BLOCK_M tokens x BLOCK_N weight rows per workgroup, one warpgroup per 64 weight
-    rows (the wgmma M axis: ``WaveConstraint(N, 64)``) holding every token of the block (its N axis), K
-    in steps of BLOCK_K over NUM_STAGES ``cp.async`` stages (gathered rows: TMA boxes cannot express them),
-    GROUP_M as in ``gemm_tiles``."""
+def swap_warpgroups(block_m: int, block_n: int, block_k: int, elem_bytes: int = 2) -> int:
+    """Warpgroups of a swap-AB tile along the weight rows: one per 64 rows, halved while the token tile
+    (BLOCK_M x BLOCK_K) would have fewer 16-byte runs than the workgroup has threads (each thread copies
+    whole runs: ``infer_indices.copy_layout`` narrows them otherwise, and 2-byte runs leave ``cp.async``);
+    a warpgroup then issues two or four m64 instructions per K step."""
+    wg = block_n // SWAP_ROWS
+    while wg > 1 and block_m * block_k * elem_bytes // 16 < wg * SWAP_THREADS:
+        wg //= 2
+    return wg
+
+
+def swap_tiles(mma, warpgroups: int) -> list:
+    """The swap-AB tiles: BLOCK_M tokens x BLOCK_N weight rows per workgroup over ``warpgroups`` along the
+    weight rows (the wgmma M axis: a multiple of 64 each), every token of the block in each warpgroup
+    (its N axis), K in steps of BLOCK_K over NUM_STAGES ``cp.async`` stages (gathered rows: TMA boxes
+    cannot express them), GROUP_M as in ``gemm_tiles``."""
     return [
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(N, BLOCK_N, 1),
         wc.WaveConstraint(M, BLOCK_M),
-        wc.WaveConstraint(N, BLOCK_N / (block_n // SWAP_ROWS)),
+        wc.WaveConstraint(N, BLOCK_N / warpgroups),
         wc.TilingConstraint(K, BLOCK_K),
         wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, async_copy="cp.async"),
     ]
 
 
-def _tiles(tpw: int, mma, block_m: int, block_n: int | None) -> list:
-    """``swap_tiles`` when ``block_n`` is given (swap-AB), else ``gemm_tiles``."""
-    return gemm_tiles(tpw, mma, block_m) if block_n is None else swap_tiles(mma, block_n)
+def _tiles(tpw: int, mma, block_m: int, swap_waves: int | None) -> list:
+    """``swap_tiles`` when ``swap_waves`` (warpgroups) is given, else ``gemm_tiles``."""
+    return gemm_tiles(tpw, mma, block_m) if swap_waves is None else swap_tiles(mma, swap_waves)
 
 
 def _acc(swap: bool):
@@ -111,13 +124,14 @@ def _block_expert(expert_ids):
 
 
 def make_up(
-    dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int, swap_n: int | None = None
+    dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int, swap_waves: int | None = None
 ):  # fmt: skip
     """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``;
-    ``swap_n``: swap-AB on wgmma (``mma`` a warpgroup type) with that BLOCK_N, else ``gemm_tiles``."""
-    swap = swap_n is not None
+    ``swap_waves``: swap-AB on wgmma (``mma`` a warpgroup type) over that many warpgroups
+    (``swap_warpgroups``), else ``gemm_tiles``."""
+    swap = swap_waves is not None
 
-    @wc.wave(_tiles(tpw, mma, block_m, swap_n))
+    @wc.wave(_tiles(tpw, mma, block_m, swap_waves))
     def moe_up(
         x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
@@ -167,13 +181,13 @@ def _down(
 
 def make_down(
     dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int,
-    swap_n: int | None = None,
+    swap_waves: int | None = None,
 ):  # fmt: skip
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
-    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_n`` as
-    for ``make_up``."""
-    flags = (top_k, weighted_output, deterministic, dtype, swap_n is not None)
-    tiles = _tiles(tpw, mma, block_m, swap_n)
+    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_waves``
+    as for ``make_up``."""
+    flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None)
+    tiles = _tiles(tpw, mma, block_m, swap_waves)
     if deterministic:
 
         @wc.wave(tiles)
