@@ -42,26 +42,27 @@ SWAPS = [
 WARMUP, REPS = 10, 50
 
 
-def point(shape: tm.MoeShape, t: int, w: tuple, flush: torch.Tensor) -> dict:
+def point(shape: tm.MoeShape, t: int, w: tuple, flush: torch.Tensor, timer=mp.graph_time) -> dict:
     """One (model, T): microseconds, TB/s and max error of the mma.sync static choice and every swap-AB
-    configuration, and the copy anchor's microseconds and TB/s."""
+    configuration, and the copy anchor's microseconds and TB/s (``timer(fn, flush, warmup, reps)``:
+    seconds; the tensors live on ``w``'s device)."""
     w1, w2 = w
-    x = torch.randn(t, shape.hidden, device="cuda", dtype=w1.dtype)
-    wts, ids, _beta = mp.routing(t, shape.experts, shape.top_k, 1.0, True, seed=t)
+    dev = w1.device
+    x = torch.randn(t, shape.hidden, device=dev, dtype=w1.dtype)
+    wts, ids, _beta = mp.routing(t, shape.experts, shape.top_k, 1.0, True, seed=t, device=dev)
     ref = fm.reference(x, w1, w2, wts, ids)
     active = int(torch.unique(ids).numel())
     nbytes = active * 3 * shape.hidden * shape.inter * 2
-    src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16).normal_()
+    src = torch.empty(nbytes // 2, device=dev, dtype=torch.bfloat16).normal_()
     dst = torch.empty_like(src)
-    copy_us = 1e6 * mp.graph_time(lambda: dst.copy_(src), flush, WARMUP, REPS)
+    copy_us = 1e6 * timer(lambda: dst.copy_(src), flush, WARMUP, REPS)
     row = {"model": shape.name, "T": t, "active": active, "MiB": round(nbytes / 2**20, 1)}
     row |= {"copy_us": round(copy_us, 2), "copy_TBps": round(2 * nbytes / copy_us / 1e6, 3)}
     out = torch.empty_like(x)
     dense = fm.static_config(t, shape.top_k, shape.experts)
     for name, cfg in [("mma_sync", dense)] + [(c.label(), c) for c in SWAPS]:
         err = float((fm.fused_experts(x, w1, w2, wts, ids, config=cfg, out=out).float() - ref).abs().max())
-        us = 1e6 * mp.graph_time(lambda c=cfg: fm.fused_experts(x, w1, w2, wts, ids, config=c, out=out), flush,
-                                 WARMUP, REPS)  # fmt: skip
+        us = 1e6 * timer(lambda c=cfg: fm.fused_experts(x, w1, w2, wts, ids, config=c, out=out), flush, WARMUP, REPS)
         row[name] = (round(us, 2), round(nbytes / us / 1e6, 3), round(err, 5))
     row["mma_sync_cfg"] = dense.label()
     return row
