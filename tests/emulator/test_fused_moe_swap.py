@@ -2,8 +2,9 @@
 with the expert's weight rows as the 64-row M operand and the token block of 8, 16 or 32 rows as the N
 operand) on the emulator, lane by lane, against the f32 torch reference: T = 1, 3, 7, 16, 33 tokens, top-k
 1 and 2, f16 and bf16, both combines, the router weight on the input or the output, ``expert_map`` with
--1 entries, N and K edges that are not tile multiples; ``out`` NaN-filled (every element written).  Also a
-routing-aware table whose pool mixes swap-AB and mma.sync configurations, and the configuration checks."""
+-1 entries, N and K edges that are not tile multiples (K tails of half a wgmma K step too); ``out``
+NaN-filled (every element written).  Also a routing-aware table whose pool mixes swap-AB and mma.sync
+configurations, and the configuration checks."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ CASES = [
     # H = 80 and I = 96: masked weight rows of the last N tile (the M operand) and a K tail in both GEMMs
     (33, 2, torch.float16, (8, 64, 64, 32, 2), True, True, False, (80, 96)),
     (16, 1, torch.bfloat16, (32, 64, 64, 64, 2), False, False, True, (80, 96)),
+    # H = 72, I = 40: K tails of 8 elements (half a wgmma K step, zero-filled) in both GEMMs
+    (7, 2, torch.bfloat16, (16, 64, 64, 32, 2), False, True, False, (72, 40)),
     # two and four warpgroups (swap_warpgroups: 32 x 128 token tiles keep 16-byte copies for 512 threads)
     (33, 2, torch.bfloat16, (32, 128, 256, 128, 2), True, False, False, (128, 128)),
     (16, 2, torch.float16, (32, 128, 128, 64, 3), False, True, True, (128, 192)),
