@@ -87,6 +87,9 @@ def main(argv=None) -> int:
     t.add_argument("--max-configs", type=int, default=None, help="moe: at most this many configurations")
     t.add_argument("--points", type=int, default=None, help="moe: profile this many of the 25 (T, beta) points")
     t.add_argument("--dry-run", action="store_true", help="moe: print the region rules and candidates; no GPU work")
+    t.add_argument(
+        "--swap", action="store_true", help="moe: add the swap-AB wgmma configurations (sm_90a; not measured yet)"
+    )
     t.add_argument("--space", nargs="*", help="SYMBOL=v1,v2 or waves=2x2,2x4 (replaces that axis of the default)")
     t.add_argument("--dtype", default=None, choices=["f16", "bf16"], help="gemm: f16 (default); moe: bf16 (default)")
     t.add_argument("--rounds", type=int, default=7)

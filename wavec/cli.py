@@ -318,19 +318,22 @@ def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------ tune moe
 
 
-def _moe_rules(name: str, shape) -> int:
-    """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100)."""
+def _moe_rules(name: str, shape, swap: bool = False) -> int:
+    """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100), with
+    the swap-AB candidates when ``swap``."""
     from .target import get_target
     from .tuning import moe as tm
     from .tuning.devices import device
 
     dev = device()
     reg = tm.regions(shape, dev.sms, dev.l2_bytes)
-    cands = tm.candidates(shape, reg)
+    cands = tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
     print(f"model {name}: {shape.key()} on {dev.name} (rules only: nothing compiled or timed)")
     for line in reg.lines():
         print(f"  rule: {line}")
-    per_bm = {bm: sum(c.block_m == bm for c in cands) for bm in reg.block_ms}
+    per_bm = {
+        bm: sum(c.block_m == bm for c in cands) for bm in sorted({*reg.block_ms, *(c.block_m for c in cands if c.swap)})
+    }
     limit = get_target("sm_90a" if dev.arch == "sm_90" else dev.arch).max_shared_bytes
     fit = sum(max(tm.shared_bytes(c)) <= limit for c in cands)
     print(f"  configs: {len(cands)} candidates (per BLOCK_M {per_bm}), {fit} within shared memory; not compiled")
@@ -360,7 +363,7 @@ def tune_moe(args: argparse.Namespace) -> int:
         print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
         return 2
     if args.dry_run:
-        return _moe_rules(args.model, shape)
+        return _moe_rules(args.model, shape, args.swap)
     if not gpu_visible():
         print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
         return 2
@@ -371,7 +374,7 @@ def tune_moe(args: argparse.Namespace) -> int:
     try:
         res = mp.tune(
             shape, budget_s=60 * args.budget_min, max_configs=args.max_configs, n_points=args.points,
-            workers=args.workers, progress=say,
+            workers=args.workers, progress=say, swap=args.swap,
         )  # fmt: skip
     except WavecError as e:
         print(f"wavec tune moe: {e}", file=sys.stderr)

@@ -1,7 +1,9 @@
 """Binary tier for the fused MoE kernels: every static tile choice compiles for sm_80 and sm_90a (cubin
 without spills where ptxas exists) and, with the MFMA, for gfx942 (HSACO); token rows are gathered with
 16-byte ``cp.async`` copies (the expert's weights too) after the ``wc.exit_if`` branch, and the atomic
-combine lowers to relaxed ``red`` (vector on sm_90a), never ``atom.acq_rel.sys``."""
+combine lowers to relaxed ``red`` (vector on sm_90a), never ``atom.acq_rel.sys``.  The swap-AB kernels
+(``MoeConfig(swap=True)``) compile for sm_90a to m64nNk16 ``wgmma`` with N the token block (8, 16, 32),
+one warpgroup per 64 weight rows, gathered ``cp.async`` operands, no spills and the PTX checks passed."""
 
 from __future__ import annotations
 
@@ -22,14 +24,17 @@ HAS_PTXAS = find_ptxas() is not None
 SHAPES = [(1, 8, 64), (256, 8, 64), (512, 8, 64), (4096, 2, 8)]
 
 
-def _kernels(target: str, block_m: int, dtype=wc.bf16) -> dict:
-    tpw, mma = mma_type_for("mma_sync", dtype, target)
+def _kernels(target: str, block_m: int, dtype=wc.bf16, cfg: MoeConfig | None = None) -> dict:
+    """The GEMM variants; with a swap-AB ``cfg``, its wgmma kernels."""
+    swap = cfg is not None and cfg.swap
+    tpw, mma = mma_type_for("wgmma" if swap else "mma_sync", dtype, target)
+    up, down = (cfg.swap_waves(False), cfg.swap_waves(True)) if swap else (None, None)
     return {
-        "up": fk.make_up(dtype, 8, "silu", False, tpw, mma, block_m),
-        "up_weighted": fk.make_up(dtype, 1, "silu", True, tpw, mma, block_m),
-        "up_gelu": fk.make_up(dtype, 8, "gelu", False, tpw, mma, block_m),
-        "down": fk.make_down(dtype, 8, True, True, tpw, mma, block_m),
-        "down_atomic": fk.make_down(dtype, 8, True, False, tpw, mma, block_m),
+        "up": fk.make_up(dtype, 8, "silu", False, tpw, mma, block_m, up),
+        "up_weighted": fk.make_up(dtype, 1, "silu", True, tpw, mma, block_m, up),
+        "up_gelu": fk.make_up(dtype, 8, "gelu", False, tpw, mma, block_m, up),
+        "down": fk.make_down(dtype, 8, True, True, tpw, mma, block_m, down),
+        "down_atomic": fk.make_down(dtype, 8, True, False, tpw, mma, block_m, down),
     }
 
 
@@ -90,3 +95,46 @@ def test_gfx942_compiles_with_mfma(block_m: int) -> None:
         k = _compile(kernel, cfg.subs(name.startswith("down")), "gfx942")
         assert k.artifact.format == "hsaco" and k.artifact.binary[:4] == b"\x7fELF", name
         assert "amdgpu.mfma 16x16x16" in k.mlir and "nvgpu" not in k.mlir, name
+
+
+SWAP_CONFIGS = [
+    MoeConfig(8, 64, 128, 64, 3, swap=True),
+    MoeConfig(16, 128, 128, 64, 4, swap=True),
+    MoeConfig(32, 256, 256, 64, 3, swap=True),
+    MoeConfig(16, 64, 64, 128, 2, swap=True),
+    MoeConfig(32, 128, 256, 128, 2, swap=True),
+]
+
+
+@pytest.mark.parametrize("cfg", SWAP_CONFIGS, ids=MoeConfig.label)
+def test_swap_ab_compiles_to_wgmma(cfg: MoeConfig) -> None:
+    dtype = wc.f16 if cfg.block_k == 128 else wc.bf16
+    for name, kernel in _kernels("sm_90a", cfg.block_m, dtype, cfg).items():
+        down = name.startswith("down")
+        k = _compile(kernel, cfg.subs(down), "sm_90a")
+        m = k.metadata
+        wg = cfg.swap_waves(down)
+        n = cfg.block_n_down if down else cfg.block_n
+        # a warpgroup per 64 weight rows while every thread still copies 16-byte runs of the token tile
+        assert m.block == (128 * wg, 1, 1) and wg == min(n // 64, max(1, cfg.block_m * cfg.block_k // 1024))
+        assert f"<m = 64, n = {cfg.block_m}, k = 16>" in k.mlir and "nvvm.mma.sync" not in k.mlir, name
+        assert k.mlir.index("scf.if") < k.mlir.index("nvgpu.device_async_copy"), name
+        copies = re.findall(r"nvgpu.device_async_copy %\w+\[([^\]]*)\], %\w+\[[^\]]*\], (\d+),", k.mlir)
+        widths = {(len(c.split(",")), int(w)) for c, w in copies}
+        # the expert's weight rows [e, g, n, k] / [e, n, k] in 16-byte copies; the gathered token rows
+        # [row, k] (or the intermediate's [m, k]) too, or 8-byte ones where an 8-row tile has fewer
+        # 16-byte chunks than the warpgroup has threads
+        weight_rank = 4 if name.startswith("up") else 3
+        assert {r for r, _w in widths} == {2, weight_rank} and (weight_rank, 8) in widths, (name, widths)
+        assert {w for r, w in widths if r == 2} == {min(8, cfg.block_m * cfg.block_k // (128 * wg))}
+        if HAS_PTXAS:
+            assert k.artifact.format == "cubin" and m.spills == 0, (name, cfg, m.registers, m.spills)
+
+
+def test_swap_ab_atomic_combine_uses_relaxed_reductions(monkeypatch) -> None:
+    cfg = SWAP_CONFIGS[0]
+    with monkeypatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        ptx = _compile(_kernels("sm_90a", cfg.block_m, cfg=cfg)["down_atomic"], cfg.subs(True), "sm_90a")
+    text = ptx.artifact.binary.decode()
+    assert "red.relaxed.gpu.global.add" in text and "atom." not in text and "wgmma.mma_async" in text

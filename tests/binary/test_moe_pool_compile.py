@@ -57,3 +57,16 @@ def test_group_m_compiles_without_spills(kind: str) -> None:
     grouped = wc.compile(make, cfg.subs(kind == "down"), target="sm_90a", backend="cuda").mlir
     plain = wc.compile(make, MoeConfig(64, 64, 128, 64, 3).subs(kind == "down"), target="sm_90a", backend="cuda").mlir
     assert grouped != plain and "scf.if" in grouped
+
+
+@pytest.mark.parametrize("kind", ["up", "down"])
+def test_swap_candidates_compile_in_the_pool_worker(kind: str) -> None:
+    """The pool's compile worker builds a swap-AB configuration as ``fused_experts`` does (wgmma, its
+    warpgroups): no spills, legal, its slots from the compiled block."""
+    cfg = MoeConfig(8, 64, 128, 128, 3, swap=True)
+    meta = mp._compile_gemm(kind, "bf16", 8, mp._astuple(cfg), "sm_90a")
+    assert "error" not in meta and meta["spills"] == 0 and legality.reject_after_compile(meta) is None, meta
+    assert meta["block"] == [128 * cfg.swap_waves(kind == "down"), 1, 1]
+    assert legality.ctas_per_sm(meta, "sm_90a") >= 1
+    bad = mp._compile_gemm(kind, "bf16", 8, mp._astuple(cfg), "sm_80")  # wgmma needs sm_90a
+    assert "error" in bad

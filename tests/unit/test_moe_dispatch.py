@@ -330,3 +330,49 @@ def test_routing_generator_reaches_the_balance() -> None:
         assert ids.shape == (256, 8) and ids.dtype == torch.int32 and abs(got - beta) <= 0.02, (beta, got)
         assert torch.allclose(w.sum(-1), torch.ones(256)) and got == mp.balance(ids, 64)
     assert mp.fit_points(3) == [(8, 0.6), (256, 0.8), (4096, 1.0)]
+
+
+def test_swap_config_parse_label_and_json() -> None:
+    """``SWAP`` in the dict form, the ``w`` label, the warpgroup rule, a table entry round trip (old entries
+    without ``swap`` load as mma.sync configurations), and the static rule never picks swap-AB."""
+    cfg = MoeConfig.parse({"BLOCK_M": 8, "BLOCK_N": 64, "BLOCK_N_DOWN": 256, "BLOCK_K": 128, "SWAP": True})
+    assert cfg.swap and cfg.label() == "m8n64d256k128s3w" and cfg.swap_waves(False) == 1
+    assert cfg.swap_waves(True) == 1  # 8 x 128 tokens: 128 16-byte runs, one warpgroup
+    assert MoeConfig(32, 128, 256, 128, 2, swap=True).swap_waves(True) == 4
+    assert MoeConfig(32, 128, 256, 64, 2, swap=True).swap_waves(True) == 2
+    assert MoeConfig(16, 64, 64, 64, 2).swap_waves(True) is None
+    assert not MoeConfig.parse({"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 32}).swap
+    old = {"block_m": 16, "block_n": 32, "block_n_down": 64, "block_k": 32, "stages": 2, "group_m": 1}
+    assert MoeConfig(**old).swap is False  # a table written before swap-AB
+    assert MoeConfig(**tm.vars_of(cfg)) == cfg
+    for t in (1, 4, 16, 64, 4096):
+        assert not static_config(t, 8, 64).swap
+
+
+def test_swap_candidates_and_cli_flag(capsys, monkeypatch) -> None:
+    """``tune moe --swap`` adds the swap-AB candidates (token blocks 8-32, legal tiles only) to the space;
+    without it the space is unchanged; a non-sm_90a target refuses them."""
+    from wavec.tuning import moe_profile as mp
+
+    shape = tm.MODELS["OLMoE-1B-7B"]
+    reg = tm.regions(shape, *H100)
+    swaps = tm.swap_candidates(shape, reg)
+    assert swaps and all(c.swap and c.block_m in (8, 16, 32) and c.group_m == 1 for c in swaps)
+    assert all(c.block_m * c.block_k >= 256 and c.stages <= min(shape.hidden, shape.inter) // c.block_k for c in swaps)
+    for c in swaps:
+        c.check()
+    assert not any(c.swap for c in tm.candidates(shape, reg))
+    both = mp.all_candidates(shape, reg, "sm_90a", True)
+    assert both[: len(both) - len(swaps)] == tm.candidates(shape, reg) and both[-len(swaps) :] == swaps
+    with pytest.raises(TuningError, match="swap-AB configurations run on wgmma"):
+        mp.all_candidates(shape, reg, "sm_80", True)
+    monkeypatch.setattr("wavec.tuning.devices.visible_name", lambda: None)
+    from wavec.tuning.devices import device
+
+    device.cache_clear()
+    assert main(["tune", "moe", "--model", "OLMoE-1B-7B", "--dry-run"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["tune", "moe", "--model", "OLMoE-1B-7B", "--dry-run", "--swap"]) == 0
+    out = capsys.readouterr().out
+    n = len(tm.candidates(shape, reg))
+    assert f"{n} candidates" in plain and f"{n + len(swaps)} candidates" in out and "8: " in out

@@ -42,6 +42,10 @@ from wavec.tuning.plan import mma_type_for
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16}
 ACTIVATIONS = ("silu", "gelu")
 DISPATCH = ("routing_aware", "static")
+SWAP_BLOCK_MS = (8, 16, 32)  # swap-AB token blocks: the wgmma N axis (64 rows and up keep mma.sync's M axis)
+SWAP_BLOCK_NS = (64, 128, 256)  # swap-AB weight rows: one to four warpgroups of m64
+SWAP_TARGET = "sm_90a"
+SWAP_MIN_TOKEN_TILE = 2 * fk.SWAP_THREADS  # token-tile elements: a warpgroup's copy moves 4 bytes a thread or more
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,9 @@ class MoeConfig:
     """Tiles of both GEMMs: the token block ``block_m`` (also the routing's padding), the up-projection's
     N tile over I (two accumulators: half the down-projection's), the down-projection's N tile over H,
     the K step, the pipeline stages and ``group_m``, the token blocks launched together along N (L2
-    reuse of an expert's weight tiles; 1: row-major order)."""
+    reuse of an expert's weight tiles; 1: row-major order).  ``swap``: both GEMMs on sm_90a ``wgmma``
+    with the weight rows as the instruction's M operand and the token block (8, 16 or 32) as its N
+    operand (``fused_moe_kernels.swap_tiles``; N tiles multiples of 64, ``swap_warpgroups`` warpgroups)."""
 
     block_m: int
     block_n: int
@@ -57,12 +63,13 @@ class MoeConfig:
     block_k: int
     stages: int
     group_m: int = 1
+    swap: bool = False
 
     @classmethod
     def parse(cls, config: Any) -> MoeConfig:
-        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M`` (vLLM's
-        ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M`` too;
-        ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1)."""
+        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M``/``SWAP``
+        (vLLM's ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M`` too;
+        ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1, ``SWAP`` to False)."""
         if isinstance(config, MoeConfig):
             config.check()
             return config
@@ -73,37 +80,54 @@ class MoeConfig:
         }  # fmt: skip
         c = {aliases.get(k, k): v for k, v in config.items() if k != "num_warps"}
         c["stages"] = c.pop("num_stages", c.get("stages", 3))
-        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M"}
+        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M", "SWAP"}
         if set(c) - known or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
             raise _bad(
                 "config",
-                f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M), got {sorted(config)}",
+                f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M, SWAP), got {sorted(config)}",
             )
         down = c.get("BLOCK_N_DOWN", c["BLOCK_N"])
-        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1))
+        swap = c.get("SWAP", False)
+        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1), swap)
         got.check()
         return got
 
     def check(self) -> None:
+        if type(self.swap) is not bool:
+            raise _bad("config", f"SWAP must be True or False, got {self.swap!r}")
         for name, v, allowed in (
-            ("BLOCK_M", self.block_m, (16, 32, 64, 128)),
-            ("BLOCK_N", self.block_n, (32, 64, 128)),
-            ("BLOCK_N_DOWN", self.block_n_down, (32, 64, 128, 256)),
+            ("BLOCK_M", self.block_m, SWAP_BLOCK_MS if self.swap else (16, 32, 64, 128)),
+            ("BLOCK_N", self.block_n, SWAP_BLOCK_NS if self.swap else (32, 64, 128)),
+            ("BLOCK_N_DOWN", self.block_n_down, SWAP_BLOCK_NS if self.swap else (32, 64, 128, 256)),
             ("BLOCK_K", self.block_k, (16, 32, 64, 128)),
             ("stages", self.stages, (1, 2, 3, 4, 5)),
             ("GROUP_M", self.group_m, (1, 2, 4, 8, 16, 32, 64)),
         ):
             if type(v) is not int or v not in allowed:
-                raise _bad("config", f"{name} must be one of {allowed}, got {v!r}")
+                raise _bad("config", f"{name} must be one of {allowed}{' with SWAP' if self.swap else ''}, got {v!r}")
+        if self.swap and self.block_m * self.block_k < SWAP_MIN_TOKEN_TILE:
+            raise _bad(
+                "config",
+                f"BLOCK_M x BLOCK_K must be at least {SWAP_MIN_TOKEN_TILE} with SWAP (4-byte copies of the token "
+                f"tile by a warpgroup), got {self.block_m} x {self.block_k}",
+            )
 
     def subs(self, down: bool) -> dict:
         n = self.block_n_down if down else self.block_n
         return fk.gemm_subs(self.block_m, n, self.block_k, self.stages, self.group_m)
 
+    def swap_waves(self, down: bool) -> int | None:
+        """The warpgroups of one swap-AB GEMM (``make_up``/``make_down``'s ``swap_waves``), else None."""
+        if not self.swap:
+            return None
+        return fk.swap_warpgroups(self.block_m, self.block_n_down if down else self.block_n, self.block_k)
+
     def label(self) -> str:
-        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1): a short name for tables and logs."""
+        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma): a short name
+        for tables and logs."""
         g = f"g{self.group_m}" if self.group_m > 1 else ""
-        return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}"
+        w = "w" if self.swap else ""
+        return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}{w}"
 
 
 def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
@@ -252,17 +276,21 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     activation, weighted_input, deterministic, _mapped = flags
     checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
     target = _target(backend, device)
-    tpw, mma = mma_type_for("mma_sync", s.dtype, target)
-    base = (s.dtype.name, s.top_k, cfg, target, backend, checked)
+    # swap-AB is wgmma-only: the emulator runs the sm_90a module; a CUDA device was checked by _step
+    gemm_target = SWAP_TARGET if cfg.swap else target
+    tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", s.dtype, gemm_target)
+    base = (s.dtype.name, s.top_k, cfg, gemm_target, backend, checked)
     up = _compiled(
         ("up", activation, weighted_input, *base),
-        lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m),
-        cfg.subs(False), target, backend,
+        lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
+        cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
     down = _compiled(
         ("down", weighted_input, deterministic, *base),
-        lambda: fk.make_down(s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m),
-        cfg.subs(True), target, backend,
+        lambda: fk.make_down(
+            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True)
+        ),
+        cfg.subs(True), gemm_target, backend,
     )  # fmt: skip
     combine = None
     if deterministic:
@@ -284,6 +312,16 @@ def remap_kernel(mapped: bool, device: Any, backend: str | None) -> Any:
     return _compiled(
         ("remap", target, backend, checked), lambda: fk.make_remap(tpw), fk.remap_subs(tpw), target, backend
     )
+
+
+def check_swap_target(device: Any, backend: str | None) -> None:
+    """Swap-AB configurations run on wgmma: a CUDA device must be an sm_90a GPU (CPU tensors run the
+    sm_90a module on the emulator)."""
+    from wavec.compiler import default_backend
+
+    if getattr(device, "type", None) == "cuda" and (backend or default_backend()) != "emulator":
+        if _target(backend, device) != SWAP_TARGET:
+            raise _bad("config", f"SWAP=True runs on wgmma: needs an {SWAP_TARGET} (Hopper) GPU, got {device}")
 
 
 def check_id_values(topk_ids: Any, route_experts: int) -> None:
@@ -377,6 +415,8 @@ def _step(hidden, w1, w2, topk_weights, topk_ids, activation, apply_router_weigh
         if tuple(out.shape) != (s.tokens, s.hidden) or not out.is_contiguous():
             raise _bad("out", f"must be a contiguous [{s.tokens}, {s.hidden}] tensor, got {list(out.shape)}")
     explicit = None if config is None else MoeConfig.parse(config)
+    if explicit is not None and explicit.swap:
+        check_swap_target(hidden.device, backend)
     for arg, flag in (("apply_router_weight_on_input", apply_router_weight_on_input), ("deterministic", deterministic)):
         if type(flag) is not bool:
             raise _bad(arg, f"must be a bool, got {flag!r}")

@@ -19,6 +19,13 @@ Every kernel is compiled once per (dtype, top-k, flags, tiles, target) and is dy
 - ``moe_combine``: ``out[t] = sum over slots s of y[t, s]`` in f32, in slot order, rounded once, over the
   slots whose local expert is below ``limit`` (a skipped slot's row is never written).
 
+Swap-AB (``swap=True``, sm_90a ``wgmma``, docs/moe.md "Swap-AB on wgmma"): the same two GEMMs with the
+expert's weight rows as the instruction's 64-row M operand and the token block (8, 16 or 32 rows) as its
+N operand, so a decode block is not padded to 64 rows: the accumulators are [N, M] (weight rows, tokens),
+one warpgroup per 64 weight rows where the token tile's copy keeps 16-byte runs (``swap_warpgroups``),
+and the epilogues are the same ops on the transposed tile, writing the same outputs in the same layouts
+(a write stores by dimension name).
+
 Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
 run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
 do the same on the emulator but lose the shared-memory staging and pipelining: its body is a region the
@@ -36,6 +43,8 @@ T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc
 P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
 COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
 REMAP_WAVES = 4
+SWAP_ROWS = 64  # weight rows of one m64 wgmma (swap-AB: the weight rows are its M axis)
+SWAP_THREADS = 128  # threads of a warpgroup
 
 
 def gemm_tiles(tpw: int, mma, block_m: int) -> list:
@@ -45,6 +54,54 @@ def gemm_tiles(tpw: int, mma, block_m: int) -> list:
     weight tile is read by GROUP_M blocks while it is in L2 (for experts larger than the usable L2)."""
     waves = (1, 4) if block_m < 32 else (2, 2)
     return gemm_constraints(tpw, mma, waves, wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M))
+
+
+def swap_warpgroups(block_m: int, block_n: int, block_k: int, elem_bytes: int = 2) -> int:
+    """Warpgroups of a swap-AB tile along the weight rows: one per 64 rows, halved while the token tile
+    (BLOCK_M x BLOCK_K) would have fewer 16-byte runs than the workgroup has threads (each thread copies
+    whole runs: ``infer_indices.copy_layout`` narrows them otherwise, and 2-byte runs leave ``cp.async``);
+    a warpgroup then issues two or four m64 instructions per K step."""
+    wg = block_n // SWAP_ROWS
+    while wg > 1 and block_m * block_k * elem_bytes // 16 < wg * SWAP_THREADS:
+        wg //= 2
+    return wg
+
+
+def swap_tiles(mma, warpgroups: int) -> list:
+    """The swap-AB tiles: BLOCK_M tokens x BLOCK_N weight rows per workgroup over ``warpgroups`` along the
+    weight rows (the wgmma M axis: a multiple of 64 each), every token of the block in each warpgroup
+    (its N axis), K in steps of BLOCK_K over NUM_STAGES ``cp.async`` stages (gathered rows: TMA boxes
+    cannot express them), GROUP_M as in ``gemm_tiles``."""
+    return [
+        wc.WorkgroupConstraint(M, BLOCK_M, 0),
+        wc.WorkgroupConstraint(N, BLOCK_N, 1),
+        wc.WaveConstraint(M, BLOCK_M),
+        wc.WaveConstraint(N, BLOCK_N / warpgroups),
+        wc.TilingConstraint(K, BLOCK_K),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, async_copy="cp.async"),
+    ]
+
+
+def _tiles(tpw: int, mma, block_m: int, swap_waves: int | None) -> list:
+    """``swap_tiles`` when ``swap_waves`` (warpgroups) is given, else ``gemm_tiles``."""
+    return gemm_tiles(tpw, mma, block_m) if swap_waves is None else swap_tiles(mma, swap_waves)
+
+
+def _acc(swap: bool):
+    """A zero accumulator: [M, N] (tokens, weight rows), or [N, M] for swap-AB."""
+    return Register[N, M, f32](0.0) if swap else Register[M, N, f32](0.0)
+
+
+def _product(rows, weight, acc, swap: bool):
+    """``acc + rows @ weight.T`` in the accumulator's orientation: swap-AB puts the weight rows first (the
+    wgmma's 64-row M operand) and the token rows second (its N operand)."""
+    return wc.mma(weight, rows, acc) if swap else wc.mma(rows, weight, acc)
+
+
+def _per_token(v, swap: bool):
+    """A per-token [M] value broadcast over the accumulator's other dimension."""
+    return v[None, :] if swap else v[:, None]
 
 
 def _activation(g, name: str):
@@ -66,10 +123,15 @@ def _block_expert(expert_ids):
     return wc.read(expert_ids, mapping={J: wc.index(N) * 0 + wc.tile_start(M) // BLOCK_M})
 
 
-def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int):
-    """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``."""
+def make_up(
+    dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int, swap_waves: int | None = None
+):  # fmt: skip
+    """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``;
+    ``swap_waves``: swap-AB on wgmma (``mma`` a warpgroup type) over that many warpgroups
+    (``swap_warpgroups``), else ``gemm_tiles``."""
+    swap = swap_waves is not None
 
-    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    @wc.wave(_tiles(tpw, mma, block_m, swap_waves))
     def moe_up(
         x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
@@ -79,48 +141,56 @@ def make_up(dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, 
         ids = wc.read(sorted_ids)
         rows = wc.minimum(ids // top_k, T - 1)  # the sentinel T*k would be row T
 
-        @wc.iterate(K, init_args=[Register[M, N, f32](0.0), Register[M, N, f32](0.0)])
-        def body(g: Register[M, N, f32], u: Register[M, N, f32]):
+        @wc.iterate(K, init_args=[_acc(swap), _acc(swap)])
+        def body(g, u):
             a = wc.read(x, mapping={T: rows})
-            return wc.mma(a, wc.read(w1, mapping={E: e, G: 0}), g), wc.mma(a, wc.read(w1, mapping={E: e, G: 1}), u)
+            gate, up = wc.read(w1, mapping={E: e, G: 0}), wc.read(w1, mapping={E: e, G: 1})
+            return _product(a, gate, g, swap), _product(a, up, u, swap)
 
         g, u = body
         if weighted_input:
-            w = wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+            w = _per_token(wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)}), swap)
             g, u = g * w, u * w
         wc.write(wc.cast(_activation(g, activation) * u, dtype), inter)
 
     return moe_up
 
 
-def _down(inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype):
-    """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds."""
+def _down(
+    inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype, swap: bool
+):  # fmt: skip
+    """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds;
+    ``swap``: the accumulator is [N, M] (swap-AB)."""
     _exit_unless_local(expert_ids)
     e = _block_expert(expert_ids)
     ids = wc.read(sorted_ids)
-    acc = Register[M, N, f32](0.0)
 
-    @wc.iterate(K, init_args=[acc])
-    def body(acc: Register[M, N, f32]) -> Register[M, N, f32]:
-        return wc.mma(wc.read(inter), wc.read(w2, mapping={E: e}), acc)
+    @wc.iterate(K, init_args=[_acc(swap)])
+    def body(acc):
+        return _product(wc.read(inter), wc.read(w2, mapping={E: e}), acc, swap)
 
     if weighted_output:
-        body = body * wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)})[:, None]
+        body = body * _per_token(wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)}), swap)
     # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
-    val = wc.where((ids < TK)[:, None], body, 0.0)
+    val = wc.where(_per_token(ids < TK, swap), body, 0.0)
     if store:
         wc.write(wc.cast(val, dtype), y, mapping={R: ids})
     else:  # the sentinel T*k is row T, the scratch row
         wc.atomic_add(val, y, mapping={R: ids // top_k})
 
 
-def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int):
+def make_down(
+    dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int,
+    swap_waves: int | None = None,
+):  # fmt: skip
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
-    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds)."""
-    flags = (top_k, weighted_output, deterministic, dtype)
+    ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_waves``
+    as for ``make_up``."""
+    flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None)
+    tiles = _tiles(tpw, mma, block_m, swap_waves)
     if deterministic:
 
-        @wc.wave(gemm_tiles(tpw, mma, block_m))
+        @wc.wave(tiles)
         def moe_down(
             inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
             w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, dtype],
@@ -129,7 +199,7 @@ def make_down(dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw
 
         return moe_down
 
-    @wc.wave(gemm_tiles(tpw, mma, block_m))
+    @wc.wave(tiles)
     def moe_down_atomic(
         inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],

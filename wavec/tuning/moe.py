@@ -43,6 +43,9 @@ BLOCK_MS = (16, 32, 64, 128)
 BLOCK_NS = (32, 64, 128)
 BLOCK_N_DOWNS = (64, 128, 256)
 BLOCK_KS = (32, 64, 128)
+SWAP_BLOCK_MS = (8, 16, 32)  # swap-AB candidates (``swap_candidates``)
+SWAP_BLOCK_NS = (64, 128)
+SWAP_BLOCK_N_DOWNS = (64, 128, 256)
 BLOCK_K_NARROW = 16  # for tiles whose accumulators take half the registers or more
 GROUP_M_L2 = 8
 THREADS = 128  # 4 waves of 32 (both GEMMs)
@@ -173,6 +176,30 @@ def candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
                             if g == 1 or bm >= 64:
                                 out.append(MoeConfig(bm, bn, bnd, bk, st, g))
     return out + sorted(static_configs(shape) - set(out), key=lambda c: c.label())
+
+
+def swap_candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
+    """The swap-AB configurations (``MoeConfig(swap=True)``, sm_90a wgmma with the token block on the N
+    axis) for the pool when asked for (``tune moe --swap``; not in the default pool: the fitted dispatch
+    is measured on the mma.sync kernels only): token blocks 8, 16 and 32 up to the densest the rules
+    allow, N tiles of 64 and 128 (up) and 64 to 256 (down), the rules' K steps and stages, GROUP_M 1;
+    token tiles of at least ``SWAP_MIN_TOKEN_TILE`` elements and accumulators within ``MAX_ACC``."""
+    from ..kernels.fused_moe import SWAP_MIN_TOKEN_TILE
+    from ..kernels.fused_moe_kernels import SWAP_THREADS
+
+    shallow = min(shape.hidden, shape.inter)
+    out = []
+    for bm in (b for b in SWAP_BLOCK_MS if b <= max(reg.block_ms)):
+        for bn in SWAP_BLOCK_NS:
+            for bnd in SWAP_BLOCK_N_DOWNS:
+                for bk in reg.block_ks:
+                    cfg = MoeConfig(bm, bn, bnd, bk, reg.stages[0], 1, True)
+                    up, down = cfg.swap_waves(False) or 1, cfg.swap_waves(True) or 1
+                    acc = max(2 * bm * bn // up, bm * bnd // down) // SWAP_THREADS
+                    if bm * bk < SWAP_MIN_TOKEN_TILE or acc > MAX_ACC:
+                        continue
+                    out += [MoeConfig(bm, bn, bnd, bk, st, 1, True) for st in reg.stages if st <= shallow // bk]
+    return out
 
 
 def shared_bytes(cfg: MoeConfig, dtype_bytes: int = 2) -> tuple[int, int]:

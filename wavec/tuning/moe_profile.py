@@ -96,12 +96,12 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
 
     c = MoeConfig(*cfg)
     dt = getattr(wc, dtype)
-    tpw, mma = mma_type_for("mma_sync", dt, target)
+    tpw, mma = mma_type_for("wgmma" if c.swap else "mma_sync", dt, target)
     try:
         if kind == "up":
-            kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m)
+            kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m, c.swap_waves(False))
         else:
-            kernel = fk.make_down(dt, top_k, True, True, tpw, mma, c.block_m)
+            kernel = fk.make_down(dt, top_k, True, True, tpw, mma, c.block_m, c.swap_waves(True))
         m = wc.compile(kernel, c.subs(kind == "down"), target=target, backend="cuda").artifact.metadata
     except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is an illegal one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
@@ -109,7 +109,7 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
 
 
 def _astuple(c: MoeConfig) -> tuple:
-    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m)
+    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m, c.swap)
 
 
 @dataclass
@@ -127,17 +127,19 @@ class Pool:
 
 def build_pool(
     shape: tm.MoeShape, target: str, sms: int, l2_bytes: int, max_configs: int | None = None, workers: int = 0,
-    progress: Callable[[str], None] = lambda _s: None,
+    progress: Callable[[str], None] = lambda _s: None, swap: bool = False,
 ) -> Pool:  # fmt: skip
     """The region rules' candidates for ``shape``, filtered by the target's shared memory (estimate), then
     by compiling both GEMMs (``workers`` processes; 0: all CPUs but one) without spills, within 255
-    registers and the register file; at most ``max_configs``, the static rule's configurations kept."""
+    registers and the register file; at most ``max_configs``, the static rule's configurations kept.
+    ``swap``: the swap-AB configurations (``tm.swap_candidates``) join the candidates (sm_90a only, else
+    a ``TuningError``)."""
     from ..target import get_target
     from .legality import ctas_per_sm, reject_after_compile
 
     t0 = time.perf_counter()
     reg = tm.regions(shape, sms, l2_bytes)
-    cands = tm.candidates(shape, reg)
+    cands = all_candidates(shape, reg, target, swap)
     limit = get_target(target).max_shared_bytes
     rejected = {c.label(): "shared memory" for c in cands if max(tm.shared_bytes(c)) > limit}
     cands = [c for c in cands if c.label() not in rejected]
@@ -159,8 +161,17 @@ def build_pool(
         slots = [ctas_per_sm(meta[(k, c)], target) * sms for k in ("up", "down")]
         legal.append(tm.PoolConfig(c, *slots))
     pool = tm.trim(legal, max_configs, lambda p: p.cfg in statics)
-    n_all = len(tm.candidates(shape, reg))
+    n_all = len(all_candidates(shape, reg, target, swap))
     return Pool(reg, n_all, len(cands), len(legal), pool, rejected, time.perf_counter() - t0)
+
+
+def all_candidates(shape: tm.MoeShape, reg: tm.Regions, target: str, swap: bool) -> list[MoeConfig]:
+    """``tm.candidates``, and with ``swap`` the swap-AB ones after them (wgmma: sm_90a only)."""
+    from ..kernels.fused_moe import SWAP_TARGET
+
+    if swap and target != SWAP_TARGET:
+        raise TuningError(message=f"swap-AB configurations run on wgmma ({SWAP_TARGET}); the target is {target}")
+    return tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
 
 
 # ----------------------------------------------------------------------------- timing
@@ -340,9 +351,10 @@ class TuneResult:
 
 def tune(
     shape: tm.MoeShape, *, budget_s: float = 25 * 60, max_configs: int | None = None, n_points: int | None = None,
-    workers: int = 0, progress: Callable[[str], None] = lambda _s: None,
+    workers: int = 0, progress: Callable[[str], None] = lambda _s: None, swap: bool = False,
 ) -> TuneResult:  # fmt: skip
-    """Pool, profile, fit, store (tuning cache) and register the table of ``shape`` on the visible GPU."""
+    """Pool, profile, fit, store (tuning cache) and register the table of ``shape`` on the visible GPU;
+    ``swap``: the swap-AB configurations join the pool (``build_pool``)."""
     import torch
 
     from ..kernels import moe_dispatch as md
@@ -355,7 +367,7 @@ def tune(
     target = hopper_target(None, dev) or f"sm_{props.major}{props.minor}"
     t0 = time.perf_counter()
     sms, l2 = props.multi_processor_count, device_of(name).l2_bytes
-    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress)
+    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap)
     if not pool.pool:
         raise TuningError(message=f"no legal configuration for {shape.key()} on {target}")
     t1 = time.perf_counter()
