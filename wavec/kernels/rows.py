@@ -26,6 +26,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
+from wavec.kernels.row_stats import shifted_stats
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -162,12 +163,11 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
         if loop:
             _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
             return
-        # one tile: only the deviations stay live (a 16-wave row of 16384 bf16 spilled the merged form's
-        # registers: 0.10 of copy bandwidth on an H100)
-        v = _tile(x, True, 0.0)
-        d = wc.where(wc.arange(N)[None, :] < N, v - (wc.sum(v, N) * inv_n)[:, None], 0.0)
-        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
-        y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
+        inside = wc.arange(N)[None, :] < N
+        s = wc.cast(wc.read(x, mapping={N: wc.index(M) * 0}), f32)  # each row's first element
+        c = wc.where(inside, wc.cast(wc.read(x), f32) - s[:, None], 0.0)
+        m1, r = shifted_stats(wc.sum(c, N), wc.sum(c * c, N), eps, inv_n)
+        y = (c - m1[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
         wc.write(wc.cast(y, dtype), out)
 
     return layer_norm_rows
@@ -175,8 +175,10 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 
 def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
-    dim): 512 threads at 16 waves may use 128 registers each, where two rows (1024 threads, 64 each) spilled
-    the deviations form at 16384 bf16 (0.38 of copy on an H100; looping over tiles: 0.59)."""
+    dim), statistics in one pass (``row_stats``, the shift the row's first element).  ``config_for``
+    gives each lane 2 runs (``LN_RUNS``): 60 registers, so two 512-thread workgroups (8192 bf16) or one of
+    1024 (16384) fill half an SM's warps, where 4 runs held 106-110 registers and one 512-thread
+    workgroup (16 warps) an SM."""
     vec = vec or 16 // dtype.bytes
 
     @wc.wave(
@@ -192,10 +194,9 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         inside = wc.arange(N) < N
-        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
-        d = wc.where(inside, v - wc.sum(v, N) * inv_n, 0.0)  # deviations first: a large mean cancels nothing
-        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
-        wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
+        c = wc.where(inside, wc.cast(wc.read(x), f32) - wc.cast(wc.read(x, mapping={N: 0}), f32), 0.0)
+        m1, r = shifted_stats(wc.sum(c, N), wc.sum(c * c, N), eps, inv_n)
+        wc.write(wc.cast((c - m1) * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
 
     return layer_norm_long
 
@@ -208,6 +209,8 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
+LN_LONG_UNITS = 16  # LayerNorm tiles of at least 16 units (4096 bf16): ``make_layer_norm_long``
+LN_RUNS = 2  # its runs per lane (32 waves, 1024 threads, at 16384 bf16)
 
 
 def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
@@ -216,15 +219,14 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
     leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
-    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each, as do
-    rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x slower
-    split over waves).  A handful
-    of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
+    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more ``LN_RUNS`` (one row per
+    workgroup, ``make_layer_norm_long``).  Longer rows loop over tiles of ``8 * unit`` with one wave each,
+    as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
+    slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
+    (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
-    # (LayerNorm past 8 waves: one row per workgroup, ``make_layer_norm_long``; 8 runs a lane over 8 waves
-    # spilled to 0.12 of copy bandwidth on an H100)
     if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
         return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
@@ -232,7 +234,10 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile = 32 * vec
     while tile < n:
         tile *= 2
-    return tile, False, vec, 1 if narrow else max(1, tile // (RUNS_PER_WAVE * unit))
+    if narrow:
+        return tile, False, vec, 1
+    runs = LN_RUNS if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit else RUNS_PER_WAVE
+    return tile, False, vec, max(1, tile // (runs * unit))
 
 
 _COMPILED: dict = {}
@@ -241,7 +246,7 @@ _COMPILED: dict = {}
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    if kind == "layer_norm" and waves > 8:
+    if kind == "layer_norm" and waves >= LN_LONG_UNITS // LN_RUNS:  # (the short and narrow rows: <= 2 waves)
         return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
     return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}

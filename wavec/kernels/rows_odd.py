@@ -29,11 +29,13 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
+from wavec.kernels.row_stats import shifted_stats
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
+MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 EDGE = 32  # edge slots per row: a head of < V plus a tail of < 2V elements, V <= 8
 
 
@@ -53,12 +55,12 @@ def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32) -> list:
 
 
 class _Row:
-    """The traced pieces of one row: the interior chunks ``v`` [M, J, V] (f32), their chunk indices and
-    column indices, the edge values ``e`` [M, E] (f32, every slot a real element of the row), their flat
-    positions ``at``, columns and validity ``ok``."""
+    """The traced pieces of one row: its first flat position ``start`` [M], the interior chunks ``v``
+    [M, J, V] (f32), their chunk indices and column indices, the edge values ``e`` [M, E] (f32, every slot
+    a real element of the row), their flat positions ``at``, columns and validity ``ok``."""
 
     def __init__(self, x, xf, starts, n, vec: int) -> None:
-        s = wc.read(starts)
+        s = self.start = wc.read(starts)
         c0 = (s + (vec - 1)) // vec
         self.chunk = c0[:, None] + wc.index(J)[None, :]
         self.inside = wc.index(J)[None, :, None] < J  # lanes past K: masked loads, the identity here
@@ -147,15 +149,17 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
         gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
-        mean = row.total(row.interior(0.0), row.edge(row.e, 0.0)) * inv_n
-        # deviations first: a large mean does not cancel the variance away
-        d = wc.where(row.inside, row.v - mean[:, None, None], 0.0)
-        de = row.e - mean[:, None]
-        r = wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
+        # one pass over x - (the row's first element): ``row_stats``
+        s = wc.cast(wc.read(xf, mapping={F: row.start}), f32)
+        c = wc.where(row.inside, row.v - s[:, None, None], 0.0)
+        ce_all = row.e - s[:, None]  # every slot (those past the row rewrite their owner's value)
+        ce = row.edge(ce_all, 0.0)
+        m1, r = shifted_stats(row.total(c, ce), row.total(c * c, ce * ce), eps, inv_n)
         w_in, w_edge = _vectors(row, w)
         b_in, b_edge = _vectors(row, b)
-        main = d * r[:, None, None] * w_in + b_in
-        row.write(main, de * r[:, None] * w_edge + b_edge, out, gap, dtype, vec)
+        main = (c - m1[:, None, None]) * r[:, None, None] * w_in + b_in
+        edge = (ce_all - m1[:, None]) * r[:, None] * w_edge + b_edge
+        row.write(main, edge, out, gap, dtype, vec)
 
     return layer_norm_odd
 
@@ -163,13 +167,17 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
 MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
 
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
+NORM_RUNS = 2  # the norms' (up to 16 waves a row): 64 registers or fewer, see ``odd_config``
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
     """(``block_j``, waves per row) for rows of ``n`` elements at a row pitch of ``pitch`` elements, or None
     where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of one wave's
     unit or less (one narrowed tile serves them), rows past one tile (16384 bf16; LayerNorm 8192: they loop),
-    and a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's."""
+    and a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's.
+    The norms give a lane ``NORM_RUNS`` chunks while two rows of the waves that takes fit a workgroup: their
+    weight (and bias) gathered element by element hold a register each, so 4 chunks took 80-86 (RMSNorm)
+    and 127-168 (LayerNorm) registers, 8-24 warps an SM; 2 chunks take 52-64, 32 warps."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     waves_cap = 8 if kind == "layer_norm" else 16
@@ -179,7 +187,8 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
     block_j = 32
     while block_j < chunks:
         block_j *= 2
-    return block_j, max(1, block_j // (RUNS_PER_WAVE * 32))
+    runs = NORM_RUNS if kind != "softmax" and block_j <= NORM_RUNS * 32 * MAX_WAVES else RUNS_PER_WAVE
+    return block_j, max(1, block_j // (runs * 32))
 
 
 _COMPILED: dict = {}
