@@ -87,15 +87,19 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
     assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
 
 
-@pytest.mark.parametrize("dtype, mean", [(torch.bfloat16, 1000.0), (torch.float32, 1000.0), (torch.float32, 1e4)])
-def test_layer_norm_of_a_large_mean(dtype: torch.dtype, mean: float) -> None:
+@pytest.mark.parametrize(
+    "dtype, n, mean", [(torch.bfloat16, 4097, 1000.0), (torch.float32, 2049, 1000.0), (torch.float32, 2049, 1e4)]
+)
+def test_layer_norm_of_a_large_mean(dtype: torch.dtype, n: int, mean: float) -> None:
     """x = mean + randn keeps its unit variance, also with a row's first element (the one-pass shift,
-    ``row_stats``) 30 spreads out (E[x^2] - E[x]^2 in f32 would cancel it to noise)."""
-    x = mean + torch.randn(5, 4097, generator=torch.Generator().manual_seed(4097))
+    ``row_stats``) 30 spreads out (E[x^2] - E[x]^2 in f32 would cancel it to noise).  Both lengths take
+    the odd-row kernel."""
+    assert rows_odd.odd_config(WC[dtype], n, "layer_norm", n) is not None
+    x = mean + torch.randn(5, n, generator=torch.Generator().manual_seed(n))
     x[2, 0] = mean + 30.0
     x = x.to(dtype)
-    got, want = layer_norm(x, backend="emulator"), F.layer_norm(x.double(), (4097,))
-    if dtype == torch.float32:  # the f32 mean of 4097 values near 1000 is good to ~1e-4 (torch's as well)
+    got, want = layer_norm(x, backend="emulator"), F.layer_norm(x.double(), (n,))
+    if dtype == torch.float32:  # the f32 mean of values near 1e4 is good to ~1e-3 (torch's as well)
         torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=2e-3)
     else:
         _check(got, want, dtype)
