@@ -60,7 +60,7 @@ def _odd(kind: str, dtype, n: int, target: str) -> wc.CompiledKernel:
         return wc.compile(kernel, subs, target=target, backend="rocm" if gfx else "cuda", cache=False)
 
 
-ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191)]
+ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf16, 16383)]  # 16383: one row a workgroup
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])

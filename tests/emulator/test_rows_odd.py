@@ -58,21 +58,19 @@ def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: i
     assert torch.equal(buf, before)
 
 
-@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
-@pytest.mark.parametrize("shift", [0, 3, 7])
-def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
+def _into_nan_buffer(kind: str, dtype: torch.dtype, n: int, m: int, shift: int) -> None:
     """The kernel itself into a NaN-filled output buffer: the rows' elements all finite and right, the
     buffer's elements before, between (none) and after the rows still NaN."""
-    dtype, n, m = torch.bfloat16, 2049, 7
-    x = torch.randn(shift + m * n + 5).to(dtype)[shift : shift + m * n].view(m, n)
+    wdt, vec = WC[dtype], 16 // dtype.itemsize
+    x = (torch.randn(shift + m * n + 5) * 2 + 1).to(dtype)[shift : shift + m * n].view(m, n)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
-    block_j, waves = rows_odd.odd_config(wc.bf16, n, kind, n) or (0, 0)
+    block_j, waves = rows_odd.odd_config(wdt, n, kind, n) or (0, 0)
     kernel = wc.compile(
-        rows_odd.MAKERS[kind](wc.bf16, block_j, waves), {rows_odd.V: 8, rows_odd.E: 32}, backend="emulator"
+        rows_odd.MAKERS[kind](wdt, block_j, waves), {rows_odd.V: vec, rows_odd.E: 32}, backend="emulator"
     )
-    out_buf = torch.full((-(-(shift + m * n) // 8) * 8,), float("nan"), dtype=dtype)
+    out_buf = torch.full((-(-(shift + m * n) // vec) * vec,), float("nan"), dtype=dtype)
     starts = torch.arange(m, dtype=torch.int32) * n + shift
-    inner = torch.empty((n - 7) // 8, dtype=torch.int8)
+    inner = torch.empty((n - vec + 1) // vec, dtype=torch.int8)
     vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
         kind
     ]
@@ -87,13 +85,38 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
     assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
 
 
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("shift", [0, 3, 7])
+def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
+    _into_nan_buffer(kind, torch.bfloat16, 2049, 7, shift)
+
+
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize(
-    "dtype, n, mean", [(torch.bfloat16, 4097, 1000.0), (torch.float32, 2049, 1000.0), (torch.float32, 2049, 1e4)]
+    "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 9001, 0), (torch.float32, 5001, 3)]
+)
+def test_norms_one_row_per_workgroup(kind: str, dtype: torch.dtype, n: int, shift: int) -> None:
+    """Rows past 16 waves of ``NORM_RUNS`` chunks: one row per workgroup over 32 waves (the row values rank
+    0), every element written; a slice of such rows (pitch != n) is left to the narrow variant."""
+    block_j, waves = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0)
+    assert waves == 32 and rows_odd.rows_per_workgroup(waves) == 1
+    assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
+    _into_nan_buffer(kind, dtype, n, 3, shift)
+
+
+@pytest.mark.parametrize(
+    "dtype, n, mean",
+    [
+        (torch.bfloat16, 4097, 1000.0),
+        (torch.float32, 2049, 1000.0),
+        (torch.float32, 2049, 1e4),
+        (torch.float32, 5001, 1e4),
+    ],
 )
 def test_layer_norm_of_a_large_mean(dtype: torch.dtype, n: int, mean: float) -> None:
     """x = mean + randn keeps its unit variance, also with a row's first element (the one-pass shift,
-    ``row_stats``) 30 spreads out (E[x^2] - E[x]^2 in f32 would cancel it to noise).  Both lengths take
-    the odd-row kernel."""
+    ``row_stats``) 30 spreads out (E[x^2] - E[x]^2 in f32 would cancel it to noise).  Every length takes
+    the odd-row kernel (5001 f32: one row per workgroup, the shift reduced from the edge slots)."""
     assert rows_odd.odd_config(WC[dtype], n, "layer_norm", n) is not None
     x = mean + torch.randn(5, n, generator=torch.Generator().manual_seed(n))
     x[2, 0] = mean + 30.0

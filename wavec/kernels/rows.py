@@ -7,9 +7,11 @@ a grid of one along N): read once, reduced, written.  Longer rows are walked twi
 running max and the sum rescaled to it, as flash attention does; RMSNorm: the sum of squares;
 LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
 the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
-result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
-max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
-looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
+result in the input dtype (one-tile LayerNorm: its statistics in one pass, ``row_stats``).  The last tile
+masks its columns past N (``arange(N) < N``: -inf for the max, 0 for the sums).  One-tile rows take
+several waves each past 4 runs per lane (``config_for``; LayerNorm tiles from 4096 bf16: one row per
+workgroup at 2 runs a lane, ``make_layer_norm_long``); looped rows a wave each (several would need N
+split by a workgroup tile, which must be static).  Row
 lengths that are not a multiple of the 16-byte run take ``rows_odd`` (16-byte chunks of each row's
 interior, its edges element by element) from one wave's unit up to one tile; shorter and longer ones,
 and pitches whose offset within 16 bytes drifts from row to row, the launcher's narrow variant
@@ -318,7 +320,8 @@ def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
     """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
-    statistics in f32, Chan's merge of per-tile means and sums of squares)."""
+    statistics in f32: sums of x less the row's first element in one tile, ``row_stats``; Chan's merge of
+    per-tile means and sums of squares across loop tiles)."""
     key = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
     run = _DECIDED.get(key)
     if run is None:

@@ -12,9 +12,11 @@ of ``c0 * V - s < V`` elements, a tail of fewer than ``2V``) is the edge registe
 wave's lanes), gathered element by element; an edge slot past the row rereads and rewrites the row's own
 first head element (or last element), the same value as its owner, so no store is masked and nothing
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
-identity); the weight and bias are gathered by column (their alignment differs per row; they come from
-L1/L2).  The contiguous output starts at the input's offset within 16 bytes and the pitch differs from
-N by whole chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V``.
+identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
+alignment differs per row; they come from L1/L2).  Rows per workgroup: ``rows_per_workgroup``.  The
+contiguous output starts at the input's offset within 16 bytes and the pitch differs from N by whole
+chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
+workgroup: contiguous rows only, ``gap`` 0).
 
 Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
 (i32), ``inner`` of ``K`` elements, the output as chunks, ``N`` and ``gap``; ``N >= 2V``.  Guarantees:
@@ -39,12 +41,18 @@ MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 EDGE = 32  # edge slots per row: a head of < V plus a tail of < 2V elements, V <= 8
 
 
+def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
+    """Four rows of one wave, two while they fit a workgroup's 1024 threads (as ``rows.row_constraints``),
+    else one (M then a batch dim: the per-row values are rank 0 and broadcast by name, as the [M] ones)."""
+    return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
+
+
 def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32) -> list:
-    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves; two rows
-    per workgroup past one wave, four below (as ``rows.row_constraints``)."""
+    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, rows per
+    workgroup as ``rows_per_workgroup``."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
     return [
-        wc.WorkgroupConstraint(M, 4 if waves == 1 else 2, 0),
+        wc.WorkgroupConstraint(M, rows_per_workgroup(waves, tpw), 0),
         wc.WaveConstraint(M, 1),
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
@@ -62,19 +70,19 @@ class _Row:
     def __init__(self, x, xf, starts, n, vec: int) -> None:
         s = self.start = wc.read(starts)
         c0 = (s + (vec - 1)) // vec
-        self.chunk = c0[:, None] + wc.index(J)[None, :]
-        self.inside = wc.index(J)[None, :, None] < J  # lanes past K: masked loads, the identity here
+        self.chunk = c0 + wc.index(J)
+        self.inside = wc.index(J) < J  # lanes past K: masked loads, the identity here
         self.v = wc.cast(wc.read(x, mapping={R: self.chunk}), f32)
         self.vec = vec
         self.head = c0 * vec - s
-        slot = wc.index(E)[None, :]
+        slot = wc.index(E)
         end = s + n
         head = self.head
-        at = wc.where(slot < vec, s[:, None] + slot, ((c0 + J) * vec)[:, None] + slot - vec)
-        self.ok = wc.where(slot < vec, slot < head[:, None], at < end[:, None])
+        at = wc.where(slot < vec, s + slot, ((c0 + J) * vec) + slot - vec)
+        self.ok = wc.where(slot < vec, head > slot, end > at)
         # a slot past the row takes the row's first head element (or its last): its owner's value
-        self.at = wc.where(self.ok, at, wc.where(head > 0, s, end - 1)[:, None])
-        self.ecol = self.at - s[:, None]
+        self.at = wc.where(self.ok, at, wc.where(head > 0, s, end - 1))
+        self.ecol = self.at - s
         self.e = wc.cast(wc.read(xf, mapping={F: self.at}), f32)
 
     def interior(self, fill: float):
@@ -88,17 +96,29 @@ class _Row:
         return wc.sum(wc.sum(main, V), J) + wc.sum(edge, E)
 
     def write(self, main, edge, out, gap, dtype, vec: int) -> None:
-        """Row ``m`` of the contiguous output lies ``m * gap`` elements (whole chunks) before the input's."""
-        back = wc.index(M) * gap
-        wc.write(wc.cast(main, dtype), out, mapping={R2: self.chunk - (back // vec)[:, None]})
-        at = self.at - back[:, None]
+        """Row ``m`` of the contiguous output lies ``m * gap`` elements (whole chunks) before the input's;
+        ``gap`` None: at the input's (contiguous rows, ``odd_config``: one row per workgroup, whose row
+        coordinate is no traced value)."""
+        chunk, at = self.chunk, self.at
+        if gap is not None:
+            back = wc.index(M) * gap
+            chunk, at = chunk - back // vec, at - back
+        wc.write(wc.cast(main, dtype), out, mapping={R2: chunk})
         wc.write(wc.cast(edge, dtype), out, mapping={R2: at // vec, V: at % vec})
+
+
+def _first(row: _Row, xf):
+    """The row's first element, f32 (LayerNorm's shift).  One row per workgroup: ``start`` is rank 0, which
+    a mapping does not take, so the [E] read of that element reduced by a max (exact: equal values)."""
+    if row.start.shape:
+        return wc.cast(wc.read(xf, mapping={F: row.start}), f32)
+    return wc.max(wc.cast(wc.read(xf, mapping={F: row.start + wc.index(E) * 0}), f32), E)
 
 
 def _vectors(row: _Row, mem) -> tuple[Any, Any]:
     """A [N] weight or bias at the interior and edge columns, f32 (gathered element by element: a row's
     columns sit at a different offset within 16 bytes than its chunks; from L1, every row reads them)."""
-    col = wc.index(J)[None, :, None] * row.vec + wc.index(V)[None, None, :] + row.head[:, None, None]
+    col = row.head + wc.index(J) * row.vec + wc.index(V)
     return (wc.cast(wc.read(mem, mapping={N: col}), f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32))
 
 
@@ -112,10 +132,10 @@ def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveK
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
         big = wc.maximum(wc.max(wc.max(row.interior(NEG_INF), V), J), wc.max(row.edge(row.e, NEG_INF), E))
-        p = wc.exp2((row.v - big[:, None, None]) * LOG2E)
-        pe = wc.exp2((row.e - big[:, None]) * LOG2E)
+        p = wc.exp2((row.v - big) * LOG2E)
+        pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        row.write(p * inv[:, None, None], pe * inv[:, None], out, gap, dtype, vec)
+        row.write(p * inv, pe * inv, out, gap if rows_per_workgroup(waves, tpw) > 1 else None, dtype, vec)
 
     return softmax_odd
 
@@ -134,7 +154,8 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wave
         ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
         r = wc.rsqrt(ss * inv_n + eps)
         w_in, w_edge = _vectors(row, w)
-        row.write(row.v * w_in * r[:, None, None], row.e * w_edge * r[:, None], out, gap, dtype, vec)
+        gap_or_none = gap if rows_per_workgroup(waves, tpw) > 1 else None
+        row.write(row.v * w_in * r, row.e * w_edge * r, out, gap_or_none, dtype, vec)
 
     return rms_norm_odd
 
@@ -149,17 +170,16 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
         gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
-        # one pass over x - (the row's first element): ``row_stats``
-        s = wc.cast(wc.read(xf, mapping={F: row.start}), f32)
-        c = wc.where(row.inside, row.v - s[:, None, None], 0.0)
-        ce_all = row.e - s[:, None]  # every slot (those past the row rewrite their owner's value)
+        s = _first(row, xf)  # one pass over x - s: ``row_stats``
+        c = wc.where(row.inside, row.v - s, 0.0)
+        ce_all = row.e - s  # every slot (those past the row rewrite their owner's value)
         ce = row.edge(ce_all, 0.0)
         m1, r = shifted_stats(row.total(c, ce), row.total(c * c, ce * ce), eps, inv_n)
         w_in, w_edge = _vectors(row, w)
         b_in, b_edge = _vectors(row, b)
-        main = (c - m1[:, None, None]) * r[:, None, None] * w_in + b_in
-        edge = (ce_all - m1[:, None]) * r[:, None] * w_edge + b_edge
-        row.write(main, edge, out, gap, dtype, vec)
+        main = (c - m1) * r * w_in + b_in
+        edge = (ce_all - m1) * r * w_edge + b_edge
+        row.write(main, edge, out, gap if rows_per_workgroup(waves, tpw) > 1 else None, dtype, vec)
 
     return layer_norm_odd
 
@@ -167,28 +187,28 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
 MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
 
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
-NORM_RUNS = 2  # the norms' (up to 16 waves a row): 64 registers or fewer, see ``odd_config``
+NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
     """(``block_j``, waves per row) for rows of ``n`` elements at a row pitch of ``pitch`` elements, or None
     where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of one wave's
-    unit or less (one narrowed tile serves them), rows past one tile (16384 bf16; LayerNorm 8192: they loop),
-    and a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's.
-    The norms give a lane ``NORM_RUNS`` chunks while two rows of the waves that takes fit a workgroup: their
-    weight (and bias) gathered element by element hold a register each, so 4 chunks took 80-86 (RMSNorm)
-    and 127-168 (LayerNorm) registers, 8-24 warps an SM; 2 chunks take 52-64, 32 warps."""
+    unit or less (one narrowed tile serves them), rows past one tile (16384 bf16: they loop), a pitch whose
+    offset within 16 bytes drifts from row to row against the contiguous output's, and for one row per
+    workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a lane ``NORM_RUNS`` chunks:
+    their weight (and bias) gathered element by element hold a register each, so 4 chunks took 80-86
+    (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM (RMSNorm over 16 waves spilled); 2
+    chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    waves_cap = 8 if kind == "layer_norm" else 16
-    if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * waves_cap * unit or (pitch - n) % vec:
+    if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * MAX_WAVES * unit or (pitch - n) % vec:
         return None
     chunks = (n - vec + 1) // vec
     block_j = 32
     while block_j < chunks:
         block_j *= 2
-    runs = NORM_RUNS if kind != "softmax" and block_j <= NORM_RUNS * 32 * MAX_WAVES else RUNS_PER_WAVE
-    return block_j, max(1, block_j // (runs * 32))
+    waves = max(1, block_j // ((RUNS_PER_WAVE if kind == "softmax" else NORM_RUNS) * 32))
+    return None if rows_per_workgroup(waves) == 1 and pitch != n else (block_j, waves)
 
 
 _COMPILED: dict = {}
