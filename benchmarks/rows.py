@@ -4,12 +4,15 @@ torch eager and a device copy of the same bytes, one run: do_bench medians on fr
 Targets (issue 20): >= 80% of copy bandwidth for rows >= 1024 elements, >= 1.0x torch everywhere.
 
     python benchmarks/rows.py [--quick | --odd | --norms] [--kinds softmax,rms_norm,layer_norm]
-                              [--lengths 1024,4097,...] [--dtype float16|bfloat16|float32]
+                              [--lengths 1024,4097,...] [--dtype float16|bfloat16|float32] [--no-tables]
 
 ``--odd``: only odd lengths (``kernels/rows_odd.py``: 16-byte accesses for the rows' interiors), plus a
 slice ``x[:, :4097]`` of rows 4104 long.  ``--norms``: RMSNorm and LayerNorm at every length >= 1024 of
 the default and odd lists (aligned and odd, one run).  ``--kinds`` / ``--lengths`` narrow any of these.
-The table is printed as it goes and written to ``$OUT/rows.txt`` when ``OUT`` is set.
+``--no-tables``: the norms' odd rows gather their weight and bias element by element at every size
+(``rows_odd.TABLE_MIN_BYTES``; by default inputs of 32 MB or more read them from per-call shifted tables).
+The table is printed as it goes and written to ``$OUT/rows.txt`` (``rows_no_tables.txt``) when ``OUT`` is
+set.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 import torch
 import triton.testing
 
-from wavec.kernels import layer_norm, rms_norm, softmax
+from wavec.kernels import layer_norm, rms_norm, rows_odd, softmax
 
 F = torch.nn.functional
 BYTES = 256 << 20  # per input tensor: well past the 50 MB L2
@@ -34,8 +37,9 @@ def _us(fn) -> float:
 
 
 def main(lengths: list, dtype: torch.dtype, kinds: list[str]) -> list[str]:
+    tables = "off" if rows_odd.TABLE_MIN_BYTES > BYTES else "on"
     lines = [
-        f"device: {torch.cuda.get_device_name()}, {dtype}",
+        f"device: {torch.cuda.get_device_name()}, {dtype}, odd norms' shifted tables {tables}",
         "op | N | rows | wavec us | GB/s | of copy | torch us | torch/wavec",
     ]
     print(*lines, sep="\n", flush=True)
@@ -87,7 +91,10 @@ if __name__ == "__main__":
     unknown = sorted(set(kinds) - {"softmax", "rms_norm", "layer_norm"})
     if unknown:
         sys.exit(f"--kinds: unknown {unknown}; softmax, rms_norm, layer_norm")
+    if "--no-tables" in sys.argv:
+        rows_odd.TABLE_MIN_BYTES = 1 << 62
     table = main(_lengths(), getattr(torch, _arg("--dtype", "bfloat16")), kinds)
     if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "rows.txt"), "w") as f:
+        name = "rows_no_tables.txt" if "--no-tables" in sys.argv else "rows.txt"
+        with open(os.path.join(os.environ["OUT"], name), "w") as f:
             f.write("\n".join(table) + "\n")

@@ -46,10 +46,9 @@ def test_every_element_written_and_tiles_chain(loop: bool) -> None:
 
 @pytest.mark.parametrize("n", [1000, 3000, 6000, 20000])
 def test_layer_norm_keeps_variance_under_a_large_mean(n: int) -> None:
-    """A mean of 1e4 with unit spread loses nothing in f32, also with the row's first element (the
-    one-pass shift, ``row_stats``) 30 spreads out: one tile (1000), one row per workgroup over 16 and 32
-    waves (3000, 6000), looped tiles (20000, Chan's merge).  ``E[x^2] - E[x]^2`` in f32 would cancel the
-    variance to noise (errors of order 1)."""
+    """f32 rows (two passes, ``row_stats``) of a mean of 1e4 with unit spread lose nothing, one row's first
+    element 30 spreads out: one tile (1000), one row per workgroup over 16 and 32 waves (3000, 6000),
+    looped tiles (20000, Chan's merge).  ``E[x^2] - E[x]^2`` in f32 would cancel the variance to noise."""
     x = torch.randn(4, n, generator=torch.Generator().manual_seed(n)) + 1e4
     x[1, 0] = 1e4 + 30.0
     got = layer_norm(x, backend="emulator").double()
@@ -76,6 +75,20 @@ def test_softmax_extremes() -> None:
 def test_bad_arguments_are_named(call, match: str) -> None:
     with pytest.raises(wc.WavecError, match=match):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [1000, 2048, 3000, 9000])
+def test_layer_norm_one_pass_keeps_a_large_mean(dtype: torch.dtype, n: int) -> None:
+    """f16/bf16 rows (one pass over x less the row's first element, ``row_stats``) of 1000 + randn, one
+    row's first element 30 spreads out: one tile over one and two waves (1000, 2048), one row per
+    workgroup (3000, 9000).  Without the shift the f32 sums would cancel the unit variance to noise."""
+    x = 1000 + torch.randn(4, n, generator=torch.Generator().manual_seed(n))
+    x[1, 0] = 1030.0
+    x = x.to(dtype)
+    got = layer_norm(x, backend="emulator")
+    _check(got, F.layer_norm(x.double(), (n,)), dtype)
+    assert (got.double().std(-1) - 1).abs().max() < 0.05
 
 
 @pytest.mark.parametrize("dtype, n", [(torch.float32, 6000), (torch.bfloat16, 9000)])

@@ -117,6 +117,29 @@ def test_layer_norm_of_a_large_mean(n: int) -> None:
     assert (got.std(-1) - 1).abs().max().item() < 0.01
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", ODD_N[1:])
+@pytest.mark.parametrize("offset", [0, 5])
+def test_odd_norms_through_shifted_tables(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, offset: int
+) -> None:
+    """``TABLE_MIN_BYTES`` 0: the norms read the weight and bias interiors from per-call ``shifted_table``s
+    (what inputs of 32 MB or more take), against torch in f64."""
+    from wavec.kernels import rows_odd
+
+    monkeypatch.setattr(rows_odd, "TABLE_MIN_BYTES", 0)
+    monkeypatch.setattr(rows, "_DECIDED", rows.Decisions("rows"))  # not the runners decided before
+    m = 1031
+    x = ((torch.randn(offset + m * n, device="cuda") * 2 + 1).to(dtype))[offset:].view(m, n)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    xd, (rtol, atol) = x.double(), TOL[dtype]
+    torch.testing.assert_close(
+        rms_norm(x, w, 1e-6).double(), F.rms_norm(xd, (n,), w.double(), 1e-6), rtol=rtol, atol=atol
+    )
+    want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
+    torch.testing.assert_close(layer_norm(x, w, b, 1e-5).double(), want, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("pitch", [8, 24])
 def test_odd_row_slices(pitch: int) -> None:
     """``x[:, :n]`` of rows ``pitch`` elements longer (a 16-byte multiple: same path) and a large mean."""

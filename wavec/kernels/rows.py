@@ -7,7 +7,7 @@ a grid of one along N): read once, reduced, written.  Longer rows are walked twi
 running max and the sum rescaled to it, as flash attention does; RMSNorm: the sum of squares;
 LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
 the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
-result in the input dtype (one-tile LayerNorm: its statistics in one pass, ``row_stats``).  The last tile
+result in the input dtype (one-tile LayerNorm of f16/bf16: its statistics in one pass, ``row_stats``).  The last tile
 masks its columns past N (``arange(N) < N``: -inf for the max, 0 for the sums).  One-tile rows take
 several waves each past 4 runs per lane (``config_for``; LayerNorm tiles from 4096 bf16: one row per
 workgroup at 2 runs a lane, ``make_layer_norm_long``); looped rows a wave each (several would need N
@@ -28,7 +28,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
-from wavec.kernels.row_stats import shifted_stats
+from wavec.kernels.row_stats import deviations
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -132,6 +132,15 @@ def make_rms_norm_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> w
     return rms_norm_rows
 
 
+def _first(x, mapping: dict):
+    """Each row's first element of ``x``, f32 (``mapping`` puts column 0 in the row's place)."""
+    return wc.cast(wc.read(x, mapping=mapping), f32)
+
+
+def _row_sum(v):
+    return wc.sum(v, N)
+
+
 def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
     """``out = (x - mean) * rsqrt(var + eps) * w + b`` (biased variance, as torch) for ``x [M, N]``;
     ``block_n``: the value of ``BLOCK_N`` in subs (a full tile's count)."""
@@ -166,10 +175,9 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
             _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
             return
         inside = wc.arange(N)[None, :] < N
-        s = wc.cast(wc.read(x, mapping={N: wc.index(M) * 0}), f32)  # each row's first element
-        c = wc.where(inside, wc.cast(wc.read(x), f32) - s[:, None], 0.0)
-        m1, r = shifted_stats(wc.sum(c, N), wc.sum(c * c, N), eps, inv_n)
-        y = (c - m1[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
+        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
+        d, r = deviations(v, inside, lambda: _first(x, mapping={N: wc.index(M) * 0}), _row_sum, eps, inv_n, dtype)
+        y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
         wc.write(wc.cast(y, dtype), out)
 
     return layer_norm_rows
@@ -177,10 +185,10 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 
 def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
-    dim), statistics in one pass (``row_stats``, the shift the row's first element).  ``config_for``
-    gives each lane 2 runs (``LN_RUNS``): 60 registers, so two 512-thread workgroups (8192 bf16) or one of
-    1024 (16384) fill half an SM's warps, where 4 runs held 106-110 registers and one 512-thread
-    workgroup (16 warps) an SM."""
+    dim), statistics in one pass for f16/bf16 (``row_stats``: the shift the row's first element).
+    ``config_for`` gives each lane 2 runs (``LN_RUNS``): 60 registers, so two 512-thread workgroups (8192
+    bf16) or one of 1024 (16384) fill half an SM's warps, where 4 runs held 106-110 registers and one
+    512-thread workgroup (16 warps) an SM."""
     vec = vec or 16 // dtype.bytes
 
     @wc.wave(
@@ -196,9 +204,9 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         inside = wc.arange(N) < N
-        c = wc.where(inside, wc.cast(wc.read(x), f32) - wc.cast(wc.read(x, mapping={N: 0}), f32), 0.0)
-        m1, r = shifted_stats(wc.sum(c, N), wc.sum(c * c, N), eps, inv_n)
-        wc.write(wc.cast((c - m1) * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
+        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
+        d, r = deviations(v, inside, lambda: _first(x, mapping={N: 0}), _row_sum, eps, inv_n, dtype)
+        wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
 
     return layer_norm_long
 
@@ -320,7 +328,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
     """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
-    statistics in f32: sums of x less the row's first element in one tile, ``row_stats``; Chan's merge of
+    statistics in f32: in one tile ``row_stats`` (f16/bf16: sums of x less the row's first element); Chan's merge of
     per-tile means and sums of squares across loop tiles)."""
     key = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
     run = _DECIDED.get(key)

@@ -31,10 +31,11 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
-from wavec.kernels.row_stats import shifted_stats
+from wavec.kernels.row_stats import one_pass, shifted_stats
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
+HR = wc.sym.HR  # a vector's shifted table [HR, V]: V head offsets of K chunks (``shifted_table``)
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
 MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
@@ -115,11 +116,40 @@ def _first(row: _Row, xf):
     return wc.max(wc.cast(wc.read(xf, mapping={F: row.start + wc.index(E) * 0}), f32), E)
 
 
-def _vectors(row: _Row, mem) -> tuple[Any, Any]:
-    """A [N] weight or bias at the interior and edge columns, f32 (gathered element by element: a row's
-    columns sit at a different offset within 16 bytes than its chunks; from L1, every row reads them)."""
-    col = row.head + wc.index(J) * row.vec + wc.index(V)
-    return (wc.cast(wc.read(mem, mapping={N: col}), f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32))
+def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
+    """(interior, edge deviations from the row's mean, rsqrt(var + eps)): one pass over ``x - first``
+    (f16/bf16) or the mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
+    every slot (those past the row rewrite their owner's value), the interior's past K not 0."""
+    shift = _first(row, xf) if one_pass(dtype) else 0.0
+    c = wc.where(row.inside, row.v - shift, 0.0)
+    ce = row.e - shift
+    if not one_pass(dtype):
+        mean = row.total(c, row.edge(ce, 0.0)) * inv_n
+        d, de = wc.where(row.inside, c - mean, 0.0), ce - mean
+        return d, de, wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
+    ce_in = row.edge(ce, 0.0)
+    m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
+    return c - m1, ce - m1, r
+
+
+def _vectors(row: _Row, mem, table=None) -> tuple[Any, Any]:
+    """A [N] weight or bias at the interior and edge columns, f32.  The interior from ``table``
+    (``shifted_table``: the row's columns as aligned 16-byte chunks at its head offset) when given, else
+    gathered element by element (a row's columns sit at a different offset within 16 bytes than its
+    chunks; from L1, every row reads them); the edge element by element."""
+    if table is None:
+        col = row.head + wc.index(J) * row.vec + wc.index(V)
+        interior = wc.read(mem, mapping={N: col})
+    else:
+        interior = wc.read(table, mapping={HR: row.head * J + wc.index(J)})
+    return wc.cast(interior, f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32)
+
+
+def shifted_table(v: Any, vec: int, chunks: int) -> Any:
+    """``t[h * chunks + j, e] = v[h + j * vec + e]`` for ``h < vec``, ``j < chunks`` (``chunks * vec + vec - 2
+    < len(v)`` for ``chunks = K``): a vector at every head offset, so a row reads its interior columns 16
+    bytes at a time.  One copy of ``vec * chunks * vec`` elements (8 N for bf16)."""
+    return v.as_strided((vec, chunks * vec), (1, 1)).contiguous().view(vec * chunks, vec)
 
 
 def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
@@ -140,8 +170,30 @@ def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveK
     return softmax_odd
 
 
-def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
+    """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``)."""
     vec = 16 // dtype.bytes
+    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+
+    def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
+        row = _Row(x, xf, starts, n, vec)
+        v = row.interior(0.0)
+        ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
+        r = wc.rsqrt(ss * inv_n + eps)
+        w_in, w_edge = _vectors(row, w, ws)
+        row.write(row.v * w_in * r, row.e * w_edge * r, out, gap_or_none(gap), dtype, vec)
+
+    if tables:
+
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        def rms_norm_odd_tables(
+            x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
+            w: Memory[N, dtype], ws: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+            gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(x, xf, starts, w, ws, out, n, gap, eps, inv_n)
+
+        return rms_norm_odd_tables
 
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def rms_norm_odd(
@@ -149,19 +201,35 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wave
         w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        row = _Row(x, xf, starts, n, vec)
-        v = row.interior(0.0)
-        ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
-        r = wc.rsqrt(ss * inv_n + eps)
-        w_in, w_edge = _vectors(row, w)
-        gap_or_none = gap if rows_per_workgroup(waves, tpw) > 1 else None
-        row.write(row.v * w_in * r, row.e * w_edge * r, out, gap_or_none, dtype, vec)
+        body(x, xf, starts, w, None, out, n, gap, eps, inv_n)
 
     return rms_norm_odd
 
 
-def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
+    """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``."""
     vec = 16 // dtype.bytes
+    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+
+    def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
+        row = _Row(x, xf, starts, n, vec)
+        d, de, r = _deviations(row, xf, eps, inv_n, dtype)
+        w_in, w_edge = _vectors(row, w, ws)
+        b_in, b_edge = _vectors(row, b, bs)
+        row.write(d * r * w_in + b_in, de * r * w_edge + b_edge, out, gap_or_none(gap), dtype, vec)
+
+    if tables:
+
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        def layer_norm_odd_tables(
+            x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
+            w: Memory[N, dtype], b: Memory[N, dtype], ws: Memory[HR, V, dtype],
+            bs: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+            gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n)
+
+        return layer_norm_odd_tables
 
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def layer_norm_odd(
@@ -169,17 +237,7 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
         w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
         gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        row = _Row(x, xf, starts, n, vec)
-        s = _first(row, xf)  # one pass over x - s: ``row_stats``
-        c = wc.where(row.inside, row.v - s, 0.0)
-        ce_all = row.e - s  # every slot (those past the row rewrite their owner's value)
-        ce = row.edge(ce_all, 0.0)
-        m1, r = shifted_stats(row.total(c, ce), row.total(c * c, ce * ce), eps, inv_n)
-        w_in, w_edge = _vectors(row, w)
-        b_in, b_edge = _vectors(row, b)
-        main = (c - m1) * r * w_in + b_in
-        edge = (ce_all - m1) * r * w_edge + b_edge
-        row.write(main, edge, out, gap if rows_per_workgroup(waves, tpw) > 1 else None, dtype, vec)
+        body(x, xf, starts, w, b, None, None, out, n, gap, eps, inv_n)
 
     return layer_norm_odd
 
@@ -214,15 +272,22 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
 _COMPILED: dict = {}
 
 
-def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None):
-    """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply)."""
+def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False):
+    """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
+    (the norms): the variant reading the vectors' ``shifted_table`` beside them."""
     config = odd_config(dtype, n, kind, pitch)
     assert config is not None
-    key = (kind, dtype.name, *config, backend)
+    key = (kind, dtype.name, *config, backend, tables)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
-        _COMPILED[key] = wc.compile(MAKERS[kind](dtype, *config), {V: vec, E: EDGE}, backend=backend)
+        extra = {"tables": True} if tables else {}
+        _COMPILED[key] = wc.compile(MAKERS[kind](dtype, *config, **extra), {V: vec, E: EDGE}, backend=backend)
     return _COMPILED[key]
+
+
+# x of this many bytes or more reads the norms' vectors through ``shifted_table``s, built per call (one
+# copy kernel of 8 N elements per vector, a few microseconds: paid back where the kernel runs long)
+TABLE_MIN_BYTES = 32 << 20
 
 
 def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple) -> tuple:
@@ -244,15 +309,18 @@ def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vecto
 def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend):
     """``run(x, *vectors) -> out`` for rows ``[M, N]`` of pitch ``P`` (``odd_config`` applies): per call the
     buffer's views (``odd_args``), an output buffer in which the rows lie at the input's offset within 16
-    bytes, and a launch prepared per offset (at most ``V``: the views' shapes depend on it)."""
+    bytes, a launch prepared per offset (at most ``V``: the views' shapes depend on it), and for the norms
+    of at least ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made)."""
     import torch
 
     m, n = rows.shape
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // dtype.bytes
     es = rows.element_size()
-    kernel = odd_kernel(kind, dtype, n, pitch, backend)
-    inner = torch.empty((n - vec + 1) // vec, dtype=torch.int8, device=rows.device)
+    tables = kind != "softmax" and m * n * es >= TABLE_MIN_BYTES
+    kernel = odd_kernel(kind, dtype, n, pitch, backend, tables)
+    chunks = (n - vec + 1) // vec
+    inner = torch.empty(chunks, dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
     starts: dict[int, Any] = {}
 
@@ -262,6 +330,8 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
         out_buf = torch.empty(-(-(shift + m * n) // vec) * vec, dtype=r.dtype, device=r.device)
         if shift not in starts:
             starts[shift] = torch.arange(m, dtype=torch.int32, device=r.device) * pitch + shift
+        if tables:
+            vectors = (*vectors, *(shifted_table(v, vec, chunks) for v in vectors))
         a = odd_args(r, out_buf, shift, starts[shift], inner, vectors, scalars)
         if shift not in launches:
             launches[shift] = kernel.prepare(*a, fresh_outputs=True)
