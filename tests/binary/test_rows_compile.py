@@ -46,41 +46,46 @@ def test_silu_and_mul_compiles(target: str) -> None:
     assert k.artifact.binary and dict(k.artifact.metadata.divisibility).get("N") == 8  # 16-byte runs of each half
 
 
-def _odd(kind: str, dtype, n: int, target: str) -> wc.CompiledKernel:
+def _odd(kind: str, dtype, n: int, target: str, tables: bool = False) -> wc.CompiledKernel:
     gfx = target.startswith("gfx")
     tpw = 64 if gfx else 32
     config = rows_odd.odd_config(dtype, n, kind, n)
     assert config is not None
+    block_j, waves = config
     subs = {rows_odd.V: 16 // dtype.bytes, rows_odd.E: tpw}
-    kernel = rows_odd.MAKERS[kind](dtype, *config, tpw=tpw)
+    # (a 64-lane wave takes the chunks of two 32-lane ones: the same chunks per lane, half the waves)
+    extra = {"tables": True} if tables else {}
+    kernel = rows_odd.MAKERS[kind](dtype, block_j, max(1, waves * 32 // tpw), tpw=tpw, **extra)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)  # the PTX text, checked below
         return wc.compile(kernel, subs, target=target, backend="rocm" if gfx else "cuda", cache=False)
 
 
-ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191)]
+ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf16, 16383)]  # 16383: one row a workgroup
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("kind", rows.KINDS)
 @pytest.mark.parametrize("dtype, n", ODD)
 def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: int, tmp_path) -> None:
-    """Per lane: 4 chunks of x read and of the output written as 16-byte vectors (the row's interior), one
-    edge element read and written alone, and for the norms each weight (and bias) element gathered; the
-    NVIDIA binaries assemble without spilling (up to 8 waves a row; RMSNorm over 16, 1024 threads of 64
-    registers each, spills 80 bytes)."""
+    """Per lane: 4 chunks (the norms: 2, ``NORM_RUNS``) of x read and of the output written as 16-byte
+    vectors (the row's interior), one edge element read and written alone, for LayerNorm of f16/bf16 the
+    row's first element (its shift), and for the norms each weight (and bias) element gathered; the NVIDIA binaries
+    assemble without spilling (the norms at 64 registers or fewer: 32 warps an SM)."""
     k = _odd(kind, dtype, n, target)
     assert k.artifact.binary
     if target.startswith("gfx"):
         return
     ptx = k.artifact.binary.decode()
     elem = {2: "b16", 4: "b32"}[dtype.bytes]
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 4
-    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == 4
+    chunks = rows_odd.RUNS_PER_WAVE if kind == "softmax" else rows_odd.NORM_RUNS
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks
+    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == chunks
     vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
-    per_lane = 4 * 16 // dtype.bytes + 1  # the interior columns' and the edge element's
+    per_lane = chunks * 16 // dtype.bytes + 1  # the interior columns' and the edge element's
     starts = 1 if elem == "b32" else 0  # the row's start (i32)
-    assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + vectors * per_lane
+    shift = 1 if kind == "layer_norm" and dtype.bytes == 2 else 0  # the one pass's (``row_stats``)
+    assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors * per_lane
     assert len(re.findall(rf"st\.global\.{elem}\b", ptx)) == 1
     ptxas = find_ptxas()
     if ptxas is None:
@@ -92,19 +97,23 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
         text=True,
         check=True,
     )
-    assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    report = proc.stdout + proc.stderr
+    assert "0 bytes spill stores" in report, report
+    if kind != "softmax":
+        assert int(re.search(r"Used (\d+) registers", report).group(1)) <= 64, report
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("dtype", [wc.bf16, wc.f32])
 def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -> None:
-    """LayerNorm of 16384 bf16 (8192 f32) over 16 waves, one row per workgroup: 16-byte accesses, and
-    ptxas keeps it in registers (two rows per workgroup spilled)."""
+    """LayerNorm of 16384 bf16 (8192 f32) over 32 waves of 2 runs a lane, one row per workgroup: 16-byte
+    accesses, and ptxas keeps it in 64 registers or fewer (1024 threads; 4 runs a lane took 106)."""
     gfx = target.startswith("gfx")
     block = 16384 if dtype == wc.bf16 else 8192
     block_n, loop, vec, waves = rows.config_for(dtype, block, "layer_norm")
-    assert (block_n, loop, waves) == (block, False, 16)
-    kernel = rows.make_layer_norm_long(dtype, waves, tpw=64 if gfx else 32, vec=vec)
+    assert (block_n, loop, waves) == (block, False, 32)
+    # (a 64-lane wave takes two 32-lane waves' runs: 1024 threads either way)
+    kernel = rows.make_layer_norm_long(dtype, waves // 2 if gfx else waves, tpw=64 if gfx else 32, vec=vec)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
         k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
@@ -112,7 +121,7 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
     if gfx:
         return
     ptx = k.artifact.binary.decode()
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 6  # x, w, b: 2 runs a lane each
     ptxas = find_ptxas()
     if ptxas is None:
         return
@@ -123,4 +132,38 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
         text=True,
         check=True,
     )
-    assert "0 bytes spill stores" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    report = proc.stdout + proc.stderr
+    assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 64
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype, n", [(wc.bf16, 4097), (wc.f32, 2049), (wc.bf16, 16383)])
+def test_odd_norm_tables_read_16_byte_vectors(target: str, kind: str, dtype, n: int, tmp_path) -> None:
+    """The norms' ``tables`` variant: the weight's (and bias's) interior columns as 16-byte loads from the
+    ``shifted_table``s (2 per lane and vector, where the gathers took 16 element loads), only the edge
+    element gathered; no spills, 64 registers or fewer."""
+    k = _odd(kind, dtype, n, target, tables=True)
+    assert k.artifact.binary
+    if target.startswith("gfx"):
+        return
+    ptx = k.artifact.binary.decode()
+    vectors = {"rms_norm": 1, "layer_norm": 2}[kind]
+    chunks = rows_odd.NORM_RUNS
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + vectors)
+    elem = {2: "b16", 4: "b32"}[dtype.bytes]
+    starts = 1 if elem == "b32" else 0
+    shift = 1 if kind == "layer_norm" and dtype.bytes == 2 else 0  # the one pass's (``row_stats``)
+    assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = proc.stdout + proc.stderr
+    assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 64

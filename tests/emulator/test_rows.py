@@ -44,12 +44,17 @@ def test_every_element_written_and_tiles_chain(loop: bool) -> None:
     _check(out, torch.softmax(x.double(), -1), torch.float32)
 
 
-def test_layer_norm_keeps_variance_under_a_large_mean() -> None:
-    """Chan's merge of per-tile statistics: a mean of 1e4 with unit spread loses nothing in f32 (a
-    sum-of-squares variance would cancel to noise)."""
-    x = torch.randn(4, 3000) + 1e4
-    got = layer_norm(x, backend="emulator")
-    torch.testing.assert_close(got.double(), F.layer_norm(x.double(), (3000,)), rtol=1e-3, atol=2e-3)
+@pytest.mark.parametrize("n", [1000, 3000, 6000, 20000])
+def test_layer_norm_keeps_variance_under_a_large_mean(n: int) -> None:
+    """f32 rows (two passes, ``row_stats``) of a mean of 1e4 with unit spread lose nothing, one row's first
+    element 30 spreads out: one tile (1000), one row per workgroup over 16 and 32 waves (3000, 6000),
+    looped tiles (20000, Chan's merge).  ``E[x^2] - E[x]^2`` in f32 would cancel the variance to noise."""
+    x = torch.randn(4, n, generator=torch.Generator().manual_seed(n)) + 1e4
+    x[1, 0] = 1e4 + 30.0
+    got = layer_norm(x, backend="emulator").double()
+    want = F.layer_norm(x.double(), (n,))
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=2e-3)
+    assert (got.std(-1) - 1).abs().max() < 0.01  # unit spread kept in every row
 
 
 def test_softmax_extremes() -> None:
@@ -72,13 +77,27 @@ def test_bad_arguments_are_named(call, match: str) -> None:
         call()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [1000, 2048, 3000, 9000])
+def test_layer_norm_one_pass_keeps_a_large_mean(dtype: torch.dtype, n: int) -> None:
+    """f16/bf16 rows (one pass over x less the row's first element, ``row_stats``) of 1000 + randn, one
+    row's first element 30 spreads out: one tile over one and two waves (1000, 2048), one row per
+    workgroup (3000, 9000).  Without the shift the f32 sums would cancel the unit variance to noise."""
+    x = 1000 + torch.randn(4, n, generator=torch.Generator().manual_seed(n))
+    x[1, 0] = 1030.0
+    x = x.to(dtype)
+    got = layer_norm(x, backend="emulator")
+    _check(got, F.layer_norm(x.double(), (n,)), dtype)
+    assert (got.double().std(-1) - 1).abs().max() < 0.05
+
+
 @pytest.mark.parametrize("dtype, n", [(torch.float32, 6000), (torch.bfloat16, 9000)])
-def test_layer_norm_over_sixteen_waves(dtype: torch.dtype, n: int) -> None:
-    """Rows past 8 waves of 4 runs (``make_layer_norm_long``: one row per workgroup) into NaN-filled
-    outputs, unit spread and a mean of 1000; and through ``layer_norm``."""
+def test_layer_norm_one_row_per_workgroup(dtype: torch.dtype, n: int) -> None:
+    """Tiles of 16 units or more (``make_layer_norm_long``: one row per workgroup, 32 waves of 2 runs a
+    lane) into NaN-filled outputs, unit spread and a mean of 1000; and through ``layer_norm``."""
     wdtype = rows.DTYPES[str(dtype).removeprefix("torch.")]
     block, loop, vec, waves = rows.config_for(wdtype, n, "layer_norm")
-    assert (loop, waves) == (False, 16)
+    assert (loop, waves) == (False, block // (rows.LN_RUNS * 32 * vec)) and waves == 32
     k = wc.compile(rows.make_layer_norm_long(wdtype, waves, vec=vec), {rows.BLOCK_N: block}, backend="emulator")
     for mean in (1.0, 1000.0):
         x = (mean + torch.randn(3, n) * 2).to(dtype)

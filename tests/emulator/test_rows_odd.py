@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.kernels import layer_norm, rms_norm, rows_odd, softmax
+from wavec.kernels import layer_norm, rms_norm, rows, rows_odd, softmax
 
 F = torch.nn.functional
 TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
@@ -58,24 +58,26 @@ def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: i
     assert torch.equal(buf, before)
 
 
-@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
-@pytest.mark.parametrize("shift", [0, 3, 7])
-def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
+def _into_nan_buffer(kind: str, dtype: torch.dtype, n: int, m: int, shift: int, tables: bool = False) -> None:
     """The kernel itself into a NaN-filled output buffer: the rows' elements all finite and right, the
-    buffer's elements before, between (none) and after the rows still NaN."""
-    dtype, n, m = torch.bfloat16, 2049, 7
-    x = torch.randn(shift + m * n + 5).to(dtype)[shift : shift + m * n].view(m, n)
+    buffer's elements before, between (none) and after the rows still NaN; ``tables``: the norms' variant
+    reading the vectors' ``shifted_table``s."""
+    wdt, vec = WC[dtype], 16 // dtype.itemsize
+    x = (torch.randn(shift + m * n + 5) * 2 + 1).to(dtype)[shift : shift + m * n].view(m, n)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
-    block_j, waves = rows_odd.odd_config(wc.bf16, n, kind, n) or (0, 0)
+    block_j, waves = rows_odd.odd_config(wdt, n, kind, n) or (0, 0)
+    extra = {"tables": True} if tables else {}
     kernel = wc.compile(
-        rows_odd.MAKERS[kind](wc.bf16, block_j, waves), {rows_odd.V: 8, rows_odd.E: 32}, backend="emulator"
+        rows_odd.MAKERS[kind](wdt, block_j, waves, **extra), {rows_odd.V: vec, rows_odd.E: 32}, backend="emulator"
     )
-    out_buf = torch.full((-(-(shift + m * n) // 8) * 8,), float("nan"), dtype=dtype)
+    out_buf = torch.full((-(-(shift + m * n) // vec) * vec,), float("nan"), dtype=dtype)
     starts = torch.arange(m, dtype=torch.int32) * n + shift
-    inner = torch.empty((n - 7) // 8, dtype=torch.int8)
+    inner = torch.empty((n - vec + 1) // vec, dtype=torch.int8)
     vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
         kind
     ]
+    if tables:
+        vectors = (*vectors, *(rows_odd.shifted_table(v, vec, (n - vec + 1) // vec) for v in vectors))
     kernel(*rows_odd.odd_args(x, out_buf, shift, starts, inner, vectors, scalars))
     xd = x.double()
     want = {
@@ -87,18 +89,79 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
     assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_layer_norm_of_a_large_mean(dtype: torch.dtype) -> None:
-    """Deviations from the mean first: x = 1000 + randn keeps its unit variance (E[x^2] - E[x]^2 in f32
-    would cancel it to noise)."""
-    x = (1000 + torch.randn(5, 4097)).to(dtype)
-    got, want = layer_norm(x, backend="emulator"), F.layer_norm(x.double(), (4097,))
-    if dtype == torch.float32:  # the f32 mean of 4097 values near 1000 is good to ~1e-4 (torch's as well)
-        torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=1e-3)
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("shift", [0, 3, 7])
+def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
+    _into_nan_buffer(kind, torch.bfloat16, 2049, 7, shift)
+
+
+@pytest.mark.parametrize("tables", [False, True])
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize(
+    "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 9001, 0), (torch.float32, 5001, 3)]
+)
+def test_norms_one_row_per_workgroup(kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool) -> None:
+    """Rows past 16 waves of ``NORM_RUNS`` chunks: one row per workgroup over 32 waves (the row values rank
+    0), every element written; a slice of such rows (pitch != n) is left to the narrow variant."""
+    block_j, waves = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0)
+    assert waves == 32 and rows_odd.rows_per_workgroup(waves) == 1
+    assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
+    _into_nan_buffer(kind, dtype, n, 3, shift, tables)
+
+
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("shift", [0, 3, 7])
+def test_norms_through_shifted_tables(kind: str, shift: int) -> None:
+    """The norms' variant for large inputs: each vector's interior read 16 bytes at a time from its
+    ``shifted_table`` (rows at every head offset within 16 bytes), into NaN-filled outputs."""
+    _into_nan_buffer(kind, torch.bfloat16, 2049, 9, shift, tables=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n, pitch", [(1025, 1025), (2049, 2049 + 8), (4097, 4097)])
+def test_norms_launch_tables_past_the_threshold(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, pitch: int
+) -> None:
+    """``rms_norm`` / ``layer_norm`` with ``TABLE_MIN_BYTES`` 0: the runner builds the tables per call (a
+    slice of longer rows too) and matches torch in f64; the tables kernel is the one compiled."""
+    monkeypatch.setattr(rows_odd, "TABLE_MIN_BYTES", 0)
+    monkeypatch.setattr(rows, "_DECIDED", rows.Decisions("rows"))  # not the runners decided before
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(5, pitch, generator=g) * 2 + 1).to(dtype)[:, :n]
+    w, b = torch.randn(n, generator=g).to(dtype), torch.randn(n, generator=g).to(dtype)
+    xd = x.double()
+    _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), dtype)
+    _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
+    config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
+    assert config is not None and ("layer_norm", WC[dtype].name, *config, "emulator", True) in rows_odd._COMPILED
+
+
+@pytest.mark.parametrize(
+    "dtype, n, mean",
+    [
+        (torch.bfloat16, 4097, 1000.0),
+        (torch.float16, 16383, 1000.0),
+        (torch.float32, 2049, 1000.0),
+        (torch.float32, 2049, 1e4),
+        (torch.float32, 5001, 1e4),
+    ],
+)
+def test_layer_norm_of_a_large_mean(dtype: torch.dtype, n: int, mean: float) -> None:
+    """x = mean + randn keeps its unit variance, also with a row's first element 30 spreads out
+    (``row_stats``: bf16 one pass over x less that element, f32 the mean then the deviations; E[x^2] -
+    E[x]^2 in f32 would cancel it to noise).  Every length takes the odd-row kernel (5001 f32: one row per
+    workgroup)."""
+    assert rows_odd.odd_config(WC[dtype], n, "layer_norm", n) is not None
+    x = mean + torch.randn(5, n, generator=torch.Generator().manual_seed(n))
+    x[2, 0] = mean + 30.0
+    x = x.to(dtype)
+    got, want = layer_norm(x, backend="emulator"), F.layer_norm(x.double(), (n,))
+    if dtype == torch.float32:  # the f32 mean of values near 1e4 is good to ~1e-3 (torch's as well)
+        torch.testing.assert_close(got.double(), want, rtol=1e-3, atol=2e-3)
     else:
         _check(got, want, dtype)
     # a variance lost to cancellation would leave |y| far from unit spread, or NaN
-    assert abs(got.double().std().item() - 1) < 0.05
+    assert (got.double().std(-1) - 1).abs().max() < 0.05
 
 
 def test_softmax_extremes_on_odd_rows() -> None:

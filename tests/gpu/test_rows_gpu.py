@@ -16,7 +16,7 @@ TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float3
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 16384, 20000])
+@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 8192, 16384, 20000])
 def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     x = (torch.randn(1031, n, device="cuda") * 2 + 1).to(dtype)
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
@@ -99,9 +99,45 @@ def test_odd_rows_take_the_chunked_kernel(dtype: torch.dtype, n: int, offset: in
         assert got.dtype == dtype and got.is_contiguous()
         torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
     torch.cuda.synchronize()
-    # past one tile (16384 bf16, 8192 f32; LayerNorm half that) rows loop in the narrow variant
+    # past one tile (16384 bf16, 8192 f32) rows loop in the narrow variant
     if all(rows_odd.odd_config(rows.DTYPES[str(dtype)[6:]], n, k, n) is not None for k in rows.KINDS):
         assert variant_report() == {}, variant_report()
+
+
+@pytest.mark.parametrize("n", [1000, 1024, 2048, 4096, 8192, 2049, 4097, 5001, 6000, 20000])
+def test_layer_norm_of_a_large_mean(n: int) -> None:
+    """f32 rows 1e4 + randn, one row's first element (the one-pass shift, ``row_stats``) 30 spreads out:
+    every LayerNorm path (one tile, one row per workgroup, odd rows over two and one rows a workgroup,
+    loops) keeps the unit variance that ``E[x^2] - E[x]^2`` would cancel."""
+    x = torch.randn(257, n, device="cuda", dtype=torch.float64) + 1e4
+    x[1, 0] = 1e4 + 30.0
+    x = x.float()
+    got = layer_norm(x).double()
+    torch.testing.assert_close(got, F.layer_norm(x.double(), (n,)), rtol=1e-3, atol=2e-3)
+    assert (got.std(-1) - 1).abs().max().item() < 0.01
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n", ODD_N[1:])
+@pytest.mark.parametrize("offset", [0, 5])
+def test_odd_norms_through_shifted_tables(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, offset: int
+) -> None:
+    """``TABLE_MIN_BYTES`` 0: the norms read the weight and bias interiors from per-call ``shifted_table``s
+    (what inputs of 32 MB or more take), against torch in f64."""
+    from wavec.kernels import rows_odd
+
+    monkeypatch.setattr(rows_odd, "TABLE_MIN_BYTES", 0)
+    monkeypatch.setattr(rows, "_DECIDED", rows.Decisions("rows"))  # not the runners decided before
+    m = 1031
+    x = ((torch.randn(offset + m * n, device="cuda") * 2 + 1).to(dtype))[offset:].view(m, n)
+    w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
+    xd, (rtol, atol) = x.double(), TOL[dtype]
+    torch.testing.assert_close(
+        rms_norm(x, w, 1e-6).double(), F.rms_norm(xd, (n,), w.double(), 1e-6), rtol=rtol, atol=atol
+    )
+    want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
+    torch.testing.assert_close(layer_norm(x, w, b, 1e-5).double(), want, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("pitch", [8, 24])
@@ -117,12 +153,13 @@ def test_odd_row_slices(pitch: int) -> None:
 
 
 @pytest.mark.parametrize("kind", rows.KINDS)
-def test_odd_rows_write_every_element_and_nothing_else(kind: str) -> None:
+@pytest.mark.parametrize("n", [2049, 16383])
+def test_odd_rows_write_every_element_and_nothing_else(kind: str, n: int) -> None:
     """The odd-row kernel into a NaN-filled buffer: the rows finite and right, the elements around them
-    still NaN."""
+    still NaN (16383: the norms one row per workgroup)."""
     from wavec.kernels import rows_odd
 
-    n, m, shift = 2049, 777, 5
+    m, shift = 777, 5
     x = torch.randn(shift + m * n, device="cuda", dtype=torch.bfloat16)[shift:].view(m, n)
     w, b = torch.randn(n, device="cuda", dtype=torch.bfloat16), torch.randn(n, device="cuda", dtype=torch.bfloat16)
     kernel = rows_odd.odd_kernel(kind, wc.bf16, n, n, "cuda")

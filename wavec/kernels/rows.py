@@ -7,9 +7,11 @@ a grid of one along N): read once, reduced, written.  Longer rows are walked twi
 running max and the sum rescaled to it, as flash attention does; RMSNorm: the sum of squares;
 LayerNorm: count, mean and M2 of each tile merged with Chan's formula, so a large mean does not cancel
 the variance away), the second reads each tile again (from L2 for the rows in flight) and writes the
-result in the input dtype.  The last tile masks its columns past N (``arange(N) < N``: -inf for the
-max, 0 for the sums).  One-tile rows take several waves each past 4 runs per lane (``config_for``);
-looped rows a wave each (several would need N split by a workgroup tile, which must be static).  Row
+result in the input dtype (one-tile LayerNorm of f16/bf16: its statistics in one pass, ``row_stats``).  The last tile
+masks its columns past N (``arange(N) < N``: -inf for the max, 0 for the sums).  One-tile rows take
+several waves each past 4 runs per lane (``config_for``; LayerNorm tiles from 4096 bf16: one row per
+workgroup at 2 runs a lane, ``make_layer_norm_long``); looped rows a wave each (several would need N
+split by a workgroup tile, which must be static).  Row
 lengths that are not a multiple of the 16-byte run take ``rows_odd`` (16-byte chunks of each row's
 interior, its edges element by element) from one wave's unit up to one tile; shorter and longer ones,
 and pitches whose offset within 16 bytes drifts from row to row, the launcher's narrow variant
@@ -26,6 +28,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
+from wavec.kernels.row_stats import deviations
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -129,6 +132,15 @@ def make_rms_norm_rows(dtype=wc.f16, loop: bool = True, **constraints: Any) -> w
     return rms_norm_rows
 
 
+def _first(x, mapping: dict):
+    """Each row's first element of ``x``, f32 (``mapping`` puts column 0 in the row's place)."""
+    return wc.cast(wc.read(x, mapping=mapping), f32)
+
+
+def _row_sum(v):
+    return wc.sum(v, N)
+
+
 def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **constraints: Any) -> wc.WaveKernel:
     """``out = (x - mean) * rsqrt(var + eps) * w + b`` (biased variance, as torch) for ``x [M, N]``;
     ``block_n``: the value of ``BLOCK_N`` in subs (a full tile's count)."""
@@ -162,11 +174,9 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
         if loop:
             _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
             return
-        # one tile: only the deviations stay live (a 16-wave row of 16384 bf16 spilled the merged form's
-        # registers: 0.10 of copy bandwidth on an H100)
-        v = _tile(x, True, 0.0)
-        d = wc.where(wc.arange(N)[None, :] < N, v - (wc.sum(v, N) * inv_n)[:, None], 0.0)
-        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        inside = wc.arange(N)[None, :] < N
+        v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
+        d, r = deviations(v, inside, lambda: _first(x, mapping={N: wc.index(M) * 0}), _row_sum, eps, inv_n, dtype)
         y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
         wc.write(wc.cast(y, dtype), out)
 
@@ -175,8 +185,10 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 
 def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
-    dim): 512 threads at 16 waves may use 128 registers each, where two rows (1024 threads, 64 each) spilled
-    the deviations form at 16384 bf16 (0.38 of copy on an H100; looping over tiles: 0.59)."""
+    dim), statistics in one pass for f16/bf16 (``row_stats``: the shift the row's first element).
+    ``config_for`` gives each lane 2 runs (``LN_RUNS``): 60 registers, so two 512-thread workgroups (8192
+    bf16) or one of 1024 (16384) fill half an SM's warps, where 4 runs held 106-110 registers and one
+    512-thread workgroup (16 warps) an SM."""
     vec = vec or 16 // dtype.bytes
 
     @wc.wave(
@@ -193,8 +205,7 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
     ):  # fmt: skip
         inside = wc.arange(N) < N
         v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
-        d = wc.where(inside, v - wc.sum(v, N) * inv_n, 0.0)  # deviations first: a large mean cancels nothing
-        r = wc.rsqrt(wc.sum(d * d, N) * inv_n + eps)
+        d, r = deviations(v, inside, lambda: _first(x, mapping={N: 0}), _row_sum, eps, inv_n, dtype)
         wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
 
     return layer_norm_long
@@ -208,6 +219,8 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
+LN_LONG_UNITS = 16  # LayerNorm tiles of at least 16 units (4096 bf16): ``make_layer_norm_long``
+LN_RUNS = 2  # its runs per lane (32 waves, 1024 threads, at 16384 bf16)
 
 
 def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
@@ -216,15 +229,14 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
     leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
-    copy bandwidth on an H100).  Longer rows loop over tiles of ``8 * unit`` with one wave each, as do
-    rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x slower
-    split over waves).  A handful
-    of binaries per kind and dtype, each for every N up to its tile (or every N, looping)."""
+    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more ``LN_RUNS`` (one row per
+    workgroup, ``make_layer_norm_long``).  Longer rows loop over tiles of ``8 * unit`` with one wave each,
+    as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
+    slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
+    (or every N, looping)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
-    # (LayerNorm past 8 waves: one row per workgroup, ``make_layer_norm_long``; 8 runs a lane over 8 waves
-    # spilled to 0.12 of copy bandwidth on an H100)
     if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
         return 8 * unit, True, vec, 1
     while vec > 1 and 16 * vec >= n:
@@ -232,7 +244,10 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile = 32 * vec
     while tile < n:
         tile *= 2
-    return tile, False, vec, 1 if narrow else max(1, tile // (RUNS_PER_WAVE * unit))
+    if narrow:
+        return tile, False, vec, 1
+    runs = LN_RUNS if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit else RUNS_PER_WAVE
+    return tile, False, vec, max(1, tile // (runs * unit))
 
 
 _COMPILED: dict = {}
@@ -241,7 +256,7 @@ _COMPILED: dict = {}
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    if kind == "layer_norm" and waves > 8:
+    if kind == "layer_norm" and waves >= LN_LONG_UNITS // LN_RUNS:  # (the short and narrow rows: <= 2 waves)
         return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
     return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}
@@ -313,7 +328,8 @@ def rms_norm(x, weight=None, eps: float = 1e-6, *, backend: str | None = None):
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, *, backend: str | None = None):
     """``torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)`` over the last dim (biased variance,
-    statistics in f32, Chan's merge of per-tile means and sums of squares)."""
+    statistics in f32: in one tile ``row_stats`` (f16/bf16: sums of x less the row's first element); Chan's merge of
+    per-tile means and sums of squares across loop tiles)."""
     key = ("layer_norm", tensor_key(x), tensor_key(weight), tensor_key(bias), eps, backend)
     run = _DECIDED.get(key)
     if run is None:

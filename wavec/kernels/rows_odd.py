@@ -12,9 +12,11 @@ of ``c0 * V - s < V`` elements, a tail of fewer than ``2V``) is the edge registe
 wave's lanes), gathered element by element; an edge slot past the row rereads and rewrites the row's own
 first head element (or last element), the same value as its owner, so no store is masked and nothing
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
-identity); the weight and bias are gathered by column (their alignment differs per row; they come from
-L1/L2).  The contiguous output starts at the input's offset within 16 bytes and the pitch differs from
-N by whole chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V``.
+identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
+alignment differs per row; they come from L1/L2).  Rows per workgroup: ``rows_per_workgroup``.  The
+contiguous output starts at the input's offset within 16 bytes and the pitch differs from N by whole
+chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
+workgroup: contiguous rows only, ``gap`` 0).
 
 Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
 (i32), ``inner`` of ``K`` elements, the output as chunks, ``N`` and ``gap``; ``N >= 2V``.  Guarantees:
@@ -29,20 +31,29 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
+from wavec.kernels.row_stats import one_pass, shifted_stats
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
+HR = wc.sym.HR  # a vector's shifted table [HR, V]: V head offsets of K chunks (``shifted_table``)
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
+MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 EDGE = 32  # edge slots per row: a head of < V plus a tail of < 2V elements, V <= 8
 
 
+def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
+    """Four rows of one wave, two while they fit a workgroup's 1024 threads (as ``rows.row_constraints``),
+    else one (M then a batch dim: the per-row values are rank 0 and broadcast by name, as the [M] ones)."""
+    return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
+
+
 def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32) -> list:
-    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves; two rows
-    per workgroup past one wave, four below (as ``rows.row_constraints``)."""
+    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, rows per
+    workgroup as ``rows_per_workgroup``."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
     return [
-        wc.WorkgroupConstraint(M, 4 if waves == 1 else 2, 0),
+        wc.WorkgroupConstraint(M, rows_per_workgroup(waves, tpw), 0),
         wc.WaveConstraint(M, 1),
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
@@ -53,26 +64,26 @@ def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32) -> list:
 
 
 class _Row:
-    """The traced pieces of one row: the interior chunks ``v`` [M, J, V] (f32), their chunk indices and
-    column indices, the edge values ``e`` [M, E] (f32, every slot a real element of the row), their flat
-    positions ``at``, columns and validity ``ok``."""
+    """The traced pieces of one row: its first flat position ``start`` [M], the interior chunks ``v``
+    [M, J, V] (f32), their chunk indices and column indices, the edge values ``e`` [M, E] (f32, every slot
+    a real element of the row), their flat positions ``at``, columns and validity ``ok``."""
 
     def __init__(self, x, xf, starts, n, vec: int) -> None:
-        s = wc.read(starts)
+        s = self.start = wc.read(starts)
         c0 = (s + (vec - 1)) // vec
-        self.chunk = c0[:, None] + wc.index(J)[None, :]
-        self.inside = wc.index(J)[None, :, None] < J  # lanes past K: masked loads, the identity here
+        self.chunk = c0 + wc.index(J)
+        self.inside = wc.index(J) < J  # lanes past K: masked loads, the identity here
         self.v = wc.cast(wc.read(x, mapping={R: self.chunk}), f32)
         self.vec = vec
         self.head = c0 * vec - s
-        slot = wc.index(E)[None, :]
+        slot = wc.index(E)
         end = s + n
         head = self.head
-        at = wc.where(slot < vec, s[:, None] + slot, ((c0 + J) * vec)[:, None] + slot - vec)
-        self.ok = wc.where(slot < vec, slot < head[:, None], at < end[:, None])
+        at = wc.where(slot < vec, s + slot, ((c0 + J) * vec) + slot - vec)
+        self.ok = wc.where(slot < vec, head > slot, end > at)
         # a slot past the row takes the row's first head element (or its last): its owner's value
-        self.at = wc.where(self.ok, at, wc.where(head > 0, s, end - 1)[:, None])
-        self.ecol = self.at - s[:, None]
+        self.at = wc.where(self.ok, at, wc.where(head > 0, s, end - 1))
+        self.ecol = self.at - s
         self.e = wc.cast(wc.read(xf, mapping={F: self.at}), f32)
 
     def interior(self, fill: float):
@@ -86,18 +97,59 @@ class _Row:
         return wc.sum(wc.sum(main, V), J) + wc.sum(edge, E)
 
     def write(self, main, edge, out, gap, dtype, vec: int) -> None:
-        """Row ``m`` of the contiguous output lies ``m * gap`` elements (whole chunks) before the input's."""
-        back = wc.index(M) * gap
-        wc.write(wc.cast(main, dtype), out, mapping={R2: self.chunk - (back // vec)[:, None]})
-        at = self.at - back[:, None]
+        """Row ``m`` of the contiguous output lies ``m * gap`` elements (whole chunks) before the input's;
+        ``gap`` None: at the input's (contiguous rows, ``odd_config``: one row per workgroup, whose row
+        coordinate is no traced value)."""
+        chunk, at = self.chunk, self.at
+        if gap is not None:
+            back = wc.index(M) * gap
+            chunk, at = chunk - back // vec, at - back
+        wc.write(wc.cast(main, dtype), out, mapping={R2: chunk})
         wc.write(wc.cast(edge, dtype), out, mapping={R2: at // vec, V: at % vec})
 
 
-def _vectors(row: _Row, mem) -> tuple[Any, Any]:
-    """A [N] weight or bias at the interior and edge columns, f32 (gathered element by element: a row's
-    columns sit at a different offset within 16 bytes than its chunks; from L1, every row reads them)."""
-    col = wc.index(J)[None, :, None] * row.vec + wc.index(V)[None, None, :] + row.head[:, None, None]
-    return (wc.cast(wc.read(mem, mapping={N: col}), f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32))
+def _first(row: _Row, xf):
+    """The row's first element, f32 (LayerNorm's shift).  One row per workgroup: ``start`` is rank 0, which
+    a mapping does not take, so the [E] read of that element reduced by a max (exact: equal values)."""
+    if row.start.shape:
+        return wc.cast(wc.read(xf, mapping={F: row.start}), f32)
+    return wc.max(wc.cast(wc.read(xf, mapping={F: row.start + wc.index(E) * 0}), f32), E)
+
+
+def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
+    """(interior, edge deviations from the row's mean, rsqrt(var + eps)): one pass over ``x - first``
+    (f16/bf16) or the mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
+    every slot (those past the row rewrite their owner's value), the interior's past K not 0."""
+    shift = _first(row, xf) if one_pass(dtype) else 0.0
+    c = wc.where(row.inside, row.v - shift, 0.0)
+    ce = row.e - shift
+    if not one_pass(dtype):
+        mean = row.total(c, row.edge(ce, 0.0)) * inv_n
+        d, de = wc.where(row.inside, c - mean, 0.0), ce - mean
+        return d, de, wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
+    ce_in = row.edge(ce, 0.0)
+    m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
+    return c - m1, ce - m1, r
+
+
+def _vectors(row: _Row, mem, table=None) -> tuple[Any, Any]:
+    """A [N] weight or bias at the interior and edge columns, f32.  The interior from ``table``
+    (``shifted_table``: the row's columns as aligned 16-byte chunks at its head offset) when given, else
+    gathered element by element (a row's columns sit at a different offset within 16 bytes than its
+    chunks; from L1, every row reads them); the edge element by element."""
+    if table is None:
+        col = row.head + wc.index(J) * row.vec + wc.index(V)
+        interior = wc.read(mem, mapping={N: col})
+    else:
+        interior = wc.read(table, mapping={HR: row.head * J + wc.index(J)})
+    return wc.cast(interior, f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32)
+
+
+def shifted_table(v: Any, vec: int, chunks: int) -> Any:
+    """``t[h * chunks + j, e] = v[h + j * vec + e]`` for ``h < vec``, ``j < chunks`` (``chunks * vec + vec - 2
+    < len(v)`` for ``chunks = K``): a vector at every head offset, so a row reads its interior columns 16
+    bytes at a time.  One copy of ``vec * chunks * vec`` elements (8 N for bf16)."""
+    return v.as_strided((vec, chunks * vec), (1, 1)).contiguous().view(vec * chunks, vec)
 
 
 def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
@@ -110,16 +162,38 @@ def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveK
     ):  # fmt: skip
         row = _Row(x, xf, starts, n, vec)
         big = wc.maximum(wc.max(wc.max(row.interior(NEG_INF), V), J), wc.max(row.edge(row.e, NEG_INF), E))
-        p = wc.exp2((row.v - big[:, None, None]) * LOG2E)
-        pe = wc.exp2((row.e - big[:, None]) * LOG2E)
+        p = wc.exp2((row.v - big) * LOG2E)
+        pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        row.write(p * inv[:, None, None], pe * inv[:, None], out, gap, dtype, vec)
+        row.write(p * inv, pe * inv, out, gap if rows_per_workgroup(waves, tpw) > 1 else None, dtype, vec)
 
     return softmax_odd
 
 
-def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
+    """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``)."""
     vec = 16 // dtype.bytes
+    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+
+    def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
+        row = _Row(x, xf, starts, n, vec)
+        v = row.interior(0.0)
+        ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
+        r = wc.rsqrt(ss * inv_n + eps)
+        w_in, w_edge = _vectors(row, w, ws)
+        row.write(row.v * w_in * r, row.e * w_edge * r, out, gap_or_none(gap), dtype, vec)
+
+    if tables:
+
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        def rms_norm_odd_tables(
+            x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
+            w: Memory[N, dtype], ws: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+            gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(x, xf, starts, w, ws, out, n, gap, eps, inv_n)
+
+        return rms_norm_odd_tables
 
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def rms_norm_odd(
@@ -127,18 +201,35 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wave
         w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        row = _Row(x, xf, starts, n, vec)
-        v = row.interior(0.0)
-        ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
-        r = wc.rsqrt(ss * inv_n + eps)
-        w_in, w_edge = _vectors(row, w)
-        row.write(row.v * w_in * r[:, None, None], row.e * w_edge * r[:, None], out, gap, dtype, vec)
+        body(x, xf, starts, w, None, out, n, gap, eps, inv_n)
 
     return rms_norm_odd
 
 
-def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
+    """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``."""
     vec = 16 // dtype.bytes
+    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+
+    def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
+        row = _Row(x, xf, starts, n, vec)
+        d, de, r = _deviations(row, xf, eps, inv_n, dtype)
+        w_in, w_edge = _vectors(row, w, ws)
+        b_in, b_edge = _vectors(row, b, bs)
+        row.write(d * r * w_in + b_in, de * r * w_edge + b_edge, out, gap_or_none(gap), dtype, vec)
+
+    if tables:
+
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        def layer_norm_odd_tables(
+            x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
+            w: Memory[N, dtype], b: Memory[N, dtype], ws: Memory[HR, V, dtype],
+            bs: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+            gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n)
+
+        return layer_norm_odd_tables
 
     @wc.wave(odd_constraints(block_j, waves, vec, tpw))
     def layer_norm_odd(
@@ -146,16 +237,7 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
         w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
         gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        row = _Row(x, xf, starts, n, vec)
-        mean = row.total(row.interior(0.0), row.edge(row.e, 0.0)) * inv_n
-        # deviations first: a large mean does not cancel the variance away
-        d = wc.where(row.inside, row.v - mean[:, None, None], 0.0)
-        de = row.e - mean[:, None]
-        r = wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
-        w_in, w_edge = _vectors(row, w)
-        b_in, b_edge = _vectors(row, b)
-        main = d * r[:, None, None] * w_in + b_in
-        row.write(main, de * r[:, None] * w_edge + b_edge, out, gap, dtype, vec)
+        body(x, xf, starts, w, b, None, None, out, n, gap, eps, inv_n)
 
     return layer_norm_odd
 
@@ -163,37 +245,49 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.Wa
 MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
 
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
+NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
     """(``block_j``, waves per row) for rows of ``n`` elements at a row pitch of ``pitch`` elements, or None
     where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of one wave's
-    unit or less (one narrowed tile serves them), rows past one tile (16384 bf16; LayerNorm 8192: they loop),
-    and a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's."""
+    unit or less (one narrowed tile serves them), rows past one tile (16384 bf16: they loop), a pitch whose
+    offset within 16 bytes drifts from row to row against the contiguous output's, and for one row per
+    workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a lane ``NORM_RUNS`` chunks:
+    their weight (and bias) gathered element by element hold a register each, so 4 chunks took 80-86
+    (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM (RMSNorm over 16 waves spilled); 2
+    chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``)."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    waves_cap = 8 if kind == "layer_norm" else 16
-    if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * waves_cap * unit or (pitch - n) % vec:
+    if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * MAX_WAVES * unit or (pitch - n) % vec:
         return None
     chunks = (n - vec + 1) // vec
     block_j = 32
     while block_j < chunks:
         block_j *= 2
-    return block_j, max(1, block_j // (RUNS_PER_WAVE * 32))
+    waves = max(1, block_j // ((RUNS_PER_WAVE if kind == "softmax" else NORM_RUNS) * 32))
+    return None if rows_per_workgroup(waves) == 1 and pitch != n else (block_j, waves)
 
 
 _COMPILED: dict = {}
 
 
-def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None):
-    """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply)."""
+def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False):
+    """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
+    (the norms): the variant reading the vectors' ``shifted_table`` beside them."""
     config = odd_config(dtype, n, kind, pitch)
     assert config is not None
-    key = (kind, dtype.name, *config, backend)
+    key = (kind, dtype.name, *config, backend, tables)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
-        _COMPILED[key] = wc.compile(MAKERS[kind](dtype, *config), {V: vec, E: EDGE}, backend=backend)
+        extra = {"tables": True} if tables else {}
+        _COMPILED[key] = wc.compile(MAKERS[kind](dtype, *config, **extra), {V: vec, E: EDGE}, backend=backend)
     return _COMPILED[key]
+
+
+# x of this many bytes or more reads the norms' vectors through ``shifted_table``s, built per call (one
+# copy kernel of 8 N elements per vector, a few microseconds: paid back where the kernel runs long)
+TABLE_MIN_BYTES = 32 << 20
 
 
 def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple) -> tuple:
@@ -215,15 +309,18 @@ def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vecto
 def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend):
     """``run(x, *vectors) -> out`` for rows ``[M, N]`` of pitch ``P`` (``odd_config`` applies): per call the
     buffer's views (``odd_args``), an output buffer in which the rows lie at the input's offset within 16
-    bytes, and a launch prepared per offset (at most ``V``: the views' shapes depend on it)."""
+    bytes, a launch prepared per offset (at most ``V``: the views' shapes depend on it), and for the norms
+    of at least ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made)."""
     import torch
 
     m, n = rows.shape
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // dtype.bytes
     es = rows.element_size()
-    kernel = odd_kernel(kind, dtype, n, pitch, backend)
-    inner = torch.empty((n - vec + 1) // vec, dtype=torch.int8, device=rows.device)
+    tables = kind != "softmax" and m * n * es >= TABLE_MIN_BYTES
+    kernel = odd_kernel(kind, dtype, n, pitch, backend, tables)
+    chunks = (n - vec + 1) // vec
+    inner = torch.empty(chunks, dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
     starts: dict[int, Any] = {}
 
@@ -233,6 +330,8 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
         out_buf = torch.empty(-(-(shift + m * n) // vec) * vec, dtype=r.dtype, device=r.device)
         if shift not in starts:
             starts[shift] = torch.arange(m, dtype=torch.int32, device=r.device) * pitch + shift
+        if tables:
+            vectors = (*vectors, *(shifted_table(v, vec, chunks) for v in vectors))
         a = odd_args(r, out_buf, shift, starts[shift], inner, vectors, scalars)
         if shift not in launches:
             launches[shift] = kernel.prepare(*a, fresh_outputs=True)

@@ -1,0 +1,43 @@
+"""LayerNorm's row statistics, shared by the aligned (``rows``) and odd-length (``rows_odd``) row kernels:
+in one reduction pass for f16/bf16 rows, in two for f32 rows.
+
+Requires: ``s1 = sum(c)`` and ``s2 = sum(c * c)`` over a row of ``c = x - shift`` (f32, padding 0), with
+``shift`` one element of the row.  Guarantees: ``(mean(c), rsqrt(var(x) + eps))`` with the biased variance
+``E[c^2] - E[c]^2``.  Both sums come from one pass over the row (the two cross-wave exchanges back to back,
+no dependent mean first), and the shift keeps f32 precision: ``c`` is of the row's spread, not its mean,
+so a row 1000 + randn keeps its unit variance where ``E[x^2] - E[x]^2`` cancels it to noise.  The error
+is f32 rounding times ``1 + (mean - shift)^2 / var``: a few 1e-6 relative for a first element a few
+spreads out, invisible in f16/bf16 outputs but not within f32's tolerance of torch, so f32 rows keep the
+two passes (the mean, then the squared deviations from it; ``one_pass``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import wavec as wc
+
+
+def one_pass(dtype) -> bool:
+    """Whether LayerNorm rows of ``dtype`` take the one-pass statistics (f16, bf16)."""
+    return dtype.bytes == 2
+
+
+def shifted_stats(s1, s2, eps, inv_n):
+    """(mean of ``c``, rsqrt(var + eps)); the variance clamped at 0 (rounding may take a constant row's
+    below it)."""
+    m1 = s1 * inv_n
+    return m1, wc.rsqrt(wc.maximum(s2 * inv_n - m1 * m1, 0.0) + eps)
+
+
+def deviations(v, inside, first: Callable[[], Any], total: Callable[[Any], Any], eps, inv_n, dtype):
+    """(``x - mean``, rsqrt(var + eps)) of rows ``v`` (f32, 0 where not ``inside``), ``total`` the row sum
+    and ``first()`` the row's first element, read only for the one pass.  The deviations past the row are
+    not 0 in the one pass (their stores are masked)."""
+    if not one_pass(dtype):
+        d = wc.where(inside, v - total(v) * inv_n, 0.0)
+        return d, wc.rsqrt(total(d * d) * inv_n + eps)
+    c = wc.where(inside, v - first(), 0.0)
+    m1, r = shifted_stats(total(c), total(c * c), eps, inv_n)
+    return c - m1, r
