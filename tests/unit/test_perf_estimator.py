@@ -153,7 +153,7 @@ def _feature_rows(n: int) -> list[dict[str, str]]:
 def test_train_all_writes_each_gpu_and_all_and_skips_small_families(tmp_path, capsys) -> None:
     rows = _feature_rows(40)
     rows += [{**rows[2], "family": "moe"}]  # one row: too few to train on
-    models = T.train_all(rows, tmp_path, steps=300)
+    models = T.train_all(rows, tmp_path, steps=300, members=2)
     assert {(m.meta["trained_on"], m.family) for m in models} == {
         (g, f) for g in ("h100", "h200", "all") for f in ("rows", "gemm_wgmma")
     }
@@ -161,6 +161,9 @@ def test_train_all_writes_each_gpu_and_all_and_skips_small_families(tmp_path, ca
     assert "moe: 1 rows" in capsys.readouterr().err
     model = E.Model.read(tmp_path / "h100" / "rows.npz")
     assert model.meta["rows"] == 16 and model.meta["split"] == "train"  # the test rows are held out
+    assert len(model.mean.members) == len(model.ceiling.members) == model.meta["members"] == 2
+    assert model.meta["weight_decay"] in T.WEIGHT_DECAYS and model.meta["p80_weight_decay"] in T.WEIGHT_DECAYS
+    assert set(model.meta["val_mape"]) == {f"{w:g}" for w in T.WEIGHT_DECAYS}  # chosen on validation shapes
     held = [r for r in rows if r["gpu"] == "h100" and r["family"] == "rows" and r["split"] == "test"]
     x, eff = T.table(held)
     assert T.mape(model.mean.efficiency(x), eff) < 10.0
@@ -189,6 +192,21 @@ def test_shipped_weights_load_from_the_package() -> None:
             assert model.meta["inputs"] == list(E.INPUTS)
     with pytest.raises(OptionError, match="no weights for nope"):
         E.load("nope", "h100")
+
+
+def test_linear_and_ridge_baselines() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(200, 5))
+    eff = np.exp(0.3 * x[:, 0] - 0.2 * x[:, 3] - 1.0)  # log-linear: least squares recovers it exactly
+    exact = E.fit_linear(x, eff)
+    np.testing.assert_allclose(exact.efficiency(x), eff, rtol=1e-9)
+    # a huge ridge shrinks every coefficient to nothing: the geometric mean of the training efficiencies
+    flat = E.fit_linear(x, eff, ridge=1e6)
+    np.testing.assert_allclose(flat.efficiency(x), np.exp(np.log(eff).mean()), rtol=1e-3)
+    val = np.arange(200) % 5 == 0
+    fit, strength = E.fit_ridge(x, eff * np.exp(rng.normal(scale=0.01, size=200)), val)
+    assert strength in E.RIDGES and strength <= 1e-2  # little noise: a light penalty wins on validation
+    assert T.mape(fit.efficiency(x), eff) < 2.0
 
 
 def test_family_of_library_kernels() -> None:

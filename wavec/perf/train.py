@@ -9,12 +9,12 @@ measured time (``us``); rows without one (a dry run's) are skipped.
 Guarantees: for every GPU in the tables, and for ``all`` of them together when there are several, and for
 every family with at least ``MIN_ROWS`` rows: the weight decays chosen from ``WEIGHT_DECAYS`` on
 validation shapes (``VAL_FRACTION`` of the training rows' shapes, held out by shape as the test split
-is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), then on all the training rows an ensemble of ``members`` seeds of the mean MLP
-(MAPE loss on the time, ``|e / ê - 1|``, e the measured efficiency roofline / measured, ê the
-prediction) and of the ceiling MLP (pinball loss at the 0.8 quantile of log e), written to
-``OUT/<trained on>/<family>.npz`` with the rows, the choice, the validation and training MAPE in its
-metadata.  ``--rows train`` (the default) trains on the ``train`` split only, so
-the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
+is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), then on all the training
+rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``|e / ê - 1|``, e the
+measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
+0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
+validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
+split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
 """
 
 from __future__ import annotations
