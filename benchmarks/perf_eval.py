@@ -9,7 +9,8 @@ Requires: feature tables (``python -m wavec.perf.dataset build``) with measured 
 their ``train`` rows (``python -m wavec.perf.train ... --rows train``, the default).
 
 Writes ``DIR/perf_eval.md`` (the MAPE table per family and setting: trained on GPU a, tested on the
-``test`` rows of GPU b; MLP, linear least squares on the same inputs fitted on the same training rows,
+``test`` rows of GPU b; MLP, linear least squares on the same inputs fitted on the same training rows and
+the same with a ridge penalty chosen on validation shapes of those rows (``estimator.fit_ridge``),
 plain roofline; the share of test rows at or below the ceiling; the underperforming library points),
 ``DIR/pred_vs_measured.csv`` (every test row's measured and predicted times: what the plots show) and,
 when matplotlib is installed, ``DIR/pred_vs_measured_<family>_<gpu>.png``; ``DIR/underperforming.csv``:
@@ -40,8 +41,8 @@ def _mape(pred_us: np.ndarray, us: np.ndarray) -> float:
 def evaluate(rows: list[dict], weights: pathlib.Path) -> tuple[list[dict], list[dict]]:
     """(summary per family and setting, per-row predictions) for every (trained on, tested on) pair; trained
     on ``all``: the models trained on every GPU's training rows together."""
-    from wavec.perf.estimator import Model, fit_linear
-    from wavec.perf.train import table
+    from wavec.perf.estimator import Model, fit_linear, fit_ridge
+    from wavec.perf.train import table, validation_split
 
     timed = [r for r in rows if r.get("us")]
     gpus = sorted({r["gpu"] for r in timed})
@@ -58,6 +59,7 @@ def evaluate(rows: list[dict], weights: pathlib.Path) -> tuple[list[dict], list[
             ]
             x_fit, e_fit = table(fit)
             linear = fit_linear(x_fit, e_fit)
+            ridge, _strength = fit_ridge(x_fit, e_fit, validation_split([r["shape"] for r in fit]))
             for tested_on in gpus:
                 test = [r for r in timed if r["gpu"] == tested_on and r["family"] == family and r["split"] == "test"]
                 if not test:
@@ -66,6 +68,7 @@ def evaluate(rows: list[dict], weights: pathlib.Path) -> tuple[list[dict], list[
                 roof = np.array([float(r["roofline_us"]) for r in test])
                 us = np.array([float(r["us"]) for r in test])
                 mlp_us, lin_us = roof / model.mean.efficiency(x), roof / linear.efficiency(x)
+                ridge_us = roof / ridge.efficiency(x)
                 below = float(np.mean(eff <= model.ceiling.efficiency(x)))
                 summary.append(
                     {
@@ -76,12 +79,13 @@ def evaluate(rows: list[dict], weights: pathlib.Path) -> tuple[list[dict], list[
                         "train_rows": len(fit),
                         "mlp": _mape(mlp_us, us),
                         "linear": _mape(lin_us, us),
+                        "ridge": _mape(ridge_us, us),
                         "roofline": _mape(roof, us),
                         "below_ceiling": below,
                     }
                 )
-                for r, m, li in zip(test, mlp_us, lin_us, strict=True):
-                    points.append({**_ids(r), "trained_on": trained_on, "mlp_us": m, "linear_us": li})
+                for r, m, li, ri in zip(test, mlp_us, lin_us, ridge_us, strict=True):
+                    points.append({**_ids(r), "trained_on": trained_on, "mlp_us": m, "linear_us": li, "ridge_us": ri})
     return summary, points
 
 
@@ -118,13 +122,14 @@ def underperforming(rows: list[dict], weights: pathlib.Path) -> list[dict]:
 
 def markdown(summary: list[dict], under: list[dict], plotted: bool) -> str:
     lines = [
-        "| family | trained on | tested on | test rows | MLP MAPE | linear MAPE | roofline MAPE | at/below P80 |",
-        "|---|---|---|---:|---:|---:|---:|---:|",
+        "| family | trained on | tested on | test rows | MLP MAPE | linear MAPE | ridge MAPE | roofline MAPE "
+        "| at/below P80 |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summary:
         lines.append(
             f"| {s['family']} | {s['trained_on']} | {s['tested_on']} | {s['rows']} | {s['mlp']:.1f}% | "
-            f"{s['linear']:.1f}% | {s['roofline']:.1f}% | {100 * s['below_ceiling']:.0f}% |"
+            f"{s['linear']:.1f}% | {s['ridge']:.1f}% | {s['roofline']:.1f}% | {100 * s['below_ceiling']:.0f}% |"
         )
     lines += [
         "",

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from wavec.perf import gpu, roofline
-from wavec.perf.features import Features
+from wavec.perf.cases import bindings
+from wavec.perf.dataset import row_case
+from wavec.perf.features import Features, row_alignment
 
 COLLECTED = Path(__file__).parents[2] / "benchmarks/data/perf/collected"
 SLACK = 0.8
@@ -41,3 +43,19 @@ def test_every_collected_row_respects_todays_roofline(gpu_key: str) -> None:
         if float(r["us"]) <= SLACK * bound_us:
             below.append(f"{r['kernel']} {r['config']} {r['shape']}: {r['us']} us vs roofline {bound_us:.1f} us")
     assert not below, f"{len(below)} rows beat {SLACK} x the roofline on {spec.name}:\n" + "\n".join(below)
+
+
+@pytest.mark.parametrize("gpu_key", ["h100", "h200"])
+def test_collected_row_alignment_is_the_launch_tensors(gpu_key: str) -> None:
+    """The stored ``f:align.*`` columns are :func:`row_alignment` of each row's launch tensors (the ones
+    ``decompose`` records for it), and the misaligned rows the models rely on are there."""
+    with open(COLLECTED / f"features_{gpu_key}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    seen: dict[tuple[str, ...], tuple[float, float]] = {}
+    for r in rows:
+        key = (r["family"], r["kernel"], r["dtype"], r["config"], r["shape"])
+        if key not in seen:
+            seen[key] = row_alignment((b.shape, b.dtype, b.output) for b in bindings(row_case(r))[0])
+        assert (float(r["f:align.read_bytes"]), float(r["f:align.write_bytes"])) == seen[key], key
+    reads = {float(r["f:align.read_bytes"]) for r in rows}
+    assert {16.0, 128.0} <= reads and min(reads) < 16.0  # 16-byte pitches (GEMM K) and odd ones (rows)

@@ -17,6 +17,7 @@ from wavec.kernels import attention as A
 from wavec.kernels import rows as R
 from wavec.kernels.gemm import build_gemm, make_gemm
 from wavec.perf import decompose
+from wavec.perf.features import row_alignment
 from wavec.perf.mlir_text import parse_kernel
 from wavec.tuning.plan import DEFAULT_PLAN, GemmRequest, plan_matmul
 
@@ -55,6 +56,11 @@ def test_gemm_flops_and_bytes(gemm, m, n, k):
     assert d.footprint == {"read": (m + n) * k * 2, "write": m * n * 4}
     assert [set(t.tolist()) for t in d.trips.values()] == [{ktiles}]
     assert not d.notes
+    # every binding's launch shape, from the shapes of the inputs alone (C's from the symbols)
+    assert d.tensors == [((m, k), "f16", False), ((n, k), "f16", False), ((m, n), "f32", True)]
+    # row pitches: K x 2 bytes read (48 -> 96 B: 32-aligned), N x 4 bytes written (70 -> 280 B: 8-aligned)
+    want = {256: (128.0, 128.0), 512: (128.0, 128.0), 100: (32.0, 8.0)}[m]
+    assert row_alignment(d.tensors) == want
 
 
 def test_gemm_wgmma_persistent_exact():

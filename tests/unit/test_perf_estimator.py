@@ -57,30 +57,79 @@ def test_numpy_inference_matches_the_torch_network() -> None:
 
 def test_model_round_trips_through_its_file(tmp_path) -> None:
     x, eff = _known(60, len(E.INPUTS), 2)
-    model = E.Model("rows", T.fit_mlp(x, eff, steps=50), T.fit_mlp(x, eff, "p80", steps=50), {"rows": 60})
+    mean = T.fit_ensemble(x, eff, steps=50, seeds=(0, 1))
+    model = E.Model("rows", mean, T.fit_ensemble(x, eff, "p80", steps=50, seeds=(0, 1, 2)), {"rows": 60})
     model.save(tmp_path / "rows.npz")
     back = E.Model.read(tmp_path / "rows.npz")
     assert back.family == "rows" and back.meta == {"rows": 60}
-    np.testing.assert_array_equal(back.mean.efficiency(x), model.mean.efficiency(x))
-    np.testing.assert_array_equal(back.ceiling.efficiency(x), model.ceiling.efficiency(x))
+    assert len(back.mean.members) == 2 and len(back.ceiling.members) == 3
+    with np.load(tmp_path / "rows.npz") as z:
+        assert z["mean_1_w0"].dtype == np.float32 and z["p80_2_b2"].dtype == np.float32  # the file's precision
+    # float32 weights: the efficiencies agree to float32's rounding, not to the last float64 bit
+    np.testing.assert_allclose(back.mean.efficiency(x), model.mean.efficiency(x), rtol=1e-5)
+    np.testing.assert_allclose(back.ceiling.efficiency(x), model.ceiling.efficiency(x), rtol=1e-5)
+    back.save(tmp_path / "again.npz")  # already rounded: a second round trip is exact
+    again = E.Model.read(tmp_path / "again.npz")
+    np.testing.assert_array_equal(again.mean.efficiency(x), back.mean.efficiency(x))
+
+
+def test_ensemble_is_the_geometric_mean_of_its_members() -> None:
+    x, eff = _known(80, 6, 4)
+    members = [T.fit_mlp(x, eff, steps=60, seed=s) for s in (0, 1, 2)]
+    assert not np.allclose(members[0].efficiency(x), members[1].efficiency(x))  # seeds differ
+    want = np.prod([m.efficiency(x) for m in members], axis=0) ** (1 / 3)
+    np.testing.assert_allclose(E.Ensemble(tuple(members)).efficiency(x), want, rtol=1e-12)
+
+
+def test_validation_split_holds_out_whole_training_shapes() -> None:
+    shapes = [f"{i % 25}x64" for i in range(100)]  # 25 shapes, 4 rows each
+    val = T.validation_split(shapes, seed=3)
+    held = {s for s, v in zip(shapes, val, strict=True) if v}
+    kept = {s for s, v in zip(shapes, val, strict=True) if not v}
+    assert len(held) == 5 and not held & kept and val.sum() == 20  # 20 % of the shapes, every row of each
+    np.testing.assert_array_equal(val, T.validation_split(shapes, seed=3))
+    assert T.validation_split(["a", "a", "b"]).sum() in (1, 2)  # one of two shapes, never both
+    assert T.validation_split(["a", "a"]).all()  # a single shape is all validation: nothing is chosen on it
+
+
+def test_weight_decay_is_chosen_on_validation_shapes() -> None:
+    x, eff = _known(120, 8, 6)
+    shapes = [str(i // 3) for i in range(120)]
+    wd, scores = T.choose_weight_decay(x, eff, shapes, (16, 16), 200, 0)
+    assert set(scores) == {f"{w:g}" for w in T.WEIGHT_DECAYS} and wd in T.WEIGHT_DECAYS
+    assert scores[f"{wd:g}"] == min(scores.values())
+    # one shape: no validation rows to choose on, so the default
+    assert T.choose_weight_decay(x, eff, ["s"] * 120, (16, 16), 10, 0) == (T.WEIGHT_DECAY, {})
 
 
 def _values(cycles: dict[str, float], **extra: float) -> dict[str, float]:
     values = {f"{c}_cycles": cycles.get(c, 0.0) for c in E.CYCLES}
     values.update({"tasks": 264.0, "waves": 1.0, "blocks_per_sm": 2.0, "sm_tasks": 2.0, "threads": 256.0})
     values.update({"global.gpu_bytes": 1e6, "tensor.gpu_ops": 1e9, "l2.gpu_bytes": 4e6})
+    values.update({"align.read_bytes": 128.0, "align.write_bytes": 128.0})
     return {**values, **extra}
 
 
 def test_model_inputs_name_the_bound_and_the_launch() -> None:
     h100 = gpu("h100")
-    x = E.model_inputs(_values({"tensor.sm": 1830.0, "global.gpu": 915.0}, registers=128.0), h100)
+    cycles = {"tensor.sm": 1830.0, "tensor.gpu": 915.0, "global.gpu": 915.0}
+    x = E.model_inputs(_values(cycles, registers=128.0), h100)
     named = dict(zip(E.INPUTS, x, strict=True))
-    assert named["tensor.sm/roof"] == 1.0 and named["global.gpu/roof"] == 0.5 and named["xu.sm/roof"] == 0.0
-    assert named["log10_roofline_us"] == pytest.approx(0.0)  # 1830 cycles at 1.83 GHz: 1 us
-    assert named["wave_fill"] == 1.0 and named["sm_imbalance"] == 1.0  # 264 tasks, 2 per SM on 132 SMs
-    assert named["log10_flop_per_byte"] == pytest.approx(np.log10(1001.0))
+    assert named["log2_tensor.sm/roof"] == 0.0 and named["log2_global.gpu/roof"] == -1.0
+    assert named["log2_xu.sm/roof"] == -10.0  # an idle pipeline sits at the floor, 2^-10
+    assert named["log2_roofline_us"] == pytest.approx(0.0)  # 1830 cycles at 1.83 GHz: 1 us
+    # 264 tasks, 2 per SM on 132 SMs: one full wave, balanced
+    assert (named["log2_waves"], named["last_wave_fill"], named["wave_fill"], named["sm_imbalance"]) == (0, 1, 1, 1)
+    assert named["log2_flop_per_byte"] == pytest.approx(np.log2(1001.0))
     assert named["registers_255"] == pytest.approx(128 / 255)
+    assert named["tensor.sm/mean"] == 2.0 and named["xu.sm/mean"] == 1.0  # busiest SM twice the mean; idle
+    assert named["log2_align_read"] == 7.0 and named["log2_align_write"] == 7.0
+    # 300 tasks on 264 slots: 1.14 waves, the second 36/264 full; the busiest SM runs 3 (mean 300/132)
+    tail = _values(cycles, tasks=300.0, sm_tasks=3.0, **{"align.read_bytes": 16.0})
+    named = dict(zip(E.INPUTS, E.model_inputs(tail, h100), strict=True))
+    assert named["log2_waves"] == pytest.approx(np.log2(300 / 264))
+    assert named["last_wave_fill"] == pytest.approx(36 / 264) and named["wave_fill"] == pytest.approx(300 / 528)
+    assert named["sm_imbalance"] == pytest.approx(3 * 132 / 300) and named["log2_align_read"] == 4.0
 
 
 def _feature_rows(n: int) -> list[dict[str, str]]:
@@ -94,7 +143,8 @@ def _feature_rows(n: int) -> list[dict[str, str]]:
         for key in ("h100", "h200"):
             eff = 0.4 + 0.5 * share if key == "h100" else 0.3 + 0.5 * share
             roof_us = roof_cycles / gpu(key).clock_hz * 1e6
-            row = {"gpu": key, "family": "gemm_wgmma" if i % 2 else "rows", "split": "test" if i % 5 == 0 else "train"}
+            row = {"gpu": key, "family": "gemm_wgmma" if i % 2 else "rows", "shape": f"{i + 1}x64"}
+            row["split"] = "test" if i % 5 == 0 else "train"
             row.update({"us": str(roof_us / eff), "roofline_us": str(roof_us)})
             rows.append({**row, **{f"f:{k}": str(v) for k, v in values.items()}})
     return rows
@@ -103,7 +153,7 @@ def _feature_rows(n: int) -> list[dict[str, str]]:
 def test_train_all_writes_each_gpu_and_all_and_skips_small_families(tmp_path, capsys) -> None:
     rows = _feature_rows(40)
     rows += [{**rows[2], "family": "moe"}]  # one row: too few to train on
-    models = T.train_all(rows, tmp_path, steps=300)
+    models = T.train_all(rows, tmp_path, steps=300, members=2)
     assert {(m.meta["trained_on"], m.family) for m in models} == {
         (g, f) for g in ("h100", "h200", "all") for f in ("rows", "gemm_wgmma")
     }
@@ -111,6 +161,9 @@ def test_train_all_writes_each_gpu_and_all_and_skips_small_families(tmp_path, ca
     assert "moe: 1 rows" in capsys.readouterr().err
     model = E.Model.read(tmp_path / "h100" / "rows.npz")
     assert model.meta["rows"] == 16 and model.meta["split"] == "train"  # the test rows are held out
+    assert len(model.mean.members) == len(model.ceiling.members) == model.meta["members"] == 2
+    assert model.meta["weight_decay"] in T.WEIGHT_DECAYS and model.meta["p80_weight_decay"] in T.WEIGHT_DECAYS
+    assert set(model.meta["val_mape"]) == {f"{w:g}" for w in T.WEIGHT_DECAYS}  # chosen on validation shapes
     held = [r for r in rows if r["gpu"] == "h100" and r["family"] == "rows" and r["split"] == "test"]
     x, eff = T.table(held)
     assert T.mape(model.mean.efficiency(x), eff) < 10.0
@@ -139,6 +192,21 @@ def test_shipped_weights_load_from_the_package() -> None:
             assert model.meta["inputs"] == list(E.INPUTS)
     with pytest.raises(OptionError, match="no weights for nope"):
         E.load("nope", "h100")
+
+
+def test_linear_and_ridge_baselines() -> None:
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(200, 5))
+    eff = np.exp(0.3 * x[:, 0] - 0.2 * x[:, 3] - 1.0)  # log-linear: least squares recovers it exactly
+    exact = E.fit_linear(x, eff)
+    np.testing.assert_allclose(exact.efficiency(x), eff, rtol=1e-9)
+    # a huge ridge shrinks every coefficient to nothing: the geometric mean of the training efficiencies
+    flat = E.fit_linear(x, eff, ridge=1e6)
+    np.testing.assert_allclose(flat.efficiency(x), np.exp(np.log(eff).mean()), rtol=1e-3)
+    val = np.arange(200) % 5 == 0
+    fit, strength = E.fit_ridge(x, eff * np.exp(rng.normal(scale=0.01, size=200)), val)
+    assert strength in E.RIDGES and strength <= 1e-2  # little noise: a light penalty wins on validation
+    assert T.mape(fit.efficiency(x), eff) < 2.0
 
 
 def test_family_of_library_kernels() -> None:

@@ -26,6 +26,7 @@ def _rows(n: int) -> list[dict[str, str]]:
         values.update({"global.sm_cycles": roof_cycles, "shared.sm_cycles": share * roof_cycles})
         values.update({"tasks": 528.0, "waves": 1.0, "blocks_per_sm": 4.0, "sm_tasks": 4.0, "threads": 128.0})
         values.update({"global.gpu_bytes": 1e6, "tensor.gpu_ops": 0.0, "l2.gpu_bytes": 1e6})
+        values.update({"align.read_bytes": 128.0, "align.write_bytes": 128.0})
         for key in ("h100", "h200"):
             eff = (0.5 if key == "h100" else 0.45) + 0.4 * share
             if i == 3:
@@ -47,7 +48,7 @@ def test_eval_table_plots_and_underperforming_points(tmp_path) -> None:
         w = csv.DictWriter(f, list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    T.train_all(rows, tmp_path / "weights", steps=800)
+    T.train_all(rows, tmp_path / "weights", steps=800, members=2)
     out = tmp_path / "eval"
     assert perf_eval.main([str(features), "--out", str(out), "--weights", str(tmp_path / "weights")]) == 0
     summary, _points = perf_eval.evaluate(rows, tmp_path / "weights")
@@ -55,6 +56,7 @@ def test_eval_table_plots_and_underperforming_points(tmp_path) -> None:
     assert {(s["trained_on"], s["tested_on"]) for s in summary} == pairs
     for s in summary:
         assert s["rows"] == 30 and s["mlp"] < s["roofline"] / 3, s
+        assert 0 < s["ridge"] < s["roofline"], s  # the ridge baseline is fitted and scored too
     text = (out / "perf_eval.md").read_text()
     assert "| rows | h100 | h200 | 30 |" in text
     with open(out / "pred_vs_measured.csv") as f:

@@ -8,6 +8,7 @@ import pytest
 
 from wavec.errors import OptionError, PerfError
 from wavec.perf import GPUS, Decomposition, bottleneck, features, gpu, occupancy, roofline, schedule
+from wavec.perf.features import row_alignment
 
 # Datasheet dense FP16/BF16 tensor FLOP/s (see wavec/perf/gpus.py's sources) for the best kind on each GPU.
 DATASHEET = {"h100": 989.4e12, "h200": 989.4e12, "a100": 312e12, "l40s": 362.05e12, "mi300x": 1307.4e12}
@@ -112,6 +113,25 @@ def test_features_and_roofline():
     assert bottleneck(f) == max(cycles, key=cycles.__getitem__) == "tensor.sm"
     assert roofline(f, launch_s=2e-6) == pytest.approx(roofline(f) + 2e-6)
     assert f.gpu["hbm_bytes_s"] == h100.hbm_bytes_s
+    assert (v["align.read_bytes"], v["align.write_bytes"]) == (128.0, 128.0)  # no tensors: nothing misaligned
+    d.tensors = [((100, 2568), "bf16", False), ((4096, 2568), "bf16", False), ((100, 4096), "f32", True)]
+    v = features(d, schedule(d, h100)).values
+    assert (v["align.read_bytes"], v["align.write_bytes"]) == (16.0, 128.0)
+
+
+def test_row_alignment_by_hand():
+    # 2568 x 2 B = 5136 = 16 x 321; 11072 x 2 B = 22144 = 128 x 173; 1000 x 2 B = 2000 = 16 x 125
+    assert row_alignment([((2, 2568), "f16", False), ((11072, 2568), "f16", False), ((2, 11072), "f16", True)]) == (
+        16.0,
+        128.0,
+    )
+    assert row_alignment([((35, 1000), "bf16", False), ((1000,), "bf16", False), ((35, 1001), "f32", True)]) == (
+        16.0,
+        4.0,  # 1001 x 4 B: odd multiple of 4
+    )
+    # integer routing tensors and 1-D vectors have no rows; none at all: the cap
+    assert row_alignment([((7, 3), "i32", False), ((9,), "f16", False)]) == (128.0, 128.0)
+    assert row_alignment([((4, 8, 64), "f16", False), ((4, 8, 1024), "f16", True)]) == (128.0, 128.0)
 
 
 def test_calibrated_rates():

@@ -10,10 +10,10 @@ Guarantees: one output row per input row, in input order: the raw columns, ``roo
 and ``f:<name>`` for every value of :class:`~wavec.perf.features.Features` plus the kernel's registers and
 shared bytes, computed for the row's own GPU (its ``gpu`` column).  Decompositions are cached on disk per
 (kernel configuration, launch, target) in ``CACHE/perf_features/<gpu>-<constants>.jsonl`` (``--cache``;
-default the compile cache's folder; ``<constants>`` a digest of the GPU's figures, so a changed rate in
-``gpus.py`` misses the cache instead of reading stale cycles), features for every GPU of ``--gpus`` whose
-targets agree computed at once (the H100 and the H200 share a decomposition: same SMs, same target), so a
-rebuild only decomposes new rows.
+default the compile cache's folder; ``<constants>`` a digest of the GPU's figures and ``FEATURES_VERSION``,
+so a changed rate in ``gpus.py`` or a new feature misses the cache instead of reading stale values),
+features for every GPU of ``--gpus`` whose targets agree computed at once (the H100 and the H200 share a
+decomposition: same SMs, same target), so a rebuild only decomposes new rows.
 A row whose launch cannot be decomposed raises :class:`~wavec.errors.PerfError` naming it.
 """
 
@@ -72,9 +72,13 @@ def case_features(case: Case, gpus: Iterable[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# bumped when ``features`` gains a value, so cached decompositions without it miss (2: row alignment)
+FEATURES_VERSION = 2
+
+
 def cache_stem(gpu_key: str) -> str:
     """The cache file's name for ``gpu_key``: the key and a digest of the GPU's constants."""
-    vector = json.dumps(sorted(find_gpu(gpu_key).vector().items()))
+    vector = json.dumps([FEATURES_VERSION, *sorted(find_gpu(gpu_key).vector().items())])
     return f"{gpu_key}-{hashlib.sha256(vector.encode()).hexdigest()[:12]}"
 
 

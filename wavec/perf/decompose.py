@@ -43,7 +43,8 @@ class Decomposition:
     """A launch as tasks.  ``demand[key][t]``: task ``t``'s demand (keys in :mod:`wavec.perf.demand`);
     ``trips[loop][t]``: the trip count of each top-level loop for task ``t`` (the longest over its threads);
     ``footprint``: bytes of the tensors read and written (each once: what an ideal cache moves; for a
-    data-dependent launch a read tensor counts only the leading-dimension slices its loads touched)."""
+    data-dependent launch a read tensor counts only the leading-dimension slices its loads touched);
+    ``tensors``: every binding's (shape, dtype, is output) whose shape the launch determines."""
 
     kernel: str
     target: str
@@ -57,6 +58,7 @@ class Decomposition:
     footprint: dict[str, int]
     symbols: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    tensors: list[tuple[tuple[int, ...], str, bool]] = field(default_factory=list)
 
     @property
     def tasks(self) -> int:
@@ -146,6 +148,15 @@ def _footprint(artifact: Artifact, symbols: dict[str, int], rules: Demand) -> di
     return {"read": read, "write": write}
 
 
+def _tensors(artifact: Artifact, symbols: dict[str, int]) -> list[tuple[tuple[int, ...], str, bool]]:
+    out = []
+    for spec in artifact.metadata.args:
+        dims = [d if isinstance(d, int) else symbols.get(d) for d in spec.shape]
+        if all(d is not None for d in dims):
+            out.append((tuple(int(d) for d in dims if d is not None), spec.dtype, spec.is_output))
+    return out
+
+
 def _grid(artifact: Artifact, symbols: dict[str, int], sms: int | None) -> tuple[int, int, int]:
     meta = artifact.metadata
     if any(SMS_NAME in g for g in meta.grid):
@@ -219,4 +230,5 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
         footprint=_footprint(artifact, symbols, rules),
         symbols=symbols,
         notes=sorted(notes),
+        tensors=_tensors(artifact, symbols),
     )

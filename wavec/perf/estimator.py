@@ -15,7 +15,8 @@ constant input would be one value in training and an extrapolation elsewhere.  :
 ``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
 :class:`~wavec.errors.OptionError` names what is shipped when a file is missing); :func:`estimate` gives
 the predicted time, the ceiling time and the bottleneck; :func:`fit_linear` is the linear baseline
-(least squares on the same inputs, log efficiency).
+(least squares on the same inputs, log efficiency) and :func:`fit_ridge` the same with a ridge penalty
+chosen on validation shapes (the stronger baseline where least squares extrapolates wildly).
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ __all__ = [
     "CYCLES",
     "model_inputs",
     "MLP",
+    "Ensemble",
     "Model",
     "Estimate",
     "load",
     "estimate",
     "family_of",
     "fit_linear",
+    "fit_ridge",
     "Linear",
     "shipped",
 ]
@@ -56,51 +59,80 @@ CYCLES = tuple(f"{p}.{lvl}" for p in ("tensor", "fma", "xu", "alu") for lvl in (
     "shared.gpu",
     "shared.sm",
 )
-INPUTS = tuple(f"{c}/roof" for c in CYCLES) + (
-    "log10_roofline_us",
-    "log2_tasks",
-    "log2_waves",
-    "wave_fill",
-    "sm_imbalance",
-    "threads_1024",
-    "blocks_per_sm_16",
-    "registers_255",
-    "shared_fraction",
-    "log10_flop_per_byte",
-    "log10_l2_per_hbm",
-    "log2_task_cycles",
+SPREAD = ("tensor", "fma", "xu", "alu", "shared")
+INPUTS = (
+    tuple(f"log2_{c}/roof" for c in CYCLES)
+    + (
+        "log2_roofline_us",
+        "log2_tasks",
+        "log2_waves",
+        "last_wave_fill",
+        "wave_fill",
+        "sm_imbalance",
+        "log2_threads",
+        "blocks_per_sm_16",
+        "registers_255",
+        "shared_fraction",
+        "log2_flop_per_byte",
+        "log2_l2_per_hbm",
+        "log2_task_cycles",
+        "log2_align_read",
+        "log2_align_write",
+    )
+    + tuple(f"{p}.sm/mean" for p in SPREAD)
 )
 EPS = 1e-30
+RATIO_FLOOR = 2.0**-10  # a bound under 1/1024 of the roofline's is as absent as zero; log2 needs a floor
+
+
+def _waves(values: Mapping[str, float], gpu: GPUSpec) -> list[float]:
+    """log2 of the waves (fractional: tasks over resident slots), the last wave's fill (1: full), the mean
+    fill over the launched waves and the busiest SM's tasks over the mean (1: balanced)."""
+    tasks = max(1.0, float(values["tasks"]))
+    slots = gpu.sms * max(1.0, float(values["blocks_per_sm"]))
+    waves = math.ceil(tasks / slots)
+    return [
+        math.log2(tasks / slots),
+        (tasks - (waves - 1) * slots) / slots,
+        tasks / (slots * waves),
+        float(values["sm_tasks"]) * gpu.sms / tasks,
+    ]
+
+
+def _spread(values: Mapping[str, float]) -> list[float]:
+    """Per pipeline, the busiest SM's cycles over the mean SM's (1 where the pipeline is idle): the tail."""
+    out = []
+    for p in SPREAD:
+        mean, busiest = float(values[f"{p}.gpu_cycles"]), float(values[f"{p}.sm_cycles"])
+        out.append(busiest / mean if mean > 0 else 1.0)
+    return out
 
 
 def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
     """The input vector (``INPUTS``) of one launch; ``values``: ``Features.values`` plus ``registers`` and
-    ``shared_bytes`` (a feature table's ``f:`` columns without the prefix)."""
+    ``shared_bytes`` (a feature table's ``f:`` columns without the prefix).  Magnitudes enter in log2, so
+    the standardised inputs of a new shape stay in the range the training shapes span."""
     cycles = np.array([float(values[f"{c}_cycles"]) for c in CYCLES])
     roof = max(max(float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS), EPS)
-    tasks, waves = float(values["tasks"]), max(1.0, float(values["waves"]))
-    per_sm = float(values["blocks_per_sm"])
     hbm = max(float(values["global.gpu_bytes"]), 1.0)
+    busiest = max(float(values[f"{c}_cycles"]) for c in CYCLES if c.endswith(".sm"))
     extra = [
-        math.log10(roof / gpu.clock_hz * 1e6),
-        math.log2(max(tasks, 1.0)),
-        math.log2(waves),
-        tasks / (gpu.sms * per_sm * waves),
-        float(values["sm_tasks"]) * gpu.sms / max(tasks, 1.0),
-        float(values["threads"]) / 1024,
-        per_sm / 16,
+        math.log2(roof / gpu.clock_hz * 1e6),
+        math.log2(max(float(values["tasks"]), 1.0)),
+        *_waves(values, gpu),
+        math.log2(max(float(values["threads"]), 1.0)),
+        float(values["blocks_per_sm"]) / 16,
         float(values.get("registers", 0.0)) / 255,
         float(values.get("shared_bytes", 0.0)) / gpu.shared_per_sm,
-        math.log10(1.0 + float(values["tensor.gpu_ops"]) / hbm),
-        math.log10(1.0 + float(values["l2.gpu_bytes"]) / hbm),
+        math.log2(1.0 + float(values["tensor.gpu_ops"]) / hbm),
+        math.log2(1.0 + float(values["l2.gpu_bytes"]) / hbm),
         # one task's work at the busiest SM: short tasks pay the prologue, the epilogue and the pipeline fill
-        math.log2(
-            1.0
-            + max(float(values[f"{c}_cycles"]) for c in CYCLES if c.endswith(".sm"))
-            / max(1.0, float(values["sm_tasks"]))
-        ),
+        math.log2(1.0 + busiest / max(1.0, float(values["sm_tasks"]))),
+        math.log2(float(values["align.read_bytes"])),
+        math.log2(float(values["align.write_bytes"])),
+        *_spread(values),
     ]
-    return np.concatenate([cycles / roof, np.array(extra)])
+    return np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])
 
 
 @dataclass(frozen=True)
@@ -124,9 +156,11 @@ class MLP:
         return np.exp(self.log_efficiency(x))
 
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        """The arrays a weight file holds; weights and biases in float32 (half the file; a time's relative
+        error from the rounding is ~1e-6, far under the model's)."""
         out = {f"{prefix}mean": self.mean, f"{prefix}std": self.std}
         for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            out[f"{prefix}w{i}"], out[f"{prefix}b{i}"] = w, b
+            out[f"{prefix}w{i}"], out[f"{prefix}b{i}"] = w.astype(np.float32), b.astype(np.float32)
         return out
 
     @classmethod
@@ -138,12 +172,38 @@ class MLP:
 
 
 @dataclass(frozen=True)
+class Ensemble:
+    """MLPs trained from different seeds: the efficiency is ``exp`` of their mean log efficiency (a
+    geometric mean, so one member's excursion on a new shape moves the estimate by a fraction)."""
+
+    members: tuple[MLP, ...]
+
+    def log_efficiency(self, x: np.ndarray) -> np.ndarray:
+        return np.mean([m.log_efficiency(x) for m in self.members], axis=0)
+
+    def efficiency(self, x: np.ndarray) -> np.ndarray:
+        return np.exp(self.log_efficiency(x))
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for i, m in enumerate(self.members):
+            out.update(m.arrays(f"{prefix}{i}_"))
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> Ensemble:
+        n = sum(1 for k in arrays if k.startswith(prefix) and k.endswith("_mean"))
+        return cls(tuple(MLP.from_arrays(arrays, f"{prefix}{i}_") for i in range(n)))
+
+
+@dataclass(frozen=True)
 class Model:
-    """A family's mean-efficiency MLP (MAPE loss), its P80 ceiling MLP and what they were trained on."""
+    """A family's mean-efficiency ensemble (MAPE loss), its P80 ceiling ensemble and what they were trained
+    on (``meta``: rows, hyperparameters chosen on the validation shapes, training and validation MAPE)."""
 
     family: str
-    mean: MLP
-    ceiling: MLP
+    mean: Ensemble
+    ceiling: Ensemble
     meta: dict[str, Any] = field(default_factory=dict)
 
     def save(self, path: Any) -> None:
@@ -156,7 +216,8 @@ class Model:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         meta = json.loads(str(arrays.pop("meta")))
-        return cls(meta.pop("family"), MLP.from_arrays(arrays, "mean_"), MLP.from_arrays(arrays, "p80_"), meta)
+        mean, ceiling = Ensemble.from_arrays(arrays, "mean_"), Ensemble.from_arrays(arrays, "p80_")
+        return cls(meta.pop("family"), mean, ceiling, meta)
 
 
 def _weights_dir() -> Any:
@@ -252,8 +313,31 @@ def standardiser(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return x.mean(axis=0), np.where(std > 1e-12, std, 1.0)
 
 
-def fit_linear(x: np.ndarray, efficiency: np.ndarray) -> Linear:
+def fit_linear(x: np.ndarray, efficiency: np.ndarray, ridge: float = 0.0) -> Linear:
+    """Least squares of log efficiency on the standardised inputs; ``ridge`` > 0 adds ``ridge`` x the
+    squared coefficients (not the intercept's) to the loss, per row (so one value suits any row count)."""
     mean, std = standardiser(x)
     z = (x - mean) / std
-    coef, *_ = np.linalg.lstsq(np.c_[z, np.ones(len(z))], np.log(efficiency), rcond=None)
-    return Linear(mean, std, coef)
+    a, y = np.c_[z, np.ones(len(z))], np.log(efficiency)
+    if ridge <= 0:
+        coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+        return Linear(mean, std, coef)
+    penalty = np.eye(a.shape[1]) * ridge * len(z)
+    penalty[-1, -1] = 0.0
+    return Linear(mean, std, np.linalg.solve(a.T @ a + penalty, a.T @ y))
+
+
+RIDGES = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)
+
+
+def fit_ridge(x: np.ndarray, efficiency: np.ndarray, validation: np.ndarray) -> tuple[Linear, float]:
+    """The linear baseline at its best: the ``RIDGES`` strength with the least time MAPE on the
+    ``validation`` rows (a mask over the training rows: held-out training shapes) when fitted on the rest,
+    refitted on every row; and the strength."""
+
+    def score(ridge: float) -> float:
+        fit = fit_linear(x[~validation], efficiency[~validation], ridge)
+        return float(np.mean(np.abs(efficiency[validation] / fit.efficiency(x[validation]) - 1)))
+
+    best = min(RIDGES, key=score) if validation.any() and not validation.all() else RIDGES[-1]
+    return fit_linear(x, efficiency, best), best

@@ -9,25 +9,52 @@ instruction kind and dtype, FMA results by dtype); per memory level the bytes an
 (HBM: each tensor's bytes at most once, the footprint, as a perfect L2 would move them) and ``l2`` (every
 byte requested) at GPU level, ``global``/``l2``/``shared`` at the busiest SM at its share of the bandwidth
 (global: its requested bytes scaled by the launch's HBM/requested ratio; l2: its requested bytes; shared:
-bytes in and out at ``shared_bytes_per_clk``).  Plus the task counts and
-the GPU's constants.  :func:`roofline` is the largest theoretical time of those, in seconds (plus an
-optional launch overhead); :func:`bottleneck` names it.
+bytes in and out at ``shared_bytes_per_clk``).  Plus the task counts, the row alignment of the
+floating-point tensors read and written (:func:`row_alignment`: a row pitch that is not a multiple of 128
+bytes splits the tiles' rows over extra sectors and, below 16 bytes, rules out vector access) and the
+GPU's constants.  :func:`roofline` is the largest theoretical time of those, in seconds (plus an optional
+launch overhead); :func:`bottleneck` names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from .decompose import Decomposition
 from .gpus import GPUSpec
+from .mlir_text import DTYPE_BYTES
 from .schedule import Schedule
 
-__all__ = ["Features", "features", "roofline", "bottleneck", "pipeline_ops", "pipeline_cycles", "PIPELINES"]
+__all__ = [
+    "Features",
+    "features",
+    "roofline",
+    "bottleneck",
+    "pipeline_ops",
+    "pipeline_cycles",
+    "PIPELINES",
+    "row_alignment",
+    "ALIGN_CAP",
+]
 
 PIPELINES = ("tensor", "fma", "xu", "alu")
+ALIGN_CAP = 128  # bytes: an L2 cache line; a pitch that is a multiple of it is as good as any
+
+
+def row_alignment(tensors: Iterable[tuple[tuple[int, ...], str, bool]]) -> tuple[float, float]:
+    """(read, write): the least alignment in bytes, capped at ``ALIGN_CAP``, of the innermost extent (the
+    row pitch) of the floating-point tensors of rank >= 2 read and written; ``ALIGN_CAP`` where there are
+    none (integer routing tensors and 1-D vectors have no rows to split)."""
+    least = {False: float(ALIGN_CAP), True: float(ALIGN_CAP)}
+    for shape, dtype, output in tensors:
+        if len(shape) < 2 or not dtype.startswith(("f", "bf")):
+            continue
+        pitch = shape[-1] * DTYPE_BYTES.get(dtype, 4)
+        least[output] = min(least[output], float(min(ALIGN_CAP, pitch & -pitch if pitch else ALIGN_CAP)))
+    return least[False], least[True]
 
 
 def _rate(key: str, gpu: GPUSpec) -> float:
@@ -85,6 +112,7 @@ def features(decomp: Decomposition, sched: Schedule) -> Features:
         "waves": float(sched.waves),
         "sm_tasks": float(sched.tasks_per_sm.max()),
     }
+    values["align.read_bytes"], values["align.write_bytes"] = row_alignment(decomp.tensors)
     gpu_ops = {k: np.array([v.sum()]) for k, v in decomp.demand.items()}
     total_ops = pipeline_ops(gpu_ops, 1)
     total_cycles = pipeline_cycles(gpu_ops, gpu, 1)

@@ -1,17 +1,20 @@
 """Train the performance model's MLPs from feature tables (``python -m wavec.perf.dataset build``).
 
     python -m wavec.perf.train FEATURES.csv [FEATURES.csv ...] --out wavec/perf/weights [--rows train|all]
-                               [--hidden 32,32] [--steps 3000] [--seed 0]
+                               [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5]
 
 Requires: torch (CPU; training only: inference is numpy, ``wavec.perf.estimator``); feature rows with a
 measured time (``us``); rows without one (a dry run's) are skipped.
 
 Guarantees: for every GPU in the tables, and for ``all`` of them together when there are several, and for
-every family with at least ``MIN_ROWS`` rows: the mean MLP trained with a MAPE loss on the time (``|e /
-ê - 1|``, e the measured efficiency roofline / measured, ê the prediction), the ceiling MLP with the
-pinball loss at the 0.8 quantile of log e, written to ``OUT/<trained on>/<family>.npz`` with the rows and
-the training MAPE in its metadata.  ``--rows train`` (the default) trains on the ``train`` split only, so
-the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
+every family with at least ``MIN_ROWS`` rows: the weight decays chosen from ``WEIGHT_DECAYS`` on
+validation shapes (``VAL_FRACTION`` of the training rows' shapes, held out by shape as the test split
+is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), then on all the training
+rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``|e / ê - 1|``, e the
+measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
+0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
+validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
+split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
 """
 
 from __future__ import annotations
@@ -24,13 +27,33 @@ from typing import Any
 
 import numpy as np
 
-from .estimator import INPUTS, MLP, Model, model_inputs, standardiser
+from .estimator import INPUTS, MLP, Ensemble, Model, model_inputs, standardiser
 from .gpus import gpu as find_gpu
 
-__all__ = ["fit_mlp", "make_net", "to_mlp", "mape", "table", "train_all", "main", "QUANTILE", "MIN_ROWS"]
+__all__ = [
+    "fit_mlp",
+    "fit_mlps",
+    "fit_ensemble",
+    "validation_split",
+    "choose_weight_decay",
+    "make_net",
+    "to_mlp",
+    "mape",
+    "pinball",
+    "table",
+    "train_all",
+    "main",
+    "QUANTILE",
+    "MIN_ROWS",
+    "WEIGHT_DECAYS",
+]
 
 QUANTILE = 0.8
 WEIGHT_DECAY = 3e-2
+# coupled L2 strengths tried per family on the validation shapes (a few hundred rows: from barely to firmly
+# regularised)
+WEIGHT_DECAYS = (3e-3, 1e-2, 3e-2, 1e-1)
+VAL_FRACTION = 0.2
 MIN_ROWS = 8
 
 
@@ -71,38 +94,76 @@ def fit_mlp(
     efficiency: np.ndarray,
     loss: str = "mape",
     hidden: Sequence[int] = (32, 32),
-    steps: int = 3000,
+    steps: int = 2000,
     seed: int = 0,
     weight_decay: float = WEIGHT_DECAY,
 ) -> MLP:
     """An :class:`~wavec.perf.estimator.MLP` of log efficiency fitted by full-batch Adam: ``loss="mape"``
     (the time's relative error) or ``"p80"`` (pinball at ``QUANTILE``)."""
+    return fit_mlps(x, efficiency, loss, hidden, steps, [(seed, weight_decay)])[0]
+
+
+def _stacked(nets: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The nets' Linear weights and biases stacked along a leading member axis, as trainable leaves."""
     import torch
 
-    torch.manual_seed(seed)
+    layers = [[m for m in net if isinstance(m, torch.nn.Linear)] for net in nets]
+    ws = [torch.stack([ls[i].weight.detach() for ls in layers]).requires_grad_() for i in range(len(layers[0]))]
+    bs = [torch.stack([ls[i].bias.detach() for ls in layers]).requires_grad_() for i in range(len(layers[0]))]
+    return ws, bs
+
+
+def fit_mlps(
+    x: np.ndarray,
+    efficiency: np.ndarray,
+    loss: str,
+    hidden: Sequence[int],
+    steps: int,
+    members: Sequence[tuple[int, float]],
+) -> list[MLP]:
+    """One MLP per ``(seed, weight decay)`` member, trained side by side: the members' weights are stacked
+    on a leading axis and their losses summed, so each member's gradient and Adam state are its own (Adam
+    is elementwise) and the result is that of training them one at a time, at about one's cost."""
+    import torch
+
     torch.set_num_threads(1)  # a few hundred rows: threads only contend (and results stay reproducible)
     mean, std = standardiser(x)
     z = torch.tensor((x - mean) / std, dtype=torch.float64)
     y = torch.tensor(np.log(efficiency), dtype=torch.float64)
-    net = make_net(x.shape[1], hidden)
+    nets = []
+    for seed, _ in members:
+        torch.manual_seed(seed)
+        nets.append(make_net(x.shape[1], hidden))
+    ws, bs = _stacked(nets)
     with torch.no_grad():  # start at the median efficiency: exp() of a far-off start overflows the loss
-        net[-1].bias.fill_(float(y.median()))
+        bs[-1].fill_(float(y.median()))
+    decay = torch.tensor([wd for _, wd in members], dtype=torch.float64)
+    params = [*ws, *bs]
     # coupled L2 (not AdamW's decay): on ~300 rows per family it halved the held-out error of a known
     # efficiency function, where the unregularised net memorised its training rows
-    opt = torch.optim.Adam(net.parameters(), lr=3e-3, weight_decay=weight_decay)
+    opt = torch.optim.Adam(params, lr=3e-3)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     for _ in range(steps):
         opt.zero_grad()
-        pred = net(z)[:, 0]
+        h = torch.baddbmm(bs[0][:, None, :], z.expand(len(members), -1, -1), ws[0].transpose(1, 2))
+        for w, b in zip(ws[1:], bs[1:], strict=True):
+            h = torch.baddbmm(b[:, None, :], torch.relu(h), w.transpose(1, 2))
+        diff = y[None, :] - h[:, :, 0]
         if loss == "mape":
-            value = (torch.exp(torch.clamp(y - pred, max=20.0)) - 1).abs().mean()
+            value = (torch.exp(torch.clamp(diff, max=20.0)) - 1).abs().mean(dim=1).sum()
         else:
-            diff = y - pred
-            value = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff).mean()
+            value = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff).mean(dim=1).sum()
         value.backward()
+        with torch.no_grad():
+            for p in params:
+                p.grad += decay.view(-1, *([1] * (p.dim() - 1))) * p
         opt.step()
         sched.step()
-    return to_mlp(net, mean, std)
+    out = []
+    for i in range(len(members)):
+        weights = tuple(w[i].detach().numpy().copy() for w in ws)
+        out.append(MLP(mean, std, weights, tuple(b[i].detach().numpy().copy() for b in bs)))
+    return out
 
 
 def mape(pred_eff: np.ndarray, eff: np.ndarray) -> float:
@@ -110,13 +171,66 @@ def mape(pred_eff: np.ndarray, eff: np.ndarray) -> float:
     return float(np.mean(np.abs(eff / pred_eff - 1.0)) * 100)
 
 
+def fit_ensemble(
+    x: np.ndarray,
+    efficiency: np.ndarray,
+    loss: str = "mape",
+    hidden: Sequence[int] = (32, 32),
+    steps: int = 2000,
+    seeds: Sequence[int] = (0, 1, 2),
+    weight_decay: float = WEIGHT_DECAY,
+) -> Ensemble:
+    """One :func:`fit_mlp` per seed (trained side by side), as an :class:`~wavec.perf.estimator.Ensemble`."""
+    return Ensemble(tuple(fit_mlps(x, efficiency, loss, hidden, steps, [(s, weight_decay) for s in seeds])))
+
+
+def validation_split(shapes: Sequence[str], seed: int = 0) -> np.ndarray:
+    """A boolean mask of the rows whose shape is among ``VAL_FRACTION`` of the distinct shapes (seeded;
+    at least one shape, and never all of them when there are two or more)."""
+    distinct = sorted(set(shapes))
+    rng = np.random.default_rng(seed)
+    count = min(max(1, round(VAL_FRACTION * len(distinct))), max(1, len(distinct) - 1))
+    held = {distinct[i] for i in rng.choice(len(distinct), count, replace=False)}
+    return np.array([s in held for s in shapes])
+
+
+def pinball(pred_eff: np.ndarray, eff: np.ndarray) -> float:
+    """Mean pinball loss at ``QUANTILE`` of log efficiency (what the ceiling model minimises)."""
+    diff = np.log(eff) - np.log(pred_eff)
+    return float(np.mean(np.maximum(QUANTILE * diff, (QUANTILE - 1) * diff)))
+
+
+def choose_weight_decay(
+    x: np.ndarray,
+    efficiency: np.ndarray,
+    shapes: Sequence[str],
+    hidden: Sequence[int],
+    steps: int,
+    seed: int,
+    loss: str = "mape",
+) -> tuple[float, dict[str, float]]:
+    """The ``WEIGHT_DECAYS`` entry whose MLP for ``loss``, fitted on the other training shapes, scores best
+    on the validation shapes (the time's MAPE for ``"mape"``, the pinball loss for ``"p80"``: a ceiling
+    needs its own choice, its gradients are smaller and a strong decay flattens it to a constant); and
+    every candidate's validation score."""
+    val = validation_split(shapes, seed)
+    if val.all() or not val.any():
+        return WEIGHT_DECAY, {}
+    models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS])
+    score = mape if loss == "mape" else pinball
+    scores = {f"{wd:g}": round(score(m.efficiency(x[val]), efficiency[val]), 4) for wd, m in zip(WEIGHT_DECAYS, models)}
+    best = min(WEIGHT_DECAYS, key=lambda wd: scores[f"{wd:g}"])
+    return best, scores
+
+
 def train_all(
     rows: Sequence[dict[str, str]],
     out: Path,
     split: str = "train",
     hidden: Sequence[int] = (32, 32),
-    steps: int = 3000,
+    steps: int = 2000,
     seed: int = 0,
+    members: int = 5,
 ) -> list[Model]:
     timed = [r for r in rows if r.get("us") and (split == "all" or r["split"] == split)]
     gpus = sorted({r["gpu"] for r in timed})
@@ -128,17 +242,24 @@ def train_all(
                 print(f"  {trained_on}/{family}: {len(mine)} rows, fewer than {MIN_ROWS}: not trained", file=sys.stderr)
                 continue
             x, eff = table(mine)
-            mean = fit_mlp(x, eff, "mape", hidden, steps, seed)
-            ceiling = fit_mlp(x, eff, "p80", hidden, steps, seed)
+            shapes = [r["shape"] for r in mine]
+            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed)
+            wd80, scores80 = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "p80")
+            seeds = [seed + i for i in range(members)]
+            mean = fit_ensemble(x, eff, "mape", hidden, steps, seeds, wd)
+            ceiling = fit_ensemble(x, eff, "p80", hidden, steps, seeds, wd80)
             above = float(np.mean(eff <= ceiling.efficiency(x)))
             meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(INPUTS)}
+            meta.update({"weight_decay": wd, "val_mape": scores, "members": members, "steps": steps})
+            meta.update({"p80_weight_decay": wd80, "val_pinball": scores80})
             meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
             meta.update({"train_mape": round(mape(mean.efficiency(x), eff), 3), "below_ceiling": round(above, 3)})
             model = Model(family, mean, ceiling, meta)
             (out / trained_on).mkdir(parents=True, exist_ok=True)
             model.save(out / trained_on / f"{family}.npz")
-            print(f"  {trained_on}/{family}: {len(mine)} rows, train MAPE {meta['train_mape']:.2f}%, "
-                  f"{100 * above:.0f}% of rows at or below the ceiling", file=sys.stderr)  # fmt: skip
+            print(f"  {trained_on}/{family}: {len(mine)} rows, weight decay {wd:g} (validation MAPE {scores}), "
+                  f"train MAPE {meta['train_mape']:.2f}%, {100 * above:.0f}% of rows at or below the ceiling",
+                  file=sys.stderr, flush=True)  # fmt: skip
             models.append(model)
     return models
 
@@ -151,11 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path(__file__).parent / "weights")
     p.add_argument("--rows", choices=("train", "all"), default="train")
     p.add_argument("--hidden", default="32,32")
-    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--members", type=int, default=5, help="seeds per ensemble")
     args = p.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    models = train_all(read_rows(args.features), args.out, args.rows, hidden, args.steps, args.seed)
+    models = train_all(read_rows(args.features), args.out, args.rows, hidden, args.steps, args.seed, args.members)
     print(f"wrote {len(models)} models under {args.out}", file=sys.stderr)
     return 0 if models else 1
 
