@@ -51,6 +51,9 @@ CONFIGS = {(32, 64): (64, 2), (32, 128): (32, 2), (64, 64): (64, 4), (64, 128): 
 SPLIT_WAVES = 2
 MIN_SPLIT_KEYS = 64
 MAX_SPLITS = 64
+# the in-kernel combine's layout (no mma anchors it): lanes along D (4 f32 each at d128: 16-byte loads of
+# the partials), a wave's 16 rows and the step's splits in every lane
+COMBINE_SHAPES = {SP: 1, M: 1, D: 128}
 EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
 
 
@@ -68,18 +71,27 @@ def split_chunk(keys: sympy.Expr) -> sympy.Expr:
     return sympy.ceiling(keys / (SP * BLOCK_N)) * BLOCK_N
 
 
-def decode_constraints(dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None) -> list:
+def decode_constraints(
+    dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None, one_launch: bool = False
+) -> list:
     """``waves`` waves of 16 query rows (``mma_type``: mma.sync m16n8k16 for ``dtype`` by default; gfx942
     takes ``threads_per_wave=64`` and the MFMA); grid (row tiles, SP * KVH, B); K/V tiles of BLOCK_N keys
-    staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow)."""
+    staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow).
+    ``one_launch``: the combine's loop over the splits, one a step, in ``COMBINE_SHAPES``' layout."""
+    combine = [wc.TilingConstraint(SP, wc.sym.BLOCK_SP)] if one_launch else []
     return [
+        *combine,
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(Y, 1, 1),
         wc.WorkgroupConstraint(B, 1, 2),
         wc.WorkgroupConstraint(D, D, None),
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name]),
+        wc.HardwareConstraint(
+            threads_per_wave=threads_per_wave,
+            mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name],
+            vector_shapes=COMBINE_SHAPES if one_launch else None,
+        ),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, operand_swizzle="none"),
     ]
 
@@ -100,17 +112,21 @@ def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple, logits=
     return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
 
-def make_decode_split(dtype=wc.f16, group: int = 1, alibi: bool = False, **constraints: Any) -> wc.WaveKernel:
+def make_decode_split(
+    dtype=wc.f16, group: int = 1, alibi: bool = False, one_launch: bool = False, **constraints: Any
+) -> wc.WaveKernel:
     """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
     head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
     l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s.
-    ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``."""
+    ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``.
+    ``one_launch``: arguments ``counter`` [B, C] i32 and ``out`` [B, QL, H, D] after ``l_part``; the last
+    split of each group combines (``split_combine.combine_last``): the whole step in one launch."""
     q_type = Memory[B, QL, H, D, dtype]
     kv_type = Memory[B, N, KVH, D, dtype]
     split, kv_head = split_index(), kv_head_index()
     first = split * split_chunk(N)
 
-    def body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale) -> None:
+    def body(q, k, v, seq_lens, slopes, parts: tuple, scale) -> None:
         rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
         q_rows = {QL: rows // group, H: rows % group + kv_head * group}
         qr = wc.read(q, mapping=q_rows)
@@ -127,28 +143,58 @@ def make_decode_split(dtype=wc.f16, group: int = 1, alibi: bool = False, **const
             vt = wc.permute(wc.read(v, mapping=kv_map), (D, N))
             return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc), logits)
 
-        write_partials(loop, c, o_part, m_part, l_part, {**q_rows, SP: split})
+        finish_split(loop, c, parts, q_rows, group, dtype)
 
-    if not alibi:
+    params = [("q", q_type), ("k", kv_type), ("v", kv_type), ("seq_lens", Memory[B, wc.i32])]
+    params += [("slopes", Memory[H, f32])] if alibi else []
+    params += [*partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
+    name = ("decode_one_launch" if one_launch else "decode_split") + ("_alibi" if alibi else "")
 
-        @wc.wave(decode_constraints(dtype, **constraints))
-        def decode_split(
-            q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], o_part: Memory[B, SP, QL, H, D, f32],
-            m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
-        ):  # fmt: skip
-            body(q, k, v, seq_lens, None, o_part, m_part, l_part, scale)
+    def run(*args) -> None:
+        q, k, v, seq_lens, *rest = args
+        slopes = rest.pop(0) if alibi else None
+        body(q, k, v, seq_lens, slopes, tuple(rest[:-1]), rest[-1])
 
-        return decode_split
+    return wc.wave(decode_constraints(dtype, one_launch=one_launch, **constraints))(kernel_function(name, params, run))
 
-    @wc.wave(decode_constraints(dtype, **constraints))
-    def decode_split_alibi(
-        q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], slopes: Memory[H, f32],
-        o_part: Memory[B, SP, QL, H, D, f32], m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32],
-        scale: wc.Scalar[f32],
-    ):  # fmt: skip
-        body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale)
 
-    return decode_split_alibi
+def partial_params(dtype, one_launch: bool) -> list:
+    """The partials' arguments of a split kernel (and, in one launch, the counters and the output)."""
+    params = [
+        ("o_part", Memory[B, SP, QL, H, D, f32]), ("m_part", Memory[B, SP, QL, H, f32]),
+        ("l_part", Memory[B, SP, QL, H, f32]),
+    ]  # fmt: skip
+    if one_launch:
+        from .split_combine import C
+
+        params += [("counter", Memory[B, C, wc.i32]), ("out", Memory[B, QL, H, D, dtype])]
+    return params
+
+
+def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype) -> None:
+    """Store the split's partials; in one launch (``parts`` holds the counter and the output) the last
+    split of the group combines them all."""
+    split = split_index()
+    write_partials(state, c, *parts[:3], {**q_rows, SP: split})
+    if len(parts) > 3:
+        from .split_combine import combine_last
+
+        combine_last(*parts, group, dtype)
+
+
+def kernel_function(name: str, params: list, run) -> Any:
+    """A function named ``name`` taking ``params`` (``(name, Memory[...] or wc.Scalar[...])`` pairs,
+    positional) that calls ``run(*args)``: one body for a kernel's argument-list variants."""
+    import inspect
+
+    def fn(*args):
+        return run(*args)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    fn.__signature__ = inspect.Signature([inspect.Parameter(n, kind, annotation=t) for n, t in params])  # type: ignore[attr-defined]
+    fn.__annotations__ = dict(params)
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 def alibi_logits(slopes, heads, limit, scale) -> tuple:
