@@ -59,7 +59,38 @@ def combine_last(o_part, m_part, l_part, counter, out, group: int, dtype) -> Non
         return m_new, l_new, acc * alpha[:, None] + wc.sum(wc.read(o_part, mapping=q_rows) * w[:, :, None], SP)
 
     _mx, total, acc = splits
+    total = wc.where(total > 0.0, total, 1.0)  # rows past M (masked: never stored) have no keys
     wc.write(wc.cast(acc * wc.reciprocal(total)[:, None], dtype), out, mapping=q_rows)
 
 
 __all__ = ["B", "BLOCK_SP", "C", "combine_last", "counter_index"]
+
+
+SPLITS_PER_STEP = 1  # BLOCK_SP of the library's kernels (benchmarks/decode_sweep.py --splits-per-step)
+
+
+class Counters:
+    """The zeroed int32 counters ``[batch, groups]`` of one call shape on one device: one buffer per CUDA
+    stream (``torch.cuda`` current stream; the emulator has one), reused by every launch there, which
+    leaves it zeroed; during a CUDA graph capture a fresh one per call, zeroed in the capture (its
+    memset replays with the graph, before the kernel: the graph owns its counters)."""
+
+    def __init__(self, shape: tuple, device: Any) -> None:
+        import torch
+
+        self.shape, self.device = shape, device
+        cuda = device.type == "cuda"
+        self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
+        self._capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
+        self.buffers: dict = {}  # stream -> its counters
+
+    def get(self) -> Any:
+        import torch
+
+        if self._capturing():
+            return torch.zeros(self.shape, dtype=torch.int32, device=self.device)
+        stream = self._stream(self.device.index) if self._stream is not None else None
+        buf = self.buffers.get(stream)
+        if buf is None:
+            buf = self.buffers[stream] = torch.zeros(self.shape, dtype=torch.int32, device=self.device)
+        return buf
