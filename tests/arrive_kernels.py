@@ -19,7 +19,7 @@ def make_last_sums(tpw: int = 32, waves: int = 1) -> wc.WaveKernel:
     constraints = [
         wc.WorkgroupConstraint(G, 1, 0),
         wc.WorkgroupConstraint(S, 1, 1),
-        wc.WorkgroupConstraint(T, T, None),
+        wc.WorkgroupConstraint(T, T, 2 if waves > 1 else None),
         *wave_split,
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={G: 1, S: 1, T: tpw}),
     ]

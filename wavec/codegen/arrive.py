@@ -50,14 +50,22 @@ def _fence(fb: FunctionBuilder, ordering: str) -> None:
     llvm.FenceOp(order, syncscope="agent")
 
 
-def _atomic(fb: FunctionBuilder, mem: fx.Node, idx: list[ir.Value], wrap: ir.Value) -> ir.Value:
+def _address(fb: FunctionBuilder, mem: fx.Node, idx: list[ir.Value]) -> ir.Value | None:
+    """The counter element's global address for the inline ``atom`` (NVIDIA; None elsewhere), made
+    before any branch (its index constants are cached for later ops)."""
+    if not fb.ctx.target.is_nvidia:
+        return None
+    source = fb.values[mem]
+    ptr = fb.cached(("ptr", mem), 0, lambda: memref.extract_aligned_pointer_as_index(source))
+    return atomic_address(mem, source, (ptr, fb.index(4)), idx, 1)
+
+
+def _atomic(fb: FunctionBuilder, mem: fx.Node, idx: list[ir.Value], addr: ir.Value | None, wrap: ir.Value) -> ir.Value:
     """The counter's old value, after this arrival (``wrap`` = expected - 1, i32)."""
     i32 = ir.IntegerType.get_signless(32)
-    source = fb.values[mem]
-    if fb.ctx.target.is_nvidia:
-        base = (memref.extract_aligned_pointer_as_index(source), fb.index(4))
-        addr = atomic_address(mem, source, base, idx, 1)
+    if addr is not None:
         return llvm.inline_asm(i32, [addr, wrap], ARRIVE_PTX, "=r,l,r,~{memory}", has_side_effects=True)
+    source = fb.values[mem]
     old = memref.atomic_rmw(arith.AtomicRMWKind.addi, arith.constant(i32, 1), source, idx)
     is_last = arith.cmpi(arith.CmpIPredicate.eq, old, wrap)
     reset = scf.IfOp(is_last)
@@ -81,13 +89,14 @@ def lower_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
     _fence(fb, "release")
     gpu.barrier()
     inside, guard = in_bounds(fb, node, coords), replica_guard(fb, layout)
+    addr = _address(fb, mem, idx)
 
     def old() -> ir.Value:  # -1 (never last) where the counter element is out of bounds
         if inside is None:
-            return _atomic(fb, mem, idx, wrap)
+            return _atomic(fb, mem, idx, addr, wrap)
         branch = scf.IfOp(inside, [i32], has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_([_atomic(fb, mem, idx, wrap)])
+            scf.yield_([_atomic(fb, mem, idx, addr, wrap)])
         with ir.InsertionPoint(branch.else_block):
             scf.yield_([arith.constant(i32, -1)])
         return branch.results[0]

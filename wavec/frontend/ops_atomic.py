@@ -110,10 +110,11 @@ def arrive(counter: Value, mapping: dict | None = None, *, expected) -> Value:
             raise ShapeError(loc, op="arrive", message=f"expected must be at least 1, got {expected}")
     elif not isinstance(expected, sympy.Expr):
         raise ShapeError(loc, op="arrive", message=f"expected must be an int or an index expression, got {expected!r}")
+    if not isinstance(counter, Value) or counter.type.address_space != AddressSpace.GLOBAL or counter.dtype != dt.i32:
+        got = counter.type if isinstance(counter, Value) else repr(counter)
+        raise DTypeError(loc, op="arrive", message=f"counter must be a global Memory of i32, got {got}")
     one = register((), dt.i32, 1)
     val, mem, kwargs, idx = _checked_store("arrive", one, counter, mapping)
-    if mem.type.address_space != AddressSpace.GLOBAL or mem.dtype != dt.i32:
-        raise DTypeError(loc, op="arrive", message=f"counter must be a global Memory of i32, got {mem.type}")
     if idx:
         raise ShapeError(loc, op="arrive", message="the counter element is chosen by wc.tile_start expressions")
     return tr.create(

@@ -14,8 +14,8 @@ KVH``; the last arrival returns its counter to 0 (``atom.inc``'s wrap), so the b
 every later launch of the call shape.  Rule (``kernels/pad.py``'s, for state the kernel keeps between
 launches): a counter buffer is used only by launches on one CUDA stream (stream order keeps two
 launches from overlapping); a call on another stream takes its own; a call during a CUDA graph capture
-takes a fresh one, zeroed in the capture (a memset node replayed with the graph: two graphs, or a graph
-and an eager call, never share counters).  The partials are allocated per call (the caching allocator's
+takes one for the graph alone (zeroed before the capture, or by a memset inside it: two graphs, or a
+graph and an eager call, never share counters).  The partials are allocated per call (the caching allocator's
 stream-ordered reuse, as before).
 """
 
@@ -69,11 +69,18 @@ __all__ = ["B", "BLOCK_SP", "C", "combine_last", "counter_index"]
 SPLITS_PER_STEP = 1  # BLOCK_SP of the library's kernels (benchmarks/decode_sweep.py --splits-per-step)
 
 
+GRAPH_RESERVE = 2  # zeroed counter buffers an eager call keeps ready for later CUDA graph captures
+
+
 class Counters:
-    """The zeroed int32 counters ``[batch, groups]`` of one call shape on one device: one buffer per CUDA
-    stream (``torch.cuda`` current stream; the emulator has one), reused by every launch there, which
-    leaves it zeroed; during a CUDA graph capture a fresh one per call, zeroed in the capture (its
-    memset replays with the graph, before the kernel: the graph owns its counters)."""
+    """The zeroed int32 counters ``[batch, groups]`` of one call shape on one device.
+
+    Eager calls: one buffer per CUDA stream (``torch.cuda`` current stream; the emulator has one), reused
+    by every launch there (each leaves it zeroed; stream order keeps two launches from overlapping).  A
+    call during a CUDA graph capture takes a buffer of its own for the graph's life: one of the
+    ``GRAPH_RESERVE`` zeroed ones an eager call allocated beforehand (kept referenced here, never
+    reused), else a fresh one zeroed inside the capture (a memset node that replays before the kernel).
+    So two graphs, or a graph and an eager call, never share counters."""
 
     def __init__(self, shape: tuple, device: Any) -> None:
         import torch
@@ -83,14 +90,23 @@ class Counters:
         self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
         self._capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
         self.buffers: dict = {}  # stream -> its counters
+        self.reserve: list = []  # zeroed, for captures
+        self.graph_owned: list = []  # handed to captured graphs (alive as long as this plan)
 
-    def get(self) -> Any:
+    def _zeros(self) -> Any:
         import torch
 
+        return torch.zeros(self.shape, dtype=torch.int32, device=self.device)
+
+    def get(self) -> Any:
         if self._capturing():
-            return torch.zeros(self.shape, dtype=torch.int32, device=self.device)
+            buf = self.reserve.pop() if self.reserve else self._zeros()
+            self.graph_owned.append(buf)
+            return buf
+        while len(self.reserve) < GRAPH_RESERVE and self.device.type == "cuda":
+            self.reserve.append(self._zeros())
         stream = self._stream(self.device.index) if self._stream is not None else None
         buf = self.buffers.get(stream)
         if buf is None:
-            buf = self.buffers[stream] = torch.zeros(self.shape, dtype=torch.int32, device=self.device)
+            buf = self.buffers[stream] = self._zeros()
         return buf
