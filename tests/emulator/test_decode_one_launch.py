@@ -13,7 +13,8 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
-from wavec.kernels import decode, paged_attention as pa
+from wavec.kernels import decode
+from wavec.kernels import paged_attention as pa
 
 TOL = {"f16": 2e-3, "bf16": 1.6e-2}
 
