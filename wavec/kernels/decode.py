@@ -145,7 +145,7 @@ def make_decode_split(
 
         finish_split(loop, c, parts, q_rows, group, dtype)
 
-    params = [("q", q_type), ("k", kv_type), ("v", kv_type), ("seq_lens", Memory[B, wc.i32])]
+    params: list[tuple[str, Any]] = [("q", q_type), ("k", kv_type), ("v", kv_type), ("seq_lens", Memory[B, wc.i32])]
     params += [("slopes", Memory[H, f32])] if alibi else []
     params += [*partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
     name = ("decode_one_launch" if one_launch else "decode_split") + ("_alibi" if alibi else "")
@@ -160,7 +160,7 @@ def make_decode_split(
 
 def partial_params(dtype, one_launch: bool) -> list:
     """The partials' arguments of a split kernel (and, in one launch, the counters and the output)."""
-    params = [
+    params: list[tuple[str, Any]] = [
         ("o_part", Memory[B, SP, QL, H, D, f32]), ("m_part", Memory[B, SP, QL, H, f32]),
         ("l_part", Memory[B, SP, QL, H, f32]),
     ]  # fmt: skip
@@ -174,12 +174,13 @@ def partial_params(dtype, one_launch: bool) -> list:
 def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype) -> None:
     """Store the split's partials; in one launch (``parts`` holds the counter and the output) the last
     split of the group combines them all."""
-    split = split_index()
-    write_partials(state, c, *parts[:3], {**q_rows, SP: split})
-    if len(parts) > 3:
+    o_part, m_part, l_part, *fused = parts
+    write_partials(state, c, o_part, m_part, l_part, {**q_rows, SP: split_index()})
+    if fused:
         from .split_combine import combine_last
 
-        combine_last(*parts, group, dtype)
+        counter, out = fused
+        combine_last(o_part, m_part, l_part, counter, out, group, dtype)
 
 
 def kernel_function(name: str, params: list, run) -> Any:

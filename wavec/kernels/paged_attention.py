@@ -74,7 +74,7 @@ def make_paged_attention(
 
         da.finish_split(loop, c, parts, q_rows, group, dtype)
 
-    params = [("q", q_type), ("k_cache", cache_type), ("v_cache", cache_type)]
+    params: list[tuple[str, Any]] = [("q", q_type), ("k_cache", cache_type), ("v_cache", cache_type)]
     params += [("block_tables", Memory[B, P, wc.i32]), ("seq_lens", Memory[B, wc.i32])]
     params += [("slopes", Memory[H, f32])] if alibi else []
     params += [*da.partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
