@@ -97,3 +97,21 @@ def test_paged_one_launch_matches_reference(dtype, seq_lens, q_len, heads, kv_he
         torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
         counters = _counters(pa._DISPATCH)
         assert counters and all((c == 0).all() for c in counters)
+
+
+def test_gfx942_one_launch_with_mfma() -> None:
+    """The one-launch kernel for gfx942 (64-lane waves, MFMA; agent-scope LLVM fences, ``atomic_rmw``)."""
+    mfma = {"threads_per_wave": 64, "mma_type": wc.MMAType.F32_16x16x16_F16}
+    q, k, v, lens = dk.dense_kv_inputs([100, 37], 2, 4, 2, 64, wc.f16, 100)
+    subs = decode.split_kernel_subs(decode.decode_subs(64, 2, 64, 1), True)
+    kernel = decode.make_decode_split(wc.f16, 2, one_launch=True, waves=1, **mfma)
+    kernel = wc.compile(kernel, subs, target="gfx942", backend="emulator")
+    splits = 3
+    o, m, s = torch.empty(2, splits, 2, 4, 64), torch.empty(2, splits, 2, 4), torch.empty(2, splits, 2, 4)
+    counter, out = torch.zeros(2, 2, dtype=torch.int32), torch.full_like(q, float("nan"))
+    for _ in range(2):
+        kernel(q, k, v, lens, o, m, s, counter, out, 0.125)
+        assert (counter == 0).all()
+        torch.testing.assert_close(
+            out.float(), dk.reference_decode_attention(q, k, v, lens, 0.125), rtol=2e-3, atol=2e-3
+        )
