@@ -39,7 +39,18 @@ class Atomic(Op):
     memory_arg = 1
     writes_memory = True
     lowering = "wavec.codegen.dynamic_access"
-    emulated_ops = ("memref.atomic_rmw", "llvm.inline_asm", "memref.subview", "memref.extract_strided_metadata")
+    emulated_ops = (
+        "memref.atomic_rmw",
+        "llvm.inline_asm",
+        "memref.subview",
+        "memref.extract_strided_metadata",
+        "llvm.fence",
+        "gpu.barrier",
+        "memref.alloc",
+        "memref.store",
+        "memref.load",
+        "scf.if",
+    )  # fmt: skip  (the second line: wc.arrive's fences, barriers and broadcast word)
 
 
 def _atomic(kind: str, value: Value, memory: Value, mapping: dict | None) -> Value:
