@@ -115,3 +115,18 @@ def test_gfx942_one_launch_with_mfma() -> None:
         torch.testing.assert_close(
             out.float(), dk.reference_decode_attention(q, k, v, lens, 0.125), rtol=2e-3, atol=2e-3
         )
+
+
+def test_several_splits_a_combine_step(monkeypatch) -> None:
+    """``BLOCK_SP = 3`` over 7 splits: steps of 3, 3 and 1, the last step's 2 splits past SP masked to
+    weigh 0.  Every score is far below 0 (q >= 0, k <= 0, scale 4: row maxima near -200 in log2 units),
+    so a phantom split of maximum 0 would underflow every weight to 0 and leave 0/0 rows."""
+    from wavec.kernels import split_combine
+
+    monkeypatch.setattr(split_combine, "SPLITS_PER_STEP", 3)
+    q, k, v, lens = dk.dense_kv_inputs([450, 3], 2, 4, 2, 64, wc.f16, 450)
+    q, k = q.abs(), -k.abs()
+    out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=7, scale=4.0, backend="emulator")
+    assert not out.isnan().any()
+    want = dk.reference_decode_attention(q, k, v, lens, scale=4.0)
+    torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
