@@ -29,6 +29,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, scf, vector
 
+from ..errors import CodegenError
 from ..frontend.tracing import arg_node
 from ..passes.schema import Kwargs
 from .dynamic_access import atomic_address
@@ -76,6 +77,7 @@ def _atomic(fb: FunctionBuilder, mem: fx.Node, idx: list[ir.Value], addr: ir.Val
 
 
 def lower_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
+    """Steps 1-4 of the module docstring for ``node``; its value: the rank-0 "arrived last" flag."""
     mem = arg_node(node, 1)
     layout = node.meta["layout"]
     ((first, _n, off),) = node.meta["accesses"]
@@ -89,6 +91,8 @@ def lower_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
     _fence(fb, "release")
     gpu.barrier()
     inside, guard = in_bounds(fb, node, coords), replica_guard(fb, layout)
+    if guard is None:  # a rank-0 value is held by every thread: the guard picks the one that arrives
+        raise CodegenError(node.meta.get("loc"), message="wc.arrive: no single thread to update the counter")
     addr = _address(fb, mem, idx)
 
     def old() -> ir.Value:  # -1 (never last) where the counter element is out of bounds
@@ -101,13 +105,10 @@ def lower_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
             scf.yield_([arith.constant(i32, -1)])
         return branch.results[0]
 
-    if guard is None:
+    branch = scf.IfOp(guard)
+    with ir.InsertionPoint(branch.then_block):
         memref.store(old(), word, [zero])
-    else:
-        branch = scf.IfOp(guard)
-        with ir.InsertionPoint(branch.then_block):
-            memref.store(old(), word, [zero])
-            scf.yield_([])
+        scf.yield_([])
     gpu.barrier()
     last = arith.cmpi(arith.CmpIPredicate.eq, memref.load(word, [zero]), wrap)
     _fence(fb, "acquire")
