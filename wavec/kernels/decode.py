@@ -21,6 +21,7 @@ The paged kernel (``kernels/paged_attention.py``) writes the same partials and s
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -165,7 +166,7 @@ def partial_params(dtype, one_launch: bool) -> list:
         ("l_part", Memory[B, SP, QL, H, f32]),
     ]  # fmt: skip
     if one_launch:
-        from .split_combine import C
+        from .split_combine import C  # (split_combine imports this module: imported when used)
 
         params += [("counter", Memory[B, C, wc.i32]), ("out", Memory[B, QL, H, D, dtype])]
     return params
@@ -186,8 +187,6 @@ def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype)
 def kernel_function(name: str, params: list, run) -> Any:
     """A function named ``name`` taking ``params`` (``(name, Memory[...] or wc.Scalar[...])`` pairs,
     positional) that calls ``run(*args)``: one body for a kernel's argument-list variants."""
-    import inspect
-
     def fn(*args):
         return run(*args)
 
