@@ -187,6 +187,7 @@ def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype)
 def kernel_function(name: str, params: list, run) -> Any:
     """A function named ``name`` taking ``params`` (``(name, Memory[...] or wc.Scalar[...])`` pairs,
     positional) that calls ``run(*args)``: one body for a kernel's argument-list variants."""
+
     def fn(*args):
         return run(*args)
 
