@@ -6,10 +6,13 @@ through ``enable_gqa``), bf16, q_len 1, every sequence the full length.
 Each time is the median of ``triton.testing.do_bench`` over input sets rotated past the L2 (so K/V come
 from DRAM, as in a model), and of ``do_bench_cudagraph`` (graph replay: no host time) for wavec.  K/V
 bandwidth = bytes of K and V of every sequence / time, against a device copy measured in the same run.
-Columns: shape, kernel, splits, µs per call, µs replayed, K/V GB/s (replayed), x copy, SDPA flash µs,
-speed relative to it (> 1: wavec faster; from the call times), max error vs SDPA.
+Columns: shape, kernel (``1L``: the step in one launch, the last split of each group combining;
+``2L``: the split kernel then ``decode_combine``), splits, µs per call, µs replayed, K/V GB/s (replayed),
+x copy, SDPA flash µs, speed relative to it (> 1: wavec faster; from the call times), max error vs SDPA.
+The table is printed last and written to ``$OUT/decode_attention.md`` where ``OUT`` is set.
 
     python -m benchmarks.decode_attention [--quick] [--splits N] [--config BLOCK_N,WAVES[,STAGES]] [--csv PATH]
+                                          [--launches 1,2] [--splits-per-step N] [--pages 16,64]
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ import argparse
 import csv
 import itertools
 import math
+import os
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench, do_bench_cudagraph
 
-from wavec.kernels import decode
+from wavec.kernels import decode, split_combine
 from wavec.kernels.paged_attention import paged_attention
 
 SHAPES = [  # batch, context, q heads, kv heads (d128)
@@ -93,7 +97,7 @@ def _paged(k, v, page: int):
     return caches[0], caches[1], tables
 
 
-def rows(shape, splits: int | None, bw: float, config: tuple | None = None) -> list[dict]:
+def rows(shape, splits: int | None, bw: float, config: tuple | None = None, launches=(1, 2), pages=PAGES) -> list[dict]:
     batch, ctx, heads, kv_heads = shape
     kv_bytes = 2 * batch * ctx * kv_heads * HEAD_DIM * DT.itemsize
     n_sets = max(1, min(8, math.ceil(2 * L2_BYTES / kv_bytes)))
@@ -108,22 +112,22 @@ def rows(shape, splits: int | None, bw: float, config: tuple | None = None) -> l
     t_flash = _flash_us(bhsd)
     del bhsd
     q, k, v = sets[0]
-    variants = [
-        (
-            "dense",
-            lambda q, k, v: decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, config=config),
-            sets,
-        )
-    ]
-    for page in PAGES:
+    variants = []
+    for n in launches:
+        one = n == 1
+
+        def dense(q, k, v, one=one):
+            return decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, config=config, one_launch=one)
+
+        variants.append((f"dense {n}L", dense, sets))
+    for page in pages:
         paged_sets = [(s[0], *_paged(s[1], s[2], page)) for s in sets]
-        variants.append(
-            (
-                f"paged {page}",
-                lambda q, kc, vc, bt: paged_attention(q, kc, vc, bt, lens, num_splits=splits, config=config),
-                paged_sets,
-            )
-        )
+        for n in launches:
+
+            def paged(q, kc, vc, bt, one=n == 1):
+                return paged_attention(q, kc, vc, bt, lens, num_splits=splits, config=config, one_launch=one)
+
+            variants.append((f"paged {page} {n}L", paged, paged_sets))
     out = []
     for name, fn, args in variants:
         err = (fn(*args[0]).float() - ref.float()).abs().max().item()
@@ -141,7 +145,7 @@ def rows(shape, splits: int | None, bw: float, config: tuple | None = None) -> l
 
 def _chosen_splits(name: str, batch: int, kv_heads: int, ctx: int) -> int:
     """The rule's split count for a row (what the call without ``num_splits`` used)."""
-    keys = ctx if name == "dense" else (-(-ctx // int(name.split()[1])) + 1) * int(name.split()[1])
+    keys = ctx if name.startswith("dense") else (-(-ctx // int(name.split()[1])) + 1) * int(name.split()[1])
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return decode.num_splits_for(batch, kv_heads, 1, keys, sms)
 
@@ -156,29 +160,45 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=None, help="force num_splits (default: the rule)")
     ap.add_argument("--config", default=None, help="BLOCK_N,WAVES[,STAGES] for both kernels (default: CONFIGS)")
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--launches", default="1,2", help="1: one launch, 2: split + combine (default both)")
+    ap.add_argument("--splits-per-step", type=int, default=split_combine.SPLITS_PER_STEP,
+                    help="splits the one-launch combine reads per step (BLOCK_SP)")  # fmt: skip
+    ap.add_argument("--pages", default=",".join(map(str, PAGES)), help="page sizes of the paged rows ('' none)")
     args = ap.parse_args()
+    split_combine.SPLITS_PER_STEP = args.splits_per_step
+    launches = tuple(int(x) for x in args.launches.split(","))
+    pages = tuple(int(x) for x in args.pages.split(",") if x)
+    config = tuple(map(int, args.config.split(","))) if args.config else None
     bw = copy_bandwidth()
-    print(f"device {torch.cuda.get_device_name()}; copy bandwidth {bw / 1e9:.0f} GB/s; bf16, q_len 1, d{HEAD_DIM}")
-    print("| shape | kernel | splits | µs | µs (graph) | K/V GB/s | x copy | SDPA flash µs | vs flash | max err |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    head = f"device {torch.cuda.get_device_name()}; copy bandwidth {bw / 1e9:.0f} GB/s; bf16, q_len 1, d{HEAD_DIM}"
+    head += f"; one-launch combine: {args.splits_per_step} split(s) a step"
+    lines = [
+        "| shape | kernel | splits | µs | µs (graph) | K/V GB/s | x copy | SDPA flash µs | vs flash | max err |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    print(head, flush=True)
     table = []
     for shape in QUICK if args.quick else SHAPES:
         try:
-            found = rows(shape, args.splits, bw, tuple(map(int, args.config.split(","))) if args.config else None)
+            found = rows(shape, args.splits, bw, config, launches, pages)
         except (RuntimeError, torch.OutOfMemoryError) as exc:  # report the row, keep measuring the others
-            print(f"| {shape} | failed: {str(exc).splitlines()[0][:80]} |||||||||", flush=True)
+            lines.append(f"| {shape} | failed: {str(exc).splitlines()[0][:80]} |||||||||")
+            print(lines[-1], flush=True)
             torch.cuda.empty_cache()
             continue
         for r in found:
-            print(
+            lines.append(
                 f"| {r['shape']} | {r['kernel']} | {r['splits']} | {r['us']:.1f} | {r['us_graph']:.1f} | "
                 f"{r['kv_gb_s']:.0f} | {r['x_copy']:.2f} | {_num(r['flash_us'], '.1f')} | "
-                f"{_num(r['vs_flash'], '.2f')}x | "
-                f"{r['max_err']:.1e} |",
-                flush=True,
+                f"{_num(r['vs_flash'], '.2f')}x | {r['max_err']:.1e} |"
             )
+            print(lines[-1], flush=True)
         table += found
         torch.cuda.empty_cache()
+    print("\n" + head + "\n" + "\n".join(lines))  # the compact table, last
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "decode_attention.md"), "w") as f:
+            f.write(head + "\n" + "\n".join(lines) + "\n")
     if args.csv and table:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(table[0]))

@@ -42,7 +42,7 @@ from .frontend.ops import (
     where,
     write,
 )
-from .frontend.ops_atomic import atomic_add, atomic_max, atomic_min, scatter_add
+from .frontend.ops_atomic import arrive, atomic_add, atomic_max, atomic_min, scatter_add
 from .frontend.ops_control import allocate, barrier, conditional, exit_if
 from .frontend.ops_math import (
     abs,  # noqa: A004 - wc.abs, elementwise
@@ -87,7 +87,7 @@ __all__ = [
     "WorkgroupConstraint", "bf16", "f16", "f32", "i1", "i32", "WaveKernel", "wave", "binary", "broadcast", "cast",
     "exp", "exp2", "iterate", "log", "log2", "reciprocal", "rsqrt", "sqrt", "abs", "tanh", "sin", "cos", "erf",
     "max", "maximum", "minimum", "mma", "permute", "sum", "read", "unary", "where", "write", "sym", "Memory",
-    "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "atomic_add", "atomic_max",
+    "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "arrive", "atomic_add", "atomic_max",
     "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "exit_if", "cumsum", "log1p", "floor", "ceil",
     "round", "pow", "sigmoid", "silu", "gelu", "i8", "u8", "i16", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz",
     "min", "argmax", "argmin", "scan", "topk",

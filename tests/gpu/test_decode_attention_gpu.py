@@ -47,10 +47,14 @@ def test_decode_attention_matches_sdpa(dtype, seq_lens, s_max, q_len, heads, kv_
 
 @pytest.mark.parametrize("splits", [1, 4, 17])
 def test_every_partial_and_output_element_is_written(splits: int) -> None:
-    """The call's two kernels by hand into NaN-filled partials and output."""
+    """The two-launch path's kernels by hand into NaN-filled partials and output."""
     q, k, v, lens = dk.dense_kv_inputs([3000, 17, 3], 3, 32, 8, 128, wc.bf16, 3072, "cuda")
-    decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits)
-    run = next(r for key, r in decode._DISPATCH.items() if tuple(key[0][0][1]) == tuple(q.shape) and key[1] == splits)
+    decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, one_launch=False)
+    run = next(
+        r
+        for key, r in decode._DISPATCH.items()
+        if tuple(key[0][0][1]) == tuple(q.shape) and key[1] == splits and key[4] is False
+    )
     o_part = torch.full(run.o_shape, float("nan"), device="cuda")
     m_part, l_part = (torch.full(run.s_shape, float("nan"), device="cuda") for _ in range(2))
     out = torch.full_like(q, float("nan"))

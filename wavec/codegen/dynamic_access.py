@@ -22,6 +22,7 @@ Requires: ``coarsen_loads`` (each run is what one instruction updates: ``atomic_
   ``red`` before sm_90; LLVM loops on a compare-and-swap, of the 32-bit word holding a half), bf16
   without ``bf16x2`` reductions, single f16/bf16 elements, and AMD targets.
 A value several threads hold identically updates memory from one of them (``replicas.replica_guard``).
+``wc.arrive`` (kind ``"arrive"``) lowers in ``codegen/arrive.py``.
 Floating-point min/max are ``maximumf``/``minimumf`` (NaN-propagating, like ``wc.maximum``).  A used result
 is the vector of old values in the value's element order (zeros where the guard is off).
 """
@@ -68,7 +69,7 @@ def ptx_form(fb: FunctionBuilder, node: fx.Node, n: int) -> tuple[str, int, str]
     return (f"{op}.v{words}.{ty}" if words > 1 else f"{op}.{ty}"), words, "gpu.global"
 
 
-def _address(mem: fx.Node, source: ir.Value, base: tuple, idx: list[ir.Value], n: int) -> ir.Value:
+def atomic_address(mem: fx.Node, source: ir.Value, base: tuple, idx: list[ir.Value], n: int) -> ir.Value:
     """The i64 address (global, or in the shared window) of the ``n`` elements of ``mem`` from ``idx``
     along its last dim (``base``: the base pointer and the element size, both made outside any branch)."""
     rank = len(idx)
@@ -119,7 +120,7 @@ def _update(fb: FunctionBuilder, node: fx.Node, run: tuple, idx: list[list[ir.Va
     form = ptx_form(fb, node, n)
     if form is not None and base is not None:
         piece = _piece(value, first, n, dtype)
-        old = _inline(node, form, _address(mem, fb.values[mem], base, idx[0], n), piece)
+        old = _inline(node, form, atomic_address(mem, fb.values[mem], base, idx[0], n), piece)
         return [] if old is None else [old]
     kind = getattr(arith.AtomicRMWKind, _KINDS[Kwargs(node).kind][0 if dtype.is_float else 1])
     olds = [memref.atomic_rmw(kind, vector.extract(value, [], [first + k]), fb.values[mem], idx[k]) for k in range(n)]
@@ -128,6 +129,11 @@ def _update(fb: FunctionBuilder, node: fx.Node, run: tuple, idx: list[list[ir.Va
 
 @rule(Atomic)
 def lower_atomic(fb: FunctionBuilder, node: fx.Node) -> None:
+    if Kwargs(node).kind == "arrive":
+        from .arrive import lower_arrive
+
+        lower_arrive(fb, node)
+        return
     mem = arg_node(node, 1)
     layout = node.meta["layout"]
     dtype, last = mem.meta["type"].dtype, mem.meta["type"].shape[-1]

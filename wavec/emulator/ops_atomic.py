@@ -11,8 +11,14 @@ other atomics (shared memory: with plain accesses of the same bytes between two 
 Inline PTX is parsed strictly: exactly the strings ``dynamic_access`` emits (``red``/``atom``,
 ``.relaxed.gpu.global`` or, one word, ``.relaxed.cta.shared`` at a shared-window address), add/min/max
 of ``.f32``/``.u32``/``.s32``/``.noftz.f16x2``/``.noftz.bf16x2``,
-``.v2``/``.v4`` for ``red``), with their constraints; anything else is an error.  Packed halves add per
-half in that precision (round to nearest), as the hardware does.
+``.v2``/``.v4`` for ``red``), with their constraints, and the two strings of ``codegen/arrive.py``
+(``fence.acq_rel.gpu`` and the wrapping ``atom.acq_rel.gpu.global.inc.u32``); anything else is an
+error.  Packed halves add per half in that precision (round to nearest), as the hardware does.
+
+Fences (that inline ``fence.acq_rel.gpu``, AMD's ``llvm.fence`` at agent scope) order nothing here:
+workgroups run one after another, each to its end, so every store of an earlier workgroup is visible
+to a later one, which is what the fences guarantee on a GPU between a release and the acquire that
+observes it (``wc.arrive``).  Which workgroup of a group is last is therefore the one launched last.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith
 
+from wavec.codegen.arrive import ARRIVE_PTX, FENCE_PTX
 from wavec.emulator.interp import KDYN, Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import MemRef, _race_bytes, address, element_indices
 from wavec.emulator.types import bf16_bits_to_f32, f32_to_bf16_bits
@@ -154,10 +161,13 @@ def _parse_asm(text: str, constraints: str, where: str) -> tuple[str, str, str, 
 
 
 def red_asm(c: Compiler, op: ir.Operation, text: str) -> Instr | None:
-    """The instruction of an inline ``red``/``atom`` (None: ``text`` is neither)."""
+    """The instruction of an inline ``red``/``atom`` or of ``wc.arrive``'s fence (None: ``text`` is none
+    of them)."""
+    where = c.loc(op)
+    if text in (FENCE_PTX, ARRIVE_PTX):
+        return _arrive_asm(c, op, text, where)
     if not text.startswith(("red.", "atom.")):
         return None
-    where = c.loc(op)
     inst, kind, ty, words, shared = _parse_asm(text, ir.StringAttr(op.attributes["constraints"]).value, where)
     (addr, *vals), outs = c.ins(op), c.outs(op)
     combine, op_id = _WORDS[ty], c.op_id(op)
@@ -207,3 +217,40 @@ def _word_bits(x) -> np.ndarray:
     """A 32-bit register's bits (an f32 or an i32) as uint32."""
     x = np.asarray(x)
     return x.astype(np.float32).view(np.uint32) if x.dtype.kind == "f" else x.astype(np.int64).astype(np.uint32)
+
+
+def _arrive_asm(c: Compiler, op: ir.Operation, text: str, where: str) -> Instr:
+    """``fence.acq_rel.gpu`` (nothing to order: see the module docstring) or the arrival's ``atom.inc``:
+    per active lane in lane order, ``old = *a; *a = old >= wrap ? 0 : old + 1`` (unsigned), ``old`` back."""
+    constraints = ir.StringAttr(op.attributes["constraints"]).value
+    if (text, constraints) not in ((FENCE_PTX, "~{memory}"), (ARRIVE_PTX, "=r,l,r,~{memory}")):
+        raise EmulatorError(message=f"{where}: unsupported inline PTX {text!r} (constraints {constraints!r})")
+    if text == FENCE_PTX:
+        return lambda st: None
+    (addr, wrap), (out,) = c.ins(op), c.outs(op)
+
+    def run(st: State) -> None:
+        from wavec.emulator.ops_tma import global_bytes
+
+        a = full_lanes(np.reshape(np.asarray(st.env[addr], np.int64), -1), st.lanes)
+        top = full_lanes(_word_bits(st.env[wrap]), st.lanes)
+        old = np.zeros(st.lanes, np.uint32)
+        for lane in np.flatnonzero(st.active()):
+            raw, off = global_bytes(st, int(a[lane]), where)
+            if off % 4 or off + 4 > raw.size:
+                raise EmulatorError(message=f"{where}: atom.inc at byte {off} of a binding: misaligned or outside it")
+            word = raw[off : off + 4].view(np.uint32)
+            old[lane] = word[0]
+            word[0] = 0 if word[0] >= top[lane] else word[0] + 1
+        st.env[out] = old.view(np.int32)
+
+    return run
+
+
+@register("llvm.fence")
+def _fence(c: Compiler, op: ir.Operation) -> Instr:
+    """An agent-scope acquire or release fence (``codegen/arrive.py`` on AMD): nothing to order here."""
+    scope = op.attributes["syncscope"] if "syncscope" in op.attributes else None
+    if scope is None or ir.StringAttr(scope).value != "agent":
+        raise EmulatorError(message=f"{c.loc(op)}: only agent-scope fences are emulated, got {op}")
+    return lambda st: None

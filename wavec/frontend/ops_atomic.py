@@ -4,15 +4,22 @@ tile into global memory or a ``wc.allocate`` buffer, each element combined with 
 lanes or workgroups to update one address; a plain ``write`` there is a race.  Each returns the values
 memory held before (a token's rank within its expert is the old count); an unused result lets NVIDIA
 targets issue ``red`` instead of ``atom``.  Lowered by ``wavec/codegen/dynamic_access.py``.
+
+``arrive`` is the ordered counter of the "last workgroup combines" pattern (split-KV decode in one
+launch, stream-K fixups): an ``Atomic`` of kind ``"arrive"`` whose lowering (``codegen/arrive.py``)
+releases the workgroup's earlier stores before one GPU-scope increment and acquires the other
+workgroups' stores after it; its result is a rank-0 "this workgroup arrived last" flag.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+import sympy
+
 from ..errors import DTypeError, ShapeError
 from . import dtypes as dt
-from .ops import PRIO_WRITE, Op, _checked_store
+from .ops import PRIO_WRITE, Op, _checked_store, register
 from .tracing import Value, active_tracer, current_loc
 from .types import AddressSpace, TensorType
 
@@ -32,7 +39,18 @@ class Atomic(Op):
     memory_arg = 1
     writes_memory = True
     lowering = "wavec.codegen.dynamic_access"
-    emulated_ops = ("memref.atomic_rmw", "llvm.inline_asm", "memref.subview", "memref.extract_strided_metadata")
+    emulated_ops = (
+        "memref.atomic_rmw",
+        "llvm.inline_asm",
+        "memref.subview",
+        "memref.extract_strided_metadata",
+        "llvm.fence",
+        "gpu.barrier",
+        "memref.alloc",
+        "memref.store",
+        "memref.load",
+        "scf.if",
+    )  # fmt: skip  (the second line: wc.arrive's fences, barriers and broadcast word)
 
 
 def _atomic(kind: str, value: Value, memory: Value, mapping: dict | None) -> Value:
@@ -74,3 +92,42 @@ def scatter_add(value: Value, memory: Value, mapping: dict) -> Value:
     if not any(isinstance(e, Value) for e in (mapping or {}).values()):
         raise ShapeError(current_loc(), op="scatter_add", message="mapping needs an index tensor; use wc.atomic_add")
     return _atomic("add", value, memory, mapping)
+
+
+def arrive(counter: Value, mapping: dict | None = None, *, expected) -> Value:
+    """Arrive at one element of ``counter`` (global ``Memory`` of i32, the element chosen by ``mapping`` as
+    for ``wc.write`` of a rank-0 value: batch dims and ``wc.tile_start`` expressions); returns a rank-0
+    boolean, the same in every thread of the workgroup: whether this workgroup is the ``expected``-th
+    (last) to arrive there since the counter was last 0.  ``expected``: a positive int or an index
+    expression of shape symbols and ``wc.tile_start`` (``SP``: every split of a group).
+
+    Ordering (the "last workgroup combines" pattern): every store the workgroup made before the call
+    is visible device-wide before its arrival is counted (every thread fences with release semantics
+    at GPU scope, then a workgroup barrier, then ONE atomic increment by one thread), and a workgroup
+    that learns it is last sees every store the others made before their arrivals (the atomic is
+    acquire-release; after the old value is broadcast through shared memory, every thread fences with
+    acquire semantics at GPU scope, so its later loads are not served from a stale L1).  The last
+    arrival returns the element to 0 in the same atomic (``atom.inc`` wraps on NVIDIA; AMD stores 0
+    after it), so the next launch, and a CUDA-graph replay, finds it at 0: a counter buffer starts
+    zeroed once and is then the kernel's own, and two launches running at once (two streams) must not
+    share one.  Typical use: ``wc.exit_if(~wc.arrive(counts, mapping=..., expected=SP))`` and the
+    combine after it.  At the top level of the kernel body (it holds two workgroup barriers)."""
+    tr = active_tracer("arrive")
+    loc = current_loc()
+    if tr.graph is not tr.root:
+        raise ShapeError(loc, op="arrive", message="arrive at the top level of the kernel body, not in a region")
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        if expected < 1:
+            raise ShapeError(loc, op="arrive", message=f"expected must be at least 1, got {expected}")
+    elif not isinstance(expected, sympy.Expr):
+        raise ShapeError(loc, op="arrive", message=f"expected must be an int or an index expression, got {expected!r}")
+    if not isinstance(counter, Value) or counter.type.address_space != AddressSpace.GLOBAL or counter.dtype != dt.i32:
+        got = counter.type if isinstance(counter, Value) else repr(counter)
+        raise DTypeError(loc, op="arrive", message=f"counter must be a global Memory of i32, got {got}")
+    one = register((), dt.i32, 1)
+    val, mem, kwargs, idx = _checked_store("arrive", one, counter, mapping)
+    if idx:
+        raise ShapeError(loc, op="arrive", message="the counter element is chosen by wc.tile_start expressions")
+    return tr.create(
+        Atomic, (val, mem), TensorType((), dt.i1), kind="arrive", expected=sympy.sympify(expected), **kwargs
+    )

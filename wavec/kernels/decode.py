@@ -21,6 +21,7 @@ The paged kernel (``kernels/paged_attention.py``) writes the same partials and s
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -51,6 +52,9 @@ CONFIGS = {(32, 64): (64, 2), (32, 128): (32, 2), (64, 64): (64, 4), (64, 128): 
 SPLIT_WAVES = 2
 MIN_SPLIT_KEYS = 64
 MAX_SPLITS = 64
+# the in-kernel combine's layout (no mma anchors it): lanes along D (4 f32 each at d128: 16-byte loads of
+# the partials), a wave's 16 rows and the step's splits in every lane
+COMBINE_SHAPES = {SP: 1, M: 1, D: 128}
 EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
 
 
@@ -68,18 +72,27 @@ def split_chunk(keys: sympy.Expr) -> sympy.Expr:
     return sympy.ceiling(keys / (SP * BLOCK_N)) * BLOCK_N
 
 
-def decode_constraints(dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None) -> list:
+def decode_constraints(
+    dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None, one_launch: bool = False
+) -> list:
     """``waves`` waves of 16 query rows (``mma_type``: mma.sync m16n8k16 for ``dtype`` by default; gfx942
     takes ``threads_per_wave=64`` and the MFMA); grid (row tiles, SP * KVH, B); K/V tiles of BLOCK_N keys
-    staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow)."""
+    staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow).
+    ``one_launch``: the combine's loop over the splits, one a step, in ``COMBINE_SHAPES``' layout."""
+    combine = [wc.TilingConstraint(SP, wc.sym.BLOCK_SP)] if one_launch else []
     return [
+        *combine,
         wc.WorkgroupConstraint(M, BLOCK_M, 0),
         wc.WorkgroupConstraint(Y, 1, 1),
         wc.WorkgroupConstraint(B, 1, 2),
         wc.WorkgroupConstraint(D, D, None),
         wc.WaveConstraint(M, BLOCK_M / waves),
         wc.TilingConstraint(N, BLOCK_N),
-        wc.HardwareConstraint(threads_per_wave=threads_per_wave, mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name]),
+        wc.HardwareConstraint(
+            threads_per_wave=threads_per_wave,
+            mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name],
+            vector_shapes=dict(COMBINE_SHAPES) if one_launch else {},
+        ),
         wc.SchedulingConstraint(num_stages=NUM_STAGES, operand_swizzle="none"),
     ]
 
@@ -100,17 +113,21 @@ def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple, logits=
     return m_new, l_new, wc.mma(wc.cast(p, dtype), vt, acc * alpha[:, None])
 
 
-def make_decode_split(dtype=wc.f16, group: int = 1, alibi: bool = False, **constraints: Any) -> wc.WaveKernel:
+def make_decode_split(
+    dtype=wc.f16, group: int = 1, alibi: bool = False, one_launch: bool = False, **constraints: Any
+) -> wc.WaveKernel:
     """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
     head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
     l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s.
-    ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``."""
+    ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``.
+    ``one_launch``: arguments ``counter`` [B, C] i32 and ``out`` [B, QL, H, D] after ``l_part``; the last
+    split of each group combines (``split_combine.combine_last``): the whole step in one launch."""
     q_type = Memory[B, QL, H, D, dtype]
     kv_type = Memory[B, N, KVH, D, dtype]
     split, kv_head = split_index(), kv_head_index()
     first = split * split_chunk(N)
 
-    def body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale) -> None:
+    def body(q, k, v, seq_lens, slopes, parts: tuple, scale) -> None:
         rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
         q_rows = {QL: rows // group, H: rows % group + kv_head * group}
         qr = wc.read(q, mapping=q_rows)
@@ -127,28 +144,58 @@ def make_decode_split(dtype=wc.f16, group: int = 1, alibi: bool = False, **const
             vt = wc.permute(wc.read(v, mapping=kv_map), (D, N))
             return online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc), logits)
 
-        write_partials(loop, c, o_part, m_part, l_part, {**q_rows, SP: split})
+        finish_split(loop, c, parts, q_rows, group, dtype)
 
-    if not alibi:
+    params: list[tuple[str, Any]] = [("q", q_type), ("k", kv_type), ("v", kv_type), ("seq_lens", Memory[B, wc.i32])]
+    params += [("slopes", Memory[H, f32])] if alibi else []
+    params += [*partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
+    name = ("decode_one_launch" if one_launch else "decode_split") + ("_alibi" if alibi else "")
 
-        @wc.wave(decode_constraints(dtype, **constraints))
-        def decode_split(
-            q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], o_part: Memory[B, SP, QL, H, D, f32],
-            m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
-        ):  # fmt: skip
-            body(q, k, v, seq_lens, None, o_part, m_part, l_part, scale)
+    def run(*args) -> None:
+        q, k, v, seq_lens, *rest = args
+        slopes = rest.pop(0) if alibi else None
+        body(q, k, v, seq_lens, slopes, tuple(rest[:-1]), rest[-1])
 
-        return decode_split
+    return wc.wave(decode_constraints(dtype, one_launch=one_launch, **constraints))(kernel_function(name, params, run))
 
-    @wc.wave(decode_constraints(dtype, **constraints))
-    def decode_split_alibi(
-        q: q_type, k: kv_type, v: kv_type, seq_lens: Memory[B, wc.i32], slopes: Memory[H, f32],
-        o_part: Memory[B, SP, QL, H, D, f32], m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32],
-        scale: wc.Scalar[f32],
-    ):  # fmt: skip
-        body(q, k, v, seq_lens, slopes, o_part, m_part, l_part, scale)
 
-    return decode_split_alibi
+def partial_params(dtype, one_launch: bool) -> list:
+    """The partials' arguments of a split kernel (and, in one launch, the counters and the output)."""
+    params: list[tuple[str, Any]] = [
+        ("o_part", Memory[B, SP, QL, H, D, f32]), ("m_part", Memory[B, SP, QL, H, f32]),
+        ("l_part", Memory[B, SP, QL, H, f32]),
+    ]  # fmt: skip
+    if one_launch:
+        from .split_combine import C  # (split_combine imports this module: imported when used)
+
+        params += [("counter", Memory[B, C, wc.i32]), ("out", Memory[B, QL, H, D, dtype])]
+    return params
+
+
+def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype) -> None:
+    """Store the split's partials; in one launch (``parts`` holds the counter and the output) the last
+    split of the group combines them all."""
+    o_part, m_part, l_part, *fused = parts
+    write_partials(state, c, o_part, m_part, l_part, {**q_rows, SP: split_index()})
+    if fused:
+        from .split_combine import combine_last
+
+        counter, out = fused
+        combine_last(o_part, m_part, l_part, counter, out, group, dtype)
+
+
+def kernel_function(name: str, params: list, run) -> Any:
+    """A function named ``name`` taking ``params`` (``(name, Memory[...] or wc.Scalar[...])`` pairs,
+    positional) that calls ``run(*args)``: one body for a kernel's argument-list variants."""
+
+    def fn(*args):
+        return run(*args)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    fn.__signature__ = inspect.Signature([inspect.Parameter(n, kind, annotation=t) for n, t in params])  # type: ignore[attr-defined]
+    fn.__annotations__ = dict(params)
+    fn.__name__ = fn.__qualname__ = name
+    return fn
 
 
 def alibi_logits(slopes, heads, limit, scale) -> tuple:
@@ -263,21 +310,22 @@ def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
 
 
 class SplitKV:
-    """A call shape's launches: the split kernel into the partials (one f32 allocation), then the
-    combine into a new tensor shaped like q; stream-ordered, no synchronisation.  Both launches are
-    prepared on the first call (``CompiledKernel.prepare``); on a GPU later calls pass the partials as
-    addresses inside the one buffer, with no views."""
+    """A call shape's launches: the split kernel into the partials (one f32 allocation per call), then
+    the combine into a new tensor shaped like q; stream-ordered, no synchronisation.  In one launch
+    (``counters``: a ``split_combine.Counters``) the split kernel combines too, with no second launch.
+    The launches are prepared on the first call (``CompiledKernel.prepare``); on a GPU later calls pass
+    the partials as addresses inside the one buffer, with no views."""
 
-    def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int) -> None:
+    def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int, counters: Any = None) -> None:
         batch, q_len, heads, head_dim = q_shape
-        self.split, self.combine = split, combine
+        self.split, self.combine, self.counters = split, combine, counters
         self.o_shape = (batch, splits, q_len, heads, head_dim)
         self.s_shape = (batch, splits, q_len, heads)
         self.flat = (batch, splits, q_len * heads)
         self.o_size, self.s_size = math.prod(self.o_shape), math.prod(self.s_shape)
         self.s_stride = -(-self.s_size // 4) * 4  # each part starts 16-byte aligned (the kernels' vector runs)
-        self.launches: tuple[Any, Any] | None = None
-        self.raw = False  # both launches take addresses (FastLaunch.pointers)
+        self.launches: tuple[Any, ...] | None = None
+        self.raw = False  # the launches take addresses (FastLaunch.pointers)
 
     def __call__(self, q: Any, head: tuple, scale: float) -> Any:
         import torch
@@ -289,15 +337,25 @@ class SplitKV:
         buf = torch.empty(l_start + self.s_stride, dtype=torch.float32, device=q.device)
         if self.raw:
             assert self.launches is not None
-            split, combine = self.launches
             o = buf.data_ptr()
             m, s = o + 4 * o_end, o + 4 * l_start
-            split.pointers(*[t.data_ptr() for t in head], o, m, s, scale)
-            combine.pointers(o, m, s, out.data_ptr())
+            if self.counters is not None:
+                self.launches[0].pointers(*[t.data_ptr() for t in head], o, m, s, self.counters.get().data_ptr(),
+                                          out.data_ptr(), scale)  # fmt: skip
+                return out
+            self.launches[0].pointers(*[t.data_ptr() for t in head], o, m, s, scale)
+            self.launches[1].pointers(o, m, s, out.data_ptr())
             return out
         o_part = buf[:o_end].view(self.o_shape)
         m_part = buf[o_end : o_end + self.s_size].view(self.s_shape)
         l_part = buf[l_start : l_start + self.s_size].view(self.s_shape)
+        if self.counters is not None:
+            args = (*head, o_part, m_part, l_part, self.counters.get(), out, scale)
+            if self.launches is None:
+                self.launches = (self.split.prepare(*args, fresh_outputs=True),)
+                self.raw = hasattr(self.launches[0], "pointers") and self.launches[0].maps is None
+            self.launches[0](*args)
+            return out
         parts = (o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat))
         o_flat = out.view(self.flat[0], self.flat[2], self.o_shape[-1])
         if self.launches is None:
@@ -312,18 +370,36 @@ class SplitKV:
         return out
 
 
-def plan_split_kv(fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split) -> SplitKV:
+def plan_split_kv(
+    fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split, one_launch=True
+) -> SplitKV:
     """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
-    (``build_split(group, block_n, waves, stages)``, compiled) and the combine of a validated call."""
+    (``build_split(group, block_n, waves, stages, one_launch)``, compiled) and, in two launches, the
+    combine of a validated call; in one launch the counters (``split_combine.Counters``)."""
     batch, q_len, heads, head_dim = q.shape
     group = heads // kv_heads
     block_n, waves, stages = decode_config(head_dim, q_len * group, config)
     if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
+    if not isinstance(one_launch, bool):
+        raise fail(fn, f"one_launch must be True or False, got {one_launch!r}")
     row_tiles = -(-q_len * group // (16 * waves))
     splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
-    split = build_split(group, block_n, waves, stages)
+    split = build_split(group, block_n, waves, stages, one_launch)
+    if one_launch:
+        from .split_combine import Counters
+
+        return SplitKV(split, None, tuple(q.shape), splits, Counters((batch, row_tiles * kv_heads), q.device))
     return SplitKV(split, combine_kernel(torch_to_wavec(fn, q.dtype), splits, split.backend), tuple(q.shape), splits)
+
+
+def split_kernel_subs(subs: dict, one_launch: bool) -> dict:
+    """A split kernel's ``subs`` with, in one launch, the combine's splits per step."""
+    if not one_launch:
+        return subs
+    from .split_combine import BLOCK_SP, SPLITS_PER_STEP
+
+    return {**subs, BLOCK_SP: SPLITS_PER_STEP}
 
 
 def call_key(*tensors: Any) -> tuple:
@@ -432,6 +508,7 @@ def decode_attention(
     backend: str | None = None,
     config: tuple | None = None,
     alibi_slopes=None,
+    one_launch: bool = True,
 ):
     """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
 
@@ -445,11 +522,12 @@ def decode_attention(
     ``-slope * (pos_q - pos_k)`` on the scaled scores.  Tensors of any strides on one device (a
     transformers cache [B, H, S, D] transposed is a view: read in place; CPU tensors run on the emulator).
     Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
-    ``WAVEC_CHECK_BOUNDS=1``."""
-    key = (call_key(q, k, v, seq_lens, alibi_slopes), num_splits, config, backend)
+    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch`` (default): the last split of each group combines, in the
+    split kernel's launch (``split_combine``); False: the split kernel, then ``decode_combine``."""
+    key = (call_key(q, k, v, seq_lens, alibi_slopes), num_splits, config, backend, one_launch)
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend, alibi_slopes)
+        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend, alibi_slopes, one_launch)
     if seq_lens is None:
         seq_lens = _full_lengths(q.shape[0], k.shape[1], q.device)
     check_lengths("decode_attention", q, seq_lens, k.shape[1], "S_max")
@@ -458,7 +536,7 @@ def decode_attention(
     return run(q, head, sc)
 
 
-def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None) -> SplitKV:
+def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None, one_launch=True) -> SplitKV:
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
@@ -468,14 +546,11 @@ def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None) -> 
         check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
     head_dim = q.shape[-1]
 
-    def build(group: int, block_n: int, waves: int, stages: int) -> Any:
+    def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
+        subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages), one)
         return compiled(
-            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi),
-            lambda: wc.compile(
-                make_decode_split(dtype, group, alibi, waves=waves),
-                decode_subs(head_dim, group, block_n, waves, stages),
-                backend=backend,
-            ),
+            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi, tuple(subs.items())),
+            lambda: wc.compile(make_decode_split(dtype, group, alibi, one, waves=waves), subs, backend=backend),
         )
 
-    return plan_split_kv(fn, q, k.shape[2], k.shape[1], num_splits, config, build)
+    return plan_split_kv(fn, q, k.shape[2], k.shape[1], num_splits, config, build, one_launch)

@@ -30,7 +30,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 
 from . import decode as da
-from .decode import KVH, NEG_INF, QL, SP, B, D, H, M, N
+from .decode import KVH, NEG_INF, QL, B, D, H, M, N
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
 # (rows, head dim) -> (BLOCK_N, waves): the dense kernel's.  The block of a step is computed in the loop;
@@ -39,19 +39,20 @@ CONFIGS = da.CONFIGS
 
 
 def make_paged_attention(
-    dtype=wc.f16, group: int = 1, page: int = 16, alibi: bool = False, **constraints: Any
+    dtype=wc.f16, group: int = 1, page: int = 16, alibi: bool = False, one_launch: bool = False, **constraints: Any
 ) -> wc.WaveKernel:
     """The split kernel ``paged_attention(q, k_cache, v_cache, block_tables, seq_lens, o_part, m_part,
     l_part, scale)`` for ``group`` query heads per kv head and ``page`` rows per cache block (partials as
     ``decode.make_decode_split``'s); ``constraints``: ``decode_constraints``'s keywords.  Compile
     with ``paged_subs``: the rows M, keys N and grid axis Y are derived sizes.  ``alibi``: an argument
-    ``slopes`` [H] f32 after ``seq_lens`` (``decode.alibi_logits``)."""
+    ``slopes`` [H] f32 after ``seq_lens`` (``decode.alibi_logits``).  ``one_launch``: ``counter`` and
+    ``out`` after ``l_part``, the last split of each group combines (``decode.make_decode_split``'s)."""
     q_type = Memory[B, QL, H, D, dtype]
     cache_type = Memory[NB, PG, KVH, D, dtype]
     split, kv_head = da.split_index(), da.kv_head_index()
     first = split * da.split_chunk(N)
 
-    def body(q, k_cache, v_cache, block_tables, seq_lens, slopes, o_part, m_part, l_part, scale) -> None:
+    def body(q, k_cache, v_cache, block_tables, seq_lens, slopes, parts: tuple, scale) -> None:
         rows = wc.index(M)  # row m is query m // G of head kv_head * G + m % G
         q_rows = {QL: rows // group, H: rows % group + kv_head * group}
         qr = wc.read(q, mapping=q_rows)
@@ -71,29 +72,21 @@ def make_paged_attention(
             vt = wc.permute(wc.read(v_cache, mapping=kv_rows), (D, N))
             return da.online_softmax_step(qr, kt, vt, keep, c, dtype, (m_i, l_i, acc), logits)
 
-        da.write_partials(loop, c, o_part, m_part, l_part, {**q_rows, SP: split})
+        da.finish_split(loop, c, parts, q_rows, group, dtype)
 
-    if not alibi:
+    params: list[tuple[str, Any]] = [("q", q_type), ("k_cache", cache_type), ("v_cache", cache_type)]
+    params += [("block_tables", Memory[B, P, wc.i32]), ("seq_lens", Memory[B, wc.i32])]
+    params += [("slopes", Memory[H, f32])] if alibi else []
+    params += [*da.partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
+    name = ("paged_one_launch" if one_launch else "paged_attention") + ("_alibi" if alibi else "")
 
-        @wc.wave(da.decode_constraints(dtype, **constraints))
-        def paged_attention(
-            q: q_type, k_cache: cache_type, v_cache: cache_type, block_tables: Memory[B, P, wc.i32],
-            seq_lens: Memory[B, wc.i32], o_part: Memory[B, SP, QL, H, D, f32], m_part: Memory[B, SP, QL, H, f32],
-            l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
-        ):  # fmt: skip
-            body(q, k_cache, v_cache, block_tables, seq_lens, None, o_part, m_part, l_part, scale)
+    def run(*args) -> None:
+        q, k_cache, v_cache, block_tables, seq_lens, *rest = args
+        slopes = rest.pop(0) if alibi else None
+        body(q, k_cache, v_cache, block_tables, seq_lens, slopes, tuple(rest[:-1]), rest[-1])
 
-        return paged_attention
-
-    @wc.wave(da.decode_constraints(dtype, **constraints))
-    def paged_attention_alibi(
-        q: q_type, k_cache: cache_type, v_cache: cache_type, block_tables: Memory[B, P, wc.i32],
-        seq_lens: Memory[B, wc.i32], slopes: Memory[H, f32], o_part: Memory[B, SP, QL, H, D, f32],
-        m_part: Memory[B, SP, QL, H, f32], l_part: Memory[B, SP, QL, H, f32], scale: wc.Scalar[f32],
-    ):  # fmt: skip
-        body(q, k_cache, v_cache, block_tables, seq_lens, slopes, o_part, m_part, l_part, scale)
-
-    return paged_attention_alibi
+    constraint_list = da.decode_constraints(dtype, one_launch=one_launch, **constraints)
+    return wc.wave(constraint_list)(da.kernel_function(name, params, run))
 
 
 def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int, stages: int = 2) -> dict:
@@ -140,6 +133,7 @@ def paged_attention(
     backend: str | None = None,
     config=None,
     alibi_slopes=None,
+    one_launch: bool = True,
 ):
     """Decode attention over a paged KV cache (vLLM's flash layout); returns a new tensor shaped like q.
 
@@ -153,12 +147,13 @@ def paged_attention(
     keys); ``config = (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  All tensors contiguous and on one
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
-    ``WAVEC_CHECK_BOUNDS=1``."""
-    key = (da.call_key(q, k_cache, v_cache, block_tables, seq_lens, alibi_slopes), num_splits, config, backend)
+    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: as ``decode.decode_attention``'s (default: the step in one
+    launch)."""
+    tensors = (q, k_cache, v_cache, block_tables, seq_lens)
+    key = (da.call_key(*tensors, alibi_slopes), num_splits, config, backend, one_launch)
     run = _DISPATCH.get(key)
     if run is None:
-        tensors = (q, k_cache, v_cache, block_tables, seq_lens)
-        run = _DISPATCH[key] = _plan(*tensors, num_splits, config, backend, alibi_slopes)
+        run = _DISPATCH[key] = _plan(*tensors, num_splits, config, backend, alibi_slopes, one_launch)
     da.check_lengths("paged_attention", q, seq_lens, block_tables.shape[1] * k_cache.shape[1], "max_blocks * page_size")
     _check_blocks(q, k_cache, block_tables, seq_lens)
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -166,7 +161,9 @@ def paged_attention(
     return run(q, head if alibi_slopes is None else (*head, alibi_slopes), sc)
 
 
-def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None) -> da.SplitKV:
+def _plan(
+    q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None, one_launch=True
+) -> da.SplitKV:
     fn = "paged_attention"
     dtype = da.check_query_and_cache(fn, q, k_cache, v_cache, "[num_blocks, page_size, kv_heads, head_dim]")
     alibi = da.check_slopes(fn, slopes, q)
@@ -174,14 +171,14 @@ def _plan(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backe
     da.check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
     head_dim, page = q.shape[-1], k_cache.shape[1]
 
-    def build(group: int, block_n: int, waves: int, stages: int) -> Any:
+    def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
+        subs = da.split_kernel_subs(paged_subs(head_dim, group, page, block_n, waves, stages), one)
         return da.compiled(
-            ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend, alibi),
+            ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend, alibi, tuple(subs.items())),
             lambda: wc.compile(
-                make_paged_attention(dtype, group, page, alibi, waves=waves),
-                paged_subs(head_dim, group, page, block_n, waves, stages),
-                backend=backend,
+                make_paged_attention(dtype, group, page, alibi, one, waves=waves), subs, backend=backend
             ),
         )
 
-    return da.plan_split_kv(fn, q, k_cache.shape[2], block_tables.shape[1] * page, num_splits, config, build)
+    keys = block_tables.shape[1] * page
+    return da.plan_split_kv(fn, q, k_cache.shape[2], keys, num_splits, config, build, one_launch)

@@ -124,6 +124,7 @@ class OpArgs:
     part: Literal["value", "index"] = by(TRACE)  # arg_unpack: which half of an arg-reduction's key
     exclusive: bool = by(TRACE)  # scan: element i combines the elements before i only
     k_dim: sympy.Symbol = by(TRACE)  # topk: the new dimension of the k winners (bound to k in subs)
+    expected: Expr = by(TRACE)  # arrive: the arrivals that complete a round (an index expression)
 
 
 @dataclass(frozen=True)  # no slots: Kwargs combines them
