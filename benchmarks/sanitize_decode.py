@@ -44,13 +44,13 @@ def main() -> int:
         for call in range(3):
             if page:
                 q, kc, vc, bt, lens = dk.paged_kv_inputs(lens_list, q_len, heads, kv_heads, 128, page, wc.bf16, "cuda")
-                out = pa.paged_attention(q, kc, vc, bt, lens, num_splits=splits)
+                out = pa.paged_attention(q, kc, vc, bt, lens, num_splits=splits, one_launch=True)
                 want = dk.reference_paged_attention(*_cpu(q, kc, vc, bt, lens))
             else:
                 q, k, v, lens = dk.dense_kv_inputs(
                     lens_list, q_len, heads, kv_heads, 128, wc.bf16, max(lens_list), "cuda"
                 )
-                out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits)
+                out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, one_launch=True)
                 want = dk.reference_decode_attention(*_cpu(q, k, v, lens))
             got = out.float().cpu()
             err = (got - want).abs().max().item()
@@ -59,11 +59,11 @@ def main() -> int:
             print(f"{'paged ' + str(page) if page else 'dense'} lens={lens_list} q_len={q_len} {heads}/{kv_heads} "
                   f"splits={splits} call {call}: max err {err:.1e} {'ok' if ok else 'WRONG'}", flush=True)  # fmt: skip
     q, k, v, lens = dk.dense_kv_inputs([3000, 40], 1, 32, 8, 128, wc.bf16, 3000, "cuda")
-    decode.decode_attention(q, k, v, seq_lens=lens)
+    decode.decode_attention(q, k, v, seq_lens=lens, one_launch=True)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = decode.decode_attention(q, k, v, seq_lens=lens)
+        out = decode.decode_attention(q, k, v, seq_lens=lens, one_launch=True)
     want = dk.reference_decode_attention(*_cpu(q, k, v, lens))
     for replay in range(2):
         graph.replay()

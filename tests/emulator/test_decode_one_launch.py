@@ -42,7 +42,7 @@ def test_dense_one_launch_matches_reference(dtype, seq_lens, s_max, q_len, heads
         slopes = torch.rand(heads) * 0.3 if alibi else None
         want = dk.reference_decode_attention(q, k, v, lens, alibi_slopes=slopes)
         out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, alibi_slopes=slopes,
-                                      backend="emulator")  # fmt: skip
+                                      backend="emulator", one_launch=True)  # fmt: skip
         assert not out.isnan().any(), "an output element was not written"
         torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
         counters = _counters(decode._DISPATCH)
@@ -51,7 +51,7 @@ def test_dense_one_launch_matches_reference(dtype, seq_lens, s_max, q_len, heads
 
 def test_one_and_two_launches_agree() -> None:
     q, k, v, lens = dk.dense_kv_inputs([50, 3], 2, 4, 2, 64, wc.f16, 50)
-    one = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=3, backend="emulator")
+    one = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=3, backend="emulator", one_launch=True)
     two = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=3, backend="emulator", one_launch=False)
     torch.testing.assert_close(one, two, rtol=2e-3, atol=2e-3)
     with pytest.raises(wc.WavecError, match="one_launch must be True or False"):
@@ -92,7 +92,7 @@ def test_paged_one_launch_matches_reference(dtype, seq_lens, q_len, heads, kv_he
     for _ in range(2):
         q, kc, vc, bt, lens = dk.paged_kv_inputs(seq_lens, q_len, heads, kv_heads, head_dim, page, dtype)
         want = dk.reference_paged_attention(q, kc, vc, bt, lens)
-        out = pa.paged_attention(q, kc, vc, bt, lens, num_splits=splits, backend="emulator")
+        out = pa.paged_attention(q, kc, vc, bt, lens, num_splits=splits, backend="emulator", one_launch=True)
         assert not out.isnan().any()
         torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
         counters = _counters(pa._DISPATCH)
@@ -126,7 +126,7 @@ def test_several_splits_a_combine_step(monkeypatch) -> None:
     monkeypatch.setattr(split_combine, "SPLITS_PER_STEP", 3)
     q, k, v, lens = dk.dense_kv_inputs([450, 3], 2, 4, 2, 64, wc.f16, 450)
     q, k = q.abs(), -k.abs()
-    out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=7, scale=4.0, backend="emulator")
+    out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=7, scale=4.0, backend="emulator", one_launch=True)
     assert not out.isnan().any()
     want = dk.reference_decode_attention(q, k, v, lens, scale=4.0)
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)

@@ -54,7 +54,7 @@ DENSE = [  # dtype, seq_lens, s_max, q_len, heads, kv_heads, head_dim, splits (N
 def test_one_launch_matches_reference(dtype, seq_lens, s_max, q_len, heads, kv_heads, head_dim, splits) -> None:
     for _ in range(3):
         q, k, v, lens = dk.dense_kv_inputs(seq_lens, q_len, heads, kv_heads, head_dim, dtype, s_max, "cuda")
-        out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits)
+        out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, one_launch=True)
         torch.cuda.synchronize()
         assert not out.isnan().any()
         want = dk.reference_decode_attention(q, k, v, lens)
@@ -75,14 +75,14 @@ def test_graph_replays_twice_in_a_row(paged: bool) -> None:
         fresh = [dk.paged_kv_inputs([2047, 5, 300], 1, 32, 8, 128, 16, wc.bf16, "cuda") for _ in range(3)]
 
         def call(q, kc, vc, bt, lens):
-            return paged_attention(q, kc, vc, bt, lens)
+            return paged_attention(q, kc, vc, bt, lens, one_launch=True)
 
         ref = dk.reference_paged_attention
     else:
         fresh = [dk.dense_kv_inputs([2048, 300], 1, 32, 8, 128, wc.bf16, 2048, "cuda") for _ in range(3)]
 
         def call(q, k, v, lens):
-            return decode.decode_attention(q, k, v, seq_lens=lens)
+            return decode.decode_attention(q, k, v, seq_lens=lens, one_launch=True)
 
         ref = dk.reference_decode_attention
     static = tuple(t.clone() for t in fresh[0])
@@ -106,14 +106,14 @@ def test_graph_replays_twice_in_a_row(paged: bool) -> None:
 def test_two_streams_at_once() -> None:
     """The same call shape on two streams concurrently: each stream's launches use their own counters."""
     sets = [dk.dense_kv_inputs([4096, 1000], 1, 32, 8, 128, wc.bf16, 4096, "cuda") for _ in range(2)]
-    decode.decode_attention(*sets[0][:3], seq_lens=sets[0][3])  # plan and compile
+    decode.decode_attention(*sets[0][:3], seq_lens=sets[0][3], one_launch=True)  # plan and compile
     torch.cuda.synchronize()
     streams = [torch.cuda.Stream() for _ in sets]
     outs: list = [[], []]
     for _ in range(10):
         for i, (s, (q, k, v, lens)) in enumerate(zip(streams, sets)):
             with torch.cuda.stream(s):
-                outs[i].append(decode.decode_attention(q, k, v, seq_lens=lens))
+                outs[i].append(decode.decode_attention(q, k, v, seq_lens=lens, one_launch=True))
     torch.cuda.synchronize()
     for (q, k, v, lens), got in zip(sets, outs):
         want = dk.reference_decode_attention(q, k, v, lens)

@@ -371,7 +371,7 @@ class SplitKV:
 
 
 def plan_split_kv(
-    fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split, one_launch=True
+    fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split, one_launch=False
 ) -> SplitKV:
     """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
     (``build_split(group, block_n, waves, stages, one_launch)``, compiled) and, in two launches, the
@@ -508,7 +508,7 @@ def decode_attention(
     backend: str | None = None,
     config: tuple | None = None,
     alibi_slopes=None,
-    one_launch: bool = True,
+    one_launch: bool = False,
 ):
     """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
 
@@ -522,8 +522,9 @@ def decode_attention(
     ``-slope * (pos_q - pos_k)`` on the scaled scores.  Tensors of any strides on one device (a
     transformers cache [B, H, S, D] transposed is a view: read in place; CPU tensors run on the emulator).
     Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
-    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch`` (default): the last split of each group combines, in the
-    split kernel's launch (``split_combine``); False: the split kernel, then ``decode_combine``."""
+    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: the last split of each group combines, in the split
+    kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
+    two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``."""
     key = (call_key(q, k, v, seq_lens, alibi_slopes), num_splits, config, backend, one_launch)
     run = _DISPATCH.get(key)
     if run is None:
@@ -536,7 +537,7 @@ def decode_attention(
     return run(q, head, sc)
 
 
-def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None, one_launch=True) -> SplitKV:
+def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None, one_launch=False) -> SplitKV:
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)

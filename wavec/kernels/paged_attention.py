@@ -133,7 +133,7 @@ def paged_attention(
     backend: str | None = None,
     config=None,
     alibi_slopes=None,
-    one_launch: bool = True,
+    one_launch: bool = False,
 ):
     """Decode attention over a paged KV cache (vLLM's flash layout); returns a new tensor shaped like q.
 
@@ -147,8 +147,8 @@ def paged_attention(
     keys); ``config = (BLOCK_N, waves[, stages])`` overrides ``decode_config``.  All tensors contiguous and on one
     device (CPU tensors run on the emulator).  Lengths outside [q_len, max_blocks * page_size] and block
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
-    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: as ``decode.decode_attention``'s (default: the step in one
-    launch)."""
+    ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: as ``decode.decode_attention``'s (default False: two
+    launches, until one launch is timed)."""
     tensors = (q, k_cache, v_cache, block_tables, seq_lens)
     key = (da.call_key(*tensors, alibi_slopes), num_splits, config, backend, one_launch)
     run = _DISPATCH.get(key)
@@ -162,7 +162,7 @@ def paged_attention(
 
 
 def _plan(
-    q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None, one_launch=True
+    q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None, one_launch=False
 ) -> da.SplitKV:
     fn = "paged_attention"
     dtype = da.check_query_and_cache(fn, q, k_cache, v_cache, "[num_blocks, page_size, kv_heads, head_dim]")
