@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.runtime import trace_launches
 from wavec.runtime import trace as trace_mod
+from wavec.runtime import trace_launches
 
 pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[test]')")
 
