@@ -312,7 +312,7 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", s.dtype, gemm_target)
     base = (s.dtype.name, s.top_k, cfg, gemm_target, backend, checked)
     up = _compiled(
-        ("up", activation, weighted_input, *base),
+        ("up", activation, weighted_input, s.dtype.name, s.top_k, cfg.unsplit(), *base[3:]),  # split: down only
         lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
         cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
