@@ -1,9 +1,9 @@
 """GPU tier for the split-K MoE down-projection (``MoeConfig(split_k=S)``, the atomic combine) at model-like
 sizes against an f32 torch reference on the device, every output element checked: a Mixtral-like deep I
 (E = 8, k = 2, I = 3584, 3592 with a K tail in the last slice, Mixtral's own H 4096 x I 14336), T = 1, 3,
-8, 33 and a skewed 300, S = 2, 3, 4 and 7, f16 and bf16, the router weight on the input or the output, ``expert_map`` with -1
-entries, outputs NaN-filled; the split result agrees with the unsplit one; CUDA-graph replay; the
-swap-AB form on an sm_90a GPU.  Skips without a CUDA GPU."""
+8, 33 and a skewed 300, S = 2, 3, 4 and 7, f16 and bf16, the router weight on the input or the output,
+``expert_map`` with -1 entries, outputs NaN-filled; the split result agrees with the unsplit one;
+CUDA-graph replay; the swap-AB form on an sm_90a GPU.  Skips without a CUDA GPU."""
 
 from __future__ import annotations
 
