@@ -22,6 +22,7 @@ CONFIGS = [
     MoeConfig(16, 64, 128, 64, 3, split_k=2),
     MoeConfig(16, 64, 256, 64, 4, split_k=4),
     MoeConfig(32, 64, 256, 32, 3, split_k=3),
+    MoeConfig(64, 64, 128, 32, 3, group_m=8, split_k=2),  # grouped order along x, the slices along z
     MoeConfig(16, 64, 128, 64, 3, swap=True, split_k=2),
     MoeConfig(16, 128, 256, 64, 4, swap=True, split_k=4),
 ]

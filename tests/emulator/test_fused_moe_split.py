@@ -2,10 +2,10 @@
 grid axis, each adding its weighted partial into the f32 accumulator) on the emulator against the f32
 torch reference, every element checked: S = 1, 2, 3, 5 with ragged last slices (I a multiple of 8 but not
 of BLOCK_K * S, K tails inside the last slice), T = 1, 5, 16, top-k 1 and 2, f16 and bf16, the router
-weight on the input or the output, ``expert_map`` with -1 entries, mma.sync and swap-AB kernels; ``out``
-NaN-filled.  Also the slice arithmetic, the grid of the compiled kernel, the configuration's rules
-(deterministic=True refused, at most one slice per K step), and a routing-aware table's split choice
-serving a deterministic call unsplit."""
+weight on the input or the output, ``expert_map`` with -1 entries, mma.sync and swap-AB kernels, the
+grouped workgroup order (GROUP_M 2); ``out`` NaN-filled.  Also the slice arithmetic, the grid of the
+compiled kernel, the configuration's rules (deterministic=True refused, at most one slice per K step),
+and a routing-aware table's split choice serving a deterministic call unsplit."""
 
 from __future__ import annotations
 
@@ -74,6 +74,17 @@ def test_slices_cover_the_k_steps_once(k: int, block_k: int, split: int) -> None
     assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
     sizes = [(hi - lo) // block_k for lo, hi in bounds]
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1 and all((hi - lo) % block_k == 0 for lo, hi in bounds)
+
+
+def test_split_with_grouped_workgroup_order() -> None:
+    """GROUP_M > 1 reorders grid axes 0 and 1; the SPLIT axis 2 is untouched: 64-row blocks of a skewed
+    routing (several blocks per expert), S = 3."""
+    x, w1, w2, wts, ids = moe_inputs(40, 32, 88, 4, 2, torch.bfloat16, "skewed", seed=12)
+    cfg = MoeConfig(64, 32, 32, 16, 2, group_m=2, split_k=3)
+    got = fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=False)
+    check(got, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
+    downs = [kern for key, kern in fm._COMPILED.items() if key[0] == "down" and cfg in key]
+    assert downs and all(k.metadata.grid[1:] == ("1", "3") for k in downs)  # grouped along x, slices along z
 
 
 def test_split_dict_form_and_unsplit_equivalence() -> None:

@@ -310,14 +310,17 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     # swap-AB is wgmma-only: the emulator runs the sm_90a module; a CUDA device was checked by _step
     gemm_target = SWAP_TARGET if cfg.swap else target
     tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", s.dtype, gemm_target)
-    base = (s.dtype.name, s.top_k, cfg, gemm_target, backend, checked)
+
+    def base(c: MoeConfig) -> tuple:
+        return (s.dtype.name, s.top_k, c, gemm_target, backend, checked)
+
     up = _compiled(
-        ("up", activation, weighted_input, s.dtype.name, s.top_k, cfg.unsplit(), *base[3:]),  # split: down only
+        ("up", activation, weighted_input, *base(cfg.unsplit())),  # one up-projection for every split
         lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
         cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
     down = _compiled(
-        ("down", weighted_input, deterministic, *base),
+        ("down", weighted_input, deterministic, *base(cfg)),
         lambda: fk.make_down(
             s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True),
             cfg.split_k > 1,
