@@ -318,9 +318,9 @@ def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------ tune moe
 
 
-def _moe_rules(name: str, shape, swap: bool = False) -> int:
+def _moe_rules(name: str, shape, swap: bool = False, split: bool = False) -> int:
     """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100), with
-    the swap-AB candidates when ``swap``."""
+    the swap-AB candidates when ``swap`` and the split-K ones when ``split``."""
     from .target import get_target
     from .tuning import moe as tm
     from .tuning.devices import device
@@ -328,6 +328,7 @@ def _moe_rules(name: str, shape, swap: bool = False) -> int:
     dev = device()
     reg = tm.regions(shape, dev.sms, dev.l2_bytes)
     cands = tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
+    cands += tm.split_candidates(shape, reg, cands) if split else []
     print(f"model {name}: {shape.key()} on {dev.name} (rules only: nothing compiled or timed)")
     for line in reg.lines():
         print(f"  rule: {line}")
@@ -336,7 +337,10 @@ def _moe_rules(name: str, shape, swap: bool = False) -> int:
     }
     limit = get_target("sm_90a" if dev.arch == "sm_90" else dev.arch).max_shared_bytes
     fit = sum(max(tm.shared_bytes(c)) <= limit for c in cands)
+    splits = sum(c.split_k > 1 for c in cands)
     print(f"  configs: {len(cands)} candidates (per BLOCK_M {per_bm}), {fit} within shared memory; not compiled")
+    if split:
+        print(f"  split-K: {splits} of them split the down-projection (atomic combine; not measured yet)")
     return 0
 
 
@@ -363,7 +367,7 @@ def tune_moe(args: argparse.Namespace) -> int:
         print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
         return 2
     if args.dry_run:
-        return _moe_rules(args.model, shape, args.swap)
+        return _moe_rules(args.model, shape, args.swap, args.split_k)
     if not gpu_visible():
         print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
         return 2
@@ -374,7 +378,7 @@ def tune_moe(args: argparse.Namespace) -> int:
     try:
         res = mp.tune(
             shape, budget_s=60 * args.budget_min, max_configs=args.max_configs, n_points=args.points,
-            workers=args.workers, progress=say, swap=args.swap,
+            workers=args.workers, progress=say, swap=args.swap, split=args.split_k,
         )  # fmt: skip
     except WavecError as e:
         print(f"wavec tune moe: {e}", file=sys.stderr)

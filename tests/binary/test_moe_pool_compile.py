@@ -1,7 +1,8 @@
 """Binary tier for the routing-aware MoE pool (``tuning/moe_profile.build_pool``): a reduced pool of a model
 shape compiles (in worker processes) for sm_90a and sm_80, keeps the static rule's configurations, and
 has resident-workgroup slots from the compiled kernels; the legality filter rejects a configuration that
-spills; GROUP_M > 1 compiles without spills and changes the workgroup order."""
+spills; GROUP_M > 1 compiles without spills and changes the workgroup order; swap-AB and split-K
+configurations compile in the pool worker."""
 
 from __future__ import annotations
 
@@ -70,3 +71,14 @@ def test_swap_candidates_compile_in_the_pool_worker(kind: str) -> None:
     assert legality.ctas_per_sm(meta, "sm_90a") >= 1
     bad = mp._compile_gemm(kind, "bf16", 8, mp._astuple(cfg), "sm_80")  # wgmma needs sm_90a
     assert "error" in bad
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("kind", ["up", "down"])
+def test_split_candidates_compile_in_the_pool_worker(kind: str, target: str) -> None:
+    """The pool's compile worker builds a split-K configuration as ``fused_experts`` does (the atomic
+    down-projection with SPLIT slices; the up-projection unsplit): no spills, legal, slots >= 1."""
+    cfg = MoeConfig(16, 32, 256, 64, 3, split_k=4)  # the static decode up-projection tile
+    meta = mp._compile_gemm(kind, "bf16", 2, mp._astuple(cfg), target)
+    assert "error" not in meta and meta["spills"] == 0 and legality.reject_after_compile(meta) is None, meta
+    assert meta["block"] == [128, 1, 1] and legality.ctas_per_sm(meta, target) >= 1

@@ -267,7 +267,7 @@ def test_cli_dry_run_prints_rules(capsys, monkeypatch) -> None:
     assert main(["tune", "moe", "--model", "Mixtral-8x7B-TP1", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "on H100 SXM" in out and out.count("rule: ") == 4 and "GROUP_M [1, 8]" in out
-    assert "split-K (down): applies, but the knob is absent" in out and "209 candidates" in out
+    assert "split-K (down): applies (tune moe --split-k" in out and "209 candidates" in out
 
 
 def test_cli_usage_errors(capsys) -> None:

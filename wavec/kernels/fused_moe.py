@@ -26,7 +26,7 @@ are checked before the routing kernel; on the GPU the kernels check them only wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import wavec as wc
@@ -55,7 +55,11 @@ class MoeConfig:
     the K step, the pipeline stages and ``group_m``, the token blocks launched together along N (L2
     reuse of an expert's weight tiles; 1: row-major order).  ``swap``: both GEMMs on sm_90a ``wgmma``
     with the weight rows as the instruction's M operand and the token block (8, 16 or 32) as its N
-    operand (``fused_moe_kernels.swap_tiles``; N tiles multiples of 64, ``swap_warpgroups`` warpgroups)."""
+    operand (``fused_moe_kernels.swap_tiles``; N tiles multiples of 64, ``swap_warpgroups`` warpgroups).
+    ``split_k``: the down-projection's K (I) in that many slices on a third grid axis, each adding its
+    partial atomically (``fused_moe_kernels.split_tiles``): at least 1, at most the K steps
+    ``ceil(I / block_k)`` (checked with the shapes), with ``deterministic=False`` only (docs/moe.md
+    "Split-K" says why)."""
 
     block_m: int
     block_n: int
@@ -64,12 +68,13 @@ class MoeConfig:
     stages: int
     group_m: int = 1
     swap: bool = False
+    split_k: int = 1
 
     @classmethod
     def parse(cls, config: Any) -> MoeConfig:
-        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M``/``SWAP``
-        (vLLM's ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M`` too;
-        ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1, ``SWAP`` to False)."""
+        """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M``/``SWAP``/
+        ``SPLIT_K`` (vLLM's ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M``
+        too; ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1, ``SWAP`` to False, ``SPLIT_K`` to 1)."""
         if isinstance(config, MoeConfig):
             config.check()
             return config
@@ -80,21 +85,25 @@ class MoeConfig:
         }  # fmt: skip
         c = {aliases.get(k, k): v for k, v in config.items() if k != "num_warps"}
         c["stages"] = c.pop("num_stages", c.get("stages", 3))
-        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M", "SWAP"}
+        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M", "SWAP", "SPLIT_K"}
         if set(c) - known or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
             raise _bad(
                 "config",
-                f"needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M, SWAP), got {sorted(config)}",
+                "needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M, SWAP, SPLIT_K), "
+                f"got {sorted(config)}",
             )
         down = c.get("BLOCK_N_DOWN", c["BLOCK_N"])
         swap = c.get("SWAP", False)
-        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1), swap)
+        split = c.get("SPLIT_K", 1)
+        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1), swap, split)
         got.check()
         return got
 
     def check(self) -> None:
         if type(self.swap) is not bool:
             raise _bad("config", f"SWAP must be True or False, got {self.swap!r}")
+        if type(self.split_k) is not int or self.split_k < 1:
+            raise _bad("config", f"SPLIT_K must be an int >= 1, got {self.split_k!r}")
         for name, v, allowed in (
             ("BLOCK_M", self.block_m, SWAP_BLOCK_MS if self.swap else (16, 32, 64, 128)),
             ("BLOCK_N", self.block_n, SWAP_BLOCK_NS if self.swap else (32, 64, 128)),
@@ -112,9 +121,30 @@ class MoeConfig:
                 f"tile by a warpgroup), got {self.block_m} x {self.block_k}",
             )
 
+    def check_split(self, inter: int, deterministic: bool) -> None:
+        """The split-K rules that need the call: at most one slice per K step of I, the atomic combine."""
+        steps = -(-inter // self.block_k)
+        if self.split_k > steps:
+            raise _bad(
+                "config",
+                f"SPLIT_K {self.split_k} exceeds the down-projection's K steps (I = {inter} in steps of BLOCK_K "
+                f"{self.block_k}: {steps})",
+            )
+        if self.split_k > 1 and deterministic:
+            raise _bad(
+                "config",
+                f"SPLIT_K {self.split_k} adds the K slices' partials with atomics: it needs deterministic=False "
+                "(or SPLIT_K 1)",
+            )
+
+    def unsplit(self) -> MoeConfig:
+        """This configuration with ``split_k`` 1 (a table's split choice serving a deterministic call)."""
+        return replace(self, split_k=1)
+
     def subs(self, down: bool) -> dict:
         n = self.block_n_down if down else self.block_n
-        return fk.gemm_subs(self.block_m, n, self.block_k, self.stages, self.group_m)
+        split = self.split_k if down and self.split_k > 1 else 0
+        return fk.gemm_subs(self.block_m, n, self.block_k, self.stages, self.group_m, split)
 
     def swap_waves(self, down: bool) -> int | None:
         """The warpgroups of one swap-AB GEMM (``make_up``/``make_down``'s ``swap_waves``), else None."""
@@ -123,11 +153,12 @@ class MoeConfig:
         return fk.swap_warpgroups(self.block_m, self.block_n_down if down else self.block_n, self.block_k)
 
     def label(self) -> str:
-        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma): a short name
-        for tables and logs."""
+        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma, ``x4`` for
+        split-K over 4 slices): a short name for tables and logs."""
         g = f"g{self.group_m}" if self.group_m > 1 else ""
         w = "w" if self.swap else ""
-        return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}{w}"
+        x = f"x{self.split_k}" if self.split_k > 1 else ""
+        return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}{w}{x}"
 
 
 def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
@@ -279,16 +310,20 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     # swap-AB is wgmma-only: the emulator runs the sm_90a module; a CUDA device was checked by _step
     gemm_target = SWAP_TARGET if cfg.swap else target
     tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", s.dtype, gemm_target)
-    base = (s.dtype.name, s.top_k, cfg, gemm_target, backend, checked)
+
+    def base(c: MoeConfig) -> tuple:
+        return (s.dtype.name, s.top_k, c, gemm_target, backend, checked)
+
     up = _compiled(
-        ("up", activation, weighted_input, *base),
+        ("up", activation, weighted_input, *base(cfg.unsplit())),  # one up-projection for every split
         lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
         cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
     down = _compiled(
-        ("down", weighted_input, deterministic, *base),
+        ("down", weighted_input, deterministic, *base(cfg)),
         lambda: fk.make_down(
-            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True)
+            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True),
+            cfg.split_k > 1,
         ),
         cfg.subs(True), gemm_target, backend,
     )  # fmt: skip
@@ -420,6 +455,8 @@ def _step(hidden, w1, w2, topk_weights, topk_ids, activation, apply_router_weigh
     for arg, flag in (("apply_router_weight_on_input", apply_router_weight_on_input), ("deterministic", deterministic)):
         if type(flag) is not bool:
             raise _bad(arg, f"must be a bool, got {flag!r}")
+    if explicit is not None:
+        explicit.check_split(s.inter, deterministic)
     flags = (activation, apply_router_weight_on_input, deterministic, expert_map is not None)
     return Step(s, flags, route_experts, explicit, dispatch, hidden, topk_weights, topk_ids, expert_map, out, backend)
 

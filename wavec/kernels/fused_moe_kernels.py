@@ -26,6 +26,13 @@ one warpgroup per 64 weight rows where the token tile's copy keeps 16-byte runs 
 and the epilogues are the same ops on the transposed tile, writing the same outputs in the same layouts
 (a write stores by dimension name).
 
+Split-K (``split_k=True`` for ``make_down``, docs/moe.md "Split-K"): the down-projection's grid gets a third
+axis of SPLIT K slices (SPLIT bound in subs); workgroup ``q`` walks the K steps ``[q*steps//SPLIT,
+(q+1)*steps//SPLIT)`` of the ``steps = ceil(K / BLOCK_K)`` (balanced: no slice is empty while SPLIT <= steps;
+the last one ends at K's masked tail) and adds its weighted partial into the f32 accumulator like the
+unsplit atomic kernel: the GEMM is linear in K, so the slices' sum is the whole product.  Atomic combine
+only (``deterministic`` refuses it: ``fused_moe.MoeConfig``).
+
 Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
 run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
 do the same on the emulator but lose the shared-memory staging and pipelining: its body is a region the
@@ -35,12 +42,15 @@ also stops at the most blocks the routing can fill.
 
 from __future__ import annotations
 
+import sympy
+
 import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, K, M, N, gemm_constraints
 
 T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
 P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
+SPLIT = wc.sym.SPLIT  # split-K slices of the down-projection (grid axis 2, bound in subs)
 COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
 REMAP_WAVES = 4
 SWAP_ROWS = 64  # weight rows of one m64 wgmma (swap-AB: the weight rows are its M axis)
@@ -156,16 +166,30 @@ def make_up(
     return moe_up
 
 
+def split_tiles(tiles: list) -> list:
+    """``tiles`` with the SPLIT K slices as grid axis 2 (one slice per workgroup along it)."""
+    return [wc.WorkgroupConstraint(SPLIT, 1, 2), *tiles]
+
+
+def split_bounds() -> tuple:
+    """(start, end) in K of this workgroup's slice: whole K steps, balanced over SPLIT (``split_tiles``)."""
+    steps, q = sympy.ceiling(K / BLOCK_K), wc.tile_start(SPLIT)
+    return sympy.floor(q * steps / SPLIT) * BLOCK_K, sympy.floor((q + 1) * steps / SPLIT) * BLOCK_K
+
+
 def _down(
-    inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype, swap: bool
+    inter, sorted_ids, expert_ids, w2, weights, y, top_k: int, weighted_output: bool, store: bool, dtype, swap: bool,
+    split: bool,
 ):  # fmt: skip
     """The down-projection's body; ``store``: one row per (token, slot) into ``y``, else atomic adds;
-    ``swap``: the accumulator is [N, M] (swap-AB)."""
+    ``swap``: the accumulator is [N, M] (swap-AB); ``split``: this workgroup's K slice only
+    (``split_bounds``)."""
     _exit_unless_local(expert_ids)
     e = _block_expert(expert_ids)
     ids = wc.read(sorted_ids)
+    start, end = split_bounds() if split else (None, None)
 
-    @wc.iterate(K, init_args=[_acc(swap)])
+    @wc.iterate(K, init_args=[_acc(swap)], start=start, end=end)
     def body(acc):
         return _product(wc.read(inter), wc.read(w2, mapping={E: e}), acc, swap)
 
@@ -181,13 +205,17 @@ def _down(
 
 def make_down(
     dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int,
-    swap_waves: int | None = None,
+    swap_waves: int | None = None, split_k: bool = False,
 ):  # fmt: skip
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
     ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_waves``
-    as for ``make_up``."""
-    flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None)
+    as for ``make_up``; ``split_k``: SPLIT K slices (subs), atomic adds only (a ``ValueError`` with
+    ``deterministic``: ``fused_moe`` refuses the configuration first)."""
+    if split_k and deterministic:
+        raise ValueError("split-K adds partials atomically: deterministic=True has no split form")
+    flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None, split_k)
     tiles = _tiles(tpw, mma, block_m, swap_waves)
+    tiles = split_tiles(tiles) if split_k else tiles
     if deterministic:
 
         @wc.wave(tiles)
@@ -249,8 +277,10 @@ def make_remap(tpw: int = 32) -> wc.WaveKernel:
     return moe_remap
 
 
-def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int, group_m: int = 1) -> dict:
-    return {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages, GROUP_M: group_m}
+def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int, group_m: int = 1, split: int = 0) -> dict:
+    """The GEMMs' tile subs; ``split`` > 0: SPLIT too (a split-K down-projection)."""
+    subs = {BLOCK_M: block_m, BLOCK_N: block_n, BLOCK_K: block_k, NUM_STAGES: stages, GROUP_M: group_m}
+    return {**subs, SPLIT: split} if split else subs
 
 
 def combine_subs(top_k: int, tpw: int = 32, waves: int = 2) -> dict:

@@ -8,7 +8,8 @@ Guarantees:
 
 * ``Step(...)`` holds the sizes, the flags, the tile choice (``moe_dispatch.picker``: the explicit
   ``config``, the table's static choice, the static rule, or the routing-aware choice on the device, each
-  counted per call as before) and, per configuration met, the compiled kernels' prepared launches
+  counted per call as before; a table's split-K choice serves a deterministic call unsplit) and, per
+  configuration met, the compiled kernels' prepared launches
   (``CompiledKernel.prepare``), built on that configuration's first call.  A call does no validation, no
   planning and no host synchronisation beyond the routing-aware choice's one read.
 * Intermediates (the int32 and local ids, f32 weights, the routing's buffers, the intermediate rows, the
@@ -190,6 +191,8 @@ class Step:
         if self.remap is not None:
             ids = self._remap(ids, expert_map, front.local)
         cfg = self.pick(ids)
+        if cfg.split_k > 1 and self.deterministic:  # a table's split choice: the slot rows have no split form
+            cfg = cfg.unsplit()
         lanes = self.lanes.get(cfg) or self._lanes(cfg)
         back = lanes.backs.get(ctx) or self._back(ctx, lanes)
         if lanes.up is None:

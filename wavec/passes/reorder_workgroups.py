@@ -1,8 +1,9 @@
 """reorder_workgroups: launch workgroups in groups along axis 0 for L2 reuse ("grouped" order).
 
-Requires: workgroup axes 0 and 1.  Applies when ``group_size = G > 1``.  Guarantees: a 1-D grid of ``n0 *
-n1`` workgroups (``ctx.grid_override``) whose linear id ``$PID`` ``ctx.workgroup_remap`` maps to the
-axis ids so that consecutive workgroups walk G rows of tiles column by column, every tile once.
+Requires: workgroup axes 0 and 1.  Applies when ``group_size = G > 1``.  Guarantees: a grid of ``n0 *
+n1`` workgroups along x (``ctx.grid_override``; axis 2, when present, keeps its extent along z) whose
+linear id ``$PID`` ``ctx.workgroup_remap`` maps to the axis 0 and 1 ids so that consecutive workgroups
+walk G rows of tiles column by column, every tile once.
 ``reverse_axis0``: ``WORKGROUP[0] = n0 - 1 - block id x`` (heaviest causal tiles first).
 """
 
@@ -41,4 +42,5 @@ def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
         WORKGROUP[0]: first + sympy.Mod(PID, size),
         WORKGROUP[1]: sympy.floor(sympy.Mod(PID, width) / size),
     }
-    ctx.grid_override = (n0 * n1, sympy.Integer(1), sympy.Integer(1))
+    # axis 2 (a batch or split-K axis) keeps its own extent: the remap only linearises axes 0 and 1
+    ctx.grid_override = (n0 * n1, sympy.Integer(1), cs.grid({})[2])

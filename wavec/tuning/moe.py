@@ -9,7 +9,7 @@ Guarantees: for a histogram ``h`` (tokens per local expert) and a configuration 
 up-projection N tile ``BN`` over I and down-projection N tile ``BND`` over H::
 
     blocks    = sum_e ceil(h_e / BM)
-    CTAs_up   = blocks * ceil(I / BN)          CTAs_down = blocks * ceil(H / BND) * splits   (splits = 1)
+    CTAs_up   = blocks * ceil(I / BN)          CTAs_down = blocks * ceil(H / BND) * split_k
     t = a + sum over g in (up, down) of  b_g * waves_g + c_g * CTAs_g + d_g * phi_g
     waves_g = ceil(CTAs_g / slots_g)     phi_g = rounds(CTAs_g, slots_g, knee)  (cost_model.rounds)
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import TuningError
@@ -39,6 +39,8 @@ L2_USABLE = 0.5  # share of L2 one expert's weights may fill before L2 grouping 
 DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave decode grid, split-K would
 SHALLOW_K = 1024  # below this, fewer stages pay even when the other GEMM's K is deep
 SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
+SPLITS = (2, 3, 4)  # split-K slices of the down-projection (``split_candidates``)
+SPLIT_BLOCK_M = 32  # split-K candidates only for decode token blocks up to this
 BLOCK_MS = (16, 32, 64, 128)
 BLOCK_NS = (32, 64, 128)
 BLOCK_N_DOWNS = (64, 128, 256)
@@ -108,7 +110,7 @@ class Regions:
     k_depths: tuple[int, int]  # H (up-projection's K) and I (down-projection's)
     block_ks: tuple[int, ...]
     stages: tuple[int, ...]
-    split_k: bool  # the rule says split-K would apply to the down-projection (the knob is absent)
+    split_k: bool  # the rule says split-K applies to the down-projection (``split_candidates``)
     sms: int
 
     def lines(self) -> list[str]:
@@ -121,7 +123,7 @@ class Regions:
             f"{self.sms} SMs -> BLOCK_N {list(self.block_ns)}, BLOCK_N_DOWN {list(self.block_n_downs)}",
             f"K depth: H {self.k_depths[0]}, I {self.k_depths[1]} -> BLOCK_K {list(self.block_ks)}, stages "
             f"{list(self.stages)}; split-K (down): "
-            + ("applies, but the knob is absent (docs/moe.md)" if self.split_k else "does not apply"),
+            + ("applies (tune moe --split-k adds candidates; not measured)" if self.split_k else "does not apply"),
         ]
 
 
@@ -202,6 +204,25 @@ def swap_candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
     return out
 
 
+def split_candidates(shape: MoeShape, reg: Regions, base: Sequence[MoeConfig]) -> list[MoeConfig]:
+    """Split-K variants of ``base`` for the pool when asked for (``tune moe --split-k``; not in the default
+    pool: the fitted dispatch is measured on unsplit kernels only), where the region rule applies (a deep
+    I on a decode down-projection grid far below one wave; none elsewhere): for each configuration of a
+    decode token block (BLOCK_M <= ``SPLIT_BLOCK_M``), each S of ``SPLITS`` whose T = 1 down grid (the
+    top-k experts' blocks x ceil(H / BLOCK_N_DOWN) x S) still fits in one wave, at most one slice per K
+    step of I."""
+    if not reg.split_k:
+        return []
+    active = min(shape.experts, shape.top_k)
+    out = []
+    for c in base:
+        if c.block_m > SPLIT_BLOCK_M or c.split_k != 1:
+            continue
+        ctas, steps = active * -(-shape.hidden // c.block_n_down), -(-shape.inter // c.block_k)
+        out += [replace(c, split_k=sk) for sk in SPLITS if ctas * sk <= reg.sms and sk <= steps]
+    return out
+
+
 def shared_bytes(cfg: MoeConfig, dtype_bytes: int = 2) -> tuple[int, int]:
     """(up, down) shared memory of the staged operand tiles: stages x (A rows + B rows) x BLOCK_K."""
     up = cfg.stages * (cfg.block_m + 2 * cfg.block_n) * cfg.block_k * dtype_bytes
@@ -260,7 +281,7 @@ def terms(pc: PoolConfig, shape: MoeShape, blocks, knee: float):
     c = pc.cfg
     for tiles, slots in (
         (-(-shape.inter // c.block_n), pc.slots_up),
-        (-(-shape.hidden // c.block_n_down), pc.slots_down),
+        (-(-shape.hidden // c.block_n_down) * c.split_k, pc.slots_down),
     ):
         ctas = b * tiles
         cols += [-(-ctas // slots), ctas, _rounds(ctas, slots, knee)]

@@ -101,7 +101,8 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
         if kind == "up":
             kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m, c.swap_waves(False))
         else:
-            kernel = fk.make_down(dt, top_k, True, True, tpw, mma, c.block_m, c.swap_waves(True))
+            split = c.split_k > 1  # split-K has the atomic combine only
+            kernel = fk.make_down(dt, top_k, True, not split, tpw, mma, c.block_m, c.swap_waves(True), split)
         m = wc.compile(kernel, c.subs(kind == "down"), target=target, backend="cuda").artifact.metadata
     except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is an illegal one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
@@ -109,7 +110,7 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
 
 
 def _astuple(c: MoeConfig) -> tuple:
-    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m, c.swap)
+    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m, c.swap, c.split_k)
 
 
 @dataclass
@@ -127,19 +128,19 @@ class Pool:
 
 def build_pool(
     shape: tm.MoeShape, target: str, sms: int, l2_bytes: int, max_configs: int | None = None, workers: int = 0,
-    progress: Callable[[str], None] = lambda _s: None, swap: bool = False,
+    progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
 ) -> Pool:  # fmt: skip
     """The region rules' candidates for ``shape``, filtered by the target's shared memory (estimate), then
     by compiling both GEMMs (``workers`` processes; 0: all CPUs but one) without spills, within 255
     registers and the register file; at most ``max_configs``, the static rule's configurations kept.
     ``swap``: the swap-AB configurations (``tm.swap_candidates``) join the candidates (sm_90a only, else
-    a ``TuningError``)."""
+    a ``TuningError``); ``split``: the split-K ones (``tm.split_candidates``) too."""
     from ..target import get_target
     from .legality import ctas_per_sm, reject_after_compile
 
     t0 = time.perf_counter()
     reg = tm.regions(shape, sms, l2_bytes)
-    cands = all_candidates(shape, reg, target, swap)
+    cands = all_candidates(shape, reg, target, swap, split)
     limit = get_target(target).max_shared_bytes
     rejected = {c.label(): "shared memory" for c in cands if max(tm.shared_bytes(c)) > limit}
     cands = [c for c in cands if c.label() not in rejected]
@@ -161,17 +162,21 @@ def build_pool(
         slots = [ctas_per_sm(meta[(k, c)], target) * sms for k in ("up", "down")]
         legal.append(tm.PoolConfig(c, *slots))
     pool = tm.trim(legal, max_configs, lambda p: p.cfg in statics)
-    n_all = len(all_candidates(shape, reg, target, swap))
+    n_all = len(all_candidates(shape, reg, target, swap, split))
     return Pool(reg, n_all, len(cands), len(legal), pool, rejected, time.perf_counter() - t0)
 
 
-def all_candidates(shape: tm.MoeShape, reg: tm.Regions, target: str, swap: bool) -> list[MoeConfig]:
-    """``tm.candidates``, and with ``swap`` the swap-AB ones after them (wgmma: sm_90a only)."""
+def all_candidates(
+    shape: tm.MoeShape, reg: tm.Regions, target: str, swap: bool, split: bool = False
+) -> list[MoeConfig]:
+    """``tm.candidates``, with ``swap`` the swap-AB ones after them (wgmma: sm_90a only), with ``split``
+    the split-K variants of both (``tm.split_candidates``) last."""
     from ..kernels.fused_moe import SWAP_TARGET
 
     if swap and target != SWAP_TARGET:
         raise TuningError(message=f"swap-AB configurations run on wgmma ({SWAP_TARGET}); the target is {target}")
-    return tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
+    base = tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
+    return base + (tm.split_candidates(shape, reg, base) if split else [])
 
 
 # ----------------------------------------------------------------------------- timing
@@ -232,7 +237,9 @@ class Point:
 
 def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: float, seed: int, w: tuple,
               flush: Any, renormalize: bool = True, reps: int = REPS) -> Point:  # fmt: skip
-    """Every configuration of ``pool`` on one routing (``routing``'s generator), CUDA-graph replays."""
+    """Every configuration of ``pool`` on one routing (``routing``'s generator), CUDA-graph replays; on the
+    deterministic combine, or on the atomic one for every configuration when the pool holds split-K ones
+    (``combine_of``)."""
     import torch
 
     from ..kernels.fused_moe import fused_experts
@@ -242,17 +249,25 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
     out = torch.empty_like(x)
     w1, w2 = w
     mem = torch.cuda.graph_pool_handle()
+    deterministic = combine_of(pool) == "deterministic"
     secs: list[float] = []
     graphs: list = []  # alive until every configuration of the point is timed (graph_time's ``keep``)
     for cfg in pool:
 
         def run(c: MoeConfig = cfg) -> Any:
-            return fused_experts(x, w1, w2, wts, ids, config=c, out=out)
+            return fused_experts(x, w1, w2, wts, ids, config=c, out=out, deterministic=deterministic)
 
         secs.append(graph_time(run, flush, reps=reps, pool=mem, keep=graphs))
     del graphs
     hist = torch.bincount(ids.flatten().long(), minlength=shape.experts).tolist()
     return Point(tokens, beta, seed, got, hist, secs)
+
+
+def combine_of(pool: Sequence[MoeConfig]) -> str:
+    """The combine a pool is timed on: "deterministic", or "atomic" when it holds split-K configurations
+    (they have no deterministic form).  One combine for the whole pool: it costs every configuration of a
+    call the same, so the comparison between configurations stays fair."""
+    return "atomic" if any(c.split_k > 1 for c in pool) else "deterministic"
 
 
 def profile(shape: tm.MoeShape, pool: Sequence[MoeConfig], points: Sequence[tuple[int, float]], budget_s: float,
@@ -351,10 +366,10 @@ class TuneResult:
 
 def tune(
     shape: tm.MoeShape, *, budget_s: float = 25 * 60, max_configs: int | None = None, n_points: int | None = None,
-    workers: int = 0, progress: Callable[[str], None] = lambda _s: None, swap: bool = False,
+    workers: int = 0, progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
 ) -> TuneResult:  # fmt: skip
     """Pool, profile, fit, store (tuning cache) and register the table of ``shape`` on the visible GPU;
-    ``swap``: the swap-AB configurations join the pool (``build_pool``)."""
+    ``swap``, ``split``: the swap-AB, split-K configurations join the pool (``build_pool``)."""
     import torch
 
     from ..kernels import moe_dispatch as md
@@ -367,7 +382,7 @@ def tune(
     target = hopper_target(None, dev) or f"sm_{props.major}{props.minor}"
     t0 = time.perf_counter()
     sms, l2 = props.multi_processor_count, device_of(name).l2_bytes
-    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap)
+    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap, split)
     if not pool.pool:
         raise TuningError(message=f"no legal configuration for {shape.key()} on {target}")
     t1 = time.perf_counter()
@@ -375,7 +390,8 @@ def tune(
     t2 = time.perf_counter()
     from .cache import versions
 
-    meta = {"target": target, "versions": versions(), "profile_s": round(t2 - t1, 1), "pool_s": round(t1 - t0, 1)}
+    meta = {"target": target, "versions": versions(), "profile_s": round(t2 - t1, 1), "pool_s": round(t1 - t0, 1),
+            "combine": combine_of([p.cfg for p in pool.pool])}  # fmt: skip
     table = fit_table(shape, name, props.multi_processor_count, pool.pool, pts, meta)
     path = tm.save(table)
     if knobs.cache_disable:
