@@ -21,3 +21,9 @@ BOUNDS_RECORD_WORDS = 8
 # An i64 scalar argument travels as two i32 launch constants: its own name (the low word), then this
 # suffix on its name (the high word).
 HIGH_WORD = ".hi"
+
+# ``wc.arrive``'s inline PTX (``codegen/arrive.py``), parsed strictly by the emulator: the GPU-scope fence
+# every thread runs before and after the arrival, and the one thread's counting atomic (the last of
+# ``expected`` arrivals reads old == expected - 1 and leaves 0 behind: atom.inc's wrap).
+FENCE_PTX = "fence.acq_rel.gpu;"
+ARRIVE_PTX = "atom.acq_rel.gpu.global.inc.u32 $0, [$1], $2;"

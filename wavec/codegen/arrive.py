@@ -29,6 +29,7 @@ import torch.fx as fx
 from iree.compiler import ir
 from iree.compiler.dialects import arith, gpu, llvm, memref, scf, vector
 
+from ..abi import ARRIVE_PTX, FENCE_PTX
 from ..errors import CodegenError
 from ..frontend.tracing import arg_node
 from ..passes.schema import Kwargs
@@ -36,10 +37,6 @@ from .dynamic_access import atomic_address
 from .lowering import FunctionBuilder
 from .memory_access import in_bounds, index_vectors, mem_indices, run_coords
 from .replicas import replica_guard
-
-FENCE_PTX = "fence.acq_rel.gpu;"
-# the last of `expected` arrivals reads old == expected - 1 and leaves 0 behind (atom.inc's wrap)
-ARRIVE_PTX = "atom.acq_rel.gpu.global.inc.u32 $0, [$1], $2;"
 
 
 def _fence(fb: FunctionBuilder, ordering: str) -> None:

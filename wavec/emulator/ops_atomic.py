@@ -11,7 +11,7 @@ other atomics (shared memory: with plain accesses of the same bytes between two 
 Inline PTX is parsed strictly: exactly the strings ``dynamic_access`` emits (``red``/``atom``,
 ``.relaxed.gpu.global`` or, one word, ``.relaxed.cta.shared`` at a shared-window address), add/min/max
 of ``.f32``/``.u32``/``.s32``/``.noftz.f16x2``/``.noftz.bf16x2``,
-``.v2``/``.v4`` for ``red``), with their constraints, and the two strings of ``codegen/arrive.py``
+``.v2``/``.v4`` for ``red``), with their constraints, and the two strings of ``wc.arrive`` (``abi.py``)
 (``fence.acq_rel.gpu`` and the wrapping ``atom.acq_rel.gpu.global.inc.u32``); anything else is an
 error.  Packed halves add per half in that precision (round to nearest), as the hardware does.
 
@@ -30,7 +30,7 @@ import numpy as np
 from iree.compiler import ir
 from iree.compiler.dialects import arith
 
-from wavec.codegen.arrive import ARRIVE_PTX, FENCE_PTX
+from wavec.abi import ARRIVE_PTX, FENCE_PTX
 from wavec.emulator.interp import KDYN, Compiler, Instr, State, full_lanes, register
 from wavec.emulator.memory import MemRef, _race_bytes, address, element_indices
 from wavec.emulator.types import bf16_bits_to_f32, f32_to_bf16_bits
