@@ -9,6 +9,7 @@ steps of 8 runs of the routing kernel's sentinel fill kept the other seven idle 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import sympy
@@ -23,10 +24,16 @@ if TYPE_CHECKING:
 
 def coord_table(layout: Layout, lanes: int) -> list[tuple]:
     """Per lane, the start coordinates of every dim with the other hardware symbols at 0."""
-    starts = [s.start for s in layout.seqs]
+    return list(_coord_table(tuple(s.start for s in layout.seqs), lanes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _coord_table(starts: tuple, lanes: int) -> tuple[tuple, ...]:
+    # memoised: a store guards each of its runs by one layout (the GEMM epilogue's 64 runs re-derived the
+    # same table 64 times, 1 s of a 2 s compile)
     others = {x: 0 for e in starts for x in sympy.sympify(e).free_symbols if x != LANE}
     fns = [sympy.lambdify(LANE, sympy.sympify(e).subs(others), "math") for e in starts]
-    return [tuple(int(f(lane)) for f in fns) for lane in range(lanes)]
+    return tuple(tuple(int(f(lane)) for f in fns) for lane in range(lanes))
 
 
 def replica_guard(
