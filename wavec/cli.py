@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _perf(args: argparse.Namespace) -> int:
     from .perf import decompose, features, gpu, schedule
-    from .perf.estimator import estimate, family_of
+    from .perf.estimator import estimate, family_of, launch_values
     from .perf.gpus import GPUS
     from .perf.library import library_launch
     from .perf.report import format_estimate, format_report
@@ -83,9 +83,8 @@ def _perf(args: argparse.Namespace) -> int:
     print(format_report(decomp, sched, feats))
     family = family_of(args.kernel, args.mma)
     key = next(k for k, v in GPUS.items() if v == spec)
-    values = {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
     try:
-        est = estimate(values, spec, key, family, args.trained_on)
+        est = estimate(launch_values(decomp, feats), spec, key, family, args.trained_on)
     except OptionError as e:  # no weights for this family: the analytical half above still stands
         print(f"no performance-model estimate: {e} (train them: python -m wavec.perf.train)")
         return 0

@@ -38,6 +38,7 @@ __all__ = [
     "INPUTS",
     "CYCLES",
     "model_inputs",
+    "launch_values",
     "MLP",
     "Ensemble",
     "Model",
@@ -106,6 +107,12 @@ def _spread(values: Mapping[str, float]) -> list[float]:
         mean, busiest = float(values[f"{p}.gpu_cycles"]), float(values[f"{p}.sm_cycles"])
         out.append(busiest / mean if mean > 0 else 1.0)
     return out
+
+
+def launch_values(decomp: Any, feats: Any) -> dict[str, float]:
+    """The ``values`` :func:`model_inputs` and :func:`estimate` take for one decomposed launch: its
+    ``Features.values`` plus the binary's ``registers`` (0 where unknown) and ``shared_bytes``."""
+    return {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
 
 
 def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .estimator import Estimate, estimate
+from .estimator import Estimate, estimate, launch_values
 from .gpus import GPUS, GPUSpec, gpu
 
 __all__ = ["Predicted", "family_of", "predict_launches"]
@@ -68,8 +68,7 @@ def _estimate(artifact: Any, shapes: tuple, scalars: dict[str, int], spec: GPUSp
 
     decomp = decompose(artifact, *shapes, gpu=spec, **scalars)
     feats = features(decomp, schedule(decomp, spec))
-    values = {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
-    return estimate(values, spec, key, family)
+    return estimate(launch_values(decomp, feats), spec, key, family)
 
 
 def predict_launches(launches: Sequence[Any], gpu_name: str) -> list[Predicted]:
