@@ -10,12 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests import moe_gpu
 from wavec.errors import ArgumentError
 from wavec.kernels import fused_moe as fm
 from wavec.kernels.fused_moe import MoeConfig
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 CONFIGS = [
@@ -29,18 +29,8 @@ SHAPES = [(1024, 3584, 8, 2), (512, 3592, 8, 2)]  # h, i, e, k
 
 
 def inputs(t: int, h: int, i: int, e: int, k: int, dtype=torch.bfloat16, skew: float = 0.0, seed: int = 0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(t, h, device="cuda", generator=g).to(dtype)
-    w1 = (torch.randn(e, 2 * i, h, device="cuda", generator=g) / h**0.5).to(dtype)
-    w2 = (torch.randn(e, h, i, device="cuda", generator=g) / i**0.5).to(dtype)
-    logits = torch.randn(t, e, device="cuda", generator=g) - skew * torch.arange(e, device="cuda")
-    weights, ids = torch.topk(torch.softmax(logits, -1), k)
-    return x, w1, w2, weights * 1.7, ids.to(torch.int32)  # 1.7: a weight applied per slice twice shows
-
-
-def check(got: torch.Tensor, want: torch.Tensor, dtype) -> None:
-    assert torch.isfinite(got).all(), "an output element was not written"
-    torch.testing.assert_close(got.float(), want, rtol=TOL[dtype], atol=TOL[dtype])
+    # 1.7: a weight applied per slice twice shows
+    return moe_gpu.inputs(t, h, i, e, k, dtype, skew, seed, weight_scale=1.7)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -53,7 +43,7 @@ def test_split_model_sizes(cfg: MoeConfig, h: int, i: int, e: int, k: int, t: in
         out = torch.full((t, h), float("nan"), dtype=dtype, device="cuda")
         fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=False, out=out,
                          apply_router_weight_on_input=on_input)  # fmt: skip
-        check(out, fm.reference(x, w1, w2, wts, ids, apply_router_weight_on_input=on_input), dtype)
+        moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids, apply_router_weight_on_input=on_input), dtype)
 
 
 @pytest.mark.parametrize("t", [1, 8])
@@ -63,7 +53,7 @@ def test_split_mixtral_size(cfg: MoeConfig, t: int) -> None:
     x, w1, w2, wts, ids = inputs(t, 4096, 14336, 8, 2, seed=t)
     out = torch.full((t, 4096), float("nan"), dtype=torch.bfloat16, device="cuda")
     fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=False, out=out)
-    check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
+    moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=MoeConfig.label)
@@ -72,9 +62,10 @@ def test_split_skewed_matches_unsplit(cfg: MoeConfig) -> None:
     the reference and with the same tiles unsplit."""
     x, w1, w2, wts, ids = inputs(300, 1024, 3584, 8, 2, skew=2.0, seed=cfg.split_k)
     got = fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=False)
-    check(got, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
+    moe_gpu.check(got, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
     one = fm.fused_experts(x, w1, w2, wts, ids, config=cfg.unsplit(), deterministic=False)
-    torch.testing.assert_close(got.float(), one.float(), rtol=TOL[torch.bfloat16], atol=TOL[torch.bfloat16])
+    tol = moe_gpu.TOL[torch.bfloat16]
+    torch.testing.assert_close(got.float(), one.float(), rtol=tol, atol=tol)
 
 
 def test_split_expert_map_and_refusals() -> None:
@@ -86,7 +77,7 @@ def test_split_expert_map_and_refusals() -> None:
     out = torch.full((t, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
     fm.fused_experts(x, w1, w2, wts, ids, expert_map=emap, global_num_experts=ge, config=CONFIGS[1],
                      deterministic=False, out=out)  # fmt: skip
-    check(out, fm.reference(x, w1, w2, wts, ids, expert_map=emap), torch.bfloat16)
+    moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids, expert_map=emap), torch.bfloat16)
     out.fill_(float("nan"))
     with pytest.raises(ArgumentError, match="needs deterministic=False"):
         fm.fused_experts(x, w1, w2, wts, ids, expert_map=emap, global_num_experts=ge, config=CONFIGS[1], out=out)
@@ -109,7 +100,7 @@ def test_split_cuda_graph_replay() -> None:
     for _ in range(2):  # twice: a replay must not add onto the previous one's accumulator
         graph.replay()
     torch.cuda.synchronize()
-    check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
+    moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
 
 
 @pytest.mark.skipif(not HOPPER, reason="swap-AB runs on wgmma: needs an sm_90a (Hopper) GPU")
@@ -120,4 +111,4 @@ def test_split_swap_ab(cfg: MoeConfig, t: int) -> None:
         x, w1, w2, wts, ids = inputs(t, h, i, 8, 2, torch.float16, seed=t)
         out = torch.full((t, h), float("nan"), dtype=torch.float16, device="cuda")
         fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=False, out=out)
-        check(out, fm.reference(x, w1, w2, wts, ids), torch.float16)
+        moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids), torch.float16)

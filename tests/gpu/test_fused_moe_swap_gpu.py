@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests import moe_gpu
 from wavec.kernels import fused_moe as fm
 from wavec.kernels.fused_moe import MoeConfig
 
@@ -20,7 +21,6 @@ pytestmark = [
         reason="swap-AB runs on wgmma: needs an sm_90a (Hopper) GPU",
     ),
 ]
-TOL = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 CONFIGS = [
     MoeConfig(8, 64, 128, 128, 3, swap=True),
@@ -35,52 +35,38 @@ SHAPES = [  # h, i, e, k
 ]
 
 
-def inputs(t: int, h: int, i: int, e: int, k: int, dtype=torch.bfloat16, skew: float = 0.0, seed: int = 0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(t, h, device="cuda", generator=g).to(dtype)
-    w1 = (torch.randn(e, 2 * i, h, device="cuda", generator=g) / h**0.5).to(dtype)
-    w2 = (torch.randn(e, h, i, device="cuda", generator=g) / i**0.5).to(dtype)
-    logits = torch.randn(t, e, device="cuda", generator=g) - skew * torch.arange(e, device="cuda")
-    weights, ids = torch.topk(torch.softmax(logits, -1), k)
-    return x, w1, w2, weights, ids.to(torch.int32)
-
-
-def check(got: torch.Tensor, want: torch.Tensor, dtype) -> None:
-    assert torch.isfinite(got).all(), "an output element was not written"
-    torch.testing.assert_close(got.float(), want, rtol=TOL[dtype], atol=TOL[dtype])
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("t", [1, 3, 7, 16, 33])
 @pytest.mark.parametrize("h, i, e, k", SHAPES)
 @pytest.mark.parametrize("cfg", CONFIGS, ids=MoeConfig.label)
 def test_swap_model_sizes(cfg: MoeConfig, h: int, i: int, e: int, k: int, t: int, deterministic: bool, dtype) -> None:
-    x, w1, w2, wts, ids = inputs(t, h, i, e, k, dtype, seed=t + k)
+    x, w1, w2, wts, ids = moe_gpu.inputs(t, h, i, e, k, dtype, seed=t + k)
     out = torch.full((t, h), float("nan"), dtype=dtype, device="cuda")
     fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=deterministic, out=out)
-    check(out, fm.reference(x, w1, w2, wts, ids), dtype)
+    moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids), dtype)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=MoeConfig.label)
 def test_swap_skewed_routing_matches_mma_sync(cfg: MoeConfig) -> None:
     """Skewed routing (many blocks of one expert, experts without tokens): swap-AB agrees with the
     reference and with the mma.sync kernels of the same token block (16 for the 8-row block)."""
-    x, w1, w2, wts, ids = inputs(300, 1024, 512, 64, 8, skew=2.0, seed=cfg.block_m)
+    x, w1, w2, wts, ids = moe_gpu.inputs(300, 1024, 512, 64, 8, skew=2.0, seed=cfg.block_m)
     want = fm.reference(x, w1, w2, wts, ids)
     dense = fm.tiles_for_block(max(cfg.block_m, 16))
     for det in (True, False):
         got = fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=det)
-        check(got, want, torch.bfloat16)
+        moe_gpu.check(got, want, torch.bfloat16)
         ref = fm.fused_experts(x, w1, w2, wts, ids, config=dense, deterministic=det)
-        torch.testing.assert_close(got.float(), ref.float(), rtol=TOL[torch.bfloat16], atol=TOL[torch.bfloat16])
+        tol = moe_gpu.TOL[torch.bfloat16]
+        torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=MoeConfig.label)
 def test_swap_expert_map_and_weight_on_input(cfg: MoeConfig, deterministic: bool) -> None:
     t, ge, local = 33, 64, 16
-    x, w1, w2, wts, _ = inputs(t, 1024, 512, local, 2, seed=2)
+    x, w1, w2, wts, _ = moe_gpu.inputs(t, 1024, 512, local, 2, seed=2)
     ids = torch.stack([torch.randperm(ge, device="cuda")[:2] for _ in range(t)]).to(torch.int32)
     emap = torch.full((ge,), -1, dtype=torch.int32, device="cuda")
     emap[torch.randperm(ge, device="cuda")[:local]] = torch.arange(local, dtype=torch.int32, device="cuda")
@@ -89,22 +75,22 @@ def test_swap_expert_map_and_weight_on_input(cfg: MoeConfig, deterministic: bool
         fm.fused_experts(x, w1, w2, wts * 2, ids, expert_map=emap, global_num_experts=ge, config=cfg,
                          apply_router_weight_on_input=on_input, deterministic=deterministic, out=out)  # fmt: skip
         want = fm.reference(x, w1, w2, wts * 2, ids, expert_map=emap, apply_router_weight_on_input=on_input)
-        check(out, want, torch.bfloat16)
+        moe_gpu.check(out, want, torch.bfloat16)
 
 
 def test_swap_cuda_graph_replay() -> None:
     """The operator with swap-AB kernels captures and replays; new routing in the captured buffers gives
     the new answer."""
     cfg = CONFIGS[0]
-    x, w1, w2, wts, ids = inputs(7, 2048, 768, 64, 8, seed=4)
+    x, w1, w2, wts, ids = moe_gpu.inputs(7, 2048, 768, 64, 8, seed=4)
     out = torch.empty(7, 2048, dtype=torch.bfloat16, device="cuda")
     fm.fused_experts(x, w1, w2, wts, ids, config=cfg, out=out)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fm.fused_experts(x, w1, w2, wts, ids, config=cfg, out=out)
-    x2, _, _, wts2, ids2 = inputs(7, 2048, 768, 64, 8, skew=2.0, seed=5)
+    x2, _, _, wts2, ids2 = moe_gpu.inputs(7, 2048, 768, 64, 8, skew=2.0, seed=5)
     x.copy_(x2), wts.copy_(wts2), ids.copy_(ids2)
     out.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
+    moe_gpu.check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
