@@ -106,12 +106,13 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("dtype", [wc.bf16, wc.f32])
 def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -> None:
-    """LayerNorm of 16384 bf16 (8192 f32) over 32 waves of 2 runs a lane, one row per workgroup: 16-byte
-    accesses, and ptxas keeps it in 64 registers or fewer (1024 threads; 4 runs a lane took 106)."""
+    """LayerNorm of 16384 bf16 (8192 f32) over 16 waves of 4 runs a lane, one row per workgroup: 16-byte
+    accesses, no spills (``rows.LN_LONG_UNITS``: on an H200 faster than 32 waves of 2 runs in 64
+    registers)."""
     gfx = target.startswith("gfx")
     block = 16384 if dtype == wc.bf16 else 8192
     block_n, loop, vec, waves = rows.config_for(dtype, block, "layer_norm")
-    assert (block_n, loop, waves) == (block, False, 32)
+    assert (block_n, loop, waves) == (block, False, 16)
     # (a 64-lane wave takes two 32-lane waves' runs: 1024 threads either way)
     kernel = rows.make_layer_norm_long(dtype, waves // 2 if gfx else waves, tpw=64 if gfx else 32, vec=vec)
     with pytest.MonkeyPatch.context() as mp:
@@ -121,7 +122,7 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
     if gfx:
         return
     ptx = k.artifact.binary.decode()
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 6  # x, w, b: 2 runs a lane each
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
     ptxas = find_ptxas()
     if ptxas is None:
         return
@@ -133,7 +134,7 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
         check=True,
     )
     report = proc.stdout + proc.stderr
-    assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 64
+    assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 128
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])

@@ -161,11 +161,22 @@ class MoeConfig:
         return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}{w}{x}"
 
 
-def static_config(tokens: int, top_k: int, experts: int) -> MoeConfig:
+SWAP_STATIC = MoeConfig(8, 64, 128, 128, 3, swap=True)  # the static rule's decode tiles on sm_90a
+SWAP_MIN_CTAS = 64  # the least up-projection grid (active experts x I tiles) the static rule swaps
+
+
+def static_config(tokens: int, top_k: int, experts: int, wgmma: bool = False, inter: int = 0) -> MoeConfig:
     """The static choice: BLOCK_M the smallest of 16, 32, 64, 128 holding the tokens per expert at
     balanced routing (T*k/E; 128 beyond), so decode pads little and prefill uses large tiles; the other
-    tiles follow from it (``tiles_for_block``)."""
+    tiles follow from it (``tiles_for_block``).  ``wgmma`` (an sm_90a GPU): up to 8 tokens per expert
+    take ``SWAP_STATIC``, swap-AB with the token block on wgmma's N axis, where the up-projection over
+    ``inter`` has ``SWAP_MIN_CTAS`` tiles or more at balanced routing (on an H200 1.06-1.22x the mma.sync
+    tiles at T = 1-32 for OLMoE, Qwen3-30B-A3B, DeepSeek-V2-Lite and Mixtral; 0.87x at DeepSeek-V3-TP8's
+    T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md)."""
     per_expert = tokens * top_k / max(experts, 1)
+    ctas = min(experts, tokens * top_k) * -(-inter // SWAP_STATIC.block_n)
+    if wgmma and per_expert <= SWAP_STATIC.block_m and ctas >= SWAP_MIN_CTAS:
+        return SWAP_STATIC
     return tiles_for_block(next((b for b in (16, 32, 64) if per_expert <= b), 128))
 
 

@@ -34,6 +34,7 @@ _DEVICE_NAMES: dict[Any, str] = {}
 _CHOOSERS: dict[tuple, Any] = {}
 _COUNTS: Counter = Counter()
 _MISSING: Counter = Counter()
+_HOPPER: dict[Any, bool] = {}
 _LAST: list[MoeConfig] = []  # the latest choice (the report's "last")
 
 
@@ -46,6 +47,16 @@ def device_name(device: Any) -> str:
         cuda = getattr(device, "type", None) == "cuda"
         _DEVICE_NAMES[device] = torch.cuda.get_device_name(device) if cuda else "cpu"
     return _DEVICE_NAMES[device]
+
+
+def _hopper(device: Any) -> bool:
+    """Whether ``device`` is an sm_90a GPU (the swap-AB static rule); asked once per device."""
+    if device not in _HOPPER:
+        import torch
+
+        cuda = getattr(device, "type", None) == "cuda"
+        _HOPPER[device] = cuda and torch.cuda.get_device_capability(device) == (9, 0)
+    return _HOPPER[device]
 
 
 def register_table(table: tm.MoeTable) -> None:
@@ -116,7 +127,8 @@ def picker(s: Any, explicit: MoeConfig | None, dispatch: str, skip: int, device:
     shape, table = lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
     if table is None:
         key = tm.table_key(shape, device_name(device))
-        return _Counted(static_config(s.tokens, s.top_k, s.experts), ("fallback_no_table", "static_rule"), key)
+        rule = static_config(s.tokens, s.top_k, s.experts, wgmma=_hopper(device), inter=s.inter)
+        return _Counted(rule, ("fallback_no_table", "static_rule"), key)
     if dispatch == "static":
         return _Counted(table.pool[table.static_index(s.tokens)].cfg, ("static_table",), None)
     experts, bins, tokens = s.experts, s.experts + skip, s.tokens

@@ -8,7 +8,12 @@ no dependent mean first), and the shift keeps f32 precision: ``c`` is of the row
 so a row 1000 + randn keeps its unit variance where ``E[x^2] - E[x]^2`` cancels it to noise.  The error
 is f32 rounding times ``1 + (mean - shift)^2 / var``: a few 1e-6 relative for a first element a few
 spreads out, invisible in f16/bf16 outputs but not within f32's tolerance of torch, so f32 rows keep the
-two passes (the mean, then the squared deviations from it; ``one_pass``).
+two passes (the mean of ``c``, then the squared deviations from it; ``one_pass``).  f32 rows are shifted
+too: a mean of 1e4 held in f32 is off by a few ulps (0.001 each) after a row's sum, and ``x - mean``
+carries that into every output (2-3e-3 on an H200 at 4097-20000 elements).  Their deviations are
+``(x - hi) - lo`` with ``hi + lo`` the exact sum ``shift + mean(c)`` (``two_sum``): one rounding where
+``x`` is near ``hi`` (Sterbenz), as unshifted rows had, where ``c - mean(c)`` would round ``c`` first
+(one f32 output in 8.4M past torch's 2e-6 on an H200).
 """
 
 from __future__ import annotations
@@ -31,13 +36,23 @@ def shifted_stats(s1, s2, eps, inv_n):
     return m1, wc.rsqrt(wc.maximum(s2 * inv_n - m1 * m1, 0.0) + eps)
 
 
+def two_sum(a, b):
+    """(hi, lo) with ``hi = fl(a + b)`` and ``hi + lo == a + b`` exactly (Knuth's TwoSum: no ordering of
+    ``|a|`` and ``|b|`` needed)."""
+    hi = a + b
+    bb = hi - a
+    return hi, (a - (hi - bb)) + (b - bb)
+
+
 def deviations(v, inside, first: Callable[[], Any], total: Callable[[Any], Any], eps, inv_n, dtype):
     """(``x - mean``, rsqrt(var + eps)) of rows ``v`` (f32, 0 where not ``inside``), ``total`` the row sum
-    and ``first()`` the row's first element, read only for the one pass.  The deviations past the row are
-    not 0 in the one pass (their stores are masked)."""
+    and ``first()`` the row's first element (the shift).  The deviations past the row are not 0 in the
+    one pass (their stores are masked)."""
+    shift = first()
+    c = wc.where(inside, v - shift, 0.0)
     if not one_pass(dtype):
-        d = wc.where(inside, v - total(v) * inv_n, 0.0)
+        hi, lo = two_sum(shift, total(c) * inv_n)
+        d = wc.where(inside, (v - hi) - lo, 0.0)
         return d, wc.rsqrt(total(d * d) * inv_n + eps)
-    c = wc.where(inside, v - first(), 0.0)
     m1, r = shifted_stats(total(c), total(c * c), eps, inv_n)
     return c - m1, r

@@ -28,7 +28,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
-from wavec.kernels.row_stats import deviations
+from wavec.kernels.row_stats import deviations, two_sum
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -151,9 +151,11 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
         def first(n_a, mean_a, m2_a, v, masked: bool):
+            v = v - shift[:, None]  # the statistics of x less the row's first element (``row_stats``)
             if masked:
                 cols = wc.cast(wc.arange(N)[None, :] < N, f32)
                 n_b = wc.sum(cols, N)
+                v = v * cols
                 mean_b = wc.sum(v, N) * wc.reciprocal(n_b)
                 d = (v - mean_b[:, None]) * cols
             else:
@@ -168,10 +170,12 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 
         def second(_n, mean, m2, v) -> None:
             r = wc.rsqrt(m2 * inv_n + eps)
-            y = (v - mean[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
+            hi, lo = two_sum(shift, mean)  # (x - hi) - lo: one rounding near the mean (``row_stats``)
+            y = ((v - hi[:, None]) - lo[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
             wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
 
         if loop:
+            shift = _first(x, mapping={N: wc.index(M) * 0})
             _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
             return
         inside = wc.arange(N)[None, :] < N
@@ -186,9 +190,10 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
 def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
     dim), statistics in one pass for f16/bf16 (``row_stats``: the shift the row's first element).
-    ``config_for`` gives each lane 2 runs (``LN_RUNS``): 60 registers, so two 512-thread workgroups (8192
-    bf16) or one of 1024 (16384) fill half an SM's warps, where 4 runs held 106-110 registers and one
-    512-thread workgroup (16 warps) an SM."""
+    ``config_for`` gives each lane ``RUNS_PER_WAVE`` runs from 8192 bf16 (``LN_LONG_UNITS``): on an H200
+    4 runs over 8 / 16 waves read at 0.76 / 0.65 of copy at 8192 / 16384 where 2 runs over 16 / 32 waves
+    (60 registers against 106-110, but twice the cross-wave exchange) read at 0.74 / 0.54
+    (``benchmarks/rows_sweep.py``, docs/performance.md)."""
     vec = vec or 16 // dtype.bytes
 
     @wc.wave(
@@ -219,8 +224,7 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
-LN_LONG_UNITS = 16  # LayerNorm tiles of at least 16 units (4096 bf16): ``make_layer_norm_long``
-LN_RUNS = 2  # its runs per lane (32 waves, 1024 threads, at 16384 bf16)
+LN_LONG_UNITS = 32  # LayerNorm tiles of at least 32 units (8192 bf16): ``make_layer_norm_long``
 
 
 def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
@@ -229,8 +233,9 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
     leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
-    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more ``LN_RUNS`` (one row per
-    workgroup, ``make_layer_norm_long``).  Longer rows loop over tiles of ``8 * unit`` with one wave each,
+    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more one row per workgroup
+    (``make_layer_norm_long``; at 4096 bf16 two rows of 4 waves read at 0.89 of copy, one of 8 at 0.81).
+    Longer rows loop over tiles of ``8 * unit`` with one wave each,
     as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
     slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
     (or every N, looping)."""
@@ -246,8 +251,7 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
         tile *= 2
     if narrow:
         return tile, False, vec, 1
-    runs = LN_RUNS if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit else RUNS_PER_WAVE
-    return tile, False, vec, max(1, tile // (runs * unit))
+    return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit))
 
 
 _COMPILED: dict = {}
@@ -256,7 +260,7 @@ _COMPILED: dict = {}
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    if kind == "layer_norm" and waves >= LN_LONG_UNITS // LN_RUNS:  # (the short and narrow rows: <= 2 waves)
+    if kind == "layer_norm" and waves >= LN_LONG_UNITS // RUNS_PER_WAVE:  # (short and narrow rows: < 8 waves)
         return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
     return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}

@@ -31,7 +31,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
-from wavec.kernels.row_stats import one_pass, shifted_stats
+from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
@@ -118,14 +118,14 @@ def _first(row: _Row, xf):
 
 def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
     """(interior, edge deviations from the row's mean, rsqrt(var + eps)): one pass over ``x - first``
-    (f16/bf16) or the mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
+    (f16/bf16) or its mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
     every slot (those past the row rewrite their owner's value), the interior's past K not 0."""
-    shift = _first(row, xf) if one_pass(dtype) else 0.0
+    shift = _first(row, xf)
     c = wc.where(row.inside, row.v - shift, 0.0)
     ce = row.e - shift
     if not one_pass(dtype):
-        mean = row.total(c, row.edge(ce, 0.0)) * inv_n
-        d, de = wc.where(row.inside, c - mean, 0.0), ce - mean
+        hi, lo = two_sum(shift, row.total(c, row.edge(ce, 0.0)) * inv_n)
+        d, de = wc.where(row.inside, (row.v - hi) - lo, 0.0), (row.e - hi) - lo
         return d, de, wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
     ce_in = row.edge(ce, 0.0)
     m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)

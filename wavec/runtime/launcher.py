@@ -13,8 +13,9 @@ Guarantees:
 * It launches on torch's current stream of the tensors' device, read on every launch, so
   ``torch.cuda.stream(s)`` and graph capture work.
 * TMA tensor maps are one more pointer after the tensors: a device buffer of this call's maps
-  (:class:`~wavec.runtime.tensor_map.TensorMapCache`; new tensors encode and upload first, so warm up on
-  the same tensors before capturing a CUDA graph).
+  (:class:`~wavec.runtime.tensor_map.TensorMapCache`; new tensors encode and upload first; under graph
+  capture the upload is a captured copy from pinned host memory, so a tensor first seen in the capture,
+  a workspace the capture allocates, works too).
 * A kernel compiled with ``WAVEC_CHECK_BOUNDS=1`` (``meta.bounds_checks``) gets its bounds record last: a
   zeroed device buffer per call, read back after the kernel (this synchronises the stream, so no CUDA
   graph capture) and raised as :class:`~wavec.errors.OutOfBoundsError` (``runtime/bounds.py``).
@@ -260,7 +261,14 @@ class CudaKernel:
     def _upload(self, raw: bytes, device: int) -> tuple[Any, int]:
         """A device copy of ``raw`` (the encoded tensor maps): (the tensor keeping it alive, its address)."""
         torch = self._torch
-        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(f"cuda:{device}")
+        host = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if torch.cuda.is_current_stream_capturing():
+            # A copy captured into a graph reads its host bytes at every replay, and only from pinned
+            # memory: the pinned copy lives as long as the device buffer.
+            host = host.pin_memory()
+            t = host.to(f"cuda:{device}", non_blocking=True)
+            return (t, host), t.data_ptr()
+        t = host.to(f"cuda:{device}")
         return t, t.data_ptr()
 
     # ----------------------------------------------------------------------------------------- loading

@@ -1,0 +1,88 @@
+"""Aligned RMSNorm / LayerNorm rows (``kernels/rows.py``) over the layouts one row can take: one tile over
+W waves (two rows a workgroup), LayerNorm's one row a workgroup over W waves (``make_layer_norm_long``),
+and loop tiles of B elements a wave; each beside a device copy of the same bytes, one run, do_bench
+medians, bf16 rows of 256 MB.  It picks ``config_for``'s table (issue 20: >= 0.80 of copy at >= 1024).
+
+    python benchmarks/rows_sweep.py [--lengths 4096,8192,16384] [--dtype bfloat16]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton.testing
+
+import wavec as wc
+from wavec.kernels import rows
+
+F = torch.nn.functional
+BYTES = 256 << 20
+
+
+def _us(fn: Callable[[], Any]) -> float:
+    return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int]]:
+    """(name, kernel, BLOCK_N) of every layout tried for rows of ``n``."""
+    vec = 16 // dtype.bytes
+    unit = 32 * vec
+    out: list[tuple[str, wc.WaveKernel, int]] = []
+    extra = {"block_n": n} if kind == "layer_norm" else {}
+    for waves in (2, 4, 8, 16):
+        if n // (waves * unit) in (1, 2, 4, 8):
+            kernel = rows.MAKERS[kind](dtype, loop=False, vec=vec, waves_per_row=waves, **extra)
+            out.append((f"tile/{waves}w", kernel, n))
+    if kind == "layer_norm":
+        for waves in (8, 16, 32):
+            if n // (waves * unit) in (1, 2, 4):
+                out.append((f"long/{waves}w", rows.make_layer_norm_long(dtype, waves, vec=vec), n))
+    for block in (1024, 2048, 4096):
+        if block < n:
+            extra = {"block_n": block} if kind == "layer_norm" else {}
+            out.append((f"loop/{block}", rows.MAKERS[kind](dtype, loop=True, vec=vec, **extra), block))
+    return out
+
+
+def main() -> None:
+    arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
+    lengths = [int(v) for v in arg("--lengths", "4096,8192,16384").split(",")]
+    tdtype = getattr(torch, arg("--dtype", "bfloat16"))
+    dtype = rows.DTYPES[str(tdtype).removeprefix("torch.")]
+    lines = [f"device: {torch.cuda.get_device_name()}, {tdtype}", "op | N | layout | us | of copy | default"]
+    print(*lines, sep="\n", flush=True)
+    for n in lengths:
+        m = BYTES // (n * tdtype.itemsize)
+        x = torch.randn(m, n, device="cuda", dtype=tdtype)
+        w, b = torch.randn(n, device="cuda", dtype=tdtype), torch.randn(n, device="cuda", dtype=tdtype)
+        y = torch.empty_like(x)
+        t_copy = _us(lambda: y.copy_(x))
+        for kind in ("rms_norm", "layer_norm"):
+            want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
+            vectors = (w,) if kind == "rms_norm" else (w, b)
+            default = rows.config_for(dtype, n, kind)
+            for name, kernel, block in layouts(kind, dtype, n):
+                try:
+                    k = wc.compile(kernel, {rows.BLOCK_N: block})
+                except wc.WavecError as e:
+                    print(f"{kind} | {n} | {name} | compile failed: {str(e)[:100]}", flush=True)
+                    continue
+                args = (x, *vectors, y, 1e-6 if kind == "rms_norm" else 1e-5, 1.0 / n)
+                y.fill_(float("nan"))
+                k(*args)
+                torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
+                t = _us(lambda: k(*args))
+                line = f"{kind} | {n} | {name} | {t:.1f} | {t_copy / t:.2f} | {default}"
+                print(line, flush=True)
+                lines.append(line)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "rows_sweep.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
