@@ -1,9 +1,9 @@
-"""Aligned RMSNorm / LayerNorm rows (``kernels/rows.py``) over the layouts one row can take: one tile over
-W waves (two rows a workgroup), LayerNorm's one row a workgroup over W waves (``make_layer_norm_long``),
-and loop tiles of B elements a wave; each beside a device copy of the same bytes, one run, do_bench
+"""Aligned softmax / RMSNorm / LayerNorm rows (``kernels/rows.py``) over the layouts one row can take: one
+tile over W waves (two rows a workgroup), one row a workgroup over W waves (``make_*_long``), and loop
+tiles of B elements a wave; each beside a device copy of the same bytes, one run, do_bench
 medians, bf16 rows of 256 MB.  It picks ``config_for``'s table (issue 20: >= 0.80 of copy at >= 1024).
 
-    python benchmarks/rows_sweep.py [--lengths 4096,8192,16384] [--dtype bfloat16]
+    python benchmarks/rows_sweep.py [--lengths 4096,8192,16384] [--dtype bfloat16] [--kinds rms_norm,...]
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int
         if n // (waves * unit) in (1, 2, 4, 8):
             kernel = rows.MAKERS[kind](dtype, loop=False, vec=vec, waves_per_row=waves, **extra)
             out.append((f"tile/{waves}w", kernel, n))
-    if kind == "layer_norm":
-        for waves in (8, 16, 32):
-            if n // (waves * unit) in (1, 2, 4):
-                out.append((f"long/{waves}w", rows.make_layer_norm_long(dtype, waves, vec=vec), n))
+    long = {"softmax": rows.make_softmax_long, "rms_norm": rows.make_rms_norm_long}.get(kind, rows.make_layer_norm_long)
+    for waves in (4, 8, 16, 32):
+        if n // (waves * unit) in (1, 2, 4):
+            out.append((f"long/{waves}w", long(dtype, waves, vec=vec), n))
     for block in (1024, 2048, 4096):
         if block < n:
             extra = {"block_n": block} if kind == "layer_norm" else {}
@@ -52,6 +52,7 @@ def main() -> None:
     arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
     lengths = [int(v) for v in arg("--lengths", "4096,8192,16384").split(",")]
     tdtype = getattr(torch, arg("--dtype", "bfloat16"))
+    kinds = arg("--kinds", "softmax,rms_norm,layer_norm").split(",")
     dtype = rows.DTYPES[str(tdtype).removeprefix("torch.")]
     lines = [f"device: {torch.cuda.get_device_name()}, {tdtype}", "op | N | layout | us | of copy | default"]
     print(*lines, sep="\n", flush=True)
@@ -61,9 +62,12 @@ def main() -> None:
         w, b = torch.randn(n, device="cuda", dtype=tdtype), torch.randn(n, device="cuda", dtype=tdtype)
         y = torch.empty_like(x)
         t_copy = _us(lambda: y.copy_(x))
-        for kind in ("rms_norm", "layer_norm"):
-            want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
-            vectors = (w,) if kind == "rms_norm" else (w, b)
+        for kind in kinds:
+            want, args = {
+                "softmax": lambda: (torch.softmax(x, -1), (x, y)),
+                "rms_norm": lambda: (F.rms_norm(x, (n,), w, 1e-6), (x, w, y, 1e-6, 1.0 / n)),
+                "layer_norm": lambda: (F.layer_norm(x, (n,), w, b, 1e-5), (x, w, b, y, 1e-5, 1.0 / n)),
+            }[kind]()
             default = rows.config_for(dtype, n, kind)
             for name, kernel, block in layouts(kind, dtype, n):
                 try:
@@ -71,7 +75,6 @@ def main() -> None:
                 except wc.WavecError as e:
                     print(f"{kind} | {n} | {name} | compile failed: {str(e)[:100]}", flush=True)
                     continue
-                args = (x, *vectors, y, 1e-6 if kind == "rms_norm" else 1e-5, 1.0 / n)
                 y.fill_(float("nan"))
                 k(*args)
                 torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -69,8 +69,8 @@ ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf1
 @pytest.mark.parametrize("dtype, n", ODD)
 def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: int, tmp_path) -> None:
     """Per lane: 4 chunks (the norms: 2, ``NORM_RUNS``) of x read and of the output written as 16-byte
-    vectors (the row's interior), one edge element read and written alone, for LayerNorm of f16/bf16 the
-    row's first element (its shift), and for the norms each weight (and bias) element gathered; the NVIDIA binaries
+    vectors (the row's interior), one edge element read and written alone, for LayerNorm the row's first
+    element (its shift), and for the norms each weight (and bias) element gathered; the NVIDIA binaries
     assemble without spilling (the norms at 64 registers or fewer: 32 warps an SM)."""
     k = _odd(kind, dtype, n, target)
     assert k.artifact.binary
@@ -84,7 +84,7 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
     vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
     per_lane = chunks * 16 // dtype.bytes + 1  # the interior columns' and the edge element's
     starts = 1 if elem == "b32" else 0  # the row's start (i32)
-    shift = 1 if kind == "layer_norm" and dtype.bytes == 2 else 0  # the one pass's (``row_stats``)
+    shift = 1 if kind == "layer_norm" else 0  # (``row_stats``: every dtype's statistics are shifted)
     assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors * per_lane
     assert len(re.findall(rf"st\.global\.{elem}\b", ptx)) == 1
     ptxas = find_ptxas()
@@ -101,6 +101,38 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
     assert "0 bytes spill stores" in report, report
     if kind != "softmax":
         assert int(re.search(r"Used (\d+) registers", report).group(1)) <= 64, report
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm"])
+@pytest.mark.parametrize("block, waves", [(8192, 8), (16384, 16)])
+def test_long_rows_candidates_compile_without_spills(target: str, kind: str, block: int, waves: int, tmp_path) -> None:
+    """``make_softmax_long`` / ``make_rms_norm_long`` (bf16, one row per workgroup, 4 runs a lane: the
+    sweep's candidates): 16-byte accesses of x (and w) and the output, no spills."""
+    gfx = target.startswith("gfx")
+    make = rows.make_softmax_long if kind == "softmax" else rows.make_rms_norm_long
+    kernel = make(wc.bf16, waves // 2 if gfx else waves, tpw=64 if gfx else 32)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
+    assert k.artifact.binary
+    if gfx:
+        return
+    ptx = k.artifact.binary.decode()
+    reads = rows.RUNS_PER_WAVE * (1 if kind == "softmax" else 2)
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == reads
+    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == rows.RUNS_PER_WAVE
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return
+    (tmp_path / "k.ptx").write_text(ptx)
+    proc = subprocess.run(
+        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "0 bytes spill stores" in proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
@@ -154,7 +186,7 @@ def test_odd_norm_tables_read_16_byte_vectors(target: str, kind: str, dtype, n: 
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + vectors)
     elem = {2: "b16", 4: "b32"}[dtype.bytes]
     starts = 1 if elem == "b32" else 0
-    shift = 1 if kind == "layer_norm" and dtype.bytes == 2 else 0  # the one pass's (``row_stats``)
+    shift = 1 if kind == "layer_norm" else 0  # (``row_stats``: every dtype's statistics are shifted)
     assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors
     ptxas = find_ptxas()
     if ptxas is None:

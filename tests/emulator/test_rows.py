@@ -111,3 +111,23 @@ def test_layer_norm_one_row_per_workgroup(dtype: torch.dtype, n: int) -> None:
             _check(out, want, dtype)
     if dtype != torch.float32:
         _check(layer_norm(x, w, b, 1e-5, backend="emulator"), want, dtype)
+
+
+@pytest.mark.parametrize("dtype, n, block, waves", [(torch.bfloat16, 6000, 8192, 8), (torch.float32, 3000, 4096, 8)])
+def test_softmax_and_rms_norm_one_row_per_workgroup(dtype: torch.dtype, n: int, block: int, waves: int) -> None:
+    """The candidate layouts ``make_softmax_long`` / ``make_rms_norm_long`` (one row per workgroup, 4 runs a
+    lane; ``benchmarks/rows_sweep.py`` times them) into NaN-filled outputs, a masked tile (n < block)."""
+    wdtype = rows.DTYPES[str(dtype).removeprefix("torch.")]
+    vec = 16 // dtype.itemsize
+    assert block == waves * rows.RUNS_PER_WAVE * 32 * vec
+    x = (torch.randn(3, n) * 2 + 1).to(dtype)
+    w = torch.randn(n).to(dtype)
+    xd = x.double()
+    for make, args, want in [
+        (rows.make_softmax_long, (x,), torch.softmax(xd, -1)),
+        (rows.make_rms_norm_long, (x, w), F.rms_norm(xd, (n,), w.double(), 1e-6)),
+    ]:
+        k = wc.compile(make(wdtype, waves, vec=vec), {rows.BLOCK_N: block}, backend="emulator", cache=False)
+        out = torch.full_like(x, float("nan"))
+        k(*args, out, *(() if make is rows.make_softmax_long else (1e-6, 1 / n)))
+        _check(out, want, dtype)

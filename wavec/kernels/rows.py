@@ -187,6 +187,47 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
     return layer_norm_rows
 
 
+def _long_constraints(dtype, waves_per_row: int, tpw: int, vec: int | None) -> list:
+    """One row per workgroup (M a batch dim), one tile of ``BLOCK_N`` over ``waves_per_row`` waves."""
+    vec = vec or 16 // dtype.bytes
+    return [
+        wc.WorkgroupConstraint(M, 1, 0),
+        wc.WorkgroupConstraint(N, BLOCK_N, 1),
+        wc.WaveConstraint(N, BLOCK_N / waves_per_row),
+        wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={N: tpw * vec}),
+    ]
+
+
+def make_rms_norm_long(dtype=wc.f16, waves_per_row: int = 8, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
+    """RMSNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup: the layout
+    LayerNorm takes from 8192 bf16, a candidate for RMSNorm's (``benchmarks/rows_sweep.py`` times it; not
+    chosen by ``config_for`` until measured)."""
+
+    @wc.wave(_long_constraints(dtype, waves_per_row, tpw, vec))
+    def rms_norm_long(
+        x: Memory[M, N, dtype], w: Memory[N, dtype], out: Memory[M, N, dtype], eps: wc.Scalar[f32],
+        inv_n: wc.Scalar[f32],
+    ):  # fmt: skip
+        v = wc.where(wc.arange(N) < N, wc.cast(wc.read(x), f32), 0.0)
+        r = wc.rsqrt(wc.sum(v * v, N) * inv_n + eps)
+        wc.write(wc.cast(v * r * wc.cast(wc.read(w), f32), dtype), out)
+
+    return rms_norm_long
+
+
+def make_softmax_long(dtype=wc.f16, waves_per_row: int = 8, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
+    """Softmax of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (a candidate
+    layout as ``make_rms_norm_long``); a row of -inf gives NaN, as torch."""
+
+    @wc.wave(_long_constraints(dtype, waves_per_row, tpw, vec))
+    def softmax_long(x: Memory[M, N, dtype], out: Memory[M, N, dtype]):
+        v = wc.where(wc.arange(N) < N, wc.cast(wc.read(x), f32), NEG_INF)
+        p = wc.exp2((v - wc.max(v, N)) * LOG2E)
+        wc.write(wc.cast(p * wc.reciprocal(wc.sum(p, N)), dtype), out)
+
+    return softmax_long
+
+
 def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
     dim), statistics in one pass for f16/bf16 (``row_stats``: the shift the row's first element).
@@ -194,16 +235,8 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
     4 runs over 8 / 16 waves read at 0.76 / 0.65 of copy at 8192 / 16384 where 2 runs over 16 / 32 waves
     (60 registers against 106-110, but twice the cross-wave exchange) read at 0.74 / 0.54
     (``benchmarks/rows_sweep.py``, docs/performance.md)."""
-    vec = vec or 16 // dtype.bytes
 
-    @wc.wave(
-        [
-            wc.WorkgroupConstraint(M, 1, 0),
-            wc.WorkgroupConstraint(N, BLOCK_N, 1),
-            wc.WaveConstraint(N, BLOCK_N / waves_per_row),
-            wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={N: tpw * vec}),
-        ]
-    )
+    @wc.wave(_long_constraints(dtype, waves_per_row, tpw, vec))
     def layer_norm_long(
         x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
