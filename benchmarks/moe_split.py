@@ -3,14 +3,14 @@ counts on the shapes where the region rule says it applies (a deep I on a down g
 Mixtral-8x7B), bf16 (issue 21: "split-K for the down-projection when the grid is far below one wave").
 
 Per model shape and T (balanced routing, beta = 1, ``moe_profile.routing``): the whole operator
-(``fused_experts(config=..., deterministic=False)``, routing included; the atomic combine, the only one
-split-K has) for each base configuration of ``BASES`` unsplit and split into each S of ``SPLITS`` (wider
-than ``tm.split_candidates``' one-wave rule on purpose: the rows say where the rule should sit), plus the default
-(deterministic) static choice as the reference users get today; each a CUDA-graph replay with L2 flushed
-before it (median of ``REPS`` after ``WARMUP``; ``moe_profile.graph_time``).  The anchor is timed the same
-way in the same run: a torch copy of the active experts' weight bytes (``copy TB/s`` = 2 x bytes / time,
-the bandwidth decode chases; a configuration's TB/s counts the weight bytes read once).  Each
-configuration's max error against the f32 reference is kept with it.
+(``fused_experts(config=..., deterministic=False)``, routing included; the atomic combine, or with
+``--deterministic`` the deterministic one's split form) for each base configuration of ``BASES`` unsplit and split
+into each S of ``SPLITS`` (wider than ``tm.split_candidates``' one-wave rule on purpose: the rows say where the rule
+should sit), plus the default (deterministic) static choice as the reference users get today; each a CUDA-graph
+replay with L2 flushed before it (median of ``REPS`` after ``WARMUP``; ``moe_profile.graph_time``). The anchor is
+timed the same way in the same run: a torch copy of the active experts' weight bytes (``copy TB/s`` = 2 x bytes /
+time, the bandwidth decode chases; a configuration's TB/s counts the weight bytes read once). Each configuration's
+max error against the f32 reference is kept with it.
 
     python -m benchmarks.moe_split [--models Mixtral-8x7B-TP1,Mixtral-8x7B-TP2] [--tokens 1,4,8] [--splits 2,4,8]
 
@@ -54,11 +54,18 @@ def configs(shape: tm.MoeShape, splits: tuple = SPLITS) -> list[MoeConfig]:
 
 
 def point(
-    shape: tm.MoeShape, t: int, w: tuple, flush: torch.Tensor, timer=mp.graph_time, splits: tuple = SPLITS
+    shape: tm.MoeShape,
+    t: int,
+    w: tuple,
+    flush: torch.Tensor,
+    timer=mp.graph_time,
+    splits: tuple = SPLITS,
+    deterministic: bool = False,
 ) -> dict:
-    """One (model, T): per configuration (label) microseconds, TB/s and max error; the default
-    deterministic static choice as ``default``; the copy anchor (``timer(fn, flush, warmup, reps)``:
-    seconds; the tensors live on ``w``'s device)."""
+    """One (model, T): per configuration (label) microseconds, TB/s and max error on the atomic combine
+    (``deterministic``: the deterministic one, f32 rows per slice); the default deterministic static choice
+    as ``default``; the copy anchor (``timer(fn, flush, warmup, reps)``: seconds; the tensors live on
+    ``w``'s device)."""
     w1, w2 = w
     dev = w1.device
     x = torch.randn(t, shape.hidden, device=dev, dtype=w1.dtype)
@@ -73,7 +80,7 @@ def point(
     row |= {"copy_us": round(copy_us, 2), "copy_TBps": round(2 * nbytes / copy_us / 1e6, 3)}
     out = torch.empty_like(x)
     static = fm.static_config(t, shape.top_k, shape.experts)
-    runs = [("default", static, True)] + [(c.label(), c, False) for c in configs(shape, splits)]
+    runs = [("default", static, True)] + [(c.label(), c, deterministic) for c in configs(shape, splits)]
     for name, cfg, det in runs:
 
         def run(c: MoeConfig = cfg, d: bool = det) -> torch.Tensor:
@@ -115,6 +122,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     ap.add_argument("--splits", default=",".join(map(str, SPLITS)), help="S values to try per base")
+    ap.add_argument("--deterministic", action="store_true", help="time the deterministic combine's split form")
     args = ap.parse_args()
     splits = tuple(int(v) for v in args.splits.split(","))
     if not torch.cuda.is_available():
@@ -125,7 +133,7 @@ def main() -> None:
         shape = shapes[name] = tm.model(name)
         w = mp.weights(shape)
         for t in (int(v) for v in args.tokens.split(",")):
-            rows.append(point(shape, t, w, flush, splits=splits))
+            rows.append(point(shape, t, w, flush, splits=splits, deterministic=args.deterministic))
             print(f"[moe_split] {name} T={t} done", flush=True)
         del w
     text = table(rows, shapes, splits)

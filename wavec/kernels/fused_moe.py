@@ -122,19 +122,13 @@ class MoeConfig:
             )
 
     def check_split(self, inter: int, deterministic: bool) -> None:
-        """The split-K rules that need the call: at most one slice per K step of I, the atomic combine."""
+        """The split-K rule that needs the call: at most one slice per K step of I."""
         steps = -(-inter // self.block_k)
         if self.split_k > steps:
             raise _bad(
                 "config",
                 f"SPLIT_K {self.split_k} exceeds the down-projection's K steps (I = {inter} in steps of BLOCK_K "
                 f"{self.block_k}: {steps})",
-            )
-        if self.split_k > 1 and deterministic:
-            raise _bad(
-                "config",
-                f"SPLIT_K {self.split_k} adds the K slices' partials with atomics: it needs deterministic=False "
-                "(or SPLIT_K 1)",
             )
 
     def unsplit(self) -> MoeConfig:
@@ -340,9 +334,11 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     )  # fmt: skip
     combine = None
     if deterministic:
+        split = cfg.split_k > 1
         combine = _compiled(
-            ("combine", s.dtype.name, s.top_k, target, backend, checked), lambda: fk.make_combine(s.dtype, tpw),
-            fk.combine_subs(s.top_k, tpw),
+            ("combine", s.dtype.name, s.top_k, cfg.split_k, target, backend, checked),
+            lambda: fk.make_combine(s.dtype, tpw, split=split),
+            fk.combine_subs(s.top_k, tpw, split=cfg.split_k),
             target, backend,
         )  # fmt: skip
     return _Plan(up, down, combine)

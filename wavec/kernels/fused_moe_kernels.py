@@ -30,8 +30,9 @@ Split-K (``split_k=True`` for ``make_down``, docs/moe.md "Split-K"): the down-pr
 axis of SPLIT K slices (SPLIT bound in subs); workgroup ``q`` walks the K steps ``[q*steps//SPLIT,
 (q+1)*steps//SPLIT)`` of the ``steps = ceil(K / BLOCK_K)`` (balanced: no slice is empty while SPLIT <= steps;
 the last one ends at K's masked tail) and adds its weighted partial into the f32 accumulator like the
-unsplit atomic kernel: the GEMM is linear in K, so the slices' sum is the whole product.  Atomic combine
-only (``deterministic`` refuses it: ``fused_moe.MoeConfig``).
+unsplit atomic kernel: the GEMM is linear in K, so the slices' sum is the whole product.  Deterministic:
+slice ``q`` stores its f32 partial as row ``id * SPLIT + q`` of [(T*k + 1) * SPLIT, H], and the combine sums
+each token's k * SPLIT rows in (slot, slice) order: the same bits every call.
 
 Both GEMMs start with ``wc.exit_if``: a workgroup whose token block has no local expert (past the last
 run: -1; the skip expert E) returns before loading anything.  (``wc.conditional`` around the GEMM would
@@ -49,6 +50,7 @@ from wavec import Memory, Register, f32
 from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, K, M, N, gemm_constraints
 
 T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
+KS = wc.sym.KS  # the routing's slots per token (the split combine's S is KS * SPLIT rows)
 P, BLOCK_P = wc.sym.P, wc.sym.BLOCK_P
 SPLIT = wc.sym.SPLIT  # split-K slices of the down-projection (grid axis 2, bound in subs)
 COMBINE_VEC = 8  # elements per lane of the combine's 16-byte (bf16/f16) runs
@@ -197,7 +199,9 @@ def _down(
         body = body * _per_token(wc.read(weights, mapping={TK: wc.minimum(ids, TK - 1)}), swap)
     # a select, not a product: -0.0 and NaN * 0 would break the padding row's equal zeros
     val = wc.where(_per_token(ids < TK, swap), body, 0.0)
-    if store:
+    if store and split:  # f32 partials, one row per (token, slot, slice)
+        wc.write(val, y, mapping={R: ids * SPLIT + wc.tile_start(SPLIT)})
+    elif store:
         wc.write(wc.cast(val, dtype), y, mapping={R: ids})
     else:  # the sentinel T*k is row T, the scratch row
         wc.atomic_add(val, y, mapping={R: ids // top_k})
@@ -209,13 +213,21 @@ def make_down(
 ):  # fmt: skip
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
     ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_waves``
-    as for ``make_up``; ``split_k``: SPLIT K slices (subs), atomic adds only (a ``ValueError`` with
-    ``deterministic``: ``fused_moe`` refuses the configuration first)."""
-    if split_k and deterministic:
-        raise ValueError("split-K adds partials atomically: deterministic=True has no split form")
+    as for ``make_up``; ``split_k``: SPLIT K slices (subs), deterministic ones into f32 [R = (TK + 1) *
+    SPLIT, N] (row ``id * SPLIT + slice``)."""
     flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None, split_k)
     tiles = _tiles(tpw, mma, block_m, swap_waves)
     tiles = split_tiles(tiles) if split_k else tiles
+    if deterministic and split_k:
+
+        @wc.wave(tiles)
+        def moe_down_split(
+            inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
+            w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],
+        ):  # fmt: skip
+            _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
+
+        return moe_down_split
     if deterministic:
 
         @wc.wave(tiles)
@@ -237,9 +249,10 @@ def make_down(
     return moe_down_atomic
 
 
-def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
+def make_combine(dtype, tpw: int = 32, waves: int = 2, split: bool = False) -> wc.WaveKernel:
     """``moe_combine(y [T, S, N], local [T, S] i32, out [T, N], limit)``: one token per workgroup (a batch
-    dim), N in ``waves`` wave-wide 16-byte runs, the S slots whose ``local < limit`` summed in f32."""
+    dim), N in ``waves`` wave-wide 16-byte runs, the S slots whose ``local < limit`` summed in f32.
+    ``split``: ``y`` f32 [T, S = KS * SPLIT, N], the split-K partials of each slot, ``local`` [T, KS]."""
     constraints = [
         wc.WorkgroupConstraint(N, BLOCK_N, 0),
         wc.WorkgroupConstraint(T, 1, 1),
@@ -247,6 +260,17 @@ def make_combine(dtype, tpw: int = 32, waves: int = 2) -> wc.WaveKernel:
         wc.WaveConstraint(N, BLOCK_N / waves),
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={S: 1, N: tpw * COMBINE_VEC}),
     ]
+
+    if split:
+
+        @wc.wave(constraints)
+        def moe_combine_split(
+            y: Memory[T, S, N, f32], local: Memory[T, KS, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
+        ):
+            keep = wc.read(local, mapping={KS: wc.index(S) // SPLIT}) < limit
+            wc.write(wc.cast(wc.sum(wc.where(keep[:, None], wc.read(y), 0.0), S), dtype), out)
+
+        return moe_combine_split
 
     @wc.wave(constraints)
     def moe_combine(
@@ -283,8 +307,10 @@ def gemm_subs(block_m: int, block_n: int, block_k: int, stages: int, group_m: in
     return {**subs, SPLIT: split} if split else subs
 
 
-def combine_subs(top_k: int, tpw: int = 32, waves: int = 2) -> dict:
-    return {BLOCK_N: waves * tpw * COMBINE_VEC, S: top_k}
+def combine_subs(top_k: int, tpw: int = 32, waves: int = 2, split: int = 1) -> dict:
+    """The combine's subs; ``split`` > 1: the split-K form (``make_combine(split=True)``)."""
+    subs = {BLOCK_N: waves * tpw * COMBINE_VEC, S: top_k * split}
+    return {**subs, SPLIT: split} if split > 1 else subs
 
 
 def remap_subs(tpw: int = 32) -> dict:

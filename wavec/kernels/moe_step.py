@@ -8,7 +8,7 @@ Guarantees:
 
 * ``Step(...)`` holds the sizes, the flags, the tile choice (``moe_dispatch.picker``: the explicit
   ``config``, the table's static choice, the static rule, or the routing-aware choice on the device, each
-  counted per call as before; a table's split-K choice serves a deterministic call unsplit) and, per
+  counted per call as before; a split-K choice serves a deterministic call through f32 rows per slice) and, per
   configuration met, the compiled kernels' prepared launches
   (``CompiledKernel.prepare``), built on that configuration's first call.  A call does no validation, no
   planning and no host synchronisation beyond the routing-aware choice's one read.
@@ -62,7 +62,8 @@ class _Front:
 
 class _Back:
     """The buffers of one configuration: the routing's (``moe_align``), the intermediate [rows, I], and the
-    per-slot rows [T*k + 1, H] (deterministic) or the f32 accumulator [T + 1, H] with its first T rows."""
+    per-slot rows [T*k + 1, H] (deterministic; split-K: f32 [(T*k + 1) * S, H], a row per slot and slice)
+    or the f32 accumulator [T + 1, H] with its first T rows."""
 
     __slots__ = ("align", "sorted_grid", "expert_ids", "inter", "rows", "y", "acc", "acc_t", "__weakref__")
 
@@ -78,7 +79,11 @@ class _Back:
         self.y: Any = None
         self.acc: Any = None
         self.acc_t: Any = None
-        if step.deterministic:
+        if step.deterministic and lanes.split > 1:  # f32 partials per (token, slot, slice), then padding's
+            slots = s.tokens * s.top_k * lanes.split
+            self.rows = torch.empty(slots + lanes.split, s.hidden, dtype=torch.float32, device=device)
+            self.y = self.rows[:slots].view(s.tokens, s.top_k * lanes.split, s.hidden)
+        elif step.deterministic:
             self.rows = torch.empty(s.tokens * s.top_k + 1, s.hidden, dtype=step.dtype, device=device)
             self.y = self.rows[: s.tokens * s.top_k].view(s.tokens, s.top_k, s.hidden)
         else:
@@ -93,7 +98,7 @@ class _Back:
 class _Lanes:
     """One configuration's prepared launches: the routing, ``moe_up``, ``moe_down``, ``moe_combine``."""
 
-    __slots__ = ("align", "rows", "up", "down", "combine", "backs")
+    __slots__ = ("align", "rows", "split", "up", "down", "combine", "backs")
 
     def __init__(self, step: Step, cfg: fm.MoeConfig) -> None:
         s = step.s
@@ -101,6 +106,7 @@ class _Lanes:
         example = _example_ids(step)
         self.align = moe_align.new_call(example, bins, cfg.block_m, step.backend)
         self.rows = fm.grid_rows(s.tokens * s.top_k, bins, cfg.block_m)
+        self.split = cfg.split_k
         self.up: Any = None  # the prepared launches, on the configuration's first call
         self.down: Any = None
         self.combine: Any = None
@@ -191,8 +197,6 @@ class Step:
         if self.remap is not None:
             ids = self._remap(ids, expert_map, front.local)
         cfg = self.pick(ids)
-        if cfg.split_k > 1 and self.deterministic:  # a table's split choice: the slot rows have no split form
-            cfg = cfg.unsplit()
         lanes = self.lanes.get(cfg) or self._lanes(cfg)
         back = lanes.backs.get(ctx) or self._back(ctx, lanes)
         if lanes.up is None:

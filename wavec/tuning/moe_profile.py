@@ -101,7 +101,7 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
         if kind == "up":
             kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m, c.swap_waves(False))
         else:
-            split = c.split_k > 1  # split-K has the atomic combine only
+            split = c.split_k > 1  # split-K pools are timed on the atomic combine (``combine_of``)
             kernel = fk.make_down(dt, top_k, True, not split, tpw, mma, c.block_m, c.swap_waves(True), split)
         m = wc.compile(kernel, c.subs(kind == "down"), target=target, backend="cuda").artifact.metadata
     except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is an illegal one
@@ -264,9 +264,10 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
 
 
 def combine_of(pool: Sequence[MoeConfig]) -> str:
-    """The combine a pool is timed on: "deterministic", or "atomic" when it holds split-K configurations
-    (they have no deterministic form).  One combine for the whole pool: it costs every configuration of a
-    call the same, so the comparison between configurations stays fair."""
+    """The combine a pool is timed on: "deterministic", or "atomic" when it holds split-K configurations (their
+    deterministic form, k * S f32 rows a token summed in order, is not what this tuner measured). One combine for
+    the whole pool: it costs every configuration of a call the same, so the comparison between configurations stays
+    fair."""
     return "atomic" if any(c.split_k > 1 for c in pool) else "deterministic"
 
 
