@@ -1,6 +1,7 @@
 """``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...] [--prune-top
-N]`` tunes the GEMM on this GPU (``--prune-top``: only the performance model's N best are timed), ``tune moe --model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``,
-``cache`` and ``doctor`` live in :mod:`wavec.cli`."""
+N]`` tunes the GEMM on this GPU (``--prune-top``: only the performance model's N best are timed), ``tune moe
+--model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``, ``cache`` and ``doctor``
+live in :mod:`wavec.cli`."""
 
 from __future__ import annotations
 

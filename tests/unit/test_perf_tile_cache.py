@@ -22,7 +22,15 @@ CONFIGS = [
     ("gemm_wgmma", "sm_90a", "bm=64;bn=128;bk=64;st=8;gm=8;w=1x1;ws=1;pe=0;se=1;pf=0"),
 ]
 # interior and edge tiles on both axes, one tile row or column, K tails, a group of GROUP_M cut short
-SHAPES = [(200, 1024, 520), (1000, 3000, 520), (1, 8192, 1024), (333, 1416, 8200), (2048, 100, 64), (17, 5000, 96), (1100, 1100, 136)]
+SHAPES = [
+    (200, 1024, 520),
+    (1000, 3000, 520),
+    (1, 8192, 1024),
+    (333, 1416, 8200),
+    (2048, 100, 64),
+    (17, 5000, 96),
+    (1100, 1100, 136),
+]
 
 
 def _same(full, cached):

@@ -53,7 +53,9 @@ class FakeTimer:
 
 def _predicted(cand, shape, spec):
     """The model's time from the full walk (no cache), compiled as the tuner compiles the candidate."""
-    kernel = wc.compile(make_gemm(wc.f16, waves=cand.kwargs_dict["waves"]), cand.symbol_subs(), target="sm_90", backend="cuda")
+    kernel = wc.compile(
+        make_gemm(wc.f16, waves=cand.kwargs_dict["waves"]), cand.symbol_subs(), target="sm_90", backend="cuda"
+    )
     m, n, k = shape
     d = decompose(kernel, (m, k), (n, k), gpu=spec)
     return E.estimate(E.launch_values(d, features(d, schedule(d, spec))), spec, "h100", "gemm_mma_sync").time_s

@@ -16,8 +16,9 @@ along an axis exists iff the real grid has >= 2 tiles along it), and gives each 
 class's proxy task, the class of a linear workgroup id following the grouped order of
 ``passes/reorder_workgroups.py``.  Which size is workgroup axis 0 is checked once per kernel: the
 assembly of a probe launch (both axes with interior and partial tiles, a group of ``GROUP_M`` cut short)
-must equal its full walk in one of the two orders, else every launch is walked in full.  Proxies are memoised per (S0', S1', other symbols), so the shapes of a
-race that share K and the tile remainders share one walk.  ``tests/unit/test_perf_tile_cache.py`` checks
+must equal its full walk in one of the two orders, else every launch is walked in full.  Proxies are
+memoised per (S0', S1', other symbols), so the shapes of a race that share K and the tile remainders share
+one walk.  ``tests/unit/test_perf_tile_cache.py`` checks
 the assembled decomposition and its features equal the full walk's for several shapes and configurations.
 """
 
