@@ -93,13 +93,18 @@ def _inputs_of(item):
         m, n, k = shape
         if shape not in decomps:
             decomps[shape] = cache.decompose((m, k), (n, k))
-        d = dataclasses.replace(decomps[shape], registers=regs)
+        # regs < 0: today's compile's own count (the ``--registers today`` sensitivity run)
+        d = dataclasses.replace(decomps[shape], registers=regs if regs >= 0 else decomps[shape].registers)
         spec = gpu(gpu_key)
         f = features(d, schedule(d, spec))
         values = E.launch_values(d, f)
         roof = max(float(values[f"{c}_cycles"]) for c in E.CYCLES if c not in E.NOT_BOUNDS) / spec.clock_hz
         out.append((key, shape, gpu_key, regs, E.model_inputs(values, spec).tolist(), roof))
     return out, kernel.artifact.metadata.registers, cache.walks
+
+
+def _regs(race: dict, cand) -> int:
+    return race["data"]["metadata"][cand]["registers"] if race.get("race_registers", True) else -1
 
 
 def build_inputs(races, cache_path: pathlib.Path, jobs: int) -> dict:
@@ -113,7 +118,7 @@ def build_inputs(races, cache_path: pathlib.Path, jobs: int) -> dict:
     for race in races:
         for shape in race["shapes"]:
             for cand in race["data"]["times"][shape]:
-                regs = race["data"]["metadata"][cand]["registers"]
+                regs = _regs(race, cand)
                 key = (case_config(cand, race["data"]["mma"]), shape, race["gpu"], regs)
                 if key not in have:
                     want.setdefault(key[0], set()).add(key[1:])
@@ -154,7 +159,7 @@ def score_race(race: dict, inputs: dict) -> dict:
     rows = []
     for shape in race["shapes"]:
         times = data["times"][shape]
-        keys = [(case_config(c, data["mma"]), shape, race["gpu"], data["metadata"][c]["registers"]) for c in times]
+        keys = [(case_config(c, data["mma"]), shape, race["gpu"], _regs(race, c)) for c in times]
         x = np.array([inputs[k][0] for k in keys])
         roof = np.array([inputs[k][1] for k in keys])
         predicted = dict(zip(times, roof / model.mean.efficiency(x), strict=True))
@@ -269,6 +274,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=None, help="at most this many shapes per race (a smoke run)")
+    ap.add_argument(
+        "--registers",
+        choices=("race", "today"),
+        default="race",
+        help="registers per candidate: what the race's ptxas reported (default) or today's compile's",
+    )
     ap.add_argument("--race", nargs="*", help="GPU:times.json ... (default: the stored H100 and H200 races)")
     ap.add_argument("--cache", type=pathlib.Path, default=None, help="inputs cache (default: under WAVEC_CACHE_DIR)")
     ap.add_argument(
@@ -281,7 +292,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     files = [tuple(r.split(":", 1)) for r in args.race] if args.race else RACES
-    races = load_races(files, args.limit)
+    races = [{**r, "race_registers": args.registers == "race"} for r in load_races(files, args.limit)]
     print(f"races loaded, NNLS refitted: {time.time() - t0:.0f} s", file=sys.stderr)
     inputs = build_inputs(races, args.cache or default_cache(), args.jobs)
     race_scores = [{k: r[k] for k in ("gpu", "file", "dtype", "mma")} | score_race(r, inputs) for r in races]
