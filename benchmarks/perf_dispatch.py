@@ -7,12 +7,14 @@ dtype, on the shapes the cost model holds out (``refit_cost_model.evaluate``'s s
 performance model's training set (``benchmarks/data/perf/collected/raw_*.csv``, ``split=train``): the
 shipped MLP (``wavec.perf.estimator``, trained on that GPU) predicts every raced candidate's time from its
 decomposition (``wavec.perf.tile_cache.TileCache``: exact, one proxy walk per configuration, K and tile
-remainders) with the registers the race's ptxas reported; its pick's regret (measured time over the
-race's best, minus 1) and the regret of the best measured among its top 3 / top 5; beside them the
-heuristic's (``mma_sync_plan``, raced every time) and the NNLS cost model's (fitted on the race's fit
-shapes, as ``refit_cost_model.py`` does).  The mma.sync races are the only exhaustive ones stored; the
-wgmma path is scored on the performance dataset's test shapes instead (``--features``: every
-configuration timed on a test shape is a small race, 1-5 candidates; the library's is the heuristic).
+remainders) with the registers the race's ptxas reported (``--registers today``: today's compile's); its
+pick's regret (measured time over the race's best, minus 1) and the regret of the best measured among its
+top 3 / 5 / 10; beside them the heuristic's (``mma_sync_plan``, raced every time) and the NNLS cost
+model's (fitted on the race's fit shapes, as ``refit_cost_model.py`` does).  The mma.sync races are the
+only exhaustive ones stored; the wgmma path is scored on the performance dataset's test shapes instead
+(``--features``: every configuration timed on a test shape is a small race, 1-5 candidates; the library's
+is the heuristic).  ``--race GPU:times.json`` scores another race (a wgmma one from ``tune_gemm.py --mma
+wgmma``).
 
 Writes ``OUT/perf_dispatch.json`` (per shape: picks, regrets) and ``OUT/perf_dispatch.md`` (the table,
 also printed last).  The MLP inputs of every launch are cached under ``WAVEC_CACHE_DIR/perf_dispatch/``
@@ -298,7 +300,7 @@ def main(argv=None) -> int:
     race_scores = [{k: r[k] for k in ("gpu", "file", "dtype", "mma")} | score_race(r, inputs) for r in races]
     feature_scores = score_features(args.features)
     (args.out / "perf_dispatch.json").write_text(
-        json.dumps({"races": race_scores, "perf_test": feature_scores}, indent=1)
+        json.dumps({"races": race_scores, "perf_test": feature_scores}, separators=(",", ":"))
     )
     text = table(race_scores, feature_scores)
     (args.out / "perf_dispatch.md").write_text(text + "\n")
