@@ -1,6 +1,7 @@
-"""``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...]`` tunes the GEMM
-on this GPU, ``tune moe --model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``,
-``cache`` and ``doctor`` live in :mod:`wavec.cli`."""
+"""``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...] [--prune-top
+N]`` tunes the GEMM on this GPU (``--prune-top``: only the performance model's N best are timed), ``tune moe
+--model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``, ``cache`` and ``doctor``
+live in :mod:`wavec.cli`."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def _tune(args) -> int:
         from .cli import tune_moe
 
         return tune_moe(args)
+    if args.prune_top is not None and args.prune_top < 1:
+        print(f"wavec tune gemm: --prune-top must be >= 1, got {args.prune_top}", file=sys.stderr)
+        return 2
     if not gpu_visible():
         print(
             "wavec tune: error: tuning times kernels on a CUDA GPU, and none is visible "
@@ -48,6 +52,12 @@ def _tune(args) -> int:
         return 2
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shapes]
     try:
+        prune = {}
+        if args.prune_top:
+            from .tuning.perf_prune import PerfRanker
+
+            # the performance model ranks every compiled candidate per shape; only the top N are timed
+            prune = {"rank": PerfRanker(gpu_name()), "prune_to": args.prune_top}
         res = tune_gemm(
             shapes,
             dtype=getattr(wc, args.dtype or "f16"),
@@ -56,6 +66,7 @@ def _tune(args) -> int:
             warmup=args.warmup,
             workers=args.workers or None,
             use_cache=not args.force,
+            **prune,
         )
     except WavecError as e:
         print(f"wavec tune: {e}", file=sys.stderr)
@@ -101,6 +112,13 @@ def main(argv=None) -> int:
     t.add_argument("--warmup", type=int, default=3)
     t.add_argument("--workers", type=int, default=0)
     t.add_argument("--force", action="store_true", help="re-tune shapes already in the tuning cache")
+    t.add_argument(
+        "--prune-top",
+        type=int,
+        default=None,
+        metavar="N",
+        help="gemm: rank the candidates by the performance model's predicted time and time only the top N",
+    )
     args = p.parse_args(argv)
     return _tune(args) if args.cmd == "tune" else cli.run(args)
 

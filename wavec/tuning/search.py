@@ -230,14 +230,17 @@ class _Runner:
         self.src, self.cand, self.inputs, self.backend, self.target = src, cand, inputs, backend, target
         self.kernel = None
 
-    def __call__(self):
+    def compiled(self):
         if self.kernel is None:
             import wavec as wc
 
             self.kernel = wc.compile(
                 self.src.build(self.cand.kwargs), self.cand.symbol_subs(), backend=self.backend, target=self.target
             )
-        return self.kernel(*self.inputs)
+        return self.kernel
+
+    def __call__(self):
+        return self.compiled()(*self.inputs)
 
 
 # ----------------------------------------------------------------------------- the driver
@@ -269,8 +272,10 @@ class TuneOptions:
     ``timer(candidate, fn)``: seconds of one run of ``fn()`` (default: CUDA events); ``fixed``: factory
     arguments common to every configuration; ``dtypes``, ``gpu``, ``dims``: cache key parts (defaults from
     the inputs and the device); ``workers``: compile processes (0: in-process); ``model``/``prune_to``: time
-    only the ``prune_to`` candidates a ``CostModel`` ranks best; ``use_cache=False`` re-tunes; ``seed``
-    shuffles the rounds."""
+    only the ``prune_to`` candidates a ``CostModel`` ranks best; ``rank``/``prune_to``: the same with a
+    ranking hook ``rank(shape, candidates, compile_of) -> candidates best first`` (``compile_of(c)``: the
+    compiled kernel; ``tuning.perf_prune.PerfRanker``, the performance model's predicted time);
+    ``use_cache=False`` re-tunes; ``seed`` shuffles the rounds."""
 
     make_inputs: Callable | None = None
     timer: Callable | None = None
@@ -284,6 +289,7 @@ class TuneOptions:
     max_registers: int = 255
     model: CostModel | None = None
     prune_to: int | None = None
+    rank: Callable | None = None
     use_cache: bool = True
     gpu: str | None = None
     dims: tuple[str, ...] | None = None
@@ -297,6 +303,7 @@ class TuneOptions:
             "max_registers": 0 < self.max_registers <= 255,
             "workers": self.workers is None or self.workers >= 0,
             "prune_to": self.prune_to is None or self.prune_to >= 1,
+            "rank": self.rank is None or (callable(self.rank) and self.model is None),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -323,15 +330,20 @@ def autotune(kernel, space: dict, shapes, options: TuneOptions | None = None) ->
         return result
     compiled = _legal_and_compiled(src, cands, opt, target, result)
     timer = opt.timer or _default_timer()
+    kernels = {c: _Runner(src, c, (), opt.backend, target) for c in compiled}  # compiled once, for every shape
     for shape, key in todo:
         pool = compiled
         if opt.model is not None and opt.prune_to:
             rank = {m.name: i for i, m in enumerate(opt.model.rank(shape))}
             pool = sorted(compiled, key=lambda c: rank.get(c.label, -1))[: opt.prune_to]
+        elif opt.rank is not None and opt.prune_to:
+            pool = list(opt.rank(shape, compiled, lambda c: kernels[c].compiled()))[: opt.prune_to]
         inputs = inputs_of.get(shape)
         if inputs is None and opt.make_inputs is not None:
             inputs = opt.make_inputs(shape)
         runners = {c: _Runner(src, c, inputs or (), opt.backend, target) for c in pool}
+        for c, runner in runners.items():
+            runner.kernel = kernels[c].kernel
         times = time_candidates(
             runners,
             timer,
