@@ -65,6 +65,7 @@ def cases(dev: str, backend: str | None) -> list:
         softmax,
     )
     from wavec.kernels.attention import attention
+    from wavec.kernels.paged_attention import paged_attention
 
     h, kw = torch.float16, {"backend": backend} if backend else {}
     a, b = torch.randn(128, 64, device=dev, dtype=h), torch.randn(128, 64, device=dev, dtype=h)
@@ -74,6 +75,11 @@ def cases(dev: str, backend: str | None) -> list:
     q = torch.randn(2, 20, 256, 64, device=dev, dtype=h)
     qd = torch.randn(1, 1, 32, 128, device=dev, dtype=h)
     kd = torch.randn(1, 256, 8, 128, device=dev, dtype=h)
+    kc = torch.randn(16, 16, 8, 128, device=dev, dtype=h)  # 256 keys in 16 pages of 16
+    tables, lens = (
+        torch.arange(16, device=dev, dtype=torch.int32)[None],
+        torch.full((1,), 256, device=dev, dtype=torch.int32),
+    )
     from wavec.kernels import rows
 
     direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
@@ -100,6 +106,7 @@ def cases(dev: str, backend: str | None) -> list:
                     qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
                 ),
             ),
+            ("paged_attention 1x32/8x256 d128 page 16", lambda: paged_attention(qd, kc, kc, tables, lens, **kw), None),
         ],
     ]
 
