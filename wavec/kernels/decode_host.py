@@ -89,7 +89,9 @@ class SplitKV:
         self.raw = False  # the launches take addresses (FastLaunch.pointers)
         cuda = q.device.type == "cuda"
         self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
-        self._capturing = torch.cuda.is_current_stream_capturing if cuda else None
+        # torch.cuda.is_current_stream_capturing's C function (the wrapper is a Python call per call)
+        capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+        self._capturing = capturing if cuda else None
         self.spaces: dict = {}  # (thread, stream) -> Partials
 
     def partials(self) -> Partials:
