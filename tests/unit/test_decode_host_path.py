@@ -125,6 +125,10 @@ def test_decisions_are_counted_per_tensor_keys(record, monkeypatch) -> None:
     for _ in range(2):
         _call(_dense([64, 30]), config=[32, 2])
     assert len(counted) == 4
+    _call(_dense([64, 30]), num_splits=2)
+    for bad, message in (({"num_splits": 2.0}, "num_splits must be an int"), ({"one_launch": 0}, "one_launch must")):
+        with pytest.raises(wc.WavecError, match=f"decode_attention: {message}"):  # not the plan of 2 / False
+            _call(_dense([64, 30]), **{"num_splits": 2, **bad})
 
 
 def test_repeated_paged_and_one_launch_calls_plan_nothing(record, monkeypatch) -> None:

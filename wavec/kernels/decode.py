@@ -460,7 +460,17 @@ def decode_attention(
     kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
     two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``."""
     opts = (num_splits, config, one_launch)
-    key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(seq_lens), tensor_key(alibi_slopes), opts, backend)
+    types = (type(num_splits), type(one_launch))  # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    key = (
+        tensor_key(q),
+        tensor_key(k),
+        tensor_key(v),
+        tensor_key(seq_lens),
+        tensor_key(alibi_slopes),
+        opts,
+        types,
+        backend,
+    )
     run: Any = _DISPATCH.get(key)  # a SplitKV
     if run is None:
         run = _DISPATCH.remember(key, _plan_dense(q, k, v, seq_lens, opts, backend, alibi_slopes))

@@ -147,7 +147,8 @@ def paged_attention(
     launches, until one launch is timed)."""
     opts = (num_splits, config, one_launch)
     tensors = (q, k_cache, v_cache, block_tables, seq_lens)
-    key = (*map(tensor_key, tensors), tensor_key(alibi_slopes), opts, backend)
+    types = (type(num_splits), type(one_launch))  # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    key = (*map(tensor_key, tensors), tensor_key(alibi_slopes), opts, types, backend)
     run = _DISPATCH.get(key)
     if run is None:
         run = _DISPATCH.remember(key, _plan(*tensors, opts, backend, alibi_slopes))
