@@ -3,7 +3,8 @@ p99 <= 2x p50, no call over 1 ms in 2000), on problems so small that the GPU is 
 
 Each call is timed alone with ``time.perf_counter`` (the Python call returns once its launches are
 queued); every 64 calls a synchronize keeps the queue short, outside the timed region.  One run prints
-p50 / p99 / max in microseconds for wavec and torch side by side.
+p50 / p99 / max in microseconds for wavec and torch side by side (also written to ``$OUT/host_latency.md``
+where ``OUT`` is set).
 
 ``--null-driver`` measures wavec's Python share on any machine: CPU tensors, the kernels compiled for
 sm_90a, and a driver whose ``cuLaunchKernel`` only returns success (no GPU, no allocator of device
@@ -15,6 +16,7 @@ memory; torch's column is then its CPU op and means little).  ``--ops`` picks en
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -148,13 +150,18 @@ def main(calls: int, null_driver: bool, ops: list[str]) -> None:
         dev, backend, sync, where = "cpu", "cuda", lambda: None, "null driver, CPU tensors (wavec's Python share)"
     else:
         dev, backend, sync, where = "cuda", None, torch.cuda.synchronize, torch.cuda.get_device_name()
-    print(f"{where}; {calls} calls each, us")
-    print("entry point | wavec p50 | p99 | max | torch p50 | p99 | max")
+    lines = [f"{where}; {calls} calls each, us", "entry point | wavec p50 | p99 | max | torch p50 | p99 | max"]
+    print(*lines, sep="\n")
     for name, ours, theirs in cases(dev, backend):
         if ops and not any(o in name for o in ops):
             continue
         torch_stats = "- | - | -" if theirs is None else _stats(latencies(theirs, calls, sync))
-        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
+        lines.append(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
+        print(lines[-1], flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "host_latency.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
