@@ -3,7 +3,8 @@ p99 <= 2x p50, no call over 1 ms in 2000), on problems so small that the GPU is 
 
 Each call is timed alone with ``time.perf_counter`` (the Python call returns once its launches are
 queued); every 64 calls a synchronize keeps the queue short, outside the timed region.  One run prints
-p50 / p99 / max in microseconds for wavec and torch side by side.
+p50 / p99 / max in microseconds for wavec and torch side by side (also written to ``$OUT/host_latency.md``
+where ``OUT`` is set).
 
 ``--null-driver`` measures wavec's Python share on any machine: CPU tensors, the kernels compiled for
 sm_90a, and a driver whose ``cuLaunchKernel`` only returns success (no GPU, no allocator of device
@@ -15,6 +16,7 @@ memory; torch's column is then its CPU op and means little).  ``--ops`` picks en
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -65,6 +67,7 @@ def cases(dev: str, backend: str | None) -> list:
         softmax,
     )
     from wavec.kernels.attention import attention
+    from wavec.kernels.paged_attention import paged_attention
 
     h, kw = torch.float16, {"backend": backend} if backend else {}
     a, b = torch.randn(128, 64, device=dev, dtype=h), torch.randn(128, 64, device=dev, dtype=h)
@@ -74,6 +77,11 @@ def cases(dev: str, backend: str | None) -> list:
     q = torch.randn(2, 20, 256, 64, device=dev, dtype=h)
     qd = torch.randn(1, 1, 32, 128, device=dev, dtype=h)
     kd = torch.randn(1, 256, 8, 128, device=dev, dtype=h)
+    kc = torch.randn(16, 16, 8, 128, device=dev, dtype=h)  # 256 keys in 16 pages of 16
+    tables, lens = (
+        torch.arange(16, device=dev, dtype=torch.int32)[None],
+        torch.full((1,), 256, device=dev, dtype=torch.int32),
+    )
     from wavec.kernels import rows
 
     direct, y = rows._kernel("softmax", wc.f16, 1024, backend), torch.empty_like(x)
@@ -100,6 +108,7 @@ def cases(dev: str, backend: str | None) -> list:
                     qd.transpose(1, 2), kd.transpose(1, 2), kd.transpose(1, 2), enable_gqa=True
                 ),
             ),
+            ("paged_attention 1x32/8x256 d128 page 16", lambda: paged_attention(qd, kc, kc, tables, lens, **kw), None),
         ],
     ]
 
@@ -141,13 +150,18 @@ def main(calls: int, null_driver: bool, ops: list[str]) -> None:
         dev, backend, sync, where = "cpu", "cuda", lambda: None, "null driver, CPU tensors (wavec's Python share)"
     else:
         dev, backend, sync, where = "cuda", None, torch.cuda.synchronize, torch.cuda.get_device_name()
-    print(f"{where}; {calls} calls each, us")
-    print("entry point | wavec p50 | p99 | max | torch p50 | p99 | max")
+    lines = [f"{where}; {calls} calls each, us", "entry point | wavec p50 | p99 | max | torch p50 | p99 | max"]
+    print(*lines, sep="\n")
     for name, ours, theirs in cases(dev, backend):
         if ops and not any(o in name for o in ops):
             continue
         torch_stats = "- | - | -" if theirs is None else _stats(latencies(theirs, calls, sync))
-        print(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
+        lines.append(f"{name} | {_stats(latencies(ours, calls, sync))} | {torch_stats}")
+        print(lines[-1], flush=True)
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "host_latency.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

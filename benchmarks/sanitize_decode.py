@@ -70,7 +70,7 @@ def main() -> int:
         err = (out.float().cpu() - want).abs().max().item()
         bad += not err < 1.6e-2
         print(f"graph replay {replay}: max err {err:.1e} {'ok' if err < 1.6e-2 else 'WRONG'}", flush=True)
-    dirty = [b for d in (decode._DISPATCH, pa._DISPATCH) for r in d.values() if r.counters is not None
+    dirty = [b for d in (decode._DISPATCH, pa._DISPATCH) for r in d.table.values() if r.counters is not None
              for b in r.counters.buffers.values() if (b != 0).any()]  # fmt: skip
     bad += len(dirty)
     print(f"counters back at 0: {'yes' if not dirty else f'NO ({len(dirty)} buffers)'}")

@@ -10,7 +10,9 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
+from wavec.kernels import decode
 from wavec.kernels.decode import decode_attention, num_splits_for
+from wavec.kernels.fastpath import Decisions
 
 TOL = {"f16": 2e-3, "bf16": 1.6e-2}
 
@@ -55,6 +57,24 @@ def test_seq_lens_none_is_the_whole_cache_and_scale_is_used() -> None:
     want = dk.reference_decode_attention(q, k, v, lens, scale=0.3)
     out = decode_attention(q, k, v, scale=0.3, num_splits=2, backend="emulator")
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
+
+
+def test_repeated_calls_with_new_lengths(monkeypatch) -> None:
+    """One plan serves calls whose seq_lens change in value, not shape: each result is that call's (the
+    cached partials rewritten, the lengths read per call), and bad lengths are still named."""
+    planned = []
+    plan = decode._plan_dense
+    monkeypatch.setattr(decode, "_DISPATCH", Decisions("decode_attention"))
+    monkeypatch.setattr(decode, "_plan_dense", lambda *a: planned.append(a) or plan(*a))
+    for lengths in ([70, 3, 41], [3, 70, 12], [9, 9, 70]):
+        q, k, v, lens = dk.dense_kv_inputs(lengths, 3, 4, 2, 64, wc.f16, 70)
+        want = dk.reference_decode_attention(q, k, v, lens)
+        out = decode_attention(q, k, v, seq_lens=lens, num_splits=3, backend="emulator")
+        torch.testing.assert_close(out.float(), want, rtol=TOL["f16"], atol=TOL["f16"])
+    assert len(planned) == 1
+    with pytest.raises(wc.WavecError, match=r"seq_lens\[1\] = 2 must be in \[q_len, S_max\] = \[3, 70\]"):
+        decode_attention(q, k, v, seq_lens=torch.tensor([5, 2, 70], dtype=torch.int32), num_splits=3,
+                         backend="emulator")  # fmt: skip
 
 
 def test_split_rule() -> None:

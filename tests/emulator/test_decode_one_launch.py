@@ -27,8 +27,8 @@ DENSE = [  # dtype, seq_lens, s_max, q_len, heads, kv_heads, head_dim, splits, a
 ]
 
 
-def _counters(dispatch: dict) -> list:
-    return [b for run in dispatch.values() if run.counters is not None for b in run.counters.buffers.values()]
+def _counters(dispatch) -> list:
+    return [b for run in dispatch.table.values() if run.counters is not None for b in run.counters.buffers.values()]
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,8 @@ import torch
 
 import wavec as wc
 from tests import dyn_kernels as dk
+from wavec.kernels import paged_attention as pa
+from wavec.kernels.fastpath import Decisions
 from wavec.kernels.paged_attention import paged_attention
 
 TOL = {"f16": 2e-3, "bf16": 1.6e-2}
@@ -85,6 +87,24 @@ def test_a_bad_block_id_is_named_by_the_emulator() -> None:
     bt[0, 1] = kc.shape[0] + 5
     with pytest.raises(wc.WavecError, match="out-of-bounds access to binding 1 .*index 10 in dim 0"):
         _split_kernel(1, 16)(q, kc, vc, bt, lens, *_partials(q, 1), 0.125)
+
+
+def test_repeated_calls_with_new_lengths_and_tables(monkeypatch) -> None:
+    """One plan serves calls whose lengths and block tables change in value, not shape (each set uses 3 + 1
+    pages of 16): each result is that call's, and a bad id in a later call's table is still named."""
+    planned = []
+    plan = pa._plan
+    monkeypatch.setattr(pa, "_DISPATCH", Decisions("paged_attention"))
+    monkeypatch.setattr(pa, "_plan", lambda *a: planned.append(a) or plan(*a))
+    for lengths in ([40, 7], [7, 33], [48, 16]):
+        q, kc, vc, bt, lens = dk.paged_kv_inputs(lengths, 2, 4, 2, 64, 16, wc.f16)
+        want = dk.reference_paged_attention(q, kc, vc, bt, lens)
+        out = paged_attention(q, kc, vc, bt, lens, num_splits=2, backend="emulator")
+        torch.testing.assert_close(out.float(), want, rtol=TOL["f16"], atol=TOL["f16"])
+    assert len(planned) == 1
+    bt[0, 0] = kc.shape[0]
+    with pytest.raises(wc.WavecError, match=r"block_tables\[0, 0\] = 7 is not a block of k_cache \(0..6\)"):
+        paged_attention(q, kc, vc, bt, lens, num_splits=2, backend="emulator")
 
 
 BAD = [  # what to change, the error's text

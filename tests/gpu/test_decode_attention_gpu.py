@@ -52,8 +52,8 @@ def test_every_partial_and_output_element_is_written(splits: int) -> None:
     decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, one_launch=False)
     run = next(
         r
-        for key, r in decode._DISPATCH.items()
-        if tuple(key[0][0][1]) == tuple(q.shape) and key[1] == splits and key[4] is False
+        for r in decode._DISPATCH.table.values()
+        if r.out_shape == tuple(q.shape) and r.splits == splits and r.counters is None
     )
     o_part = torch.full(run.o_shape, float("nan"), device="cuda")
     m_part, l_part = (torch.full(run.s_shape, float("nan"), device="cuda") for _ in range(2))

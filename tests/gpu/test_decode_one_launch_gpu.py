@@ -59,7 +59,7 @@ def test_one_launch_matches_reference(dtype, seq_lens, s_max, q_len, heads, kv_h
         assert not out.isnan().any()
         want = dk.reference_decode_attention(q, k, v, lens)
         torch.testing.assert_close(out.float(), want, rtol=TOL[dtype.name], atol=TOL[dtype.name])
-    runs = [r for r in decode._DISPATCH.values() if r.counters is not None]
+    runs = [r for r in decode._DISPATCH.table.values() if r.counters is not None]
     assert runs and all((b == 0).all() for r in runs for b in r.counters.buffers.values())
 
 
@@ -119,5 +119,5 @@ def test_two_streams_at_once() -> None:
         want = dk.reference_decode_attention(q, k, v, lens)
         for o in got:
             torch.testing.assert_close(o.float(), want, rtol=1.6e-2, atol=1.6e-2)
-    run = next(r for r in decode._DISPATCH.values() if r.counters is not None and len(r.counters.buffers) >= 3)
+    run = next(r for r in decode._DISPATCH.table.values() if r.counters is not None and len(r.counters.buffers) >= 3)
     assert all((b == 0).all() for b in run.counters.buffers.values())

@@ -16,7 +16,9 @@ Two launches:
 - ``decode_combine``: per (sequence, query, head tile), ``out = Σ_s 2^(m_s - M) acc_s / Σ_s 2^(m_s - M) l_s``
   with ``M = max_s m_s`` (finite: every query sees position 0); empty splits weigh exactly 0.
 
-The paged kernel (``kernels/paged_attention.py``) writes the same partials and shares the combine.
+The paged kernel (``kernels/paged_attention.py``) writes the same partials and shares the combine.  The
+entry points decide once per tensor keys and options (``plan_split_kv``); a repeated call runs
+``decode_host.SplitKV`` (one lookup, cached partials, prepared launches).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
-from wavec.kernels.fastpath import tensor_key
+from wavec.kernels.decode_host import SplitKV
+from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE
 
 B, KVH, H, QL, M, N, D = wc.sym.B, wc.sym.KVH, wc.sym.H, wc.sym.QL, wc.sym.M, wc.sym.N, wc.sym.D
@@ -309,73 +312,16 @@ def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
     )
 
 
-class SplitKV:
-    """A call shape's launches: the split kernel into the partials (one f32 allocation per call), then
-    the combine into a new tensor shaped like q; stream-ordered, no synchronisation.  In one launch
-    (``counters``: a ``split_combine.Counters``) the split kernel combines too, with no second launch.
-    The launches are prepared on the first call (``CompiledKernel.prepare``); on a GPU later calls pass
-    the partials as addresses inside the one buffer, with no views."""
-
-    def __init__(self, split: Any, combine: Any, q_shape: tuple, splits: int, counters: Any = None) -> None:
-        batch, q_len, heads, head_dim = q_shape
-        self.split, self.combine, self.counters = split, combine, counters
-        self.o_shape = (batch, splits, q_len, heads, head_dim)
-        self.s_shape = (batch, splits, q_len, heads)
-        self.flat = (batch, splits, q_len * heads)
-        self.o_size, self.s_size = math.prod(self.o_shape), math.prod(self.s_shape)
-        self.s_stride = -(-self.s_size // 4) * 4  # each part starts 16-byte aligned (the kernels' vector runs)
-        self.launches: tuple[Any, ...] | None = None
-        self.raw = False  # the launches take addresses (FastLaunch.pointers)
-
-    def __call__(self, q: Any, head: tuple, scale: float) -> Any:
-        import torch
-
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        if not self.o_size:
-            return out
-        o_end, l_start = self.o_size, self.o_size + self.s_stride
-        buf = torch.empty(l_start + self.s_stride, dtype=torch.float32, device=q.device)
-        if self.raw:
-            assert self.launches is not None
-            o = buf.data_ptr()
-            m, s = o + 4 * o_end, o + 4 * l_start
-            if self.counters is not None:
-                self.launches[0].pointers(*[t.data_ptr() for t in head], o, m, s, self.counters.get().data_ptr(),
-                                          out.data_ptr(), scale)  # fmt: skip
-                return out
-            self.launches[0].pointers(*[t.data_ptr() for t in head], o, m, s, scale)
-            self.launches[1].pointers(o, m, s, out.data_ptr())
-            return out
-        o_part = buf[:o_end].view(self.o_shape)
-        m_part = buf[o_end : o_end + self.s_size].view(self.s_shape)
-        l_part = buf[l_start : l_start + self.s_size].view(self.s_shape)
-        if self.counters is not None:
-            args = (*head, o_part, m_part, l_part, self.counters.get(), out, scale)
-            if self.launches is None:
-                self.launches = (self.split.prepare(*args, fresh_outputs=True),)
-                self.raw = hasattr(self.launches[0], "pointers") and self.launches[0].maps is None
-            self.launches[0](*args)
-            return out
-        parts = (o_part.view(*self.flat, self.o_shape[-1]), m_part.view(self.flat), l_part.view(self.flat))
-        o_flat = out.view(self.flat[0], self.flat[2], self.o_shape[-1])
-        if self.launches is None:
-            self.launches = (
-                self.split.prepare(*head, o_part, m_part, l_part, scale, fresh_outputs=True),
-                self.combine.prepare(*parts, o_flat, fresh_outputs=True),
-            )
-            self.raw = all(hasattr(x, "pointers") and x.maps is None for x in self.launches)
-        split, combine = self.launches
-        split(*head, o_part, m_part, l_part, scale)
-        combine(*parts, o_flat)
-        return out
-
-
 def plan_split_kv(
-    fn: str, q: Any, kv_heads: int, keys: int, num_splits, config, build_split, one_launch=False
+    fn: str, q: Any, kv_heads: int, keys: int, options: tuple, build_split, check=None, lengths=None
 ) -> SplitKV:
     """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
     (``build_split(group, block_n, waves, stages, one_launch)``, compiled) and, in two launches, the
-    combine of a validated call; in one launch the counters (``split_combine.Counters``)."""
+    combine of a validated call; in one launch the counters (``split_combine.Counters``).  ``options`` =
+    (num_splits, config, one_launch); ``check(head)``: the per-call checks, kept where the split kernel
+    runs on the emulator or under ``WAVEC_CHECK_BOUNDS=1`` (``per_call_checks``); ``lengths``: the seq_lens
+    tensor of a ``seq_lens=None`` call."""
+    num_splits, config, one_launch = options
     batch, q_len, heads, head_dim = q.shape
     group = heads // kv_heads
     block_n, waves, stages = decode_config(head_dim, q_len * group, config)
@@ -386,11 +332,23 @@ def plan_split_kv(
     row_tiles = -(-q_len * group // (16 * waves))
     splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
     split = build_split(group, block_n, waves, stages, one_launch)
+    check = check if per_call_checks(split) else None
+    run = {"check": check, "lengths": lengths, "scale": 1.0 / math.sqrt(head_dim)}
     if one_launch:
         from .split_combine import Counters
 
-        return SplitKV(split, None, tuple(q.shape), splits, Counters((batch, row_tiles * kv_heads), q.device))
-    return SplitKV(split, combine_kernel(torch_to_wavec(fn, q.dtype), splits, split.backend), tuple(q.shape), splits)
+        return SplitKV(split, None, q, splits, Counters((batch, row_tiles * kv_heads), q.device), **run)
+    return SplitKV(split, combine_kernel(torch_to_wavec(fn, q.dtype), splits, split.backend), q, splits, None, **run)
+
+
+def per_call_checks(kernel: Any) -> bool:
+    """Whether a call checks the lengths (and block ids) it passes ``kernel``: always on the emulator (its
+    padded buffers would not catch an index out of range); on a GPU only when ``WAVEC_CHECK_BOUNDS=1``
+    (read when the call shape is planned): the check reads the lengths back, a synchronisation, which the
+    launches of such a kernel pay anyway."""
+    from wavec.knobs import knobs
+
+    return kernel.backend == "emulator" or bool(knobs.check_bounds)
 
 
 def split_kernel_subs(subs: dict, one_launch: bool) -> dict:
@@ -400,11 +358,6 @@ def split_kernel_subs(subs: dict, one_launch: bool) -> dict:
     from .split_combine import BLOCK_SP, SPLITS_PER_STEP
 
     return {**subs, BLOCK_SP: SPLITS_PER_STEP}
-
-
-def call_key(*tensors: Any) -> tuple:
-    """What a call's decision depends on of its tensors (``fastpath.tensor_key``; None stays None)."""
-    return tuple(tensor_key(t) for t in tensors)
 
 
 def fail(fn: str, message: str) -> wc.WavecError:
@@ -465,13 +418,8 @@ def check_index_tensor(fn: str, name: str, t: Any, q: Any, dims: int) -> None:
 
 
 def check_lengths(fn: str, q: Any, seq_lens: Any, capacity: int, what: str) -> None:
-    """``q_len <= seq_lens[b] <= capacity`` for every b.  On a GPU this reads the lengths back (a
-    synchronisation), so it runs there only under ``WAVEC_CHECK_BOUNDS=1`` (whose launches synchronise
-    anyway); the emulator (CPU tensors) always checks."""
-    from wavec.knobs import knobs
-
-    if q.is_cuda and not knobs.check_bounds:
-        return
+    """``q_len <= seq_lens[b] <= capacity`` for every b (a read of the lengths: on a GPU a synchronisation;
+    ``per_call_checks`` says where it runs)."""
     q_len = q.shape[1]
     bad = (seq_lens < q_len) | (seq_lens > capacity)
     if bool(bad.any()):
@@ -479,22 +427,8 @@ def check_lengths(fn: str, q: Any, seq_lens: Any, capacity: int, what: str) -> N
         raise fail(fn, f"seq_lens[{b}] = {int(seq_lens[b])} must be in [q_len, {what}] = [{q_len}, {capacity}]")
 
 
-_FULL_LENGTHS: dict = {}
-
-
-def _full_lengths(batch: int, keys: int, device: Any) -> Any:
-    """A cached int32 [batch] tensor of ``keys`` (``seq_lens=None``)."""
-    import torch
-
-    key = (batch, keys, str(device))
-    t = _FULL_LENGTHS.get(key)
-    if t is None:
-        t = _FULL_LENGTHS[key] = torch.full((batch,), keys, dtype=torch.int32, device=device)
-    return t
-
-
-# (tensors, options) -> SplitKV: what decode_attention decided for them (a repeated call: one lookup)
-_DISPATCH: dict = {}
+# (tensor keys, options) -> SplitKV: what decode_attention decided for them (a repeated call: one lookup)
+_DISPATCH = Decisions("decode_attention")
 
 
 def decode_attention(
@@ -525,27 +459,41 @@ def decode_attention(
     ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: the last split of each group combines, in the split
     kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
     two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``."""
-    key = (call_key(q, k, v, seq_lens, alibi_slopes), num_splits, config, backend, one_launch)
-    run = _DISPATCH.get(key)
+    opts = (num_splits, config, one_launch)
+    types = (type(num_splits), type(one_launch))  # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    key = (
+        tensor_key(q),
+        tensor_key(k),
+        tensor_key(v),
+        tensor_key(seq_lens),
+        tensor_key(alibi_slopes),
+        opts,
+        types,
+        backend,
+    )
+    run: Any = _DISPATCH.get(key)  # a SplitKV
     if run is None:
-        run = _DISPATCH[key] = _plan_dense(q, k, v, seq_lens, num_splits, config, backend, alibi_slopes, one_launch)
+        run = _DISPATCH.remember(key, _plan_dense(q, k, v, seq_lens, opts, backend, alibi_slopes))
     if seq_lens is None:
-        seq_lens = _full_lengths(q.shape[0], k.shape[1], q.device)
-    check_lengths("decode_attention", q, seq_lens, k.shape[1], "S_max")
-    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    head = (q, k, v, seq_lens) if alibi_slopes is None else (q, k, v, seq_lens, alibi_slopes)
-    return run(q, head, sc)
+        seq_lens = run.lengths
+    return run((q, k, v, seq_lens) if alibi_slopes is None else (q, k, v, seq_lens, alibi_slopes), scale)
 
 
-def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None, one_launch=False) -> SplitKV:
+def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None) -> SplitKV:
+    import torch
+
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
+    head_dim, s_max, lengths = q.shape[-1], k.shape[1], None
     if seq_lens is not None:
         check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
-    head_dim = q.shape[-1]
+    elif s_max < q.shape[1]:
+        raise fail(fn, f"seq_lens is None (every sequence S_max long) but S_max = {s_max} < q_len = {q.shape[1]}")
+    else:
+        lengths = torch.full((q.shape[0],), s_max, dtype=torch.int32, device=q.device)
 
     def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
         subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages), one)
@@ -554,4 +502,8 @@ def _plan_dense(q, k, v, seq_lens, num_splits, config, backend, slopes=None, one
             lambda: wc.compile(make_decode_split(dtype, group, alibi, one, waves=waves), subs, backend=backend),
         )
 
-    return plan_split_kv(fn, q, k.shape[2], k.shape[1], num_splits, config, build, one_launch)
+    def check(head: tuple) -> None:
+        check_lengths(fn, head[0], head[3], s_max, "S_max")
+
+    # the full lengths are valid by the test above: no per-call check
+    return plan_split_kv(fn, q, k.shape[2], s_max, options, build, None if lengths is not None else check, lengths)

@@ -23,7 +23,6 @@ How the body maps onto the compiler (docs/data_dependent.md, "Worked example: pa
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import wavec as wc
@@ -31,6 +30,7 @@ from wavec import Memory, Register, f32
 
 from . import decode as da
 from .decode import KVH, NEG_INF, QL, B, D, H, M, N
+from .fastpath import Decisions, tensor_key
 
 NB, PG, P = wc.sym.NB, wc.sym.PG, wc.sym.P  # cache blocks, rows of a block (the page size), block-table width
 # (rows, head dim) -> (BLOCK_N, waves): the dense kernel's.  The block of a step is computed in the loop;
@@ -96,18 +96,14 @@ def paged_subs(head_dim: int, group: int, page: int, block_n: int, waves: int, s
     return {**da.decode_subs(head_dim, group, block_n, waves, stages), PG: page, N: P * page}
 
 
-def _check_blocks(q: Any, k_cache: Any, block_tables: Any, seq_lens: Any) -> None:
-    """The block ids a sequence uses are blocks of the cache (where ``check_lengths`` checks lengths: always
-    on the emulator, under ``WAVEC_CHECK_BOUNDS=1`` on a GPU, where the kernel's bounds checks also name
-    any id it reads out of range)."""
+def _check_blocks(k_cache: Any, block_tables: Any, seq_lens: Any) -> None:
+    """The block ids a sequence uses are blocks of the cache (where ``decode.per_call_checks`` says: always
+    on the emulator, under ``WAVEC_CHECK_BOUNDS=1`` on a GPU, where the kernel's bounds checks also name any
+    id it reads out of range)."""
     import torch
 
-    from wavec.knobs import knobs
-
-    if q.is_cuda and not knobs.check_bounds:
-        return
     blocks, page = k_cache.shape[:2]
-    used = torch.arange(block_tables.shape[1], device=q.device) < ((seq_lens.long() + page - 1) // page)[:, None]
+    used = torch.arange(block_tables.shape[1], device=seq_lens.device) < ((seq_lens.long() + page - 1) // page)[:, None]
     wrong = used & ((block_tables < 0) | (block_tables >= blocks))
     if bool(wrong.any()):
         b, j = (int(x) for x in wrong.nonzero()[0])
@@ -118,7 +114,7 @@ def _check_blocks(q: Any, k_cache: Any, block_tables: Any, seq_lens: Any) -> Non
 
 
 # (tensors, options) -> SplitKV: what paged_attention decided for them (a repeated call: one lookup)
-_DISPATCH: dict = {}
+_DISPATCH = Decisions("paged_attention")
 
 
 def paged_attention(
@@ -149,27 +145,24 @@ def paged_attention(
     ids outside the cache are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: as ``decode.decode_attention``'s (default False: two
     launches, until one launch is timed)."""
+    opts = (num_splits, config, one_launch)
     tensors = (q, k_cache, v_cache, block_tables, seq_lens)
-    key = (da.call_key(*tensors, alibi_slopes), num_splits, config, backend, one_launch)
+    types = (type(num_splits), type(one_launch))  # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    key = (*map(tensor_key, tensors), tensor_key(alibi_slopes), opts, types, backend)
     run = _DISPATCH.get(key)
     if run is None:
-        run = _DISPATCH[key] = _plan(*tensors, num_splits, config, backend, alibi_slopes, one_launch)
-    da.check_lengths("paged_attention", q, seq_lens, block_tables.shape[1] * k_cache.shape[1], "max_blocks * page_size")
-    _check_blocks(q, k_cache, block_tables, seq_lens)
-    sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    head = (q, k_cache, v_cache, block_tables, seq_lens)
-    return run(q, head if alibi_slopes is None else (*head, alibi_slopes), sc)
+        run = _DISPATCH.remember(key, _plan(*tensors, opts, backend, alibi_slopes))
+    return run(tensors if alibi_slopes is None else (*tensors, alibi_slopes), scale)
 
 
-def _plan(
-    q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, backend, slopes=None, one_launch=False
-) -> da.SplitKV:
+def _plan(q, k_cache, v_cache, block_tables, seq_lens, options: tuple, backend, slopes=None) -> da.SplitKV:
     fn = "paged_attention"
     dtype = da.check_query_and_cache(fn, q, k_cache, v_cache, "[num_blocks, page_size, kv_heads, head_dim]")
     alibi = da.check_slopes(fn, slopes, q)
     da.check_index_tensor(fn, "block_tables", block_tables, q, 2)
     da.check_index_tensor(fn, "seq_lens", seq_lens, q, 1)
     head_dim, page = q.shape[-1], k_cache.shape[1]
+    keys = block_tables.shape[1] * page
 
     def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
         subs = da.split_kernel_subs(paged_subs(head_dim, group, page, block_n, waves, stages), one)
@@ -180,5 +173,9 @@ def _plan(
             ),
         )
 
-    keys = block_tables.shape[1] * page
-    return da.plan_split_kv(fn, q, k_cache.shape[2], keys, num_splits, config, build, one_launch)
+    def check(head: tuple) -> None:
+        q, k_cache, _v, block_tables, seq_lens = head[:5]
+        da.check_lengths(fn, q, seq_lens, keys, "max_blocks * page_size")
+        _check_blocks(k_cache, block_tables, seq_lens)
+
+    return da.plan_split_kv(fn, q, k_cache.shape[2], keys, options, build, check)

@@ -86,7 +86,7 @@ class Counters:
         import torch
 
         self.shape, self.device = shape, device
-        cuda = device.type == "cuda"
+        self.cuda = cuda = device.type == "cuda"
         self._stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) if cuda else None
         self._capturing = torch.cuda.is_current_stream_capturing if cuda else lambda: False
         self.buffers: dict = {}  # stream -> its counters
@@ -103,7 +103,7 @@ class Counters:
             buf = self.reserve.pop() if self.reserve else self._zeros()
             self.graph_owned.append(buf)
             return buf
-        while len(self.reserve) < GRAPH_RESERVE and self.device.type == "cuda":
+        while self.cuda and len(self.reserve) < GRAPH_RESERVE:
             self.reserve.append(self._zeros())
         stream = self._stream(self.device.index) if self._stream is not None else None
         buf = self.buffers.get(stream)

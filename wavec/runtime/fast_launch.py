@@ -138,7 +138,8 @@ class FastLaunch:
             raise TypeError(f"{self.kernel.meta.label}: a kernel with TMA tensor maps is launched with tensors")
         n = self.ntensors
         ptrs = list(args[:n])
-        if self.align and any(p % self.align for p in ptrs):
+        align = self.align
+        if align and any(map(align.__rmod__, ptrs)):
             self._misaligned(ptrs)
         self._launch(ptrs, args, n)
 
