@@ -2,7 +2,7 @@
 shapes where the region rule applies compile for sm_80 and sm_90a (mma.sync; cubin without spills where
 ptxas exists), the swap-AB form for sm_90a (m64nNk16 ``wgmma``), and with the MFMA for gfx942 (HSACO); the
 grid's third axis is S, and the partials go out through relaxed ``red`` reductions (vector on sm_90a's
-mma.sync tiles), never ``atom``."""
+mma.sync tiles), never ``atom``; the deterministic form through plain f32 stores."""
 
 from __future__ import annotations
 
@@ -65,7 +65,20 @@ def test_split_down_compiles_for_gfx942() -> None:
     assert "amdgpu.mfma 16x16x16" in k.mlir and k.metadata.grid[2] == "3"
 
 
-def test_make_down_refuses_a_deterministic_split() -> None:
-    tpw, mma = mma_type_for("mma_sync", wc.bf16, "sm_80")
-    with pytest.raises(ValueError, match="deterministic=True has no split form"):
-        fk.make_down(wc.bf16, 2, True, True, tpw, mma, 16, None, True)
+@pytest.mark.parametrize("cfg, target", [(CONFIGS[1], "sm_80"), (CONFIGS[1], "sm_90a"), (CONFIGS[5], "sm_90a")])
+def test_deterministic_split_stores_f32_rows(cfg: MoeConfig, target: str) -> None:
+    """The deterministic split form: plain f32 stores of the slices' rows (no reductions, no atomics) on
+    the split grid, no spills; its combine (``make_combine(split=True)``) compiles too."""
+    tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", wc.bf16, target)
+    kernel = fk.make_down(wc.bf16, 2, True, True, tpw, mma, cfg.block_m, cfg.swap_waves(True), True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        ptx = wc.compile(kernel, cfg.subs(True), target=target, backend="cuda", cache=False).artifact.binary.decode()
+    assert "st.global" in ptx and " red." not in ptx and "\tred." not in ptx and "atom." not in ptx
+    k = wc.compile(kernel, cfg.subs(True), target=target, backend="cuda", cache=False)
+    assert k.metadata.grid[2] == str(cfg.split_k)
+    if HAS_PTXAS:
+        assert k.artifact.format == "cubin" and k.metadata.spills == 0
+    combine = fk.make_combine(wc.bf16, tpw, split=True)
+    subs = fk.combine_subs(2, tpw, split=cfg.split_k)
+    assert wc.compile(combine, subs, target=target, backend="cuda", cache=False).artifact.binary
