@@ -9,10 +9,11 @@ shipped in the package).
 Guarantees: :func:`model_inputs` is the one definition of the MLP's input vector (training and inference
 use it): every pipeline's and memory level's theoretical cycles relative to the roofline's (which bound
 binds and how close the others are), the roofline time (log), task counts, wave fill and SM imbalance,
-threads, occupancy, registers, shared memory and arithmetic intensity.  GPU constants enter through the
-cycles, not as inputs of their own: the lent GPUs are one chip (GH100) with two memory systems, so a
-constant input would be one value in training and an extrapolation elsewhere.  :class:`MLP` evaluates
-``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
+threads, occupancy, registers, shared memory, arithmetic intensity, row alignment and the launch's tiling
+(:mod:`wavec.perf.tiling`: a GEMM wave's panel reuse, the main loop's steps, fill and stages).  GPU
+constants enter through the cycles, not as inputs of their own: the lent GPUs are one chip (GH100) with
+two memory systems, so a constant input would be one value in training and an extrapolation elsewhere.
+:class:`MLP` evaluates ``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
 :class:`~wavec.errors.OptionError` names what is shipped when a file is missing); :func:`estimate` gives
 the predicted time, the ceiling time and the bottleneck; :func:`fit_linear` is the linear baseline
 (least squares on the same inputs, log efficiency) and :func:`fit_ridge` the same with a ridge penalty
@@ -79,6 +80,11 @@ INPUTS = (
         "log2_task_cycles",
         "log2_align_read",
         "log2_align_write",
+        "log2_wave_dram/roof",
+        "log2_wave_reuse",
+        "log2_tile_steps",
+        "tile_fill",
+        "tile_stages_8",
     )
     + tuple(f"{p}.sm/mean" for p in SPREAD)
 )
@@ -109,6 +115,20 @@ def _spread(values: Mapping[str, float]) -> list[float]:
     return out
 
 
+def _tiling(values: Mapping[str, float], gpu: GPUSpec, roof: float) -> list[float]:
+    """The GEMM wave's DRAM-byte estimate at HBM rate over the roofline (log2, floored: between the
+    footprint's and the requested bytes' bound, which panels a wave shares decides), its panel reuse (log2),
+    and the innermost tiled dimension's steps (log2), fill and pipeline stages (/8)."""
+    dram_cycles = float(values["wave.dram_bytes"]) / (gpu.hbm_bytes_s / gpu.clock_hz)
+    return [
+        math.log2(max(dram_cycles / roof, RATIO_FLOOR)),
+        math.log2(float(values["wave.reuse"])),
+        math.log2(float(values["tile.steps"])),
+        float(values["tile.fill"]),
+        float(values["tile.stages"]) / 8,
+    ]
+
+
 def launch_values(decomp: Any, feats: Any) -> dict[str, float]:
     """The ``values`` :func:`model_inputs` and :func:`estimate` take for one decomposed launch: its
     ``Features.values`` plus the binary's ``registers`` (0 where unknown) and ``shared_bytes``."""
@@ -137,6 +157,7 @@ def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
         math.log2(1.0 + busiest / max(1.0, float(values["sm_tasks"]))),
         math.log2(float(values["align.read_bytes"])),
         math.log2(float(values["align.write_bytes"])),
+        *_tiling(values, gpu, roof),
         *_spread(values),
     ]
     return np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])

@@ -1,7 +1,7 @@
 """Train the performance model's MLPs from feature tables (``python -m wavec.perf.dataset build``).
 
     python -m wavec.perf.train FEATURES.csv [FEATURES.csv ...] --out wavec/perf/weights [--rows train|all]
-                               [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5]
+                               [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5] [--only h100,all]
 
 Requires: torch (CPU; training only: inference is numpy, ``wavec.perf.estimator``); feature rows with a
 measured time (``us``); rows without one (a dry run's) are skipped.
@@ -14,7 +14,9 @@ rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``
 measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
 0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
 validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
-split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
+split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  ``--only`` trains those
+models alone (GPU keys or ``all``: separate processes can train them side by side).  Same seed, same
+weights.
 """
 
 from __future__ import annotations
@@ -231,11 +233,14 @@ def train_all(
     steps: int = 2000,
     seed: int = 0,
     members: int = 5,
+    only: Sequence[str] = (),
 ) -> list[Model]:
     timed = [r for r in rows if r.get("us") and (split == "all" or r["split"] == split)]
     gpus = sorted({r["gpu"] for r in timed})
     models = []
     for trained_on in gpus + (["all"] if len(gpus) > 1 else []):
+        if only and trained_on not in only:
+            continue
         for family in sorted({r["family"] for r in timed}):
             mine = [r for r in timed if r["family"] == family and trained_on in ("all", r["gpu"])]
             if len(mine) < MIN_ROWS:
@@ -275,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--members", type=int, default=5, help="seeds per ensemble")
+    p.add_argument("--only", default="", help="train only these models (comma-separated GPU keys or 'all')")
     args = p.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    models = train_all(read_rows(args.features), args.out, args.rows, hidden, args.steps, args.seed, args.members)
+    only = [k for k in args.only.split(",") if k]
+    rows = read_rows(args.features)
+    models = train_all(rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only)
     print(f"wrote {len(models)} models under {args.out}", file=sys.stderr)
     return 0 if models else 1
 
