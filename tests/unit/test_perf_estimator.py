@@ -134,6 +134,11 @@ def test_model_inputs_name_the_bound_and_the_launch() -> None:
     named = dict(zip(E.INPUTS, E.model_inputs(gemm, h100), strict=True))
     assert named["log2_wave_reuse"] == -3.0 and named["log2_tile_steps"] == pytest.approx(np.log2(82))
     assert (named["tile_fill"], named["tile_stages_8"]) == (0.5, 0.5)
+    # only the GEMM families' models take the tiling inputs; the others get the rest, in the same order
+    rows = E.model_inputs(gemm, h100, "rows")
+    assert E.inputs_for("rows") == tuple(n for n in E.INPUTS if n not in E.TILING_INPUTS) and len(rows) == 34
+    assert rows.tolist() == [v for n, v in named.items() if n not in E.TILING_INPUTS]
+    assert E.model_inputs(gemm, h100, "gemm_wgmma").tolist() == list(named.values())
     # 300 tasks on 264 slots: 1.14 waves, the second 36/264 full; the busiest SM runs 3 (mean 300/132)
     tail = _values(cycles, tasks=300.0, sm_tasks=3.0, **{"align.read_bytes": 16.0})
     named = dict(zip(E.INPUTS, E.model_inputs(tail, h100), strict=True))
@@ -203,7 +208,7 @@ def test_shipped_weights_load_from_the_package() -> None:
         for family in families:
             model = E.load(family, trained_on)
             assert model.family == family and model.meta["trained_on"] == trained_on
-            assert model.meta["inputs"] == list(E.INPUTS)
+            assert model.meta["inputs"] == list(E.inputs_for(family))
     with pytest.raises(OptionError, match="no weights for nope"):
         E.load("nope", "h100")
 

@@ -37,6 +37,9 @@ from .gpus import GPUSpec
 
 __all__ = [
     "INPUTS",
+    "TILING_INPUTS",
+    "TILED_FAMILIES",
+    "inputs_for",
     "CYCLES",
     "model_inputs",
     "launch_values",
@@ -88,6 +91,20 @@ INPUTS = (
     )
     + tuple(f"{p}.sm/mean" for p in SPREAD)
 )
+TILING_INPUTS = ("log2_wave_dram/roof", "log2_wave_reuse", "log2_tile_steps", "tile_fill", "tile_stages_8")
+# The families whose models take the tiling inputs: on the others (attention, elementwise, MoE, rows) they
+# raised the test MAPE by 0.5-2 points (docs/perf_model.md), a shape proxy the few hundred rows overfit.
+TILED_FAMILIES = ("gemm_mma_sync", "gemm_wgmma")
+
+
+def inputs_for(family: str | None) -> tuple[str, ...]:
+    """The inputs of ``family``'s models (``INPUTS``, less ``TILING_INPUTS`` outside ``TILED_FAMILIES``);
+    every input for ``None``."""
+    if family is None or family in TILED_FAMILIES:
+        return INPUTS
+    return tuple(name for name in INPUTS if name not in TILING_INPUTS)
+
+
 EPS = 1e-30
 RATIO_FLOOR = 2.0**-10  # a bound under 1/1024 of the roofline's is as absent as zero; log2 needs a floor
 
@@ -135,10 +152,11 @@ def launch_values(decomp: Any, feats: Any) -> dict[str, float]:
     return {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
 
 
-def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
-    """The input vector (``INPUTS``) of one launch; ``values``: ``Features.values`` plus ``registers`` and
-    ``shared_bytes`` (a feature table's ``f:`` columns without the prefix).  Magnitudes enter in log2, so
-    the standardised inputs of a new shape stay in the range the training shapes span."""
+def model_inputs(values: Mapping[str, float], gpu: GPUSpec, family: str | None = None) -> np.ndarray:
+    """The input vector (``inputs_for(family)``, in ``INPUTS`` order) of one launch; ``values``:
+    ``Features.values`` plus ``registers`` and ``shared_bytes`` (a feature table's ``f:`` columns without
+    the prefix).  Magnitudes enter in log2, so the standardised inputs of a new shape stay in the range the
+    training shapes span."""
     cycles = np.array([float(values[f"{c}_cycles"]) for c in CYCLES])
     roof = max(max(float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS), EPS)
     hbm = max(float(values["global.gpu_bytes"]), 1.0)
@@ -160,7 +178,10 @@ def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
         *_tiling(values, gpu, roof),
         *_spread(values),
     ]
-    return np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])
+    x = np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])
+    if family is None or family in TILED_FAMILIES:
+        return x
+    return x[[i for i, name in enumerate(INPUTS) if name not in TILING_INPUTS]]
 
 
 @dataclass(frozen=True)
@@ -315,7 +336,7 @@ def estimate(
     """Predicted and ceiling times of one launch (``values`` as for :func:`model_inputs`)."""
     trained_on = trained_on or trained_for(gpu_key, family)
     model = load(family, trained_on)
-    x = model_inputs(values, gpu)
+    x = model_inputs(values, gpu, family)
     cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS}
     roof = max(cycles.values()) / gpu.clock_hz
     eff, ceil = float(model.mean.efficiency(x)[0]), float(model.ceiling.efficiency(x)[0])
