@@ -134,9 +134,9 @@ def test_model_inputs_name_the_bound_and_the_launch() -> None:
     named = dict(zip(E.INPUTS, E.model_inputs(gemm, h100), strict=True))
     assert named["log2_wave_reuse"] == -3.0 and named["log2_tile_steps"] == pytest.approx(np.log2(82))
     assert (named["tile_fill"], named["tile_stages_8"]) == (0.5, 0.5)
-    # only the GEMM families' models take the tiling inputs; the others get the rest, in the same order
-    rows = E.model_inputs(gemm, h100, "rows")
-    assert E.inputs_for("rows") == tuple(n for n in E.INPUTS if n not in E.TILING_INPUTS) and len(rows) == 34
+    # attention's and elementwise's models do without the tiling inputs: the rest, in the same order
+    rows = E.model_inputs(gemm, h100, "attention")
+    assert E.inputs_for("attention") == tuple(n for n in E.INPUTS if n not in E.TILING_INPUTS) and len(rows) == 34
     assert rows.tolist() == [v for n, v in named.items() if n not in E.TILING_INPUTS]
     assert E.model_inputs(gemm, h100, "gemm_wgmma").tolist() == list(named.values())
     # 300 tasks on 264 slots: 1.14 waves, the second 36/264 full; the busiest SM runs 3 (mean 300/132)
