@@ -92,9 +92,9 @@ INPUTS = (
     + tuple(f"{p}.sm/mean" for p in SPREAD)
 )
 TILING_INPUTS = ("log2_wave_dram/roof", "log2_wave_reuse", "log2_tile_steps", "tile_fill", "tile_stages_8")
-# The families whose models take the tiling inputs (docs/perf_model.md): on attention and elementwise they
-# raised the test MAPE by 1.2-2.2 points (no panels to share; the step count one more shape proxy that a
-# hundred rows overfit), on rows they moved it by -0.5 to +0.4 (not kept).
+# The families whose models take the tiling inputs: the GEMM-shaped kernels (the dense GEMMs and MoE's
+# grouped GEMMs), whose waves share panels.  Tried on the others too (docs/perf_model.md): test MAPE up
+# 1.2-2.2 points on attention and elementwise, rows within 0.5; validation mixed.
 TILED_FAMILIES = ("gemm_mma_sync", "gemm_wgmma", "moe")
 
 
