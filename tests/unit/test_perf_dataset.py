@@ -89,3 +89,17 @@ def test_a_changed_gpu_constant_misses_the_feature_cache(tmp_path, monkeypatch) 
     monkeypatch.setitem(GPUS, "h100", replace(GPUS["h100"], l2_bytes_s=GPUS["h100"].l2_bytes_s * 2))
     cache = D.FeatureCache(tmp_path / "cache")
     assert cache.get("h100", keys[0]) is None and cache.get("h200", keys[1]) is not None
+
+
+def test_refresh_recomputes_the_tiling_columns_as_build_does(tmp_path) -> None:
+    from wavec.perf.tiling import TILING_FEATURES
+
+    built = D.build(_rows(), [], D.FeatureCache(tmp_path / "cache"))
+    stale = [{**r, **{f"f:{k}": -1.0 for k in TILING_FEATURES}} for r in built]
+    fresh = D.refresh(stale)
+    assert fresh == built  # only the tiling columns change, to what the decomposition's features gave
+    gemm, softmax = fresh[0], fresh[2]
+    # 96 x 320 in 64 x 64 tiles: one wave holds all 10 tiles, each panel read once (plus C, f32)
+    assert gemm["f:wave.dram_bytes"] == (96 + 320) * 256 * 2 + 96 * 320 * 4 and gemm["f:wave.reuse"] < 0.5
+    assert (gemm["f:tile.steps"], gemm["f:tile.fill"], gemm["f:tile.stages"]) == (8.0, 1.0, 3.0)  # K 256 / 32
+    assert (softmax["f:tile.steps"], softmax["f:tile.fill"]) == (1.0, 1000 / 1024)  # a 1000-wide row, 1024 block

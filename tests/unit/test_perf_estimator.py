@@ -107,6 +107,7 @@ def _values(cycles: dict[str, float], **extra: float) -> dict[str, float]:
     values.update({"tasks": 264.0, "waves": 1.0, "blocks_per_sm": 2.0, "sm_tasks": 2.0, "threads": 256.0})
     values.update({"global.gpu_bytes": 1e6, "tensor.gpu_ops": 1e9, "l2.gpu_bytes": 4e6})
     values.update({"align.read_bytes": 128.0, "align.write_bytes": 128.0})
+    values.update({"wave.dram_bytes": 1e6, "wave.reuse": 1.0, "tile.steps": 1.0, "tile.fill": 1.0, "tile.stages": 1.0})
     return {**values, **extra}
 
 
@@ -124,6 +125,20 @@ def test_model_inputs_name_the_bound_and_the_launch() -> None:
     assert named["registers_255"] == pytest.approx(128 / 255)
     assert named["tensor.sm/mean"] == 2.0 and named["xu.sm/mean"] == 1.0  # busiest SM twice the mean; idle
     assert named["log2_align_read"] == 7.0 and named["log2_align_write"] == 7.0
+    # no tiling: the wave's DRAM bytes are the footprint (1 MB at H100 HBM rate), nothing shared, one full step
+    hbm_cycles = 1e6 / (h100.hbm_bytes_s / h100.clock_hz)
+    assert named["log2_wave_dram/roof"] == pytest.approx(np.log2(hbm_cycles / 1830.0))
+    assert (named["log2_wave_reuse"], named["log2_tile_steps"], named["tile_fill"]) == (0.0, 0.0, 1.0)
+    # a GEMM: 8 x 1 MB of panels requested per MB read, 82 K steps of which the last is half full, 4 stages
+    gemm = _values(cycles, **{"wave.reuse": 0.125, "tile.steps": 82.0, "tile.fill": 0.5, "tile.stages": 4.0})
+    named = dict(zip(E.INPUTS, E.model_inputs(gemm, h100), strict=True))
+    assert named["log2_wave_reuse"] == -3.0 and named["log2_tile_steps"] == pytest.approx(np.log2(82))
+    assert (named["tile_fill"], named["tile_stages_8"]) == (0.5, 0.5)
+    # attention's and elementwise's models do without the tiling inputs: the rest, in the same order
+    rows = E.model_inputs(gemm, h100, "attention")
+    assert E.inputs_for("attention") == tuple(n for n in E.INPUTS if n not in E.TILING_INPUTS) and len(rows) == 34
+    assert rows.tolist() == [v for n, v in named.items() if n not in E.TILING_INPUTS]
+    assert E.model_inputs(gemm, h100, "gemm_wgmma").tolist() == list(named.values())
     # 300 tasks on 264 slots: 1.14 waves, the second 36/264 full; the busiest SM runs 3 (mean 300/132)
     tail = _values(cycles, tasks=300.0, sm_tasks=3.0, **{"align.read_bytes": 16.0})
     named = dict(zip(E.INPUTS, E.model_inputs(tail, h100), strict=True))
@@ -178,6 +193,10 @@ def test_training_cli_reads_feature_csvs(tmp_path) -> None:
         w.writerows(rows)
     assert T.main([str(path), "--out", str(tmp_path / "w"), "--steps", "100", "--rows", "all"]) == 0
     assert E.Model.read(tmp_path / "w" / "all" / "rows.npz").meta["rows"] == 24
+    # --only: just the models named, the others' files untouched
+    argv = [str(path), "--out", str(tmp_path / "o"), "--steps", "50", "--members", "1", "--only", "h200"]
+    assert T.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["h200"]
 
 
 def test_shipped_weights_load_from_the_package() -> None:
@@ -189,7 +208,7 @@ def test_shipped_weights_load_from_the_package() -> None:
         for family in families:
             model = E.load(family, trained_on)
             assert model.family == family and model.meta["trained_on"] == trained_on
-            assert model.meta["inputs"] == list(E.INPUTS)
+            assert model.meta["inputs"] == list(E.inputs_for(family))
     with pytest.raises(OptionError, match="no weights for nope"):
         E.load("nope", "h100")
 

@@ -27,6 +27,8 @@ def _rows(n: int) -> list[dict[str, str]]:
         values.update({"tasks": 528.0, "waves": 1.0, "blocks_per_sm": 4.0, "sm_tasks": 4.0, "threads": 128.0})
         values.update({"global.gpu_bytes": 1e6, "tensor.gpu_ops": 0.0, "l2.gpu_bytes": 1e6})
         values.update({"align.read_bytes": 128.0, "align.write_bytes": 128.0})
+        values.update({"wave.dram_bytes": 1e6, "wave.reuse": 1.0, "tile.steps": 1.0, "tile.fill": 1.0})
+        values["tile.stages"] = 1.0
         for key in ("h100", "h200"):
             eff = (0.5 if key == "h100" else 0.45) + 0.4 * share
             if i == 3:

@@ -2,6 +2,7 @@
 of its launch, derived on the CPU from the same kernel (decompose -> schedule -> features).
 
     python -m wavec.perf.dataset build RAW.csv [RAW.csv ...] --out FEATURES.csv [--gpus h100,h200] [--jobs 2]
+    python -m wavec.perf.dataset refresh FEATURES.csv [FEATURES.csv ...] [--jobs 2]
 
 Requires: raw CSVs with the columns of ``perf_dataset.FIELDS`` (``us`` may be empty: a dry run's rows get
 features too, so the table can be built before the timings arrive); the MLIR compiler.
@@ -15,6 +16,10 @@ so a changed rate in ``gpus.py`` or a new feature misses the cache instead of re
 features for every GPU of ``--gpus`` whose targets agree computed at once (the H100 and the H200 share a
 decomposition: same SMs, same target), so a rebuild only decomposes new rows.
 A row whose launch cannot be decomposed raises :class:`~wavec.errors.PerfError` naming it.
+``refresh`` rewrites, in place, the columns of a built table that need the compiled kernel's metadata and
+the launch's symbols but no decomposition (``tiling.TILING_FEATURES``, from :func:`case_tiling`: exactly
+what ``features`` computes from the same symbols, tensors, task count, occupancy and footprint), so a new
+tiling input reaches the stored tables without decomposing every launch again.
 """
 
 from __future__ import annotations
@@ -35,7 +40,18 @@ from .cases import Case, target_of
 from .gpus import GPUS
 from .gpus import gpu as find_gpu
 
-__all__ = ["row_case", "case_key", "case_features", "cache_stem", "FeatureCache", "build", "read_rows", "main"]
+__all__ = [
+    "row_case",
+    "case_key",
+    "case_features",
+    "case_tiling",
+    "cache_stem",
+    "FeatureCache",
+    "build",
+    "refresh",
+    "read_rows",
+    "main",
+]
 
 CASE_FIELDS = ("family", "kernel", "dtype", "config", "shape")
 
@@ -72,8 +88,48 @@ def case_features(case: Case, gpus: Iterable[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-# bumped when ``features`` gains a value, so cached decompositions without it miss (2: row alignment)
-FEATURES_VERSION = 2
+# bumped when ``features`` gains a value, so cached decompositions without it miss (2: row alignment,
+# 3: tiling)
+FEATURES_VERSION = 3
+
+
+def case_tiling(case: Case, gpu_key: str, tasks: int, blocks_per_sm: int, footprint: float) -> dict[str, float]:
+    """``tiling.TILING_FEATURES`` of ``case``'s launch on ``gpu_key``, from the compiled kernel's symbols and
+    the launch's tensors (no decomposition); ``tasks``, ``blocks_per_sm`` and ``footprint`` (the HBM bytes,
+    ``global.gpu_bytes``) as ``features`` has them."""
+    from .cases import bindings, compile_case
+    from .decompose import launch_symbols, launch_tensors
+    from .tiling import tiling_features
+
+    spec = find_gpu(gpu_key)
+    artifact = compile_case(case, target_of(case, spec)).artifact
+    binds, _scalars = bindings(case)
+    symbols = launch_symbols(artifact, tuple(b.data if b.data is not None else b.shape for b in binds), {})
+    slots = spec.sms * max(1, blocks_per_sm)
+    return tiling_features(symbols, launch_tensors(artifact, symbols), tasks, slots, footprint)
+
+
+def _tiling_work(item: tuple[tuple[str, ...], str, int, int, float]) -> tuple[tuple[str, str], dict[str, float]]:
+    fields, gpu, tasks, blocks, footprint = item
+    case = Case(*fields)
+    return (case_key(case), gpu), case_tiling(case, gpu, tasks, blocks, footprint)
+
+
+def refresh(rows: list[dict[str, Any]], jobs: int = 1) -> list[dict[str, Any]]:
+    """``rows`` (a built table's) with their ``f:`` tiling columns recomputed (see the module docstring)."""
+    todo: dict[tuple[str, str], tuple[tuple[str, ...], str, int, int, float]] = {}
+    for r in rows:
+        case = row_case(r)
+        blocks, footprint = int(float(r["f:blocks_per_sm"])), float(r["f:global.gpu_bytes"])
+        fields = tuple(getattr(case, k) for k in CASE_FIELDS)
+        todo[(case_key(case), r["gpu"])] = (fields, r["gpu"], int(float(r["f:tasks"])), blocks, footprint)
+    items = sorted(todo.values())  # one kernel's launches together: each process compiles it once
+    if jobs > 1 and len(items) > 1:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            done = dict(pool.imap_unordered(_tiling_work, items, chunksize=8))
+    else:
+        done = dict(map(_tiling_work, items))
+    return [{**r, **{f"f:{k}": v for k, v in done[(case_key(row_case(r)), r["gpu"])].items()}} for r in rows]
 
 
 def cache_stem(gpu_key: str) -> str:
@@ -182,7 +238,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--gpus", default="", help="also cache these GPUs' features (comma-separated)")
     b.add_argument("--jobs", type=int, default=1)
     b.add_argument("--cache", type=Path, default=None, help="feature cache folder (default: the compile cache's)")
+    r = sub.add_parser("refresh", help="recompute a built table's tiling columns in place (no decomposition)")
+    r.add_argument("tables", nargs="+", type=Path)
+    r.add_argument("--jobs", type=int, default=1)
     args = p.parse_args(argv)
+    if args.cmd == "refresh":
+        for path in args.tables:
+            write_csv(refresh(read_rows([path]), args.jobs), path)
+            print(f"refreshed {path}", file=sys.stderr)
+        return 0
     cache = FeatureCache(args.cache or Path(knobs.cache_dir) / "perf_features")
     rows = build(read_rows(args.raw), [g for g in args.gpus.split(",") if g], cache, args.jobs)
     write_csv(rows, args.out)

@@ -33,7 +33,7 @@ from .gpus import GPUSpec
 from .gpus import gpu as find_gpu
 from .mlir_text import DTYPE_BYTES, Op, parse_kernel
 
-__all__ = ["Decomposition", "decompose", "launch_symbols"]
+__all__ = ["Decomposition", "decompose", "launch_symbols", "launch_tensors"]
 
 CHUNK_ELEMENTS = 1 << 15  # workgroups x threads evaluated at once
 
@@ -148,7 +148,8 @@ def _footprint(artifact: Artifact, symbols: dict[str, int], rules: Demand) -> di
     return {"read": read, "write": write}
 
 
-def _tensors(artifact: Artifact, symbols: dict[str, int]) -> list[tuple[tuple[int, ...], str, bool]]:
+def launch_tensors(artifact: Artifact, symbols: Mapping[str, int]) -> list[tuple[tuple[int, ...], str, bool]]:
+    """Every binding's (shape, dtype, is output) whose shape ``symbols`` determine (``Decomposition.tensors``)."""
     out = []
     for spec in artifact.metadata.args:
         dims = [d if isinstance(d, int) else symbols.get(d) for d in spec.shape]
@@ -230,5 +231,5 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
         footprint=_footprint(artifact, symbols, rules),
         symbols=symbols,
         notes=sorted(notes),
-        tensors=_tensors(artifact, symbols),
+        tensors=launch_tensors(artifact, symbols),
     )

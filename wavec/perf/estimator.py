@@ -9,10 +9,11 @@ shipped in the package).
 Guarantees: :func:`model_inputs` is the one definition of the MLP's input vector (training and inference
 use it): every pipeline's and memory level's theoretical cycles relative to the roofline's (which bound
 binds and how close the others are), the roofline time (log), task counts, wave fill and SM imbalance,
-threads, occupancy, registers, shared memory and arithmetic intensity.  GPU constants enter through the
-cycles, not as inputs of their own: the lent GPUs are one chip (GH100) with two memory systems, so a
-constant input would be one value in training and an extrapolation elsewhere.  :class:`MLP` evaluates
-``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
+threads, occupancy, registers, shared memory, arithmetic intensity, row alignment and the launch's tiling
+(:mod:`wavec.perf.tiling`: a GEMM wave's panel reuse, the main loop's steps, fill and stages).  GPU
+constants enter through the cycles, not as inputs of their own: the lent GPUs are one chip (GH100) with
+two memory systems, so a constant input would be one value in training and an extrapolation elsewhere.
+:class:`MLP` evaluates ``exp(net(standardised x))`` (an efficiency); :func:`load` reads a family's models (an
 :class:`~wavec.errors.OptionError` names what is shipped when a file is missing); :func:`estimate` gives
 the predicted time, the ceiling time and the bottleneck; :func:`fit_linear` is the linear baseline
 (least squares on the same inputs, log efficiency) and :func:`fit_ridge` the same with a ridge penalty
@@ -36,6 +37,9 @@ from .gpus import GPUSpec
 
 __all__ = [
     "INPUTS",
+    "TILING_INPUTS",
+    "TILED_FAMILIES",
+    "inputs_for",
     "CYCLES",
     "model_inputs",
     "launch_values",
@@ -79,9 +83,29 @@ INPUTS = (
         "log2_task_cycles",
         "log2_align_read",
         "log2_align_write",
+        "log2_wave_dram/roof",
+        "log2_wave_reuse",
+        "log2_tile_steps",
+        "tile_fill",
+        "tile_stages_8",
     )
     + tuple(f"{p}.sm/mean" for p in SPREAD)
 )
+TILING_INPUTS = ("log2_wave_dram/roof", "log2_wave_reuse", "log2_tile_steps", "tile_fill", "tile_stages_8")
+# The families whose models take the tiling inputs: the GEMM-shaped kernels (the dense GEMMs and MoE's
+# grouped GEMMs), whose waves share panels.  Tried on the others too (docs/perf_model.md): test MAPE up
+# 1.2-2.2 points on attention and elementwise, rows within 0.5; validation mixed.
+TILED_FAMILIES = ("gemm_mma_sync", "gemm_wgmma", "moe")
+
+
+def inputs_for(family: str | None) -> tuple[str, ...]:
+    """The inputs of ``family``'s models (``INPUTS``, less ``TILING_INPUTS`` outside ``TILED_FAMILIES``);
+    every input for ``None``."""
+    if family is None or family in TILED_FAMILIES:
+        return INPUTS
+    return tuple(name for name in INPUTS if name not in TILING_INPUTS)
+
+
 EPS = 1e-30
 RATIO_FLOOR = 2.0**-10  # a bound under 1/1024 of the roofline's is as absent as zero; log2 needs a floor
 
@@ -109,16 +133,31 @@ def _spread(values: Mapping[str, float]) -> list[float]:
     return out
 
 
+def _tiling(values: Mapping[str, float], gpu: GPUSpec, roof: float) -> list[float]:
+    """The GEMM wave's DRAM-byte estimate at HBM rate over the roofline (log2, floored: between the
+    footprint's and the requested bytes' bound, which panels a wave shares decides), its panel reuse (log2),
+    and the innermost tiled dimension's steps (log2), fill and pipeline stages (/8)."""
+    dram_cycles = float(values["wave.dram_bytes"]) / (gpu.hbm_bytes_s / gpu.clock_hz)
+    return [
+        math.log2(max(dram_cycles / roof, RATIO_FLOOR)),
+        math.log2(float(values["wave.reuse"])),
+        math.log2(float(values["tile.steps"])),
+        float(values["tile.fill"]),
+        float(values["tile.stages"]) / 8,
+    ]
+
+
 def launch_values(decomp: Any, feats: Any) -> dict[str, float]:
     """The ``values`` :func:`model_inputs` and :func:`estimate` take for one decomposed launch: its
     ``Features.values`` plus the binary's ``registers`` (0 where unknown) and ``shared_bytes``."""
     return {**feats.values, "registers": float(decomp.registers or 0), "shared_bytes": float(decomp.shared_bytes)}
 
 
-def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
-    """The input vector (``INPUTS``) of one launch; ``values``: ``Features.values`` plus ``registers`` and
-    ``shared_bytes`` (a feature table's ``f:`` columns without the prefix).  Magnitudes enter in log2, so
-    the standardised inputs of a new shape stay in the range the training shapes span."""
+def model_inputs(values: Mapping[str, float], gpu: GPUSpec, family: str | None = None) -> np.ndarray:
+    """The input vector (``inputs_for(family)``, in ``INPUTS`` order) of one launch; ``values``:
+    ``Features.values`` plus ``registers`` and ``shared_bytes`` (a feature table's ``f:`` columns without
+    the prefix).  Magnitudes enter in log2, so the standardised inputs of a new shape stay in the range the
+    training shapes span."""
     cycles = np.array([float(values[f"{c}_cycles"]) for c in CYCLES])
     roof = max(max(float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS), EPS)
     hbm = max(float(values["global.gpu_bytes"]), 1.0)
@@ -137,9 +176,13 @@ def model_inputs(values: Mapping[str, float], gpu: GPUSpec) -> np.ndarray:
         math.log2(1.0 + busiest / max(1.0, float(values["sm_tasks"]))),
         math.log2(float(values["align.read_bytes"])),
         math.log2(float(values["align.write_bytes"])),
+        *_tiling(values, gpu, roof),
         *_spread(values),
     ]
-    return np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])
+    x = np.concatenate([np.log2(np.maximum(cycles / roof, RATIO_FLOOR)), np.array(extra)])
+    if family is None or family in TILED_FAMILIES:
+        return x
+    return x[[i for i, name in enumerate(INPUTS) if name not in TILING_INPUTS]]
 
 
 @dataclass(frozen=True)
@@ -294,7 +337,7 @@ def estimate(
     """Predicted and ceiling times of one launch (``values`` as for :func:`model_inputs`)."""
     trained_on = trained_on or trained_for(gpu_key, family)
     model = load(family, trained_on)
-    x = model_inputs(values, gpu)
+    x = model_inputs(values, gpu, family)
     cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS}
     roof = max(cycles.values()) / gpu.clock_hz
     eff, ceil = float(model.mean.efficiency(x)[0]), float(model.ceiling.efficiency(x)[0])

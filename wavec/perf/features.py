@@ -4,16 +4,17 @@ Requires: a :class:`~wavec.perf.decompose.Decomposition` and its :class:`~wavec.
 
 Guarantees: :func:`features` returns, per math pipeline (``tensor``, ``fma``, ``xu``, ``alu``), the GPU-total
 operations and theoretical cycles (ops / (rate x SMs)) and the busiest SM's operations and cycles (ops /
-rate), where a pipeline's rate is its per-SM, per-clock figure for each op kind (tensor FLOPs by
-instruction kind and dtype, FMA results by dtype); per memory level the bytes and cycles: ``global``
-(HBM: each tensor's bytes at most once, the footprint, as a perfect L2 would move them) and ``l2`` (every
-byte requested) at GPU level, ``global``/``l2``/``shared`` at the busiest SM at its share of the bandwidth
-(global: its requested bytes scaled by the launch's HBM/requested ratio; l2: its requested bytes; shared:
-bytes in and out at ``shared_bytes_per_clk``).  Plus the task counts, the row alignment of the
-floating-point tensors read and written (:func:`row_alignment`: a row pitch that is not a multiple of 128
-bytes splits the tiles' rows over extra sectors and, below 16 bytes, rules out vector access) and the
-GPU's constants.  :func:`roofline` is the largest theoretical time of those, in seconds (plus an optional
-launch overhead); :func:`bottleneck` names it.
+rate), where a pipeline's rate is its per-SM, per-clock figure for each op kind (tensor FLOPs by instruction
+kind and dtype, FMA results by dtype); per memory level the bytes and cycles: ``global`` (HBM: each tensor's
+bytes at most once, the footprint, as a perfect L2 would move them) and ``l2`` (every byte requested) at GPU
+level, ``global``/``l2``/``shared`` at the busiest SM at its share of the bandwidth (global: its requested
+bytes scaled by the launch's HBM/requested ratio; l2: its requested bytes; shared: bytes in and out at
+``shared_bytes_per_clk``). Plus the task counts, the row alignment of the floating-point tensors read and
+written (:func:`row_alignment`: a row pitch that is not a multiple of 128 bytes splits the tiles' rows over
+extra sectors and, below 16 bytes, rules out vector access), the launch's tiling
+(:func:`~wavec.perf.tiling.tiling_features`: a GEMM wave's panel reuse and DRAM-byte estimate, the innermost
+tiled dimension's steps, fill and stages) and the GPU's constants. :func:`roofline` is the largest theoretical
+time of those, in seconds (plus an optional launch overhead); :func:`bottleneck` names it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .decompose import Decomposition
 from .gpus import GPUSpec
 from .mlir_text import DTYPE_BYTES
 from .schedule import Schedule
+from .tiling import tiling_features
 
 __all__ = [
     "Features",
@@ -145,6 +147,8 @@ def features(decomp: Decomposition, sched: Schedule) -> Features:
             "shared.sm_cycles": float(sm_shared.max()) / gpu.shared_bytes_per_clk,
         }
     )
+    slots = sms * max(1, sched.occupancy.blocks_per_sm)
+    values.update(tiling_features(decomp.symbols, decomp.tensors, decomp.tasks, slots, hbm))
     return Features(values, gpu.vector(), gpu.clock_hz)
 
 

@@ -1,7 +1,8 @@
 """Train the performance model's MLPs from feature tables (``python -m wavec.perf.dataset build``).
 
     python -m wavec.perf.train FEATURES.csv [FEATURES.csv ...] --out wavec/perf/weights [--rows train|all]
-                               [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5]
+                               [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5] [--only h100,all]
+                               [--families rows,moe]
 
 Requires: torch (CPU; training only: inference is numpy, ``wavec.perf.estimator``); feature rows with a
 measured time (``us``); rows without one (a dry run's) are skipped.
@@ -14,7 +15,10 @@ rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``
 measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
 0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
 validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
-split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  Same seed, same weights.
+split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  ``--only`` trains those
+models alone (GPU keys or ``all``: separate processes can train them side by side), ``--families``
+those families alone.  Same seed, same
+weights.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .estimator import INPUTS, MLP, Ensemble, Model, model_inputs, standardiser
+from .estimator import MLP, Ensemble, Model, inputs_for, model_inputs, standardiser
 from .gpus import gpu as find_gpu
 
 __all__ = [
@@ -58,13 +62,16 @@ MIN_ROWS = 8
 
 
 def table(rows: Sequence[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    """(inputs, measured efficiencies) of feature rows that have a measured time."""
+    """(inputs, measured efficiencies) of feature rows that have a measured time: the inputs of their family's
+    models (``estimator.inputs_for``) when the rows are of one family, else every input."""
+    families = {r["family"] for r in rows}
+    family = next(iter(families)) if len(families) == 1 else None
     xs, effs = [], []
     for r in rows:
         values = {k[2:]: float(v) for k, v in r.items() if k.startswith("f:")}
-        xs.append(model_inputs(values, find_gpu(r["gpu"])))
+        xs.append(model_inputs(values, find_gpu(r["gpu"]), family))
         effs.append(float(r["roofline_us"]) / float(r["us"]))
-    return np.array(xs).reshape(-1, len(INPUTS)), np.array(effs)
+    return np.array(xs).reshape(-1, len(inputs_for(family))), np.array(effs)
 
 
 def make_net(inputs: int, hidden: Sequence[int] = (32, 32)) -> Any:
@@ -231,12 +238,18 @@ def train_all(
     steps: int = 2000,
     seed: int = 0,
     members: int = 5,
+    only: Sequence[str] = (),
+    families: Sequence[str] = (),
 ) -> list[Model]:
     timed = [r for r in rows if r.get("us") and (split == "all" or r["split"] == split)]
     gpus = sorted({r["gpu"] for r in timed})
     models = []
     for trained_on in gpus + (["all"] if len(gpus) > 1 else []):
+        if only and trained_on not in only:
+            continue
         for family in sorted({r["family"] for r in timed}):
+            if families and family not in families:
+                continue
             mine = [r for r in timed if r["family"] == family and trained_on in ("all", r["gpu"])]
             if len(mine) < MIN_ROWS:
                 print(f"  {trained_on}/{family}: {len(mine)} rows, fewer than {MIN_ROWS}: not trained", file=sys.stderr)
@@ -249,7 +262,7 @@ def train_all(
             mean = fit_ensemble(x, eff, "mape", hidden, steps, seeds, wd)
             ceiling = fit_ensemble(x, eff, "p80", hidden, steps, seeds, wd80)
             above = float(np.mean(eff <= ceiling.efficiency(x)))
-            meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(INPUTS)}
+            meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(inputs_for(family))}
             meta.update({"weight_decay": wd, "val_mape": scores, "members": members, "steps": steps})
             meta.update({"p80_weight_decay": wd80, "val_pinball": scores80})
             meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
@@ -275,9 +288,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--members", type=int, default=5, help="seeds per ensemble")
+    p.add_argument("--only", default="", help="train only these models (comma-separated GPU keys or 'all')")
+    p.add_argument("--families", default="", help="train only these families (comma-separated)")
     args = p.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
-    models = train_all(read_rows(args.features), args.out, args.rows, hidden, args.steps, args.seed, args.members)
+    only = [k for k in args.only.split(",") if k]
+    rows = read_rows(args.features)
+    families = [f for f in args.families.split(",") if f]
+    models = train_all(rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only, families)
     print(f"wrote {len(models)} models under {args.out}", file=sys.stderr)
     return 0 if models else 1
 
