@@ -32,7 +32,7 @@ import numpy as np
 
 from ..abi import SMS_NAME
 from ..runtime.artifact import Artifact
-from .decompose import Decomposition, _footprint, _grid, _tensors, decompose, launch_symbols
+from .decompose import Decomposition, _footprint, _grid, decompose, launch_symbols, launch_tensors
 from .demand import Demand
 from .gpus import GPUSpec
 
@@ -145,7 +145,7 @@ class TileCache:
             footprint=_footprint(self.artifact, symbols, rules),
             symbols=symbols,
             notes=list(proxy.notes),
-            tensors=_tensors(self.artifact, symbols),
+            tensors=launch_tensors(self.artifact, symbols),
         )
 
     def _walk(self, symbols: dict[str, int]) -> Decomposition:
