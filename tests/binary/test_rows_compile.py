@@ -17,6 +17,17 @@ from wavec.kernels import rows, rows_odd
 pytest.importorskip("iree.compiler")
 
 
+def _ptxas_report(ptx: str, target: str, tmp_path) -> str | None:
+    """``ptxas -v``'s report (registers, spills) of ``ptx`` for ``target``; None without a ptxas."""
+    ptxas = find_ptxas()
+    if ptxas is None:
+        return None
+    (tmp_path / "k.ptx").write_text(ptx)
+    cmd = [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("kind", rows.KINDS)
 @pytest.mark.parametrize(
@@ -87,17 +98,9 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
     shift = 1 if kind == "layer_norm" else 0  # (``row_stats``: every dtype's statistics are shifted)
     assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors * per_lane
     assert len(re.findall(rf"st\.global\.{elem}\b", ptx)) == 1
-    ptxas = find_ptxas()
-    if ptxas is None:
+    report = _ptxas_report(ptx, target, tmp_path)
+    if report is None:
         return
-    (tmp_path / "k.ptx").write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = proc.stdout + proc.stderr
     assert "0 bytes spill stores" in report, report
     if kind != "softmax":
         assert int(re.search(r"Used (\d+) registers", report).group(1)) <= 64, report
@@ -122,17 +125,10 @@ def test_long_rows_candidates_compile_without_spills(target: str, kind: str, blo
     reads = rows.RUNS_PER_WAVE * (1 if kind == "softmax" else 2)
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == reads
     assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == rows.RUNS_PER_WAVE
-    ptxas = find_ptxas()
-    if ptxas is None:
+    report = _ptxas_report(ptx, target, tmp_path)
+    if report is None:
         return
-    (tmp_path / "k.ptx").write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "0 bytes spill stores" in proc.stdout + proc.stderr
+    assert "0 bytes spill stores" in report
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
@@ -155,17 +151,9 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
         return
     ptx = k.artifact.binary.decode()
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
-    ptxas = find_ptxas()
-    if ptxas is None:
+    report = _ptxas_report(ptx, target, tmp_path)
+    if report is None:
         return
-    (tmp_path / "k.ptx").write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = proc.stdout + proc.stderr
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 128
 
 
@@ -188,15 +176,7 @@ def test_odd_norm_tables_read_16_byte_vectors(target: str, kind: str, dtype, n: 
     starts = 1 if elem == "b32" else 0
     shift = 1 if kind == "layer_norm" else 0  # (``row_stats``: every dtype's statistics are shifted)
     assert len(re.findall(rf"ld\.global(\.nc)?\.{elem}\b", ptx)) == starts + 1 + shift + vectors
-    ptxas = find_ptxas()
-    if ptxas is None:
+    report = _ptxas_report(ptx, target, tmp_path)
+    if report is None:
         return
-    (tmp_path / "k.ptx").write_text(ptx)
-    proc = subprocess.run(
-        [ptxas, f"-arch={target}", "-v", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = proc.stdout + proc.stderr
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= 64
