@@ -47,6 +47,7 @@ import sympy
 
 import wavec as wc
 from wavec import Memory, Register, f32
+from wavec.kernels.decode import kernel_function
 from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, NUM_STAGES, K, M, N, gemm_constraints
 
 T, E, G, J, TK, R, S, GE = wc.sym.T, wc.sym.E, wc.sym.G, wc.sym.J, wc.sym.TK, wc.sym.R, wc.sym.S, wc.sym.GE
@@ -218,35 +219,17 @@ def make_down(
     flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None, split_k)
     tiles = _tiles(tpw, mma, block_m, swap_waves)
     tiles = split_tiles(tiles) if split_k else tiles
-    if deterministic and split_k:
+    name = ("moe_down" if deterministic else "moe_down_atomic") + ("_split" if deterministic and split_k else "")
+    params = [
+        ("inter", Memory[M, K, dtype]), ("sorted_ids", Memory[M, wc.i32]), ("expert_ids", Memory[J, wc.i32]),
+        ("w2", Memory[E, N, K, dtype]), ("weights", Memory[TK, f32]),
+        ("y", Memory[R, N, dtype if deterministic and not split_k else f32]),
+    ]  # fmt: skip
 
-        @wc.wave(tiles)
-        def moe_down_split(
-            inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
-            w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],
-        ):  # fmt: skip
-            _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
-
-        return moe_down_split
-    if deterministic:
-
-        @wc.wave(tiles)
-        def moe_down(
-            inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
-            w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, dtype],
-        ):  # fmt: skip
-            _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
-
-        return moe_down
-
-    @wc.wave(tiles)
-    def moe_down_atomic(
-        inter: Memory[M, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
-        w2: Memory[E, N, K, dtype], weights: Memory[TK, f32], y: Memory[R, N, f32],
-    ):  # fmt: skip
+    def run(inter, sorted_ids, expert_ids, w2, weights, y) -> None:
         _down(inter, sorted_ids, expert_ids, w2, weights, y, *flags)
 
-    return moe_down_atomic
+    return wc.wave(tiles)(kernel_function(name, params, run))
 
 
 def make_combine(dtype, tpw: int = 32, waves: int = 2, split: bool = False) -> wc.WaveKernel:
@@ -261,26 +244,17 @@ def make_combine(dtype, tpw: int = 32, waves: int = 2, split: bool = False) -> w
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={S: 1, N: tpw * COMBINE_VEC}),
     ]
 
-    if split:
+    def run(y, local, out, limit) -> None:
+        slot = {KS: wc.index(S) // SPLIT} if split else None  # the slot of each of a token's k * SPLIT rows
+        keep = wc.read(local, mapping=slot) < limit
+        rows = wc.read(y) if split else wc.cast(wc.read(y), f32)
+        wc.write(wc.cast(wc.sum(wc.where(keep[:, None], rows, 0.0), S), dtype), out)
 
-        @wc.wave(constraints)
-        def moe_combine_split(
-            y: Memory[T, S, N, f32], local: Memory[T, KS, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
-        ):
-            keep = wc.read(local, mapping={KS: wc.index(S) // SPLIT}) < limit
-            wc.write(wc.cast(wc.sum(wc.where(keep[:, None], wc.read(y), 0.0), S), dtype), out)
-
-        return moe_combine_split
-
-    @wc.wave(constraints)
-    def moe_combine(
-        y: Memory[T, S, N, dtype], local: Memory[T, S, wc.i32], out: Memory[T, N, dtype], limit: wc.Scalar[wc.i32]
-    ):
-        keep = wc.read(local) < limit
-        total = wc.sum(wc.where(keep[:, None], wc.cast(wc.read(y), f32), 0.0), S)
-        wc.write(wc.cast(total, dtype), out)
-
-    return moe_combine
+    params = [
+        ("y", Memory[T, S, N, f32 if split else dtype]), ("local", Memory[T, KS if split else S, wc.i32]),
+        ("out", Memory[T, N, dtype]), ("limit", wc.Scalar[wc.i32]),
+    ]  # fmt: skip
+    return wc.wave(constraints)(kernel_function("moe_combine_split" if split else "moe_combine", params, run))
 
 
 def make_remap(tpw: int = 32) -> wc.WaveKernel:
