@@ -44,11 +44,10 @@ def two_sum(a, b):
     return hi, (a - (hi - bb)) + (b - bb)
 
 
-def deviations(v, inside, first: Callable[[], Any], total: Callable[[Any], Any], eps, inv_n, dtype):
+def deviations(v, inside, shift, total: Callable[[Any], Any], eps, inv_n, dtype):
     """(``x - mean``, rsqrt(var + eps)) of rows ``v`` (f32, 0 where not ``inside``), ``total`` the row sum
-    and ``first()`` the row's first element (the shift).  The deviations past the row are not 0 in the
+    and ``shift`` the row's first element.  The deviations past the row are not 0 in the
     one pass (their stores are masked)."""
-    shift = first()
     c = wc.where(inside, v - shift, 0.0)
     if not one_pass(dtype):
         hi, lo = two_sum(shift, total(c) * inv_n)

@@ -180,7 +180,7 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
             return
         inside = wc.arange(N)[None, :] < N
         v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
-        d, r = deviations(v, inside, lambda: _first(x, mapping={N: wc.index(M) * 0}), _row_sum, eps, inv_n, dtype)
+        d, r = deviations(v, inside, _first(x, mapping={N: wc.index(M) * 0}), _row_sum, eps, inv_n, dtype)
         y = d * r[:, None] * wc.cast(wc.read(w), f32)[None, :] + wc.cast(wc.read(b), f32)[None, :]
         wc.write(wc.cast(y, dtype), out)
 
@@ -243,7 +243,7 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
     ):  # fmt: skip
         inside = wc.arange(N) < N
         v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
-        d, r = deviations(v, inside, lambda: _first(x, mapping={N: 0}), _row_sum, eps, inv_n, dtype)
+        d, r = deviations(v, inside, _first(x, mapping={N: 0}), _row_sum, eps, inv_n, dtype)
         wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
 
     return layer_norm_long
