@@ -106,7 +106,7 @@ def test_each_thread_a_new_shape_and_an_oversized_workspace_get_their_own(record
     assert len({mine, theirs, other}) == 3
     first = next(iter(decode._DISPATCH.table.values()))
     assert len(first.spaces) == 2
-    monkeypatch.setattr(decode_host, "CACHE_BYTES", 0)  # past the cap: partials per call, none kept
+    monkeypatch.setattr(decode_host.BUDGET, "per_entry", 0)  # past the cap: partials per call, none kept
     run = decode.plan_split_kv("decode_attention", q, 2, 64, (SPLITS, None, False), lambda *a: first.split, None, None)
     run((q, k, v, lens), None)
     assert not run.spaces

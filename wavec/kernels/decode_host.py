@@ -17,8 +17,8 @@ Guarantees:
   cached per (thread, current CUDA stream): one thread's launches on one stream run in order, so the
   split kernel of a later call overwrites them only after the combine that read them.  During a CUDA
   graph capture a call takes fresh partials (from the capture's pool: a graph's replays and eager calls
-  never share them).  A workspace over ``CACHE_BYTES``, or past ``CACHE_TOTAL`` held by every plan
-  together, is allocated per call.  The output is always a new tensor; nothing of a workspace is
+  never share them).  A workspace past ``BUDGET`` (``fastpath.WorkspaceBudget``: per workspace, and
+  held by every plan together) is allocated per call.  The output is always a new tensor; nothing of a workspace is
   returned.
 * On a GPU, the partials are passed as addresses inside the workspace (``FastLaunch.pointers``: no views
   per call); the emulator and kernels prepared as ``CheckedLaunch`` get the workspace's views.
@@ -28,17 +28,12 @@ from __future__ import annotations
 
 import math
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
-CACHE_BYTES = 16 << 20  # one workspace kept per (plan, thread, stream) up to this size
-CACHE_TOTAL = 512 << 20  # all cached workspaces together (a sweep of shapes must not hold GPU memory)
-_HELD = [0]  # bytes of the cached workspaces alive
+from wavec.kernels.fastpath import WorkspaceBudget
 
-
-def _release(nbytes: int) -> None:
-    _HELD[0] -= nbytes
+BUDGET = WorkspaceBudget()  # 16 MiB a (plan, thread, stream), 512 MiB over every plan
 
 
 class Partials:
@@ -104,10 +99,8 @@ class SplitKV:
         space = self.spaces.get(key)
         if space is None:
             space = Partials(self)
-            if self.nbytes <= CACHE_BYTES and _HELD[0] + self.nbytes <= CACHE_TOTAL:
+            if BUDGET.keep(space.buf, self.nbytes):
                 self.spaces[key] = space
-                _HELD[0] += self.nbytes
-                weakref.finalize(space.buf, _release, self.nbytes)
         return space
 
     def __call__(self, head: tuple, scale: float | None) -> Any:

@@ -13,16 +13,20 @@ Guarantees:
   (``run = table.get(key)``, else ``table.remember(key, build(...))``; an unhashable key is decided on
   every call); at ``limit`` entries it starts over (a serving loop sees a few dozen shapes; a sweep must
   not grow without bound).
+* :class:`WorkspaceBudget` is how many bytes of cached per-(thread, stream) workspaces one entry point
+  keeps alive: ``keep(owner, nbytes)`` admits a workspace up to ``per_entry`` bytes while the live total
+  stays within ``total``, and counts it until ``owner`` is collected.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from wavec.runtime.fast_launch import tensor_key
 
-__all__ = ["Decisions", "tensor_key", "as_rows"]
+__all__ = ["Decisions", "WorkspaceBudget", "tensor_key", "as_rows"]
 
 
 def as_rows(x: Any, shape: tuple) -> tuple[Any, Callable[[Any], Any]]:
@@ -76,3 +80,22 @@ class Decisions:
 
     def __len__(self) -> int:
         return len(self.table)
+
+
+class WorkspaceBudget:
+    """The bytes of cached workspaces one entry point keeps (module docstring): a sweep of shapes must not
+    hold GPU memory."""
+
+    def __init__(self, per_entry: int = 16 << 20, total: int = 512 << 20) -> None:
+        self.per_entry, self.total, self.held = per_entry, total, 0
+
+    def keep(self, owner: Any, nbytes: int) -> bool:
+        """Whether a workspace of ``nbytes`` may be cached; if so it is counted while ``owner`` lives."""
+        if nbytes > self.per_entry or self.held + nbytes > self.total:
+            return False
+        self.held += nbytes
+        weakref.finalize(owner, self._release, nbytes)
+        return True
+
+    def _release(self, nbytes: int) -> None:
+        self.held -= nbytes

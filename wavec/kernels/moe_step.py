@@ -16,7 +16,7 @@ Guarantees:
   per-slot rows or the f32 accumulator) live in workspaces cached per (configuration, thread, current
   stream): launches queued on one stream by one thread run in order, so a workspace is never used by two
   calls at once.  Nothing of a workspace is returned: the output is ``out`` or a fresh tensor.  A workspace
-  over ``CACHE_BYTES``, or one past ``CACHE_TOTAL`` held by all steps together, is allocated per call
+  past ``BUDGET`` (``fastpath.WorkspaceBudget``: per workspace, and held by all steps together) is allocated per call
   (prefill sizes: the GPU time dwarfs the allocation).
 * On the emulator (CPU tensors) every call checks the ids (and ``expert_map``'s values) against the
   experts before any launch, as the emulator's padded buffers would not catch them.
@@ -25,7 +25,6 @@ Guarantees:
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,14 +32,9 @@ from wavec.errors import OutOfBoundsError
 from wavec.kernels import fused_moe as fm
 from wavec.kernels import moe_align
 from wavec.kernels import moe_dispatch as md
+from wavec.kernels.fastpath import WorkspaceBudget
 
-CACHE_BYTES = 16 << 20  # one workspace kept per (configuration, thread, stream) up to this size
-CACHE_TOTAL = 512 << 20  # all cached workspaces together (a sweep of shapes must not hold GPU memory)
-_HELD = [0]  # bytes of the cached workspaces alive
-
-
-def _release(nbytes: int) -> None:
-    _HELD[0] -= nbytes
+BUDGET = WorkspaceBudget()  # 16 MiB a (configuration, thread, stream), 512 MiB over every step
 
 
 class _Front:
@@ -245,9 +239,7 @@ class Step:
     def _back(self, ctx: Any, lanes: _Lanes) -> _Back:
         back = _Back(self, lanes)
         nbytes = back.nbytes()
-        if nbytes <= CACHE_BYTES and _HELD[0] + nbytes <= CACHE_TOTAL and len(lanes.backs) < 64:
-            _HELD[0] += nbytes
-            weakref.finalize(back, _release, nbytes)
+        if len(lanes.backs) < 64 and BUDGET.keep(back, nbytes):
             lanes.backs[ctx] = back
         return back
 
