@@ -352,8 +352,9 @@ def test_swap_config_parse_label_and_json() -> None:
 def test_static_rule_takes_swap_ab_on_hopper() -> None:
     """On sm_90a up to 8 tokens per expert at balanced routing take the swap-AB tiles when the
     up-projection has 64 tiles or more (DeepSeek-V3-TP8 at T = 1: 8 x 4 does not), more tokens the
-    mma.sync rule; elsewhere never swap-AB.  The picker asks the device once."""
+    mma.sync rule; elsewhere never swap-AB."""
     from wavec.kernels.fused_moe import SWAP_STATIC
+    from wavec.kernels.indexing import hopper_target
 
     assert SWAP_STATIC.swap and SWAP_STATIC.swap_waves(True) is not None
     assert [static_config(t, 8, 64, wgmma=True, inter=1024) == SWAP_STATIC for t in (1, 32, 64, 65, 4096)] == [
@@ -363,7 +364,7 @@ def test_static_rule_takes_swap_ab_on_hopper() -> None:
     assert static_config(1, 8, 256, wgmma=True, inter=256) == static_config(1, 8, 256)  # 32 tiles
     assert static_config(8, 8, 256, wgmma=True, inter=256) == SWAP_STATIC  # T = 8: 64 experts x 4
     assert static_config(1, 2, 8, wgmma=True, inter=7168) == SWAP_STATIC  # Mixtral-TP2: 2 x 112
-    assert md._hopper(torch.device("cpu")) is False
+    assert hopper_target(None, torch.device("cpu")) is None  # (the picker's test for the swap-AB rule)
 
 
 def test_swap_candidates_and_cli_flag(capsys, monkeypatch) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..errors import ArgumentError
 from ..tuning import moe as tm
-from .fused_moe import MoeConfig, static_config
+from .fused_moe import SWAP_TARGET, MoeConfig, static_config
+from .indexing import hopper_target
 
 _TABLES: dict[str, tm.MoeTable | None] = {}
 _BY_SIZES: dict[tuple, tuple[tm.MoeShape, tm.MoeTable | None]] = {}  # per-call lookups without formatting keys
@@ -34,7 +35,6 @@ _DEVICE_NAMES: dict[Any, str] = {}
 _CHOOSERS: dict[tuple, Any] = {}
 _COUNTS: Counter = Counter()
 _MISSING: Counter = Counter()
-_HOPPER: dict[Any, bool] = {}
 _LAST: list[MoeConfig] = []  # the latest choice (the report's "last")
 
 
@@ -47,16 +47,6 @@ def device_name(device: Any) -> str:
         cuda = getattr(device, "type", None) == "cuda"
         _DEVICE_NAMES[device] = torch.cuda.get_device_name(device) if cuda else "cpu"
     return _DEVICE_NAMES[device]
-
-
-def _hopper(device: Any) -> bool:
-    """Whether ``device`` is an sm_90a GPU (the swap-AB static rule); asked once per device."""
-    if device not in _HOPPER:
-        import torch
-
-        cuda = getattr(device, "type", None) == "cuda"
-        _HOPPER[device] = cuda and torch.cuda.get_device_capability(device) == (9, 0)
-    return _HOPPER[device]
 
 
 def register_table(table: tm.MoeTable) -> None:
@@ -127,7 +117,8 @@ def picker(s: Any, explicit: MoeConfig | None, dispatch: str, skip: int, device:
     shape, table = lookup(s.experts, s.top_k, s.hidden, s.inter, s.dtype.name, device)
     if table is None:
         key = tm.table_key(shape, device_name(device))
-        rule = static_config(s.tokens, s.top_k, s.experts, wgmma=_hopper(device), inter=s.inter)
+        wgmma = hopper_target(None, device) == SWAP_TARGET  # (once per decided step: no cache)
+        rule = static_config(s.tokens, s.top_k, s.experts, wgmma=wgmma, inter=s.inter)
         return _Counted(rule, ("fallback_no_table", "static_rule"), key)
     if dispatch == "static":
         return _Counted(table.pool[table.static_index(s.tokens)].cfg, ("static_table",), None)
