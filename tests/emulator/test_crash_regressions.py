@@ -33,7 +33,8 @@ def test_alibi_slope_read_inside_attention(target: str) -> None:
     kernel = wc.compile(ck.make_alibi_attention(target), ck.ALIBI_SUBS, target=target, backend="emulator", cache=False)
     b, h, sq, sk = 1, 2, 40, 64
     q, k, v = (torch.randn(b, h, s, 64).half() for s in (sq, sk, sk))
-    slope = torch.rand(h) + 0.25  # heads with clearly different biases: a per-head mix-up shows
+    # fresh slopes at least 0.7 apart (torch.rand(h) + 0.25 once drew 0.868 and 0.869): a per-head mix-up shows
+    slope = torch.tensor([0.25, 1.25]) + 0.3 * torch.rand(h)
     o = torch.full_like(q, float("nan"))
     kernel(q, k, v, slope, o, 0.125)
     ref = ck.reference_alibi(q, k, v, slope, 0.125)
