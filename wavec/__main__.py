@@ -102,9 +102,12 @@ def main(argv=None) -> int:
         "--swap", action="store_true", help="moe: add the swap-AB wgmma configurations (sm_90a; not measured yet)"
     )
     t.add_argument(
-        "--split-k",
+        "--split-k", action="store_true", help="moe: add split-K down-projections where the region rule applies"
+    )
+    t.add_argument(
+        "--atomic",
         action="store_true",
-        help="moe: add split-K down-projections where the region rule applies (atomic combine; not measured yet)",
+        help="moe: time the pool on the atomic combine (what deterministic=False runs); default: the deterministic one",
     )
     t.add_argument("--space", nargs="*", help="SYMBOL=v1,v2 or waves=2x2,2x4 (replaces that axis of the default)")
     t.add_argument("--dtype", default=None, choices=["f16", "bf16"], help="gemm: f16 (default); moe: bf16 (default)")

@@ -339,7 +339,7 @@ def _moe_rules(name: str, shape, swap: bool = False, split: bool = False) -> int
     splits = sum(c.split_k > 1 for c in cands)
     print(f"  configs: {len(cands)} candidates (per BLOCK_M {per_bm}), {fit} within shared memory; not compiled")
     if split:
-        print(f"  split-K: {splits} of them split the down-projection (atomic combine; not measured yet)")
+        print(f"  split-K: {splits} of them split the down-projection")
     return 0
 
 
@@ -377,7 +377,7 @@ def tune_moe(args: argparse.Namespace) -> int:
     try:
         res = mp.tune(
             shape, budget_s=60 * args.budget_min, max_configs=args.max_configs, n_points=args.points,
-            workers=args.workers, progress=say, swap=args.swap, split=args.split_k,
+            workers=args.workers, progress=say, swap=args.swap, split=args.split_k, deterministic=not args.atomic,
         )  # fmt: skip
     except WavecError as e:
         print(f"wavec tune moe: {e}", file=sys.stderr)

@@ -82,11 +82,26 @@ def test_cost_model_counts_the_split_ctas() -> None:
     assert a[5] == 2 * 32 and b[5] == 4 * 2 * 32 and (a[4], b[4]) == (1, 2)  # CTAs, waves
 
 
-def test_pool_with_splits_is_timed_on_the_atomic_combine() -> None:
-    plain = [MoeConfig(16, 64, 128, 64, 3), MoeConfig(32, 64, 128, 64, 3)]
-    assert mp.combine_of(plain) == "deterministic"
-    assert mp.combine_of([*plain, MoeConfig(16, 64, 128, 64, 3, split_k=2)]) == "atomic"
-    assert mp._astuple(MoeConfig(16, 64, 128, 64, 3, split_k=2))[-1] == 2
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_pool_compiles_the_down_projection_of_the_timed_combine(deterministic: bool, monkeypatch) -> None:
+    """A split configuration's down kernel is built for the combine the pool is timed on (its f32 rows for
+    the deterministic one, atomic adds otherwise), as ``fused_moe.plan_kernels`` builds it for serving."""
+    from wavec.kernels import fused_moe_kernels as fk
+
+    seen: list[tuple] = []
+    real = fk.make_down
+
+    def spy(*args, **kw):
+        seen.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(fk, "make_down", spy)
+    cfg = MoeConfig(16, 64, 128, 64, 3, split_k=2)
+    meta = mp._compile_gemm("down", "bf16", 2, mp._astuple(cfg), "sm_80", deterministic)
+    assert "error" not in meta, meta
+    (args,) = seen
+    assert args[3] is deterministic and args[-1] is True  # (dtype, top_k, weighted, deterministic, ..., split)
+    assert mp._astuple(cfg)[-1] == 2
 
 
 def test_cli_split_k_flag(capsys, monkeypatch) -> None:

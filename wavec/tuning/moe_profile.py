@@ -87,9 +87,10 @@ def fit_points(n: int | None = None) -> list[tuple[int, float]]:
 # ----------------------------------------------------------------------------- the pool
 
 
-def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) -> dict:
+def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str, deterministic: bool = True) -> dict:
     """Worker: compile one GEMM of ``fused_experts`` (the up or the down kernel, as
-    ``fused_moe.plan_kernels`` builds them) into the disk cache; its metadata or ``{"error": ...}``."""
+    ``fused_moe.plan_kernels`` builds them for that combine) into the disk cache; its metadata or
+    ``{"error": ...}``."""
     import wavec as wc
     from wavec.kernels import fused_moe_kernels as fk
     from wavec.tuning.plan import mma_type_for
@@ -101,8 +102,8 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str) ->
         if kind == "up":
             kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m, c.swap_waves(False))
         else:
-            split = c.split_k > 1  # split-K pools are timed on the atomic combine (``combine_of``)
-            kernel = fk.make_down(dt, top_k, True, not split, tpw, mma, c.block_m, c.swap_waves(True), split)
+            split = c.split_k > 1
+            kernel = fk.make_down(dt, top_k, True, deterministic, tpw, mma, c.block_m, c.swap_waves(True), split)
         m = wc.compile(kernel, c.subs(kind == "down"), target=target, backend="cuda").artifact.metadata
     except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is an illegal one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
@@ -129,12 +130,14 @@ class Pool:
 def build_pool(
     shape: tm.MoeShape, target: str, sms: int, l2_bytes: int, max_configs: int | None = None, workers: int = 0,
     progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
+    deterministic: bool = True,
 ) -> Pool:  # fmt: skip
     """The region rules' candidates for ``shape``, filtered by the target's shared memory (estimate), then
     by compiling both GEMMs (``workers`` processes; 0: all CPUs but one) without spills, within 255
     registers and the register file; at most ``max_configs``, the static rule's configurations kept.
     ``swap``: the swap-AB configurations (``tm.swap_candidates``) join the candidates (sm_90a only, else
-    a ``TuningError``); ``split``: the split-K ones (``tm.split_candidates``) too."""
+    a ``TuningError``); ``split``: the split-K ones (``tm.split_candidates``) too.  The down-projection is
+    compiled for the combine the pool is timed on (``deterministic``, else the atomic one)."""
     from ..target import get_target
     from .legality import ctas_per_sm, reject_after_compile
 
@@ -147,7 +150,11 @@ def build_pool(
     statics = tm.static_configs(shape)
     if max_configs is not None:  # compile a margin over the wanted count: some will not be legal
         cands = tm.trim(cands, 2 * max_configs, lambda c: c in statics)
-    jobs = {(kind, c): (kind, shape.dtype, shape.top_k, _astuple(c), target) for c in cands for kind in ("up", "down")}
+    jobs = {
+        (kind, c): (kind, shape.dtype, shape.top_k, _astuple(c), target, deterministic)
+        for c in cands
+        for kind in ("up", "down")
+    }
     n = workers or max(1, (multiprocessing.cpu_count() or 2) - 1)
     progress(f"compiling {len(jobs)} kernels of {len(cands)} candidates in {n} processes")
     with ProcessPoolExecutor(max_workers=n, mp_context=multiprocessing.get_context("spawn")) as ex:
@@ -236,10 +243,11 @@ class Point:
 
 
 def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: float, seed: int, w: tuple,
-              flush: Any, renormalize: bool = True, reps: int = REPS) -> Point:  # fmt: skip
-    """Every configuration of ``pool`` on one routing (``routing``'s generator), CUDA-graph replays; on the
-    deterministic combine, or on the atomic one for every configuration when the pool holds split-K ones
-    (``combine_of``)."""
+              flush: Any, renormalize: bool = True, reps: int = REPS, deterministic: bool = True) -> Point:  # fmt: skip
+    """Every configuration of ``pool`` on one routing (``routing``'s generator), CUDA-graph replays, all on
+    one combine (``deterministic``: split-K ones in their f32-rows form, summed in order; else atomic adds):
+    it is the combine a serving call with that flag runs, and one combine for the whole pool keeps the
+    comparison between configurations fair."""
     import torch
 
     from ..kernels.fused_moe import fused_experts
@@ -249,7 +257,6 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
     out = torch.empty_like(x)
     w1, w2 = w
     mem = torch.cuda.graph_pool_handle()
-    deterministic = combine_of(pool) == "deterministic"
     secs: list[float] = []
     graphs: list = []  # alive until every configuration of the point is timed (graph_time's ``keep``)
     for cfg in pool:
@@ -263,16 +270,9 @@ def time_pool(shape: tm.MoeShape, pool: Sequence[MoeConfig], tokens: int, beta: 
     return Point(tokens, beta, seed, got, hist, secs)
 
 
-def combine_of(pool: Sequence[MoeConfig]) -> str:
-    """The combine a pool is timed on: "deterministic", or "atomic" when it holds split-K configurations (their
-    deterministic form, k * S f32 rows a token summed in order, is not what this tuner measured). One combine for
-    the whole pool: it costs every configuration of a call the same, so the comparison between configurations stays
-    fair."""
-    return "atomic" if any(c.split_k > 1 for c in pool) else "deterministic"
-
-
 def profile(shape: tm.MoeShape, pool: Sequence[MoeConfig], points: Sequence[tuple[int, float]], budget_s: float,
-            seed: int = 0, progress: Callable[[str], None] = lambda _s: None) -> list[Point]:  # fmt: skip
+            seed: int = 0, progress: Callable[[str], None] = lambda _s: None,
+            deterministic: bool = True) -> list[Point]:  # fmt: skip
     """``time_pool`` at each point until the points are done or ``budget_s`` seconds have passed."""
     import torch
 
@@ -283,7 +283,7 @@ def profile(shape: tm.MoeShape, pool: Sequence[MoeConfig], points: Sequence[tupl
         if out and time.perf_counter() - t0 > budget_s:
             progress(f"budget spent after {len(out)} of {len(points)} points")
             break
-        out.append(time_pool(shape, pool, t, b, seed + i, w, flush))
+        out.append(time_pool(shape, pool, t, b, seed + i, w, flush, deterministic=deterministic))
         progress(f"point {i + 1}/{len(points)}: T={t} beta={b} ({time.perf_counter() - t0:.0f} s)")
     return out
 
@@ -368,9 +368,11 @@ class TuneResult:
 def tune(
     shape: tm.MoeShape, *, budget_s: float = 25 * 60, max_configs: int | None = None, n_points: int | None = None,
     workers: int = 0, progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
+    deterministic: bool = True,
 ) -> TuneResult:  # fmt: skip
     """Pool, profile, fit, store (tuning cache) and register the table of ``shape`` on the visible GPU;
-    ``swap``, ``split``: the swap-AB, split-K configurations join the pool (``build_pool``)."""
+    ``swap``, ``split``: the swap-AB, split-K configurations join the pool (``build_pool``); timed on the
+    deterministic combine, or the atomic one (``deterministic=False``), as ``fused_experts`` runs them."""
     import torch
 
     from ..kernels import moe_dispatch as md
@@ -383,16 +385,19 @@ def tune(
     target = hopper_target(None, dev) or f"sm_{props.major}{props.minor}"
     t0 = time.perf_counter()
     sms, l2 = props.multi_processor_count, device_of(name).l2_bytes
-    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap, split)
+    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap, split, deterministic)
     if not pool.pool:
         raise TuningError(message=f"no legal configuration for {shape.key()} on {target}")
     t1 = time.perf_counter()
-    pts = profile(shape, [p.cfg for p in pool.pool], fit_points(n_points), budget_s - (t1 - t0), progress=progress)
+    pts = profile(
+        shape, [p.cfg for p in pool.pool], fit_points(n_points), budget_s - (t1 - t0), progress=progress,
+        deterministic=deterministic,
+    )  # fmt: skip
     t2 = time.perf_counter()
     from .cache import versions
 
     meta = {"target": target, "versions": versions(), "profile_s": round(t2 - t1, 1), "pool_s": round(t1 - t0, 1),
-            "combine": combine_of([p.cfg for p in pool.pool])}  # fmt: skip
+            "combine": "deterministic" if deterministic else "atomic"}  # fmt: skip
     table = fit_table(shape, name, props.multi_processor_count, pool.pool, pts, meta)
     path = tm.save(table)
     if knobs.cache_disable:
