@@ -48,13 +48,30 @@ def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int
     return out
 
 
+def residency(kernel: Any, name: str, n: int, block: int, item: int) -> str:
+    """Registers, spill bytes, resident threads per SM (the register file and the thread limit of this
+    device) and the row bytes those threads hold loaded at once (a row tile of ``block`` over the waves of
+    ``name``'s layout, one wave for the loops): what the sweep's times are read against."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    meta = kernel.artifact.metadata
+    threads = meta.block[0] * meta.block[1] * meta.block[2]
+    regs = -(-max(meta.registers, 1) // 8) * 8  # (allocated 8 a thread at a time)
+    per_sm = min(props.regs_per_multiprocessor // (regs * threads), props.max_threads_per_multi_processor // threads)
+    waves = int(name.split("/")[1].removesuffix("w")) if name.endswith("w") else 1
+    held = per_sm * threads * min(n, block) * item / (32 * waves) / 1024
+    return f"{meta.registers}, {meta.spills}, {per_sm * threads}, {held:.0f}"
+
+
 def main() -> None:
     arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
     lengths = [int(v) for v in arg("--lengths", "4096,8192,16384").split(",")]
     tdtype = getattr(torch, arg("--dtype", "bfloat16"))
     kinds = arg("--kinds", "softmax,rms_norm,layer_norm").split(",")
     dtype = rows.DTYPES[str(tdtype).removeprefix("torch.")]
-    lines = [f"device: {torch.cuda.get_device_name()}, {tdtype}", "op | N | layout | us | of copy | default"]
+    lines = [
+        f"device: {torch.cuda.get_device_name()}, {tdtype}",
+        "op | N | layout | us | of copy | default | registers, spills, threads / SM, KB loaded in flight / SM",
+    ]
     print(*lines, sep="\n", flush=True)
     for n in lengths:
         m = BYTES // (n * tdtype.itemsize)
@@ -79,7 +96,8 @@ def main() -> None:
                 k(*args)
                 torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
                 t = _us(lambda: k(*args))
-                line = f"{kind} | {n} | {name} | {t:.1f} | {t_copy / t:.2f} | {default}"
+                held = residency(k, name, n, block, tdtype.itemsize)
+                line = f"{kind} | {n} | {name} | {t:.1f} | {t_copy / t:.2f} | {default} | {held}"
                 print(line, flush=True)
                 lines.append(line)
     if os.environ.get("OUT"):
