@@ -1,7 +1,10 @@
 """Aligned softmax / RMSNorm / LayerNorm rows (``kernels/rows.py``) over the layouts one row can take: one
 tile over W waves (two rows a workgroup), one row a workgroup over W waves (``make_*_long``), and loop
 tiles of B elements a wave; each beside a device copy of the same bytes, one run, do_bench
-medians, bf16 rows of 256 MB.  It picks ``config_for``'s table (issue 20: >= 0.80 of copy at >= 1024).
+medians, bf16 rows of 256 MB.  Each line gives the layout's registers and residency; a layout whose
+registers limit its resident workgroups is timed again under a launch bound of one more (``+bN``:
+``SchedulingConstraint(min_workgroups_per_sm=N)``, ptxas spilling if it must).  It picks ``config_for``'s
+table (issue 20: >= 0.80 of copy at >= 1024).
 
     python benchmarks/rows_sweep.py [--lengths 4096,8192,16384] [--dtype bfloat16] [--kinds rms_norm,...]
 """
@@ -48,18 +51,50 @@ def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int
     return out
 
 
-def residency(kernel: Any, name: str, n: int, block: int, item: int) -> str:
-    """Registers, spill bytes, resident threads per SM (the register file and the thread limit of this
-    device) and the row bytes those threads hold loaded at once (a row tile of ``block`` over the waves of
-    ``name``'s layout, one wave for the loops): what the sweep's times are read against."""
+def residency(kernel: Any, name: str, n: int, block: int, item: int) -> tuple[str, int, bool]:
+    """(registers, spill bytes, resident threads per SM and the row KB those threads hold loaded at once
+    as text; resident workgroups per SM; whether registers, not threads, limit them) on this device (a
+    row tile of ``block`` over the waves of ``name``'s layout, one wave for the loops)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     meta = kernel.artifact.metadata
     threads = meta.block[0] * meta.block[1] * meta.block[2]
     regs = -(-max(meta.registers, 1) // 8) * 8  # (allocated 8 a thread at a time)
-    per_sm = min(props.regs_per_multiprocessor // (regs * threads), props.max_threads_per_multi_processor // threads)
-    waves = int(name.split("/")[1].removesuffix("w")) if name.endswith("w") else 1
+    by_regs = props.regs_per_multiprocessor // (regs * threads)
+    per_sm = min(by_regs, props.max_threads_per_multi_processor // threads)
+    waves = int(name.split("/")[1].split("w")[0]) if "w" in name.split("/")[1] else 1
     held = per_sm * threads * min(n, block) * item / (32 * waves) / 1024
-    return f"{meta.registers}, {meta.spills}, {per_sm * threads}, {held:.0f}"
+    return f"{meta.registers}, {meta.spills}, {per_sm * threads}, {held:.0f}", per_sm, by_regs == per_sm
+
+
+def bounded(kernel: wc.WaveKernel, count: int) -> wc.WaveKernel:
+    """``kernel`` with the launch bound ``min_workgroups_per_sm=count`` (ptxas fits its registers)."""
+    sched = wc.SchedulingConstraint(min_workgroups_per_sm=count)
+    return wc.WaveKernel(kernel.fn, [*kernel.constraints, sched], kernel.scope_locals)
+
+
+def time_layouts(kind: str, dtype: Any, n: int, args: tuple, want: Any, y: Any, t_copy: float) -> list[str]:
+    """One line per layout of ``layouts``, and for a tile or long layout whose registers limit its resident
+    workgroups, one more for the same layout bounded to one more workgroup an SM (``+bN``)."""
+    default, lines = rows.config_for(dtype, n, kind), []
+    for name, kernel, block in layouts(kind, dtype, n):
+        todo = [(name, kernel)]
+        while todo:
+            label, kern = todo.pop()
+            try:
+                k = wc.compile(kern, {rows.BLOCK_N: block})
+            except wc.WavecError as e:
+                print(f"{kind} | {n} | {label} | compile failed: {str(e)[:100]}", flush=True)
+                continue
+            y.fill_(float("nan"))
+            k(*args)
+            torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
+            t = _us(lambda: k(*args))
+            held, per_sm, by_regs = residency(k, label, n, block, y.element_size())
+            lines.append(f"{kind} | {n} | {label} | {t:.1f} | {t_copy / t:.2f} | {default} | {held}")
+            print(lines[-1], flush=True)
+            if label == name and by_regs and not name.startswith("loop"):
+                todo.append((f"{name}+b{per_sm + 1}", bounded(kernel, per_sm + 1)))
+    return lines
 
 
 def main() -> None:
@@ -85,21 +120,7 @@ def main() -> None:
                 "rms_norm": lambda: (F.rms_norm(x, (n,), w, 1e-6), (x, w, y, 1e-6, 1.0 / n)),
                 "layer_norm": lambda: (F.layer_norm(x, (n,), w, b, 1e-5), (x, w, b, y, 1e-5, 1.0 / n)),
             }[kind]()
-            default = rows.config_for(dtype, n, kind)
-            for name, kernel, block in layouts(kind, dtype, n):
-                try:
-                    k = wc.compile(kernel, {rows.BLOCK_N: block})
-                except wc.WavecError as e:
-                    print(f"{kind} | {n} | {name} | compile failed: {str(e)[:100]}", flush=True)
-                    continue
-                y.fill_(float("nan"))
-                k(*args)
-                torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
-                t = _us(lambda: k(*args))
-                held = residency(k, name, n, block, tdtype.itemsize)
-                line = f"{kind} | {n} | {name} | {t:.1f} | {t_copy / t:.2f} | {default} | {held}"
-                print(line, flush=True)
-                lines.append(line)
+            lines += time_layouts(kind, dtype, n, args, want, y, t_copy)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "rows_sweep.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 import sympy
 
 from . import __version__
-from .errors import CodegenError, KernelDefinitionError, OptionError, SourceLoc, ToolchainError, UnsupportedBackendError
+from .errors import (
+    CodegenError,
+    ConstraintError,
+    KernelDefinitionError,
+    OptionError,
+    SourceLoc,
+    ToolchainError,
+    UnsupportedBackendError,
+)
 from .frontend.constraints import ConstraintSet
 from .frontend.kernel import WaveKernel
 from .indexing.symbols import shape_symbol
@@ -99,13 +107,21 @@ def _build(
 ) -> Artifact:
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
-    from .codegen.iree_compile import compile_hal_executable
+    from .codegen.iree_compile import compile_hal_executable, dump_file
+    from .codegen.launch_bounds import with_min_workgroups
     from .codegen.ptxas import assemble, find_ptxas
     from .passes.context import PassContext
     from .passes.pipeline import run_pipeline
     from .target import get_target
 
     target = get_target(target_name)
+    bound = cs.scheduling.min_workgroups_per_sm
+    if bound is not None and target.binary_format != "ptx":
+        raise ConstraintError(
+            cs.scheduling.loc,
+            message=f"SchedulingConstraint(min_workgroups_per_sm={bound}): a launch bound of NVIDIA targets "
+            f"(PTX .minnctapersm); {target_name} has none: leave it None there",
+        )
     ctx = PassContext.build(trace, cs, target_name)
     ctx.check_bounds = check_bounds
     ctx.run_caps = {shape_symbol(k): v for k, v in run_caps.items()}
@@ -121,6 +137,9 @@ def _build(
     if target.binary_format == "ptx":
         ptx = gpu.image if isinstance(gpu.image, str) else gpu.image.decode()
         _check_ptx(ptx, trace)
+        if bound is not None:
+            ptx = with_min_workgroups(ptx, bound, cs.scheduling.loc)
+            dump_file(kernel.name, target, "ptx", ptx.encode())  # the dump shows what ptxas assembles
         image, fmt = ptx.encode(), "ptx"
         if find_ptxas() is not None:
             image, info = assemble(ptx, target.arch)

@@ -129,7 +129,7 @@ def compile_hal_executable(module_text: str, target: Target, *, kernel: str) -> 
     """
     api = _load_api()
     session = _session()
-    _dump(kernel, target, "mlir", module_text.encode())
+    dump_file(kernel, target, "mlir", module_text.encode())
     diags: list[str] = []
     start = time.perf_counter()
     # A NUL-terminated buffer lets IREE parse without copying.
@@ -168,7 +168,7 @@ def compile_hal_executable_subprocess(
 ) -> bytes:
     """Same result as :func:`compile_hal_executable`, via `iree-compile --compile-mode=hal-executable`."""
     exe = iree_compile_path()
-    _dump(kernel, target, "mlir", module_text.encode())
+    dump_file(kernel, target, "mlir", module_text.encode())
     with tempfile.TemporaryDirectory(prefix="wavec-iree-") as tmp:
         src = Path(tmp) / f"{_safe(kernel)}.mlir"
         out = Path(tmp) / f"{_safe(kernel)}.bin"
@@ -190,7 +190,8 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "kernel"
 
 
-def _dump(kernel: str, target: Target, ext: str, data: bytes) -> None:
+def dump_file(kernel: str, target: Target, ext: str, data: bytes) -> None:
+    """Write ``data`` as ``<kernel>.<target>.<ext>`` under ``WAVEC_DUMP_DIR`` (nothing when unset)."""
     folder = knobs.dump_dir
     if not folder:
         return
@@ -205,4 +206,4 @@ def _dump_image(kernel: str, target: Target, blob: bytes) -> None:
     from wavec.codegen.binary import parse_executable
 
     image = parse_executable(blob, target.binary_format).image
-    _dump(kernel, target, target.binary_format, image.encode() if isinstance(image, str) else image)
+    dump_file(kernel, target, target.binary_format, image.encode() if isinstance(image, str) else image)

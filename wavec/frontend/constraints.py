@@ -145,7 +145,11 @@ class SchedulingConstraint:
     them unguarded, the per-run guards only on the other branch (``codegen/memory_access.lower_write``);
     ``prefetch_fragments``: a ``cp.async`` pipelined mma.sync GEMM loop reads the first K step's fragments
     of the next iteration during the last K step of this one, the stage wait and barrier moved before
-    that step (``passes/prefetch_fragments.py``).  A kernel without a SchedulingConstraint gets these defaults."""
+    that step (``passes/prefetch_fragments.py``); ``min_workgroups_per_sm``: a launch bound (CUDA's
+    ``__launch_bounds__`` second value, PTX ``.minnctapersm``): ptxas keeps the registers low enough for that
+    many workgroups of this size to be resident on one SM (spilling if it must; NVIDIA targets only, else
+    a ``ConstraintError``); None leaves the register count to ptxas.  A kernel without a
+    SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -157,6 +161,7 @@ class SchedulingConstraint:
     persistent: bool = False
     split_epilogue: bool = False
     prefetch_fragments: bool = False
+    min_workgroups_per_sm: int | None = None
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
@@ -171,6 +176,12 @@ class SchedulingConstraint:
                 self.loc,
                 message=f"SchedulingConstraint(operand_swizzle={self.operand_swizzle!r}): expected "
                 "'auto', '128B', '64B', '32B' or 'none'",
+            )
+        bound = self.min_workgroups_per_sm
+        if bound is not None and (type(bound) is not int or not 1 <= bound <= 32):
+            raise ConstraintError(
+                self.loc,
+                message=f"SchedulingConstraint(min_workgroups_per_sm={bound!r}): expected None or an int in 1..32",
             )
         if self.async_copy not in ASYNC_COPIES:
             raise ConstraintError(
