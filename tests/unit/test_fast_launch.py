@@ -165,10 +165,42 @@ def test_launch_api_knob(monkeypatch) -> None:
     assert launcher._libcuda_launch() is None
     monkeypatch.setenv("WAVEC_LAUNCH_API", "ctypes")
     c_launch = launcher._libcuda_launch()
-    assert c_launch is None or (len(c_launch.argtypes) == 11 and c_launch.restype is ctypes.c_int)
+    assert c_launch is None or (c_launch.argtypes is None and c_launch.restype is ctypes.c_int)
     monkeypatch.setenv("WAVEC_LAUNCH_API", "cuda")
     with pytest.raises(KnobError, match="WAVEC_LAUNCH_API"):
         launcher._libcuda_launch()
+
+
+_CU_LAUNCH = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)  # cuLaunchKernel's C signature
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_ctypes_launch_passes_64_bit_pointers(monkeypatch, prepared: bool) -> None:
+    """The ctypes launch has no argtypes (``launcher._libcuda_launch``): a C function of cuLaunchKernel's
+    signature, called the way both launch paths call libcuda's, receives the function, the stream and the
+    parameter buffer as whole 64-bit addresses and the sizes as given, and the buffer holds the pointers."""
+    seen: list = []
+
+    def fake(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        first = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))[0]
+        seen.append((fn, gx, gy, gz, bx, by, bz, shared, stream, ctypes.c_uint64.from_address(first).value, extra))
+        return 0
+
+    callback = _CU_LAUNCH(fake)
+    raw = ctypes.CDLL(None)._FuncPtr(ctypes.cast(callback, ctypes.c_void_p).value)
+    raw.restype = ctypes.c_int
+    k = _kernel(monkeypatch, gemm_meta(), [])
+    fn_address, stream = 0x7F12_3456_7000, 0x5555_AAAA_0010
+    k._c_launch, k._fn_ptrs[k._current_device()] = raw, ctypes.c_void_p(fn_address)
+    monkeypatch.setattr(k, "_raw_stream", lambda device: stream)
+    args = gemm_args()
+    if prepared:
+        k.prepare(tuple(args), fresh_outputs=True)(*args)
+    else:
+        k(*args)
+    assert seen == [(fn_address, 2, 2, 1, *k._block, k._shared, stream, args[0].data_ptr(), None)]
 
 
 def test_fake_driver_kernels_never_take_the_ctypes_launch(monkeypatch) -> None:

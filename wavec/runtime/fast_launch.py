@@ -37,6 +37,7 @@ from wavec.abi import HIGH_WORD
 from wavec.errors import ArgumentError
 from wavec.runtime import trace
 from wavec.runtime.binding import FLOAT_SCALAR_NAMES, INT_SCALAR_RANGES, float_constant, low_word
+from wavec.runtime.launcher import c_stream
 from wavec.runtime.variants import count as count_variant
 
 if TYPE_CHECKING:
@@ -95,7 +96,9 @@ class FastLaunch:
         from wavec.runtime.launcher import _ArgBuffer
 
         plan, meta = kernel._plan, kernel.meta
-        self.kernel, self.fn, self.device, self.grid = kernel, fn, device, grid
+        # Python ints: the ctypes launch passes the sizes without argtypes (``launcher._libcuda_launch``)
+        self.kernel, self.fn, self.device = kernel, fn, device
+        self.grid = (int(grid[0]), int(grid[1]), int(grid[2]))
         self.ntensors = len(meta.args)
         self.names = tuple(a.name for a in meta.args) + tuple(n for n, _ in meta.scalars)
         self.align = plan.align
@@ -115,7 +118,7 @@ class FastLaunch:
         self.block, self.shared, self.success = kernel._block, kernel._shared, kernel._success
         self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
-        self.fn_ptr = kernel._fn_ptrs.get(device, 0)
+        self.fn_ptr = kernel._fn_ptrs.get(device)
         self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
@@ -165,7 +168,8 @@ class FastLaunch:
             return
         c_launch = self.c_launch
         if c_launch is not None:
-            code = c_launch(self.fn_ptr, gx, gy, gz, bx, by, bz, self.shared, self.stream(device), buf.address, None)
+            stream = c_stream(self.stream(device))
+            code = c_launch(self.fn_ptr, gx, gy, gz, bx, by, bz, self.shared, stream, buf.c_address, None)
             if code:
                 kernel._retry_launch(kernel._drv.CUresult(code), self.fn, device, self.grid, buf.address)
             return
