@@ -148,8 +148,10 @@ class SchedulingConstraint:
     that step (``passes/prefetch_fragments.py``); ``min_workgroups_per_sm``: a launch bound (CUDA's
     ``__launch_bounds__`` second value, PTX ``.minnctapersm``): ptxas keeps the registers low enough for that
     many workgroups of this size to be resident on one SM (spilling if it must; NVIDIA targets only, else
-    a ``ConstraintError``); None leaves the register count to ptxas.  A kernel without a
-    SchedulingConstraint gets these defaults."""
+    a ``ConstraintError``); None leaves the register count to ptxas; ``intra_wg_overlap``: an
+    attention-shaped wgmma loop (scores ``Q Kᵀ``, a softmax, ``P V``) computes the next tile's scores while
+    this tile's softmax runs (``passes/hopper/intra_warpgroup_overlap.py``; sm_90a wgmma, TMA, num_stages >=
+    3, else a ``ConstraintError`` saying why).  A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -162,11 +164,12 @@ class SchedulingConstraint:
     split_epilogue: bool = False
     prefetch_fragments: bool = False
     min_workgroups_per_sm: int | None = None
+    intra_wg_overlap: bool = False
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
         _defined_here(self)
-        for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments"):
+        for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments", "intra_wg_overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConstraintError(
                     self.loc, message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected True or False"

@@ -81,10 +81,11 @@ class MBarrierInit(_TmaOp):
 
 class MBarrierWait(_TmaOp):
     """Wait until the mbarrier of stage ``kwargs["stage"]`` completes the phase of parity
-    ``kwargs["parity"]`` (``mbarrier.try_wait.parity`` in a loop): the TMA boxes of that stage landed."""
+    ``kwargs["parity"]`` (``mbarrier.try_wait.parity`` in a loop): the TMA boxes of that stage landed.  With
+    ``kwargs["stop"]`` (``intra_warpgroup_overlap``) only while ``kwargs["iteration"] < stop``."""
 
     name = "mbarrier_wait"
-    emulated_ops = ("nvvm.mbarrier.try_wait.parity", "scf.while")
+    emulated_ops = ("nvvm.mbarrier.try_wait.parity", "scf.while", "scf.if")
 
 
 class TmaFill(_TmaOp):

@@ -43,13 +43,16 @@ def attention_constraints(
     heavy_first: bool = False,
     async_copy: str = "auto",
     split_epilogue: bool = False,
+    intra_wg_overlap: bool = False,
 ) -> list:
     """``waves`` warps (``mma="mma_sync"``, sm_80+) or warpgroups (``"wgmma"``, sm_90a; rows a multiple of
     64) of BLOCK_M / waves query rows each; for wgmma Q and P are register-A operands, K a K-major and V an
     MN-major shared tile (``layout_wgmma_operands``).  ``heavy_first``: query tiles launch last first
     (causal: the tiles with the most keys start first).  ``async_copy``: "auto" (``pipeline_loops`` picks
     TMA for wgmma on sm_90a, docs/attention.md, else ``cp.async``), "tma" or "cp.async".
-    ``split_epilogue``: O's store tests each thread's furthest row once instead of every run."""
+    ``split_epilogue``: O's store tests each thread's furthest row once instead of every run.
+    ``intra_wg_overlap`` (wgmma, TMA, 3+ stages): the next key tile's scores are computed while this tile's
+    softmax runs (``passes/hopper/intra_warpgroup_overlap.py``)."""
     if mma not in ATTENTION_MMA:
         raise ValueError(f"mma must be one of {ATTENTION_MMA}, got {mma!r}")
     if mma == "mfma" and dtype != wc.f16:
@@ -71,6 +74,7 @@ def attention_constraints(
             async_copy=async_copy,
             split_epilogue=split_epilogue,
             operand_swizzle="auto" if mma == "wgmma" else "none",
+            intra_wg_overlap=intra_wg_overlap,
         ),
     ]
 
@@ -173,6 +177,7 @@ def make_attention(
     softcap: float = 0.0,
     v_dim: bool = False,
     alibi: str | None = None,
+    intra_wg_overlap: bool = False,
 ) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
     window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
@@ -193,7 +198,7 @@ def make_attention(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
     dv = DV if v_dim else D
-    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue)
+    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue, intra_wg_overlap)
     every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
     return _entry(every, (q1, q2, k1, k2, dv), dtype, alibi, _Body(dtype, spec, softcap, alibi is not None, dv))
 

@@ -15,6 +15,7 @@ from .context import PassContext
 from .convert_layouts import convert_layouts
 from .expand import expand
 from .hopper.insert_wgmma_fences import insert_wgmma_fences
+from .hopper.intra_warpgroup_overlap import intra_warpgroup_overlap
 from .hopper.layout_wgmma_operands import layout_wgmma_operands
 from .hopper.persistent_grid import persistent_grid
 from .hopper.warp_specialize import warp_specialize
@@ -61,7 +62,8 @@ CORE: list[Step] = [
 HOPPER: list[tuple[str, str, Pass, str]] = [
     ("promote_to_shared", "layout_wgmma_operands", layout_wgmma_operands, "wgmma tile layouts, for inference"),
     ("insert_barriers", "insert_wgmma_fences", insert_wgmma_fences, "fences and waits around the final barriers"),
-    ("insert_wgmma_fences", "warp_specialize", warp_specialize, "moves the fenced TMA fills to a producer"),
+    ("insert_wgmma_fences", "intra_warpgroup_overlap", intra_warpgroup_overlap, "rotates the fenced body: needs its waits"),
+    ("intra_warpgroup_overlap", "warp_specialize", warp_specialize, "moves the fenced TMA fills to a producer"),
     ("warp_specialize", "persistent_grid", persistent_grid, "wraps the finished body in the tile loop"),
 ]
 

@@ -91,7 +91,15 @@ def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
     base = _mbarriers_symbol(fb, node.meta["mbarriers"])
     bar = fb.index(base + 8 * sympy.sympify(node.kwargs["stage"]))
     parity = fb.index(node.kwargs["parity"])
-    nvvm.mbarrier_try_wait_parity(_ptr(bar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+    if node.kwargs.get("stop") is None:
+        nvvm.mbarrier_try_wait_parity(_ptr(bar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+        return
+    # intra_warpgroup_overlap: the wait for a tile the loop may not have (iteration >= stop: never filled)
+    filled = arith.cmpi(arith.CmpIPredicate.ult, fb.index(node.kwargs["iteration"]), fb.index(node.kwargs["stop"]))
+    branch = scf.IfOp(filled)
+    with ir.InsertionPoint(branch.then_block):
+        nvvm.mbarrier_try_wait_parity(_ptr(bar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
+        scf.yield_([])
 
 
 def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:

@@ -50,7 +50,8 @@ def lower_descriptor(fb: FunctionBuilder, node: fx.Node) -> None:
     kw = Kwargs(alloc)
     (row_dim, rows), (k_dim, cols) = kw.tile.items()
     smem, tile, layout = kw.smem_layout, (rows, cols), node.meta["layout"]
-    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(kw.base[d])) for d in (row_dim, k_dim))
+    iv_subs = node.meta.get("iv_subs") or {}  # a tile of another iteration (intra_warpgroup_overlap): its base
+    row, k = (sympy.expand(layout.seq(d).start - sympy.sympify(kw.base[d]).subs(iv_subs)) for d in (row_dim, k_dim))
     try:
         offset = smem.byte_offset(row, k, tile)
     except ValueError as e:
