@@ -355,11 +355,13 @@ def attention_config(
     mma: str = "mma_sync",
     causal: bool | str = False,
     v_head_dim: int | None = None,
+    intra_wg_overlap: bool = False,
 ) -> tuple[dict, int]:
     """(subs, waves) for a head dim (``HEAD_DIMS``; V's ``v_head_dim`` when it differs: binds ``DV``, and the
     tiles are the larger dim's): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given, else the first
     candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are warpgroups), or a
-    smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s."""
+    smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s.
+    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3)."""
     if config is None:
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         hd = _table_dim(max(head_dim, v_head_dim or 0), configs)
@@ -372,12 +374,15 @@ def attention_config(
         else:
             config = configs[hd][0]
     bm, bn, waves, *stages = config
-    subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else 2, D: head_dim}
+    default_stages = OVERLAP_STAGES if intra_wg_overlap else 2
+    subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else default_stages, D: head_dim}
     if v_head_dim is not None and v_head_dim != head_dim:
         subs[DV] = v_head_dim
     return subs, waves
 
 
+# intra_warpgroup_overlap: the next tile's K must not share a stage with the V being read (3 stages)
+OVERLAP_STAGES = 3
 _COMPILED: dict = {}
 
 
@@ -393,9 +398,11 @@ def _kernel(
     window: tuple[int, int] = (-1, -1),
     softcap: float = 0.0,
     alibi: str | None = None,
+    intra_wg_overlap: bool = False,
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
-    key = (dtype.name, layout, mask_spec(causal, window), subs_key, waves, backend, mma, async_copy, softcap, alibi)
+    spec = mask_spec(causal, window)
+    key = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, softcap, alibi, intra_wg_overlap)
     kernel = _COMPILED.get(key)
     if kernel is None:
         split_epilogue = SPLIT_EPILOGUE[mma]
@@ -411,6 +418,7 @@ def _kernel(
             softcap=softcap,
             v_dim=DV in subs,
             alibi=alibi,
+            intra_wg_overlap=intra_wg_overlap,
         )
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
@@ -463,6 +471,7 @@ def attention(
     mma: str | None = None,
     async_copy: str = "auto",
     alibi_slopes=None,
+    intra_wg_overlap: bool = False,
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
@@ -486,20 +495,22 @@ def attention(
     heuristic (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
     sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
-    ``cp.async``), "tma" (wgmma only) or "cp.async".  Returns a new tensor."""
-    opts = (causal, window, softcap, layout, backend, config, mma, async_copy)
+    ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma with TMA; off until
+    GPU-measured): the next key tile's Q Kᵀ runs on the tensor cores during this tile's softmax
+    (docs/attention.md, "Intra-warpgroup overlap"; 3 stages unless ``config`` names them).  Returns a new
+    tensor."""
+    opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
     run = _DECIDED.get(key)
     if run is None:
-        options = (causal, window, softcap, layout, backend, config, mma, async_copy)
-        run = _DECIDED.remember(key, _attention_runner(q, k, v, alibi_slopes, *options))
+        run = _DECIDED.remember(key, _attention_runner(q, k, v, alibi_slopes, *opts))
     return run(q, k, v, alibi_slopes, scale)
 
 
 _DECIDED = Decisions("attention")  # (tensor keys, options) -> run(q, k, v, alibi_slopes, scale)
 
 
-def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend, config, mma, async_copy):
+def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend, config, mma, async_copy, overlap):
     """Validate a call, choose and compile its kernel and prepare the launch: ``run(q, k, v, scale)``."""
     import torch
 
@@ -515,11 +526,12 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
     if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim)
+    if overlap and mma != "wgmma":
+        raise OptionError(option="attention: intra_wg_overlap", message=f"needs mma='wgmma', got {mma!r}")
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim, overlap)
     alibi = alibi_kind("attention", slopes, q.device, q.shape[1 if layout == "bhsd" else 2], q.shape[0])
-    kernel = _kernel(
-        dtype, layout, causal, subs, waves, backend, mma, async_copy, (window[0], window[1]), float(softcap), alibi
-    )
+    win = (window[0], window[1])
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy, win, float(softcap), alibi, overlap)
     shape, tdtype, device, empty = (*q.shape[:-1], v_head_dim), q.dtype, q.device, torch.empty
     default_scale = 1.0 / math.sqrt(head_dim)
     head = (q, k, v) if alibi is None else (q, k, v, slopes)

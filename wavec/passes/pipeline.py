@@ -62,7 +62,12 @@ CORE: list[Step] = [
 HOPPER: list[tuple[str, str, Pass, str]] = [
     ("promote_to_shared", "layout_wgmma_operands", layout_wgmma_operands, "wgmma tile layouts, for inference"),
     ("insert_barriers", "insert_wgmma_fences", insert_wgmma_fences, "fences and waits around the final barriers"),
-    ("insert_wgmma_fences", "intra_warpgroup_overlap", intra_warpgroup_overlap, "rotates the fenced body: needs its waits"),
+    (
+        "insert_wgmma_fences",
+        "intra_warpgroup_overlap",
+        intra_warpgroup_overlap,
+        "rotates the fenced body: needs its waits",
+    ),
     ("intra_warpgroup_overlap", "warp_specialize", warp_specialize, "moves the fenced TMA fills to a producer"),
     ("warp_specialize", "persistent_grid", persistent_grid, "wraps the finished body in the tile loop"),
 ]
