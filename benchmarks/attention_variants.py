@@ -14,11 +14,15 @@ C), joined by ``-``.  TFLOP/s count the visible scores only (4·D flops each), s
 masked tiles keeps its rate.  Baselines: SDPA flash and Triton where they express the mode (full, top-left
 causal), else SDPA with the boolean mask (``mask``; no soft-cap: "-").
 
-A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:heavy][:tma|:cp][:e]`` (no tile: the heuristic's; heavy:
-causal query tiles launched last first; tma: K and V staged by TMA, ``async_copy="tma"``, wgmma only; cp:
-per-thread ``cp.async`` copies; neither: "auto", which is TMA for wgmma on sm_90a; e: O stored after one
-bounds test per thread, ``split_epilogue``).
-Prints one TFLOP/s table and the geomean of each variant over Triton (rows Triton runs).
+A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:s<N>][:heavy][:tma|:cp][:e][:ov]`` (no tile: the
+heuristic's; s<N>: N stages on the heuristic's tile; heavy: causal query tiles launched last first; tma: K and V
+staged by TMA, ``async_copy="tma"``, wgmma only; cp: per-thread ``cp.async`` copies; neither: "auto", which is
+TMA for wgmma on sm_90a; e: O stored after one bounds test per thread, ``split_epilogue``; ov: intra-warpgroup
+overlap, ``intra_wg_overlap=True``, 3 stages unless the tile names them).  Baselines where they express the
+mode: SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends and Triton, timed in the same run.
+Prints one TFLOP/s row per shape and mode as it goes, then a compact table (each variant over cuDNN, and
+the geomeans over cuDNN, flash and Triton per head dim and causality), also written to ``$OUT/attention_
+variants.txt`` when ``OUT`` is set.
 """
 
 from __future__ import annotations
@@ -26,18 +30,24 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import math
+import os
+import re
 import sys
+
+FLAGS = ("heavy", "tma", "cp", "e", "ov")
 
 
 def parse_variant(text: str) -> tuple:
-    """(mma, config or None, heavy, async_copy, split_epilogue) of ``mma[:tile][:heavy][:tma|:cp][:e]``."""
+    """(mma, config or None, heavy, async_copy, split_epilogue, overlap, stages or None) of
+    ``mma[:tile][:s<N>][:heavy][:tma|:cp][:e][:ov]``."""
     parts = text.split(":")
     mma, cfg, heavy = parts[0], None, "heavy" in parts[1:]
     copy = "tma" if "tma" in parts[1:] else "cp.async" if "cp" in parts[1:] else "auto"
-    tiles = [p for p in parts[1:] if p not in ("heavy", "tma", "cp", "e")]
+    stages = next((int(p[1:]) for p in parts[1:] if re.fullmatch(r"s\d+", p)), None)
+    tiles = [p for p in parts[1:] if p not in FLAGS and not re.fullmatch(r"s\d+", p)]
     if tiles:
         cfg = tuple(int(x) for x in tiles[0].split("x"))
-    return mma, cfg, heavy, copy, "e" in parts[1:]
+    return mma, cfg, heavy, copy, "e" in parts[1:], "ov" in parts[1:], stages
 
 
 def parse_mode(text: str) -> dict:
@@ -59,12 +69,14 @@ def parse_mode(text: str) -> dict:
 
 def _kernel(variant: str, mode: str, d: int, seq_q: int):
     import wavec as wc
-    from wavec.kernels.attention import TARGET, attention_config, make_attention
+    from wavec.kernels.attention import NUM_STAGES, TARGET, attention_config, make_attention
 
-    mma, cfg, heavy, copy, split = parse_variant(variant)
+    mma, cfg, heavy, copy, split, overlap, stages = parse_variant(variant)
     kw = parse_mode(mode)
     causal = kw["causal"]
-    subs, waves = attention_config(d, seq_q, cfg, mma, causal)
+    subs, waves = attention_config(d, seq_q, cfg, mma, causal, intra_wg_overlap=overlap)
+    if stages is not None:
+        subs[NUM_STAGES] = stages
     return wc.compile(
         make_attention(
             wc.f16,
@@ -77,6 +89,7 @@ def _kernel(variant: str, mode: str, d: int, seq_q: int):
             split_epilogue=split,
             window=kw["window"],
             softcap=kw["softcap"],
+            intra_wg_overlap=overlap,
         ),
         subs,
         target=TARGET[mma],
@@ -114,10 +127,14 @@ def _baselines(torch, F, kw: dict, sq: int, skv: int, head_dim: int = 128) -> di
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=bool(kw["causal"]))
 
-        out["flash"] = flash
+        def cudnn(q, k, v):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=bool(kw["causal"]))
+
+        out["flash"], out["cudnn"] = flash, cudnn
         if head_dim & (head_dim - 1) == 0:
             out["triton"] = lambda q, k, v: triton_attention(q, k, v, bool(kw["causal"]))
-    if not kw["softcap"]:
+    if not kw["softcap"] and "flash" not in out:
         sys.path.insert(0, __file__.rsplit("/", 2)[0])
         from tests.attention_ref import visible
 
@@ -148,7 +165,7 @@ def main() -> int:
         for line in ex.map(_compile, jobs):
             print(line, flush=True)
     print(f"device {torch.cuda.get_device_name()}")
-    ratios: dict = {v: [] for v in variants + ["flash"]}
+    results: list[tuple] = []  # (d, causal, label, row, base)
     print("shape mode | " + " | ".join(variants) + " | baselines  (TFLOP/s of visible scores)")
     for b, h, sq, skv, d in shapes:
         n_sets = max(1, min(8, 2 * 50 * 2**20 // (b * h * max(sq, skv) * d * 2 * 4)))
@@ -178,11 +195,14 @@ def main() -> int:
                     return o
 
                 row[v] = timed(run)
-            base = {name: timed(fn) for name, fn in _baselines(torch, F, kw, sq, skv, d).items()}
+            base = {}
+            for name, fn in _baselines(torch, F, kw, sq, skv, d).items():
+                try:
+                    base[name] = timed(fn)
+                except RuntimeError as e:  # a backend that refuses the shape: a column left empty, not a crash
+                    print(f"{name} failed on {b}x{h}x{sq}x{skv}x{d} {mode}: {str(e).splitlines()[0]}", flush=True)
+            results.append((d, bool(kw["causal"]), f"{b}x{h}x{sq}x{skv}x{d} {mode}", row, base))
             if "triton" in base:
-                for v in variants:
-                    ratios[v].append(row[v] / base["triton"])
-                ratios["flash"].append(base["flash"] / base["triton"])
                 cfg = _attention_fwd.best_config  # what Triton's autotuner picked for this shape
                 picked = f"  triton {cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} w{cfg.num_warps} s{cfg.num_stages}"
             else:
@@ -195,11 +215,40 @@ def main() -> int:
                 + picked,
                 flush=True,
             )
-    print(
-        "geomean over Triton: "
-        + ", ".join(f"{v} {math.exp(sum(map(math.log, r)) / len(r)):.3f}" for v, r in ratios.items() if r)
-    )
+    table = summary(results, variants)
+    print(table)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "attention_variants.txt"), "w") as f:
+            f.write(table + "\n")
     return 0
+
+
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def summary(results: list[tuple], variants: list[str]) -> str:
+    """The compact table: per row each variant's TFLOP/s and its ratio to cuDNN; then per (head dim, causal)
+    the geomean of each variant over cuDNN, SDPA flash and Triton (rows where that baseline runs)."""
+    lines = ["row | " + " | ".join(f"{v} (x cudnn)" for v in variants) + " | cudnn flash triton TFLOP/s"]
+    for _d, _c, label, row, base in results:
+        ratio = {v: row[v] / base["cudnn"] if "cudnn" in base else float("nan") for v in variants}
+        lines.append(
+            f"{label:28} | "
+            + " | ".join(f"{row[v]:6.1f} ({ratio[v]:.2f})" for v in variants)
+            + " | "
+            + " ".join(f"{base.get(n, float('nan')):6.1f}" for n in ("cudnn", "flash", "triton"))
+        )
+    lines.append("geomean (d, causal, baseline) | " + " | ".join(variants))
+    for d, causal in sorted({(r[0], r[1]) for r in results}):
+        group = [r for r in results if (r[0], r[1]) == (d, causal)]
+        for name in ("cudnn", "flash", "triton"):
+            rows = [r for r in group if name in r[4]]
+            if rows:
+                means = [_geomean([r[3][v] / r[4][name] for r in rows]) for v in variants]
+                lines.append(f"d{d} {'causal' if causal else 'full':6} x {name:6} ({len(rows)} rows) | "
+                             + " | ".join(f"{m:.3f}" for m in means))  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

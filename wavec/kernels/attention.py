@@ -361,7 +361,8 @@ def attention_config(
     tiles are the larger dim's): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given, else the first
     candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are warpgroups), or a
     smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s.
-    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3)."""
+    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3) and the long-causal tile is
+    not taken (d128 128x128x2 with two score tiles live spills: docs/attention.md)."""
     if config is None:
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         hd = _table_dim(max(head_dim, v_head_dim or 0), configs)
@@ -369,7 +370,7 @@ def attention_config(
         rows, long_causal = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
         if short:
             config = short[0]
-        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows:
+        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows and not intra_wg_overlap:
             config = long_causal
         else:
             config = configs[hd][0]
