@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import sympy
 
@@ -361,8 +362,8 @@ def attention_config(
     tiles are the larger dim's): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given, else the first
     candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are warpgroups), or a
     smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s.
-    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3) and the long-causal tile is
-    not taken (d128 128x128x2 with two score tiles live spills: docs/attention.md)."""
+    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3) and a chosen tile wider than
+    ``OVERLAP_SCORES`` falls back to the dim's default."""
     if config is None:
         short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
         hd = _table_dim(max(head_dim, v_head_dim or 0), configs)
@@ -370,9 +371,11 @@ def attention_config(
         rows, long_causal = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
         if short:
             config = short[0]
-        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows and not intra_wg_overlap:
+        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows:
             config = long_causal
         else:
+            config = configs[hd][0]
+        if intra_wg_overlap and config[1] * hd > OVERLAP_SCORES:
             config = configs[hd][0]
     bm, bn, waves, *stages = config
     default_stages = OVERLAP_STAGES if intra_wg_overlap else 2
@@ -382,8 +385,9 @@ def attention_config(
     return subs, waves
 
 
-# intra_warpgroup_overlap: the next tile's K must not share a stage with the V being read (3 stages)
-OVERLAP_STAGES = 3
+# intra_warpgroup_overlap: the next tile's K must not share a stage with the V being read (3 stages); two score
+# tiles live at once: BLOCK_N x D above this spills (d128 BLOCK_N 128: 255 registers, 48-96 bytes, ptxas 13)
+OVERLAP_STAGES, OVERLAP_SCORES = 3, 64 * 128
 _COMPILED: dict = {}
 
 
@@ -406,21 +410,9 @@ def _kernel(
     key = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, softcap, alibi, intra_wg_overlap)
     kernel = _COMPILED.get(key)
     if kernel is None:
-        split_epilogue = SPLIT_EPILOGUE[mma]
-        definition = make_attention(
-            dtype,
-            layout,
-            causal,
-            waves,
-            mma,
-            async_copy=async_copy,
-            split_epilogue=split_epilogue,
-            window=window,
-            softcap=softcap,
-            v_dim=DV in subs,
-            alibi=alibi,
-            intra_wg_overlap=intra_wg_overlap,
-        )
+        options: dict[str, Any] = dict(async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma], window=window)
+        options.update(softcap=softcap, v_dim=DV in subs, alibi=alibi, intra_wg_overlap=intra_wg_overlap)
+        definition = make_attention(dtype, layout, causal, waves, mma, **options)
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
 
@@ -496,10 +488,8 @@ def attention(
     heuristic (``attention_config``).  ``mma``: "mma_sync" (sm_80+) or "wgmma" (Hopper warpgroup MMA,
     sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
-    ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma with TMA; off until
-    GPU-measured): the next key tile's Q Kᵀ runs on the tensor cores during this tile's softmax
-    (docs/attention.md, "Intra-warpgroup overlap"; 3 stages unless ``config`` names them).  Returns a new
-    tensor."""
+    ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma, TMA; off until measured):
+    the next key tile's Q Kᵀ runs during this tile's softmax (docs/attention.md).  Returns a new tensor."""
     opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
     run = _DECIDED.get(key)

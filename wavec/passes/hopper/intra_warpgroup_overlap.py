@@ -49,7 +49,7 @@ from ...frontend.tracing import Trace, arg_nodes, placeholders
 from ...indexing import induction_symbol
 from ...indexing.symbols import stage_symbol
 from ..context import PassContext
-from ..schema import loop_body, loop_dim, op_node
+from ..schema import Kwargs, loop_body, loop_dim, op_node
 
 MIN_STAGES = 3
 
@@ -92,7 +92,7 @@ def _scores(body: fx.Graph) -> _Scores | str:
         return "needs one score chain (a wgmma from a zero accumulator) after the stage wait and barrier"
     chain = _chain(firsts[0])
     last = chain[-1]
-    retire = next((u for u in last.users if _op(u) is WgmmaWait and last in u.kwargs["retire"]), None)
+    retire = next((u for u in last.users if _op(u) is WgmmaWait and last in Kwargs(u).retire), None)
     if retire is None or retire.kwargs["pending"] != 0 or any(_op(u) is WarpgroupMMA for u in last.users):
         return "the score chain must be retired by a wgmma_wait(0) and read by ordinary instructions"
     operands = _closure(chain)
