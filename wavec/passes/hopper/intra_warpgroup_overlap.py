@@ -64,6 +64,7 @@ class _Scores:
     last: fx.Node  # the chain's last wgmma: S
     retire: fx.Node  # the wgmma_wait(0) that retired S
     fill: fx.Node
+    end: fx.Node  # the wgmma_wait(0) before the yield
 
 
 def _op(n: fx.Node):
@@ -87,7 +88,7 @@ def _scores(body: fx.Graph) -> _Scores | str:
         return "needs a TMA-staged loop whose stages the workgroup barrier releases (one mbarrier wait, one fill)"
     wait = waits[0]
     barrier = nodes[nodes.index(wait) + 1]
-    firsts = [n for n in nodes if _op(n) is WarpgroupMMA and _op(n.args[2]) is RegisterInit]
+    firsts = [n for n in nodes if _op(n) is WarpgroupMMA and _zero(n.args[2])]
     if _op(barrier) is not Barrier or len(firsts) != 1:
         return "needs one score chain (a wgmma from a zero accumulator) after the stage wait and barrier"
     chain = _chain(firsts[0])
@@ -105,8 +106,16 @@ def _scores(body: fx.Graph) -> _Scores | str:
     fence, commit = nodes[at - 1], next((n for n in nodes[at:] if _op(n) is WgmmaCommit), None)
     if _op(fence) is not WgmmaFence or commit is None or nodes.index(commit) > nodes.index(retire):
         return "the score chain must be fenced and committed before its wait"
+    end = nodes[-2]  # before the output
+    if _op(end) is not WgmmaWait or end.kwargs["pending"] != 0 or end is retire:
+        return "the body must end in a wgmma_wait(0) of its own (after P V)"
     part = [wait, barrier] + [n for n in nodes if n in set(inner)] + [fence, *chain, commit]
-    return _Scores(wait, barrier, part, last, retire, fills[0])
+    return _Scores(wait, barrier, part, last, retire, fills[0], end)
+
+
+def _zero(n) -> bool:
+    """A fresh all-zero register tile (the scores' accumulator: wgmma's scale-d = 0 form)."""
+    return isinstance(n, fx.Node) and _op(n) is RegisterInit and Kwargs(n).value == 0.0
 
 
 def _closure(chain: list[fx.Node]) -> set[fx.Node]:
@@ -190,10 +199,7 @@ def _rotate(trace: Trace, ctx: PassContext, iterate: fx.Node) -> None:
     sc.part[-1].append(sc.fill)
     body.erase_node(sc.retire)
     out = next(n for n in body.nodes if n.op == "output")
-    end_wait = out.prev
-    if _op(end_wait) is not WgmmaWait or end_wait.kwargs["pending"] != 0:
-        raise ConstraintError(iterate.meta.get("loc"), message="intra_wg_overlap: the body must end in wgmma_wait(0)")
-    end_wait.kwargs = {**end_wait.kwargs, "retire": (*end_wait.kwargs["retire"], sc.last)}
+    sc.end.kwargs = {**sc.end.kwargs, "retire": (*Kwargs(sc.end).retire, sc.last)}
     out.args = (tuple(out.args[0]) + (sc.last,),)
     iterate.args = (arg_nodes(iterate, 0) + (first,), iterate.args[1])
 
