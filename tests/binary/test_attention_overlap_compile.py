@@ -89,7 +89,14 @@ def test_the_prologue_computes_the_first_scores() -> None:
 
 # d128 with BLOCK_N 128 is left out: two 64x128 score tiles, the accumulator and Q need 255 registers and spill
 # 48-96 bytes with the split epilogue; attention_config does not pick it with the overlap (OVERLAP_SCORES)
-OVERLAP_TILES = [(128, (64, 64, 1)), (128, (128, 64, 2)), (64, (128, 64, 2)), (64, (128, 128, 2)), (64, (64, 128, 1))]
+OVERLAP_TILES = [
+    (128, (64, 64, 1)),
+    (128, (64, 32, 1)),
+    (128, (128, 64, 2)),
+    (64, (128, 64, 2)),
+    (64, (128, 128, 2)),
+    (64, (64, 128, 1)),
+]
 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
