@@ -19,7 +19,8 @@ heuristic's; s<N>: N stages on the heuristic's tile; heavy: causal query tiles l
 staged by TMA, ``async_copy="tma"``, wgmma only; cp: per-thread ``cp.async`` copies; neither: "auto", which is
 TMA for wgmma on sm_90a; e: O stored after one bounds test per thread, ``split_epilogue``; ov: intra-warpgroup
 overlap, ``intra_wg_overlap=True``, 3 stages unless the tile names them).  Baselines where they express the
-mode: SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends and Triton, timed in the same run.
+mode: SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends and Triton, timed in the same run
+(``--baselines cudnn,flash`` skips Triton's autotuning).
 Prints one TFLOP/s row per shape and mode as it goes, then a compact table (each variant over cuDNN, and
 the geomeans over cuDNN, flash and Triton per head dim and causality), also written to ``$OUT/attention_
 variants.txt`` when ``OUT`` is set.
@@ -149,6 +150,7 @@ def main() -> int:
     ap.add_argument("--variants", default="wgmma:128x128x2,wgmma:128x64x2,wgmma:128x128x2x3,wgmma:128x128x2:heavy")
     ap.add_argument("--modes", default="full,causal")
     ap.add_argument("--jobs", type=int, default=12)
+    ap.add_argument("--baselines", default="flash,cudnn,triton,mask", help="which baselines to time (Triton autotunes)")
     args = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -196,7 +198,10 @@ def main() -> int:
 
                 row[v] = timed(run)
             base = {}
+            wanted = args.baselines.split(",")
             for name, fn in _baselines(torch, F, kw, sq, skv, d).items():
+                if name not in wanted:
+                    continue
                 try:
                     base[name] = timed(fn)
                 except RuntimeError as e:  # a backend that refuses the shape: a column left empty, not a crash
