@@ -1,7 +1,8 @@
 """Binary tier for intra-warpgroup overlap (``intra_wg_overlap=True``, sm_90a): in every key loop the next
 tile's Q Kᵀ wgmmas are issued and committed before this tile's softmax (its ``ex2``) with no
-``wgmma.wait_group`` between them, one ``wait_group 0`` per iteration after P·V; the tiles assemble with
-no spills and no wgmma serialization."""
+``wgmma.wait_group`` between them, one ``wait_group 0`` per iteration after P·V (and, where nvdisasm is
+found, no ``WARPGROUP.DEPBAR`` between them in the SASS); the tiles assemble with no spills and no wgmma
+serialization."""
 
 from __future__ import annotations
 
@@ -111,3 +112,33 @@ def test_overlap_tiles_have_no_spills_and_no_serialization(head_dim: int, config
     report = subprocess.run(cmd, capture_output=True, text=True, check=True)
     text = report.stdout + report.stderr
     assert "serialized" not in text and "0 bytes spill stores" in text, text
+
+
+def _nvdisasm() -> str | None:
+    """nvdisasm on PATH or beside ptxas (a CUDA toolkit has it; the nvcc wheel does not)."""
+    import shutil
+    from pathlib import Path
+
+    ptxas = find_ptxas()
+    beside = Path(ptxas).with_name("nvdisasm") if ptxas else None
+    return shutil.which("nvdisasm") or (str(beside) if beside is not None and beside.exists() else None)
+
+
+@pytest.mark.skipif(not HAS_PTXAS or _nvdisasm() is None, reason="needs ptxas and nvdisasm")
+def test_sass_keeps_the_next_scores_in_flight_during_the_softmax(tmp_path) -> None:
+    """d128 64x64x1 (Q Kᵀ is HGMMA.64x64x16, P V HGMMA.64x128x16): in each loop of the rotated kernel the
+    eight Q Kᵀ HGMMAs run into the MUFU.EX2 of the softmax with no WARPGROUP.DEPBAR between (ptxas kept
+    the overlap); the unrotated kernel waits between them everywhere."""
+
+    def overlapped(overlap: bool) -> int:
+        src = tmp_path / f"k{overlap}.ptx"
+        src.write_text(_ptx(True, (64, 64, 1), 128, overlap))
+        cubin = tmp_path / f"k{overlap}.cubin"
+        subprocess.run([find_ptxas(), "-arch=sm_90a", str(src), "-o", str(cubin)], check=True, capture_output=True)
+        sass = subprocess.run([_nvdisasm(), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
+        events = re.findall(r"HGMMA\.64x64x16|HGMMA\.64x128x16|MUFU\.EX2|WARPGROUP\.DEPBAR", sass)
+        runs = [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+        return sum(a == "HGMMA.64x64x16" and b == "MUFU.EX2" for a, b in zip(runs, runs[1:]))
+
+    assert overlapped(True) == 2  # the full loop and the diagonal one
+    assert overlapped(False) == 0
