@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .estimator import MLP, Ensemble, Model, inputs_for, model_inputs, standardiser
+from .estimator import LAUNCH_FAMILIES, MLP, Ensemble, Model, inputs_for, model_inputs, standardiser
 from .gpus import gpu as find_gpu
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "fit_mlps",
     "fit_ensemble",
     "validation_split",
+    "launch_targets",
     "choose_weight_decay",
     "make_net",
     "to_mlp",
@@ -72,6 +73,17 @@ def table(rows: Sequence[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
         xs.append(model_inputs(values, find_gpu(r["gpu"]), family))
         effs.append(float(r["roofline_us"]) / float(r["us"]))
     return np.array(xs).reshape(-1, len(inputs_for(family))), np.array(effs)
+
+
+def launch_targets(rows: Sequence[dict[str, str]], efficiency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(target efficiency, row weight) of a ``LAUNCH_FAMILIES`` model: the efficiency of the time less the
+    GPU's fixed launch cost L (roofline / (t - L)) and 1 - L / t, since the time's relative error of
+    ``L + roofline / e`` is (1 - L / t) x the launch-free part's.  Every time must exceed L."""
+    fixed = np.array([find_gpu(r["gpu"]).launch_s * 1e6 / float(r["us"]) for r in rows])
+    if np.any(fixed >= 1.0):
+        worst = max(rows, key=lambda r: find_gpu(r["gpu"]).launch_s * 1e6 / float(r["us"]))
+        raise ValueError(f"a {worst['gpu']} row takes {worst['us']} us, not more than the GPU's launch cost")
+    return efficiency / (1.0 - fixed), 1.0 - fixed
 
 
 def make_net(inputs: int, hidden: Sequence[int] = (32, 32)) -> Any:
@@ -127,10 +139,12 @@ def fit_mlps(
     hidden: Sequence[int],
     steps: int,
     members: Sequence[tuple[int, float]],
+    sample_weight: np.ndarray | None = None,
 ) -> list[MLP]:
     """One MLP per ``(seed, weight decay)`` member, trained side by side: the members' weights are stacked
     on a leading axis and their losses summed, so each member's gradient and Adam state are its own (Adam
-    is elementwise) and the result is that of training them one at a time, at about one's cost."""
+    is elementwise) and the result is that of training them one at a time, at about one's cost.
+    ``sample_weight``: each row's weight in the loss (a weighted mean; none: the plain mean)."""
     import torch
 
     torch.set_num_threads(1)  # a few hundred rows: threads only contend (and results stay reproducible)
@@ -145,6 +159,7 @@ def fit_mlps(
     with torch.no_grad():  # start at the median efficiency: exp() of a far-off start overflows the loss
         bs[-1].fill_(float(y.median()))
     decay = torch.tensor([wd for _, wd in members], dtype=torch.float64)
+    row_w = None if sample_weight is None else torch.tensor(sample_weight / sample_weight.sum(), dtype=torch.float64)
     params = [*ws, *bs]
     # coupled L2 (not AdamW's decay): on ~300 rows per family it halved the held-out error of a known
     # efficiency function, where the unregularised net memorised its training rows
@@ -157,9 +172,10 @@ def fit_mlps(
             h = torch.baddbmm(b[:, None, :], torch.relu(h), w.transpose(1, 2))
         diff = y[None, :] - h[:, :, 0]
         if loss == "mape":
-            value = (torch.exp(torch.clamp(diff, max=20.0)) - 1).abs().mean(dim=1).sum()
+            per_row = (torch.exp(torch.clamp(diff, max=20.0)) - 1).abs()
         else:
-            value = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff).mean(dim=1).sum()
+            per_row = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff)
+        value = per_row.mean(dim=1).sum() if row_w is None else (per_row @ row_w).sum()
         value.backward()
         with torch.no_grad():
             for p in params:
@@ -173,9 +189,11 @@ def fit_mlps(
     return out
 
 
-def mape(pred_eff: np.ndarray, eff: np.ndarray) -> float:
-    """Mean absolute percentage error of the times (roofline / efficiency), in percent."""
-    return float(np.mean(np.abs(eff / pred_eff - 1.0)) * 100)
+def mape(pred_eff: np.ndarray, eff: np.ndarray, weight: np.ndarray | None = None) -> float:
+    """Mean absolute percentage error of the times (roofline / efficiency), in percent; with ``weight``
+    (``launch_targets``'), of the times with the fixed launch cost."""
+    err = np.abs(eff / pred_eff - 1.0)
+    return float(np.mean(err if weight is None else err * weight) * 100)
 
 
 def fit_ensemble(
@@ -215,17 +233,24 @@ def choose_weight_decay(
     steps: int,
     seed: int,
     loss: str = "mape",
+    weight: np.ndarray | None = None,
 ) -> tuple[float, dict[str, float]]:
     """The ``WEIGHT_DECAYS`` entry whose MLP for ``loss``, fitted on the other training shapes, scores best
     on the validation shapes (the time's MAPE for ``"mape"``, the pinball loss for ``"p80"``: a ceiling
     needs its own choice, its gradients are smaller and a strong decay flattens it to a constant); and
-    every candidate's validation score."""
+    every candidate's validation score.  ``weight``: the mean model's row weights (``launch_targets``)."""
     val = validation_split(shapes, seed)
     if val.all() or not val.any():
         return WEIGHT_DECAY, {}
-    models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS])
-    score = mape if loss == "mape" else pinball
-    scores = {f"{wd:g}": round(score(m.efficiency(x[val]), efficiency[val]), 4) for wd, m in zip(WEIGHT_DECAYS, models)}
+    fit_w = None if weight is None else weight[~val]
+    models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS], fit_w)
+    val_w = None if weight is None else weight[val]
+
+    def score(m: MLP) -> float:
+        pred = m.efficiency(x[val])
+        return mape(pred, efficiency[val], val_w) if loss == "mape" else pinball(pred, efficiency[val])
+
+    scores = {f"{wd:g}": round(score(m), 4) for wd, m in zip(WEIGHT_DECAYS, models)}
     best = min(WEIGHT_DECAYS, key=lambda wd: scores[f"{wd:g}"])
     return best, scores
 
@@ -255,18 +280,24 @@ def train_all(
                 print(f"  {trained_on}/{family}: {len(mine)} rows, fewer than {MIN_ROWS}: not trained", file=sys.stderr)
                 continue
             x, eff = table(mine)
+            launch = family in LAUNCH_FAMILIES
+            weight = None
+            if launch:  # the models learn the efficiency of the time less the launch cost
+                eff, weight = launch_targets(mine, eff)
             shapes = [r["shape"] for r in mine]
-            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed)
+            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "mape", weight)
             wd80, scores80 = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "p80")
             seeds = [seed + i for i in range(members)]
-            mean = fit_ensemble(x, eff, "mape", hidden, steps, seeds, wd)
+            mean = Ensemble(tuple(fit_mlps(x, eff, "mape", hidden, steps, [(s, wd) for s in seeds], weight)))
             ceiling = fit_ensemble(x, eff, "p80", hidden, steps, seeds, wd80)
             above = float(np.mean(eff <= ceiling.efficiency(x)))
             meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(inputs_for(family))}
+            meta["launch_offset"] = launch
             meta.update({"weight_decay": wd, "val_mape": scores, "members": members, "steps": steps})
             meta.update({"p80_weight_decay": wd80, "val_pinball": scores80})
             meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
-            meta.update({"train_mape": round(mape(mean.efficiency(x), eff), 3), "below_ceiling": round(above, 3)})
+            train_mape = mape(mean.efficiency(x), eff, weight)
+            meta.update({"train_mape": round(train_mape, 3), "below_ceiling": round(above, 3)})
             model = Model(family, mean, ceiling, meta)
             (out / trained_on).mkdir(parents=True, exist_ok=True)
             model.save(out / trained_on / f"{family}.npz")
