@@ -278,3 +278,17 @@ def test_launch_targets_are_the_launch_free_efficiency() -> None:
     np.testing.assert_allclose(eff, [0.5 / 0.75, 0.5])  # roofline 2.18 us over 4.36 - 1.09; 0.5 us over 1 us
     with pytest.raises(ValueError, match="launch cost"):
         T.launch_targets([{"gpu": "h200", "us": "0.9"}], np.array([0.1]))
+
+
+def test_estimate_adds_the_launch_cost_of_a_shipped_launch_family() -> None:
+    h200 = gpu("h200")
+    values = _values({"global.gpu": 400.0, "l2.sm": 100.0})  # a short copy: 0.22 us of roofline
+    model = E.load("elementwise", "h200")
+    assert model.meta["launch_offset"] and model.fixed_s(h200) == h200.launch_s
+    est = E.estimate(values, h200, "h200", "elementwise")
+    roof = 400.0 / h200.clock_hz
+    want = h200.launch_s + roof / model.mean.efficiency(E.model_inputs(values, h200, "elementwise"))[0]
+    assert est.roofline_s == pytest.approx(roof) and est.time_s == pytest.approx(want, rel=1e-12)
+    assert est.efficiency == pytest.approx(roof / est.time_s) and est.time_s > h200.launch_s
+    gemm = E.load("gemm_wgmma", "h200")  # the GEMMs' time is the roofline over the efficiency alone
+    assert gemm.fixed_s(h200) == 0.0

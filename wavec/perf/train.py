@@ -14,7 +14,10 @@ is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), 
 rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``|e / ê - 1|``, e the
 measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
 0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
-validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
+validation and training scores in its metadata.  For ``estimator.LAUNCH_FAMILIES`` the target is the
+efficiency of the time less the GPU's launch cost and the mean model's loss (and validation MAPE) weighs
+each row by that part's share of its time (``launch_targets``: still the time's MAPE), recorded as
+``launch_offset`` in the metadata.  ``--rows train`` (the default) trains on the ``train``
 split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  ``--only`` trains those
 models alone (GPU keys or ``all``: separate processes can train them side by side), ``--families``
 those families alone.  Same seed, same
