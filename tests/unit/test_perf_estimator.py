@@ -100,6 +100,12 @@ def test_weight_decay_is_chosen_on_validation_shapes() -> None:
     assert scores[f"{wd:g}"] == min(scores.values())
     # one shape: no validation rows to choose on, so the default
     assert T.choose_weight_decay(x, eff, ["s"] * 120, (16, 16), 10, 0) == (T.WEIGHT_DECAY, {})
+    # two splits: each decay's score is the mean of its score on each split (the fits' seed unchanged)
+    wd2, scores2 = T.choose_weight_decay(x, eff, shapes, (16, 16), 200, 0, splits=2)
+    each = [T._validation_scores(x, eff, T.validation_split(shapes, s), (16, 16), 200, 0, "mape", None) for s in (0, 1)]
+    assert scores2 == {f"{w:g}": round((each[0][w] + each[1][w]) / 2, 4) for w in T.WEIGHT_DECAYS}
+    assert scores == {f"{w:g}": round(each[0][w], 4) for w in T.WEIGHT_DECAYS} and each[0] != each[1]
+    assert scores2[f"{wd2:g}"] == min(scores2.values())
 
 
 def _values(cycles: dict[str, float], **extra: float) -> dict[str, float]:

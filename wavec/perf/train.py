@@ -2,7 +2,7 @@
 
     python -m wavec.perf.train FEATURES.csv [FEATURES.csv ...] --out wavec/perf/weights [--rows train|all]
                                [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5] [--only h100,all]
-                               [--families rows,moe]
+                               [--families rows,moe] [--val-splits 3]
 
 Requires: torch (CPU; training only: inference is numpy, ``wavec.perf.estimator``); feature rows with a
 measured time (``us``); rows without one (a dry run's) are skipped.
@@ -10,7 +10,8 @@ measured time (``us``); rows without one (a dry run's) are skipped.
 Guarantees: for every GPU in the tables, and for ``all`` of them together when there are several, and for
 every family with at least ``MIN_ROWS`` rows: the weight decays chosen from ``WEIGHT_DECAYS`` on
 validation shapes (``VAL_FRACTION`` of the training rows' shapes, held out by shape as the test split
-is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), then on all the training
+is: never a test row; the mean model's by MAPE averaged over ``--val-splits`` seeded splits, the ceiling's
+by pinball loss on the first), then on all the training
 rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``|e / ê - 1|``, e the
 measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
 0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
@@ -54,6 +55,7 @@ __all__ = [
     "QUANTILE",
     "MIN_ROWS",
     "WEIGHT_DECAYS",
+    "VAL_SPLITS",
 ]
 
 QUANTILE = 0.8
@@ -62,6 +64,9 @@ WEIGHT_DECAY = 3e-2
 # regularised)
 WEIGHT_DECAYS = (3e-3, 1e-2, 3e-2, 1e-1)
 VAL_FRACTION = 0.2
+# the mean model's decay is chosen on this many seeded validation splits (averaged): one fifth of ~30
+# shapes is a handful, and one split's choice swung with which shapes it drew (docs/perf_model.md)
+VAL_SPLITS = 3
 MIN_ROWS = 8
 
 
@@ -237,14 +242,36 @@ def choose_weight_decay(
     seed: int,
     loss: str = "mape",
     weight: np.ndarray | None = None,
+    splits: int = 1,
 ) -> tuple[float, dict[str, float]]:
     """The ``WEIGHT_DECAYS`` entry whose MLP for ``loss``, fitted on the other training shapes, scores best
     on the validation shapes (the time's MAPE for ``"mape"``, the pinball loss for ``"p80"``: a ceiling
-    needs its own choice, its gradients are smaller and a strong decay flattens it to a constant); and
-    every candidate's validation score.  ``weight``: the mean model's row weights (``launch_targets``)."""
-    val = validation_split(shapes, seed)
-    if val.all() or not val.any():
-        return WEIGHT_DECAY, {}
+    needs its own choice, its gradients are smaller and a strong decay flattens it to a constant), the
+    score averaged over ``splits`` validation splits (seeds ``seed`` .. ``seed + splits - 1``); and every
+    candidate's score.  ``weight``: the mean model's row weights (``launch_targets``)."""
+    totals = dict.fromkeys(WEIGHT_DECAYS, 0.0)
+    for i in range(splits):
+        val = validation_split(shapes, seed + i)
+        if val.all() or not val.any():
+            return WEIGHT_DECAY, {}
+        for wd, value in _validation_scores(x, efficiency, val, hidden, steps, seed, loss, weight).items():
+            totals[wd] += value / splits
+    scores = {f"{wd:g}": round(value, 4) for wd, value in totals.items()}
+    best = min(WEIGHT_DECAYS, key=lambda wd: scores[f"{wd:g}"])
+    return best, scores
+
+
+def _validation_scores(
+    x: np.ndarray,
+    efficiency: np.ndarray,
+    val: np.ndarray,
+    hidden: Sequence[int],
+    steps: int,
+    seed: int,
+    loss: str,
+    weight: np.ndarray | None,
+) -> dict[float, float]:
+    """{decay: score on the ``val`` rows} of the MLPs fitted on the others, one per ``WEIGHT_DECAYS``."""
     fit_w = None if weight is None else weight[~val]
     models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS], fit_w)
     val_w = None if weight is None else weight[val]
@@ -253,9 +280,7 @@ def choose_weight_decay(
         pred = m.efficiency(x[val])
         return mape(pred, efficiency[val], val_w) if loss == "mape" else pinball(pred, efficiency[val])
 
-    scores = {f"{wd:g}": round(score(m), 4) for wd, m in zip(WEIGHT_DECAYS, models)}
-    best = min(WEIGHT_DECAYS, key=lambda wd: scores[f"{wd:g}"])
-    return best, scores
+    return {wd: score(m) for wd, m in zip(WEIGHT_DECAYS, models, strict=True)}
 
 
 def train_all(
@@ -268,6 +293,7 @@ def train_all(
     members: int = 5,
     only: Sequence[str] = (),
     families: Sequence[str] = (),
+    val_splits: int = VAL_SPLITS,
 ) -> list[Model]:
     timed = [r for r in rows if r.get("us") and (split == "all" or r["split"] == split)]
     gpus = sorted({r["gpu"] for r in timed})
@@ -288,7 +314,7 @@ def train_all(
             if launch:  # the models learn the efficiency of the time less the launch cost
                 eff, weight = launch_targets(mine, eff)
             shapes = [r["shape"] for r in mine]
-            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "mape", weight)
+            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "mape", weight, val_splits)
             wd80, scores80 = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "p80")
             seeds = [seed + i for i in range(members)]
             mean = Ensemble(tuple(fit_mlps(x, eff, "mape", hidden, steps, [(s, wd) for s in seeds], weight)))
@@ -296,7 +322,8 @@ def train_all(
             above = float(np.mean(eff <= ceiling.efficiency(x)))
             meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(inputs_for(family))}
             meta["launch_offset"] = launch
-            meta.update({"weight_decay": wd, "val_mape": scores, "members": members, "steps": steps})
+            meta.update({"weight_decay": wd, "val_mape": scores, "val_splits": val_splits, "members": members})
+            meta["steps"] = steps
             meta.update({"p80_weight_decay": wd80, "val_pinball": scores80})
             meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
             train_mape = mape(mean.efficiency(x), eff, weight)
@@ -324,12 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--members", type=int, default=5, help="seeds per ensemble")
     p.add_argument("--only", default="", help="train only these models (comma-separated GPU keys or 'all')")
     p.add_argument("--families", default="", help="train only these families (comma-separated)")
+    p.add_argument("--val-splits", type=int, default=VAL_SPLITS, help="validation splits for the mean's decay")
     args = p.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
     only = [k for k in args.only.split(",") if k]
     rows = read_rows(args.features)
     families = [f for f in args.families.split(",") if f]
-    models = train_all(rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only, families)
+    models = train_all(
+        rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only, families, args.val_splits
+    )
     print(f"wrote {len(models)} models under {args.out}", file=sys.stderr)
     return 0 if models else 1
 
