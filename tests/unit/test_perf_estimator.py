@@ -100,6 +100,12 @@ def test_weight_decay_is_chosen_on_validation_shapes() -> None:
     assert scores[f"{wd:g}"] == min(scores.values())
     # one shape: no validation rows to choose on, so the default
     assert T.choose_weight_decay(x, eff, ["s"] * 120, (16, 16), 10, 0) == (T.WEIGHT_DECAY, {})
+    # two splits: each decay's score is the mean of its score on each split (the fits' seed unchanged)
+    wd2, scores2 = T.choose_weight_decay(x, eff, shapes, (16, 16), 200, 0, splits=2)
+    each = [T._validation_scores(x, eff, T.validation_split(shapes, s), (16, 16), 200, 0, "mape", None) for s in (0, 1)]
+    assert scores2 == {f"{w:g}": round((each[0][w] + each[1][w]) / 2, 4) for w in T.WEIGHT_DECAYS}
+    assert scores == {f"{w:g}": round(each[0][w], 4) for w in T.WEIGHT_DECAYS} and each[0] != each[1]
+    assert scores2[f"{wd2:g}"] == min(scores2.values())
 
 
 def _values(cycles: dict[str, float], **extra: float) -> dict[str, float]:
@@ -233,3 +239,62 @@ def test_family_of_library_kernels() -> None:
     assert E.family_of("silu_and_mul") == "elementwise" and E.family_of("moe_down") == "moe"
     with pytest.raises(OptionError, match="family"):
         E.family_of("conv")
+
+
+def _launch_rows(family: str) -> list[dict[str, str]]:
+    """Short launches: per GPU, its fixed launch cost plus the roofline over an efficiency of the bound's
+    share that both GPUs share (so a model that knows the fixed cost transfers between them)."""
+    rng = np.random.default_rng(9)
+    rows = []
+    for i in range(60):
+        roof_cycles, share = float(rng.uniform(200, 2e4)), float(rng.uniform(0.1, 1.0))
+        values = _values({"global.gpu": roof_cycles, "l2.sm": share * roof_cycles})
+        for key in ("h100", "h200"):
+            roof_us = roof_cycles / gpu(key).clock_hz * 1e6
+            us = gpu(key).launch_s * 1e6 + roof_us / (0.3 + 0.5 * share)
+            row = {"gpu": key, "family": family, "shape": f"{i + 1}x64", "split": "test" if i % 5 == 0 else "train"}
+            row.update({"us": str(us), "roofline_us": str(roof_us)})
+            rows.append({**row, **{f"f:{k}": str(v) for k, v in values.items()}})
+    return rows
+
+
+def test_launch_families_carry_each_gpus_fixed_cost_across_gpus(tmp_path) -> None:
+    assert gpu("h100").launch_s > gpu("h200").launch_s > 0  # the H200 launches faster (docs/perf_model.md)
+    assert "elementwise" in E.LAUNCH_FAMILIES and "attention" not in E.LAUNCH_FAMILIES
+    errors = {}
+    for family in ("elementwise", "attention"):  # the same launches, with and without the fixed cost
+        rows = _launch_rows(family)
+        model = T.train_all(rows, tmp_path, steps=600, members=1, only=("h100",))[0]
+        assert model.meta["launch_offset"] is (family in E.LAUNCH_FAMILIES)
+        test = [r for r in rows if r["gpu"] == "h200" and r["split"] == "test"]
+        x, _eff = T.table(test)
+        roof_s = np.array([float(r["roofline_us"]) for r in test]) * 1e-6
+        time_s, ceiling_s = model.times_s(x, roof_s, gpu("h200"))
+        np.testing.assert_allclose(time_s, model.fixed_s(gpu("h200")) + roof_s / model.mean.efficiency(x))
+        assert np.all(ceiling_s > model.fixed_s(gpu("h200")))
+        us = np.array([float(r["us"]) for r in test])
+        errors[family] = float(np.mean(np.abs(time_s * 1e6 / us - 1))) * 100
+    assert errors["elementwise"] < 0.5 and errors["elementwise"] < errors["attention"] / 3, errors
+
+
+def test_launch_targets_are_the_launch_free_efficiency() -> None:
+    rows = [{"gpu": "h100", "us": "4.36"}, {"gpu": "h200", "us": "2.0"}]
+    eff, weight = T.launch_targets(rows, np.array([0.5, 0.25]))
+    np.testing.assert_allclose(weight, [1 - 1.09 / 4.36, 0.5])
+    np.testing.assert_allclose(eff, [0.5 / 0.75, 0.5])  # roofline 2.18 us over 4.36 - 1.09; 0.5 us over 1 us
+    with pytest.raises(ValueError, match="launch cost"):
+        T.launch_targets([{"gpu": "h200", "us": "0.9"}], np.array([0.1]))
+
+
+def test_estimate_adds_the_launch_cost_of_a_shipped_launch_family() -> None:
+    h200 = gpu("h200")
+    values = _values({"global.gpu": 400.0, "l2.sm": 100.0})  # a short copy: 0.22 us of roofline
+    model = E.load("elementwise", "h200")
+    assert model.meta["launch_offset"] and model.fixed_s(h200) == h200.launch_s
+    est = E.estimate(values, h200, "h200", "elementwise")
+    roof = 400.0 / h200.clock_hz
+    want = h200.launch_s + roof / model.mean.efficiency(E.model_inputs(values, h200, "elementwise"))[0]
+    assert est.roofline_s == pytest.approx(roof) and est.time_s == pytest.approx(want, rel=1e-12)
+    assert est.efficiency == pytest.approx(roof / est.time_s) and est.time_s > h200.launch_s
+    gemm = E.load("gemm_wgmma", "h200")  # the GEMMs' time is the roofline over the efficiency alone
+    assert gemm.fixed_s(h200) == 0.0

@@ -134,7 +134,9 @@ def refresh(rows: list[dict[str, Any]], jobs: int = 1) -> list[dict[str, Any]]:
 
 def cache_stem(gpu_key: str) -> str:
     """The cache file's name for ``gpu_key``: the key and a digest of the GPU's constants."""
-    vector = json.dumps([FEATURES_VERSION, *sorted(find_gpu(gpu_key).vector().items())])
+    # launch_s is added to some families' predicted times, never to a feature: a new value keeps the cache
+    constants = {k: v for k, v in find_gpu(gpu_key).vector().items() if k != "launch_s"}
+    vector = json.dumps([FEATURES_VERSION, *sorted(constants.items())])
     return f"{gpu_key}-{hashlib.sha256(vector.encode()).hexdigest()[:12]}"
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "INPUTS",
     "TILING_INPUTS",
     "TILED_FAMILIES",
+    "LAUNCH_FAMILIES",
     "inputs_for",
     "CYCLES",
     "model_inputs",
@@ -96,6 +97,14 @@ TILING_INPUTS = ("log2_wave_dram/roof", "log2_wave_reuse", "log2_tile_steps", "t
 # grouped GEMMs), whose waves share panels.  Tried on the others too (docs/perf_model.md): test MAPE up
 # 1.2-2.2 points on attention and elementwise, rows within 0.5; validation mixed.
 TILED_FAMILIES = ("gemm_mma_sync", "gemm_wgmma", "moe")
+
+
+# The families whose time is the GPU's fixed launch cost plus the roofline over the efficiency
+# (``GPUSpec.launch_s``; their models learn the efficiency of the rest): the fixed cost differs between the
+# H100 and the H200 (1.09 against 1.00 us) and dominates their 1-2 us launches, which no input of one GPU's
+# rows can describe.  Chosen on validation shapes (docs/perf_model.md); the GEMMs keep time = roofline /
+# efficiency (``benchmarks/perf_dispatch.py`` and the tuner's pruning rank by that).
+LAUNCH_FAMILIES = ("elementwise", "rows")
 
 
 def inputs_for(family: str | None) -> tuple[str, ...]:
@@ -256,6 +265,16 @@ class Model:
     ceiling: Ensemble
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def fixed_s(self, gpu: GPUSpec) -> float:
+        """The fixed cost added to the time: the GPU's launch cost for a model trained with it, else 0."""
+        return gpu.launch_s if self.meta.get("launch_offset") else 0.0
+
+    def times_s(self, x: np.ndarray, roofline_s: np.ndarray, gpu: GPUSpec) -> tuple[np.ndarray, np.ndarray]:
+        """(predicted, P80 ceiling) seconds of launches with inputs ``x`` and roofline seconds ``roofline_s``
+        on ``gpu``: the fixed cost plus the roofline over each ensemble's efficiency."""
+        fixed = self.fixed_s(gpu)
+        return fixed + roofline_s / self.mean.efficiency(x), fixed + roofline_s / self.ceiling.efficiency(x)
+
     def save(self, path: Any) -> None:
         arrays: dict[str, Any] = {**self.mean.arrays("mean_"), **self.ceiling.arrays("p80_")}
         arrays["meta"] = np.array(json.dumps({"family": self.family, **self.meta}))
@@ -313,6 +332,9 @@ def family_of(kernel: str, mma: str = "mma_sync") -> str:
 
 @dataclass(frozen=True)
 class Estimate:
+    """One launch's prediction; ``efficiency`` and ``ceiling_efficiency`` are the roofline time over the
+    predicted and ceiling times (a family's fixed launch cost included)."""
+
     roofline_s: float
     time_s: float
     ceiling_s: float
@@ -340,8 +362,8 @@ def estimate(
     x = model_inputs(values, gpu, family)
     cycles = {c: float(values[f"{c}_cycles"]) for c in CYCLES if c not in NOT_BOUNDS}
     roof = max(cycles.values()) / gpu.clock_hz
-    eff, ceil = float(model.mean.efficiency(x)[0]), float(model.ceiling.efficiency(x)[0])
-    return Estimate(roof, roof / eff, roof / ceil, eff, ceil, max(cycles, key=cycles.__getitem__), trained_on)
+    time, ceil = (float(t[0]) for t in model.times_s(x, np.array([roof]), gpu))
+    return Estimate(roof, time, ceil, roof / time, roof / ceil, max(cycles, key=cycles.__getitem__), trained_on)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,12 @@ Sources (the numbers in brackets below):
          bytes on the H200 and 12.4 on the H100, from TMA-fed wgmma GEMMs whose loads bypass L1 and are not
          multicast (every byte counted is an L2 read); 14.5 TB/s is that rounded up, so the roofline stays
          a lower bound (the 10 TB/s of ``tuning/devices.py`` is beaten by 29%; issue #22).
+[launch] The fixed cost of one launch replayed back to back in a CUDA graph (how ``perf_dataset.py``
+         times): on the H100 and H200 the least time of any *training* row of the collection (1.150 and
+         1.053 us, a few-KB copy) less 5 %, so that no row's launch-free time is zero: 1.09 and 1.00 us (a
+         stand-in for an empty-kernel microbenchmark, which ``measure_rates`` does not run yet).  1 us, an
+         estimate, for the GPUs not measured.  It enters the features nowhere (the feature cache's digest
+         leaves it out): only the families whose models add it to the time (``estimator``).
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class GPUSpec:
     max_blocks_per_sm: int
     threads_per_warp: int = 32
     register_granule: int = 256  # registers are allocated per warp in units of this many
+    launch_s: float = 1.0e-6  # a kernel's fixed cost back to back in a CUDA graph [launch]; estimate by default
     keys: tuple[str, ...] = field(default=())
 
     def tensor_rate(self, kind: str, dtype: str) -> float:
@@ -136,13 +143,14 @@ _H100 = GPUSpec(
     hbm_bytes_s=3.35e12,
     l2_bytes_s=14.5e12,  # [l2gh]
     shared_bytes_per_clk=NV_SHARED_BYTES_PER_CLK,
+    launch_s=1.09e-6,  # [launch]
     keys=("H100",),
     **_HOPPER_LIMITS,
 )
 
 GPUS: dict[str, GPUSpec] = {
     "h100": _H100,
-    "h200": replace(_H100, name="H200", hbm_bytes_s=4.8e12, keys=("H200",)),  # [h200]
+    "h200": replace(_H100, name="H200", hbm_bytes_s=4.8e12, launch_s=1.0e-6, keys=("H200",)),  # [h200] [launch]
     "a100": GPUSpec(
         name="A100 SXM 80GB",
         arch="sm_80",
@@ -194,6 +202,7 @@ GPUS: dict[str, GPUSpec] = {
         tensor={**_tensor("tcgen05", 8192), **_tensor("mma.sync", 4096 * 0.625, fp8=False)},  # [b200] estimate
         hbm_bytes_s=8e12,
         l2_bytes_s=16e12,  # [l2] estimate
+        launch_s=1.0e-6,  # [launch] estimate
         keys=("B200",),
     ),
     "mi300x": GPUSpec(

@@ -2,7 +2,7 @@
 
     python -m wavec.perf.train FEATURES.csv [FEATURES.csv ...] --out wavec/perf/weights [--rows train|all]
                                [--hidden 32,32] [--steps 2000] [--seed 0] [--members 5] [--only h100,all]
-                               [--families rows,moe]
+                               [--families rows,moe] [--val-splits 3]
 
 Requires: torch (CPU; training only: inference is numpy, ``wavec.perf.estimator``); feature rows with a
 measured time (``us``); rows without one (a dry run's) are skipped.
@@ -10,11 +10,15 @@ measured time (``us``); rows without one (a dry run's) are skipped.
 Guarantees: for every GPU in the tables, and for ``all`` of them together when there are several, and for
 every family with at least ``MIN_ROWS`` rows: the weight decays chosen from ``WEIGHT_DECAYS`` on
 validation shapes (``VAL_FRACTION`` of the training rows' shapes, held out by shape as the test split
-is: never a test row; the mean model's by MAPE, the ceiling's by pinball loss), then on all the training
+is: never a test row; the mean model's by MAPE averaged over ``--val-splits`` seeded splits, the ceiling's
+by pinball loss on the first), then on all the training
 rows an ensemble of ``members`` seeds of the mean MLP (MAPE loss on the time, ``|e / ê - 1|``, e the
 measured efficiency roofline / measured, ê the prediction) and of the ceiling MLP (pinball loss at the
 0.8 quantile of log e), written to ``OUT/<trained on>/<family>.npz`` with the rows, the choices, the
-validation and training scores in its metadata.  ``--rows train`` (the default) trains on the ``train``
+validation and training scores in its metadata.  For ``estimator.LAUNCH_FAMILIES`` the target is the
+efficiency of the time less the GPU's launch cost and the mean model's loss (and validation MAPE) weighs
+each row by that part's share of its time (``launch_targets``: still the time's MAPE), recorded as
+``launch_offset`` in the metadata.  ``--rows train`` (the default) trains on the ``train``
 split only, so the ``test`` rows stay held out for ``benchmarks/perf_eval.py``.  ``--only`` trains those
 models alone (GPU keys or ``all``: separate processes can train them side by side), ``--families``
 those families alone.  Same seed, same
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .estimator import MLP, Ensemble, Model, inputs_for, model_inputs, standardiser
+from .estimator import LAUNCH_FAMILIES, MLP, Ensemble, Model, inputs_for, model_inputs, standardiser
 from .gpus import gpu as find_gpu
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "fit_mlps",
     "fit_ensemble",
     "validation_split",
+    "launch_targets",
     "choose_weight_decay",
     "make_net",
     "to_mlp",
@@ -50,6 +55,7 @@ __all__ = [
     "QUANTILE",
     "MIN_ROWS",
     "WEIGHT_DECAYS",
+    "VAL_SPLITS",
 ]
 
 QUANTILE = 0.8
@@ -58,6 +64,9 @@ WEIGHT_DECAY = 3e-2
 # regularised)
 WEIGHT_DECAYS = (3e-3, 1e-2, 3e-2, 1e-1)
 VAL_FRACTION = 0.2
+# the mean model's decay is chosen on this many seeded validation splits (averaged): one fifth of ~30
+# shapes is a handful, and one split's choice swung with which shapes it drew (docs/perf_model.md)
+VAL_SPLITS = 3
 MIN_ROWS = 8
 
 
@@ -72,6 +81,17 @@ def table(rows: Sequence[dict[str, str]]) -> tuple[np.ndarray, np.ndarray]:
         xs.append(model_inputs(values, find_gpu(r["gpu"]), family))
         effs.append(float(r["roofline_us"]) / float(r["us"]))
     return np.array(xs).reshape(-1, len(inputs_for(family))), np.array(effs)
+
+
+def launch_targets(rows: Sequence[dict[str, str]], efficiency: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(target efficiency, row weight) of a ``LAUNCH_FAMILIES`` model: the efficiency of the time less the
+    GPU's fixed launch cost L (roofline / (t - L)) and 1 - L / t, since the time's relative error of
+    ``L + roofline / e`` is (1 - L / t) x the launch-free part's.  Every time must exceed L."""
+    fixed = np.array([find_gpu(r["gpu"]).launch_s * 1e6 / float(r["us"]) for r in rows])
+    if np.any(fixed >= 1.0):
+        worst = max(rows, key=lambda r: find_gpu(r["gpu"]).launch_s * 1e6 / float(r["us"]))
+        raise ValueError(f"a {worst['gpu']} row takes {worst['us']} us, not more than the GPU's launch cost")
+    return efficiency / (1.0 - fixed), 1.0 - fixed
 
 
 def make_net(inputs: int, hidden: Sequence[int] = (32, 32)) -> Any:
@@ -127,10 +147,12 @@ def fit_mlps(
     hidden: Sequence[int],
     steps: int,
     members: Sequence[tuple[int, float]],
+    sample_weight: np.ndarray | None = None,
 ) -> list[MLP]:
     """One MLP per ``(seed, weight decay)`` member, trained side by side: the members' weights are stacked
     on a leading axis and their losses summed, so each member's gradient and Adam state are its own (Adam
-    is elementwise) and the result is that of training them one at a time, at about one's cost."""
+    is elementwise) and the result is that of training them one at a time, at about one's cost.
+    ``sample_weight``: each row's weight in the loss (a weighted mean; none: the plain mean)."""
     import torch
 
     torch.set_num_threads(1)  # a few hundred rows: threads only contend (and results stay reproducible)
@@ -145,6 +167,7 @@ def fit_mlps(
     with torch.no_grad():  # start at the median efficiency: exp() of a far-off start overflows the loss
         bs[-1].fill_(float(y.median()))
     decay = torch.tensor([wd for _, wd in members], dtype=torch.float64)
+    row_w = None if sample_weight is None else torch.tensor(sample_weight / sample_weight.sum(), dtype=torch.float64)
     params = [*ws, *bs]
     # coupled L2 (not AdamW's decay): on ~300 rows per family it halved the held-out error of a known
     # efficiency function, where the unregularised net memorised its training rows
@@ -157,9 +180,10 @@ def fit_mlps(
             h = torch.baddbmm(b[:, None, :], torch.relu(h), w.transpose(1, 2))
         diff = y[None, :] - h[:, :, 0]
         if loss == "mape":
-            value = (torch.exp(torch.clamp(diff, max=20.0)) - 1).abs().mean(dim=1).sum()
+            per_row = (torch.exp(torch.clamp(diff, max=20.0)) - 1).abs()
         else:
-            value = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff).mean(dim=1).sum()
+            per_row = torch.maximum(QUANTILE * diff, (QUANTILE - 1) * diff)
+        value = per_row.mean(dim=1).sum() if row_w is None else (per_row @ row_w).sum()
         value.backward()
         with torch.no_grad():
             for p in params:
@@ -173,9 +197,11 @@ def fit_mlps(
     return out
 
 
-def mape(pred_eff: np.ndarray, eff: np.ndarray) -> float:
-    """Mean absolute percentage error of the times (roofline / efficiency), in percent."""
-    return float(np.mean(np.abs(eff / pred_eff - 1.0)) * 100)
+def mape(pred_eff: np.ndarray, eff: np.ndarray, weight: np.ndarray | None = None) -> float:
+    """Mean absolute percentage error of the times (roofline / efficiency), in percent; with ``weight``
+    (``launch_targets``'), of the times with the fixed launch cost."""
+    err = np.abs(eff / pred_eff - 1.0)
+    return float(np.mean(err if weight is None else err * weight) * 100)
 
 
 def fit_ensemble(
@@ -215,19 +241,46 @@ def choose_weight_decay(
     steps: int,
     seed: int,
     loss: str = "mape",
+    weight: np.ndarray | None = None,
+    splits: int = 1,
 ) -> tuple[float, dict[str, float]]:
     """The ``WEIGHT_DECAYS`` entry whose MLP for ``loss``, fitted on the other training shapes, scores best
     on the validation shapes (the time's MAPE for ``"mape"``, the pinball loss for ``"p80"``: a ceiling
-    needs its own choice, its gradients are smaller and a strong decay flattens it to a constant); and
-    every candidate's validation score."""
-    val = validation_split(shapes, seed)
-    if val.all() or not val.any():
-        return WEIGHT_DECAY, {}
-    models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS])
-    score = mape if loss == "mape" else pinball
-    scores = {f"{wd:g}": round(score(m.efficiency(x[val]), efficiency[val]), 4) for wd, m in zip(WEIGHT_DECAYS, models)}
+    needs its own choice, its gradients are smaller and a strong decay flattens it to a constant), the
+    score averaged over ``splits`` validation splits (seeds ``seed`` .. ``seed + splits - 1``); and every
+    candidate's score.  ``weight``: the mean model's row weights (``launch_targets``)."""
+    totals = dict.fromkeys(WEIGHT_DECAYS, 0.0)
+    for i in range(splits):
+        val = validation_split(shapes, seed + i)
+        if val.all() or not val.any():
+            return WEIGHT_DECAY, {}
+        for wd, value in _validation_scores(x, efficiency, val, hidden, steps, seed, loss, weight).items():
+            totals[wd] += value / splits
+    scores = {f"{wd:g}": round(value, 4) for wd, value in totals.items()}
     best = min(WEIGHT_DECAYS, key=lambda wd: scores[f"{wd:g}"])
     return best, scores
+
+
+def _validation_scores(
+    x: np.ndarray,
+    efficiency: np.ndarray,
+    val: np.ndarray,
+    hidden: Sequence[int],
+    steps: int,
+    seed: int,
+    loss: str,
+    weight: np.ndarray | None,
+) -> dict[float, float]:
+    """{decay: score on the ``val`` rows} of the MLPs fitted on the others, one per ``WEIGHT_DECAYS``."""
+    fit_w = None if weight is None else weight[~val]
+    models = fit_mlps(x[~val], efficiency[~val], loss, hidden, steps, [(seed, wd) for wd in WEIGHT_DECAYS], fit_w)
+    val_w = None if weight is None else weight[val]
+
+    def score(m: MLP) -> float:
+        pred = m.efficiency(x[val])
+        return mape(pred, efficiency[val], val_w) if loss == "mape" else pinball(pred, efficiency[val])
+
+    return {wd: score(m) for wd, m in zip(WEIGHT_DECAYS, models, strict=True)}
 
 
 def train_all(
@@ -240,6 +293,7 @@ def train_all(
     members: int = 5,
     only: Sequence[str] = (),
     families: Sequence[str] = (),
+    val_splits: int = VAL_SPLITS,
 ) -> list[Model]:
     timed = [r for r in rows if r.get("us") and (split == "all" or r["split"] == split)]
     gpus = sorted({r["gpu"] for r in timed})
@@ -255,18 +309,25 @@ def train_all(
                 print(f"  {trained_on}/{family}: {len(mine)} rows, fewer than {MIN_ROWS}: not trained", file=sys.stderr)
                 continue
             x, eff = table(mine)
+            launch = family in LAUNCH_FAMILIES
+            weight = None
+            if launch:  # the models learn the efficiency of the time less the launch cost
+                eff, weight = launch_targets(mine, eff)
             shapes = [r["shape"] for r in mine]
-            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed)
+            wd, scores = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "mape", weight, val_splits)
             wd80, scores80 = choose_weight_decay(x, eff, shapes, hidden, steps, seed, "p80")
             seeds = [seed + i for i in range(members)]
-            mean = fit_ensemble(x, eff, "mape", hidden, steps, seeds, wd)
+            mean = Ensemble(tuple(fit_mlps(x, eff, "mape", hidden, steps, [(s, wd) for s in seeds], weight)))
             ceiling = fit_ensemble(x, eff, "p80", hidden, steps, seeds, wd80)
             above = float(np.mean(eff <= ceiling.efficiency(x)))
             meta = {"trained_on": trained_on, "rows": len(mine), "split": split, "inputs": list(inputs_for(family))}
-            meta.update({"weight_decay": wd, "val_mape": scores, "members": members, "steps": steps})
+            meta["launch_offset"] = launch
+            meta.update({"weight_decay": wd, "val_mape": scores, "val_splits": val_splits, "members": members})
+            meta["steps"] = steps
             meta.update({"p80_weight_decay": wd80, "val_pinball": scores80})
             meta["sources"] = sorted({r.get("source") or "perf_dataset.py" for r in mine})  # provenance
-            meta.update({"train_mape": round(mape(mean.efficiency(x), eff), 3), "below_ceiling": round(above, 3)})
+            train_mape = mape(mean.efficiency(x), eff, weight)
+            meta.update({"train_mape": round(train_mape, 3), "below_ceiling": round(above, 3)})
             model = Model(family, mean, ceiling, meta)
             (out / trained_on).mkdir(parents=True, exist_ok=True)
             model.save(out / trained_on / f"{family}.npz")
@@ -290,12 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--members", type=int, default=5, help="seeds per ensemble")
     p.add_argument("--only", default="", help="train only these models (comma-separated GPU keys or 'all')")
     p.add_argument("--families", default="", help="train only these families (comma-separated)")
+    p.add_argument("--val-splits", type=int, default=VAL_SPLITS, help="validation splits for the mean's decay")
     args = p.parse_args(argv)
     hidden = tuple(int(h) for h in args.hidden.split(","))
     only = [k for k in args.only.split(",") if k]
     rows = read_rows(args.features)
     families = [f for f in args.families.split(",") if f]
-    models = train_all(rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only, families)
+    models = train_all(
+        rows, args.out, args.rows, hidden, args.steps, args.seed, args.members, only, families, args.val_splits
+    )
     print(f"wrote {len(models)} models under {args.out}", file=sys.stderr)
     return 0 if models else 1
 
