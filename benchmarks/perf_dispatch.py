@@ -137,7 +137,7 @@ def build_inputs(races, cache_path: pathlib.Path, jobs: int) -> dict:
     return have
 
 
-def candidate_rows(race: dict, inputs: dict, shape) -> tuple[list, "np.ndarray", "np.ndarray", "np.ndarray"]:
+def candidate_rows(race: dict, inputs: dict, shape) -> tuple:
     """(candidates, perf inputs, configuration inputs, measured seconds) of every candidate raced on
     ``shape``: the ranking model's lists (``train_rank.py`` on the fit shapes, :func:`score_race` here)."""
     import numpy as np

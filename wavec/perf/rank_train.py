@@ -32,9 +32,9 @@ __all__ = ["CLIP", "WEIGHT_DECAYS", "pad_lists", "rank_loss", "fit_net", "regret
 CLIP = 0.7  # log time above a list's best (2x): beyond it a candidate is just slow
 TAU = 0.05  # softmax temperature in log time: candidates within ~5 % of the best carry the target's weight
 MSE_WEIGHT = 10.0
-WEIGHT_DECAYS = (1e-4, 1e-3, 1e-2)
-HIDDEN = (64, 64)
-STEPS = 1500
+WEIGHT_DECAYS = (1e-3, 1e-2)
+HIDDEN = (32, 32)
+STEPS = 800
 TOPS = (1, 3, 5, 10)
 
 Lists = Sequence[tuple[np.ndarray, np.ndarray]]  # per shape: (inputs [candidates, d], times [candidates])

@@ -87,11 +87,11 @@ class PerfRanker:
         from ..perf import estimator as E
         from ..perf.rank import config_inputs
 
+        if self.ranker is None:
+            raise TuningError(message="PerfRanker.score needs model='rank'")
         key = (cand.label, tuple(int(x) for x in shape))
         if key in self.scored:
             return self.scored[key]
-        if self.ranker is None:
-            raise TuningError(message="PerfRanker.score needs model='rank'")
         values, family = self._values(cand.label, kernel, key[1])
         if family != "gemm_mma_sync":
             raise TuningError(message=f"the ranking model covers mma.sync GEMMs only, not {cand.label} ({family})")
