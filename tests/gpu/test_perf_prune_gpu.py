@@ -1,6 +1,7 @@
-"""GPU tier: the tuner pruned by the performance model (``TuneOptions(rank=PerfRanker, prune_to=3)``, by the
-MLP's predicted time or by the configuration ranking model) times exactly the model's top 3 on the real device, and the configuration it keeps computes the GEMM: every output
-element against torch's f64 product of the same f16 inputs."""
+"""GPU tier: the tuner pruned by the performance model (``TuneOptions(rank=PerfRanker, prune_to=3)``, by
+the MLP's predicted time or by the configuration ranking model) times exactly the model's top 3 on the real
+device, and the configuration it keeps computes the GEMM: every output element against torch's f64 product
+of the same f16 inputs."""
 
 import pytest
 import torch
