@@ -14,7 +14,10 @@ model's (fitted on the race's fit shapes, as ``refit_cost_model.py`` does).  The
 only exhaustive ones stored; the wgmma path is scored on the performance dataset's test shapes instead
 (``--features``: every configuration timed on a test shape is a small race, 1-5 candidates; the library's
 is the heuristic).  ``--race GPU:times.json`` scores another race (a wgmma one from ``tune_gemm.py --mma
-wgmma``).
+wgmma``).  The configuration ranking model (``wavec.perf.rank``, ``--rank-weights DIR``, default the
+shipped ``h100`` and ``h200``) is scored beside them in a second table: trained on the race's GPU and on
+the other GPU (``cross``), never on a shape in its ``meta["shapes"]``.  The fit shapes' inputs are built
+too (``train_rank.py`` trains on them from the same cache).
 
 Writes ``OUT/perf_dispatch.json`` (per shape: picks, regrets) and ``OUT/perf_dispatch.md`` (the table,
 also printed last).  The MLP inputs of every launch are cached under ``WAVEC_CACHE_DIR/perf_dispatch/``
