@@ -5,11 +5,13 @@
 For each GPU (``h100``: ``tune_h100`` and ``tune_h100_v2``; ``h200``: ``tune_h200``; ``all``: the three),
 the lists are the races' **fit shapes** only (the 45 per race and dtype that ``refit_cost_model.evaluate``
 fits the NNLS cost model on), every raced candidate of a shape with its perf inputs (the race's registers,
-``perf_dispatch.build_inputs``, cached) and configuration; the held-out shapes ``perf_dispatch.py``
-scores on are never read.  Validation shapes (``--val`` of the fit shapes, the same shapes for every race
-and dtype of the GPU) choose the weight decay; the members are then fitted on every fit shape.  Writes
+``perf_dispatch.build_inputs``, cached) and configuration; the times of the held-out shapes
+``perf_dispatch.py`` scores on are never read (their inputs are built into the shared cache).
+Validation shapes (``--val`` of the fit shapes, the same shapes for every race and dtype of the GPU)
+choose the weight decay; the members are then fitted on every fit shape.  Writes
 ``OUT/<gpu>.npz`` (its ``meta["shapes"]``: the shapes trained on, which ``perf_dispatch.py`` never scores
-the model on) and prints the validation regrets.  ~1-2 min per GPU on one core once the inputs are cached.
+the model on) and prints the validation regrets.  ~4-10 min per model on 2 shared cores once the inputs are
+cached (~9 min cold: ``perf_dispatch.build_inputs``).
 """
 
 from __future__ import annotations
