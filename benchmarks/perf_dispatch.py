@@ -14,7 +14,10 @@ model's (fitted on the race's fit shapes, as ``refit_cost_model.py`` does).  The
 only exhaustive ones stored; the wgmma path is scored on the performance dataset's test shapes instead
 (``--features``: every configuration timed on a test shape is a small race, 1-5 candidates; the library's
 is the heuristic).  ``--race GPU:times.json`` scores another race (a wgmma one from ``tune_gemm.py --mma
-wgmma``).
+wgmma``).  The configuration ranking model (``wavec.perf.rank``, ``--rank-weights DIR``, default the
+shipped ``h100`` and ``h200``) is scored beside them in a second table: trained on the race's GPU and on
+the other GPU (``cross``), never on a shape in its ``meta["shapes"]``.  The fit shapes' inputs are built
+too (``train_rank.py`` trains on them from the same cache).
 
 Writes ``OUT/perf_dispatch.json`` (per shape: picks, regrets) and ``OUT/perf_dispatch.md`` (the table,
 also printed last).  The MLP inputs of every launch are cached under ``WAVEC_CACHE_DIR/perf_dispatch/``
@@ -118,7 +121,8 @@ def build_inputs(races, cache_path: pathlib.Path, jobs: int) -> dict:
             have[(c, tuple(s), g, r)] = (x, roof)
     want: dict[str, set] = {}
     for race in races:
-        for shape in race["shapes"]:
+        # the fit shapes too: the ranking model (``wavec.perf.rank``) trains on them
+        for shape in race["shapes"] + race["fit"]:
             for cand in race["data"]["times"][shape]:
                 regs = _regs(race, cand)
                 key = (case_config(cand, race["data"]["mma"]), shape, race["gpu"], regs)
@@ -136,6 +140,21 @@ def build_inputs(races, cache_path: pathlib.Path, jobs: int) -> dict:
     return have
 
 
+def candidate_rows(race: dict, inputs: dict, shape) -> tuple:
+    """(candidates, perf inputs, configuration inputs, measured seconds) of every candidate raced on
+    ``shape``: the ranking model's lists (``train_rank.py`` on the fit shapes, :func:`score_race` here)."""
+    import numpy as np
+
+    from wavec.perf.rank import config_inputs
+
+    times = race["data"]["times"][shape]
+    cands = list(times)
+    keys = [(case_config(c, race["data"]["mma"]), shape, race["gpu"], _regs(race, c)) for c in cands]
+    perf = np.array([inputs[k][0] for k in keys])
+    conf = np.array([config_inputs(shape, c.subs_dict, dict(c.kwargs)["waves"]) for c in cands])
+    return cands, perf, conf, np.array([times[c] for c in cands])
+
+
 def _regrets(times: dict, predicted: dict) -> dict:
     """Regret of the model's pick and of the best measured among its top N (``TOPS``)."""
     best = min(times.values())
@@ -148,8 +167,10 @@ def _summary(values) -> dict:
     return {"n": len(v), "mean": sum(v) / len(v) if v else math.nan, "max": max(v) if v else math.nan}
 
 
-def score_race(race: dict, inputs: dict) -> dict:
-    """The model, heuristic and NNLS regrets of one race file and dtype on its evaluated shapes."""
+def score_race(race: dict, inputs: dict, rankers: dict) -> dict:
+    """The model, ranking model, heuristic and NNLS regrets of one race file and dtype on its evaluated
+    shapes; ``rankers``: {trained on: Ranker}, each scored on the shapes it did not train on (``rank_`` the
+    race's own GPU's, ``xrank_`` the other GPU's: shapes never measured on this GPU)."""
     import numpy as np
 
     from wavec.perf import estimator as E
@@ -161,21 +182,27 @@ def score_race(race: dict, inputs: dict) -> dict:
     rows = []
     for shape in race["shapes"]:
         times = data["times"][shape]
-        keys = [(case_config(c, data["mma"]), shape, race["gpu"], _regs(race, c)) for c in times]
-        x = np.array([inputs[k][0] for k in keys])
-        roof = np.array([inputs[k][1] for k in keys])
-        predicted = dict(zip(times, roof / model.mean.efficiency(x), strict=True))
+        cands, perf, conf, _t = candidate_rows(race, inputs, shape)
+        roof = np.array([inputs[(case_config(c, data["mma"]), shape, race["gpu"], _regs(race, c))][1] for c in cands])
+        predicted = dict(zip(cands, roof / model.mean.efficiency(perf), strict=True))
         heur = heuristic_candidate(*shape, data["mma"])
         row = {"shape": list(shape), **_regrets(times, predicted), "candidates": len(times)}
+        for on, ranker in rankers.items():
+            if list(shape) in ranker.meta.get("shapes", []):
+                continue  # never score a ranking model on a shape it trained on
+            prefix = "rank_" if on == race["gpu"] else "xrank_"
+            ranked = dict(zip(cands, ranker.scores(perf, conf), strict=True))
+            row.update({prefix + k: v for k, v in _regrets(times, ranked).items()})
+            row[prefix + "pick"] = min(ranked, key=ranked.get).label
         row["heuristic"] = times[heur] / min(times.values()) - 1.0 if heur in times else math.nan
         row["nnls"] = nnls.get(shape, math.nan)
         row["pick"] = min(predicted, key=predicted.get).label
         row["best"] = min(times, key=times.get).label
         rows.append(row)
-    cols = [f"top{n}" for n in TOPS] + ["heuristic", "nnls"]
+    cols = [f"{p}top{n}" for p in ("", "rank_", "xrank_") for n in TOPS] + ["heuristic", "nnls"]
     return {
         "rows": rows,
-        "summary": {c: _summary(r[c] for r in rows if not math.isnan(r[c])) for c in cols},
+        "summary": {c: _summary(r[c] for r in rows if c in r and not math.isnan(r[c])) for c in cols},
         "nnls_top": race["nnls"]["top_k_regret"],
     }
 
@@ -252,6 +279,37 @@ def table(race_scores: list[dict], feature_scores: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def rank_table(race_scores: list[dict]) -> str:
+    """The ranking model's regrets beside the MLP's pick and the heuristic: trained on the race's GPU
+    (its fit shapes) and on the other GPU's races (``cross``: shapes never measured on this GPU)."""
+    cols = ("race", "GPU", "dtype", "shapes", "rank pick", "rank top-3", "rank top-5", "rank top-10")
+    cols += ("cross-GPU shapes", "cross pick", "cross top-3", "MLP pick", "heuristic", "NNLS cost model")
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in race_scores:
+        s = r["summary"]
+        own = " | ".join(_cell(s[f"rank_top{n}"]) for n in TOPS)
+        cross = " | ".join(_cell(s[f"xrank_top{n}"]) for n in (1, 3))
+        lines.append(
+            f"| {r['file']} | {r['gpu']} | {r['dtype']} | {s['rank_top1']['n']} | {own} | {s['xrank_top1']['n']} | "
+            f"{cross} | {_cell(s['top1'])} | {_cell(s['heuristic'])} | {_cell(s['nnls'])} |"
+        )
+    return "\n".join(lines)
+
+
+def load_rankers(folder: pathlib.Path | None) -> dict:
+    """{GPU key: Ranker} of the ranking models trained on one GPU: ``folder``'s ``<gpu>.npz`` (default: the
+    shipped ones)."""
+    from wavec.perf import rank
+
+    out = {}
+    for key in ("h100", "h200"):
+        if folder is not None and (folder / f"{key}.npz").exists():
+            out[key] = rank.Ranker.read(folder / f"{key}.npz")
+        elif folder is None and key in rank.shipped():
+            out[key] = rank.load(key)
+    return out
+
+
 def load_races(files, limit: int | None) -> list[dict]:
     """Each race file and dtype with its evaluated shapes and the NNLS cost model's scores on them."""
     from refit_cost_model import evaluate, load
@@ -267,6 +325,7 @@ def load_races(files, limit: int | None) -> list[dict]:
             shapes = [s for s in data["times"] if s not in fit and s not in trained][:limit]
             entry = {"gpu": gpu_key, "file": path.parent.name, "dtype": dtype, "mma": data["mma"], "data": data}
             entry["shapes"] = shapes
+            entry["fit"] = [tuple(s) for s in nnls["fit_shapes"]]
             races.append({**entry, "nnls": nnls})
     return races
 
@@ -284,6 +343,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--race", nargs="*", help="GPU:times.json ... (default: the stored H100 and H200 races)")
     ap.add_argument("--cache", type=pathlib.Path, default=None, help="inputs cache (default: under WAVEC_CACHE_DIR)")
+    ap.add_argument("--rank-weights", type=pathlib.Path, default=None, help="ranking models (default: shipped)")
     ap.add_argument(
         "--features",
         type=pathlib.Path,
@@ -297,12 +357,13 @@ def main(argv=None) -> int:
     races = [{**r, "race_registers": args.registers == "race"} for r in load_races(files, args.limit)]
     print(f"races loaded, NNLS refitted: {time.time() - t0:.0f} s", file=sys.stderr)
     inputs = build_inputs(races, args.cache or default_cache(), args.jobs)
-    race_scores = [{k: r[k] for k in ("gpu", "file", "dtype", "mma")} | score_race(r, inputs) for r in races]
+    rankers = load_rankers(args.rank_weights)
+    race_scores = [{k: r[k] for k in ("gpu", "file", "dtype", "mma")} | score_race(r, inputs, rankers) for r in races]
     feature_scores = score_features(args.features)
     (args.out / "perf_dispatch.json").write_text(
         json.dumps({"races": race_scores, "perf_test": feature_scores}, separators=(",", ":"))
     )
-    text = table(race_scores, feature_scores)
+    text = table(race_scores, feature_scores) + "\n\n" + rank_table(race_scores)
     (args.out / "perf_dispatch.md").write_text(text + "\n")
     print(f"total {time.time() - t0:.0f} s")
     print(text)

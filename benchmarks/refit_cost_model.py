@@ -51,7 +51,10 @@ def parse_label(label: str):
 
 
 def load(path: pathlib.Path, dtype: str) -> dict:
+    """One dtype's race; shapes the run only pruned (``split == "pruned"``: the model's top-k timed, not
+    every candidate) are left out, since a regret needs the exhaustive best."""
     raw = json.loads(path.read_text())[dtype]
+    raw = {**raw, "shapes": [r for r in raw["shapes"] if r.get("split") != "pruned"]}
     cands = [parse_label(label) for label in raw["labels"]]
     return {
         "cands": cands,

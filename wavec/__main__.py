@@ -1,5 +1,6 @@
 """``python -m wavec``: ``--version``; ``tune gemm --shapes M,N,K ... [--space SYMBOL=v1,v2 ...] [--prune-top
-N]`` tunes the GEMM on this GPU (``--prune-top``: only the performance model's N best are timed), ``tune moe
+N [--prune-model mlp|rank]]`` tunes the GEMM on this GPU (``--prune-top``: only the performance model's N
+best are timed; ``rank``: ordered by the configuration ranking model), ``tune moe
 --model NAME`` fits the routing-aware MoE dispatch (``cli.tune_moe``); ``compile``, ``cache`` and ``doctor``
 live in :mod:`wavec.cli`."""
 
@@ -57,7 +58,7 @@ def _tune(args) -> int:
             from .tuning.perf_prune import PerfRanker
 
             # the performance model ranks every compiled candidate per shape; only the top N are timed
-            prune = {"rank": PerfRanker(gpu_name()), "prune_to": args.prune_top}
+            prune = {"rank": PerfRanker(gpu_name(), model=args.prune_model), "prune_to": args.prune_top}
         res = tune_gemm(
             shapes,
             dtype=getattr(wc, args.dtype or "f16"),
@@ -121,6 +122,12 @@ def main(argv=None) -> int:
         default=None,
         metavar="N",
         help="gemm: rank the candidates by the performance model's predicted time and time only the top N",
+    )
+    t.add_argument(
+        "--prune-model",
+        default="mlp",
+        choices=["mlp", "rank"],
+        help="gemm --prune-top: rank by the MLP's predicted time (default) or the configuration ranking model",
     )
     args = p.parse_args(argv)
     return _tune(args) if args.cmd == "tune" else cli.run(args)

@@ -1,6 +1,7 @@
-"""GPU tier: the tuner pruned by the performance model (``TuneOptions(rank=PerfRanker, prune_to=3)``) times
-exactly the model's top 3 on the real device, and the configuration it keeps computes the GEMM: every output
-element against torch's f64 product of the same f16 inputs."""
+"""GPU tier: the tuner pruned by the performance model (``TuneOptions(rank=PerfRanker, prune_to=3)``, by
+the MLP's predicted time or by the configuration ranking model) times exactly the model's top 3 on the real
+device, and the configuration it keeps computes the GEMM: every output element against torch's f64 product
+of the same f16 inputs."""
 
 import pytest
 import torch
@@ -25,8 +26,9 @@ SPACE = {
 }
 
 
+@pytest.mark.parametrize("model", ["mlp", "rank"])
 @pytest.mark.parametrize("shape", [(1000, 3000, 520), (4096, 4096, 4096)])
-def test_pruned_tuning_times_the_top_3_and_its_pick_is_right(shape):
+def test_pruned_tuning_times_the_top_3_and_its_pick_is_right(shape, model):
     calls = []
 
     def timer(cand, fn):
@@ -35,7 +37,7 @@ def test_pruned_tuning_times_the_top_3_and_its_pick_is_right(shape):
 
         return cuda_event_timer(cand, fn)
 
-    ranker = PerfRanker(gpu_name())
+    ranker = PerfRanker(gpu_name(), model=model)
     opts = TuneOptions(
         fixed={"dtype": wc.f16},
         make_inputs=gemm_inputs(wc.f16),
@@ -50,9 +52,8 @@ def test_pruned_tuning_times_the_top_3_and_its_pick_is_right(shape):
     )
     res = autotune(make_gemm, SPACE, [shape], opts)
     timed = set(calls)
-    ranked = sorted(
-        (c for c in res.metadata if c not in res.rejected), key=lambda c: ranker.predicted[(c.label, shape)]
-    )
+    order = ranker.predicted if model == "mlp" else ranker.scored
+    ranked = sorted((c for c in res.metadata if c not in res.rejected), key=lambda c: order[(c.label, shape)])
     assert timed == set(ranked[:3]) and res.best[shape] in timed
 
     m, n, k = shape

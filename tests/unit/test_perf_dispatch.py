@@ -37,3 +37,46 @@ def test_case_config_is_the_raced_kernel():
     src = _source(FACTORY, _fixed(wc.f16))
     raced = wc.compile(src.build(cand.kwargs), cand.symbol_subs(), target="sm_90", backend="emulator")
     assert ours.artifact.mlir == raced.artifact.mlir
+
+
+def _cand(bm: int, stages: int) -> Candidate:
+    subs = (("BLOCK_K", 32), ("BLOCK_M", bm), ("BLOCK_N", 64), ("GROUP_M", 8), ("NUM_STAGES", stages))
+    return Candidate((("waves", (2, 2)),), subs)
+
+
+def test_candidate_rows_pair_inputs_configurations_and_times():
+    from wavec.perf.rank import CONFIG_INPUTS
+
+    a, b, shape = _cand(64, 2), _cand(128, 3), (256, 512, 1024)
+    data = {
+        "mma": "mma_sync",
+        "times": {shape: {a: 2e-5, b: 1e-5}},
+        "metadata": {a: {"registers": 80}, b: {"registers": 96}},
+    }
+    race = {"data": data, "gpu": "h100", "race_registers": True}
+    inputs = {
+        (perf_dispatch.case_config(a, "mma_sync"), shape, "h100", 80): ([1.0, 2.0], 3.0),
+        (perf_dispatch.case_config(b, "mma_sync"), shape, "h100", 96): ([4.0, 5.0], 6.0),
+    }
+    cands, perf, conf, times = perf_dispatch.candidate_rows(race, inputs, shape)
+    assert cands == [a, b] and perf.tolist() == [[1.0, 2.0], [4.0, 5.0]] and times.tolist() == [2e-5, 1e-5]
+    got = [dict(zip(CONFIG_INPUTS, row, strict=True)) for row in conf]
+    assert [g["log2_block_m"] for g in got] == [6.0, 7.0] and [g["stages"] for g in got] == [2.0, 3.0]
+    assert all(g["log2_m"] == 8.0 and g["log2_k"] == 10.0 for g in got)
+
+
+def test_refit_load_leaves_out_pruned_shapes(tmp_path):
+    import json
+
+    from refit_cost_model import load
+
+    a, b = _cand(64, 2), _cand(128, 3)
+    rows = [
+        {"shape": [64, 64, 64], "split": "fit", "t": [[0, 1e-5, 3], [1, 2e-5, 3]]},
+        {"shape": [128, 64, 64], "split": "exhaustive", "t": [[0, 1e-5, 3], [1, 2e-5, 3]]},
+        {"shape": [256, 64, 64], "split": "pruned", "t": [[1, 2e-5, 3]]},
+    ]
+    raw = {"labels": [a.label, b.label], "metadata": [{}, {}], "space": [0, 1], "shapes": rows}
+    (tmp_path / "times.json").write_text(json.dumps({"f16": raw}))
+    data = load(tmp_path / "times.json", "f16")
+    assert set(data["times"]) == {(64, 64, 64), (128, 64, 64)} and data["times"][(128, 64, 64)] == {a: 1e-5, b: 2e-5}

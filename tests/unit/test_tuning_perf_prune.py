@@ -93,3 +93,32 @@ def test_rank_and_model_together_is_an_error():
 def test_cli_rejects_a_bad_prune_top(capsys):
     assert main(["tune", "gemm", "--shapes", "64,64,64", "--prune-top", "0"]) == 2
     assert "--prune-top must be >= 1" in capsys.readouterr().err
+
+
+def test_prune_by_the_ranking_model_times_its_top_n():
+    from wavec.perf import rank
+
+    spec, shape = gpu("h100"), (200, 1024, 520)
+    ranker, timer = PerfRanker("h100", model="rank"), FakeTimer()
+    res = autotune(make_gemm, SPACE, [shape], TuneOptions(timer=timer, rank=ranker, prune_to=2, **KW))
+    timed = set(timer.calls)
+    assert len(timed) == 2 and res.best[shape] in timed
+    # the scores from the full walk (no cache) through the shipped model, by hand
+    model = rank.load("h100")
+    scores = {}
+    for c in (c for c in _space_candidates() if c not in res.rejected):
+        kernel = wc.compile(
+            make_gemm(wc.f16, waves=c.kwargs_dict["waves"]), c.symbol_subs(), target="sm_90", backend="cuda"
+        )
+        d = decompose(kernel, (200, 520), (1024, 520), gpu=spec)
+        x = E.model_inputs(E.launch_values(d, features(d, schedule(d, spec))), spec)
+        scores[c] = float(model.scores(x, rank.config_inputs(shape, c.subs_dict, c.kwargs_dict["waves"]))[0])
+        assert ranker.scored[(c.label, shape)] == pytest.approx(scores[c], rel=1e-9, abs=1e-9)
+    assert timed == set(sorted(scores, key=scores.__getitem__)[:2])
+
+
+def test_ranking_model_rejects_what_it_cannot_rank():
+    with pytest.raises(TuningError, match="model must be"):
+        PerfRanker("h100", model="nope")
+    with pytest.raises(TuningError, match="needs model='rank'"):
+        PerfRanker("h100").score(None, None, (1, 1, 1))

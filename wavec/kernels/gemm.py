@@ -193,11 +193,13 @@ def matmul(
     and no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
     split; ``"auto"``: ``splitk_config``'s rule for M <= 16, opt-in: slower than no split on every
     benchmark decode shape of the H100).  ``config = (subs, waves)`` overrides the tile (benchmarks);
+    ``config="rank"``: the mma.sync tile the configuration ranking model picks per shape among the tuner's
+    space (``tuning.rank_plan``; opt-in: its first call compiles the space, minutes);
     ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     try:
-        cfg = None if config is None else (tuple(config[0].items()), tuple(config[1]))
+        cfg = config if config is None or config == "rank" else (tuple(config[0].items()), tuple(config[1]))
     except (AttributeError, TypeError, IndexError, KeyError):
         raise wc.WavecError(message=f"matmul: config must be (subs dict, waves tuple), got {config!r}") from None
     opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
@@ -244,6 +246,8 @@ def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple |
         req = replace(req, mma=auto_mma(a, backend, req))
     out_dtype, out = output_dtype(a, out_dtype)
     m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    if req.config == "rank":
+        req = replace(req, config=_ranked(m, n, k, dtype, req))
     out_shape = (m, n) if out_shape is None else tuple(out_shape)
     unit = 16 // dtype.bytes  # elements per 16-byte run
     plan = plan_matmul(m, n, k + -k % unit if pads_k(m, n, k, unit) else k, req)
@@ -258,6 +262,16 @@ def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple |
     if pads_k(m, n, k, unit):
         return padded_k_runner(kernel, out_dtype, a, b, out_shape, unit)
     return output_runner(kernel, out_dtype, a, b, out_shape)
+
+
+def _ranked(m: int, n: int, k: int, dtype, req: GemmRequest) -> tuple:
+    """``config="rank"``'s tile as a request's config: mma.sync, f16/bf16, no split (what it was trained on)."""
+    from ..tuning.rank_plan import ranked_config
+
+    if req.mma != "mma_sync" or dtype.bytes != 2 or req.split not in (None, 1):
+        raise wc.WavecError(message="matmul: config='rank' ranks mma.sync tiles of f16/bf16 GEMMs without split-K")
+    subs, waves = ranked_config(m, n, k, dtype)
+    return tuple(subs.items()), tuple(waves)
 
 
 def auto_mma(a, backend: str | None, req: GemmRequest) -> str:
