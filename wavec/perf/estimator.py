@@ -276,17 +276,28 @@ class Model:
         return fixed + roofline_s / self.mean.efficiency(x), fixed + roofline_s / self.ceiling.efficiency(x)
 
     def save(self, path: Any) -> None:
-        arrays: dict[str, Any] = {**self.mean.arrays("mean_"), **self.ceiling.arrays("p80_")}
-        arrays["meta"] = np.array(json.dumps({"family": self.family, **self.meta}))
-        np.savez_compressed(path, **arrays)
+        save_npz(
+            path, {**self.mean.arrays("mean_"), **self.ceiling.arrays("p80_")}, {"family": self.family, **self.meta}
+        )
 
     @classmethod
     def read(cls, path: Any) -> Model:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        meta = json.loads(str(arrays.pop("meta")))
+        arrays, meta = read_npz(path)
         mean, ceiling = Ensemble.from_arrays(arrays, "mean_"), Ensemble.from_arrays(arrays, "p80_")
         return cls(meta.pop("family"), mean, ceiling, meta)
+
+
+def save_npz(path: Any, arrays: Mapping[str, np.ndarray], meta: dict) -> None:
+    """A weights file: ``arrays`` and ``meta`` as JSON in the array ``meta`` (no pickles)."""
+    out: dict[str, Any] = {**arrays, "meta": np.array(json.dumps(meta))}
+    np.savez_compressed(path, **out)
+
+
+def read_npz(path: Any) -> tuple[dict[str, np.ndarray], dict]:
+    """(arrays, meta) of a ``save_npz`` file."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    return arrays, json.loads(str(arrays.pop("meta")))
 
 
 def _weights_dir() -> Any:

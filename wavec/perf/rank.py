@@ -21,7 +21,6 @@ gives); :meth:`Ranker.save` and :meth:`Ranker.read` round-trip exactly.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError
-from .estimator import INPUTS, Ensemble
+from .estimator import INPUTS, Ensemble, read_npz, save_npz
 
 __all__ = ["CONFIG_INPUTS", "Ranker", "config_inputs", "rank_inputs", "load", "shipped", "trained_for"]
 
@@ -104,15 +103,11 @@ class Ranker:
         return np.argsort(self.scores(perf_x, config_x, perf_names), kind="stable")
 
     def save(self, path: Any) -> None:
-        arrays: dict[str, Any] = self.net.arrays("net_")
-        arrays["meta"] = np.array(json.dumps({"names": list(self.names), **self.meta}))
-        np.savez_compressed(path, **arrays)
+        save_npz(path, self.net.arrays("net_"), {"names": list(self.names), **self.meta})
 
     @classmethod
     def read(cls, path: Any) -> Ranker:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        meta = json.loads(str(arrays.pop("meta")))
+        arrays, meta = read_npz(path)
         return cls(tuple(meta.pop("names")), Ensemble.from_arrays(arrays, "net_"), meta)
 
 
