@@ -30,38 +30,37 @@ def _us(fn: Callable[[], Any]) -> float:
     return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
-def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int]]:
-    """(name, kernel, BLOCK_N) of every layout tried for rows of ``n``."""
+def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int, int]]:
+    """(name, kernel, BLOCK_N, waves a row) of every layout tried for rows of ``n``."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    out: list[tuple[str, wc.WaveKernel, int]] = []
+    out: list[tuple[str, wc.WaveKernel, int, int]] = []
     extra = {"block_n": n} if kind == "layer_norm" else {}
     for waves in (2, 4, 8, 16):
         if n // (waves * unit) in (1, 2, 4, 8):
             kernel = rows.MAKERS[kind](dtype, loop=False, vec=vec, waves_per_row=waves, **extra)
-            out.append((f"tile/{waves}w", kernel, n))
+            out.append((f"tile/{waves}w", kernel, n, waves))
     long = {"softmax": rows.make_softmax_long, "rms_norm": rows.make_rms_norm_long}.get(kind, rows.make_layer_norm_long)
     for waves in (4, 8, 16, 32):
         if n // (waves * unit) in (1, 2, 4):
-            out.append((f"long/{waves}w", long(dtype, waves, vec=vec), n))
+            out.append((f"long/{waves}w", long(dtype, waves, vec=vec), n, waves))
     for block in (1024, 2048, 4096):
         if block < n:
             extra = {"block_n": block} if kind == "layer_norm" else {}
-            out.append((f"loop/{block}", rows.MAKERS[kind](dtype, loop=True, vec=vec, **extra), block))
+            out.append((f"loop/{block}", rows.MAKERS[kind](dtype, loop=True, vec=vec, **extra), block, 1))
     return out
 
 
-def residency(kernel: Any, name: str, n: int, block: int, item: int) -> tuple[str, int, bool]:
+def residency(kernel: Any, waves: int, n: int, block: int, item: int) -> tuple[str, int, bool]:
     """(registers, spill bytes, resident threads per SM and the row KB those threads hold loaded at once
     as text; resident workgroups per SM; whether registers, not threads, limit them) on this device (a
-    row tile of ``block`` over the waves of ``name``'s layout, one wave for the loops)."""
+    row tile of ``block`` over ``waves`` waves)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     meta = kernel.artifact.metadata
     threads = meta.block[0] * meta.block[1] * meta.block[2]
     regs = -(-max(meta.registers, 1) // 8) * 8  # (allocated 8 a thread at a time)
     by_regs = props.regs_per_multiprocessor // (regs * threads)
     per_sm = min(by_regs, props.max_threads_per_multi_processor // threads)
-    waves = int(name.split("/")[1].split("w")[0]) if "w" in name.split("/")[1] else 1
     held = per_sm * threads * min(n, block) * item / (32 * waves) / 1024
     return f"{meta.registers}, {meta.spills}, {per_sm * threads}, {held:.0f}", per_sm, by_regs == per_sm
 
@@ -76,7 +75,7 @@ def time_layouts(kind: str, dtype: Any, n: int, args: tuple, want: Any, y: Any, 
     """One line per layout of ``layouts``, and for a tile or long layout whose registers limit its resident
     workgroups, one more for the same layout bounded to one more workgroup an SM (``+bN``)."""
     default, lines = rows.config_for(dtype, n, kind), []
-    for name, kernel, block in layouts(kind, dtype, n):
+    for name, kernel, block, waves in layouts(kind, dtype, n):
         todo = [(name, kernel)]
         while todo:
             label, kern = todo.pop()
@@ -89,7 +88,7 @@ def time_layouts(kind: str, dtype: Any, n: int, args: tuple, want: Any, y: Any, 
             k(*args)
             torch.testing.assert_close(y.float(), want.float(), rtol=2e-2, atol=2e-2)
             t = _us(lambda: k(*args))
-            held, per_sm, by_regs = residency(k, label, n, block, y.element_size())
+            held, per_sm, by_regs = residency(k, waves, n, block, y.element_size())
             lines.append(f"{kind} | {n} | {label} | {t:.1f} | {t_copy / t:.2f} | {default} | {held}")
             print(lines[-1], flush=True)
             if label == name and by_regs and not name.startswith("loop"):
