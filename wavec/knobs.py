@@ -129,6 +129,18 @@ KNOBS: dict[str, Knob] = {
 }
 
 
+# The knobs that change the code a kernel compiles to: every cache of compiled kernels or of decided
+# runners keys on them, so setting one between calls takes effect (a kernel compiled with bounds checks is
+# not reused without, nor the reverse).
+CODE_KNOBS = ("check_bounds",)
+_CODE_ENVS = tuple(KNOBS[n].env for n in CODE_KNOBS)
+
+
+def code_key() -> tuple:
+    """The raw settings of ``CODE_KNOBS`` (an environment lookup each, no parsing: on the host path)."""
+    return tuple(os.environ.get(e) for e in _CODE_ENVS)
+
+
 class _Knobs:
     def __getattr__(self, name: str):
         try:

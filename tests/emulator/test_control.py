@@ -144,6 +144,21 @@ def test_moe_align_three_launches(monkeypatch: pytest.MonkeyPatch, t: int, k: in
     ma.check_alignment(got, ma.reference(ids, e, b), b)
 
 
+def test_moe_align_every_block_used_under_bounds_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WAVEC_CHECK_BOUNDS=1, every expert used so the last segment ends at the last block: the block-end
+    histogram's extra slot (``distributed_shape=(blocks + 1,)``) is in bounds, not an error (the check
+    bounds a shared buffer by its tile, from its base); and the knob is in the kernel cache's key."""
+    ids = (torch.randperm(16) % 8).reshape(8, 2).int()
+    plain = ma.moe_align_block_size(ids, 8, 16, backend="emulator")
+    monkeypatch.setenv("WAVEC_CHECK_BOUNDS", "1")
+    ma._CALLS.clear()
+    got = ma.moe_align_block_size(ids, 8, 16, backend="emulator")
+    ma.check_alignment(got, ma.reference(ids, 8, 16), 16)
+    assert all(torch.equal(a, b) for a, b in zip(got, plain))
+    checked = [k for k in ma._COMPILED.values() if k.artifact.metadata.bounds_checks]
+    assert checked and any("atomic" in c[2] for k in checked for c in k.artifact.metadata.bounds_checks)
+
+
 def test_moe_align_skewed_routing() -> None:
     ids = torch.zeros(128, 8, dtype=torch.int32)  # every id in expert 0: one long segment, the rest empty
     ids[::7] = 5

@@ -98,10 +98,16 @@ def check_indices(fb: FunctionBuilder, access: fx.Node, coords: dict, active: ir
     loc = access.meta.get("loc")
     i64 = ir.IntegerType.get_signless(64)
     out = {}
+    shared = mem.meta["type"].address_space == AddressSpace.SHARED
     for d, idx in coords.items():
         if not isinstance(idx, ir.Value):
             continue
-        size = fb.index(fb.cs.resolve(d))
+        if shared:  # a wc.allocate buffer holds its tile (distributed_shape), indexed from the tile's base
+            kw = Kwargs(capture_root(mem))
+            idx = _relative_index(fb, idx, sympy.sympify(kw.base[d]).subs(access.meta.get("iv_subs", {})))
+            size = fb.index(sympy.sympify(kw.tile[d]))
+        else:
+            size = fb.index(fb.cs.resolve(d))
         out[d] = ok = arith.cmpi(arith.CmpIPredicate.ult, idx, size)
         bad = arith.xori(ok, arith.constant(ir.IntegerType.get_signless(1), 1))
         branch = scf.IfOp(bad if active is None else arith.andi(bad, active))

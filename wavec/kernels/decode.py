@@ -33,6 +33,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels.decode_host import SplitKV
 from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.knobs import code_key
 from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE
 
 B, KVH, H, QL, M, N, D = wc.sym.B, wc.sym.KVH, wc.sym.H, wc.sym.QL, wc.sym.M, wc.sym.N, wc.sym.D
@@ -298,7 +299,8 @@ _COMPILED: dict = {}
 
 
 def compiled(key: tuple, build) -> Any:
-    """``build()`` compiled once per ``key`` (a kernel's configuration and backend)."""
+    """``build()`` compiled once per ``key`` (a kernel's configuration and backend) and ``code_key()``."""
+    key = (*key, code_key())
     kernel = _COMPILED.get(key)
     if kernel is None:
         kernel = _COMPILED[key] = build()

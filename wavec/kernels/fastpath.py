@@ -11,7 +11,8 @@ Guarantees:
   alignment on every call.
 * :class:`Decisions` maps keys to runners, built by the entry point's slow path on a miss
   (``run = table.get(key)``, else ``table.remember(key, build(...))``; an unhashable key is decided on
-  every call); at ``limit`` entries it starts over (a serving loop sees a few dozen shapes; a sweep must
+  every call), each key joined with ``knobs.code_key()`` (a runner built with bounds checks is not reused
+  without them); at ``limit`` entries it starts over (a serving loop sees a few dozen shapes; a sweep must
   not grow without bound).
 * :class:`WorkspaceBudget` is how many bytes of cached per-(thread, stream) workspaces one entry point
   keeps alive: ``keep(owner, nbytes)`` admits a workspace up to ``per_entry`` bytes while the live total
@@ -24,6 +25,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from wavec.knobs import code_key
 from wavec.runtime.fast_launch import tensor_key
 
 __all__ = ["Decisions", "WorkspaceBudget", "tensor_key", "as_rows"]
@@ -60,7 +62,7 @@ class Decisions:
         """The runner decided for ``key``; None for a new key or an unhashable one (an option passed as a
         list: decided, and validated, on every call)."""
         try:
-            return self.table.get(key)
+            return self.table.get((code_key(), key))
         except TypeError:
             return None
 
@@ -72,7 +74,7 @@ class Decisions:
             return runner
         if len(self.table) >= self.limit:
             self.table.clear()
-        self.table[key] = runner
+        self.table[(code_key(), key)] = runner
         return runner
 
     def clear(self) -> None:

@@ -16,6 +16,7 @@ import wavec as wc
 from wavec import Memory
 from wavec.kernels.elementwise import M, N, rowwise_config, rowwise_constraints
 from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.knobs import code_key
 
 T = wc.sym.T
 DTYPES = {"float16": wc.f16, "bfloat16": wc.bf16, "float32": wc.f32, "int32": wc.i32}
@@ -59,7 +60,7 @@ def hopper_target(backend: str | None, device: Any = None) -> str | None:
 
 def _kernel(make, dtype, index_dtype, n: int, backend: str | None, target: str | None = None):
     subs, vec = rowwise_config(dtype, n)
-    key = (make.__name__, dtype.name, index_dtype.name, tuple(subs.values()), vec, backend, target)
+    key = (make.__name__, dtype.name, index_dtype.name, tuple(subs.values()), vec, backend, target, code_key())
     if key not in _COMPILED:
         _COMPILED[key] = wc.compile(make(dtype, index_dtype, vec), subs, backend=backend, target=target)
     return _COMPILED[key]

@@ -34,6 +34,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory, Register
 from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.knobs import code_key
 
 N, E, S, J, P, ONE = wc.sym.N, wc.sym.E, wc.sym.S, wc.sym.J, wc.sym.P, wc.sym.ONE
 MAX_EXPERTS = 512
@@ -210,6 +211,7 @@ _COMPILED: dict = {}
 
 
 def _compiled(key: tuple, make, subs: dict, backend: str | None):
+    key = (*key, code_key())
     if key not in _COMPILED:
         _COMPILED[key] = wc.compile(make(), subs, backend=backend)
     return _COMPILED[key]

@@ -16,6 +16,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels.gemm import BLOCK_K, BLOCK_M, BLOCK_N, NUM_STAGES, K, M, N, gemm_constraints
 from wavec.kernels.indexing import hopper_target
+from wavec.knobs import code_key
 from wavec.tuning.plan import mma_type_for
 
 T = wc.sym.T
@@ -59,7 +60,7 @@ _COMPILED: dict = {}
 def _kernel(dtype, top_k: int, m: int, device: Any, backend: str | None):
     target = hopper_target(backend, device)  # sm_90a: vector reductions
     subs = config_for(m)
-    key = (dtype.name, top_k, tuple(subs.values()), target, backend)
+    key = (dtype.name, top_k, tuple(subs.values()), target, backend, code_key())
     if key not in _COMPILED:
         _COMPILED[key] = wc.compile(make_gather_scatter_gemm(dtype, top_k), subs, target=target, backend=backend)
     return _COMPILED[key]

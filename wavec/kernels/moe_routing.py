@@ -20,6 +20,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory
 from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.knobs import code_key
 
 T, E, K = wc.sym.T, wc.sym.E, wc.sym.K
 DTYPES = {"float32": wc.f32, "float16": wc.f16, "bfloat16": wc.bf16}
@@ -59,7 +60,7 @@ _COMPILED: dict = {}
 
 def _kernel(dtype, experts: int, k: int, renormalize: bool, backend: str | None):
     kp = (k + 3) // 4 * 4
-    key = (dtype.name, experts, k, renormalize, backend)
+    key = (dtype.name, experts, k, renormalize, backend, code_key())
     if key not in _COMPILED:
         kern = make_topk_softmax(dtype, experts, k, renormalize)
         _COMPILED[key] = wc.compile(kern, {E: experts, K: kp}, backend=backend)

@@ -39,6 +39,7 @@ from typing import Any
 import wavec as wc
 from wavec import Memory
 from wavec.frontend import dtypes as dt
+from wavec.knobs import code_key
 
 M, J, T, FA, FB = wc.sym.M, wc.sym.J, wc.sym.T, wc.sym.FA, wc.sym.FB
 WORDS = {8: dt.i64, 4: dt.i32, 2: dt.i16, 1: dt.i8}
@@ -138,7 +139,7 @@ def pad_config(chunks: int) -> tuple[int, int]:
 def pad_kernel(word_bytes: int, es: int, chunks: int, backend: str | None, chunked: bool = True):
     """The compiled pad kernel for ``word_bytes`` words of ``es``-byte elements, rows of ``chunks``."""
     config = pad_config(chunks)
-    key = (word_bytes, es, *config, chunked, backend)
+    key = (word_bytes, es, *config, chunked, backend, code_key())
     if key not in _COMPILED:
         kernel = make_pad(WORDS[word_bytes], es, *config, chunked=chunked)
         _COMPILED[key] = wc.compile(kernel, {T: 16 // word_bytes}, backend=backend)

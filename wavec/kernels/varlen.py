@@ -35,6 +35,7 @@ import sympy
 import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels.fastpath import Decisions, tensor_key
+from wavec.knobs import code_key
 
 from .attention import (
     ALIGNS,
@@ -181,7 +182,7 @@ _CARRIERS: dict = {}
 def _kernel(
     dtype, spec: MaskSpec, softcap: float, head_dim: int, mma: str, config, backend, alibi: str | None = None
 ) -> Any:
-    key = (dtype.name, spec, softcap, head_dim, mma, config, backend, alibi)
+    key = (dtype.name, spec, softcap, head_dim, mma, config, backend, alibi, code_key())
     kernel = _COMPILED.get(key)
     if kernel is None:
         subs, waves = varlen_subs(head_dim, mma, config)
