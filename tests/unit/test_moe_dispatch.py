@@ -367,6 +367,24 @@ def test_static_rule_takes_swap_ab_on_hopper() -> None:
     assert hopper_target(None, torch.device("cpu")) is None  # (the picker's test for the swap-AB rule)
 
 
+def test_static_rule_splits_sub_wave_down_grids_on_hopper() -> None:
+    """On sm_90a the static rule takes ``SPLIT_STATIC`` exactly where the split-K region rule holds at this
+    T: Mixtral (H 4096, I 7168 / 14336) at T = 1 (2 experts x 32 down tiles < half of 132 SMs), not at T = 2
+    (128 tiles), not for a shallow I (OLMoE's 1024), not off Hopper, not without the SM count."""
+    from wavec.kernels.fused_moe import SPLIT_STATIC, SWAP_STATIC
+    from wavec.tuning import moe as tm
+
+    assert SPLIT_STATIC.split_k == 4 and not SPLIT_STATIC.swap
+    for inter in (7168, 14336):
+        rule = {t: static_config(t, 2, 8, wgmma=True, inter=inter, hidden=4096, sms=132) for t in (1, 2, 4)}
+        assert rule == {1: SPLIT_STATIC, 2: SWAP_STATIC, 4: SWAP_STATIC}
+        shape = tm.MoeShape(8, 2, 4096, inter, "bf16", "mixtral")
+        assert tm.regions(shape, 132, 50 << 20).split_k  # the same rule the tuner's split candidates follow
+    assert static_config(1, 8, 64, wgmma=True, inter=1024, hidden=2048, sms=132) == SWAP_STATIC  # OLMoE
+    assert static_config(1, 2, 8, inter=14336, hidden=4096, sms=132).split_k == 1  # no wgmma
+    assert static_config(1, 2, 8, wgmma=True, inter=14336, hidden=4096) == SWAP_STATIC  # SMs unknown
+
+
 def test_swap_candidates_and_cli_flag(capsys, monkeypatch) -> None:
     """``tune moe --swap`` adds the swap-AB candidates (token blocks 8-32, legal tiles only) to the space;
     without it the space is unchanged; a non-sm_90a target refuses them."""

@@ -157,18 +157,30 @@ class MoeConfig:
 
 SWAP_STATIC = MoeConfig(8, 64, 128, 128, 3, swap=True)  # the static rule's decode tiles on sm_90a
 SWAP_MIN_CTAS = 64  # the least up-projection grid (active experts x I tiles) the static rule swaps
+SPLIT_STATIC = MoeConfig(16, 64, 128, 64, 3, split_k=4)  # the static rule's split-K decode tiles on sm_90a
+DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave down grid, split-K does
+SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
 
 
-def static_config(tokens: int, top_k: int, experts: int, wgmma: bool = False, inter: int = 0) -> MoeConfig:
+def static_config(
+    tokens: int, top_k: int, experts: int, wgmma: bool = False, inter: int = 0, hidden: int = 0, sms: int = 0
+) -> MoeConfig:
     """The static choice: BLOCK_M the smallest of 16, 32, 64, 128 holding the tokens per expert at
     balanced routing (T*k/E; 128 beyond), so decode pads little and prefill uses large tiles; the other
-    tiles follow from it (``tiles_for_block``).  ``wgmma`` (an sm_90a GPU): up to 8 tokens per expert
-    take ``SWAP_STATIC``, swap-AB with the token block on wgmma's N axis, where the up-projection over
-    ``inter`` has ``SWAP_MIN_CTAS`` tiles or more at balanced routing (on an H200 1.06-1.22x the mma.sync
-    tiles at T = 1-32 for OLMoE, Qwen3-30B-A3B, DeepSeek-V2-Lite and Mixtral; 0.87x at DeepSeek-V3-TP8's
-    T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md)."""
+    tiles follow from it (``tiles_for_block``).  ``wgmma`` (an sm_90a GPU of ``sms`` SMs):
+    ``SPLIT_STATIC`` where the split-K region rule holds at this T (a down grid of the active experts x
+    ``hidden`` / 128 tiles below ``SUB_WAVE`` of the SMs, ``inter`` at least ``DEEP_K``: Mixtral at T = 1;
+    on an H200 1.27-1.31x the unsplit tiles on either combine and 1.24x swap-AB at Mixtral-TP2, docs/moe.md);
+    else up to 8 tokens per expert take ``SWAP_STATIC``, swap-AB with the token block on wgmma's N axis,
+    where the up-projection over ``inter`` has ``SWAP_MIN_CTAS`` tiles or more at balanced routing (on an
+    H200 1.06-1.22x the mma.sync tiles at T = 1-32 for OLMoE, Qwen3-30B-A3B, DeepSeek-V2-Lite and Mixtral;
+    0.87x at DeepSeek-V3-TP8's T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md)."""
     per_expert = tokens * top_k / max(experts, 1)
-    ctas = min(experts, tokens * top_k) * -(-inter // SWAP_STATIC.block_n)
+    active = min(experts, tokens * top_k)
+    down_ctas = active * -(-hidden // SPLIT_STATIC.block_n_down)
+    if wgmma and inter >= DEEP_K and 0 < down_ctas < SUB_WAVE * sms:
+        return SPLIT_STATIC
+    ctas = active * -(-inter // SWAP_STATIC.block_n)
     if wgmma and per_expert <= SWAP_STATIC.block_m and ctas >= SWAP_MIN_CTAS:
         return SWAP_STATIC
     return tiles_for_block(next((b for b in (16, 32, 64) if per_expert <= b), 128))

@@ -118,7 +118,8 @@ def picker(s: Any, explicit: MoeConfig | None, dispatch: str, skip: int, device:
     if table is None:
         key = tm.table_key(shape, device_name(device))
         wgmma = hopper_target(None, device) == SWAP_TARGET  # (once per decided step: no cache)
-        rule = static_config(s.tokens, s.top_k, s.experts, wgmma=wgmma, inter=s.inter)
+        sms = _sms(device) if wgmma else 0
+        rule = static_config(s.tokens, s.top_k, s.experts, wgmma=wgmma, inter=s.inter, hidden=s.hidden, sms=sms)
         return _Counted(rule, ("fallback_no_table", "static_rule"), key)
     if dispatch == "static":
         return _Counted(table.pool[table.static_index(s.tokens)].cfg, ("static_table",), None)
@@ -128,6 +129,12 @@ def picker(s: Any, explicit: MoeConfig | None, dispatch: str, skip: int, device:
         return chose(choose(table, ids.view(-1), experts, bins, tokens))
 
     return routing_aware
+
+
+def _sms(device: Any) -> int:
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 class _Counted:

@@ -31,14 +31,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import TuningError
-from ..kernels.fused_moe import MoeConfig, static_config
+from ..kernels.fused_moe import DEEP_K, SUB_WAVE, MoeConfig, static_config
 from . import cost_model as cm
 
 TOKENS_MAX = 4096  # the largest batch the pool serves (compute-density rule)
 L2_USABLE = 0.5  # share of L2 one expert's weights may fill before L2 grouping (GROUP_M) applies
-DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave decode grid, split-K would
 SHALLOW_K = 1024  # below this, fewer stages pay even when the other GEMM's K is deep
-SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
 SPLITS = (2, 3, 4)  # split-K slices of the down-projection (``split_candidates``)
 SPLIT_BLOCK_M = 32  # split-K candidates only for decode token blocks up to this
 BLOCK_MS = (16, 32, 64, 128)
