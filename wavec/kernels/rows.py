@@ -28,7 +28,7 @@ import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.kernels import rows_odd
 from wavec.kernels.fastpath import Decisions, as_rows, tensor_key
-from wavec.kernels.row_stats import deviations, two_sum
+from wavec.kernels.row_stats import deviations, one_pass, two_sum
 
 M, N = wc.sym.M, wc.sym.N
 BLOCK_N = wc.sym.BLOCK_N
@@ -150,33 +150,43 @@ def make_layer_norm_rows(dtype=wc.f16, block_n: int = 256, loop: bool = True, **
         x: Memory[M, N, dtype], w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[M, N, dtype],
         eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
     ):  # fmt: skip
-        def first(n_a, mean_a, m2_a, v, masked: bool):
-            v = v - shift[:, None]  # the statistics of x less the row's first element (``row_stats``)
+        def first(n_a, mean_hi, mean_lo, m2_a, v, masked: bool):
+            # the statistics of x less the row's first element (``row_stats``), combined tile by tile
+            # (Chan et al.), the running mean an exact (hi, lo) pair: as one f32 it rounds by its own size,
+            # up to the row's spread from the shift, at every tile
+            v = v - shift[:, None]
             if masked:
                 cols = wc.cast(wc.arange(N)[None, :] < N, f32)
                 n_b = wc.sum(cols, N)
+                inv_b = wc.reciprocal(n_b)
                 v = v * cols
-                mean_b = wc.sum(v, N) * wc.reciprocal(n_b)
+                mean_b = wc.sum(v, N) * inv_b
                 d = (v - mean_b[:, None]) * cols
             else:
                 n_b = Register[M, f32](float(block_n))
-                mean_b = wc.sum(v, N) * (1.0 / block_n)
+                inv_b = Register[M, f32](1.0 / block_n)
+                mean_b = wc.sum(v, N) * inv_b
                 d = v - mean_b[:, None]
             m2_b = wc.sum(d * d, N)
+            delta = mean_b - (mean_hi + mean_lo)
+            if not one_pass(dtype):  # f32: the tile sum's rounding, summed over the spread only
+                fix = wc.sum(d, N) * inv_b
+                m2_b, delta = m2_b - fix * fix * n_b, delta + fix
             n = n_a + n_b
-            delta = mean_b - mean_a
-            share = n_b * wc.reciprocal(n)
-            return n, mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share
+            share = wc.where(n_a > 0.0, n_b * wc.reciprocal(n), 1.0)  # (exactly the first tile's mean)
+            hi, lo = two_sum(mean_hi, delta * share)
+            return n, hi, mean_lo + lo, m2_a + m2_b + delta * delta * n_a * share
 
-        def second(_n, mean, m2, v) -> None:
+        def second(_n, mean_hi, mean_lo, m2, v) -> None:
             r = wc.rsqrt(m2 * inv_n + eps)
-            hi, lo = two_sum(shift, mean)  # (x - hi) - lo: one rounding near the mean (``row_stats``)
+            hi, lo = two_sum(shift, mean_hi)  # (x - hi) - lo: one rounding near the mean (``row_stats``)
+            lo = lo + mean_lo
             y = ((v - hi[:, None]) - lo[:, None]) * r[:, None] * wc.cast(wc.read(w), f32)[None, :]
             wc.write(wc.cast(y + wc.cast(wc.read(b), f32)[None, :], dtype), out)
 
         if loop:
             shift = _first(x, mapping={N: wc.index(M) * 0})
-            _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(3)], first, second, loop)
+            _row_pass(x, 0.0, [Register[M, f32](0.0) for _ in range(4)], first, second, loop)
             return
         inside = wc.arange(N)[None, :] < N
         v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
@@ -199,9 +209,9 @@ def _long_constraints(dtype, waves_per_row: int, tpw: int, vec: int | None) -> l
 
 
 def make_rms_norm_long(dtype=wc.f16, waves_per_row: int = 8, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
-    """RMSNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup: the layout
-    LayerNorm takes from 8192 bf16, a candidate for RMSNorm's (``benchmarks/rows_sweep.py`` times it; not
-    chosen by ``config_for`` until measured)."""
+    """RMSNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup: ``kernel_for``'s
+    layout for tiles of ``RMS_LONG_UNITS`` (8192 bf16: 0.96 of copy on an H200 where two rows of 8 waves
+    read at 0.72; at 16384 it reads at 0.71 against the two-row tile's 0.82, ``benchmarks/rows_sweep.py``)."""
 
     @wc.wave(_long_constraints(dtype, waves_per_row, tpw, vec))
     def rms_norm_long(
@@ -258,6 +268,9 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 LN_LONG_UNITS = 32  # LayerNorm tiles of at least 32 units (8192 bf16): ``make_layer_norm_long``
+# RMSNorm tiles of exactly 32 units (8192 bf16) one row per workgroup (``make_rms_norm_long``): three
+# 256-thread workgroups an SM where two rows of 8 waves fit one (docs/performance.md, session 10's sweep)
+RMS_LONG_UNITS = 32
 
 
 def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int]:
@@ -295,6 +308,8 @@ def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     block_n, loop, vec, waves = config_for(dtype, n, kind)
     if kind == "layer_norm" and waves >= LN_LONG_UNITS // RUNS_PER_WAVE:  # (short and narrow rows: < 8 waves)
         return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
+    if kind == "rms_norm" and not loop and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
+        return make_rms_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
     return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}
 

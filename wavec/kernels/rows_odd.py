@@ -126,7 +126,9 @@ def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
     if not one_pass(dtype):
         hi, lo = two_sum(shift, row.total(c, row.edge(ce, 0.0)) * inv_n)
         d, de = wc.where(row.inside, (row.v - hi) - lo, 0.0), (row.e - hi) - lo
-        return d, de, wc.rsqrt(row.total(d * d, row.edge(de * de, 0.0)) * inv_n + eps)
+        fix = row.total(d, row.edge(de, 0.0)) * inv_n  # the corrected two-pass mean (``row_stats``)
+        var = row.total(d * d, row.edge(de * de, 0.0)) * inv_n - fix * fix
+        return wc.where(row.inside, d - fix, 0.0), de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
     ce_in = row.edge(ce, 0.0)
     m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
     return c - m1, ce - m1, r
