@@ -170,7 +170,8 @@ def static_config(
     tiles follow from it (``tiles_for_block``).  ``wgmma`` (an sm_90a GPU of ``sms`` SMs):
     ``SPLIT_STATIC`` where the split-K region rule holds at this T (a down grid of the active experts x
     ``hidden`` / 128 tiles below ``SUB_WAVE`` of the SMs, ``inter`` at least ``DEEP_K``: Mixtral at T = 1;
-    on an H200 1.27-1.31x the unsplit tiles on either combine and 1.24x swap-AB at Mixtral-TP2, docs/moe.md);
+    on an H200 1.24-1.28x its unsplit tiles in one run, deterministic combine; swap-AB, timed in another run,
+    took 141 us at Mixtral-TP2 where this takes 113, docs/moe.md);
     else up to 8 tokens per expert take ``SWAP_STATIC``, swap-AB with the token block on wgmma's N axis,
     where the up-projection over ``inter`` has ``SWAP_MIN_CTAS`` tiles or more at balanced routing (on an
     H200 1.06-1.22x the mma.sync tiles at T = 1-32 for OLMoE, Qwen3-30B-A3B, DeepSeek-V2-Lite and Mixtral;
