@@ -221,3 +221,21 @@ def test_misaligned_tensors_take_the_full_path(monkeypatch) -> None:
     launch(shifted, b, c.view(-1))
     assert launches(record) == [] and len(full) == 1
     assert full[0][0] is shifted and full[0][2].shape == (128, 64)
+
+
+def test_runner_tables_key_on_the_code_knobs(monkeypatch) -> None:
+    """A runner decided with ``WAVEC_CHECK_BOUNDS`` set is not served once it is cleared, nor the reverse
+    (``knobs.code_key`` joins every ``Decisions`` key), and the key follows setenv / delenv at once."""
+    from wavec.kernels.fastpath import Decisions
+    from wavec.knobs import code_key
+
+    monkeypatch.delenv("WAVEC_CHECK_BOUNDS", raising=False)
+    table, plain, checked = Decisions("t"), object(), object()
+    unset = code_key()
+    table.remember("k", plain)
+    monkeypatch.setenv("WAVEC_CHECK_BOUNDS", "1")
+    assert code_key() != unset and table.get("k") is None
+    table.remember("k", checked)
+    assert table.get("k") is checked
+    monkeypatch.delenv("WAVEC_CHECK_BOUNDS")
+    assert code_key() == unset and table.get("k") is plain and len(table) == 2
