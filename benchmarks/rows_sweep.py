@@ -42,8 +42,11 @@ def layouts(kind: str, dtype: Any, n: int) -> list[tuple[str, wc.WaveKernel, int
             out.append((f"tile/{waves}w", kernel, n, waves))
     long = {"softmax": rows.make_softmax_long, "rms_norm": rows.make_rms_norm_long}.get(kind, rows.make_layer_norm_long)
     for waves in (4, 8, 16, 32):
-        if n // (waves * unit) in (1, 2, 4):
+        runs = n // (waves * unit)
+        if runs in (1, 2, 4):
             out.append((f"long/{waves}w", long(dtype, waves, vec=vec), n, waves))
+        if kind == "layer_norm" and runs in (2, 4, 8):  # x read again after the statistics: no row in registers
+            out.append((f"long-rr/{waves}w", long(dtype, waves, vec=vec, reread=True), n, waves))
     for block in (1024, 2048, 4096):
         if block < n:
             extra = {"block_n": block} if kind == "layer_norm" else {}

@@ -134,15 +134,17 @@ def test_long_rows_candidates_compile_without_spills(target: str, kind: str, blo
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
 @pytest.mark.parametrize("dtype", [wc.bf16, wc.f32])
 def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -> None:
-    """LayerNorm of 16384 bf16 (8192 f32) over 16 waves of 4 runs a lane, one row per workgroup: 16-byte
-    accesses, no spills (``rows.LN_LONG_UNITS``: on an H200 faster than 32 waves of 2 runs in 64
-    registers)."""
+    """LayerNorm of 16384 bf16 over 8 waves of 8 runs a lane, x read again after the statistics (8192 f32:
+    16 waves of 4 runs, x read once), one row per workgroup: 16-byte accesses, no spills
+    (``rows.LN_LONG_UNITS``, ``rows.LN_REREAD_RUNS``)."""
     gfx = target.startswith("gfx")
     block = 16384 if dtype == wc.bf16 else 8192
     block_n, loop, vec, waves = rows.config_for(dtype, block, "layer_norm")
-    assert (block_n, loop, waves) == (block, False, 16)
-    # (a 64-lane wave takes two 32-lane waves' runs: 1024 threads either way)
-    kernel = rows.make_layer_norm_long(dtype, waves // 2 if gfx else waves, tpw=64 if gfx else 32, vec=vec)
+    runs, reread = (rows.LN_REREAD_RUNS, True) if dtype == wc.bf16 else (rows.RUNS_PER_WAVE, False)
+    assert (block_n, loop, waves) == (block, False, 64 // runs)
+    # (a 64-lane wave takes two 32-lane waves' runs: the same threads either way)
+    tpw = 64 if gfx else 32
+    kernel = rows.make_layer_norm_long(dtype, waves // 2 if gfx else waves, tpw=tpw, vec=vec, reread=reread)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
         k = wc.compile(kernel, {rows.BLOCK_N: block}, target=target, backend="rocm" if gfx else "cuda", cache=False)
@@ -150,7 +152,8 @@ def test_long_layer_norm_compiles_without_spills(target: str, dtype, tmp_path) -
     if gfx:
         return
     ptx = k.artifact.binary.decode()
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == 12  # x, w, b: 4 runs a lane each
+    # x (twice where re-read), w, b: a 16-byte load a run a lane each
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == runs * (4 if reread else 3)
     report = _ptxas_report(ptx, target, tmp_path)
     if report is None:
         return

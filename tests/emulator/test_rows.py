@@ -91,14 +91,18 @@ def test_layer_norm_one_pass_keeps_a_large_mean(dtype: torch.dtype, n: int) -> N
     assert (got.double().std(-1) - 1).abs().max() < 0.05
 
 
+@pytest.mark.parametrize("reread", [False, True])
 @pytest.mark.parametrize("dtype, n", [(torch.float32, 6000), (torch.bfloat16, 9000)])
-def test_layer_norm_one_row_per_workgroup(dtype: torch.dtype, n: int) -> None:
-    """Tiles of 32 units or more (``make_layer_norm_long``: one row per workgroup, 16 waves of 4 runs a
-    lane) into NaN-filled outputs, unit spread and a mean of 1000; and through ``layer_norm``."""
+def test_layer_norm_one_row_per_workgroup(dtype: torch.dtype, n: int, reread: bool) -> None:
+    """Tiles of 32 units or more (``make_layer_norm_long``: one row per workgroup, 8 waves of 8 runs a
+    lane, 16 of 4 for f32; ``reread``: x read again after the statistics) into NaN-filled outputs, unit
+    spread and a mean of 1000; and through ``layer_norm``."""
     wdtype = rows.DTYPES[str(dtype).removeprefix("torch.")]
     block, loop, vec, waves = rows.config_for(wdtype, n, "layer_norm")
-    assert (loop, waves) == (False, block // (rows.RUNS_PER_WAVE * 32 * vec)) and waves == 16
-    k = wc.compile(rows.make_layer_norm_long(wdtype, waves, vec=vec), {rows.BLOCK_N: block}, backend="emulator")
+    runs = rows.RUNS_PER_WAVE if dtype == torch.float32 else rows.LN_REREAD_RUNS  # (f32 keeps its row)
+    assert (loop, waves) == (False, block // (runs * 32 * vec)) and waves == 64 // runs
+    kernel = rows.make_layer_norm_long(wdtype, waves, vec=vec, reread=reread)
+    k = wc.compile(kernel, {rows.BLOCK_N: block}, backend="emulator")
     for mean in (1.0, 1000.0):
         x = (mean + torch.randn(3, n) * 2).to(dtype)
         w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)

@@ -47,10 +47,11 @@ def two_sum(a, b):
     return hi, (a - (hi - bb)) + (b - bb)
 
 
-def deviations(v, inside, shift, total: Callable[[Any], Any], eps, inv_n, dtype):
+def deviations(v, inside, shift, total: Callable[[Any], Any], eps, inv_n, dtype, again=None):
     """(``x - mean``, rsqrt(var + eps)) of rows ``v`` (f32, 0 where not ``inside``), ``total`` the row sum
-    and ``shift`` the row's first element.  The deviations past the row are not 0 in the
-    one pass (their stores are masked)."""
+    and ``shift`` the row's first element; ``again``: the same values read a second time, after the
+    statistics, to take the deviations of (so ``v`` need not live past the sums).  The deviations past
+    the row are not 0 in the one pass (their stores are masked)."""
     c = wc.where(inside, v - shift, 0.0)
     if not one_pass(dtype):
         hi, lo = two_sum(shift, total(c) * inv_n)
@@ -58,7 +59,8 @@ def deviations(v, inside, shift, total: Callable[[Any], Any], eps, inv_n, dtype)
         # the corrected two-pass mean: the deviations' own mean is the first sum's rounding (of the
         # row's spread from the shift), summed over values of the row's spread only
         fix = total(d0) * inv_n
-        d = wc.where(inside, d0 - fix, 0.0)
+        d1 = d0 if again is None else wc.where(inside, (again - hi) - lo, 0.0)
+        d = wc.where(inside, d1 - fix, 0.0)
         return d, wc.rsqrt(wc.maximum(total(d0 * d0) * inv_n - fix * fix, 0.0) + eps)
     m1, r = shifted_stats(total(c), total(c * c), eps, inv_n)
-    return c - m1, r
+    return (c if again is None else again - shift) - m1, r

@@ -238,13 +238,16 @@ def make_softmax_long(dtype=wc.f16, waves_per_row: int = 8, tpw: int = 32, vec: 
     return softmax_long
 
 
-def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None) -> wc.WaveKernel:
+def make_layer_norm_long(
+    dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, vec: int | None = None, reread: bool = False
+) -> wc.WaveKernel:
     """LayerNorm of one tile of ``BLOCK_N`` over ``waves_per_row`` waves, one row per workgroup (M a batch
     dim), statistics in one pass for f16/bf16 (``row_stats``: the shift the row's first element).
-    ``config_for`` gives each lane ``RUNS_PER_WAVE`` runs from 8192 bf16 (``LN_LONG_UNITS``): on an H200
-    4 runs over 8 / 16 waves read at 0.76 / 0.65 of copy at 8192 / 16384 where 2 runs over 16 / 32 waves
-    (60 registers against 106-110, but twice the cross-wave exchange) read at 0.74 / 0.54
-    (``benchmarks/rows_sweep.py``, docs/performance.md)."""
+    ``reread`` reads x a second time after the statistics (from L1), so no row lives in registers across
+    the barrier: ``kernel_for``'s f16/bf16 layout from 8192 (``LN_LONG_UNITS``), ``LN_REREAD_RUNS`` runs
+    a lane (docs/performance.md, session 11: 0.81-0.86 of copy on an H200 where the row kept in
+    registers, 98 of them, read at 0.64-0.76).  f32's two passes need the row twice anyway: it keeps it
+    (re-read, 4096 and 8192 f32 fell from 0.96 / 0.93 to 0.87 / 0.84)."""
 
     @wc.wave(_long_constraints(dtype, waves_per_row, tpw, vec))
     def layer_norm_long(
@@ -253,7 +256,10 @@ def make_layer_norm_long(dtype=wc.f16, waves_per_row: int = 16, tpw: int = 32, v
     ):  # fmt: skip
         inside = wc.arange(N) < N
         v = wc.where(inside, wc.cast(wc.read(x), f32), 0.0)
-        d, r = deviations(v, inside, _first(x, mapping={N: 0}), _row_sum, eps, inv_n, dtype)
+        shift = _first(x, mapping={N: 0})
+        # re-reading x after the statistics (an L1 hit) frees the row's registers across the barrier
+        again = wc.where(inside, wc.cast(wc.read(x), f32), 0.0) if reread else None
+        d, r = deviations(v, inside, shift, _row_sum, eps, inv_n, dtype, again=again)
         wc.write(wc.cast(d * r * wc.cast(wc.read(w), f32) + wc.cast(wc.read(b), f32), dtype), out)
 
     return layer_norm_long
@@ -268,6 +274,8 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 LN_LONG_UNITS = 32  # LayerNorm tiles of at least 32 units (8192 bf16): ``make_layer_norm_long``
+# ... that re-reads x after the statistics, so holds no row across the barrier: twice the runs a lane
+LN_REREAD_RUNS = 8
 # RMSNorm tiles of exactly 32 units (8192 bf16) one row per workgroup (``make_rms_norm_long``): three
 # 256-thread workgroups an SM where two rows of 8 waves fit one (docs/performance.md, session 10's sweep)
 RMS_LONG_UNITS = 32
@@ -279,8 +287,9 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     tile read once: the next power of two from one unit (narrower runs for shorter rows: 96 bf16 would
     leave 62% of a 256-wide tile idle), over as many waves as give each ``RUNS_PER_WAVE`` runs per lane
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
-    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more one row per workgroup
-    (``make_layer_norm_long``; at 4096 bf16 two rows of 4 waves read at 0.89 of copy, one of 8 at 0.81).
+    copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more one row per workgroup,
+    f16/bf16 re-read with ``LN_REREAD_RUNS`` runs a lane (``make_layer_norm_long``; at 4096 bf16 two rows
+    of 4 waves read at 0.89 of copy, one of 4 re-read at 0.85).
     Longer rows loop over tiles of ``8 * unit`` with one wave each,
     as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
     slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
@@ -297,6 +306,8 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
         tile *= 2
     if narrow:
         return tile, False, vec, 1
+    if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit and one_pass(dtype):
+        return tile, False, vec, tile // (LN_REREAD_RUNS * unit)
     return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit))
 
 
@@ -306,8 +317,8 @@ _COMPILED: dict = {}
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    if kind == "layer_norm" and waves >= LN_LONG_UNITS // RUNS_PER_WAVE:  # (short and narrow rows: < 8 waves)
-        return make_layer_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
+    if kind == "layer_norm" and not loop and block_n >= LN_LONG_UNITS * 512 // dtype.bytes:
+        return make_layer_norm_long(dtype, waves, vec=vec, reread=one_pass(dtype)), {BLOCK_N: block_n}
     if kind == "rms_norm" and not loop and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
         return make_rms_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
