@@ -48,9 +48,8 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
         mapping = (Kwargs(access).mapping if "mapping" in access.kwargs else None) or access.meta.get("mapping")
         at = {d: coords[d] if d in coords else held_coord(fb, mapping, d) for d in dims}
         return [c if isinstance(c := at[d], ir.Value) else fb.index(c) for d in dims]
-    iv_subs = access.meta.get("iv_subs", {})
     kw = Kwargs(capture_root(mem))
-    base = {d: sympy.sympify(b).subs(iv_subs) for d, b in kw.base.items()}
+    base = {d: shared_base(access, mem, d) for d in kw.base}
     stage = access.meta.get("stage", 0)
     if any(isinstance(coords[d], ir.Value) for d in dims):  # a wc.allocate buffer indexed by values
         return [fb.index(stage)] + [_relative_index(fb, coords[d], base[d]) for d in dims]
@@ -58,6 +57,12 @@ def mem_indices(fb: FunctionBuilder, access: fx.Node, mem: fx.Node, coords: dict
     if getattr(kw, "smem_layout", None) is not None:  # a layout of its own (wgmma operand tiles)
         rel = kw.smem_layout.indices(*rel)
     return [fb.index(stage)] + [fb.index(e) for e in rel]
+
+
+def shared_base(access: fx.Node, mem: fx.Node, d) -> sympy.Expr:
+    """The origin in dim ``d`` of the shared tile ``mem`` that ``access`` reads or writes: the tile's base
+    at the access's iteration (``iv_subs``: a prefetched one)."""
+    return sympy.sympify(Kwargs(capture_root(mem)).base[d]).subs(access.meta.get("iv_subs", {}))
 
 
 def _relative_index(fb: FunctionBuilder, coord, base: sympy.Expr) -> ir.Value:
@@ -103,9 +108,8 @@ def check_indices(fb: FunctionBuilder, access: fx.Node, coords: dict, active: ir
         if not isinstance(idx, ir.Value):
             continue
         if shared:  # a wc.allocate buffer holds its tile (distributed_shape), indexed from the tile's base
-            kw = Kwargs(capture_root(mem))
-            idx = _relative_index(fb, idx, sympy.sympify(kw.base[d]).subs(access.meta.get("iv_subs", {})))
-            size = fb.index(sympy.sympify(kw.tile[d]))
+            idx = _relative_index(fb, idx, shared_base(access, mem, d))
+            size = fb.index(sympy.sympify(Kwargs(capture_root(mem)).tile[d]))
         else:
             size = fb.index(fb.cs.resolve(d))
         out[d] = ok = arith.cmpi(arith.CmpIPredicate.ult, idx, size)

@@ -178,13 +178,20 @@ def static_config(
     0.87x at DeepSeek-V3-TP8's T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md)."""
     per_expert = tokens * top_k / max(experts, 1)
     active = min(experts, tokens * top_k)
-    down_ctas = active * -(-hidden // SPLIT_STATIC.block_n_down)
-    if wgmma and inter >= DEEP_K and 0 < down_ctas < SUB_WAVE * sms:
+    if wgmma and split_region(active, hidden, inter, sms):
         return SPLIT_STATIC
     ctas = active * -(-inter // SWAP_STATIC.block_n)
     if wgmma and per_expert <= SWAP_STATIC.block_m and ctas >= SWAP_MIN_CTAS:
         return SWAP_STATIC
     return tiles_for_block(next((b for b in (16, 32, 64) if per_expert <= b), 128))
+
+
+def split_region(active: int, hidden: int, inter: int, sms: int) -> bool:
+    """Split-K's region (the static rule's and the tuner's, ``tuning.moe.regions``): a deep I (at least
+    ``DEEP_K``) under a down-projection grid of ``active`` experts x ``hidden`` / 128 tiles that fills less
+    than ``SUB_WAVE`` of the ``sms`` SMs."""
+    down_ctas = active * -(-hidden // SPLIT_STATIC.block_n_down)
+    return inter >= DEEP_K and 0 < down_ctas < SUB_WAVE * sms
 
 
 def tiles_for_block(block_m: int) -> MoeConfig:

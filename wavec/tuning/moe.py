@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import TuningError
-from ..kernels.fused_moe import DEEP_K, SUB_WAVE, MoeConfig, static_config
+from ..kernels.fused_moe import DEEP_K, MoeConfig, split_region, static_config
 from . import cost_model as cm
 
 TOKENS_MAX = 4096  # the largest batch the pool serves (compute-density rule)
@@ -145,7 +145,7 @@ def regions(shape: MoeShape, sms: int, l2_bytes: int) -> Regions:
     block_ks = tuple(k for k in BLOCK_KS if shallow // k >= 2) or (BLOCK_KS[0],)
     # both GEMMs share the stages: a deep and a very shallow K (DeepSeek-V3 TP8: 7168 and 256) keep all three
     stages = ((2, 3, 4) if shallow < SHALLOW_K else (3, 4)) if deep >= DEEP_K else (2, 3)
-    split_k = down_ctas < SUB_WAVE * sms and shape.inter >= DEEP_K
+    split_k = split_region(active, shape.hidden, shape.inter, sms)
     return Regions(
         density, block_ms, expert_bytes, usable, group_ms, up_ctas, down_ctas, block_ns, block_n_downs,
         (shape.hidden, shape.inter), block_ks, stages, split_k, sms,
