@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     ap.add_argument("--members", type=int, default=3)
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--only", default="h100,h200,all")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the validation shapes' draw")
+    ap.add_argument("--member-seed", type=int, default=0, help="the first ensemble member's torch seed")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -85,7 +86,10 @@ def main(argv=None) -> int:
             "validation_shapes": [list(s) for s in sorted(val)],
             "registers": "race",
         }
-        ranker = fit_ranker(train, validation, INPUTS + CONFIG_INPUTS, args.members, steps=args.steps, meta=meta)
+        names = INPUTS + CONFIG_INPUTS
+        ranker = fit_ranker(
+            train, validation, names, args.members, steps=args.steps, meta=meta, first_seed=args.member_seed
+        )
         ranker.save(args.out / f"{key}.npz")
         v = ranker.meta["validation"][str(ranker.meta["weight_decay"])]
         print(

@@ -246,3 +246,16 @@ def test_matmul_rank_picks_the_models_best_wgmma_tile(monkeypatch):
     # int8 GEMMs were never raced: no model ranks them
     with pytest.raises(wc.WavecError, match="f16/bf16"):
         gm._ranked(m, n, k, wc.i8, plan.GemmRequest(mma="wgmma"))
+
+
+def test_fit_ranker_member_seeds_offset():
+    rng = np.random.default_rng(7)
+    train, val = _synthetic(rng, 8, cands=6), _synthetic(rng, 3, cands=6)
+    kw = dict(members=2, weight_decays=(1e-3,), steps=20)
+    first = RT.fit_ranker(train, val, ("a", "b", "c", "d"), **kw)
+    later = RT.fit_ranker(train, val, ("a", "b", "c", "d"), first_seed=1, **kw)
+    assert first.meta["member_seeds"] == [0, 1] and later.meta["member_seeds"] == [1, 2]
+    x = rng.normal(size=(4, 4))
+    # seed 1 is the second member of one and the first of the other: the same network
+    np.testing.assert_array_equal(first.net.members[1].log_efficiency(x), later.net.members[0].log_efficiency(x))
+    assert not np.allclose(first.net.log_efficiency(x), later.net.log_efficiency(x))
