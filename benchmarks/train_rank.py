@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=pathlib.Path, required=True)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--val", type=float, default=0.2, help="fraction of the fit shapes held out for validation")
-    ap.add_argument("--members", type=int, default=3)
+    ap.add_argument("--members", type=int, default=9)
     ap.add_argument("--steps", type=int, default=800)
     ap.add_argument("--only", default="h100,h200,all")
     ap.add_argument("--seed", type=int, default=0, help="the validation shapes' draw")
