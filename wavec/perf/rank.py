@@ -18,7 +18,7 @@ differences between candidates of one shape mean anything); :meth:`Ranker.order`
 first, ties in the given order; :func:`load` reads the shipped weights (an :class:`~wavec.errors.OptionError`
 names what is shipped when a file is missing, or an input the weights need that the perf model no longer
 gives); a model trained without the ``wgmma`` input (:meth:`Ranker.covers`) ranks mma.sync candidates
-only, and scoring a wgmma one with it is an ``OptionError`` (its waves count warps, not warpgroups);
+only, and scoring a wgmma one with it is an ``OptionError`` (it learnt waves as warps, not warpgroups);
 :func:`trained_for` picks a model that covers the MMA kind asked for; :meth:`Ranker.save` and
 :meth:`Ranker.read` round-trip exactly.
 """
