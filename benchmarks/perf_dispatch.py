@@ -10,11 +10,11 @@ decomposition (``wavec.perf.tile_cache.TileCache``: exact, one proxy walk per co
 remainders) with the registers the race's ptxas reported (``--registers today``: today's compile's); its
 pick's regret (measured time over the race's best, minus 1) and the regret of the best measured among its
 top 3 / 5 / 10; beside them the heuristic's (``mma_sync_plan``, raced every time) and the NNLS cost
-model's (fitted on the race's fit shapes, as ``refit_cost_model.py`` does).  The mma.sync races are the
-only exhaustive ones stored; the wgmma path is scored on the performance dataset's test shapes instead
-(``--features``: every configuration timed on a test shape is a small race, 1-5 candidates; the library's
-is the heuristic).  ``--race GPU:times.json`` scores another race (a wgmma one from ``tune_gemm.py --mma
-wgmma``).  The configuration ranking model (``wavec.perf.rank``, ``--rank-weights DIR``, default the
+model's (fitted on the race's fit shapes, as ``refit_cost_model.py`` does).  Beside the mma.sync races the
+wgmma path is scored on the exhaustive H200 wgmma race (``session10_h200/tune_wg``, ``tune_gemm.py --mma
+wgmma``) and on the performance dataset's test shapes (``--features``: every configuration timed on a
+test shape is a small race, 1-5 candidates; the library's is the heuristic).  ``--race GPU:times.json``
+scores other races.  The configuration ranking model (``wavec.perf.rank``, ``--rank-weights DIR``, default the
 shipped ``h100`` and ``h200``) is scored beside them in a second table: trained on the race's GPU and on
 the other GPU (``cross``), never on a shape in its ``meta["shapes"]``.  The fit shapes' inputs are built
 too (``train_rank.py`` trains on them from the same cache).
@@ -42,6 +42,7 @@ RACES = (
     ("h100", "benchmarks/results/tune_h100/times.json"),
     ("h100", "benchmarks/results/tune_h100_v2/times.json"),
     ("h200", "benchmarks/results/tune_h200/times.json"),
+    ("h200", "benchmarks/results/session10_h200/tune_wg/times.json"),  # the exhaustive wgmma race
 )
 COLLECTED = ROOT / "benchmarks/data/perf/collected"
 TOPS = (1, 3, 5, 10)
@@ -151,7 +152,7 @@ def candidate_rows(race: dict, inputs: dict, shape) -> tuple:
     cands = list(times)
     keys = [(case_config(c, race["data"]["mma"]), shape, race["gpu"], _regs(race, c)) for c in cands]
     perf = np.array([inputs[k][0] for k in keys])
-    conf = np.array([config_inputs(shape, c.subs_dict, dict(c.kwargs)["waves"]) for c in cands])
+    conf = np.array([config_inputs(shape, c.subs_dict, dict(c.kwargs)["waves"], race["data"]["mma"]) for c in cands])
     return cands, perf, conf, np.array([times[c] for c in cands])
 
 
@@ -188,8 +189,8 @@ def score_race(race: dict, inputs: dict, rankers: dict) -> dict:
         heur = heuristic_candidate(*shape, data["mma"])
         row = {"shape": list(shape), **_regrets(times, predicted), "candidates": len(times)}
         for on, ranker in rankers.items():
-            if list(shape) in ranker.meta.get("shapes", []):
-                continue  # never score a ranking model on a shape it trained on
+            if list(shape) in ranker.meta.get("shapes", []) or not ranker.covers(data["mma"]):
+                continue  # never score a ranking model on a shape it trained on, nor on a kind it lacks
             prefix = "rank_" if on == race["gpu"] else "xrank_"
             ranked = dict(zip(cands, ranker.scores(perf, conf), strict=True))
             row.update({prefix + k: v for k, v in _regrets(times, ranked).items()})

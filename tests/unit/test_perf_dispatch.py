@@ -80,3 +80,26 @@ def test_refit_load_leaves_out_pruned_shapes(tmp_path):
     (tmp_path / "times.json").write_text(json.dumps({"f16": raw}))
     data = load(tmp_path / "times.json", "f16")
     assert set(data["times"]) == {(64, 64, 64), (128, 64, 64)} and data["times"][(128, 64, 64)] == {a: 1e-5, b: 2e-5}
+
+
+def test_rank_regrets_flags_one_sample_picks_far_off_their_twin(tmp_path):
+    import json
+
+    import rank_regrets
+
+    a, b = "BLOCK_M=64 w=1", "BLOCK_M=128 w=1"
+    race = {"f16": {"labels": [a, b], "shapes": []}, "bf16": {"labels": [a, b], "shapes": []}}
+    # shape 1: a timed once in f16 at 2x its bf16 time (bf16: three samples) -> suspect; shape 2: a's f16
+    # time is one sample but near its twin -> kept; shape 3: 3x its twin but timed thrice in f16 -> kept
+    for shape, (fa, na), ba in (([1, 2, 3], (2.0, 1), 1.0), ([4, 5, 6], (1.1, 1), 1.0), ([7, 8, 9], (3.0, 3), 1.0)):
+        race["f16"]["shapes"].append({"shape": shape, "t": [[0, fa, na], [1, 1.0, 3]]})
+        race["bf16"]["shapes"].append({"shape": shape, "t": [[0, ba, 3], [1, 1.0, 3]]})
+    path = tmp_path / "times.json"
+    path.write_text(json.dumps(race))
+    timed = rank_regrets.samples(path)
+    assert timed["f16"][((1, 2, 3), a)] == (2.0, 1) and timed["bf16"][((7, 8, 9), b)] == (1.0, 3)
+    rows = [{"shape": s, "rank_pick": a, "rank_top1": t - 1.0} for s, t in (([1, 2, 3], 2.0), ([4, 5, 6], 1.1))]
+    rows.append({"shape": [7, 8, 9], "rank_pick": a, "rank_top1": 2.0})
+    got = rank_regrets.suspects({"dtype": "f16", "rows": rows}, timed, 1.5)
+    assert got == [([1, 2, 3], a, 2.0, 1.0)]
+    assert rank_regrets.suspects({"dtype": "bf16", "rows": rows}, timed, 1.5) == []

@@ -141,11 +141,12 @@ def test_config_inputs_and_inputs_by_name():
         "log2_group_m": 3.0,
         "log2_waves_m": 1.0,
         "log2_waves_n": 2.0,
+        "wgmma": 0.0,
     }
     perf = np.arange(6.0).reshape(2, 3)
-    conf = np.arange(20.0).reshape(2, 10)
+    conf = np.arange(22.0).reshape(2, 11)
     x = R.rank_inputs(perf, conf, ("p", "q", "r"), ("r", "stages", "p"))
-    np.testing.assert_array_equal(x, [[2.0, 6.0, 0.0], [5.0, 16.0, 3.0]])
+    np.testing.assert_array_equal(x, [[2.0, 6.0, 0.0], [5.0, 17.0, 3.0]])
     with pytest.raises(OptionError, match="not given by the perf model"):
         R.rank_inputs(perf, conf, ("p", "q", "r"), ("gone",))
 
@@ -161,5 +162,100 @@ def test_shipped_rankers_load_and_name_their_training_shapes():
         scores = ranker.scores(np.zeros((3, len(INPUTS))), np.zeros((3, len(R.CONFIG_INPUTS))))
         assert scores.shape == (3,) and np.all(np.isfinite(scores))
     assert R.trained_for("h100") == "h100" and R.trained_for("a100") == "all"
+    # wgmma was raced on the H200 only: its model covers the kind, and every GPU finds one that does
+    assert R.load("h200").covers("wgmma") and "wgmma" in R.load("h200").names
+    assert "tune_wg" in R.load("h200").meta["races"]
+    for key in ("h100", "h200", "a100"):
+        assert R.load(R.trained_for(key, "wgmma")).covers("wgmma")
     with pytest.raises(OptionError, match="no ranking model trained on nope"):
         R.load("nope")
+
+
+def test_the_mma_kind_is_an_input():
+    subs = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "NUM_STAGES": 4, "GROUP_M": 8}
+    sync = R.config_inputs((2048, 4096, 4096), subs, (2, 1))
+    wg = R.config_inputs((2048, 4096, 4096), subs, (2, 1), "wgmma")
+    at = R.CONFIG_INPUTS.index("wgmma")
+    assert sync[at] == 0.0 and wg[at] == 1.0
+    np.testing.assert_array_equal(np.delete(sync, at), np.delete(wg, at))
+    with pytest.raises(OptionError, match="MMA kind must be one of"):
+        R.config_inputs((1, 1, 1), subs, (1, 1), "mma")
+
+
+def test_weights_without_the_kind_rank_mma_sync_only():
+    old = _hand_ranker()  # names without "wgmma": what the first shipped models were trained on
+    assert old.covers("mma_sync") and not old.covers("wgmma")
+    perf = np.zeros((2, len(INPUTS)))
+    subs = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "NUM_STAGES": 3, "GROUP_M": 8}
+    sync = np.stack([R.config_inputs((64, 64, 64), subs, (1, 1))] * 2)
+    assert np.all(np.isfinite(old.scores(perf, sync)))
+    wg = np.stack([R.config_inputs((64, 64, 64), subs, (1, 1), "wgmma")] * 2)
+    with pytest.raises(OptionError, match="mma.sync races only"):
+        old.scores(perf, wg)
+    # with the input among its names the same weights read it: the kind moves the score
+    a = MLP(np.zeros(2), np.ones(2), (np.array([[1.0, 3.0]]),), (np.array([0.0]),))
+    new = R.Ranker(("stages", "wgmma"), Ensemble((a,)))
+    assert new.covers("wgmma")
+    np.testing.assert_allclose(new.scores(perf, wg) - new.scores(perf, sync), 3.0)
+
+
+SMALL_WG = {  # a corner of WGMMA_SPACE: a dozen legal tiles, ~15 s of compiles on a CPU
+    "BLOCK_M": [64, 128],
+    "BLOCK_N": [64, 128],
+    "BLOCK_K": [64],
+    "NUM_STAGES": [3, 4],
+    "GROUP_M": [8],
+    "waves": [(1, 1), (2, 1)],
+}
+
+
+def test_matmul_rank_picks_the_models_best_wgmma_tile(monkeypatch):
+    import wavec as wc
+    from wavec.kernels import gemm as gm
+    from wavec.perf import estimator as E
+    from wavec.perf.decompose import decompose
+    from wavec.perf.features import features
+    from wavec.perf.gpus import gpu
+    from wavec.perf.schedule import schedule
+    from wavec.tuning import plan, rank_plan
+    from wavec.tuning.gemm import FACTORY, _fixed, serves
+    from wavec.tuning.legality import legal
+    from wavec.tuning.search import _source
+
+    monkeypatch.setattr(plan, "WGMMA_SPACE", SMALL_WG)
+    monkeypatch.setattr(rank_plan, "_CHOSEN", {})
+    m, n, k = shape = (200, 384, 512)
+    subs, waves = gm._ranked(m, n, k, wc.f16, plan.GemmRequest(mma="wgmma"))  # CPU: the H100's model key
+    pool = rank_plan.ranked_candidates(wc.f16, "sm_90a", None, "wgmma")
+    spec, model = gpu("h100"), R.load(R.trained_for("h100", "wgmma"))
+    scores = {}
+    for c, kernel in pool.items():
+        assert "wgmma" in kernel.artifact.mlir
+        if serves(c, m):
+            d = decompose(kernel, (m, k), (n, k), gpu=spec)
+            x = E.model_inputs(E.launch_values(d, features(d, schedule(d, spec))), spec)
+            conf = R.config_inputs(shape, c.subs_dict, c.kwargs_dict["waves"], "wgmma")
+            scores[c] = float(model.scores(x, conf)[0])
+    assert len(scores) >= 8 and len(set(scores.values())) > 1
+    best = min(scores, key=scores.__getitem__)
+    assert dict(subs) == best.symbol_subs() and waves == tuple(best.kwargs_dict["waves"])
+    source = _source(FACTORY, _fixed(wc.f16, "wgmma"))  # the pick is a legal wgmma tile of the space
+    assert legal(source.build(best.kwargs), best.subs_dict, "sm_90a")[0]
+    rank_plan._CHOSEN.clear()  # deterministic: a fresh choice is the same tile
+    assert gm._ranked(m, n, k, wc.f16, plan.GemmRequest(mma="wgmma")) == (subs, waves)
+    # int8 GEMMs were never raced: no model ranks them
+    with pytest.raises(wc.WavecError, match="f16/bf16"):
+        gm._ranked(m, n, k, wc.i8, plan.GemmRequest(mma="wgmma"))
+
+
+def test_fit_ranker_member_seeds_offset():
+    rng = np.random.default_rng(7)
+    train, val = _synthetic(rng, 8, cands=6), _synthetic(rng, 3, cands=6)
+    kw = dict(members=2, weight_decays=(1e-3,), steps=20)
+    first = RT.fit_ranker(train, val, ("a", "b", "c", "d"), **kw)
+    later = RT.fit_ranker(train, val, ("a", "b", "c", "d"), first_seed=1, **kw)
+    assert first.meta["member_seeds"] == [0, 1] and later.meta["member_seeds"] == [1, 2]
+    x = rng.normal(size=(4, 4))
+    # seed 1 is the second member of one and the first of the other: the same network
+    np.testing.assert_array_equal(first.net.members[1].log_efficiency(x), later.net.members[0].log_efficiency(x))
+    assert not np.allclose(first.net.log_efficiency(x), later.net.log_efficiency(x))

@@ -193,8 +193,9 @@ def matmul(
     and no ``config``), else off.  ``split``: K slices of the split-K path (mma.sync only; None or 1: no
     split; ``"auto"``: ``splitk_config``'s rule for M <= 16, opt-in: slower than no split on every
     benchmark decode shape of the H100).  ``config = (subs, waves)`` overrides the tile (benchmarks);
-    ``config="rank"``: the mma.sync tile the configuration ranking model picks per shape among the tuner's
-    space (``tuning.rank_plan``; opt-in: its first call compiles the space, minutes);
+    ``config="rank"``: the tile the configuration ranking model picks per shape among the tuner's space
+    of the MMA kind (mma.sync, or wgmma's with ``mma="wgmma"`` and M > 16; ``tuning.rank_plan``; opt-in:
+    its first call compiles the space, minutes);
     ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
@@ -265,12 +266,13 @@ def matmul_runner(a, b, backend, out_dtype, req: GemmRequest, out_shape: tuple |
 
 
 def _ranked(m: int, n: int, k: int, dtype, req: GemmRequest) -> tuple:
-    """``config="rank"``'s tile as a request's config: mma.sync, f16/bf16, no split (what it was trained on)."""
+    """``config="rank"``'s tile as a request's config: f16/bf16, no split (what it was trained on); wgmma's
+    space for wgmma above M = 16, mma.sync's otherwise (decode keeps the mma.sync tiles: ``plan_matmul``)."""
     from ..tuning.rank_plan import ranked_config
 
-    if req.mma != "mma_sync" or dtype.bytes != 2 or req.split not in (None, 1):
-        raise wc.WavecError(message="matmul: config='rank' ranks mma.sync tiles of f16/bf16 GEMMs without split-K")
-    subs, waves = ranked_config(m, n, k, dtype)
+    if dtype not in (wc.f16, wc.bf16) or req.split not in (None, 1):
+        raise wc.WavecError(message="matmul: config='rank' ranks the tiles of f16/bf16 GEMMs without split-K")
+    subs, waves = ranked_config(m, n, k, dtype, mma="wgmma" if req.mma == "wgmma" and m > 16 else "mma_sync")
     return tuple(subs.items()), tuple(waves)
 
 

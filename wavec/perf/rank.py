@@ -10,13 +10,17 @@ differences), so a per-shape bias costs it nothing.
 Requires: per candidate, the perf model's input vector of its decomposed launch
 (:func:`wavec.perf.estimator.model_inputs` with no family: every ``INPUTS`` name, read by name, so a
 reordering or a new input of the MLP does not move this model's) and its configuration
-(:func:`config_inputs`).
+(:func:`config_inputs`: its MMA kind among them, so one model ranks the mma.sync and the wgmma
+candidates).
 
 Guarantees: :meth:`Ranker.scores` is a log time up to a constant per shape (lower: faster; only the
 differences between candidates of one shape mean anything); :meth:`Ranker.order` sorts candidates fastest
 first, ties in the given order; :func:`load` reads the shipped weights (an :class:`~wavec.errors.OptionError`
 names what is shipped when a file is missing, or an input the weights need that the perf model no longer
-gives); :meth:`Ranker.save` and :meth:`Ranker.read` round-trip exactly.
+gives); a model trained without the ``wgmma`` input (:meth:`Ranker.covers`) ranks mma.sync candidates
+only, and scoring a wgmma one with it is an ``OptionError`` (it learnt waves as warps, not warpgroups);
+:func:`trained_for` picks a model that covers the MMA kind asked for; :meth:`Ranker.save` and
+:meth:`Ranker.read` round-trip exactly.
 """
 
 from __future__ import annotations
@@ -32,11 +36,14 @@ import numpy as np
 from ..errors import OptionError
 from .estimator import INPUTS, Ensemble, read_npz, save_npz
 
-__all__ = ["CONFIG_INPUTS", "Ranker", "config_inputs", "rank_inputs", "load", "shipped", "trained_for"]
+__all__ = ["CONFIG_INPUTS", "MMA_KINDS", "Ranker", "config_inputs", "rank_inputs", "load", "shipped", "trained_for"]
 
 # The shape enters in log2 so the network can learn which tiles suit which sizes (the per-shape constant
 # cancels in the loss; interactions with the configuration do not); the configuration's fields are what
 # separates two candidates whose launches the perf features describe alike (warp layout, stages).
+# ``wgmma`` (0/1) tells the two MMA kinds apart: their waves mean warps (mma.sync) or warpgroups (wgmma),
+# and their pipelines (cp.async against TMA) reward different stages and tiles.
+MMA_KINDS = ("mma_sync", "wgmma")
 CONFIG_INPUTS = (
     "log2_m",
     "log2_n",
@@ -48,12 +55,17 @@ CONFIG_INPUTS = (
     "log2_group_m",
     "log2_waves_m",
     "log2_waves_n",
+    "wgmma",
 )
 
 
-def config_inputs(shape: Sequence[int], subs: Mapping[str, int], waves: Sequence[int]) -> np.ndarray:
+def config_inputs(
+    shape: Sequence[int], subs: Mapping[str, int], waves: Sequence[int], mma: str = "mma_sync"
+) -> np.ndarray:
     """The ``CONFIG_INPUTS`` of an (M, N, K) launch of the tile ``subs`` (``BLOCK_M``, ``BLOCK_N``,
-    ``BLOCK_K``, ``NUM_STAGES``, ``GROUP_M``) with ``waves`` (along M, along N)."""
+    ``BLOCK_K``, ``NUM_STAGES``, ``GROUP_M``) with ``waves`` (along M, along N) on the MMA kind ``mma``."""
+    if mma not in MMA_KINDS:
+        raise OptionError(option="rank model", message=f"MMA kind must be one of {MMA_KINDS}, got {mma!r}")
     m, n, k = (int(v) for v in shape)
     return np.array(
         [
@@ -67,6 +79,7 @@ def config_inputs(shape: Sequence[int], subs: Mapping[str, int], waves: Sequence
             math.log2(max(subs.get("GROUP_M", 1), 1)),
             math.log2(waves[0]),
             math.log2(waves[1]),
+            float(mma == "wgmma"),
         ]
     )
 
@@ -94,8 +107,20 @@ class Ranker:
     net: Ensemble
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def covers(self, mma: str) -> bool:
+        """Whether the model can rank candidates of the MMA kind ``mma``: every model ranks mma.sync (what
+        the first ones were trained on, without the ``wgmma`` input); wgmma needs the input."""
+        return mma == "mma_sync" or (mma == "wgmma" and "wgmma" in self.names)
+
     def scores(self, perf_x: np.ndarray, config_x: np.ndarray, perf_names: Sequence[str] = INPUTS) -> np.ndarray:
         """Per candidate (rows of ``perf_x`` and ``config_x``): a log time up to a per-shape constant."""
+        config_x = np.atleast_2d(config_x)
+        if "wgmma" not in self.names and np.any(config_x[:, CONFIG_INPUTS.index("wgmma")] != 0):
+            raise OptionError(
+                option="rank model",
+                message="these weights were trained on mma.sync races only (no 'wgmma' input): retrain them "
+                "(benchmarks/train_rank.py) to rank wgmma candidates",
+            )
         return self.net.log_efficiency(rank_inputs(perf_x, config_x, perf_names, self.names))
 
     def order(self, perf_x: np.ndarray, config_x: np.ndarray, perf_names: Sequence[str] = INPUTS) -> np.ndarray:
@@ -123,13 +148,17 @@ def shipped() -> list[str]:
     return sorted(p.name[: -len(".npz")] for p in root.iterdir() if p.name.endswith(".npz"))
 
 
-def trained_for(gpu_key: str) -> str:
-    """Which shipped ranking model serves ``gpu_key``: its own, else the one trained on every GPU."""
+def trained_for(gpu_key: str, mma: str = "mma_sync") -> str:
+    """Which shipped ranking model serves ``gpu_key``'s ``mma`` candidates: its own, else the one trained
+    on every GPU, else (a kind raced on one GPU only: wgmma on the H200) another GPU's that covers it."""
     have = shipped()
-    for key in (gpu_key, "all"):
-        if key in have:
+    order = [gpu_key, "all"] + [k for k in have if k not in (gpu_key, "all")]
+    for key in order:
+        if key in have and load(key).covers(mma):
             return key
-    raise OptionError(option="rank model", message=f"no shipped ranking model for {gpu_key}; shipped: {have}")
+    raise OptionError(
+        option="rank model", message=f"no shipped ranking model ranks {mma} candidates for {gpu_key}; shipped: {have}"
+    )
 
 
 def load(trained_on: str) -> Ranker:

@@ -13,8 +13,8 @@ the pairwise squared loss on ``log t_i - log t_j``); a measured time more than `
 list's best counts as ``CLIP`` above (a glitched timing does not steer the fit).  No term compares two
 lists, so a bias per shape costs nothing.  :func:`fit_net` fits one network by full-batch Adam with coupled
 L2; :func:`fit_ranker` chooses the weight decay on the validation lists (mean regret of the pick, then of
-the top 3) and fits ``members`` seeds on the training and validation lists together.  Same seed, same
-weights.
+the top 3) and fits ``members`` seeds (``first_seed`` on) on the training and validation lists
+together.  Same seed, same weights.
 """
 
 from __future__ import annotations
@@ -125,22 +125,25 @@ def fit_ranker(
     weight_decays: Sequence[float] = WEIGHT_DECAYS,
     steps: int = STEPS,
     meta: dict[str, Any] | None = None,
+    first_seed: int = 0,
 ) -> Ranker:
     """The weight decay of least validation regret (pick, then top 3; seed 0, fitted on ``train``), then
-    ``members`` seeds fitted on ``train`` and ``validation`` together; the validation scores of every
-    decay tried in ``meta["validation"]``."""
+    ``members`` seeds (``first_seed``, ``first_seed + 1``, ...) fitted on ``train`` and ``validation``
+    together; the validation scores of every decay tried in ``meta["validation"]``."""
     scores = {}
     for wd in weight_decays:
         net = fit_net(train, steps=steps, seed=0, weight_decay=wd)
         r = regrets(net.log_efficiency, validation)
         scores[wd] = {k: [float(v.mean()), float(v.max())] for k, v in r.items()}
     best = min(weight_decays, key=lambda wd: (scores[wd]["top1"][0], scores[wd]["top3"][0]))
-    nets = tuple(fit_net([*train, *validation], steps=steps, seed=s, weight_decay=best) for s in range(members))
+    seeds = range(first_seed, first_seed + members)
+    nets = tuple(fit_net([*train, *validation], steps=steps, seed=s, weight_decay=best) for s in seeds)
     info = {
         **(meta or {}),
         "weight_decay": best,
         "validation": {str(k): v for k, v in scores.items()},
         "steps": steps,
+        "member_seeds": list(seeds),
         "hidden": list(HIDDEN),
         "tau": TAU,
         "mse_weight": MSE_WEIGHT,

@@ -10,12 +10,13 @@ Guarantees: :class:`PerfRanker` is a ``TuneOptions(rank=...)`` hook: ``ranker(sh
 compile_of)`` returns the candidates by predicted time (fastest first, ties in the given order), each
 predicted from its own launch (``wavec.perf.tile_cache.TileCache``: exactly the decomposition of the full
 walk, one proxy walk per configuration, K and tile remainders) with the registers of its compile;
-:meth:`PerfRanker.predict` gives one candidate's seconds.  ``model="rank"`` orders them by the
-configuration ranking model instead (``wavec.perf.rank``, trained on races to order the candidates of one
-shape; mma.sync GEMMs whose candidates name ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``NUM_STAGES``,
-``GROUP_M`` and ``waves``): :meth:`PerfRanker.score` gives one candidate's score (a log time up to a
-per-shape constant).  A candidate the model cannot describe (no family, a decomposition error, a wgmma or
-incomplete configuration for the ranking model) raises :class:`~wavec.errors.TuningError` naming it.
+:meth:`PerfRanker.predict` gives one candidate's seconds.  ``model="rank"`` orders them by the configuration
+ranking model instead (``wavec.perf.rank``, trained on races to order the candidates of one shape; mma.sync
+GEMMs, and wgmma ones with a model trained on a wgmma race, whose candidates name ``BLOCK_M``, ``BLOCK_N``,
+``BLOCK_K``, ``NUM_STAGES``, ``GROUP_M`` and ``waves``): :meth:`PerfRanker.score` gives one candidate's
+score (a log time up to a per-shape constant).  A candidate the model cannot describe (no family, a
+decomposition error, a wgmma candidate no shipped ranking model covers, an incomplete configuration for the
+ranking model) raises :class:`~wavec.errors.TuningError` naming it.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class PerfRanker:
         self.launch = launch
         self.model = model
         self.ranker = rank.load(rank.trained_for(self.key)) if model == "rank" else None
+        self.rankers = {"mma_sync": self.ranker}  # per MMA kind: wgmma's is loaded when first asked for
         self.caches: dict[str, Any] = {}
         self.predicted: dict[tuple[str, tuple[int, ...]], float] = {}
         self.scored: dict[tuple[str, tuple[int, ...]], float] = {}
@@ -93,15 +95,26 @@ class PerfRanker:
         if key in self.scored:
             return self.scored[key]
         values, family = self._values(cand.label, kernel, key[1])
-        if family != "gemm_mma_sync":
-            raise TuningError(message=f"the ranking model covers mma.sync GEMMs only, not {cand.label} ({family})")
+        ranker, mma = self._ranker_for(family.removeprefix("gemm_"), cand.label), family.removeprefix("gemm_")
         subs, waves = cand.subs_dict, cand.kwargs_dict.get("waves")
         needed = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "GROUP_M")
         if waves is None or any(k not in subs for k in needed):
             raise TuningError(message=f"the ranking model needs {needed} and waves; candidate {cand.label} lacks some")
-        conf = config_inputs(key[1], subs, waves)
-        self.scored[key] = float(self.ranker.scores(E.model_inputs(values, self.spec), conf)[0])
+        conf = config_inputs(key[1], subs, waves, mma)
+        self.scored[key] = float(ranker.scores(E.model_inputs(values, self.spec), conf)[0])
         return self.scored[key]
+
+    def _ranker_for(self, mma: str, label: str) -> Any:
+        """The shipped ranking model that ranks ``mma`` candidates on this GPU (``rank.trained_for``)."""
+        from ..errors import OptionError
+        from ..perf import rank
+
+        if mma not in self.rankers:
+            try:
+                self.rankers[mma] = rank.load(rank.trained_for(self.key, mma))
+            except OptionError as e:
+                raise TuningError(message=f"the ranking model cannot rank {label} ({mma}): {e}") from e
+        return self.rankers[mma]
 
     def __call__(self, shape: Sequence[int], candidates: Sequence[Any], compile_of: Callable[[Any], Any]) -> list:
         if self.model == "rank":
