@@ -317,7 +317,8 @@ _COMPILED: dict = {}
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
     block_n, loop, vec, waves = config_for(dtype, n, kind)
-    if kind == "layer_norm" and not loop and block_n >= LN_LONG_UNITS * 512 // dtype.bytes:
+    unit = 32 * 16 // dtype.bytes  # elements of 32 lanes x 16 bytes, as ``config_for``'s
+    if kind == "layer_norm" and not loop and block_n >= LN_LONG_UNITS * unit:
         return make_layer_norm_long(dtype, waves, vec=vec, reread=one_pass(dtype)), {BLOCK_N: block_n}
     if kind == "rms_norm" and not loop and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
         return make_rms_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
