@@ -25,6 +25,7 @@ only, and scoring a wgmma one with it is an ``OptionError`` (it learnt waves as 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -161,8 +162,10 @@ def trained_for(gpu_key: str, mma: str = "mma_sync") -> str:
     )
 
 
+@functools.cache
 def load(trained_on: str) -> Ranker:
-    """The shipped ranking model trained on ``trained_on`` (a GPU key, or ``all``)."""
+    """The shipped ranking model trained on ``trained_on`` (a GPU key, or ``all``), read once per process
+    (``trained_for`` reads the models it checks, and its caller then loads the one it names)."""
     path = _weights_dir() / f"{trained_on}.npz"
     if not path.is_file():
         raise OptionError(

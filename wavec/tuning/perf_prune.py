@@ -50,8 +50,8 @@ class PerfRanker:
         self.key = next((k for k, v in GPUS.items() if v.name == self.spec.name), self.spec.name.lower())
         self.launch = launch
         self.model = model
-        self.ranker = rank.load(rank.trained_for(self.key)) if model == "rank" else None
-        self.rankers = {"mma_sync": self.ranker}  # per MMA kind: wgmma's is loaded when first asked for
+        # per MMA kind: wgmma's is loaded when first asked for
+        self.rankers = {"mma_sync": rank.load(rank.trained_for(self.key))} if model == "rank" else {}
         self.caches: dict[str, Any] = {}
         self.predicted: dict[tuple[str, tuple[int, ...]], float] = {}
         self.scored: dict[tuple[str, tuple[int, ...]], float] = {}
@@ -89,13 +89,14 @@ class PerfRanker:
         from ..perf import estimator as E
         from ..perf.rank import config_inputs
 
-        if self.ranker is None:
+        if self.model != "rank":
             raise TuningError(message="PerfRanker.score needs model='rank'")
         key = (cand.label, tuple(int(x) for x in shape))
         if key in self.scored:
             return self.scored[key]
         values, family = self._values(cand.label, kernel, key[1])
-        ranker, mma = self._ranker_for(family.removeprefix("gemm_"), cand.label), family.removeprefix("gemm_")
+        mma = family.removeprefix("gemm_")
+        ranker = self._ranker_for(mma, cand.label)
         subs, waves = cand.subs_dict, cand.kwargs_dict.get("waves")
         needed = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "NUM_STAGES", "GROUP_M")
         if waves is None or any(k not in subs for k in needed):
