@@ -14,8 +14,8 @@ quarter's time, clock and power, so a slowdown can be told apart as clocks (powe
 from __future__ import annotations
 
 import argparse
-import statistics
 import shutil
+import statistics
 import subprocess
 import threading
 import time
