@@ -4,17 +4,14 @@ its full-walk decomposition), and the GEMM it runs is right: every element again
 
 import pytest
 import torch
+from rank_scores import hand_scores
 from test_kernels_emulated import GEMM_TOL, check, generator, randn
 
 import wavec as wc
 from wavec.kernels import gemm as gm
 from wavec.kernels.gemm import make_gemm
-from wavec.perf import estimator as E
 from wavec.perf import rank
-from wavec.perf.decompose import decompose
-from wavec.perf.features import features
 from wavec.perf.gpus import gpu
-from wavec.perf.schedule import schedule
 from wavec.tuning import plan, rank_plan
 from wavec.tuning.gemm import serves
 
@@ -29,19 +26,13 @@ SMALL = {
 
 
 def _hand_scores(shape, dtype):
-    spec, model = gpu("h100"), rank.load("h100")
-    m, n, k = shape
-    out = {}
-    for c in rank_plan.ranked_candidates(dtype, "sm_90", SMALL):
-        if not serves(c, m):
-            continue
-        kernel = wc.compile(
-            make_gemm(dtype, waves=c.kwargs_dict["waves"]), c.symbol_subs(), target="sm_90", backend="cuda"
-        )
-        d = decompose(kernel, (m, k), (n, k), gpu=spec)
-        x = E.model_inputs(E.launch_values(d, features(d, schedule(d, spec))), spec)
-        out[c] = float(model.scores(x, rank.config_inputs(shape, c.subs_dict, c.kwargs_dict["waves"]))[0])
-    return out
+    """Each candidate compiled here through ``make_gemm``, not taken from the pool ``matmul`` ranks."""
+    kernels = {
+        c: wc.compile(make_gemm(dtype, waves=c.kwargs_dict["waves"]), c.symbol_subs(), target="sm_90", backend="cuda")
+        for c in rank_plan.ranked_candidates(dtype, "sm_90", SMALL)
+        if serves(c, shape[0])
+    }
+    return hand_scores(kernels, shape, gpu("h100"), rank.load("h100"))
 
 
 @pytest.mark.parametrize("shape", [(40, 200, 72), (130, 96, 64)])

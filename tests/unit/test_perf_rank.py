@@ -210,15 +210,13 @@ SMALL_WG = {  # a corner of WGMMA_SPACE: a dozen legal tiles, ~15 s of compiles 
 
 
 def test_matmul_rank_picks_the_models_best_wgmma_tile(monkeypatch):
+    from rank_scores import hand_scores
+
     import wavec as wc
     from wavec.kernels import gemm as gm
-    from wavec.perf import estimator as E
-    from wavec.perf.decompose import decompose
-    from wavec.perf.features import features
     from wavec.perf.gpus import gpu
-    from wavec.perf.schedule import schedule
     from wavec.tuning import plan, rank_plan
-    from wavec.tuning.gemm import FACTORY, _fixed, serves
+    from wavec.tuning.gemm import FACTORY, _fixed
     from wavec.tuning.legality import legal
     from wavec.tuning.search import _source
 
@@ -228,14 +226,8 @@ def test_matmul_rank_picks_the_models_best_wgmma_tile(monkeypatch):
     subs, waves = gm._ranked(m, n, k, wc.f16, plan.GemmRequest(mma="wgmma"))  # CPU: the H100's model key
     pool = rank_plan.ranked_candidates(wc.f16, "sm_90a", None, "wgmma")
     spec, model = gpu("h100"), R.load(R.trained_for("h100", "wgmma"))
-    scores = {}
-    for c, kernel in pool.items():
-        assert "wgmma" in kernel.artifact.mlir
-        if serves(c, m):
-            d = decompose(kernel, (m, k), (n, k), gpu=spec)
-            x = E.model_inputs(E.launch_values(d, features(d, schedule(d, spec))), spec)
-            conf = R.config_inputs(shape, c.subs_dict, c.kwargs_dict["waves"], "wgmma")
-            scores[c] = float(model.scores(x, conf)[0])
+    assert all("wgmma" in kernel.artifact.mlir for kernel in pool.values())
+    scores = hand_scores(pool, shape, spec, model, "wgmma")
     assert len(scores) >= 8 and len(set(scores.values())) > 1
     best = min(scores, key=scores.__getitem__)
     assert dict(subs) == best.symbol_subs() and waves == tuple(best.kwargs_dict["waves"])

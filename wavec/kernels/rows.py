@@ -294,21 +294,33 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
     slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
     (or every N, looping)."""
+    block_n, loop, vec, waves, _ = plan_for(dtype, n, kind)
+    return block_n, loop, vec, waves
+
+
+def plan_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int, str]:
+    """``config_for``'s tuple and the kernel maker it implies: ``"rows"`` (``MAKERS[kind]``),
+    ``"layer_norm_long"`` or ``"rms_norm_long"``; the one place the layout is chosen."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
     if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
-        return 8 * unit, True, vec, 1
+        return 8 * unit, True, vec, 1, "rows"
     while vec > 1 and 16 * vec >= n:
         vec //= 2
     tile = 32 * vec
     while tile < n:
         tile *= 2
     if narrow:
-        return tile, False, vec, 1
+        return tile, False, vec, 1, "rows"
     if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit and one_pass(dtype):
-        return tile, False, vec, tile // (LN_REREAD_RUNS * unit)
-    return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit))
+        return tile, False, vec, tile // (LN_REREAD_RUNS * unit), "layer_norm_long"
+    if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit:
+        return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit)), "layer_norm_long"
+    waves = max(1, tile // (RUNS_PER_WAVE * unit))
+    if kind == "rms_norm" and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
+        return tile, False, vec, waves, "rms_norm_long"
+    return tile, False, vec, waves, "rows"
 
 
 _COMPILED: dict = {}
@@ -316,11 +328,10 @@ _COMPILED: dict = {}
 
 def kernel_for(kind: str, dtype, n: int) -> tuple[wc.WaveKernel, dict]:
     """(kernel, subs) of the aligned-row kernel ``config_for`` picks for rows of ``n`` (also the perf model's)."""
-    block_n, loop, vec, waves = config_for(dtype, n, kind)
-    unit = 32 * 16 // dtype.bytes  # elements of 32 lanes x 16 bytes, as ``config_for``'s
-    if kind == "layer_norm" and not loop and block_n >= LN_LONG_UNITS * unit:
+    block_n, loop, vec, waves, layout = plan_for(dtype, n, kind)
+    if layout == "layer_norm_long":
         return make_layer_norm_long(dtype, waves, vec=vec, reread=one_pass(dtype)), {BLOCK_N: block_n}
-    if kind == "rms_norm" and not loop and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
+    if layout == "rms_norm_long":
         return make_rms_norm_long(dtype, waves, vec=vec), {BLOCK_N: block_n}
     extra = {"block_n": block_n} if kind == "layer_norm" else {}
     return MAKERS[kind](dtype, loop=loop, vec=vec, waves_per_row=waves, **extra), {BLOCK_N: block_n}
