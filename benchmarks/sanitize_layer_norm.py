@@ -1,10 +1,12 @@
 """Run the f16/bf16 LayerNorm of long rows once each, small, for compute-sanitizer: the one-row-a-workgroup
 layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a
-full tile (8192, 16384) and a masked one (12000).  References: torch's f32 LayerNorm on the device; every
-output element compared (memcheck reports an unwritten one: ``layer_norm`` allocates it uninitialised).
+full tile (8192, 16384) and a masked one (12000).  ``--odd``: RMSNorm and LayerNorm of odd lengths
+(``rows_odd``: one row a workgroup for contiguous f16/bf16 rows, two for a slice), through the gathered and
+the shifted-table vectors.  References: torch's f32 norms on the device; every output element compared
+(memcheck reports an unwritten one: the outputs are allocated uninitialised).
 
-    compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm
-    compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm
+    compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
+    compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm [--odd]
 
 Prints one line per case; exits 1 if any output is wrong or unwritten."""
 
@@ -17,24 +19,49 @@ import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 
-from wavec.kernels.rows import layer_norm  # noqa: E402
+from wavec.kernels import rows, rows_odd  # noqa: E402
+from wavec.kernels.rows import layer_norm, rms_norm  # noqa: E402
 
 # f32 statistics, one rounding to the dtype: a few of its ulps at |out| ~ 4
 TOLERANCE = {torch.bfloat16: 0.1, torch.float16: 0.02}
 
 
+def _check(label: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> bool:
+    err = (got.float() - want).abs().max().item()
+    ok = err <= tol
+    print(f"{label} max err {err:.3e} {'ok' if ok else 'WRONG'}", flush=True)
+    return ok
+
+
+def odd() -> int:
+    """The odd-length norms: contiguous rows and a slice (pitch n + 8), gathered and table vectors."""
+    bad = 0
+    for tables in (False, True):
+        rows_odd.TABLE_MIN_BYTES = 0 if tables else 1 << 62
+        rows._DECIDED.clear()  # (a runner decides its tables when made)
+        for dtype, tol in TOLERANCE.items():
+            for n in (2049, 4097, 8191, 16383):
+                for pitch in (n, n + 8):
+                    x = (torch.randn(48, pitch, device="cuda", dtype=dtype) + 3)[:, :n]
+                    w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
+                    label = f"{str(dtype):<16} {n:>6} pitch {pitch:>6} tables {tables!s:<5}"
+                    want = F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
+                    bad += not _check("layer_norm " + label, layer_norm(x, w, b, 1e-5), want, tol)
+                    want = F.rms_norm(x.float(), (n,), w.float(), 1e-6)
+                    bad += not _check("rms_norm   " + label, rms_norm(x, w, 1e-6), want, tol)
+    return 1 if bad else 0
+
+
 def main() -> int:
+    if "--odd" in sys.argv:
+        return odd()
     bad = 0
     for dtype, tol in TOLERANCE.items():
         for n in (8192, 12000, 16384):
             x = torch.randn(64, n, device="cuda", dtype=dtype) + 3
             w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
-            got = layer_norm(x, w, b, 1e-5)
             want = F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
-            err = (got.float() - want).abs().max().item()
-            ok = err <= tol
-            bad += not ok
-            print(f"{str(dtype):<16} {n:>6} max err {err:.3e} {'ok' if ok else 'WRONG'}", flush=True)
+            bad += not _check(f"{str(dtype):<16} {n:>6}", layer_norm(x, w, b, 1e-5), want, tol)
     return 1 if bad else 0
 
 

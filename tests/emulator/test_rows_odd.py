@@ -65,10 +65,12 @@ def _into_nan_buffer(kind: str, dtype: torch.dtype, n: int, m: int, shift: int, 
     wdt, vec = WC[dtype], 16 // dtype.itemsize
     x = (torch.randn(shift + m * n + 5) * 2 + 1).to(dtype)[shift : shift + m * n].view(m, n)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
-    block_j, waves = rows_odd.odd_config(wdt, n, kind, n) or (0, 0)
+    block_j, waves, per_wg = rows_odd.odd_config(wdt, n, kind, n) or (0, 0, 0)
     extra = {"tables": True} if tables else {}
     kernel = wc.compile(
-        rows_odd.MAKERS[kind](wdt, block_j, waves, **extra), {rows_odd.V: vec, rows_odd.E: 32}, backend="emulator"
+        rows_odd.MAKERS[kind](wdt, block_j, waves, per_wg, **extra),
+        {rows_odd.V: vec, rows_odd.E: 32},
+        backend="emulator",
     )
     out_buf = torch.full((-(-(shift + m * n) // vec) * vec,), float("nan"), dtype=dtype)
     starts = torch.arange(m, dtype=torch.int32) * n + shift
@@ -101,10 +103,11 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
     "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 9001, 0), (torch.float32, 5001, 3)]
 )
 def test_norms_one_row_per_workgroup(kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool) -> None:
-    """Rows past 16 waves of ``NORM_RUNS`` chunks: one row per workgroup over 32 waves (the row values rank
-    0), every element written; a slice of such rows (pitch != n) is left to the narrow variant."""
-    block_j, waves = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0)
-    assert waves == 32 and rows_odd.rows_per_workgroup(waves) == 1
+    """Rows of 2048 chunks: one row per workgroup (the row values rank 0), f32 past 16 waves of
+    ``NORM_RUNS`` chunks (32 waves), f16/bf16 at ``ONE_ROW_RUNS`` (16 waves); every element written; a slice
+    of such rows (pitch != n) is left to the narrow variant."""
+    _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
+    assert per_wg == 1 and waves == (32 if dtype == torch.float32 else 2048 // (32 * rows_odd.ONE_ROW_RUNS))
     assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
     _into_nan_buffer(kind, dtype, n, 3, shift, tables)
 

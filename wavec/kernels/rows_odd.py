@@ -13,7 +13,7 @@ wave's lanes), gathered element by element; an edge slot past the row rereads an
 first head element (or last element), the same value as its owner, so no store is masked and nothing
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
 identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
-alignment differs per row; they come from L1/L2).  Rows per workgroup: ``rows_per_workgroup``.  The
+alignment differs per row; they come from L1/L2).  Rows per workgroup: ``odd_config``'s.  The
 contiguous output starts at the input's offset within 16 bytes and the pitch differs from N by whole
 chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
 workgroup: contiguous rows only, ``gap`` 0).
@@ -48,12 +48,12 @@ def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
     return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
 
 
-def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32) -> list:
-    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, rows per
-    workgroup as ``rows_per_workgroup``."""
+def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32, rows: int | None = None) -> list:
+    """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, ``rows``
+    per workgroup (default ``rows_per_workgroup``'s)."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
     return [
-        wc.WorkgroupConstraint(M, rows_per_workgroup(waves, tpw), 0),
+        wc.WorkgroupConstraint(M, rows or rows_per_workgroup(waves, tpw), 0),
         wc.WaveConstraint(M, 1),
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
@@ -154,10 +154,11 @@ def shifted_table(v: Any, vec: int, chunks: int) -> Any:
     return v.as_strided((vec, chunks * vec), (1, 1)).contiguous().view(vec * chunks, vec)
 
 
-def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveKernel:
+def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32) -> wc.WaveKernel:
     vec = 16 // dtype.bytes
+    rows = rows or rows_per_workgroup(waves, tpw)
 
-    @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+    @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
     def softmax_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
         out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
@@ -167,15 +168,19 @@ def make_softmax_odd(dtype, block_j: int, waves: int, tpw: int = 32) -> wc.WaveK
         p = wc.exp2((row.v - big) * LOG2E)
         pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        row.write(p * inv, pe * inv, out, gap if rows_per_workgroup(waves, tpw) > 1 else None, dtype, vec)
+        row.write(p * inv, pe * inv, out, gap if rows > 1 else None, dtype, vec)
 
     return softmax_odd
 
 
-def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
-    """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``)."""
+def make_rms_norm_odd(
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False
+) -> wc.WaveKernel:
+    """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
+    workgroup (default ``rows_per_workgroup``'s)."""
     vec = 16 // dtype.bytes
-    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+    rows = rows or rows_per_workgroup(waves, tpw)
+    gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
         row = _Row(x, xf, starts, n, vec)
@@ -187,7 +192,7 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bo
 
     if tables:
 
-        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
         def rms_norm_odd_tables(
             x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
             w: Memory[N, dtype], ws: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
@@ -197,7 +202,7 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bo
 
         return rms_norm_odd_tables
 
-    @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+    @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
     def rms_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
         w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
@@ -208,10 +213,14 @@ def make_rms_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bo
     return rms_norm_odd
 
 
-def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: bool = False) -> wc.WaveKernel:
-    """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``."""
+def make_layer_norm_odd(
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False
+) -> wc.WaveKernel:
+    """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
+    ``rows`` a workgroup (default ``rows_per_workgroup``'s)."""
     vec = 16 // dtype.bytes
-    gap_or_none = (lambda gap: gap) if rows_per_workgroup(waves, tpw) > 1 else (lambda gap: None)
+    rows = rows or rows_per_workgroup(waves, tpw)
+    gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
         row = _Row(x, xf, starts, n, vec)
@@ -222,7 +231,7 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: 
 
     if tables:
 
-        @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+        @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
         def layer_norm_odd_tables(
             x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
             w: Memory[N, dtype], b: Memory[N, dtype], ws: Memory[HR, V, dtype],
@@ -233,7 +242,7 @@ def make_layer_norm_odd(dtype, block_j: int, waves: int, tpw: int = 32, tables: 
 
         return layer_norm_odd_tables
 
-    @wc.wave(odd_constraints(block_j, waves, vec, tpw))
+    @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
     def layer_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
         w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
@@ -248,17 +257,23 @@ MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_nor
 
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
 NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
+# ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
+# long rows: H200 bf16 RMSNorm 4097 / 8191 0.72 / 0.62 -> 0.85 / 0.80 of copy, LayerNorm 0.59 / 0.47 ->
+# 0.70 / 0.67 (docs/reductions.md, benchmarks/rows_odd_sweep.py)
+ONE_ROW_RUNS = 4
 
 
-def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
-    """(``block_j``, waves per row) for rows of ``n`` elements at a row pitch of ``pitch`` elements, or None
-    where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of one wave's
-    unit or less (one narrowed tile serves them), rows past one tile (16384 bf16: they loop), a pitch whose
-    offset within 16 bytes drifts from row to row against the contiguous output's, and for one row per
-    workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a lane ``NORM_RUNS`` chunks:
-    their weight (and bias) gathered element by element hold a register each, so 4 chunks took 80-86
-    (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM (RMSNorm over 16 waves spilled); 2
-    chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``)."""
+def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
+    """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of
+    ``pitch`` elements, or None where this path does not apply: rows the 16-byte run divides (the aligned
+    kernels), rows of one wave's unit or less (one narrowed tile serves them), rows past one tile (16384
+    bf16: they loop), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
+    output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a
+    lane ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86
+    (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16
+    waves spilled); 2 chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``).  Contiguous
+    f16/bf16 norms of two waves or more take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller
+    workgroups, more of them an SM, twice the bytes in flight a lane."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * MAX_WAVES * unit or (pitch - n) % vec:
@@ -267,8 +282,11 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int] | None:
     block_j = 32
     while block_j < chunks:
         block_j *= 2
+    if kind != "softmax" and pitch == n and dtype.bytes == 2 and block_j >= 2 * ONE_ROW_RUNS * 32:
+        return block_j, block_j // (ONE_ROW_RUNS * 32), 1
     waves = max(1, block_j // ((RUNS_PER_WAVE if kind == "softmax" else NORM_RUNS) * 32))
-    return None if rows_per_workgroup(waves) == 1 and pitch != n else (block_j, waves)
+    rows = rows_per_workgroup(waves)
+    return None if rows == 1 and pitch != n else (block_j, waves, rows)
 
 
 _COMPILED: dict = {}
@@ -283,7 +301,8 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
         extra = {"tables": True} if tables else {}
-        _COMPILED[key] = wc.compile(MAKERS[kind](dtype, *config, **extra), {V: vec, E: EDGE}, backend=backend)
+        kernel = MAKERS[kind](dtype, *config, **extra)
+        _COMPILED[key] = wc.compile(kernel, {V: vec, E: EDGE}, backend=backend)
     return _COMPILED[key]
 
 

@@ -1,0 +1,106 @@
+"""Odd-length RMSNorm / LayerNorm rows (``kernels/rows_odd.py``) over the layouts they can take, beside the
+library's ``odd_config``: chunks a lane (which set the waves a row) and rows a workgroup (``rows_per_workgroup``'s
+choice, or one row a workgroup as the aligned long rows that reached 0.96 of copy), through the public
+``rms_norm`` / ``layer_norm`` (shifted tables included at these sizes); each beside a device copy of the same
+bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and threads a workgroup.
+Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
+
+    python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton.testing
+
+from wavec.kernels import rows, rows_odd
+
+F = torch.nn.functional
+BYTES = 256 << 20
+DEFAULT = rows_odd.odd_config
+
+
+def _us(fn: Callable[[], Any]) -> float:
+    return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def layout(runs: int, one: bool) -> None:
+    """Make the odd-row path take ``runs`` chunks a lane, over one row a workgroup (``one``, from two waves)
+    or ``rows_per_workgroup``'s, freshly compiled; ``runs`` 0: the library's ``odd_config``."""
+
+    def config(dtype: Any, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
+        base = DEFAULT(dtype, n, kind, pitch)
+        if base is None or not runs:
+            return base
+        waves = max(1, base[0] // (runs * 32))
+        per_wg = 1 if one and waves > 1 else rows_odd.rows_per_workgroup(waves)
+        return None if per_wg == 1 and pitch != n else (base[0], waves, per_wg)
+
+    rows_odd.odd_config = config
+    rows_odd._COMPILED.clear()
+    rows._DECIDED.clear()
+
+
+def dtype_of(x: Any) -> Any:
+    return rows.DTYPES[str(x.dtype).removeprefix("torch.")]
+
+
+def registers() -> str:
+    """(registers, spills, threads a workgroup) of the odd kernels compiled since ``layout``."""
+    out = []
+    for k in rows_odd._COMPILED.values():
+        meta = k.artifact.metadata
+        out.append(f"{meta.registers}r {meta.spills}s {meta.block[0] * meta.block[1] * meta.block[2]}t")
+    return ", ".join(out)
+
+
+def sweep(kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float) -> list[str]:
+    """One line per (chunks a lane, rows a workgroup) layout of ``kind`` at rows of ``n``."""
+    want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
+    call = (lambda: rows.rms_norm(x, w, 1e-6)) if kind == "rms_norm" else (lambda: rows.layer_norm(x, w, b))
+    lines = []
+    for runs, one in ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False), (4, True)):
+        layout(runs, one)
+        name = "default" if not runs else "one" if one else "auto"
+        try:
+            got = call()
+            torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=3e-2)
+            t = _us(call)
+        except Exception as e:  # a layout past a workgroup's threads fails to compile: say so
+            lines.append(f"{kind} | {n} | {runs or '-'} | {name} | failed: {type(e).__name__} {str(e)[:90]}")
+        else:
+            cfg = DEFAULT(dtype_of(x), n, kind, n)
+            lines.append(f"{kind} | {n} | {runs or cfg} | {name} | {t:.1f} | {t_copy / t:.2f} | {registers()}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def main() -> None:
+    arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
+    lengths = [int(v) for v in arg("--lengths", "2049,4097,8191,16383").split(",")]
+    kinds = arg("--kinds", "rms_norm,layer_norm").split(",")
+    dt = torch.bfloat16
+    head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
+    lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
+    print(*lines, sep="\n", flush=True)
+    for n in lengths:
+        m = BYTES // (n * dt.itemsize)
+        x = torch.randn(m, n, device="cuda", dtype=dt)
+        w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
+        y = torch.empty_like(x)
+        t_copy = _us(lambda: y.copy_(x))
+        for kind in kinds:
+            lines += sweep(kind, n, x, w, b, t_copy)
+    layout(0, False)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "rows_odd_sweep.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
