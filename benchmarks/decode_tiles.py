@@ -1,0 +1,112 @@
+"""Dense split-KV decode at mid batches (issue #24's "no op slower than stock": decode B=16 over a 2048-token
+cache took 227 us a forward against cuDNN's 215) over its tiles and split counts, beside SDPA's cuDNN and
+flash backends in the same run.
+
+Per shape (bf16, d128, q_len 1, GQA 32/8 unless given): every ``(BLOCK_N, waves, stages)`` of ``--configs``
+crossed with the split counts (``0``: the split rule, ``decode.num_splits_for``), each a CUDA-graph replay of
+one call (split + combine) over input sets rotated past the L2; the best five and the library's default
+printed with their fraction of a device copy of the K/V bytes, then one summary line per shape.
+
+    python benchmarks/decode_tiles.py [--shapes 16x2048,8x4096] [--splits 0,1,2,3,4,6,8]
+                                      [--configs 32x2x2,64x2x2,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench, do_bench_cudagraph
+
+from wavec.kernels import decode
+
+DT, D, L2 = torch.bfloat16, 128, 50 << 20
+CONFIGS = "32x1x2,32x2x2,32x2x3,32x4x2,64x1x2,64x2x2,64x2x3,64x4x2,128x2x2,128x4x2"
+
+
+def _graph_us(fn, sets) -> float:
+    return 1e3 * do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=60, return_mode="median") / len(sets)
+
+
+def _sdpa_us(backend, sets) -> float | None:
+    """SDPA on expanded K/V heads (transformers' ``repeat_kv``), per call in a graph, or None if refused."""
+    try:
+        with sdpa_kernel(backend):
+            return _graph_us(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), sets)
+    except RuntimeError as exc:
+        print(f"  ({backend} refused: {str(exc).splitlines()[0][:80]})", flush=True)
+        return None
+
+
+def shape_rows(batch: int, ctx: int, heads: int, kv_heads: int, configs, splits, copy_bw: float) -> str:
+    kv_bytes = 2 * batch * ctx * kv_heads * D * DT.itemsize
+    n_sets = max(1, min(8, math.ceil(2 * L2 / kv_bytes)))
+    sets = [
+        (torch.randn(batch, 1, heads, D, device="cuda", dtype=DT),
+         *(torch.randn(batch, ctx, kv_heads, D, device="cuda", dtype=DT) for _ in range(2)))
+        for _ in range(n_sets)
+    ]  # fmt: skip
+    rep = heads // kv_heads
+    bhsd = [
+        (q.transpose(1, 2).contiguous(), *(t.transpose(1, 2).repeat_interleave(rep, 1).contiguous() for t in (k, v)))
+        for q, k, v in sets
+    ]
+    ref = F.scaled_dot_product_attention(*bhsd[0]).transpose(1, 2).float()
+    cudnn, flash = _sdpa_us(SDPBackend.CUDNN_ATTENTION, bhsd), _sdpa_us(SDPBackend.FLASH_ATTENTION, bhsd)
+    del bhsd
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+    rule = decode.num_splits_for(batch, kv_heads, 1, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
+    rows = []
+    for cfg, sp in itertools.product(configs, splits):
+
+        def run(q, k, v, cfg=cfg, sp=sp):
+            return decode.decode_attention(q, k, v, seq_lens=lens, num_splits=sp or None, config=cfg)
+
+        try:
+            err = (run(*sets[0]).float() - ref).abs().max().item()
+            assert err < 2e-2, err
+            rows.append((_graph_us(run, sets), cfg, sp or rule, err, sp == 0 and cfg is None))
+        except Exception as e:  # an illegal tile: say so, go on
+            print(f"  {cfg} splits {sp}: {type(e).__name__} {str(e)[:100]}", flush=True)
+    rows.sort()
+    name = f"B={batch} S={ctx} H={heads}/{kv_heads}"
+    for t, cfg, sp, err, default in rows[:5] + [r for r in rows[5:] if r[4]]:
+        tag = " (default)" if default else ""
+        print(
+            f"  {name} {cfg or 'default'} splits {sp}{tag}: {t:.1f} us, "
+            f"{kv_bytes / t / 1e3 / copy_bw:.2f} of copy, err {err:.1e}"
+        )
+    best, dflt = rows[0][0], next((r[0] for r in rows if r[4]), float("nan"))
+    fmt = lambda x: f"{x:.1f}" if x else "-"  # noqa: E731
+    return f"| {name} | {fmt(cudnn)} | {fmt(flash)} | {dflt:.1f} | {best:.1f} {rows[0][1]} x{rows[0][2]} |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="16x2048,16x4096,8x2048,32x2048", help="BxS[xHxHkv]")
+    ap.add_argument("--splits", default="0,1,2,3,4,6,8")
+    ap.add_argument("--configs", default=CONFIGS, help="BLOCK_N x waves x stages, comma-separated")
+    args = ap.parse_args()
+    configs = [None] + [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
+    splits = [int(s) for s in args.splits.split(",")]
+    x = torch.empty(1 << 28, device="cuda")
+    y = torch.empty_like(x)
+    copy_bw = 2 * x.numel() * 4 / (do_bench(lambda: y.copy_(x), warmup=10, rep=50) * 1e-3) / 1e9  # GB/s
+    lines = [
+        "| shape | SDPA cuDNN us | SDPA flash us | wavec default us | wavec best us (config x splits) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in args.shapes.split(","):
+        dims = [int(v) for v in s.split("x")]
+        batch, ctx, heads, kv_heads = (*dims, 32, 8) if len(dims) == 2 else dims
+        lines.append(shape_rows(batch, ctx, heads, kv_heads, configs, splits, copy_bw))
+        print(lines[-1], flush=True)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
