@@ -1,6 +1,7 @@
 """Dense split-KV decode at mid batches (issue #24's "no op slower than stock": decode B=16 over a 2048-token
 cache took 227 us a forward against cuDNN's 215) over its tiles and split counts, beside SDPA's cuDNN and
-flash backends in the same run.
+flash backends in the same run (K/V at their own heads, ``enable_gqa=True``, as transformers calls SDPA;
+``--expand``: expanded to the query heads first, as session 12's run did).
 
 Per shape (bf16, d128, q_len 1, GQA 32/8 unless given): every ``(BLOCK_N, waves, stages)`` of ``--configs``
 crossed with the split counts (``0``: the split rule, ``decode.num_splits_for``), each a CUDA-graph replay of
@@ -32,17 +33,18 @@ def _graph_us(fn, sets) -> float:
     return 1e3 * do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=60, return_mode="median") / len(sets)
 
 
-def _sdpa_us(backend, sets) -> float | None:
-    """SDPA on expanded K/V heads (transformers' ``repeat_kv``), per call in a graph, or None if refused."""
+def _sdpa_us(backend, sets, gqa: bool) -> float | None:
+    """SDPA per call in a graph (``gqa``: K/V at their own heads, ``enable_gqa=True`` as transformers calls
+    it; else expanded to the query heads, ``repeat_kv``), or None where the backend refuses."""
     try:
         with sdpa_kernel(backend):
-            return _graph_us(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), sets)
+            return _graph_us(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa), sets)
     except RuntimeError as exc:
         print(f"  ({backend} refused: {str(exc).splitlines()[0][:80]})", flush=True)
         return None
 
 
-def shape_rows(batch: int, ctx: int, heads: int, kv_heads: int, configs, splits, copy_bw: float) -> str:
+def shape_rows(batch: int, ctx: int, heads: int, kv_heads: int, configs, splits, copy_bw: float, expand: bool) -> str:
     kv_bytes = 2 * batch * ctx * kv_heads * D * DT.itemsize
     n_sets = max(1, min(8, math.ceil(2 * L2 / kv_bytes)))
     sets = [
@@ -50,13 +52,14 @@ def shape_rows(batch: int, ctx: int, heads: int, kv_heads: int, configs, splits,
          *(torch.randn(batch, ctx, kv_heads, D, device="cuda", dtype=DT) for _ in range(2)))
         for _ in range(n_sets)
     ]  # fmt: skip
-    rep = heads // kv_heads
+    rep = heads // kv_heads if expand else 1
     bhsd = [
         (q.transpose(1, 2).contiguous(), *(t.transpose(1, 2).repeat_interleave(rep, 1).contiguous() for t in (k, v)))
         for q, k, v in sets
     ]
-    ref = F.scaled_dot_product_attention(*bhsd[0]).transpose(1, 2).float()
-    cudnn, flash = _sdpa_us(SDPBackend.CUDNN_ATTENTION, bhsd), _sdpa_us(SDPBackend.FLASH_ATTENTION, bhsd)
+    ref = F.scaled_dot_product_attention(*bhsd[0], enable_gqa=not expand).transpose(1, 2).float()
+    cudnn = _sdpa_us(SDPBackend.CUDNN_ATTENTION, bhsd, not expand)
+    flash = _sdpa_us(SDPBackend.FLASH_ATTENTION, bhsd, not expand)
     del bhsd
     lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
     rule = decode.num_splits_for(batch, kv_heads, 1, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
@@ -90,6 +93,7 @@ def main() -> None:
     ap.add_argument("--shapes", default="16x2048,16x4096,8x2048,32x2048", help="BxS[xHxHkv]")
     ap.add_argument("--splits", default="0,1,2,3,4,6,8")
     ap.add_argument("--configs", default=CONFIGS, help="BLOCK_N x waves x stages, comma-separated")
+    ap.add_argument("--expand", action="store_true", help="SDPA on K/V expanded to the query heads")
     args = ap.parse_args()
     configs = [None] + [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
@@ -103,7 +107,7 @@ def main() -> None:
     for s in args.shapes.split(","):
         dims = [int(v) for v in s.split("x")]
         batch, ctx, heads, kv_heads = (*dims, 32, 8) if len(dims) == 2 else dims
-        lines.append(shape_rows(batch, ctx, heads, kv_heads, configs, splits, copy_bw))
+        lines.append(shape_rows(batch, ctx, heads, kv_heads, configs, splits, copy_bw, args.expand))
         print(lines[-1], flush=True)
     print("\n".join(lines))
 
