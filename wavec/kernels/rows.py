@@ -313,10 +313,9 @@ def plan_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int,
         tile *= 2
     if narrow:
         return tile, False, vec, 1, "rows"
-    if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit and one_pass(dtype):
-        return tile, False, vec, tile // (LN_REREAD_RUNS * unit), "layer_norm_long"
-    if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit:
-        return tile, False, vec, max(1, tile // (RUNS_PER_WAVE * unit)), "layer_norm_long"
+    if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit:  # f32 keeps its row: fewer runs a lane
+        runs = LN_REREAD_RUNS if one_pass(dtype) else RUNS_PER_WAVE
+        return tile, False, vec, max(1, tile // (runs * unit)), "layer_norm_long"
     waves = max(1, tile // (RUNS_PER_WAVE * unit))
     if kind == "rms_norm" and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
         return tile, False, vec, waves, "rms_norm_long"

@@ -258,8 +258,7 @@ MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_nor
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
 NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 # ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
-# long rows: H200 bf16 RMSNorm 4097 / 8191 0.72 / 0.62 -> 0.85 / 0.80 of copy, LayerNorm 0.59 / 0.47 ->
-# 0.70 / 0.67 (docs/reductions.md, benchmarks/rows_odd_sweep.py)
+# long rows: smaller workgroups, more resident, more bytes in flight (measured: docs/reductions.md)
 ONE_ROW_RUNS = 4
 
 
