@@ -66,15 +66,15 @@ Shape = tuple[int, int, int]
 
 
 def parse_label(label: str) -> tuple[dict[str, int], tuple[int, int]]:
-    """(subs by name, waves) of a ``times.json`` label (``BLOCK_K=64 ... waves=[2, 1]``)."""
-    head, sep, tail = label.partition(" waves=")
-    if not sep:
-        raise ValueError(f"label {label!r} names no waves")
-    subs = {k: int(v) for k, v in (p.split("=") for p in head.split())}
-    waves = tuple(int(x) for x in tail.strip("[]").split(","))
+    """(subs by name, waves) of a ``times.json`` label (``BLOCK_K=64 ... waves=[2, 1]``), read by the race
+    loader's ``refit_cost_model.parse_label`` (a round-tripping ``Candidate``)."""
+    from refit_cost_model import parse_label as candidate
+
+    cand = candidate(label)
+    waves = tuple(cand.kwargs_dict.get("waves", ()))
     if len(waves) != 2:
         raise ValueError(f"label {label!r}: waves must be two numbers")
-    return subs, (waves[0], waves[1])
+    return cand.subs_dict, (waves[0], waves[1])
 
 
 def short(label: str) -> str:
