@@ -60,12 +60,12 @@ def _rotating_us(fn, sets) -> float:
     return 1e3 * do_bench(lambda: fn(*next(it)), warmup=25, rep=100, return_mode="median")
 
 
-def _graph_us(fn, sets) -> float:
+def _graph_us(fn, sets, rep: int = 100) -> float:
     """Per call, replaying one CUDA graph of a call on every input set (rotated past the L2 as above)."""
     try:
-        ms = do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=100, return_mode="median")
+        ms = do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=rep, return_mode="median")
     except TypeError:  # a Triton without return_mode: its mean
-        ms = do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=100)
+        ms = do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=rep)
     return 1e3 * ms / len(sets)
 
 

@@ -17,20 +17,25 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench, do_bench_cudagraph
 
 from wavec.kernels import decode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from decode_attention import _graph_us as graph_us  # noqa: E402  (the dense decode benchmark's timers)
+from decode_attention import copy_bandwidth  # noqa: E402
 
 DT, D, L2 = torch.bfloat16, 128, 50 << 20
 CONFIGS = "32x1x2,32x2x2,32x2x3,32x4x2,64x1x2,64x2x2,64x2x3,64x4x2,128x2x2,128x4x2"
 
 
 def _graph_us(fn, sets) -> float:
-    return 1e3 * do_bench_cudagraph(lambda: [fn(*a) for a in sets], rep=60, return_mode="median") / len(sets)
+    return graph_us(fn, sets, rep=60)
 
 
 def _sdpa_us(backend, sets, gqa: bool) -> float | None:
@@ -97,9 +102,7 @@ def main() -> None:
     args = ap.parse_args()
     configs = [None] + [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
-    x = torch.empty(1 << 28, device="cuda")
-    y = torch.empty_like(x)
-    copy_bw = 2 * x.numel() * 4 / (do_bench(lambda: y.copy_(x), warmup=10, rep=50) * 1e-3) / 1e9  # GB/s
+    copy_bw = copy_bandwidth() / 1e9  # GB/s
     lines = [
         "| shape | SDPA cuDNN us | SDPA flash us | wavec default us | wavec best us (config x splits) |",
         "|---|---|---|---|---|",

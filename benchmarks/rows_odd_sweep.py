@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import torch
-import triton.testing
 
 from wavec.kernels import rows, rows_odd
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rows_sweep import _us, row_inputs  # noqa: E402  (the aligned sweep's inputs and timer)
+
 F = torch.nn.functional
-BYTES = 256 << 20
 DEFAULT = rows_odd.odd_config
-
-
-def _us(fn: Callable[[], Any]) -> float:
-    return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def layout(runs: int, one: bool) -> None:
@@ -89,11 +85,7 @@ def main() -> None:
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
     print(*lines, sep="\n", flush=True)
     for n in lengths:
-        m = BYTES // (n * dt.itemsize)
-        x = torch.randn(m, n, device="cuda", dtype=dt)
-        w, b = torch.randn(n, device="cuda", dtype=dt), torch.randn(n, device="cuda", dtype=dt)
-        y = torch.empty_like(x)
-        t_copy = _us(lambda: y.copy_(x))
+        x, w, b, _y, t_copy = row_inputs(n, dt)
         for kind in kinds:
             lines += sweep(kind, n, x, w, b, t_copy)
     layout(0, False)

@@ -99,6 +99,15 @@ def time_layouts(kind: str, dtype: Any, n: int, args: tuple, want: Any, y: Any, 
     return lines
 
 
+def row_inputs(n: int, tdtype: Any) -> tuple[Any, Any, Any, Any, float]:
+    """(x [M, n] of ``BYTES``, weight, bias, an output like x, a device copy of x's bytes in microseconds)."""
+    m = BYTES // (n * tdtype.itemsize)
+    x = torch.randn(m, n, device="cuda", dtype=tdtype)
+    w, b = torch.randn(n, device="cuda", dtype=tdtype), torch.randn(n, device="cuda", dtype=tdtype)
+    y = torch.empty_like(x)
+    return x, w, b, y, _us(lambda: y.copy_(x))
+
+
 def main() -> None:
     arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
     lengths = [int(v) for v in arg("--lengths", "4096,8192,16384").split(",")]
@@ -111,11 +120,7 @@ def main() -> None:
     ]
     print(*lines, sep="\n", flush=True)
     for n in lengths:
-        m = BYTES // (n * tdtype.itemsize)
-        x = torch.randn(m, n, device="cuda", dtype=tdtype)
-        w, b = torch.randn(n, device="cuda", dtype=tdtype), torch.randn(n, device="cuda", dtype=tdtype)
-        y = torch.empty_like(x)
-        t_copy = _us(lambda: y.copy_(x))
+        x, w, b, y, t_copy = row_inputs(n, tdtype)
         for kind in kinds:
             want, args = {
                 "softmax": lambda: (torch.softmax(x, -1), (x, y)),
