@@ -48,12 +48,12 @@ def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
     return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
 
 
-def odd_constraints(block_j: int, waves: int, vec: int, tpw: int = 32, rows: int | None = None) -> list:
+def odd_constraints(block_j: int, waves: int, vec: int, tpw: int, rows: int) -> list:
     """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, ``rows``
-    per workgroup (default ``rows_per_workgroup``'s)."""
+    per workgroup (the makers': ``odd_config``'s, else ``rows_per_workgroup``'s)."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
     return [
-        wc.WorkgroupConstraint(M, rows or rows_per_workgroup(waves, tpw), 0),
+        wc.WorkgroupConstraint(M, rows, 0),
         wc.WaveConstraint(M, 1),
         wc.WorkgroupConstraint(J, block_j, 1),
         *split,
