@@ -8,12 +8,18 @@ error against an f32 product (docs/perf_model.md, "wgmma ranking (session 11)").
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
 import triton
 
 from wavec.frontend.symbols import sym
 from wavec.kernels.gemm import matmul
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from refit_cost_model import parse_label  # noqa: E402
 
 CASES = {
     (128, 12288, 4096): [
@@ -30,10 +36,9 @@ CASES = {
 
 
 def parse(label: str) -> tuple[dict, tuple[int, ...]]:
-    """(subs, waves) of a race label."""
-    head, w = label.split(" waves=")
-    subs = {sym(k): int(v) for k, v in (p.split("=") for p in head.split())}
-    return subs, tuple(int(x) for x in w.strip("[]").split(","))
+    """(subs, waves) of a race label, read by the race loader's ``refit_cost_model.parse_label``."""
+    cand = parse_label(label)
+    return {sym(k): v for k, v in cand.subs_dict.items()}, tuple(cand.kwargs_dict["waves"])
 
 
 def main() -> None:
