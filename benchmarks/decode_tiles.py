@@ -1,7 +1,8 @@
 """Dense split-KV decode at mid batches (issue #24's "no op slower than stock": decode B=16 over a 2048-token
 cache took 227 us a forward against cuDNN's 215) over its tiles and split counts, beside SDPA's cuDNN and
 flash backends in the same run (K/V at their own heads, ``enable_gqa=True``, as transformers calls SDPA;
-``--expand``: expanded to the query heads first, as session 12's run did).
+``--expand``: expanded to the query heads first, as session 12's run did; ``--layout bhsd``: the caches
+are transposed views of [B, Hkv, S, D], transformers' layout, which SDPA reads contiguous).
 
 Per shape (bf16, d128, q_len 1, GQA 32/8 unless given): every ``(BLOCK_N, waves, stages)`` of ``--configs``
 crossed with the split counts (``0``: the split rule, ``decode.num_splits_for``), each a CUDA-graph replay of
@@ -49,12 +50,22 @@ def _sdpa_us(backend, sets, gqa: bool) -> float | None:
         return None
 
 
-def shape_rows(batch: int, ctx: int, heads: int, kv_heads: int, configs, splits, copy_bw: float, expand: bool) -> str:
+def cache(batch: int, ctx: int, kv_heads: int, layout: str) -> torch.Tensor:
+    """A [B, S, Hkv, D] cache: contiguous (``bshd``) or a transposed view of a contiguous [B, Hkv, S, D]
+    (``bhsd``: transformers' cache, which SDPA then reads contiguous and wavec in place)."""
+    if layout == "bshd":
+        return torch.randn(batch, ctx, kv_heads, D, device="cuda", dtype=DT)
+    return torch.randn(batch, kv_heads, ctx, D, device="cuda", dtype=DT).transpose(1, 2)
+
+
+def shape_rows(
+    batch: int, ctx: int, heads: int, kv_heads: int, configs, splits, copy_bw: float, expand: bool, layout: str
+) -> str:
     kv_bytes = 2 * batch * ctx * kv_heads * D * DT.itemsize
     n_sets = max(1, min(8, math.ceil(2 * L2 / kv_bytes)))
     sets = [
         (torch.randn(batch, 1, heads, D, device="cuda", dtype=DT),
-         *(torch.randn(batch, ctx, kv_heads, D, device="cuda", dtype=DT) for _ in range(2)))
+         *(cache(batch, ctx, kv_heads, layout) for _ in range(2)))
         for _ in range(n_sets)
     ]  # fmt: skip
     rep = heads // kv_heads if expand else 1
@@ -99,6 +110,7 @@ def main() -> None:
     ap.add_argument("--splits", default="0,1,2,3,4,6,8")
     ap.add_argument("--configs", default=CONFIGS, help="BLOCK_N x waves x stages, comma-separated")
     ap.add_argument("--expand", action="store_true", help="SDPA on K/V expanded to the query heads")
+    ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd", help="the caches' memory order")
     args = ap.parse_args()
     configs = [None] + [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
@@ -110,7 +122,7 @@ def main() -> None:
     for s in args.shapes.split(","):
         dims = [int(v) for v in s.split("x")]
         batch, ctx, heads, kv_heads = (*dims, 32, 8) if len(dims) == 2 else dims
-        lines.append(shape_rows(batch, ctx, heads, kv_heads, configs, splits, copy_bw, args.expand))
+        lines.append(shape_rows(batch, ctx, heads, kv_heads, configs, splits, copy_bw, args.expand, args.layout))
         print(lines[-1], flush=True)
     print("\n".join(lines))
 
