@@ -108,6 +108,7 @@ def _build(
     from .codegen.binary import parse_executable
     from .codegen.emitter import emit_kernel
     from .codegen.iree_compile import compile_hal_executable, dump_file
+    from .codegen.l2_prefetch import with_l2_prefetch
     from .codegen.launch_bounds import with_min_workgroups
     from .codegen.ptxas import assemble, find_ptxas
     from .passes.context import PassContext
@@ -115,7 +116,13 @@ def _build(
     from .target import get_target
 
     target = get_target(target_name)
-    bound = cs.scheduling.min_workgroups_per_sm
+    bound, prefetch = cs.scheduling.min_workgroups_per_sm, cs.scheduling.l2_prefetch
+    if prefetch is not None and target.binary_format != "ptx":
+        raise ConstraintError(
+            cs.scheduling.loc,
+            message=f"SchedulingConstraint(l2_prefetch={prefetch}): an L2 prefetch size of NVIDIA targets "
+            f"(PTX cp.async .L2::{prefetch}B); {target_name} has none: leave it None there",
+        )
     if bound is not None and target.binary_format != "ptx":
         raise ConstraintError(
             cs.scheduling.loc,
@@ -137,8 +144,11 @@ def _build(
     if target.binary_format == "ptx":
         ptx = gpu.image if isinstance(gpu.image, str) else gpu.image.decode()
         _check_ptx(ptx, trace)
+        if prefetch is not None:
+            ptx = with_l2_prefetch(ptx, prefetch, cs.scheduling.loc)
         if bound is not None:
             ptx = with_min_workgroups(ptx, bound, cs.scheduling.loc)
+        if bound is not None or prefetch is not None:
             dump_file(kernel.name, target, "ptx", ptx.encode())  # the dump shows what ptxas assembles
         image, fmt = ptx.encode(), "ptx"
         if find_ptxas() is not None:

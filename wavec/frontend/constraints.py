@@ -151,7 +151,9 @@ class SchedulingConstraint:
     a ``ConstraintError``); None leaves the register count to ptxas; ``intra_wg_overlap``: an
     attention-shaped wgmma loop (scores ``Q Kᵀ``, a softmax, ``P V``) computes the next tile's scores while
     this tile's softmax runs (``passes/hopper/intra_warpgroup_overlap.py``; sm_90a wgmma, TMA, num_stages >=
-    3, else a ``ConstraintError`` saying why).  A kernel without a SchedulingConstraint gets these defaults."""
+    3, else a ``ConstraintError`` saying why); ``l2_prefetch``: bytes (64, 128 or 256) the L2 fetches from DRAM
+    for a ``cp.async`` copy's missed sector (PTX ``.L2::128B``; NVIDIA targets only, else a
+    ``ConstraintError``; ``codegen/l2_prefetch.py``), None: the hardware's default.  A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -165,6 +167,7 @@ class SchedulingConstraint:
     prefetch_fragments: bool = False
     min_workgroups_per_sm: int | None = None
     intra_wg_overlap: bool = False
+    l2_prefetch: int | None = None
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
@@ -190,6 +193,11 @@ class SchedulingConstraint:
             raise ConstraintError(
                 self.loc,
                 message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}",
+            )
+        if self.l2_prefetch is not None and (type(self.l2_prefetch) is not int or self.l2_prefetch not in (64, 128, 256)):
+            raise ConstraintError(
+                self.loc,
+                message=f"SchedulingConstraint(l2_prefetch={self.l2_prefetch!r}): expected None, 64, 128 or 256",
             )
 
 
