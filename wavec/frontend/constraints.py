@@ -116,6 +116,9 @@ class HardwareConstraint:
 ASYNC_COPIES = ("auto", "tma", "tma-mbarrier", "tma-barrier", "cp.async")
 
 
+CLUSTERS = ((1, 1), (2, 1), (1, 2))  # 2-CTA clusters: one operand multicast, the other per CTA
+
+
 @dataclass(frozen=True)
 class SchedulingConstraint:
     """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
@@ -151,7 +154,12 @@ class SchedulingConstraint:
     a ``ConstraintError``); None leaves the register count to ptxas; ``intra_wg_overlap``: an
     attention-shaped wgmma loop (scores ``Q Kᵀ``, a softmax, ``P V``) computes the next tile's scores while
     this tile's softmax runs (``passes/hopper/intra_warpgroup_overlap.py``; sm_90a wgmma, TMA, num_stages >=
-    3, else a ``ConstraintError`` saying why).  A kernel without a SchedulingConstraint gets these defaults."""
+    3, else a ``ConstraintError`` saying why); ``cluster``: thread-block clusters of (along workgroup axis 0,
+    along axis 1) workgroups, (1, 1) (off), (2, 1) or (1, 2): the two workgroups of a cluster share one
+    operand's tile (B's along axis 0, A's along axis 1), each loads half of it by TMA multicast into
+    both (``passes/hopper/cluster_launch.py``; sm_90a, TMA with empty mbarriers, no persistent grid, the
+    CUDA backend, else a ``ConstraintError`` saying why).  A kernel without a SchedulingConstraint gets
+    these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -165,6 +173,7 @@ class SchedulingConstraint:
     prefetch_fragments: bool = False
     min_workgroups_per_sm: int | None = None
     intra_wg_overlap: bool = False
+    cluster: tuple[int, int] = (1, 1)
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
@@ -190,6 +199,10 @@ class SchedulingConstraint:
             raise ConstraintError(
                 self.loc,
                 message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}",
+            )
+        if self.cluster not in CLUSTERS:
+            raise ConstraintError(
+                self.loc, message=f"SchedulingConstraint(cluster={self.cluster!r}): expected one of {CLUSTERS}"
             )
 
 
