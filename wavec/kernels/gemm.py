@@ -212,7 +212,7 @@ def matmul(
     run = _DISPATCH.get(key)
     if run is None:
         req = GemmRequest(
-            mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments), tuple(cluster)
+            mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments), (cluster[0], cluster[1])
         )
         run = _DISPATCH.remember(key, matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32))
     return run(a, b)
