@@ -51,7 +51,12 @@ def _ptx(dtype: str, cluster, ws: bool, bn: int) -> tuple[str, KernelMetadata]:
     return re.sub(r"[ \t]+", " ", k.artifact.binary.decode()), k.artifact.metadata
 
 
-CASES = [("bf16", (2, 1), False, 256), ("f16", (2, 1), True, 128), ("bf16", (1, 2), True, 256), ("f16", (1, 2), False, 128)]
+CASES = [
+    ("bf16", (2, 1), False, 256),
+    ("f16", (2, 1), True, 128),
+    ("bf16", (1, 2), True, 256),
+    ("f16", (1, 2), False, 128),
+]
 
 
 @pytest.mark.parametrize(("dtype", "cluster", "ws", "bn"), CASES)

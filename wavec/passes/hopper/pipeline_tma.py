@@ -180,7 +180,7 @@ def pipeline_tma(
         )
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
     warps *= CLUSTER_SIZE if clustered else 1  # both workgroups' consumers release a multicast stage
-    counts = {"count": stages, "empty_arrivals": warps, "dim": dim, "cluster": clustered}
+    counts = {"count": stages, "empty_arrivals": warps, "dim": dim, **({"cluster": True} if clustered else {})}
     init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
     mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
@@ -201,7 +201,7 @@ def pipeline_tma(
     _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first, mbarriers=init)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
         arrive = {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo}
-        arrive["remote"] = clustered
+        arrive.update({"remote": True} if clustered else {})
         _node(sub, MBarrierArrive, (), arrive, "mbarrier_arrive", first, mbarriers=init)
     outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
