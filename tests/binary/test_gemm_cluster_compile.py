@@ -136,6 +136,12 @@ def test_refusals(flags: dict, why: str) -> None:
         wc.compile(kernel, _subs(256, group), target="sm_90a", backend=backend, cache=False)
 
 
+def test_odd_group_refused() -> None:
+    """Clusters along M in the grouped order: workgroups 2i, 2i + 1 share a column only for even groups."""
+    with pytest.raises(ConstraintError, match="even group_size"):
+        wc.compile(_kernel("bf16", (2, 1)), _subs(256, 3), target="sm_90a", backend="cuda", cache=False)
+
+
 def test_static_odd_tiles_refused() -> None:
     """A bound M of an odd tile count would need a padding workgroup whose stores are proved in bounds."""
     kernel = _kernel("bf16", (2, 1))

@@ -11,7 +11,8 @@ twice the warps).
 
 Requires (else a ``ConstraintError``): sm_90a, exactly one root-graph TMA loop released by empty
 mbarriers, no persistent grid, no ``reverse_axis0``; a (1, 2) cluster with ``group_size`` 1 (the grouped
-order linearises the grid along x).  Guarantees: ``ctx.cluster`` = the launch's cluster dimensions;
+order linearises the grid along x), a (2, 1) one with ``group_size`` 1 or even (workgroups 2i and 2i + 1
+of the grouped order then share a column of tiles).  Guarantees: ``ctx.cluster`` = the launch's cluster dimensions;
 the grid's cluster axis is a multiple of 2 (a padding workgroup past the last tile loads its half of
 the shared tile and masks every store); ``reorder_workgroups`` pads its tile count the same way
 (:func:`cluster_tiles`), so the two workgroups of a cluster share the multicast operand's tile.
@@ -74,6 +75,8 @@ def check_cluster(trace: Trace, ctx: PassContext) -> None:
         raise _refuse(trace, cs, f"the kernel has no workgroup axis {axis}")
     if axis == 1 and cs.group_size > 1:
         raise _refuse(trace, cs, "a cluster along axis 1 needs group_size = 1 (the grouped order runs along x)")
+    if axis == 0 and cs.group_size % CLUSTER_SIZE and cs.group_size > 1:  # a pair would straddle two columns
+        raise _refuse(trace, cs, f"the grouped order needs an even group_size, not {cs.group_size}")
 
 
 def cluster_launch(trace: Trace, ctx: PassContext) -> None:
