@@ -160,3 +160,41 @@ def test_cluster_launch_structs_follow_cuda_h() -> None:
     assert ctypes.sizeof(_Attribute) == 72 and _Attribute.value.offset == 8
     assert ctypes.sizeof(_Config) == 56 and _Config.hStream.offset == 32 and _Config.attrs.offset == 40
     assert _Config.numAttrs.offset == 48
+
+
+def test_cluster_launcher_packs_the_config(monkeypatch) -> None:
+    """``cluster_launcher`` hands libcuda one CUlaunchConfig with the grid, block, shared bytes, stream and
+    one cluster-dimension attribute, and the kernel's parameter array (a fake libcuda reads them back)."""
+    from wavec.runtime import cluster_launch as cl
+
+    seen = {}
+    proto = ctypes.CFUNCTYPE(
+        ctypes.c_int, ctypes.POINTER(cl._Config), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+    )
+
+    def fake(config, fn, params, extra) -> int:
+        c = config.contents
+        attr = c.attrs[0]
+        seen.update(
+            grid=(c.gridDimX, c.gridDimY, c.gridDimZ), block=(c.blockDimX, c.blockDimY, c.blockDimZ),
+            shared=c.sharedMemBytes, stream=c.hStream, n=c.numAttrs, id=attr.id,
+            dims=(attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z),
+            fn=fn, params=params, extra=extra,
+        )  # fmt: skip
+        return 0
+
+    callback = proto(fake)
+
+    class FakeLib:
+        cuLaunchKernelEx = ctypes.cast(callback, ctypes.CFUNCTYPE(ctypes.c_int))
+
+    monkeypatch.setattr(cl.ctypes, "CDLL", lambda name: FakeLib())
+    launch = cl.cluster_launcher((2, 1, 1), "k")
+    err = launch(
+        ctypes.c_void_p(0x1234), 8, 3, 1, 384, 1, 1, 200_000, ctypes.c_void_p(0x77), ctypes.c_void_p(0x99), None
+    )
+    assert err == 0
+    assert seen == {
+        "grid": (8, 3, 1), "block": (384, 1, 1), "shared": 200_000, "stream": 0x77, "n": 1,
+        "id": cl.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, "dims": (2, 1, 1), "fn": 0x1234, "params": 0x99, "extra": None,
+    }  # fmt: skip
