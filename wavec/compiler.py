@@ -175,6 +175,7 @@ def _build(
         signature=tuple(trace.signature),
         tensor_maps=tuple(TensorMapSpec(m.arg, m.dtype, m.box, m.swizzle) for m in iface.tensor_maps),
         bounds_checks=iface.bounds_checks,
+        cluster=iface.cluster,
     )
     return Artifact(target=target_name, format=fmt, binary=bytes(image), metadata=meta, mlir=iface.located_mlir)
 
@@ -324,6 +325,13 @@ def compile(
     t0 = time.perf_counter()
     trace = kernel.trace()
     cs = ConstraintSet(kernel.constraints, subs)
+    if backend == "emulator" and cs.scheduling.cluster != (1, 1):
+        raise ConstraintError(
+            cs.scheduling.loc,
+            message=f"SchedulingConstraint(cluster={cs.scheduling.cluster}): the emulator runs workgroups one "
+            "after another and has no thread-block clusters (TMA multicast, remote mbarriers); compile for "
+            "backend='cuda' (target sm_90a), or leave cluster=(1, 1) to emulate",
+        )
     # The definition site is part of the key: the artifact's error messages name it.
     source = f"{format_trace(trace)}\n# defined at {trace.loc.filename}:{trace.loc.line}"
     _check_subs(kernel.name, subs, source, kernel.constraints)

@@ -64,7 +64,13 @@ def test_passes_are_in_the_pipeline() -> None:
         < PASS_NAMES.index("layout_wgmma_operands")
         < PASS_NAMES.index("infer_indices")
     )
-    assert PASS_NAMES[-4:] == ["insert_wgmma_fences", "intra_warpgroup_overlap", "warp_specialize", "persistent_grid"]
+    assert PASS_NAMES[-5:] == [
+        "insert_wgmma_fences",
+        "intra_warpgroup_overlap",
+        "warp_specialize",
+        "persistent_grid",
+        "cluster_launch",
+    ]
 
 
 def test_operand_tiles_get_the_core_matrix_layout() -> None:

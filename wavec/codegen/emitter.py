@@ -43,6 +43,7 @@ class KernelInterface:
     tensor_maps: tuple = ()  # TensorMapRequest of the TMA tensor maps, read from one binding after the tensors
     bounds_checks: tuple = ()  # WAVEC_CHECK_BOUNDS: (file:line, code, op, memory, dim) per check id (last binding)
     located_mlir: str = ""  # the module with ``loc(...)`` of every op (the kernel line of the DSL call)
+    cluster: tuple[int, int, int] = (1, 1, 1)  # thread-block cluster dimensions (a cluster launch when not 1s)
 
 
 def _dynamic_symbols(trace: Trace, ctx: PassContext) -> list[sympy.Symbol]:
@@ -327,6 +328,7 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         tensor_maps=tuple(ctx.tensor_maps),
         bounds_checks=tuple(fb.bounds_checks),
         located_mlir=located,
+        cluster=ctx.cluster,
     )
     return out, iface
 

@@ -261,6 +261,10 @@ class FunctionBuilder:
         with ir.InsertionPoint(self.ret):
             self.hardware_symbols()
             self.lower_graph(self.trace.graph)
+            if self.ctx.cluster != (1, 1, 1):  # no workgroup exits while its peer multicasts into it
+                from .hopper.tma import cluster_barrier
+
+                cluster_barrier()
 
     def lower_graph(self, g: fx.Graph, nodes: list | None = None) -> None:
         for node in g.nodes if nodes is None else nodes:

@@ -116,6 +116,9 @@ class HardwareConstraint:
 ASYNC_COPIES = ("auto", "tma", "tma-mbarrier", "tma-barrier", "cp.async")
 
 
+CLUSTERS = ((1, 1), (2, 1), (1, 2))  # 2-CTA clusters: one operand multicast, the other per CTA
+
+
 @dataclass(frozen=True)
 class SchedulingConstraint:
     """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
@@ -153,7 +156,12 @@ class SchedulingConstraint:
     this tile's softmax runs (``passes/hopper/intra_warpgroup_overlap.py``; sm_90a wgmma, TMA, num_stages >=
     3, else a ``ConstraintError`` saying why); ``l2_prefetch``: bytes (64, 128 or 256) the L2 fetches from DRAM
     for a ``cp.async`` copy's missed sector (PTX ``.L2::128B``; NVIDIA targets only, else a
-    ``ConstraintError``; ``codegen/l2_prefetch.py``), None: the hardware's default.  A kernel without a SchedulingConstraint gets these defaults."""
+    ``ConstraintError``; ``codegen/l2_prefetch.py``), None: the hardware's default; ``cluster``: thread-block
+    clusters of (along workgroup axis 0, along axis 1) workgroups, (1, 1) (off), (2, 1) or (1, 2): the two
+    workgroups of a cluster share one operand's tile (B's along axis 0, A's along axis 1), each loads half of
+    it by TMA multicast into both (``passes/hopper/cluster_launch.py``; sm_90a, TMA with empty mbarriers, no
+    persistent grid, the CUDA backend, else a ``ConstraintError`` saying why).  A kernel without a
+    SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -168,6 +176,7 @@ class SchedulingConstraint:
     min_workgroups_per_sm: int | None = None
     intra_wg_overlap: bool = False
     l2_prefetch: int | None = None
+    cluster: tuple[int, int] = (1, 1)
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
@@ -194,10 +203,14 @@ class SchedulingConstraint:
                 self.loc,
                 message=f"SchedulingConstraint(async_copy={self.async_copy!r}): expected one of {ASYNC_COPIES}",
             )
-        if self.l2_prefetch is not None and (type(self.l2_prefetch) is not int or self.l2_prefetch not in (64, 128, 256)):
+        prefetch = self.l2_prefetch
+        if prefetch is not None and (type(prefetch) is not int or prefetch not in (64, 128, 256)):
             raise ConstraintError(
-                self.loc,
-                message=f"SchedulingConstraint(l2_prefetch={self.l2_prefetch!r}): expected None, 64, 128 or 256",
+                self.loc, message=f"SchedulingConstraint(l2_prefetch={prefetch!r}): expected None, 64, 128 or 256"
+            )
+        if self.cluster not in CLUSTERS:
+            raise ConstraintError(
+                self.loc, message=f"SchedulingConstraint(cluster={self.cluster!r}): expected one of {CLUSTERS}"
             )
 
 

@@ -172,6 +172,7 @@ def matmul(
     config: tuple[dict, tuple[int, int]] | None = None,
     prefetch_fragments: bool = True,
     allow_tf32: bool = False,
+    cluster: tuple[int, int] = (1, 1),
 ):
     """``a @ b.T`` for torch tensors a [M, K], b [N, K] (f16 or bf16) into a new tensor of ``out_dtype``:
     a's dtype (None, the default, as ``torch.matmul``; rounded from the f32 accumulator) or
@@ -196,18 +197,23 @@ def matmul(
     ``config="rank"``: the tile the configuration ranking model picks per shape among the tuner's space
     of the MMA kind (mma.sync, or wgmma's with ``mma="wgmma"`` and M > 16; ``tuning.rank_plan``; opt-in:
     its first call compiles the space, minutes);
-    ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare)."""
+    ``prefetch_fragments``: mma.sync tiles' fragment prefetch (False to compare).  ``cluster``: (2, 1) or
+    (1, 2) launches the wgmma tiles as 2-workgroup clusters along M or N that TMA-multicast the shared
+    operand's tile (B's or A's), half from each (``mma="wgmma"`` only, no persistent grid; opt-in, default
+    (1, 1): ``SchedulingConstraint.cluster``)."""
     # A repeated call is one dict lookup (docs/performance.md, "Host path"); a config's substitutions key
     # by their symbols, whose hashes sympy caches (printing them is what costs).
     try:
         cfg = config if config is None or config == "rank" else (tuple(config[0].items()), tuple(config[1]))
     except (AttributeError, TypeError, IndexError, KeyError):
         raise wc.WavecError(message=f"matmul: config must be (subs dict, waves tuple), got {config!r}") from None
-    opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32)
+    opts = (mma, async_copy, warp_specialize, persistent, split, cfg, prefetch_fragments, allow_tf32, tuple(cluster))
     key = (tensor_key(a), tensor_key(b), backend, out_dtype, opts)
     run = _DISPATCH.get(key)
     if run is None:
-        req = GemmRequest(mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments))
+        req = GemmRequest(
+            mma, async_copy, warp_specialize, persistent, split, cfg, bool(prefetch_fragments), (cluster[0], cluster[1])
+        )
         run = _DISPATCH.remember(key, matmul_runner(a, b, backend, out_dtype, req, None, allow_tf32))
     return run(a, b)
 

@@ -53,6 +53,7 @@ class PassContext:
     stage_start: dict[sympy.Symbol, sympy.Expr] = field(default_factory=dict)  # loop dim -> initial stage
     persistent: PersistentGrid | None = None
     producer_threads: int = 0  # threads beyond the wave grid's (warp_specialize: one producer warpgroup)
+    cluster: tuple[int, int, int] = (1, 1, 1)  # thread-block cluster dimensions of the launch (cluster_launch)
     check_bounds: bool = False  # WAVEC_CHECK_BOUNDS: codegen checks every dynamic index (a bounds record binding)
     run_caps: dict[sympy.Symbol, int] = field(default_factory=dict)  # dynamic dim -> longest run (a narrow variant)
     # None: dense row-major bindings; else a strided variant (every argument's outer strides are launch values)

@@ -14,6 +14,7 @@ from .coarsen_loads import coarsen_loads
 from .context import PassContext
 from .convert_layouts import convert_layouts
 from .expand import expand
+from .hopper.cluster_launch import cluster_launch
 from .hopper.insert_wgmma_fences import insert_wgmma_fences
 from .hopper.intra_warpgroup_overlap import intra_warpgroup_overlap
 from .hopper.layout_wgmma_operands import layout_wgmma_operands
@@ -70,6 +71,7 @@ HOPPER: list[tuple[str, str, Pass, str]] = [
     ),
     ("intra_warpgroup_overlap", "warp_specialize", warp_specialize, "moves the fenced TMA fills to a producer"),
     ("warp_specialize", "persistent_grid", persistent_grid, "wraps the finished body in the tile loop"),
+    ("persistent_grid", "cluster_launch", cluster_launch, "checks the finished TMA pipeline; pads the grid last"),
 ]
 
 

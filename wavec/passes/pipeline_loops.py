@@ -170,7 +170,9 @@ def _tma(trace: Trace, ctx: PassContext, iterate: fx.Node, pairs: list[Pair], st
     if specs is not None:
         war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
         war = war if chains_only(sub) else "barrier"  # a general body: the barrier after the full wait
-        pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws else war)
+        # a producer or a cluster peer refills a stage only on the consumers' release: empty mbarriers
+        clustered = ctx.constraints.scheduling.cluster != (1, 1) and chains_only(sub)
+        pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws or clustered else war)
         return True
     if ws:
         raise ConstraintError(

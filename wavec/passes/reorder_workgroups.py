@@ -15,6 +15,7 @@ from ..errors import ConstraintError
 from ..frontend.tracing import Trace
 from ..indexing.symbols import PID, WORKGROUP
 from .context import PassContext
+from .hopper.cluster_launch import cluster_tiles
 
 
 def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
@@ -33,8 +34,7 @@ def reorder_workgroups(trace: Trace, ctx: PassContext) -> None:
     if g <= 1 or 0 not in by_axis or 1 not in by_axis:
         return
     d0, d1 = by_axis[0], by_axis[1]
-    n0 = sympy.ceiling(cs.resolve(d0) / cs.wg_tile[d0])
-    n1 = sympy.ceiling(cs.resolve(d1) / cs.wg_tile[d1])
+    n0, n1 = cluster_tiles(cs, d0), cluster_tiles(cs, d1)  # a 2-workgroup cluster: whole clusters along x
     width = g * n1
     first = sympy.floor(PID / width) * g
     size = sympy.Min(n0 - first, g)

@@ -97,6 +97,7 @@ class Staging:
     mapping: dict[sympy.Symbol, Expr] | None = by("pipeline_loops")  # an async copy's read mapping
     mappings: tuple[Mapping[sympy.Symbol, Expr] | None, ...] = by("pipeline_loops")  # per TMA map
     maps: tuple[int, ...] = by("pipeline_loops")  # a TMA fill's tensor maps (ctx.tensor_maps indices)
+    multicast: tuple[bool, ...] = by("pipeline_loops")  # per TMA map: a cluster's shared tile, half per workgroup
     mbarriers: fx.Node = by("pipeline_loops", "warp_specialize", "persistent_grid")  # the MBarrierInit
     wgmma_groups_in_flight: int = by("pipeline_loops")  # iterate: wgmma groups left running per iteration
 
@@ -163,6 +164,8 @@ class HopperArgs:
     consumers: int = by("warp_specialize")  # consumer threads
     regs: tuple[int, int] = by("warp_specialize")  # setmaxnreg of (producer, consumer)
     fence_maps: bool = by("warp_specialize")
+    cluster: bool = by("pipeline_loops")  # MBarrierInit: a 2-workgroup cluster (a cluster barrier after init)
+    remote: bool = by("pipeline_loops")  # MBarrierArrive: also arrive on the cluster peer's empty mbarrier
     tiles: Expr = by("persistent_grid")
     remap: dict[sympy.Symbol, Expr] = by("persistent_grid")
     barrier: bool = by("persistent_grid")

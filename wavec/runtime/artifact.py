@@ -93,7 +93,8 @@ class KernelMetadata:
         ``bounds_checks``: with ``WAVEC_CHECK_BOUNDS``, per checked access (its id in the bounds record, one
         more binding after those) ``(file:line, source code, op, memory argument, dimension)`` (``runtime/bounds.py``);
         ``signature``: every argument's name in the order of the kernel's ``def`` (scalars may stand anywhere
-        there; the bindings above stay tensors first), the order a call's positional arguments follow.
+        there; the bindings above stay tensors first), the order a call's positional arguments follow;
+        ``cluster``: thread-block cluster dimensions, launched with ``cuLaunchKernelEx`` when not all 1.
     """
 
     kernel: str
@@ -113,6 +114,7 @@ class KernelMetadata:
     tensor_maps: tuple[TensorMapSpec, ...] = ()
     bounds_checks: tuple[tuple[str, str, str, str, str], ...] = ()
     signature: tuple[str, ...] = ()
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def label(self) -> str:
@@ -144,6 +146,7 @@ class KernelMetadata:
             tensor_maps=tuple(TensorMapSpec.from_json(m) for m in d.get("tensor_maps", [])),
             bounds_checks=tuple(_strings(c, 5, "bounds_checks") for c in d.get("bounds_checks", [])),
             signature=tuple(_typed(n, str, "signature") for n in d.get("signature", [])),
+            cluster=_cluster(d.get("cluster", [1, 1, 1])),
         )
 
 
@@ -229,6 +232,13 @@ def _to_json(obj: Any) -> dict[str, Any]:
         return v.to_json() if hasattr(v, "to_json") else v
 
     return {f.name: value(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _cluster(item: Any) -> tuple[int, int, int]:
+    if not isinstance(item, list) or len(item) != 3:
+        raise CacheError(message=f"metadata: cluster should be a list of 3 ints, got {item!r}")
+    x, y, z = (_typed(v, int, "cluster") for v in item)
+    return (x, y, z)
 
 
 def _opt_int(value: Any, what: str) -> int | None:

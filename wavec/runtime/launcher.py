@@ -174,6 +174,10 @@ class CudaKernel:
         self._check(self._drv.cuInit(0)[0], "cuInit")
         # the ctypes launch only with the real driver (the unit tests' fakes run on CPU tensors)
         self._c_launch = _libcuda_launch() if self._device_type == "cuda" else None
+        if meta.cluster != (1, 1, 1) and self._device_type == "cuda":  # multicasts need the peer: cuLaunchKernelEx
+            from wavec.runtime.cluster_launch import cluster_launcher
+
+            self._c_launch = cluster_launcher(meta.cluster, meta.label)
         self._fn_ptrs: dict[int, ctypes.c_void_p] = {}  # device -> the CUfunction, for the ctypes launch
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())

@@ -247,8 +247,11 @@ class GemmRequest:
     split: int | str | None = None
     config: tuple | None = None
     prefetch_fragments: bool = True
+    cluster: tuple[int, int] = (1, 1)
 
     def __post_init__(self) -> None:
+        if self.cluster != (1, 1) and self.mma not in ("wgmma", "auto"):
+            raise wc.WavecError(message=f"matmul: cluster={self.cluster} needs mma='wgmma' (TMA multicast, sm_90a)")
         if self.split not in (None, "auto") and (not isinstance(self.split, int) or self.split < 1):
             raise wc.WavecError(message=f"matmul: split must be None, 'auto' or a positive int, got {self.split!r}")
         if self.mma != "auto":  # matmul resolves "auto" for the tensors' device before planning
@@ -268,8 +271,13 @@ def plan_matmul(m: int, n: int, k: int, req: GemmRequest, device: Device | str |
         planned = not explicit and req.async_copy == "auto" and k % 8 == 0  # TMA needs 16-byte rows of K
         ws = base.warp_specialize and planned if req.warp_specialize is None else req.warp_specialize
         pers = base.persistent and planned if req.persistent is None else req.persistent
-        flags = schedule(async_copy=req.async_copy, warp_specialize=ws, persistent=pers, split_epilogue=True)
+        pers = pers and (req.cluster == (1, 1) or req.persistent is True)  # clusters: no persistent grid yet
+        flags = schedule(
+            async_copy=req.async_copy, warp_specialize=ws, persistent=pers, split_epilogue=True, cluster=req.cluster
+        )
         plan = replace(base, schedule=flags)
+        if req.cluster == (1, 2):  # the grouped order linearises the grid along x: clusters along N need it off
+            plan = replace(plan, group_m=1)
     else:
         subs, waves, rule = splitk_config(m, n, k, device)
         split = rule if req.split == "auto" else int(req.split or 1)  # __post_init__: "auto" or an int

@@ -22,6 +22,7 @@ from .wgmma import _tile_address_symbol, hoisted_symbol
 
 SHARED, CLUSTER, GENERIC = 3, 7, 0  # NVPTX address spaces: shared::cta, shared::cluster, generic
 MAP_BYTES = 128
+CLUSTER_MASK = 0b11  # ctaMask of a multicast: both workgroups of a 2-workgroup cluster
 WAIT_TICKS = 10_000_000  # suspend-time hint of one try_wait (ns); the NVVM lowering loops until the phase completes
 
 
@@ -39,12 +40,30 @@ def _const_i32(x: int) -> ir.Value:
     return arith.constant(i32, ir.IntegerAttr.get(i32, x))
 
 
+def _const_i16(x: int) -> ir.Value:
+    i16 = ir.IntegerType.get_signless(16)
+    return arith.constant(i16, ir.IntegerAttr.get(i16, x))
+
+
 def _maps_symbol(fb: FunctionBuilder) -> sympy.Symbol:
     return hoisted_symbol(fb, "$TENSOR_MAPS", lambda: memref.extract_aligned_pointer_as_index(fb.tensor_maps))
 
 
 def _mbarriers_symbol(fb: FunctionBuilder, init: fx.Node) -> sympy.Symbol:
     return hoisted_symbol(fb, f"$MBAR_{init.name}", lambda: memref.extract_aligned_pointer_as_index(fb.values[init]))
+
+
+def _cta_rank(fb: FunctionBuilder) -> sympy.Symbol:
+    """This workgroup's rank in its cluster (``%cluster_ctarank``), read once at the top."""
+    return hoisted_symbol(
+        fb, "$CTARANK", lambda: arith.index_cast(ir.IndexType.get(), nvvm.read_ptx_sreg_cluster_ctarank())
+    )
+
+
+def cluster_barrier() -> None:
+    """``barrier.cluster.arrive`` + ``wait`` (release/acquire: mbarrier inits and remote arrivals are seen)."""
+    nvvm.cluster_arrive()
+    nvvm.cluster_wait()
 
 
 def _thread0(fb: FunctionBuilder, thread: int = 0) -> ir.Value:
@@ -83,7 +102,10 @@ def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
         _fence_maps(maps)
         nvvm.fence_mbarrier_init()
         scf.yield_([])
-    gpu.barrier()
+    if node.kwargs.get("cluster"):  # the peer multicasts into this workgroup's stages: its mbarriers first exist
+        cluster_barrier()
+    else:
+        gpu.barrier()
 
 
 @rule(MBarrierWait)
@@ -103,14 +125,17 @@ def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
 
 
 def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
-    """(destination, tensor map, [coordinates innermost first]) index values of every box of the fill,
-    and the bytes they carry.  Coordinates: the tile's origin along its two dims (plus 64 elements per
-    further swizzle column), :func:`~wavec.codegen.memory_access.held_coord` along the others."""
+    """(destination, tensor map, [coordinates innermost first], multicast?) index values of every box of
+    the fill, and the bytes the stage receives.  Coordinates: the tile's origin along its two dims (plus
+    64 elements per further swizzle column), :func:`~wavec.codegen.memory_access.held_coord` along the
+    others.  A cluster's shared tile: this workgroup's half of the rows (its cluster rank's), into the
+    same place of both workgroups' stage."""
     args, maps, subs = arg_nodes(node), node.meta["maps"], node.meta["iv_subs"]
     mappings = node.meta.get("mappings") or (None,) * len(maps)
+    multicast = node.meta.get("multicast") or (False,) * len(maps)
     stage = sympy.sympify(node.kwargs["stage"])
     boxes, total = [], 0
-    for (mem, tile), m, mapping in zip(zip(args[0::2], args[1::2]), maps, mappings):
+    for (mem, tile), m, mapping, mc in zip(zip(args[0::2], args[1::2]), maps, mappings, multicast):
         kw = Kwargs(alloc := capture_root(tile))
         smem, ((row_dim, rows), (k_dim, cols)) = kw.smem_layout, kw.tile.items()
         base = {d: sympy.sympify(b).subs(subs) for d, b in kw.base.items()}
@@ -119,10 +144,12 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
         stage_bytes = rows * cols * smem.elem_bytes
         start = _tile_address_symbol(fb, alloc) + stage * stage_bytes
         per_box = smem.row_elems  # 64 elements of 2 bytes: the 128-byte swizzle span
+        half = _cta_rank(fb) * (rows // 2) if mc else sympy.Integer(0)  # whole 1024-byte swizzle atoms
         for kb in range(cols // per_box):
-            origin = {**held, row_dim: base[row_dim], k_dim: base[k_dim] + kb * per_box}
+            origin = {**held, row_dim: base[row_dim] + half, k_dim: base[k_dim] + kb * per_box}
             coords = [fb.index(origin[d]) for d in reversed(shape)]
-            boxes.append((fb.index(start + kb * rows * smem.width), fb.index(_maps_symbol(fb) + MAP_BYTES * m), coords))
+            dst = fb.index(start + kb * rows * smem.width + half * smem.width)
+            boxes.append((dst, fb.index(_maps_symbol(fb) + MAP_BYTES * m), coords, mc))
         total += stage_bytes
     return boxes, total
 
@@ -134,9 +161,13 @@ def lower_mbarrier_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
     started = arith.cmpi(
         arith.CmpIPredicate.sge, fb.index(Kwargs(node).iteration - Kwargs(node).first + 1), fb.index(1)
     )  # iteration >= first, without a negative index
+    peer = arith.xori(_i32(fb.index(_cta_rank(fb))), _const_i32(1)) if node.kwargs.get("remote") else None
     branch = scf.IfOp(arith.andi(lane0, started))
     with ir.InsertionPoint(branch.then_block):
         nvvm.mbarrier_arrive(_ptr(bar, SHARED))
+        if peer is not None:  # the peer's producer refills this stage of both workgroups too
+            remote = nvvm.mapa(llvm.PointerType.get(CLUSTER), _ptr(bar, SHARED), peer)
+            nvvm.mbarrier_arrive(remote, scope=ir.Attribute.parse("#nvvm.mem_scope<cluster>"))
         scf.yield_([])
 
 
@@ -178,10 +209,11 @@ def _issue_fill(bar: ir.Value, boxes: list, total: int, empty) -> None:
             scf.yield_([])
     mbar = _ptr(bar, SHARED)
     nvvm.mbarrier_arrive_expect_tx(mbar, _const_i32(total))
-    for dst, tmap, coords in boxes:
+    for dst, tmap, coords, mc in boxes:
         nvvm.cp_async_bulk_tensor_shared_cluster_global(
-            _ptr(dst, CLUSTER), _ptr(tmap, GENERIC), [_i32(c) for c in coords], mbar, []
-        )
+            _ptr(dst, CLUSTER), _ptr(tmap, GENERIC), [_i32(c) for c in coords], mbar, [],
+            multicast_mask=_const_i16(CLUSTER_MASK) if mc else None,
+        )  # fmt: skip
 
 
 def _set_max_registers(count: int, action: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
+from ...errors import ConstraintError
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
 from ...frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ...indexing import induction_symbol
@@ -22,6 +23,7 @@ from ...indexing.symbols import TILE_COUNT, stage_symbol
 from ..coarsen_loads import run_cap
 from ..context import PassContext, TensorMapRequest
 from ..schema import loop_body, loop_dim, op_node, tile_extents
+from .cluster_launch import CLUSTER_SIZE, cluster_axis, multicasts
 
 SWIZZLE_BYTES = 128
 MAX_BOX = 256  # elements per box dimension (PTX ISA, "Tensor-map")
@@ -69,10 +71,12 @@ def _why_not_pair(trace: Trace, read: fx.Node, write: fx.Node) -> str | None:
     return None
 
 
-def tma_box(shape: tuple, tile: dict, elem_bytes: int) -> tuple[int, ...]:
+def tma_box(shape: tuple, tile: dict, elem_bytes: int, parts: int = 1) -> tuple[int, ...]:
     """The box of a tile of an argument of ``shape`` (innermost first): one swizzle span along the
-    contiguous dim, the tile's rows along its row dim, 1 along every other (batch or mapped) dim."""
+    contiguous dim, the tile's rows (``1 / parts`` of them: a cluster's multicast half) along its row
+    dim, 1 along every other (batch or mapped) dim."""
     (row_dim, rows), _k = tile.items()
+    rows //= parts
     inner = {shape[-1]: SWIZZLE_BYTES // elem_bytes, row_dim: rows}
     return tuple(inner.get(d, 1) for d in reversed(shape))
 
@@ -97,7 +101,11 @@ def tma_plan(trace: Trace, ctx: PassContext, pairs: list[tuple[fx.Node, fx.Node]
         width = ctx.arg_cap(mem.name, run_cap(ctx, last, 16 // dtype.bytes))
         if width < 16 // dtype.bytes:  # a tensor map's row stride: a 16-byte multiple (its innermost stride 1)
             return None, f"rows of %{mem.name} ({last}) are not a multiple of 16 bytes"
-        box = tma_box(tuple(mem.meta["type"].shape), tile_extents(alloc), dtype.bytes)
+        row_dim, rows = next(iter(tile_extents(alloc).items()))
+        parts = CLUSTER_SIZE if multicasts(cs, row_dim) else 1
+        if rows % (8 * parts):  # each half a whole number of 8-row (1024-byte) swizzle atoms
+            return None, f"tile rows {rows} of %{mem.name} do not split into {parts} halves of 8-row multiples"
+        box = tma_box(tuple(mem.meta["type"].shape), tile_extents(alloc), dtype.bytes, parts)
         spec = TensorMapRequest([a.name for a in trace.args].index(mem.name), dtype.name, box, SWIZZLE_BYTES)
         maps.append(spec)
     return maps, ""
@@ -163,8 +171,16 @@ def pipeline_tma(
         ctx.requirements[last] = int(sympy.ilcm(ctx.requirements.get(last, 1), 16 // elem))
         name = trace.args[spec.arg].name  # a strided variant's row pitch: a 16-byte multiple as well
         ctx.arg_runs[name] = int(sympy.ilcm(ctx.arg_runs.get(name, 1), 16 // elem))
+    clustered = cluster_axis(cs) is not None
+    if clustered and war != "mbarrier":
+        raise ConstraintError(
+            iterate.meta.get("loc"),
+            message=f"SchedulingConstraint(cluster={cs.scheduling.cluster}): the loop's stages are released "
+            "by a workgroup barrier (a general loop body), which cannot tell the peer workgroup",
+        )
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
-    counts = {"count": stages, "empty_arrivals": warps, "dim": dim}
+    warps *= CLUSTER_SIZE if clustered else 1  # both workgroups' consumers release a multicast stage
+    counts = {"count": stages, "empty_arrivals": warps, "dim": dim, **({"cluster": True} if clustered else {})}
     init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
     mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
@@ -174,7 +190,8 @@ def pipeline_tma(
         ctx.stage_start[dim] = sympy.Mod(base, stages)
     kw = _fill_kwargs(iv + distance, stages, lo, stop, war, base)
     kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
-    meta = {"maps": tuple(maps), "mbarriers": init, "mappings": mappings}
+    multicast = tuple(multicasts(cs, next(iter(tile_extents(capture_root(a))))) for _g, a in body_pairs)
+    meta = {"maps": tuple(maps), "mbarriers": init, "mappings": mappings, "multicast": multicast}
     _fill(sub, body_pairs, kw, "tma_fill", pairs[0][1], iv_subs={iv: iv + distance}, **meta)
     for read, write in pairs:
         sub.erase_node(write)
@@ -184,6 +201,7 @@ def pipeline_tma(
     _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first, mbarriers=init)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
         arrive = {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo}
+        arrive.update({"remote": True} if clustered else {})
         _node(sub, MBarrierArrive, (), arrive, "mbarrier_arrive", first, mbarriers=init)
     outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
     root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
