@@ -182,11 +182,10 @@ def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, t
 
 
 def make_rms_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False,
-    full: bool = False,
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
 ) -> wc.WaveKernel:
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
-    workgroup (default ``rows_per_workgroup``'s)."""
+    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``FULL_TILE``; bind ``J: block_j``)."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
@@ -223,11 +222,10 @@ def make_rms_norm_odd(
 
 
 def make_layer_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False,
-    full: bool = False,
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
 ) -> wc.WaveKernel:
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
-    ``rows`` a workgroup (default ``rows_per_workgroup``'s)."""
+    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``: as ``make_rms_norm_odd``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
@@ -321,8 +319,10 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
     key = (kind, dtype.name, *config, backend, tables, full)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
-        extra = {"tables": True} if tables else {}
-        kernel = MAKERS[kind](dtype, *config, **extra, **({"full": True} if full else {}))
+        extra: dict[str, bool] = {"tables": True} if tables else {}
+        if full:
+            extra["full"] = True
+        kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend)
     return _COMPILED[key]
@@ -336,7 +336,8 @@ TABLE_MIN_BYTES = 32 << 20
 def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple) -> tuple:
     """The kernel's arguments for ``rows`` [M, N] (pitch ``P``) whose first element lies ``shift`` elements
     past a 16-byte boundary: its buffer from that boundary as chunks and flat, ``starts`` (``shift + m * P``),
-    ``inner`` (K elements, ``block_j`` for a ``full`` kernel), the vectors, the output buffer as chunks (row ``m`` at ``shift + m * N``)."""
+    ``inner`` (K elements, ``block_j`` for a ``full`` kernel), the vectors, the output buffer as chunks (row
+    ``m`` at ``shift + m * N``)."""
     m, n = rows.shape
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // rows.element_size()
