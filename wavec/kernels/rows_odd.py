@@ -310,6 +310,13 @@ def odd_full(kind: str, full: bool | None = None) -> bool:
     return kind != "softmax" and (FULL_TILE if full is None else full)
 
 
+def inner_size(kind: str, dtype, n: int, pitch: int, full: bool | None = None) -> int:
+    """The elements of the ``inner`` argument (the launch value ``J``): K, or the tile under ``odd_full``."""
+    vec = 16 // dtype.bytes
+    config = odd_config(dtype, n, kind, pitch)
+    return config[0] if config is not None and odd_full(kind, full) else (n - vec + 1) // vec
+
+
 def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False, full=None):
     """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
     (the norms): the variant reading the vectors' ``shifted_table`` beside them; ``full``: ``odd_full``'s."""
@@ -366,8 +373,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     full = odd_full(kind, full)
     kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
     chunks = (n - vec + 1) // vec
-    block_j = (odd_config(dtype, n, kind, pitch) or (chunks,))[0]
-    inner = torch.empty(block_j if full else chunks, dtype=torch.int8, device=rows.device)
+    inner = torch.empty(inner_size(kind, dtype, n, pitch, full), dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
     starts: dict[int, Any] = {}
 
