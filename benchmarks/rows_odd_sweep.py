@@ -5,7 +5,12 @@ choice, or one row a workgroup as the aligned long rows that reached 0.96 of cop
 bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and threads a workgroup.
 Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
 
+``--full 0,1``: each layout with the norms' masked interior (0) and over the whole tile (1,
+``rows_odd.FULL_TILE``); default the library's ``FULL_TILE`` only.  ``--layouts default``: the library's
+layout only (``odd_config``), e.g. to time the whole tile against the masked one in one run.
+
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
+        [--full 0,1] [--layouts default]
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from rows_sweep import _us, row_inputs  # noqa: E402  (the aligned sweep's input
 
 F = torch.nn.functional
 DEFAULT = rows_odd.odd_config
+FULL = rows_odd.FULL_TILE
 
 
-def layout(runs: int, one: bool) -> None:
+def layout(runs: int, one: bool, full: bool = FULL) -> None:
     """Make the odd-row path take ``runs`` chunks a lane, over one row a workgroup (``one``, from two waves)
-    or ``rows_per_workgroup``'s, freshly compiled; ``runs`` 0: the library's ``odd_config``."""
+    or ``rows_per_workgroup``'s, the norms' interior over the whole tile or masked (``full``), freshly
+    compiled; ``runs`` 0: the library's ``odd_config``."""
 
     def config(dtype: Any, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
         base = DEFAULT(dtype, n, kind, pitch)
@@ -38,6 +45,7 @@ def layout(runs: int, one: bool) -> None:
         return None if per_wg == 1 and pitch != n else (base[0], waves, per_wg)
 
     rows_odd.odd_config = config
+    rows_odd.FULL_TILE = full
     rows_odd._COMPILED.clear()
     rows._DECIDED.clear()
 
@@ -55,14 +63,17 @@ def registers() -> str:
     return ", ".join(out)
 
 
-def sweep(kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float) -> list[str]:
-    """One line per (chunks a lane, rows a workgroup) layout of ``kind`` at rows of ``n``."""
+LAYOUTS = ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False), (4, True))
+
+
+def sweep(kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS) -> list[str]:
+    """One line per (chunks a lane, rows a workgroup, whole tile) layout of ``kind`` at rows of ``n``."""
     want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
     call = (lambda: rows.rms_norm(x, w, 1e-6)) if kind == "rms_norm" else (lambda: rows.layer_norm(x, w, b))
     lines = []
-    for runs, one in ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False), (4, True)):
-        layout(runs, one)
-        name = "default" if not runs else "one" if one else "auto"
+    for (runs, one), full in ((lay, full) for lay in layouts for full in fulls):
+        layout(runs, one, full)
+        name = ("default" if not runs else "one" if one else "auto") + (" full" if full else " masked")
         try:
             got = call()
             torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=3e-2)
@@ -80,6 +91,8 @@ def main() -> None:
     arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
     lengths = [int(v) for v in arg("--lengths", "2049,4097,8191,16383").split(",")]
     kinds = arg("--kinds", "rms_norm,layer_norm").split(",")
+    fulls = [bool(int(v)) for v in arg("--full", str(int(rows_odd.FULL_TILE))).split(",")]
+    layouts = LAYOUTS[:1] if arg("--layouts", "all") == "default" else LAYOUTS
     dt = torch.bfloat16
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
@@ -87,8 +100,8 @@ def main() -> None:
     for n in lengths:
         x, w, b, _y, t_copy = row_inputs(n, dt)
         for kind in kinds:
-            lines += sweep(kind, n, x, w, b, t_copy)
-    layout(0, False)
+            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts)
+    layout(0, False, FULL)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "rows_odd_sweep.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")

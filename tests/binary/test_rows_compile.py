@@ -64,7 +64,8 @@ def _odd(kind: str, dtype, n: int, target: str, tables: bool = False) -> wc.Comp
     assert config is not None
     block_j, waves, per_wg = config
     subs = {rows_odd.V: 16 // dtype.bytes, rows_odd.E: tpw}
-    # (a 64-lane wave takes the chunks of two 32-lane ones: the same chunks per lane, half the waves)
+    # (a 64-lane wave takes the chunks of two 32-lane ones: the same chunks per lane, half the waves; the
+    # masked layout, whose bounds sm_80 also meets: the whole tile spills 8-16 bytes there at 8191-16383)
     extra = {"tables": True} if tables else {}
     kernel = rows_odd.MAKERS[kind](dtype, block_j, max(1, waves * 32 // tpw), per_wg, tpw=tpw, **extra)
     with pytest.MonkeyPatch.context() as mp:
@@ -192,4 +193,34 @@ def test_odd_norm_tables_read_16_byte_vectors(target: str, kind: str, dtype, n: 
     if report is None:
         return
     limit = 64 if chunks == rows_odd.NORM_RUNS else 128
+    assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= limit
+
+
+# ptxas -v, sm_90a: the whole-tile norms' registers (measured 2026-12-02; the masked layout took RMSNorm
+# 77-92 and LayerNorm 101-128 at ``ONE_ROW_RUNS``)
+FULL_LIMITS = {"rms_norm": 64, "layer_norm": 100}
+
+
+@pytest.mark.parametrize("tables", [False, True])
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("n", [1025, 2049, 4097, 8191, 16383])
+def test_odd_norms_over_the_whole_tile(kind: str, n: int, tables: bool, tmp_path) -> None:
+    """``rows_odd.FULL_TILE``'s layout (bf16, sm_90a): ``J`` bound to the tile, so no chunk load or store
+    is masked (no branch joins a chunk as f32 values): the same 16-byte accesses, no spills, and at most
+    ``FULL_LIMITS`` registers (64 at ``NORM_RUNS``)."""
+    block_j, waves, per_wg = rows_odd.odd_config(wc.bf16, n, kind, n) or (0, 1, 0)
+    kernel = rows_odd.MAKERS[kind](wc.bf16, block_j, waves, per_wg, tables=tables, full=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        subs = {rows_odd.V: 8, rows_odd.E: 32, rows_odd.J: block_j}
+        k = wc.compile(kernel, subs, target="sm_90a", backend="cuda", cache=False)
+    ptx = k.artifact.binary.decode()
+    chunks = block_j // (waves * 32)
+    vectors = {"rms_norm": 1, "layer_norm": 2}[kind]
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + vectors if tables else 1)
+    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == chunks
+    report = _ptxas_report(ptx, "sm_90a", tmp_path)
+    if report is None:
+        return
+    limit = 64 if chunks == rows_odd.NORM_RUNS else FULL_LIMITS[kind]
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= limit

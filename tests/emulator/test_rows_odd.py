@@ -58,23 +58,26 @@ def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: i
     assert torch.equal(buf, before)
 
 
-def _into_nan_buffer(kind: str, dtype: torch.dtype, n: int, m: int, shift: int, tables: bool = False) -> None:
+def _into_nan_buffer(
+    kind: str, dtype: torch.dtype, n: int, m: int, shift: int, tables: bool = False, full: bool | None = None
+) -> None:
     """The kernel itself into a NaN-filled output buffer: the rows' elements all finite and right, the
     buffer's elements before, between (none) and after the rows still NaN; ``tables``: the norms' variant
-    reading the vectors' ``shifted_table``s."""
+    reading the vectors' ``shifted_table``s; ``full``: the norms' whole-tile variant (``odd_full``'s)."""
     wdt, vec = WC[dtype], 16 // dtype.itemsize
     x = (torch.randn(shift + m * n + 5) * 2 + 1).to(dtype)[shift : shift + m * n].view(m, n)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
     block_j, waves, per_wg = rows_odd.odd_config(wdt, n, kind, n) or (0, 0, 0)
+    full = rows_odd.odd_full(kind, full)
     extra = {"tables": True} if tables else {}
     kernel = wc.compile(
-        rows_odd.MAKERS[kind](wdt, block_j, waves, per_wg, **extra),
-        {rows_odd.V: vec, rows_odd.E: 32},
+        rows_odd.MAKERS[kind](wdt, block_j, waves, per_wg, **extra, **({"full": True} if full else {})),
+        {rows_odd.V: vec, rows_odd.E: 32, **({rows_odd.J: block_j} if full else {})},
         backend="emulator",
     )
     out_buf = torch.full((-(-(shift + m * n) // vec) * vec,), float("nan"), dtype=dtype)
     starts = torch.arange(m, dtype=torch.int32) * n + shift
-    inner = torch.empty((n - vec + 1) // vec, dtype=torch.int8)
+    inner = torch.empty(block_j if full else (n - vec + 1) // vec, dtype=torch.int8)
     vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
         kind
     ]
@@ -91,10 +94,13 @@ def _into_nan_buffer(kind: str, dtype: torch.dtype, n: int, m: int, shift: int, 
     assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
 
 
+@pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
 @pytest.mark.parametrize("shift", [0, 3, 7])
-def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
-    _into_nan_buffer(kind, torch.bfloat16, 2049, 7, shift)
+def test_every_element_written_and_nothing_else(kind: str, shift: int, full: bool) -> None:
+    """(``full``: the norms' whole-tile variant, whose lanes past K rewrite the row's last chunk; softmax
+    has only the masked one.)"""
+    _into_nan_buffer(kind, torch.bfloat16, 2049, 7, shift, full=full)
 
 
 @pytest.mark.parametrize("tables", [False, True])
@@ -102,14 +108,17 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int) -> None:
 @pytest.mark.parametrize(
     "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 9001, 0), (torch.float32, 5001, 3)]
 )
-def test_norms_one_row_per_workgroup(kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool) -> None:
+@pytest.mark.parametrize("full", [False, True])
+def test_norms_one_row_per_workgroup(
+    kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool, full: bool
+) -> None:
     """Rows of 2048 chunks: one row per workgroup (the row values rank 0), f32 past 16 waves of
     ``NORM_RUNS`` chunks (32 waves), f16/bf16 at ``ONE_ROW_RUNS`` (16 waves); every element written; a slice
     of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
     assert per_wg == 1 and waves == (32 if dtype == torch.float32 else 2048 // (32 * rows_odd.ONE_ROW_RUNS))
     assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
-    _into_nan_buffer(kind, dtype, n, 3, shift, tables)
+    _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
 
 
 @pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
@@ -136,7 +145,7 @@ def test_norms_launch_tables_past_the_threshold(
     _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), dtype)
     _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
     config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
-    assert config is not None and ("layer_norm", WC[dtype].name, *config, "emulator", True) in rows_odd._COMPILED
+    assert config is not None and ("layer_norm", WC[dtype].name, *config, "emulator", True, True) in rows_odd._COMPILED
 
 
 @pytest.mark.parametrize(

@@ -201,7 +201,7 @@ def test_odd_rows_write_every_element_and_nothing_else(kind: str, n: int) -> Non
     kernel = rows_odd.odd_kernel(kind, wc.bf16, n, n, "cuda")
     out_buf = torch.full((-(-(shift + m * n) // 8) * 8,), float("nan"), device="cuda", dtype=torch.bfloat16)
     starts = torch.arange(m, dtype=torch.int32, device="cuda") * n + shift
-    inner = torch.empty((n - 7) // 8, dtype=torch.int8, device="cuda")
+    inner = torch.empty(rows_odd.inner_size(kind, wc.bf16, n, n), dtype=torch.int8, device="cuda")
     vectors, scalars = {"softmax": ((), ()), "rms_norm": ((w,), (1e-6, 1 / n)), "layer_norm": ((w, b), (1e-5, 1 / n))}[
         kind
     ]

@@ -68,18 +68,24 @@ class _Row:
     [M, J, V] (f32), their chunk indices and column indices, the edge values ``e`` [M, E] (f32, every slot
     a real element of the row), their flat positions ``at``, columns and validity ``ok``."""
 
-    def __init__(self, x, xf, starts, n, vec: int) -> None:
+    def __init__(self, x, xf, starts, n, vec: int, full: bool = False) -> None:
         s = self.start = wc.read(starts)
         c0 = (s + (vec - 1)) // vec
-        self.chunk = c0 + wc.index(J)
-        self.inside = wc.index(J) < J  # lanes past K: masked loads, the identity here
+        if full:  # J is the whole tile: lanes past K reread the row's last chunk, unmasked (``FULL``)
+            self.k = (n - (vec - 1)) // vec
+            self.j = wc.minimum(wc.index(J), self.k - 1)
+            self.inside = wc.index(J) < self.k
+        else:
+            self.k, self.j = J, wc.index(J)
+            self.inside = wc.index(J) < J  # lanes past K: masked loads, the identity here
+        self.chunk = c0 + self.j
         self.v = wc.cast(wc.read(x, mapping={R: self.chunk}), f32)
         self.vec = vec
         self.head = c0 * vec - s
         slot = wc.index(E)
         end = s + n
         head = self.head
-        at = wc.where(slot < vec, s + slot, ((c0 + J) * vec) + slot - vec)
+        at = wc.where(slot < vec, s + slot, ((c0 + self.k) * vec) + slot - vec)
         self.ok = wc.where(slot < vec, head > slot, end > at)
         # a slot past the row takes the row's first head element (or its last): its owner's value
         self.at = wc.where(self.ok, at, wc.where(head > 0, s, end - 1))
@@ -119,19 +125,21 @@ def _first(row: _Row, xf):
 def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
     """(interior, edge deviations from the row's mean, rsqrt(var + eps)): one pass over ``x - first``
     (f16/bf16) or its mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
-    every slot (those past the row rewrite their owner's value), the interior's past K not 0."""
+    every slot (those past the row rewrite their owner's value) and of every interior lane (those past K
+    rewrite the row's last chunk under ``full``: its owner's value)."""
     shift = _first(row, xf)
     c = wc.where(row.inside, row.v - shift, 0.0)
     ce = row.e - shift
     if not one_pass(dtype):
         hi, lo = two_sum(shift, row.total(c, row.edge(ce, 0.0)) * inv_n)
-        d, de = wc.where(row.inside, (row.v - hi) - lo, 0.0), (row.e - hi) - lo
+        dv, de = (row.v - hi) - lo, (row.e - hi) - lo
+        d = wc.where(row.inside, dv, 0.0)
         fix = row.total(d, row.edge(de, 0.0)) * inv_n  # the corrected two-pass mean (``row_stats``)
         var = row.total(d * d, row.edge(de * de, 0.0)) * inv_n - fix * fix
-        return wc.where(row.inside, d - fix, 0.0), de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
+        return dv - fix, de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
     ce_in = row.edge(ce, 0.0)
     m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
-    return c - m1, ce - m1, r
+    return (row.v - shift) - m1, ce - m1, r
 
 
 def _vectors(row: _Row, mem, table=None) -> tuple[Any, Any]:
@@ -140,10 +148,10 @@ def _vectors(row: _Row, mem, table=None) -> tuple[Any, Any]:
     gathered element by element (a row's columns sit at a different offset within 16 bytes than its
     chunks; from L1, every row reads them); the edge element by element."""
     if table is None:
-        col = row.head + wc.index(J) * row.vec + wc.index(V)
+        col = row.head + row.j * row.vec + wc.index(V)
         interior = wc.read(mem, mapping={N: col})
     else:
-        interior = wc.read(table, mapping={HR: row.head * J + wc.index(J)})
+        interior = wc.read(table, mapping={HR: row.head * row.k + row.j})
     return wc.cast(interior, f32), wc.cast(wc.read(mem, mapping={N: row.ecol}), f32)
 
 
@@ -174,16 +182,16 @@ def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, t
 
 
 def make_rms_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
 ) -> wc.WaveKernel:
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
-    workgroup (default ``rows_per_workgroup``'s)."""
+    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``FULL_TILE``; bind ``J: block_j``)."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
-        row = _Row(x, xf, starts, n, vec)
+        row = _Row(x, xf, starts, n, vec, full)
         v = row.interior(0.0)
         ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
         r = wc.rsqrt(ss * inv_n + eps)
@@ -214,16 +222,16 @@ def make_rms_norm_odd(
 
 
 def make_layer_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
 ) -> wc.WaveKernel:
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
-    ``rows`` a workgroup (default ``rows_per_workgroup``'s)."""
+    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``: as ``make_rms_norm_odd``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
-        row = _Row(x, xf, starts, n, vec)
+        row = _Row(x, xf, starts, n, vec, full)
         d, de, r = _deviations(row, xf, eps, inv_n, dtype)
         w_in, w_edge = _vectors(row, w, ws)
         b_in, b_edge = _vectors(row, b, bs)
@@ -288,20 +296,42 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     return None if rows == 1 and pitch != n else (block_j, waves, rows)
 
 
+# The norms' interior over the whole tile (``J = block_j`` bound at compile, ``inner`` of that many
+# elements): lanes past K reread and rewrite the row's last chunk instead of masked loads, whose branches
+# joined every chunk as 8 f32 values and took LayerNorm to 101-128 registers (docs/reductions.md).
+# False: the masked layout, kept to time against (``benchmarks/rows_odd_sweep.py --full``).
+FULL_TILE = True
+
 _COMPILED: dict = {}
 
 
-def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False):
+def odd_full(kind: str, full: bool | None = None) -> bool:
+    """Whether the odd kernel of ``kind`` takes the whole tile (``full``, default ``FULL_TILE``; norms only)."""
+    return kind != "softmax" and (FULL_TILE if full is None else full)
+
+
+def inner_size(kind: str, dtype, n: int, pitch: int, full: bool | None = None) -> int:
+    """The elements of the ``inner`` argument (the launch value ``J``): K, or the tile under ``odd_full``."""
+    vec = 16 // dtype.bytes
+    config = odd_config(dtype, n, kind, pitch)
+    return config[0] if config is not None and odd_full(kind, full) else (n - vec + 1) // vec
+
+
+def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False, full=None):
     """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
-    (the norms): the variant reading the vectors' ``shifted_table`` beside them."""
+    (the norms): the variant reading the vectors' ``shifted_table`` beside them; ``full``: ``odd_full``'s."""
     config = odd_config(dtype, n, kind, pitch)
     assert config is not None
-    key = (kind, dtype.name, *config, backend, tables)
+    full = odd_full(kind, full)
+    key = (kind, dtype.name, *config, backend, tables, full)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
-        extra = {"tables": True} if tables else {}
+        extra: dict[str, bool] = {"tables": True} if tables else {}
+        if full:
+            extra["full"] = True
         kernel = MAKERS[kind](dtype, *config, **extra)
-        _COMPILED[key] = wc.compile(kernel, {V: vec, E: EDGE}, backend=backend)
+        subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
+        _COMPILED[key] = wc.compile(kernel, subs, backend=backend)
     return _COMPILED[key]
 
 
@@ -313,7 +343,8 @@ TABLE_MIN_BYTES = 32 << 20
 def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple) -> tuple:
     """The kernel's arguments for ``rows`` [M, N] (pitch ``P``) whose first element lies ``shift`` elements
     past a 16-byte boundary: its buffer from that boundary as chunks and flat, ``starts`` (``shift + m * P``),
-    ``inner`` (K elements), the vectors, the output buffer as chunks (row ``m`` at ``shift + m * N``)."""
+    ``inner`` (K elements, ``block_j`` for a ``full`` kernel), the vectors, the output buffer as chunks (row
+    ``m`` at ``shift + m * N``)."""
     m, n = rows.shape
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // rows.element_size()
@@ -326,11 +357,12 @@ def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vecto
     return (chunks, flat, starts, inner, *vectors, out_buf.view(-1, vec), n, pitch - n, *scalars)
 
 
-def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend):
+def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend, full=None):
     """``run(x, *vectors) -> out`` for rows ``[M, N]`` of pitch ``P`` (``odd_config`` applies): per call the
     buffer's views (``odd_args``), an output buffer in which the rows lie at the input's offset within 16
     bytes, a launch prepared per offset (at most ``V``: the views' shapes depend on it), and for the norms
-    of at least ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made)."""
+    of at least ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made);
+    ``full``: ``odd_full``'s."""
     import torch
 
     m, n = rows.shape
@@ -338,9 +370,10 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     vec = 16 // dtype.bytes
     es = rows.element_size()
     tables = kind != "softmax" and m * n * es >= TABLE_MIN_BYTES
-    kernel = odd_kernel(kind, dtype, n, pitch, backend, tables)
+    full = odd_full(kind, full)
+    kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
     chunks = (n - vec + 1) // vec
-    inner = torch.empty(chunks, dtype=torch.int8, device=rows.device)
+    inner = torch.empty(inner_size(kind, dtype, n, pitch, full), dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
     starts: dict[int, Any] = {}
 
