@@ -3,7 +3,7 @@ sm_80+) raise the split-KV decode kernel's and the mma.sync GEMM's bandwidth?  N
 decode split kernel at a 36 % L2 hit rate against cuDNN's 1 % on the same K/V stream (session 13).
 
 The qualifier is added to every ``cp.async.{ca,cg}.shared.global`` in the PTX before ptxas (a patch of
-``wavec.compiler.assemble``, this process only, caching off), then decode (CUDA graph, input sets rotated
+``wavec.codegen.ptxas.assemble``, which the compiler imports per compile; this process only, caching off), then decode (CUDA graph, input sets rotated
 past the L2) and an mma.sync GEMM are timed.  One variant a process:
 
     python benchmarks/l2_prefetch_probe.py {none,64,128,256} [--shapes 16x2048,32x2048] [--layout bhsd]
@@ -21,7 +21,7 @@ os.environ["WAVEC_CACHE_DISABLE"] = "1"
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
-import wavec.compiler  # noqa: E402
+import wavec.codegen.ptxas  # noqa: E402
 from wavec.kernels import decode  # noqa: E402
 from wavec.kernels.gemm import matmul  # noqa: E402
 
@@ -34,12 +34,12 @@ _CP_ASYNC = re.compile(r"\bcp\.async\.(ca|cg)\.shared\.global(?=[\s\[])")
 def patch(size: str) -> None:
     if size == "none":
         return
-    original = wavec.compiler.assemble
+    original = wavec.codegen.ptxas.assemble
 
     def assemble(ptx: str, arch: str):
         return original(_CP_ASYNC.sub(lambda m: f"cp.async.{m.group(1)}.shared.global.L2::{size}B", ptx), arch)
 
-    wavec.compiler.assemble = assemble
+    wavec.codegen.ptxas.assemble = assemble
 
 
 def decode_us(batch: int, ctx: int, layout: str) -> float:
