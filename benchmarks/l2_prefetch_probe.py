@@ -3,8 +3,8 @@ sm_80+) raise the split-KV decode kernel's and the mma.sync GEMM's bandwidth?  N
 decode split kernel at a 36 % L2 hit rate against cuDNN's 1 % on the same K/V stream (session 13).
 
 The qualifier is added to every ``cp.async.{ca,cg}.shared.global`` in the PTX before ptxas (a patch of
-``wavec.codegen.ptxas.assemble``, which the compiler imports per compile; this process only, caching off), then decode (CUDA graph, input sets rotated
-past the L2) and an mma.sync GEMM are timed.  One variant a process:
+``wavec.codegen.ptxas.assemble``, which the compiler imports per compile; this process only, caching off),
+then decode (CUDA graph, input sets rotated past the L2) and an mma.sync GEMM are timed.  One variant a process:
 
     python benchmarks/l2_prefetch_probe.py {none,64,128,256} [--shapes 16x2048,32x2048] [--layout bhsd]
 """

@@ -5,12 +5,15 @@ choice, or one row a workgroup as the aligned long rows that reached 0.96 of cop
 bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and threads a workgroup.
 Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
 
-``--full 0,1``: each layout with the norms' masked interior (0) and over the whole tile (1,
-``rows_odd.FULL_TILE``); default the library's ``FULL_TILE`` only.  ``--layouts default``: the library's
-layout only (``odd_config``), e.g. to time the whole tile against the masked one in one run.
+``--bounds 0,2,4``: each layout also under a launch bound of that many workgroups an SM
+(``SchedulingConstraint(min_workgroups_per_sm=)`` appended to ``odd_constraints``; 0: none, the library's).
+``--dtype float16|bfloat16|float32`` (default bf16).  ``--full 0,1``: each layout with the norms' masked
+interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the library's ``FULL_TILE``
+only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
+against the masked one in one run.
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default]
+        [--full 0,1] [--layouts default] [--bounds 0,2] [--dtype float16]
 """
 
 from __future__ import annotations
@@ -29,6 +32,13 @@ from rows_sweep import _us, row_inputs  # noqa: E402  (the aligned sweep's input
 F = torch.nn.functional
 DEFAULT = rows_odd.odd_config
 FULL = rows_odd.FULL_TILE
+CONSTRAINTS = rows_odd.odd_constraints
+
+
+def bound(count: int) -> None:
+    """Append a launch bound of ``count`` workgroups an SM to every odd kernel compiled next (0: none)."""
+    extra = [rows_odd.wc.SchedulingConstraint(min_workgroups_per_sm=count)] if count else []
+    rows_odd.odd_constraints = lambda *a, **k: CONSTRAINTS(*a, **k) + extra
 
 
 def layout(runs: int, one: bool, full: bool = FULL) -> None:
@@ -66,14 +76,19 @@ def registers() -> str:
 LAYOUTS = ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False), (4, True))
 
 
-def sweep(kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS) -> list[str]:
-    """One line per (chunks a lane, rows a workgroup, whole tile) layout of ``kind`` at rows of ``n``."""
+def sweep(
+    kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS, bounds=(0,)
+) -> list[str]:
+    """One line per (chunks a lane, rows a workgroup, whole tile, launch bound) layout of ``kind`` at rows
+    of ``n``."""
     want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
     call = (lambda: rows.rms_norm(x, w, 1e-6)) if kind == "rms_norm" else (lambda: rows.layer_norm(x, w, b))
     lines = []
-    for (runs, one), full in ((lay, full) for lay in layouts for full in fulls):
+    for (runs, one), full, count in ((lay, full, c) for lay in layouts for full in fulls for c in bounds):
+        bound(count)
         layout(runs, one, full)
         name = ("default" if not runs else "one" if one else "auto") + (" full" if full else " masked")
+        name += f" +b{count}" if count else ""
         try:
             got = call()
             torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=3e-2)
@@ -93,14 +108,16 @@ def main() -> None:
     kinds = arg("--kinds", "rms_norm,layer_norm").split(",")
     fulls = [bool(int(v)) for v in arg("--full", str(int(rows_odd.FULL_TILE))).split(",")]
     layouts = LAYOUTS[:1] if arg("--layouts", "all") == "default" else LAYOUTS
-    dt = torch.bfloat16
+    bounds = [int(v) for v in arg("--bounds", "0").split(",")]
+    dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
     print(*lines, sep="\n", flush=True)
     for n in lengths:
         x, w, b, _y, t_copy = row_inputs(n, dt)
         for kind in kinds:
-            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts)
+            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds)
+    bound(0)
     layout(0, False, FULL)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "rows_odd_sweep.txt"), "w") as f:

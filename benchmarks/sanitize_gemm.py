@@ -13,6 +13,10 @@ sanitizer passes is also a correct one.  Exits 1 on a wrong result.
 wait and barrier before the last K step, the next iteration's first fragments read after them), with
 2-4 stages and 1-4 K steps per iteration, on the same ragged shapes, C in f32 and in the input dtype (16-byte
 stores where N % 8 == 0, ``widen_stores``; the narrow ones otherwise).
+
+``--cluster``: instead, ``matmul(mma="wgmma", cluster=(2, 1) | (1, 2))`` (2-workgroup clusters that
+TMA-multicast the shared operand, ``SchedulingConstraint.cluster``) on the same ragged shapes, C in the
+input dtype, against torch in float64 (an element left unwritten fails the error bound).
 """
 
 import sys
@@ -67,9 +71,28 @@ def prefetch_main() -> int:
     return 1 if bad else 0
 
 
+def cluster_main() -> int:
+    bad = 0
+    torch.manual_seed(0)
+    for dt in (torch.float16, torch.bfloat16):
+        for cluster in ((2, 1), (1, 2)):
+            for m, n, k in SHAPES:
+                a = torch.randn(m, k, device="cuda", dtype=dt)
+                b = torch.randn(n, k, device="cuda", dtype=dt)
+                c = gm.matmul(a, b, mma="wgmma", cluster=cluster)
+                ref = a.double() @ b.double().T
+                err = ((c.double() - ref).norm() / ref.norm()).item()
+                ok = err < 1e-2 and not c.isnan().any()
+                bad += not ok
+                print(f"{str(dt):15} {m:5}x{n:5}x{k:4} cluster {cluster} rel err {err:.1e} {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
 def main() -> int:
     if "--prefetch" in sys.argv[1:]:
         return prefetch_main()
+    if "--cluster" in sys.argv[1:]:
+        return cluster_main()
     bad = 0
     torch.manual_seed(0)
     for dt in (torch.float16, torch.bfloat16):
