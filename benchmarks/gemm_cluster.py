@@ -2,7 +2,8 @@
 cuBLAS, in one run.
 
 For each shape and dtype: wavec ``matmul(mma="wgmma")`` with ``cluster=(1, 1)`` (its default plan, the
-persistent grid where ``wgmma_plan`` picks it), ``cluster=(2, 1)`` (along M: B's tile multicast) and
+persistent grid where ``wgmma_plan`` picks it), "flat": the same with ``persistent=False`` (as the
+cluster variants run), ``cluster=(2, 1)`` (along M: B's tile multicast) and
 ``cluster=(1, 2)`` (along N: A's tile multicast), and cuBLAS (``torch.nn.functional.linear``, the same
 ``a @ b.T`` into the input dtype).  Each is timed with ``triton.testing.do_bench`` (median of CUDA-event
 timings after warm-up) in ``--rounds`` interleaved rounds, keeping the median of its rounds; inputs are
@@ -26,7 +27,13 @@ from wavec.kernels.gemm import matmul
 
 SHAPES = [(4096, 6144, 4096), (8192, 8192, 8192), (2048, 5120, 2880), (512, 28672, 4096)]
 L2_BYTES = 50 * 2**20
-VARIANTS = {"no cluster": (1, 1), "cluster M": (2, 1), "cluster N": (1, 2)}
+# name -> (cluster, persistent); clusters turn the persistent grid off, so "flat" is their like-for-like
+VARIANTS = {
+    "no cluster": ((1, 1), None),
+    "flat": ((1, 1), False),
+    "cluster M": ((2, 1), None),
+    "cluster N": ((1, 2), None),
+}
 TORCH_DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -50,8 +57,8 @@ def time_shape(m: int, n: int, k: int, dt: torch.dtype, rounds: int) -> dict[str
     """Median milliseconds per implementation (None: its result was wrong or it failed to build)."""
     sets = _inputs(m, n, k, dt)
     impls = {"cuBLAS": F.linear}
-    for name, cluster in VARIANTS.items():
-        impls[name] = lambda a, b, c=cluster: matmul(a, b, mma="wgmma", cluster=c)
+    for name, (cluster, persistent) in VARIANTS.items():
+        impls[name] = lambda a, b, c=cluster, p=persistent: matmul(a, b, mma="wgmma", cluster=c, persistent=p)
     timers, out = {}, {}
     for name, fn in impls.items():
         try:
