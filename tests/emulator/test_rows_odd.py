@@ -69,7 +69,9 @@ def _into_nan_buffer(
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
     block_j, waves, per_wg = rows_odd.odd_config(wdt, n, kind, n) or (0, 0, 0)
     full = rows_odd.odd_full(kind, full)
-    extra = {"tables": True} if tables else {}
+    extra: dict = {"tables": True} if tables else {}
+    if kind != "softmax" and rows_odd.odd_bound(wdt, n, kind, n, tables):  # the library's launch bound
+        extra["bound"] = rows_odd.odd_bound(wdt, n, kind, n, tables)
     kernel = wc.compile(
         rows_odd.MAKERS[kind](wdt, block_j, waves, per_wg, **extra, **({"full": True} if full else {})),
         {rows_odd.V: vec, rows_odd.E: 32, **({rows_odd.J: block_j} if full else {})},
@@ -113,10 +115,14 @@ def test_norms_one_row_per_workgroup(
     kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool, full: bool
 ) -> None:
     """Rows of 2048 chunks: one row per workgroup (the row values rank 0), f32 past 16 waves of
-    ``NORM_RUNS`` chunks (32 waves), f16/bf16 at ``ONE_ROW_RUNS`` (16 waves); every element written; a slice
-    of such rows (pitch != n) is left to the narrow variant."""
+    ``NORM_RUNS`` chunks (32 waves), f16/bf16 RMSNorm at ``ONE_ROW_RUNS`` (16 waves), LayerNorm at
+    ``LN_LONG_RUNS`` (8 waves) under a launch bound of 2 where it reads tables (``ONE_ROW_BOUNDS``); every
+    element written; a slice of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
-    assert per_wg == 1 and waves == (32 if dtype == torch.float32 else 2048 // (32 * rows_odd.ONE_ROW_RUNS))
+    runs = rows_odd.LN_LONG_RUNS if kind == "layer_norm" else rows_odd.ONE_ROW_RUNS
+    assert per_wg == 1 and waves == (32 if dtype == torch.float32 else 2048 // (32 * runs))
+    bound = rows_odd.odd_bound(WC[dtype], n, kind, n, tables)
+    assert bound == (2 if kind == "layer_norm" and tables and dtype != torch.float32 else None)
     assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
     _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
 
@@ -145,7 +151,9 @@ def test_norms_launch_tables_past_the_threshold(
     _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), dtype)
     _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
     config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
-    assert config is not None and ("layer_norm", WC[dtype].name, *config, "emulator", True, True) in rows_odd._COMPILED
+    bound = rows_odd.odd_bound(WC[dtype], n, "layer_norm", pitch)
+    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound)
+    assert config is not None and key in rows_odd._COMPILED
 
 
 @pytest.mark.parametrize(

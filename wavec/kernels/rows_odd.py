@@ -31,6 +31,7 @@ from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
+from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
 
 M, N = wc.sym.M, wc.sym.N
@@ -48,10 +49,12 @@ def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
     return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
 
 
-def odd_constraints(block_j: int, waves: int, vec: int, tpw: int, rows: int) -> list:
+def odd_constraints(block_j: int, waves: int, vec: int, tpw: int, rows: int, bound: int | None = None) -> list:
     """``block_j`` interior chunks per row tile (a power of two >= K), split over ``waves`` waves, ``rows``
-    per workgroup (the makers': ``odd_config``'s, else ``rows_per_workgroup``'s)."""
+    per workgroup (the makers': ``odd_config``'s, else ``rows_per_workgroup``'s); ``bound``: a launch bound
+    of that many workgroups an SM (``odd_bound``'s)."""
     split = [wc.WaveConstraint(J, block_j // waves)] if waves > 1 else []
+    sched = [wc.SchedulingConstraint(min_workgroups_per_sm=bound)] if bound else []
     return [
         wc.WorkgroupConstraint(M, rows, 0),
         wc.WaveConstraint(M, 1),
@@ -60,6 +63,7 @@ def odd_constraints(block_j: int, waves: int, vec: int, tpw: int, rows: int) -> 
         wc.WorkgroupConstraint(V, V, None),
         wc.WorkgroupConstraint(E, E, None),
         wc.HardwareConstraint(threads_per_wave=tpw, vector_shapes={M: 1, J: tpw, V: vec, E: tpw}, per_thread=(V,)),
+        *sched,
     ]
 
 
@@ -182,12 +186,15 @@ def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, t
 
 
 def make_rms_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
-) -> wc.WaveKernel:
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
+    bound: int | None = None,
+) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
-    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``FULL_TILE``; bind ``J: block_j``)."""
+    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``FULL_TILE``; bind ``J: block_j``).
+    ``bound``: ``odd_constraints``'."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
+    constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
@@ -200,7 +207,7 @@ def make_rms_norm_odd(
 
     if tables:
 
-        @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
+        @wc.wave(constraints)
         def rms_norm_odd_tables(
             x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
             w: Memory[N, dtype], ws: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
@@ -210,7 +217,7 @@ def make_rms_norm_odd(
 
         return rms_norm_odd_tables
 
-    @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
+    @wc.wave(constraints)
     def rms_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
         w: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32], gap: wc.Scalar[wc.i32],
@@ -222,12 +229,14 @@ def make_rms_norm_odd(
 
 
 def make_layer_norm_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False
-) -> wc.WaveKernel:
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
+    bound: int | None = None,
+) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
-    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``: as ``make_rms_norm_odd``'s."""
+    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
+    constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
     def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
@@ -239,7 +248,7 @@ def make_layer_norm_odd(
 
     if tables:
 
-        @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
+        @wc.wave(constraints)
         def layer_norm_odd_tables(
             x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
             w: Memory[N, dtype], b: Memory[N, dtype], ws: Memory[HR, V, dtype],
@@ -250,7 +259,7 @@ def make_layer_norm_odd(
 
         return layer_norm_odd_tables
 
-    @wc.wave(odd_constraints(block_j, waves, vec, tpw, rows))
+    @wc.wave(constraints)
     def layer_norm_odd(
         x: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32], inner: Memory[J, wc.i8],
         w: Memory[N, dtype], b: Memory[N, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
@@ -268,6 +277,14 @@ NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 # ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
 # long rows: smaller workgroups, more resident, more bytes in flight (measured: docs/reductions.md)
 ONE_ROW_RUNS = 4
+# ... and LayerNorm tiles of LN_LONG_CHUNKS or more (8191 bf16) twice that: fewer threads a row, three to
+# four workgroups an SM (docs/reductions.md, session 14: 8191 0.77 -> 0.80 of copy)
+LN_LONG_CHUNKS = 1024
+LN_LONG_RUNS = 8
+# Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: LayerNorm
+# 16383 from one workgroup an SM (128 registers at 256 threads) to two (0.52 -> 0.72 of copy), RMSNorm
+# 8191 from 61-72 registers to 64 (0.82 -> 0.86); none spills (docs/reductions.md, session 14)
+ONE_ROW_BOUNDS = {("layer_norm", 2048): 2, ("rms_norm", 1024): 4}
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
@@ -290,7 +307,8 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     while block_j < chunks:
         block_j *= 2
     if kind != "softmax" and pitch == n and dtype.bytes == 2 and block_j >= 2 * ONE_ROW_RUNS * 32:
-        return block_j, block_j // (ONE_ROW_RUNS * 32), 1
+        runs = LN_LONG_RUNS if kind == "layer_norm" and block_j >= LN_LONG_CHUNKS else ONE_ROW_RUNS
+        return block_j, block_j // (runs * 32), 1
     waves = max(1, block_j // ((RUNS_PER_WAVE if kind == "softmax" else NORM_RUNS) * 32))
     rows = rows_per_workgroup(waves)
     return None if rows == 1 and pitch != n else (block_j, waves, rows)
@@ -303,6 +321,17 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
 FULL_TILE = True
 
 _COMPILED: dict = {}
+
+
+def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int | None:
+    """The launch bound (workgroups an SM) of the odd kernel ``odd_config`` picks, or None: contiguous
+    f16/bf16 norms over one row a workgroup at the tiles ``ONE_ROW_BOUNDS`` names, reading their vectors
+    through ``tables`` (the gathered vectors of small inputs would spill under it: LayerNorm 16383 136-152
+    bytes)."""
+    config = odd_config(dtype, n, kind, pitch)
+    if config is None or config[2] != 1 or dtype.bytes != 2 or not tables:
+        return None
+    return ONE_ROW_BOUNDS.get((kind, config[0]))
 
 
 def odd_full(kind: str, full: bool | None = None) -> bool:
@@ -323,12 +352,16 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
     config = odd_config(dtype, n, kind, pitch)
     assert config is not None
     full = odd_full(kind, full)
-    key = (kind, dtype.name, *config, backend, tables, full)
+    # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
+    bound = odd_bound(dtype, n, kind, pitch, tables) if (backend or default_backend()) != "rocm" else None
+    key = (kind, dtype.name, *config, backend, tables, full, bound)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
-        extra: dict[str, bool] = {"tables": True} if tables else {}
+        extra: dict[str, Any] = {"tables": True} if tables else {}
         if full:
             extra["full"] = True
+        if bound:
+            extra["bound"] = bound
         kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend)
