@@ -11,7 +11,14 @@ import pytest
 
 import wavec as wc
 from wavec.codegen.ptxas import find_ptxas
-from wavec.kernels.decode import CONFIGS, combine_subs, decode_subs, make_decode_combine, make_decode_split
+from wavec.kernels.decode import (
+    CONFIGS,
+    combine_subs,
+    decode_subs,
+    make_decode_combine,
+    make_decode_split,
+    split_kernel_subs,
+)
 
 pytest.importorskip("iree.compiler")
 HAS_PTXAS = find_ptxas() is not None
@@ -34,6 +41,25 @@ def test_library_tiles_compile_without_spills(target: str, rows: int, head_dim: 
     assert len(copies) == k.mlir.count("nvgpu.device_async_copy") > 0
     assert re.search(r"arith\.remui %block_id_y, %\w+", k.mlir)
     assert k.mlir.count("memref.alloc") == 2
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a", "gfx942"])
+@pytest.mark.parametrize("rows, head_dim", sorted(CONFIGS))
+def test_direct_kernels_compile_without_spills(target: str, rows: int, head_dim: int) -> None:
+    """One split (``direct``): SP bound to 1, no partials, the output stored in the input dtype."""
+    gfx = target == "gfx942"
+    block_n, waves = CONFIGS[(rows, head_dim)]
+    subs = split_kernel_subs(decode_subs(head_dim, 4, block_n, waves), False, direct=True)
+    kernel = make_decode_split(wc.bf16 if not gfx else wc.f16, 4, direct=True, waves=waves, **(MFMA if gfx else {}))
+    k = wc.compile(kernel, subs, target=target, backend="rocm" if gfx else "cuda", cache=False)
+    m = k.metadata
+    assert set(m.constants) == {"B", "QL", "H", "N", "KVH", "scale"}, m.constants
+    if gfx:
+        assert k.artifact.format == "hsaco"
+        return
+    assert m.block == (32 * waves, 1, 1)
+    if HAS_PTXAS:
+        assert k.artifact.format == "cubin" and m.spills == 0, (m.registers, m.spills)
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])

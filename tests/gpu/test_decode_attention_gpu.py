@@ -47,7 +47,8 @@ def test_decode_attention_matches_sdpa(dtype, seq_lens, s_max, q_len, heads, kv_
 
 @pytest.mark.parametrize("splits", [1, 4, 17])
 def test_every_partial_and_output_element_is_written(splits: int) -> None:
-    """The two-launch path's kernels by hand into NaN-filled partials and output."""
+    """The two-launch path's kernels by hand into NaN-filled partials and output (one split: the direct
+    kernel into the output alone)."""
     q, k, v, lens = dk.dense_kv_inputs([3000, 17, 3], 3, 32, 8, 128, wc.bf16, 3072, "cuda")
     decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, one_launch=False)
     run = next(
@@ -55,6 +56,14 @@ def test_every_partial_and_output_element_is_written(splits: int) -> None:
         for r in decode._DISPATCH.table.values()
         if r.out_shape == tuple(q.shape) and r.splits == splits and r.counters is None
     )
+    want = dk.reference_decode_attention(q, k, v, lens, scale=0.08)
+    if run.direct:
+        out = torch.full_like(q, float("nan"))
+        run.split(q, k, v, lens, out, 0.08)
+        torch.cuda.synchronize()
+        assert splits == 1 and not out.isnan().any()
+        torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+        return
     o_part = torch.full(run.o_shape, float("nan"), device="cuda")
     m_part, l_part = (torch.full(run.s_shape, float("nan"), device="cuda") for _ in range(2))
     out = torch.full_like(q, float("nan"))
@@ -63,8 +72,28 @@ def test_every_partial_and_output_element_is_written(splits: int) -> None:
     run.combine(o_part.view(b, s, r, 128), m_part.view(b, s, r), l_part.view(b, s, r), out.view(b, r, 128))
     torch.cuda.synchronize()
     assert not (o_part.isnan().any() or m_part.isnan().any() or l_part.isnan().any() or out.isnan().any())
-    want = dk.reference_decode_attention(q, k, v, lens, scale=0.08)
     torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
+
+
+def test_one_split_direct_in_a_cuda_graph() -> None:
+    """B=64 over 8 kv heads: the split rule's one split, written by the split kernel itself; replayed
+    into a NaN-filled output with new inputs, and equal to the split-then-combine path."""
+    q, k, v, lens = dk.dense_kv_inputs([2048 - 37 * i for i in range(64)], 1, 32, 8, 128, wc.bf16, 2048, "cuda")
+    assert decode.num_splits_for(64, 8, 1, 2048, decode.sm_count(q)) == 1
+    out = decode.decode_attention(q, k, v, seq_lens=lens)
+    run = next(r for r in decode._DISPATCH.table.values() if r.out_shape == tuple(q.shape) and r.direct)
+    assert run.combine is None and not run.spaces
+    torch.testing.assert_close(out.float(), dk.reference_decode_attention(q, k, v, lens), rtol=1.6e-2, atol=1.6e-2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = decode.decode_attention(q, k, v, seq_lens=lens)
+    q.copy_(torch.randn_like(q))
+    replayed.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert not replayed.isnan().any()
+    want = dk.reference_decode_attention(q, k, v, lens)
+    torch.testing.assert_close(replayed.float(), want, rtol=1.6e-2, atol=1.6e-2)
 
 
 def test_torch_op_in_a_cuda_graph() -> None:

@@ -60,6 +60,10 @@ MAX_SPLITS = 64
 # the partials), a wave's 16 rows and the step's splits in every lane
 COMBINE_SHAPES = {SP: 1, M: 1, D: 128}
 EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
+# One split: the split kernel normalises its rows into the output (``direct``), no partials and no combine
+# launch (which read the f32 partials back: 5-7 us of a 43-80 us step at mid batches on an H200).  False:
+# the split kernel then the combine, as for several splits (to time against).
+DIRECT_SINGLE_SPLIT = True
 
 
 def split_index() -> sympy.Expr:
@@ -118,14 +122,17 @@ def online_softmax_step(qr, kt, vt, keep, c: float, dtype, state: tuple, logits=
 
 
 def make_decode_split(
-    dtype=wc.f16, group: int = 1, alibi: bool = False, one_launch: bool = False, **constraints: Any
-) -> wc.WaveKernel:
+    dtype=wc.f16, group: int = 1, alibi: bool = False, one_launch: bool = False, direct: bool = False,
+    **constraints: Any,
+) -> wc.WaveKernel:  # fmt: skip
     """``decode_split(q, k, v, seq_lens, o_part, m_part, l_part, scale)`` for ``group`` query heads per kv
     head: q [B, QL, H, D], k/v [B, N, KVH, D], seq_lens [B] i32, o_part [B, SP, QL, H, D] f32, m_part /
     l_part [B, SP, QL, H] f32.  Compile with ``decode_subs``; ``constraints``: ``decode_constraints``'s.
     ``alibi``: an argument ``slopes`` [H] f32 after ``seq_lens`` and the bias ``-slope * (pos_q - pos_k)``.
     ``one_launch``: arguments ``counter`` [B, C] i32 and ``out`` [B, QL, H, D] after ``l_part``; the last
-    split of each group combines (``split_combine.combine_last``): the whole step in one launch."""
+    split of each group combines (``split_combine.combine_last``): the whole step in one launch.
+    ``direct``: one split (``split_kernel_subs`` binds SP = 1), ``out`` [B, QL, H, D] in place of the
+    partials, normalised in the kernel: no combine (``write_output``)."""
     q_type = Memory[B, QL, H, D, dtype]
     kv_type = Memory[B, N, KVH, D, dtype]
     split, kv_head = split_index(), kv_head_index()
@@ -152,8 +159,10 @@ def make_decode_split(
 
     params: list[tuple[str, Any]] = [("q", q_type), ("k", kv_type), ("v", kv_type), ("seq_lens", Memory[B, wc.i32])]
     params += [("slopes", Memory[H, f32])] if alibi else []
-    params += [*partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
-    name = ("decode_one_launch" if one_launch else "decode_split") + ("_alibi" if alibi else "")
+    params += [*partial_params(dtype, one_launch, direct), ("scale", wc.Scalar[f32])]
+    name = ("decode_one_launch" if one_launch else "decode_direct" if direct else "decode_split") + (
+        "_alibi" if alibi else ""
+    )
 
     def run(*args) -> None:
         q, k, v, seq_lens, *rest = args
@@ -163,8 +172,12 @@ def make_decode_split(
     return wc.wave(decode_constraints(dtype, one_launch=one_launch, **constraints))(kernel_function(name, params, run))
 
 
-def partial_params(dtype, one_launch: bool) -> list:
-    """The partials' arguments of a split kernel (and, in one launch, the counters and the output)."""
+def partial_params(dtype, one_launch: bool, direct: bool = False) -> list:
+    """The partials' arguments of a split kernel (and, in one launch, the counters and the output); for
+    ``direct`` (one split, no combine) the output alone."""
+    if direct:
+        assert not one_launch, "direct: one split, the kernel writes the output (no counters)"
+        return [("out", Memory[B, QL, H, D, dtype])]
     params: list[tuple[str, Any]] = [
         ("o_part", Memory[B, SP, QL, H, D, f32]), ("m_part", Memory[B, SP, QL, H, f32]),
         ("l_part", Memory[B, SP, QL, H, f32]),
@@ -178,7 +191,10 @@ def partial_params(dtype, one_launch: bool) -> list:
 
 def finish_split(state: tuple, c, parts: tuple, q_rows: dict, group: int, dtype) -> None:
     """Store the split's partials; in one launch (``parts`` holds the counter and the output) the last
-    split of the group combines them all."""
+    split of the group combines them all; ``parts`` only the output (``direct``): the normalised rows."""
+    if len(parts) == 1:
+        write_output(state, parts[0], q_rows, dtype)
+        return
     o_part, m_part, l_part, *fused = parts
     write_partials(state, c, o_part, m_part, l_part, {**q_rows, SP: split_index()})
     if fused:
@@ -224,6 +240,14 @@ def write_partials(state: tuple, c, o_part, m_part, l_part, rows: dict) -> None:
     wc.write(acc, o_part, mapping=rows)
     wc.write(m_fin * c, m_part, mapping=rows)
     wc.write(l_fin, l_part, mapping=rows)
+
+
+def write_output(state: tuple, out, rows: dict, dtype) -> None:
+    """The rows of a sequence's only split, normalised: ``acc / l`` in ``dtype`` (rows past M, never
+    stored, may have seen no key: their sum taken as 1)."""
+    _m, l_fin, acc = state
+    total = wc.where(l_fin > 0.0, l_fin, 1.0)
+    wc.write(wc.cast(acc * wc.reciprocal(total)[:, None], dtype), out, mapping=rows)
 
 
 def make_decode_combine(dtype=wc.f16, waves: int = 4, threads_per_wave: int = 32) -> wc.WaveKernel:
@@ -318,8 +342,9 @@ def plan_split_kv(
     fn: str, q: Any, kv_heads: int, keys: int, options: tuple, build_split, check=None, lengths=None
 ) -> SplitKV:
     """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
-    (``build_split(group, block_n, waves, stages, one_launch)``, compiled) and, in two launches, the
-    combine of a validated call; in one launch the counters (``split_combine.Counters``).  ``options`` =
+    (``build_split(group, block_n, waves, stages, one_launch, direct)``, compiled) and, in two launches,
+    the combine of a validated call; in one launch the counters (``split_combine.Counters``); with one
+    split (``DIRECT_SINGLE_SPLIT``, two launches asked) neither: the kernel writes the output.  ``options`` =
     (num_splits, config, one_launch); ``check(head)``: the per-call checks, kept where the split kernel
     runs on the emulator or under ``WAVEC_CHECK_BOUNDS=1`` (``per_call_checks``); ``lengths``: the seq_lens
     tensor of a ``seq_lens=None`` call."""
@@ -333,9 +358,12 @@ def plan_split_kv(
         raise fail(fn, f"one_launch must be True or False, got {one_launch!r}")
     row_tiles = -(-q_len * group // (16 * waves))
     splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
-    split = build_split(group, block_n, waves, stages, one_launch)
+    direct = splits == 1 and not one_launch and DIRECT_SINGLE_SPLIT
+    split = build_split(group, block_n, waves, stages, one_launch, direct)
     check = check if per_call_checks(split) else None
     run = {"check": check, "lengths": lengths, "scale": 1.0 / math.sqrt(head_dim)}
+    if direct:
+        return SplitKV(split, None, q, splits, None, **run)
     if one_launch:
         from .split_combine import Counters
 
@@ -353,8 +381,11 @@ def per_call_checks(kernel: Any) -> bool:
     return kernel.backend == "emulator" or bool(knobs.check_bounds)
 
 
-def split_kernel_subs(subs: dict, one_launch: bool) -> dict:
-    """A split kernel's ``subs`` with, in one launch, the combine's splits per step."""
+def split_kernel_subs(subs: dict, one_launch: bool, direct: bool = False) -> dict:
+    """A split kernel's ``subs`` with, in one launch, the combine's splits per step; ``direct``: one split
+    (SP = 1, grid axis 1 the kv heads), no partial carrying SP."""
+    if direct:
+        return {**subs, SP: 1, Y: KVH}
     if not one_launch:
         return subs
     from .split_combine import BLOCK_SP, SPLITS_PER_STEP
@@ -497,11 +528,11 @@ def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None) -> Spli
     else:
         lengths = torch.full((q.shape[0],), s_max, dtype=torch.int32, device=q.device)
 
-    def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
-        subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages), one)
+    def build(group: int, block_n: int, waves: int, stages: int, one: bool, direct: bool) -> Any:
+        subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages), one, direct)
         return compiled(
             ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi, tuple(subs.items())),
-            lambda: wc.compile(make_decode_split(dtype, group, alibi, one, waves=waves), subs, backend=backend),
+            lambda: wc.compile(make_decode_split(dtype, group, alibi, one, direct, waves=waves), subs, backend=backend),
         )
 
     def check(head: tuple) -> None:

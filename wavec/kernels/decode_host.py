@@ -12,7 +12,8 @@ Guarantees:
   plan decided there are none: a GPU launch without ``WAVEC_CHECK_BOUNDS=1``), the lengths tensor for
   ``seq_lens=None`` and, after its first call, the prepared launches (``CompiledKernel.prepare``).  A
   call does no validation and no planning: the checks it was given, one output allocation, a workspace
-  lookup and one launch (one launch) or two.
+  lookup and one launch (one launch) or two; with neither a combine nor counters (one split,
+  ``decode.DIRECT_SINGLE_SPLIT``) no workspace: the split kernel writes the output.
 * The partials (O, row maxima, row sums: one f32 buffer, each part 16-byte aligned) live in a workspace
   cached per (thread, current CUDA stream): one thread's launches on one stream run in order, so the
   split kernel of a later call overwrites them only after the combine that read them.  During a CUDA
@@ -59,7 +60,8 @@ class Partials:
 class SplitKV:
     """A call shape's launches: the split kernel into the partials, then the combine into a new tensor
     shaped like q; stream-ordered, no synchronisation.  In one launch (``counters``: a
-    ``split_combine.Counters``) the split kernel combines too, with no second launch (module docstring).
+    ``split_combine.Counters``) the split kernel combines too, with no second launch (module docstring);
+    with neither ``combine`` nor ``counters`` (``direct``: one split) it writes the output itself.
 
     ``check(head)``: the per-call checks of the emulator or of ``WAVEC_CHECK_BOUNDS=1``, or None;
     ``lengths``: the seq_lens tensor of ``seq_lens=None`` calls; ``scale``: the default scale."""
@@ -73,6 +75,7 @@ class SplitKV:
         batch, q_len, heads, head_dim = q.shape
         self.split, self.combine, self.counters, self.splits = split, combine, counters, splits
         self.check, self.lengths, self.scale = check, lengths, scale
+        self.direct = combine is None and counters is None
         self.out_shape, self.dtype, self.device, self.empty = tuple(q.shape), q.dtype, q.device, torch.empty
         self.o_shape = (batch, splits, q_len, heads, head_dim)
         self.s_shape = (batch, splits, q_len, heads)
@@ -110,6 +113,8 @@ class SplitKV:
         out = self.empty(self.out_shape, dtype=self.dtype, device=self.device)
         if not self.o_size:
             return out
+        if self.direct:
+            return self._direct(head, out, sc)
         parts = self.partials()
         if self.launches is None:
             self._prepare(head, parts, out, sc)
@@ -127,6 +132,17 @@ class SplitKV:
             return out
         self.launches[0](*head, *parts.views, sc)
         self.launches[1](*parts.flat, self._flat_out(out))
+        return out
+
+    def _direct(self, head: tuple, out: Any, scale: float) -> Any:
+        """One split: the split kernel into the output, no partials."""
+        if self.launches is None:
+            self.launches = (self.split.prepare(*head, out, scale, fresh_outputs=True),)
+            self.raw = hasattr(self.launches[0], "pointers") and self.launches[0].maps is None
+        if self.raw:
+            self.launches[0].pointers(*[t.data_ptr() for t in head], out.data_ptr(), scale)
+        else:
+            self.launches[0](*head, out, scale)
         return out
 
     def _flat_out(self, out: Any) -> Any:

@@ -39,14 +39,16 @@ CONFIGS = da.CONFIGS
 
 
 def make_paged_attention(
-    dtype=wc.f16, group: int = 1, page: int = 16, alibi: bool = False, one_launch: bool = False, **constraints: Any
-) -> wc.WaveKernel:
+    dtype=wc.f16, group: int = 1, page: int = 16, alibi: bool = False, one_launch: bool = False,
+    direct: bool = False, **constraints: Any,
+) -> wc.WaveKernel:  # fmt: skip
     """The split kernel ``paged_attention(q, k_cache, v_cache, block_tables, seq_lens, o_part, m_part,
     l_part, scale)`` for ``group`` query heads per kv head and ``page`` rows per cache block (partials as
     ``decode.make_decode_split``'s); ``constraints``: ``decode_constraints``'s keywords.  Compile
     with ``paged_subs``: the rows M, keys N and grid axis Y are derived sizes.  ``alibi``: an argument
     ``slopes`` [H] f32 after ``seq_lens`` (``decode.alibi_logits``).  ``one_launch``: ``counter`` and
-    ``out`` after ``l_part``, the last split of each group combines (``decode.make_decode_split``'s)."""
+    ``out`` after ``l_part``, the last split of each group combines; ``direct``: one split, ``out`` in place
+    of the partials (both ``decode.make_decode_split``'s)."""
     q_type = Memory[B, QL, H, D, dtype]
     cache_type = Memory[NB, PG, KVH, D, dtype]
     split, kv_head = da.split_index(), da.kv_head_index()
@@ -77,8 +79,10 @@ def make_paged_attention(
     params: list[tuple[str, Any]] = [("q", q_type), ("k_cache", cache_type), ("v_cache", cache_type)]
     params += [("block_tables", Memory[B, P, wc.i32]), ("seq_lens", Memory[B, wc.i32])]
     params += [("slopes", Memory[H, f32])] if alibi else []
-    params += [*da.partial_params(dtype, one_launch), ("scale", wc.Scalar[f32])]
-    name = ("paged_one_launch" if one_launch else "paged_attention") + ("_alibi" if alibi else "")
+    params += [*da.partial_params(dtype, one_launch, direct), ("scale", wc.Scalar[f32])]
+    name = ("paged_one_launch" if one_launch else "paged_direct" if direct else "paged_attention") + (
+        "_alibi" if alibi else ""
+    )
 
     def run(*args) -> None:
         q, k_cache, v_cache, block_tables, seq_lens, *rest = args
@@ -164,12 +168,12 @@ def _plan(q, k_cache, v_cache, block_tables, seq_lens, options: tuple, backend, 
     head_dim, page = q.shape[-1], k_cache.shape[1]
     keys = block_tables.shape[1] * page
 
-    def build(group: int, block_n: int, waves: int, stages: int, one: bool) -> Any:
-        subs = da.split_kernel_subs(paged_subs(head_dim, group, page, block_n, waves, stages), one)
+    def build(group: int, block_n: int, waves: int, stages: int, one: bool, direct: bool) -> Any:
+        subs = da.split_kernel_subs(paged_subs(head_dim, group, page, block_n, waves, stages), one, direct)
         return da.compiled(
             ("paged", dtype.name, head_dim, group, page, block_n, waves, stages, backend, alibi, tuple(subs.items())),
             lambda: wc.compile(
-                make_paged_attention(dtype, group, page, alibi, one, waves=waves), subs, backend=backend
+                make_paged_attention(dtype, group, page, alibi, one, direct, waves=waves), subs, backend=backend
             ),
         )
 
