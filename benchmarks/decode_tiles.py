@@ -7,10 +7,11 @@ are transposed views of [B, Hkv, S, D], transformers' layout, which SDPA reads c
 Per shape (bf16, d128, q_len 1, GQA 32/8 unless given): every ``(BLOCK_N, waves, stages)`` of ``--configs``
 crossed with the split counts (``0``: the split rule, ``decode.num_splits_for``), each a CUDA-graph replay of
 one call (split + combine) over input sets rotated past the L2; the best five and the library's default
-printed with their fraction of a device copy of the K/V bytes, then one summary line per shape.
+printed with their fraction of a device copy of the K/V bytes, then one summary line per shape.  One
+split runs without a combine (``decode.DIRECT_SINGLE_SPLIT``); ``--no-direct``: through the combine.
 
     python benchmarks/decode_tiles.py [--shapes 16x2048,8x4096] [--splits 0,1,2,3,4,6,8]
-                                      [--configs 32x2x2,64x2x2,...]
+                                      [--configs 32x2x2,64x2x2,...] [--no-direct]
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def main() -> None:
     ap.add_argument("--configs", default=CONFIGS, help="BLOCK_N x waves x stages, comma-separated")
     ap.add_argument("--expand", action="store_true", help="SDPA on K/V expanded to the query heads")
     ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd", help="the caches' memory order")
+    ap.add_argument("--no-direct", action="store_true", help="one split through the combine too")
     args = ap.parse_args()
+    decode.DIRECT_SINGLE_SPLIT = not args.no_direct
     configs = [None] + [tuple(int(v) for v in c.split("x")) for c in args.configs.split(",")]
     splits = [int(s) for s in args.splits.split(",")]
     copy_bw = copy_bandwidth() / 1e9  # GB/s

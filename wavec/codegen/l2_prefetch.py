@@ -1,7 +1,8 @@
 """The L2 prefetch size of ``SchedulingConstraint(l2_prefetch=B)`` on every ``cp.async`` in the PTX:
 ``cp.async.{ca,cg}.shared.global.L2::{B}B`` (PTX ISA "cp.async", ``.level::prefetch_size``, PTX 7.4,
 sm_80+), as CUTLASS's sm80 copies spell it.  The L2 then fetches the whole B-byte block of a missed
-sector from DRAM in one request rather than sector by sector (docs/attention.md, "L2 prefetch").
+sector from DRAM in one request rather than sector by sector (docs/attention.md, "L2 prefetch": the
+decode measurement).
 
 MLIR's ``nvgpu.device_async_copy`` (and NVVM's ``cp.async`` ops under it) have no spelling for the
 qualifier, so it is written into the text IREE returns, beside the launch bound of
