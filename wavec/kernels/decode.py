@@ -60,9 +60,9 @@ MAX_SPLITS = 64
 # the partials), a wave's 16 rows and the step's splits in every lane
 COMBINE_SHAPES = {SP: 1, M: 1, D: 128}
 EMULATOR_SMS = 2  # the SM count the rule assumes for CPU tensors (the emulator runs workgroups one by one)
-# One split: the split kernel normalises its rows into the output (``direct``), no partials and no combine
-# launch (which read the f32 partials back: 5-7 us of a 43-80 us step at mid batches on an H200).  False:
-# the split kernel then the combine, as for several splits (to time against).
+# One split: the split kernel normalises its rows into the output (``direct``): no f32 partials written
+# and read back, no second launch (docs/attention.md, "One split, no combine").  False: the split kernel
+# then the combine, as for several splits (to time against).
 DIRECT_SINGLE_SPLIT = True
 
 

@@ -277,13 +277,13 @@ NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 # ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
 # long rows: smaller workgroups, more resident, more bytes in flight (measured: docs/reductions.md)
 ONE_ROW_RUNS = 4
-# ... and LayerNorm tiles of LN_LONG_CHUNKS or more (8191 bf16) twice that: fewer threads a row, three to
-# four workgroups an SM (docs/reductions.md, session 14: 8191 0.77 -> 0.80 of copy)
+# ... and LayerNorm tiles of LN_LONG_CHUNKS or more (8191 bf16) twice that: an SM holds whole rows only,
+# and smaller workgroups put more rows on it (docs/reductions.md, "Odd LayerNorm from 8191")
 LN_LONG_CHUNKS = 1024
 LN_LONG_RUNS = 8
-# Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: LayerNorm
-# 16383 from one workgroup an SM (128 registers at 256 threads) to two (0.52 -> 0.72 of copy), RMSNorm
-# 8191 from 61-72 registers to 64 (0.82 -> 0.86); none spills (docs/reductions.md, session 14)
+# Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: where
+# ptxas's registers fitted one workgroup fewer than the bound, and the bound costs no spill (measured in
+# the same docs section)
 ONE_ROW_BOUNDS = {("layer_norm", 2048): 2, ("rms_norm", 1024): 4}
 
 
