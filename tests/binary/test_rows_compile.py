@@ -83,7 +83,8 @@ def _odd(kind: str, dtype, n: int, target: str, tables: bool = False) -> wc.Comp
 NORM_CHUNKS = {rows_odd.NORM_RUNS: 64, rows_odd.ONE_ROW_RUNS: 128, rows_odd.LN_LONG_RUNS: 192}
 # ... (192: LayerNorm 16383 gathering its vectors, inputs below ``TABLE_MIN_BYTES``, one 256-thread
 # workgroup an SM as the 4-chunk layout's 100 at 512 threads).  Spills ptxas takes on the library's layout:
-# f16 RMSNorm 2049 over the whole tile stores 8 bytes at 56 registers on sm_90a (timed 0.90 of copy, H200)
+# f16 RMSNorm 2049 over the whole tile stores 8 bytes at 56 registers on sm_90a (its speed: docs/performance.md,
+# session 14's f16 sweep)
 SPILL_OK = {("f16", 2049, "rms_norm", "sm_90a"): 8}
 ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf16, 16383)]  # 16383: one row a workgroup
 
