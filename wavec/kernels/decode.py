@@ -16,6 +16,9 @@ Two launches:
 - ``decode_combine``: per (sequence, query, head tile), ``out = Σ_s 2^(m_s - M) acc_s / Σ_s 2^(m_s - M) l_s``
   with ``M = max_s m_s`` (finite: every query sees position 0); empty splits weigh exactly 0.
 
+One split (``DIRECT_SINGLE_SPLIT``): one launch, ``decode_direct``, the split kernel writing ``acc / l``
+into the output itself (no partials, no combine; bit-equal to the two launches).
+
 The paged kernel (``kernels/paged_attention.py``) writes the same partials and shares the combine.  The
 entry points decide once per tensor keys and options (``plan_split_kv``); a repeated call runs
 ``decode_host.SplitKV`` (one lookup, cached partials, prepared launches).
