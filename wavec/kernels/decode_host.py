@@ -137,8 +137,8 @@ class SplitKV:
     def _direct(self, head: tuple, out: Any, scale: float) -> Any:
         """One split: the split kernel into the output, no partials."""
         if self.launches is None:
-            self.launches = (self.split.prepare(*head, out, scale, fresh_outputs=True),)
-            self.raw = hasattr(self.launches[0], "pointers") and self.launches[0].maps is None
+            self._prepare(head, None, out, scale)
+        assert self.launches is not None
         if self.raw:
             self.launches[0].pointers(*[t.data_ptr() for t in head], out.data_ptr(), scale)
         else:
@@ -148,10 +148,13 @@ class SplitKV:
     def _flat_out(self, out: Any) -> Any:
         return out.view(self.flat[0], self.flat[2], self.o_shape[-1])
 
-    def _prepare(self, head: tuple, parts: Partials, out: Any, scale: float) -> None:
-        """The launches, validated on this call's tensors.  ``fresh_outputs``: the partials are this plan's
-        own and the output is new, so no output overlaps an input."""
-        if self.counters is not None:
+    def _prepare(self, head: tuple, parts: Partials | None, out: Any, scale: float) -> None:
+        """The launches, validated on this call's tensors (``parts`` None: ``direct``, no partials).
+        ``fresh_outputs``: the partials are this plan's own and the output is new, so no output overlaps
+        an input."""
+        if self.direct or parts is None:
+            self.launches = (self.split.prepare(*head, out, scale, fresh_outputs=True),)
+        elif self.counters is not None:
             args = (*head, *parts.views, self.counters.get(), out, scale)
             self.launches = (self.split.prepare(*args, fresh_outputs=True),)
         else:
