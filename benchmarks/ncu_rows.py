@@ -1,0 +1,59 @@
+"""Library row ops (``rms_norm``, ``layer_norm``, ``softmax``) inside one profiler range, for Nsight Compute
+to say where an odd row length loses against an aligned one (issue #20: odd LayerNorm below 0.80 of copy):
+
+    ncu --profile-from-start off --section SpeedOfLight --section MemoryWorkloadAnalysis \\
+        --section WarpStateStats --section Occupancy --section LaunchStats \\
+        python benchmarks/ncu_rows.py layer_norm:1025:float16 layer_norm:1024:float16 rms_norm:16383:bfloat16
+
+Each spec ``kind:N:dtype`` runs on rows of ``rows_sweep.BYTES`` (the sweeps' inputs), is compiled, checked
+against torch and warmed up before the range opens, then launched once inside it (the shifted tables of
+large odd norms are two small copy kernels before it).  Prints each spec's rows, registers and error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from wavec.kernels import rows
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rows_sweep import row_inputs  # noqa: E402  (the sweeps' inputs)
+
+F = torch.nn.functional
+
+
+def call(kind: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(wavec's result, torch's in f32) for ``kind`` on x."""
+    n = x.shape[-1]
+    if kind == "softmax":
+        return rows.softmax(x), torch.softmax(x.float(), -1)
+    if kind == "rms_norm":
+        return rows.rms_norm(x, w, 1e-6), F.rms_norm(x.float(), (n,), w.float(), 1e-6)
+    if kind == "layer_norm":
+        return rows.layer_norm(x, w, b, 1e-5), F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
+    raise SystemExit(f"kind {kind!r}: expected softmax, rms_norm or layer_norm")
+
+
+def main() -> None:
+    specs = sys.argv[1:] or ["layer_norm:1025:float16", "layer_norm:1024:float16"]
+    cases = []
+    for spec in specs:
+        kind, n, dt = spec.split(":")
+        x, w, b, _, t_copy = row_inputs(int(n), getattr(torch, dt))
+        got, want = call(kind, x, w, b)
+        err = ((got.float() - want).abs().max() / want.abs().max()).item()
+        print(f"{spec}: rows {x.shape[0]}, copy {t_copy:.1f} us, max rel err {err:.2e}", flush=True)
+        cases.append((kind, x, w, b))
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for kind, x, w, b in cases:
+        call(kind, x, w, b)[0]
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+if __name__ == "__main__":
+    main()
