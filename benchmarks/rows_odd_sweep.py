@@ -10,10 +10,12 @@ Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
 ``--dtype float16|bfloat16|float32`` (default bf16).  ``--full 0,1``: each layout with the norms' masked
 interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the library's ``FULL_TILE``
 only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
-against the masked one in one run.
+against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
+LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1) a second read of
+its chunks after the statistics (one row a workgroup through tables, f16/bf16).
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default] [--bounds 0,2] [--dtype float16]
+        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--dtype float16]
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ def bound(count: int) -> None:
     """The odd kernels compiled next under a launch bound of ``count`` workgroups an SM (0: the library's,
     ``odd_bound``; -1: none)."""
     rows_odd.odd_bound = BOUND if count == 0 else lambda *a, **k: count if count > 0 else None
+
+
+REREAD = rows_odd.odd_reread
+
+
+def reread(flag: int) -> None:
+    """The odd LayerNorm kernels compiled next re-read their chunks (1), do not (-1), or as the library
+    decides (0, ``odd_reread``); a re-read takes one row a workgroup through tables, f16/bf16."""
+    rows_odd.odd_reread = REREAD if flag == 0 else lambda d, n, kind, p, tables=True: (
+        flag > 0 and kind == "layer_norm" and tables and d.bytes == 2 and DEFAULT(d, n, kind, p) is not None
+        and rows_odd.odd_config(d, n, kind, p)[2] == 1
+    )  # fmt: skip
 
 
 def layout(runs: int, one: bool, full: bool = FULL) -> None:
@@ -76,19 +90,31 @@ def registers() -> str:
 LAYOUTS = ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False), (4, True))
 
 
+def parse_layouts(text: str) -> list[tuple[int, bool]]:
+    """``--layouts 0,4a,8o``: the library's (0), or chunks a lane with ``rows_per_workgroup``'s rows (a) or
+    one row a workgroup (o)."""
+    return [(0, False) if t == "0" else (int(t[:-1]), t[-1] == "o") for t in text.split(",")]
+
+
 def sweep(
-    kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS, bounds=(0,)
-) -> list[str]:
-    """One line per (chunks a lane, rows a workgroup, whole tile, launch bound) layout of ``kind`` at rows
-    of ``n``."""
+    kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS, bounds=(0,),
+    rereads=(0,),
+) -> list[str]:  # fmt: skip
+    """One line per (chunks a lane, rows a workgroup, whole tile, launch bound, re-read) layout of ``kind``
+    at rows of ``n``."""
     want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
     call = (lambda: rows.rms_norm(x, w, 1e-6)) if kind == "rms_norm" else (lambda: rows.layer_norm(x, w, b))
     lines = []
-    for (runs, one), full, count in ((lay, full, c) for lay in layouts for full in fulls for c in bounds):
+    combos = ((lay, full, c, r) for lay in layouts for full in fulls for c in bounds for r in rereads)
+    for (runs, one), full, count, again in combos:
+        if again and kind != "layer_norm":
+            continue
         bound(count)
+        reread(again)
         layout(runs, one, full)
         name = ("default" if not runs else "one" if one else "auto") + (" full" if full else " masked")
         name += f" +b{count}" if count > 0 else " no bound" if count < 0 else ""
+        name += " reread" if again > 0 else " no reread" if again < 0 else ""
         try:
             got = call()
             torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=3e-2)
@@ -107,8 +133,10 @@ def main() -> None:
     lengths = [int(v) for v in arg("--lengths", "2049,4097,8191,16383").split(",")]
     kinds = arg("--kinds", "rms_norm,layer_norm").split(",")
     fulls = [bool(int(v)) for v in arg("--full", str(int(rows_odd.FULL_TILE))).split(",")]
-    layouts = LAYOUTS[:1] if arg("--layouts", "all") == "default" else LAYOUTS
+    pick = arg("--layouts", "all")
+    layouts = LAYOUTS[:1] if pick == "default" else LAYOUTS if pick == "all" else parse_layouts(pick)
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
+    rereads = [int(v) for v in arg("--reread", "0").split(",")]
     dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
@@ -116,8 +144,9 @@ def main() -> None:
     for n in lengths:
         x, w, b, _y, t_copy = row_inputs(n, dt)
         for kind in kinds:
-            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds)
+            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads)
     bound(0)
+    reread(0)
     layout(0, False, FULL)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "rows_odd_sweep.txt"), "w") as f:

@@ -126,11 +126,12 @@ def _first(row: _Row, xf):
     return wc.max(wc.cast(wc.read(xf, mapping={F: row.start + wc.index(E) * 0}), f32), E)
 
 
-def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
+def _deviations(row: _Row, xf, eps, inv_n, dtype, again=None) -> tuple[Any, Any, Any]:
     """(interior, edge deviations from the row's mean, rsqrt(var + eps)): one pass over ``x - first``
     (f16/bf16) or its mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
     every slot (those past the row rewrite their owner's value) and of every interior lane (those past K
-    rewrite the row's last chunk under ``full``: its owner's value)."""
+    rewrite the row's last chunk under ``full``: its owner's value).  ``again``: the interior read a
+    second time (f32, one pass only), from which the deviations are taken instead of the first read's."""
     shift = _first(row, xf)
     c = wc.where(row.inside, row.v - shift, 0.0)
     ce = row.e - shift
@@ -143,7 +144,7 @@ def _deviations(row: _Row, xf, eps, inv_n, dtype) -> tuple[Any, Any, Any]:
         return dv - fix, de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
     ce_in = row.edge(ce, 0.0)
     m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
-    return (row.v - shift) - m1, ce - m1, r
+    return ((row.v if again is None else again) - shift) - m1, ce - m1, r
 
 
 def _vectors(row: _Row, mem, table=None) -> tuple[Any, Any]:
@@ -230,21 +231,40 @@ def make_rms_norm_odd(
 
 def make_layer_norm_odd(
     dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
-    bound: int | None = None,
+    bound: int | None = None, reread: bool = False,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
-    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s."""
+    ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s.
+    ``reread`` (with ``tables``, f16/bf16): the chunks read a second time after the statistics through
+    ``xr``, x's chunk view passed again (``odd_args``), so no chunk lives in registers across the
+    reduction; through x itself the compiler would merge the two reads."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
     gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
 
-    def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n) -> None:
+    def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n, xr=None) -> None:
         row = _Row(x, xf, starts, n, vec, full)
-        d, de, r = _deviations(row, xf, eps, inv_n, dtype)
+        again = None if xr is None else wc.cast(wc.read(xr, mapping={R: row.chunk}), f32)
+        d, de, r = _deviations(row, xf, eps, inv_n, dtype, again)
         w_in, w_edge = _vectors(row, w, ws)
         b_in, b_edge = _vectors(row, b, bs)
         row.write(d * r * w_in + b_in, de * r * w_edge + b_edge, out, gap_or_none(gap), dtype, vec)
+
+    if tables and reread:
+        if not one_pass(dtype):
+            raise ValueError("reread: f16 / bf16 only (f32 takes two passes over the row)")
+
+        @wc.wave(constraints)
+        def layer_norm_odd_reread(
+            x: Memory[R, V, dtype], xr: Memory[R, V, dtype], xf: Memory[F, dtype], starts: Memory[M, wc.i32],
+            inner: Memory[J, wc.i8], w: Memory[N, dtype], b: Memory[N, dtype], ws: Memory[HR, V, dtype],
+            bs: Memory[HR, V, dtype], out: Memory[R2, V, dtype], n: wc.Scalar[wc.i32],
+            gap: wc.Scalar[wc.i32], eps: wc.Scalar[f32], inv_n: wc.Scalar[f32],
+        ):  # fmt: skip
+            body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n, xr)
+
+        return layer_norm_odd_reread
 
     if tables:
 
@@ -277,9 +297,9 @@ NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
 # ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
 # long rows: smaller workgroups, more resident, more bytes in flight (measured: docs/reductions.md)
 ONE_ROW_RUNS = 4
-# ... and LayerNorm tiles of LN_LONG_CHUNKS or more (8191 bf16) twice that: an SM holds whole rows only,
-# and smaller workgroups put more rows on it (docs/reductions.md, "Odd LayerNorm from 8191")
-LN_LONG_CHUNKS = 1024
+# ... and LayerNorm tiles of LN_LONG_ELEMENTS or more (8191 bf16 or f32) twice that: an SM holds whole rows
+# only, and smaller workgroups put more rows on it (docs/reductions.md, "Odd LayerNorm from 8191")
+LN_LONG_ELEMENTS = 8192
 LN_LONG_RUNS = 8
 # Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: where
 # ptxas's registers fitted one workgroup fewer than the bound, and the bound costs no spill (measured in
@@ -296,8 +316,9 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     lane ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86
     (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16
     waves spilled); 2 chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``).  Contiguous
-    f16/bf16 norms of two waves or more take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller
-    workgroups, more of them an SM, twice the bytes in flight a lane."""
+    norms of two waves or more take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller
+    workgroups, more of them an SM, twice the bytes in flight a lane; a tile that one wave covers at
+    ``ONE_ROW_RUNS`` (1025 f16 / bf16) is one wave a row, ``rows_per_workgroup``'s four rows."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * MAX_WAVES * unit or (pitch - n) % vec:
@@ -306,10 +327,11 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     block_j = 32
     while block_j < chunks:
         block_j *= 2
-    if kind != "softmax" and pitch == n and dtype.bytes == 2 and block_j >= 2 * ONE_ROW_RUNS * 32:
-        runs = LN_LONG_RUNS if kind == "layer_norm" and block_j >= LN_LONG_CHUNKS else ONE_ROW_RUNS
+    if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
+        runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
         return block_j, block_j // (runs * 32), 1
-    waves = max(1, block_j // ((RUNS_PER_WAVE if kind == "softmax" else NORM_RUNS) * 32))
+    runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= ONE_ROW_RUNS * 32 else NORM_RUNS
+    waves = max(1, block_j // (runs * 32))
     rows = rows_per_workgroup(waves)
     return None if rows == 1 and pitch != n else (block_j, waves, rows)
 
@@ -334,6 +356,20 @@ def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int 
     return ONE_ROW_BOUNDS.get((kind, config[0]))
 
 
+# LayerNorm tiles (``block_j``) of contiguous f16/bf16 rows over one row a workgroup that read their chunks
+# a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md)
+REREAD_TILES: frozenset = frozenset()
+
+
+def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> bool:
+    """Whether the odd kernel ``odd_config`` picks re-reads its chunks: LayerNorm over one row a workgroup
+    through ``tables``, f16/bf16, at the tiles ``REREAD_TILES`` names."""
+    config = odd_config(dtype, n, kind, pitch)
+    if config is None or kind != "layer_norm" or config[2] != 1 or not one_pass(dtype) or not tables:
+        return False
+    return config[0] in REREAD_TILES
+
+
 def odd_full(kind: str, full: bool | None = None) -> bool:
     """Whether the odd kernel of ``kind`` takes the whole tile (``full``, default ``FULL_TILE``; norms only)."""
     return kind != "softmax" and (FULL_TILE if full is None else full)
@@ -354,7 +390,8 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
     full = odd_full(kind, full)
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
     bound = odd_bound(dtype, n, kind, pitch, tables) if (backend or default_backend()) != "rocm" else None
-    key = (kind, dtype.name, *config, backend, tables, full, bound)
+    reread = odd_reread(dtype, n, kind, pitch, tables)
+    key = (kind, dtype.name, *config, backend, tables, full, bound, reread)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
         extra: dict[str, Any] = {"tables": True} if tables else {}
@@ -362,6 +399,8 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
             extra["full"] = True
         if bound:
             extra["bound"] = bound
+        if reread:
+            extra["reread"] = True
         kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend)
@@ -373,11 +412,13 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
 TABLE_MIN_BYTES = 32 << 20
 
 
-def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple) -> tuple:
+def odd_args(
+    rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple, reread: bool = False
+) -> tuple:
     """The kernel's arguments for ``rows`` [M, N] (pitch ``P``) whose first element lies ``shift`` elements
-    past a 16-byte boundary: its buffer from that boundary as chunks and flat, ``starts`` (``shift + m * P``),
-    ``inner`` (K elements, ``block_j`` for a ``full`` kernel), the vectors, the output buffer as chunks (row
-    ``m`` at ``shift + m * N``)."""
+    past a 16-byte boundary: its buffer from that boundary as chunks (twice for a ``reread`` kernel) and
+    flat, ``starts`` (``shift + m * P``), ``inner`` (K elements, ``block_j`` for a ``full`` kernel), the
+    vectors, the output buffer as chunks (row ``m`` at ``shift + m * N``)."""
     m, n = rows.shape
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // rows.element_size()
@@ -387,7 +428,8 @@ def odd_args(rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vecto
         raise wc.WavecError(message="x's storage does not start at a 16-byte boundary")
     flat = rows.as_strided((span,), (1,), base)
     chunks = rows.as_strided((span // vec, vec), (vec, 1), base)
-    return (chunks, flat, starts, inner, *vectors, out_buf.view(-1, vec), n, pitch - n, *scalars)
+    views = (chunks, chunks, flat) if reread else (chunks, flat)
+    return (*views, starts, inner, *vectors, out_buf.view(-1, vec), n, pitch - n, *scalars)
 
 
 def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend, full=None):
@@ -405,6 +447,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     tables = kind != "softmax" and m * n * es >= TABLE_MIN_BYTES
     full = odd_full(kind, full)
     kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
+    reread = odd_reread(dtype, n, kind, pitch, tables)
     chunks = (n - vec + 1) // vec
     inner = torch.empty(inner_size(kind, dtype, n, pitch, full), dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
@@ -418,7 +461,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
             starts[shift] = torch.arange(m, dtype=torch.int32, device=r.device) * pitch + shift
         if tables:
             vectors = (*vectors, *(shifted_table(v, vec, chunks) for v in vectors))
-        a = odd_args(r, out_buf, shift, starts[shift], inner, vectors, scalars)
+        a = odd_args(r, out_buf, shift, starts[shift], inner, vectors, scalars, reread)
         if shift not in launches:
             launches[shift] = kernel.prepare(*a, fresh_outputs=True)
         launches[shift](*a)
