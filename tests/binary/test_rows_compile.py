@@ -71,6 +71,7 @@ def _odd(kind: str, dtype, n: int, target: str, tables: bool = False) -> wc.Comp
     extra.update({"full": True} if full else {})
     bound = None if gfx or kind == "softmax" else rows_odd.odd_bound(dtype, n, kind, n, tables)
     extra.update({"bound": bound} if bound else {})
+    extra.update({"reread": True} if kind != "softmax" and rows_odd.odd_reread(dtype, n, kind, n, tables) else {})
     kernel = rows_odd.MAKERS[kind](dtype, block_j, max(1, waves * 32 // tpw), per_wg, tpw=tpw, **extra)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)  # the PTX text, checked below
@@ -195,7 +196,8 @@ def test_odd_norm_tables_read_16_byte_vectors(target: str, kind: str, dtype, n: 
     block_j, waves, _ = rows_odd.odd_config(dtype, n, kind, n) or (0, 1, 0)
     chunks = block_j // (waves * 32)
     assert chunks in NORM_CHUNKS
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + vectors)
+    again = int(rows_odd.odd_reread(dtype, n, kind, n))  # LayerNorm's second read of its chunks
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + again + vectors)
     elem = {2: "b16", 4: "b32"}[dtype.bytes]
     starts = 1 if elem == "b32" else 0
     shift = 1 if kind == "layer_norm" else 0  # (``row_stats``: every dtype's statistics are shifted)
@@ -221,7 +223,9 @@ def test_odd_norms_over_the_whole_tile(kind: str, n: int, tables: bool, tmp_path
     ``FULL_LIMITS`` registers (64 at ``NORM_RUNS``)."""
     block_j, waves, per_wg = rows_odd.odd_config(wc.bf16, n, kind, n) or (0, 1, 0)
     bound = rows_odd.odd_bound(wc.bf16, n, kind, n, tables)
-    kernel = rows_odd.MAKERS[kind](wc.bf16, block_j, waves, per_wg, tables=tables, full=True, bound=bound)
+    again = kind == "layer_norm" and rows_odd.odd_reread(wc.bf16, n, kind, n, tables)
+    extra = {"reread": True} if again else {}
+    kernel = rows_odd.MAKERS[kind](wc.bf16, block_j, waves, per_wg, tables=tables, full=True, bound=bound, **extra)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
         subs = {rows_odd.V: 8, rows_odd.E: 32, rows_odd.J: block_j}
@@ -229,10 +233,13 @@ def test_odd_norms_over_the_whole_tile(kind: str, n: int, tables: bool, tmp_path
     ptx = k.artifact.binary.decode()
     chunks = block_j // (waves * 32)
     vectors = {"rms_norm": 1, "layer_norm": 2}[kind]
-    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + vectors if tables else 1)
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks * (1 + again + vectors if tables else 1)
     assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == chunks
     report = _ptxas_report(ptx, "sm_90a", tmp_path)
     if report is None:
         return
-    limit = FULL_LIMITS[kind] if chunks == rows_odd.ONE_ROW_RUNS else NORM_CHUNKS[chunks]
+    # (the one-wave rows of 1025 gathering their vectors, small inputs, hold them per chunk: RMSNorm 80,
+    # LayerNorm 125; through tables 58-72)
+    gathered_rows = per_wg > 1 and not tables
+    limit = FULL_LIMITS[kind] if chunks == rows_odd.ONE_ROW_RUNS and not gathered_rows else NORM_CHUNKS[chunks]
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= limit

@@ -59,11 +59,16 @@ def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: i
 
 
 def _into_nan_buffer(
-    kind: str, dtype: torch.dtype, n: int, m: int, shift: int, tables: bool = False, full: bool | None = None
-) -> None:
+    kind: str, dtype: torch.dtype, n: int, m: int, shift: int, tables: bool = False, full: bool | None = None,
+    reread: bool | None = None, seed: int | None = None,
+) -> torch.Tensor:  # fmt: skip
     """The kernel itself into a NaN-filled output buffer: the rows' elements all finite and right, the
     buffer's elements before, between (none) and after the rows still NaN; ``tables``: the norms' variant
-    reading the vectors' ``shifted_table``s; ``full``: the norms' whole-tile variant (``odd_full``'s)."""
+    reading the vectors' ``shifted_table``s; ``full``: the norms' whole-tile variant (``odd_full``'s);
+    ``reread``: LayerNorm's second read of its chunks (default ``odd_reread``'s); ``seed``: the inputs'
+    (two kernels on the same inputs).  Returns the rows."""
+    if seed is not None:
+        torch.manual_seed(seed)
     wdt, vec = WC[dtype], 16 // dtype.itemsize
     x = (torch.randn(shift + m * n + 5) * 2 + 1).to(dtype)[shift : shift + m * n].view(m, n)
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
@@ -72,6 +77,9 @@ def _into_nan_buffer(
     extra: dict = {"tables": True} if tables else {}
     if kind != "softmax" and rows_odd.odd_bound(wdt, n, kind, n, tables):  # the library's launch bound
         extra["bound"] = rows_odd.odd_bound(wdt, n, kind, n, tables)
+    reread = rows_odd.odd_reread(wdt, n, kind, n, tables) if reread is None else reread
+    if reread:
+        extra["reread"] = True
     kernel = wc.compile(
         rows_odd.MAKERS[kind](wdt, block_j, waves, per_wg, **extra, **({"full": True} if full else {})),
         {rows_odd.V: vec, rows_odd.E: 32, **({rows_odd.J: block_j} if full else {})},
@@ -85,7 +93,7 @@ def _into_nan_buffer(
     ]
     if tables:
         vectors = (*vectors, *(rows_odd.shifted_table(v, vec, (n - vec + 1) // vec) for v in vectors))
-    kernel(*rows_odd.odd_args(x, out_buf, shift, starts, inner, vectors, scalars))
+    kernel(*rows_odd.odd_args(x, out_buf, shift, starts, inner, vectors, scalars, reread))
     xd = x.double()
     want = {
         "softmax": lambda: torch.softmax(xd, -1),
@@ -94,6 +102,7 @@ def _into_nan_buffer(
     }[kind]()
     _check(out_buf[shift : shift + m * n].view(m, n), want, dtype)
     assert out_buf[:shift].isnan().all() and out_buf[shift + m * n :].isnan().all()
+    return out_buf[shift : shift + m * n].view(m, n)
 
 
 @pytest.mark.parametrize("full", [False, True])
@@ -114,17 +123,28 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int, full: boo
 def test_norms_one_row_per_workgroup(
     kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool, full: bool
 ) -> None:
-    """Rows of 2048 chunks: one row per workgroup (the row values rank 0), f32 past 16 waves of
-    ``NORM_RUNS`` chunks (32 waves), f16/bf16 RMSNorm at ``ONE_ROW_RUNS`` (16 waves), LayerNorm at
-    ``LN_LONG_RUNS`` (8 waves) under a launch bound of 2 where it reads tables (``ONE_ROW_BOUNDS``); every
-    element written; a slice of such rows (pitch != n) is left to the narrow variant."""
+    """Rows of 2048 chunks: one row per workgroup (the row values rank 0), RMSNorm at ``ONE_ROW_RUNS``
+    (16 waves), LayerNorm at ``LN_LONG_RUNS`` (8 waves), f16/bf16 LayerNorm under a launch bound of 3
+    re-reading its chunks where it reads tables (``ONE_ROW_BOUNDS``, ``REREAD_TILES``); every element
+    written; a slice of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
     runs = rows_odd.LN_LONG_RUNS if kind == "layer_norm" else rows_odd.ONE_ROW_RUNS
-    assert per_wg == 1 and waves == (32 if dtype == torch.float32 else 2048 // (32 * runs))
+    assert per_wg == 1 and waves == 2048 // (32 * runs)
     bound = rows_odd.odd_bound(WC[dtype], n, kind, n, tables)
-    assert bound == (2 if kind == "layer_norm" and tables and dtype != torch.float32 else None)
+    half = dtype != torch.float32
+    assert bound == (3 if kind == "layer_norm" and tables and half else None)
+    assert rows_odd.odd_reread(WC[dtype], n, kind, n, tables) == (kind == "layer_norm" and tables and half)
     assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
     _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
+
+
+@pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 4097), (torch.float16, 8191), (torch.float32, 4097)])
+def test_layer_norm_reread_equals_one_read(dtype: torch.dtype, n: int) -> None:
+    """LayerNorm re-reading its chunks after the statistics (``reread``, through x's chunk view passed
+    again) gives bit for bit the rows of the kernel that keeps them, and writes nothing else."""
+    once = _into_nan_buffer("layer_norm", dtype, n, 3, 5, tables=True, reread=False, seed=n)
+    again = _into_nan_buffer("layer_norm", dtype, n, 3, 5, tables=True, reread=True, seed=n)
+    assert torch.equal(once, again)
 
 
 @pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
@@ -152,7 +172,8 @@ def test_norms_launch_tables_past_the_threshold(
     _check(layer_norm(x, w, b, 1e-5, backend="emulator"), F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5), dtype)
     config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
     bound = rows_odd.odd_bound(WC[dtype], n, "layer_norm", pitch)
-    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound)
+    reread = rows_odd.odd_reread(WC[dtype], n, "layer_norm", pitch)
+    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound, reread)
     assert config is not None and key in rows_odd._COMPILED
 
 

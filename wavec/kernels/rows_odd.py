@@ -131,7 +131,8 @@ def _deviations(row: _Row, xf, eps, inv_n, dtype, again=None) -> tuple[Any, Any,
     (f16/bf16) or its mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
     every slot (those past the row rewrite their owner's value) and of every interior lane (those past K
     rewrite the row's last chunk under ``full``: its owner's value).  ``again``: the interior read a
-    second time (f32, one pass only), from which the deviations are taken instead of the first read's."""
+    second time (f32), from which the output's deviations are taken instead of the first read's (the
+    statistics keep the first)."""
     shift = _first(row, xf)
     c = wc.where(row.inside, row.v - shift, 0.0)
     ce = row.e - shift
@@ -141,7 +142,8 @@ def _deviations(row: _Row, xf, eps, inv_n, dtype, again=None) -> tuple[Any, Any,
         d = wc.where(row.inside, dv, 0.0)
         fix = row.total(d, row.edge(de, 0.0)) * inv_n  # the corrected two-pass mean (``row_stats``)
         var = row.total(d * d, row.edge(de * de, 0.0)) * inv_n - fix * fix
-        return dv - fix, de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
+        out = dv if again is None else (again - hi) - lo
+        return out - fix, de - fix, wc.rsqrt(wc.maximum(var, 0.0) + eps)
     ce_in = row.edge(ce, 0.0)
     m1, r = shifted_stats(row.total(c, ce_in), row.total(c * c, ce_in * ce_in), eps, inv_n)
     return ((row.v if again is None else again) - shift) - m1, ce - m1, r
@@ -235,7 +237,7 @@ def make_layer_norm_odd(
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
     ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s.
-    ``reread`` (with ``tables``, f16/bf16): the chunks read a second time after the statistics through
+    ``reread`` (with ``tables``): the chunks read a second time after the statistics through
     ``xr``, x's chunk view passed again (``odd_args``), so no chunk lives in registers across the
     reduction; through x itself the compiler would merge the two reads."""
     vec = 16 // dtype.bytes
@@ -252,8 +254,6 @@ def make_layer_norm_odd(
         row.write(d * r * w_in + b_in, de * r * w_edge + b_edge, out, gap_or_none(gap), dtype, vec)
 
     if tables and reread:
-        if not one_pass(dtype):
-            raise ValueError("reread: f16 / bf16 only (f32 takes two passes over the row)")
 
         @wc.wave(constraints)
         def layer_norm_odd_reread(
@@ -304,7 +304,7 @@ LN_LONG_RUNS = 8
 # Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: where
 # ptxas's registers fitted one workgroup fewer than the bound, and the bound costs no spill (measured in
 # the same docs section)
-ONE_ROW_BOUNDS = {("layer_norm", 2048): 2, ("rms_norm", 1024): 4}
+ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("rms_norm", 1024): 4}
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
@@ -358,7 +358,7 @@ def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int 
 
 # LayerNorm tiles (``block_j``) of contiguous f16/bf16 rows over one row a workgroup that read their chunks
 # a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md)
-REREAD_TILES: frozenset = frozenset()
+REREAD_TILES = frozenset({512, 1024, 2048})
 
 
 def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> bool:
@@ -366,7 +366,7 @@ def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> boo
     through ``tables``, f16/bf16, at the tiles ``REREAD_TILES`` names."""
     config = odd_config(dtype, n, kind, pitch)
     if config is None or kind != "layer_norm" or config[2] != 1 or not one_pass(dtype) or not tables:
-        return False
+        return False  # (f32's two passes keep the first read across the first reduction: 96 -> 79 registers)
     return config[0] in REREAD_TILES
 
 
