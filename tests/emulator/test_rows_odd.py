@@ -124,18 +124,29 @@ def test_norms_one_row_per_workgroup(
     kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool, full: bool
 ) -> None:
     """Rows of 2048 chunks: one row per workgroup (the row values rank 0), RMSNorm at ``ONE_ROW_RUNS``
-    (16 waves), LayerNorm at ``LN_LONG_RUNS`` (8 waves), f16/bf16 LayerNorm under a launch bound of 3
-    re-reading its chunks where it reads tables (``ONE_ROW_BOUNDS``, ``REREAD_TILES``); every element
+    (16 waves), LayerNorm at ``LN_LONG_RUNS`` (8 waves) under a launch bound of 3 where it reads tables,
+    f16/bf16 re-reading its chunks (``ONE_ROW_BOUNDS``, ``REREAD_TILES``); every element
     written; a slice of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
     runs = rows_odd.LN_LONG_RUNS if kind == "layer_norm" else rows_odd.ONE_ROW_RUNS
     assert per_wg == 1 and waves == 2048 // (32 * runs)
     bound = rows_odd.odd_bound(WC[dtype], n, kind, n, tables)
     half = dtype != torch.float32
-    assert bound == (3 if kind == "layer_norm" and tables and half else None)
+    assert bound == (3 if kind == "layer_norm" and tables else None)
     assert rows_odd.odd_reread(WC[dtype], n, kind, n, tables) == (kind == "layer_norm" and tables and half)
     assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
     _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
+
+
+@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
+def test_f32_norms_past_8192_over_one_row(kind: str) -> None:
+    """Contiguous f32 rows of 8193-16383 take the odd-row kernel at 8 chunks a lane over 16 waves (one row
+    a workgroup); slices of them and f32 softmax do not (they loop)."""
+    n = 12289
+    assert rows_odd.odd_config(wc.f32, n, kind, n) == (4096, 16, 1)
+    assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
+    assert rows_odd.odd_config(wc.f32, n, "softmax", n) is None
+    _into_nan_buffer(kind, torch.float32, n, 2, 1, tables=True)
 
 
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 4097), (torch.float16, 8191), (torch.float32, 4097)])

@@ -305,13 +305,15 @@ LN_LONG_RUNS = 8
 # ptxas's registers fitted one workgroup fewer than the bound, and the bound costs no spill (measured in
 # the same docs section)
 ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("rms_norm", 1024): 4}
+# the longest rows this path takes (16384 elements: 16383 bf16 or f32; longer rows loop)
+MAX_ELEMENTS = 16384
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
     """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of
     ``pitch`` elements, or None where this path does not apply: rows the 16-byte run divides (the aligned
-    kernels), rows of one wave's unit or less (one narrowed tile serves them), rows past one tile (16384
-    bf16: they loop), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
+    kernels), rows of one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS``
+    (they loop; past 8192 f32 softmax and slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
     output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a
     lane ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86
     (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16
@@ -321,15 +323,18 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     ``ONE_ROW_RUNS`` (1025 f16 / bf16) is one wave a row, ``rows_per_workgroup``'s four rows."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    if n % vec == 0 or n <= unit or n > RUNS_PER_WAVE * MAX_WAVES * unit or (pitch - n) % vec:
+    if n % vec == 0 or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
         return None
+    if n > RUNS_PER_WAVE * MAX_WAVES * unit and (kind == "softmax" or pitch != n):
+        return None  # (past 8192 f32: the contiguous norms only, one row a workgroup at 8 chunks a lane)
     chunks = (n - vec + 1) // vec
     block_j = 32
     while block_j < chunks:
         block_j *= 2
+    fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
     if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
         runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
-        return block_j, block_j // (runs * 32), 1
+        return block_j, block_j // (max(runs, fewest) * 32), 1
     runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= ONE_ROW_RUNS * 32 else NORM_RUNS
     waves = max(1, block_j // (runs * 32))
     rows = rows_per_workgroup(waves)
@@ -347,11 +352,11 @@ _COMPILED: dict = {}
 
 def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int | None:
     """The launch bound (workgroups an SM) of the odd kernel ``odd_config`` picks, or None: contiguous
-    f16/bf16 norms over one row a workgroup at the tiles ``ONE_ROW_BOUNDS`` names, reading their vectors
+    norms over one row a workgroup at the tiles ``ONE_ROW_BOUNDS`` names, reading their vectors
     through ``tables`` (the gathered vectors of small inputs would spill under it: LayerNorm 16383 136-152
     bytes)."""
     config = odd_config(dtype, n, kind, pitch)
-    if config is None or config[2] != 1 or dtype.bytes != 2 or not tables:
+    if config is None or config[2] != 1 or not tables:
         return None
     return ONE_ROW_BOUNDS.get((kind, config[0]))
 
