@@ -310,17 +310,17 @@ MAX_ELEMENTS = 16384
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
-    """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of
-    ``pitch`` elements, or None where this path does not apply: rows the 16-byte run divides (the aligned
-    kernels), rows of one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS``
-    (they loop; past 8192 f32 softmax and slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
-    output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``.  The norms give a
-    lane ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86
-    (RMSNorm) and 127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16
-    waves spilled); 2 chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``).  Contiguous
-    norms of two waves or more take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller
-    workgroups, more of them an SM, twice the bytes in flight a lane; a tile that one wave covers at
-    ``ONE_ROW_RUNS`` (1025 f16 / bf16) is one wave a row, ``rows_per_workgroup``'s four rows."""
+    """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of ``pitch``
+    elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of
+    one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
+    softmax and slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
+    output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``. The norms give a lane
+    ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86 (RMSNorm) and
+    127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16 waves spilled); 2
+    chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``). Contiguous norms of two waves or more
+    take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
+    in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (1025 f16 / bf16) is one wave a row,
+    ``rows_per_workgroup``'s four rows."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     if n % vec == 0 or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
