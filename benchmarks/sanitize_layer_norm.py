@@ -1,9 +1,9 @@
 """Run the f16/bf16 LayerNorm of long rows once each, small, for compute-sanitizer: the one-row-a-workgroup
 layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a
 full tile (8192, 16384) and a masked one (12000).  ``--odd``: RMSNorm and LayerNorm of odd lengths
-(``rows_odd``, 1025-16383 f16/bf16/f32: its layouts, LayerNorm re-reading its chunks), through the gathered and
-the shifted-table vectors.  References: torch's f32 norms on the device; every output element compared
-(memcheck reports an unwritten one: the outputs are allocated uninitialised).
+(``rows_odd``, 1025-16383 f16/bf16/f32: its layouts, LayerNorm re-reading its chunks; softmax too),
+through the gathered and the shifted-table vectors.  References: torch's f32 ops on the device; every
+output element compared (memcheck reports an unwritten one: the outputs are allocated uninitialised).
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm [--odd]
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 sys.path.insert(0, __file__.rsplit("/", 2)[0])
 
 from wavec.kernels import rows, rows_odd  # noqa: E402
-from wavec.kernels.rows import layer_norm, rms_norm  # noqa: E402
+from wavec.kernels.rows import layer_norm, rms_norm, softmax  # noqa: E402
 
 # f32 statistics, one rounding to the dtype: a few of its ulps at |out| ~ 4
 TOLERANCE = {torch.bfloat16: 0.1, torch.float16: 0.02}
@@ -49,6 +49,9 @@ def odd() -> int:
                     bad += not _check("layer_norm " + label, layer_norm(x, w, b, 1e-5), want, tol)
                     want = F.rms_norm(x.float(), (n,), w.float(), 1e-6)
                     bad += not _check("rms_norm   " + label, rms_norm(x, w, 1e-6), want, tol)
+                    if not tables:  # (softmax reads no vectors)
+                        want = torch.softmax(x.float(), -1)
+                        bad += not _check("softmax    " + label, softmax(x), want, tol / 10)
     return 1 if bad else 0
 
 

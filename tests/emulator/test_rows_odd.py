@@ -138,15 +138,14 @@ def test_norms_one_row_per_workgroup(
     _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
 
 
-@pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
-def test_f32_norms_past_8192_over_one_row(kind: str) -> None:
-    """Contiguous f32 rows of 8193-16383 take the odd-row kernel at 8 chunks a lane over 16 waves (one row
-    a workgroup); slices of them and f32 softmax do not (they loop)."""
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
+    """Contiguous f32 rows of 8193-16383 take the odd-row kernel at 8 chunks a lane over 16 waves (the
+    norms one row a workgroup, softmax two); slices of them do not (they loop)."""
     n = 12289
-    assert rows_odd.odd_config(wc.f32, n, kind, n) == (4096, 16, 1)
+    assert rows_odd.odd_config(wc.f32, n, kind, n) == (4096, 16, 2 if kind == "softmax" else 1)
     assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
-    assert rows_odd.odd_config(wc.f32, n, "softmax", n) is None
-    _into_nan_buffer(kind, torch.float32, n, 2, 1, tables=True)
+    _into_nan_buffer(kind, torch.float32, n, 3, 1, tables=kind != "softmax")
 
 
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 4097), (torch.float16, 8191), (torch.float32, 4097)])

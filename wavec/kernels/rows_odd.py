@@ -325,8 +325,8 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     unit = 32 * vec
     if n % vec == 0 or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
         return None
-    if n > RUNS_PER_WAVE * MAX_WAVES * unit and (kind == "softmax" or pitch != n):
-        return None  # (past 8192 f32: the contiguous norms only, one row a workgroup at 8 chunks a lane)
+    if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
+        return None  # (past 8192 f32: contiguous rows only, at 8 chunks a lane)
     chunks = (n - vec + 1) // vec
     block_j = 32
     while block_j < chunks:
@@ -336,7 +336,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
         runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
         return block_j, block_j // (max(runs, fewest) * 32), 1
     runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= ONE_ROW_RUNS * 32 else NORM_RUNS
-    waves = max(1, block_j // (runs * 32))
+    waves = max(1, block_j // ((max(runs, fewest) if kind == "softmax" else runs) * 32))
     rows = rows_per_workgroup(waves)
     return None if rows == 1 and pitch != n else (block_j, waves, rows)
 
