@@ -243,3 +243,22 @@ def test_odd_norms_over_the_whole_tile(kind: str, n: int, tables: bool, tmp_path
     gathered_rows = per_wg > 1 and not tables
     limit = FULL_LIMITS[kind] if chunks == rows_odd.ONE_ROW_RUNS and not gathered_rows else NORM_CHUNKS[chunks]
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= limit
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("kind", rows.KINDS)
+def test_f32_one_tile_past_8192_compiles_without_spills(target: str, kind: str, tmp_path) -> None:
+    """The aligned f32 rows of 8193-16384 as one tile (``rows.MAX_TILE_ELEMENTS``: 16 waves, 8 runs a lane;
+    RMSNorm one row a workgroup): 16-byte accesses of x and the output, no spills."""
+    kernel, subs = rows.kernel_for(kind, wc.f32, 16384)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(kernel, subs, target=target, backend="cuda", cache=False)
+    ptx = k.artifact.binary.decode()
+    runs = 16384 // (16 * 32 * 4)
+    assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == runs
+    assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) >= runs
+    report = _ptxas_report(ptx, target, tmp_path)
+    if report is None:
+        return
+    assert "0 bytes spill stores" in report, report

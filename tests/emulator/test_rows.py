@@ -57,6 +57,27 @@ def test_layer_norm_keeps_variance_under_a_large_mean(n: int) -> None:
     assert (got.std(-1) - 1).abs().max() < 0.01  # unit spread kept in every row
 
 
+@pytest.mark.parametrize("n", [12288, 16384])
+def test_f32_rows_past_8192_are_one_tile(n: int) -> None:
+    """Aligned f32 rows of 8193-16384 are one tile over 16 waves at 8 runs a lane (``MAX_TILE_ELEMENTS``;
+    RMSNorm one row a workgroup, ``rms_norm_long``), not looped tiles; 12288 leaves part of the tile
+    masked.  All three ops match torch, a mean of 1e4 included (LayerNorm's two passes)."""
+    for kind in ("softmax", "rms_norm", "layer_norm"):
+        block_n, loop, _vec, waves, _layout = rows.plan_for(wc.f32, n, kind)
+        assert (block_n, loop, waves) == (16384, False, 16)
+    assert rows.plan_for(wc.f32, n, "rms_norm")[4] == "rms_norm_long"
+    g = torch.Generator().manual_seed(n)
+    x, w, b = torch.randn(3, n, generator=g) * 2 + 1, torch.randn(n, generator=g), torch.randn(n, generator=g)
+    xd = x.double()
+    _check(softmax(x, backend="emulator"), torch.softmax(xd, -1), torch.float32)
+    _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), torch.float32)
+    want = F.layer_norm(xd, (n,), w.double(), b.double(), 1e-5)
+    _check(layer_norm(x, w, b, 1e-5, backend="emulator"), want, torch.float32)
+    big = x + 1e4
+    got = layer_norm(big, backend="emulator").double()
+    torch.testing.assert_close(got, F.layer_norm(big.double(), (n,)), rtol=1e-4, atol=1e-4)
+
+
 def test_softmax_extremes() -> None:
     x = torch.tensor([[0.0, float("-inf"), 3.0, 88.0], [-1e30, -1e30, -1e30, 5.0]])
     _check(softmax(x, backend="emulator"), torch.softmax(x.double(), -1), torch.float32)

@@ -273,6 +273,10 @@ MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
 
 RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 values per thread)
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
+# rows of up to this many elements are one tile: f32 past RUNS_PER_WAVE * MAX_WAVES_PER_ROW units (8192)
+# takes twice the runs a lane (32 f32 values, as bf16's 16384), where it looped over one-wave tiles at
+# 0.60-0.64 of copy (docs/reductions.md, session 15)
+MAX_TILE_ELEMENTS = 16384
 LN_LONG_UNITS = 32  # LayerNorm tiles of at least 32 units (8192 bf16): ``make_layer_norm_long``
 # ... that re-reads x after the statistics, so holds no row across the barrier: twice the runs a lane
 LN_REREAD_RUNS = 8
@@ -289,8 +293,9 @@ def config_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, in
     (one wave holding 8 runs of a 2048-element row needed so many registers that RMSNorm reached 0.64 of
     copy bandwidth on an H100); LayerNorm tiles of ``LN_LONG_UNITS`` or more one row per workgroup,
     f16/bf16 re-read with ``LN_REREAD_RUNS`` runs a lane (``make_layer_norm_long``; at 4096 bf16 two rows
-    of 4 waves read at 0.89 of copy, one of 4 re-read at 0.85).
-    Longer rows loop over tiles of ``8 * unit`` with one wave each,
+    of 4 waves read at 0.89 of copy, one of 4 re-read at 0.85).  f32 rows of up to ``MAX_TILE_ELEMENTS``
+    are one tile too, over ``MAX_WAVES_PER_ROW`` waves at twice the runs a lane (RMSNorm one row a
+    workgroup).  Longer rows loop over tiles of ``8 * unit`` with one wave each,
     as do rows of a length the run does not divide past ``8 * unit`` (their one-element runs were 2x
     slower split over waves).  A handful of binaries per kind and dtype, each for every N up to its tile
     (or every N, looping)."""
@@ -304,7 +309,7 @@ def plan_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int,
     vec = 16 // dtype.bytes
     unit = 32 * vec
     narrow = n % vec != 0  # (``rows_odd`` takes most of these) the narrow variant: one-element runs
-    if n > (8 * unit if narrow else RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit):
+    if n > (8 * unit if narrow else max(RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit, MAX_TILE_ELEMENTS)):
         return 8 * unit, True, vec, 1, "rows"
     while vec > 1 and 16 * vec >= n:
         vec //= 2
@@ -315,9 +320,10 @@ def plan_for(dtype, n: int, kind: str = "softmax") -> tuple[int, bool, int, int,
         return tile, False, vec, 1, "rows"
     if kind == "layer_norm" and tile >= LN_LONG_UNITS * unit:  # f32 keeps its row: fewer runs a lane
         runs = LN_REREAD_RUNS if one_pass(dtype) else RUNS_PER_WAVE
-        return tile, False, vec, max(1, tile // (runs * unit)), "layer_norm_long"
-    waves = max(1, tile // (RUNS_PER_WAVE * unit))
-    if kind == "rms_norm" and waves == RMS_LONG_UNITS // RUNS_PER_WAVE and vec == 16 // dtype.bytes:
+        return tile, False, vec, min(MAX_WAVES_PER_ROW, max(1, tile // (runs * unit))), "layer_norm_long"
+    waves = min(MAX_WAVES_PER_ROW, max(1, tile // (RUNS_PER_WAVE * unit)))
+    long_tile = tile > RUNS_PER_WAVE * MAX_WAVES_PER_ROW * unit  # (f32 past 8192: two rows would spill)
+    if kind == "rms_norm" and (waves == RMS_LONG_UNITS // RUNS_PER_WAVE or long_tile) and vec == 16 // dtype.bytes:
         return tile, False, vec, waves, "rms_norm_long"
     return tile, False, vec, waves, "rows"
 
