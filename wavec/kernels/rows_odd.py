@@ -131,7 +131,7 @@ def _deviations(row: _Row, xf, eps, inv_n, dtype, again=None) -> tuple[Any, Any,
     (f16/bf16) or its mean and then the squared deviations (f32), ``row_stats``.  The edge deviations of
     every slot (those past the row rewrite their owner's value) and of every interior lane (those past K
     rewrite the row's last chunk under ``full``: its owner's value).  ``again``: the interior read a
-    second time (f32), from which the output's deviations are taken instead of the first read's (the
+    second time (as f32), from which the output's deviations are taken instead of the first read's (the
     statistics keep the first)."""
     shift = _first(row, xf)
     c = wc.where(row.inside, row.v - shift, 0.0)
@@ -301,7 +301,7 @@ ONE_ROW_RUNS = 4
 # only, and smaller workgroups put more rows on it (docs/reductions.md, "Odd LayerNorm from 8191")
 LN_LONG_ELEMENTS = 8192
 LN_LONG_RUNS = 8
-# Launch bounds of the contiguous one-row f16/bf16 norms, (kind, block_j) -> workgroups an SM: where
+# Launch bounds of the contiguous one-row norms, (kind, block_j) -> workgroups an SM: where
 # ptxas's registers fitted one workgroup fewer than the bound, and the bound costs no spill (measured in
 # the same docs section)
 ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("rms_norm", 1024): 4}
@@ -313,13 +313,13 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of ``pitch``
     elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of
     one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
-    softmax and slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
+    slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
     output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``. The norms give a lane
     ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86 (RMSNorm) and
     127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16 waves spilled); 2
     chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``). Contiguous norms of two waves or more
     take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
-    in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (1025 f16 / bf16) is one wave a row,
+    in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (128 chunks: 1025 f16 / bf16) is one wave a row,
     ``rows_per_workgroup``'s four rows."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
@@ -371,7 +371,7 @@ def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> boo
     through ``tables``, f16/bf16, at the tiles ``REREAD_TILES`` names."""
     config = odd_config(dtype, n, kind, pitch)
     if config is None or kind != "layer_norm" or config[2] != 1 or not one_pass(dtype) or not tables:
-        return False  # (f32's two passes keep the first read across the first reduction: 96 -> 79 registers)
+        return False  # (f32's two passes keep the first read across the first reduction anyway)
     return config[0] in REREAD_TILES
 
 
