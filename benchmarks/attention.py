@@ -6,7 +6,9 @@ implementation is checked against SDPA's math backend in f32 on one shape per (d
 Each timing is the median of CUDA-event timings (triton.testing.do_bench) after warm-up, on fresh random
 inputs, rotating input sets when one set fits in L2.  TFLOP/s counts 4·B·H·Sq·Skv·D flops (half for
 causal).  Writes attention.csv and attention.png under --out and prints the geomean ratios of wavec to
-each baseline per (causal, head dim), then a short table.
+each baseline per (causal, head dim), then a short table.  wavec's time also stands against the
+performance model's P80 ceiling (``wavec.perf.standing``; ``p80_ceiling``, ``p80_gap`` in the CSV), and
+the underperforming shapes (efficiency more than ``GAP`` below it) are listed.
 
     python benchmarks/attention.py --out DIR [--dtypes f16,bf16] [--time-budget SECONDS] [--layout bhsd]
         [--mma mma_sync|wgmma] [--head-dims 128] [--wavec-configs sweep]
@@ -130,6 +132,11 @@ def time_shape(torch, do_bench, impls: dict, s: dict, tdt, layout: str, usable: 
             print(f"  {name} failed: {type(exc).__name__}: {str(exc)[:120]}")
             ms = math.nan
         out[name] = ms
+        if name == "wavec" and ms == ms:  # the performance model's P80 ceiling for the same call
+            from wavec.perf.standing import standing
+
+            args = pick(sets[0])
+            out["wavec_standing"] = standing(lambda: fn(*args, s["causal"]), ms * 1e-3, torch.cuda.get_device_name())
     return out
 
 
@@ -263,6 +270,9 @@ def main() -> int:
                     )["wavec"]
                     if alt < ms["wavec"]:
                         ms["wavec"], r["wavec_config"] = alt, "x".join(map(str, cfg))
+            st = ms.get("wavec_standing")
+            r["p80_ceiling"] = st.cell() if st is not None else "n/a"
+            r["p80_gap"] = st.gap if st is not None and st.gap is not None else math.nan
             for name in IMPLS:
                 r[f"{name}_ms"] = ms[name]
                 r[f"{name}_tflops"] = flops(s) / (ms[name] * 1e-3) / 1e12 if ms[name] == ms[name] else math.nan
@@ -271,11 +281,13 @@ def main() -> int:
                 f"{dt} {'causal' if s['causal'] else 'full  '} b{s['b']:>2} h{s['h']:>2}/{s['kvh']:<2} "
                 f"{s['sq']:>5}x{s['skv']:<5} d{s['d']:<3} "
                 + " ".join(f"{n} {r[f'{n}_tflops']:6.1f}" for n in IMPLS)
-                + " TFLOP/s"
+                + f" TFLOP/s; wavec of P80 ceiling {r['p80_ceiling']}"
             )
-    fields = ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal", "wavec_config"] + [
-        f"{n}_{u}" for n in IMPLS for u in ("ms", "tflops")
-    ]
+    fields = (
+        ["suite", "dtype", "b", "h", "kvh", "sq", "skv", "d", "causal", "wavec_config"]
+        + [f"{n}_{u}" for n in IMPLS for u in ("ms", "tflops")]
+        + ["p80_ceiling", "p80_gap"]
+    )
     with open(out_dir / "attention.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
@@ -290,6 +302,15 @@ def main() -> int:
             "\nfastest wavec tile (BLOCK_M x BLOCK_N x waves[x stages]) per head dim: "
             + ", ".join(f"d{d} {cfg}: {n}" for (d, cfg), n in sorted(wins.items(), key=str))
         )
+    from wavec.perf.standing import GAP
+
+    under = [
+        f"{r['dtype']} {'causal' if r['causal'] else 'full'} b{r['b']} {r['sq']}x{r['skv']} d{r['d']}"
+        f" (gap {r['p80_gap']:.2f})"
+        for r in results
+        if r["p80_gap"] > GAP
+    ]
+    print(f"\nunderperforming (efficiency more than {GAP} below the P80 ceiling): {', '.join(under) or 'none'}")
     print("\ngeomean speed of wavec relative to each baseline (>1: wavec faster)")
     print("\n".join(summarize(results)))
     print(f"\nwrote {out_dir / 'attention.csv'} and {out_dir / 'attention.png'}")

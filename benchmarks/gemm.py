@@ -11,6 +11,8 @@ f32 accumulator cast), or f32 for wavec and Triton with ``--out-dtype f32``.  Fo
 (M <= 16) the achieved bandwidth is reported against a device-to-device copy measured in the same run.
 Writes gemm.csv, gemm.png (TFLOP/s per shape), roofline.png and ceiling.png (wavec's time against the
 analytical ceiling of its configuration, ``wavec.tuning.ceiling``; the CSV's ``wavec_pct_ceiling``) under --out.
+Each shape also stands against the performance model's P80 ceiling (``wavec.perf.standing``: ``p80_ceiling``,
+``p80_gap``), and the underperforming shapes (efficiency more than ``GAP`` below it) are listed last.
 
     python benchmarks/gemm.py --out DIR [--dtypes f16,bf16] [--max-shapes N] [--models Llama-2-7B,...]
                               [--time-budget SECONDS] [--mma mma_sync|wgmma] [--squares] [--copy auto|cp.async]
@@ -41,6 +43,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from triton_matmul import triton_matmul  # noqa: E402
 
 from wavec.kernels.gemm import matmul as wavec_matmul  # noqa: E402
+from wavec.perf.standing import GAP, standing  # noqa: E402
 from wavec.tuning.ceiling import gemm_ceiling  # noqa: E402
 from wavec.tuning.plan import MMA_KINDS, gemm_config, splitk_config, wgmma_config, wgmma_plan  # noqa: E402
 
@@ -165,6 +168,9 @@ def bench_shape(
         bm, bn = named["BLOCK_M"], named["BLOCK_N"]
         row["ceiling_ms"] = gemm_ceiling(m, n, k, bm, bn, waves, rates=rates)["bound"] * 1e3
         row["wavec_pct_ceiling"] = 100.0 * row["ceiling_ms"] / t_w
+    st = standing(lambda: matmul(a, b), t_w * 1e-3, torch.cuda.get_device_name())  # the model's P80 ceiling
+    row["p80_ceiling"] = st.cell()
+    row["p80_gap"] = st.gap if st.gap is not None else float("nan")
     if tuned:
         row.update(bench_tuned(sets, ref, m, n, k, dt, mma, tuned, t_c, t_t, odt))
     if m <= 16:
@@ -309,7 +315,7 @@ def main() -> None:
             print(
                 f"{dt:4} {m:5d} {n:6d} {k:6d}  wavec {r['wavec_tflops']:6.1f}  cuBLAS {r['cublas_tflops']:6.1f}  "
                 f"triton {r['triton_tflops']:6.1f}  x{r['wavec_vs_cublas']:.2f}  "
-                f"{r['wavec_pct_ceiling']:5.1f}% ceil  err {r['rel_err']:.1e}"
+                f"{r['wavec_pct_ceiling']:5.1f}% ceil  P80 {r['p80_ceiling']}  err {r['rel_err']:.1e}"
                 + (f"  tuned x{r['tuned_vs_cublas']:.2f} ({r['tuned_source']})" if "tuned_ms" in r else ""),
                 flush=True,
             )
@@ -337,6 +343,8 @@ def main() -> None:
             f"{dt:5} {gm:17.3f} {gt:17.3f} {sq.get(4096, float('nan')):7.3f} {sq.get(8192, float('nan')):7.3f} "
             f"{med:24.3f} {pct:19.1f}"
         )
+    under = [f"{r['dtype']} {r['M']}x{r['N']}x{r['K']} (gap {r['p80_gap']:.2f})" for r in rows if r["p80_gap"] > GAP]
+    print(f"underperforming (efficiency more than {GAP} below the P80 ceiling): {', '.join(under) or 'none'}")
     print_tuned_summary(rows, dtypes)
 
 

@@ -11,6 +11,9 @@ slice ``x[:, :4097]`` of rows 4104 long.  ``--norms``: RMSNorm and LayerNorm at 
 the default and odd lists (aligned and odd, one run).  ``--kinds`` / ``--lengths`` narrow any of these.
 ``--no-tables``: the norms' odd rows gather their weight and bias element by element at every size
 (``rows_odd.TABLE_MIN_BYTES``; by default inputs of 32 MB or more read them from per-call shifted tables).
+Each row also stands against the performance model's P80 ceiling for the GPU (``wavec.perf.standing``:
+the ceiling's time over the measured one; "n/a" names the kernels the model does not cover, such as the
+odd-length rows), and the underperforming rows (efficiency more than ``GAP`` below it) are listed last.
 The table is printed as it goes and written to ``$OUT/rows.txt`` (``rows_no_tables.txt``) when ``OUT`` is
 set.
 """
@@ -24,6 +27,7 @@ import torch
 import triton.testing
 
 from wavec.kernels import layer_norm, rms_norm, rows_odd, softmax
+from wavec.perf.standing import GAP, standing
 
 F = torch.nn.functional
 BYTES = 256 << 20  # per input tensor: well past the 50 MB L2
@@ -40,9 +44,10 @@ def main(lengths: list, dtype: torch.dtype, kinds: list[str]) -> list[str]:
     tables = "off" if rows_odd.TABLE_MIN_BYTES > BYTES else "on"
     lines = [
         f"device: {torch.cuda.get_device_name()}, {dtype}, odd norms' shifted tables {tables}",
-        "op | N | rows | wavec us | GB/s | of copy | torch us | torch/wavec",
+        "op | N | rows | wavec us | GB/s | of copy | torch us | torch/wavec | of P80 ceiling",
     ]
     print(*lines, sep="\n", flush=True)
+    under: list[str] = []
     for length in lengths:
         n, pitch = length if isinstance(length, tuple) else (length, length)
         m = max(1, BYTES // (n * x_bytes(dtype)))
@@ -61,9 +66,14 @@ def main(lengths: list, dtype: torch.dtype, kinds: list[str]) -> list[str]:
             t_w, t_t = _us(ours), _us(theirs)
             gbs = 2 * x.numel() * x.element_size() / t_w / 1e3
             label = n if pitch == n else f"{n} of {pitch}"
+            st = standing(ours, t_w * 1e-6, torch.cuda.get_device_name())
             line = f"{name} | {label} | {m} | {t_w:.1f} | {gbs:.0f} | {t_copy / t_w:.2f} | {t_t:.1f} | {t_t / t_w:.2f}"
+            line += f" | {st.cell()}"
             print(line, flush=True)
             lines.append(line)
+            under += [f"{name} {label}: gap {st.gap:.2f}"] if st.underperforming else []
+    lines.append(f"underperforming (efficiency more than {GAP} below the P80 ceiling): {', '.join(under) or 'none'}")
+    print(lines[-1], flush=True)
     return lines
 
 
