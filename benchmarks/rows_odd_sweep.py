@@ -107,8 +107,10 @@ def sweep(
     lines = []
     combos = ((lay, full, c, r) for lay in layouts for full in fulls for c in bounds for r in rereads)
     for (runs, one), full, count, again in combos:
-        if again and kind != "layer_norm":
-            continue
+        if kind != "layer_norm":  # (only LayerNorm re-reads: one line per layout for the others)
+            if again != rereads[0]:
+                continue
+            again = 0
         bound(count)
         reread(again)
         layout(runs, one, full)
