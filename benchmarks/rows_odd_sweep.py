@@ -1,9 +1,9 @@
-"""Odd-length RMSNorm / LayerNorm rows (``kernels/rows_odd.py``) over the layouts they can take, beside the
-library's ``odd_config``: chunks a lane (which set the waves a row) and rows a workgroup (``rows_per_workgroup``'s
-choice, or one row a workgroup as the aligned long rows that reached 0.96 of copy), through the public
-``rms_norm`` / ``layer_norm`` (shifted tables included at these sizes); each beside a device copy of the same
-bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and threads a workgroup.
-Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
+"""Odd-length RMSNorm / LayerNorm (and softmax: ``--kinds softmax``) rows (``kernels/rows_odd.py``) over the
+layouts they can take, beside the library's ``odd_config``: chunks a lane (which set the waves a row) and rows a
+workgroup (``rows_per_workgroup``'s choice, or one row a workgroup as the aligned long rows that reached 0.96 of
+copy), through the public ``rms_norm`` / ``layer_norm`` (shifted tables included at these sizes); each beside a
+device copy of the same bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and
+threads a workgroup. Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
 
 ``--bounds 0,-1,2,4``: each layout also under a launch bound of that many workgroups an SM
 (``SchedulingConstraint(min_workgroups_per_sm=)``; 0: the library's, ``rows_odd.odd_bound``; -1: none).
@@ -102,8 +102,12 @@ def sweep(
 ) -> list[str]:  # fmt: skip
     """One line per (chunks a lane, rows a workgroup, whole tile, launch bound, re-read) layout of ``kind``
     at rows of ``n``."""
-    want = F.rms_norm(x, (n,), w, 1e-6) if kind == "rms_norm" else F.layer_norm(x, (n,), w, b, 1e-5)
-    call = (lambda: rows.rms_norm(x, w, 1e-6)) if kind == "rms_norm" else (lambda: rows.layer_norm(x, w, b))
+    want, call = {
+        "softmax": (lambda: torch.softmax(x, -1), lambda: rows.softmax(x)),
+        "rms_norm": (lambda: F.rms_norm(x, (n,), w, 1e-6), lambda: rows.rms_norm(x, w, 1e-6)),
+        "layer_norm": (lambda: F.layer_norm(x, (n,), w, b, 1e-5), lambda: rows.layer_norm(x, w, b)),
+    }[kind]
+    want = want()
     lines = []
     combos = ((lay, full, c, r) for lay in layouts for full in fulls for c in bounds for r in rereads)
     for (runs, one), full, count, again in combos:
