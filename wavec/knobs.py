@@ -62,7 +62,7 @@ def _launch_api(raw: str) -> str:
     return word
 
 
-LAUNCH_APIS = ("ctypes", "cuda-python")
+LAUNCH_APIS = ("ctypes", "c", "cuda-python")
 
 
 def _path(raw: str) -> Path:
@@ -104,9 +104,10 @@ KNOBS: dict[str, Knob] = {
         "WAVEC_LAUNCH_API",
         "ctypes",
         _launch_api,
-        "how kernels are launched: libcuda's cuLaunchKernel through ctypes (one C call), or cuda.bindings' "
+        "how kernels are launched: libcuda's cuLaunchKernel through ctypes (one C call), from a C extension "
+        "built on first use with the system compiler (c: no foreign-function layer), or cuda.bindings' "
         "cuLaunchKernel (its argument conversion layer; loading and attributes always use cuda.bindings)",
-        "ctypes or cuda-python",
+        "ctypes, c or cuda-python",
     ),
     "gc_freeze": Knob(
         "WAVEC_GC_FREEZE",

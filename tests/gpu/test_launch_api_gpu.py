@@ -1,5 +1,5 @@
-"""GPU tier: both launch APIs (``WAVEC_LAUNCH_API``: libcuda through ctypes, cuda.bindings) run kernels
-through the full and the prepared paths, on the current stream, with the same results."""
+"""GPU tier: every launch API (``WAVEC_LAUNCH_API``: libcuda through ctypes or the C launcher, cuda.bindings)
+runs kernels through the full and the prepared paths, on the current stream, with the same results."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from wavec.kernels import rows
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("api", ["ctypes", "cuda-python"])
+@pytest.mark.parametrize("api", ["ctypes", "c", "cuda-python"])
 def test_both_launch_apis(monkeypatch, api: str) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

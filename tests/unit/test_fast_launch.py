@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import struct
 import threading
 
@@ -166,6 +167,9 @@ def test_launch_api_knob(monkeypatch) -> None:
     monkeypatch.setenv("WAVEC_LAUNCH_API", "ctypes")
     c_launch = launcher._libcuda_launch()
     assert c_launch is None or (c_launch.argtypes is None and c_launch.restype is ctypes.c_int)
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "c")
+    if launcher._libcuda_launch() is not None:  # (libcuda loads here: the C launcher was built for it)
+        assert launcher._libcuda_launch().__name__ == "launch"
     monkeypatch.setenv("WAVEC_LAUNCH_API", "cuda")
     with pytest.raises(KnobError, match="WAVEC_LAUNCH_API"):
         launcher._libcuda_launch()
@@ -176,11 +180,13 @@ _CU_LAUNCH = ctypes.CFUNCTYPE(
 )  # cuLaunchKernel's C signature
 
 
+@pytest.mark.parametrize("api", ["ctypes", "c"])
 @pytest.mark.parametrize("prepared", [True, False])
-def test_ctypes_launch_passes_64_bit_pointers(monkeypatch, prepared: bool) -> None:
+def test_ctypes_launch_passes_64_bit_pointers(monkeypatch, prepared: bool, api: str) -> None:
     """The ctypes launch has no argtypes (``launcher._libcuda_launch``): a C function of cuLaunchKernel's
     signature, called the way both launch paths call libcuda's, receives the function, the stream and the
-    parameter buffer as whole 64-bit addresses and the sizes as given, and the buffer holds the pointers."""
+    parameter buffer as whole 64-bit addresses and the sizes as given, and the buffer holds the pointers.
+    ``c``: the same through the C launcher (``runtime.c_launcher``, the pointers passed as ints)."""
     seen: list = []
 
     def fake(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
@@ -194,6 +200,10 @@ def test_ctypes_launch_passes_64_bit_pointers(monkeypatch, prepared: bool) -> No
     k = _kernel(monkeypatch, gemm_meta(), [])
     fn_address, stream = 0x7F12_3456_7000, 0x5555_AAAA_0010
     k._c_launch, k._fn_ptrs[k._current_device()] = raw, ctypes.c_void_p(fn_address)
+    if api == "c":
+        c_mod = _c_launcher()
+        c_mod.set_target(ctypes.cast(callback, ctypes.c_void_p).value)
+        k._c_launch, k._c_ints = c_mod.launch, True
     monkeypatch.setattr(k, "_raw_stream", lambda device: stream)
     args = gemm_args()
     if prepared:
@@ -201,6 +211,54 @@ def test_ctypes_launch_passes_64_bit_pointers(monkeypatch, prepared: bool) -> No
     else:
         k(*args)
     assert seen == [(fn_address, 2, 2, 1, *k._block, k._shared, stream, args[0].data_ptr(), None)]
+
+
+def _c_launcher():
+    """The C launcher's module (``runtime.c_launcher``: built with the system C compiler)."""
+    import shutil
+
+    from wavec.runtime import c_launcher
+
+    if shutil.which(os.environ.get("CC") or "cc") is None:
+        pytest.skip("no C compiler on this machine (the C launcher is built with one)")
+    return c_launcher.module()
+
+
+def test_c_launcher_calls_its_target_with_every_value() -> None:
+    """The C launcher passes cuLaunchKernel's eleven values through (ints, None, ``c_void_p``s), returns
+    the target's result, and refuses a wrong count or a size past 32 bits."""
+    mod = _c_launcher()
+    seen: list = []
+
+    def fake(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        seen.append((fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra))
+        return 7
+
+    callback = _CU_LAUNCH(fake)
+    mod.set_target(ctypes.cast(callback, ctypes.c_void_p).value)
+    big = 0x7F12_3456_7000
+    assert mod.launch(big, 5, 6, 7, 128, 2, 1, 4096, ctypes.c_void_p(big + 16), big + 32, None) == 7
+    assert mod.launch(ctypes.c_void_p(big), 1, 1, 1, 32, 1, 1, 0, None, ctypes.c_void_p(None), 0) == 7
+    assert seen[0] == (big, 5, 6, 7, 128, 2, 1, 4096, big + 16, big + 32, None)
+    assert seen[1] == (big, 1, 1, 1, 32, 1, 1, 0, None, None, None)
+    with pytest.raises(TypeError, match="11 arguments"):
+        mod.launch(big, 1, 1, 1)
+    with pytest.raises(OverflowError):
+        mod.launch(big, 1 << 32, 1, 1, 32, 1, 1, 0, None, None, None)
+    mod.set_target(mod.noop_address())
+    assert mod.launch(big, 1, 1, 1, 32, 1, 1, 0, None, None, None) == 0
+
+
+def test_c_launcher_build_failure_names_the_fix(monkeypatch, tmp_path) -> None:
+    from wavec.errors import LaunchError
+    from wavec.runtime import c_launcher
+
+    monkeypatch.setenv("WAVEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(c_launcher, "_LOADED", {})
+    with pytest.raises(LaunchError, match="WAVEC_LAUNCH_API=ctypes"):
+        c_launcher.module()
+    assert not list((tmp_path / "launch").glob("*.so"))  # nothing half-built left to load
 
 
 def test_fake_driver_kernels_never_take_the_ctypes_launch(monkeypatch) -> None:

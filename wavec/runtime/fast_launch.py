@@ -85,7 +85,7 @@ class FastLaunch:
     __slots__ = (
         "kernel", "fn", "device", "grid", "ntensors", "align", "scalar_slots", "high_slots", "buf", "floats",
         "owner", "nbytes", "outputs", "maps", "map_args", "names", "launch_fn", "stream", "block", "shared",
-        "success", "c_launch", "fn_ptr", "fallback", "shapes", "variant",
+        "success", "c_launch", "fn_ptr", "fallback", "shapes", "variant", "c_ints", "fn_int",
     )  # fmt: skip
 
     def __init__(
@@ -119,6 +119,8 @@ class FastLaunch:
         self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
         self.fn_ptr = kernel._fn_ptrs.get(device)
+        self.c_ints = getattr(kernel, "_c_ints", False)  # the C launcher: pointers as ints
+        self.fn_int = self.fn_ptr.value if self.fn_ptr is not None else None
         self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
     def __call__(self, *args: Any) -> None:
@@ -168,8 +170,12 @@ class FastLaunch:
             return
         c_launch = self.c_launch
         if c_launch is not None:
-            stream = c_stream(self.stream(device))
-            code = c_launch(self.fn_ptr, gx, gy, gz, bx, by, bz, self.shared, stream, buf.c_address, None)
+            if self.c_ints:
+                raw = self.stream(device)
+                code = c_launch(self.fn_int, gx, gy, gz, bx, by, bz, self.shared, raw, buf.address, None)
+            else:
+                stream = c_stream(self.stream(device))
+                code = c_launch(self.fn_ptr, gx, gy, gz, bx, by, bz, self.shared, stream, buf.c_address, None)
             if code:
                 kernel._retry_launch(kernel._drv.CUresult(code), self.fn, device, self.grid, buf.address)
             return

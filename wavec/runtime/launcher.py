@@ -69,9 +69,10 @@ def _load_driver(kernel: str) -> Any:
 
 
 def _libcuda_launch() -> Any:
-    """libcuda's ``cuLaunchKernel`` as a ctypes function (``WAVEC_LAUNCH_API=ctypes``, the default), or
-    None (the knob says cuda-python, or libcuda cannot be loaded here): cuda.bindings' wrapper converts
-    and checks every argument on each call, ctypes passes the eleven values straight through.
+    """libcuda's ``cuLaunchKernel`` as a ctypes function (``WAVEC_LAUNCH_API=ctypes``, the default), as
+    the C extension's call of it (``c``: ``c_launcher``, same arguments), or None (the knob says
+    cuda-python, or libcuda cannot be loaded here): cuda.bindings' wrapper converts and checks every
+    argument on each call, ctypes passes the eleven values straight through.
 
     It has no ``argtypes``: converting through them took half of a call's cost (3.8 against 9.6 us on
     the loaded 2-core machine, an empty C function of the same signature), so callers pass the pointers
@@ -79,12 +80,17 @@ def _libcuda_launch() -> Any:
     seven sizes as Python ints below 2**31 (the grid's and the block's limits)."""
     from wavec.knobs import knobs
 
-    if knobs.launch_api != "ctypes":
+    if knobs.launch_api == "cuda-python":
         return None
     try:
-        fn = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1").cuLaunchKernel
+        lib = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+        fn = lib.cuLaunchKernel
     except (OSError, AttributeError):
         return None
+    if knobs.launch_api == "c":  # the same call from a C extension (``c_launcher``): no ctypes layer
+        from wavec.runtime.c_launcher import libcuda_launch
+
+        return libcuda_launch(lib)
     fn.restype = ctypes.c_int
     return fn
 
@@ -174,10 +180,14 @@ class CudaKernel:
         self._check(self._drv.cuInit(0)[0], "cuInit")
         # the ctypes launch only with the real driver (the unit tests' fakes run on CPU tensors)
         self._c_launch = _libcuda_launch() if self._device_type == "cuda" else None
+        # the C launcher takes the pointers as ints (a ctypes.c_void_p costs it an attribute lookup each)
+        from wavec.knobs import knobs
+
+        self._c_ints = self._c_launch is not None and knobs.launch_api == "c"
         if meta.cluster != (1, 1, 1) and self._device_type == "cuda":  # multicasts need the peer: cuLaunchKernelEx
             from wavec.runtime.cluster_launch import cluster_launcher
 
-            self._c_launch = cluster_launcher(meta.cluster, meta.label)
+            self._c_launch, self._c_ints = cluster_launcher(meta.cluster, meta.label), False
         self._fn_ptrs: dict[int, ctypes.c_void_p] = {}  # device -> the CUfunction, for the ctypes launch
         self._raw_stream = self._stream_getter()
         self._function_for(self._current_device())
@@ -257,10 +267,13 @@ class CudaKernel:
         bx, by, bz = self._block
         c_launch = self._c_launch
         if c_launch is not None:
-            err = c_launch(
-                self._fn_ptrs[device], int(grid[0]), int(grid[1]), int(grid[2]), bx, by, bz, self._shared,
-                c_stream(self._raw_stream(device)), ctypes.c_void_p(params or None), None,
-            )  # fmt: skip
+            head: tuple[Any, Any, Any]
+            if self._c_ints:
+                head = (self._fn_ptrs[device].value, self._raw_stream(device), params or None)
+            else:
+                head = (self._fn_ptrs[device], c_stream(self._raw_stream(device)), ctypes.c_void_p(params or None))
+            gx, gy, gz = int(grid[0]), int(grid[1]), int(grid[2])
+            err = c_launch(head[0], gx, gy, gz, bx, by, bz, self._shared, head[1], head[2], None)
             return self._success if err == 0 else self._drv.CUresult(err)
         return self._drv.cuLaunchKernel(
             fn, grid[0], grid[1], grid[2], bx, by, bz, self._shared, self._raw_stream(device), params, 0
