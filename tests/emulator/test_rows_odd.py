@@ -141,9 +141,11 @@ def test_norms_one_row_per_workgroup(
 @pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
 def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
     """Contiguous f32 rows of 8193-16383 take the odd-row kernel at 8 chunks a lane over 16 waves (the
-    norms one row a workgroup, softmax two); slices of them do not (they loop)."""
+    norms one row a workgroup, softmax two; LayerNorm through tables under a bound of two workgroups an
+    SM); slices of them do not (they loop)."""
     n = 12289
     assert rows_odd.odd_config(wc.f32, n, kind, n) == (4096, 16, 2 if kind == "softmax" else 1)
+    assert rows_odd.odd_bound(wc.f32, n, kind, n) == (2 if kind == "layer_norm" else None)  # (through tables)
     assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
     _into_nan_buffer(kind, torch.float32, n, 3, 1, tables=kind != "softmax")
 
