@@ -256,6 +256,7 @@ def _doctor(args: argparse.Namespace) -> int:
     if iree is None:
         missing.append("the MLIR compiler: pip install iree-base-compiler (needed by wc.compile)")
     rows += _doctor_ptxas(missing)
+    rows += _doctor_c_launcher(missing)
     rows += _doctor_knobs(missing)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -294,6 +295,28 @@ def _doctor_ptxas(missing: list[str]) -> list[tuple[str, str]]:
         missing.append("ptxas (cubins, register counts): install the CUDA toolkit or set WAVEC_PTXAS")
         return [("ptxas", "missing: NVIDIA kernels load as PTX")]
     return [("ptxas", f"{path} ({ptxas_version(path)})")]
+
+
+def _doctor_c_launcher(missing: list[str]) -> list[tuple[str, str]]:
+    """Whether ``WAVEC_LAUNCH_API=c``'s launcher can be built here (a C compiler and Python's headers);
+    missing only where the knob asks for it."""
+    import shutil
+    import sysconfig
+
+    cc = os.environ.get("CC") or "cc"
+    found = shutil.which(cc)
+    include = Path(sysconfig.get_paths()["include"])
+    if found is not None and (include / "Python.h").exists():
+        return [("c launcher", f"buildable ({found}, {include})")]
+    why = f"no {cc} on PATH" if found is None else f"no Python.h in {include}"
+    try:
+        wanted = KNOBS["launch_api"].get() == "c"
+    except WavecError:
+        wanted = False  # (the knob's own row reports a bad value)
+    if wanted:
+        fix = "install a C compiler and python3-dev, or WAVEC_LAUNCH_API=ctypes"
+        missing.append(f"the C launcher (WAVEC_LAUNCH_API=c): {fix}")
+    return [("c launcher", f"not buildable: {why}")]
 
 
 def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:

@@ -87,6 +87,15 @@ def test_doctor_names_every_knob_and_flags_a_bad_value(monkeypatch, capsys) -> N
         assert env in out
     assert "iree-base-compiler" in out and "torch" in out
     assert "missing: a valid WAVEC_VERIFY_IR" in out
+    assert "c launcher" in out  # WAVEC_LAUNCH_API=c's: buildable here or why not
+
+
+def test_doctor_names_the_c_launcher_when_it_is_asked_for_and_cannot_build(monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setenv("WAVEC_LAUNCH_API", "c")
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "not buildable: no" in out and "missing: the C launcher (WAVEC_LAUNCH_API=c)" in out
 
 
 @pytest.mark.parametrize(
