@@ -135,7 +135,7 @@ def module() -> Any:
 
 def _build(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    src = path.with_suffix(".c")
+    src = path.with_name(f"{path.name}.{os.getpid()}.c")  # (per process: concurrent builds do not share it)
     src.write_text(SOURCE)
     cc = os.environ.get("CC") or "cc"
     include = sysconfig.get_paths()["include"]
@@ -147,7 +147,10 @@ def _build(path: Path) -> None:
     except OSError as exc:
         message = f"WAVEC_LAUNCH_API=c: cannot run {cc!r} ({exc}); {fix}"
         raise LaunchError(kernel="(launcher)", message=message) from None
+    finally:
+        src.unlink(missing_ok=True)
     if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
         tail = (proc.stderr or proc.stdout).strip()[-600:]
         message = f"WAVEC_LAUNCH_API=c: building the C launcher failed: {tail}; {fix}"
         raise LaunchError(kernel="(launcher)", message=message)
