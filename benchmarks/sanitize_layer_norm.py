@@ -1,8 +1,8 @@
-"""Run the f16/bf16 LayerNorm of long rows once each, small, for compute-sanitizer: the one-row-a-workgroup
+"""Run the LayerNorm of long rows once each, small, for compute-sanitizer: the f16/bf16 one-row-a-workgroup
 layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a
-full tile (8192, 16384) and a masked one (12000).  ``--odd``: RMSNorm and LayerNorm of odd lengths
-(``rows_odd``, 1025-16383 f16/bf16/f32: its layouts, LayerNorm re-reading its chunks; softmax too),
-through the gathered and the shifted-table vectors.  References: torch's f32 ops on the device; every
+full tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax).
+``--odd``: RMSNorm and LayerNorm of odd lengths (``rows_odd``, 1025-16383 f16/bf16/f32: its layouts,
+LayerNorm re-reading its chunks; softmax too), through the gathered and the shifted-table vectors.  References: torch's f32 ops on the device; every
 output element compared (memcheck reports an unwritten one: the outputs are allocated uninitialised).
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
@@ -59,12 +59,17 @@ def main() -> int:
     if "--odd" in sys.argv:
         return odd()
     bad = 0
-    for dtype, tol in TOLERANCE.items():
+    for dtype, tol in {**TOLERANCE, torch.float32: 1e-3}.items():
         for n in (8192, 12000, 16384):
             x = torch.randn(64, n, device="cuda", dtype=dtype) + 3
             w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
             want = F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
-            bad += not _check(f"{str(dtype):<16} {n:>6}", layer_norm(x, w, b, 1e-5), want, tol)
+            bad += not _check(f"layer_norm {str(dtype):<16} {n:>6}", layer_norm(x, w, b, 1e-5), want, tol)
+            if dtype == torch.float32:  # (f32 past 8192 is one tile: ``rows.MAX_TILE_ELEMENTS``)
+                want = F.rms_norm(x, (n,), w, 1e-6)
+                bad += not _check(f"rms_norm   {str(dtype):<16} {n:>6}", rms_norm(x, w, 1e-6), want, tol)
+                want = torch.softmax(x, -1)
+                bad += not _check(f"softmax    {str(dtype):<16} {n:>6}", softmax(x), want, tol / 10)
     return 1 if bad else 0
 
 
