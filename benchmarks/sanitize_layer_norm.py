@@ -1,9 +1,10 @@
 """Run the LayerNorm of long rows once each, small, for compute-sanitizer: the f16/bf16 one-row-a-workgroup
-layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a
-full tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax).
-``--odd``: RMSNorm and LayerNorm of odd lengths (``rows_odd``, 1025-16383 f16/bf16/f32: its layouts,
-LayerNorm re-reading its chunks; softmax too), through the gathered and the shifted-table vectors.  References: torch's f32 ops on the device; every
-output element compared (memcheck reports an unwritten one: the outputs are allocated uninitialised).
+layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a full
+tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax). ``--odd``:
+RMSNorm and LayerNorm of odd lengths (``rows_odd``, 1025-16383 f16/bf16/f32: its layouts, LayerNorm re-reading
+its chunks; softmax too), through the gathered and the shifted-table vectors. References: torch's f32 ops on
+the device; every output element compared (memcheck reports an unwritten one: the outputs are allocated
+uninitialised).
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm [--odd]
