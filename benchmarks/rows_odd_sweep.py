@@ -43,16 +43,15 @@ def bound(count: int) -> None:
     rows_odd.odd_bound = BOUND if count == 0 else lambda *a, **k: count if count > 0 else None
 
 
-REREAD = rows_odd.odd_reread
+REREAD = rows_odd.REREAD_TILES
+EVERY_TILE = frozenset(32 << i for i in range(8))  # every block_j the odd path takes (32 .. 4096 chunks)
 
 
 def reread(flag: int) -> None:
-    """The odd LayerNorm kernels compiled next re-read their chunks (1), do not (-1), or as the library
-    decides (0, ``odd_reread``); a re-read takes one row a workgroup through tables, f16/bf16."""
-    rows_odd.odd_reread = REREAD if flag == 0 else lambda d, n, kind, p, tables=True: (
-        flag > 0 and kind == "layer_norm" and tables and d.bytes == 2 and DEFAULT(d, n, kind, p) is not None
-        and rows_odd.odd_config(d, n, kind, p)[2] == 1
-    )  # fmt: skip
+    """The odd LayerNorm kernels compiled next re-read their chunks at every tile (1), at none (-1), or
+    at the library's (0, ``REREAD_TILES``); ``odd_reread``'s other conditions hold as in the library (one
+    row a workgroup through tables, f16/bf16)."""
+    rows_odd.REREAD_TILES = REREAD if flag == 0 else EVERY_TILE if flag > 0 else frozenset()
 
 
 def layout(runs: int, one: bool, full: bool = FULL) -> None:

@@ -301,11 +301,11 @@ def _doctor_c_launcher(missing: list[str]) -> list[tuple[str, str]]:
     """Whether ``WAVEC_LAUNCH_API=c``'s launcher can be built here (a C compiler and Python's headers);
     missing only where the knob asks for it."""
     import shutil
-    import sysconfig
 
-    cc = os.environ.get("CC") or "cc"
+    from .runtime.c_launcher import toolchain
+
+    cc, include = toolchain()
     found = shutil.which(cc)
-    include = Path(sysconfig.get_paths()["include"])
     if found is not None and (include / "Python.h").exists():
         return [("c launcher", f"buildable ({found}, {include})")]
     why = f"no {cc} on PATH" if found is None else f"no Python.h in {include}"

@@ -32,7 +32,7 @@ from typing import Any
 
 from wavec.errors import LaunchError
 
-__all__ = ["SOURCE", "module", "libcuda_launch"]
+__all__ = ["SOURCE", "module", "libcuda_launch", "toolchain"]
 
 SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -133,12 +133,16 @@ def module() -> Any:
     return mod
 
 
+def toolchain() -> tuple[str, Path]:
+    """(the C compiler to run: ``$CC``, else ``cc``; Python's include directory) of the build."""
+    return os.environ.get("CC") or "cc", Path(sysconfig.get_paths()["include"])
+
+
 def _build(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     src = path.with_name(f"{path.name}.{os.getpid()}.c")  # (per process: concurrent builds do not share it)
     src.write_text(SOURCE)
-    cc = os.environ.get("CC") or "cc"
-    include = sysconfig.get_paths()["include"]
+    cc, include = toolchain()
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     cmd = [cc, "-O2", "-shared", "-fPIC", f"-I{include}", str(src), "-o", str(tmp)]
     fix = "install a C compiler and Python's headers (python3-dev), or set WAVEC_LAUNCH_API=ctypes"

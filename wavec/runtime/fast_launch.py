@@ -119,7 +119,7 @@ class FastLaunch:
         self.fallback, self.shapes = fallback, tuple(shapes)
         self.c_launch = kernel._c_launch
         self.fn_ptr = kernel._fn_ptrs.get(device)
-        self.c_ints = getattr(kernel, "_c_ints", False)  # the C launcher: pointers as ints
+        self.c_ints = kernel._c_ints  # the C launcher: pointers as ints
         self.fn_int = self.fn_ptr.value if self.fn_ptr is not None else None
         self.variant: tuple[str, str] | None = None  # (kernel, reason) of a variant's launch: counted
 
