@@ -12,10 +12,11 @@ interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the li
 only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
 against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
 LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1) a second read of
-its chunks after the statistics (one row a workgroup through tables, f16/bf16).
+its chunks after the statistics (one row a workgroup through tables, f16/bf16).  ``--short 1,0``: f32 rows of
+8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--dtype float16]
+        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--dtype float16]
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def reread(flag: int) -> None:
     at the library's (0, ``REREAD_TILES``); ``odd_reread``'s other conditions hold as in the library (one
     row a workgroup through tables, f16/bf16)."""
     rows_odd.REREAD_TILES = REREAD if flag == 0 else EVERY_TILE if flag > 0 else frozenset()
+
+
+SHORT = rows_odd.F32_SHORT_TILES
+
+
+def short_tiles(flag: int) -> None:
+    """The odd kernels compiled next take f32's three-quarter tiles (1, the library's) or powers of two (0)."""
+    rows_odd.F32_SHORT_TILES = SHORT if flag else {}
 
 
 def layout(runs: int, one: bool, full: bool = FULL) -> None:
@@ -97,7 +106,7 @@ def parse_layouts(text: str) -> list[tuple[int, bool]]:
 
 def sweep(
     kind: str, n: int, x: Any, w: Any, b: Any, t_copy: float, fulls: list, layouts=LAYOUTS, bounds=(0,),
-    rereads=(0,),
+    rereads=(0,), tag: str = "",
 ) -> list[str]:  # fmt: skip
     """One line per (chunks a lane, rows a workgroup, whole tile, launch bound, re-read) layout of ``kind``
     at rows of ``n``."""
@@ -119,7 +128,7 @@ def sweep(
         layout(runs, one, full)
         name = ("default" if not runs else "one" if one else "auto") + (" full" if full else " masked")
         name += f" +b{count}" if count > 0 else " no bound" if count < 0 else ""
-        name += " reread" if again > 0 else " no reread" if again < 0 else ""
+        name += (" reread" if again > 0 else " no reread" if again < 0 else "") + tag
         try:
             got = call()
             torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=3e-2)
@@ -142,6 +151,7 @@ def main() -> None:
     layouts = LAYOUTS[:1] if pick == "default" else LAYOUTS if pick == "all" else parse_layouts(pick)
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
     rereads = [int(v) for v in arg("--reread", "0").split(",")]
+    shorts = [int(v) for v in arg("--short", "1").split(",")]
     dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
@@ -149,7 +159,11 @@ def main() -> None:
     for n in lengths:
         x, w, b, _y, t_copy = row_inputs(n, dt)
         for kind in kinds:
-            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads)
+            for short in shorts:
+                short_tiles(short)
+                tag = "" if shorts == [1] else " short" if short else " pow2"
+                lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads, tag)
+    short_tiles(1)
     bound(0)
     reread(0)
     layout(0, False, FULL)

@@ -1,15 +1,16 @@
 """Run the LayerNorm of long rows once each, small, for compute-sanitizer: the f16/bf16 one-row-a-workgroup
 layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a full
-tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax). ``--odd``:
-RMSNorm and LayerNorm of odd lengths (``rows_odd``, 1025-16383 f16/bf16/f32: its layouts, LayerNorm re-reading
-its chunks; softmax too), through the gathered and the shifted-table vectors. References: torch's f32 ops on
+tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax; slices, as
+contiguous f32 rows past 8192 take ``rows_odd``). ``--odd``: RMSNorm and LayerNorm of odd lengths (``rows_odd``,
+1025-16383 f16/bf16/f32, and f32's aligned 12288 / 16384: its layouts, LayerNorm re-reading its chunks; softmax
+too), through the gathered and the shifted-table vectors. References: torch's f32 ops on
 the device; every output element compared (memcheck reports an unwritten one: the outputs are allocated
 uninitialised).
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm [--odd]
 
-Prints one line per case; exits 1 if any output is wrong or unwritten."""
+``--f32``: the f32 cases alone.  Prints one line per case; exits 1 if any output is wrong or unwritten."""
 
 from __future__ import annotations
 
@@ -34,14 +35,21 @@ def _check(label: str, got: torch.Tensor, want: torch.Tensor, tol: float) -> boo
     return ok
 
 
+def _dtypes() -> dict:
+    """The dtypes and their tolerances, f32 alone under ``--f32``."""
+    every = {**TOLERANCE, torch.float32: 1e-3}
+    return {torch.float32: every[torch.float32]} if "--f32" in sys.argv else every
+
+
 def odd() -> int:
     """The odd-length norms: contiguous rows and a slice (pitch n + 8), gathered and table vectors."""
     bad = 0
     for tables in (False, True):
         rows_odd.TABLE_MIN_BYTES = 0 if tables else 1 << 62
         rows._DECIDED.clear()  # (a runner decides its tables when made)
-        for dtype, tol in {**TOLERANCE, torch.float32: 1e-3}.items():
-            for n in (1025, 2049, 4097, 8191, 16383):
+        for dtype, tol in _dtypes().items():
+            aligned = (12288, 16384) if dtype == torch.float32 else ()  # (contiguous: ``ALIGNED_F32_ELEMENTS``)
+            for n in (1025, 2049, 4097, 8191, 16383, *aligned):
                 for pitch in (n, n + 8):
                     x = (torch.randn(48, pitch, device="cuda", dtype=dtype) + 3)[:, :n]
                     w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
@@ -60,17 +68,20 @@ def main() -> int:
     if "--odd" in sys.argv:
         return odd()
     bad = 0
-    for dtype, tol in {**TOLERANCE, torch.float32: 1e-3}.items():
+    for dtype, tol in _dtypes().items():
         for n in (8192, 12000, 16384):
-            x = torch.randn(64, n, device="cuda", dtype=dtype) + 3
-            w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
-            want = F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
-            bad += not _check(f"layer_norm {str(dtype):<16} {n:>6}", layer_norm(x, w, b, 1e-5), want, tol)
-            if dtype == torch.float32:  # (f32 past 8192 is one tile: ``rows.MAX_TILE_ELEMENTS``)
-                want = F.rms_norm(x, (n,), w, 1e-6)
-                bad += not _check(f"rms_norm   {str(dtype):<16} {n:>6}", rms_norm(x, w, 1e-6), want, tol)
-                want = torch.softmax(x, -1)
-                bad += not _check(f"softmax    {str(dtype):<16} {n:>6}", softmax(x), want, tol / 10)
+            # f32 past 8192: a slice is one tile (``rows.MAX_TILE_ELEMENTS``), contiguous rows ``rows_odd``'s
+            for pitch in (n, n + 8) if dtype == torch.float32 else (n,):
+                x = (torch.randn(64, pitch, device="cuda", dtype=dtype) + 3)[:, :n]
+                w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
+                label = f"{str(dtype):<16} {n:>6} pitch {pitch:>6}"
+                want = F.layer_norm(x.float(), (n,), w.float(), b.float(), 1e-5)
+                bad += not _check(f"layer_norm {label}", layer_norm(x, w, b, 1e-5), want, tol)
+                if dtype == torch.float32:
+                    want = F.rms_norm(x, (n,), w, 1e-6)
+                    bad += not _check(f"rms_norm   {label}", rms_norm(x, w, 1e-6), want, tol)
+                    want = torch.softmax(x, -1)
+                    bad += not _check(f"softmax    {label}", softmax(x), want, tol / 10)
     return 1 if bad else 0
 
 

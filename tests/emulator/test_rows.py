@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.kernels import layer_norm, rms_norm, rows, softmax
+from wavec.kernels import layer_norm, rms_norm, rows, rows_odd, softmax
 
 F = torch.nn.functional
 TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
@@ -57,17 +57,21 @@ def test_layer_norm_keeps_variance_under_a_large_mean(n: int) -> None:
     assert (got.std(-1) - 1).abs().max() < 0.01  # unit spread kept in every row
 
 
+@pytest.mark.parametrize("pitch", [0, 4])
 @pytest.mark.parametrize("n", [12288, 16384])
-def test_f32_rows_past_8192_are_one_tile(n: int) -> None:
-    """Aligned f32 rows of 8193-16384 are one tile over 16 waves at 8 runs a lane (``MAX_TILE_ELEMENTS``;
-    RMSNorm one row a workgroup, ``rms_norm_long``), not looped tiles; 12288 leaves part of the tile
-    masked.  All three ops match torch, a mean of 1e4 included (LayerNorm's two passes)."""
+def test_f32_rows_past_8192(n: int, pitch: int) -> None:
+    """Aligned f32 rows of 8193-16384: slices of them (``pitch`` elements beyond the row) are one tile over
+    16 waves at 8 runs a lane (``MAX_TILE_ELEMENTS``; RMSNorm one row a workgroup, ``rms_norm_long``), not
+    looped tiles, 12288 leaving part of the tile masked; contiguous ones take ``rows_odd`` at 16 waves
+    (``ALIGNED_F32_ELEMENTS``).  All three ops match torch, a mean of 1e4 included (LayerNorm's two passes)."""
     for kind in ("softmax", "rms_norm", "layer_norm"):
         block_n, loop, _vec, waves, _layout = rows.plan_for(wc.f32, n, kind)
         assert (block_n, loop, waves) == (16384, False, 16)
+        assert (rows_odd.odd_config(wc.f32, n, kind, n + pitch) is None) == (pitch > 0)
     assert rows.plan_for(wc.f32, n, "rms_norm")[4] == "rms_norm_long"
     g = torch.Generator().manual_seed(n)
-    x, w, b = torch.randn(3, n, generator=g) * 2 + 1, torch.randn(n, generator=g), torch.randn(n, generator=g)
+    x = (torch.randn(3, n + pitch, generator=g) * 2 + 1)[:, :n]
+    w, b = torch.randn(n, generator=g), torch.randn(n, generator=g)
     xd = x.double()
     _check(softmax(x, backend="emulator"), torch.softmax(xd, -1), torch.float32)
     _check(rms_norm(x, w, 1e-6, backend="emulator"), F.rms_norm(xd, (n,), w.double(), 1e-6), torch.float32)

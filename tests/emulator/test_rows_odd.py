@@ -140,11 +140,13 @@ def test_norms_one_row_per_workgroup(
 
 @pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
 def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
-    """Contiguous f32 rows of 8193-16383 take the odd-row kernel at 8 chunks a lane over 16 waves (the
-    norms one row a workgroup, softmax two; LayerNorm through tables under a bound of two workgroups an
-    SM); slices of them do not (they loop)."""
+    """Contiguous f32 rows of 8193-16383 take the odd-row kernel (the norms one row a workgroup, softmax
+    two; LayerNorm at 8 chunks a lane through tables under a bound of two workgroups an SM); 12289 at the
+    three-quarter tile of 3072 chunks (``F32_SHORT_TILES``: LayerNorm 12 waves, the others 16 at 6 chunks a
+    lane); slices of them do not (they loop)."""
     n = 12289
-    assert rows_odd.odd_config(wc.f32, n, kind, n) == (4096, 16, 2 if kind == "softmax" else 1)
+    waves = 12 if kind == "layer_norm" else 16
+    assert rows_odd.odd_config(wc.f32, n, kind, n) == (3072, waves, 2 if kind == "softmax" else 1)
     assert rows_odd.odd_bound(wc.f32, n, kind, n) == (2 if kind == "layer_norm" else None)  # (through tables)
     assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
     _into_nan_buffer(kind, torch.float32, n, 3, 1, tables=kind != "softmax")
@@ -225,3 +227,28 @@ def test_softmax_extremes_on_odd_rows() -> None:
     x[2] = -1e30
     x[2, 513] = 5.0
     _check(softmax(x, backend="emulator"), torch.softmax(x.double(), -1), torch.float32)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("n, shift", [(12288, 0), (16384, 3)])
+def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift: int) -> None:
+    """Contiguous f32 rows of 8193-16384 that the 16-byte run divides take the odd-row kernel too
+    (``ALIGNED_F32_ELEMENTS``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
+    head and a tail; every element written.  Slices of them, 8192 and bf16 do not."""
+    block_j, waves = (3072, 12 if kind == "layer_norm" else 16) if n == 12288 else (4096, 16)
+    assert rows_odd.odd_config(wc.f32, n, kind, n) == (block_j, waves, 2 if kind == "softmax" else 1)
+    assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
+    assert rows_odd.odd_config(wc.f32, 8192, kind, 8192) is None
+    assert rows_odd.odd_config(wc.bf16, n, kind, n) is None
+    _into_nan_buffer(kind, torch.float32, n, 3, shift, tables=kind != "softmax")
+
+
+@pytest.mark.parametrize("n, runs", [(4097, 4), (8191, 8)])
+def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
+    """Contiguous f32 softmax at tiles of 1024 and 2048 chunks: one row a workgroup over 8 waves
+    (``SOFTMAX_ONE_ROW_TILES``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
+    block_j, waves, per_wg = rows_odd.odd_config(wc.f32, n, "softmax", n)
+    assert (waves, per_wg) == (8, 1) and block_j == waves * 32 * runs
+    assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
+    assert rows_odd.odd_config(wc.f32, n, "softmax", n + 4)[2] == 2
+    _into_nan_buffer("softmax", torch.float32, n, 3, 1)

@@ -29,7 +29,7 @@ def _layer_norm_close(got: torch.Tensor, xd: torch.Tensor, w: torch.Tensor, b: t
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 8192, 16384, 20000])
+@pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 8192, 12288, 12289, 16384, 20000])
 def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     x = (torch.randn(1031, n, device="cuda") * 2 + 1).to(dtype)
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
@@ -45,7 +45,7 @@ def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     _layer_norm_close(got, xd, w, b, dtype)
 
 
-@pytest.mark.parametrize("n", [4096, 8191, 16384, 20000])
+@pytest.mark.parametrize("n", [4096, 8191, 12288, 16384, 20000])
 def test_f32_layer_norm_as_accurate_as_torch(n: int) -> None:
     """f32 LayerNorm within 2x torch's own f32 error (both against f64, per ``1 + |xhat * w|``) where the
     shift (the row's first element) lies four spreads from the mean, on every statistics path (one tile,

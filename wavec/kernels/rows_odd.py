@@ -1,6 +1,7 @@
 """Rows whose length the 16-byte run does not divide (``softmax`` / ``rms_norm`` / ``layer_norm`` at N = 2049,
 4097, ...) at the speed of aligned rows: each row is read and written through the 16-byte chunks of the flat
-buffer that lie wholly inside it, and only its two partial edges element by element.
+buffer that lie wholly inside it, and only its two partial edges element by element.  (Contiguous f32 rows
+past 8192 that the run divides take it too, ``odd_config``: nothing here needs the run not to divide N.)
 
 The buffer ``x`` is passed twice: as chunks ``[R, V]`` (``V`` elements = 16 bytes, the base rounded down to
 16 bytes) and flat ``[F]``.  Row ``m`` starts at element ``s = starts[m]`` of the flat view; its first
@@ -304,14 +305,25 @@ LN_LONG_RUNS = 8
 # Launch bounds of the contiguous one-row norms, (kind, block_j) -> workgroups an SM: where
 # ptxas's registers fitted one workgroup fewer than the bound and the bound measured faster (no spill, but
 # f32 LayerNorm's 4096-chunk tile: 48 bytes; the same docs section)
-ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("layer_norm", 4096): 2, ("rms_norm", 1024): 4}
+ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("layer_norm", 3072): 2, ("layer_norm", 4096): 2, ("rms_norm", 1024): 4}
 # the longest rows this path takes (16384 elements: 16383 bf16 or f32; longer rows loop)
 MAX_ELEMENTS = 16384
+# contiguous f32 rows past this many elements take this path even where the 16-byte run divides them: the
+# aligned one tile read slower than odd rows one element shorter (docs/reductions.md, session 16)
+ALIGNED_F32_ELEMENTS = 8192
+# contiguous f32 softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES waves (the
+# same docs section)
+SOFTMAX_ONE_ROW_TILES = frozenset({1024, 2048})
+SOFTMAX_ONE_ROW_WAVES = 8
+# f32 tiles (``block_j``) that shrink to three quarters where the row's chunks fit (8196-12291 elements: 3072
+# chunks, not 4096 with a quarter of the lanes idle; the same docs section)
+F32_SHORT_TILES = {4096: 3072}
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
     """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of ``pitch``
-    elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels), rows of
+    elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels; but
+    contiguous f32 rows past ``ALIGNED_F32_ELEMENTS``, whose last chunk is then the edge's tail), rows of
     one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
     slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
     output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``. The norms give a lane
@@ -320,10 +332,12 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``). Contiguous norms of two waves or more
     take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
     in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (128 chunks: 1025 f16 / bf16) is one wave a row,
-    ``rows_per_workgroup``'s four rows."""
+    ``rows_per_workgroup``'s four rows.  Contiguous f32 softmax at the tiles ``SOFTMAX_ONE_ROW_TILES`` takes one
+    row over ``SOFTMAX_ONE_ROW_WAVES`` waves."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    if n % vec == 0 or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
+    aligned_long = vec == 4 and pitch == n and n > ALIGNED_F32_ELEMENTS
+    if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
         return None
     if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
         return None  # (past 8192 f32: contiguous rows only, at 8 chunks a lane)
@@ -331,7 +345,11 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     block_j = 32
     while block_j < chunks:
         block_j *= 2
+    if vec == 4 and block_j in F32_SHORT_TILES and chunks <= F32_SHORT_TILES[block_j]:
+        block_j = F32_SHORT_TILES[block_j]
     fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
+    if kind == "softmax" and vec == 4 and pitch == n and block_j in SOFTMAX_ONE_ROW_TILES:
+        return block_j, SOFTMAX_ONE_ROW_WAVES, 1
     if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
         runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
         return block_j, block_j // (max(runs, fewest) * 32), 1
