@@ -14,16 +14,13 @@ against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts
 LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1) a second read of
 its chunks after the statistics (one row a workgroup through tables, f16/bf16).  ``--short 1,0``: f32 rows of
 8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
-``--by-head 1,0``: contiguous rows through tables taken by head offset (1, ``rows_odd.ORDER_BY_HEAD``) or in order.
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--by-head 1,0]
-        [--dtype float16]
+        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--dtype float16]
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 from typing import Any
@@ -59,7 +56,6 @@ def reread(flag: int) -> None:
 
 
 SHORT = rows_odd.F32_SHORT_TILES
-BY_HEAD = rows_odd.ORDER_BY_HEAD
 
 
 def short_tiles(flag: int) -> None:
@@ -156,20 +152,17 @@ def main() -> None:
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
     rereads = [int(v) for v in arg("--reread", "0").split(",")]
     shorts = [int(v) for v in arg("--short", "1").split(",")]
-    by_heads = [int(v) for v in arg("--by-head", "1").split(",")]
     dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]
     print(*lines, sep="\n", flush=True)
     for n in lengths:
         x, w, b, _y, t_copy = row_inputs(n, dt)
-        for kind, short, by_head in itertools.product(kinds, shorts, by_heads):
-            short_tiles(short)
-            rows_odd.ORDER_BY_HEAD = bool(by_head)
-            tag = "" if shorts == [1] else " short" if short else " pow2"
-            tag += "" if by_heads == [1] else " by head" if by_head else " in order"
-            lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads, tag)
-    rows_odd.ORDER_BY_HEAD = BY_HEAD
+        for kind in kinds:
+            for short in shorts:
+                short_tiles(short)
+                tag = "" if shorts == [1] else " short" if short else " pow2"
+                lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads, tag)
     short_tiles(1)
     bound(0)
     reread(0)

@@ -169,17 +169,14 @@ def test_norms_through_shifted_tables(kind: str, shift: int) -> None:
     _into_nan_buffer(kind, torch.bfloat16, 2049, 9, shift, tables=True)
 
 
-@pytest.mark.parametrize("by_head", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n, pitch", [(1025, 1025), (2049, 2049 + 8), (4097, 4097)])
 def test_norms_launch_tables_past_the_threshold(
-    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, pitch: int, by_head: bool
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype, n: int, pitch: int
 ) -> None:
     """``rms_norm`` / ``layer_norm`` with ``TABLE_MIN_BYTES`` 0: the runner builds the tables per call (a
-    slice of longer rows too) and matches torch in f64, its workgroups taking contiguous rows by head
-    offset or in order (``ORDER_BY_HEAD``); the tables kernel is the one compiled."""
+    slice of longer rows too) and matches torch in f64; the tables kernel is the one compiled."""
     monkeypatch.setattr(rows_odd, "TABLE_MIN_BYTES", 0)
-    monkeypatch.setattr(rows_odd, "ORDER_BY_HEAD", by_head)
     monkeypatch.setattr(rows, "_DECIDED", rows.Decisions("rows"))  # not the runners decided before
     g = torch.Generator().manual_seed(n)
     x = (torch.randn(5, pitch, generator=g) * 2 + 1).to(dtype)[:, :n]
@@ -255,17 +252,3 @@ def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
     assert rows_odd.odd_config(wc.f32, n, "softmax", n + 4)[2] == 2
     _into_nan_buffer("softmax", torch.float32, n, 3, 1)
-
-
-def test_row_starts_by_head_are_a_permutation_grouped_by_offset() -> None:
-    """``row_starts``: every row once; by head, the starts' offsets within 16 bytes in runs, each run in row
-    order; rows whose pitch the run divides (one offset) and ``by_head`` False stay in order."""
-    plain = rows_odd.row_starts(11, 1025, 3, 8, False, "cpu")
-    assert plain.tolist() == [3 + 1025 * i for i in range(11)] and plain.dtype == torch.int32
-    grouped = rows_odd.row_starts(11, 1025, 3, 8, True, "cpu")
-    assert sorted(grouped.tolist()) == plain.tolist()
-    heads = (grouped % 8).tolist()
-    assert heads == sorted(heads) and all(
-        a < b for a, b in zip(grouped.tolist(), grouped.tolist()[1:]) if a % 8 == b % 8
-    )
-    assert rows_odd.row_starts(5, 1024, 2, 8, True, "cpu").tolist() == [2 + 1024 * i for i in range(5)]

@@ -430,24 +430,6 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
     return _COMPILED[key]
 
 
-# Workgroups take the rows of one head offset (a row's start within 16 bytes) in a run where the norms read
-# their vectors' ``shifted_table``s, so the workgroups resident at once read one head's copy of the vectors
-# (from L1 / L2) rather than all ``V`` of them.  False: rows in order (to time against).
-ORDER_BY_HEAD = True
-
-
-def row_starts(m: int, pitch: int, shift: int, vec: int, by_head: bool, device: Any) -> Any:
-    """Row starts ``shift + i * pitch`` (i32) in workgroup order: by head offset (``start % vec``, stable)
-    when ``by_head``.  A workgroup's row is only ever its start, so any order writes the same rows; only
-    contiguous rows (``gap`` 0) may be reordered (the output of a slice is placed by the row index)."""
-    import torch
-
-    starts = torch.arange(m, dtype=torch.int64, device=device) * pitch + shift
-    if by_head and pitch % vec:
-        starts = starts[torch.argsort(starts % vec, stable=True)]
-    return starts.to(torch.int32)
-
-
 # x of this many bytes or more reads the norms' vectors through ``shifted_table``s, built per call (one
 # copy kernel of 8 N elements per vector, a few microseconds: paid back where the kernel runs long)
 TABLE_MIN_BYTES = 32 << 20
@@ -476,10 +458,9 @@ def odd_args(
 def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tuple, backend, full=None):
     """``run(x, *vectors) -> out`` for rows ``[M, N]`` of pitch ``P`` (``odd_config`` applies): per call the
     buffer's views (``odd_args``), an output buffer in which the rows lie at the input's offset within 16
-    bytes, the row starts (``row_starts``, by head offset under ``ORDER_BY_HEAD`` where tables are read), a
-    launch prepared per offset (at most ``V``: the views' shapes depend on it), and for the norms of at least
-    ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made); ``full``:
-    ``odd_full``'s."""
+    bytes, a launch prepared per offset (at most ``V``: the views' shapes depend on it), and for the norms
+    of at least ``TABLE_MIN_BYTES`` the vectors' ``shifted_table``s (read when the runner is made);
+    ``full``: ``odd_full``'s."""
     import torch
 
     m, n = rows.shape
@@ -490,7 +471,6 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     full = odd_full(kind, full)
     kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
     reread = odd_reread(dtype, n, kind, pitch, tables)
-    by_head = ORDER_BY_HEAD and tables and pitch == n
     chunks = (n - vec + 1) // vec
     inner = torch.empty(inner_size(kind, dtype, n, pitch, full), dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
@@ -501,7 +481,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
         shift = r.data_ptr() // es % vec
         out_buf = torch.empty(-(-(shift + m * n) // vec) * vec, dtype=r.dtype, device=r.device)
         if shift not in starts:
-            starts[shift] = row_starts(m, pitch, shift, vec, by_head, r.device)
+            starts[shift] = torch.arange(m, dtype=torch.int32, device=r.device) * pitch + shift
         if tables:
             vectors = (*vectors, *(shifted_table(v, vec, chunks) for v in vectors))
         a = odd_args(r, out_buf, shift, starts[shift], inner, vectors, scalars, reread)
