@@ -60,7 +60,8 @@ class EmulatorKernel:
         if not all(grid):
             return
         if trace.ACTIVE is not None:
-            trace.note(self.artifact, [t.shape for t in tensors[: len(self.meta.args)]], tensors[len(self.meta.args) :])
+            given = tensors[: len(self.meta.args)]
+            trace.note(self.artifact, [t.shape for t in given], tensors[len(self.meta.args) :], given)
         tensors = tensors[: len(self.meta.args)]  # scalar arguments travel as constants
         bindings = [_flat_view(t) for t in tensors]
         if self.meta.tensor_maps:

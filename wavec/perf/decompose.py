@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,8 +132,12 @@ def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping
     return symbols
 
 
-def _footprint(artifact: Artifact, symbols: dict[str, int], rules: Demand) -> dict[str, int]:
-    read = write = 0
+def _footprint(
+    artifact: Artifact, symbols: dict[str, int], rules: Demand, views: Sequence[int] | None
+) -> dict[str, int]:
+    """Bytes read and written; inputs that view one buffer (``views``) count once, as the largest view."""
+    write = 0
+    reads: dict[int, int] = {}
     for binding, spec in enumerate(artifact.metadata.args):
         dims = [int(d) if isinstance(d, int) else symbols.get(d) for d in spec.shape]
         if any(d is None for d in dims):
@@ -144,8 +148,9 @@ def _footprint(artifact: Artifact, symbols: dict[str, int], rules: Demand) -> di
         if spec.is_output:
             write += size
         else:
-            read += size
-    return {"read": read, "write": write}
+            group = views[binding] if views is not None and binding < len(views) else binding
+            reads[group] = max(reads.get(group, 0), size)
+    return {"read": sum(reads.values()), "write": write}
 
 
 def launch_tensors(artifact: Artifact, symbols: Mapping[str, int]) -> list[tuple[tuple[int, ...], str, bool]]:
@@ -188,9 +193,13 @@ def _wave(artifact: Artifact) -> int:
     return int(m.group(1)) if m else (64 if artifact.target.startswith("gfx") else 32)
 
 
-def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **scalars: Any) -> Decomposition:
+def decompose(
+    kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, views: Sequence[int] | None = None, **scalars: Any
+) -> Decomposition:
     """The tasks of ``kernel`` launched on tensors of ``shapes`` (see the module docstring); ``gpu`` (a name
-    or spec) sizes a persistent grid by its SM count."""
+    or spec) sizes a persistent grid by its SM count; ``views``: per binding, the first binding that views
+    the same memory (``trace.storage_groups``), so that inputs read through several views of one buffer
+    count once in the footprint."""
     artifact: Artifact = kernel if isinstance(kernel, Artifact) else kernel.artifact
     meta = artifact.metadata
     symbols = launch_symbols(artifact, shapes, scalars)
@@ -228,7 +237,7 @@ def decompose(kernel: Any, *shapes: Any, gpu: str | GPUSpec | None = None, **sca
         registers=meta.registers,
         demand=demand,
         trips=trips,
-        footprint=_footprint(artifact, symbols, rules),
+        footprint=_footprint(artifact, symbols, rules, views),
         symbols=symbols,
         notes=sorted(notes),
         tensors=launch_tensors(artifact, symbols),

@@ -162,7 +162,7 @@ class FastLaunch:
         if not (gx and gy and gz):
             return
         if trace.ACTIVE is not None:
-            trace.note(kernel.artifact, self.shapes[:n], args[n:])
+            trace.note(kernel.artifact, self.shapes[:n], args[n:], args[:n])
         if self.variant is not None:
             count_variant(self.variant)
         if device != kernel._current_device():

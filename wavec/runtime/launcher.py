@@ -205,7 +205,8 @@ class CudaKernel:
         if not (gx and gy and gz):
             return
         if trace.ACTIVE is not None:
-            trace.note(self.artifact, [t.shape for t in tensors[: len(self.meta.args)]], tensors[len(self.meta.args) :])
+            given = tensors[: len(self.meta.args)]
+            trace.note(self.artifact, [t.shape for t in given], tensors[len(self.meta.args) :], given)
         if self._maps is not None:
             ptrs.append(self._maps.address(tensors, ptrs, device))
         record = None

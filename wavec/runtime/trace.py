@@ -10,8 +10,9 @@ Guarantees:
 * Inside ``with trace_launches() as launches:`` every launch that reaches a device or the emulator — a
   prepared launch (``FastLaunch``, by tensors or by pointers), the CUDA full path, the emulator — appends
   one :class:`TracedLaunch` to ``launches``, in launch order: the kernel's artifact, the shapes of its
-  tensor arguments as the kernel sees them (a prepared launch's shapes), and its scalars by name.  Launches
-  of an empty grid are not noted (nothing runs).
+  tensor arguments as the kernel sees them (a prepared launch's shapes), its scalars by name and, where it
+  was given tensors, which of them view one buffer (``storage_groups``).  Launches of an empty grid are not
+  noted (nothing runs).
 * Traces do not nest: entering one while another is active raises ``RuntimeError``; the trace ends when
   the ``with`` block exits, by an exception too.  Tracing is process-wide (launches from every thread go
   into the active trace).
@@ -24,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TracedLaunch", "trace_launches", "note", "ACTIVE"]
+__all__ = ["TracedLaunch", "trace_launches", "note", "storage_groups", "ACTIVE"]
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class TracedLaunch:
     artifact: Any
     shapes: tuple[tuple[int, ...], ...]
     scalars: dict[str, Any]
+    views: tuple[int, ...] | None = None  # ``storage_groups`` of the tensors (None: launched by pointers)
 
     @property
     def kernel(self) -> str:
@@ -44,12 +46,27 @@ class TracedLaunch:
 ACTIVE: list[TracedLaunch] | None = None
 
 
-def note(artifact: Any, shapes: Sequence[Any], scalars: Sequence[Any]) -> None:
-    """Append a launch of ``artifact`` to the active trace (callers test ``ACTIVE`` first)."""
+def storage_groups(tensors: Sequence[Any]) -> tuple[int, ...] | None:
+    """Per tensor, the index of the first tensor on the same storage (views of one buffer share it: the odd
+    row kernels read x as chunks and flat); None where an argument is not a tensor (a raw pointer)."""
+    first: dict[int, int] = {}
+    out = []
+    for i, t in enumerate(tensors):
+        if not hasattr(t, "untyped_storage"):
+            return None
+        out.append(first.setdefault(t.untyped_storage().data_ptr(), i))
+    return tuple(out)
+
+
+def note(artifact: Any, shapes: Sequence[Any], scalars: Sequence[Any], tensors: Sequence[Any] = ()) -> None:
+    """Append a launch of ``artifact`` to the active trace (callers test ``ACTIVE`` first); ``tensors``: the
+    tensor arguments, for ``TracedLaunch.views``."""
     if ACTIVE is None:
         return
     names = [name for name, _ in artifact.metadata.scalars]
-    ACTIVE.append(TracedLaunch(artifact, tuple(tuple(int(d) for d in s) for s in shapes), dict(zip(names, scalars))))
+    dims = tuple(tuple(int(d) for d in s) for s in shapes)
+    views = storage_groups(tensors) if tensors else None
+    ACTIVE.append(TracedLaunch(artifact, dims, dict(zip(names, scalars)), views))
 
 
 @contextmanager
