@@ -133,7 +133,7 @@ def launch_symbols(artifact: Artifact, shapes: tuple[Any, ...], scalars: Mapping
 
 
 def _footprint(
-    artifact: Artifact, symbols: dict[str, int], rules: Demand, views: Sequence[int] | None
+    artifact: Artifact, symbols: dict[str, int], rules: Demand, views: Sequence[int] | None = None
 ) -> dict[str, int]:
     """Bytes read and written; inputs that view one buffer (``views``) count once, as the largest view."""
     write = 0
