@@ -40,3 +40,20 @@ def test_storage_groups() -> None:
     b = torch.zeros(4)
     assert storage_groups([a, b, a.view(4, 4), a[3:], b]) == (0, 1, 0, 0, 1)
     assert storage_groups([a, 1234]) is None  # a raw pointer: unknown
+
+
+def test_library_launch_takes_the_odd_kernel_the_library_takes() -> None:
+    """``perf.library.library_launch`` for an odd row length gives ``rows_odd``'s kernel (the library's), its
+    integer scalars and x's views, so ``wavec perf`` decomposes what ``rms_norm`` launches: x read once."""
+    from wavec.perf.gpus import GPUS
+    from wavec.perf.library import library_launch
+
+    m, n = 64, 4097
+    launch = library_launch("rms_norm", (m, n), GPUS["h200"], "bf16")
+    assert launch.compiled.artifact.metadata.kernel == "rms_norm_odd"
+    assert launch.scalars == {"n": n, "gap": 0} and launch.views is not None and launch.views[:2] == (0, 0)
+    d = decompose(launch.compiled, *launch.shapes, views=launch.views, **launch.scalars)
+    x_bytes = m * n * 2
+    assert x_bytes <= d.footprint["read"] < x_bytes + 64 * 1024  # (+ starts, inner and the weight)
+    aligned = library_launch("rms_norm", (m, 4096), GPUS["h200"], "bf16")
+    assert aligned.compiled.artifact.metadata.kernel != "rms_norm_odd" and aligned.views is None

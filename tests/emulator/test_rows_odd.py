@@ -187,7 +187,7 @@ def test_norms_launch_tables_past_the_threshold(
     config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
     bound = rows_odd.odd_bound(WC[dtype], n, "layer_norm", pitch)
     reread = rows_odd.odd_reread(WC[dtype], n, "layer_norm", pitch)
-    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound, reread)
+    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound, reread, None)
     assert config is not None and key in rows_odd._COMPILED
 
 

@@ -58,8 +58,8 @@ CASES = [
 @pytest.mark.parametrize("kernel,sizes,mma,causal", CASES, ids=lambda v: str(v))
 def test_roofline_bounds_measured_time(kernel, sizes, mma, causal) -> None:
     spec = from_torch()
-    compiled, shapes = library_launch(kernel, sizes, spec, "f16", mma, causal)
-    decomp = decompose(compiled, *shapes, gpu=spec)
+    launch = library_launch(kernel, sizes, spec, "f16", mma, causal)
+    decomp = decompose(launch.compiled, *launch.shapes, gpu=spec, views=launch.views, **launch.scalars)
     bound = roofline(features(decomp, schedule(decomp, spec)))
     fn = _run(kernel, sizes, mma, causal)
     fn()

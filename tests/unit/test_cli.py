@@ -135,6 +135,15 @@ def test_perf_prints_demand_roofline_and_bottleneck(capsys) -> None:
     assert re.search(r"roofline \d+\.\d+ us, bottleneck \w+\.(gpu|sm)", out)
 
 
+def test_perf_of_an_odd_row_length_decomposes_the_odd_kernel(capsys) -> None:
+    """The library's kernel for 4097-element rows (``rows_odd``), x counted once; no trained family, so the
+    analytical report alone."""
+    assert main(["perf", "rms_norm", "--shapes", "64,4097", "--gpu", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "rms_norm_odd on H200" in out
+    assert "no performance-model estimate: rms_norm_odd is in no trained family" in out
+
+
 def test_perf_bad_arguments(capsys) -> None:
     assert main(["perf", "gemm", "--shapes", "64,x,64"]) == 2
     assert "--shapes expects comma-separated integers" in capsys.readouterr().err

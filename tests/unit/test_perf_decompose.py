@@ -220,7 +220,7 @@ def test_gemm_mfma_on_gfx942():
     from wavec.perf.library import library_launch
 
     m, n, k = 512, 256, 1024
-    kernel, shapes = library_launch("gemm", (m, n, k), GPUS["mi300x"])
+    kernel, shapes, _, _ = library_launch("gemm", (m, n, k), GPUS["mi300x"])
     d = decompose(kernel, *shapes)
     assert d.target == "gfx942" and d.wave == 64
     assert d.total("tensor:mfma:f16") == 2 * m * n * k

@@ -405,16 +405,20 @@ def inner_size(kind: str, dtype, n: int, pitch: int, full: bool | None = None) -
     return config[0] if config is not None and odd_full(kind, full) else (n - vec + 1) // vec
 
 
-def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False, full=None):
+def odd_kernel(
+    kind: str, dtype, n: int, pitch: int, backend: str | None, tables: bool = False, full=None, target=None
+):  # fmt: skip
     """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
-    (the norms): the variant reading the vectors' ``shifted_table`` beside them; ``full``: ``odd_full``'s."""
+    (the norms): the variant reading the vectors' ``shifted_table`` beside them; ``full``: ``odd_full``'s;
+    ``target``: an explicit one (the performance model's, ``perf.library``), else the backend's."""
     config = odd_config(dtype, n, kind, pitch)
     assert config is not None
     full = odd_full(kind, full)
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
-    bound = odd_bound(dtype, n, kind, pitch, tables) if (backend or default_backend()) != "rocm" else None
+    ptx = (backend or default_backend()) != "rocm" and not str(target or "").startswith("gfx")
+    bound = odd_bound(dtype, n, kind, pitch, tables) if ptx else None
     reread = odd_reread(dtype, n, kind, pitch, tables)
-    key = (kind, dtype.name, *config, backend, tables, full, bound, reread)
+    key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
         extra: dict[str, Any] = {"tables": True} if tables else {}
@@ -426,7 +430,7 @@ def odd_kernel(kind: str, dtype, n: int, pitch: int, backend: str | None, tables
             extra["reread"] = True
         kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
-        _COMPILED[key] = wc.compile(kernel, subs, backend=backend)
+        _COMPILED[key] = wc.compile(kernel, subs, backend=backend, **({"target": target} if target else {}))
     return _COMPILED[key]
 
 

@@ -3,20 +3,32 @@ emulator backend: no device needed), with the tensor shapes of a launch.
 
 Requires: the MLIR compiler (``wc.compile`` on a cache miss); ptxas only for the register count.
 
-Guarantees: :func:`library_launch` returns ``(compiled kernel, tensor shapes)`` for ``gemm`` (M,N,K; the
-``matmul`` plan of the shape without split-K, C in the inputs' dtype), ``attention`` (B,H,S,D[,KVH[,SKV]]), ``softmax``,
-``rms_norm`` and ``layer_norm`` (M,N), compiled exactly as the library compiles them for that target;
-a bad kernel name, shape count or mma kind raises :class:`~wavec.errors.OptionError`.
+Guarantees: :func:`library_launch` returns a :class:`Launch` (compiled kernel, tensor shapes, integer
+scalars, views) for ``gemm`` (M,N,K; the ``matmul`` plan of the shape without split-K, C in the inputs'
+dtype), ``attention`` (B,H,S,D[,KVH[,SKV]]), ``softmax``, ``rms_norm`` and ``layer_norm`` (M,N, contiguous
+rows at a 16-byte boundary: the odd-row kernel of ``rows_odd`` where the library takes it, with its
+tables, scalars and the views of x that ``decompose(views=)`` counts once), compiled exactly as the library
+compiles them for that target; a bad kernel name, shape count or mma kind raises
+:class:`~wavec.errors.OptionError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import OptionError
 from .gpus import GPUSpec
 
-__all__ = ["KERNELS", "library_launch", "target_for"]
+__all__ = ["KERNELS", "Launch", "library_launch", "target_for"]
+
+
+class Launch(NamedTuple):
+    """A library launch as ``decompose(compiled, *shapes, views=views, **scalars)`` takes it."""
+
+    compiled: Any
+    shapes: list[tuple[int, ...]]
+    scalars: dict[str, int] = {}
+    views: tuple[int, ...] | None = None
 
 KERNELS = ("gemm", "attention", "softmax", "rms_norm", "layer_norm")
 _TARGETS = {"sm_90": "sm_90", "sm_80": "sm_80", "sm_89": "sm_80", "sm_100": "sm_90", "gfx942": "gfx942"}
@@ -35,7 +47,7 @@ def target_for(gpu: GPUSpec, mma: str) -> str:
 
 def library_launch(
     kernel: str, sizes: tuple[int, ...], gpu: GPUSpec, dtype: str = "f16", mma: str = "mma_sync", causal: bool = False
-) -> tuple[Any, list[tuple[int, ...]]]:
+) -> Launch:
     import wavec as wc
 
     if kernel not in KERNELS:
@@ -53,7 +65,7 @@ def library_launch(
     return _rows(kernel, sizes, wdtype, target)
 
 
-def _gemm(sizes: tuple[int, ...], gpu: GPUSpec, dtype: Any, mma: str, target: str) -> tuple[Any, list]:
+def _gemm(sizes: tuple[int, ...], gpu: GPUSpec, dtype: Any, mma: str, target: str) -> Launch:
     import wavec as wc
     from wavec.kernels.gemm import build_gemm
     from wavec.tuning.plan import GemmRequest, plan_matmul
@@ -62,10 +74,10 @@ def _gemm(sizes: tuple[int, ...], gpu: GPUSpec, dtype: Any, mma: str, target: st
     plan = plan_matmul(m, n, k, GemmRequest(mma=mma, split=1), gpu.name)
     # C in the inputs' dtype, as ``matmul`` writes it by default
     compiled = wc.compile(build_gemm(plan, dtype, dtype, target), plan.subs, target=target, backend="emulator")
-    return compiled, [(m, k), (n, k)]
+    return Launch(compiled, [(m, k), (n, k)])
 
 
-def _attention(sizes: tuple[int, ...], dtype: Any, mma: str, causal: bool, target: str) -> tuple[Any, list]:
+def _attention(sizes: tuple[int, ...], dtype: Any, mma: str, causal: bool, target: str) -> Launch:
     import wavec as wc
     from wavec.kernels import attention as A
 
@@ -75,14 +87,40 @@ def _attention(sizes: tuple[int, ...], dtype: Any, mma: str, causal: bool, targe
     subs, waves = A.attention_config(d, s, None, mma, causal)
     kernel = A.make_attention(dtype, "bhsd", causal, waves, mma, split_epilogue=A.SPLIT_EPILOGUE[mma])
     compiled = wc.compile(kernel, subs, target=target, backend="emulator")
-    return compiled, [(b, h, s, d), (b, kvh, skv, d), (b, kvh, skv, d)]
+    return Launch(compiled, [(b, h, s, d), (b, kvh, skv, d), (b, kvh, skv, d)])
 
 
-def _rows(kind: str, sizes: tuple[int, ...], dtype: Any, target: str) -> tuple[Any, list]:
+def _rows(kind: str, sizes: tuple[int, ...], dtype: Any, target: str) -> Launch:
     import wavec as wc
     from wavec.kernels import rows as R
+    from wavec.kernels import rows_odd as O
 
     m, n = sizes
-    compiled = wc.compile(*R.kernel_for(kind, dtype, n), target=target, backend="emulator")
     vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
-    return compiled, [(m, n)] + [(n,)] * vectors
+    if O.odd_config(dtype, n, kind, n) is None or (m - 1) * n + n + 16 >= 2**31:
+        compiled = wc.compile(*R.kernel_for(kind, dtype, n), target=target, backend="emulator")
+        return Launch(compiled, [(m, n)] + [(n,)] * vectors)
+    return _odd_rows(kind, m, n, vectors, dtype, target)
+
+
+def _odd_rows(kind: str, m: int, n: int, vectors: int, dtype: Any, target: str) -> Launch:
+    """``rows_odd``'s launch for contiguous rows [m, n] at a 16-byte boundary: ``odd_args`` on meta tensors."""
+    import torch
+
+    from wavec.kernels import rows_odd as O
+
+    tdt = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype.name])
+    x = torch.empty(m, n, dtype=tdt, device="meta")
+    vec = 16 // x.element_size()
+    tables = vectors > 0 and m * n * x.element_size() >= O.TABLE_MIN_BYTES
+    compiled = O.odd_kernel(kind, dtype, n, n, "emulator", tables, target=target)
+    given = [torch.empty(n, dtype=tdt, device="meta")] * vectors
+    if tables:
+        given += [O.shifted_table(v, vec, (n - vec + 1) // vec) for v in given]
+    inner = torch.empty(O.inner_size(kind, dtype, n, n), dtype=torch.int8, device="meta")
+    starts = torch.empty(m, dtype=torch.int32, device="meta")
+    out = torch.empty(-(-m * n // vec) * vec, dtype=tdt, device="meta")
+    args = O.odd_args(x, out, 0, starts, inner, tuple(given), (), O.odd_reread(dtype, n, kind, n, tables))
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    roots = [id(t if t._base is None else t._base) for t in tensors]  # (meta tensors have no addresses)
+    return Launch(compiled, [tuple(t.shape) for t in tensors], {"n": n, "gap": 0}, tuple(roots.index(r) for r in roots))
