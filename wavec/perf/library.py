@@ -30,6 +30,7 @@ class Launch(NamedTuple):
     scalars: dict[str, int] = {}
     views: tuple[int, ...] | None = None
 
+
 KERNELS = ("gemm", "attention", "softmax", "rms_norm", "layer_norm")
 _TARGETS = {"sm_90": "sm_90", "sm_80": "sm_80", "sm_89": "sm_80", "sm_100": "sm_90", "gfx942": "gfx942"}
 _ARITY = {"gemm": (3,), "attention": (4, 5, 6), "softmax": (2,), "rms_norm": (2,), "layer_norm": (2,)}
