@@ -14,9 +14,12 @@ against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts
 LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1) a second read of
 its chunks after the statistics (one row a workgroup through tables, f16/bf16).  ``--short 1,0``: f32 rows of
 8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
+``--aligned``: contiguous 16-bit rows past 8192 that the run divides (16384) take the odd path too, as f32's do
+(``rows_odd.ALIGNED_ELEMENTS``), to time them against the aligned kernels (``benchmarks/rows.py``).
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--dtype float16]
+        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--aligned]
+        [--dtype float16]
 """
 
 from __future__ import annotations
@@ -152,6 +155,8 @@ def main() -> None:
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
     rereads = [int(v) for v in arg("--reread", "0").split(",")]
     shorts = [int(v) for v in arg("--short", "1").split(",")]
+    if "--aligned" in sys.argv:
+        rows_odd.ALIGNED_ELEMENTS = {**rows_odd.ALIGNED_ELEMENTS, 2: 8192}
     dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]

@@ -48,7 +48,7 @@ def odd() -> int:
         rows_odd.TABLE_MIN_BYTES = 0 if tables else 1 << 62
         rows._DECIDED.clear()  # (a runner decides its tables when made)
         for dtype, tol in _dtypes().items():
-            aligned = (12288, 16384) if dtype == torch.float32 else ()  # (contiguous: ``ALIGNED_F32_ELEMENTS``)
+            aligned = (12288, 16384) if dtype == torch.float32 else ()  # (contiguous: ``ALIGNED_ELEMENTS``)
             for n in (1025, 2049, 4097, 8191, 16383, *aligned):
                 for pitch in (n, n + 8):
                     x = (torch.randn(48, pitch, device="cuda", dtype=dtype) + 3)[:, :n]

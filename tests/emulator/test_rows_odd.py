@@ -233,7 +233,7 @@ def test_softmax_extremes_on_odd_rows() -> None:
 @pytest.mark.parametrize("n, shift", [(12288, 0), (16384, 3)])
 def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift: int) -> None:
     """Contiguous f32 rows of 8193-16384 that the 16-byte run divides take the odd-row kernel too
-    (``ALIGNED_F32_ELEMENTS``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
+    (``ALIGNED_ELEMENTS``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
     head and a tail; every element written.  Slices of them, 8192 and bf16 do not."""
     block_j, waves = (3072, 12 if kind == "layer_norm" else 16) if n == 12288 else (4096, 16)
     assert rows_odd.odd_config(wc.f32, n, kind, n) == (block_j, waves, 2 if kind == "softmax" else 1)
@@ -252,3 +252,13 @@ def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
     assert rows_odd.odd_config(wc.f32, n, "softmax", n + 4)[2] == 2
     _into_nan_buffer("softmax", torch.float32, n, 3, 1)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm"])
+def test_aligned_16_bit_rows_under_aligned_elements(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """``ALIGNED_ELEMENTS`` for 2-byte elements (``rows_odd_sweep.py --aligned``): contiguous bf16 rows of
+    16384 take the odd-row kernel, every element written; without the entry (the library's) they do not."""
+    assert rows_odd.odd_config(wc.bf16, 16384, kind, 16384) is None
+    monkeypatch.setattr(rows_odd, "ALIGNED_ELEMENTS", {**rows_odd.ALIGNED_ELEMENTS, 2: 8192})
+    assert rows_odd.odd_config(wc.bf16, 16384, kind, 16384) is not None
+    _into_nan_buffer(kind, torch.bfloat16, 16384, 2, 0, tables=kind != "softmax")

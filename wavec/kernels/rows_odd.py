@@ -308,9 +308,10 @@ LN_LONG_RUNS = 8
 ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("layer_norm", 3072): 2, ("layer_norm", 4096): 2, ("rms_norm", 1024): 4}
 # the longest rows this path takes (16384 elements: 16383 bf16 or f32; longer rows loop)
 MAX_ELEMENTS = 16384
-# contiguous f32 rows past this many elements take this path even where the 16-byte run divides them: the
-# aligned one tile read slower than odd rows one element shorter (docs/reductions.md, session 16)
-ALIGNED_F32_ELEMENTS = 8192
+# element bytes -> contiguous rows past that many elements take this path even where the 16-byte run
+# divides them: f32's aligned one tile read slower than odd rows one element shorter (docs/reductions.md,
+# session 16); 16-bit rows are untimed here (``benchmarks/rows_odd_sweep.py --aligned`` times them)
+ALIGNED_ELEMENTS = {4: 8192}
 # contiguous f32 softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES waves (the
 # same docs section)
 SOFTMAX_ONE_ROW_TILES = frozenset({1024, 2048})
@@ -323,7 +324,7 @@ F32_SHORT_TILES = {4096: 3072}
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
     """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of ``pitch``
     elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels; but
-    contiguous f32 rows past ``ALIGNED_F32_ELEMENTS``, whose last chunk is then the edge's tail), rows of
+    contiguous rows past ``ALIGNED_ELEMENTS``, f32's past 8192, whose last chunk is then the edge's tail), rows of
     one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
     slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
     output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``. The norms give a lane
@@ -336,7 +337,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     row over ``SOFTMAX_ONE_ROW_WAVES`` waves."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
-    aligned_long = vec == 4 and pitch == n and n > ALIGNED_F32_ELEMENTS
+    aligned_long = pitch == n and n > ALIGNED_ELEMENTS.get(dtype.bytes, MAX_ELEMENTS)
     if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
         return None
     if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
