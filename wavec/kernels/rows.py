@@ -436,7 +436,7 @@ def _runner(op: str, x: Any, dim: Any, backend: str | None, weight: Any = None, 
         return lambda x, *_: empty(shape, dtype=tdtype, device=device)
     scalars = () if op == "softmax" else (e, inv_n)
     pitch = rows.stride(0) if rows.shape[0] > 1 else rows.shape[1]
-    fits = (rows.shape[0] - 1) * pitch + rows.shape[1] + 16 < 2**31  # i32 row starts
+    fits = rows_odd.starts_fit(rows.shape[0], rows.shape[1], pitch)
     if fits and rows_odd.odd_config(dtype, rows.shape[1], op, pitch) is not None:
         odd = rows_odd.odd_runner(op, dtype, rows, shape, per_call, scalars, backend)
         return lambda x, *g: odd(x, *(v if w is None else w.contiguous() for v, w in zip(vectors, g)))

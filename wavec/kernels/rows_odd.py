@@ -440,6 +440,16 @@ def odd_kernel(
 TABLE_MIN_BYTES = 32 << 20
 
 
+def uses_tables(kind: str, m: int, n: int, element_bytes: int) -> bool:
+    """Whether the runner of ``kind`` for rows [m, n] reads its vectors through ``shifted_table``s."""
+    return kind != "softmax" and m * n * element_bytes >= TABLE_MIN_BYTES
+
+
+def starts_fit(m: int, n: int, pitch: int) -> bool:
+    """Whether the row starts of rows [m, n] at ``pitch`` (and the 16-byte shift) fit the kernel's i32."""
+    return (m - 1) * pitch + n + 16 < 2**31
+
+
 def odd_args(
     rows: Any, out_buf: Any, shift: int, starts: Any, inner: Any, vectors: tuple, scalars: tuple, reread: bool = False
 ) -> tuple:
@@ -472,7 +482,7 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     pitch = rows.stride(0) if m > 1 else n
     vec = 16 // dtype.bytes
     es = rows.element_size()
-    tables = kind != "softmax" and m * n * es >= TABLE_MIN_BYTES
+    tables = uses_tables(kind, m, n, es)
     full = odd_full(kind, full)
     kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
     reread = odd_reread(dtype, n, kind, pitch, tables)

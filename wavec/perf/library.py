@@ -14,6 +14,8 @@ compiles them for that target; a bad kernel name, shape count or mma kind raises
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from ..errors import OptionError
@@ -27,7 +29,7 @@ class Launch(NamedTuple):
 
     compiled: Any
     shapes: list[tuple[int, ...]]
-    scalars: dict[str, int] = {}
+    scalars: Mapping[str, int] = MappingProxyType({})
     views: tuple[int, ...] | None = None
 
 
@@ -98,7 +100,7 @@ def _rows(kind: str, sizes: tuple[int, ...], dtype: Any, target: str) -> Launch:
 
     m, n = sizes
     vectors = {"softmax": 0, "rms_norm": 1, "layer_norm": 2}[kind]
-    if O.odd_config(dtype, n, kind, n) is None or (m - 1) * n + n + 16 >= 2**31:
+    if O.odd_config(dtype, n, kind, n) is None or not O.starts_fit(m, n, n):
         compiled = wc.compile(*R.kernel_for(kind, dtype, n), target=target, backend="emulator")
         return Launch(compiled, [(m, n)] + [(n,)] * vectors)
     return _odd_rows(kind, m, n, vectors, dtype, target)
@@ -113,7 +115,7 @@ def _odd_rows(kind: str, m: int, n: int, vectors: int, dtype: Any, target: str) 
     tdt = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype.name])
     x = torch.empty(m, n, dtype=tdt, device="meta")
     vec = 16 // x.element_size()
-    tables = vectors > 0 and m * n * x.element_size() >= O.TABLE_MIN_BYTES
+    tables = O.uses_tables(kind, m, n, x.element_size())
     compiled = O.odd_kernel(kind, dtype, n, n, "emulator", tables, target=target)
     given = [torch.empty(n, dtype=tdt, device="meta")] * vectors
     if tables:
