@@ -11,8 +11,8 @@ threads a workgroup. Issue 20's target: >= 0.80 of copy for rows >= 1024 element
 interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the library's ``FULL_TILE``
 only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
 against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
-LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1) a second read of
-its chunks after the statistics (one row a workgroup through tables, f16/bf16).  ``--short 1,0``: f32 rows of
+LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1, f32 too) a second
+read of its chunks after the statistics (one row a workgroup through tables).  ``--short 1,0``: f32 rows of
 8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
 ``--aligned``: contiguous 16-bit rows past 8192 that the run divides (16384) take the odd path too, as f32's do
 (``rows_odd.ALIGNED_ELEMENTS``), to time them against the aligned kernels (``benchmarks/rows.py``).
@@ -51,11 +51,15 @@ REREAD = rows_odd.REREAD_TILES
 EVERY_TILE = frozenset(32 << i for i in range(8))  # every block_j the odd path takes (32 .. 4096 chunks)
 
 
+REREAD_DTYPES = rows_odd.REREAD_DTYPES
+
+
 def reread(flag: int) -> None:
-    """The odd LayerNorm kernels compiled next re-read their chunks at every tile (1), at none (-1), or
-    at the library's (0, ``REREAD_TILES``); ``odd_reread``'s other conditions hold as in the library (one
-    row a workgroup through tables, f16/bf16)."""
+    """The odd LayerNorm kernels compiled next re-read their chunks at every tile and dtype (1), at none
+    (-1), or at the library's (0, ``REREAD_TILES``, ``REREAD_DTYPES``); ``odd_reread``'s other conditions
+    hold as in the library (one row a workgroup through tables)."""
     rows_odd.REREAD_TILES = REREAD if flag == 0 else EVERY_TILE if flag > 0 else frozenset()
+    rows_odd.REREAD_DTYPES = REREAD_DTYPES | {"f32"} if flag > 0 else REREAD_DTYPES
 
 
 SHORT = rows_odd.F32_SHORT_TILES

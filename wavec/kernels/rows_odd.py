@@ -383,14 +383,17 @@ def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int 
 # LayerNorm tiles (``block_j``) of contiguous f16/bf16 rows over one row a workgroup that read their chunks
 # a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md)
 REREAD_TILES = frozenset({512, 1024, 2048})
+# ... of these element types: f32's two passes keep the first read across the first reduction anyway (110
+# registers re-reading at 4096 chunks over 16 waves; ``benchmarks/rows_odd_sweep.py --reread 1`` adds f32)
+REREAD_DTYPES = frozenset({"f16", "bf16"})
 
 
 def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> bool:
     """Whether the odd kernel ``odd_config`` picks re-reads its chunks: LayerNorm over one row a workgroup
-    through ``tables``, f16/bf16, at the tiles ``REREAD_TILES`` names."""
+    through ``tables``, of ``REREAD_DTYPES``, at the tiles ``REREAD_TILES`` names."""
     config = odd_config(dtype, n, kind, pitch)
-    if config is None or kind != "layer_norm" or config[2] != 1 or not one_pass(dtype) or not tables:
-        return False  # (f32's two passes keep the first read across the first reduction anyway)
+    if config is None or kind != "layer_norm" or config[2] != 1 or dtype.name not in REREAD_DTYPES or not tables:
+        return False
     return config[0] in REREAD_TILES
 
 
