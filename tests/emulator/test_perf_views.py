@@ -57,3 +57,19 @@ def test_library_launch_takes_the_odd_kernel_the_library_takes() -> None:
     assert x_bytes <= d.footprint["read"] < x_bytes + 64 * 1024  # (+ starts, inner and the weight)
     aligned = library_launch("rms_norm", (m, 4096), GPUS["h200"], "bf16")
     assert aligned.compiled.artifact.metadata.kernel != "rms_norm_odd" and aligned.views is None
+
+
+def test_layer_norm_weight_and_bias_count_apart() -> None:
+    """The odd LayerNorm's launch from ``library_launch``: x's views share one group, the weight and the bias
+    (and their tables) each their own; meta tensors, which have no addresses, too."""
+    from wavec.perf.gpus import GPUS
+    from wavec.perf.library import library_launch
+
+    launch = library_launch("layer_norm", (8192, 4097), GPUS["h200"], "bf16")  # (64 MB: through tables)
+    names = [a.name for a in launch.compiled.artifact.metadata.args]
+    assert launch.views is not None
+    groups = dict(zip(names, launch.views))
+    assert groups["x"] == groups["xf"] == groups.get("xr", groups["x"])
+    others = [g for name, g in groups.items() if name not in ("x", "xf", "xr")]
+    assert len(set(others)) == len(others)  # w, b, ws, bs, starts, inner, out: all apart
+    assert storage_groups([torch.empty(3, device="meta"), torch.empty(3, device="meta")]) == (0, 1)

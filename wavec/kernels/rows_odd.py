@@ -419,7 +419,7 @@ def odd_kernel(
     assert config is not None
     full = odd_full(kind, full)
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
-    ptx = (backend or default_backend()) != "rocm" and not str(target or "").startswith("gfx")
+    ptx = (backend or default_backend()) != "rocm" and not (target or "").startswith("gfx")
     bound = odd_bound(dtype, n, kind, pitch, tables) if ptx else None
     reread = odd_reread(dtype, n, kind, pitch, tables)
     key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target)

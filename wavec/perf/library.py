@@ -111,13 +111,14 @@ def _odd_rows(kind: str, m: int, n: int, vectors: int, dtype: Any, target: str) 
     import torch
 
     from wavec.kernels import rows_odd as O
+    from wavec.runtime.trace import storage_groups
 
-    tdt = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[dtype.name])
+    tdt = dtype.torch()
     x = torch.empty(m, n, dtype=tdt, device="meta")
     vec = 16 // x.element_size()
     tables = O.uses_tables(kind, m, n, x.element_size())
     compiled = O.odd_kernel(kind, dtype, n, n, "emulator", tables, target=target)
-    given = [torch.empty(n, dtype=tdt, device="meta")] * vectors
+    given = [torch.empty(n, dtype=tdt, device="meta") for _ in range(vectors)]  # (the weight and bias apart)
     if tables:
         given += [O.shifted_table(v, vec, (n - vec + 1) // vec) for v in given]
     inner = torch.empty(O.inner_size(kind, dtype, n, n), dtype=torch.int8, device="meta")
@@ -125,5 +126,4 @@ def _odd_rows(kind: str, m: int, n: int, vectors: int, dtype: Any, target: str) 
     out = torch.empty(-(-m * n // vec) * vec, dtype=tdt, device="meta")
     args = O.odd_args(x, out, 0, starts, inner, tuple(given), (), O.odd_reread(dtype, n, kind, n, tables))
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    roots = [id(t if t._base is None else t._base) for t in tensors]  # (meta tensors have no addresses)
-    return Launch(compiled, [tuple(t.shape) for t in tensors], {"n": n, "gap": 0}, tuple(roots.index(r) for r in roots))
+    return Launch(compiled, [tuple(t.shape) for t in tensors], {"n": n, "gap": 0}, storage_groups(tensors))

@@ -48,13 +48,14 @@ ACTIVE: list[TracedLaunch] | None = None
 
 def storage_groups(tensors: Sequence[Any]) -> tuple[int, ...] | None:
     """Per tensor, the index of the first tensor on the same storage (views of one buffer share it: the odd
-    row kernels read x as chunks and flat); None where an argument is not a tensor (a raw pointer)."""
+    row kernels read x as chunks and flat); None where an argument is not a tensor (a raw pointer).  A
+    storage is told by its object (``_cdata``), not its address: meta and empty tensors have address 0."""
     first: dict[int, int] = {}
     out = []
     for i, t in enumerate(tensors):
         if not hasattr(t, "untyped_storage"):
             return None
-        out.append(first.setdefault(t.untyped_storage().data_ptr(), i))
+        out.append(first.setdefault(t.untyped_storage()._cdata, i))
     return tuple(out)
 
 
