@@ -10,15 +10,16 @@ threads a workgroup. Issue 20's target: >= 0.80 of copy for rows >= 1024 element
 ``--dtype float16|bfloat16|float32`` (default bf16).  ``--full 0,1``: each layout with the norms' masked
 interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the library's ``FULL_TILE``
 only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
-against the masked one in one run; ``--layouts 0,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
+against the masked one in one run; ``--layouts 0,x,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
 LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1, f32 too) a second
 read of its chunks after the statistics (one row a workgroup through tables).  ``--short 1,0``: f32 rows of
 8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
-``--aligned``: contiguous 16-bit rows past 8192 that the run divides (16384) take the odd path too, as f32's do
-(``rows_odd.ALIGNED_ELEMENTS``), to time them against the aligned kernels (``benchmarks/rows.py``).
+Contiguous rows past ``rows_odd.ALIGNED_ELEMENTS`` that the 16-byte run divides take this path too; the
+layout ``x`` times them through ``benchmarks/rows.py``'s aligned kernels instead (and odd rows through the
+library with the odd path off).
 
     python benchmarks/rows_odd_sweep.py [--lengths 2049,4097,8191,16383] [--kinds rms_norm,layer_norm]
-        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0] [--aligned]
+        [--full 0,1] [--layouts default|0,4a,8o] [--bounds 0,2] [--reread 0,1] [--short 1,0]
         [--dtype float16]
 """
 
@@ -48,18 +49,15 @@ def bound(count: int) -> None:
 
 
 REREAD = rows_odd.REREAD_TILES
-EVERY_TILE = frozenset(32 << i for i in range(8))  # every block_j the odd path takes (32 .. 4096 chunks)
-
-
-REREAD_DTYPES = rows_odd.REREAD_DTYPES
+EVERY_TILE = frozenset(32 << i for i in range(8)) | {3072}  # every block_j the odd path takes
 
 
 def reread(flag: int) -> None:
     """The odd LayerNorm kernels compiled next re-read their chunks at every tile and dtype (1), at none
-    (-1), or at the library's (0, ``REREAD_TILES``, ``REREAD_DTYPES``); ``odd_reread``'s other conditions
-    hold as in the library (one row a workgroup through tables)."""
-    rows_odd.REREAD_TILES = REREAD if flag == 0 else EVERY_TILE if flag > 0 else frozenset()
-    rows_odd.REREAD_DTYPES = REREAD_DTYPES | {"f32"} if flag > 0 else REREAD_DTYPES
+    (-1), or at the library's (0, ``REREAD_TILES``); ``odd_reread``'s other conditions hold as in the
+    library (one row a workgroup through tables)."""
+    every = dict.fromkeys(("f16", "bf16", "f32"), EVERY_TILE)
+    rows_odd.REREAD_TILES = REREAD if flag == 0 else every if flag > 0 else {}
 
 
 SHORT = rows_odd.F32_SHORT_TILES
@@ -77,6 +75,8 @@ def layout(runs: int, one: bool, full: bool = FULL) -> None:
 
     def config(dtype: Any, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
         base = DEFAULT(dtype, n, kind, pitch)
+        if runs < 0:  # the kernels of rows.py (aligned rows), as before ``ALIGNED_ELEMENTS`` took them
+            return None
         if base is None or not runs:
             return base
         waves = max(1, base[0] // (runs * 32))
@@ -106,9 +106,10 @@ LAYOUTS = ((0, False), (1, False), (1, True), (2, False), (2, True), (4, False),
 
 
 def parse_layouts(text: str) -> list[tuple[int, bool]]:
-    """``--layouts 0,4a,8o``: the library's (0), or chunks a lane with ``rows_per_workgroup``'s rows (a) or
-    one row a workgroup (o)."""
-    return [(0, False) if t == "0" else (int(t[:-1]), t[-1] == "o") for t in text.split(",")]
+    """``--layouts 0,x,4a,8o``: the library's (0), the aligned kernels (x), or chunks a lane with
+    ``rows_per_workgroup``'s rows (a) or one row a workgroup (o)."""
+    named = {"0": (0, False), "x": (-1, False)}
+    return [named[t] if t in named else (int(t[:-1]), t[-1] == "o") for t in text.split(",")]
 
 
 def sweep(
@@ -133,7 +134,8 @@ def sweep(
         bound(count)
         reread(again)
         layout(runs, one, full)
-        name = ("default" if not runs else "one" if one else "auto") + (" full" if full else " masked")
+        name = "default" if not runs else "aligned kernel" if runs < 0 else "one" if one else "auto"
+        name += " full" if full else " masked"
         name += f" +b{count}" if count > 0 else " no bound" if count < 0 else ""
         name += (" reread" if again > 0 else " no reread" if again < 0 else "") + tag
         try:
@@ -159,8 +161,6 @@ def main() -> None:
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
     rereads = [int(v) for v in arg("--reread", "0").split(",")]
     shorts = [int(v) for v in arg("--short", "1").split(",")]
-    if "--aligned" in sys.argv:
-        rows_odd.ALIGNED_ELEMENTS = {**rows_odd.ALIGNED_ELEMENTS, 2: 8192}
     dt = getattr(torch, arg("--dtype", "bfloat16"))
     head = "op | N | chunks a lane (default: block, waves, rows) | rows a workgroup | us | of copy | kernels"
     lines = [f"device: {torch.cuda.get_device_name()}, {dt}", head]

@@ -2,15 +2,16 @@
 layout that reads x a second time after the statistics (``rows.make_layer_norm_long(reread=True)``), at a full
 tile (8192, 16384) and a masked one (12000), and f32's one tile (with its RMSNorm and softmax; slices, as
 contiguous f32 rows past 8192 take ``rows_odd``). ``--odd``: RMSNorm and LayerNorm of odd lengths (``rows_odd``,
-1025-16383 f16/bf16/f32, and f32's aligned 12288 / 16384: its layouts, LayerNorm re-reading its chunks; softmax
-too), through the gathered and the shifted-table vectors. References: torch's f32 ops on
+1025-16383, and the aligned 12288 / 16384 that contiguous rows past 8192 take there: its layouts, LayerNorm
+re-reading its chunks; softmax too), through the gathered and the shifted-table vectors. References: torch's f32 ops on
 the device; every output element compared (memcheck reports an unwritten one: the outputs are allocated
 uninitialised).
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_layer_norm [--odd]
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_layer_norm [--odd]
 
-``--f32``: the f32 cases alone.  Prints one line per case; exits 1 if any output is wrong or unwritten."""
+``--f32``: the f32 cases alone; ``--lengths 12288,16384``: the odd path's at those lengths alone.  Prints one
+line per case; exits 1 if any output is wrong or unwritten."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ def _dtypes() -> dict:
     return {torch.float32: every[torch.float32]} if "--f32" in sys.argv else every
 
 
+def _lengths() -> list[int]:
+    """The odd path's row lengths (aligned ones contiguous: ``rows_odd.ALIGNED_ELEMENTS``), or ``--lengths``'."""
+    if "--lengths" in sys.argv:
+        return [int(v) for v in sys.argv[sys.argv.index("--lengths") + 1].split(",")]
+    return [1025, 2049, 4097, 8191, 12288, 16383, 16384]
+
+
 def odd() -> int:
     """The odd-length norms: contiguous rows and a slice (pitch n + 8), gathered and table vectors."""
     bad = 0
@@ -48,8 +56,7 @@ def odd() -> int:
         rows_odd.TABLE_MIN_BYTES = 0 if tables else 1 << 62
         rows._DECIDED.clear()  # (a runner decides its tables when made)
         for dtype, tol in _dtypes().items():
-            aligned = (12288, 16384) if dtype == torch.float32 else ()  # (contiguous: ``ALIGNED_ELEMENTS``)
-            for n in (1025, 2049, 4097, 8191, 16383, *aligned):
+            for n in _lengths():
                 for pitch in (n, n + 8):
                     x = (torch.randn(48, pitch, device="cuda", dtype=dtype) + 3)[:, :n]
                     w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)

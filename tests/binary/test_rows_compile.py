@@ -87,7 +87,7 @@ NORM_CHUNKS = {rows_odd.NORM_RUNS: 64, rows_odd.ONE_ROW_RUNS: 128, rows_odd.LN_L
 # f16 RMSNorm 2049 over the whole tile stores 8 bytes at 56 registers on sm_90a (its speed: docs/performance.md,
 # session 14's f16 sweep)
 SPILL_OK = {("f16", 2049, "rms_norm", "sm_90a"): 8}
-# 16383: one row a workgroup; f32 8191: softmax too, at 8 chunks a lane (``SOFTMAX_ONE_ROW_TILES``)
+# 16383: one row a workgroup; f32 8191 and bf16 16383: softmax too, at 8 chunks a lane (``SOFTMAX_ONE_ROW_TILES``)
 ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf16, 16383), (wc.f32, 8191)]
 
 
@@ -108,7 +108,7 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
     elem = {2: "b16", 4: "b32"}[dtype.bytes]
     block_j, waves, _ = rows_odd.odd_config(dtype, n, kind, n) or (0, 1, 0)
     chunks = block_j // (waves * 32)
-    softmax_chunks = 8 if (dtype, n) == (wc.f32, 8191) else rows_odd.RUNS_PER_WAVE
+    softmax_chunks = 8 if (dtype, n) in ((wc.f32, 8191), (wc.bf16, 16383)) else rows_odd.RUNS_PER_WAVE
     assert chunks == softmax_chunks if kind == "softmax" else chunks in NORM_CHUNKS
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks
     assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == chunks

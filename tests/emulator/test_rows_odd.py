@@ -234,12 +234,14 @@ def test_softmax_extremes_on_odd_rows() -> None:
 def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift: int) -> None:
     """Contiguous f32 rows of 8193-16384 that the 16-byte run divides take the odd-row kernel too
     (``ALIGNED_ELEMENTS``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
-    head and a tail; every element written.  Slices of them, 8192 and bf16 do not."""
+    head and a tail; every element written.  Slices of them and 8192 do not.  LayerNorm's 4096-chunk tile
+    takes 8 waves (``LN_TILE_RUNS``) re-reading its chunks."""
     block_j, waves = (3072, 12 if kind == "layer_norm" else 16) if n == 12288 else (4096, 16)
+    waves = 8 if (block_j, kind) == (4096, "layer_norm") else waves
     assert rows_odd.odd_config(wc.f32, n, kind, n) == (block_j, waves, 2 if kind == "softmax" else 1)
+    assert rows_odd.odd_reread(wc.f32, n, kind, n) == (waves == 8)
     assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
     assert rows_odd.odd_config(wc.f32, 8192, kind, 8192) is None
-    assert rows_odd.odd_config(wc.bf16, n, kind, n) is None
     _into_nan_buffer(kind, torch.float32, n, 3, shift, tables=kind != "softmax")
 
 
@@ -254,11 +256,15 @@ def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     _into_nan_buffer("softmax", torch.float32, n, 3, 1)
 
 
-@pytest.mark.parametrize("kind", ["softmax", "layer_norm"])
-def test_aligned_16_bit_rows_under_aligned_elements(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    """``ALIGNED_ELEMENTS`` for 2-byte elements (``rows_odd_sweep.py --aligned``): contiguous bf16 rows of
-    16384 take the odd-row kernel, every element written; without the entry (the library's) they do not."""
-    assert rows_odd.odd_config(wc.bf16, 16384, kind, 16384) is None
-    monkeypatch.setattr(rows_odd, "ALIGNED_ELEMENTS", {**rows_odd.ALIGNED_ELEMENTS, 2: 8192})
-    assert rows_odd.odd_config(wc.bf16, 16384, kind, 16384) is not None
-    _into_nan_buffer(kind, torch.bfloat16, 16384, 2, 0, tables=kind != "softmax")
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 16384), (torch.float16, 12288)])
+def test_aligned_16_bit_rows_past_8192_take_the_odd_kernel(kind: str, dtype: torch.dtype, n: int) -> None:
+    """Contiguous 16-bit rows past 8192 that the run divides take the odd-row kernel (``ALIGNED_ELEMENTS``),
+    softmax one row a workgroup over 8 waves (``SOFTMAX_ONE_ROW_TILES``), every element written; slices
+    and 8192 keep the aligned kernels."""
+    wdt = wc.bf16 if dtype == torch.bfloat16 else wc.f16
+    config = rows_odd.odd_config(wdt, n, kind, n)
+    assert config is not None and (config[1:] == (8, 1) or kind != "softmax")
+    assert rows_odd.odd_config(wdt, n, kind, n + 8) is None
+    assert rows_odd.odd_config(wdt, 8192, kind, 8192) is None
+    _into_nan_buffer(kind, dtype, n, 2, 0, tables=kind != "softmax")

@@ -306,15 +306,19 @@ LN_LONG_RUNS = 8
 # ptxas's registers fitted one workgroup fewer than the bound and the bound measured faster (no spill, but
 # f32 LayerNorm's 4096-chunk tile: 48 bytes; the same docs section)
 ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("layer_norm", 3072): 2, ("layer_norm", 4096): 2, ("rms_norm", 1024): 4}
+# ... and f32 LayerNorm's tile of 4096 chunks (16383) twice that again, over 8 waves re-reading its chunks
+# (``REREAD_TILES``) under ``ONE_ROW_BOUNDS``' two workgroups an SM: 128 registers, no spill (docs/reductions.md,
+# session 17)
+LN_TILE_RUNS = {4096: 16}
 # the longest rows this path takes (16384 elements: 16383 bf16 or f32; longer rows loop)
 MAX_ELEMENTS = 16384
 # element bytes -> contiguous rows past that many elements take this path even where the 16-byte run
-# divides them: f32's aligned one tile read slower than odd rows one element shorter (docs/reductions.md,
-# session 16); 16-bit rows are untimed here (``benchmarks/rows_odd_sweep.py --aligned`` times them)
-ALIGNED_ELEMENTS = {4: 8192}
-# contiguous f32 softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES waves (the
-# same docs section)
-SOFTMAX_ONE_ROW_TILES = frozenset({1024, 2048})
+# divides them: the aligned one tile read slower than this path's layouts (f32 from session 16, 16-bit
+# softmax from session 17: docs/reductions.md)
+ALIGNED_ELEMENTS = {4: 8192, 2: 8192}
+# element bytes -> contiguous softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES
+# waves (the same docs sections)
+SOFTMAX_ONE_ROW_TILES = {4: frozenset({1024, 2048}), 2: frozenset({2048})}
 SOFTMAX_ONE_ROW_WAVES = 8
 # f32 tiles (``block_j``) that shrink to three quarters where the row's chunks fit (8196-12291 elements: 3072
 # chunks, not 4096 with a quarter of the lanes idle; the same docs section)
@@ -333,8 +337,8 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``). Contiguous norms of two waves or more
     take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
     in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (128 chunks: 1025 f16 / bf16) is one wave a row,
-    ``rows_per_workgroup``'s four rows.  Contiguous f32 softmax at the tiles ``SOFTMAX_ONE_ROW_TILES`` takes one
-    row over ``SOFTMAX_ONE_ROW_WAVES`` waves."""
+    ``rows_per_workgroup``'s four rows; LayerNorm at ``LN_LONG_RUNS`` or ``LN_TILE_RUNS``.  Contiguous softmax at
+    the tiles ``SOFTMAX_ONE_ROW_TILES`` takes one row over ``SOFTMAX_ONE_ROW_WAVES`` waves."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     aligned_long = pitch == n and n > ALIGNED_ELEMENTS.get(dtype.bytes, MAX_ELEMENTS)
@@ -349,10 +353,11 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     if vec == 4 and block_j in F32_SHORT_TILES and chunks <= F32_SHORT_TILES[block_j]:
         block_j = F32_SHORT_TILES[block_j]
     fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
-    if kind == "softmax" and vec == 4 and pitch == n and block_j in SOFTMAX_ONE_ROW_TILES:
+    if kind == "softmax" and pitch == n and block_j in SOFTMAX_ONE_ROW_TILES.get(dtype.bytes, ()):
         return block_j, SOFTMAX_ONE_ROW_WAVES, 1
     if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
         runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
+        runs = LN_TILE_RUNS.get(block_j, runs) if kind == "layer_norm" else runs
         return block_j, block_j // (max(runs, fewest) * 32), 1
     runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= ONE_ROW_RUNS * 32 else NORM_RUNS
     waves = max(1, block_j // ((max(runs, fewest) if kind == "softmax" else runs) * 32))
@@ -380,21 +385,21 @@ def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int 
     return ONE_ROW_BOUNDS.get((kind, config[0]))
 
 
-# LayerNorm tiles (``block_j``) of contiguous f16/bf16 rows over one row a workgroup that read their chunks
-# a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md)
-REREAD_TILES = frozenset({512, 1024, 2048})
-# ... of these element types: f32's two passes keep the first read across the first reduction anyway (110
-# registers re-reading at 4096 chunks over 16 waves; ``benchmarks/rows_odd_sweep.py --reread 1`` adds f32)
-REREAD_DTYPES = frozenset({"f16", "bf16"})
+# element type -> LayerNorm tiles (``block_j``) of contiguous rows over one row a workgroup that read their
+# chunks a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md).
+# f32 only at 4096 chunks over 8 waves (``LN_TILE_RUNS``): over 16 waves its two passes kept the first read
+# across the first reduction anyway (110 registers), at 8 waves the second read is what removes the spill
+_BY_ONE_ROW = frozenset({512, 1024, 2048})
+REREAD_TILES = {"f16": _BY_ONE_ROW, "bf16": _BY_ONE_ROW, "f32": frozenset({4096})}
 
 
 def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> bool:
     """Whether the odd kernel ``odd_config`` picks re-reads its chunks: LayerNorm over one row a workgroup
-    through ``tables``, of ``REREAD_DTYPES``, at the tiles ``REREAD_TILES`` names."""
+    through ``tables``, at the tiles ``REREAD_TILES`` names for its element type."""
     config = odd_config(dtype, n, kind, pitch)
-    if config is None or kind != "layer_norm" or config[2] != 1 or dtype.name not in REREAD_DTYPES or not tables:
+    if config is None or kind != "layer_norm" or config[2] != 1 or not tables:
         return False
-    return config[0] in REREAD_TILES
+    return config[0] in REREAD_TILES.get(dtype.name, ())
 
 
 def odd_full(kind: str, full: bool | None = None) -> bool:
