@@ -102,10 +102,10 @@ KNOBS: dict[str, Knob] = {
     ),
     "launch_api": Knob(
         "WAVEC_LAUNCH_API",
-        "ctypes",
+        "c",
         _launch_api,
-        "how kernels are launched: libcuda's cuLaunchKernel through ctypes (one C call), from a C extension "
-        "built on first use with the system compiler (c: no foreign-function layer), or cuda.bindings' "
+        "how kernels are launched: libcuda's cuLaunchKernel from a C extension built on first use with the "
+        "system compiler (c, the default: no foreign-function layer), through ctypes (one C call), or cuda.bindings' "
         "cuLaunchKernel (its argument conversion layer; loading and attributes always use cuda.bindings)",
         "ctypes, c or cuda-python",
     ),

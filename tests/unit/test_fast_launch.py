@@ -159,7 +159,11 @@ def test_settle_garbage_freezes_once_and_obeys_the_knob(monkeypatch) -> None:
 
 
 def test_launch_api_knob(monkeypatch) -> None:
-    """WAVEC_LAUNCH_API: ctypes (default: libcuda's cuLaunchKernel where libcuda loads) or cuda-python."""
+    """WAVEC_LAUNCH_API: c (the default: the C launcher), ctypes (libcuda's cuLaunchKernel where libcuda loads)
+    or cuda-python."""
+    from wavec.knobs import KNOBS
+
+    assert KNOBS["launch_api"].default == "c"
     from wavec.errors import KnobError
 
     monkeypatch.setenv("WAVEC_LAUNCH_API", "cuda-python")
