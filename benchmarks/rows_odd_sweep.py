@@ -13,7 +13,8 @@ only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. t
 against the masked one in one run; ``--layouts 0,x,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
 LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1, f32 too) a second
 read of its chunks after the statistics (one row a workgroup through tables).  ``--short 1,0``: f32 rows of
-8196-12291 at the library's three-quarter tile (1, ``rows_odd.F32_SHORT_TILES``) and at the power of two (0).
+8196-12291 (16-bit 8201-12295) at the library's shorter tiles (1, ``rows_odd.SHORT_TILES``) and at the power of
+two (0).
 Contiguous rows past ``rows_odd.ALIGNED_ELEMENTS`` that the 16-byte run divides take this path too; the
 layout ``x`` times them through ``benchmarks/rows.py``'s aligned kernels instead (and odd rows through the
 library with the odd path off).
@@ -60,12 +61,12 @@ def reread(flag: int) -> None:
     rows_odd.REREAD_TILES = REREAD if flag == 0 else every if flag > 0 else {}
 
 
-SHORT = rows_odd.F32_SHORT_TILES
+SHORT = rows_odd.SHORT_TILES
 
 
 def short_tiles(flag: int) -> None:
-    """The odd kernels compiled next take f32's three-quarter tiles (1, the library's) or powers of two (0)."""
-    rows_odd.F32_SHORT_TILES = SHORT if flag else {}
+    """The odd kernels compiled next take the shorter tiles (1, the library's) or powers of two (0)."""
+    rows_odd.SHORT_TILES = SHORT if flag else {}
 
 
 def layout(runs: int, one: bool, full: bool = FULL) -> None:

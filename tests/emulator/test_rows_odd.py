@@ -117,7 +117,7 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int, full: boo
 @pytest.mark.parametrize("tables", [False, True])
 @pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize(
-    "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 9001, 0), (torch.float32, 5001, 3)]
+    "dtype, n, shift", [(torch.bfloat16, 16383, 5), (torch.float16, 13001, 0), (torch.float32, 5001, 3)]
 )
 @pytest.mark.parametrize("full", [False, True])
 def test_norms_one_row_per_workgroup(
@@ -142,7 +142,7 @@ def test_norms_one_row_per_workgroup(
 def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
     """Contiguous f32 rows of 8193-16383 take the odd-row kernel (the norms one row a workgroup, softmax
     two; LayerNorm at 8 chunks a lane through tables under a bound of two workgroups an SM); 12289 at the
-    three-quarter tile of 3072 chunks (``F32_SHORT_TILES``: LayerNorm 12 waves, the others 16 at 6 chunks a
+    three-quarter tile of 3072 chunks (``SHORT_TILES``: LayerNorm 12 waves, the others 16 at 6 chunks a
     lane); slices of them do not (they loop)."""
     n = 12289
     waves = 12 if kind == "layer_norm" else 16
@@ -150,6 +150,23 @@ def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
     assert rows_odd.odd_bound(wc.f32, n, kind, n) == (2 if kind == "layer_norm" else None)  # (through tables)
     assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
     _into_nan_buffer(kind, torch.float32, n, 3, 1, tables=kind != "softmax")
+
+
+@pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
+@pytest.mark.parametrize(
+    "dtype, n, block_j", [(torch.bfloat16, 9001, 1280), (torch.float16, 12289, 1536), (torch.float32, 9000, 2560)]
+)
+def test_shorter_tiles(kind: str, dtype: torch.dtype, n: int, block_j: int) -> None:
+    """Rows whose chunks fit five eighths or three quarters of the power of two take that tile
+    (``SHORT_TILES``): the same chunks a lane over fewer waves (softmax: ``SOFTMAX_ONE_ROW_WAVES`` at fewer
+    chunks), every element written; one more chunk takes the next tile."""
+    config = rows_odd.odd_config(WC[dtype], n, kind, n)
+    assert config is not None and config[0] == block_j
+    chunks = (n - 16 // dtype.itemsize + 1) // (16 // dtype.itemsize)
+    assert config[0] >= chunks and config[0] % (32 * config[1]) == 0
+    longer = (block_j + 1) * (16 // dtype.itemsize) + 16 // dtype.itemsize - 1
+    assert rows_odd.odd_config(WC[dtype], longer, kind, longer)[0] > block_j
+    _into_nan_buffer(kind, dtype, n, 3, 1, tables=kind != "softmax")
 
 
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 4097), (torch.float16, 8191), (torch.float32, 4097)])

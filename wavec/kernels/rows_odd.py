@@ -305,7 +305,15 @@ LN_LONG_RUNS = 8
 # Launch bounds of the contiguous one-row norms, (kind, block_j) -> workgroups an SM: where
 # ptxas's registers fitted one workgroup fewer than the bound and the bound measured faster (no spill, but
 # f32 LayerNorm's 4096-chunk tile: 48 bytes; the same docs section)
-ONE_ROW_BOUNDS = {("layer_norm", 2048): 3, ("layer_norm", 3072): 2, ("layer_norm", 4096): 2, ("rms_norm", 1024): 4}
+ONE_ROW_BOUNDS = {
+    ("layer_norm", 1280): 5,
+    ("layer_norm", 1536): 4,
+    ("layer_norm", 2048): 3,
+    ("layer_norm", 2560): 2,
+    ("layer_norm", 3072): 2,
+    ("layer_norm", 4096): 2,
+    ("rms_norm", 1024): 4,
+}
 # ... and f32 LayerNorm's tile of 4096 chunks (16383) twice that again, over 8 waves re-reading its chunks
 # (``REREAD_TILES``) under ``ONE_ROW_BOUNDS``' two workgroups an SM: 128 registers, no spill (docs/reductions.md,
 # session 17)
@@ -318,11 +326,13 @@ MAX_ELEMENTS = 16384
 ALIGNED_ELEMENTS = {4: 8192, 2: 8192}
 # element bytes -> contiguous softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES
 # waves (the same docs sections)
-SOFTMAX_ONE_ROW_TILES = {4: frozenset({1024, 2048}), 2: frozenset({2048})}
+SOFTMAX_ONE_ROW_TILES = {4: frozenset({1024, 2048}), 2: frozenset({1280, 1536, 2048})}
 SOFTMAX_ONE_ROW_WAVES = 8
-# f32 tiles (``block_j``) that shrink to three quarters where the row's chunks fit (8196-12291 elements: 3072
-# chunks, not 4096 with a quarter of the lanes idle; the same docs section)
-F32_SHORT_TILES = {4096: 3072}
+# element bytes -> the tiles (``block_j``) a power of two shrinks to where the row's chunks fit, smallest
+# first: f32 8196-12291 elements take 3072 chunks, not 4096 with a quarter of the lanes idle (session 16);
+# five eighths and three quarters of 4096 (f32) and of 2048 (16-bit rows of 8193-12295) from session 17
+# (docs/reductions.md)
+SHORT_TILES = {4: {4096: (2560, 3072)}, 2: {2048: (1280, 1536)}}
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
@@ -350,8 +360,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     block_j = 32
     while block_j < chunks:
         block_j *= 2
-    if vec == 4 and block_j in F32_SHORT_TILES and chunks <= F32_SHORT_TILES[block_j]:
-        block_j = F32_SHORT_TILES[block_j]
+    block_j = next((t for t in SHORT_TILES.get(dtype.bytes, {}).get(block_j, ()) if chunks <= t), block_j)
     fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
     if kind == "softmax" and pitch == n and block_j in SOFTMAX_ONE_ROW_TILES.get(dtype.bytes, ()):
         return block_j, SOFTMAX_ONE_ROW_WAVES, 1
@@ -389,7 +398,7 @@ def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int 
 # chunks a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md).
 # f32 only at 4096 chunks over 8 waves (``LN_TILE_RUNS``): over 16 waves its two passes kept the first read
 # across the first reduction anyway (110 registers), at 8 waves the second read is what removes the spill
-_BY_ONE_ROW = frozenset({512, 1024, 2048})
+_BY_ONE_ROW = frozenset({512, 1024, 1280, 1536, 2048})
 REREAD_TILES = {"f16": _BY_ONE_ROW, "bf16": _BY_ONE_ROW, "f32": frozenset({4096})}
 
 
