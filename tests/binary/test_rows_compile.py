@@ -87,7 +87,7 @@ NORM_CHUNKS = {rows_odd.NORM_RUNS: 64, rows_odd.ONE_ROW_RUNS: 128, rows_odd.LN_L
 # f16 RMSNorm 2049 over the whole tile stores 8 bytes at 56 registers on sm_90a (its speed: docs/performance.md,
 # session 14's f16 sweep)
 SPILL_OK = {("f16", 2049, "rms_norm", "sm_90a"): 8}
-# 16383: one row a workgroup; f32 8191 and bf16 16383: softmax too, at 8 chunks a lane (``SOFTMAX_ONE_ROW_TILES``)
+# 16383: one row a workgroup; f32 8191 and bf16 16383: softmax too, at 8 chunks a lane (``SOFTMAX_ONE_ROW``)
 ODD = [(wc.bf16, 4097), (wc.f16, 2049), (wc.f32, 1025), (wc.bf16, 8191), (wc.bf16, 16383), (wc.f32, 8191)]
 
 

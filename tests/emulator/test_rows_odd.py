@@ -158,7 +158,7 @@ def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
 )
 def test_shorter_tiles(kind: str, dtype: torch.dtype, n: int, block_j: int) -> None:
     """Rows whose chunks fit five eighths or three quarters of the power of two take that tile
-    (``SHORT_TILES``): the same chunks a lane over fewer waves (softmax: ``SOFTMAX_ONE_ROW_WAVES`` at fewer
+    (``SHORT_TILES``): the same chunks a lane over fewer waves (softmax: ``SOFTMAX_ONE_ROW``, at fewer
     chunks), every element written; one more chunk takes the next tile."""
     config = rows_odd.odd_config(WC[dtype], n, kind, n)
     assert config is not None and config[0] == block_j
@@ -265,7 +265,7 @@ def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift
 @pytest.mark.parametrize("n, runs", [(4097, 4), (8191, 8)])
 def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     """Contiguous f32 softmax at tiles of 1024 and 2048 chunks: one row a workgroup over 8 waves
-    (``SOFTMAX_ONE_ROW_TILES``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
+    (``SOFTMAX_ONE_ROW``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
     block_j, waves, per_wg = rows_odd.odd_config(wc.f32, n, "softmax", n)
     assert (waves, per_wg) == (8, 1) and block_j == waves * 32 * runs
     assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
@@ -277,7 +277,7 @@ def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 16384), (torch.float16, 12288)])
 def test_aligned_16_bit_rows_past_8192_take_the_odd_kernel(kind: str, dtype: torch.dtype, n: int) -> None:
     """Contiguous 16-bit rows past 8192 that the run divides take the odd-row kernel (``ALIGNED_ELEMENTS``),
-    softmax one row a workgroup over 8 waves (``SOFTMAX_ONE_ROW_TILES``), every element written; slices
+    softmax one row a workgroup over 8 waves (``SOFTMAX_ONE_ROW``), every element written; slices
     and 8192 keep the aligned kernels."""
     wdt = wc.bf16 if dtype == torch.bfloat16 else wc.f16
     config = rows_odd.odd_config(wdt, n, kind, n)

@@ -307,7 +307,7 @@ LN_LONG_RUNS = 8
 # f32 LayerNorm's 4096-chunk tile: 48 bytes; the same docs section)
 ONE_ROW_BOUNDS = {
     ("layer_norm", 1280): 5,
-    ("layer_norm", 1536): 4,
+    ("layer_norm", 1536): 5,
     ("layer_norm", 2048): 3,
     ("layer_norm", 2560): 2,
     ("layer_norm", 3072): 2,
@@ -324,10 +324,10 @@ MAX_ELEMENTS = 16384
 # divides them: the aligned one tile read slower than this path's layouts (f32 from session 16, 16-bit
 # softmax from session 17: docs/reductions.md)
 ALIGNED_ELEMENTS = {4: 8192, 2: 8192}
-# element bytes -> contiguous softmax tiles (``block_j``) of one row a workgroup over SOFTMAX_ONE_ROW_WAVES
-# waves (the same docs sections)
-SOFTMAX_ONE_ROW_TILES = {4: frozenset({1024, 2048}), 2: frozenset({1280, 1536, 2048})}
-SOFTMAX_ONE_ROW_WAVES = 8
+# element bytes -> contiguous softmax tiles (``block_j``) of one row a workgroup -> its waves (the same docs
+# sections; f32's 2560 at 4 chunks a lane over 20 waves read 0.88-0.93 of copy where 16 waves of two rows read
+# 0.73-0.80)
+SOFTMAX_ONE_ROW = {4: {1024: 8, 2048: 8, 2560: 20}, 2: {1280: 8, 1536: 8, 2048: 8}}
 # element bytes -> the tiles (``block_j``) a power of two shrinks to where the row's chunks fit, smallest
 # first: f32 8196-12291 elements take 3072 chunks, not 4096 with a quarter of the lanes idle (session 16);
 # five eighths and three quarters of 4096 (f32) and of 2048 (16-bit rows of 8193-12295) from session 17
@@ -348,7 +348,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
     in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (128 chunks: 1025 f16 / bf16) is one wave a row,
     ``rows_per_workgroup``'s four rows; LayerNorm at ``LN_LONG_RUNS`` or ``LN_TILE_RUNS``.  Contiguous softmax at
-    the tiles ``SOFTMAX_ONE_ROW_TILES`` takes one row over ``SOFTMAX_ONE_ROW_WAVES`` waves."""
+    the tiles ``SOFTMAX_ONE_ROW`` names takes one row over the waves it gives."""
     vec = 16 // dtype.bytes
     unit = 32 * vec
     aligned_long = pitch == n and n > ALIGNED_ELEMENTS.get(dtype.bytes, MAX_ELEMENTS)
@@ -362,8 +362,8 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
         block_j *= 2
     block_j = next((t for t in SHORT_TILES.get(dtype.bytes, {}).get(block_j, ()) if chunks <= t), block_j)
     fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
-    if kind == "softmax" and pitch == n and block_j in SOFTMAX_ONE_ROW_TILES.get(dtype.bytes, ()):
-        return block_j, SOFTMAX_ONE_ROW_WAVES, 1
+    if kind == "softmax" and pitch == n and block_j in SOFTMAX_ONE_ROW.get(dtype.bytes, {}):
+        return block_j, SOFTMAX_ONE_ROW[dtype.bytes][block_j], 1
     if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
         runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
         runs = LN_TILE_RUNS.get(block_j, runs) if kind == "layer_norm" else runs
