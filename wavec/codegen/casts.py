@@ -13,7 +13,8 @@ Guarantees — the semantics the emulator checks (``emulated_ops`` of ``Cast``):
 * integer -> float: the nearest value (``u8`` and ``i1`` unsigned); to fp8 through f32, saturating.
 * integer -> integer: sign- (or, from ``u8`` and ``i1``, zero-) extension; narrowing wraps (keeps the
   low bits), as torch and C do.
-On NVIDIA, f32 -> bf16 is one ``cvt.rn.bf16x2.f32`` per pair (``lowering_ops.nv_truncf_bf16``).
+On NVIDIA, f32 -> bf16 is one ``cvt.rn.bf16x2.f32`` per pair (``lowering_ops.nv_truncf_bf16``), bf16 -> f32
+one shift or mask per element of the pair's word (``lowering_ops.nv_extf_bf16``).
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def _convert(fb: FunctionBuilder, x: ir.Value, src: dt.DType, dst: dt.DType, n: 
         from .lowering_ops import nv_truncf_bf16
 
         return nv_truncf_bf16(x)
+    if src == dt.bf16 and dst == dt.f32 and fb.ctx.target.has_nvvm_math:
+        from .lowering_ops import nv_extf_bf16
+
+        return nv_extf_bf16(x)
     if src.is_float and dst.is_float:
         if src.bits == dst.bits:  # f16 <-> bf16: through f32 (exact), one rounding
             return _convert(fb, arith.extf(vec_type(n, dt.f32), x), dt.f32, dst, n)
