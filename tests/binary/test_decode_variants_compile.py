@@ -1,0 +1,70 @@
+"""Binary tier for the opt-in decode split kernels (``decode_variants``): each compiles for sm_90a (and sm_80
+where it applies: not wgmma), without spills where ptxas exists unless it is a launch bound that must
+spill; the register counts are printed (``pytest -s``) for docs/attention.md "Decode variants"."""
+
+from __future__ import annotations
+
+import pytest
+
+import wavec as wc
+from wavec.codegen.ptxas import find_ptxas
+from wavec.kernels import decode_variants as dv
+from wavec.kernels.decode import decode_subs, make_decode_split, split_kernel_subs
+
+pytest.importorskip("iree.compiler")
+HAS_PTXAS = find_ptxas() is not None
+REGISTER_FILE = 65536
+
+CASES = [  # (BLOCK_N, waves, stages), Variant, targets
+    ((64, 1, 4), dv.Variant("wgmma"), ("sm_90a",)),  # WGMMA_CONFIG
+    ((64, 1, 3), dv.Variant("wgmma"), ("sm_90a",)),
+    ((32, 1, 4), dv.Variant("wgmma"), ("sm_90a",)),
+    ((64, 1, 2), dv.Variant("wgmma", "cp.async"), ("sm_90a",)),
+    ((16, 2, 4), dv.DEFAULT, ("sm_80", "sm_90a")),
+    ((32, 2, 3), dv.DEFAULT, ("sm_80", "sm_90a")),
+    ((16, 2, 2), dv.Variant(launch_bound=5), ("sm_80", "sm_90a")),
+]
+
+
+def _compile(cfg: tuple, variant: dv.Variant, target: str, head_dim: int = 128, group: int = 4, direct=False):
+    block_n, waves, stages = cfg
+    subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages, variant.wave_rows), False, direct)
+    kernel = make_decode_split(wc.bf16, group, direct=direct, waves=waves, **variant.constraint_options())
+    return wc.compile(kernel, subs, target=target, backend="cuda", cache=False)
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["split", "direct"])
+@pytest.mark.parametrize(
+    "cfg, variant, target",
+    [(c, v, t) for c, v, ts in CASES for t in ts],
+    ids=[f"{'x'.join(map(str, c))}-{v.mma}-{v.async_copy}-lb{v.launch_bound}-{t}" for c, v, ts in CASES for t in ts],
+)
+def test_variant_compiles(cfg: tuple, variant: dv.Variant, target: str, direct: bool) -> None:
+    k = _compile(cfg, variant, target, direct=direct)
+    m = k.metadata
+    wgmma = variant.mma == "wgmma"
+    threads = (128 if wgmma else 32) * cfg[1]
+    assert m.block == (threads, 1, 1)
+    expect = {"B", "QL", "H", "N", "KVH", "scale"} | (set() if direct else {"SP"})
+    assert set(m.constants) == expect, m.constants
+    tma = "nvvm.cp.async.bulk.tensor.shared.cluster.global" in k.mlir
+    assert tma == (wgmma and variant.async_copy != "cp.async")
+    assert ("wgmma.mma_async.sync.aligned" in k.mlir) == wgmma
+    if not HAS_PTXAS:
+        return
+    print(f"\n{target} {cfg} {variant} direct={direct}: {m.registers} registers, {m.spills} bytes spilled")
+    assert k.artifact.format == "cubin"
+    if variant.launch_bound is None:
+        assert m.spills == 0, (m.registers, m.spills)
+    else:  # the bound holds (unbounded, this tile takes 212-216 registers): its workgroups' registers fit
+        assert m.registers * threads * variant.launch_bound <= REGISTER_FILE, m.registers
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="register counts need ptxas")
+def test_wgmma_tile_holds_fewer_registers_than_the_default() -> None:
+    """What the variant is for: the 64-key, 4-stage warpgroup tile in < 200 registers at 128 threads (the
+    default mma.sync tile: 255 at 64), d128 and d64, GQA 4 and MHA."""
+    for head_dim, group in ((128, 4), (128, 1), (64, 4)):
+        m = _compile(dv.WGMMA_CONFIG, dv.Variant("wgmma"), "sm_90a", head_dim, group).metadata
+        assert m.registers < 200 and m.spills == 0, (head_dim, group, m.registers, m.spills)
+        assert m.shared_bytes >= 4 * 64 * head_dim * 2 * 2  # four stages of K and V
