@@ -27,6 +27,7 @@ import itertools
 import math
 import os
 import sys
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -127,7 +128,7 @@ def main() -> None:
     ap.add_argument("--per-config", action="store_true", help="print each config's best split count")
     args = ap.parse_args()
     decode.DIRECT_SINGLE_SPLIT = not args.no_direct
-    configs = [("default", None, parse_variant("default")[1])]
+    configs: list[tuple[str, tuple | None, Any]] = [("default", None, parse_variant("default")[1])]
     configs += [(c, *parse_variant(c)) for c in args.configs.split(",") if c != "default"]
     splits = [int(s) for s in args.splits.split(",")]
     copy_bw = copy_bandwidth() / 1e9  # GB/s

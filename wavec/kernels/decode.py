@@ -547,7 +547,8 @@ def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None, variant
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
-    variant = variants.check_variant(fn, q, *variant_args, options[2], backend)
+    mma, async_copy, launch_bound = variant_args
+    variant = variants.check_variant(fn, q, mma, async_copy, launch_bound, options[2], backend)
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
     head_dim, s_max, lengths = q.shape[-1], k.shape[1], None
