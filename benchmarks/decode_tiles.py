@@ -12,8 +12,9 @@ split runs without a combine (``decode.DIRECT_SINGLE_SPLIT``); ``--no-direct``: 
 
 ``--configs`` entries are ``BLOCK_NxWAVESxSTAGES`` with ``:``-separated split-kernel variants
 (``decode_variants.parse_variant``): ``wgmma`` (sm_90a warpgroup tile, K/V by TMA), ``cp.async`` (its K/V
-by ``cp.async`` instead), ``lb<N>`` (a launch bound of N workgroups an SM); ``wgmma`` alone is its
-default tile.  ``--per-config``: each entry's best split count printed beside the default.
+by ``cp.async`` instead), ``ov`` (wgmma's next scores during this softmax, 3+ stages), ``lb<N>`` (a
+launch bound of N workgroups an SM), ``l2p<N>`` (``cp.async`` L2 prefetch bytes); ``wgmma`` alone is
+its default tile.  ``--per-config``: each entry's best split count printed beside the default.
 
     python benchmarks/decode_tiles.py [--shapes 16x2048,8x4096] [--splits 0,1,2,3,4,6,8]
                                       [--configs 32x2x2,64x2x2,wgmma,64x1x3:wgmma,16x2x2:lb5,...]
@@ -23,6 +24,7 @@ default tile.  ``--per-config``: each entry's best split count printed beside th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 import os
@@ -91,7 +93,7 @@ def shape_rows(
     rule = decode.num_splits_for(batch, kv_heads, 1, ctx, torch.cuda.get_device_properties(0).multi_processor_count)
     rows = []
     for (label, cfg, variant), sp in itertools.product(configs, splits):
-        options = dict(mma=variant.mma, async_copy=variant.async_copy, launch_bound=variant.launch_bound)
+        options = dataclasses.asdict(variant)
 
         def run(q, k, v, cfg=cfg, sp=sp, options=options):
             return decode.decode_attention(q, k, v, seq_lens=lens, num_splits=sp or None, config=cfg, **options)
@@ -121,7 +123,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="16x2048,16x4096,8x2048,32x2048", help="BxS[xHxHkv]")
     ap.add_argument("--splits", default="0,1,2,3,4,6,8")
-    ap.add_argument("--configs", default=CONFIGS, help="BLOCK_NxWAVESxSTAGES[:wgmma|:cp.async|:lbN], comma-separated")
+    ap.add_argument(
+        "--configs", default=CONFIGS, help="BLOCK_NxWAVESxSTAGES[:wgmma|:cp.async|:ov|:lbN|:l2pN], comma-separated"
+    )
     ap.add_argument("--expand", action="store_true", help="SDPA on K/V expanded to the query heads")
     ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd", help="the caches' memory order")
     ap.add_argument("--no-direct", action="store_true", help="one split through the combine too")

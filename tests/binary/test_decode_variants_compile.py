@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import wavec as wc
+from wavec.codegen import ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
 from wavec.kernels import decode_variants as dv
 from wavec.kernels.decode import decode_subs, make_decode_split, split_kernel_subs
@@ -20,10 +21,17 @@ CASES = [  # (BLOCK_N, waves, stages), Variant, targets
     ((64, 1, 3), dv.Variant("wgmma"), ("sm_90a",)),
     ((32, 1, 4), dv.Variant("wgmma"), ("sm_90a",)),
     ((64, 1, 2), dv.Variant("wgmma", "cp.async"), ("sm_90a",)),
+    ((64, 1, 3), dv.Variant("wgmma", intra_wg_overlap=True), ("sm_90a",)),
+    ((64, 1, 4), dv.Variant("wgmma", intra_wg_overlap=True), ("sm_90a",)),
+    ((32, 2, 2), dv.Variant(l2_prefetch=128), ("sm_80", "sm_90a")),
     ((16, 2, 4), dv.DEFAULT, ("sm_80", "sm_90a")),
     ((32, 2, 3), dv.DEFAULT, ("sm_80", "sm_90a")),
     ((16, 2, 2), dv.Variant(launch_bound=5), ("sm_80", "sm_90a")),
 ]
+
+
+def _name(v: dv.Variant) -> str:
+    return f"{v.mma}-{v.async_copy}-lb{v.launch_bound}-ov{int(v.intra_wg_overlap)}-l2p{v.l2_prefetch}"
 
 
 def _compile(cfg: tuple, variant: dv.Variant, target: str, head_dim: int = 128, group: int = 4, direct=False):
@@ -37,7 +45,7 @@ def _compile(cfg: tuple, variant: dv.Variant, target: str, head_dim: int = 128, 
 @pytest.mark.parametrize(
     "cfg, variant, target",
     [(c, v, t) for c, v, ts in CASES for t in ts],
-    ids=[f"{'x'.join(map(str, c))}-{v.mma}-{v.async_copy}-lb{v.launch_bound}-{t}" for c, v, ts in CASES for t in ts],
+    ids=[f"{'x'.join(map(str, c))}-{_name(v)}-{t}" for c, v, ts in CASES for t in ts],
 )
 def test_variant_compiles(cfg: tuple, variant: dv.Variant, target: str, direct: bool) -> None:
     k = _compile(cfg, variant, target, direct=direct)
@@ -50,6 +58,8 @@ def test_variant_compiles(cfg: tuple, variant: dv.Variant, target: str, direct: 
     tma = "nvvm.cp.async.bulk.tensor.shared.cluster.global" in k.mlir
     assert tma == (wgmma and variant.async_copy != "cp.async")
     assert ("wgmma.mma_async.sync.aligned" in k.mlir) == wgmma
+    if variant.l2_prefetch is not None:  # the qualifier is written into the PTX, which the MLIR does not show
+        assert "nvgpu.device_async_copy" in k.mlir
     if not HAS_PTXAS:
         return
     print(f"\n{target} {cfg} {variant} direct={direct}: {m.registers} registers, {m.spills} bytes spilled")
@@ -68,3 +78,13 @@ def test_wgmma_tile_holds_fewer_registers_than_the_default() -> None:
         m = _compile(dv.WGMMA_CONFIG, dv.Variant("wgmma"), "sm_90a", head_dim, group).metadata
         assert m.registers < 200 and m.spills == 0, (head_dim, group, m.registers, m.spills)
         assert m.shared_bytes >= 4 * 64 * head_dim * 2 * 2  # four stages of K and V
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90a"])
+def test_ptx_carries_the_launch_bound_and_the_l2_prefetch(target: str, monkeypatch) -> None:
+    monkeypatch.setattr(ptxas_mod, "find_ptxas", lambda: None)  # keep the PTX text
+    bound = _compile((16, 2, 2), dv.Variant(launch_bound=5), target).artifact
+    assert bound.format == "ptx" and "\n.minnctapersm 5" in bound.binary.decode()
+    ptx = _compile((32, 2, 2), dv.Variant(l2_prefetch=128), target).artifact.binary.decode()
+    copies = [line for line in ptx.splitlines() if "cp.async.cg" in line or "cp.async.ca" in line]
+    assert copies and all(".L2::128B" in line for line in copies), copies[:2]

@@ -30,6 +30,8 @@ VARIANTS = {  # name -> (decode_attention keywords, config)
     "wgmma": ({"mma": "wgmma"}, None),  # WGMMA_CONFIG: 64 keys, 4 stages, TMA
     "wgmma-32x3": ({"mma": "wgmma"}, (32, 1, 3)),
     "wgmma-cp.async": ({"mma": "wgmma", "async_copy": "cp.async"}, (64, 1, 2)),
+    "wgmma-overlap": ({"mma": "wgmma", "intra_wg_overlap": True}, (64, 1, 3)),
+    "l2p128": ({"l2_prefetch": 128}, None),
     "lb5": ({"launch_bound": 5}, (16, 2, 2)),
     "stages4": ({}, (16, 2, 4)),
     "stages3": ({}, (32, 2, 3)),
@@ -117,7 +119,15 @@ def test_default_kernel_is_unchanged() -> None:
         ({"launch_bound": True}, r"decode_attention: launch_bound must be None or an int in 1\.\.32, got True"),
         ({"mma": "wgmma", "one_launch": True}, r"decode_attention: one_launch=True is built for mma='mma_sync'"),
         ({"mma": "wgmma", "backend": "rocm"}, r"decode_attention: mma='wgmma' needs the CUDA backend"),
-        ({"launch_bound": 4, "backend": "rocm"}, r"decode_attention: launch_bound is a PTX launch bound"),
+        ({"launch_bound": 4, "backend": "rocm"}, r"decode_attention: launch_bound is a PTX qualifier"),
+        ({"l2_prefetch": 100}, r"decode_attention: l2_prefetch must be None or one of \(64, 128, 256\), got 100"),
+        ({"mma": "wgmma", "l2_prefetch": 128}, r"decode_attention: l2_prefetch qualifies cp\.async copies"),
+        ({"intra_wg_overlap": 1}, r"decode_attention: intra_wg_overlap must be True or False, got 1"),
+        ({"intra_wg_overlap": True}, r"decode_attention: intra_wg_overlap=True needs mma='wgmma' over TMA"),
+        (
+            {"mma": "wgmma", "intra_wg_overlap": True, "config": (64, 1, 2)},
+            r"decode_attention: intra_wg_overlap=True needs 3\+ stages \(config=\(BLOCK_N, 1, 3\)\), got 2",
+        ),
     ],
 )
 def test_bad_variants_are_named(options: dict, match: str) -> None:
@@ -134,5 +144,7 @@ def test_parse_variant() -> None:
     assert dv.parse_variant("64x1x3:wgmma:cp.async") == ((64, 1, 3), dv.Variant("wgmma", "cp.async"))
     assert dv.parse_variant("16x2x2:lb5") == ((16, 2, 2), dv.Variant(launch_bound=5))
     assert dv.parse_variant("32x2x2") == ((32, 2, 2), dv.DEFAULT)
+    assert dv.parse_variant("64x1x3:wgmma:ov") == ((64, 1, 3), dv.Variant("wgmma", intra_wg_overlap=True))
+    assert dv.parse_variant("32x2x2:l2p128") == ((32, 2, 2), dv.Variant(l2_prefetch=128))
     with pytest.raises(ValueError, match="unknown option 'lbx'"):
         dv.parse_variant("32x2x2:lbx")

@@ -88,13 +88,15 @@ def split_chunk(keys: sympy.Expr) -> sympy.Expr:
 def decode_constraints(
     dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None, one_launch: bool = False,
     mma: str = "mma_sync", async_copy: str = "auto", min_workgroups_per_sm: int | None = None,
+    intra_wg_overlap: bool = False, l2_prefetch: int | None = None,
 ) -> list:  # fmt: skip
     """``waves`` waves of 16 query rows (``mma_type``: mma.sync m16n8k16 for ``dtype`` by default; gfx942
     takes ``threads_per_wave=64`` and the MFMA); grid (row tiles, SP * KVH, B); K/V tiles of BLOCK_N keys
     staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow).
     ``one_launch``: the combine's loop over the splits, one a step, in ``COMBINE_SHAPES``' layout.
     ``mma="wgmma"`` (sm_90a; ``decode_variants``): waves are warpgroups of 64 rows, K/V by TMA in the
-    128-byte swizzle unless ``async_copy="cp.async"``; ``min_workgroups_per_sm``: a launch bound."""
+    128-byte swizzle unless ``async_copy="cp.async"``; ``min_workgroups_per_sm``, ``intra_wg_overlap``,
+    ``l2_prefetch``: ``SchedulingConstraint``'s."""
     wgmma = mma == "wgmma"
     if wgmma:
         mma_type = mma_type or WGMMA_FOR_DTYPE[dtype.name]
@@ -117,6 +119,8 @@ def decode_constraints(
             operand_swizzle="auto" if wgmma else "none",
             async_copy=async_copy,
             min_workgroups_per_sm=min_workgroups_per_sm,
+            intra_wg_overlap=intra_wg_overlap,
+            l2_prefetch=l2_prefetch,
         ),
     ]
 
@@ -499,6 +503,8 @@ def decode_attention(
     mma: str | None = None,
     async_copy: str = "auto",
     launch_bound: int | None = None,
+    intra_wg_overlap: bool = False,
+    l2_prefetch: int | None = None,
 ):
     """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
 
@@ -516,12 +522,13 @@ def decode_attention(
     kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
     two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``.  Opt-in
     split kernels (``decode_variants``; untimed, the default unchanged): ``mma="wgmma"`` (sm_90a: one
-    warpgroup of 64 rows, K/V by TMA unless ``async_copy="cp.async"``), ``launch_bound=N`` (registers
-    for N workgroups an SM)."""
+    warpgroup of 64 rows, K/V by TMA unless ``async_copy="cp.async"``; ``intra_wg_overlap=True``: the next
+    tile's scores during this tile's softmax), ``launch_bound=N`` (registers for N workgroups an SM),
+    ``l2_prefetch=64 | 128 | 256`` (the L2's fetch for a missed ``cp.async`` sector)."""
     opts = (num_splits, config, one_launch)
-    variant = (mma, async_copy, launch_bound)
+    variant = variants.Variant(mma or "mma_sync", async_copy, launch_bound, intra_wg_overlap, l2_prefetch)
     # 2.0 and 0 hash as 2 and False do; the plan refuses them
-    types = (type(num_splits), type(one_launch), type(launch_bound))
+    types = (type(num_splits), type(one_launch), type(launch_bound), type(intra_wg_overlap), type(l2_prefetch))
     key = (
         tensor_key(q),
         tensor_key(k),
@@ -541,14 +548,15 @@ def decode_attention(
     return run((q, k, v, seq_lens) if alibi_slopes is None else (q, k, v, seq_lens, alibi_slopes), scale)
 
 
-def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None, variant_args=(None, "auto", None)) -> SplitKV:
+def _plan_dense(
+    q, k, v, seq_lens, options: tuple, backend, slopes=None, variant: variants.Variant = variants.DEFAULT
+) -> SplitKV:
     import torch
 
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
-    mma, async_copy, launch_bound = variant_args
-    variant = variants.check_variant(fn, q, mma, async_copy, launch_bound, options[2], backend)
+    variant = variants.check_variant(fn, q, variant, options[2], backend)
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
     head_dim, s_max, lengths = q.shape[-1], k.shape[1], None
@@ -560,6 +568,7 @@ def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None, variant
         lengths = torch.full((q.shape[0],), s_max, dtype=torch.int32, device=q.device)
 
     def build(group: int, block_n: int, waves: int, stages: int, one: bool, direct: bool) -> Any:
+        variants.check_stages(fn, variant, stages)
         subs = decode_subs(head_dim, group, block_n, waves, stages, variant.wave_rows)
         subs = split_kernel_subs(subs, one, direct)
         options = variant.constraint_options()
