@@ -99,6 +99,21 @@ def test_wgmma_takes_more_row_tiles_and_alibi() -> None:
     torch.testing.assert_close(out.float(), want, rtol=2e-3, atol=2e-3)
 
 
+def test_wgmma_reads_transposed_views_and_names_strides_tma_cannot_take() -> None:
+    """transformers' [B, H, S, D] cache transposed: TMA strides S * D and D; a view into rows of D + 1
+    elements (258 bytes) cannot be a tensor map: named, and served by ``cp.async``."""
+    q, k, v, lens = dk.dense_kv_inputs([37, 100, 5], 1, 8, 2, 128, wc.bf16, 100)
+    want = dk.reference_decode_attention(q, k, v, lens)
+    kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    out = decode.decode_attention(q, kt, vt, seq_lens=lens, num_splits=2, backend="emulator", mma="wgmma")
+    torch.testing.assert_close(out.float(), want, rtol=TOL["bf16"], atol=TOL["bf16"])
+    kw, vw = (torch.cat([t, t[..., :1]], -1)[..., :128] for t in (k, v))
+    with pytest.raises(wc.WavecError, match=r"mma='wgmma' stages k by TMA, .* got strides \(25800, 258, 129, 1\)"):
+        decode.decode_attention(q, kw, vw, seq_lens=lens, backend="emulator", mma="wgmma")
+    out = decode.decode_attention(q, kw, vw, seq_lens=lens, backend="emulator", mma="wgmma", async_copy="cp.async")
+    torch.testing.assert_close(out.float(), want, rtol=TOL["bf16"], atol=TOL["bf16"])
+
+
 def test_default_kernel_is_unchanged() -> None:
     """No variant keyword: the mma.sync kernel of ``CONFIGS``, staged by ``cp.async``, no launch bound."""
     q, k, v, lens = dk.dense_kv_inputs([37, 5], 1, 8, 2, 128, wc.bf16, 40)

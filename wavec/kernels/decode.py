@@ -557,6 +557,7 @@ def _plan_dense(
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
     variant = variants.check_variant(fn, q, variant, options[2], backend)
+    variants.check_tma_strides(fn, variant, {"k": k, "v": v})
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
     head_dim, s_max, lengths = q.shape[-1], k.shape[1], None

@@ -5,12 +5,12 @@ flight; these variants put more K/V bytes in flight per SM:
 
 - ``mma="wgmma"`` (sm_90a): one warpgroup (128 threads) of 64 rows, K and V staged by TMA in the
   128-byte swizzle (``passes/hopper/pipeline_tma.py``, as the prefill kernel's), ``WGMMA_CONFIG``'s 64-key
-  tile four stages deep: three 32 KB tiles in flight behind one thread's copies, where the mma.sync tile's
-  64 threads each hold the addresses of their share of every ``cp.async``.  The 60 padded rows (q_len 1,
-  G 4) cost only wgmma issue.
+  tile four stages deep: three 32 KB tiles in flight behind one thread's copies, where each of the
+  mma.sync tile's 64 threads computes the source address and zero-fill size of its 16 ``cp.async`` a tile
+  (168 registers unpipelined, 255 pipelined).  The 60 padded rows (q_len 1, G 4) cost wgmma issue only.
 - ``intra_wg_overlap=True`` (wgmma, TMA, 3+ stages; ``passes/hopper/intra_warpgroup_overlap.py``): the
-  next tile's scores on the tensor cores while this tile's softmax runs, so the loop's latency chain per
-  tile shortens and the fills are issued sooner.
+  next tile's scores on the tensor cores while this tile's softmax runs, to shorten the dependent chain
+  between one stage's wait and the next fill.
 - ``launch_bound=N`` (``SchedulingConstraint(min_workgroups_per_sm=N)``): ptxas keeps the registers low
   enough for N workgroups an SM, spilling where it must (untimed; the spills are reported, not refused).
 - ``l2_prefetch=64 | 128 | 256`` (``cp.async`` only): the L2 fetches that many bytes for a missed sector
@@ -34,7 +34,7 @@ L2_PREFETCH = (64, 128, 256)
 WAVE_ROWS = {"mma_sync": 16, "wgmma": 64}  # query rows of one wave (a warp) / one warpgroup
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU (the emulator's default target)
 # wgmma: (BLOCK_N, warpgroups, stages); 64 keys four deep is 128 KB of K/V stages (one workgroup an SM),
-# 170 registers (bf16 d128, ptxas 13 sm_90a); 128 keys spend 238 registers for the same bytes in flight
+# 170 registers (bf16 d128, ptxas 13 sm_90a); 128 keys two deep (the same shared memory) take 254
 WGMMA_CONFIG = (64, 1, 4)
 
 
@@ -55,6 +55,11 @@ class Variant:
     @property
     def target(self) -> str | None:
         return TARGET[self.mma]
+
+    @property
+    def tma(self) -> bool:
+        """K and V staged by TMA (wgmma's "auto" and "tma")."""
+        return self.mma == "wgmma" and self.async_copy != "cp.async"
 
     def constraint_options(self) -> dict:
         """``decode_constraints``' keywords for this variant (none for the default: its kernel unchanged)."""
@@ -94,12 +99,11 @@ def check_variant(fn: str, q: Any, variant: Variant, one_launch: bool, backend) 
         raise fail(f"intra_wg_overlap must be True or False, got {v.intra_wg_overlap!r}")
     if v.l2_prefetch is not None and (type(v.l2_prefetch) is not int or v.l2_prefetch not in L2_PREFETCH):
         raise fail(f"l2_prefetch must be None or one of {L2_PREFETCH}, got {v.l2_prefetch!r}")
-    tma = v.mma == "wgmma" and v.async_copy != "cp.async"
     if v.async_copy == "tma" and v.mma != "wgmma":
         raise fail("async_copy='tma' stages K/V for wgmma tiles only: pass mma='wgmma' too")
-    if v.intra_wg_overlap and not tma:
+    if v.intra_wg_overlap and not v.tma:
         raise fail(f"intra_wg_overlap=True needs mma='wgmma' over TMA, got mma={v.mma!r}, async_copy={v.async_copy!r}")
-    if v.l2_prefetch is not None and tma:
+    if v.l2_prefetch is not None and v.tma:
         raise fail("l2_prefetch qualifies cp.async copies: K/V go by TMA here (pass async_copy='cp.async')")
     if v.mma == "wgmma":
         if one_launch:
@@ -120,6 +124,22 @@ def check_stages(fn: str, variant: Variant, stages: int) -> None:
         raise wc.WavecError(
             message=f"{fn}: intra_wg_overlap=True needs 3+ stages (config=(BLOCK_N, 1, 3)), got {stages}"
         )
+
+
+def check_tma_strides(fn: str, variant: Variant, caches: dict) -> None:
+    """TMA's tensor maps need the head dim contiguous and every other stride a multiple of 16 bytes: a
+    cache that is not (a view into a padded row, say) is named here, at plan time (the strides are part
+    of the plan's key), rather than by the launch."""
+    if not variant.tma:
+        return
+    for name, t in caches.items():
+        strides = [s * t.element_size() for s, n in zip(t.stride(), t.shape) if n > 1]
+        if t.stride(-1) != 1 or any(s % 16 for s in strides[:-1]):
+            raise wc.WavecError(
+                message=f"{fn}: mma='wgmma' stages {name} by TMA, which needs its last dim contiguous and every "
+                f"other stride a multiple of 16 bytes, got strides {tuple(t.stride())} (elements); pass "
+                "async_copy='cp.async' or a cache padded to 16 bytes"
+            )
 
 
 def _capability(q: Any) -> tuple[int, int]:
