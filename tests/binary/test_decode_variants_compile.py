@@ -34,10 +34,12 @@ def _name(v: dv.Variant) -> str:
     return f"{v.mma}-{v.async_copy}-lb{v.launch_bound}-ov{int(v.intra_wg_overlap)}-l2p{v.l2_prefetch}"
 
 
-def _compile(cfg: tuple, variant: dv.Variant, target: str, head_dim: int = 128, group: int = 4, direct=False):
+def _compile(
+    cfg: tuple, variant: dv.Variant, target: str, head_dim: int = 128, group: int = 4, direct=False, dtype=wc.bf16
+):
     block_n, waves, stages = cfg
     subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages, variant.wave_rows), False, direct)
-    kernel = make_decode_split(wc.bf16, group, direct=direct, waves=waves, **variant.constraint_options())
+    kernel = make_decode_split(dtype, group, direct=direct, waves=waves, **variant.constraint_options())
     return wc.compile(kernel, subs, target=target, backend="cuda", cache=False)
 
 
@@ -73,9 +75,10 @@ def test_variant_compiles(cfg: tuple, variant: dv.Variant, target: str, direct: 
 @pytest.mark.skipif(not HAS_PTXAS, reason="register counts need ptxas")
 def test_wgmma_tile_holds_fewer_registers_than_the_default() -> None:
     """What the variant is for: the 64-key, 4-stage warpgroup tile in < 200 registers at 128 threads (the
-    default mma.sync tile: 255 at 64), d128 and d64, GQA 4 and MHA."""
-    for head_dim, group in ((128, 4), (128, 1), (64, 4)):
-        m = _compile(dv.WGMMA_CONFIG, dv.Variant("wgmma"), "sm_90a", head_dim, group).metadata
+    default mma.sync tile: 255 at 64), d128 and d64, GQA 4 and MHA, bf16 and f16."""
+    for head_dim, group, dtype in ((128, 4, wc.bf16), (128, 1, wc.bf16), (64, 4, wc.bf16), (128, 4, wc.f16)):
+        m = _compile(dv.WGMMA_CONFIG, dv.Variant("wgmma"), "sm_90a", head_dim, group, dtype=dtype).metadata
+        print(f"\nwgmma {dv.WGMMA_CONFIG} d{head_dim} G{group} {dtype.name}: {m.registers} registers")
         assert m.registers < 200 and m.spills == 0, (head_dim, group, m.registers, m.spills)
         assert m.shared_bytes >= 4 * 64 * head_dim * 2 * 2  # four stages of K and V
 

@@ -101,7 +101,7 @@ def test_variant_in_a_cuda_graph(variant: str, splits: int) -> None:
         torch.testing.assert_close(out.float(), want, rtol=1.6e-2, atol=1.6e-2)
 
 
-def test_variants_read_transposed_cache_views() -> None:
+def test_wgmma_reads_transposed_cache_views() -> None:
     """transformers' [B, H, S, D] cache transposed to [B, S, H, D]: a strided view (TMA's strides then are
     S * D and D elements)."""
     if not HOPPER:
