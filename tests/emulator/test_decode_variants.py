@@ -79,6 +79,10 @@ def test_variant_matches_reference(variant, dtype, seq_lens, s_max, q_len, heads
     tma = "nvvm.cp.async.bulk.tensor.shared.cluster.global" in mlir
     assert tma == (wgmma and options.get("async_copy") != "cp.async"), "K/V staged by TMA iff wgmma over TMA"
     assert ("wgmma.mma_async.sync.aligned" in mlir) == wgmma
+    if wgmma:  # Q Kᵀ over D / 16 steps and P V over BLOCK_N / 16; the overlap adds the first tile's Q Kᵀ
+        chains = 2 if options.get("intra_wg_overlap") else 1
+        block_n = (config or dv.WGMMA_CONFIG)[0]
+        assert mlir.count("wgmma.mma_async.sync.aligned") == chains * head_dim // 16 + block_n // 16
     assert run.split.metadata.block == ((128 if wgmma else 64), 1, 1)
     got = by_hand(run, q, k, v, lens, 0.3)
     assert not got.isnan().any(), "some output elements were not written"
