@@ -20,6 +20,8 @@ CASES = [  # (BLOCK_N, waves, stages), Variant, targets
     ((64, 1, 4), dv.Variant("wgmma"), ("sm_90a",)),  # WGMMA_CONFIG
     ((64, 1, 3), dv.Variant("wgmma"), ("sm_90a",)),
     ((32, 1, 4), dv.Variant("wgmma"), ("sm_90a",)),
+    ((32, 1, 6), dv.Variant("wgmma"), ("sm_90a",)),
+    ((128, 1, 3), dv.Variant("wgmma"), ("sm_90a",)),
     ((64, 1, 2), dv.Variant("wgmma", "cp.async"), ("sm_90a",)),
     ((64, 1, 3), dv.Variant("wgmma", intra_wg_overlap=True), ("sm_90a",)),
     ((64, 1, 4), dv.Variant("wgmma", intra_wg_overlap=True), ("sm_90a",)),
