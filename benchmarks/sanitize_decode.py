@@ -44,7 +44,7 @@ def _cpu(*ts):
 VARIANTS = [  # decode_attention keywords, config (wgmma: sm_90 only)
     ({"mma": "wgmma"}, None),
     ({"mma": "wgmma", "intra_wg_overlap": True}, (64, 1, 3)),
-    ({"launch_bound": 5}, (16, 2, 2)),
+    ({"launch_bound": 6}, (16, 2, 4)),
     ({}, (16, 2, 4)),
 ]
 

@@ -32,7 +32,7 @@ VARIANTS = {  # name -> (decode_attention keywords, config)
     "wgmma-cp.async": ({"mma": "wgmma", "async_copy": "cp.async"}, (64, 1, 2)),
     "wgmma-overlap": ({"mma": "wgmma", "intra_wg_overlap": True}, (64, 1, 3)),
     "l2p128": ({"l2_prefetch": 128}, None),
-    "lb5": ({"launch_bound": 5}, (16, 2, 2)),
+    "lb6": ({"launch_bound": 6}, (16, 2, 4)),
     "stages4": ({}, (16, 2, 4)),
     "stages3": ({}, (32, 2, 3)),
 }
