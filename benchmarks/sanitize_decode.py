@@ -6,6 +6,10 @@ the GPU (the references are computed on the CPU), so the report is about the one
     compute-sanitizer --tool memcheck python -m benchmarks.sanitize_decode
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_decode
     compute-sanitizer --tool synccheck python -m benchmarks.sanitize_decode
+    compute-sanitizer --tool racecheck python -m benchmarks.sanitize_decode --variants
+
+(``--variants``: the opt-in split kernels of ``decode_variants`` in two launches instead: wgmma with K/V
+by TMA, a launch bound, four ``cp.async`` stages, on small dense cases.)
 
 (racecheck sees shared-memory hazards; the ordering of the partials in global memory is the fences' job,
 checked by the results.)  Prints one line per case; exits 1 if any output is wrong or unwritten (NaN)
@@ -37,8 +41,37 @@ def _cpu(*ts):
     return tuple(t.cpu() for t in ts)
 
 
+VARIANTS = [  # decode_attention keywords, config (wgmma: sm_90 only)
+    ({"mma": "wgmma"}, None),
+    ({"mma": "wgmma", "intra_wg_overlap": True}, (64, 1, 3)),
+    ({"launch_bound": 6}, (16, 2, 4)),
+    ({}, (16, 2, 4)),
+]
+
+
+def variants() -> int:
+    """The opt-in split kernels on two small dense cases each (1 and 3 splits): the shared K/V stages'
+    reuse across the pipeline (TMA's mbarriers, ``cp.async`` groups) is what racecheck looks at."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    bad = 0
+    for options, config in VARIANTS:
+        if options.get("mma") == "wgmma" and not hopper:
+            continue
+        for lens_list, splits in (([777, 5, 300], 3), ([1000, 64], 1)):
+            q, k, v, lens = dk.dense_kv_inputs(lens_list, 1, 32, 8, 128, wc.bf16, 1024, "cuda")
+            out = decode.decode_attention(q, k, v, seq_lens=lens, num_splits=splits, config=config, **options)
+            got = out.float().cpu()
+            err = (got - dk.reference_decode_attention(*_cpu(q, k, v, lens))).abs().max().item()
+            ok = err < 1.6e-2 and not got.isnan().any()
+            bad += not ok
+            print(f"{options} {config} lens={lens_list} splits={splits}: max err {err:.1e} {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
 def main() -> int:
     torch.manual_seed(0)
+    if "--variants" in sys.argv[1:]:
+        return variants()
     bad = 0
     for page, lens_list, q_len, heads, kv_heads, splits in CASES:
         for call in range(3):

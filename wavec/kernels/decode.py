@@ -37,7 +37,9 @@ from wavec import Memory, Register, f32
 from wavec.kernels.decode_host import SplitKV
 from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.knobs import code_key
-from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE
+from wavec.tuning.plan import MMA_SYNC_FOR_DTYPE, WGMMA_FOR_DTYPE
+
+from . import decode_variants as variants
 
 B, KVH, H, QL, M, N, D = wc.sym.B, wc.sym.KVH, wc.sym.H, wc.sym.QL, wc.sym.M, wc.sym.N, wc.sym.D
 SP, Y, R = wc.sym.SP, wc.sym.Y, wc.sym.R  # splits of the keys; grid axis 1 = (split, kv head); QL * H
@@ -84,12 +86,20 @@ def split_chunk(keys: sympy.Expr) -> sympy.Expr:
 
 
 def decode_constraints(
-    dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None, one_launch: bool = False
-) -> list:
+    dtype=wc.f16, waves: int = 1, threads_per_wave: int = 32, mma_type=None, one_launch: bool = False,
+    mma: str = "mma_sync", async_copy: str = "auto", min_workgroups_per_sm: int | None = None,
+    intra_wg_overlap: bool = False, l2_prefetch: int | None = None,
+) -> list:  # fmt: skip
     """``waves`` waves of 16 query rows (``mma_type``: mma.sync m16n8k16 for ``dtype`` by default; gfx942
     takes ``threads_per_wave=64`` and the MFMA); grid (row tiles, SP * KVH, B); K/V tiles of BLOCK_N keys
     staged NUM_STAGES deep (bound in subs) (``cp.async`` where the target has it and the addresses allow).
-    ``one_launch``: the combine's loop over the splits, one a step, in ``COMBINE_SHAPES``' layout."""
+    ``one_launch``: the combine's loop over the splits, one a step, in ``COMBINE_SHAPES``' layout.
+    ``mma="wgmma"`` (sm_90a; ``decode_variants``): waves are warpgroups of 64 rows, K/V by TMA in the
+    128-byte swizzle unless ``async_copy="cp.async"``; ``min_workgroups_per_sm``, ``intra_wg_overlap``,
+    ``l2_prefetch``: ``SchedulingConstraint``'s."""
+    wgmma = mma == "wgmma"
+    if wgmma:
+        mma_type = mma_type or WGMMA_FOR_DTYPE[dtype.name]
     combine = [wc.TilingConstraint(SP, wc.sym.BLOCK_SP)] if one_launch else []
     return [
         *combine,
@@ -104,7 +114,14 @@ def decode_constraints(
             mma_type=mma_type or MMA_SYNC_FOR_DTYPE[dtype.name],
             vector_shapes=dict(COMBINE_SHAPES) if one_launch else {},
         ),
-        wc.SchedulingConstraint(num_stages=NUM_STAGES, operand_swizzle="none"),
+        wc.SchedulingConstraint(
+            num_stages=NUM_STAGES,
+            operand_swizzle="auto" if wgmma else "none",
+            async_copy=async_copy,
+            min_workgroups_per_sm=min_workgroups_per_sm,
+            intra_wg_overlap=intra_wg_overlap,
+            l2_prefetch=l2_prefetch,
+        ),
     ]
 
 
@@ -290,15 +307,18 @@ def combine_subs(splits: int, waves: int = 4, threads_per_wave: int = 32) -> dic
     return {SP: splits, BLOCK_R: threads_per_wave * waves, BLOCK_D: block_d}
 
 
-def decode_subs(head_dim: int, group: int, block_n: int, waves: int, stages: int = 2) -> dict:
+def decode_subs(head_dim: int, group: int, block_n: int, waves: int, stages: int = 2, wave_rows: int = 16) -> dict:
     """``subs`` of a split kernel: the tile, the head dim and the derived sizes (rows ``M = QL * G``, grid
-    axis 1 ``Y = SP * KVH``), so one binary serves every q_len, batch, cache length and split count."""
-    return {BLOCK_M: 16 * waves, BLOCK_N: block_n, D: head_dim, NUM_STAGES: stages, M: QL * group, Y: SP * KVH}
+    axis 1 ``Y = SP * KVH``), so one binary serves every q_len, batch, cache length and split count.
+    ``wave_rows``: query rows per wave (64 for a wgmma warpgroup)."""
+    return {BLOCK_M: wave_rows * waves, BLOCK_N: block_n, D: head_dim, NUM_STAGES: stages, M: QL * group, Y: SP * KVH}
 
 
-def decode_config(head_dim: int, rows: int, config: tuple | None = None) -> tuple[int, int, int]:
+def decode_config(head_dim: int, rows: int, config: tuple | None = None, mma: str = "mma_sync") -> tuple[int, int, int]:
     """(BLOCK_N, waves, stages): ``config`` (``(BLOCK_N, waves[, stages])``) if given, else ``CONFIGS``'s
-    entry for ``rows = q_len * G`` query rows, two stages."""
+    entry for ``rows = q_len * G`` query rows, two stages (``mma="wgmma"``: ``WGMMA_CONFIG``)."""
+    if config is None and mma == "wgmma":
+        config = variants.WGMMA_CONFIG
     if config is None:
         config = CONFIGS[(32 if rows <= 32 else 64, 128 if head_dim > 64 else 64)]
     block_n, waves, *stages = config
@@ -342,24 +362,25 @@ def combine_kernel(dtype, splits: int, backend: str | None) -> Any:
 
 
 def plan_split_kv(
-    fn: str, q: Any, kv_heads: int, keys: int, options: tuple, build_split, check=None, lengths=None
-) -> SplitKV:
+    fn: str, q: Any, kv_heads: int, keys: int, options: tuple, build_split, check=None, lengths=None,
+    variant: variants.Variant = variants.DEFAULT,
+) -> SplitKV:  # fmt: skip
     """The tile (``decode_config``), the splits (``num_splits`` or ``num_splits_for``), the split kernel
     (``build_split(group, block_n, waves, stages, one_launch, direct)``, compiled) and, in two launches,
     the combine of a validated call; in one launch the counters (``split_combine.Counters``); with one
     split (``DIRECT_SINGLE_SPLIT``, two launches asked) neither: the kernel writes the output.  ``options`` =
     (num_splits, config, one_launch); ``check(head)``: the per-call checks, kept where the split kernel
     runs on the emulator or under ``WAVEC_CHECK_BOUNDS=1`` (``per_call_checks``); ``lengths``: the seq_lens
-    tensor of a ``seq_lens=None`` call."""
+    tensor of a ``seq_lens=None`` call; ``variant``: the rows of a wave (a wgmma warpgroup's 64)."""
     num_splits, config, one_launch = options
     batch, q_len, heads, head_dim = q.shape
     group = heads // kv_heads
-    block_n, waves, stages = decode_config(head_dim, q_len * group, config)
+    block_n, waves, stages = decode_config(head_dim, q_len * group, config, variant.mma)
     if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
     if not isinstance(one_launch, bool):
         raise fail(fn, f"one_launch must be True or False, got {one_launch!r}")
-    row_tiles = -(-q_len * group // (16 * waves))
+    row_tiles = -(-q_len * group // (variant.wave_rows * waves))
     splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
     direct = splits == 1 and not one_launch and DIRECT_SINGLE_SPLIT
     split = build_split(group, block_n, waves, stages, one_launch, direct)
@@ -479,6 +500,11 @@ def decode_attention(
     config: tuple | None = None,
     alibi_slopes=None,
     one_launch: bool = False,
+    mma: str | None = None,
+    async_copy: str = "auto",
+    launch_bound: int | None = None,
+    intra_wg_overlap: bool = False,
+    l2_prefetch: int | None = None,
 ):
     """Decode attention over a dense KV cache (flash-decoding); returns a new tensor shaped like q.
 
@@ -494,9 +520,15 @@ def decode_attention(
     Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: the last split of each group combines, in the split
     kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
-    two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``."""
+    two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``.  Opt-in
+    split kernels (``decode_variants``; untimed, the default unchanged): ``mma="wgmma"`` (sm_90a: one
+    warpgroup of 64 rows, K/V by TMA unless ``async_copy="cp.async"``; ``intra_wg_overlap=True``: the next
+    tile's scores during this tile's softmax), ``launch_bound=N`` (registers for N workgroups an SM),
+    ``l2_prefetch=64 | 128 | 256`` (the L2's fetch for a missed ``cp.async`` sector)."""
     opts = (num_splits, config, one_launch)
-    types = (type(num_splits), type(one_launch))  # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    variant = variants.Variant(mma or "mma_sync", async_copy, launch_bound, intra_wg_overlap, l2_prefetch)
+    # 2.0 and 0 hash as 2 and False do; the plan refuses them
+    types = (type(num_splits), type(one_launch), type(launch_bound), type(intra_wg_overlap), type(l2_prefetch))
     key = (
         tensor_key(q),
         tensor_key(k),
@@ -504,23 +536,28 @@ def decode_attention(
         tensor_key(seq_lens),
         tensor_key(alibi_slopes),
         opts,
+        variant,
         types,
         backend,
     )
     run: Any = _DISPATCH.get(key)  # a SplitKV
     if run is None:
-        run = _DISPATCH.remember(key, _plan_dense(q, k, v, seq_lens, opts, backend, alibi_slopes))
+        run = _DISPATCH.remember(key, _plan_dense(q, k, v, seq_lens, opts, backend, alibi_slopes, variant))
     if seq_lens is None:
         seq_lens = run.lengths
     return run((q, k, v, seq_lens) if alibi_slopes is None else (q, k, v, seq_lens, alibi_slopes), scale)
 
 
-def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None) -> SplitKV:
+def _plan_dense(
+    q, k, v, seq_lens, options: tuple, backend, slopes=None, variant: variants.Variant = variants.DEFAULT
+) -> SplitKV:
     import torch
 
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
+    variant = variants.check_variant(fn, q, variant, options[2], backend)
+    variants.check_tma_strides(fn, variant, {"k": k, "v": v})
     if k.shape[0] != q.shape[0]:
         raise fail(fn, f"k has batch {k.shape[0]} but q {q.shape[0]}")
     head_dim, s_max, lengths = q.shape[-1], k.shape[1], None
@@ -532,14 +569,24 @@ def _plan_dense(q, k, v, seq_lens, options: tuple, backend, slopes=None) -> Spli
         lengths = torch.full((q.shape[0],), s_max, dtype=torch.int32, device=q.device)
 
     def build(group: int, block_n: int, waves: int, stages: int, one: bool, direct: bool) -> Any:
-        subs = split_kernel_subs(decode_subs(head_dim, group, block_n, waves, stages), one, direct)
+        variants.check_stages(fn, variant, stages)
+        subs = decode_subs(head_dim, group, block_n, waves, stages, variant.wave_rows)
+        subs = split_kernel_subs(subs, one, direct)
+        options = variant.constraint_options()
+        key = ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi, tuple(subs.items()))
         return compiled(
-            ("dense", dtype.name, head_dim, group, block_n, waves, stages, backend, alibi, tuple(subs.items())),
-            lambda: wc.compile(make_decode_split(dtype, group, alibi, one, direct, waves=waves), subs, backend=backend),
+            (*key, variant),
+            lambda: wc.compile(
+                make_decode_split(dtype, group, alibi, one, direct, waves=waves, **options),
+                subs,
+                backend=backend,
+                target=variant.target,
+            ),
         )
 
     def check(head: tuple) -> None:
         check_lengths(fn, head[0], head[3], s_max, "S_max")
 
     # the full lengths are valid by the test above: no per-call check
-    return plan_split_kv(fn, q, k.shape[2], s_max, options, build, None if lengths is not None else check, lengths)
+    check_fn = None if lengths is not None else check
+    return plan_split_kv(fn, q, k.shape[2], s_max, options, build, check_fn, lengths, variant)
