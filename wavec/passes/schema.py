@@ -100,6 +100,8 @@ class Staging:
     multicast: tuple[bool, ...] = by("pipeline_loops")  # per TMA map: a cluster's shared tile, half per workgroup
     mbarriers: fx.Node = by("pipeline_loops", "warp_specialize", "persistent_grid")  # the MBarrierInit
     wgmma_groups_in_flight: int = by("pipeline_loops")  # iterate: wgmma groups left running per iteration
+    stage_start: Expr = by("pipeline_loops")  # iterate: its first stage (loops sharing one set of mbarriers)
+    iterations: Expr = by("pipeline_loops")  # MBarrierInit: iterations of the loops pipelined on it so far
 
 
 # ----- node.kwargs -----
@@ -164,6 +166,7 @@ class HopperArgs:
     consumers: int = by("warp_specialize")  # consumer threads
     regs: tuple[int, int] = by("warp_specialize")  # setmaxnreg of (producer, consumer)
     fence_maps: bool = by("warp_specialize")
+    loops: tuple[tuple[str, Expr, Expr], ...] = by("warp_specialize")  # producer: (region, start, stop) each
     cluster: bool = by("pipeline_loops")  # MBarrierInit: a 2-workgroup cluster (a cluster barrier after init)
     remote: bool = by("pipeline_loops")  # MBarrierArrive: also arrive on the cluster peer's empty mbarrier
     tiles: Expr = by("persistent_grid")

@@ -222,10 +222,12 @@ def _set_max_registers(count: int, action: str) -> None:
 
 
 def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
-    """The producer warpgroup: its first thread fences the tensor maps and loops over the fills."""
-    sub, consumers = fb.trace.subgraphs[Kwargs(node).subgraph], Kwargs(node).consumers
+    """The producer warpgroup: its first thread fences the tensor maps and runs the fills of each loop
+    (``kwargs["loops"]``: attention's key loops one after the other) in order."""
+    consumers = Kwargs(node).consumers
+    loops = node.kwargs.get("loops") or ((node.kwargs["subgraph"], node.kwargs["start"], node.kwargs["stop"]),)
     maps = _map_addresses(fb)
-    lo, hi = fb.index(node.kwargs["start"]), fb.index(node.kwargs["stop"])
+    bounds = [(fb.trace.subgraphs[name], fb.index(lo), fb.index(hi)) for name, lo, hi in loops]
     elected = scf.IfOp(_thread0(fb, consumers))
     with ir.InsertionPoint(elected.then_block):
         _fence_maps(maps)
@@ -233,10 +235,12 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
         if persistent:  # the consumers' tile sequence (codegen.hopper.persistent), the K loop per tile
             from .persistent import tile_loop
 
+            ((sub, lo, hi),) = bounds
             with tile_loop(fb, persistent.tiles, persistent.remap):
                 _producer_k_loop(fb, node, sub, lo, hi)
         else:
-            _producer_k_loop(fb, node, sub, lo, hi)
+            for sub, lo, hi in bounds:
+                _producer_k_loop(fb, node, sub, lo, hi)
         scf.yield_([])
 
 

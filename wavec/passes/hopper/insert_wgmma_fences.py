@@ -5,7 +5,8 @@ Requires: ``coarsen_loads``, ``pipeline_loops``, ``insert_barriers``.  Guarantee
 ``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier publishing generic
 shared writes; a GEMM-like body gets one fence / commit / wait per iteration (copies after the commit,
 ``pending=1`` with a group in flight, accumulators carried in wgmma form), any other body a fence before
-each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader.
+each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader
+(with empty mbarriers, the stage's release after the body's last wait).
 Full contract: docs/hopper.md, "Module contracts".
 """
 
@@ -108,6 +109,10 @@ def _general_body(g: fx.Graph) -> None:
                 settle(n)
     if first_commit is not None:
         _chain_after(first_commit, _copies(g))
+    arrive = next((n for n in g.nodes if n.meta.get("op") is MBarrierArrive), None)
+    if arrive is not None:  # empty mbarriers: the stage is released once the last wgmma reading it retired
+        last_wait = [n for n in g.nodes if n.meta.get("op") is WgmmaWait][-1]
+        last_wait.append(arrive)
 
 
 def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:

@@ -144,6 +144,21 @@ def wait_parity(iv, lo, base, stages: int):
     return sympy.Mod(sympy.floor((iv - lo + base) / stages), 2)
 
 
+def _chain_init(trace: Trace, ctx: PassContext, iterate: fx.Node, dim, lo, stop) -> tuple[fx.Node | None, sympy.Expr]:
+    """Warp specialization: every loop over ``dim`` shares the first one's mbarriers (no init, and so no
+    workgroup barrier, between them; the producer fills the loops one after the other).  Returns (that
+    ``MBarrierInit`` or None for the first loop, the iterations of the earlier loops): stages, parities and
+    refills count the running iteration over the loops."""
+    if not ctx.constraints.scheduling.warp_specialize:
+        return None, sympy.Integer(0)
+    init = next((n for n in trace.graph.nodes if n.meta.get("op") is MBarrierInit and n.kwargs["dim"] == dim), None)
+    if init is None:
+        return None, sympy.Integer(0)
+    earlier = init.meta["iterations"]
+    init.meta["iterations"] = earlier + sympy.Max(0, stop - lo)
+    return init, earlier
+
+
 def pipeline_tma(
     trace: Trace,
     ctx: PassContext,
@@ -180,13 +195,18 @@ def pipeline_tma(
         )
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
     warps *= CLUSTER_SIZE if clustered else 1  # both workgroups' consumers release a multicast stage
-    counts = {"count": stages, "empty_arrivals": warps, "dim": dim, **({"cluster": True} if clustered else {})}
-    init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
+    init, chained = _chain_init(trace, ctx, iterate, dim, lo, stop)
+    if init is None:
+        counts = {"count": stages, "empty_arrivals": warps, "dim": dim, **({"cluster": True} if clustered else {})}
+        init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
+        init.meta["iterations"] = sympy.Max(0, stop - lo)
     body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
     mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
     mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
-    base = k_base(ctx, lo, stop)
-    if base != 0:
+    base = k_base(ctx, lo, stop) + chained
+    if chained != 0:  # this loop's first stage: after the earlier loops' iterations
+        iterate.meta["stage_start"] = sympy.Mod(chained, stages)
+    elif base != 0:
         ctx.stage_start[dim] = sympy.Mod(base, stages)
     kw = _fill_kwargs(iv + distance, stages, lo, stop, war, base)
     kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i

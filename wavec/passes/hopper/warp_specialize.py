@@ -1,8 +1,9 @@
 """warp_specialize: split a TMA-pipelined wgmma loop between a producer warpgroup and the consumers.
 
-Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: exactly one root-graph loop that
-``pipeline_loops`` gave TMA with empty mbarriers, its ``mbarrier_arrive`` placed.  Guarantees: the loop's
-``TmaFill`` nodes move into a ``producer_<n>`` region run by an extra warpgroup after a
+Applies when ``SchedulingConstraint(warp_specialize=True)``.  Requires: the root-graph loops that
+``pipeline_loops`` gave TMA with one set of empty mbarriers (a GEMM's K loop, or attention's key loops, which
+count stages over the loops), their ``mbarrier_arrive`` placed.  Guarantees: each loop's ``TmaFill`` nodes
+move into a ``producer_<n>`` region (``kwargs["loops"]``, in order) run by an extra warpgroup after a
 ``WarpSpecialize`` node; later root nodes run in the consumers only; ``ctx.producer_threads = 128``;
 ``kwargs["regs"]`` from :func:`register_split`; no barrier after the split.  Full contract: docs/hopper.md.
 """
@@ -18,7 +19,7 @@ from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...indexing import induction_symbol
 from ..context import PassContext
-from ..schema import loop_dim, op_node
+from ..schema import loop_body, loop_dim, op_node
 from .pipeline_tma import _fill_kwargs, k_base
 
 WARPGROUP = 128
@@ -28,16 +29,17 @@ PRODUCER_REGS = 40  # the producer keeps a few addresses and a loop counter
 MAX_CONSUMER_REGS = 240
 
 
-def register_split(consumer_threads: int) -> tuple[int, int]:
+def register_split(consumer_threads: int, producer: int = PRODUCER_REGS) -> tuple[int, int]:
     """(producer, consumer) ``setmaxnreg`` counts.  ptxas gives a kernel with ``setmaxnreg`` the most
     registers per thread its block size allows (65536 / threads, a multiple of 8: 168 for 384 threads);
     that pool is what the CTA holds.  The producer gives back down to ``PRODUCER_REGS``; the consumers
     take what that frees, a multiple of 8, at most ``MAX_CONSUMER_REGS``: 2 consumer warpgroups
-    40 / 232 (128 x 40 + 256 x 232 = 64512), 1: 40 / 240, 4: 40 / 104."""
+    40 / 232 (128 x 40 + 256 x 232 = 64512), 1: 40 / 240, 4: 40 / 104; attention's producer (``producer``
+    24, FlashAttention-3's) leaves 2 consumer warpgroups 240."""
     total = consumer_threads + WARPGROUP
     launch = min(MAX_LAUNCH_REGS, REGISTER_FILE // total) // 8 * 8
-    consumer = (launch * total - WARPGROUP * PRODUCER_REGS) // consumer_threads // 8 * 8
-    return PRODUCER_REGS, min(MAX_CONSUMER_REGS, consumer)
+    consumer = (launch * total - WARPGROUP * producer) // consumer_threads // 8 * 8
+    return producer, min(MAX_CONSUMER_REGS, consumer)
 
 
 def _producer_region(
@@ -70,12 +72,12 @@ def _split_point(root: fx.Graph, init: fx.Node, captured: list) -> fx.Node:
     return max(before, key=order.__getitem__)
 
 
-def _check_no_barrier_after(trace: Trace, split: fx.Node, sub: fx.Graph) -> None:
+def _check_no_barrier_after(trace: Trace, split: fx.Node, subs: list[fx.Graph]) -> None:
     after, seen = [], False
     for n in trace.graph.nodes:
         after += [n] if seen else []
         seen |= n is split
-    for n in after + list(sub.nodes):
+    for n in after + [n for sub in subs for n in sub.nodes]:
         if n.meta.get("op") is Barrier:
             raise ConstraintError(
                 n.meta.get("loc"),
@@ -83,6 +85,14 @@ def _check_no_barrier_after(trace: Trace, split: fx.Node, sub: fx.Graph) -> None
                 f"workgroup barrier (%{n.name}) after the producer/consumer split would wait "
                 "for the producer warpgroup, which never reaches it",
             )
+
+
+def _loops(trace: Trace, init: fx.Node) -> list[fx.Node]:
+    """The loops pipelined on ``init`` (one for a GEMM; attention's full and masked loops share it), in order."""
+    dim = init.kwargs["dim"]
+    its = [n for n in trace.graph.nodes if n.meta.get("op") is Iterate and n.kwargs["dim"] == dim]
+    fills = {it: [n for n in loop_body(trace, it).nodes if n.meta.get("op") is TmaFill] for it in its}
+    return [it for it in its if any(f.meta.get("mbarriers") is init for f in fills[it])]
 
 
 def warp_specialize(trace: Trace, ctx: PassContext) -> None:
@@ -94,23 +104,35 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     if len(inits) != 1 or not inits[0].kwargs.get("empty_arrivals"):
         raise ConstraintError(
             trace.loc,
-            message="SchedulingConstraint(warp_specialize=True) needs exactly one "
-            f"TMA loop with empty mbarriers at the kernel's top level ({len(inits)} found)",
+            message="SchedulingConstraint(warp_specialize=True) needs the kernel's "
+            f"TMA loops on one set of empty mbarriers at its top level ({len(inits)} sets found)",
         )
     init = inits[0]
     dim = init.kwargs["dim"]
-    iterate = next(n for n in root.nodes if n.meta.get("op") is Iterate and n.kwargs["dim"] == dim)
-    sub = trace.subgraphs[iterate.kwargs["subgraph"]]
-    lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
-    (body_fill,) = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
-    name, captured = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages, k_base(ctx, lo, stop))
-    sub.erase_node(body_fill)
+    loops = _loops(trace, init)
+    if len(loops) > 1 and cs.scheduling.persistent:
+        raise ConstraintError(
+            trace.loc, message="SchedulingConstraint(warp_specialize=True, persistent=True) takes one TMA loop"
+        )
+    regions, captured = [], []
+    chained = sympy.Integer(0)  # the earlier loops' iterations: stages and parities run on over the loops
+    for iterate in loops:
+        sub = loop_body(trace, iterate)
+        lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
+        (body_fill,) = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
+        base = k_base(ctx, lo, stop) + chained
+        name, caps = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages, base)
+        sub.erase_node(body_fill)
+        regions.append((name, sympy.sympify(lo), stop))
+        captured += [c for c in caps if c not in captured]
+        chained += sympy.Max(0, stop - lo)
     for n in [n for n in root.nodes if n.meta.get("op") is TmaFill and n.meta.get("mbarriers") is init]:
         root.erase_node(n)
     init.kwargs = {**init.kwargs, "fence_maps": False}
-    kw = {"dim": dim, "subgraph": name, "start": sympy.sympify(lo), "stop": stop, "consumers": cs.threads}
-    split, loc = _split_point(root, init, captured), iterate.meta.get("loc")
-    kw["regs"] = register_split(cs.threads)
+    (name, lo, stop), loc = regions[0], loops[0].meta.get("loc")
+    kw = {"dim": dim, "subgraph": name, "start": lo, "stop": stop, "consumers": cs.threads, "loops": tuple(regions)}
+    kw["regs"] = register_split(cs.threads, cs.scheduling.producer_regs or PRODUCER_REGS)
+    split = _split_point(root, init, captured)
     ws = op_node(root, WarpSpecialize, tuple(captured), kw, "warp_specialize", loc, after=split, mbarriers=init)
-    _check_no_barrier_after(trace, ws, sub)
+    _check_no_barrier_after(trace, ws, [loop_body(trace, it) for it in loops])
     ctx.producer_threads = WARPGROUP
