@@ -71,8 +71,9 @@ def attention_constraints(
     (``passes/hopper/warp_specialize.py``; docs/attention.md, "Warp specialization")."""
     if mma not in ATTENTION_MMA:
         raise ValueError(f"mma must be one of {ATTENTION_MMA}, got {mma!r}")
-    if warp_specialize and mma != "wgmma":
-        raise OptionError(option="warp_specialize", message=f"a TMA producer warpgroup needs mma='wgmma', got {mma!r}")
+    if warp_specialize and (mma != "wgmma" or intra_wg_overlap):
+        why = f"mma='wgmma', got {mma!r}" if mma != "wgmma" else "the barrier-released loop of intra_wg_overlap"
+        raise OptionError(option="warp_specialize", message=f"a TMA producer warpgroup needs {why}")
     if mma == "mfma" and dtype != wc.f16:
         raise OptionError(option="mma", message=f"'mfma' (gfx942) takes f16 only, got {dtype.name}")
     threads, mma_type = mma_type_for(mma, dtype, TARGET[mma] if mma == "mfma" else None)

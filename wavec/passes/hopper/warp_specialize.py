@@ -19,6 +19,7 @@ from ...frontend.ops_hopper import MBarrierInit, TmaFill, WarpSpecialize
 from ...frontend.tracing import Trace, arg_node, capture_root
 from ...indexing import induction_symbol
 from ..context import PassContext
+from ..loop_shape import chains_only
 from ..schema import loop_body, loop_dim, op_node
 from .pipeline_tma import _fill_kwargs, k_base
 
@@ -63,6 +64,16 @@ def _producer_region(
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g
     return name, roots
+
+
+def _hoist_setup(root: fx.Graph, init: fx.Node) -> None:
+    """A general body (attention): the shared tiles and the ``MBarrierInit`` first, so that the split
+    precedes what the consumers compute before their loops (Q's fragment): those registers are then not
+    live across the producer's ``setmaxnreg.dec`` (ptxas spilled 80 bytes with Q loaded before it)."""
+    anchor = [n for n in root.nodes if n.op == "placeholder"][-1]
+    for n in [n for n in root.nodes if n.meta.get("op") is Allocate and not n.all_input_nodes] + [init]:
+        anchor.append(n)
+        anchor = n
 
 
 def _split_point(root: fx.Graph, init: fx.Node, captured: list) -> fx.Node:
@@ -114,6 +125,8 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
         raise ConstraintError(
             trace.loc, message="SchedulingConstraint(warp_specialize=True, persistent=True) takes one TMA loop"
         )
+    if not all(chains_only(loop_body(trace, it)) for it in loops):
+        _hoist_setup(root, init)
     regions, captured = [], []
     chained = sympy.Integer(0)  # the earlier loops' iterations: stages and parities run on over the loops
     for iterate in loops:
