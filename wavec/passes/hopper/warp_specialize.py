@@ -143,7 +143,8 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
         root.erase_node(n)
     init.kwargs = {**init.kwargs, "fence_maps": False}
     (name, lo, stop), loc = regions[0], loops[0].meta.get("loc")
-    kw = {"dim": dim, "subgraph": name, "start": lo, "stop": stop, "consumers": cs.threads, "loops": tuple(regions)}
+    kw = {"dim": dim, "subgraph": name, "start": lo, "stop": stop, "consumers": cs.threads}
+    kw.update({"loops": tuple(regions)} if len(regions) > 1 else {})  # (one loop: subgraph, start, stop)
     kw["regs"] = register_split(cs.threads, cs.scheduling.producer_regs or PRODUCER_REGS)
     split = _split_point(root, init, captured)
     ws = op_node(root, WarpSpecialize, tuple(captured), kw, "warp_specialize", loc, after=split, mbarriers=init)

@@ -1,0 +1,103 @@
+"""Binary tier for warp-specialized flash attention (``make_attention(..., warp_specialize=True)``, sm_90a):
+the PTX has the producer / consumer split (``setmaxnreg`` 24 / 240, 384 threads), the consumers' full-mbarrier
+waits and their releases after the wgmma waits, the producer's empty-mbarrier waits and TMA boxes for both key
+loops, one workgroup barrier (after the mbarrier init); ptxas assembles every offered tile with no spills and
+no wgmma serialization (C7514-style warnings say "serialized")."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+import wavec as wc
+import wavec.codegen.ptxas as ptxas_mod
+from wavec.codegen.ptxas import find_ptxas
+from wavec.kernels.attention import WS_CONFIG, WS_PRODUCER_REGS, attention_config, make_attention
+
+pytest.importorskip("iree.compiler")
+HAS_PTXAS = find_ptxas() is not None
+
+
+def _ptx(dtype, causal, config=WS_CONFIG, head_dim: int = 128, layout: str = "bhsd") -> str:
+    subs, groups = attention_config(head_dim, config=config, mma="wgmma", warp_specialize=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
+        k = wc.compile(
+            make_attention(dtype, layout, causal, groups, mma="wgmma", split_epilogue=True, warp_specialize=True),
+            subs,
+            target="sm_90a",
+            backend="cuda",
+            cache=False,
+        )
+    assert k.metadata.block == (groups * 128 + 128, 1, 1)
+    return k.artifact.binary.decode()
+
+
+def _instructions(ptx: str) -> list[str]:
+    return [ln.strip() for ln in ptx.splitlines() if re.match(r"\s+@?[a-z%]", ln)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_ws_ptx_protocol(causal: bool, layout: str) -> None:
+    ptx = _ptx(wc.f16, causal, layout=layout)
+    assert ".maxntid 384, 1, 1" in ptx
+    assert ptx.count(f"setmaxnreg.dec.sync.aligned.u32 \t{WS_PRODUCER_REGS};") == 1, "producer"
+    assert ptx.count("setmaxnreg.inc.sync.aligned.u32 \t240;") == 1, "consumers"
+    assert ptx.count("bar.sync") == 1  # after the mbarrier init: no barrier between or inside the loops
+    assert "cp.async.cg" not in ptx and "fence.proxy.async" not in ptx
+    inst = _instructions(ptx)
+    split = next(i for i, x in enumerate(inst) if x.startswith("setmaxnreg.dec"))
+    assert not any(x.startswith(("ld.global", "wgmma")) for x in inst[:split]), "Q is loaded after the split"
+    # the consumers: per loop a full wait before the Q Kᵀ wgmmas and one release after the P·V wait
+    releases = [i for i, x in enumerate(inst) if re.match(r"(@%p\d+ )?mbarrier\.arrive\.shared\.b64", x)]
+    assert len(releases) == 2, releases  # one per key loop (full tiles, masked edge)
+    for r in releases:
+        last = next(x for x in reversed(inst[:r]) if x.startswith("wgmma"))
+        assert last == "wgmma.wait_group.sync.aligned \t0;", last  # every wgmma reading the stage retired
+    assert ptx.count("wgmma.wait_group.sync.aligned \t0;") == 4  # S and P·V, in each loop
+    # the producer: both loops' fills (each K and V tile two 64-element boxes), waits for the releases
+    assert ptx.count("cp.async.bulk.tensor.4d.shared::cluster.global") >= 8
+    assert ptx.count("mbarrier.arrive.expect_tx") >= 2
+    assert ptx.count("mbarrier.try_wait.parity") >= 4  # 2 consumer full waits, >= 2 producer empty waits
+
+
+def _ptxas(ptx: str, tmp_path) -> str:
+    src = tmp_path / "k.ptx"
+    src.write_text(ptx)
+    proc = subprocess.run(
+        [find_ptxas(), "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+@pytest.mark.parametrize(
+    "dtype,causal,config,head_dim",
+    [
+        (wc.f16, False, (128, 128, 2), 128),
+        (wc.bf16, True, (128, 128, 2), 128),
+        (wc.f16, False, (128, 176, 2), 128),
+        (wc.bf16, True, (128, 112, 2), 128),
+        (wc.f16, True, (128, 128, 2), 64),
+    ],
+    ids=["d128-128x128-full", "d128-128x128-causal-bf16", "d128-128x176-full", "d128-128x112-causal-bf16", "d64"],
+)
+def test_ws_tiles_have_no_spills_and_no_serialization(dtype, causal, config, head_dim, tmp_path) -> None:
+    report = _ptxas(_ptx(dtype, causal, config, head_dim), tmp_path)
+    assert "serialized" not in report and "0 bytes spill stores" in report, report
+    assert "Used 168 registers" in report, report  # 65536 / 384 threads: the pool setmaxnreg redistributes
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+def test_the_check_sees_spills(tmp_path) -> None:
+    """The test above can fail: the same kernel with the consumers held to 128 registers spills."""
+    inc = "setmaxnreg.inc.sync.aligned.u32 \t{};"
+    ptx = _ptx(wc.f16, False).replace(inc.format(240), inc.format(128))
+    report = _ptxas(ptx, tmp_path)
+    assert "0 bytes spill stores" not in report, report
