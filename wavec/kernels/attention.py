@@ -358,8 +358,8 @@ def _kernel(
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
     spec = mask_spec(causal, window)
-    key = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, softcap, alibi, intra_wg_overlap)
-    key += (warp_specialize,)
+    flags = (softcap, alibi, intra_wg_overlap, warp_specialize)
+    key: tuple = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, *flags)
     kernel = _COMPILED.get(key)
     if kernel is None:
         options: dict[str, Any] = dict(async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma], window=window)

@@ -225,7 +225,8 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
     """The producer warpgroup: its first thread fences the tensor maps and runs the fills of each loop
     (``kwargs["loops"]``: attention's key loops one after the other) in order."""
     consumers = Kwargs(node).consumers
-    loops = node.kwargs.get("loops") or ((node.kwargs["subgraph"], node.kwargs["start"], node.kwargs["stop"]),)
+    kw = Kwargs(node)
+    loops = kw.loops if "loops" in node.kwargs else ((kw.subgraph, kw.start, kw.stop),)
     maps = _map_addresses(fb)
     bounds = [(fb.trace.subgraphs[name], fb.index(lo), fb.index(hi)) for name, lo, hi in loops]
     elected = scf.IfOp(_thread0(fb, consumers))
