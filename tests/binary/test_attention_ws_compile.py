@@ -1,6 +1,6 @@
 """Binary tier for warp-specialized flash attention (``make_attention(..., warp_specialize=True)``, sm_90a):
 the PTX has the producer / consumer split (``setmaxnreg`` 24 / 240, 384 threads), the consumers' full-mbarrier
-waits and their releases after the wgmma waits, the producer's empty-mbarrier waits and TMA boxes for both key
+waits (V's after the softmax) and their releases after the wgmma waits (K's after S's, V's after P·V's), the producer's empty-mbarrier waits and TMA boxes for both key
 loops, one workgroup barrier (after the mbarrier init); ptxas assembles every offered tile with no spills and
 no wgmma serialization (C7514-style warnings say "serialized")."""
 
@@ -36,7 +36,7 @@ def _ptx(dtype, causal, config=WS_CONFIG, head_dim: int = 128, layout: str = "bh
 
 
 def _instructions(ptx: str) -> list[str]:
-    return [ln.strip() for ln in ptx.splitlines() if re.match(r"\s+@?[a-z%]", ln)]
+    return [ln.strip() for ln in ptx.splitlines() if re.match(r"\s*@?[a-z%]", ln)]  # (wgmmas: unindented asm)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -51,17 +51,23 @@ def test_ws_ptx_protocol(causal: bool, layout: str) -> None:
     inst = _instructions(ptx)
     split = next(i for i, x in enumerate(inst) if x.startswith("setmaxnreg.dec"))
     assert not any(x.startswith(("ld.global", "wgmma")) for x in inst[:split]), "Q is loaded after the split"
-    # the consumers: per loop a full wait before the Q Kᵀ wgmmas and one release after the P·V wait
+    # the consumers, per loop: K's full wait before the Q Kᵀ wgmmas, its release after their wait; V's full
+    # wait after the softmax (ex2), before the P·V wgmmas, its release after their wait
     releases = [i for i, x in enumerate(inst) if re.match(r"(@%p\d+ )?mbarrier\.arrive\.shared\.b64", x)]
-    assert len(releases) == 2, releases  # one per key loop (full tiles, masked edge)
+    assert len(releases) == 4, releases  # K and V, in each key loop (full tiles, masked edge)
     for r in releases:
         last = next(x for x in reversed(inst[:r]) if x.startswith("wgmma"))
         assert last == "wgmma.wait_group.sync.aligned \t0;", last  # every wgmma reading the stage retired
+    for k_release, v_release in (releases[:2], releases[2:]):
+        between = inst[k_release:v_release]
+        ex2 = next(i for i, x in enumerate(between) if x.startswith("ex2.approx"))
+        pv = next(i for i, x in enumerate(between) if x.startswith("wgmma.mma_async"))
+        assert any(x.startswith("mbarrier.try_wait.parity") for x in between[ex2:pv]), "V waited after the softmax"
     assert ptx.count("wgmma.wait_group.sync.aligned \t0;") == 4  # S and P·V, in each loop
     # the producer: both loops' fills (each K and V tile two 64-element boxes), waits for the releases
     assert ptx.count("cp.async.bulk.tensor.4d.shared::cluster.global") >= 8
     assert ptx.count("mbarrier.arrive.expect_tx") >= 2
-    assert ptx.count("mbarrier.try_wait.parity") >= 4  # 2 consumer full waits, >= 2 producer empty waits
+    assert ptx.count("mbarrier.try_wait.parity") >= 8  # 4 consumer full waits, >= 4 producer empty waits
 
 
 def _ptxas(ptx: str, tmp_path) -> str:

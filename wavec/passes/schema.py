@@ -102,6 +102,7 @@ class Staging:
     wgmma_groups_in_flight: int = by("pipeline_loops")  # iterate: wgmma groups left running per iteration
     stage_start: Expr = by("pipeline_loops")  # iterate: its first stage (loops sharing one set of mbarriers)
     iterations: Expr = by("pipeline_loops")  # MBarrierInit: iterations of the loops pipelined on it so far
+    tiles: tuple[fx.Node, ...] = by("pipeline_loops")  # mbarrier wait / arrive: the stage group's shared tiles
 
 
 # ----- node.kwargs -----
@@ -162,6 +163,7 @@ class HopperArgs:
     refill_index: Expr = by("pipeline_loops")
     empty_parity: Expr = by("pipeline_loops")
     first: Expr = by("pipeline_loops", "persistent_grid")
+    bar_offset: int = by("pipeline_loops")  # a stage group's first mbarrier (K and V apart: S per group)
     retire: tuple[fx.Node, ...] = by("insert_wgmma_fences")  # accumulators a wgmma wait completes
     consumers: int = by("warp_specialize")  # consumer threads
     regs: tuple[int, int] = by("warp_specialize")  # setmaxnreg of (producer, consumer)

@@ -44,11 +44,12 @@ def register_split(consumer_threads: int, producer: int = PRODUCER_REGS) -> tupl
 
 
 def _producer_region(
-    trace: Trace, init: fx.Node, body_fill: fx.Node, lo, stop, stages: int, base=0
+    trace: Trace, init: fx.Node, body_fills: list[fx.Node], lo, stop, stages: int, base=0
 ) -> tuple[str, list]:
-    """A new subgraph with one TmaFill of iteration ``$ARG_<dim>``; returns (its name, captured root nodes)."""
+    """A new subgraph with the loop's TmaFills (one per stage group: K, then V) of iteration ``$ARG_<dim>``;
+    returns (its name, captured root nodes)."""
     g = fx.Graph()
-    args = [capture_root(arg_node(body_fill, i)) for i in range(len(body_fill.args))]
+    args = [capture_root(arg_node(f, i)) for f in body_fills for i in range(len(f.args))]
     roots = list(dict.fromkeys(args))
     caps = {}
     for r in roots:
@@ -56,10 +57,13 @@ def _producer_region(
         p.meta.update(role="capture", capture_of=r, type=r.meta.get("type"))
         caps[r] = p
     iv = induction_symbol(loop_dim(init))
-    kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' iterations (persistent)
+    kw = _fill_kwargs(iv, stages, lo, stop, "mbarrier", base)  # base: earlier tiles' or loops' iterations
     kw["stop"] = None  # the producer's loop runs exactly the loop's iterations
-    n = g.create_node("call_function", TmaFill, tuple(caps[a] for a in args), kw, name="tma_fill")
-    n.meta.update(body_fill.meta, iv_subs={})  # the body fill's maps and mbarriers, of the producer's iteration
+    for f in body_fills:
+        fill_args = tuple(caps[capture_root(arg_node(f, i))] for i in range(len(f.args)))
+        bar = {"bar_offset": f.kwargs["bar_offset"]} if "bar_offset" in f.kwargs else {}
+        n = g.create_node("call_function", TmaFill, fill_args, {**kw, **bar}, name="tma_fill")
+        n.meta.update(f.meta, iv_subs={})  # the body fill's maps and mbarriers, of the producer's iteration
     g.output(())
     name = f"producer_{sum(k.startswith('producer_') for k in trace.subgraphs)}"
     trace.subgraphs[name] = g
@@ -132,10 +136,11 @@ def warp_specialize(trace: Trace, ctx: PassContext) -> None:
     for iterate in loops:
         sub = loop_body(trace, iterate)
         lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
-        (body_fill,) = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
+        body_fills = [n for n in sub.nodes if n.meta.get("op") is TmaFill]
         base = k_base(ctx, lo, stop) + chained
-        name, caps = _producer_region(trace, init, body_fill, lo, stop, cs.num_stages, base)
-        sub.erase_node(body_fill)
+        name, caps = _producer_region(trace, init, body_fills, lo, stop, cs.num_stages, base)
+        for f in body_fills:
+            sub.erase_node(f)
         regions.append((name, sympy.sympify(lo), stop))
         captured += [c for c in caps if c not in captured]
         chained += sympy.Max(0, stop - lo)
