@@ -262,8 +262,8 @@ def _groups(sub: fx.Graph, body_pairs: list) -> list[list[int]]:
 
 def _pipeline_group(trace: Trace, loop: _Loop, group: list, offset: int, where: fx.Node, meta: dict) -> None:
     """The fill, the prologue fills, the full wait and (empty mbarriers) the release of one stage group whose
-    mbarriers start at ``offset``; ``meta["tiles"]`` on the wait and the release names the group's tiles
-    (``insert_wgmma_fences`` places them around the wgmmas that read them)."""
+    mbarriers start at ``offset``; with empty mbarriers ``meta["tiles"]`` on the wait and the release names
+    the group's tiles (``insert_wgmma_fences`` places them around the wgmmas that read them)."""
     it, stages, war, lo, stop, base = loop.iterate, loop.stages, loop.war, loop.lo, loop.stop, loop.base
     dim, sub = loop_dim(it), loop_body(trace, it)
     iv, stage = induction_symbol(dim), stage_symbol(dim)
@@ -272,7 +272,7 @@ def _pipeline_group(trace: Trace, loop: _Loop, group: list, offset: int, where: 
     kw["stage"] = sympy.Mod(stage + loop.distance, stages)  # the carried stage, not a remainder of i
     _fill(sub, group, kw, "tma_fill", where, iv_subs={iv: iv + loop.distance}, **meta)
     first = next(n for n in sub.nodes if n.op != "placeholder")
-    tiles = {"tiles": tuple(a for _g, a in group)}
+    tiles = {"tiles": tuple(a for _g, a in group)} if war == "mbarrier" else {}  # (barrier: the wait stays first)
     wait = {"stage": stage, "parity": wait_parity(iv, lo, base, stages), "war": war, **bar}
     _node(sub, MBarrierWait, (), wait, "mbarrier_wait", first, mbarriers=loop.init, **tiles)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
