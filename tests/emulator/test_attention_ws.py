@@ -152,3 +152,67 @@ def test_ws_attention_on_sm80_is_refused() -> None:
         )
     with pytest.raises(OptionError, match="warp_specialize"):
         make_attention(wc.f16, "bhsd", False, 4, mma="mma_sync", warp_specialize=True)
+
+
+# ----- ping-pong of the two consumer warpgroups (make_attention(..., pingpong=True)) -----------------------
+
+PINGPONG_CASES = [  # layout, dtype, causal, window, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N)
+    ("bhsd", wc.f16, False, (-1, -1), (1, 2, 1, 130, 300, 64), (128, 64)),  # ragged: the edge loop too
+    ("bshd", wc.bf16, True, (-1, -1), (1, 4, 2, 200, 200, 64), (128, 64)),  # causal, GQA
+    ("bhsd", wc.f16, "bottom_right", (60, -1), (1, 2, 2, 130, 260, 64), (128, 32)),  # window: three loops
+    ("bhsd", wc.bf16, False, (-1, -1), (1, 1, 1, 128, 64, 128), (128, 128)),  # d128, fewer keys than a tile
+]
+
+
+@pytest.mark.parametrize(
+    "layout,dtype,causal,window,shape,tile",
+    PINGPONG_CASES,
+    ids=[f"{c[0]}-{c[1].name}-{c[2]}-w{c[3][0]}-{'x'.join(map(str, c[4]))}" for c in PINGPONG_CASES],
+)
+def test_pingpong_matches_sdpa_and_the_ws_kernel(layout, dtype, causal, window, shape, tile) -> None:
+    """The named barriers order issue only: the same bits as the warp-specialized kernel without them."""
+    b, h, kvh, sq, skv, d = shape
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype)
+    cfg = (*tile, 2)
+    kernel = _compile(dtype, layout, causal, d, cfg, window=window, pingpong=True)
+    mlir = kernel.artifact.mlir
+    loops = 3 if window != (-1, -1) else 2
+    # per loop a sync before and an arrive after each of its 2 chains; the first arrive, the last sync
+    assert mlir.count("nvvm.barrier.arrive id") == mlir.count("nvvm.barrier id") == 2 * loops + 1
+    ok = visible(sq, skv, {True: "top_left", False: None}.get(causal, causal), *window)
+    check_attention(kernel, layout, dtype, q, k, v, reference(q, k, v, ok))
+    plain = _compile(dtype, layout, causal, d, cfg, window=window)
+    assert torch.equal(_run(kernel, layout, q, k, v), _run(plain, layout, q, k, v))
+
+
+def test_pingpong_without_the_last_sync_is_caught(monkeypatch) -> None:
+    """Warpgroup 1's last arrival on warpgroup 0's barrier is never taken: the emulator's end-of-workgroup
+    check names the barrier left half arrived."""
+    from wavec.passes.hopper import pingpong_warpgroups as pp
+
+    real = pp._barrier
+    monkeypatch.setattr(pp, "_barrier", lambda g, action, turn, loc, only=None, **w: None if only == 0 else real(
+        g, action, turn, loc, only, **w
+    ))  # fmt: skip
+    q, k, v = _inputs(1, 1, 1, 100, 100, 64, wc.f16)
+    kernel = _compile(wc.f16, "bhsd", False, 64, (128, 64, 2), pingpong=True)
+    with pytest.raises(EmulatorError, match="named barrier"):
+        check_attention(kernel, "bhsd", wc.f16, q, k, v, _reference(q, k, v, False))
+
+
+def test_pingpong_refusals() -> None:
+    with pytest.raises(OptionError, match="pingpong"):
+        make_attention(wc.f16, "bhsd", False, 2, mma="wgmma", pingpong=True)  # no producer
+    with pytest.raises(OptionError, match="pingpong"):
+        make_attention(wc.f16, "bhsd", False, 1, mma="wgmma", warp_specialize=True, pingpong=True)  # 1 consumer
+    with pytest.raises(OptionError, match="warp_specialize"):
+        attention(*_inputs(1, 1, 1, 8, 8, 64, wc.f16), mma="wgmma", warp_specialize="yes")
+
+
+def test_pingpong_needs_an_attention_body() -> None:
+    """A GEMM's chains are not read by a softmax: nothing to overlap, refused by the pass."""
+    from test_warp_specialize_emulated import _kernel as ws_gemm
+    from test_warp_specialize_emulated import _subs
+
+    with pytest.raises(ConstraintError, match="pingpong"):
+        ws_gemm(wc.f16, _subs(128, 64, 64, 3), (2, 1), pingpong=True)

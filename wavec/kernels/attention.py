@@ -58,6 +58,7 @@ def attention_constraints(
     split_epilogue: bool = False,
     intra_wg_overlap: bool = False,
     warp_specialize: bool = False,
+    pingpong: bool = False,
 ) -> list:
     """``waves`` warps (``mma="mma_sync"``, sm_80+) or warpgroups (``"wgmma"``, sm_90a; rows a multiple of
     64) of BLOCK_M / waves query rows each; for wgmma Q and P are register-A operands, K a K-major and V an
@@ -68,12 +69,17 @@ def attention_constraints(
     ``intra_wg_overlap`` (wgmma, TMA, 3+ stages): the next key tile's scores are computed while this tile's
     softmax runs (``passes/hopper/intra_warpgroup_overlap.py``).  ``warp_specialize`` (wgmma, TMA): a producer
     warpgroup issues every K/V fill, the ``waves`` consumer warpgroups release stages through empty mbarriers
-    (``passes/hopper/warp_specialize.py``; docs/attention.md, "Warp specialization")."""
+    (``passes/hopper/warp_specialize.py``; docs/attention.md, "Warp specialization"); ``pingpong`` (with it, 2
+    warpgroups): they issue their wgmmas in turn (``passes/hopper/pingpong_warpgroups.py``)."""
     if mma not in ATTENTION_MMA:
         raise ValueError(f"mma must be one of {ATTENTION_MMA}, got {mma!r}")
     if warp_specialize and (mma != "wgmma" or intra_wg_overlap):
         why = f"mma='wgmma', got {mma!r}" if mma != "wgmma" else "the barrier-released loop of intra_wg_overlap"
         raise OptionError(option="warp_specialize", message=f"a TMA producer warpgroup needs {why}")
+    if pingpong and not (warp_specialize and waves == 2):
+        raise OptionError(
+            option="pingpong", message=f"needs warp_specialize=True and 2 warpgroups (got {warp_specialize}, {waves})"
+        )
     if mma == "mfma" and dtype != wc.f16:
         raise OptionError(option="mma", message=f"'mfma' (gfx942) takes f16 only, got {dtype.name}")
     threads, mma_type = mma_type_for(mma, dtype, TARGET[mma] if mma == "mfma" else None)
@@ -96,6 +102,7 @@ def attention_constraints(
             intra_wg_overlap=intra_wg_overlap,
             warp_specialize=warp_specialize,
             producer_regs=WS_PRODUCER_REGS if warp_specialize else None,
+            pingpong=pingpong,
         ),
     ]
 
@@ -200,6 +207,7 @@ def make_attention(
     alibi: str | None = None,
     intra_wg_overlap: bool = False,
     warp_specialize: bool = False,
+    pingpong: bool = False,
 ) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
     window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
@@ -210,7 +218,7 @@ def make_attention(
     ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D.  ``alibi``: "h" or "bh" adds
     an argument ``slopes`` ([H] or [B, H] f32) after v and the bias ``-slope * |i + N - M - j|`` to the scaled
     scores (flash-attn's ``alibi_slopes``: the bottom-right diagonal whatever the mask).  ``warp_specialize``:
-    ``attention_constraints``'."""
+    ``pingpong``: ``attention_constraints``'."""
     spec = mask_spec(causal, window)
     if alibi not in ALIBI:
         raise OptionError(option="alibi", message=f"expected one of {ALIBI}, got {alibi!r}")
@@ -221,7 +229,7 @@ def make_attention(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
     dv = DV if v_dim else D
-    flags = (split_epilogue, intra_wg_overlap, warp_specialize)
+    flags = (split_epilogue, intra_wg_overlap, warp_specialize, pingpong)
     constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, *flags)
     every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
     return _entry(every, (q1, q2, k1, k2, dv), dtype, alibi, _Body(dtype, spec, softcap, alibi is not None, dv))
@@ -354,7 +362,7 @@ def _kernel(
     softcap: float = 0.0,
     alibi: str | None = None,
     intra_wg_overlap: bool = False,
-    warp_specialize: bool = False,
+    warp_specialize: bool | str = False,
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
     spec = mask_spec(causal, window)
@@ -364,7 +372,7 @@ def _kernel(
     if kernel is None:
         options: dict[str, Any] = dict(async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma], window=window)
         options.update(softcap=softcap, v_dim=DV in subs, alibi=alibi, intra_wg_overlap=intra_wg_overlap)
-        options.update(warp_specialize=warp_specialize)
+        options.update(warp_specialize=bool(warp_specialize), pingpong=warp_specialize == "pingpong")
         definition = make_attention(dtype, layout, causal, waves, mma, **options)
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
@@ -418,7 +426,7 @@ def attention(
     async_copy: str = "auto",
     alibi_slopes=None,
     intra_wg_overlap: bool = False,
-    warp_specialize: bool = False,
+    warp_specialize: bool | str = False,
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
@@ -444,7 +452,8 @@ def attention(
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
     ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma, TMA; off until measured):
     the next key tile's Q Kᵀ runs during this tile's softmax (docs/attention.md).  ``warp_specialize`` (wgmma,
-    TMA; off until measured): a producer warpgroup issues the K/V fills (default tile ``WS_CONFIG``).
+    TMA; off until measured): a producer warpgroup issues the K/V fills (default tile ``WS_CONFIG``);
+    ``"pingpong"``: that, and the two consumer warpgroups issue their wgmmas in turn.
     Returns a new tensor."""
     opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap, warp_specialize)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
@@ -473,6 +482,9 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
     if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    if not any(ws is x for x in (False, True)) and ws != "pingpong":
+        why = f"expected False, True or 'pingpong', got {ws!r}"
+        raise OptionError(option="attention: warp_specialize", message=why)
     for name, flag in (("intra_wg_overlap", overlap), ("warp_specialize", ws)):
         if flag and mma != "wgmma":
             raise OptionError(option=f"attention: {name}", message=f"needs mma='wgmma', got {mma!r}")

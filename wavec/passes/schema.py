@@ -168,6 +168,10 @@ class HopperArgs:
     consumers: int = by("warp_specialize")  # consumer threads
     regs: tuple[int, int] = by("warp_specialize")  # setmaxnreg of (producer, consumer)
     fence_maps: bool = by("warp_specialize")
+    action: Literal["sync", "arrive"] = by("pingpong_warpgroups")  # named_barrier: bar.sync or bar.arrive
+    turn: Literal["mine", "other"] = by("pingpong_warpgroups")  # named_barrier: whose barrier
+    threads: int = by("pingpong_warpgroups")  # named_barrier: threads per phase
+    only: int = by("pingpong_warpgroups")  # named_barrier: the one consumer warpgroup that executes it
     loops: tuple[tuple[str, Expr, Expr], ...] = by("warp_specialize")  # producer: (region, start, stop) each
     cluster: bool = by("pipeline_loops")  # MBarrierInit: a 2-workgroup cluster (a cluster barrier after init)
     remote: bool = by("pipeline_loops")  # MBarrierArrive: also arrive on the cluster peer's empty mbarrier
