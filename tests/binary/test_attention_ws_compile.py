@@ -1,8 +1,9 @@
 """Binary tier for warp-specialized flash attention (``make_attention(..., warp_specialize=True)``, sm_90a):
 the PTX has the producer / consumer split (``setmaxnreg`` 24 / 240, 384 threads), the consumers' full-mbarrier
-waits (V's after the softmax) and their releases after the wgmma waits (K's after S's, V's after P·V's), the producer's empty-mbarrier waits and TMA boxes for both key
-loops, one workgroup barrier (after the mbarrier init); ptxas assembles every offered tile with no spills and
-no wgmma serialization (C7514-style warnings say "serialized")."""
+waits (V's after the softmax) and their releases after the wgmma waits (K's after S's, V's after P·V's), the
+producer's empty-mbarrier waits and TMA boxes for both key loops, one workgroup barrier (after the mbarrier
+init); ptxas assembles every offered tile with no spills and no wgmma serialization (C7514-style warnings say
+"serialized").  With ``pingpong=True`` the named barriers sit around each wgmma chain."""
 
 from __future__ import annotations
 
@@ -20,12 +21,14 @@ pytest.importorskip("iree.compiler")
 HAS_PTXAS = find_ptxas() is not None
 
 
-def _ptx(dtype, causal, config=WS_CONFIG, head_dim: int = 128, layout: str = "bhsd") -> str:
+def _ptx(dtype, causal, config=WS_CONFIG, head_dim: int = 128, layout: str = "bhsd", pingpong=False) -> str:
     subs, groups = attention_config(head_dim, config=config, mma="wgmma", warp_specialize=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ptxas_mod, "find_ptxas", lambda: None)
         k = wc.compile(
-            make_attention(dtype, layout, causal, groups, mma="wgmma", split_epilogue=True, warp_specialize=True),
+            make_attention(
+                dtype, layout, causal, groups, mma="wgmma", split_epilogue=True, warp_specialize=True, pingpong=pingpong
+            ),
             subs,
             target="sm_90a",
             backend="cuda",
@@ -107,3 +110,38 @@ def test_the_check_sees_spills(tmp_path) -> None:
     ptx = _ptx(wc.f16, False).replace(inc.format(240), inc.format(128))
     report = _ptxas(ptx, tmp_path)
     assert "0 bytes spill stores" not in report, report
+
+
+def _events(ptx: str) -> list[str]:
+    keys = ("mbarrier.try_wait", "mbarrier.arrive.shared", "wgmma.fence", "wgmma.commit", "wgmma.wait", "ex2.approx")
+    keys += ("bar.sync", "bar.arrive", "st.global")
+    out = []
+    for x in _instructions(ptx):
+        key = next((k for k in keys if re.match(r"(@%p\d+ )?" + re.escape(k), x)), None)
+        if key and (not out or out[-1] != key):
+            out.append(key)
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_pingpong_ptx(causal: bool) -> None:
+    """Each consumer's chains (fence .. commit) are taken in turn: ``bar.sync`` on its own barrier before the
+    fence (after the stage's full wait), ``bar.arrive`` on the other's right after the commit, before the
+    wgmma wait; one ``bar.arrive`` before the loops (warpgroup 1 lets 0 start), one ``bar.sync`` after them."""
+    ptx = _ptx(wc.f16, causal, pingpong=True)
+    named = [x for x in _instructions(ptx) if re.match(r"(@%p\d+ )?bar\.(sync|arrive)\s+%r\d+, 256;", x)]
+    assert len(named) == 10, named  # 2 loops x 2 chains x (sync + arrive) + the first arrive + the last sync
+    ev = _events(ptx)
+    fences = [i for i, e in enumerate(ev) if e == "wgmma.fence"]
+    assert len(fences) == 4
+    for f in fences:
+        assert ev[f - 2 : f] == ["mbarrier.try_wait", "bar.sync"], ev[f - 2 : f + 4]
+        assert ev[f + 1 : f + 4] == ["wgmma.commit", "bar.arrive", "wgmma.wait"], ev[f - 2 : f + 4]
+    assert ev.index("bar.arrive") < ev.index("wgmma.fence") and "bar.sync" in ev[fences[-1] + 4 : ev.index("st.global")]
+
+
+@pytest.mark.skipif(not HAS_PTXAS, reason="no ptxas available (WAVEC_PTXAS, CUDA_HOME, PATH or the nvcc wheel)")
+@pytest.mark.parametrize("causal", [False, True])
+def test_pingpong_has_no_spills_and_no_serialization(causal: bool, tmp_path) -> None:
+    report = _ptxas(_ptx(wc.bf16, causal, pingpong=True), tmp_path)
+    assert "serialized" not in report and "0 bytes spill stores" in report, report

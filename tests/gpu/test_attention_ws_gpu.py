@@ -24,10 +24,11 @@ def _hopper() -> None:
         pytest.skip("warp-specialized wgmma attention needs an sm_90 GPU (H100/H200)")
 
 
-def _run(q, k, v, causal, layout, config=None, async_copy="auto", warp_specialize=False):
+def _run(q, k, v, causal, layout, config=None, async_copy="auto", warp_specialize: bool | str = False):
     """The kernel ``attention()`` would pick, launched on a NaN-filled output (every element must be written)."""
     s_ax = 2 if layout == "bhsd" else 1
-    subs, groups = attention_config(q.shape[-1], q.shape[s_ax], config, "wgmma", causal, None, False, warp_specialize)
+    ws = bool(warp_specialize)
+    subs, groups = attention_config(q.shape[-1], q.shape[s_ax], config, "wgmma", causal, None, False, ws)
     dtype = wc.f16 if q.dtype == torch.float16 else wc.bf16
     kernel = at._kernel(dtype, layout, causal, subs, groups, None, "wgmma", async_copy, warp_specialize=warp_specialize)
     out = torch.full_like(q, float("nan"))
@@ -82,6 +83,25 @@ def test_ws_small_case_for_racecheck() -> None:
     q, k, v = _inputs(2, 4, 2, 300, 700, 128, "f16", "bhsd")
     ws = _run(q, k, v, "top_left", "bhsd", warp_specialize=True)
     full = _run(q, k, v, False, "bhsd", warp_specialize=True)
+    pp = _run(q, k, v, "top_left", "bhsd", warp_specialize="pingpong")
     torch.cuda.synchronize()
+    assert torch.equal(pp, ws)
     torch.testing.assert_close(ws.float(), _reference(q, k, v, "top_left", "bhsd"), rtol=TOL["f16"], atol=TOL["f16"])
     torch.testing.assert_close(full.float(), _reference(q, k, v, False, "bhsd"), rtol=TOL["f16"], atol=TOL["f16"])
+
+
+@pytest.mark.parametrize("dtype,layout", [("f16", "bhsd"), ("bf16", "bshd")])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("b,h,kvh,sq,skv", SHAPES[:3], ids=lambda x: str(x))
+def test_pingpong_equals_the_ws_kernel(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
+    """The named barriers order issue only: the same bits as without them."""
+    _hopper()
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    causal = "top_left" if causal and sq != skv else causal
+    pp = _run(q, k, v, causal, layout, warp_specialize="pingpong")
+    ws = _run(q, k, v, causal, layout, warp_specialize=True)
+    torch.cuda.synchronize()
+    assert not pp.isnan().any() and torch.equal(pp, ws)
+    torch.testing.assert_close(pp.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
+    assert torch.equal(attention(q, k, v, causal=causal, layout=layout, mma="wgmma", warp_specialize="pingpong"), pp)
