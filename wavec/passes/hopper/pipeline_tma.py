@@ -5,7 +5,9 @@ Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel ar
 128-byte-swizzled tiles of whole rows, rows of 16-byte multiples.  Guarantees: one ``TmaFill`` per
 iteration ``i + D`` behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier
 for parity ``(i // S) % 2``; stages released by a barrier or by ``MBarrierArrive``; one
-``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`.  Full contract:
+``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`; a general body with
+empty mbarriers gets one fill, wait and release per stage group (:func:`_groups`: attention's K and V); with
+warp specialization later loops share the first one's mbarriers (:func:`_chain_init`).  Full contract:
 docs/hopper.md, "Module contracts".
 """
 
