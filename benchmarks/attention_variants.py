@@ -14,11 +14,14 @@ C), joined by ``-``.  TFLOP/s count the visible scores only (4·D flops each), s
 masked tiles keeps its rate.  Baselines: SDPA flash and Triton where they express the mode (full, top-left
 causal), else SDPA with the boolean mask (``mask``; no soft-cap: "-").
 
-A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:s<N>][:heavy][:tma|:cp][:e][:ov]`` (no tile: the
+A variant is ``mma[:BLOCK_MxBLOCK_Nxwaves[xstages]][:s<N>][:heavy][:tma|:cp|:mb][:e][:ov][:ws|:pp]`` (no tile: the
 heuristic's; s<N>: N stages on the heuristic's tile; heavy: causal query tiles launched last first; tma: K and V
 staged by TMA, ``async_copy="tma"``, wgmma only; cp: per-thread ``cp.async`` copies; neither: "auto", which is
-TMA for wgmma on sm_90a; e: O stored after one bounds test per thread, ``split_epilogue``; ov: intra-warpgroup
-overlap, ``intra_wg_overlap=True``, 3 stages unless the tile names them).  Baselines where they express the
+TMA for wgmma on sm_90a; mb: TMA with stages released by empty mbarriers, ``async_copy="tma-mbarrier"``; e: O
+stored after one bounds test per thread, ``split_epilogue``; ov: intra-warpgroup overlap,
+``intra_wg_overlap=True``, 3 stages unless the tile names them; ws: a TMA producer warpgroup,
+``warp_specialize=True``, tile ``WS_CONFIG`` (128x128x2) unless named; pp: that and the consumers' ping-pong,
+``pingpong=True``).  Baselines where they express the
 mode: SDPA's FLASH_ATTENTION and CUDNN_ATTENTION backends and Triton, timed in the same run
 (``--baselines cudnn,flash`` skips Triton's autotuning).
 Prints one TFLOP/s row per shape and mode as it goes, then a compact table (each variant over cuDNN, and
@@ -35,20 +38,22 @@ import os
 import re
 import sys
 
-FLAGS = ("heavy", "tma", "cp", "e", "ov")
+FLAGS = ("heavy", "tma", "cp", "mb", "e", "ov", "ws", "pp")
 
 
 def parse_variant(text: str) -> tuple:
-    """(mma, config or None, heavy, async_copy, split_epilogue, overlap, stages or None) of
-    ``mma[:tile][:s<N>][:heavy][:tma|:cp][:e][:ov]``."""
+    """(mma, config or None, heavy, async_copy, split_epilogue, overlap, stages or None, warp_specialize) of
+    ``mma[:tile][:s<N>][:heavy][:tma|:cp|:mb][:e][:ov][:ws|:pp]`` (warp_specialize: False, True or "pingpong")."""
     parts = text.split(":")
     mma, cfg, heavy = parts[0], None, "heavy" in parts[1:]
-    copy = "tma" if "tma" in parts[1:] else "cp.async" if "cp" in parts[1:] else "auto"
+    copies = {"tma": "tma", "cp": "cp.async", "mb": "tma-mbarrier"}
+    copy = next((c for p, c in copies.items() if p in parts[1:]), "auto")
     stages = next((int(p[1:]) for p in parts[1:] if re.fullmatch(r"s\d+", p)), None)
     tiles = [p for p in parts[1:] if p not in FLAGS and not re.fullmatch(r"s\d+", p)]
     if tiles:
         cfg = tuple(int(x) for x in tiles[0].split("x"))
-    return mma, cfg, heavy, copy, "e" in parts[1:], "ov" in parts[1:], stages
+    ws = "pingpong" if "pp" in parts[1:] else "ws" in parts[1:]
+    return mma, cfg, heavy, copy, "e" in parts[1:], "ov" in parts[1:], stages, ws
 
 
 def parse_mode(text: str) -> dict:
@@ -72,10 +77,10 @@ def _kernel(variant: str, mode: str, d: int, seq_q: int):
     import wavec as wc
     from wavec.kernels.attention import NUM_STAGES, TARGET, attention_config, make_attention
 
-    mma, cfg, heavy, copy, split, overlap, stages = parse_variant(variant)
+    mma, cfg, heavy, copy, split, overlap, stages, ws = parse_variant(variant)
     kw = parse_mode(mode)
     causal = kw["causal"]
-    subs, waves = attention_config(d, seq_q, cfg, mma, causal, intra_wg_overlap=overlap)
+    subs, waves = attention_config(d, seq_q, cfg, mma, causal, intra_wg_overlap=overlap, warp_specialize=bool(ws))
     if stages is not None:
         subs[NUM_STAGES] = stages
     return wc.compile(
@@ -91,6 +96,8 @@ def _kernel(variant: str, mode: str, d: int, seq_q: int):
             window=kw["window"],
             softcap=kw["softcap"],
             intra_wg_overlap=overlap,
+            warp_specialize=bool(ws),
+            pingpong=ws == "pingpong",
         ),
         subs,
         target=TARGET[mma],

@@ -13,7 +13,6 @@ import pytest
 from test_attention import _inputs, _reference, check_attention, compile_wgmma
 
 import wavec as wc
-from wavec.errors import ConstraintError
 
 CASES = [  # layout, dtype, causal, (B, H, KVH, Sq, Skv, D), (BLOCK_M, BLOCK_N, warpgroups)
     ("bhsd", wc.f16, False, (1, 2, 2, 40, 72, 64), (64, 32, 1)),
@@ -45,10 +44,3 @@ def test_tma_attention_matches_sdpa(layout, dtype, causal, shape, cfg) -> None:
     assert [s.arg for s in specs] == [1, 2] and all(len(s.box) == 4 for s in specs)
     assert specs[0].box == ((64, cfg[1], 1, 1) if layout == "bhsd" else (64, 1, cfg[1], 1))
     check_attention(kernel, layout, dtype, q, k, v, ref)
-
-
-def test_tma_attention_needs_the_barrier_release() -> None:
-    """The body reads S with ordinary ops: only the barrier release applies ("auto" takes it on sm_90a:
-    tests/emulator/test_attention.py::test_wgmma_default_tiles_and_copies)."""
-    with pytest.raises(ConstraintError, match="tma-barrier"):
-        _compile(wc.f16, "bhsd", False, 64, (64, 32, 1), async_copy="tma-mbarrier")

@@ -274,6 +274,8 @@ def emit_kernel(trace: Trace, ctx: PassContext, target: Target) -> tuple[str, Ke
         from .hopper import tma  # noqa: F401 - registers the TMA and mbarrier lowerings
     if ctx.persistent:
         from .hopper import persistent  # noqa: F401 - registers the tile loop
+    if cs.scheduling.pingpong:
+        from .hopper import pingpong  # noqa: F401 - registers the named barriers
     if cs.threads_per_wave != target.threads_per_wave:
         raise CodegenError(
             message=f"{target.name} runs waves of {target.threads_per_wave} threads but the kernel's "

@@ -483,7 +483,7 @@ def lower_iterate(fb: FunctionBuilder, node: fx.Node) -> None:
     inits = [fb.values[n] for n in arg_nodes(node, 0)]
     stages = fb.ctx.loop_stages.get(dim)
     if stages:  # the pipeline stage rides along as the last iter_arg
-        inits.append(fb.index(fb.ctx.stage_start.get(dim, 0)))
+        inits.append(fb.index(node.meta.get("stage_start", fb.ctx.stage_start.get(dim, 0))))
     first, stop = fb.cs.loop_bounds(dim, node.kwargs.get("start"), node.kwargs.get("end"))
     loop = scf.ForOp(fb.index(first), fb.index(stop), fb.index(1), inits)
     iv = induction_symbol(dim)

@@ -131,3 +131,44 @@ def _subgroup_reduce(c: Compiler, op: ir.Operation) -> Instr:
         st.env[o] = x
 
     return run
+
+
+@register("nvvm.barrier", "nvvm.barrier.arrive")
+def _named_barrier(c: Compiler, op: ir.Operation) -> Instr:
+    """``bar.sync id, n`` / ``bar.arrive id, n`` (the consumer warpgroups' ping-pong).  Lanes run in lockstep
+    here, so a sync cannot wait for the other warpgroup's arrival; what is checked is what makes the real
+    protocol complete: whole warps with one id each, and every barrier's arrivals a multiple of its
+    thread count when the workgroup ends (each phase complete: no warpgroup left waiting)."""
+    ins, loc = c.ins(op), c.loc(op)
+    if len(ins) != 2:  # (barrier id, thread count): wavec always gives both
+        raise EmulatorError(message=f"{loc}: {op.name} needs a barrier id and a thread count")
+
+    def run(st: State) -> None:
+        act = st.active()
+        ids = np.broadcast_to(np.asarray(st.env[ins[0]]).reshape(-1), act.shape)
+        count = int(np.asarray(st.env[ins[1]]).reshape(-1)[0])
+        warps = act.reshape(-1, st.wave_size)
+        if np.any(warps.any(axis=1) != warps.all(axis=1)):
+            raise EmulatorError(message=f"{loc}: {op.name} executed by part of a warp (it is .aligned)")
+        counts = st.__dict__.setdefault("named_barriers", {})
+        if not counts:
+            st.__dict__.setdefault("on_exit", []).append(_check_named_barriers)
+        for bar in np.unique(ids[act]):
+            per_warp = ids.reshape(-1, st.wave_size)[warps.all(axis=1)]
+            if np.any((per_warp == bar).any(axis=1) != (per_warp == bar).all(axis=1)):
+                raise EmulatorError(message=f"{loc}: the lanes of one warp name different barriers")
+            old = counts.get(int(bar), (count, 0))
+            if old[0] != count:
+                raise EmulatorError(message=f"{loc}: barrier {bar} used with {count} and {old[0]} threads")
+            counts[int(bar)] = (count, old[1] + int((ids[act] == bar).sum()))
+
+    return run
+
+
+def _check_named_barriers(st: State) -> None:
+    for bar, (count, arrivals) in st.__dict__.pop("named_barriers", {}).items():
+        if arrivals % count:
+            raise EmulatorError(
+                message=f"named barrier {bar}: the workgroup ends with {arrivals % count} of {count} threads "
+                "arrived in its last phase (a warpgroup would wait forever)"
+            )

@@ -119,6 +119,9 @@ ASYNC_COPIES = ("auto", "tma", "tma-mbarrier", "tma-barrier", "cp.async")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))  # 2-CTA clusters: one operand multicast, the other per CTA
 
 
+_BOOL_FLAGS = ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments", "intra_wg_overlap", "pingpong")
+
+
 @dataclass(frozen=True)
 class SchedulingConstraint:
     """How the kernel's loops and workgroups are scheduled (values may be symbols bound by ``subs``).
@@ -160,8 +163,11 @@ class SchedulingConstraint:
     clusters of (along workgroup axis 0, along axis 1) workgroups, (1, 1) (off), (2, 1) or (1, 2): the two
     workgroups of a cluster share one operand's tile (B's along axis 0, A's along axis 1), each loads half of
     it by TMA multicast into both (``passes/hopper/cluster_launch.py``; sm_90a, TMA with empty mbarriers, no
-    persistent grid, the CUDA backend, else a ``ConstraintError`` saying why).  A kernel without a
-    SchedulingConstraint gets these defaults."""
+    persistent grid, the CUDA backend, else a ``ConstraintError`` saying why); ``producer_regs``: the
+    ``setmaxnreg`` of a ``warp_specialize`` producer warpgroup (None: 40), the consumers take what it frees;
+    ``pingpong``: the two consumer warpgroups of a warp-specialized attention body issue their wgmma chains in
+    turn, one's softmax under the other's wgmmas (``passes/hopper/pingpong_warpgroups.py``).
+    A kernel without a SchedulingConstraint gets these defaults."""
 
     num_stages: sympy.Expr | int = 2
     group_size: sympy.Expr | int = 1
@@ -177,11 +183,13 @@ class SchedulingConstraint:
     intra_wg_overlap: bool = False
     l2_prefetch: int | None = None
     cluster: tuple[int, int] = (1, 1)
+    producer_regs: int | None = None
+    pingpong: bool = False
     loc: SourceLoc | None = _loc_field()
 
     def __post_init__(self) -> None:
         _defined_here(self)
-        for flag in ("split_epilogue", "persistent", "warp_specialize", "prefetch_fragments", "intra_wg_overlap"):
+        for flag in _BOOL_FLAGS:
             if not isinstance(getattr(self, flag), bool):
                 raise ConstraintError(
                     self.loc, message=f"SchedulingConstraint({flag}={getattr(self, flag)!r}): expected True or False"
@@ -211,6 +219,12 @@ class SchedulingConstraint:
         if self.cluster not in CLUSTERS:
             raise ConstraintError(
                 self.loc, message=f"SchedulingConstraint(cluster={self.cluster!r}): expected one of {CLUSTERS}"
+            )
+        regs = self.producer_regs
+        if regs is not None and (type(regs) is not int or not 24 <= regs <= 256 or regs % 8):
+            raise ConstraintError(
+                self.loc,
+                message=f"SchedulingConstraint(producer_regs={regs!r}): expected None or a multiple of 8 in 24..256",
             )
 
 

@@ -126,3 +126,14 @@ class PersistentTiles(Op):
     name = "persistent_tiles"
     lowering = "wavec.codegen.hopper.persistent"
     emulated_ops = ("scf.for",)
+
+
+class NamedBarrier(Op):
+    """One half of the consumer warpgroups' ping-pong (``passes/hopper/pingpong_warpgroups.py``): ``bar.sync``
+    (``kwargs["action"] == "sync"``) or ``bar.arrive`` on named barrier ``1 + w`` ("mine", warpgroup ``w``'s
+    turn) or ``2 - w`` ("other"), ``kwargs["threads"]`` threads each; with ``kwargs["only"]`` only that
+    consumer warpgroup executes it."""
+
+    name = "named_barrier"
+    lowering = "wavec.codegen.hopper.pingpong"
+    emulated_ops = ("nvvm.barrier", "nvvm.barrier.arrive", "scf.if")

@@ -20,6 +20,18 @@ import sympy
 import wavec as wc
 from wavec import Memory, Register, f32
 from wavec.errors import OptionError
+from wavec.kernels.attention_tiles import (  # noqa: F401  (re-exported: the tables' users import them here)
+    _SHORT,
+    _WGMMA_LONG_CAUSAL,
+    _WGMMA_SHORT,
+    CONFIGS,
+    HEAD_DIMS,
+    OVERLAP_SCORES,
+    OVERLAP_STAGES,
+    WGMMA_CONFIGS,
+    WS_CONFIG,
+    attention_config,
+)
 from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import MMA_KINDS, mma_type_for
 
@@ -45,6 +57,8 @@ def attention_constraints(
     async_copy: str = "auto",
     split_epilogue: bool = False,
     intra_wg_overlap: bool = False,
+    warp_specialize: bool = False,
+    pingpong: bool = False,
 ) -> list:
     """``waves`` warps (``mma="mma_sync"``, sm_80+) or warpgroups (``"wgmma"``, sm_90a; rows a multiple of
     64) of BLOCK_M / waves query rows each; for wgmma Q and P are register-A operands, K a K-major and V an
@@ -53,9 +67,19 @@ def attention_constraints(
     TMA for wgmma on sm_90a, docs/attention.md, else ``cp.async``), "tma" or "cp.async".
     ``split_epilogue``: O's store tests each thread's furthest row once instead of every run.
     ``intra_wg_overlap`` (wgmma, TMA, 3+ stages): the next key tile's scores are computed while this tile's
-    softmax runs (``passes/hopper/intra_warpgroup_overlap.py``)."""
+    softmax runs (``passes/hopper/intra_warpgroup_overlap.py``).  ``warp_specialize`` (wgmma, TMA): a producer
+    warpgroup issues every K/V fill, the ``waves`` consumer warpgroups release stages through empty mbarriers
+    (``passes/hopper/warp_specialize.py``; docs/attention.md, "Warp specialization"); ``pingpong`` (with it, 2
+    warpgroups): they issue their wgmmas in turn (``passes/hopper/pingpong_warpgroups.py``)."""
     if mma not in ATTENTION_MMA:
         raise ValueError(f"mma must be one of {ATTENTION_MMA}, got {mma!r}")
+    if warp_specialize and (mma != "wgmma" or intra_wg_overlap):
+        why = f"mma='wgmma', got {mma!r}" if mma != "wgmma" else "the barrier-released loop of intra_wg_overlap"
+        raise OptionError(option="warp_specialize", message=f"a TMA producer warpgroup needs {why}")
+    if pingpong and not (warp_specialize and waves == 2):
+        raise OptionError(
+            option="pingpong", message=f"needs warp_specialize=True and 2 warpgroups (got {warp_specialize}, {waves})"
+        )
     if mma == "mfma" and dtype != wc.f16:
         raise OptionError(option="mma", message=f"'mfma' (gfx942) takes f16 only, got {dtype.name}")
     threads, mma_type = mma_type_for(mma, dtype, TARGET[mma] if mma == "mfma" else None)
@@ -76,6 +100,9 @@ def attention_constraints(
             split_epilogue=split_epilogue,
             operand_swizzle="auto" if mma == "wgmma" else "none",
             intra_wg_overlap=intra_wg_overlap,
+            warp_specialize=warp_specialize,
+            producer_regs=WS_PRODUCER_REGS if warp_specialize else None,
+            pingpong=pingpong,
         ),
     ]
 
@@ -179,6 +206,8 @@ def make_attention(
     v_dim: bool = False,
     alibi: str | None = None,
     intra_wg_overlap: bool = False,
+    warp_specialize: bool = False,
+    pingpong: bool = False,
 ) -> wc.WaveKernel:
     """The kernel ``attention(q, k, v, o, scale)`` for one dtype, memory layout and mask (``mask_spec(causal,
     window)``); ``mma`` picks the matrix instruction (``attention_constraints``) and nothing else;
@@ -188,7 +217,8 @@ def make_attention(
     wgmma: ``SPLIT_EPILOGUE``).  ``softcap = c > 0``: scores ``c·tanh(scale·QKᵀ / c)`` (before the mask);
     ``v_dim``: V and O have their own head dim ``DV`` (bound in subs), else D.  ``alibi``: "h" or "bh" adds
     an argument ``slopes`` ([H] or [B, H] f32) after v and the bias ``-slope * |i + N - M - j|`` to the scaled
-    scores (flash-attn's ``alibi_slopes``: the bottom-right diagonal whatever the mask)."""
+    scores (flash-attn's ``alibi_slopes``: the bottom-right diagonal whatever the mask).  ``warp_specialize``:
+    ``pingpong``: ``attention_constraints``'."""
     spec = mask_spec(causal, window)
     if alibi not in ALIBI:
         raise OptionError(option="alibi", message=f"expected one of {ALIBI}, got {alibi!r}")
@@ -199,7 +229,8 @@ def make_attention(
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     (q1, q2), (k1, k2) = ((H, M), (KVH, N)) if layout == "bhsd" else ((M, H), (N, KVH))  # dims 1, 2 of Q and K
     dv = DV if v_dim else D
-    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, split_epilogue, intra_wg_overlap)
+    flags = (split_epilogue, intra_wg_overlap, warp_specialize, pingpong)
+    constraints = attention_constraints(dtype, waves, mma, heavy_first, async_copy, *flags)
     every = constraints + ([wc.WorkgroupConstraint(DV, DV, None)] if v_dim else [])
     return _entry(every, (q1, q2, k1, k2, dv), dtype, alibi, _Body(dtype, spec, softcap, alibi is not None, dv))
 
@@ -297,35 +328,8 @@ def _loop(step, carried: list, start, end, masked: bool, dv):
     return loop
 
 
-# Candidate tiles (BLOCK_M, BLOCK_N, waves[, cp.async stages]) per head dim; a dim not listed takes the next
-# larger one's (96: 128's).  Why 64 and 128: docs/performance.md, "Why the schedule tables are what they
-# are" (registers, shared memory, measured TFLOP/s); the others: docs/attention.md, "Head dims" (ptxas
-# registers; d80's copies put 2 threads on a row of 10 16-byte runs, so a workgroup's threads / 2 <= BLOCK_N).
-CONFIGS: dict[int, list[tuple[int, ...]]] = {
-    128: [(128, 64, 8), (64, 64, 4), (128, 64, 8, 3)],
-    64: [(128, 64, 4), (128, 128, 8), (64, 64, 2), (128, 64, 4, 3)],
-    80: [(64, 64, 4), (128, 128, 8)],
-    192: [(128, 32, 8), (128, 64, 8), (64, 32, 4)],  # BLOCK_N 64: 100 KB of shared memory (not sm_86/89)
-    256: [(128, 32, 8), (64, 32, 4)],  # BLOCK_N 64 spills
-}
-_SHORT: dict[int, dict[int, tuple[int, ...]]] = {
-    128: {32: (32, 64, 2), 64: (64, 64, 4)},
-    64: {64: (64, 64, 2)},
-    80: {32: (32, 64, 2)},
-    192: {64: (64, 32, 4)},
-    256: {64: (64, 32, 4)},
-}
-# Hopper wgmma (sm_90a): (BLOCK_M, BLOCK_N, warpgroups[, stages]), each warpgroup 64 query rows; K/V by TMA
-# where D is a multiple of 64 (the 128-byte swizzle span), else cp.async.
-WGMMA_CONFIGS: dict[int, list[tuple[int, ...]]] = {
-    128: [(64, 64, 1), (128, 128, 2), (128, 64, 2), (128, 128, 2, 3)],
-    64: [(128, 64, 2), (64, 64, 1), (128, 128, 2), (128, 128, 2, 3)],
-    80: [(64, 64, 1), (128, 128, 2)],
-    192: [(64, 64, 1), (64, 32, 1), (128, 64, 2)],
-    256: [(64, 32, 1)],  # BLOCK_N 64 spills
-}
-_WGMMA_SHORT: dict[int, dict[int, tuple[int, ...]]] = {128: {64: (64, 128, 1)}, 64: {64: (64, 128, 1)}}
-_WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
+# warp_specialize: the producer's setmaxnreg (FlashAttention-3's 24), so that 2 consumer warpgroups get 240
+WS_PRODUCER_REGS = 24
 # O's store after one bounds test per thread (SchedulingConstraint.split_epilogue): wgmma measured faster.
 SPLIT_EPILOGUE = {"mma_sync": False, "wgmma": True, "mfma": False}
 DEFAULT_MMA = None  # None: "wgmma" for CUDA tensors on an sm_90 GPU (measured faster there), else "mma_sync"
@@ -342,52 +346,6 @@ def default_mma(q, backend: str | None = None) -> str:
     return "wgmma" if on_hopper and backend in (None, "cuda") else "mma_sync"
 
 
-HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # Q/K and V head dims ``attention()`` takes (each, in any pair)
-
-
-def _table_dim(head_dim: int, table: dict) -> int:
-    return head_dim if head_dim in table else min((d for d in table if d >= head_dim), default=max(table))
-
-
-def attention_config(
-    head_dim: int,
-    seq_q: int | None = None,
-    config: tuple | None = None,
-    mma: str = "mma_sync",
-    causal: bool | str = False,
-    v_head_dim: int | None = None,
-    intra_wg_overlap: bool = False,
-) -> tuple[dict, int]:
-    """(subs, waves) for a head dim (``HEAD_DIMS``; V's ``v_head_dim`` when it differs: binds ``DV``, and the
-    tiles are the larger dim's): ``config = (BLOCK_M, BLOCK_N, waves[, stages])`` if given, else the first
-    candidate of ``CONFIGS`` (``WGMMA_CONFIGS`` for ``mma="wgmma"``, where waves are warpgroups), or a
-    smaller tile when the queries fit in it, or (wgmma, causal, many queries) ``_WGMMA_LONG_CAUSAL``'s.
-    ``intra_wg_overlap``: stages default to ``OVERLAP_STAGES`` (the pass needs 3) and a chosen tile wider than
-    ``OVERLAP_SCORES`` falls back to the dim's default."""
-    if config is None:
-        short_tiles, configs = (_WGMMA_SHORT, WGMMA_CONFIGS) if mma == "wgmma" else (_SHORT, CONFIGS)
-        hd = _table_dim(max(head_dim, v_head_dim or 0), configs)
-        short = [c for rows, c in sorted(short_tiles.get(hd, {}).items()) if seq_q is not None and seq_q <= rows]
-        rows, long_causal = _WGMMA_LONG_CAUSAL.get(hd, (0, None))
-        if short:
-            config = short[0]
-        elif mma == "wgmma" and causal and long_causal and seq_q is not None and seq_q >= rows:
-            config = long_causal
-        else:
-            config = configs[hd][0]
-        if intra_wg_overlap and config[1] * hd > OVERLAP_SCORES:
-            config = configs[hd][0]
-    bm, bn, waves, *stages = config
-    default_stages = OVERLAP_STAGES if intra_wg_overlap else 2
-    subs = {BLOCK_M: bm, BLOCK_N: bn, NUM_STAGES: stages[0] if stages else default_stages, D: head_dim}
-    if v_head_dim is not None and v_head_dim != head_dim:
-        subs[DV] = v_head_dim
-    return subs, waves
-
-
-# intra_warpgroup_overlap: the next tile's K must not share a stage with the V being read (3 stages); two score
-# tiles live at once: BLOCK_N x D above this spills (d128 BLOCK_N 128: 255 registers, 48-96 bytes, ptxas 13)
-OVERLAP_STAGES, OVERLAP_SCORES = 3, 64 * 128
 _COMPILED: dict = {}
 
 
@@ -404,14 +362,17 @@ def _kernel(
     softcap: float = 0.0,
     alibi: str | None = None,
     intra_wg_overlap: bool = False,
+    warp_specialize: bool | str = False,
 ):
     subs_key = tuple(sorted((str(k), v) for k, v in subs.items()))
     spec = mask_spec(causal, window)
-    key = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, softcap, alibi, intra_wg_overlap)
+    flags = (softcap, alibi, intra_wg_overlap, warp_specialize)
+    key: tuple = (dtype.name, layout, spec, subs_key, waves, backend, mma, async_copy, *flags)
     kernel = _COMPILED.get(key)
     if kernel is None:
         options: dict[str, Any] = dict(async_copy=async_copy, split_epilogue=SPLIT_EPILOGUE[mma], window=window)
         options.update(softcap=softcap, v_dim=DV in subs, alibi=alibi, intra_wg_overlap=intra_wg_overlap)
+        options.update(warp_specialize=bool(warp_specialize), pingpong=warp_specialize == "pingpong")
         definition = make_attention(dtype, layout, causal, waves, mma, **options)
         kernel = _COMPILED[key] = wc.compile(definition, subs, backend=backend, target=TARGET[mma])
     return kernel
@@ -465,6 +426,7 @@ def attention(
     async_copy: str = "auto",
     alibi_slopes=None,
     intra_wg_overlap: bool = False,
+    warp_specialize: bool | str = False,
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
@@ -489,8 +451,11 @@ def attention(
     sm_90a; waves are then warpgroups); default ``default_mma``: wgmma on sm_90 GPUs.  ``async_copy``: how K
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
     ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma, TMA; off until measured):
-    the next key tile's Q Kᵀ runs during this tile's softmax (docs/attention.md).  Returns a new tensor."""
-    opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap)
+    the next key tile's Q Kᵀ runs during this tile's softmax (docs/attention.md).  ``warp_specialize`` (wgmma,
+    TMA; off until measured): a producer warpgroup issues the K/V fills (default tile ``WS_CONFIG``);
+    ``"pingpong"``: that, and the two consumer warpgroups issue their wgmmas in turn.
+    Returns a new tensor."""
+    opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap, warp_specialize)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
     run = _DECIDED.get(key)
     if run is None:
@@ -501,7 +466,7 @@ def attention(
 _DECIDED = Decisions("attention")  # (tensor keys, options) -> run(q, k, v, alibi_slopes, scale)
 
 
-def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend, config, mma, async_copy, overlap):
+def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend, config, mma, async_copy, overlap, ws):
     """Validate a call, choose and compile its kernel and prepare the launch: ``run(q, k, v, scale)``."""
     import torch
 
@@ -517,12 +482,17 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
     if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
-    if overlap and mma != "wgmma":
-        raise OptionError(option="attention: intra_wg_overlap", message=f"needs mma='wgmma', got {mma!r}")
-    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim, overlap)
+    if not any(ws is x for x in (False, True)) and ws != "pingpong":
+        why = f"expected False, True or 'pingpong', got {ws!r}"
+        raise OptionError(option="attention: warp_specialize", message=why)
+    for name, flag in (("intra_wg_overlap", overlap), ("warp_specialize", ws)):
+        if flag and mma != "wgmma":
+            raise OptionError(option=f"attention: {name}", message=f"needs mma='wgmma', got {mma!r}")
+    subs, waves = attention_config(head_dim, q.shape[s_ax], config, mma, causal, v_head_dim, overlap, ws)
     alibi = alibi_kind("attention", slopes, q.device, q.shape[1 if layout == "bhsd" else 2], q.shape[0])
     win = (window[0], window[1])
-    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy, win, float(softcap), alibi, overlap)
+    flags = (win, float(softcap), alibi, overlap, ws)
+    kernel = _kernel(dtype, layout, causal, subs, waves, backend, mma, async_copy, *flags)
     shape, tdtype, device, empty = (*q.shape[:-1], v_head_dim), q.dtype, q.device, torch.empty
     default_scale = 1.0 / math.sqrt(head_dim)
     head = (q, k, v) if alibi is None else (q, k, v, slopes)

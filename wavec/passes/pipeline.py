@@ -19,6 +19,7 @@ from .hopper.insert_wgmma_fences import insert_wgmma_fences
 from .hopper.intra_warpgroup_overlap import intra_warpgroup_overlap
 from .hopper.layout_wgmma_operands import layout_wgmma_operands
 from .hopper.persistent_grid import persistent_grid
+from .hopper.pingpong_warpgroups import pingpong_warpgroups
 from .hopper.warp_specialize import warp_specialize
 from .index_chains import index_chains
 from .infer_indices import infer_indices
@@ -70,7 +71,8 @@ HOPPER: list[tuple[str, str, Pass, str]] = [
         "rotates the fenced body: needs its waits",
     ),
     ("intra_warpgroup_overlap", "warp_specialize", warp_specialize, "moves the fenced TMA fills to a producer"),
-    ("warp_specialize", "persistent_grid", persistent_grid, "wraps the finished body in the tile loop"),
+    ("warp_specialize", "pingpong_warpgroups", pingpong_warpgroups, "orders the consumers' fenced chains"),
+    ("pingpong_warpgroups", "persistent_grid", persistent_grid, "wraps the finished body in the tile loop"),
     ("persistent_grid", "cluster_launch", cluster_launch, "checks the finished TMA pipeline; pads the grid last"),
 ]
 

@@ -43,20 +43,6 @@ def _copy_pairs(sub: fx.Graph) -> list[Pair]:
     return pairs
 
 
-_GENERAL_WHY = (
-    "the loop body reads mma results with other ops: TMA there releases stages through the "
-    "workgroup barrier only (async_copy='auto', 'tma' or 'tma-barrier'), without a producer warpgroup"
-)
-
-
-def _tma_body_ok(sub: fx.Graph, want: str, ws: bool) -> bool:
-    """Whether the body may take TMA: GEMM-like chains of wgmmas always (``insert_wgmma_fences`` places
-    fills and releases), a general body (attention) with the barrier release (its ``wgmma_wait(0)`` before
-    the yield retires every group before the next iteration's barrier): not with empty mbarriers or a
-    producer warpgroup (registers: docs/attention.md)."""
-    return chains_only(sub) or (want in ("auto", "tma", "tma-barrier") and not ws)
-
-
 def _step_chain(read: fx.Node) -> list[fx.Node] | None:
     """The body nodes that compute ``read``'s index values from the loop's step (a paged read's block
     and row: ``wc.index``, arithmetic, index-tensor reads of global memory, captures as leaves), in graph
@@ -166,10 +152,12 @@ def _tma(trace: Trace, ctx: PassContext, iterate: fx.Node, pairs: list[Pair], st
         )
     if want == "cp.async":
         return False
-    specs, why = tma_plan(trace, ctx, pairs) if _tma_body_ok(sub, want, ws) else (None, _GENERAL_WHY)
+    specs, why = tma_plan(trace, ctx, pairs)
     if specs is not None:
         war = {"tma-barrier": "barrier", "tma-mbarrier": "mbarrier"}.get(want) or choose_war(stages, lag)
-        war = war if chains_only(sub) else "barrier"  # a general body: the barrier after the full wait
+        # a general body (attention) releases its stage after its last wgmma wait, at the iteration's end:
+        # the barrier unless empty mbarriers are asked for (or a producer needs them)
+        war = war if chains_only(sub) or want == "tma-mbarrier" else "barrier"
         # a producer or a cluster peer refills a stage only on the consumers' release: empty mbarriers
         clustered = ctx.constraints.scheduling.cluster != (1, 1) and chains_only(sub)
         pipeline_tma(trace, ctx, iterate, stages, lag, pairs, specs, "mbarrier" if ws or clustered else war)

@@ -100,6 +100,9 @@ class Staging:
     multicast: tuple[bool, ...] = by("pipeline_loops")  # per TMA map: a cluster's shared tile, half per workgroup
     mbarriers: fx.Node = by("pipeline_loops", "warp_specialize", "persistent_grid")  # the MBarrierInit
     wgmma_groups_in_flight: int = by("pipeline_loops")  # iterate: wgmma groups left running per iteration
+    stage_start: Expr = by("pipeline_loops")  # iterate: its first stage (loops sharing one set of mbarriers)
+    iterations: Expr = by("pipeline_loops")  # MBarrierInit: iterations of the loops pipelined on it so far
+    tiles: tuple[fx.Node, ...] = by("pipeline_loops")  # mbarrier wait / arrive: the stage group's shared tiles
 
 
 # ----- node.kwargs -----
@@ -160,10 +163,16 @@ class HopperArgs:
     refill_index: Expr = by("pipeline_loops")
     empty_parity: Expr = by("pipeline_loops")
     first: Expr = by("pipeline_loops", "persistent_grid")
+    bar_offset: int = by("pipeline_loops")  # a stage group's first mbarrier (K and V apart: S per group)
     retire: tuple[fx.Node, ...] = by("insert_wgmma_fences")  # accumulators a wgmma wait completes
     consumers: int = by("warp_specialize")  # consumer threads
     regs: tuple[int, int] = by("warp_specialize")  # setmaxnreg of (producer, consumer)
     fence_maps: bool = by("warp_specialize")
+    action: Literal["sync", "arrive"] = by("pingpong_warpgroups")  # named_barrier: bar.sync or bar.arrive
+    turn: Literal["mine", "other"] = by("pingpong_warpgroups")  # named_barrier: whose barrier
+    threads: int = by("pingpong_warpgroups")  # named_barrier: threads per phase
+    only: int = by("pingpong_warpgroups")  # named_barrier: the one consumer warpgroup that executes it
+    loops: tuple[tuple[str, Expr, Expr], ...] = by("warp_specialize")  # producer: (region, start, stop) each
     cluster: bool = by("pipeline_loops")  # MBarrierInit: a 2-workgroup cluster (a cluster barrier after init)
     remote: bool = by("pipeline_loops")  # MBarrierArrive: also arrive on the cluster peer's empty mbarrier
     tiles: Expr = by("persistent_grid")

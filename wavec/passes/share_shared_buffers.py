@@ -5,7 +5,8 @@ Guarantees: a root-graph ``allocate`` used by exactly one ``iterate`` is replace
 tile, origin, stages, padding, layout) of an earlier loop, at most once per buffer and loop; before the
 first use of a reused buffer the root graph gets ``async_wait(pending=0, drain=True)`` (targets with
 ``cp.async``) and a ``barrier`` (the earlier loops' copies landed and were read).  Attention's loops
-(full tiles, masked edges) then need the shared memory of one.  ``wc.allocate`` buffers are never
+(full tiles, masked edges) then need the shared memory of one; warp-specialized loops share one set of
+mbarriers, which orders the reuse (no drain).  ``wc.allocate`` buffers are never
 shared (they live for the whole kernel).  Finally, in a kernel with ``wc.allocate`` buffers, its shared
 tiles (staged ones included) must fit ``target.max_shared_bytes``, else a ``ConstraintError`` lists
 them (``tuning.legality`` checks kernels of staged tiles only).
@@ -67,7 +68,9 @@ def share_shared_buffers(trace: Trace, ctx: PassContext) -> None:
         a.replace_all_uses_with(b)
         g.erase_node(a)
         reused.setdefault(loop, []).append(b)
-    for loop, bufs in reused.items():
+    # warp specialization: one producer fills every loop's stages on the empty mbarriers' releases (and
+    # no workgroup barrier may follow its split): no drain
+    for loop, bufs in () if ctx.constraints.scheduling.warp_specialize else reused.items():
         order = {n: i for i, n in enumerate(g.nodes)}  # with the drains inserted so far
         # after the last earlier loop on these buffers (a third loop follows the second, which took them
         # over from the first); the earlier loops' prologues also use the buffers

@@ -81,6 +81,11 @@ def _fence_maps(maps: list[ir.Value]) -> None:
         nvvm.fence_proxy_acquire(ir.Attribute.parse("#nvvm.mem_scope<sys>"), _ptr(m, GENERIC), _const_i32(MAP_BYTES))
 
 
+def _bar_index(node: fx.Node) -> sympy.Expr:
+    """The full (or empty) mbarrier of a wait, arrive or fill: its stage group's first plus the stage."""
+    return node.kwargs.get("bar_offset", 0) + sympy.sympify(node.kwargs["stage"])
+
+
 def _empty(fb: FunctionBuilder, init: fx.Node, stage) -> sympy.Expr:
     """Address of the empty mbarrier of ``stage`` (after the ``count`` full ones)."""
     return _mbarriers_symbol(fb, init) + 8 * (init.kwargs["count"] + sympy.sympify(stage))
@@ -111,7 +116,7 @@ def lower_mbarrier_init(fb: FunctionBuilder, node: fx.Node) -> None:
 @rule(MBarrierWait)
 def lower_mbarrier_wait(fb: FunctionBuilder, node: fx.Node) -> None:
     base = _mbarriers_symbol(fb, node.meta["mbarriers"])
-    bar = fb.index(base + 8 * sympy.sympify(node.kwargs["stage"]))
+    bar = fb.index(base + 8 * _bar_index(node))
     parity = fb.index(node.kwargs["parity"])
     if node.kwargs.get("stop") is None:
         nvvm.mbarrier_try_wait_parity(_ptr(bar, SHARED), _i32(parity), _const_i32(WAIT_TICKS))
@@ -156,7 +161,7 @@ def _boxes(fb: FunctionBuilder, node: fx.Node) -> tuple[list[tuple], int]:
 
 @rule(MBarrierArrive)
 def lower_mbarrier_arrive(fb: FunctionBuilder, node: fx.Node) -> None:
-    bar = fb.index(_empty(fb, node.meta["mbarriers"], node.kwargs["stage"]))
+    bar = fb.index(_empty(fb, node.meta["mbarriers"], _bar_index(node)))
     lane0 = arith.cmpi(arith.CmpIPredicate.eq, fb.index(sympy.Mod(THREAD, fb.cs.threads_per_wave)), fb.index(0))
     started = arith.cmpi(
         arith.CmpIPredicate.sge, fb.index(Kwargs(node).iteration - Kwargs(node).first + 1), fb.index(1)
@@ -178,12 +183,12 @@ def _wait_empty(fb: FunctionBuilder, node: fx.Node) -> tuple[ir.Value, ir.Value,
     kw = node.kwargs
     fills, first = fb.index(kw.get("refill_index", kw["iteration"])), fb.index(kw["refill_from"])
     refill = arith.cmpi(arith.CmpIPredicate.uge, fills, first)
-    return refill, fb.index(_empty(fb, node.meta["mbarriers"], kw["stage"])), fb.index(kw["empty_parity"])
+    return refill, fb.index(_empty(fb, node.meta["mbarriers"], _bar_index(node))), fb.index(kw["empty_parity"])
 
 
 @rule(TmaFill)
 def lower_tma_fill(fb: FunctionBuilder, node: fx.Node) -> None:
-    bar = fb.index(_mbarriers_symbol(fb, node.meta["mbarriers"]) + 8 * sympy.sympify(node.kwargs["stage"]))
+    bar = fb.index(_mbarriers_symbol(fb, node.meta["mbarriers"]) + 8 * _bar_index(node))
     boxes, total = _boxes(fb, node)
     empty = _wait_empty(fb, node)
     if node.kwargs["stop"] is None:  # the producer's loop: its issuing thread, every iteration
@@ -222,10 +227,13 @@ def _set_max_registers(count: int, action: str) -> None:
 
 
 def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
-    """The producer warpgroup: its first thread fences the tensor maps and loops over the fills."""
-    sub, consumers = fb.trace.subgraphs[Kwargs(node).subgraph], Kwargs(node).consumers
+    """The producer warpgroup: its first thread fences the tensor maps and runs the fills of each loop
+    (``kwargs["loops"]``: attention's key loops one after the other) in order."""
+    consumers = Kwargs(node).consumers
+    kw = Kwargs(node)
+    loops = kw.loops if "loops" in node.kwargs else ((kw.subgraph, kw.start, kw.stop),)
     maps = _map_addresses(fb)
-    lo, hi = fb.index(node.kwargs["start"]), fb.index(node.kwargs["stop"])
+    bounds = [(fb.trace.subgraphs[name], fb.index(lo), fb.index(hi)) for name, lo, hi in loops]
     elected = scf.IfOp(_thread0(fb, consumers))
     with ir.InsertionPoint(elected.then_block):
         _fence_maps(maps)
@@ -233,10 +241,12 @@ def _producer(fb: FunctionBuilder, node: fx.Node) -> None:
         if persistent:  # the consumers' tile sequence (codegen.hopper.persistent), the K loop per tile
             from .persistent import tile_loop
 
+            ((sub, lo, hi),) = bounds
             with tile_loop(fb, persistent.tiles, persistent.remap):
                 _producer_k_loop(fb, node, sub, lo, hi)
         else:
-            _producer_k_loop(fb, node, sub, lo, hi)
+            for sub, lo, hi in bounds:
+                _producer_k_loop(fb, node, sub, lo, hi)
         scf.yield_([])
 
 

@@ -5,7 +5,9 @@ Requires: ``coarsen_loads``, ``pipeline_loops``, ``insert_barriers``.  Guarantee
 ``MatrixDescriptor`` and mmas ``WarpgroupMMA``; a ``ProxyFence`` before each barrier publishing generic
 shared writes; a GEMM-like body gets one fence / commit / wait per iteration (copies after the commit,
 ``pending=1`` with a group in flight, accumulators carried in wgmma form), any other body a fence before
-each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader.
+each wgmma whose registers were written since the last and a commit + wait before each non-wgmma reader
+(with empty mbarriers, each stage group's wait before its first reader, its release after the wait retiring
+its last).
 Full contract: docs/hopper.md, "Module contracts".
 """
 
@@ -13,10 +15,23 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from ...frontend.ops import MMA, AsyncCommit, AsyncCopy, AsyncWait, Barrier, GetResult, Iterate, Op, Read, Write
+from ...frontend.ops import (
+    MMA,
+    AsyncCommit,
+    AsyncCopy,
+    AsyncWait,
+    Barrier,
+    GetResult,
+    Iterate,
+    Op,
+    Permute,
+    Read,
+    Write,
+)
 from ...frontend.ops_hopper import (
     MatrixDescriptor,
     MBarrierArrive,
+    MBarrierWait,
     ProxyFence,
     TmaFill,
     WarpgroupMMA,
@@ -108,6 +123,36 @@ def _general_body(g: fx.Graph) -> None:
                 settle(n)
     if first_commit is not None:
         _chain_after(first_commit, _copies(g))
+    _place_stage_groups(g)
+
+
+def _place_stage_groups(g: fx.Graph) -> None:
+    """Empty mbarriers in a general body (attention's K and V stage groups): each group's full wait goes
+    right before the first wgmma reading its tiles (V's before P·V, behind the softmax), its release right
+    after the wait that retires the last such wgmma (K's after S's wait, V's after P·V's)."""
+    nodes = list(g.nodes)
+    for n in [n for n in nodes if n.meta.get("op") in (MBarrierWait, MBarrierArrive) and "tiles" in n.meta]:
+        readers = [m for m in nodes if m.meta.get("op") is WarpgroupMMA and _reads(m, n.meta["tiles"])]
+        if not readers:
+            continue
+        if n.meta["op"] is MBarrierWait:
+            first = readers[0]
+            before = first.prev if first.prev.meta.get("op") is WgmmaFence else first
+            before.prepend(n)
+        else:
+            pos = nodes.index(readers[-1])
+            next(m for m in nodes[pos:] if m.meta.get("op") is WgmmaWait).append(n)
+        nodes = list(g.nodes)
+
+
+def _reads(mma: fx.Node, tiles: tuple) -> bool:
+    """Whether a wgmma reads one of ``tiles`` (through a matrix descriptor of it, V's through a permute)."""
+    for x in mma.all_input_nodes:
+        while x.meta.get("op") is Permute:
+            x = arg_node(x, 0)
+        if x.meta.get("op") is MatrixDescriptor and arg_node(x, 0) in tiles:
+            return True
+    return False
 
 
 def _wgmma_body(g: fx.Graph, in_flight: int) -> list[fx.Node]:

@@ -5,16 +5,21 @@ Requires (else ``tma_plan`` returns why): ``sm_90a``, a warpgroup MMA, kernel ar
 128-byte-swizzled tiles of whole rows, rows of 16-byte multiples.  Guarantees: one ``TmaFill`` per
 iteration ``i + D`` behind a prologue and an ``MBarrierInit``; the body waits on the stage's full mbarrier
 for parity ``(i // S) % 2``; stages released by a barrier or by ``MBarrierArrive``; one
-``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`.  Full contract:
+``TensorMapRequest`` per (argument, box); persistent grids count from :func:`k_base`; a general body with
+empty mbarriers gets one fill, wait and release per stage group (:func:`_groups`: attention's K and V); with
+warp specialization later loops share the first one's mbarriers (:func:`_chain_init`).  Full contract:
 docs/hopper.md, "Module contracts".
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import sympy
 import torch.fx as fx
 
 from ...errors import ConstraintError
+from ...frontend.ops import MMA, Read
 from ...frontend.ops_hopper import MBarrierArrive, MBarrierInit, MBarrierWait, TmaFill
 from ...frontend.tracing import Trace, arg_node, capture_root, placeholders
 from ...indexing import induction_symbol
@@ -22,6 +27,7 @@ from ...indexing.shared_layout import SharedLayout, SharedLayoutKind
 from ...indexing.symbols import TILE_COUNT, stage_symbol
 from ..coarsen_loads import run_cap
 from ..context import PassContext, TensorMapRequest
+from ..loop_shape import chains_only
 from ..schema import loop_body, loop_dim, op_node, tile_extents
 from .cluster_launch import CLUSTER_SIZE, cluster_axis, multicasts
 
@@ -144,6 +150,21 @@ def wait_parity(iv, lo, base, stages: int):
     return sympy.Mod(sympy.floor((iv - lo + base) / stages), 2)
 
 
+def _chain_init(trace: Trace, ctx: PassContext, iterate: fx.Node, dim, lo, stop) -> tuple[fx.Node | None, sympy.Expr]:
+    """Warp specialization: every loop over ``dim`` shares the first one's mbarriers (no init, and so no
+    workgroup barrier, between them; the producer fills the loops one after the other).  Returns (that
+    ``MBarrierInit`` or None for the first loop, the iterations of the earlier loops): stages, parities and
+    refills count the running iteration over the loops."""
+    if not ctx.constraints.scheduling.warp_specialize:
+        return None, sympy.Integer(0)
+    init = next((n for n in trace.graph.nodes if n.meta.get("op") is MBarrierInit and n.kwargs["dim"] == dim), None)
+    if init is None:
+        return None, sympy.Integer(0)
+    earlier = init.meta["iterations"]
+    init.meta["iterations"] = earlier + sympy.Max(0, stop - lo)
+    return init, earlier
+
+
 def pipeline_tma(
     trace: Trace,
     ctx: PassContext,
@@ -158,7 +179,6 @@ def pipeline_tma(
     groups left in flight at the end of an iteration; ``war`` = "barrier" or "mbarrier"."""
     cs = ctx.constraints
     dim, sub = loop_dim(iterate), loop_body(trace, iterate)
-    iv, stage = induction_symbol(dim), stage_symbol(dim)
     lo, stop = cs.loop_bounds(dim, iterate.kwargs.get("start"), iterate.kwargs.get("end"))
     distance = stages - 1 if war == "mbarrier" else stages - 1 - lag
     maps = []
@@ -180,32 +200,91 @@ def pipeline_tma(
         )
     warps = cs.threads // cs.threads_per_wave if war == "mbarrier" else 0
     warps *= CLUSTER_SIZE if clustered else 1  # both workgroups' consumers release a multicast stage
-    counts = {"count": stages, "empty_arrivals": warps, "dim": dim, **({"cluster": True} if clustered else {})}
-    init = _node(trace.graph, MBarrierInit, (), counts, "mbarrier_init", iterate)
     body_pairs = list(dict.fromkeys((arg_node(r, 0), arg_node(w, 1)) for r, w in pairs))  # one per tile, in order
+    groups = _groups(sub, body_pairs) if war == "mbarrier" and not chains_only(sub) else [list(range(len(body_pairs)))]
+    init, chained = _chain_init(trace, ctx, iterate, dim, lo, stop)
+    if init is None:
+        counts = {"count": stages * len(groups), "empty_arrivals": warps, "dim": dim}
+        init = _node(
+            trace.graph,
+            MBarrierInit,
+            (),
+            {**counts, **({"cluster": True} if clustered else {})},
+            "mbarrier_init",
+            iterate,
+        )
+        init.meta["iterations"] = sympy.Max(0, stop - lo)
     mapping_of = {(arg_node(r, 0), arg_node(w, 1)): r.kwargs.get("mapping") for r, w in pairs}
-    mappings = tuple(mapping_of[p] for p in body_pairs)  # (GQA) coordinates of held dims
-    base = k_base(ctx, lo, stop)
-    if base != 0:
+    base = k_base(ctx, lo, stop) + chained
+    if chained != 0:  # this loop's first stage: after the earlier loops' iterations
+        iterate.meta["stage_start"] = sympy.Mod(chained, stages)
+    elif base != 0:
         ctx.stage_start[dim] = sympy.Mod(base, stages)
-    kw = _fill_kwargs(iv + distance, stages, lo, stop, war, base)
-    kw["stage"] = sympy.Mod(stage + distance, stages)  # the carried stage, not a remainder of i
-    multicast = tuple(multicasts(cs, next(iter(tile_extents(capture_root(a))))) for _g, a in body_pairs)
-    meta = {"maps": tuple(maps), "mbarriers": init, "mappings": mappings, "multicast": multicast}
-    _fill(sub, body_pairs, kw, "tma_fill", pairs[0][1], iv_subs={iv: iv + distance}, **meta)
+    loop = _Loop(iterate, init, stages, lag, distance, war, lo, stop, base, clustered)
+    for g, members in enumerate(groups):
+        group = [body_pairs[i] for i in members]
+        multicast = tuple(multicasts(cs, next(iter(tile_extents(capture_root(a))))) for _g, a in group)
+        meta = {"maps": tuple(maps[i] for i in members), "mbarriers": init, "multicast": multicast}
+        meta["mappings"] = tuple(mapping_of[p] for p in group)  # (GQA) coordinates of held dims
+        _pipeline_group(trace, loop, group, g * stages if len(groups) > 1 else 0, pairs[0][1], meta)
     for read, write in pairs:
         sub.erase_node(write)
         sub.erase_node(read)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loop:
+    """What every stage group of one pipelined loop shares."""
+
+    iterate: fx.Node
+    init: fx.Node
+    stages: int
+    lag: int
+    distance: int
+    war: str
+    lo: sympy.Expr
+    stop: sympy.Expr
+    base: sympy.Expr
+    clustered: bool
+
+
+def _groups(sub: fx.Graph, body_pairs: list) -> list[list[int]]:
+    """A general body with empty mbarriers (attention): the tiles grouped by the wgmma chain that reads them
+    (K by S = Q Kᵀ, V by P·V), each group its own full and empty mbarriers, so that a consumer waits for V only
+    before P·V and releases K as soon as S retired (FlashAttention-3's K and V pipelines)."""
+    order = {n: i for i, n in enumerate(sub.nodes)}
+
+    def first_reader(tile: fx.Node) -> int:
+        reads = [u for u in tile.users if u.meta.get("op") is Read]
+        return min((order[m] for r in reads for m in r.users if m.meta.get("op") is MMA), default=len(order))
+
+    firsts = [first_reader(tile) for _mem, tile in body_pairs]
+    return [[i for i, f in enumerate(firsts) if f == key] for key in sorted(set(firsts))]
+
+
+def _pipeline_group(trace: Trace, loop: _Loop, group: list, offset: int, where: fx.Node, meta: dict) -> None:
+    """The fill, the prologue fills, the full wait and (empty mbarriers) the release of one stage group whose
+    mbarriers start at ``offset``; with empty mbarriers ``meta["tiles"]`` on the wait and the release names
+    the group's tiles (``insert_wgmma_fences`` places them around the wgmmas that read them)."""
+    it, stages, war, lo, stop, base = loop.iterate, loop.stages, loop.war, loop.lo, loop.stop, loop.base
+    dim, sub = loop_dim(it), loop_body(trace, it)
+    iv, stage = induction_symbol(dim), stage_symbol(dim)
+    bar = {"bar_offset": offset} if offset else {}
+    kw = {**_fill_kwargs(iv + loop.distance, stages, lo, stop, war, base), **bar}
+    kw["stage"] = sympy.Mod(stage + loop.distance, stages)  # the carried stage, not a remainder of i
+    _fill(sub, group, kw, "tma_fill", where, iv_subs={iv: iv + loop.distance}, **meta)
     first = next(n for n in sub.nodes if n.op != "placeholder")
-    parity = wait_parity(iv, lo, base, stages)
-    _node(sub, MBarrierWait, (), {"stage": stage, "parity": parity, "war": war}, "mbarrier_wait", first, mbarriers=init)
+    tiles = {"tiles": tuple(a for _g, a in group)} if war == "mbarrier" else {}  # (barrier: the wait stays first)
+    wait = {"stage": stage, "parity": wait_parity(iv, lo, base, stages), "war": war, **bar}
+    _node(sub, MBarrierWait, (), wait, "mbarrier_wait", first, mbarriers=loop.init, **tiles)
     if war == "mbarrier":  # after the wgmma wait that retires group i - lag (insert_wgmma_fences moves it there)
-        arrive = {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo}
-        arrive.update({"remote": True} if clustered else {})
-        _node(sub, MBarrierArrive, (), arrive, "mbarrier_arrive", first, mbarriers=init)
+        lag = loop.lag
+        arrive = {"stage": sympy.Mod(stage + stages - lag, stages), "iteration": iv - lag, "first": lo, **bar}
+        arrive.update({"remote": True} if loop.clustered else {})
+        _node(sub, MBarrierArrive, (), arrive, "mbarrier_arrive", first, mbarriers=loop.init, **tiles)
     outer = {p: p.meta["capture_of"] for p in placeholders(sub, "capture")}
-    root_pairs = [(outer[g_], outer[a]) for g_, a in body_pairs]
-    for s in range(distance):
-        kw = _fill_kwargs(lo + s, stages, lo, stop, war, base)
+    root_pairs = [(outer[g_], outer[a]) for g_, a in group]
+    for s in range(loop.distance):
+        kw = {**_fill_kwargs(lo + s, stages, lo, stop, war, base), **bar}
         kw["stage"] = sympy.Mod(base + s, stages) if base != 0 else sympy.Integer(s)
-        _fill(trace.graph, root_pairs, kw, f"tma_fill_prologue{s}", iterate, iv_subs={iv: lo + s}, **meta)
+        _fill(trace.graph, root_pairs, kw, f"tma_fill_prologue{s}", it, iv_subs={iv: lo + s}, **meta)

@@ -1,0 +1,107 @@
+"""GPU tier: warp-specialized flash attention (``attention(..., warp_specialize=True)``: a TMA producer
+warpgroup, two consumer warpgroups, K/V stages released through empty mbarriers) matches SDPA at real and
+odd sizes and equals the barrier-released TMA kernel of the same tile bit for bit (same arithmetic order);
+``async_copy="tma-mbarrier"`` (the empty-mbarrier release without a producer) too; ``attention()`` runs the
+same kernel.  Outputs start as NaN (every element must be written).  Skipped without an sm_90 GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention_gpu import TOL, _inputs, _reference
+
+import wavec as wc
+from wavec.kernels import attention as at
+from wavec.kernels.attention import attention, attention_config
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 32, 8, 2048, 2048), (3, 8, 2, 777, 1333), (2, 4, 4, 64, 100), (1, 16, 16, 4096, 4096)]
+
+
+def _hopper() -> None:
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("warp-specialized wgmma attention needs an sm_90 GPU (H100/H200)")
+
+
+def _run(q, k, v, causal, layout, config=None, async_copy="auto", warp_specialize: bool | str = False):
+    """The kernel ``attention()`` would pick, launched on a NaN-filled output (every element must be written)."""
+    s_ax = 2 if layout == "bhsd" else 1
+    ws = bool(warp_specialize)
+    subs, groups = attention_config(q.shape[-1], q.shape[s_ax], config, "wgmma", causal, None, False, ws)
+    dtype = wc.f16 if q.dtype == torch.float16 else wc.bf16
+    kernel = at._kernel(dtype, layout, causal, subs, groups, None, "wgmma", async_copy, warp_specialize=warp_specialize)
+    out = torch.full_like(q, float("nan"))
+    kernel(q, k, v, out, q.shape[-1] ** -0.5)
+    return out
+
+
+@pytest.mark.parametrize("dtype,layout", [("f16", "bhsd"), ("bf16", "bshd"), ("f16", "bshd")])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("b,h,kvh,sq,skv", SHAPES, ids=lambda x: str(x))
+def test_ws_attention_matches_sdpa_and_the_barrier_kernel(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
+    _hopper()
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    causal = "top_left" if causal and sq != skv else causal
+    ws = _run(q, k, v, causal, layout, warp_specialize=True)
+    base = _run(q, k, v, causal, layout, config=(128, 128, 2), async_copy="tma-barrier")
+    torch.cuda.synchronize()
+    assert not ws.isnan().any(), "unwritten output elements"
+    assert torch.equal(ws, base)
+    torch.testing.assert_close(ws.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
+    api = attention(q, k, v, causal=causal, layout=layout, mma="wgmma", warp_specialize=True)
+    assert torch.equal(api, ws)
+
+
+@pytest.mark.parametrize("config", [(128, 176, 2), (128, 112, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_ws_attention_wide_tiles(config, causal) -> None:
+    _hopper()
+    q, k, v = _inputs(2, 8, 2, 1500, 1500, 128, "bf16", "bhsd")
+    ws = _run(q, k, v, causal, "bhsd", config=config, warp_specialize=True)
+    base = _run(q, k, v, causal, "bhsd", config=config, async_copy="tma-barrier")
+    torch.cuda.synchronize()
+    assert torch.equal(ws, base)
+    torch.testing.assert_close(ws.float(), _reference(q, k, v, causal, "bhsd"), rtol=TOL["bf16"], atol=TOL["bf16"])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_mbarrier_release_equals_the_barrier(causal) -> None:
+    _hopper()
+    q, k, v = _inputs(3, 8, 2, 777, 1333, 128, "f16", "bhsd")
+    causal = "top_left" if causal else False
+    mb = _run(q, k, v, causal, "bhsd", async_copy="tma-mbarrier")
+    base = _run(q, k, v, causal, "bhsd", async_copy="tma-barrier")
+    torch.cuda.synchronize()
+    assert torch.equal(mb, base)
+
+
+def test_ws_small_case_for_racecheck() -> None:
+    """The case ``scripts/gpu-session``'s racecheck step runs (one launch of each loop shape)."""
+    _hopper()
+    q, k, v = _inputs(2, 4, 2, 300, 700, 128, "f16", "bhsd")
+    ws = _run(q, k, v, "top_left", "bhsd", warp_specialize=True)
+    full = _run(q, k, v, False, "bhsd", warp_specialize=True)
+    pp = _run(q, k, v, "top_left", "bhsd", warp_specialize="pingpong")
+    torch.cuda.synchronize()
+    assert torch.equal(pp, ws)
+    torch.testing.assert_close(ws.float(), _reference(q, k, v, "top_left", "bhsd"), rtol=TOL["f16"], atol=TOL["f16"])
+    torch.testing.assert_close(full.float(), _reference(q, k, v, False, "bhsd"), rtol=TOL["f16"], atol=TOL["f16"])
+
+
+@pytest.mark.parametrize("dtype,layout", [("f16", "bhsd"), ("bf16", "bshd")])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("b,h,kvh,sq,skv", SHAPES[:3], ids=lambda x: str(x))
+def test_pingpong_equals_the_ws_kernel(dtype, layout, causal, d, b, h, kvh, sq, skv) -> None:
+    """The named barriers order issue only: the same bits as without them."""
+    _hopper()
+    q, k, v = _inputs(b, h, kvh, sq, skv, d, dtype, layout)
+    causal = "top_left" if causal and sq != skv else causal
+    pp = _run(q, k, v, causal, layout, warp_specialize="pingpong")
+    ws = _run(q, k, v, causal, layout, warp_specialize=True)
+    torch.cuda.synchronize()
+    assert not pp.isnan().any() and torch.equal(pp, ws)
+    torch.testing.assert_close(pp.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
+    assert torch.equal(attention(q, k, v, causal=causal, layout=layout, mma="wgmma", warp_specialize="pingpong"), pp)
