@@ -32,6 +32,18 @@ class WavecError(Exception):
         text = self.template.format(**fields)
         super().__init__(f"{loc}\n  {text}" if loc else text)
 
+    def __reduce__(self):  # by message and attributes: errors cross process pools (parallel compiles, the tuner)
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[WavecError], args: tuple, state: dict) -> WavecError:
+    """An unpickled error: its message and attributes as raised, no template formatted again (subclasses'
+    ``__init__`` take other arguments)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
 
 class OutsideKernelError(WavecError):
     template = "wc.{op}() can only be called inside a @wc.wave kernel body (it traces; it does not compute)"

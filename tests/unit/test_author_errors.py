@@ -328,3 +328,18 @@ def test_bad_choice_raises_a_wavec_error_in_the_authors_terms(case: Bad) -> None
 
 def test_cases_are_distinct() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
+
+
+def test_errors_survive_pickling() -> None:
+    """wavec errors cross process pools (parallel compiles, the tuner's workers) with their message, source
+    location and fields; subclasses whose ``__init__`` takes other arguments too."""
+    import pickle
+
+    from wavec.errors import AlignmentMiss, ConstraintError, SourceLoc
+
+    err = ConstraintError(SourceLoc("k.py", 3, "x = 1"), message="BLOCK_M = 48")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is ConstraintError and str(back) == str(err) and back.loc == err.loc
+    assert back.fields == {"message": "BLOCK_M = 48"}
+    miss = pickle.loads(pickle.dumps(AlignmentMiss({"N": 5}, kernel="k", arg="x", message="odd")))
+    assert miss.values == {"N": 5} and "argument 'x'" in str(miss)
