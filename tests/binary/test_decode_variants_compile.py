@@ -77,13 +77,14 @@ def test_variant_compiles(cfg: tuple, variant: dv.Variant, target: str, direct: 
 
 @pytest.mark.skipif(not HAS_PTXAS, reason="register counts need ptxas")
 def test_wgmma_tile_holds_fewer_registers_than_the_default() -> None:
-    """What the variant is for: the 64-key, 4-stage warpgroup tile in < 200 registers at 128 threads (the
-    default mma.sync tile: 255 at 64), d128 and d64, GQA 4 and MHA, bf16 and f16."""
+    """What the variant is for: the 64-key warpgroup tile, ``WGMMA_CONFIG``'s stages deep, in < 200 registers
+    at 128 threads (the default mma.sync tile: 255 at 64), d128 and d64, GQA 4 and MHA, bf16 and f16."""
     for head_dim, group, dtype in ((128, 4, wc.bf16), (128, 1, wc.bf16), (64, 4, wc.bf16), (128, 4, wc.f16)):
         m = _compile(dv.WGMMA_CONFIG, dv.Variant("wgmma"), "sm_90a", head_dim, group, dtype=dtype).metadata
         print(f"\nwgmma {dv.WGMMA_CONFIG} d{head_dim} G{group} {dtype.name}: {m.registers} registers")
         assert m.registers < 200 and m.spills == 0, (head_dim, group, m.registers, m.spills)
-        assert m.shared_bytes >= 4 * 64 * head_dim * 2 * 2  # four stages of K and V
+        stages = dv.WGMMA_CONFIG[2]
+        assert m.shared_bytes >= stages * 64 * head_dim * 2 * 2  # the stages of K and V
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a"])

@@ -27,7 +27,7 @@ CASES = [  # dtype, seq_lens, s_max, q_len, heads, kv_heads, head_dim, splits
     (wc.bf16, [130, 7, 99], 131, 1, 2, 2, 64, 2),  # MHA, d64, lengths past two 64-key tiles
 ]
 VARIANTS = {  # name -> (decode_attention keywords, config)
-    "wgmma": ({"mma": "wgmma"}, None),  # WGMMA_CONFIG: 64 keys, 4 stages, TMA
+    "wgmma": ({"mma": "wgmma"}, None),  # WGMMA_CONFIG: 64 keys, 3 stages, TMA
     "wgmma-32x3": ({"mma": "wgmma"}, (32, 1, 3)),
     "wgmma-cp.async": ({"mma": "wgmma", "async_copy": "cp.async"}, (64, 1, 2)),
     "wgmma-overlap": ({"mma": "wgmma", "intra_wg_overlap": True}, (64, 1, 3)),

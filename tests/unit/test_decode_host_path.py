@@ -153,3 +153,17 @@ def test_full_lengths_shorter_than_q_len_are_named() -> None:
     q, k, v, _ = dk.dense_kv_inputs([3], 4, 4, 2, 64, wc.f16)
     with pytest.raises(wc.WavecError, match="decode_attention: seq_lens is None .* S_max = 3 < q_len = 4"):
         decode.decode_attention(q, k, v, backend="emulator")
+
+
+def test_split_rule_per_variant() -> None:
+    """The mma.sync kernel fills ``SPLIT_WAVES`` workgroups an SM (rounded up); the wgmma variant at most one
+    an SM (rounded down: its 96 KB of stages), the fastest split count of session 17's sweep at B = 8-32
+    (GQA 32/8 on 132 SMs); both keep splits of ``MIN_SPLIT_KEYS`` keys or more."""
+    from wavec.kernels import decode_variants as variants
+
+    per_sm = variants.Variant(mma="wgmma").split_per_sm
+    assert [decode.num_splits_for(b, 8, 1, 2048, 132, per_sm) for b in (8, 16, 32)] == [2, 1, 1]
+    assert [decode.num_splits_for(b, 8, 1, 2048, 132) for b in (8, 16, 32)] == [5, 3, 2]
+    assert decode.num_splits_for(1, 8, 1, 2048, 132, per_sm) == 16
+    assert decode.num_splits_for(1, 8, 1, 300, 132, per_sm) == 300 // decode.MIN_SPLIT_KEYS
+    assert variants.DEFAULT.split_per_sm is None

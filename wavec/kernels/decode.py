@@ -325,11 +325,14 @@ def decode_config(head_dim: int, rows: int, config: tuple | None = None, mma: st
     return block_n, waves, stages[0] if stages else 2
 
 
-def num_splits_for(batch: int, kv_heads: int, row_tiles: int, keys: int, sms: int) -> int:
+def num_splits_for(
+    batch: int, kv_heads: int, row_tiles: int, keys: int, sms: int, per_sm: int | None = None
+) -> int:
     """The split rule: ``SPLIT_WAVES * sms`` workgroups over the ``batch * kv_heads * row_tiles`` that need
-    no split, but no split shorter than ``MIN_SPLIT_KEYS`` keys and at most ``MAX_SPLITS`` (at least 1)."""
+    no split (rounded up), or with ``per_sm`` (a variant's ``split_per_sm``) at most ``per_sm * sms``
+    (rounded down); no split shorter than ``MIN_SPLIT_KEYS`` keys and at most ``MAX_SPLITS`` (at least 1)."""
     units = batch * kv_heads * row_tiles
-    want = -(-SPLIT_WAVES * sms // units)
+    want = -(-SPLIT_WAVES * sms // units) if per_sm is None else per_sm * sms // units
     return max(1, min(want, keys // MIN_SPLIT_KEYS, MAX_SPLITS))
 
 
@@ -381,7 +384,7 @@ def plan_split_kv(
     if not isinstance(one_launch, bool):
         raise fail(fn, f"one_launch must be True or False, got {one_launch!r}")
     row_tiles = -(-q_len * group // (variant.wave_rows * waves))
-    splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q))
+    splits = num_splits or num_splits_for(batch, kv_heads, row_tiles, keys, sm_count(q), variant.split_per_sm)
     direct = splits == 1 and not one_launch and DIRECT_SINGLE_SPLIT
     split = build_split(group, block_n, waves, stages, one_launch, direct)
     check = check if per_call_checks(split) else None

@@ -5,7 +5,7 @@ flight; these variants put more K/V bytes in flight per SM:
 
 - ``mma="wgmma"`` (sm_90a): one warpgroup (128 threads) of 64 rows, K and V staged by TMA in the
   128-byte swizzle (``passes/hopper/pipeline_tma.py``, as the prefill kernel's), ``WGMMA_CONFIG``'s 64-key
-  tile four stages deep: three 32 KB tiles in flight behind one thread's copies, where each of the
+  tile three stages deep: two 32 KB tiles in flight behind one thread's copies, where each of the
   mma.sync tile's 64 threads computes the source address and zero-fill size of its 16 ``cp.async`` a tile
   (168 registers unpipelined, 255 pipelined).  The 60 padded rows (q_len 1, G 4) cost wgmma issue only.
 - ``intra_wg_overlap=True`` (wgmma, TMA, 3+ stages; ``passes/hopper/intra_warpgroup_overlap.py``): the
@@ -33,9 +33,14 @@ ASYNC_COPIES = ("auto", "cp.async", "tma")
 L2_PREFETCH = (64, 128, 256)
 WAVE_ROWS = {"mma_sync": 16, "wgmma": 64}  # query rows of one wave (a warp) / one warpgroup
 TARGET = {"mma_sync": None, "wgmma": "sm_90a"}  # None: the visible GPU (the emulator's default target)
-# wgmma: (BLOCK_N, warpgroups, stages); 64 keys four deep is 128 KB of K/V stages (one workgroup an SM),
-# 170 registers (bf16 d128, ptxas 13 sm_90a); 128 keys two deep (the same shared memory) take 254
-WGMMA_CONFIG = (64, 1, 4)
+# wgmma: (BLOCK_N, warpgroups, stages); 64 keys three deep is 96 KB of K/V stages (two workgroups an SM),
+# 169 registers (bf16 d128, ptxas 13 sm_90a); four deep (128 KB, one an SM) timed 1-4 % slower at B=8-32
+# (session 17, docs/attention.md "Decode variants timed")
+WGMMA_CONFIG = (64, 1, 3)
+# the split rule's workgroups an SM per instruction (``decode.num_splits_for``): the mma.sync kernel's
+# ``SPLIT_WAVES`` (rounded up); wgmma as many splits as keep every workgroup within one an SM (rounded down):
+# the fastest split count of session 17's sweep at all four shapes (B=8: 2, B=16 / 32 and 16x4096: 1)
+SPLIT_PER_SM = {"mma_sync": None, "wgmma": 1}
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,10 @@ class Variant:
     @property
     def target(self) -> str | None:
         return TARGET[self.mma]
+
+    @property
+    def split_per_sm(self) -> int | None:
+        return SPLIT_PER_SM[self.mma]
 
     @property
     def tma(self) -> bool:
