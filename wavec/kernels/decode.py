@@ -325,9 +325,7 @@ def decode_config(head_dim: int, rows: int, config: tuple | None = None, mma: st
     return block_n, waves, stages[0] if stages else 2
 
 
-def num_splits_for(
-    batch: int, kv_heads: int, row_tiles: int, keys: int, sms: int, per_sm: int | None = None
-) -> int:
+def num_splits_for(batch: int, kv_heads: int, row_tiles: int, keys: int, sms: int, per_sm: int | None = None) -> int:
     """The split rule: ``SPLIT_WAVES * sms`` workgroups over the ``batch * kv_heads * row_tiles`` that need
     no split (rounded up), or with ``per_sm`` (a variant's ``split_per_sm``) at most ``per_sm * sms``
     (rounded down); no split shorter than ``MIN_SPLIT_KEYS`` keys and at most ``MAX_SPLITS`` (at least 1)."""
