@@ -64,10 +64,11 @@ def test_passes_are_in_the_pipeline() -> None:
         < PASS_NAMES.index("layout_wgmma_operands")
         < PASS_NAMES.index("infer_indices")
     )
-    assert PASS_NAMES[-5:] == [
+    assert PASS_NAMES[-6:] == [
         "insert_wgmma_fences",
         "intra_warpgroup_overlap",
         "warp_specialize",
+        "pingpong_warpgroups",
         "persistent_grid",
         "cluster_launch",
     ]
