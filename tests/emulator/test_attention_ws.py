@@ -6,7 +6,8 @@ Against SDPA in f32 with NaN-prefilled outputs and a guard band (``check_attenti
 BSHD, causal and not, sliding windows (three key loops on one set of mbarriers), GQA, KV lengths that are not
 multiples of BLOCK_N (the masked edge loop), loops of 0, 1 and many iterations, d64 and d128, one and two
 consumer warpgroups; bit for bit equal to the barrier-released TMA kernel of the same tile (the consumers'
-arithmetic is unchanged).  A consumer that does not continue the stage count across the loops is caught.
+arithmetic is unchanged).  A consumer that does not continue the stage count across the loops is caught, so
+is a stage released before the wgmma reading it retired.
 The refusals name the argument.
 """
 
@@ -115,6 +116,28 @@ def test_a_loop_that_restarts_the_stage_count_is_caught(monkeypatch) -> None:
     q, k, v = _inputs(1, 1, 1, 40, 72, 64, wc.f16)
     kernel = _compile(wc.f16, "bhsd", False, 64, (64, 32, 1))
     with pytest.raises(EmulatorError):
+        check_attention(kernel, "bhsd", wc.f16, q, k, v, _reference(q, k, v, False))
+
+
+def test_a_stage_released_before_its_reader_retired_is_caught(monkeypatch) -> None:
+    """V's release moved next to K's (after S's wait, before P·V read V): the producer's refill of that stage
+    then writes bytes P·V read after the release, which the race checker reports (it orders before a waiter
+    only what the releasing waves did before they arrived)."""
+    from wavec.errors import SharedMemoryRaceError
+    from wavec.frontend.ops_hopper import MBarrierArrive
+    from wavec.passes.hopper import insert_wgmma_fences as fences
+
+    real = fences._place_stage_groups
+
+    def early(g) -> None:
+        real(g)
+        k_release, v_release = [n for n in g.nodes if n.meta.get("op") is MBarrierArrive]
+        k_release.append(v_release)
+
+    monkeypatch.setattr(fences, "_place_stage_groups", early)
+    q, k, v = _inputs(1, 2, 1, 130, 700, 64, wc.f16)
+    kernel = _compile(wc.f16, "bhsd", False, 64, (128, 64, 2))
+    with pytest.raises(SharedMemoryRaceError):
         check_attention(kernel, "bhsd", wc.f16, q, k, v, _reference(q, k, v, False))
 
 

@@ -20,8 +20,8 @@ addresses so tensor maps can name them.
   phase of parity P is the last completed one, else lands the copies in flight on that mbarrier and
   completes the phase.
 - Ordering for the race checker: a wait that sees a phase complete forgets, in every shared allocation,
-  the accesses of the waves that arrived in that phase (an over-approximation: it orders them before
-  every wave, not only the waiting ones); a landed box is published to every thread.
+  the accesses the waves that arrived in that phase had made when they arrived (an over-approximation: it
+  orders them before every wave, not only the waiting ones); a landed box is published to every thread.
 - Errors (``EmulatorError``): a wait that can never complete (arrivals missing, or bytes announced by
   ``arrive.expect_tx`` that no copy in flight delivers), copies delivering more bytes than announced, more
   arrivals than the count in one phase (a stage refilled before its fill was waited for), a wait that
@@ -60,7 +60,18 @@ def global_bytes(st: State, address: int, where: str) -> tuple[np.ndarray, int]:
 
 
 class MBarrier:
-    __slots__ = ("count", "pending", "tx", "phase", "copies", "waited", "arrived", "released")
+    __slots__ = (
+        "count",
+        "pending",
+        "tx",
+        "phase",
+        "copies",
+        "waited",
+        "arrived",
+        "released",
+        "snaps",
+        "released_snaps",
+    )
 
     def __init__(self, count: int) -> None:
         self.count, self.pending, self.tx, self.phase = count, count, 0, 0
@@ -68,6 +79,9 @@ class MBarrier:
         self.waited = 0  # phases some thread has waited for
         self.arrived: set[int] = set()  # waves that arrived in the current phase
         self.released: set[int] = set()  # waves that arrived in the last completed phase
+        # race checker: per wave, the shared bytes it had read / written when it arrived (current phase, last)
+        self.snaps: dict[int, list] = {}
+        self.released_snaps: dict[int, list] = {}
 
     def busy(self) -> bool:
         return bool(self.copies) or self.pending != self.count or self.tx != 0
@@ -166,6 +180,8 @@ def _arrive(c: Compiler, op: ir.Operation) -> Instr:
             if tx is not None:  # arrive.expect_tx
                 bar.tx += _at(st.env[tx], lane)
             bar.arrived.add(int(st.wave[lane]))
+            if st.check_races:
+                bar.snaps[int(st.wave[lane])] = _snapshot(st, int(st.wave[lane]))
             note_progress(st)
             if not expect_tx and bar.pending == 0 and bar.tx == 0 and not bar.copies:  # the phase completes now
                 _complete(bar, a, where)
@@ -195,6 +211,13 @@ def _complete(bar: MBarrier, addr: int, where: str) -> None:
     bar.phase += 1
     bar.pending = bar.count
     bar.released, bar.arrived = bar.arrived, set()
+    bar.released_snaps, bar.snaps = bar.snaps, {}
+
+
+def _snapshot(st: State, wave: int) -> list:
+    """(buffer, bytes read, bytes written) by ``wave`` so far: what its arrival orders before the waiters."""
+    bit = np.left_shift(np.uint64(1), np.uint64(wave))
+    return [(buf, np.nonzero(buf.rd_mask & bit)[0], np.nonzero(buf.wr_wave == wave)[0]) for _b, buf in _bases(st)]
 
 
 def _phase_over(bar: MBarrier, parity: int) -> bool:
@@ -203,18 +226,18 @@ def _phase_over(bar: MBarrier, parity: int) -> bool:
 
 
 def _acquire(st: State, bar: MBarrier) -> None:
-    """A wait that saw a phase complete: what the waves that arrived in it did to shared memory is
-    ordered before what the waiting threads do next (modelled by forgetting those waves' accesses in the
-    race checker, as a barrier among them would)."""
+    """A wait that saw a phase complete: what the waves that arrived in it did to shared memory before
+    they arrived is ordered before what the waiting threads do next (modelled by forgetting those accesses
+    in the race checker, as a barrier among them would).  Accesses after a wave's arrival stay: a stage
+    released before the wgmma reading it retired races with its refill (a byte also accessed before the
+    arrival is forgotten whole: the checker keeps one read bit per wave)."""
     if not st.check_races or not bar.released:
         return
-    waves = np.array(sorted(bar.released), np.int64)
-    bits = np.uint64(0)
-    for w in waves:
-        bits |= np.left_shift(np.uint64(1), np.uint64(w))
-    for _base, buf in _bases(st):
-        buf.rd_mask &= ~bits
-        buf.wr_wave[np.isin(buf.wr_wave, waves)] = -1
+    for w in sorted(bar.released):
+        bit = np.left_shift(np.uint64(1), np.uint64(w))
+        for buf, rd, wr in bar.released_snaps.get(w, ()):
+            buf.rd_mask[rd] &= ~bit
+            buf.wr_wave[wr[buf.wr_wave[wr] == w]] = -1
 
 
 @register("nvvm.mbarrier.try_wait.parity")
