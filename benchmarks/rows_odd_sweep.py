@@ -1,21 +1,22 @@
 """Odd-length RMSNorm / LayerNorm (and softmax: ``--kinds softmax``) rows (``kernels/rows_odd.py``) over the
-layouts they can take, beside the library's ``odd_config``: chunks a lane (which set the waves a row) and rows a
-workgroup (``rows_per_workgroup``'s choice, or one row a workgroup as the aligned long rows that reached 0.96 of
-copy), through the public ``rms_norm`` / ``layer_norm`` (shifted tables included at these sizes); each beside a
-device copy of the same bytes, one run, do_bench medians, bf16 rows of 256 MB, with registers, spills and
-threads a workgroup. Issue 20's target: >= 0.80 of copy for rows >= 1024 elements.
+layouts they can take (``rows_odd_rules.RULES`` replaced by modified copies), beside the library's: chunks a
+lane (which set the waves a row) and rows a workgroup (``rows_per_workgroup``'s choice, or one row a workgroup
+as the aligned long rows that reached 0.96 of copy), through the public ``rms_norm`` / ``layer_norm``
+(shifted tables included at these sizes); each beside a device copy of the same bytes, one run, do_bench
+medians, bf16 rows of 256 MB, with registers, spills and threads a workgroup.  Issue 20's target: >= 0.80
+of copy for rows >= 1024 elements.
 
 ``--bounds 0,-1,2,4``: each layout also under a launch bound of that many workgroups an SM
-(``SchedulingConstraint(min_workgroups_per_sm=)``; 0: the library's, ``rows_odd.odd_bound``; -1: none).
+(``SchedulingConstraint(min_workgroups_per_sm=)``; 0: the library's, ``OddRules.one_row_bounds``; -1: none).
 ``--dtype float16|bfloat16|float32`` (default bf16).  ``--full 0,1``: each layout with the norms' masked
-interior (0) and over the whole tile (1, ``rows_odd.FULL_TILE``); default the library's ``FULL_TILE``
+interior (0) and over the whole tile (1, ``OddRules.full_tile``); default the library's ``full_tile``
 only.  ``--layouts default``: the library's layout only (``odd_config``), e.g. to time the whole tile
 against the masked one in one run; ``--layouts 0,x,4a,8o``: those (``parse_layouts``).  ``--reread 0,-1,1``:
-LayerNorm as the library decides (0, ``rows_odd.odd_reread``), without (-1) or with (1, f32 too) a second
+LayerNorm as the library decides (0, ``OddRules.reread_tiles``), without (-1) or with (1, f32 too) a second
 read of its chunks after the statistics (one row a workgroup through tables).  ``--short 1,0``: f32 rows of
-8196-12291 (16-bit 8201-12295) at the library's shorter tiles (1, ``rows_odd.SHORT_TILES``) and at the power of
+8196-12291 (16-bit 8201-12295) at the library's shorter tiles (1, ``OddRules.short_tiles``) and at the power of
 two (0).
-Contiguous rows past ``rows_odd.ALIGNED_ELEMENTS`` that the 16-byte run divides take this path too; the
+Contiguous rows past ``OddRules.aligned_elements`` that the 16-byte run divides take this path too; the
 layout ``x`` times them through ``benchmarks/rows.py``'s aligned kernels instead (and odd rows through the
 library with the odd path off).
 
@@ -26,6 +27,7 @@ library with the odd path off).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -33,59 +35,47 @@ from typing import Any
 import torch
 
 from wavec.kernels import rows, rows_odd
+from wavec.kernels import rows_odd_rules as rules
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rows_sweep import _us, row_inputs  # noqa: E402  (the aligned sweep's inputs and timer)
 
 F = torch.nn.functional
-DEFAULT = rows_odd.odd_config
-FULL = rows_odd.FULL_TILE
-BOUND = rows_odd.odd_bound
+LIBRARY = rules.RULES  # the library's choices; each helper below replaces one field of ``rules.RULES``
+
+
+def _set(**changes: Any) -> None:
+    rules.RULES = dataclasses.replace(rules.RULES, **changes)
 
 
 def bound(count: int) -> None:
     """The odd kernels compiled next under a launch bound of ``count`` workgroups an SM (0: the library's,
-    ``odd_bound``; -1: none)."""
-    rows_odd.odd_bound = BOUND if count == 0 else lambda *a, **k: count if count > 0 else None
+    ``OddRules.one_row_bounds``; -1: none)."""
+    _set(bound=None if count == 0 else count)
 
 
-REREAD = rows_odd.REREAD_TILES
-EVERY_TILE = frozenset(32 << i for i in range(8)) | {3072}  # every block_j the odd path takes
+EVERY_TILE = frozenset(32 << i for i in range(8)) | {1280, 1536, 2560, 3072}  # every block_j the path takes
 
 
 def reread(flag: int) -> None:
     """The odd LayerNorm kernels compiled next re-read their chunks at every tile and dtype (1), at none
-    (-1), or at the library's (0, ``REREAD_TILES``); ``odd_reread``'s other conditions hold as in the
+    (-1), or at the library's (0, ``OddRules.reread_tiles``); the plan's other conditions hold as in the
     library (one row a workgroup through tables)."""
     every = dict.fromkeys(("f16", "bf16", "f32"), EVERY_TILE)
-    rows_odd.REREAD_TILES = REREAD if flag == 0 else every if flag > 0 else {}
-
-
-SHORT = rows_odd.SHORT_TILES
+    _set(reread_tiles=LIBRARY.reread_tiles if flag == 0 else every if flag > 0 else {})
 
 
 def short_tiles(flag: int) -> None:
     """The odd kernels compiled next take the shorter tiles (1, the library's) or powers of two (0)."""
-    rows_odd.SHORT_TILES = SHORT if flag else {}
+    _set(short_tiles=LIBRARY.short_tiles if flag else {})
 
 
-def layout(runs: int, one: bool, full: bool = FULL) -> None:
+def layout(runs: int, one: bool, full: bool = LIBRARY.full_tile) -> None:
     """Make the odd-row path take ``runs`` chunks a lane, over one row a workgroup (``one``, from two waves)
     or ``rows_per_workgroup``'s, the norms' interior over the whole tile or masked (``full``), freshly
-    compiled; ``runs`` 0: the library's ``odd_config``."""
-
-    def config(dtype: Any, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
-        base = DEFAULT(dtype, n, kind, pitch)
-        if runs < 0:  # the kernels of rows.py (aligned rows), as before ``ALIGNED_ELEMENTS`` took them
-            return None
-        if base is None or not runs:
-            return base
-        waves = max(1, base[0] // (runs * 32))
-        per_wg = 1 if one and waves > 1 else rows_odd.rows_per_workgroup(waves)
-        return None if per_wg == 1 and pitch != n else (base[0], waves, per_wg)
-
-    rows_odd.odd_config = config
-    rows_odd.FULL_TILE = full
+    compiled; ``runs`` 0: the library's layout, -1: the aligned kernels of rows.py (aligned rows; odd rows
+    then take the library's other paths)."""
+    _set(layout=None if runs == 0 else (runs, one), full_tile=full)
     rows_odd._COMPILED.clear()
     rows._DECIDED.clear()
 
@@ -146,7 +136,7 @@ def sweep(
         except Exception as e:  # a layout past a workgroup's threads fails to compile: say so
             lines.append(f"{kind} | {n} | {runs or '-'} | {name} | failed: {type(e).__name__} {str(e)[:90]}")
         else:
-            cfg = DEFAULT(dtype_of(x), n, kind, n)
+            cfg = rules._library_config(dtype_of(x).bytes, n, kind, n)
             lines.append(f"{kind} | {n} | {runs or cfg} | {name} | {t:.1f} | {t_copy / t:.2f} | {registers()}")
         print(lines[-1], flush=True)
     return lines
@@ -156,7 +146,7 @@ def main() -> None:
     arg = lambda flag, default: sys.argv[sys.argv.index(flag) + 1] if flag in sys.argv else default  # noqa: E731
     lengths = [int(v) for v in arg("--lengths", "2049,4097,8191,16383").split(",")]
     kinds = arg("--kinds", "rms_norm,layer_norm").split(",")
-    fulls = [bool(int(v)) for v in arg("--full", str(int(rows_odd.FULL_TILE))).split(",")]
+    fulls = [bool(int(v)) for v in arg("--full", str(int(LIBRARY.full_tile))).split(",")]
     pick = arg("--layouts", "all")
     layouts = LAYOUTS[:1] if pick == "default" else LAYOUTS if pick == "all" else parse_layouts(pick)
     bounds = [int(v) for v in arg("--bounds", "0").split(",")]
@@ -173,10 +163,8 @@ def main() -> None:
                 short_tiles(short)
                 tag = "" if shorts == [1] else " short" if short else " pow2"
                 lines += sweep(kind, n, x, w, b, t_copy, fulls, layouts, bounds, rereads, tag)
-    short_tiles(1)
-    bound(0)
-    reread(0)
-    layout(0, False, FULL)
+    rules.RULES = LIBRARY
+    layout(0, False)
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "rows_odd_sweep.txt"), "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -43,7 +43,7 @@ def _dtypes() -> dict:
 
 
 def _lengths() -> list[int]:
-    """The odd path's row lengths (aligned ones contiguous: ``rows_odd.ALIGNED_ELEMENTS``), or ``--lengths``'."""
+    """The odd path's row lengths (aligned ones contiguous: ``OddRules.aligned_elements``), or ``--lengths``'."""
     if "--lengths" in sys.argv:
         return [int(v) for v in sys.argv[sys.argv.index("--lengths") + 1].split(",")]
     return [1025, 2049, 4097, 8191, 12288, 16383, 16384]

@@ -63,7 +63,7 @@ def test_f32_rows_past_8192(n: int, pitch: int) -> None:
     """Aligned f32 rows of 8193-16384: slices of them (``pitch`` elements beyond the row) are one tile over
     16 waves at 8 runs a lane (``MAX_TILE_ELEMENTS``; RMSNorm one row a workgroup, ``rms_norm_long``), not
     looped tiles, 12288 leaving part of the tile masked; contiguous ones take ``rows_odd`` at 16 waves
-    (``ALIGNED_ELEMENTS``).  All three ops match torch, a mean of 1e4 included (LayerNorm's two passes)."""
+    (``aligned_elements``).  All three ops match torch, a mean of 1e4 included (LayerNorm's two passes)."""
     for kind in ("softmax", "rms_norm", "layer_norm"):
         block_n, loop, _vec, waves, _layout = rows.plan_for(wc.f32, n, kind)
         assert (block_n, loop, waves) == (16384, False, 16)

@@ -123,12 +123,12 @@ def test_every_element_written_and_nothing_else(kind: str, shift: int, full: boo
 def test_norms_one_row_per_workgroup(
     kind: str, dtype: torch.dtype, n: int, shift: int, tables: bool, full: bool
 ) -> None:
-    """Rows of 2048 chunks: one row per workgroup (the row values rank 0), RMSNorm at ``ONE_ROW_RUNS``
-    (16 waves), LayerNorm at ``LN_LONG_RUNS`` (8 waves) under a launch bound of 3 where it reads tables,
-    f16/bf16 re-reading its chunks (``ONE_ROW_BOUNDS``, ``REREAD_TILES``); every element
+    """Rows of 2048 chunks: one row per workgroup (the row values rank 0), RMSNorm at ``one_row_runs``
+    (16 waves), LayerNorm at ``ln_long_runs`` (8 waves) under a launch bound of 3 where it reads tables,
+    f16/bf16 re-reading its chunks (``one_row_bounds``, ``reread_tiles``); every element
     written; a slice of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
-    runs = rows_odd.LN_LONG_RUNS if kind == "layer_norm" else rows_odd.ONE_ROW_RUNS
+    runs = rows_odd.RULES.ln_long_runs if kind == "layer_norm" else rows_odd.RULES.one_row_runs
     assert per_wg == 1 and waves == 2048 // (32 * runs)
     bound = rows_odd.odd_bound(WC[dtype], n, kind, n, tables)
     half = dtype != torch.float32
@@ -142,7 +142,7 @@ def test_norms_one_row_per_workgroup(
 def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
     """Contiguous f32 rows of 8193-16383 take the odd-row kernel (the norms one row a workgroup, softmax
     two; LayerNorm at 8 chunks a lane through tables under a bound of two workgroups an SM); 12289 at the
-    three-quarter tile of 3072 chunks (``SHORT_TILES``: LayerNorm 12 waves, the others 16 at 6 chunks a
+    three-quarter tile of 3072 chunks (``short_tiles``: LayerNorm 12 waves, the others 16 at 6 chunks a
     lane); slices of them do not (they loop)."""
     n = 12289
     waves = 12 if kind == "layer_norm" else 16
@@ -158,7 +158,7 @@ def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
 )
 def test_shorter_tiles(kind: str, dtype: torch.dtype, n: int, block_j: int) -> None:
     """Rows whose chunks fit five eighths or three quarters of the power of two take that tile
-    (``SHORT_TILES``): the same chunks a lane over fewer waves (softmax: ``SOFTMAX_ONE_ROW``, at fewer
+    (``short_tiles``): the same chunks a lane over fewer waves (softmax: ``softmax_one_row``, at fewer
     chunks), every element written; one more chunk takes the next tile."""
     config = rows_odd.odd_config(WC[dtype], n, kind, n)
     assert config is not None and config[0] == block_j
@@ -250,9 +250,9 @@ def test_softmax_extremes_on_odd_rows() -> None:
 @pytest.mark.parametrize("n, shift", [(12288, 0), (16384, 3)])
 def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift: int) -> None:
     """Contiguous f32 rows of 8193-16384 that the 16-byte run divides take the odd-row kernel too
-    (``ALIGNED_ELEMENTS``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
+    (``aligned_elements``): at a 16-byte boundary the last chunk is the edge's tail, at ``shift`` 3 a
     head and a tail; every element written.  Slices of them and 8192 do not.  LayerNorm's 4096-chunk tile
-    takes 8 waves (``LN_TILE_RUNS``) re-reading its chunks."""
+    takes 8 waves (``ln_tile_runs``) re-reading its chunks."""
     block_j, waves = (3072, 12 if kind == "layer_norm" else 16) if n == 12288 else (4096, 16)
     waves = 8 if (block_j, kind) == (4096, "layer_norm") else waves
     assert rows_odd.odd_config(wc.f32, n, kind, n) == (block_j, waves, 2 if kind == "softmax" else 1)
@@ -265,7 +265,7 @@ def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift
 @pytest.mark.parametrize("n, runs", [(4097, 4), (8191, 8)])
 def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     """Contiguous f32 softmax at tiles of 1024 and 2048 chunks: one row a workgroup over 8 waves
-    (``SOFTMAX_ONE_ROW``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
+    (``softmax_one_row``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
     block_j, waves, per_wg = rows_odd.odd_config(wc.f32, n, "softmax", n)
     assert (waves, per_wg) == (8, 1) and block_j == waves * 32 * runs
     assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
@@ -276,8 +276,8 @@ def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
 @pytest.mark.parametrize("kind", ["softmax", "rms_norm", "layer_norm"])
 @pytest.mark.parametrize("dtype, n", [(torch.bfloat16, 16384), (torch.float16, 12288)])
 def test_aligned_16_bit_rows_past_8192_take_the_odd_kernel(kind: str, dtype: torch.dtype, n: int) -> None:
-    """Contiguous 16-bit rows past 8192 that the run divides take the odd-row kernel (``ALIGNED_ELEMENTS``),
-    softmax one row a workgroup over 8 waves (``SOFTMAX_ONE_ROW``), every element written; slices
+    """Contiguous 16-bit rows past 8192 that the run divides take the odd-row kernel (``aligned_elements``),
+    softmax one row a workgroup over 8 waves (``softmax_one_row``), every element written; slices
     and 8192 keep the aligned kernels."""
     wdt = wc.bf16 if dtype == torch.bfloat16 else wc.f16
     config = rows_odd.odd_config(wdt, n, kind, n)

@@ -59,21 +59,25 @@ def nv_extf_bf16(x: ir.Value) -> ir.Value:
     0xffff0000``.  ``arith.extf`` from bf16 became, per element, a 16-bit move out of the pair, a
     ``cvt.u32.u16`` and a ``shl``, against f16's single ``cvt.f32.f16`` (64 more instructions a lane in
     the bf16 softmax of 16384, docs/reductions.md)."""
-    f32, bf16, i32 = ir.F32Type.get(), ir.BF16Type.get(), ir.IntegerType.get_signless(32)
+    f32, i32 = ir.F32Type.get(), ir.IntegerType.get_signless(32)
     n = ir.VectorType(x.type).shape[0]
-    if n % 2:
-        pad = arith.constant(
-            ir.VectorType.get([n + 1], bf16),
-            ir.DenseElementsAttr.get_splat(ir.VectorType.get([n + 1], bf16), ir.FloatAttr.get(bf16, 0.0)),
+    if n % 2:  # the last element alone (a padded pair's bitcast went through the stack: 8 bytes of local)
+        last = arith.bitcast(ir.IntegerType.get_signless(16), vector.extract(x, [], [n - 1]))
+        last = arith.bitcast(f32, arith.shli(arith.extui(i32, last), arith.constant(i32, 16)))
+        if n == 1:
+            return vector.from_elements(ir.VectorType.get([1], f32), [last])
+        pairs = vector.extract_strided_slice(ir.VectorType.get([n - 1], ir.BF16Type.get()), x, [0], [n - 1], [1])
+        head = nv_extf_bf16(pairs)
+        return vector.from_elements(
+            ir.VectorType.get([n], f32), [*(vector.extract(head, [], [i]) for i in range(n - 1)), last]
         )
-        x = vector.insert_strided_slice(x, pad, [0], [1])
-    words = vector.bitcast(ir.VectorType.get([(n + 1) // 2], i32), x)
-    sixteen, high = arith.constant(i32, 16), arith.constant(i32, -65536)
-    elems = []
-    for i in range((n + 1) // 2):
-        w = vector.extract(words, [], [i])
-        elems += [arith.bitcast(f32, arith.shli(w, sixteen)), arith.bitcast(f32, arith.andi(w, high))]
-    return vector.from_elements(ir.VectorType.get([n], f32), elems[:n])
+    wt = ir.VectorType.get([n // 2], i32)
+    words = vector.bitcast(wt, x)
+    splat16 = arith.constant(wt, ir.DenseElementsAttr.get_splat(wt, ir.IntegerAttr.get(i32, 16)))
+    mask = arith.constant(wt, ir.DenseElementsAttr.get_splat(wt, ir.IntegerAttr.get(i32, -65536)))
+    lo, hi = arith.shli(words, splat16), arith.andi(words, mask)
+    both = vector.shuffle(lo, hi, [j for i in range(n // 2) for j in (i, n // 2 + i)])
+    return vector.bitcast(ir.VectorType.get([n], f32), both)
 
 
 @rule(Arange)

@@ -275,7 +275,7 @@ RUNS_PER_WAVE = 4  # 16-byte runs per lane and wave of a one-tile row (32 f32 va
 MAX_WAVES_PER_ROW = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 # rows of up to this many elements are one tile: f32 past RUNS_PER_WAVE * MAX_WAVES_PER_ROW units (8192)
 # takes twice the runs a lane (32 f32 values, as bf16's 16384) instead of looping over one-wave tiles
-# (docs/reductions.md, session 15); contiguous ones take ``rows_odd`` instead (``ALIGNED_ELEMENTS``), so
+# (docs/reductions.md, session 15); contiguous ones take ``rows_odd`` instead (``aligned_elements``), so
 # this serves slices
 MAX_TILE_ELEMENTS = 16384
 LN_LONG_UNITS = 32  # LayerNorm tiles of at least 32 units (8192 bf16): ``make_layer_norm_long``

@@ -34,20 +34,25 @@ import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
+from wavec.kernels.rows_odd_rules import (  # noqa: F401  (the layout rules' names, where callers look for them)
+    MAX_ELEMENTS,
+    NORM_RUNS,
+    RULES,
+    RUNS_PER_WAVE,
+    OddPlan,
+    OddRules,
+    odd_config,
+    odd_full,
+    odd_plan,
+    rows_per_workgroup,
+)
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
 HR = wc.sym.HR  # a vector's shifted table [HR, V]: V head offsets of K chunks (``shifted_table``)
 LOG2E = 1.0 / math.log(2.0)
 NEG_INF = float("-inf")
-MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 EDGE = 32  # edge slots per row: a head of < V plus a tail of < 2V elements, V <= 8
-
-
-def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
-    """Four rows of one wave, two while they fit a workgroup's 1024 threads (as ``rows.row_constraints``),
-    else one (M then a batch dim: the per-row values are rank 0 and broadcast by name, as the [M] ones)."""
-    return 4 if waves == 1 else 2 if 2 * waves * tpw <= 1024 else 1
 
 
 def odd_constraints(block_j: int, waves: int, vec: int, tpw: int, rows: int, bound: int | None = None) -> list:
@@ -194,7 +199,7 @@ def make_rms_norm_odd(
     bound: int | None = None,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
-    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``FULL_TILE``; bind ``J: block_j``).
+    workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``RULES.full_tile``; bind ``J: block_j``).
     ``bound``: ``odd_constraints``'."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
@@ -293,127 +298,19 @@ def make_layer_norm_odd(
 
 MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
 
-RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
-NORM_RUNS = 2  # the norms': 64 registers or fewer, see ``odd_config``
-# ... but contiguous f16/bf16 norms take 4 a lane over one row a workgroup (M a batch dim), as the aligned
-# long rows: smaller workgroups, more resident, more bytes in flight (measured: docs/reductions.md)
-ONE_ROW_RUNS = 4
-# ... and LayerNorm tiles of LN_LONG_ELEMENTS or more (8191 bf16 or f32) twice that: an SM holds whole rows
-# only, and smaller workgroups put more rows on it (docs/reductions.md, "Odd LayerNorm from 8191")
-LN_LONG_ELEMENTS = 8192
-LN_LONG_RUNS = 8
-# Launch bounds of the contiguous one-row norms, (kind, block_j) -> workgroups an SM: where
-# ptxas's registers fitted one workgroup fewer than the bound and the bound measured faster (no spill, but
-# f32 LayerNorm's 4096-chunk tile: 48 bytes; the same docs section)
-ONE_ROW_BOUNDS = {
-    ("layer_norm", 1280): 5,
-    ("layer_norm", 1536): 5,
-    ("layer_norm", 2048): 3,
-    ("layer_norm", 2560): 2,
-    ("layer_norm", 3072): 2,
-    ("layer_norm", 4096): 2,
-    ("rms_norm", 1024): 4,
-}
-# ... and f32 LayerNorm's tile of 4096 chunks (16383) twice that again, over 8 waves re-reading its chunks
-# (``REREAD_TILES``) under ``ONE_ROW_BOUNDS``' two workgroups an SM: 128 registers, no spill (docs/reductions.md,
-# session 17)
-LN_TILE_RUNS = {4096: 16}
-# the longest rows this path takes (16384 elements: 16383 bf16 or f32; longer rows loop)
-MAX_ELEMENTS = 16384
-# element bytes -> contiguous rows past that many elements take this path even where the 16-byte run
-# divides them: the aligned one tile read slower than this path's layouts (f32 from session 16, 16-bit
-# softmax from session 17: docs/reductions.md)
-ALIGNED_ELEMENTS = {4: 8192, 2: 8192}
-# element bytes -> contiguous softmax tiles (``block_j``) of one row a workgroup -> its waves (the same docs
-# sections; f32's 2560 at 4 chunks a lane over 20 waves read 0.88-0.93 of copy where 16 waves of two rows read
-# 0.73-0.80)
-SOFTMAX_ONE_ROW = {4: {1024: 8, 2048: 8, 2560: 20}, 2: {1280: 8, 1536: 8, 2048: 8}}
-# element bytes -> the tiles (``block_j``) a power of two shrinks to where the row's chunks fit, smallest
-# first: f32 8196-12291 elements take 3072 chunks, not 4096 with a quarter of the lanes idle (session 16);
-# five eighths and three quarters of 4096 (f32) and of 2048 (16-bit rows of 8193-12295) from session 17
-# (docs/reductions.md)
-SHORT_TILES = {4: {4096: (2560, 3072)}, 2: {2048: (1280, 1536)}}
-
-
-def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
-    """(``block_j``, waves per row, rows per workgroup) for rows of ``n`` elements at a row pitch of ``pitch``
-    elements, or None where this path does not apply: rows the 16-byte run divides (the aligned kernels; but
-    contiguous rows past ``ALIGNED_ELEMENTS``, f32's past 8192, whose last chunk is then the edge's tail), rows of
-    one wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
-    slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous
-    output's, and for one row per workgroup (the norms past 16 waves) any pitch but ``n``. The norms give a lane
-    ``NORM_RUNS`` chunks: their weight (and bias) hold registers per chunk, so 4 chunks took 80-86 (RMSNorm) and
-    127-168 (LayerNorm) registers, 8-24 warps an SM at two rows a workgroup (RMSNorm over 16 waves spilled); 2
-    chunks take 64 or fewer, 32 warps (``tests/binary/test_rows_compile.py``). Contiguous norms of two waves or more
-    take ``ONE_ROW_RUNS`` over one row a workgroup instead: smaller workgroups, more of them an SM, twice the bytes
-    in flight a lane; a tile that one wave covers at ``ONE_ROW_RUNS`` (128 chunks: 1025 f16 / bf16) is one wave a row,
-    ``rows_per_workgroup``'s four rows; LayerNorm at ``LN_LONG_RUNS`` or ``LN_TILE_RUNS``.  Contiguous softmax at
-    the tiles ``SOFTMAX_ONE_ROW`` names takes one row over the waves it gives."""
-    vec = 16 // dtype.bytes
-    unit = 32 * vec
-    aligned_long = pitch == n and n > ALIGNED_ELEMENTS.get(dtype.bytes, MAX_ELEMENTS)
-    if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
-        return None
-    if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
-        return None  # (past 8192 f32: contiguous rows only, at 8 chunks a lane)
-    chunks = (n - vec + 1) // vec
-    block_j = 32
-    while block_j < chunks:
-        block_j *= 2
-    block_j = next((t for t in SHORT_TILES.get(dtype.bytes, {}).get(block_j, ()) if chunks <= t), block_j)
-    fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
-    if kind == "softmax" and pitch == n and block_j in SOFTMAX_ONE_ROW.get(dtype.bytes, {}):
-        return block_j, SOFTMAX_ONE_ROW[dtype.bytes][block_j], 1
-    if kind != "softmax" and pitch == n and block_j >= 2 * ONE_ROW_RUNS * 32:
-        runs = LN_LONG_RUNS if kind == "layer_norm" and block_j * vec >= LN_LONG_ELEMENTS else ONE_ROW_RUNS
-        runs = LN_TILE_RUNS.get(block_j, runs) if kind == "layer_norm" else runs
-        return block_j, block_j // (max(runs, fewest) * 32), 1
-    runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= ONE_ROW_RUNS * 32 else NORM_RUNS
-    waves = max(1, block_j // ((max(runs, fewest) if kind == "softmax" else runs) * 32))
-    rows = rows_per_workgroup(waves)
-    return None if rows == 1 and pitch != n else (block_j, waves, rows)
-
-
-# The norms' interior over the whole tile (``J = block_j`` bound at compile, ``inner`` of that many
-# elements): lanes past K reread and rewrite the row's last chunk instead of masked loads, whose branches
-# joined every chunk as 8 f32 values and took LayerNorm to 101-128 registers (docs/reductions.md).
-# False: the masked layout, kept to time against (``benchmarks/rows_odd_sweep.py --full``).
-FULL_TILE = True
-
 _COMPILED: dict = {}
 
 
 def odd_bound(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> int | None:
-    """The launch bound (workgroups an SM) of the odd kernel ``odd_config`` picks, or None: contiguous
-    norms over one row a workgroup at the tiles ``ONE_ROW_BOUNDS`` names, reading their vectors
-    through ``tables`` (the gathered vectors of small inputs would spill under it: LayerNorm 16383 136-152
-    bytes)."""
-    config = odd_config(dtype, n, kind, pitch)
-    if config is None or config[2] != 1 or not tables:
-        return None
-    return ONE_ROW_BOUNDS.get((kind, config[0]))
-
-
-# element type -> LayerNorm tiles (``block_j``) of contiguous rows over one row a workgroup that read their
-# chunks a second time after the statistics (``make_layer_norm_odd(reread=)``; measured: docs/reductions.md).
-# f32 only at 4096 chunks over 8 waves (``LN_TILE_RUNS``): over 16 waves its two passes kept the first read
-# across the first reduction anyway (110 registers), at 8 waves the second read is what removes the spill
-_BY_ONE_ROW = frozenset({512, 1024, 1280, 1536, 2048})
-REREAD_TILES = {"f16": _BY_ONE_ROW, "bf16": _BY_ONE_ROW, "f32": frozenset({4096})}
+    """The launch bound (workgroups an SM) of the odd kernel ``odd_plan`` picks, or None."""
+    plan = odd_plan(dtype, n, kind, pitch, tables)
+    return plan.bound if plan else None
 
 
 def odd_reread(dtype, n: int, kind: str, pitch: int, tables: bool = True) -> bool:
-    """Whether the odd kernel ``odd_config`` picks re-reads its chunks: LayerNorm over one row a workgroup
-    through ``tables``, at the tiles ``REREAD_TILES`` names for its element type."""
-    config = odd_config(dtype, n, kind, pitch)
-    if config is None or kind != "layer_norm" or config[2] != 1 or not tables:
-        return False
-    return config[0] in REREAD_TILES.get(dtype.name, ())
-
-
-def odd_full(kind: str, full: bool | None = None) -> bool:
-    """Whether the odd kernel of ``kind`` takes the whole tile (``full``, default ``FULL_TILE``; norms only)."""
-    return kind != "softmax" and (FULL_TILE if full is None else full)
+    """Whether the odd kernel ``odd_plan`` picks re-reads its chunks (LayerNorm over one row, tables)."""
+    plan = odd_plan(dtype, n, kind, pitch, tables)
+    return bool(plan and plan.reread)
 
 
 def inner_size(kind: str, dtype, n: int, pitch: int, full: bool | None = None) -> int:
@@ -429,13 +326,12 @@ def odd_kernel(
     """The compiled odd-row kernel of ``kind`` for rows of ``n`` (``odd_config`` must apply); ``tables``
     (the norms): the variant reading the vectors' ``shifted_table`` beside them; ``full``: ``odd_full``'s;
     ``target``: an explicit one (the performance model's, ``perf.library``), else the backend's."""
-    config = odd_config(dtype, n, kind, pitch)
-    assert config is not None
-    full = odd_full(kind, full)
+    plan = odd_plan(dtype, n, kind, pitch, tables, full)
+    assert plan is not None
+    config, full, reread = plan.config, plan.full, plan.reread
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
     ptx = (backend or default_backend()) != "rocm" and not (target or "").startswith("gfx")
-    bound = odd_bound(dtype, n, kind, pitch, tables) if ptx else None
-    reread = odd_reread(dtype, n, kind, pitch, tables)
+    bound = plan.bound if ptx else None
     key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target)
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
@@ -500,9 +396,10 @@ def odd_runner(kind: str, dtype, rows: Any, shape: tuple, per_call, scalars: tup
     vec = 16 // dtype.bytes
     es = rows.element_size()
     tables = uses_tables(kind, m, n, es)
-    full = odd_full(kind, full)
+    plan = odd_plan(dtype, n, kind, pitch, tables, full)
+    assert plan is not None
+    full, reread = plan.full, plan.reread
     kernel = odd_kernel(kind, dtype, n, pitch, backend, tables, full)
-    reread = odd_reread(dtype, n, kind, pitch, tables)
     chunks = (n - vec + 1) // vec
     inner = torch.empty(inner_size(kind, dtype, n, pitch, full), dtype=torch.int8, device=rows.device)
     launches: dict[int, Any] = {}
