@@ -12,7 +12,7 @@ import pytest
 import wavec as wc
 import wavec.codegen.ptxas as ptxas_mod
 from wavec.codegen.ptxas import find_ptxas
-from wavec.kernels import rows, rows_odd
+from wavec.kernels import rows, rows_odd, rows_odd_rules
 
 pytest.importorskip("iree.compiler")
 
@@ -81,7 +81,8 @@ def _odd(kind: str, dtype, n: int, target: str, tables: bool = False) -> wc.Comp
 # chunks a lane of the norms' layouts (``NORM_RUNS``, ``one_row_runs``, LayerNorm's ``ln_long_runs``) -> the
 # registers they may take without spilling (ptxas -v, sm_80 / sm_90a: 64 keeps 32 warps an SM at two rows a
 # workgroup)
-NORM_CHUNKS = {rows_odd.NORM_RUNS: 64, rows_odd.RULES.one_row_runs: 128, rows_odd.RULES.ln_long_runs: 192}
+LIB = rows_odd_rules.RULES
+NORM_CHUNKS = {rows_odd_rules.NORM_RUNS: 64, LIB.one_row_runs: 128, LIB.ln_long_runs: 192}
 # ... (192: LayerNorm 16383 gathering its vectors, inputs below ``TABLE_MIN_BYTES``, one 256-thread
 # workgroup an SM as the 4-chunk layout's 100 at 512 threads).  Spills ptxas takes on the library's layout:
 # f16 RMSNorm 2049 over the whole tile stores 8 bytes at 56 registers on sm_90a (its speed: docs/performance.md,
@@ -111,7 +112,7 @@ def test_odd_row_kernels_use_16_byte_accesses(target: str, kind: str, dtype, n: 
     elem = {2: "b16", 4: "b32"}[dtype.bytes]
     block_j, waves, _ = rows_odd.odd_config(dtype, n, kind, n) or (0, 1, 0)
     chunks = block_j // (waves * 32)
-    softmax_chunks = 8 if (dtype, n) in ((wc.f32, 8191), (wc.bf16, 16383)) else rows_odd.RUNS_PER_WAVE
+    softmax_chunks = 8 if (dtype, n) in ((wc.f32, 8191), (wc.bf16, 16383)) else rows_odd_rules.RUNS_PER_WAVE
     assert chunks == softmax_chunks if kind == "softmax" else chunks in NORM_CHUNKS
     assert len(re.findall(r"ld\.global(\.nc)?\.v4\.(b|u)32", ptx)) == chunks
     assert len(re.findall(r"st\.global\.v4\.(b|u)32", ptx)) == chunks
@@ -246,7 +247,7 @@ def test_odd_norms_over_the_whole_tile(kind: str, n: int, tables: bool, tmp_path
     # (the one-wave rows of 1025 gathering their vectors, small inputs, hold them per chunk: RMSNorm 80,
     # LayerNorm 125; through tables 58-72)
     gathered_rows = per_wg > 1 and not tables
-    limit = FULL_LIMITS[kind] if chunks == rows_odd.RULES.one_row_runs and not gathered_rows else NORM_CHUNKS[chunks]
+    limit = FULL_LIMITS[kind] if chunks == LIB.one_row_runs and not gathered_rows else NORM_CHUNKS[chunks]
     assert "0 bytes spill stores" in report and int(re.search(r"Used (\d+) registers", report).group(1)) <= limit
 
 

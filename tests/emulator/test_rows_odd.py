@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import wavec as wc
-from wavec.kernels import layer_norm, rms_norm, rows, rows_odd, softmax
+from wavec.kernels import layer_norm, rms_norm, rows, rows_odd, rows_odd_rules, softmax
 
 F = torch.nn.functional
 TOL = {torch.float16: (2e-3, 4e-3), torch.bfloat16: (1.6e-2, 3e-2), torch.float32: (2e-6, 2e-6)}
@@ -128,7 +128,7 @@ def test_norms_one_row_per_workgroup(
     f16/bf16 re-reading its chunks (``one_row_bounds``, ``reread_tiles``); every element
     written; a slice of such rows (pitch != n) is left to the narrow variant."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
-    runs = rows_odd.RULES.ln_long_runs if kind == "layer_norm" else rows_odd.RULES.one_row_runs
+    runs = rows_odd_rules.RULES.ln_long_runs if kind == "layer_norm" else rows_odd_rules.RULES.one_row_runs
     assert per_wg == 1 and waves == 2048 // (32 * runs)
     bound = rows_odd.odd_bound(WC[dtype], n, kind, n, tables)
     half = dtype != torch.float32

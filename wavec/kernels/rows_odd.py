@@ -34,18 +34,7 @@ import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
-from wavec.kernels.rows_odd_rules import (  # noqa: F401  (the layout rules' names, where callers look for them)
-    MAX_ELEMENTS,
-    NORM_RUNS,
-    RULES,
-    RUNS_PER_WAVE,
-    OddPlan,
-    OddRules,
-    odd_config,
-    odd_full,
-    odd_plan,
-    rows_per_workgroup,
-)
+from wavec.kernels.rows_odd_rules import odd_config, odd_full, odd_plan, rows_per_workgroup
 
 M, N = wc.sym.M, wc.sym.N
 R, F, R2, J, E, V = wc.sym.R, wc.sym.F, wc.sym.R2, wc.sym.J, wc.sym.E, wc.sym.V
