@@ -19,7 +19,7 @@ pytest.importorskip("iree.compiler")
 
 def _rms_norm(bound: int | None, waves: int = 8) -> wc.WaveKernel:
     """An RMSNorm row over ``waves`` waves (the library's ``make_rms_norm_long`` body), 4 runs a lane at 8192
-    bf16: ~73 registers unbounded."""
+    bf16: 64 registers unbounded (73 before bf16 -> f32 became one shift or mask an element)."""
     sched = [wc.SchedulingConstraint(min_workgroups_per_sm=bound)] if bound else []
 
     @wc.wave([*_long_constraints(wc.bf16, waves, 32, None), *sched])
@@ -45,7 +45,7 @@ def test_ptx_carries_the_bound(target: str, monkeypatch) -> None:
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="needs ptxas for register counts")
-@pytest.mark.parametrize("bound", [4, 5])
+@pytest.mark.parametrize("bound", [5, 6])
 def test_ptxas_fits_the_workgroups(bound: int) -> None:
     free = wc.compile(_rms_norm(None), {BLOCK_N: 8192}, target="sm_90a", backend="cuda", cache=False)
     tight = wc.compile(_rms_norm(bound), {BLOCK_N: 8192}, target="sm_90a", backend="cuda", cache=False)
