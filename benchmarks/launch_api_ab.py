@@ -2,11 +2,11 @@
 ``WAVEC_LAUNCH_API=ctypes`` and once under ``c`` (the knob is read when the launcher loads), called in
 alternating rounds so that clock and load drift fall on both alike.
 
-Each round times ``--calls`` calls of one API with ``time.perf_counter`` per call (a synchronize every 64
-calls, outside the timed region, keeps the queue short) and then the same for the other API; the table
-gives the median over rounds of each round's p50 and p99 in microseconds, and the median per-round
-difference.  The kernel is the rows softmax 64x1024 f16, called directly (the prepared launch by tensors):
-the launch API is the only difference between the two.
+Each round times ``--calls`` calls of one API with ``host_latency.latencies`` (50 warm-up calls, then
+``time.perf_counter`` per call, a synchronize every 64 calls outside the timed region) and then the same
+for the other API; the table gives the median over rounds of each round's p50 and p99 in microseconds, and
+the median per-round difference.  The kernel is the rows softmax 64x1024 f16, called directly (the prepared
+launch by tensors): the launch API is the only difference between the two.
 
     python benchmarks/launch_api_ab.py [--calls 2000] [--rounds 9]
 """
@@ -16,12 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
+import sys
 
 import torch
 
 import wavec as wc
 from wavec.runtime.kernel import CompiledKernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from host_latency import latencies  # noqa: E402  (its per-call timer: perf_counter, a sync every 64 calls)
 
 APIS = ("ctypes", "c")
 
@@ -42,18 +45,6 @@ def _loaded(artifact, api: str, args: tuple) -> CompiledKernel:
     return kern
 
 
-def _round(fn, calls: int) -> list[float]:
-    out = []
-    for i in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t0) * 1e6)
-        if i % 64 == 63:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return out
-
-
 def _p(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100)[q - 1]
 
@@ -66,14 +57,12 @@ def main(calls: int, rounds: int) -> None:
     artifact = rows._kernel("softmax", wc.f16, 1024, None).artifact
     kerns = {api: _loaded(artifact, api, (x, y)) for api in APIS}
     torch.testing.assert_close(y.float(), torch.softmax(x.float(), -1), atol=2e-3, rtol=2e-3)
-    for kern in kerns.values():
-        _round(lambda k=kern: k(x, y), 200)  # warm-up
     p50: dict[str, list[float]] = {a: [] for a in APIS}
     p99: dict[str, list[float]] = {a: [] for a in APIS}
     for r in range(rounds):
         order = APIS if r % 2 == 0 else APIS[::-1]
         for api in order:
-            xs = _round(lambda k=kerns[api]: k(x, y), calls)
+            xs = latencies(lambda k=kerns[api]: k(x, y), calls, torch.cuda.synchronize)
             p50[api].append(_p(xs, 50))
             p99[api].append(_p(xs, 99))
     diff = [a - b for a, b in zip(p50["ctypes"], p50["c"], strict=True)]
