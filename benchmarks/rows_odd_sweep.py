@@ -136,7 +136,7 @@ def sweep(
         except Exception as e:  # a layout past a workgroup's threads fails to compile: say so
             lines.append(f"{kind} | {n} | {runs or '-'} | {name} | failed: {type(e).__name__} {str(e)[:90]}")
         else:
-            cfg = rules._library_config(dtype_of(x).bytes, n, kind, n)
+            cfg = rules.library_config(dtype_of(x).bytes, n, kind, n)
             lines.append(f"{kind} | {n} | {runs or cfg} | {name} | {t:.1f} | {t_copy / t:.2f} | {registers()}")
         print(lines[-1], flush=True)
     return lines

@@ -103,7 +103,8 @@ def _tile(element_bytes: int, chunks: int) -> int:
     return next((t for t in RULES.short_tiles.get(element_bytes, {}).get(block_j, ()) if chunks <= t), block_j)
 
 
-def _library_config(element_bytes: int, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
+def library_config(element_bytes: int, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
+    """``odd_config``'s layout from the tables alone, without a sweep's ``layout`` override."""
     vec = 16 // element_bytes
     unit = 32 * vec
     aligned_long = pitch == n and n > RULES.aligned_elements.get(element_bytes, MAX_ELEMENTS)
@@ -139,7 +140,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     at ``one_row_runs`` (1025 f16 / bf16) one wave a row, four rows; softmax ``RUNS_PER_WAVE``, or one row at
     the tiles ``softmax_one_row`` names.  The tile: the power of two of the row's chunks, or the first of
     ``short_tiles`` that holds them."""
-    config = _library_config(dtype.bytes, n, kind, pitch)
+    config = library_config(dtype.bytes, n, kind, pitch)
     if config is None or RULES.layout is None:
         return config
     runs, one = RULES.layout
