@@ -101,7 +101,15 @@ def shape_rows(
         try:
             err = (run(*sets[0]).float() - ref).abs().max().item()
             assert err < 2e-2, err
-            rows.append((_graph_us(run, sets), label, sp or rule, err, sp == 0 and label == "default"))
+            rows.append(
+                (
+                    _graph_us(run, sets),
+                    label,
+                    sp or (rule if variant.mma == "mma_sync" else "rule"),
+                    err,
+                    sp == 0 and label == "default",
+                )
+            )
         except Exception as e:  # an illegal tile: say so, go on
             print(f"  {label} splits {sp}: {type(e).__name__} {str(e)[:100]}", flush=True)
     rows.sort()

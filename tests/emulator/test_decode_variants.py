@@ -158,7 +158,8 @@ def test_bad_variants_are_named(options: dict, match: str) -> None:
 
 def test_parse_variant() -> None:
     """``decode_tiles.py --configs``' spelling."""
-    assert dv.parse_variant("default") == (None, dv.DEFAULT)
+    assert dv.parse_variant("default") == (None, dv.AUTO)
+    assert dv.parse_variant("mma_sync") == (None, dv.DEFAULT)
     assert dv.parse_variant("wgmma") == (None, dv.Variant("wgmma"))
     assert dv.parse_variant("64x1x3:wgmma:cp.async") == ((64, 1, 3), dv.Variant("wgmma", "cp.async"))
     assert dv.parse_variant("16x2x2:lb5") == ((16, 2, 2), dv.Variant(launch_bound=5))

@@ -109,3 +109,20 @@ def test_pingpong_equals_the_ws_kernel(dtype, layout, causal, d, b, h, kvh, sq, 
     assert not pp.isnan().any() and torch.equal(pp, ws)
     torch.testing.assert_close(pp.float(), _reference(q, k, v, causal, layout), rtol=TOL[dtype], atol=TOL[dtype])
     assert torch.equal(attention(q, k, v, causal=causal, layout=layout, mma="wgmma", warp_specialize="pingpong"), pp)
+
+
+@pytest.mark.parametrize(
+    "sq, causal, ws", [(2048, False, True), (2048, True, False), (4096, True, True), (1024, False, False)]
+)
+def test_default_warp_specializes_where_measured(sq, causal, ws) -> None:
+    """``attention(warp_specialize=None)`` runs the warp-specialized kernel exactly where
+    ``attention_tiles.ws_default`` says (d128 from 2048 queries, causal from 4096), bit for bit."""
+    _hopper()
+    q, k, v = _inputs(1, 4, 2, sq, sq, 128, "bf16", "bhsd")
+    out = attention(q, k, v, causal=causal)
+    chosen = attention(q, k, v, causal=causal, mma="wgmma", warp_specialize=ws)
+    other = attention(q, k, v, causal=causal, mma="wgmma", warp_specialize=not ws)
+    torch.cuda.synchronize()
+    assert torch.equal(out, chosen)
+    assert not torch.equal(out, other), "the two kernels should differ in rounding somewhere"
+    torch.testing.assert_close(out.float(), _reference(q, k, v, causal, "bhsd"), rtol=TOL["bf16"], atol=TOL["bf16"])

@@ -110,3 +110,15 @@ def test_wgmma_reads_transposed_cache_views() -> None:
     kt, vt = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
     out = decode.decode_attention(q, kt, vt, seq_lens=lens, mma="wgmma")
     torch.testing.assert_close(out.float(), dk.reference_decode_attention(q, k, v, lens), rtol=1.6e-2, atol=1.6e-2)
+
+
+@pytest.mark.parametrize("batch, mma", [(8, "wgmma"), (1, "mma_sync"), (32, "mma_sync")])
+def test_default_takes_wgmma_where_measured(batch: int, mma: str) -> None:
+    """``decode_attention(mma=None)`` runs the kernel ``decode_variants.resolve`` names (wgmma for 32-128
+    KV-head groups on an sm_90 GPU), bit for bit."""
+    if not HOPPER:
+        pytest.skip("the wgmma default needs an sm_90 GPU")
+    q, k, v, lens = dk.dense_kv_inputs([2048 - 61 * i for i in range(batch)], 1, 32, 8, 128, wc.bf16, 2048, "cuda")
+    out = decode.decode_attention(q, k, v, seq_lens=lens)
+    assert torch.equal(out, decode.decode_attention(q, k, v, seq_lens=lens, mma=mma))
+    torch.testing.assert_close(out.float(), dk.reference_decode_attention(q, k, v, lens), rtol=1.6e-2, atol=1.6e-2)

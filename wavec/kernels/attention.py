@@ -31,6 +31,7 @@ from wavec.kernels.attention_tiles import (  # noqa: F401  (re-exported: the tab
     WGMMA_CONFIGS,
     WS_CONFIG,
     attention_config,
+    ws_default,
 )
 from wavec.kernels.fastpath import Decisions, tensor_key
 from wavec.tuning.plan import MMA_KINDS, mma_type_for
@@ -426,7 +427,7 @@ def attention(
     async_copy: str = "auto",
     alibi_slopes=None,
     intra_wg_overlap: bool = False,
-    warp_specialize: bool | str = False,
+    warp_specialize: bool | str | None = None,
 ):
     """Scaled dot-product attention for torch tensors (f16 or bf16), like
     ``torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)`` and
@@ -452,8 +453,9 @@ def attention(
     and V are staged: "auto" (``pipeline_loops`` chooses by target: TMA for wgmma on sm_90a, else
     ``cp.async``), "tma" (wgmma only) or "cp.async".  ``intra_wg_overlap`` (wgmma, TMA; off until measured):
     the next key tile's Q Kᵀ runs during this tile's softmax (docs/attention.md).  ``warp_specialize`` (wgmma,
-    TMA; off until measured): a producer warpgroup issues the K/V fills (default tile ``WS_CONFIG``);
-    ``"pingpong"``: that, and the two consumer warpgroups issue their wgmmas in turn.
+    TMA): True: a producer warpgroup issues the K/V fills (default tile ``WS_CONFIG``); ``"pingpong"``: that,
+    and the two consumer warpgroups issue their wgmmas in turn; None (default): True where
+    ``attention_tiles.ws_default`` says it was measured faster (d128 from 2048 queries, causal from 4096).
     Returns a new tensor."""
     opts = (causal, window, softcap, layout, backend, config, mma, async_copy, intra_wg_overlap, warp_specialize)
     key = (tensor_key(q), tensor_key(k), tensor_key(v), tensor_key(alibi_slopes), opts)
@@ -482,8 +484,12 @@ def _attention_runner(q, k, v, slopes, causal, window, softcap, layout, backend,
     if causal and q.shape[s_ax] == k.shape[s_ax]:  # the alignments agree: the top-left kernel (no guards)
         causal = "top_left"
     head_dim, v_head_dim = q.shape[-1], v.shape[-1]
+    if ws is None:
+        plain = window == (-1, -1) and not softcap and slopes is None and async_copy == "auto"
+        plain = plain and config is None and not overlap and causal in (False, "top_left")
+        ws = ws_default(head_dim, v_head_dim, q.shape[s_ax], causal, mma, plain)
     if not any(ws is x for x in (False, True)) and ws != "pingpong":
-        why = f"expected False, True or 'pingpong', got {ws!r}"
+        why = f"expected None, False, True or 'pingpong', got {ws!r}"
         raise OptionError(option="attention: warp_specialize", message=why)
     for name, flag in (("intra_wg_overlap", overlap), ("warp_specialize", ws)):
         if flag and mma != "wgmma":

@@ -40,6 +40,20 @@ _WGMMA_SHORT: dict[int, dict[int, tuple[int, ...]]] = {128: {64: (64, 128, 1)}, 
 _WGMMA_LONG_CAUSAL = {128: (16384, (128, 128, 2))}  # causal with at least this many queries
 # warp_specialize: FlashAttention-3's tile, two consumer warpgroups of 64 query rows (240 registers each)
 WS_CONFIG = (128, 128, 2)
+# attention(warp_specialize=None) takes it for these head dims from (non-causal, causal) query lengths: where
+# it beat the default tile on the H200 (session 18, docs/attention.md "Warp specialization"); shorter
+# sequences (512-1024 queries) and d64 ran slower with it
+WS_AUTO: dict[int, tuple[int, int]] = {128: (2048, 4096)}
+
+
+def ws_default(head_dim: int, v_head_dim: int, seq_q: int, causal, mma: str, plain: bool) -> bool:
+    """Whether ``attention(warp_specialize=None)`` warp-specializes: wgmma, equal Q/K and V head dims in
+    ``WS_AUTO``, at least its query count for the mask, and ``plain`` (no window, soft-cap, ALiBi, the
+    default ``async_copy``, overlap or tile: the options the warp-specialized kernel was timed without)."""
+    if mma != "wgmma" or not plain or head_dim != v_head_dim or head_dim not in WS_AUTO:
+        return False
+    full, masked = WS_AUTO[head_dim]
+    return seq_q >= (masked if causal else full)
 
 
 HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # Q/K and V head dims ``attention()`` takes (each, in any pair)

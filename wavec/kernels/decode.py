@@ -376,7 +376,7 @@ def plan_split_kv(
     num_splits, config, one_launch = options
     batch, q_len, heads, head_dim = q.shape
     group = heads // kv_heads
-    block_n, waves, stages = decode_config(head_dim, q_len * group, config, variant.mma)
+    block_n, waves, stages = decode_config(head_dim, q_len * group, config, variant.mma or "mma_sync")
     if num_splits is not None and not (isinstance(num_splits, int) and 1 <= num_splits <= MAX_SPLITS):
         raise fail(fn, f"num_splits must be an int in 1..{MAX_SPLITS} or None, got {num_splits!r}")
     if not isinstance(one_launch, bool):
@@ -521,13 +521,15 @@ def decode_attention(
     Lengths outside [q_len, S_max] are a ``WavecError`` on the emulator and, on a GPU, under
     ``WAVEC_CHECK_BOUNDS=1``.  ``one_launch``: the last split of each group combines, in the split
     kernel's launch (``split_combine``); False (the default until it is timed on a GPU: it spills where the
-    two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``.  Opt-in
-    split kernels (``decode_variants``; untimed, the default unchanged): ``mma="wgmma"`` (sm_90a: one
-    warpgroup of 64 rows, K/V by TMA unless ``async_copy="cp.async"``; ``intra_wg_overlap=True``: the next
-    tile's scores during this tile's softmax), ``launch_bound=N`` (registers for N workgroups an SM),
-    ``l2_prefetch=64 | 128 | 256`` (the L2's fetch for a missed ``cp.async`` sector)."""
+    two-launch kernels do not, docs/attention.md): the split kernel, then ``decode_combine``.  Split kernel
+    variants (``decode_variants``): ``mma="wgmma"`` (sm_90a: one warpgroup of 64 rows, K/V by TMA unless
+    ``async_copy="cp.async"``; ``intra_wg_overlap=True``: the next tile's scores during this tile's
+    softmax); ``mma=None`` (the default): wgmma where ``decode_variants.AUTO_GROUPS`` measured it faster (an
+    sm_90 GPU, 32-128 KV-head groups, no ``config`` or ALiBi), else "mma_sync"; ``launch_bound=N``
+    (registers for N workgroups an SM), ``l2_prefetch=64 | 128 | 256`` (the L2's fetch for a missed
+    ``cp.async`` sector)."""
     opts = (num_splits, config, one_launch)
-    variant = variants.Variant(mma or "mma_sync", async_copy, launch_bound, intra_wg_overlap, l2_prefetch)
+    variant = variants.Variant(mma, async_copy, launch_bound, intra_wg_overlap, l2_prefetch)
     # 2.0 and 0 hash as 2 and False do; the plan refuses them
     types = (type(num_splits), type(one_launch), type(launch_bound), type(intra_wg_overlap), type(l2_prefetch))
     key = (
@@ -557,6 +559,8 @@ def _plan_dense(
     fn = "decode_attention"
     dtype = check_query_and_cache(fn, q, k, v, "[batch, seq, kv_heads, head_dim]")
     alibi = check_slopes(fn, slopes, q)
+    plain = options[1] is None and options[2] is False and slopes is None
+    variant = variants.resolve(variant, q, {"k": k, "v": v}, k.shape[2], plain, backend)
     variant = variants.check_variant(fn, q, variant, options[2], backend)
     variants.check_tma_strides(fn, variant, {"k": k, "v": v})
     if k.shape[0] != q.shape[0]:

@@ -23,6 +23,7 @@ argument where one cannot serve.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,13 +42,18 @@ WGMMA_CONFIG = (64, 1, 3)
 # ``SPLIT_WAVES`` (rounded up); wgmma as many splits as keep every workgroup within one an SM (rounded down):
 # the fastest split count of session 17's sweep at all four shapes (B=8: 2, B=16 / 32 and 16x4096: 1)
 SPLIT_PER_SM = {"mma_sync": None, "wgmma": 1}
+# decode_attention(mma=None) takes wgmma (WGMMA_CONFIG, its own split rule) from the first to the second
+# count of KV-head groups (batch x kv_heads) on an sm_90 GPU: where it beat the default on the H200 (session
+# 18, docs/attention.md "Decode variants timed": B = 4-16 of GQA 32/8 d128 1.10-1.22x; even at 256 groups,
+# slower at 8 and 512)
+AUTO_GROUPS = (32, 128)
 
 
 @dataclass(frozen=True)
 class Variant:
     """How the split kernel is built: the matrix instruction, how K/V are staged, a launch bound."""
 
-    mma: str = "mma_sync"
+    mma: str | None = "mma_sync"  # None: ``resolve`` chooses
     async_copy: str = "auto"
     launch_bound: int | None = None
     intra_wg_overlap: bool = False
@@ -55,15 +61,15 @@ class Variant:
 
     @property
     def wave_rows(self) -> int:
-        return WAVE_ROWS[self.mma]
+        return WAVE_ROWS[self.mma or "mma_sync"]
 
     @property
     def target(self) -> str | None:
-        return TARGET[self.mma]
+        return TARGET[self.mma or "mma_sync"]
 
     @property
     def split_per_sm(self) -> int | None:
-        return SPLIT_PER_SM[self.mma]
+        return SPLIT_PER_SM[self.mma or "mma_sync"]
 
     @property
     def tma(self) -> bool:
@@ -86,7 +92,30 @@ class Variant:
         return options
 
 
-DEFAULT = Variant()
+DEFAULT = Variant()  # the mma.sync kernel
+AUTO = Variant(mma=None)  # decode_attention's default: ``resolve`` picks the instruction
+
+
+def resolve(variant: Variant, q: Any, caches: dict, kv_heads: int, plain: bool, backend) -> Variant:
+    """``variant`` with ``mma=None`` chosen: "wgmma" where ``AUTO_GROUPS`` says it was faster, the call is
+    ``plain`` (no tile, ALiBi or one-launch combine given) with every other variant field at its default, q is
+    on an sm_90 GPU run by the CUDA backend, the query rows fit one warpgroup and the caches suit TMA; else
+    "mma_sync" (the default kernel)."""
+    if variant.mma is not None:
+        return variant
+    default = dataclasses.replace(variant, mma="mma_sync")
+    batch, q_len, heads, _ = q.shape
+    ok = plain and default == DEFAULT and backend in (None, "cuda")
+    ok = ok and q.is_cuda and AUTO_GROUPS[0] <= batch * kv_heads <= AUTO_GROUPS[1]
+    ok = ok and heads % max(kv_heads, 1) == 0 and q_len * (heads // max(kv_heads, 1)) <= WAVE_ROWS["wgmma"]
+    if not ok or _capability(q) != (9, 0):
+        return default
+    wgmma = dataclasses.replace(variant, mma="wgmma")
+    try:
+        check_tma_strides("decode_attention", wgmma, caches)
+    except wc.WavecError:
+        return default
+    return wgmma
 
 
 def check_variant(fn: str, q: Any, variant: Variant, one_launch: bool, backend) -> Variant:
@@ -160,12 +189,13 @@ def _capability(q: Any) -> tuple[int, int]:
 def parse_variant(text: str) -> tuple[tuple | None, Variant]:
     """``decode_tiles.py``'s ``--configs`` entries: ``BLOCK_NxWAVESxSTAGES`` then ``:``-separated options
     (``wgmma``, ``cp.async``, ``ov`` for ``intra_wg_overlap``, ``lb<N>``, ``l2p<N>``), or ``default`` /
-    ``wgmma`` alone for the variant's own tile; e.g. ``64x1x3:wgmma:ov``, ``32x2x2:lb5``, ``32x2x2:l2p128``."""
+    ``wgmma`` / ``mma_sync`` alone for the variant's own tile (``default``: the library's choice, ``resolve``);
+    e.g. ``64x1x3:wgmma:ov``, ``32x2x2:lb5``, ``32x2x2:l2p128``."""
     head, *opts = text.split(":")
-    if head in ("default", "wgmma"):
-        opts, head = ([head] if head == "wgmma" else []) + opts, ""
+    if head in ("default", *MMAS):
+        opts, head = ([head] if head in MMAS else []) + opts, ""
     config = tuple(int(v) for v in head.split("x")) if head else None
-    mma, copy, bound, overlap, l2 = "mma_sync", "auto", None, False, None
+    mma, copy, bound, overlap, l2 = None if text == "default" else "mma_sync", "auto", None, False, None
     for opt in opts:
         if opt in MMAS:
             mma = opt
