@@ -1,8 +1,8 @@
 """Run each MoE kernel form once, small, for compute-sanitizer: the static rule's choice, split-K on both
-combines (ragged slices), swap-AB unsplit and split (sm_90a only), the router weight on the input, an
-``expert_map`` with skipped experts.  The pytest files take 420 s under racecheck for 29 of their 337 cases;
-this covers every kernel form in a few launches each.  References in f32 on the device (torch's own
-kernels: not wavec's, so the report is about wavec's); every output element checked.
+combines (ragged slices), swap-AB unsplit and split and the wgmma token blocks (sm_90a only), the router
+weight on the input, an ``expert_map`` with skipped experts.  The pytest files take 420 s under racecheck
+for 29 of their 337 cases; this covers every kernel form in a few launches each.  References in f32 on the
+device (torch's own kernels: not wavec's, so the report is about wavec's); every output element checked.
 
     compute-sanitizer --tool racecheck python -m benchmarks.sanitize_moe
     compute-sanitizer --tool memcheck --report-api-errors no python -m benchmarks.sanitize_moe
@@ -32,6 +32,8 @@ CASES = [
 HOPPER_CASES = [
     ("swap-AB", MoeConfig(8, 64, 128, 128, 3, swap=True), True, 4, 256, 512, 8, 2, False, False),
     ("swap-AB split x2", MoeConfig(16, 64, 128, 64, 3, swap=True, split_k=2), False, 2, 256, 712, 8, 2, False, False),
+    ("wgmma m64", MoeConfig(64, 64, 128, 64, 4, wgmma=True), True, 100, 256, 520, 4, 2, False, False),
+    ("wgmma m128 atomic", MoeConfig(128, 128, 256, 64, 3, wgmma=True), False, 300, 264, 512, 4, 2, True, False),
 ]
 
 

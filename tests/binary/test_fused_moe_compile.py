@@ -138,3 +138,36 @@ def test_swap_ab_atomic_combine_uses_relaxed_reductions(monkeypatch) -> None:
         ptx = _compile(_kernels("sm_90a", cfg.block_m, cfg=cfg)["down_atomic"], cfg.subs(True), "sm_90a")
     text = ptx.artifact.binary.decode()
     assert "red.relaxed.gpu.global.add" in text and "atom." not in text and "wgmma.mma_async" in text
+
+
+WGMMA_CONFIGS = [
+    MoeConfig(64, 64, 128, 64, 4, wgmma=True),
+    MoeConfig(64, 128, 128, 64, 4, wgmma=True),
+    MoeConfig(128, 64, 128, 64, 3, wgmma=True),
+    MoeConfig(128, 128, 256, 64, 3, wgmma=True),
+]
+
+
+@pytest.mark.parametrize("cfg", WGMMA_CONFIGS, ids=lambda c: c.label())
+def test_wgmma_blocks_compile_to_wgmma(cfg: MoeConfig) -> None:
+    """The token block on wgmma's M axis: a warpgroup per 64 tokens, m64nNk16 with N the weight tile,
+    the gathered token rows and the expert's rows in 16-byte ``cp.async`` copies after the ``exit_if``
+    branch, every variant without spills."""
+    variants = {
+        "up": dict(activation="silu"),
+        "up_weighted": dict(weighted_input=True),
+        "up_gelu": dict(activation="gelu"),
+        "down": dict(deterministic=True),
+        "down_atomic": dict(deterministic=False),
+    }
+    for name, options in variants.items():
+        down = name.startswith("down")
+        k = _compile(cfg.make_gemm(down, wc.bf16, 8, "sm_90a", **options), cfg.subs(down), "sm_90a")
+        n = cfg.block_n_down if down else cfg.block_n
+        assert k.metadata.block == (128 * (cfg.block_m // 64), 1, 1), name
+        assert f"<m = 64, n = {n}, k = 16>" in k.mlir and "nvvm.mma.sync" not in k.mlir, name
+        assert k.mlir.index("scf.if") < k.mlir.index("nvgpu.device_async_copy"), name
+        widths = {int(w) for w in re.findall(r"nvgpu.device_async_copy %\w+\[[^\]]*\], %\w+\[[^\]]*\], (\d+),", k.mlir)}
+        assert widths == {8}, (name, widths)
+        if HAS_PTXAS:
+            assert k.artifact.format == "cubin" and k.metadata.spills == 0, (name, cfg, k.metadata.registers)

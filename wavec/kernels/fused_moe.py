@@ -46,6 +46,9 @@ SWAP_BLOCK_MS = (8, 16, 32)  # swap-AB token blocks: the wgmma N axis (64 rows a
 SWAP_BLOCK_NS = (64, 128, 256)  # swap-AB weight rows: one to four warpgroups of m64
 SWAP_TARGET = "sm_90a"
 SWAP_MIN_TOKEN_TILE = 2 * fk.SWAP_THREADS  # token-tile elements: a warpgroup's copy moves 4 bytes a thread or more
+WGMMA_BLOCK_MS = (64, 128)  # wgmma with the token block on M: one or two warpgroups of 64 rows
+WGMMA_BLOCK_NS = (64, 128)  # its up-projection N tile (two accumulators: 256 would not fit the registers)
+WGMMA_BLOCK_N_DOWNS = (64, 128, 256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,8 @@ class MoeConfig:
     ``split_k``: the down-projection's K (I) in that many slices on a third grid axis, each adding its
     partial atomically (``fused_moe_kernels.split_tiles``): at least 1, at most the K steps
     ``ceil(I / block_k)`` (checked with the shapes), with ``deterministic=False`` only (docs/moe.md
-    "Split-K" says why)."""
+    "Split-K" says why).  ``wgmma``: both GEMMs on sm_90a ``wgmma`` with the token block (64 or 128) on the
+    instruction's M axis, one warpgroup per 64 tokens (``fused_moe_kernels.wgmma_tiles``)."""
 
     block_m: int
     block_n: int
@@ -69,12 +73,14 @@ class MoeConfig:
     group_m: int = 1
     swap: bool = False
     split_k: int = 1
+    wgmma: bool = False
 
     @classmethod
     def parse(cls, config: Any) -> MoeConfig:
         """A ``MoeConfig``, or a dict with ``BLOCK_M``/``BLOCK_N``/``BLOCK_K``/``stages``/``GROUP_M``/``SWAP``/
-        ``SPLIT_K`` (vLLM's ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/``GROUP_SIZE_M``
-        too; ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1, ``SWAP`` to False, ``SPLIT_K`` to 1)."""
+        ``SPLIT_K``/``WGMMA`` (vLLM's ``BLOCK_SIZE_M``/``BLOCK_SIZE_N``/``BLOCK_SIZE_K``/``num_stages``/
+        ``GROUP_SIZE_M`` too; ``BLOCK_N_DOWN`` defaults to ``BLOCK_N``, ``GROUP_M`` to 1, ``SWAP`` and ``WGMMA``
+        to False, ``SPLIT_K`` to 1)."""
         if isinstance(config, MoeConfig):
             config.check()
             return config
@@ -85,35 +91,43 @@ class MoeConfig:
         }  # fmt: skip
         c = {aliases.get(k, k): v for k, v in config.items() if k != "num_warps"}
         c["stages"] = c.pop("num_stages", c.get("stages", 3))
-        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M", "SWAP", "SPLIT_K"}
+        known = {"BLOCK_M", "BLOCK_N", "BLOCK_N_DOWN", "BLOCK_K", "stages", "GROUP_M", "SWAP", "SPLIT_K", "WGMMA"}
         if set(c) - known or not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
             raise _bad(
                 "config",
-                "needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M, SWAP, SPLIT_K), "
+                "needs BLOCK_M, BLOCK_N, BLOCK_K (optional BLOCK_N_DOWN, stages, GROUP_M, SWAP, SPLIT_K, WGMMA), "
                 f"got {sorted(config)}",
             )
         down = c.get("BLOCK_N_DOWN", c["BLOCK_N"])
-        swap = c.get("SWAP", False)
-        split = c.get("SPLIT_K", 1)
-        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1), swap, split)
+        flags = (c.get("SWAP", False), c.get("SPLIT_K", 1), c.get("WGMMA", False))
+        got = cls(c["BLOCK_M"], c["BLOCK_N"], down, c["BLOCK_K"], c["stages"], c.get("GROUP_M", 1), *flags)
         got.check()
         return got
 
     def check(self) -> None:
-        if type(self.swap) is not bool:
-            raise _bad("config", f"SWAP must be True or False, got {self.swap!r}")
+        for name, flag in (("SWAP", self.swap), ("WGMMA", self.wgmma)):
+            if type(flag) is not bool:
+                raise _bad("config", f"{name} must be True or False, got {flag!r}")
+        if self.swap and self.wgmma:
+            raise _bad("config", "SWAP (tokens on wgmma's N axis) and WGMMA (tokens on its M axis) exclude each other")
         if type(self.split_k) is not int or self.split_k < 1:
             raise _bad("config", f"SPLIT_K must be an int >= 1, got {self.split_k!r}")
+        tiles = (
+            (SWAP_BLOCK_MS, SWAP_BLOCK_NS, SWAP_BLOCK_NS) if self.swap
+            else (WGMMA_BLOCK_MS, WGMMA_BLOCK_NS, WGMMA_BLOCK_N_DOWNS) if self.wgmma
+            else ((16, 32, 64, 128), (32, 64, 128), (32, 64, 128, 256))
+        )  # fmt: skip
+        kind = " with SWAP" if self.swap else " with WGMMA" if self.wgmma else ""
         for name, v, allowed in (
-            ("BLOCK_M", self.block_m, SWAP_BLOCK_MS if self.swap else (16, 32, 64, 128)),
-            ("BLOCK_N", self.block_n, SWAP_BLOCK_NS if self.swap else (32, 64, 128)),
-            ("BLOCK_N_DOWN", self.block_n_down, SWAP_BLOCK_NS if self.swap else (32, 64, 128, 256)),
+            ("BLOCK_M", self.block_m, tiles[0]),
+            ("BLOCK_N", self.block_n, tiles[1]),
+            ("BLOCK_N_DOWN", self.block_n_down, tiles[2]),
             ("BLOCK_K", self.block_k, (16, 32, 64, 128)),
             ("stages", self.stages, (1, 2, 3, 4, 5)),
             ("GROUP_M", self.group_m, (1, 2, 4, 8, 16, 32, 64)),
         ):
             if type(v) is not int or v not in allowed:
-                raise _bad("config", f"{name} must be one of {allowed}{' with SWAP' if self.swap else ''}, got {v!r}")
+                raise _bad("config", f"{name} must be one of {allowed}{kind}, got {v!r}")
         if self.swap and self.block_m * self.block_k < SWAP_MIN_TOKEN_TILE:
             raise _bad(
                 "config",
@@ -146,11 +160,30 @@ class MoeConfig:
             return None
         return fk.swap_warpgroups(self.block_m, self.block_n_down if down else self.block_n, self.block_k)
 
+    @property
+    def instruction(self) -> str:
+        """The GEMMs' matrix instruction: "wgmma" (swap-AB or ``wgmma``: sm_90a only) or "mma_sync"."""
+        return "wgmma" if self.swap or self.wgmma else "mma_sync"
+
+    def make_gemm(self, down: bool, dtype, top_k: int, target: str | None, *, activation: str = "silu",
+                  weighted_input: bool = False, deterministic: bool = True) -> wc.WaveKernel:  # fmt: skip
+        """This configuration's ``moe_down`` (``down``) or ``moe_up`` for ``target``."""
+        tpw, mma = mma_type_for(self.instruction, dtype, target)
+        wgmma_waves = self.block_m // fk.SWAP_ROWS if self.wgmma else None
+        if down:
+            return fk.make_down(
+                dtype, top_k, not weighted_input, deterministic, tpw, mma, self.block_m, self.swap_waves(True),
+                self.split_k > 1, wgmma_waves,
+            )  # fmt: skip
+        return fk.make_up(
+            dtype, top_k, activation, weighted_input, tpw, mma, self.block_m, self.swap_waves(False), wgmma_waves
+        )
+
     def label(self) -> str:
-        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma, ``x4`` for
-        split-K over 4 slices): a short name for tables and logs."""
+        """``m64n64d128k64s3`` (``g8`` appended when GROUP_M > 1, ``w`` for swap-AB on wgmma, ``h`` for the
+        token block on wgmma's M axis, ``x4`` for split-K over 4 slices): a short name for tables and logs."""
         g = f"g{self.group_m}" if self.group_m > 1 else ""
-        w = "w" if self.swap else ""
+        w = "w" if self.swap else "h" if self.wgmma else ""
         x = f"x{self.split_k}" if self.split_k > 1 else ""
         return f"m{self.block_m}n{self.block_n}d{self.block_n_down}k{self.block_k}s{self.stages}{g}{w}{x}"
 
@@ -332,25 +365,21 @@ def plan_kernels(s: _Shape, cfg: MoeConfig, flags: tuple, device: Any, backend: 
     activation, weighted_input, deterministic, _mapped = flags
     checked = knobs.check_bounds  # in the keys: kernels compiled with the checks differ
     target = _target(backend, device)
-    # swap-AB is wgmma-only: the emulator runs the sm_90a module; a CUDA device was checked by _step
-    gemm_target = SWAP_TARGET if cfg.swap else target
-    tpw, mma = mma_type_for("wgmma" if cfg.swap else "mma_sync", s.dtype, gemm_target)
+    # wgmma (swap-AB or not) is sm_90a-only: the emulator runs the sm_90a module; a CUDA device was checked
+    gemm_target = SWAP_TARGET if cfg.instruction == "wgmma" else target
+    tpw, _mma = mma_type_for(cfg.instruction, s.dtype, gemm_target)
+    gemm = dict(activation=activation, weighted_input=weighted_input, deterministic=deterministic)
 
     def base(c: MoeConfig) -> tuple:
         return (s.dtype.name, s.top_k, c, gemm_target, backend, checked)
 
     up = _compiled(
         ("up", activation, weighted_input, *base(cfg.unsplit())),  # one up-projection for every split
-        lambda: fk.make_up(s.dtype, s.top_k, activation, weighted_input, tpw, mma, cfg.block_m, cfg.swap_waves(False)),
-        cfg.subs(False), gemm_target, backend,
+        lambda: cfg.make_gemm(False, s.dtype, s.top_k, gemm_target, **gemm), cfg.subs(False), gemm_target, backend,
     )  # fmt: skip
     down = _compiled(
         ("down", weighted_input, deterministic, *base(cfg)),
-        lambda: fk.make_down(
-            s.dtype, s.top_k, not weighted_input, deterministic, tpw, mma, cfg.block_m, cfg.swap_waves(True),
-            cfg.split_k > 1,
-        ),
-        cfg.subs(True), gemm_target, backend,
+        lambda: cfg.make_gemm(True, s.dtype, s.top_k, gemm_target, **gemm), cfg.subs(True), gemm_target, backend,
     )  # fmt: skip
     combine = None
     if deterministic:
@@ -377,13 +406,13 @@ def remap_kernel(mapped: bool, device: Any, backend: str | None) -> Any:
 
 
 def check_swap_target(device: Any, backend: str | None) -> None:
-    """Swap-AB configurations run on wgmma: a CUDA device must be an sm_90a GPU (CPU tensors run the
-    sm_90a module on the emulator)."""
+    """Swap-AB and WGMMA configurations run on wgmma: a CUDA device must be an sm_90a GPU (CPU tensors run
+    the sm_90a module on the emulator)."""
     from wavec.compiler import default_backend
 
     if getattr(device, "type", None) == "cuda" and (backend or default_backend()) != "emulator":
         if _target(backend, device) != SWAP_TARGET:
-            raise _bad("config", f"SWAP=True runs on wgmma: needs an {SWAP_TARGET} (Hopper) GPU, got {device}")
+            raise _bad("config", f"SWAP / WGMMA run on wgmma: needs an {SWAP_TARGET} (Hopper) GPU, got {device}")
 
 
 def check_id_values(topk_ids: Any, route_experts: int) -> None:
@@ -477,7 +506,7 @@ def _step(hidden, w1, w2, topk_weights, topk_ids, activation, apply_router_weigh
         if tuple(out.shape) != (s.tokens, s.hidden) or not out.is_contiguous():
             raise _bad("out", f"must be a contiguous [{s.tokens}, {s.hidden}] tensor, got {list(out.shape)}")
     explicit = None if config is None else MoeConfig.parse(config)
-    if explicit is not None and explicit.swap:
+    if explicit is not None and explicit.instruction == "wgmma":
         check_swap_target(hidden.device, backend)
     for arg, flag in (("apply_router_weight_on_input", apply_router_weight_on_input), ("deterministic", deterministic)):
         if type(flag) is not bool:

@@ -96,9 +96,28 @@ def swap_tiles(mma, warpgroups: int) -> list:
     ]
 
 
-def _tiles(tpw: int, mma, block_m: int, swap_waves: int | None) -> list:
-    """``swap_tiles`` when ``swap_waves`` (warpgroups) is given, else ``gemm_tiles``."""
-    return gemm_tiles(tpw, mma, block_m) if swap_waves is None else swap_tiles(mma, swap_waves)
+def wgmma_tiles(mma, warpgroups: int) -> list:
+    """Large token blocks on wgmma (``MoeConfig(wgmma=True)``): BLOCK_M tokens (the instruction's M axis)
+    over ``warpgroups`` of 64 rows, each with the whole BLOCK_N of weight rows (its N axis), K in steps of
+    BLOCK_K over NUM_STAGES ``cp.async`` stages (gathered token rows and the per-block expert: no TMA box),
+    GROUP_M as in ``gemm_tiles``."""
+    return [
+        wc.WorkgroupConstraint(M, BLOCK_M, 0),
+        wc.WorkgroupConstraint(N, BLOCK_N, 1),
+        wc.WaveConstraint(M, BLOCK_M / warpgroups),
+        wc.WaveConstraint(N, BLOCK_N),
+        wc.TilingConstraint(K, BLOCK_K),
+        wc.HardwareConstraint(threads_per_wave=32, mma_type=mma),
+        wc.SchedulingConstraint(num_stages=NUM_STAGES, group_size=GROUP_M, async_copy="cp.async"),
+    ]
+
+
+def _tiles(tpw: int, mma, block_m: int, swap_waves: int | None, wgmma_waves: int | None = None) -> list:
+    """``swap_tiles`` when ``swap_waves`` (warpgroups) is given, ``wgmma_tiles`` when ``wgmma_waves`` is,
+    else ``gemm_tiles``."""
+    if swap_waves is not None:
+        return swap_tiles(mma, swap_waves)
+    return gemm_tiles(tpw, mma, block_m) if wgmma_waves is None else wgmma_tiles(mma, wgmma_waves)
 
 
 def _acc(swap: bool):
@@ -137,14 +156,16 @@ def _block_expert(expert_ids):
 
 
 def make_up(
-    dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int, swap_waves: int | None = None
+    dtype, top_k: int, activation: str, weighted_input: bool, tpw: int, mma, block_m: int,
+    swap_waves: int | None = None, wgmma_waves: int | None = None,
 ):  # fmt: skip
     """``moe_up(x [T, K], sorted_ids [M], expert_ids [J], w1 [E, G=2, N, K], weights [TK] f32, inter [M, N])``;
     ``swap_waves``: swap-AB on wgmma (``mma`` a warpgroup type) over that many warpgroups
-    (``swap_warpgroups``), else ``gemm_tiles``."""
+    (``swap_warpgroups``); ``wgmma_waves``: the token block on wgmma's M axis over that many warpgroups
+    (``wgmma_tiles``); else ``gemm_tiles``."""
     swap = swap_waves is not None
 
-    @wc.wave(_tiles(tpw, mma, block_m, swap_waves))
+    @wc.wave(_tiles(tpw, mma, block_m, swap_waves, wgmma_waves))
     def moe_up(
         x: Memory[T, K, dtype], sorted_ids: Memory[M, wc.i32], expert_ids: Memory[J, wc.i32],
         w1: Memory[E, G, N, K, dtype], weights: Memory[TK, f32], inter: Memory[M, N, dtype],
@@ -210,14 +231,14 @@ def _down(
 
 def make_down(
     dtype, top_k: int, weighted_output: bool, deterministic: bool, tpw: int, mma, block_m: int,
-    swap_waves: int | None = None, split_k: bool = False,
+    swap_waves: int | None = None, split_k: bool = False, wgmma_waves: int | None = None,
 ):  # fmt: skip
     """``moe_down(inter [M, K], sorted_ids [M], expert_ids [J], w2 [E, N, K], weights [TK] f32, y)`` with
     ``y`` [R = TK + 1, N] in ``dtype`` (deterministic) or f32 [R = T + 1, N] (atomic adds); ``swap_waves``
-    as for ``make_up``; ``split_k``: SPLIT K slices (subs), deterministic ones into f32 [R = (TK + 1) *
-    SPLIT, N] (row ``id * SPLIT + slice``)."""
+    and ``wgmma_waves`` as for ``make_up``; ``split_k``: SPLIT K slices (subs), deterministic ones into f32
+    [R = (TK + 1) * SPLIT, N] (row ``id * SPLIT + slice``)."""
     flags = (top_k, weighted_output, deterministic, dtype, swap_waves is not None, split_k)
-    tiles = _tiles(tpw, mma, block_m, swap_waves)
+    tiles = _tiles(tpw, mma, block_m, swap_waves, wgmma_waves)
     tiles = split_tiles(tiles) if split_k else tiles
     name = ("moe_down" if deterministic else "moe_down_atomic") + ("_split" if deterministic and split_k else "")
     params = [

@@ -92,18 +92,11 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str, de
     ``fused_moe.plan_kernels`` builds them for that combine) into the disk cache; its metadata or
     ``{"error": ...}``."""
     import wavec as wc
-    from wavec.kernels import fused_moe_kernels as fk
-    from wavec.tuning.plan import mma_type_for
 
     c = MoeConfig(*cfg)
     dt = getattr(wc, dtype)
-    tpw, mma = mma_type_for("wgmma" if c.swap else "mma_sync", dt, target)
     try:
-        if kind == "up":
-            kernel = fk.make_up(dt, top_k, "silu", False, tpw, mma, c.block_m, c.swap_waves(False))
-        else:
-            split = c.split_k > 1
-            kernel = fk.make_down(dt, top_k, True, deterministic, tpw, mma, c.block_m, c.swap_waves(True), split)
+        kernel = c.make_gemm(kind == "down", dt, top_k, target, deterministic=deterministic)
         m = wc.compile(kernel, c.subs(kind == "down"), target=target, backend="cuda").artifact.metadata
     except Exception as e:  # noqa: BLE001 - a configuration that fails to compile is an illegal one
         return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
@@ -111,7 +104,7 @@ def _compile_gemm(kind: str, dtype: str, top_k: int, cfg: tuple, target: str, de
 
 
 def _astuple(c: MoeConfig) -> tuple:
-    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m, c.swap, c.split_k)
+    return (c.block_m, c.block_n, c.block_n_down, c.block_k, c.stages, c.group_m, c.swap, c.split_k, c.wgmma)
 
 
 @dataclass
