@@ -37,6 +37,9 @@ CONFIGS = [
     MoeConfig(128, 64, 128, 64, 4, wgmma=True),
     MoeConfig(128, 128, 128, 64, 4, wgmma=True),
     MoeConfig(128, 128, 256, 64, 3, wgmma=True),
+    MoeConfig(128, 128, 128, 64, 4, 8, wgmma=True),
+    MoeConfig(128, 128, 256, 64, 4, wgmma=True),
+    MoeConfig(64, 128, 256, 64, 4, wgmma=True),
 ]
 MAX_ERR = 2e-2
 
@@ -65,7 +68,7 @@ def point(m: dict, t: int, beta: float, flush: torch.Tensor, cache: dict, config
         fns["vllm_triton"] = lambda: moe.moe_triton.vllm_fused_experts(x, w1, w2, wts, ids)
     for name, fn in fns.items():
         err = float((fn().float() - ref).abs().max())
-        if not err < MAX_ERR:
+        if name != "vllm_triton" and not err < MAX_ERR:  # (the baseline's own error is reported, not judged)
             raise SystemExit(f"moe_wgmma: {m['model']} T={t} {name}: max error {err} (>= {MAX_ERR})")
         us = moe.timed(fn, flush, graph=True)
         row[name] = (round(us, 2), round(flops / us / 1e6, 1), round(err, 5))

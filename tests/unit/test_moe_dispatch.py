@@ -367,6 +367,22 @@ def test_static_rule_takes_swap_ab_on_hopper() -> None:
     assert hopper_target(None, torch.device("cpu")) is None  # (the picker's test for the swap-AB rule)
 
 
+def test_static_rule_takes_wgmma_blocks_on_hopper() -> None:
+    """On sm_90a 32 tokens per expert or more (balanced) take the wgmma token blocks, 96 or more the
+    128-token one; fewer keep the mma.sync or swap-AB choice; elsewhere never wgmma."""
+    from wavec.kernels.fused_moe import WGMMA_LARGE, WGMMA_STATIC
+
+    assert WGMMA_STATIC.wgmma and WGMMA_LARGE.wgmma and WGMMA_LARGE.block_m == 128
+    olmoe = {
+        t: static_config(t, 8, 64, wgmma=True, inter=1024, hidden=2048, sms=132) for t in (128, 255, 256, 767, 768)
+    }
+    assert [olmoe[t] for t in (128, 255)] == [static_config(t, 8, 64) for t in (128, 255)]  # 16, 31.9 tokens
+    assert olmoe[256] == olmoe[767] == WGMMA_STATIC and olmoe[768] == WGMMA_LARGE  # 32, 95.9, 96
+    assert static_config(4096, 2, 8, wgmma=True, inter=14336, hidden=4096, sms=132) == WGMMA_LARGE  # Mixtral
+    for t in (256, 4096):
+        assert not static_config(t, 8, 64).wgmma
+
+
 def test_static_rule_splits_sub_wave_down_grids_on_hopper() -> None:
     """On sm_90a the static rule takes ``SPLIT_STATIC`` exactly where the split-K region rule holds at this
     T: Mixtral (H 4096, I 7168 / 14336) at T = 1 (2 experts x 32 down tiles < half of 132 SMs), not at T = 2

@@ -100,8 +100,9 @@ def test_pool_compiles_the_down_projection_of_the_timed_combine(deterministic: b
     meta = mp._compile_gemm("down", "bf16", 2, mp._astuple(cfg), "sm_80", deterministic)
     assert "error" not in meta, meta
     (args,) = seen
-    assert args[3] is deterministic and args[-1] is True  # (dtype, top_k, weighted, deterministic, ..., split)
-    assert mp._astuple(cfg)[-1] == 2
+    # (dtype, top_k, weighted, deterministic, ..., split, wgmma_waves)
+    assert args[3] is deterministic and args[-2] is True and args[-1] is None
+    assert mp._astuple(cfg)[7] == 2
 
 
 def test_cli_split_k_flag(capsys, monkeypatch) -> None:

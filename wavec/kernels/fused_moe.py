@@ -191,6 +191,12 @@ class MoeConfig:
 SWAP_STATIC = MoeConfig(8, 64, 128, 128, 3, swap=True)  # the static rule's decode tiles on sm_90a
 SWAP_MIN_CTAS = 64  # the least up-projection grid (active experts x I tiles) the static rule swaps
 SPLIT_STATIC = MoeConfig(16, 64, 128, 64, 3, split_k=4)  # the static rule's split-K decode tiles on sm_90a
+# the static rule's large token blocks on sm_90a: wgmma from 32 tokens per expert (balanced), the 128-token
+# block from 96; on an H200 1.00-1.45x the mma.sync tiles over six models x T 128-4096 (session 18,
+# docs/moe.md "Large token blocks on wgmma"); below 32 the mma.sync tiles were as fast or faster
+WGMMA_STATIC = MoeConfig(64, 128, 128, 64, 4, wgmma=True)
+WGMMA_LARGE = MoeConfig(128, 128, 128, 64, 4, wgmma=True)
+WGMMA_MIN_TOKENS, WGMMA_LARGE_TOKENS = 32, 96
 DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave down grid, split-K does
 SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
 
@@ -208,7 +214,9 @@ def static_config(
     else up to 8 tokens per expert take ``SWAP_STATIC``, swap-AB with the token block on wgmma's N axis,
     where the up-projection over ``inter`` has ``SWAP_MIN_CTAS`` tiles or more at balanced routing (on an
     H200 1.06-1.22x the mma.sync tiles at T = 1-32 for OLMoE, Qwen3-30B-A3B, DeepSeek-V2-Lite and Mixtral;
-    0.87x at DeepSeek-V3-TP8's T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md)."""
+    0.87x at DeepSeek-V3-TP8's T = 1, 8 experts x 4 tiles of I = 256; docs/moe.md); from
+    ``WGMMA_MIN_TOKENS`` tokens per expert ``WGMMA_STATIC``, from ``WGMMA_LARGE_TOKENS`` ``WGMMA_LARGE``
+    (the token block on wgmma's M axis)."""
     per_expert = tokens * top_k / max(experts, 1)
     active = min(experts, tokens * top_k)
     if wgmma and split_region(active, hidden, inter, sms):
@@ -216,6 +224,8 @@ def static_config(
     ctas = active * -(-inter // SWAP_STATIC.block_n)
     if wgmma and per_expert <= SWAP_STATIC.block_m and ctas >= SWAP_MIN_CTAS:
         return SWAP_STATIC
+    if wgmma and per_expert >= WGMMA_MIN_TOKENS:
+        return WGMMA_LARGE if per_expert >= WGMMA_LARGE_TOKENS else WGMMA_STATIC
     return tiles_for_block(next((b for b in (16, 32, 64) if per_expert <= b), 128))
 
 
