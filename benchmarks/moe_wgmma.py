@@ -40,6 +40,7 @@ CONFIGS = [
     MoeConfig(128, 128, 128, 64, 4, 8, wgmma=True),
     MoeConfig(128, 128, 256, 64, 4, wgmma=True),
     MoeConfig(64, 128, 256, 64, 4, wgmma=True),
+    MoeConfig(128, 128, 256, 64, 4, 8, wgmma=True),
 ]
 MAX_ERR = 2e-2
 

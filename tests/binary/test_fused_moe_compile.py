@@ -144,7 +144,7 @@ WGMMA_CONFIGS = [
     MoeConfig(64, 64, 128, 64, 4, wgmma=True),
     MoeConfig(64, 128, 128, 64, 4, wgmma=True),
     MoeConfig(128, 64, 128, 64, 3, wgmma=True),
-    MoeConfig(128, 128, 256, 64, 3, wgmma=True),
+    MoeConfig(128, 128, 256, 64, 4, wgmma=True),
 ]
 
 

@@ -26,7 +26,7 @@ CONFIGS = [
     MoeConfig(64, 64, 128, 64, 4, wgmma=True),
     MoeConfig(64, 128, 128, 64, 4, wgmma=True),
     MoeConfig(128, 128, 128, 64, 4, wgmma=True),
-    MoeConfig(128, 128, 256, 64, 3, wgmma=True),
+    MoeConfig(128, 128, 256, 64, 4, wgmma=True),
 ]
 SHAPES = [  # h, i, e, k
     (1024, 512, 8, 2),

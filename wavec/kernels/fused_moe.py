@@ -192,10 +192,10 @@ SWAP_STATIC = MoeConfig(8, 64, 128, 128, 3, swap=True)  # the static rule's deco
 SWAP_MIN_CTAS = 64  # the least up-projection grid (active experts x I tiles) the static rule swaps
 SPLIT_STATIC = MoeConfig(16, 64, 128, 64, 3, split_k=4)  # the static rule's split-K decode tiles on sm_90a
 # the static rule's large token blocks on sm_90a: wgmma from 32 tokens per expert (balanced), the 128-token
-# block from 96; on an H200 1.00-1.45x the mma.sync tiles over six models x T 128-4096 (session 18,
+# block from 96; on an H200 1.00-1.74x the mma.sync tiles over six models x T 128-4096 (session 18,
 # docs/moe.md "Large token blocks on wgmma"); below 32 the mma.sync tiles were as fast or faster
 WGMMA_STATIC = MoeConfig(64, 128, 128, 64, 4, wgmma=True)
-WGMMA_LARGE = MoeConfig(128, 128, 128, 64, 4, wgmma=True)
+WGMMA_LARGE = MoeConfig(128, 128, 256, 64, 4, wgmma=True)
 WGMMA_MIN_TOKENS, WGMMA_LARGE_TOKENS = 32, 96
 DEEP_K = 4096  # a K (reduction) at least this deep: 4 stages pay; with a sub-wave down grid, split-K does
 SUB_WAVE = 0.5  # a decode grid below this share of the SMs is "far below one wave"
