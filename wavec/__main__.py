@@ -102,6 +102,7 @@ def main(argv=None) -> int:
     t.add_argument(
         "--swap", action="store_true", help="moe: add the swap-AB wgmma configurations (sm_90a; not measured yet)"
     )
+    t.add_argument("--wgmma", action="store_true", help="moe: add the wgmma token blocks of 64 and 128 tokens (sm_90a)")
     t.add_argument(
         "--split-k", action="store_true", help="moe: add split-K down-projections where the region rule applies"
     )

@@ -344,9 +344,10 @@ def _doctor_knobs(missing: list[str]) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------------------ tune moe
 
 
-def _moe_rules(name: str, shape, swap: bool = False, split: bool = False) -> int:
+def _moe_rules(name: str, shape, swap: bool = False, split: bool = False, wgmma: bool = False) -> int:
     """``--dry-run``: the region rules and the candidate count on the visible GPU (else the H100), with
-    the swap-AB candidates when ``swap`` and the split-K ones when ``split``."""
+    the swap-AB candidates when ``swap``, the wgmma token blocks when ``wgmma`` and the split-K ones when
+    ``split``."""
     from .target import get_target
     from .tuning import moe as tm
     from .tuning.devices import device
@@ -354,6 +355,7 @@ def _moe_rules(name: str, shape, swap: bool = False, split: bool = False) -> int
     dev = device()
     reg = tm.regions(shape, dev.sms, dev.l2_bytes)
     cands = tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
+    cands += tm.wgmma_candidates(shape, reg) if wgmma else []
     cands += tm.split_candidates(shape, reg, cands) if split else []
     print(f"model {name}: {shape.key()} on {dev.name} (rules only: nothing compiled or timed)")
     for line in reg.lines():
@@ -393,7 +395,7 @@ def tune_moe(args: argparse.Namespace) -> int:
         print("wavec tune moe: --max-configs and --points must be positive", file=sys.stderr)
         return 2
     if args.dry_run:
-        return _moe_rules(args.model, shape, args.swap, args.split_k)
+        return _moe_rules(args.model, shape, args.swap, args.split_k, args.wgmma)
     if not gpu_visible():
         print("wavec tune moe: error: profiling times kernels on a CUDA GPU, and none is visible", file=sys.stderr)
         return 2
@@ -405,6 +407,7 @@ def tune_moe(args: argparse.Namespace) -> int:
         res = mp.tune(
             shape, budget_s=60 * args.budget_min, max_configs=args.max_configs, n_points=args.points,
             workers=args.workers, progress=say, swap=args.swap, split=args.split_k, deterministic=not args.atomic,
+            wgmma=args.wgmma,
         )  # fmt: skip
     except WavecError as e:
         print(f"wavec tune moe: {e}", file=sys.stderr)

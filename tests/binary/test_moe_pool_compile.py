@@ -73,6 +73,17 @@ def test_swap_candidates_compile_in_the_pool_worker(kind: str) -> None:
     assert "error" in bad
 
 
+@pytest.mark.parametrize("kind", ["up", "down"])
+def test_wgmma_candidates_compile_in_the_pool_worker(kind: str) -> None:
+    """The pool's compile worker builds a wgmma token-block configuration as ``fused_experts`` does (one
+    warpgroup per 64 tokens): no spills, legal; sm_80 refuses it."""
+    cfg = MoeConfig(128, 128, 256, 64, 4, wgmma=True)
+    meta = mp._compile_gemm(kind, "bf16", 8, mp._astuple(cfg), "sm_90a")
+    assert "error" not in meta and meta["spills"] == 0 and legality.reject_after_compile(meta) is None, meta
+    assert meta["block"] == [256, 1, 1] and legality.ctas_per_sm(meta, "sm_90a") >= 1
+    assert "error" in mp._compile_gemm(kind, "bf16", 8, mp._astuple(cfg), "sm_80")
+
+
 @pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("kind", ["up", "down"])
 def test_split_candidates_compile_in_the_pool_worker(kind: str, target: str) -> None:

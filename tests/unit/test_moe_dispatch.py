@@ -428,3 +428,29 @@ def test_swap_candidates_and_cli_flag(capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     n = len(tm.candidates(shape, reg))
     assert f"{n} candidates" in plain and f"{n + len(swaps)} candidates" in out and "8: " in out
+
+
+def test_wgmma_candidates_and_cli_flag(capsys, monkeypatch) -> None:
+    """``tune moe --wgmma`` adds the wgmma token blocks (64 and 128 tokens, accumulators within
+    ``MAX_ACC``, stages within the shallower K) to the space; a non-sm_90a target refuses them."""
+    from wavec.tuning import moe_profile as mp
+
+    shape = tm.MODELS["Qwen3-30B-A3B"]
+    reg = tm.regions(shape, *H100)
+    wg = tm.wgmma_candidates(shape, reg)
+    assert wg and all(c.wgmma and c.block_m in (64, 128) and max(c.block_n, c.block_n_down // 2) <= 128 for c in wg)
+    assert all(c.stages <= min(shape.hidden, shape.inter) // c.block_k for c in wg)
+    assert len({c.label() for c in wg}) == len(wg) and all(c.label().endswith("h") for c in wg)
+    for c in wg:
+        c.check()
+    both = mp.all_candidates(shape, reg, "sm_90a", False, False, True)
+    assert both == tm.candidates(shape, reg) + wg
+    with pytest.raises(TuningError, match="wgmma token-block configurations run on wgmma"):
+        mp.all_candidates(shape, reg, "sm_80", False, False, True)
+    monkeypatch.setattr("wavec.tuning.devices.visible_name", lambda: None)
+    from wavec.tuning.devices import device
+
+    device.cache_clear()
+    assert main(["tune", "moe", "--model", "Qwen3-30B-A3B", "--dry-run", "--wgmma"]) == 0
+    n = len(tm.candidates(shape, reg))
+    assert f"{n + len(wg)} candidates" in capsys.readouterr().out

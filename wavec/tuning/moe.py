@@ -202,6 +202,28 @@ def swap_candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
     return out
 
 
+def wgmma_candidates(shape: MoeShape, reg: Regions) -> list[MoeConfig]:
+    """The large token blocks on wgmma (``MoeConfig(wgmma=True)``, sm_90a, the token block on the M axis)
+    for the pool when asked for (``tune moe --wgmma``; the static rule takes them on sm_90a from 32 tokens
+    per expert): token blocks 64 and 128 up to the densest the rules allow, N tiles of 64 and 128 (up) and
+    64 to 256 (down), K steps of 32 and 64 of the rules', stages 3 and 4 within the shallower K's steps, the
+    rules' GROUP_M; every warpgroup's accumulators (64 tokens: ``bn`` registers up, ``bnd / 2`` down) within
+    ``MAX_ACC``."""
+    from ..kernels.fused_moe import WGMMA_BLOCK_MS, WGMMA_BLOCK_N_DOWNS, WGMMA_BLOCK_NS
+
+    shallow = min(shape.hidden, shape.inter)
+    out = []
+    for bm in (b for b in WGMMA_BLOCK_MS if b <= max(reg.block_ms)):
+        for bn in WGMMA_BLOCK_NS:
+            for bnd in WGMMA_BLOCK_N_DOWNS:
+                if max(bn, bnd // 2) > MAX_ACC:
+                    continue
+                for bk in (k for k in reg.block_ks if k <= 64):
+                    for st in (s for s in (3, 4) if s <= shallow // bk):
+                        out += [MoeConfig(bm, bn, bnd, bk, st, g, wgmma=True) for g in reg.group_ms]
+    return out
+
+
 def split_candidates(shape: MoeShape, reg: Regions, base: Sequence[MoeConfig]) -> list[MoeConfig]:
     """Split-K variants of ``base`` for the pool when asked for (``tune moe --split-k``; not in the default
     pool: the fitted dispatch is measured on unsplit kernels only), where the region rule applies (a deep

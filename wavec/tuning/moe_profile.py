@@ -123,20 +123,21 @@ class Pool:
 def build_pool(
     shape: tm.MoeShape, target: str, sms: int, l2_bytes: int, max_configs: int | None = None, workers: int = 0,
     progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
-    deterministic: bool = True,
+    deterministic: bool = True, wgmma: bool = False,
 ) -> Pool:  # fmt: skip
     """The region rules' candidates for ``shape``, filtered by the target's shared memory (estimate), then
     by compiling both GEMMs (``workers`` processes; 0: all CPUs but one) without spills, within 255
     registers and the register file; at most ``max_configs``, the static rule's configurations kept.
     ``swap``: the swap-AB configurations (``tm.swap_candidates``) join the candidates (sm_90a only, else
-    a ``TuningError``); ``split``: the split-K ones (``tm.split_candidates``) too.  The down-projection is
-    compiled for the combine the pool is timed on (``deterministic``, else the atomic one)."""
+    a ``TuningError``); ``split``: the split-K ones (``tm.split_candidates``) too; ``wgmma``: the large
+    token blocks on wgmma (``tm.wgmma_candidates``, sm_90a only).  The down-projection is compiled for the
+    combine the pool is timed on (``deterministic``, else the atomic one)."""
     from ..target import get_target
     from .legality import ctas_per_sm, reject_after_compile
 
     t0 = time.perf_counter()
     reg = tm.regions(shape, sms, l2_bytes)
-    cands = all_candidates(shape, reg, target, swap, split)
+    cands = all_candidates(shape, reg, target, swap, split, wgmma)
     limit = get_target(target).max_shared_bytes
     rejected = {c.label(): "shared memory" for c in cands if max(tm.shared_bytes(c)) > limit}
     cands = [c for c in cands if c.label() not in rejected]
@@ -162,20 +163,23 @@ def build_pool(
         slots = [ctas_per_sm(meta[(k, c)], target) * sms for k in ("up", "down")]
         legal.append(tm.PoolConfig(c, *slots))
     pool = tm.trim(legal, max_configs, lambda p: p.cfg in statics)
-    n_all = len(all_candidates(shape, reg, target, swap, split))
+    n_all = len(all_candidates(shape, reg, target, swap, split, wgmma))
     return Pool(reg, n_all, len(cands), len(legal), pool, rejected, time.perf_counter() - t0)
 
 
 def all_candidates(
-    shape: tm.MoeShape, reg: tm.Regions, target: str, swap: bool, split: bool = False
+    shape: tm.MoeShape, reg: tm.Regions, target: str, swap: bool, split: bool = False, wgmma: bool = False
 ) -> list[MoeConfig]:
-    """``tm.candidates``, with ``swap`` the swap-AB ones after them (wgmma: sm_90a only), with ``split``
-    the split-K variants of both (``tm.split_candidates``) last."""
+    """``tm.candidates``, with ``swap`` the swap-AB ones after them and with ``wgmma`` the large wgmma
+    token blocks (both sm_90a only), with ``split`` the split-K variants of all (``tm.split_candidates``)
+    last."""
     from ..kernels.fused_moe import SWAP_TARGET
 
-    if swap and target != SWAP_TARGET:
-        raise TuningError(message=f"swap-AB configurations run on wgmma ({SWAP_TARGET}); the target is {target}")
+    for flag, what in ((swap, "swap-AB"), (wgmma, "wgmma token-block")):
+        if flag and target != SWAP_TARGET:
+            raise TuningError(message=f"{what} configurations run on wgmma ({SWAP_TARGET}); the target is {target}")
     base = tm.candidates(shape, reg) + (tm.swap_candidates(shape, reg) if swap else [])
+    base += tm.wgmma_candidates(shape, reg) if wgmma else []
     return base + (tm.split_candidates(shape, reg, base) if split else [])
 
 
@@ -361,10 +365,11 @@ class TuneResult:
 def tune(
     shape: tm.MoeShape, *, budget_s: float = 25 * 60, max_configs: int | None = None, n_points: int | None = None,
     workers: int = 0, progress: Callable[[str], None] = lambda _s: None, swap: bool = False, split: bool = False,
-    deterministic: bool = True,
+    deterministic: bool = True, wgmma: bool = False,
 ) -> TuneResult:  # fmt: skip
     """Pool, profile, fit, store (tuning cache) and register the table of ``shape`` on the visible GPU;
-    ``swap``, ``split``: the swap-AB, split-K configurations join the pool (``build_pool``); timed on the
+    ``swap``, ``split``, ``wgmma``: the swap-AB, split-K, wgmma token-block configurations join the pool
+    (``build_pool``); timed on the
     deterministic combine, or the atomic one (``deterministic=False``), as ``fused_experts`` runs them."""
     import torch
 
@@ -378,7 +383,7 @@ def tune(
     target = hopper_target(None, dev) or f"sm_{props.major}{props.minor}"
     t0 = time.perf_counter()
     sms, l2 = props.multi_processor_count, device_of(name).l2_bytes
-    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap, split, deterministic)
+    pool = build_pool(shape, target, sms, l2, max_configs, workers, progress, swap, split, deterministic, wgmma)
     if not pool.pool:
         raise TuningError(message=f"no legal configuration for {shape.key()} on {target}")
     t1 = time.perf_counter()
