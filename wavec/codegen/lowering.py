@@ -353,6 +353,8 @@ _ARITH = {
     "mod": (None, lambda x, y: arith.subi(x, arith.muli(arith.floordivsi(x, y), y))),  # Python's sign rule
     "and": (None, arith.andi), "or": (None, arith.ori), "xor": (None, arith.xori), "shl": (None, arith.shli),
     "shr": (None, arith.shrsi),
+    # afn: NVPTX emits div.approx.f32 (a reciprocal and a multiply, about 2 ulp)
+    "div_approx": (lambda x, y: arith.divf(x, y, fastmath=ir.Attribute.parse("#arith.fastmath<afn>")), None),
 }  # fmt: skip
 _UNSIGNED = {"div": arith.divui, "floordiv": arith.divui, "mod": arith.remui, "maximum": arith.maxui,
              "minimum": arith.minui, "shr": arith.shrui}  # fmt: skip
