@@ -490,10 +490,16 @@ def lower_allocate(fb: FunctionBuilder, node: fx.Node) -> None:
 def _copy_source_index(fb: FunctionBuilder, node: fx.Node, d, i: ir.Value, coords: dict, bounds: dict) -> ir.Value:
     """A copy's source index along ``d``: 0 where a masked dim is out of bounds (the copy zero-fills), the
     last row where a clamped dim is (``mask_bounds``: GEMM operand rows past the bound re-read it), row 0
-    of a gathered dim where any dim is (its index there is not a row), else ``i``; cached and hoisted like
-    the index itself."""
+    of a gathered dim where any dim is (its index there may not be a row), else ``i``; cached and hoisted
+    like the index itself.  Warpgroup-MMA kernels keep a gathered row where only dims outside its index
+    values are out of bounds (the K edge of a gathered GEMM operand: K's own index is 0 there, so the
+    address stays inside): the select then does not depend on the K loop, and the row arithmetic leaves
+    it (the MoE wgmma up-projection's loop 210 -> 145 PTX lines); mma.sync kernels keep the select under
+    every bound (hoisted, the MoE mma.sync tiles spilled 4-24 bytes: docs/moe.md)."""
     if isinstance(coords.get(d), ir.Value):
-        return arith.select(_all(bounds.values()), i, fb.index(0)) if bounds else i
+        own = {d, *index_operands(node)[d].meta["type"].shape} if fb.cs.group_waves > 1 else set(bounds)
+        cond = _all([c for k, c in bounds.items() if k in own])
+        return i if cond is None else arith.select(cond, i, fb.index(0))
     if d not in bounds and d not in node.meta.get("clamp_dims", ()):
         return i
     size = fb.cs.resolve(d)
