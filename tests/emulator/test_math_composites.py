@@ -73,6 +73,7 @@ def _trace(body, dtype=wc.f32) -> None:
         (lambda x: wc.sigmoid(x), wc.i32, DTypeError, "sigmoid: needs a float operand, got i32"),
         (lambda x: wc.gelu(x, approximate="fast"), wc.f32, ShapeError, "approximate must be"),
         (lambda x: wc.floor(x), wc.i32, DTypeError, "floor: needs a float operand"),
+        (lambda x: wc.binary("div_approx", x, x), wc.i32, DTypeError, "div_approx: needs float operands, got i32"),
         (lambda x: round(x, 2), wc.f32, ShapeError, "ndigits"),
     ],
 )
@@ -80,3 +81,16 @@ def test_bad_math_is_a_wavec_error_at_the_kernel_line(body, dtype, error, match)
     with pytest.raises(error, match=match) as e:
         _trace(body, dtype)
     assert "test_math_composites.py" in str(e.value)
+
+
+def test_div_approx_divides() -> None:
+    """``wc.binary("div_approx", x, y)``: the quotient (the emulator divides exactly; the GPU to ~2 ulp)."""
+
+    @wc.wave(rowwise_constraints(32, 4))
+    def div(a: Memory[M, N, wc.f32], b: Memory[M, N, wc.f32], out: Memory[M, N, wc.f32]):
+        wc.write(wc.binary("div_approx", wc.read(a), wc.read(b)), out)
+
+    x, y = torch.randn(5, 200), torch.rand(5, 200) + 0.5
+    out = torch.full_like(x, float("nan"))
+    wc.compile(div, SUBS, backend="emulator", cache=False)(x, y, out)
+    torch.testing.assert_close(out.double(), x.double() / y.double(), rtol=1e-6, atol=0)
