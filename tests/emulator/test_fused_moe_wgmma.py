@@ -93,3 +93,15 @@ def test_wgmma_config_errors(cfg, match) -> None:
 
 def test_wgmma_label() -> None:
     assert MoeConfig(128, 128, 256, 64, 3, wgmma=True).label() == "m128n128d256k64s3h"
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_wgmma_split_down_projection(deterministic: bool) -> None:
+    """A wgmma configuration with the down-projection split over 3 K slices (I = 200: ragged slices, a K
+    tail) on both combines."""
+    x, w1, w2, wts, ids = moe_inputs(70, 64, 200, 4, 2, torch.bfloat16, "skewed", seed=3)
+    cfg = MoeConfig(64, 64, 64, 32, 2, split_k=3, wgmma=True)
+    out = torch.full((70, 64), float("nan"), dtype=torch.bfloat16)
+    fm.fused_experts(x, w1, w2, wts, ids, config=cfg, deterministic=deterministic, out=out)
+    assert md.dispatch_report()["last"] == cfg
+    check(out, fm.reference(x, w1, w2, wts, ids), torch.bfloat16)
