@@ -338,6 +338,12 @@ def _elementwise(body, dtype) -> wc.WaveKernel:
 WGMMA = wc.MMAType.NV_WGMMA_F32_64xNx16_F16
 
 
+def _log(v, keep=None, **kw):
+    """``wc.debug_log(v, **kw)``, then ``keep`` (default ``v``) for the element-wise kernel to write."""
+    wc.debug_log(v, **kw)
+    return v if keep is None else keep
+
+
 def definition_cases() -> list[Case]:
     D, OPT = "kernel definition", "wc.compile options"
     subs = DEFAULT_SUBS
@@ -385,6 +391,16 @@ def definition_cases() -> list[Case]:
             lambda: _compile(_elementwise(lambda v: v**-1, wc.i32), ew.DEFAULT_SUBS),
         ),
         Case(D, "an iterate body returns 2 values for 1 init_arg", lambda: _compile(_iterate_wrong_count(), subs)),
+        Case(
+            D,
+            "`wc.debug_log(x, iterations=2)` outside any loop",
+            lambda: _compile(_elementwise(lambda v: _log(v, iterations=2), f32), ew.DEFAULT_SUBS),
+        ),
+        Case(
+            D,
+            "`wc.debug_log` of a mask (`x > 0`, i1)",
+            lambda: _compile(_elementwise(lambda v: _log(v > 0, keep=v), f32), ew.DEFAULT_SUBS),
+        ),
         Case(
             D,
             "no TilingConstraint for the reduction dim K",

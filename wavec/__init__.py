@@ -44,6 +44,7 @@ from .frontend.ops import (
 )
 from .frontend.ops_atomic import arrive, atomic_add, atomic_max, atomic_min, scatter_add
 from .frontend.ops_control import allocate, barrier, conditional, exit_if
+from .frontend.ops_debug import debug_log
 from .frontend.ops_math import (
     abs,  # noqa: A004 - wc.abs, elementwise
     ceil,
@@ -90,7 +91,7 @@ __all__ = [
     "Register", "Scalar", "arange", "tile_start", "i64", "clip", "index", "arrive", "atomic_add", "atomic_max",
     "atomic_min", "scatter_add", "allocate", "barrier", "conditional", "exit_if", "cumsum", "log1p", "floor", "ceil",
     "round", "pow", "sigmoid", "silu", "gelu", "i8", "u8", "i16", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz",
-    "min", "argmax", "argmin", "scan", "topk",
+    "min", "argmax", "argmin", "scan", "topk", "debug_log",
     "MMAType", "compile", "register_torch_op", "autotune",
     "__version__",
 ]  # fmt: skip

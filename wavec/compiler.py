@@ -324,6 +324,7 @@ def compile(
     stats = CompileStats()
     t0 = time.perf_counter()
     trace = kernel.trace()
+    subs.update(trace.meta["debug_logs"] and trace.meta["debug_subs"])  # a log's iteration slots
     cs = ConstraintSet(kernel.constraints, subs)
     if backend == "emulator" and cs.scheduling.cluster != (1, 1):
         raise ConstraintError(
@@ -356,6 +357,7 @@ def compile(
     # sizes the vector width does not divide launch a narrow variant, non-dense tensors a strided one
     compiled.narrow = functools.partial(compile, kernel, subs, target=target, backend=backend, cache=cache)
     compiled.run_caps, compiled.strided = dict(run_caps or {}), None if strided is None else dict(strided)
+    compiled.debug = tuple(trace.meta["debug_logs"])
     if torch_op is not None:
         from .runtime.torch_op import register_torch_op
 

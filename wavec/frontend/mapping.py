@@ -31,7 +31,7 @@ INDEX_DTYPES = (dt.i32, dt.i64)
 def _static_ok(e) -> bool:
     """A tile-start expression, or a constant (``{ONE: 0}``: a rank-0 value stored at one element)."""
     e = sympy.sympify(e)
-    return e.is_Integer or any(s.name.startswith("$TILE_START_") for s in e.free_symbols)
+    return e.is_Integer or any(s.name.startswith(("$TILE_START_", "$ARG_")) for s in e.free_symbols)
 
 
 def split_mapping(tr: Tracer, op: str, mem: Value, mapping: dict | None) -> tuple[dict, dict, tuple]:

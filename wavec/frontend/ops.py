@@ -471,7 +471,11 @@ def iterate(dim: sympy.Symbol, init_args: list, start: sympy.Expr | None = None,
             ph = g.placeholder(f"iter_arg_{i}")
             ph.meta.update(type=v.type, loc=loc, role="iter_arg", index=i)
             params.append(Value(ph))
-        out = body(*params)
+        tr.loops.append(dim)
+        try:
+            out = body(*params)
+        finally:
+            tr.loops.pop()
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         if len(outs) != len(inits):
             raise ShapeError(loc, op="iterate", message=f"body returns {len(outs)} values for {len(inits)} init_args")

@@ -217,6 +217,24 @@ class Tracer:
         self.stack: list[fx.Graph] = [self.root]
         self.subgraphs: dict[str, fx.Graph] = {}
         self.captures: dict[fx.Graph, dict[fx.Node, fx.Node]] = {}
+        self.args: list[KernelArg] = []  # the Memory arguments, then the hidden outputs of ``wc.debug_log``
+        self.scalars: list[KernelArg] = []
+        self.loops: list = []  # the dims of the enclosing ``wc.iterate`` loops, outermost first
+        self.debug_logs: list = []  # ``ops_debug.DebugLog``s, in call order
+        self.debug_subs: dict = {}  # each log's iteration dims: their static sizes
+
+    def memory_argument(self, name: str, ttype: TensorType) -> Value:
+        """A hidden Memory argument after every existing one (a root placeholder; ``wc.debug_log``'s
+        output): binding order puts it after the kernel's own tensors, the signature leaves it out."""
+        phs = [n for n in self.root.nodes if n.op == "placeholder"]
+        with (
+            self.root.inserting_after(phs[-1]) if phs else self.root.inserting_before(next(iter(self.root.nodes), None))
+        ):
+            node = self.root.placeholder(name)
+        loc = current_loc()
+        node.meta.update(type=ttype, loc=loc, role="memory", arg_index=len(self.args), promote=False)
+        self.args.append(KernelArg(name, ttype))
+        return Value(node)
 
     @property
     def graph(self) -> fx.Graph:
@@ -295,9 +313,8 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
         return ShapeError(loc, op=fn.__name__, message=message)
 
     tracer = Tracer(batch_dims)
-    args: list[KernelArg] = []
+    args, scalars = tracer.args, tracer.scalars
     values: list[Value] = []
-    scalars: list[KernelArg] = []
     for name in sig.parameters:
         t = hints.get(name)
         if isinstance(t, ScalarType):
@@ -329,7 +346,7 @@ def trace_kernel(fn, scope_locals: dict | None = None, batch_dims: tuple = ()) -
         tracer.subgraphs,
         args,
         loc,
-        meta={"captures": tracer.captures},
+        meta={"captures": tracer.captures, "debug_logs": tracer.debug_logs, "debug_subs": tracer.debug_subs},
         scalars=scalars,
         signature=tuple(sig.parameters),
     )

@@ -12,7 +12,7 @@ the runs one reduction instruction of the target updates (``atomic_width``), spl
 alignment is below the run's bytes (a vector ``red`` needs its whole width aligned).  Shared reads
 feeding an ``mma.sync`` operand use ``ldmatrix`` (``meta["access"]``, ``mma_dims``; ``transpose`` for a B
 tile contiguous along N; neighbouring N tiles' B fragments share one ``.x4``: ``pair_with``); those of a
-``wgmma`` become matrix descriptors (``access = "descriptor"``).
+``wgmma`` become matrix descriptors (``access = "descriptor"``; another user of one: a ``ConstraintError``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from __future__ import annotations
 import sympy
 import torch.fx as fx
 
+from ..errors import ConstraintError
 from ..frontend import dtypes as dt
 from ..frontend.mapping import access_dims, index_operands, memory_operand
-from ..frontend.ops import AsyncCopy, Permute, Read, Write
+from ..frontend.ops import MMA, AsyncCopy, Permute, Read, Write
 from ..frontend.ops_atomic import Atomic
 from ..frontend.tracing import Trace, capture_root
 from ..frontend.types import AddressSpace
@@ -162,6 +163,18 @@ def _pair_b_fragments(g: fx.Graph) -> None:
             partner.meta["paired_by"] = n
 
 
+def _check_descriptor_users(node: fx.Node) -> None:
+    """A wgmma operand read becomes a matrix descriptor, which only the wgmma consumes: another user (a
+    ``wc.debug_log`` of the operand) is the author's to change, by reading the memory again."""
+    others = [u for u in node.users if u.meta.get("op") not in (MMA, Permute)]
+    if others:
+        raise ConstraintError(
+            others[0].meta.get("loc") or node.meta.get("loc"),
+            message=f"%{node.name} is a wgmma operand that stays in shared memory (a matrix descriptor), so only "
+            f"wc.mma can use it, not %{others[0].name}; for other uses read the memory again (wc.read twice)",
+        )
+
+
 def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
     for g in trace.graphs():
         for node in g.nodes:
@@ -170,6 +183,8 @@ def coarsen_loads(trace: Trace, ctx: PassContext) -> None:
             if _uses_ldmatrix(node, ctx):
                 # warpgroup MMAs read shared operands themselves, through one matrix descriptor per tile
                 node.meta["access"] = "descriptor" if ctx.constraints.group_waves > 1 else "ldmatrix"
+                if ctx.constraints.group_waves > 1:
+                    _check_descriptor_users(node)
                 continue
             mem = memory_operand(node)
             mtype = mem.meta["type"]

@@ -27,6 +27,14 @@ def k_steps(body: fx.Graph) -> list[list[fx.Node]]:
     return steps
 
 
+def _movable(read: fx.Node, before: fx.Node, order: dict[fx.Node, int]) -> bool:
+    """Whether ``read`` can stand right before ``before``: its operands come earlier, its users later (a
+    ``wc.debug_log`` write of an mma operand, say, stays after the read it logs)."""
+    at = order[before]
+    inputs = [a for a in read.all_input_nodes if a.graph is read.graph]
+    return all(order[a] < at for a in inputs) and all(order[u] >= at for u in read.users if u.graph is read.graph)
+
+
 def _schedule(body: fx.Graph) -> None:
     steps = k_steps(body)
     if not steps:
@@ -36,7 +44,9 @@ def _schedule(body: fx.Graph) -> None:
         for mma in step:
             for operand in (arg_node(mma, 0), arg_node(mma, 1)):
                 if operand.meta.get("op") is Read and operand not in placed and operand.graph is body:
-                    step[0].prepend(operand)
+                    order = {n: i for i, n in enumerate(body.nodes)}
+                    if _movable(operand, step[0], order):
+                        step[0].prepend(operand)
                     placed.add(operand)
     copies = [n for n in body.nodes if n.meta.get("op") is AsyncCopy]
     commit = next((n for n in body.nodes if n.meta.get("op") is AsyncCommit), None)

@@ -203,6 +203,8 @@ class CompiledKernel:
         # a variant's (kernel label, reason) for ``variants.count`` and the kernel it is a variant of
         self._variant_of: tuple[str, str] | None = None
         self._root: CompiledKernel = self
+        self.debug: tuple = ()  # the ``wc.debug_log``s (``ops_debug.DebugLog``), hidden outputs last (wc.compile)
+        self.debug_logs: dict[str, dict[str, Any]] = {}  # the last launch's logs by label
 
     @property
     def output_plan(self) -> OutputPlan:
@@ -212,6 +214,10 @@ class CompiledKernel:
         return self._plan
 
     def __call__(self, *args: Any, **named: Any) -> Any:
+        if self.debug:
+            from .debug_logs import call_with_logs
+
+            return call_with_logs(self, args, named)
         if named or self._signature != self._binding:
             args = self._arrange(args, named)
         return self.call_bound(*args)

@@ -63,6 +63,10 @@ def register_torch_op(compiled: CompiledKernel, name: str) -> Callable[..., Any]
     output whose size no input determines, or a name already registered with a different kernel."""
     if not isinstance(compiled, CompiledKernel):
         raise TypeError(f"register_torch_op expects a CompiledKernel, got {type(compiled).__name__}")
+    if compiled.debug:
+        raise TorchOpError(
+            name=name, message="the kernel has wc.debug_log outputs, which a torch operator cannot return; drop them"
+        )
     match = _NAME.match(name) if isinstance(name, str) else None
     if match is None:
         raise TorchOpError(name=name, message="the name must look like 'namespace::op' (identifiers)")
