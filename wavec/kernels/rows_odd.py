@@ -33,8 +33,8 @@ from typing import Any
 import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
-from wavec.kernels.rows_odd_drift import Q, write_scatter, write_shared
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
+from wavec.kernels.rows_odd_drift import Q, write_scatter, write_shared
 from wavec.kernels.rows_odd_rules import odd_config, odd_full, odd_plan, rows_per_workgroup
 
 M, N = wc.sym.M, wc.sym.N
@@ -351,7 +351,9 @@ def odd_kernel(
         if drift:
             extra["drift"] = drift
         kernel = MAKERS[kind](dtype, *config, **extra)
-        subs = {V: vec, E: EDGE, **({J: config[0]} if full else {}), **({Q: config[0] + 3} if drift == "shared" else {})}
+        subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
+        if drift == "shared":
+            subs[Q] = config[0] + 3  # the shared row buffer's slot rows (``rows_odd_drift``)
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend, **({"target": target} if target else {}))
     return _COMPILED[key]
 

@@ -72,7 +72,8 @@ def write_shared(row: Any, main: Any, edge: Any, out: Any, gap: Any, n: Any, dty
     """``main`` and ``edge`` through a shared row buffer, re-read at the output row's alignment (module
     docstring); the output chunks are the input's count K (``row.k``), lanes past K under ``full``
     rewriting the last one (``row.j`` clamped)."""
-    buf = wc.allocate((M, Q, V), dtype, distributed_shape=(rows, block_j + 3, vec))
+    # (an element is written twice only with one value: lanes past K, edge slots past the row)
+    buf = wc.allocate((M, Q, V), dtype, distributed_shape=(rows, block_j + 3, vec), disjoint_writes=True)
     wc.write(wc.cast(main, dtype), buf, mapping={Q: row.j + 1})
     slot = row.ecol - row.head + vec
     wc.write(wc.cast(edge, dtype), buf, mapping={Q: slot // vec, V: slot % vec})

@@ -196,7 +196,8 @@ def drift_variant(vec: int, n: int, pitch: int, config: tuple[int, int, int]) ->
     if RULES.drift not in DRIFTS:
         raise ValueError(f"OddRules.drift must be one of {DRIFTS} or empty, got {RULES.drift!r}")
     block_j, _waves, rows = config
-    return "scatter" if RULES.drift == "shared" and drift_shared_bytes(rows, block_j) > DRIFT_SHARED_MAX else RULES.drift
+    over = drift_shared_bytes(rows, block_j) > DRIFT_SHARED_MAX
+    return "scatter" if RULES.drift == "shared" and over else RULES.drift
 
 
 def drift_shared_bytes(rows: int, block_j: int) -> int:
