@@ -72,9 +72,10 @@ def write_shared(row: Any, main: Any, edge: Any, out: Any, gap: Any, n: Any, dty
     """``main`` and ``edge`` through a shared row buffer, re-read at the output row's alignment (module
     docstring); the output chunks are the input's count K (``row.k``), lanes past K under ``full``
     rewriting the last one (``row.j`` clamped)."""
-    # (an element is written twice only with one value: lanes past K, edge slots past the row)
+    # no two accesses but an edge slot past the row and its owner (one wave, one store) write one element:
+    # lanes past K (``full``) store to slot rows past the tail's, never read, not over the row's last chunk
     buf = wc.allocate((M, Q, V), dtype, distributed_shape=(rows, block_j + 3, vec), disjoint_writes=True)
-    wc.write(wc.cast(main, dtype), buf, mapping={Q: row.j + 1})
+    wc.write(wc.cast(main, dtype), buf, mapping={Q: wc.where(row.inside, row.j + 1, wc.index(J) + 3)})
     slot = row.ecol - row.head + vec
     wc.write(wc.cast(edge, dtype), buf, mapping={Q: slot // vec, V: slot % vec})
     o = _OutRow(row.start - wc.index(M) * gap, row.k, n, vec)
