@@ -154,4 +154,3 @@ def test_drift_rules() -> None:
             plan(wc.bf16, 4097, "rms_norm", 4104)
     finally:
         rows_odd_rules.RULES = saved
-

@@ -37,8 +37,9 @@ def _split(base: Any, offset: Any, vec: int) -> tuple[Any, Any]:
     [M] or [M, J], ``offset`` [.., V]): a compare and two selects an element where ``//`` and ``%`` of a
     signed value take a dozen integer instructions."""
     below, above = offset < 0, offset >= vec
-    chunk = wc.where(below, base - 1, wc.where(above, base + 1, base))
-    return chunk, wc.where(below, offset + vec, wc.where(above, offset - vec, offset))
+    zero = offset * 0  # (the chunk step is the row's and the element's, not the chunk's: selected once)
+    step = wc.where(below, zero - 1, wc.where(above, zero + 1, zero))
+    return base + step, offset - step * vec
 
 
 def write_scatter(row: Any, main: Any, edge: Any, out: Any, gap: Any, dtype, vec: int) -> None:
