@@ -28,6 +28,7 @@ nothing outside the rows is written.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import wavec as wc
@@ -302,7 +303,9 @@ def make_layer_norm_odd(
     return layer_norm_odd
 
 
-MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
+MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
+    "softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd,
+}  # fmt: skip
 
 _COMPILED: dict = {}
 
