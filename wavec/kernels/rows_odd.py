@@ -15,9 +15,10 @@ first head element (or last element), the same value as its owner, so no store i
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
 identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
 alignment differs per row; they come from L1/L2).  Rows per workgroup: ``odd_config``'s.  The
-contiguous output starts at the input's offset within 16 bytes and the pitch differs from N by whole
-chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
-workgroup: contiguous rows only, ``gap`` 0).
+contiguous output starts at the input's offset within 16 bytes and where the pitch differs from N by whole
+chunks (``gap``) row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
+workgroup: contiguous rows only, ``gap`` 0); other gaps drift, and the makers' ``drift`` stores the output
+through ``rows_odd_drift``'s variant instead (``_store``).
 
 Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
 (i32), ``inner`` of ``K`` elements, the output as chunks, ``N`` and ``gap``; ``N >= 2V``.  Guarantees:
