@@ -5,12 +5,16 @@ Targets (issue 20): >= 80% of copy bandwidth for rows >= 1024 elements, >= 1.0x 
 
     python benchmarks/rows.py [--quick | --odd | --norms] [--kinds softmax,rms_norm,layer_norm]
                               [--lengths 1024,4097,...] [--dtype float16|bfloat16|float32] [--no-tables]
+                              [--drift shared|scatter|narrow]
 
 ``--odd``: only odd lengths (``kernels/rows_odd.py``: 16-byte accesses for the rows' interiors), plus a
 slice ``x[:, :4097]`` of rows 4104 long.  ``--norms``: RMSNorm and LayerNorm at every length >= 1024 of
 the default and odd lists (aligned and odd, one run).  ``--kinds`` / ``--lengths`` narrow any of these.
 ``--no-tables``: the norms' odd rows gather their weight and bias element by element at every size
 (``rows_odd.TABLE_MIN_BYTES``; by default inputs of 32 MB or more read them from per-call shifted tables).
+``--drift``: the output variant of slices whose offset within 16 bytes drifts (the ``4097 of 4104`` row;
+``OddRules.drift``, default the library's ``shared``; ``narrow``: rows.py's narrow variant); every
+variant in one run: ``benchmarks/rows_drift.py``.
 Each row also stands against the performance model's P80 ceiling for the GPU (``wavec.perf.standing``:
 the ceiling's time over the measured one; "n/a" names the kernels the model does not cover, such as the
 odd-length rows), and the underperforming rows (efficiency more than ``GAP`` below it) are listed last.
@@ -20,13 +24,14 @@ set.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
 import torch
 import triton.testing
 
-from wavec.kernels import layer_norm, rms_norm, rows_odd, softmax
+from wavec.kernels import layer_norm, rms_norm, rows_odd, rows_odd_rules, softmax
 from wavec.perf.standing import GAP, standing
 
 F = torch.nn.functional
@@ -103,6 +108,9 @@ if __name__ == "__main__":
         sys.exit(f"--kinds: unknown {unknown}; softmax, rms_norm, layer_norm")
     if "--no-tables" in sys.argv:
         rows_odd.TABLE_MIN_BYTES = 1 << 62
+    if "--drift" in sys.argv:
+        drift = _arg("--drift", "shared")
+        rows_odd_rules.RULES = dataclasses.replace(rows_odd_rules.RULES, drift="" if drift == "narrow" else drift)
     table = main(_lengths(), getattr(torch, _arg("--dtype", "bfloat16")), kinds)
     if os.environ.get("OUT"):
         name = "rows_no_tables.txt" if "--no-tables" in sys.argv else "rows.txt"

@@ -46,14 +46,16 @@ def test_odd_rows_match_torch(dtype: torch.dtype, n: int) -> None:
 def test_views_at_any_offset_and_pitch(dtype: torch.dtype, offset: int, pitch: int) -> None:
     """Rows starting ``offset`` elements into the buffer, ``pitch`` elements apart beyond the row (a slice
     ``x[:, :n]``): a pitch whose offset within 16 bytes matches the row's (8, 16) runs the odd-row kernel,
-    others (3) the narrow variant; both correct, ``x`` untouched."""
+    others (3) it too with the output at its own alignment (``rows_odd_drift``); both correct, ``x``
+    untouched."""
     n, m = 1031, 6
     buf = torch.randn(offset + m * (n + pitch) + 8).to(dtype)
     x = buf[offset : offset + m * (n + pitch)].view(m, n + pitch)[:, :n]
     before = buf.clone()
     w, b = torch.randn(n).to(dtype), torch.randn(n).to(dtype)
     vec = 16 // dtype.itemsize
-    assert (rows_odd.odd_config(WC[dtype], n, "rms_norm", n + pitch) is not None) == (pitch % vec == 0)
+    plan = rows_odd_rules.odd_plan(WC[dtype], n, "rms_norm", n + pitch)
+    assert plan is not None and (plan.drift is None) == (pitch % vec == 0)
     _all(x, w, b)
     assert torch.equal(buf, before)
 

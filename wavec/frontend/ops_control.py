@@ -24,7 +24,7 @@ from .tracing import Value, active_tracer, current_loc
 from .types import AddressSpace, TensorType
 
 
-def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
+def allocate(shape, dtype: dt.DType, distributed_shape=None, disjoint_writes: bool = False) -> Value:
     """A shared-memory buffer owned by the kernel: ``Memory[*shape, dtype, "shared"]`` for ``wc.read``,
     ``wc.write`` (with ``mapping=``) and the atomics.
 
@@ -33,7 +33,9 @@ def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
     indexed by the dim's coordinates relative to the workgroup's tile start (a whole dimension from 0), so
     a workgroup reads back what it wrote at the same coordinates.  Called at the top of the kernel body;
     its contents start undefined; ``insert_barriers`` puts a workgroup barrier between accesses that
-    conflict (write then read, read then write, plain and atomic accesses mixed)."""
+    conflict (write then read, read then write, plain and atomic accesses mixed).  ``disjoint_writes``: the
+    caller's promise that no two writes since a barrier store different values to one element (a row
+    staged piece by piece), so writes need no barrier between them; reads still wait for them."""
     tr = active_tracer("allocate")
     shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if not shape or not all(isinstance(d, sympy.Symbol) for d in shape) or len(set(shape)) != len(shape):
@@ -44,7 +46,7 @@ def allocate(shape, dtype: dt.DType, distributed_shape=None) -> Value:
         raise ShapeError(
             current_loc(), op="allocate", message="allocate at the top of the kernel body, not in a region"
         )
-    kwargs: dict = {"user": True}
+    kwargs: dict = {"user": True, **({"disjoint_writes": True} if disjoint_writes else {})}
     if distributed_shape is not None:
         ds = tuple(distributed_shape) if isinstance(distributed_shape, (tuple, list)) else (distributed_shape,)
         if len(ds) != len(shape):

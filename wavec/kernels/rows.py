@@ -13,9 +13,9 @@ several waves each past 4 runs per lane (``config_for``; LayerNorm tiles from 40
 workgroup at 2 runs a lane, ``make_layer_norm_long``); looped rows a wave each (several would need N
 split by a workgroup tile, which must be static).  Row
 lengths that are not a multiple of the 16-byte run take ``rows_odd`` (16-byte chunks of each row's
-interior, its edges element by element) from one wave's unit up to one tile; shorter and longer ones,
-and pitches whose offset within 16 bytes drifts from row to row, the launcher's narrow variant
-(``docs/sizes_and_strides.md``).
+interior, its edges element by element) from one wave's unit up to one tile, slices whose offset within
+16 bytes drifts from row to row too (``rows_odd_drift``); shorter and longer ones the launcher's narrow
+variant (``docs/sizes_and_strides.md``).
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ first head element (or last element), the same value as its owner, so no store i
 outside the row is touched.  Statistics combine both registers (slots outside the row masked to the
 identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
 alignment differs per row; they come from L1/L2).  Rows per workgroup: ``odd_config``'s.  The
-contiguous output starts at the input's offset within 16 bytes and the pitch differs from N by whole
-chunks (``gap``), so row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
-workgroup: contiguous rows only, ``gap`` 0).
+contiguous output starts at the input's offset within 16 bytes and where the pitch differs from N by whole
+chunks (``gap``) row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
+workgroup: contiguous rows only, ``gap`` 0); other gaps drift, and the makers' ``drift`` stores the output
+through ``rows_odd_drift``'s variant instead (``_store``).
 
 Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
 (i32), ``inner`` of ``K`` elements, the output as chunks, ``N`` and ``gap``; ``N >= 2V``.  Guarantees:
@@ -28,12 +29,14 @@ nothing outside the rows is written.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
+from wavec.kernels.rows_odd_drift import Q, write_scatter, write_shared
 from wavec.kernels.rows_odd_rules import odd_config, odd_full, odd_plan, rows_per_workgroup
 
 M, N = wc.sym.M, wc.sym.N
@@ -113,6 +116,18 @@ class _Row:
         wc.write(wc.cast(edge, dtype), out, mapping={R2: at // vec, V: at % vec})
 
 
+def _store(row: _Row, main, edge, out, gap, n, dtype, drift: str | None, rows: int, block_j: int) -> None:
+    """The row's values into the output: ``row.write`` (``drift`` None: the output row at the input's offset
+    within 16 bytes), else through ``rows_odd_drift``'s variant of that name (a slice whose offset drifts)."""
+    vec = row.vec
+    if drift is None:
+        row.write(main, edge, out, gap, dtype, vec)
+    elif drift == "scatter":
+        write_scatter(row, main, edge, out, gap, dtype, vec)
+    else:
+        write_shared(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
+
+
 def _first(row: _Row, xf):
     """The row's first element, f32 (LayerNorm's shift).  One row per workgroup: ``start`` is rank 0, which
     a mapping does not take, so the [E] read of that element reduced by a max (exact: equal values)."""
@@ -164,7 +179,10 @@ def shifted_table(v: Any, vec: int, chunks: int) -> Any:
     return v.as_strided((vec, chunks * vec), (1, 1)).contiguous().view(vec * chunks, vec)
 
 
-def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32) -> wc.WaveKernel:
+def make_softmax_odd(
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, drift: str | None = None
+) -> wc.WaveKernel:
+    """``drift``: the output of slices whose offset within 16 bytes drifts (``_store``)."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
 
@@ -178,18 +196,18 @@ def make_softmax_odd(dtype, block_j: int, waves: int, rows: int | None = None, t
         p = wc.exp2((row.v - big) * LOG2E)
         pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        row.write(p * inv, pe * inv, out, gap if rows > 1 else None, dtype, vec)
+        _store(row, p * inv, pe * inv, out, gap if rows > 1 else None, n, dtype, drift, rows, block_j)
 
     return softmax_odd
 
 
 def make_rms_norm_odd(
     dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
-    bound: int | None = None,
+    bound: int | None = None, drift: str | None = None,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
     workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``RULES.full_tile``; bind ``J: block_j``).
-    ``bound``: ``odd_constraints``'."""
+    ``bound``: ``odd_constraints``'.  ``drift``: ``_store``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
@@ -201,7 +219,7 @@ def make_rms_norm_odd(
         ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
         r = wc.rsqrt(ss * inv_n + eps)
         w_in, w_edge = _vectors(row, w, ws)
-        row.write(row.v * w_in * r, row.e * w_edge * r, out, gap_or_none(gap), dtype, vec)
+        _store(row, row.v * w_in * r, row.e * w_edge * r, out, gap_or_none(gap), n, dtype, drift, rows, block_j)
 
     if tables:
 
@@ -228,13 +246,13 @@ def make_rms_norm_odd(
 
 def make_layer_norm_odd(
     dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
-    bound: int | None = None, reread: bool = False,
+    bound: int | None = None, reread: bool = False, drift: str | None = None,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
     ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s.
     ``reread`` (with ``tables``): the chunks read a second time after the statistics through
     ``xr``, x's chunk view passed again (``odd_args``), so no chunk lives in registers across the
-    reduction; through x itself the compiler would merge the two reads."""
+    reduction; through x itself the compiler would merge the two reads.  ``drift``: ``_store``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
@@ -246,7 +264,8 @@ def make_layer_norm_odd(
         d, de, r = _deviations(row, xf, eps, inv_n, dtype, again)
         w_in, w_edge = _vectors(row, w, ws)
         b_in, b_edge = _vectors(row, b, bs)
-        row.write(d * r * w_in + b_in, de * r * w_edge + b_edge, out, gap_or_none(gap), dtype, vec)
+        main, edge = d * r * w_in + b_in, de * r * w_edge + b_edge
+        _store(row, main, edge, out, gap_or_none(gap), n, dtype, drift, rows, block_j)
 
     if tables and reread:
 
@@ -285,7 +304,9 @@ def make_layer_norm_odd(
     return layer_norm_odd
 
 
-MAKERS = {"softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd}
+MAKERS: dict[str, Callable[..., wc.WaveKernel]] = {
+    "softmax": make_softmax_odd, "rms_norm": make_rms_norm_odd, "layer_norm": make_layer_norm_odd,
+}  # fmt: skip
 
 _COMPILED: dict = {}
 
@@ -317,11 +338,11 @@ def odd_kernel(
     ``target``: an explicit one (the performance model's, ``perf.library``), else the backend's."""
     plan = odd_plan(dtype, n, kind, pitch, tables, full)
     assert plan is not None
-    config, full, reread = plan.config, plan.full, plan.reread
+    config, full, reread, drift = plan.config, plan.full, plan.reread, plan.drift
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
     ptx = (backend or default_backend()) != "rocm" and not (target or "").startswith("gfx")
     bound = plan.bound if ptx else None
-    key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target)
+    key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target, *((drift,) if drift else ()))
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
         extra: dict[str, Any] = {"tables": True} if tables else {}
@@ -331,8 +352,12 @@ def odd_kernel(
             extra["bound"] = bound
         if reread:
             extra["reread"] = True
+        if drift:
+            extra["drift"] = drift
         kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
+        if drift == "shared":
+            subs[Q] = config[0] + 3  # the shared row buffer's slot rows (``rows_odd_drift``)
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend, **({"target": target} if target else {}))
     return _COMPILED[key]
 

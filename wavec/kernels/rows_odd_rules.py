@@ -19,6 +19,10 @@ MAX_WAVES = 16  # two rows of 16 waves: 1024 threads, a workgroup's limit
 RUNS_PER_WAVE = 4  # chunks per lane and wave, as the aligned one-tile rows (``rows.RUNS_PER_WAVE``)
 NORM_RUNS = 2  # the norms': 64 registers or fewer (``tests/binary/test_rows_compile.py``)
 MAX_ELEMENTS = 16384  # the longest rows this path takes (16383 bf16 or f32); longer rows loop
+# a drifting slice's shared row buffers a workgroup at most (gfx942's LDS): past it (softmax's two rows of
+# 2048 chunks, 65.6 KB) the ``"shared"`` variant stores by ``"scatter"`` instead
+DRIFT_SHARED_MAX = 64 << 10
+DRIFTS = ("shared", "scatter")  # ``rows_odd_drift``'s output variants (``OddRules.drift``)
 
 
 def _bounds() -> dict[tuple[str, int], int]:
@@ -57,6 +61,11 @@ class OddRules:
     - ``reread_tiles``: element type -> LayerNorm tiles that read their chunks again after the statistics.
     - ``full_tile``: the norms' interior over the whole tile (lanes past K reread the last chunk) instead of
       masked loads, whose branches took LayerNorm to 101-128 registers.
+    - ``drift``: slices whose offset within 16 bytes drifts from row to row against the contiguous output's
+      (``(P - n) % V``, bf16 4097 of 4104): ``rows_odd_drift``'s variant, ``"shared"`` (the row re-read from
+      shared memory at the output's alignment: 16-byte global stores) or ``"scatter"`` (each value stored
+      alone); ``""``: none (the narrow kernel of rows.py).  Not yet timed on a GPU: ``"shared"`` by the
+      count of L2 requests (``"scatter"`` sends V partial-sector stores per chunk a lane).
     - ``layout`` / ``bound``: a sweep's overrides: (chunks a lane, one row a workgroup) for every tile
       (chunks -1: no odd kernel, the aligned ones), and one launch bound for every kernel (-1: none)."""
 
@@ -74,6 +83,7 @@ class OddRules:
     )
     reread_tiles: Mapping[str, frozenset[int]] = field(default_factory=_reread)
     full_tile: bool = True
+    drift: str = "shared"
     layout: tuple[int, bool] | None = None
     bound: int | None = None
 
@@ -82,12 +92,14 @@ RULES = OddRules()
 
 
 class OddPlan(NamedTuple):
-    """The odd kernel a call shape takes: ``config`` = (``block_j``, waves a row, rows a workgroup)."""
+    """The odd kernel a call shape takes: ``config`` = (``block_j``, waves a row, rows a workgroup);
+    ``drift``: a drifting slice's output variant (``OddRules.drift``), None for the others."""
 
     config: tuple[int, int, int]
     bound: int | None
     reread: bool
     full: bool
+    drift: str | None = None
 
 
 def rows_per_workgroup(waves: int, tpw: int = 32) -> int:
@@ -108,7 +120,8 @@ def library_config(element_bytes: int, n: int, kind: str, pitch: int) -> tuple[i
     vec = 16 // element_bytes
     unit = 32 * vec
     aligned_long = pitch == n and n > RULES.aligned_elements.get(element_bytes, MAX_ELEMENTS)
-    if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (pitch - n) % vec:
+    drifts = (pitch - n) % vec != 0
+    if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (drifts and not RULES.drift):
         return None
     if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
         return None  # (past 8192 f32: contiguous rows only)
@@ -133,8 +146,9 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     elements, or None where the odd path does not apply: rows the 16-byte run divides (the aligned kernels;
     but contiguous rows past ``aligned_elements``, whose last chunk is then the edge's tail), rows of one
     wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
-    slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's,
-    and for one row per workgroup any pitch but ``n``.  Norms of slices take ``NORM_RUNS`` chunks a lane at
+    slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's
+    where ``OddRules.drift`` is empty (else ``odd_plan`` names the drift variant), and for one row per
+    workgroup any pitch but ``n``.  Norms of slices take ``NORM_RUNS`` chunks a lane at
     two rows a workgroup (64 registers or fewer: 32 warps an SM); contiguous norms of two waves or more one row
     a workgroup at ``one_row_runs`` (LayerNorm: ``ln_long_runs`` / ``ln_tile_runs``); a tile one wave covers
     at ``one_row_runs`` (1025 f16 / bf16) one wave a row, four rows; softmax ``RUNS_PER_WAVE``, or one row at
@@ -161,13 +175,32 @@ def odd_plan(dtype, n: int, kind: str, pitch: int, tables: bool = True, full: bo
     contiguous norms over one row a workgroup reading their vectors through ``tables`` at the tiles
     ``one_row_bounds`` names (the gathered vectors of small inputs would spill under it: LayerNorm 16383
     136-152 bytes); whether LayerNorm over one row a workgroup through tables re-reads its chunks
-    (``reread_tiles``); ``odd_full``'s whole tile."""
+    (``reread_tiles``); ``odd_full``'s whole tile; for a drifting slice ``drift_variant``'s output."""
     config = odd_config(dtype, n, kind, pitch)
     if config is None:
         return None
+    drift = drift_variant(16 // dtype.bytes, n, pitch, config)
     one_row = config[2] == 1 and tables
     bound = RULES.one_row_bounds.get((kind, config[0])) if one_row else None
     if RULES.bound is not None:
         bound = RULES.bound if RULES.bound > 0 else None
     reread = kind == "layer_norm" and one_row and config[0] in RULES.reread_tiles.get(dtype.name, ())
-    return OddPlan(config, bound, reread, odd_full(kind, full))
+    return OddPlan(config, bound, reread, odd_full(kind, full), drift)
+
+
+def drift_variant(vec: int, n: int, pitch: int, config: tuple[int, int, int]) -> str | None:
+    """``OddRules.drift`` for rows of ``n`` at ``pitch`` whose offset within 16 bytes drifts (None for the
+    others); ``"shared"`` becomes ``"scatter"`` where its row buffers would pass ``DRIFT_SHARED_MAX``."""
+    if (pitch - n) % vec == 0:
+        return None
+    if RULES.drift not in DRIFTS:
+        raise ValueError(f"OddRules.drift must be one of {DRIFTS} or empty, got {RULES.drift!r}")
+    block_j, _waves, rows = config
+    over = drift_shared_bytes(rows, block_j) > DRIFT_SHARED_MAX
+    return "scatter" if RULES.drift == "shared" and over else RULES.drift
+
+
+def drift_shared_bytes(rows: int, block_j: int) -> int:
+    """The ``"shared"`` variant's row buffers a workgroup: ``rows`` rows of a head slot row, the tile's
+    ``block_j`` chunks and two tail slot rows, 16 bytes each (``rows_odd_drift.write_shared``)."""
+    return rows * (block_j + 3) * 16

@@ -99,8 +99,9 @@ class _Cloner:
         )
 
     def drop_if_dead(self, n: fx.Node) -> None:
-        """Erase ``n`` and, transitively, what it was computed from, where nothing else uses them."""
-        if n.users or not _clonable(n):
+        """Erase ``n`` and, transitively, what it was computed from, where nothing else uses them (a node
+        two of them were computed from is erased once: the second visit finds it gone)."""
+        if getattr(n, "_erased", False) or n.users or not _clonable(n):
             return
         if n.op == "placeholder":  # a capture: also drop it from its loop's captured values
             loop = self.loop_of[n.graph]

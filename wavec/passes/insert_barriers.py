@@ -8,7 +8,8 @@ read of a tile written since the last barrier (RAW).
 
 ``wc.allocate`` buffers (``kwargs["user"]``), in every graph: a barrier right before an access that
 conflicts with an access of the same buffer since the last barrier (a read after a write or an atomic, a
-write after anything, an atomic after a read or a write; atomics among themselves commute).  Loops carry
+write after anything, an atomic after a read or a write; atomics among themselves commute, and so do the
+writes of a buffer allocated with ``disjoint_writes``).  Loops carry
 their body's pending accesses into the next iteration (a barrier at the top of the body where its first
 accesses conflict with its last); a conflict of a loop's or a conditional's first accesses with what
 precedes it puts the barrier before the loop or the branch, never inside a branch (it would diverge):
@@ -68,15 +69,17 @@ def _body_barriers(g: fx.Graph) -> None:
             dirty.clear()
 
 
-State = dict[fx.Node, frozenset[str]]  # user buffer -> kinds of access since the last barrier ("r", "w", "a")
+# user buffer -> kinds of access since the last barrier ("r", "w", "a"; "d": a write of a ``disjoint_writes``
+# buffer, which never stores a value other than an earlier write's to one element)
+State = dict[fx.Node, frozenset[str]]
 _ACCESS = {Read: "r", Write: "w", Atomic: "a"}
 
 
 def _conflicts(before: frozenset[str], kind: str) -> bool:
     if kind == "r":
-        return bool(before & {"w", "a"})
-    if kind == "a":
-        return bool(before & {"r", "w"})
+        return bool(before & {"w", "a", "d"})
+    if kind in ("a", "d"):
+        return bool(before - {kind})
     return bool(before)
 
 
@@ -85,6 +88,8 @@ def _user_access(node: fx.Node) -> tuple[fx.Node, str] | None:
     if kind is None:
         return None
     buf = capture_root(memory_operand(node))
+    if kind == "w" and buf.kwargs.get("disjoint_writes"):
+        kind = "d"
     return (buf, kind) if buf.kwargs.get("user") else None
 
 

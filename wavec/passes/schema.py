@@ -137,6 +137,7 @@ class SharedArgs:
 
     user: bool = by(TRACE)  # a wc.allocate buffer: staging passes (pad, stages, sharing, cp.async) leave it alone
     distributed_shape: tuple[Expr, ...] = by(TRACE)  # wc.allocate's extents per dim (else the dims' tiles)
+    disjoint_writes: bool = by(TRACE)  # wc.allocate: its writes need no barrier between them (insert_barriers)
     when: sympy.Rel = by(TRACE)  # conditional: a workgroup-uniform relation of shape symbols and tile starts
     tile: dict[sympy.Symbol, int] = by("promote_to_shared")  # extent per dim
     base: dict[sympy.Symbol, Expr] = by("promote_to_shared")  # the tile's origin in the memory
