@@ -45,6 +45,16 @@ def _us(fn) -> float:
     return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
+def row_ops(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> dict:
+    """Kind -> (wavec's call, torch's) on rows ``x`` with the weight ``w`` and bias ``b``."""
+    n = x.shape[-1]
+    return {
+        "softmax": (lambda: softmax(x), lambda: torch.softmax(x, -1)),
+        "rms_norm": (lambda: rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (n,), w, 1e-6)),
+        "layer_norm": (lambda: layer_norm(x, w, b, 1e-5), lambda: F.layer_norm(x, (n,), w, b, 1e-5)),
+    }
+
+
 def main(lengths: list, dtype: torch.dtype, kinds: list[str]) -> list[str]:
     tables = "off" if rows_odd.TABLE_MIN_BYTES > BYTES else "on"
     lines = [
@@ -60,11 +70,7 @@ def main(lengths: list, dtype: torch.dtype, kinds: list[str]) -> list[str]:
         w, b = torch.randn(n, device="cuda", dtype=dtype), torch.randn(n, device="cuda", dtype=dtype)
         y = torch.empty(m, n, device="cuda", dtype=dtype)
         t_copy = _us(lambda: y.copy_(x))
-        ops = {
-            "softmax": (lambda: softmax(x), lambda: torch.softmax(x, -1)),
-            "rms_norm": (lambda: rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (n,), w, 1e-6)),
-            "layer_norm": (lambda: layer_norm(x, w, b, 1e-5), lambda: F.layer_norm(x, (n,), w, b, 1e-5)),
-        }
+        ops = row_ops(x, w, b)
         for name in kinds:
             ours, theirs = ops[name]
             torch.testing.assert_close(ours().float(), theirs().float(), rtol=2e-2, atol=2e-2)

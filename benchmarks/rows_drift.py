@@ -23,18 +23,12 @@ import sys
 from typing import Any
 
 import torch
-import triton.testing
 
-from wavec.kernels import layer_norm, rms_norm, rows, rows_odd, softmax
+from benchmarks.rows import BYTES, _us, row_ops
+from wavec.kernels import rows, rows_odd
 from wavec.kernels import rows_odd_rules as rules
 
-F = torch.nn.functional
-BYTES = 256 << 20  # per input tensor: well past the 50 MB L2
 LIBRARY = rules.RULES
-
-
-def _us(fn) -> float:
-    return 1000 * triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def use(variant: str) -> None:
@@ -80,11 +74,7 @@ def main() -> None:
         x, w, b, t_slice, t_dense = inputs(n, pitch, dtype)
         lines.append(f"copy | {n} of {pitch} | slice {t_slice:.1f} us, dense {t_dense:.1f} us")
         print(lines[-1], flush=True)
-        calls = {
-            "softmax": (lambda: softmax(x), lambda: torch.softmax(x, -1)),
-            "rms_norm": (lambda: rms_norm(x, w, 1e-6), lambda: F.rms_norm(x, (n,), w, 1e-6)),
-            "layer_norm": (lambda: layer_norm(x, w, b, 1e-5), lambda: F.layer_norm(x, (n,), w, b, 1e-5)),
-        }
+        calls = row_ops(x, w, b)
         for kind in kinds:
             ours, theirs = calls[kind]
             want = theirs().float()

@@ -324,7 +324,7 @@ def compile(
     stats = CompileStats()
     t0 = time.perf_counter()
     trace = kernel.trace()
-    subs.update(trace.meta["debug_logs"] and trace.meta["debug_subs"])  # a log's iteration slots
+    subs.update(trace.meta["debug_subs"])  # the iteration slots of wc.debug_log
     cs = ConstraintSet(kernel.constraints, subs)
     if backend == "emulator" and cs.scheduling.cluster != (1, 1):
         raise ConstraintError(

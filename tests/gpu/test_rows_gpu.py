@@ -28,21 +28,28 @@ def _layer_norm_close(got: torch.Tensor, xd: torch.Tensor, w: torch.Tensor, b: t
     assert excess.max().item() <= 0, f"{int((excess > 0).sum())} outputs past the bound, worst by {excess.max():.3g}"
 
 
+def check_kinds(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> None:
+    """softmax, rms_norm and layer_norm of rows ``x`` against torch in f64 (``TOL``): contiguous outputs of
+    ``x``'s dtype, LayerNorm's finite and within ``_layer_norm_close``."""
+    dtype, n, xd = x.dtype, x.shape[-1], x.double()
+    rtol, atol = TOL[dtype]
+    for got, want in [
+        (softmax(x), torch.softmax(xd, -1)),
+        (rms_norm(x, w, 1e-6), F.rms_norm(xd, (n,), w.double(), 1e-6)),
+    ]:
+        assert got.dtype == dtype and got.is_contiguous()
+        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
+    got = layer_norm(x, w, b, 1e-5)  # (its f32 rounding scales with xhat * w, not the output: + b cancels)
+    assert got.dtype == dtype and got.is_contiguous() and torch.isfinite(got).all()
+    _layer_norm_close(got, xd, w, b, dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("n", [1, 96, 128, 300, 1000, 1024, 2049, 4096, 4097, 8192, 12288, 12289, 16384, 20000])
 def test_rows_match_torch(dtype: torch.dtype, n: int) -> None:
     x = (torch.randn(1031, n, device="cuda") * 2 + 1).to(dtype)
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
-    xd, rtol_atol = x.double(), TOL[dtype]
-    for got, want in [
-        (softmax(x), torch.softmax(xd, -1)),
-        (rms_norm(x, w, 1e-6), F.rms_norm(xd, (n,), w.double(), 1e-6)),
-    ]:
-        assert got.dtype == dtype
-        torch.testing.assert_close(got.double(), want, rtol=rtol_atol[0], atol=rtol_atol[1])
-    got = layer_norm(x, w, b, 1e-5)  # (its f32 rounding scales with xhat * w, not the output: + b cancels)
-    assert got.dtype == dtype and torch.isfinite(got).all()
-    _layer_norm_close(got, xd, w, b, dtype)
+    check_kinds(x, w, b)
 
 
 @pytest.mark.parametrize("n", [4096, 8191, 12288, 16384, 20000])
@@ -123,17 +130,8 @@ def test_odd_rows_take_the_chunked_kernel(dtype: torch.dtype, n: int, offset: in
     m = 1031
     x = ((torch.randn(offset + m * n, device="cuda") * 2 + 1).to(dtype))[offset:].view(m, n)
     w, b = torch.randn(n, device="cuda").to(dtype), torch.randn(n, device="cuda").to(dtype)
-    xd, (rtol, atol) = x.double(), TOL[dtype]
     reset_variant_report()
-    for got, want in [
-        (softmax(x), torch.softmax(xd, -1)),
-        (rms_norm(x, w, 1e-6), F.rms_norm(xd, (n,), w.double(), 1e-6)),
-    ]:
-        assert got.dtype == dtype and got.is_contiguous()
-        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=atol)
-    got = layer_norm(x, w, b, 1e-5)
-    assert got.dtype == dtype and got.is_contiguous()
-    _layer_norm_close(got, xd, w, b, dtype)
+    check_kinds(x, w, b)
     torch.cuda.synchronize()
     # past one tile (16384 bf16, 8192 f32) rows loop in the narrow variant
     if all(rows_odd.odd_config(rows.DTYPES[str(dtype)[6:]], n, k, n) is not None for k in rows.KINDS):

@@ -34,29 +34,43 @@ def _sizes(kernel: CompiledKernel, tensors: dict[str, Any]) -> dict[str, int]:
     return sizes
 
 
-def _allocate(kernel: CompiledKernel, tensors: dict[str, Any]) -> dict[str, Any]:
+def _device(kernel: CompiledKernel, tensors: dict[str, Any]) -> Any:
     import torch
 
-    sizes, logs = _sizes(kernel, tensors), {}
-    device = next((t.device for t in tensors.values() if isinstance(t, torch.Tensor)), kernel._default_device)
+    return next((t.device for t in tensors.values() if isinstance(t, torch.Tensor)), kernel._default_device)
+
+
+def _shape(kernel: CompiledKernel, spec: Any, sizes: dict[str, int], arg: str, what: str) -> list[int]:
+    """``spec``'s shape from ``sizes``, or the ``ArgumentError`` (naming ``arg``) that ``what`` cannot be
+    allocated."""
+    missing = [e for e in spec.shape if isinstance(e, str) and e not in sizes]
+    if missing:
+        raise ArgumentError(
+            kernel=kernel.metadata.label,
+            arg=arg,
+            message=f"cannot allocate {what}: its dimension {missing[0]} is bound by no tensor argument and no "
+            "subs entry",
+        )
+    return [e if isinstance(e, int) else sizes[e] for e in spec.shape]
+
+
+def _torch_dtype(spec: Any) -> Any:
+    import torch
+
+    return getattr(torch, _TORCH_DTYPE_NAMES[spec.dtype])
+
+
+def _allocate(kernel: CompiledKernel, tensors: dict[str, Any]) -> dict[str, Any]:
+    """Each log, NaN-filled (0 for integers), its sizes bound by ``tensors``."""
+    import torch
+
+    sizes, device, logs = _sizes(kernel, tensors), _device(kernel, tensors), {}
     specs = {a.name: a for a in kernel.metadata.args}
     for log in kernel.debug:
         spec = specs[log.arg]
-        shape = []
-        for entry in spec.shape:
-            if isinstance(entry, int):
-                shape.append(entry)
-            elif entry in sizes:
-                shape.append(sizes[entry])
-            else:
-                raise ArgumentError(
-                    kernel=kernel.metadata.label,
-                    arg=log.label,
-                    message=f"cannot allocate this debug log: its dimension {entry} is bound by no tensor "
-                    "argument and no subs entry",
-                )
-        dtype = getattr(torch, _TORCH_DTYPE_NAMES[spec.dtype])
+        dtype = _torch_dtype(spec)
         fill = float("nan") if dtype.is_floating_point else 0
+        shape = _shape(kernel, spec, sizes, log.label, "this debug log")
         logs[log.arg] = torch.full(shape, fill, dtype=dtype, device=device)
     return logs
 
@@ -101,21 +115,8 @@ def _user_outputs(kernel: CompiledKernel, inputs: dict[str, Any]) -> list[Any]:
     """The kernel's own outputs for an inputs-only call, as its ``OutputPlan`` would allocate them."""
     import torch
 
-    sizes = _sizes(kernel, inputs)
-    device = next((t.device for t in inputs.values() if isinstance(t, torch.Tensor)), kernel._default_device)
+    sizes, device = _sizes(kernel, inputs), _device(kernel, inputs)
     hidden = {log.arg for log in kernel.debug}
-    made = []
-    for spec in kernel.metadata.args:
-        if not spec.is_output or spec.name in hidden:
-            continue
-        missing = [e for e in spec.shape if isinstance(e, str) and e not in sizes]
-        if missing:
-            raise ArgumentError(
-                kernel=kernel.metadata.label,
-                arg=spec.name,
-                message=f"cannot allocate this output: its dimension {missing[0]} is bound by no input and no "
-                f"subs entry; pass the outputs yourself: kernel({', '.join(kernel._signature)})",
-            )
-        shape = [e if isinstance(e, int) else sizes[e] for e in spec.shape]
-        made.append(torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPE_NAMES[spec.dtype]), device=device))
-    return made
+    specs = [a for a in kernel.metadata.args if a.is_output and a.name not in hidden]
+    what = f"this output (pass every argument: kernel({', '.join(kernel._signature)}))"
+    return [torch.empty(_shape(kernel, s, sizes, s.name, what), dtype=_torch_dtype(s), device=device) for s in specs]
