@@ -2,9 +2,9 @@
 contiguous output's (``kernels/rows_odd_drift.py``, ``(P - n) % V != 0``) through the public ``softmax`` /
 ``rms_norm`` / ``layer_norm``, under each output variant of ``OddRules.drift`` in one run (``shared``:
 the row re-read from shared memory at the output's alignment; ``scatter``: every value stored alone;
-``narrow``: no odd kernel, rows.py's narrow variant, as before), beside two device copies of the same bytes:
-``y.copy_(x)`` of the slice itself (benchmarks/rows.py's anchor: torch's strided copy) and of a contiguous
-tensor of the slice's elements (the aligned rows' anchor).  do_bench medians, inputs of 256 MB, f32
+``narrow``: no odd kernel, rows.py's narrow variant, as before), beside torch eager and two device copies
+of the same bytes: ``y.copy_(x)`` of the slice itself (benchmarks/rows.py's anchor: torch's strided copy)
+and of a contiguous tensor of the slice's elements (the aligned rows' anchor).  do_bench medians, inputs of 256 MB, f32
 statistics checked against torch first; registers and spills of each variant's kernels.  Issue 20's target:
 >= 0.80 of copy for rows >= 1024 elements.
 
@@ -67,7 +67,7 @@ def main() -> None:
         rows_odd.TABLE_MIN_BYTES = 1 << 62
     lines = [
         f"device: {torch.cuda.get_device_name()}, {dtype}",
-        "op | N of P | variant | us | of slice copy | of dense copy | kernels",
+        "op | N of P | variant | us | of slice copy | of dense copy | x torch | kernels",
     ]
     print(*lines, sep="\n", flush=True)
     for n, pitch in slices:
@@ -78,11 +78,13 @@ def main() -> None:
         for kind in kinds:
             ours, theirs = calls[kind]
             want = theirs().float()
+            t_torch = _us(theirs)
             for variant in variants:
                 use(variant)
                 torch.testing.assert_close(ours().float(), want, rtol=2e-2, atol=3e-2)
                 t = _us(ours)
-                line = f"{kind} | {n} of {pitch} | {variant} | {t:.1f} | {t_slice / t:.2f} | {t_dense / t:.2f}"
+                ratios = f"{t_slice / t:.2f} | {t_dense / t:.2f} | {t_torch / t:.2f}"
+                line = f"{kind} | {n} of {pitch} | {variant} | {t:.1f} | {ratios}"
                 lines.append(f"{line} | {registers()}")
                 print(lines[-1], flush=True)
     rules.RULES = LIBRARY
