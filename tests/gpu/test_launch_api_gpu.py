@@ -22,6 +22,7 @@ def test_both_launch_apis(monkeypatch, api: str) -> None:
     kernel = wc.compile(definition, {rows.BLOCK_N: block_n})
     x = torch.randn(37, 1000, device="cuda", dtype=torch.float16)
     stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())  # x is written on the default stream
     with torch.cuda.stream(stream):
         outs = [torch.full_like(x, float("nan")) for _ in range(3)]
         for out in outs:  # the first call prepares, the others take the prepared launch

@@ -59,6 +59,7 @@ def test_two_threads_run_one_shape_at_once() -> None:
     x, w1, w2, wts, ids = inputs(64, 2048, 1024, 64, 8, seed=20)
     x2, _, _, wts2, ids2 = inputs(64, 2048, 1024, 64, 8, skew=3.0, seed=21)
     fm.fused_experts(x, w1, w2, wts, ids)  # built once, before the threads
+    torch.cuda.synchronize()  # the threads' new streams do not wait for the default stream's inputs
     results: dict[int, list] = {0: [], 1: []}
 
     def work(j: int, args: tuple) -> None:
