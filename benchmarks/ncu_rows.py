@@ -5,10 +5,10 @@ to say where an odd row length loses against an aligned one (issue #20: odd Laye
         --section WarpStateStats --section Occupancy --section LaunchStats \\
         python benchmarks/ncu_rows.py layer_norm:1025:float16 layer_norm:1024:float16 rms_norm:16383:bfloat16
 
-Each spec ``kind:N:dtype`` runs on rows of ``rows_sweep.BYTES`` (the sweeps' inputs), is compiled, checked
-against torch and warmed up before the range opens, then launched once inside it (the shifted tables of
-large odd norms are two small copy kernels before it; the torch references run before the range).  Prints
-each spec's rows, the copy's time and the error.
+Each spec ``kind:N:dtype[:P]`` (``P``: x a slice ``[:, :N]`` of rows ``P`` long) runs on rows of
+``rows_sweep.BYTES`` (the sweeps' inputs), is compiled, checked against torch and warmed up before the range
+opens, then launched once inside it (the shifted tables of large odd norms are two small copy kernels before
+it; the torch references run before the range).  Prints each spec's rows, the copy's time and the error.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ def main() -> None:
     specs = sys.argv[1:] or ["layer_norm:1025:float16", "layer_norm:1024:float16"]
     cases = []
     for spec in specs:
-        kind, n, dt = spec.split(":")
+        kind, n, dt, *pitch = spec.split(":")
         x, w, b, _, t_copy = row_inputs(int(n), getattr(torch, dt))
+        if pitch:  # the same rows as a slice (a drifting one when P - N is not a multiple of 16 bytes)
+            x = torch.randn(x.shape[0], int(pitch[0]), device="cuda", dtype=x.dtype)[:, : int(n)]
         got, want = call(kind, x, w, b), reference(kind, x, w, b)
         err = ((got.float() - want).abs().max() / want.abs().max()).item()
         print(f"{spec}: rows {x.shape[0]}, copy {t_copy:.1f} us, max rel err {err:.2e}", flush=True)
