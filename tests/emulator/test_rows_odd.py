@@ -128,7 +128,7 @@ def test_norms_one_row_per_workgroup(
     """Rows of 2048 chunks: one row per workgroup (the row values rank 0), RMSNorm at ``one_row_runs``
     (16 waves), LayerNorm at ``ln_long_runs`` (8 waves) under a launch bound of 3 where it reads tables,
     f16/bf16 re-reading its chunks (``one_row_bounds``, ``reread_tiles``); every element
-    written; a slice of such rows (pitch != n) is left to the narrow variant."""
+    written; a slice of such rows (pitch != n) takes the same layout (its output rows: ``rows_odd.back``)."""
     _block_j, waves, per_wg = rows_odd.odd_config(WC[dtype], n, kind, n) or (0, 0, 0)
     runs = rows_odd_rules.RULES.ln_long_runs if kind == "layer_norm" else rows_odd_rules.RULES.one_row_runs
     assert per_wg == 1 and waves == 2048 // (32 * runs)
@@ -136,7 +136,7 @@ def test_norms_one_row_per_workgroup(
     half = dtype != torch.float32
     assert bound == (3 if kind == "layer_norm" and tables else None)
     assert rows_odd.odd_reread(WC[dtype], n, kind, n, tables) == (kind == "layer_norm" and tables and half)
-    assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) is None
+    assert rows_odd.odd_config(WC[dtype], n, kind, n + 16 // dtype.itemsize) == (_block_j, waves, per_wg)
     _into_nan_buffer(kind, dtype, n, 3, shift, tables, full)
 
 
@@ -145,12 +145,12 @@ def test_f32_rows_past_8192_at_8_chunks_a_lane(kind: str) -> None:
     """Contiguous f32 rows of 8193-16383 take the odd-row kernel (the norms one row a workgroup, softmax
     two; LayerNorm at 8 chunks a lane through tables under a bound of two workgroups an SM); 12289 at the
     three-quarter tile of 3072 chunks (``short_tiles``: LayerNorm 12 waves, the others 16 at 6 chunks a
-    lane); slices of them do not (they loop)."""
+    lane); slices of them too, in the same layout."""
     n = 12289
     waves = 12 if kind == "layer_norm" else 16
     assert rows_odd.odd_config(wc.f32, n, kind, n) == (3072, waves, 2 if kind == "softmax" else 1)
     assert rows_odd.odd_bound(wc.f32, n, kind, n) == (2 if kind == "layer_norm" else None)  # (through tables)
-    assert rows_odd.odd_config(wc.f32, n, kind, n + 4) is None
+    assert rows_odd.odd_config(wc.f32, n, kind, n + 4) == (3072, waves, 2 if kind == "softmax" else 1)
     _into_nan_buffer(kind, torch.float32, n, 3, 1, tables=kind != "softmax")
 
 
@@ -206,8 +206,10 @@ def test_norms_launch_tables_past_the_threshold(
     config = rows_odd.odd_config(WC[dtype], n, "layer_norm", pitch)
     bound = rows_odd.odd_bound(WC[dtype], n, "layer_norm", pitch)
     reread = rows_odd.odd_reread(WC[dtype], n, "layer_norm", pitch)
-    key = ("layer_norm", WC[dtype].name, *(config or ()), "emulator", True, True, bound, reread, None)
-    assert config is not None and key in rows_odd._COMPILED
+    assert config is not None
+    sliced = ("sliced",) if pitch != n and config[2] == 1 else ()  # (a slice over one row a workgroup)
+    key = ("layer_norm", WC[dtype].name, *config, "emulator", True, True, bound, reread, None, *sliced)
+    assert key in rows_odd._COMPILED
 
 
 @pytest.mark.parametrize(
@@ -267,11 +269,11 @@ def test_aligned_f32_rows_past_8192_take_the_odd_kernel(kind: str, n: int, shift
 @pytest.mark.parametrize("n, runs", [(4097, 4), (8191, 8)])
 def test_f32_softmax_one_row_over_8_waves(n: int, runs: int) -> None:
     """Contiguous f32 softmax at tiles of 1024 and 2048 chunks: one row a workgroup over 8 waves
-    (``softmax_one_row``); 16383 keeps two rows over 16 waves, slices two rows a workgroup."""
+    (``softmax_one_row``), slices too; 16383 keeps two rows over 16 waves."""
     block_j, waves, per_wg = rows_odd.odd_config(wc.f32, n, "softmax", n)
     assert (waves, per_wg) == (8, 1) and block_j == waves * 32 * runs
     assert rows_odd.odd_config(wc.f32, 16383, "softmax", 16383) == (4096, 16, 2)
-    assert rows_odd.odd_config(wc.f32, n, "softmax", n + 4)[2] == 2
+    assert rows_odd.odd_config(wc.f32, n, "softmax", n + 4) == (block_j, 8, 1)
     _into_nan_buffer("softmax", torch.float32, n, 3, 1)
 
 

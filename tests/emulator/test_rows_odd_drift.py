@@ -62,7 +62,7 @@ def _kernel_into_guarded(kind: str, dtype: torch.dtype, n: int, pitch: int, m: i
     wdt, vec = WC[dtype], 16 // dtype.itemsize
     x, w, b = _slice(dtype, m, n, pitch, shift, seed=n + pitch + shift)
     plan = rows_odd_rules.odd_plan(wdt, n, kind, pitch, tables)
-    assert plan is not None and plan.drift == rows_odd_rules.RULES.drift
+    assert plan is not None and plan.drift == (rows_odd_rules.RULES.drift if (pitch - n) % vec else None)
     kernel = rows_odd.odd_kernel(kind, wdt, n, pitch, "emulator", tables)
     out_buf = torch.full((-(-(shift + m * n + GUARD) // vec) * vec,), float("nan"), dtype=dtype)
     starts = torch.arange(m, dtype=torch.int32) * pitch + shift
@@ -101,6 +101,16 @@ def test_drift_kernel_writes_every_element_and_nothing_else(
     _kernel_into_guarded(kind, dtype, n, pitch, 5, shift, tables=False)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype, n, pitch", [(torch.bfloat16, 2049, 2057), (torch.float32, 2049, 2053)])
+def test_drift_free_slices_over_one_row_a_workgroup(kind: str, dtype: torch.dtype, n: int, pitch: int) -> None:
+    """Slices whose offset keeps the output's take the contiguous rows' layout, the norms one row a
+    workgroup (the output row's place from the row's start, ``rows_odd.back``): every element, nothing
+    else."""
+    assert kind == "softmax" or rows_odd.odd_config(WC[dtype], n, kind, pitch)[2] == 1
+    _kernel_into_guarded(kind, dtype, n, pitch, 5, 3, tables=False)
+
+
 @pytest.mark.parametrize("variant", rows_odd_rules.DRIFTS)
 @pytest.mark.parametrize("kind", ["rms_norm", "layer_norm"])
 def test_drift_norms_through_shifted_tables(drift, variant: str, kind: str) -> None:
@@ -132,18 +142,21 @@ def test_public_ops_on_drifting_slices(drift, variant: str, dtype: torch.dtype, 
 
 def test_drift_rules() -> None:
     """Drifting slices take the odd path with the library's variant (``shared``), drift-free ones none;
-    ``shared`` past ``DRIFT_SHARED_MAX`` (softmax's two rows of 2048 chunks) stores by ``scatter``; an
-    empty ``drift`` leaves drifting slices to the narrow kernel; one row a workgroup takes no slice."""
+    ``shared`` past ``DRIFT_SHARED_MAX`` (f32 softmax's two rows of 4096 chunks) stores by ``scatter``; an
+    empty ``drift`` leaves drifting slices to the narrow kernel; slices take the contiguous rows' layouts,
+    one row a workgroup included."""
     plan = rows_odd_rules.odd_plan
     assert rows_odd_rules.RULES.drift == "shared"
     assert plan(wc.bf16, 4097, "rms_norm", 4104).drift == "shared"
-    assert plan(wc.bf16, 4097, "layer_norm", 4104).config[2] == 2  # two rows a workgroup
+    assert plan(wc.bf16, 4097, "layer_norm", 4104).config == plan(wc.bf16, 4097, "layer_norm", 4097).config
+    assert plan(wc.bf16, 4097, "layer_norm", 4104).config[2] == 1  # one row a workgroup
     assert plan(wc.bf16, 4097, "rms_norm", 4105).drift is None  # gap 8: drift-free
     assert plan(wc.bf16, 4097, "rms_norm", 4097).drift is None
     assert plan(wc.f32, 1025, "softmax", 1026).drift == "shared"
-    assert plan(wc.bf16, 16383, "softmax", 16390).drift == "scatter"  # 2 x 2051 x 16 bytes > 64 KB
-    assert rows_odd_rules.drift_shared_bytes(2, 2048) > rows_odd_rules.DRIFT_SHARED_MAX
-    assert plan(wc.bf16, 16383, "rms_norm", 16390) is None  # (one row a workgroup: slices loop)
+    assert plan(wc.f32, 16383, "softmax", 16390).drift == "scatter"  # 2 x 4099 x 16 bytes > 64 KB
+    assert rows_odd_rules.drift_shared_bytes(2, 4096) > rows_odd_rules.DRIFT_SHARED_MAX
+    assert plan(wc.bf16, 16383, "softmax", 16390).drift == "shared"  # one row of 2051 x 16 bytes
+    assert plan(wc.bf16, 16383, "rms_norm", 16390).config[2] == 1
     saved = rows_odd_rules.RULES
     try:
         rows_odd_rules.RULES = dataclasses.replace(saved, drift="")

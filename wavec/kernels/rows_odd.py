@@ -36,7 +36,7 @@ import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
-from wavec.kernels.rows_odd_drift import Q, write_scatter, write_shared
+from wavec.kernels.rows_odd_drift import QF, Q, write_flat, write_scatter, write_shared
 from wavec.kernels.rows_odd_rules import odd_config, odd_full, odd_plan, rows_per_workgroup
 
 M, N = wc.sym.M, wc.sym.N
@@ -105,12 +105,11 @@ class _Row:
         return wc.sum(wc.sum(main, V), J) + wc.sum(edge, E)
 
     def write(self, main, edge, out, gap, dtype, vec: int) -> None:
-        """Row ``m`` of the contiguous output lies ``m * gap`` elements (whole chunks) before the input's;
-        ``gap`` None: at the input's (contiguous rows, ``odd_config``: one row per workgroup, whose row
-        coordinate is no traced value)."""
+        """Row ``m`` of the contiguous output lies ``gap`` (``back``'s ``m * gap``: whole chunks) elements
+        before the input's; ``gap`` None: at the input's (contiguous rows over one row a workgroup)."""
         chunk, at = self.chunk, self.at
         if gap is not None:
-            back = wc.index(M) * gap
+            back = gap
             chunk, at = chunk - back // vec, at - back
         wc.write(wc.cast(main, dtype), out, mapping={R2: chunk})
         wc.write(wc.cast(edge, dtype), out, mapping={R2: at // vec, V: at % vec})
@@ -120,12 +119,24 @@ def _store(row: _Row, main, edge, out, gap, n, dtype, drift: str | None, rows: i
     """The row's values into the output: ``row.write`` (``drift`` None: the output row at the input's offset
     within 16 bytes), else through ``rows_odd_drift``'s variant of that name (a slice whose offset drifts)."""
     vec = row.vec
+    if gap is not None:
+        gap = back(row, gap, n)
     if drift is None:
         row.write(main, edge, out, gap, dtype, vec)
     elif drift == "scatter":
         write_scatter(row, main, edge, out, gap, dtype, vec)
+    elif drift == "flat":
+        write_flat(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
     else:
         write_shared(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
+
+
+def back(row: _Row, gap, n):
+    """How far row ``m`` of the contiguous output lies before the input's, ``m * gap`` elements.  Over one
+    row a workgroup the row coordinate is no traced value, but the row's start ``shift + m * (n + gap)``
+    (``odd_args``; ``shift`` < V <= n) gives it: one division a row."""
+    m = wc.index(M) if row.start.shape else row.start // (n + gap)
+    return m * gap
 
 
 def _first(row: _Row, xf):
@@ -180,9 +191,11 @@ def shifted_table(v: Any, vec: int, chunks: int) -> Any:
 
 
 def make_softmax_odd(
-    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, drift: str | None = None
-) -> wc.WaveKernel:
-    """``drift``: the output of slices whose offset within 16 bytes drifts (``_store``)."""
+    dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, drift: str | None = None,
+    sliced: bool = False,
+) -> wc.WaveKernel:  # fmt: skip
+    """``drift``: the output of slices whose offset within 16 bytes drifts (``_store``); ``sliced``: rows of
+    a pitch other than ``n`` over one row a workgroup (the output's rows ``back``; implied by ``drift``)."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
 
@@ -196,22 +209,24 @@ def make_softmax_odd(
         p = wc.exp2((row.v - big) * LOG2E)
         pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        _store(row, p * inv, pe * inv, out, gap if rows > 1 else None, n, dtype, drift, rows, block_j)
+        _store(
+            row, p * inv, pe * inv, out, gap if rows > 1 or sliced or drift else None, n, dtype, drift, rows, block_j
+        )
 
     return softmax_odd
 
 
 def make_rms_norm_odd(
     dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
-    bound: int | None = None, drift: str | None = None,
+    bound: int | None = None, drift: str | None = None, sliced: bool = False,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's interior read from its ``shifted_table`` ``ws`` (after ``w``).  ``rows`` a
     workgroup (default ``rows_per_workgroup``'s).  ``full``: J is the tile (``RULES.full_tile``; bind ``J: block_j``).
-    ``bound``: ``odd_constraints``'.  ``drift``: ``_store``'s."""
+    ``bound``: ``odd_constraints``'.  ``drift``, ``sliced``: ``make_softmax_odd``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
-    gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
+    gap_or_none = (lambda gap: gap) if rows > 1 or sliced or drift else (lambda gap: None)
 
     def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
         row = _Row(x, xf, starts, n, vec, full)
@@ -246,17 +261,18 @@ def make_rms_norm_odd(
 
 def make_layer_norm_odd(
     dtype, block_j: int, waves: int, rows: int | None = None, tpw: int = 32, tables: bool = False, full: bool = False,
-    bound: int | None = None, reread: bool = False, drift: str | None = None,
+    bound: int | None = None, reread: bool = False, drift: str | None = None, sliced: bool = False,
 ) -> wc.WaveKernel:  # fmt: skip
     """``tables``: the weight's and bias's interiors read from their ``shifted_table`` ``ws``, ``bs``.
     ``rows`` a workgroup (default ``rows_per_workgroup``'s).  ``full``, ``bound``: as ``make_rms_norm_odd``'s.
     ``reread`` (with ``tables``): the chunks read a second time after the statistics through
     ``xr``, x's chunk view passed again (``odd_args``), so no chunk lives in registers across the
-    reduction; through x itself the compiler would merge the two reads.  ``drift``: ``_store``'s."""
+    reduction; through x itself the compiler would merge the two reads.  ``drift``, ``sliced``:
+    ``make_softmax_odd``'s."""
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
-    gap_or_none = (lambda gap: gap) if rows > 1 else (lambda gap: None)
+    gap_or_none = (lambda gap: gap) if rows > 1 or sliced or drift else (lambda gap: None)
 
     def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n, xr=None) -> None:
         row = _Row(x, xf, starts, n, vec, full)
@@ -342,7 +358,9 @@ def odd_kernel(
     # a launch bound is PTX's (``.minnctapersm``); gfx942 has none
     ptx = (backend or default_backend()) != "rocm" and not (target or "").startswith("gfx")
     bound = plan.bound if ptx else None
-    key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target, *((drift,) if drift else ()))
+    sliced = pitch != n and config[2] == 1
+    key = (kind, dtype.name, *config, backend, tables, full, bound, reread, target, *(("sliced",) if sliced else ()))
+    key += (drift,) if drift else ()
     if key not in _COMPILED:
         vec = 16 // dtype.bytes
         extra: dict[str, Any] = {"tables": True} if tables else {}
@@ -354,10 +372,14 @@ def odd_kernel(
             extra["reread"] = True
         if drift:
             extra["drift"] = drift
+        if sliced:
+            extra["sliced"] = True
         kernel = MAKERS[kind](dtype, *config, **extra)
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
         if drift == "shared":
             subs[Q] = config[0] + 3  # the shared row buffer's slot rows (``rows_odd_drift``)
+        elif drift == "flat":
+            subs[QF] = (config[0] + 3) * vec
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend, **({"target": target} if target else {}))
     return _COMPILED[key]
 

@@ -28,8 +28,17 @@ from typing import Any
 import wavec as wc
 
 M, J, V, E, R2 = wc.sym.M, wc.sym.J, wc.sym.V, wc.sym.E, wc.sym.R2
-# the shared row buffer's slot rows [M, Q, V] (Q bound to ``block_j + 3``): column c at slot c - head + V
-Q = wc.sym.Q
+# the shared row buffer's slot rows [M, Q, V] (Q bound to ``block_j + 3``): column c at slot c - head + V;
+# ``"flat"``'s the same slots as one dimension [M, QF] (QF bound to ``(block_j + 3) * V``)
+Q, QF = wc.sym.Q, wc.sym.QF
+
+
+def _buffer(dims: tuple, sizes: tuple, dtype, rows: int) -> Any:
+    """The shared row buffers: ``dims`` a row, [M, *dims] over several rows a workgroup (one row: M is a
+    batch dimension)."""
+    if rows > 1:
+        dims, sizes = (M, *dims), (rows, *sizes)
+    return wc.allocate(dims, dtype, distributed_shape=sizes, disjoint_writes=True)
 
 
 def _split(base: Any, offset: Any, vec: int) -> tuple[Any, Any]:
@@ -42,10 +51,9 @@ def _split(base: Any, offset: Any, vec: int) -> tuple[Any, Any]:
     return base + step, offset - step * vec
 
 
-def write_scatter(row: Any, main: Any, edge: Any, out: Any, gap: Any, dtype, vec: int) -> None:
+def write_scatter(row: Any, main: Any, edge: Any, out: Any, back: Any, dtype, vec: int) -> None:
     """Each value of ``main`` [M, J, V] and ``edge`` [M, E] at its own output element: interior column
-    ``head + j V + e`` of row m at flat ``(c0 + j) V + e - m gap``."""
-    back = wc.index(M) * gap
+    ``head + j V + e`` of row m at flat ``(c0 + j) V + e - back`` (``rows_odd.back``: ``m * gap``)."""
     chunk, e = _split(row.chunk - back // vec, wc.index(V) - back % vec, vec)
     wc.write(wc.cast(main, dtype), out, mapping={R2: chunk, V: e})
     eat = row.at - back
@@ -69,20 +77,34 @@ class _OutRow:
         self.col = self.at - start
 
 
-def write_shared(row: Any, main: Any, edge: Any, out: Any, gap: Any, n: Any, dtype, vec: int, rows: int, block_j: int):
+def write_shared(row: Any, main: Any, edge: Any, out: Any, back: Any, n: Any, dtype, vec: int, rows: int, block_j: int):
     """``main`` and ``edge`` through a shared row buffer, re-read at the output row's alignment (module
     docstring); the output chunks are the input's count K (``row.k``), lanes past K under ``full``
     rewriting the last one (``row.j`` clamped)."""
     # no two accesses but an edge slot past the row and its owner (one wave, one store) write one element:
     # lanes past K (``full``) store to slot rows past the tail's, never read, not over the row's last chunk
-    buf = wc.allocate((M, Q, V), dtype, distributed_shape=(rows, block_j + 3, vec), disjoint_writes=True)
+    buf = _buffer((Q, V), (block_j + 3, vec), dtype, rows)
     wc.write(wc.cast(main, dtype), buf, mapping={Q: wc.where(row.inside, row.j + 1, wc.index(J) + 3)})
     slot = row.ecol - row.head + vec
     wc.write(wc.cast(edge, dtype), buf, mapping={Q: slot // vec, V: slot % vec})
-    o = _OutRow(row.start - wc.index(M) * gap, row.k, n, vec)
+    o = _OutRow(row.start - back, row.k, n, vec)
     # output column c sits at slot c - row.head + V, so output chunk j's element e at slot
     # (j + 1) V + shift + e, shift = o.head - row.head in (-V, V)
     q, e = _split(row.j + 1, o.head - row.head + wc.index(V), vec)
     wc.write(wc.read(buf, mapping={Q: q, V: e}), out, mapping={R2: o.c0 + row.j})
     eat = o.col - row.head + vec
     wc.write(wc.read(buf, mapping={Q: eat // vec, V: eat % vec}), out, mapping={R2: o.at // vec, V: o.at % vec})
+
+
+def write_flat(row: Any, main: Any, edge: Any, out: Any, back: Any, n: Any, dtype, vec: int, rows: int, block_j: int):
+    """``write_shared``'s slots as one flat dimension: every value stored and read back alone at flat slot
+    ``column - head + V``, so an output chunk's V elements are V consecutive slots from one base (constant
+    offsets of one address) where ``[Q, V]`` split each element's slot by compares and selects."""
+    buf = _buffer((QF,), ((block_j + 3) * vec,), dtype, rows)
+    q = wc.where(row.inside, row.j + 1, wc.index(J) + 3)
+    wc.write(wc.cast(main, dtype), buf, mapping={QF: q * vec + wc.index(V)})
+    wc.write(wc.cast(edge, dtype), buf, mapping={QF: row.ecol - row.head + vec})
+    o = _OutRow(row.start - back, row.k, n, vec)
+    base = (row.j + 1) * vec + o.head - row.head
+    wc.write(wc.read(buf, mapping={QF: base + wc.index(V)}), out, mapping={R2: o.c0 + row.j})
+    wc.write(wc.read(buf, mapping={QF: o.col - row.head + vec}), out, mapping={R2: o.at // vec, V: o.at % vec})

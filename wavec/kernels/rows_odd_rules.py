@@ -22,7 +22,7 @@ MAX_ELEMENTS = 16384  # the longest rows this path takes (16383 bf16 or f32); lo
 # a drifting slice's shared row buffers a workgroup at most (gfx942's LDS): past it (softmax's two rows of
 # 2048 chunks, 65.6 KB) the ``"shared"`` variant stores by ``"scatter"`` instead
 DRIFT_SHARED_MAX = 64 << 10
-DRIFTS = ("shared", "scatter")  # ``rows_odd_drift``'s output variants (``OddRules.drift``)
+DRIFTS = ("shared", "scatter", "flat")  # ``rows_odd_drift``'s output variants (``OddRules.drift``)
 
 
 def _bounds() -> dict[tuple[str, int], int]:
@@ -123,22 +123,19 @@ def library_config(element_bytes: int, n: int, kind: str, pitch: int) -> tuple[i
     drifts = (pitch - n) % vec != 0
     if (n % vec == 0 and not aligned_long) or n <= unit or n > MAX_ELEMENTS or (drifts and not RULES.drift):
         return None
-    if n > RUNS_PER_WAVE * MAX_WAVES * unit and pitch != n:
-        return None  # (past 8192 f32: contiguous rows only)
     block_j = _tile(element_bytes, (n - vec + 1) // vec)
     fewest = block_j // (MAX_WAVES * 32)  # chunks a lane that keep a row within MAX_WAVES (f32 past 8192)
     one_row = RULES.softmax_one_row.get(element_bytes, {})
-    if kind == "softmax" and pitch == n and block_j in one_row:
+    if kind == "softmax" and block_j in one_row:
         return block_j, one_row[block_j], 1
-    if kind != "softmax" and pitch == n and block_j >= 2 * RULES.one_row_runs * 32:
+    if kind != "softmax" and block_j >= 2 * RULES.one_row_runs * 32:
         long_ln = kind == "layer_norm" and block_j * vec >= RULES.ln_long_elements
         runs = RULES.ln_long_runs if long_ln else RULES.one_row_runs
         runs = RULES.ln_tile_runs.get(block_j, runs) if kind == "layer_norm" else runs
         return block_j, block_j // (max(runs, fewest) * 32), 1
     runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= RULES.one_row_runs * 32 else NORM_RUNS
     waves = max(1, block_j // ((max(runs, fewest) if kind == "softmax" else runs) * 32))
-    rows = rows_per_workgroup(waves)
-    return None if rows == 1 and pitch != n else (block_j, waves, rows)
+    return block_j, waves, rows_per_workgroup(waves)
 
 
 def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | None:
@@ -161,8 +158,7 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     if runs < 0:
         return None
     waves = max(1, config[0] // (runs * 32))
-    per_wg = 1 if one and waves > 1 else rows_per_workgroup(waves)
-    return None if per_wg == 1 and pitch != n else (config[0], waves, per_wg)
+    return config[0], waves, 1 if one and waves > 1 else rows_per_workgroup(waves)
 
 
 def odd_full(kind: str, full: bool | None = None) -> bool:
@@ -197,7 +193,7 @@ def drift_variant(vec: int, n: int, pitch: int, config: tuple[int, int, int]) ->
         raise ValueError(f"OddRules.drift must be one of {DRIFTS} or empty, got {RULES.drift!r}")
     block_j, _waves, rows = config
     over = drift_shared_bytes(rows, block_j) > DRIFT_SHARED_MAX
-    return "scatter" if RULES.drift == "shared" and over else RULES.drift
+    return "scatter" if RULES.drift in ("shared", "flat") and over else RULES.drift
 
 
 def drift_shared_bytes(rows: int, block_j: int) -> int:
