@@ -9,7 +9,7 @@ statistics checked against torch first; registers and spills of each variant's k
 >= 0.80 of copy for rows >= 1024 elements.
 
     python benchmarks/rows_drift.py [--slices 4097:4104,2049:2052,1025:1030,8191:8196]
-        [--kinds softmax,rms_norm,layer_norm] [--variants shared,scatter,narrow]
+        [--kinds softmax,rms_norm,layer_norm] [--variants shared,scatter,narrow,shared@4o]
         [--dtype bfloat16|float16|float32] [--no-tables]
 
 The table is printed as it goes and written to ``$OUT/rows_drift.txt`` when ``OUT`` is set.
@@ -32,8 +32,12 @@ LIBRARY = rules.RULES
 
 
 def use(variant: str) -> None:
-    """The odd kernels compiled and the row ops decided next take the drift ``variant`` (``narrow``: none)."""
-    rules.RULES = dataclasses.replace(LIBRARY, drift="" if variant == "narrow" else variant)
+    """The odd kernels compiled and the row ops decided next take the drift ``variant`` (``narrow``: none);
+    ``shared@4o``: under a sweep's layout too (chunks a lane, ``o`` one row a workgroup, ``a`` the
+    library's rows; ``benchmarks/rows_odd_sweep.py``)."""
+    name, _, lay = variant.partition("@")
+    layout = (int(lay[:-1]), lay[-1] == "o") if lay else None
+    rules.RULES = dataclasses.replace(LIBRARY, drift="" if name == "narrow" else name, layout=layout)
     rows_odd._COMPILED.clear()
     rows._DECIDED.clear()
 

@@ -150,6 +150,9 @@ def test_drift_rules() -> None:
     assert plan(wc.bf16, 4097, "rms_norm", 4104).drift == "shared"
     assert plan(wc.bf16, 4097, "layer_norm", 4104).config == plan(wc.bf16, 4097, "layer_norm", 4097).config
     assert plan(wc.bf16, 4097, "layer_norm", 4104).config[2] == 1  # one row a workgroup
+    assert plan(wc.bf16, 4097, "softmax", 4104).config == (512, 4, 1)  # drift_softmax_one_row (4 waves)
+    assert plan(wc.bf16, 4097, "softmax", 4105).config == (512, 4, 2)  # drift-free: the contiguous layout
+    assert plan(wc.bf16, 2049, "softmax", 2052).config == (256, 2, 2)
     assert plan(wc.bf16, 4097, "rms_norm", 4105).drift is None  # gap 8: drift-free
     assert plan(wc.bf16, 4097, "rms_norm", 4097).drift is None
     assert plan(wc.f32, 1025, "softmax", 1026).drift == "shared"

@@ -36,7 +36,7 @@ import wavec as wc
 from wavec import Memory, f32
 from wavec.compiler import default_backend
 from wavec.kernels.row_stats import one_pass, shifted_stats, two_sum
-from wavec.kernels.rows_odd_drift import QF, Q, write_flat, write_scatter, write_shared
+from wavec.kernels.rows_odd_drift import Q, write_scatter, write_shared
 from wavec.kernels.rows_odd_rules import odd_config, odd_full, odd_plan, rows_per_workgroup
 
 M, N = wc.sym.M, wc.sym.N
@@ -125,8 +125,6 @@ def _store(row: _Row, main, edge, out, gap, n, dtype, drift: str | None, rows: i
         row.write(main, edge, out, gap, dtype, vec)
     elif drift == "scatter":
         write_scatter(row, main, edge, out, gap, dtype, vec)
-    elif drift == "flat":
-        write_flat(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
     else:
         write_shared(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
 
@@ -378,8 +376,6 @@ def odd_kernel(
         subs = {V: vec, E: EDGE, **({J: config[0]} if full else {})}
         if drift == "shared":
             subs[Q] = config[0] + 3  # the shared row buffer's slot rows (``rows_odd_drift``)
-        elif drift == "flat":
-            subs[QF] = (config[0] + 3) * vec
         _COMPILED[key] = wc.compile(kernel, subs, backend=backend, **({"target": target} if target else {}))
     return _COMPILED[key]
 

@@ -14,9 +14,10 @@ values computed there; only where they are stored differs, two variants (``OddRu
   16-byte accesses only; the shift costs V shared loads a chunk (4-way bank conflicts: lanes 16 bytes
   apart) and ``drift_shared_bytes`` of shared memory a workgroup.
 
-Requires: rows a workgroup > 1 (the row coordinate a traced value; ``library_config`` gives slices no
-other layout), the ``_Row`` of ``rows_odd`` (its ``start``, ``head``, ``j``, ``k``, ``at``, ``ecol``), the
-output passed as chunks ``[R2, V]`` of a buffer in which row ``m`` starts at ``start - m * gap``.
+Requires: the ``_Row`` of ``rows_odd`` (its ``start``, ``head``, ``j``, ``k``, ``at``, ``ecol``), ``back``
+(``rows_odd.back``: how far the output row lies before the input's, ``m * gap``; over one row a workgroup the
+row buffer is ``[Q, V]``), the output passed as chunks ``[R2, V]`` of a buffer in which row ``m`` starts at
+``start - m * gap``.
 Guarantees: every element of each output row is written (identical rewrites aside: lanes past K under
 ``full``, edge slots past the row), nothing outside the output rows is written.
 """
@@ -28,9 +29,8 @@ from typing import Any
 import wavec as wc
 
 M, J, V, E, R2 = wc.sym.M, wc.sym.J, wc.sym.V, wc.sym.E, wc.sym.R2
-# the shared row buffer's slot rows [M, Q, V] (Q bound to ``block_j + 3``): column c at slot c - head + V;
-# ``"flat"``'s the same slots as one dimension [M, QF] (QF bound to ``(block_j + 3) * V``)
-Q, QF = wc.sym.Q, wc.sym.QF
+# the shared row buffer's slot rows [M, Q, V] (Q bound to ``block_j + 3``): column c at slot c - head + V
+Q = wc.sym.Q
 
 
 def _buffer(dims: tuple, sizes: tuple, dtype, rows: int) -> Any:
@@ -94,17 +94,3 @@ def write_shared(row: Any, main: Any, edge: Any, out: Any, back: Any, n: Any, dt
     wc.write(wc.read(buf, mapping={Q: q, V: e}), out, mapping={R2: o.c0 + row.j})
     eat = o.col - row.head + vec
     wc.write(wc.read(buf, mapping={Q: eat // vec, V: eat % vec}), out, mapping={R2: o.at // vec, V: o.at % vec})
-
-
-def write_flat(row: Any, main: Any, edge: Any, out: Any, back: Any, n: Any, dtype, vec: int, rows: int, block_j: int):
-    """``write_shared``'s slots as one flat dimension: every value stored and read back alone at flat slot
-    ``column - head + V``, so an output chunk's V elements are V consecutive slots from one base (constant
-    offsets of one address) where ``[Q, V]`` split each element's slot by compares and selects."""
-    buf = _buffer((QF,), ((block_j + 3) * vec,), dtype, rows)
-    q = wc.where(row.inside, row.j + 1, wc.index(J) + 3)
-    wc.write(wc.cast(main, dtype), buf, mapping={QF: q * vec + wc.index(V)})
-    wc.write(wc.cast(edge, dtype), buf, mapping={QF: row.ecol - row.head + vec})
-    o = _OutRow(row.start - back, row.k, n, vec)
-    base = (row.j + 1) * vec + o.head - row.head
-    wc.write(wc.read(buf, mapping={QF: base + wc.index(V)}), out, mapping={R2: o.c0 + row.j})
-    wc.write(wc.read(buf, mapping={QF: o.col - row.head + vec}), out, mapping={R2: o.at // vec, V: o.at % vec})

@@ -22,7 +22,7 @@ MAX_ELEMENTS = 16384  # the longest rows this path takes (16383 bf16 or f32); lo
 # a drifting slice's shared row buffers a workgroup at most (gfx942's LDS): past it (softmax's two rows of
 # 2048 chunks, 65.6 KB) the ``"shared"`` variant stores by ``"scatter"`` instead
 DRIFT_SHARED_MAX = 64 << 10
-DRIFTS = ("shared", "scatter", "flat")  # ``rows_odd_drift``'s output variants (``OddRules.drift``)
+DRIFTS = ("shared", "scatter")  # ``rows_odd_drift``'s output variants (``OddRules.drift``)
 
 
 def _bounds() -> dict[tuple[str, int], int]:
@@ -64,8 +64,11 @@ class OddRules:
     - ``drift``: slices whose offset within 16 bytes drifts from row to row against the contiguous output's
       (``(P - n) % V``, bf16 4097 of 4104): ``rows_odd_drift``'s variant, ``"shared"`` (the row re-read from
       shared memory at the output's alignment: 16-byte global stores) or ``"scatter"`` (each value stored
-      alone); ``""``: none (the narrow kernel of rows.py).  Not yet timed on a GPU: ``"shared"`` by the
-      count of L2 requests (``"scatter"`` sends V partial-sector stores per chunk a lane).
+      alone); ``""``: none (the narrow kernel of rows.py).  ``"shared"`` measured 1.1-3.4x ``"scatter"``
+      (H200, docs/reductions.md); ``"scatter"`` serves row buffers past ``DRIFT_SHARED_MAX``.
+    - ``drift_softmax_one_row``: element bytes -> drifting softmax slices of that many waves a row or more
+      take one row a workgroup (half the row buffers a workgroup: bf16 4097 0.77 -> 0.84 of a dense copy,
+      8191 0.64 -> 0.79; measured for 16-bit rows of 4 and 8 waves).
     - ``layout`` / ``bound``: a sweep's overrides: (chunks a lane, one row a workgroup) for every tile
       (chunks -1: no odd kernel, the aligned ones), and one launch bound for every kernel (-1: none)."""
 
@@ -84,6 +87,7 @@ class OddRules:
     reread_tiles: Mapping[str, frozenset[int]] = field(default_factory=_reread)
     full_tile: bool = True
     drift: str = "shared"
+    drift_softmax_one_row: Mapping[int, int] = field(default_factory=lambda: {2: 4})
     layout: tuple[int, bool] | None = None
     bound: int | None = None
 
@@ -135,6 +139,9 @@ def library_config(element_bytes: int, n: int, kind: str, pitch: int) -> tuple[i
         return block_j, block_j // (max(runs, fewest) * 32), 1
     runs = RUNS_PER_WAVE if kind == "softmax" or block_j <= RULES.one_row_runs * 32 else NORM_RUNS
     waves = max(1, block_j // ((max(runs, fewest) if kind == "softmax" else runs) * 32))
+    one_row_from = RULES.drift_softmax_one_row.get(element_bytes)
+    if kind == "softmax" and drifts and one_row_from is not None and waves >= one_row_from:
+        return block_j, waves, 1
     return block_j, waves, rows_per_workgroup(waves)
 
 
@@ -144,10 +151,11 @@ def odd_config(dtype, n: int, kind: str, pitch: int) -> tuple[int, int, int] | N
     but contiguous rows past ``aligned_elements``, whose last chunk is then the edge's tail), rows of one
     wave's unit or less (one narrowed tile serves them), rows past ``MAX_ELEMENTS`` (they loop; past 8192 f32
     slices too), a pitch whose offset within 16 bytes drifts from row to row against the contiguous output's
-    where ``OddRules.drift`` is empty (else ``odd_plan`` names the drift variant), and for one row per
-    workgroup any pitch but ``n``.  Norms of slices take ``NORM_RUNS`` chunks a lane at
-    two rows a workgroup (64 registers or fewer: 32 warps an SM); contiguous norms of two waves or more one row
-    a workgroup at ``one_row_runs`` (LayerNorm: ``ln_long_runs`` / ``ln_tile_runs``); a tile one wave covers
+    where ``OddRules.drift`` is empty (else ``odd_plan`` names the drift variant).  Slices take the
+    contiguous rows' layouts (one row a workgroup too: ``rows_odd.back``), drifting 16-bit softmax slices of four
+    waves or more one row a workgroup (``drift_softmax_one_row``).  Norms of two waves or more take one row
+    a workgroup at ``one_row_runs`` (LayerNorm: ``ln_long_runs`` / ``ln_tile_runs``), shorter ones ``NORM_RUNS``
+    chunks a lane at two rows (64 registers or fewer: 32 warps an SM); a tile one wave covers
     at ``one_row_runs`` (1025 f16 / bf16) one wave a row, four rows; softmax ``RUNS_PER_WAVE``, or one row at
     the tiles ``softmax_one_row`` names.  The tile: the power of two of the row's chunks, or the first of
     ``short_tiles`` that holds them."""
@@ -193,7 +201,7 @@ def drift_variant(vec: int, n: int, pitch: int, config: tuple[int, int, int]) ->
         raise ValueError(f"OddRules.drift must be one of {DRIFTS} or empty, got {RULES.drift!r}")
     block_j, _waves, rows = config
     over = drift_shared_bytes(rows, block_j) > DRIFT_SHARED_MAX
-    return "scatter" if RULES.drift in ("shared", "flat") and over else RULES.drift
+    return "scatter" if RULES.drift == "shared" and over else RULES.drift
 
 
 def drift_shared_bytes(rows: int, block_j: int) -> int:
