@@ -27,7 +27,7 @@ def k_steps(body: fx.Graph) -> list[list[fx.Node]]:
     return steps
 
 
-def _movable(read: fx.Node, before: fx.Node, order: dict[fx.Node, int]) -> bool:
+def _movable(read: fx.Node, before: fx.Node, order: dict[fx.Node, float]) -> bool:
     """Whether ``read`` can stand right before ``before``: its operands come earlier, its users later (a
     ``wc.debug_log`` write of an mma operand, say, stays after the read it logs)."""
     at = order[before]
@@ -40,13 +40,15 @@ def _schedule(body: fx.Graph) -> None:
     if not steps:
         return
     placed: set = set()
+    order: dict[fx.Node, float] = {n: i for i, n in enumerate(body.nodes)}
     for step in steps:
         for mma in step:
             for operand in (arg_node(mma, 0), arg_node(mma, 1)):
                 if operand.meta.get("op") is Read and operand not in placed and operand.graph is body:
-                    order = {n: i for i, n in enumerate(body.nodes)}
                     if _movable(operand, step[0], order):
                         step[0].prepend(operand)
+                        # the others keep their order: the moved read takes a key between its new neighbours
+                        order[operand] = (order.get(operand.prev, order[step[0]] - 1) + order[step[0]]) / 2
                     placed.add(operand)
     copies = [n for n in body.nodes if n.meta.get("op") is AsyncCopy]
     commit = next((n for n in body.nodes if n.meta.get("op") is AsyncCommit), None)
