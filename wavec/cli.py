@@ -40,8 +40,14 @@ def add_parsers(sub) -> None:
     k.add_argument("action", choices=["list", "info", "clear"])
     sub.add_parser("doctor", help="check the installation: what is there, what is missing and how to fix it")
     p = sub.add_parser("perf", help="a library kernel's tasks, demand and roofline on a GPU (compiled on the CPU)")
-    p.add_argument("kernel", help="gemm, attention, softmax, rms_norm or layer_norm")
-    p.add_argument("--shapes", required=True, help="gemm: M,N,K; attention: B,H,S,D[,KVH[,SKV]]; rows: M,N")
+    p.add_argument("kernel", help="gemm, attention, softmax, rms_norm, layer_norm, moe_up or moe_down")
+    p.add_argument(
+        "--shapes", required=True, help="gemm: M,N,K; attention: B,H,S,D[,KVH[,SKV]]; rows: M,N; moe: T,H,I,E"
+    )
+    p.add_argument("--topk", type=int, default=8, help="moe: experts a token")
+    p.add_argument(
+        "--routing", default="uniform", help="moe: uniform, zipfA (e.g. zipf1.2) or counts:c0/c1/... (slots an expert)"
+    )
     p.add_argument("--gpu", default="h100", help="h100, h200, a100, l40s, b200 or mi300x (or a driver name)")
     p.add_argument("--dtype", default="f16", choices=["f16", "bf16"])
     p.add_argument("--mma", default="mma_sync", choices=["mma_sync", "wgmma"])
@@ -77,12 +83,13 @@ def _perf(args: argparse.Namespace) -> int:
         print(f"wavec perf: --shapes expects comma-separated integers, got {args.shapes!r}", file=sys.stderr)
         return 2
     spec = gpu(args.gpu)
-    launch = library_launch(args.kernel, sizes, spec, args.dtype, args.mma, args.causal)
+    launch = library_launch(args.kernel, sizes, spec, args.dtype, args.mma, args.causal, args.topk, args.routing)
     decomp = decompose(launch.compiled, *launch.shapes, gpu=spec, views=launch.views, **launch.scalars)
     sched = schedule(decomp, spec, args.policy)
     feats = features(decomp, sched)
     print(format_report(decomp, sched, feats))
-    family = family_of(launch.compiled.artifact)
+    # a trace keeps no routing, so family_of leaves the MoE GEMMs out; here the routing is the one given
+    family = "moe" if args.kernel.startswith("moe_") else family_of(launch.compiled.artifact)
     if family is None:  # (an odd-length row kernel: docs/perf_model.md) the analytical half above stands
         print(f"no performance-model estimate: {decomp.kernel} is in no trained family")
         return 0

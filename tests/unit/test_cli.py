@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import textwrap
 
+import numpy as np
 import pytest
 
 from wavec.__main__ import main
@@ -169,3 +170,36 @@ def test_perf_prints_the_models_prediction_and_cycles(capsys) -> None:
     assert predicted == pytest.approx(roof / eff, rel=0.05) and ceiling == pytest.approx(roof / ceil_eff, rel=0.05)
     assert 0 < eff < 1.5 and 0 < ceil_eff < 1.5
     assert m.group(5) == re.search(r"roofline \d+\.\d+ us, bottleneck (\S+)", out).group(1)
+
+
+def test_perf_of_the_moe_gemms_follows_the_routing(capsys) -> None:
+    """``perf moe_down`` under an expert histogram: the tensor FLOPs are 2 x BLOCK_M x H x I per token block
+    of an active expert (T = 4, k = 2, 16-row blocks: two experts of 4 slots are 2 blocks, 134M; uniform
+    routing's 8 distinct experts 8 blocks, 537M), and the MoE family's estimate is printed."""
+    counts = "counts:4/4/" + "/".join(["0"] * 62)
+    args = ["perf", "moe_down", "--shapes", "4,2048,1024,64", "--gpu", "h100", "--dtype", "bf16", "--topk", "2"]
+    assert main([*args, "--routing", counts]) == 0
+    out = capsys.readouterr().out
+    assert "moe_down on H100 SXM" in out and "[moe model trained on h100]" in out
+    assert re.search(r"tensor:mma\.sync:bf16\s+134M", out)  # 2 * 2 * 16 * 2048 * 1024
+    assert main(args) == 0
+    assert re.search(r"tensor:mma\.sync:bf16\s+537M", capsys.readouterr().out)
+
+
+def test_moe_ids_reproduce_a_histogram() -> None:
+    from wavec.errors import OptionError
+    from wavec.perf.library import moe_ids
+
+    counts = [5, 0, 3, 4, 1, 2]
+    ids = moe_ids(5, 6, 3, "counts:" + "/".join(map(str, counts)))
+    assert ids.shape == (5, 3) and all(len(set(row)) == 3 for row in ids.tolist())  # distinct per token
+    assert np.bincount(ids.ravel(), minlength=6).tolist() == counts
+    assert moe_ids(7, 6, 2, "zipf1.2").shape == (7, 2)
+    with pytest.raises(OptionError, match="must sum to T \\* k = 15"):
+        moe_ids(5, 6, 3, "counts:5/0/3/5/1/2")
+    with pytest.raises(OptionError, match="each count must be in 0..5"):
+        moe_ids(5, 6, 3, "counts:6/0/3/4/1/1")
+    with pytest.raises(OptionError, match="needs 6 counts"):
+        moe_ids(5, 6, 3, "counts:5/5/5")
+    with pytest.raises(OptionError, match="top-k must be in"):
+        moe_ids(5, 6, 7, "uniform")

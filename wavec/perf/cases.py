@@ -246,6 +246,14 @@ def moe_routing(tokens: int, experts: int, top_k: int, dist: str, seed: int) -> 
 
 
 def _moe_bindings(case: Case) -> tuple[list[Binding], list[float]]:
+    p = case.params()
+    t, _h, _inter, e = case.sizes()
+    return moe_bindings(case, moe_routing(t, e, int(p["k"]), p["dist"], int(p["seed"])))
+
+
+def moe_bindings(case: Case, ids: np.ndarray) -> tuple[list[Binding], list[float]]:
+    """The MoE case's launch for the expert ids ``ids`` [T, k] (the routing: its sorted ids and expert
+    blocks as data bindings)."""
     import torch
 
     from ..kernels.fused_moe import grid_rows
@@ -254,7 +262,6 @@ def _moe_bindings(case: Case) -> tuple[list[Binding], list[float]]:
     t, h, inter, e = case.sizes()
     p = case.params()
     bm, top_k, dt = int(p["bm"]), int(p["k"]), case.dtype
-    ids = moe_routing(t, e, top_k, p["dist"], int(p["seed"]))
     sorted_ids, expert_ids, _total, _counts = reference(torch.from_numpy(ids), e, bm)
     rows = grid_rows(t * top_k, e, bm)
     sorted_np, experts_np = sorted_ids[:rows].numpy(), expert_ids.numpy()

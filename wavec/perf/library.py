@@ -7,8 +7,10 @@ Guarantees: :func:`library_launch` returns a :class:`Launch` (compiled kernel, t
 scalars, views) for ``gemm`` (M,N,K; the ``matmul`` plan of the shape without split-K, C in the inputs'
 dtype), ``attention`` (B,H,S,D[,KVH[,SKV]]), ``softmax``, ``rms_norm`` and ``layer_norm`` (M,N, contiguous
 rows at a 16-byte boundary: the odd-row kernel of ``rows_odd`` where the library takes it, with its
-tables, scalars and the views of x that ``decompose(views=)`` counts once), compiled exactly as the library
-compiles them for that target; a bad kernel name, shape count or mma kind raises
+tables, scalars and the views of x that ``decompose(views=)`` counts once), ``moe_up`` and ``moe_down``
+(T,H,I,E: ``fused_experts``' two GEMMs at the static rule's mma.sync tiles, the performance model's MoE
+family, under a routing: uniform, Zipf-skewed or an expert histogram, ``moe_ids``), compiled exactly as
+the library compiles them for that target; a bad kernel name, shape count, mma kind or routing raises
 :class:`~wavec.errors.OptionError`.
 """
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..errors import OptionError
 from .gpus import GPUSpec
@@ -28,14 +32,17 @@ class Launch(NamedTuple):
     """A library launch as ``decompose(compiled, *shapes, views=views, **scalars)`` takes it."""
 
     compiled: Any
-    shapes: list[tuple[int, ...]]
+    shapes: list[Any]  # a shape each, or an integer tensor's values where the kernel reads them (MoE's routing)
     scalars: Mapping[str, int] = MappingProxyType({})
     views: tuple[int, ...] | None = None
 
 
-KERNELS = ("gemm", "attention", "softmax", "rms_norm", "layer_norm")
+KERNELS = ("gemm", "attention", "softmax", "rms_norm", "layer_norm", "moe_up", "moe_down")
 _TARGETS = {"sm_90": "sm_90", "sm_80": "sm_80", "sm_89": "sm_80", "sm_100": "sm_90", "gfx942": "gfx942"}
-_ARITY = {"gemm": (3,), "attention": (4, 5, 6), "softmax": (2,), "rms_norm": (2,), "layer_norm": (2,)}
+_ARITY = {
+    "gemm": (3,), "attention": (4, 5, 6), "softmax": (2,), "rms_norm": (2,), "layer_norm": (2,), "moe_up": (4,),
+    "moe_down": (4,),
+}  # fmt: skip
 
 
 def target_for(gpu: GPUSpec, mma: str) -> str:
@@ -49,8 +56,9 @@ def target_for(gpu: GPUSpec, mma: str) -> str:
 
 
 def library_launch(
-    kernel: str, sizes: tuple[int, ...], gpu: GPUSpec, dtype: str = "f16", mma: str = "mma_sync", causal: bool = False
-) -> Launch:
+    kernel: str, sizes: tuple[int, ...], gpu: GPUSpec, dtype: str = "f16", mma: str = "mma_sync", causal: bool = False,
+    top_k: int = 8, routing: str = "uniform",
+) -> Launch:  # fmt: skip
     import wavec as wc
 
     if kernel not in KERNELS:
@@ -65,7 +73,52 @@ def library_launch(
         return _gemm(sizes, gpu, wdtype, mma, target)
     if kernel == "attention":
         return _attention(sizes, wdtype, mma, causal, target)
+    if kernel.startswith("moe_"):
+        return _moe(kernel, sizes, gpu, dtype, top_k, routing)
     return _rows(kernel, sizes, wdtype, target)
+
+
+def moe_ids(tokens: int, experts: int, top_k: int, routing: str) -> np.ndarray:
+    """[tokens, top_k] expert ids, distinct per token: ``uniform`` or ``zipfA`` (``cases.moe_routing``, seed
+    0), or ``counts:c0/c1/...`` (how many of the ``tokens * top_k`` slots each expert takes, each at most
+    ``tokens``: filled slot by slot down the tokens, so an expert's run never meets one token twice)."""
+    from .cases import moe_routing
+
+    if top_k < 1 or top_k > experts:
+        raise OptionError(option="topk", message=f"top-k must be in [1, {experts}] (the experts), got {top_k}")
+    if not routing.startswith("counts:"):
+        return moe_routing(tokens, experts, top_k, routing, 0)
+    try:
+        counts = [int(c) for c in routing[len("counts:") :].split("/")]
+    except ValueError:
+        raise OptionError(option="routing", message=f"counts:c0/c1/... expects integers, got {routing!r}") from None
+    problem = (
+        f"needs {experts} counts (one per expert), got {len(counts)}"
+        if len(counts) != experts
+        else f"must sum to T * k = {tokens * top_k}, got {sum(counts)}"
+        if sum(counts) != tokens * top_k
+        else f"each count must be in 0..{tokens} (an expert takes a token once), got {min(counts)}..{max(counts)}"
+        if min(counts) < 0 or max(counts) > tokens
+        else None
+    )
+    if problem:
+        raise OptionError(option="routing", message=f"counts:c0/c1/... {problem}")
+    slots = np.repeat(np.arange(experts, dtype=np.int32), counts)
+    return np.ascontiguousarray(slots.reshape(top_k, tokens).T)
+
+
+def _moe(kernel: str, sizes: tuple[int, ...], gpu: GPUSpec, dtype: str, top_k: int, routing: str) -> Launch:
+    from wavec.kernels.fused_moe import static_config
+
+    from .cases import Case, compile_case, moe_bindings, target_of
+
+    t, h, inter, e = sizes
+    cfg = static_config(t, top_k, e)  # (wgmma=False: the mma.sync tiles the MoE family was trained on)
+    config = f"bm={cfg.block_m};bn={cfg.block_n};bnd={cfg.block_n_down};bk={cfg.block_k};st={cfg.stages};k={top_k}"
+    case = Case("moe", kernel, dtype, f"{config};dist=uniform;seed=0", f"{t}x{h}x{inter}x{e}")
+    binds, _scalars = moe_bindings(case, moe_ids(t, e, top_k, routing))
+    shapes = [b.data if b.data is not None else b.shape for b in binds]
+    return Launch(compile_case(case, target_of(case, gpu)), shapes)
 
 
 def _gemm(sizes: tuple[int, ...], gpu: GPUSpec, dtype: Any, mma: str, target: str) -> Launch:
