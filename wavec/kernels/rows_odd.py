@@ -16,8 +16,8 @@ outside the row is touched.  Statistics combine both registers (slots outside th
 identity; LayerNorm's in one pass, ``row_stats``); the weight and bias are gathered by column (their
 alignment differs per row; they come from L1/L2).  Rows per workgroup: ``odd_config``'s.  The
 contiguous output starts at the input's offset within 16 bytes and where the pitch differs from N by whole
-chunks (``gap``) row ``m``'s output chunk is its input chunk less ``m * gap / V`` (one row per
-workgroup: contiguous rows only, ``gap`` 0); other gaps drift, and the makers' ``drift`` stores the output
+chunks (``gap``) row ``m``'s output chunk is its input chunk less ``m * gap / V`` (``back``; over one row
+a workgroup the row comes from its start); other gaps drift, and the makers' ``drift`` stores the output
 through ``rows_odd_drift``'s variant instead (``_store``).
 
 Requires: the launcher (``odd_runner`` / ``odd_args``) passes the chunk and flat views of ``x``, ``starts``
@@ -104,29 +104,29 @@ class _Row:
         """The row sum of ``main`` [M, J, V] (past-K lanes already the identity) and ``edge`` [M, E]."""
         return wc.sum(wc.sum(main, V), J) + wc.sum(edge, E)
 
-    def write(self, main, edge, out, gap, dtype, vec: int) -> None:
-        """Row ``m`` of the contiguous output lies ``gap`` (``back``'s ``m * gap``: whole chunks) elements
-        before the input's; ``gap`` None: at the input's (contiguous rows over one row a workgroup)."""
+    def write(self, main, edge, out, back, dtype, vec: int) -> None:
+        """Row ``m`` of the contiguous output lies ``back`` (``back``'s ``m * gap``: whole chunks) elements
+        before the input's; ``back`` None: at the input's (contiguous rows over one row a workgroup)."""
         chunk, at = self.chunk, self.at
-        if gap is not None:
-            back = gap
+        if back is not None:
             chunk, at = chunk - back // vec, at - back
         wc.write(wc.cast(main, dtype), out, mapping={R2: chunk})
         wc.write(wc.cast(edge, dtype), out, mapping={R2: at // vec, V: at % vec})
 
 
-def _store(row: _Row, main, edge, out, gap, n, dtype, drift: str | None, rows: int, block_j: int) -> None:
+def _store(row: _Row, main, edge, out, gap, n, dtype, drift: str | None, rows: int, block_j: int, sliced: bool) -> None:
     """The row's values into the output: ``row.write`` (``drift`` None: the output row at the input's offset
-    within 16 bytes), else through ``rows_odd_drift``'s variant of that name (a slice whose offset drifts)."""
+    within 16 bytes), else through ``rows_odd_drift``'s variant of that name (a slice whose offset drifts).
+    The output rows lie ``back`` before the input's where rows a workgroup, ``sliced`` or ``drift`` say a
+    pitch other than ``n`` may come; contiguous rows over one row a workgroup ignore ``gap`` (0)."""
     vec = row.vec
-    if gap is not None:
-        gap = back(row, gap, n)
+    behind = back(row, gap, n) if rows > 1 or sliced or drift else None
     if drift is None:
-        row.write(main, edge, out, gap, dtype, vec)
+        row.write(main, edge, out, behind, dtype, vec)
     elif drift == "scatter":
-        write_scatter(row, main, edge, out, gap, dtype, vec)
+        write_scatter(row, main, edge, out, behind, dtype, vec)
     else:
-        write_shared(row, main, edge, out, gap, n, dtype, vec, rows, block_j)
+        write_shared(row, main, edge, out, behind, n, dtype, vec, rows, block_j)
 
 
 def back(row: _Row, gap, n):
@@ -207,9 +207,7 @@ def make_softmax_odd(
         p = wc.exp2((row.v - big) * LOG2E)
         pe = wc.exp2((row.e - big) * LOG2E)
         inv = wc.reciprocal(row.total(wc.where(row.inside, p, 0.0), row.edge(pe, 0.0)))
-        _store(
-            row, p * inv, pe * inv, out, gap if rows > 1 or sliced or drift else None, n, dtype, drift, rows, block_j
-        )
+        _store(row, p * inv, pe * inv, out, gap, n, dtype, drift, rows, block_j, sliced)
 
     return softmax_odd
 
@@ -224,7 +222,6 @@ def make_rms_norm_odd(
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
-    gap_or_none = (lambda gap: gap) if rows > 1 or sliced or drift else (lambda gap: None)
 
     def body(x, xf, starts, w, ws, out, n, gap, eps, inv_n) -> None:
         row = _Row(x, xf, starts, n, vec, full)
@@ -232,7 +229,7 @@ def make_rms_norm_odd(
         ss = row.total(v * v, row.edge(row.e * row.e, 0.0))
         r = wc.rsqrt(ss * inv_n + eps)
         w_in, w_edge = _vectors(row, w, ws)
-        _store(row, row.v * w_in * r, row.e * w_edge * r, out, gap_or_none(gap), n, dtype, drift, rows, block_j)
+        _store(row, row.v * w_in * r, row.e * w_edge * r, out, gap, n, dtype, drift, rows, block_j, sliced)
 
     if tables:
 
@@ -270,7 +267,6 @@ def make_layer_norm_odd(
     vec = 16 // dtype.bytes
     rows = rows or rows_per_workgroup(waves, tpw)
     constraints = odd_constraints(block_j, waves, vec, tpw, rows, bound)
-    gap_or_none = (lambda gap: gap) if rows > 1 or sliced or drift else (lambda gap: None)
 
     def body(x, xf, starts, w, b, ws, bs, out, n, gap, eps, inv_n, xr=None) -> None:
         row = _Row(x, xf, starts, n, vec, full)
@@ -279,7 +275,7 @@ def make_layer_norm_odd(
         w_in, w_edge = _vectors(row, w, ws)
         b_in, b_edge = _vectors(row, b, bs)
         main, edge = d * r * w_in + b_in, de * r * w_edge + b_edge
-        _store(row, main, edge, out, gap_or_none(gap), n, dtype, drift, rows, block_j)
+        _store(row, main, edge, out, gap, n, dtype, drift, rows, block_j, sliced)
 
     if tables and reread:
 

@@ -92,15 +92,13 @@ def moe_ids(tokens: int, experts: int, top_k: int, routing: str) -> np.ndarray:
         counts = [int(c) for c in routing[len("counts:") :].split("/")]
     except ValueError:
         raise OptionError(option="routing", message=f"counts:c0/c1/... expects integers, got {routing!r}") from None
-    problem = (
-        f"needs {experts} counts (one per expert), got {len(counts)}"
-        if len(counts) != experts
-        else f"must sum to T * k = {tokens * top_k}, got {sum(counts)}"
-        if sum(counts) != tokens * top_k
-        else f"each count must be in 0..{tokens} (an expert takes a token once), got {min(counts)}..{max(counts)}"
-        if min(counts) < 0 or max(counts) > tokens
-        else None
-    )
+    problem = None
+    if len(counts) != experts:
+        problem = f"needs {experts} counts (one per expert), got {len(counts)}"
+    elif sum(counts) != tokens * top_k:
+        problem = f"must sum to T * k = {tokens * top_k}, got {sum(counts)}"
+    elif min(counts) < 0 or max(counts) > tokens:
+        problem = f"each count must be in 0..{tokens} (an expert takes a token once), got {min(counts)}..{max(counts)}"
     if problem:
         raise OptionError(option="routing", message=f"counts:c0/c1/... {problem}")
     slots = np.repeat(np.arange(experts, dtype=np.int32), counts)
